@@ -1,0 +1,80 @@
+"""The public entry points: plan a kernel (:func:`compile`) or plan and run (:func:`contract`)."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from . import strategies
+from .ast_build import build
+from .contraction import Contraction, analyse, infer_sizes, resolve_sizes
+from .errors import StrategyError
+from .kernel import Kernel
+from .lower import DTYPES, LAYOUTS, lower
+from .printer import check_identifiers
+
+DEFAULT_STRATEGY = "thread_per_element"
+
+
+def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
+            layout: str = "C", strategy: str | None = None,
+            params: Mapping[str, Any] | None = None, symbolic: bool = False) -> Kernel:
+    """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
+
+    ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
+    arguments, so one kernel serves every size (``sizes`` may then be omitted). ``layout`` is
+    ``"C"`` (row-major) or ``"F"`` (column-major); ``strategy`` and ``params`` choose how the
+    work is mapped onto the GPU (``treduda.strategies.available()`` lists them).
+    """
+    if dtype not in DTYPES:
+        raise StrategyError(f"dtype {dtype!r} is not supported; choose one of {DTYPES}")
+    if layout not in LAYOUTS:
+        raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
+                            "'F' (column-major)")
+    contraction = analyse(expr)
+    fixed = None if symbolic else resolve_sizes(contraction, sizes or {})
+    if symbolic and sizes:
+        resolve_sizes(contraction, sizes)  # still report typos and bad extents
+    program = lower(contraction, fixed, layout, dtype)
+    chosen = strategies.get(strategy or DEFAULT_STRATEGY)
+    scheduled = chosen.apply(program, params)
+    built = build(scheduled, _kernel_name(contraction, fixed, dtype, layout, scheduled.strategy,
+                                          scheduled.params))
+    check_identifiers(built.kernel)
+    return Kernel(contraction, program, built, scheduled.strategy, scheduled.params)
+
+
+def contract(expr: str, *operands: Any, dtype: str | None = None, layout: str = "C",
+             backend: str = "opencl", strategy: str | None = None,
+             params: Mapping[str, Any] | None = None, **values: Any) -> np.ndarray:
+    """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
+    appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array.
+
+    Sizes come from the arrays; the dtype is float64 if any array is float64, else float32.
+    """
+    contraction = analyse(expr)
+    values = {**_positional(contraction, operands), **values}
+    arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
+    sizes = infer_sizes(contraction, arrays)
+    if dtype is None:
+        dtype = "float64" if any(a.dtype == np.float64 for a in arrays.values()) else "float32"
+    kernel = compile(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params)
+    return kernel.run(backend=backend, **values)
+
+
+def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:
+    names = list(contraction.inputs)
+    if len(operands) > len(names):
+        raise StrategyError(f"{len(operands)} arrays given but the expression has "
+                            f"{len(names)} input tensor(s): {', '.join(names)}")
+    return dict(zip(names, operands))
+
+
+def _kernel_name(c: Contraction, sizes, dtype, layout, strategy, params) -> str:
+    """A C name unique to everything that shapes the kernel text (so sources can be batched)."""
+    key = repr((c.source, sorted((sizes or {}).items()), dtype, layout, strategy,
+                sorted(params.items())))
+    return f"td_{c.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"

@@ -1,0 +1,211 @@
+"""isl AST generation and its conversion into the kernel IR.
+
+The scheduled kernel's first six schedule dimensions are fixed to the parameters
+``blockIdx_{x,y,z}`` and ``threadIdx_{x,y,z}`` (as PPCG does), so ``AstBuild`` emits no loop for
+them, only the guards that keep threads of partial blocks inside the iteration domain. Every
+isl AST node and expression is converted once into :mod:`treduda.ir`; statement calls
+``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
+elements linearised for the layout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import islpy as isl
+
+from . import ir
+from .errors import TredudaError
+from .lower import Program
+from .strategy import MAPPED_DIMS, Scheduled
+
+AXES = "xyz"
+BLOCK_PARAMS = tuple(f"blockIdx_{a}" for a in AXES)
+THREAD_PARAMS = tuple(f"threadIdx_{a}" for a in AXES)
+_BUILTINS = {
+    **{p: ir.Index(ir.Builtin.BLOCK_ID, axis) for axis, p in enumerate(BLOCK_PARAMS)},
+    **{p: ir.Index(ir.Builtin.THREAD_ID, axis) for axis, p in enumerate(THREAD_PARAMS)},
+}
+INT32_LIMIT = 2**31 - 1
+
+_OPS = {
+    isl.ast_expr_op_type.add: ir.Op.ADD,
+    isl.ast_expr_op_type.sub: ir.Op.SUB,
+    isl.ast_expr_op_type.mul: ir.Op.MUL,
+    isl.ast_expr_op_type.div: ir.Op.DIV,
+    isl.ast_expr_op_type.pdiv_q: ir.Op.DIV,
+    isl.ast_expr_op_type.pdiv_r: ir.Op.MOD,
+    isl.ast_expr_op_type.zdiv_r: ir.Op.MOD,
+    isl.ast_expr_op_type.fdiv_q: ir.Op.FLOOR_DIV,
+    isl.ast_expr_op_type.min: ir.Op.MIN,
+    isl.ast_expr_op_type.max: ir.Op.MAX,
+    isl.ast_expr_op_type.lt: ir.Op.LT,
+    isl.ast_expr_op_type.le: ir.Op.LE,
+    isl.ast_expr_op_type.eq: ir.Op.EQ,
+    isl.ast_expr_op_type.ge: ir.Op.GE,
+    isl.ast_expr_op_type.gt: ir.Op.GT,
+    isl.ast_expr_op_type.and_: ir.Op.AND,
+    isl.ast_expr_op_type.and_then: ir.Op.AND,
+    isl.ast_expr_op_type.or_: ir.Op.OR,
+    isl.ast_expr_op_type.or_else: ir.Op.OR,
+}
+
+
+@dataclass(frozen=True)
+class Built:
+    """The kernel IR of a scheduled kernel and its launch geometry (formulas in the sizes)."""
+
+    kernel: ir.KernelIR
+    grid: tuple[ir.Expr, ir.Expr, ir.Expr]
+    block: tuple[int, int, int]
+    ast: str  # isl's own C rendering of the AST, for people who want to look inside
+
+
+def build(scheduled: Scheduled, name: str) -> Built:
+    """Scan ``scheduled`` into loops with isl and convert the result into kernel IR."""
+    program = scheduled.program
+    all_params = ", ".join((*program.parameters, *BLOCK_PARAMS, *THREAD_PARAMS))
+    dims = [f"d{n}" for n in range(_schedule_dims(scheduled))]
+    fixed = " and ".join(f"d{n} = {p}" for n, p in enumerate(BLOCK_PARAMS + THREAD_PARAMS))
+    pinned = isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")
+    schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(pinned))
+
+    used = scheduled.schedule.range().as_set()
+    grid_range = used.project_out(isl.dim_type.set, 3, used.dim(isl.dim_type.set) - 3)
+    blocks = isl.Set(f"[{all_params}] -> {{ [b0, b1, b2] : b0 = {BLOCK_PARAMS[0]} and "
+                     f"b1 = {BLOCK_PARAMS[1]} and b2 = {BLOCK_PARAMS[2]} }}")
+    threads = " and ".join(f"0 <= {p} < {b}" for p, b in zip(THREAD_PARAMS, scheduled.block))
+    context = (grid_range.intersect(blocks).params()
+               .intersect(isl.Set(f"[{all_params}] -> {{ : {threads} }}"))
+               .intersect(program.context()))
+
+    builder = isl.AstBuild.from_context(context)
+    root = builder.node_from_schedule_map(schedule)
+    host = isl.AstBuild.from_context(program.context())
+    grid = tuple(_grid_extent(grid_range, axis, host) for axis in range(3))
+
+    converter = _Converter(program)
+    body = converter.node(root)
+    kernel = ir.KernelIR(
+        name=name, dtype=program.dtype, index_bits=_index_bits(program), params=_params(program),
+        locals=tuple(ir.Local(a, ir.Space.REGISTER) for a in program.accumulators), body=body)
+    return Built(kernel, grid, scheduled.block, root.to_C_str())
+
+
+def _schedule_dims(scheduled: Scheduled) -> int:
+    n = scheduled.schedule.range().as_set().dim(isl.dim_type.set)
+    if n < MAPPED_DIMS:
+        raise TredudaError(f"strategy '{scheduled.strategy}' produced a schedule with {n} "
+                           f"dimensions; the first {MAPPED_DIMS} must be block and thread ids")
+    return n
+
+
+def _grid_extent(grid_range: isl.Set, axis: int, host: isl.AstBuild) -> ir.Expr:
+    """Number of blocks along ``axis``: one more than the largest block coordinate used."""
+    largest = grid_range.dim_max(axis)
+    expr = _expr(host.expr_from_pw_aff(largest))
+    return ir.Int(expr.value + 1) if isinstance(expr, ir.Int) else ir.Binary(ir.Op.ADD, expr,
+                                                                              ir.Int(1))
+
+
+def _index_bits(program: Program) -> int:
+    """32-bit indices when every tensor of a fixed-size kernel fits, else 64-bit."""
+    if program.sizes is None:
+        return 64
+    c = program.contraction
+    largest = 1
+    for tensor in (c.output, *c.inputs):
+        count = 1
+        for extent in program.shape(tensor):
+            count *= extent.value
+        largest = max(largest, count)
+    return 32 if largest <= INT32_LIMIT else 64
+
+
+def _params(program: Program) -> tuple[ir.Param, ...]:
+    c = program.contraction
+    return (ir.Param(c.output, ir.ParamKind.OUTPUT),
+            *(ir.Param(t, ir.ParamKind.INPUT) for t in c.inputs),
+            *(ir.Param(s, ir.ParamKind.SCALAR) for s in c.scalars),
+            *(ir.Param(p, ir.ParamKind.SIZE) for p in program.parameters))
+
+
+def _expr(e: isl.AstExpr) -> ir.Expr:
+    kind = e.get_type()
+    if kind == isl.ast_expr_type.int:
+        return ir.Int(e.get_val().to_python())
+    if kind == isl.ast_expr_type.id:
+        name = e.get_id().get_name()
+        return _BUILTINS.get(name, ir.Var(name))
+    op = e.get_op_type()
+    args = [_expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    if op == isl.ast_expr_op_type.minus:
+        return ir.Neg(args[0])
+    if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
+        return ir.Select(*args)
+    if op not in _OPS:
+        raise TredudaError(f"isl produced an expression treduda cannot print: {e.to_C_str()}")
+    result = args[0]
+    for arg in args[1:]:  # min and max may take more than two arguments
+        result = ir.Binary(_OPS[op], result, arg)
+    return result
+
+
+class _Converter:
+    """Walks an isl AST and builds kernel IR statements."""
+
+    def __init__(self, program: Program):
+        self.program = program
+
+    def node(self, n: isl.AstNode) -> ir.Stmt:
+        kind = n.get_type()
+        if kind == isl.ast_node_type.block:
+            children = n.block_get_children()
+            return ir.Block(tuple(self.node(children.get_at(i))
+                                  for i in range(children.n_ast_node())))
+        if kind == isl.ast_node_type.for_:
+            return ir.For(n.for_get_iterator().get_id().get_name(), _expr(n.for_get_init()),
+                          _expr(n.for_get_cond()), _expr(n.for_get_inc()),
+                          self.node(n.for_get_body()))
+        if kind == isl.ast_node_type.if_:
+            otherwise = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
+            return ir.If(_expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)
+        if kind == isl.ast_node_type.mark:
+            return self.node(n.mark_get_node())
+        if kind == isl.ast_node_type.user:
+            return self.statement(n.user_get_expr())
+        raise TredudaError(f"isl produced an AST node treduda cannot convert: {kind}")
+
+    def statement(self, call: isl.AstExpr) -> ir.Assign:
+        """``S(e0, e1, ..)`` becomes S's assignment with its indices bound to ``e0, e1, ..``."""
+        statement = self.program.statement(call.get_op_arg(0).get_id().get_name())
+        values = {index: _expr(call.get_op_arg(1 + d))
+                  for d, index in enumerate(statement.indices)}
+        body = statement.body
+        return ir.Assign(self.linearise(ir.substitute(body.target, values)), body.op,
+                         self.linearise(ir.substitute(body.value, values)))
+
+    def linearise(self, e: ir.Expr) -> ir.Expr:
+        """Replace every multi-dimensional tensor element by a load at its flat offset."""
+        if isinstance(e, ir.Element):
+            return ir.Load(e.array, offset(e.indices, self.program.shape(e.array),
+                                           self.program.layout))
+        if isinstance(e, ir.Binary):
+            return ir.Binary(e.op, self.linearise(e.left), self.linearise(e.right))
+        if isinstance(e, ir.Neg):
+            return ir.Neg(self.linearise(e.operand))
+        return e
+
+
+def offset(indices: tuple[ir.Expr, ...], shape: tuple[ir.Expr, ...], layout: str) -> ir.Expr:
+    """Flat offset of an element in Horner form: row-major (``C``) has the last index fastest,
+    column-major (``F``) the first."""
+    pairs = list(zip(indices, shape))
+    if layout == "F":
+        pairs.reverse()
+    if not pairs:
+        return ir.Int(0)
+    result = pairs[0][0]
+    for index, extent in pairs[1:]:
+        result = ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.MUL, result, extent), index)
+    return result

@@ -1,0 +1,178 @@
+"""The generated kernel as users hold it: its sources, launch geometry, and ways to run and check
+it. Built by :func:`treduda.compile`; immutable afterwards."""
+
+from __future__ import annotations
+
+import functools
+import importlib.metadata
+import importlib.resources
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any
+
+import jinja2
+import numpy as np
+
+from . import ir, reference
+from .ast_build import Built
+from .contraction import Contraction
+from .errors import MissingSize, VerificationError
+from .lower import Program
+from .printer import CUDA, OPENCL, Dialect, Printer
+from .run.launch import Launch, bind, prepare
+
+LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
+BACKENDS = ("opencl", "cuda")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """A contraction compiled by one strategy with fixed parameters."""
+
+    contraction: Contraction
+    program: Program
+    built: Built
+    strategy: str
+    params: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.built.kernel.name
+
+    @property
+    def expression(self) -> str:
+        return self.contraction.source
+
+    @property
+    def sizes(self) -> dict[str, int] | None:
+        """The extents the kernel was generated for, or None when they are arguments."""
+        return self.program.sizes
+
+    @property
+    def symbolic(self) -> bool:
+        return self.program.symbolic
+
+    @property
+    def dtype(self) -> str:
+        return self.program.dtype
+
+    @property
+    def layout(self) -> str:
+        return self.program.layout
+
+    @property
+    def block(self) -> tuple[int, int, int]:
+        return self.built.block
+
+    @property
+    def grid(self) -> tuple[int, int, int] | None:
+        """Blocks per grid axis; None for a symbolic kernel (see :meth:`grid_for`)."""
+        return None if self.symbolic else self.grid_for(self.sizes)
+
+    def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
+        env = {f"N_{index}": extent for index, extent in sizes.items()}
+        return tuple(ir.evaluate(g, env) for g in self.built.grid)
+
+    @property
+    def ast(self) -> str:
+        """isl's AST of the kernel, as isl prints it."""
+        return self.built.ast
+
+    @cached_property
+    def cuda_source(self) -> str:
+        return self._render(CUDA, "kernel.cu.j2")
+
+    @cached_property
+    def opencl_source(self) -> str:
+        return self._render(OPENCL, "kernel.cl.j2")
+
+    def run(self, *, backend: str = "opencl", **values: Any) -> np.ndarray:
+        """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": pycuda on a GPU) with tensors
+        and scalars passed by name; returns the output array (numpy in, numpy out)."""
+        sizes, arrays, scalars = bind(self.contraction, self.built.kernel, self.layout,
+                                      self.sizes, values)
+        return self._launch(self._prepare(sizes, arrays, scalars), backend)
+
+    def verify(self, sizes: Mapping[str, int] | None = None, *, seed: int = 0,
+               backend: str = "opencl") -> reference.Verification:
+        """Run on random data and compare with numpy.einsum; raise VerificationError if off."""
+        sizes = dict(sizes or self.sizes or {})
+        if not sizes:
+            raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to verify()")
+        rng = np.random.default_rng(seed)
+        c = self.contraction
+        shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
+        shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
+        arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
+        scalars = {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
+        result = self._launch(self._prepare(sizes, arrays, scalars), backend)
+        expected = reference.evaluate(c, arrays, scalars, sizes)
+        allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
+        error = np.abs(result.astype(np.float64) - expected)
+        outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
+            np.all(np.isfinite(result))), float(error.max(initial=0.0)),
+            float(allowed.max(initial=0.0)), sizes)
+        if not outcome.ok:
+            worst = np.unravel_index(int(np.argmax(error - allowed)), error.shape)
+            raise VerificationError(f"{self.name} ({self.expression}) {outcome}; worst element "
+                                    f"{tuple(int(i) for i in worst)}: got {result[worst]!r}, "
+                                    f"expected {expected[worst]!r}")
+        return outcome
+
+    def compile_cuda(self, arch: str = "sm_90"):
+        """Compile the CUDA text with nvcc; returns registers, spills and shared memory."""
+        from .run.nvcc import compile_cuda
+
+        return next(r for r in compile_cuda(self.cuda_source, arch) if r.kernel == self.name)
+
+    def _prepare(self, sizes, arrays, scalars) -> Launch:
+        return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
+                       self.block, sizes, arrays, scalars)
+
+    def _launch(self, launch: Launch, backend: str) -> np.ndarray:
+        if backend == "opencl":
+            from .run.opencl import run_opencl
+
+            return run_opencl(self.opencl_source, launch)
+        if backend == "cuda":
+            from .run.cuda import run_cuda
+
+            return run_cuda(self.cuda_source, launch)
+        raise ValueError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
+
+    def _render(self, dialect: Dialect, template: str) -> str:
+        printer = Printer(self.built.kernel, dialect, self.block)
+        params = self.built.kernel.params
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items()) if self.sizes else (
+            "symbolic: " + ", ".join(p.name for p in params if p.kind == ir.ParamKind.SIZE))
+        grid = [printer.expr(g) for g in self.built.grid]
+        return _templates().get_template(template).render(
+            version=_version(), expression=self.expression, sizes=sizes, dtype=self.dtype,
+            layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
+            params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
+            block=self.block, arguments=[p.name for p in params], function=printer.function(),
+            name=self.name, host_arguments=printer.arguments(),
+            grid_formulas=[f"(unsigned int)({g})" for g in grid],
+            call_arguments=[p.name for p in params])
+
+    def __repr__(self) -> str:
+        geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"
+        return (f"Kernel({self.expression!r}, {self.dtype}, layout={self.layout}, "
+                f"strategy={self.strategy}, {geometry})")
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("treduda")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+@functools.cache
+def _templates() -> jinja2.Environment:
+    """The templates of ``templates/``, installed as the package ``treduda.templates``."""
+    folder = importlib.resources.files("treduda.templates")
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)),
+                              keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,
+                              undefined=jinja2.StrictUndefined)

@@ -1,0 +1,270 @@
+"""Lowering: a validated :class:`~treduda.contraction.Contraction` becomes isl statements.
+
+Every output element gets one register accumulator per group of product terms that share the
+same summed indices (Treduda's strategy 3 reuse of intermediate values), so a program has
+
+* ``init<g>[o]``       ``acc<g> = 0``                           for each group g,
+* ``reduce<g>[o, r]``  ``acc<g> += A[..]*B[..]``                summed over r, the group's indices,
+* ``write[o]``         ``C[o] = alpha*acc0 + beta*C[o] + ...``  once per output element,
+
+and the initial schedule of the thesis (fig. 10) orders them per output element::
+
+    { init<g>[o] -> [o, 0, 0..0]; reduce<g>[o, r] -> [o, 1 + g, r, 0..]; write[o] -> [o, G + 1, 0..] }
+
+Sizes are isl parameters ``N_<index>`` when symbolic, fixed numbers otherwise.
+"""
+
+from __future__ import annotations
+
+import enum
+import re
+from dataclasses import dataclass, replace
+
+import islpy as isl
+
+from . import ir
+from .contraction import Contraction, Term
+from .errors import InvalidName
+from .tree import Read
+
+DTYPES = ("float32", "float64")
+LAYOUTS = ("C", "F")
+
+
+class Kind(enum.Enum):
+    """What a statement does; the printer and the strategies switch on it."""
+
+    INIT = "init"
+    REDUCE = "reduce"
+    WRITE = "write"
+
+
+@dataclass(frozen=True)
+class Statement:
+    """One isl statement: ``name[indices]`` executes ``body`` (an assignment over ``Var(index)``)."""
+
+    name: str
+    kind: Kind
+    indices: tuple[str, ...]
+    summed: tuple[str, ...]
+    phase: int
+    body: ir.Assign
+
+
+@dataclass(frozen=True)
+class Program:
+    """The polyhedral program of a contraction, before any strategy has touched it.
+
+    ``schedule`` has the shape ``{ S[o, r] -> [o_0 .. o_n-1, phase, r_0 .. r_R-1] }``: the output
+    dimensions by name, then the statement order, then the summed dimensions (positional, padded
+    with zeros for statements with fewer).
+    """
+
+    contraction: Contraction
+    sizes: dict[str, int] | None  # None when sizes are isl parameters
+    layout: str
+    dtype: str
+    statements: tuple[Statement, ...]
+    domain: isl.UnionSet
+    schedule: isl.UnionMap
+    reads: isl.UnionMap
+    writes: isl.UnionMap
+    accumulators: tuple[str, ...]
+    reduction_depth: int  # R: how many summed dimensions the widest reduction has
+
+    @property
+    def symbolic(self) -> bool:
+        return self.sizes is None
+
+    @property
+    def output_indices(self) -> tuple[str, ...]:
+        return self.contraction.output_indices
+
+    @property
+    def parameters(self) -> tuple[str, ...]:
+        """isl parameters (and kernel arguments) of a symbolic program: one size per index."""
+        return tuple(size_name(i) for i in self.contraction.indices) if self.symbolic else ()
+
+    def extent(self, index: str) -> ir.Expr:
+        """The extent of ``index`` as the kernel sees it: a number, or the size argument."""
+        return ir.Var(size_name(index)) if self.sizes is None else ir.Int(self.sizes[index])
+
+    def shape(self, tensor: str) -> tuple[ir.Expr, ...]:
+        c = self.contraction
+        indices = c.output_indices if tensor == c.output else c.inputs[tensor]
+        return tuple(self.extent(i) for i in indices)
+
+    def isl_params(self) -> str:
+        return f"[{', '.join(self.parameters)}] -> " if self.symbolic else ""
+
+    def bounds(self, indices: tuple[str, ...]) -> str:
+        """isl constraints ``0 <= i < N_i`` for the given indices (``true`` for none)."""
+        parts = [f"0 <= {i} < {self._bound(i)}" for i in indices]
+        return " and ".join(parts) if parts else "true"
+
+    def _bound(self, index: str) -> str:
+        return size_name(index) if self.sizes is None else str(self.sizes[index])
+
+    def context(self) -> isl.Set:
+        """What is known about the parameters: every size is at least one."""
+        return isl.Set(f"{self.isl_params()}{{ : {self.bounds(())} {self._positive_sizes()} }}")
+
+    def _positive_sizes(self) -> str:
+        return "".join(f" and {p} >= 1" for p in self.parameters)
+
+    def statement(self, name: str) -> Statement:
+        for s in self.statements:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+
+def size_name(index: str) -> str:
+    """The kernel argument (and isl parameter) that holds the extent of ``index``."""
+    return f"N_{index}"
+
+
+def accumulator_name(group: int) -> str:
+    return f"acc{group}"
+
+
+GENERATED_NAME = r"^(acc\d+|c\d+|N_\w+)$"
+
+
+def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",
+          dtype: str = "float32") -> Program:
+    """Build the isl statements, accesses and initial schedule of ``contraction``.
+
+    ``sizes`` maps every index to its extent, or is None for a kernel whose sizes are parameters.
+    """
+    _check_generated_names(contraction)
+    out = contraction.output_indices
+    groups = _group_terms(contraction)
+    direct = tuple(t for t in contraction.terms if not t.summed(out))
+    statements: list[Statement] = []
+    written_value: list[tuple[bool, ir.Expr]] = [_signed_product(t, ()) for t in direct]
+    for g, (summed, terms) in enumerate(groups):
+        acc = ir.Var(accumulator_name(g))
+        statements.append(Statement(f"init{g}", Kind.INIT, out, (), 0,
+                                    ir.Assign(acc, "=", ir.Float(0.0))))
+        if len(terms) == 1:  # hoist the factors that do not depend on the summed indices
+            term = terms[0]
+            inner = tuple(r for r in term.reads if set(r.indices) & set(summed))
+            negative, outer = _signed_product(term, inner, acc)
+            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed, summed, 1 + g,
+                                        ir.Assign(acc, "+=", _product(inner))))
+            written_value.append((negative, outer))
+        else:
+            body = _sum(_signed_product(t, ()) for t in terms)
+            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed, summed, 1 + g,
+                                        ir.Assign(acc, "+=", body)))
+            written_value.append((False, acc))
+    target = _element(contraction.output, out)
+    statements.append(Statement("write", Kind.WRITE, out, (), 1 + len(groups),
+                                ir.Assign(target, contraction.op, _sum(written_value))))
+    return _polyhedral(contraction, sizes, layout, dtype, tuple(statements), len(groups),
+                       max((len(s) for s, _ in groups), default=0))
+
+
+def _polyhedral(contraction, sizes, layout, dtype, statements, n_groups, depth) -> Program:
+    """Attach isl domains, accesses and the initial schedule to the statements."""
+    program = Program(contraction, sizes, layout, dtype, statements, None, None, None, None,
+                      tuple(accumulator_name(g) for g in range(n_groups)), depth)
+    params = program.isl_params()
+    domains, schedule, reads, writes = [], [], [], []
+    out = contraction.output_indices
+    for s in statements:
+        head = f"{s.name}[{', '.join(s.indices)}]"
+        domains.append(f"{head} : {program.bounds(s.indices)}")
+        summed = list(s.summed) + ["0"] * (depth - len(s.summed))
+        schedule.append(f"{head} -> [{', '.join([*out, str(s.phase), *summed])}]")
+        for element in _elements(s.body):
+            access = f"{head} -> {element.array}[{', '.join(v.name for v in element.indices)}]"
+            (writes if element is s.body.target else reads).append(access)
+    domain = isl.UnionSet(f"{params}{{ {'; '.join(domains)} }}")
+
+    def union_map(parts: list[str]) -> isl.UnionMap:
+        return isl.UnionMap(f"{params}{{ {'; '.join(parts)} }}").intersect_domain(domain)
+
+    return replace(program, domain=domain, schedule=union_map(schedule),
+                   reads=union_map(reads), writes=union_map(writes))
+
+
+def _group_terms(c: Contraction) -> list[tuple[tuple[str, ...], tuple[Term, ...]]]:
+    """Terms with summed indices, grouped by their set of summed indices (one register each)."""
+    groups: dict[frozenset, list[Term]] = {}
+    order: dict[frozenset, tuple[str, ...]] = {}
+    for term in c.terms:
+        summed = term.summed(c.output_indices)
+        if summed:
+            key = frozenset(summed)
+            groups.setdefault(key, []).append(term)
+            order.setdefault(key, summed)
+    return [(order[k], tuple(v)) for k, v in groups.items()]
+
+
+def _element(tensor: str, indices) -> ir.Element:
+    return ir.Element(tensor, tuple(ir.Var(i) for i in indices))
+
+
+def _product(reads: tuple[Read, ...]) -> ir.Expr:
+    factors = [_element(r.tensor, r.indices) for r in reads]
+    result = factors[0]
+    for f in factors[1:]:
+        result = ir.Binary(ir.Op.MUL, result, f)
+    return result
+
+
+def _signed_product(term: Term, exclude: tuple[Read, ...],
+                    extra: ir.Expr | None = None) -> tuple[bool, ir.Expr]:
+    """``term`` without the reads in ``exclude`` (times ``extra``), as (negative?, magnitude)."""
+    factors: list[ir.Expr] = []
+    magnitude = abs(term.coefficient)
+    if magnitude != 1.0:
+        factors.append(ir.Float(magnitude))
+    factors += [ir.Var(s) for s in term.scalars]
+    remaining = list(term.reads)
+    for r in exclude:
+        remaining.remove(r)
+    factors += [_element(r.tensor, r.indices) for r in remaining]
+    if extra is not None:
+        factors.append(extra)
+    result = factors[0] if factors else ir.Float(1.0)
+    for f in factors[1:]:
+        result = ir.Binary(ir.Op.MUL, result, f)
+    return term.coefficient < 0, result
+
+
+def _sum(summands) -> ir.Expr:
+    result = None
+    for negative, expr in summands:
+        if result is None:
+            result = ir.Neg(expr) if negative else expr
+        else:
+            result = ir.Binary(ir.Op.SUB if negative else ir.Op.ADD, result, expr)
+    return result if result is not None else ir.Float(0.0)
+
+
+def _elements(expr) -> list[ir.Element]:
+    """Every tensor element an assignment touches, its target first."""
+    if isinstance(expr, ir.Assign):
+        return _elements(expr.target) + _elements(expr.value)
+    if isinstance(expr, ir.Element):
+        return [expr]
+    if isinstance(expr, ir.Binary):
+        return _elements(expr.left) + _elements(expr.right)
+    if isinstance(expr, ir.Neg):
+        return _elements(expr.operand)
+    return []
+
+
+def _check_generated_names(c: Contraction) -> None:
+    """User names must not shadow the names treduda generates (acc0, c0, N_i)."""
+    tree = c.tree
+    sizes = {size_name(i) for i in c.indices}
+    for name in (c.output, *c.inputs, *c.scalars, *c.indices):
+        if re.match(GENERATED_NAME, name) and (not name.startswith("N_") or name in sizes):
+            position = max(tree.source.find(name), 0)
+            raise InvalidName(f"the name '{name}' collides with a name treduda generates "
+                              "(accumulators accN, loop iterators cN, sizes N_<index>); rename it",
+                              tree.source, position, len(name))

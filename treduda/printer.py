@@ -1,0 +1,166 @@
+"""CUDA and OpenCL printers: one walk over the kernel IR, two dialect tables.
+
+Everything a dialect changes is a field of :class:`Dialect`; the rest is printed once. Every
+name that reaches the C text is checked here a last time (:func:`check_identifiers`).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from . import ir
+from .errors import InvalidName
+from .names import RESERVED
+
+INDENT = "  "
+
+
+@dataclass(frozen=True)
+class Dialect:
+    name: str
+    kernel: str  # what precedes the kernel's name
+    global_pointer: str  # qualifier of tensor arguments
+    restrict: str
+    shared: str  # qualifier of block-shared arrays
+    barrier: str
+    block_id: str  # format string taking the axis
+    thread_id: str
+    index_types: dict  # bits -> C integer type
+    axes: tuple[str, ...]
+
+
+CUDA = Dialect(
+    name="cuda", kernel='extern "C" __global__ void __launch_bounds__({threads})',
+    global_pointer="", restrict="__restrict__", shared="__shared__",
+    barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
+    index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"))
+
+OPENCL = Dialect(
+    name="opencl",
+    kernel="__kernel __attribute__((reqd_work_group_size({bx}, {by}, {bz}))) void",
+    global_pointer="__global ", restrict="restrict", shared="__local",
+    barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
+    thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"))
+
+C_TYPES = {"float32": "float", "float64": "double"}
+
+# C operator precedence, higher binds tighter; calls and atoms bind tightest.
+_PRECEDENCE = {
+    ir.Op.MUL: 13, ir.Op.DIV: 13, ir.Op.MOD: 13,
+    ir.Op.ADD: 12, ir.Op.SUB: 12,
+    ir.Op.LT: 10, ir.Op.LE: 10, ir.Op.GE: 10, ir.Op.GT: 10,
+    ir.Op.EQ: 9, ir.Op.AND: 5, ir.Op.OR: 4,
+}
+_CALLS = {ir.Op.FLOOR_DIV: "td_floord", ir.Op.MIN: "td_min", ir.Op.MAX: "td_max"}
+_ATOM, _UNARY, _SELECT = 16, 14, 3
+
+
+class Printer:
+    """Prints one kernel's IR in one dialect."""
+
+    def __init__(self, kernel: ir.KernelIR, dialect: Dialect, block: tuple[int, int, int]):
+        self.kernel = kernel
+        self.dialect = dialect
+        self.block = block
+        self.value_type = C_TYPES[kernel.dtype]
+        self.index_type = dialect.index_types[kernel.index_bits]
+
+    def signature(self) -> str:
+        d = self.dialect
+        bx, by, bz = self.block
+        head = d.kernel.format(threads=bx * by * bz, bx=bx, by=by, bz=bz)
+        return f"{head} {self.kernel.name}({', '.join(self.arguments())})"
+
+    def arguments(self) -> list[str]:
+        d, args = self.dialect, []
+        for p in self.kernel.params:
+            if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT):
+                const = "const " if p.kind == ir.ParamKind.INPUT else ""
+                args.append(f"{d.global_pointer}{const}{self.value_type} *{d.restrict} {p.name}")
+            elif p.kind == ir.ParamKind.SCALAR:
+                args.append(f"const {self.value_type} {p.name}")
+            else:
+                args.append(f"const {self.index_type} {p.name}")
+        return args
+
+    def function(self) -> str:
+        lines = [self.signature() + " {"]
+        for local in self.kernel.locals:
+            qualifier = f"{self.dialect.shared} " if local.space == ir.Space.SHARED else ""
+            extent = f"[{local.size}]" if local.size > 1 else ""
+            lines.append(f"{INDENT}{qualifier}{self.value_type} {local.name}{extent};")
+        lines += self.stmt(self.kernel.body, 1)
+        lines.append("}")
+        return "\n".join(lines)
+
+    def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
+        pad = INDENT * depth
+        if isinstance(s, ir.Block):
+            return [line for child in s.body for line in self.stmt(child, depth)]
+        if isinstance(s, ir.Assign):
+            return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
+        if isinstance(s, ir.Barrier):
+            return [f"{pad}{self.dialect.barrier}"]
+        if isinstance(s, ir.For):
+            head = (f"for ({self.index_type} {s.iterator} = {self.expr(s.start)}; "
+                    f"{self.expr(s.condition)}; {s.iterator} += {self.expr(s.step)})")
+            return [f"{pad}{head} {{", *self.stmt(s.body, depth + 1), f"{pad}}}"]
+        if isinstance(s, ir.If):
+            lines = [f"{pad}if ({self.expr(s.condition)}) {{", *self.stmt(s.then, depth + 1)]
+            if s.otherwise is not None:
+                lines += [f"{pad}}} else {{", *self.stmt(s.otherwise, depth + 1)]
+            return [*lines, f"{pad}}}"]
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def expr(self, e: ir.Expr) -> str:
+        return self._expr(e)[0]
+
+    def _expr(self, e: ir.Expr) -> tuple[str, int]:
+        """The C text of ``e`` and the precedence of its outermost operator."""
+        if isinstance(e, ir.Int):
+            return (str(e.value), _ATOM) if e.value >= 0 else (f"({e.value})", _ATOM)
+        if isinstance(e, ir.Float):
+            return self.literal(e.value), _ATOM
+        if isinstance(e, ir.Var):
+            return e.name, _ATOM
+        if isinstance(e, ir.Index):
+            spelling = (self.dialect.block_id if e.builtin == ir.Builtin.BLOCK_ID
+                        else self.dialect.thread_id)
+            return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
+        if isinstance(e, ir.Load):
+            return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+        if isinstance(e, ir.Neg):
+            return f"-{self._wrap(e.operand, _UNARY + 1)}", _UNARY
+        if isinstance(e, ir.Select):
+            return (f"{self._wrap(e.condition, _SELECT + 1)} ? {self._wrap(e.if_true, _SELECT)}"
+                    f" : {self._wrap(e.if_false, _SELECT)}", _SELECT)
+        if isinstance(e, ir.Binary):
+            if e.op in _CALLS:
+                return f"{_CALLS[e.op]}({self.expr(e.left)}, {self.expr(e.right)})", _ATOM
+            p = _PRECEDENCE[e.op]
+            return f"{self._wrap(e.left, p)} {e.op.value} {self._wrap(e.right, p + 1)}", p
+        raise TypeError(f"cannot print expression {e!r}")
+
+    def _wrap(self, e: ir.Expr, minimum: int) -> str:
+        text, precedence = self._expr(e)
+        return text if precedence >= minimum else f"({text})"
+
+    def literal(self, value: float) -> str:
+        text = repr(float(value))
+        return f"{text}f" if self.kernel.dtype == "float32" else text
+
+
+def check_identifiers(kernel: ir.KernelIR) -> None:
+    """Last line of defence: every name printed into C is an identifier and not reserved."""
+    names = [kernel.name, *(p.name for p in kernel.params), *(v.name for v in kernel.locals)]
+    seen: set[str] = set()
+    for name in names:
+        if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or (
+                name in RESERVED and name != kernel.name):
+            raise InvalidName(f"'{name}' cannot be used as a name in the generated C", name, 0,
+                              len(name))
+        if name in seen:
+            raise InvalidName(f"'{name}' names two different things in the generated kernel; "
+                              "rename the tensor or scalar", name, 0, len(name))
+        seen.add(name)

@@ -1,0 +1,105 @@
+"""What every backend needs to launch a kernel: its arguments as numpy values, in order.
+
+Backends (PoCL through pyopencl, CUDA through pycuda) differ only in how they move these to a
+device; checking arrays against the expression and flattening them for the layout happens here,
+once.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+import numpy as np
+
+from .. import ir
+from ..contraction import Contraction, infer_sizes
+from ..errors import MissingSize, ShapeMismatch
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel call: ``name<<<grid, block>>>(values)``; ``values[output_position]`` is written."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    values: tuple  # numpy arrays (flat, in memory order) and numpy scalars
+    output_position: int
+    output_shape: tuple[int, ...]
+    layout: str
+
+    def global_size(self) -> tuple[int, int, int]:
+        """OpenCL's global work size: the grid in threads."""
+        return tuple(g * b for g, b in zip(self.grid, self.block))
+
+    def result(self, flat: np.ndarray) -> np.ndarray:
+        """The output array from its flat device copy, in the user's logical shape."""
+        return flat.reshape(self.output_shape, order=self.layout)
+
+
+def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
+         fixed_sizes: Mapping[str, int] | None, values: Mapping[str, object]
+         ) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, float]]:
+    """Check user values against the expression: sizes, arrays (as numpy) and scalars."""
+    known = {p.name for p in kernel.params if p.kind != ir.ParamKind.SIZE}
+    unknown = sorted(set(values) - known)
+    if unknown:
+        raise ShapeMismatch(f"unknown argument(s) {', '.join(unknown)}; the kernel takes "
+                            f"{', '.join(sorted(known))}")
+    arrays = {name: _array(name, v) for name, v in values.items()
+              if name != contraction.output and name not in contraction.scalars}
+    if contraction.output in values:
+        arrays[contraction.output] = _array(contraction.output, values[contraction.output])
+    missing = [s for s in contraction.scalars if s not in values]
+    if missing:
+        raise MissingSize(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
+                          f"{missing[0]}=1.0")
+    scalars = {s: float(values[s]) for s in contraction.scalars}
+    if contraction.output not in arrays and (contraction.reads_output or contraction.op != "="):
+        raise MissingSize(f"the expression reads the output {contraction.output} before "
+                          f"writing it; pass {contraction.output}=<array>")
+    sizes = infer_sizes(contraction, arrays, fixed_sizes)
+    if fixed_sizes is not None and sizes != dict(fixed_sizes):
+        changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
+                   if sizes[i] != fixed_sizes[i]]
+        raise ShapeMismatch("the arrays do not have the sizes this kernel was compiled for: "
+                            + ", ".join(changed) + "; compile with symbolic=True to reuse a "
+                            "kernel across sizes")
+    return sizes, arrays, scalars
+
+
+def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
+            grid: tuple[int, int, int], block: tuple[int, int, int], sizes: Mapping[str, int],
+            arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float]) -> Launch:
+    """Flatten arrays in the kernel's layout and dtype and order every argument."""
+    dtype = np.dtype(kernel.dtype)
+    index = np.int32 if kernel.index_bits == 32 else np.int64
+    output_shape = tuple(sizes[i] for i in contraction.output_indices)
+    values: list = []
+    for p in kernel.params:
+        if p.kind == ir.ParamKind.OUTPUT:
+            initial = arrays.get(p.name, np.zeros(output_shape, dtype))
+            values.append(_flat(initial, dtype, layout, copy=True))
+        elif p.kind == ir.ParamKind.INPUT:
+            values.append(_flat(arrays[p.name], dtype, layout, copy=False))
+        elif p.kind == ir.ParamKind.SCALAR:
+            values.append(dtype.type(scalars[p.name]))
+        else:  # sizes are named N_<index>
+            values.append(index(sizes[p.name[2:]]))
+    output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)
+    return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout)
+
+
+def _array(name: str, value: object) -> np.ndarray:
+    array = np.asarray(value)
+    if array.dtype.kind not in "biuf":
+        raise ShapeMismatch(f"{name} has dtype {array.dtype}; treduda computes in float32 or "
+                            "float64, so pass real numbers")
+    return array
+
+
+def _flat(array: np.ndarray, dtype: np.dtype, layout: str, copy: bool) -> np.ndarray:
+    """The array's elements in memory order for ``layout`` (C: last index fastest)."""
+    flat = np.asarray(array, dtype=dtype).ravel(order=layout)
+    return flat.copy() if copy or not flat.flags.c_contiguous else flat
