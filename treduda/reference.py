@@ -37,30 +37,34 @@ class Verification:
 
 
 def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
-             sizes: Mapping[str, int]) -> np.ndarray:
-    """The contraction in float64: the value the output should hold afterwards."""
-    rhs = sum((_term(c, t, arrays, scalars, sizes) for t in c.terms),
+             sizes: Mapping[str, int], absolute: bool = False) -> np.ndarray:
+    """The contraction in float64: the value the output should hold afterwards.
+
+    With ``absolute``, every array, scalar and coefficient is replaced by its magnitude and
+    every difference by a sum: the scale that rounding errors are proportional to.
+    """
+    if absolute:
+        arrays = {k: np.abs(np.asarray(v, dtype=np.float64)) for k, v in arrays.items()}
+        scalars = {k: abs(v) for k, v in scalars.items()}
+    rhs = sum((_term(c, t, arrays, scalars, sizes, absolute) for t in c.terms),
               np.zeros(tuple(sizes[i] for i in c.output_indices)))
     if c.op == "=":
         return rhs
     before = np.asarray(arrays[c.output], dtype=np.float64)
-    return before + rhs if c.op == "+=" else before - rhs
+    return before + rhs if c.op == "+=" or absolute else before - rhs
 
 
 def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
               sizes: Mapping[str, int], dtype: str) -> np.ndarray:
     """Largest error allowed per output element for a kernel computing in ``dtype``."""
-    magnitude = evaluate(c, {k: np.abs(v) for k, v in arrays.items()},
-                         {k: abs(v) for k, v in scalars.items()}, {**sizes})
-    if c.op == "-=":  # |before - rhs| is bounded by |before| + |rhs|
-        magnitude = magnitude + 2 * np.abs(np.asarray(arrays[c.output], dtype=np.float64))
+    magnitude = evaluate(c, arrays, scalars, sizes, absolute=True)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     eps = np.finfo(np.dtype(dtype)).eps
     return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
 
 
-def _term(c: Contraction, term, arrays, scalars, sizes) -> np.ndarray:
+def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool) -> np.ndarray:
     """One product term, summed over its own indices, broadcast to the output's shape."""
     indices = list(dict.fromkeys(i for r in term.reads for i in r.indices))
     if len(indices) > len(LETTERS):
@@ -71,7 +75,7 @@ def _term(c: Contraction, term, arrays, scalars, sizes) -> np.ndarray:
     operands = [np.asarray(arrays[r.tensor], dtype=np.float64) for r in term.reads]
     value = (np.einsum(f"{spec}->{''.join(letter[i] for i in present)}", *operands)
              if operands else np.float64(1.0))
-    factor = term.coefficient * float(np.prod([scalars[s] for s in term.scalars]))
+    factor = (abs(term.coefficient) if absolute else term.coefficient) * float(np.prod([scalars[s] for s in term.scalars]))
     shape = tuple(sizes[i] if i in letter else 1 for i in c.output_indices)
     full = tuple(sizes[i] for i in c.output_indices)
     return np.broadcast_to(np.reshape(factor * value, shape), full)

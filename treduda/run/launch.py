@@ -56,10 +56,7 @@ def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
         raise MissingSize(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
                           f"{missing[0]}=1.0")
     scalars = {s: float(values[s]) for s in contraction.scalars}
-    if contraction.output not in arrays and (contraction.reads_output or contraction.op != "="):
-        raise MissingSize(f"the expression reads the output {contraction.output} before "
-                          f"writing it; pass {contraction.output}=<array>")
-    sizes = infer_sizes(contraction, arrays, fixed_sizes)
+    sizes = infer_sizes(contraction, arrays)
     if fixed_sizes is not None and sizes != dict(fixed_sizes):
         changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
                    if sizes[i] != fixed_sizes[i]]

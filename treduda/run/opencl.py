@@ -56,7 +56,7 @@ def run_opencl(source: str, launch: Launch) -> np.ndarray:
     import pyopencl as cl
 
     queue = _queue()
-    kernel = getattr(_program(source), launch.name)
+    kernel = cl.Kernel(_program(source), launch.name)
     flags = cl.mem_flags
     buffers, arguments = [], []
     for position, value in enumerate(launch.values):

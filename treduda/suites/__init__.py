@@ -1,1 +1,63 @@
-"""Public benchmark lists of tensor contractions (see README.md here), and their loader."""
+"""Public benchmark lists of tensor contractions (README.md here tells where each row is from).
+
+Each row keeps its source's sizes and layout; :func:`scaled` shrinks the sizes for checks on the
+CPU while keeping extents that are, and are not, multiples of 8 (a typical tile).
+"""
+
+from __future__ import annotations
+
+import csv
+import importlib.resources
+import math
+from dataclasses import dataclass
+
+from ..errors import TredudaError
+
+SUITES = {
+    "tccg_fp32": "tccg_fp32.tsv",
+    "tccg_fp64": "tccg_fp64.tsv",
+    "tc": "tensor_comprehensions.tsv",
+    "tapp": "tapp_ccsd_bottlenecks.tsv",
+}
+
+
+@dataclass(frozen=True)
+class Row:
+    id: str
+    expression: str
+    sizes: dict[str, int]
+    layout: str  # "C" (row-major) or "F" (column-major), from the row's source
+    source: str
+
+
+def load(suite: str) -> list[Row]:
+    """The rows of one suite (see :data:`SUITES`)."""
+    if suite not in SUITES:
+        raise TredudaError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
+    text = importlib.resources.files(__package__).joinpath(SUITES[suite]).read_text()
+    rows = []
+    for record in csv.DictReader(text.splitlines(), delimiter="\t"):
+        sizes = {k: int(v) for k, v in (p.split("=") for p in record["sizes"].split(","))}
+        layout = "F" if "col-major" in record["source"] else "C"
+        rows.append(Row(record["id"], record["expression"], sizes, layout, record["source"]))
+    return rows
+
+
+def scaled(sizes: dict[str, int], low: int = 5, high: int = 40,
+           budget: int = 1_000_000) -> dict[str, int]:
+    """Extents between ``low`` and ``high`` for a CPU check: proportional to the originals,
+    never all multiples of 8 nor all not, and with at most ``budget`` points in the iteration
+    space (so a kernel runs in well under a second on PoCL)."""
+    largest = max(sizes.values())
+    result = {k: min(high, max(low, round(high * v / largest))) for k, v in sizes.items()}
+    while math.prod(result.values()) > budget:
+        biggest = max(result, key=result.get)
+        if result[biggest] <= low:
+            break
+        result[biggest] = max(low, result[biggest] * 3 // 4)
+    names = sorted(result, key=lambda k: (-result[k], k))
+    if all(v % 8 == 0 for v in result.values()):
+        result[names[0]] -= 1  # an extent that is not a multiple of any tile
+    if len(names) > 1 and not any(v % 8 == 0 for v in result.values()):
+        result[names[-1]] = 8
+    return result

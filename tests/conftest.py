@@ -1,0 +1,52 @@
+"""Shared test helpers: the example expressions, cached kernel generation, nvcc skipping."""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+
+import treduda
+from treduda.run.nvcc import nvcc_available
+
+# The expressions issue #2 names, with sizes that are not multiples of the block (5..40).
+EXAMPLES = {
+    "gemm": ("C[i,j] = A[i,k] * B[k,j]", {"i": 37, "j": 45, "k": 13}),
+    "gemm_scaled_transposed": ("C[i,j] = alpha*A[k,i]*B[j,k] + beta*C[i,j]",
+                               {"i": 33, "j": 8, "k": 19}),
+    "batched": ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 5, "i": 17, "j": 32, "k": 9}),
+    "dot": ("s[] = x[i]*y[i]", {"i": 37}),
+    "outer": ("C[i,j] = x[i]*y[j]", {"i": 29, "j": 40}),
+    "tccg_3": ("C[a,b,c,d] = A[d,b,e,a]*B[e,c]", {"a": 12, "b": 7, "c": 16, "d": 9, "e": 11}),
+    "gemm_minus": ("D[i,j] = A[i,k]*B[k,j] - C[i,j]", {"i": 21, "j": 34, "k": 8}),
+    "gemm_accumulate": ("C[i,j] += A[i,k]*B[k,j]", {"i": 16, "j": 23, "k": 31}),
+    "curvature": ("C[i,j,k,l] = A[i,j,k,l] - A[i,l,k,j] + B[m,j,k]*B[i,m,l] - B[m,l,k]*B[i,m,j]",
+                  dict.fromkeys("ijklm", 9)),
+    "six_index": ("T[a,b,c,d,e,f] = X[g,d,e,c]*Y[a,b,f,g]",
+                  {"a": 6, "b": 5, "c": 8, "d": 7, "e": 6, "f": 9, "g": 5}),
+    "numpy_style": ("ik,kj->ij", {"i": 19, "j": 24, "k": 7}),
+}
+
+# Every (layout, dtype, symbolic) combination, and a sample covering each value of each axis
+# twice that CI runs; the full product runs with `pytest -m matrix`.
+COMBINATIONS = [(layout, dtype, symbolic) for layout in "CF" for dtype in ("float32", "float64")
+                for symbolic in (False, True)]
+SAMPLE = [("C", "float32", False), ("F", "float64", True), ("F", "float32", False),
+          ("C", "float64", True)]
+
+needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed here")
+
+
+@functools.cache
+def generated(expression: str, sizes: tuple, layout: str, dtype: str,
+              symbolic: bool) -> treduda.Kernel:
+    """One kernel per configuration, shared by the PoCL and the nvcc tests."""
+    return treduda.compile(expression, None if symbolic else dict(sizes), layout=layout,
+                           dtype=dtype, symbolic=symbolic)
+
+
+def combinations_marked():
+    """pytest params: the CI sample plain, the other combinations under the matrix marker."""
+    return [pytest.param(*combo, id="-".join(map(str, combo)),
+                         marks=() if combo in SAMPLE else pytest.mark.matrix)
+            for combo in COMBINATIONS]

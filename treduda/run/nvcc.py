@@ -1,0 +1,176 @@
+"""Compile CUDA sources with nvcc and read back ptxas's per-kernel resource usage.
+
+No GPU is needed: ``-cubin`` stops after ptxas, whose ``-v`` report (registers, spills,
+shared memory, stack) is what tells whether a generated kernel is any good. Every nvcc
+call costs about a second of start-up, so :func:`compile_cuda_batch` compiles many
+sources as one translation unit.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from treduda.errors import BackendUnavailable, CompileError
+
+TIMEOUT_SECONDS = 300
+# -Werror all-warnings reaches every stage -cubin runs: the gcc preprocessor (-Werror: macro
+# redefinitions, #warning), the EDG front end for host and device code (--promote_warnings:
+# unused or uninitialised variables, `=` in conditions) and ptxas (--warning-as-error).
+NVCC_FLAGS = ("-cubin", "-Xptxas", "-v", "-Werror", "all-warnings")
+
+_ARCH = re.compile(r"sm_\d+[af]?")
+_KERNEL = re.compile(
+    r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+    r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+)\s*\("
+)
+_ENTRY = re.compile(r"Compiling entry function '([^']+)' for '(\w+)'")
+_PROPERTIES = re.compile(r"Function properties for (\S+)")
+_FRAME = re.compile(r"(\d+) bytes stack frame, (\d+) bytes spill stores, (\d+) bytes spill loads")
+_REGISTERS = re.compile(r"Used (\d+) registers")
+_SMEM = re.compile(r"(\d+)(?:\+\d+)? bytes smem")  # old sm_1x ptxas printed "N+M bytes smem"
+_COUNTS = ("registers", "spill_stores", "spill_loads", "shared_bytes", "stack_bytes")
+_WARNING = re.compile(r"\bwarning\s*(?:#\S+\s*)?:", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class CudaReport:
+    """What ptxas says one kernel costs on one architecture."""
+
+    kernel: str
+    arch: str
+    registers: int
+    spill_stores: int
+    spill_loads: int
+    shared_bytes: int
+    stack_bytes: int
+
+    def __str__(self) -> str:
+        spills = self.spill_stores + self.spill_loads
+        return (
+            f"{self.kernel}: {self.registers} registers, {spills} B spills, "
+            f"{self.shared_bytes} B shared ({self.arch})"
+        )
+
+
+def find_nvcc() -> str | None:
+    """Locate nvcc on PATH, else in $CUDA_HOME/bin or /usr/local/cuda/bin."""
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda"]
+    for home in filter(None, homes):
+        candidate = Path(home, "bin", "nvcc")
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return str(candidate)
+    return None
+
+
+def nvcc_available() -> bool:
+    """Whether CUDA kernels can be compiled here (a GPU is not needed)."""
+    return find_nvcc() is not None
+
+
+def kernel_names(source: str) -> list[str]:
+    """The ``__global__`` function names declared in ``source``, in source order."""
+    return _KERNEL.findall(source)
+
+
+def _demangle(symbol: str) -> str:
+    """Turn ``_Z4gemmPf`` into ``gemm`` and ``_ZN2ns4gemmEPf`` into ``ns::gemm``.
+
+    ptxas reports mangled symbols; only the name part is needed, not the full C++ type.
+    """
+    match = re.match(r"_Z(N?)", symbol)
+    if not match:
+        return symbol  # extern "C"
+    nested, position, parts = bool(match.group(1)), match.end(), []
+    while length := re.match(r"\d+", symbol[position:]):
+        start = position + length.end()
+        position = start + int(length.group())
+        parts.append(symbol[start:position])
+        if not nested:
+            break
+    return "::".join(parts) or symbol
+
+
+def parse_ptxas(log: str) -> list[CudaReport]:
+    """One report per entry function in a ptxas ``-v`` log, in the order ptxas lists them.
+
+    ``__noinline__`` device functions get "Function properties" lines of their own; those
+    are skipped so that a helper's stack and spills are not booked to a kernel.
+    """
+    rows: list[dict] = []
+    row: dict | None = None
+    symbol = properties_of = ""
+    for line in log.splitlines():
+        if entry := _ENTRY.search(line):
+            symbol, arch = entry.groups()
+            properties_of = ""
+            row = {"kernel": _demangle(symbol), "arch": arch, **dict.fromkeys(_COUNTS, 0)}
+            rows.append(row)
+        elif properties := _PROPERTIES.search(line):
+            properties_of = properties.group(1)
+        elif row is None:
+            continue
+        elif (frame := _FRAME.search(line)) and properties_of == symbol:
+            stack, stores, loads = map(int, frame.groups())
+            row.update(stack_bytes=stack, spill_stores=stores, spill_loads=loads)
+        elif registers := _REGISTERS.search(line):
+            row["registers"] = int(registers.group(1))
+            if smem := _SMEM.search(line):
+                row["shared_bytes"] = int(smem.group(1))
+    return [CudaReport(**row) for row in rows]
+
+
+def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
+    """Compile one source to a cubin; one report per kernel. Any warning is an error."""
+    if not _ARCH.fullmatch(arch):
+        raise CompileError(
+            f"invalid CUDA architecture {arch!r}: expected 'sm_' and a compute capability, "
+            "e.g. 'sm_80' or 'sm_90'"
+        )
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BackendUnavailable(
+            "nvcc was not found on PATH (nor in $CUDA_HOME/bin); install the CUDA toolkit "
+            "to compile and inspect CUDA kernels"
+        )
+    names = ", ".join(kernel_names(source)) or "<no __global__ function>"
+    failure = f"nvcc failed to compile kernel {names} for {arch}"
+    with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
+        cu, cubin = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
+        cu.write_text(source)
+        command = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(cubin), str(cu)]
+        try:
+            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as exc:
+            raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
+    log = done.stdout + done.stderr
+    # Warnings nvcc does not promote (its own driver messages) must fail too.
+    if done.returncode != 0 or _WARNING.search(log):
+        raise CompileError(failure, log=log)
+    return parse_ptxas(log)
+
+
+def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list[CudaReport]]:
+    """Compile many sources in one nvcc call and give each source its own reports.
+
+    The sources must be legal as one translation unit (unique kernel names, guarded
+    macros). If the batch fails, each source is compiled alone so that the error names
+    the source at fault (and if none fails alone, those results are returned).
+    """
+    if not sources:
+        return []
+    try:
+        reports = compile_cuda("\n".join(sources), arch)
+    except CompileError:
+        return [compile_cuda(source, arch) for source in sources]
+    per_source = [set(kernel_names(source)) for source in sources]
+    return [[r for r in reports if r.kernel.rpartition("::")[2] in names] for names in per_source]
