@@ -70,7 +70,7 @@ class ThreadPerElement(Strategy):
         ]
         rules += [Constraint(f"block_{a} <= {limit}", (f"block_{a}",),
                              lambda p, a=a, limit=limit: p[f"block_{a}"] <= limit)
-                  for a, limit in zip(AXES, MAX_BLOCK_EXTENT)]
+                  for a, limit in zip(AXES, MAX_BLOCK_EXTENT, strict=True)]
         order = Parameter("order", mapping_orders(program),
                           "output indices mapped to x, y, z (comma separated)")
         return ParamSpace((order, *blocks), tuple(rules))

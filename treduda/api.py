@@ -70,7 +70,7 @@ def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:
     if len(operands) > len(names):
         raise StrategyError(f"{len(operands)} arrays given but the expression has "
                             f"{len(names)} input tensor(s): {', '.join(names)}")
-    return dict(zip(names, operands))
+    return dict(zip(names[: len(operands)], operands, strict=True))
 
 
 def _kernel_name(c: Contraction, sizes, dtype, layout, strategy, params) -> str:

@@ -74,7 +74,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
     grid_range = used.project_out(isl.dim_type.set, 3, used.dim(isl.dim_type.set) - 3)
     blocks = isl.Set(f"[{all_params}] -> {{ [b0, b1, b2] : b0 = {BLOCK_PARAMS[0]} and "
                      f"b1 = {BLOCK_PARAMS[1]} and b2 = {BLOCK_PARAMS[2]} }}")
-    threads = " and ".join(f"0 <= {p} < {b}" for p, b in zip(THREAD_PARAMS, scheduled.block))
+    threads = " and ".join(f"0 <= {p} < {b}"
+                           for p, b in zip(THREAD_PARAMS, scheduled.block, strict=True))
     context = (grid_range.intersect(blocks).params()
                .intersect(isl.Set(f"[{all_params}] -> {{ : {threads} }}"))
                .intersect(program.context()))
@@ -200,7 +201,7 @@ class _Converter:
 def offset(indices: tuple[ir.Expr, ...], shape: tuple[ir.Expr, ...], layout: str) -> ir.Expr:
     """Flat offset of an element in Horner form: row-major (``C``) has the last index fastest,
     column-major (``F``) the first."""
-    pairs = list(zip(indices, shape))
+    pairs = list(zip(indices, shape, strict=True))
     if layout == "F":
         pairs.reverse()
     if not pairs:

@@ -12,7 +12,7 @@ class TredudaError(Exception):
 
 
 def caret(source: str, position: int, width: int = 1) -> str:
-    """Return ``source`` and, on the line below, carets under ``source[position:position+width]``."""
+    """``source`` with, on the line below, carets under ``source[position:position+width]``."""
     position = max(0, min(position, len(source)))
     return f"  {source}\n  {' ' * position}{'^' * max(1, width)}"
 
@@ -25,7 +25,8 @@ class ExpressionError(TredudaError):
         self.source = source
         self.position = position
         self.width = width
-        super().__init__(f"{message} (at character {position + 1})\n{caret(source, position, width)}")
+        where = caret(source, position, width)
+        super().__init__(f"{message} (at character {position + 1})\n{where}")
 
 
 class ParseError(ExpressionError):

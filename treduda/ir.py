@@ -10,7 +10,6 @@ from __future__ import annotations
 import enum
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Union
 
 from .errors import TredudaError
 
@@ -106,7 +105,7 @@ class Load:
     offset: Expr
 
 
-Expr = Union[Int, Float, Var, Index, Binary, Neg, Select, Element, Load]
+Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load
 
 
 @dataclass(frozen=True)
@@ -146,7 +145,7 @@ class Barrier:
     """All threads of a block wait here until every one has arrived (shared memory is stable)."""
 
 
-Stmt = Union[Assign, For, If, Block, Barrier]
+Stmt = Assign | For | If | Block | Barrier
 
 
 class ParamKind(enum.Enum):
@@ -197,7 +196,8 @@ def substitute(expr: Expr, values: Mapping[str, Expr]) -> Expr:
     if isinstance(expr, Neg):
         return Neg(substitute(expr.operand, values))
     if isinstance(expr, Select):
-        return Select(*(substitute(e, values) for e in (expr.condition, expr.if_true, expr.if_false)))
+        parts = (expr.condition, expr.if_true, expr.if_false)
+        return Select(*(substitute(e, values) for e in parts))
     if isinstance(expr, Element):
         return Element(expr.array, tuple(substitute(e, values) for e in expr.indices))
     if isinstance(expr, Load):

@@ -9,7 +9,7 @@ same summed indices (Treduda's strategy 3 reuse of intermediate values), so a pr
 
 and the initial schedule of the thesis (fig. 10) orders them per output element::
 
-    { init<g>[o] -> [o, 0, 0..0]; reduce<g>[o, r] -> [o, 1 + g, r, 0..]; write[o] -> [o, G + 1, 0..] }
+    { init<g>[o] -> [o, 0, 0..]; reduce<g>[o, r] -> [o, 1+g, r, 0..]; write[o] -> [o, G+1, 0..] }
 
 Sizes are isl parameters ``N_<index>`` when symbolic, fixed numbers otherwise.
 """
@@ -41,7 +41,7 @@ class Kind(enum.Enum):
 
 @dataclass(frozen=True)
 class Statement:
-    """One isl statement: ``name[indices]`` executes ``body`` (an assignment over ``Var(index)``)."""
+    """One isl statement: ``name[indices]`` executes ``body``, an assignment over ``Var(index)``."""
 
     name: str
     kind: Kind
@@ -128,7 +128,7 @@ def accumulator_name(group: int) -> str:
     return f"acc{group}"
 
 
-GENERATED_NAME = r"^(acc\d+|c\d+|N_\w+)$"
+GENERATED_NAME = re.compile(r"(acc|c)\d+")  # registers and isl's loop iterators
 
 
 def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",
@@ -259,12 +259,14 @@ def _elements(expr) -> list[ir.Element]:
 
 
 def _check_generated_names(c: Contraction) -> None:
-    """User names must not shadow the names treduda generates (acc0, c0, N_i)."""
-    tree = c.tree
+    """Names that reach C must not shadow the ones treduda generates (acc0, c0, N_<index>);
+    index names only meet the size parameters, inside isl."""
     sizes = {size_name(i) for i in c.indices}
-    for name in (c.output, *c.inputs, *c.scalars, *c.indices):
-        if re.match(GENERATED_NAME, name) and (not name.startswith("N_") or name in sizes):
-            position = max(tree.source.find(name), 0)
-            raise InvalidName(f"the name '{name}' collides with a name treduda generates "
-                              "(accumulators accN, loop iterators cN, sizes N_<index>); rename it",
-                              tree.source, position, len(name))
+    clashes = [n for n in (c.output, *c.inputs, *c.scalars) if GENERATED_NAME.fullmatch(n)]
+    clashes += [n for n in (c.output, *c.inputs, *c.scalars, *c.indices) if n in sizes]
+    if clashes:
+        name = clashes[0]
+        source = c.tree.source
+        raise InvalidName(f"the name '{name}' collides with a name treduda generates "
+                          "(registers accN, loop iterators cN, sizes N_<index>); rename it",
+                          source, max(source.find(name), 0), len(name))

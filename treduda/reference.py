@@ -75,7 +75,8 @@ def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool) -> np.nd
     operands = [np.asarray(arrays[r.tensor], dtype=np.float64) for r in term.reads]
     value = (np.einsum(f"{spec}->{''.join(letter[i] for i in present)}", *operands)
              if operands else np.float64(1.0))
-    factor = (abs(term.coefficient) if absolute else term.coefficient) * float(np.prod([scalars[s] for s in term.scalars]))
+    coefficient = abs(term.coefficient) if absolute else term.coefficient
+    factor = coefficient * float(np.prod([scalars[s] for s in term.scalars]))
     shape = tuple(sizes[i] if i in letter else 1 for i in c.output_indices)
     full = tuple(sizes[i] for i in c.output_indices)
     return np.broadcast_to(np.reshape(factor * value, shape), full)

@@ -67,7 +67,7 @@ class ParamSpace:
                 if all(n in fixed for n in c.needs) and not c.holds(fixed)]
 
     def choices(self, fixed: Mapping[str, Any]) -> tuple[Parameter, tuple] | None:
-        """The next open parameter and its values that break no constraint, or None when complete."""
+        """The next open parameter and its values that break no rule; None when all are fixed."""
         for p in self.parameters:
             if p.name not in fixed:
                 return p, tuple(v for v in p.values if not self.violated({**fixed, p.name: v}))

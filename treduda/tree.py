@@ -12,7 +12,6 @@ appearance. Every node remembers where it starts in the source text so errors ca
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Union
 
 
 def _unique(names) -> tuple[str, ...]:
@@ -65,7 +64,7 @@ class Literal:
 
 @dataclass(frozen=True)
 class Neg:
-    operand: "Node"
+    operand: Node
     position: int = field(default=0, compare=False)
 
     @property
@@ -73,13 +72,13 @@ class Neg:
         return self.operand.iterators
 
     def __repr__(self) -> str:
-        return f"-{_wrap(self.operand, Mul)}"
+        return f"-{_wrap(self.operand, (Add, Sub, Mul))}"
 
 
 @dataclass(frozen=True)
 class _Binary:
-    left: "Node"
-    right: "Node"
+    left: Node
+    right: Node
     position: int = field(default=0, compare=False)
 
     @property
@@ -89,27 +88,26 @@ class _Binary:
 
 class Add(_Binary):
     def __repr__(self) -> str:
-        return f"{self.left!r} + {self.right!r}"
+        return f"{self.left!r} + {_wrap(self.right, (Add, Sub))}"
 
 
 class Sub(_Binary):
     def __repr__(self) -> str:
-        return f"{self.left!r} - {_wrap(self.right, Mul)}"
+        return f"{self.left!r} - {_wrap(self.right, (Add, Sub))}"
 
 
 class Mul(_Binary):
     def __repr__(self) -> str:
-        return f"{_wrap(self.left, Mul)}*{_wrap(self.right, Mul)}"
+        return f"{_wrap(self.left, (Add, Sub))}*{_wrap(self.right, (Add, Sub, Mul))}"
 
 
-Node = Union[Read, Scalar, Literal, Neg, Add, Sub, Mul]
+Node = Read | Scalar | Literal | Neg | Add | Sub | Mul
 
 
-def _wrap(node: Node, context: type) -> str:
-    """Parenthesise sums inside products (and after a minus) so repr re-parses to the same tree."""
-    if isinstance(node, (Add, Sub)):
-        return f"({node!r})"
-    return repr(node)
+def _wrap(node: Node, kinds: tuple[type, ...]) -> str:
+    """Parenthesise ``node`` if it is one of ``kinds``: operations are left-nested and unary
+    minus binds tightest, so this is what makes repr re-parse to the same tree."""
+    return f"({node!r})" if isinstance(node, kinds) else repr(node)
 
 
 @dataclass(frozen=True)

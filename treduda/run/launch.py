@@ -31,7 +31,7 @@ class Launch:
 
     def global_size(self) -> tuple[int, int, int]:
         """OpenCL's global work size: the grid in threads."""
-        return tuple(g * b for g, b in zip(self.grid, self.block))
+        return tuple(g * b for g, b in zip(self.grid, self.block, strict=True))
 
     def result(self, flat: np.ndarray) -> np.ndarray:
         """The output array from its flat device copy, in the user's logical shape."""
