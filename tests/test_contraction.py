@@ -170,7 +170,7 @@ def test_resolve_sizes():
     c = analyse("C[i,j] = A[i,k]*B[k,j]")
     assert list(resolve_sizes(c, {"k": 4, "j": np.int64(3), "i": 2}).items()) == [
         ("i", 2), ("j", 3), ("k", 4)]
-    with pytest.raises(MissingSize, match=r'no size for indices j, k .*sizes=\{"j": 64\}'):
+    with pytest.raises(MissingSize, match=r'no size for indices j, k.*sizes=\{"j": 64\}'):
         resolve_sizes(c, {"i": 2})
     with pytest.raises(ShapeMismatch, match="'x', which is not an index .* are i, j, k"):
         resolve_sizes(c, {"i": 2, "j": 2, "k": 2, "x": 2})
@@ -261,3 +261,20 @@ def test_analyse_of_any_text_raises_only_treduda_errors(text):
         analyse(text)
     except TredudaError:
         pass
+
+
+def test_missing_size_points_at_the_index():
+    with pytest.raises(MissingSize) as error:
+        resolve_sizes(analyse("C[i,j] = A[i,k]*B[k,j]"), {"i": 2, "j": 3})
+    lines = str(error.value).splitlines()
+    assert "no size for index k" in lines[0]
+    assert lines[-1].index("^") == lines[-2].index("A[i,k]") + len("A[i,")
+
+
+def test_tensor_read_twice_needs_one_shape():
+    c = analyse("C[i,j] = A[i,j] + A[j,i]")
+    assert resolve_sizes(c, {"i": 4, "j": 4}) == {"i": 4, "j": 4}
+    with pytest.raises(ShapeMismatch, match="A is read as A\\[i,j\\] and as A\\[j,i\\]") as error:
+        resolve_sizes(c, {"i": 4, "j": 5})
+    lines = str(error.value).splitlines()
+    assert lines[-1].index("^") == lines[-2].index("A[j,i]") + len("A[")

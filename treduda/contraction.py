@@ -13,9 +13,16 @@ from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from treduda.errors import IndexUsageError, InvalidName, MissingSize, RankMismatch, ShapeMismatch
+from treduda.errors import (
+    IndexUsageError,
+    InvalidName,
+    MissingSize,
+    RankMismatch,
+    ShapeMismatch,
+    caret,
+)
 from treduda.parse import parse
-from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub
+from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
 
 
 def _unique(names: Iterator[str]) -> tuple[str, ...]:
@@ -228,10 +235,37 @@ def resolve_sizes(c: Contraction, sizes: Mapping[str, int]) -> dict[str, int]:
     if missing:
         noun = "index" if len(missing) == 1 else "indices"
         raise MissingSize(
-            f"no size for {noun} {', '.join(missing)} of {c.tree!r}; pass them, "
-            f"e.g. sizes={{\"{missing[0]}\": 64}}"
+            f"no size for {noun} {', '.join(missing)}; pass them, "
+            f"e.g. sizes={{\"{missing[0]}\": 64}}\n{_caret_at_index(c, missing[0])}"
         )
-    return {index: checked[index] for index in c.indices}
+    resolved = {index: checked[index] for index in c.indices}
+    _check_tensor_shapes(c, resolved)
+    return resolved
+
+
+def _caret_at_index(c: Contraction, index: str) -> str:
+    """The expression with a caret under the first use of ``index``."""
+    for node in (c.tree.write, *_leaves(c.tree.expr)):
+        if isinstance(node, (Read, Write)) and index in node.indices:
+            where = node.index_positions[node.indices.index(index)]
+            return caret(c.source, where, len(index))
+    return caret(c.source, 0)
+
+
+def _check_tensor_shapes(c: Contraction, sizes: Mapping[str, int]) -> None:
+    """A tensor read with different index lists must get one shape from all of them."""
+    first: dict[str, Read] = {}
+    for read in _leaves(c.tree.expr):
+        if not isinstance(read, Read):
+            continue
+        seen = first.setdefault(read.tensor, read)
+        for axis, (a, b) in enumerate(zip(seen.indices, read.indices, strict=True)):
+            if sizes[a] != sizes[b]:
+                where = read.index_positions[axis] if read.index_positions else read.position
+                raise ShapeMismatch(
+                    f"{read.tensor} is read as {seen!r} and as {read!r}, so axis {axis} would "
+                    f"have extent {a}={sizes[a]} in one and {b}={sizes[b]} in the other; give "
+                    f"{a} and {b} the same size\n{caret(c.source, where, len(b))}")
 
 
 def _checked_sizes(c: Contraction, sizes: Mapping[str, int]) -> dict[str, int]:

@@ -17,7 +17,7 @@ import numpy as np
 from . import ir, reference
 from .ast_build import Built
 from .contraction import Contraction
-from .errors import MissingSize, VerificationError
+from .errors import BackendUnavailable, MissingSize, VerificationError
 from .lower import Program
 from .printer import CUDA, OPENCL, Dialect, Printer
 from .run.launch import Launch, bind, prepare
@@ -139,7 +139,8 @@ class Kernel:
             from .run.cuda import run_cuda
 
             return run_cuda(self.cuda_source, launch)
-        raise ValueError(f"unknown backend '{backend}'; choose one of {', '.join(BACKENDS)}")
+        raise BackendUnavailable(f"unknown backend '{backend}'; choose one of "
+                                 f"{', '.join(BACKENDS)}")
 
     def _render(self, dialect: Dialect, template: str) -> str:
         printer = Printer(self.built.kernel, dialect, self.block)

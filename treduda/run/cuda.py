@@ -6,6 +6,8 @@ without a GPU everything up to the driver call is still exercised by the tests.
 
 from __future__ import annotations
 
+import importlib.util
+
 import numpy as np
 
 from ..errors import BackendUnavailable
@@ -14,11 +16,15 @@ from .launch import Launch
 
 def cuda_device():
     """Initialise the CUDA driver and return a context on device 0, or explain why not."""
+    if importlib.util.find_spec("pycuda") is None:
+        raise BackendUnavailable("pycuda is not installed: pip install 'treduda[cuda]' on a "
+                                 "machine with an NVIDIA GPU, or use backend='opencl'")
     try:
         import pycuda.driver as driver
-    except ImportError as error:
-        raise BackendUnavailable("pycuda is not installed: pip install 'treduda[cuda]' on a "
-                                 "machine with an NVIDIA GPU, or use backend='opencl'") from error
+    except ImportError as error:  # pycuda is there, the CUDA driver library is not
+        raise BackendUnavailable(f"pycuda could not load the CUDA driver ({error}); this "
+                                 "machine has no usable NVIDIA GPU: use backend='opencl'"
+                                 ) from error
     try:
         driver.init()
         if driver.Device.count() == 0:

@@ -1,0 +1,46 @@
+"""The command line: compile, strategies, demo, and its error messages."""
+
+from __future__ import annotations
+
+import pytest
+
+from treduda.cli import main
+
+
+def test_compile_prints_cuda(capsys):
+    assert main(["compile", "C[i,j] = A[i,k]*B[k,j]", "--size", "i=64", "-s", "j=33",
+                 "-s", "k=8", "--param", "block_x=16"]) == 0
+    out = capsys.readouterr().out
+    assert "__global__" in out and "block_x=16" in out and "grid = (3, 16, 1)" in out
+
+
+def test_compile_writes_opencl_for_symbolic_sizes(tmp_path, capsys):
+    target = tmp_path / "k.cl"
+    assert main(["compile", "ik,kj->ij", "--symbolic", "--layout", "F", "--dtype", "float64",
+                 "--opencl", "--out", str(target)]) == 0
+    text = target.read_text()
+    assert "__kernel" in text and "const long N_k" in text and "cl_khr_fp64" in text
+    assert "wrote" in capsys.readouterr().out
+
+
+def test_compile_reports_errors_with_a_caret(capsys):
+    assert main(["compile", "C[i,j] = A[i,k] * ", "-s", "i=4"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("treduda: error:") and "^" in err
+
+
+def test_bad_size_argument_is_rejected(capsys):
+    with pytest.raises(SystemExit):
+        main(["compile", "C[i] = A[i]", "--size", "i:4"])
+    assert "expected INDEX=EXTENT" in capsys.readouterr().err
+
+
+def test_strategies_lists_the_baseline(capsys):
+    assert main(["strategies"]) == 0
+    assert "thread_per_element" in capsys.readouterr().out
+
+
+def test_demo_verifies_both_kernels(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert out.count("matches numpy.einsum") == 2 and "all kernels verified" in out
