@@ -1,11 +1,14 @@
 """The built-in strategies, installed as ``treduda.strategies``.
 
 Importing this package registers them; third-party strategies register themselves the same way,
-with the :func:`treduda.strategy.register` class decorator.
+with the :func:`treduda.strategy.register` class decorator. Chain strategies with '+'
+(``"tiled+staged"``) to compose a thread mapping with shared-memory staging.
 """
 
-from treduda.strategy import Strategy, available, get, register
+from treduda.strategy import Composite, Strategy, available, get, register
 
-from .baseline import ThreadPerElement
+from .staging import Staged
+from .tiling import ThreadPerElement, Tiled
 
-__all__ = ["Strategy", "ThreadPerElement", "available", "get", "register"]
+__all__ = ["Composite", "Staged", "Strategy", "ThreadPerElement", "Tiled", "available", "get",
+           "register"]

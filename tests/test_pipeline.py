@@ -82,7 +82,8 @@ def test_contract_accumulates_into_given_output():
     ({"layout": "K"}, treduda.errors.StrategyError, "layout"),
     ({"strategy": "magic"}, treduda.errors.StrategyError, "unknown strategy 'magic'"),
     ({"params": {"block_x": 3}}, treduda.errors.StrategyError, "block_x=3 is not allowed"),
-    ({"params": {"block_x": 256, "block_y": 8}}, treduda.errors.StrategyError, "<= 1024"),
+    ({"params": {"block_x": 256, "block_y": 8}}, treduda.errors.StrategyError,
+     "at most 1024 threads"),
     ({"params": {"tile": 3}}, treduda.errors.StrategyError, "unknown parameter 'tile'"),
 ])
 def test_bad_options_are_explained(kwargs, error, message):

@@ -65,7 +65,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
     """Scan ``scheduled`` into loops with isl and convert the result into kernel IR."""
     program = scheduled.program
     all_params = ", ".join((*program.parameters, *BLOCK_PARAMS, *THREAD_PARAMS))
-    dims = [f"d{n}" for n in range(_schedule_dims(scheduled))]
+    n_dims = _schedule_dims(scheduled)
+    dims = [f"d{n}" for n in range(n_dims)]
     fixed = " and ".join(f"d{n} = {p}" for n, p in enumerate(BLOCK_PARAMS + THREAD_PARAMS))
     pinned = isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")
     schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(pinned))
@@ -80,16 +81,18 @@ def build(scheduled: Scheduled, name: str) -> Built:
                .intersect(isl.Set(f"[{all_params}] -> {{ : {threads} }}"))
                .intersect(program.context()))
 
-    builder = isl.AstBuild.from_context(context)
+    converter = _Converter(scheduled)
+    builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
+    if scheduled.unroll:
+        options = "; ".join(f"[{', '.join(dims)}] -> unroll[{d}]" for d in scheduled.unroll)
+        builder = builder.set_options(isl.UnionMap(f"{{ {options} }}"))
     root = builder.node_from_schedule_map(schedule)
     host = isl.AstBuild.from_context(program.context())
     grid = tuple(_grid_extent(grid_range, axis, host) for axis in range(3))
 
-    converter = _Converter(program)
     body = converter.node(root)
-    kernel = ir.KernelIR(
-        name=name, dtype=program.dtype, index_bits=_index_bits(program), params=_params(program),
-        locals=tuple(ir.Local(a, ir.Space.REGISTER) for a in program.accumulators), body=body)
+    kernel = ir.KernelIR(name=name, dtype=program.dtype, index_bits=_index_bits(program),
+                         params=_params(program), locals=scheduled.locals, body=body)
     return Built(kernel, grid, scheduled.block, root.to_C_str())
 
 
@@ -153,10 +156,45 @@ def _expr(e: isl.AstExpr) -> ir.Expr:
 
 
 class _Converter:
-    """Walks an isl AST and builds kernel IR statements."""
+    """Walks an isl AST and builds kernel IR statements.
 
-    def __init__(self, program: Program):
-        self.program = program
+    While isl builds the AST, :meth:`at_domain` derives the index expressions of every access
+    of each statement instance from its access relation and the current schedule
+    (``{ iterators -> S[..] } . { S[..] -> A[..] }``), the way PPCG does; :meth:`node` then
+    puts them into the statement's body.
+    """
+
+    def __init__(self, scheduled: Scheduled):
+        self.scheduled = scheduled
+        self.program = scheduled.program
+        self.locals = {local.name: local for local in scheduled.locals}
+        self.found: list[list[ir.Expr]] = []
+
+    def at_domain(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
+        name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+        statement = self.scheduled.statement(name)
+        iterators = build.get_schedule().reverse()
+        elements = []
+        for access in statement.accesses:  # the array is the range's name: strategies redirect
+            indices: tuple[ir.Expr, ...] = ()
+            if access.dim(isl.dim_type.out) > 0:
+                at = isl.Map.from_union_map(iterators.apply_range(isl.UnionMap.from_map(access)))
+                call = build.access_from_pw_multi_aff(isl.PwMultiAff.from_map(at))
+                indices = tuple(_expr(call.get_op_arg(1 + d))
+                                for d in range(call.get_op_n_arg() - 1))
+            elements.append(self.element(access.get_tuple_name(isl.dim_type.out), indices))
+        self.found.append(elements)
+        return node.set_annotation(isl.Id(f"accesses{len(self.found) - 1}"))
+
+    def element(self, array: str, indices: tuple[ir.Expr, ...]) -> ir.Expr:
+        """A load of ``array[indices]`` at its flat offset; a scalar register is a variable."""
+        if array in self.locals:
+            local = self.locals[array]
+            if not local.shape:
+                return ir.Var(array)
+            shape = tuple(ir.Int(e) for e in local.shape)
+            return ir.Load(array, offset(indices, shape, local.layout))
+        return ir.Load(array, offset(indices, self.program.shape(array), self.program.layout))
 
     def node(self, n: isl.AstNode) -> ir.Stmt:
         kind = n.get_type()
@@ -174,28 +212,17 @@ class _Converter:
         if kind == isl.ast_node_type.mark:
             return self.node(n.mark_get_node())
         if kind == isl.ast_node_type.user:
-            return self.statement(n.user_get_expr())
+            return self.statement(n)
         raise TredudaError(f"isl produced an AST node treduda cannot convert: {kind}")
 
-    def statement(self, call: isl.AstExpr) -> ir.Assign:
-        """``S(e0, e1, ..)`` becomes S's assignment with its indices bound to ``e0, e1, ..``."""
-        statement = self.program.statement(call.get_op_arg(0).get_id().get_name())
-        values = {index: _expr(call.get_op_arg(1 + d))
-                  for d, index in enumerate(statement.indices)}
-        body = statement.body
-        return ir.Assign(self.linearise(ir.substitute(body.target, values)), body.op,
-                         self.linearise(ir.substitute(body.value, values)))
-
-    def linearise(self, e: ir.Expr) -> ir.Expr:
-        """Replace every multi-dimensional tensor element by a load at its flat offset."""
-        if isinstance(e, ir.Element):
-            return ir.Load(e.array, offset(e.indices, self.program.shape(e.array),
-                                           self.program.layout))
-        if isinstance(e, ir.Binary):
-            return ir.Binary(e.op, self.linearise(e.left), self.linearise(e.right))
-        if isinstance(e, ir.Neg):
-            return ir.Neg(self.linearise(e.operand))
-        return e
+    def statement(self, node: isl.AstNode) -> ir.Stmt:
+        """The statement's body with the index expressions found by :meth:`at_domain`."""
+        name = node.user_get_expr().get_op_arg(0).get_id().get_name()
+        body = self.scheduled.statement(name).body
+        if isinstance(body, ir.Barrier):
+            return body
+        found = self.found[int(node.get_annotation().get_name().removeprefix("accesses"))]
+        return ir.replace_elements(body, iter(found))
 
 
 def offset(indices: tuple[ir.Expr, ...], shape: tuple[ir.Expr, ...], layout: str) -> ir.Expr:

@@ -168,11 +168,20 @@ class Space(enum.Enum):
 
 @dataclass(frozen=True)
 class Local:
-    """A variable of the kernel's dtype declared at the top of the kernel (size 1 = a scalar)."""
+    """An array of the kernel's dtype declared at the top of the kernel; ``shape == ()`` is a
+    scalar register. ``layout`` says how ``Element`` indices are linearised, as for tensors."""
 
     name: str
     space: Space
-    size: int = 1
+    shape: tuple[int, ...] = ()
+    layout: str = "C"
+
+    @property
+    def size(self) -> int:
+        count = 1
+        for extent in self.shape:
+            count *= extent
+        return count
 
 
 @dataclass(frozen=True)
@@ -187,26 +196,40 @@ class KernelIR:
     body: Stmt
 
 
-def substitute(expr: Expr, values: Mapping[str, Expr]) -> Expr:
-    """Replace every ``Var`` named in ``values`` (a statement's domain indices) by its value."""
-    if isinstance(expr, Var):
-        return values.get(expr.name, expr)
-    if isinstance(expr, Binary):
-        return Binary(expr.op, substitute(expr.left, values), substitute(expr.right, values))
-    if isinstance(expr, Neg):
-        return Neg(substitute(expr.operand, values))
-    if isinstance(expr, Select):
-        parts = (expr.condition, expr.if_true, expr.if_false)
-        return Select(*(substitute(e, values) for e in parts))
-    if isinstance(expr, Element):
-        return Element(expr.array, tuple(substitute(e, values) for e in expr.indices))
-    if isinstance(expr, Load):
-        return Load(expr.array, substitute(expr.offset, values))
-    return expr
+def elements(node: Assign | Barrier | Expr) -> list[Element]:
+    """Every tensor, register or shared element a statement touches: the target first, then
+    the value's, left to right. Access relations are listed in this order."""
+    if isinstance(node, Assign):
+        return elements(node.target) + elements(node.value)
+    if isinstance(node, Element):
+        return [node]
+    if isinstance(node, Binary):
+        return elements(node.left) + elements(node.right)
+    if isinstance(node, Neg):
+        return elements(node.operand)
+    if isinstance(node, Select):
+        return [e for part in (node.condition, node.if_true, node.if_false)
+                for e in elements(part)]
+    return []
 
 
-def _floor_div(a: int, b: int) -> int:
-    return a // b
+def replace_elements(node, replacements):
+    """``node`` with its elements replaced, in :func:`elements` order, by ``replacements``
+    (an iterator of expressions)."""
+    if isinstance(node, Assign):
+        target = replace_elements(node.target, replacements)
+        return Assign(target, node.op, replace_elements(node.value, replacements))
+    if isinstance(node, Element):
+        return next(replacements)
+    if isinstance(node, Binary):
+        left = replace_elements(node.left, replacements)
+        return Binary(node.op, left, replace_elements(node.right, replacements))
+    if isinstance(node, Neg):
+        return Neg(replace_elements(node.operand, replacements))
+    if isinstance(node, Select):
+        return Select(*(replace_elements(part, replacements)
+                        for part in (node.condition, node.if_true, node.if_false)))
+    return node
 
 
 _EVALUATE = {
@@ -215,7 +238,7 @@ _EVALUATE = {
     Op.MUL: lambda a, b: a * b,
     Op.DIV: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
     Op.MOD: lambda a, b: a % b,
-    Op.FLOOR_DIV: _floor_div,
+    Op.FLOOR_DIV: lambda a, b: a // b,
     Op.MIN: min,
     Op.MAX: max,
     Op.LT: lambda a, b: int(a < b),

@@ -37,18 +37,27 @@ class Kind(enum.Enum):
     INIT = "init"
     REDUCE = "reduce"
     WRITE = "write"
+    COPY = "copy"  # global memory to a shared-memory tile (added by staging strategies)
+    SYNC = "sync"  # a barrier every thread of the block executes
 
 
 @dataclass(frozen=True)
 class Statement:
-    """One isl statement: ``name[indices]`` executes ``body``, an assignment over ``Var(index)``."""
+    """One isl statement ``name[indices]`` that executes ``body``.
+
+    ``accesses`` holds one isl map ``{ name[indices] -> array[...] }`` for every ``ir.Element``
+    of the body, in the order :func:`treduda.ir.elements` lists them (target first); the AST
+    builder derives each element's index expressions from these, so a strategy redirects an
+    access (to a register tile, to shared memory) by replacing its map.
+    """
 
     name: str
     kind: Kind
     indices: tuple[str, ...]
-    summed: tuple[str, ...]
-    phase: int
-    body: ir.Assign
+    body: ir.Assign | ir.Barrier
+    accesses: tuple[isl.Map, ...] = ()
+    summed: tuple[str, ...] = ()
+    phase: int = 0
 
 
 @dataclass(frozen=True)
@@ -67,8 +76,6 @@ class Program:
     statements: tuple[Statement, ...]
     domain: isl.UnionSet
     schedule: isl.UnionMap
-    reads: isl.UnionMap
-    writes: isl.UnionMap
     accumulators: tuple[str, ...]
     reduction_depth: int  # R: how many summed dimensions the widest reduction has
 
@@ -99,10 +106,11 @@ class Program:
 
     def bounds(self, indices: tuple[str, ...]) -> str:
         """isl constraints ``0 <= i < N_i`` for the given indices (``true`` for none)."""
-        parts = [f"0 <= {i} < {self._bound(i)}" for i in indices]
+        parts = [f"0 <= {i} < {self.bound(i)}" for i in indices]
         return " and ".join(parts) if parts else "true"
 
-    def _bound(self, index: str) -> str:
+    def bound(self, index: str) -> str:
+        """The extent of ``index`` in isl syntax: its parameter, or its number."""
         return size_name(index) if self.sizes is None else str(self.sizes[index])
 
     def context(self) -> isl.Set:
@@ -112,11 +120,16 @@ class Program:
     def _positive_sizes(self) -> str:
         return "".join(f" and {p} >= 1" for p in self.parameters)
 
-    def statement(self, name: str) -> Statement:
+    def accesses(self, kind: str = "read") -> isl.UnionMap:
+        """``{ S[..] -> T[..] }`` for every read (or ``"write"``) of a tensor by a statement."""
+        result = isl.UnionMap.empty(self.domain.get_space())
         for s in self.statements:
-            if s.name == name:
-                return s
-        raise KeyError(name)
+            for n, (element, access) in enumerate(zip(ir.elements(s.body), s.accesses,
+                                                      strict=True)):
+                is_write = n == 0
+                if element.array not in self.accumulators and is_write == (kind == "write"):
+                    result = result.union(isl.UnionMap.from_map(access))
+        return result
 
 
 def size_name(index: str) -> str:
@@ -144,50 +157,52 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
     statements: list[Statement] = []
     written_value: list[tuple[bool, ir.Expr]] = [_signed_product(t, ()) for t in direct]
     for g, (summed, terms) in enumerate(groups):
-        acc = ir.Var(accumulator_name(g))
-        statements.append(Statement(f"init{g}", Kind.INIT, out, (), 0,
+        acc = ir.Element(accumulator_name(g), ())
+        statements.append(Statement(f"init{g}", Kind.INIT, out,
                                     ir.Assign(acc, "=", ir.Float(0.0))))
         if len(terms) == 1:  # hoist the factors that do not depend on the summed indices
             term = terms[0]
             inner = tuple(r for r in term.reads if set(r.indices) & set(summed))
             negative, outer = _signed_product(term, inner, acc)
-            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed, summed, 1 + g,
-                                        ir.Assign(acc, "+=", _product(inner))))
+            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed,
+                                        ir.Assign(acc, "+=", _product(inner)), (), summed, 1 + g))
             written_value.append((negative, outer))
         else:
             body = _sum(_signed_product(t, ()) for t in terms)
-            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed, summed, 1 + g,
-                                        ir.Assign(acc, "+=", body)))
+            statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed,
+                                        ir.Assign(acc, "+=", body), (), summed, 1 + g))
             written_value.append((False, acc))
     target = _element(contraction.output, out)
-    statements.append(Statement("write", Kind.WRITE, out, (), 1 + len(groups),
-                                ir.Assign(target, contraction.op, _sum(written_value))))
+    statements.append(Statement("write", Kind.WRITE, out,
+                                ir.Assign(target, contraction.op, _sum(written_value)), (), (),
+                                1 + len(groups)))
     return _polyhedral(contraction, sizes, layout, dtype, tuple(statements), len(groups),
                        max((len(s) for s, _ in groups), default=0))
 
 
 def _polyhedral(contraction, sizes, layout, dtype, statements, n_groups, depth) -> Program:
-    """Attach isl domains, accesses and the initial schedule to the statements."""
-    program = Program(contraction, sizes, layout, dtype, statements, None, None, None, None,
+    """Attach isl domains, access relations and the initial schedule to the statements."""
+    program = Program(contraction, sizes, layout, dtype, statements, None, None,
                       tuple(accumulator_name(g) for g in range(n_groups)), depth)
     params = program.isl_params()
-    domains, schedule, reads, writes = [], [], [], []
+    domains, schedule, with_accesses = [], [], []
     out = contraction.output_indices
     for s in statements:
         head = f"{s.name}[{', '.join(s.indices)}]"
-        domains.append(f"{head} : {program.bounds(s.indices)}")
+        domain = isl.Set(f"{params}{{ {head} : {program.bounds(s.indices)} }}")
+        domains.append(domain)
         summed = list(s.summed) + ["0"] * (depth - len(s.summed))
         schedule.append(f"{head} -> [{', '.join([*out, str(s.phase), *summed])}]")
-        for element in _elements(s.body):
-            access = f"{head} -> {element.array}[{', '.join(v.name for v in element.indices)}]"
-            (writes if element is s.body.target else reads).append(access)
-    domain = isl.UnionSet(f"{params}{{ {'; '.join(domains)} }}")
-
-    def union_map(parts: list[str]) -> isl.UnionMap:
-        return isl.UnionMap(f"{params}{{ {'; '.join(parts)} }}").intersect_domain(domain)
-
-    return replace(program, domain=domain, schedule=union_map(schedule),
-                   reads=union_map(reads), writes=union_map(writes))
+        accesses = tuple(
+            isl.Map(f"{params}{{ {head} -> {e.array}[{', '.join(v.name for v in e.indices)}] }}")
+            .intersect_domain(domain) for e in ir.elements(s.body))
+        with_accesses.append(replace(s, accesses=accesses))
+    domain = domains[0]
+    union = isl.UnionSet.from_set(domain)
+    for d in domains[1:]:
+        union = union.union(isl.UnionSet.from_set(d))
+    initial = isl.UnionMap(f"{params}{{ {'; '.join(schedule)} }}").intersect_domain(union)
+    return replace(program, statements=tuple(with_accesses), domain=union, schedule=initial)
 
 
 def _group_terms(c: Contraction) -> list[tuple[tuple[str, ...], tuple[Term, ...]]]:
@@ -243,19 +258,6 @@ def _sum(summands) -> ir.Expr:
         else:
             result = ir.Binary(ir.Op.SUB if negative else ir.Op.ADD, result, expr)
     return result if result is not None else ir.Float(0.0)
-
-
-def _elements(expr) -> list[ir.Element]:
-    """Every tensor element an assignment touches, its target first."""
-    if isinstance(expr, ir.Assign):
-        return _elements(expr.target) + _elements(expr.value)
-    if isinstance(expr, ir.Element):
-        return [expr]
-    if isinstance(expr, ir.Binary):
-        return _elements(expr.left) + _elements(expr.right)
-    if isinstance(expr, ir.Neg):
-        return _elements(expr.operand)
-    return []
 
 
 def _check_generated_names(c: Contraction) -> None:

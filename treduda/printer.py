@@ -88,7 +88,7 @@ class Printer:
         lines = [self.signature() + " {"]
         for local in self.kernel.locals:
             qualifier = f"{self.dialect.shared} " if local.space == ir.Space.SHARED else ""
-            extent = f"[{local.size}]" if local.size > 1 else ""
+            extent = f"[{local.size}]" if local.shape else ""
             lines.append(f"{INDENT}{qualifier}{self.value_type} {local.name}{extent};")
         lines += self.stmt(self.kernel.body, 1)
         lines.append("}")

@@ -1,32 +1,60 @@
-"""The strategy base class, its parameter space, and the registry of strategies.
+"""The strategy base class, its parameter space, composition, and the registry.
 
-A strategy turns a :class:`~treduda.lower.Program` into a :class:`Scheduled` kernel by
-transforming the isl schedule. Its parameters form a space that can be enumerated one decision at
-a time (``space.choices(fixed)``), so a search can descend through it and a user can see at once
-why a value is not allowed.
+A strategy transforms a :class:`Scheduled` kernel: a mapping strategy builds the schedule that
+assigns output elements to blocks, threads and registers; a refinement (shared-memory staging)
+adds statements to an existing one. ``Composite`` chains them (``"tiled+staged"``) without a
+third class. Parameters form a space enumerable one decision at a time (``space.choices``), so a
+search can descend through it and a user sees at once why a value is not allowed.
 
-Every scheduled kernel follows one convention, as PPCG does: the first three schedule dimensions
-are the block coordinates (x, y, z), the next three the thread coordinates within a block; the
-AST builder fixes them to ``blockIdx``/``threadIdx`` and scans the rest into loops.
+Every schedule follows one convention, as PPCG does: dimensions 0-2 are the block coordinates
+(x, y, z), 3-5 the thread coordinates; the AST builder fixes them to ``blockIdx``/``threadIdx``
+and scans the rest into loops. ``Scheduled.roles`` names the role of every dimension.
 """
 
 from __future__ import annotations
 
+import enum
 import math
-from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 import islpy as isl
 
+from . import ir
 from .errors import StrategyError
-from .lower import Program
+from .lower import Program, Statement
 
-# CUDA's limits for every compute capability since 2.0 (CUDA C++ Programming Guide, table
-# "Technical Specifications per Compute Capability").
-MAX_THREADS_PER_BLOCK = 1024
-MAX_BLOCK_EXTENT = (1024, 1024, 64)
 MAPPED_DIMS = 6  # block x, y, z and thread x, y, z
+AXES = "xyz"
+
+
+class Role(enum.Enum):
+    """What a schedule dimension is; strategies find the dimensions they extend by role."""
+
+    BLOCK = "block"
+    THREAD = "thread"
+    LOOP = "loop"  # an output dimension every thread walks
+    PHASE = "phase"  # orders init / reduce / write
+    STEP = "step"  # the step of a strip-mined reduction
+    STAGE = "stage"  # orders barrier / copy / barrier / compute within a step
+    INNER = "inner"  # reduction within a step
+    REGISTER = "register"  # the register tile of one thread
+
+
+@dataclass(frozen=True)
+class Limits:
+    """The target's hard limits that every strategy's constraints respect.
+
+    Defaults are CUDA's for every compute capability since 2.0 (CUDA C++ Programming Guide,
+    "Technical Specifications per Compute Capability": 1024 threads per block, 48 KiB of static
+    shared memory per block, 255 registers per thread).
+    """
+
+    threads_per_block: int = 1024
+    block_extent: tuple[int, int, int] = (1024, 1024, 64)
+    shared_per_block: int = 48 * 1024
+    registers_per_thread: int = 255
 
 
 @dataclass(frozen=True)
@@ -49,7 +77,7 @@ class Constraint:
 
 @dataclass(frozen=True)
 class ParamSpace:
-    """The parameters of one strategy for one program, in decision order, and their rules."""
+    """The parameters of a strategy for one program, in decision order, and their rules."""
 
     parameters: tuple[Parameter, ...]
     constraints: tuple[Constraint, ...] = ()
@@ -88,6 +116,13 @@ class ParamSpace:
         """How many assignments there are before constraints prune them."""
         return math.prod(len(p.values) for p in self.parameters)
 
+    def __add__(self, other: ParamSpace) -> ParamSpace:
+        clash = {p.name for p in self.parameters} & {p.name for p in other.parameters}
+        if clash:
+            raise StrategyError(f"strategies to compose both have parameter(s) {sorted(clash)}")
+        return ParamSpace(self.parameters + other.parameters,
+                          self.constraints + other.constraints)
+
     def check(self, params: Mapping[str, Any]) -> None:
         """Raise StrategyError naming the rule or value that ``params`` breaks."""
         for name, value in params.items():
@@ -105,37 +140,95 @@ class ParamSpace:
 
 @dataclass(frozen=True)
 class Scheduled:
-    """A program with a strategy's schedule ``{ S[..] -> [bx, by, bz, tx, ty, tz, ...] }``."""
+    """A program, its statements (a strategy may add some) and a schedule
+    ``{ S[..] -> [bx, by, bz, tx, ty, tz, ...] }`` whose dimensions have ``roles``."""
 
     program: Program
+    statements: tuple[Statement, ...]
     schedule: isl.UnionMap
-    block: tuple[int, int, int]
-    strategy: str
+    roles: tuple[Role, ...]
+    block: tuple[int, int, int] = (1, 1, 1)
+    locals: tuple[ir.Local, ...] = ()
+    unroll: tuple[int, ...] = ()  # schedule dimensions isl unrolls
+    strategy: str = ""
     params: dict[str, Any] = field(default_factory=dict)
+
+    def statement(self, name: str) -> Statement:
+        for s in self.statements:
+            if s.name == name:
+                return s
+        raise KeyError(name)
+
+    def positions(self, role: Role) -> list[int]:
+        return [n for n, r in enumerate(self.roles) if r == role]
+
+
+def initial(program: Program) -> Scheduled:
+    """The program as one thread would run it: no block or thread coordinates yet."""
+    n_out = len(program.output_indices)
+    roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.LOOP,) * n_out + (Role.PHASE,)
+             + (Role.INNER,) * program.reduction_depth)
+    schedule = transform_schedule(program, ["0"] * MAPPED_DIMS + schedule_space(program))
+    locals_ = tuple(ir.Local(a, ir.Space.REGISTER) for a in program.accumulators)
+    return Scheduled(program, program.statements, schedule, roles, locals=locals_)
 
 
 class Strategy:
     """Base class of every strategy. Subclasses set ``name`` and ``description`` and implement
-    :meth:`space` (the parameters, for this program) and :meth:`transform` (the schedule)."""
+    :meth:`space` (the parameters, for this program) and :meth:`transform`."""
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
 
-    def space(self, program: Program) -> ParamSpace:
+    def __init__(self, limits: Limits | None = None):
+        self.limits = limits or Limits()
+
+    def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
+        """The parameters and rules; ``before`` are the strategies applied earlier in a chain."""
         raise NotImplementedError
 
-    def defaults(self, program: Program) -> dict[str, Any]:
-        """A sensible complete choice: the first valid value of each parameter."""
-        return next(self.space(program).points())
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        """A sensible complete choice: by default the first valid point of the space."""
+        return next(self.space(program, before).points())
 
-    def transform(self, program: Program, params: Mapping[str, Any]) -> Scheduled:
+    def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         raise NotImplementedError
 
     def apply(self, program: Program, params: Mapping[str, Any] | None = None) -> Scheduled:
         """Check ``params`` (filled up with defaults) against the space and transform."""
         chosen = {**self.defaults(program), **(params or {})}
         self.space(program).check(chosen)
-        return self.transform(program, chosen)
+        result = self.transform(initial(program), chosen)
+        return replace(result, strategy=self.name, params=chosen)
+
+
+class Composite(Strategy):
+    """Strategies applied one after the other; their parameter spaces are concatenated."""
+
+    def __init__(self, parts: Sequence[Strategy], limits: Limits | None = None):
+        super().__init__(limits)
+        self.parts = tuple(parts)
+        self.name = "+".join(p.name for p in self.parts)
+        self.description = "; then ".join(p.description for p in self.parts)
+
+    def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
+        total = ParamSpace(())
+        for n, part in enumerate(self.parts):
+            total = total + part.space(program, (*before, *self.parts[:n]))
+        return total
+
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        chosen: dict[str, Any] = {}
+        for n, part in enumerate(self.parts):
+            chosen.update(part.defaults(program, (*before, *self.parts[:n])))
+        return chosen
+
+    def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
+        for n, part in enumerate(self.parts):
+            names = {p.name for p in part.space(scheduled.program, self.parts[:n]).parameters}
+            scheduled = part.transform(scheduled, {k: v for k, v in params.items()
+                                                   if k in names})
+        return scheduled
 
 
 _REGISTRY: dict[str, type[Strategy]] = {}
@@ -150,14 +243,20 @@ def register(cls: type[Strategy]) -> type[Strategy]:
 
 
 def available() -> dict[str, str]:
-    """Registered strategies: name -> one-line description."""
+    """Registered strategies: name -> one-line description. Chain them with '+'."""
     return {name: cls.description for name, cls in sorted(_REGISTRY.items())}
 
 
-def get(name: str) -> Strategy:
-    if name not in _REGISTRY:
-        raise StrategyError(f"unknown strategy '{name}'; available: {', '.join(sorted(_REGISTRY))}")
-    return _REGISTRY[name]()
+def get(name: str, limits: Limits | None = None) -> Strategy:
+    """A strategy by name; ``"a+b"`` composes registered strategies a and b."""
+    parts = [p.strip() for p in name.split("+")]
+    unknown = [p for p in parts if p not in _REGISTRY]
+    if unknown:
+        raise StrategyError(f"unknown strategy '{unknown[0]}'; available: "
+                            f"{', '.join(sorted(_REGISTRY))} (chain them with '+')")
+    if len(parts) == 1:
+        return _REGISTRY[parts[0]](limits)
+    return Composite([_REGISTRY[p](limits) for p in parts], limits)
 
 
 def schedule_space(program: Program) -> list[str]:

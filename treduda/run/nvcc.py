@@ -163,14 +163,18 @@ def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list
     """Compile many sources in one nvcc call and give each source its own reports.
 
     The sources must be legal as one translation unit (unique kernel names, guarded
-    macros). If the batch fails, each source is compiled alone so that the error names
-    the source at fault (and if none fails alone, those results are returned).
+    macros); a source given twice is compiled once. If the batch fails, each source is
+    compiled alone so that the error names the source at fault (and if none fails alone,
+    those results are returned).
     """
-    if not sources:
+    unique = list(dict.fromkeys(sources))
+    if not unique:
         return []
     try:
-        reports = compile_cuda("\n".join(sources), arch)
+        reports = compile_cuda("\n".join(unique), arch)
     except CompileError:
-        return [compile_cuda(source, arch) for source in sources]
-    per_source = [set(kernel_names(source)) for source in sources]
-    return [[r for r in reports if r.kernel.rpartition("::")[2] in names] for names in per_source]
+        alone = {source: compile_cuda(source, arch) for source in unique}
+        return [alone[source] for source in sources]
+    names = {source: set(kernel_names(source)) for source in unique}
+    return [[r for r in reports if r.kernel.rpartition("::")[2] in names[source]]
+            for source in sources]

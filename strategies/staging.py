@@ -1,0 +1,275 @@
+"""Shared-memory staging (thesis strategies 7-9): each step's footprint of chosen inputs is
+copied into shared memory by the whole block, between two barriers, and read from there.
+
+Everything comes from isl. With ``P`` the block-level prefix of the schedule (block coordinates,
+thread-uniform loops, phase and steps — the thread coordinates projected out), the footprint of
+an access ``{ S[..] -> X[a] }`` is ``{ P -> X[a] }``; its lexicographic minimum gives the tile's
+origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
+
+* ``copy[P, e]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every ``e`` below the box volume whose
+  element lies inside ``X`` — ``u`` unflattens ``e`` in memory order, and threads take
+  ``e mod threads`` so consecutive threads read consecutive global addresses;
+* ``sync[P, t]``  a barrier before the copy (the previous step is done with the tile) and one
+  after it (the tile is complete), executed by every thread of the block;
+* the compute statement reads ``X_sh[a - o(P)]`` instead of ``X[a]``.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import islpy as isl
+
+from treduda import ir
+from treduda.errors import StrategyError
+from treduda.lower import Kind, Program, Statement
+from treduda.strategy import (
+    Constraint,
+    Parameter,
+    ParamSpace,
+    Role,
+    Scheduled,
+    Strategy,
+    register,
+)
+
+STAGE_BEFORE, STAGE_COPY, STAGE_AFTER = 0, 1, 2  # the compute statements are at stage 3
+BYTES = {"float32": 4, "float64": 8}
+
+
+def stageable(program: Program) -> tuple[str, ...]:
+    """Inputs read inside a reduction: the ones whose footprints are reused across threads."""
+    names = [e.array for s in program.statements if s.kind == Kind.REDUCE
+             for e in ir.elements(s.body)[1:]]
+    return tuple(dict.fromkeys(n for n in names if n in program.contraction.inputs))
+
+
+def _reads(program: Program, tensor: str) -> list[tuple[str, ...]]:
+    """The distinct index lists ``tensor`` is read with in reductions (one tile each)."""
+    found = [r.indices for t in program.contraction.terms for r in t.reads
+             if r.tensor == tensor and t.summed(program.output_indices)]
+    return list(dict.fromkeys(found))
+
+
+@register
+class Staged(Strategy):
+    name = "staged"
+    description = ("copy each step's footprint of chosen inputs into shared memory, between "
+                   "barriers (thesis strategies 7-9); chain after a tiling: tiled+staged")
+
+    def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
+        mapping = _mapping(before)
+        tensors = stageable(program)
+        subsets = [",".join(c) for n in range(len(tensors), 0, -1)
+                   for c in itertools.combinations(tensors, n)]
+        parameters = (Parameter("stage", (*subsets, ""),
+                                "inputs staged in shared memory (comma separated)"),
+                      Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
+                                               "so threads hit different banks"))
+        mapping_names = tuple(p.name for p in mapping.space(program, before[:-1]).parameters)
+        budget = self.limits.shared_per_block
+
+        def fits(p: Mapping[str, Any]) -> bool:
+            return shared_bytes(program, mapping.tile_extents(program, p), p) <= budget
+
+        rule = Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
+                          (*mapping_names, "stage", "pad"), fits)
+        return ParamSpace(parameters, (rule,))
+
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        return {"stage": ",".join(stageable(program)), "pad": 1}
+
+    def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
+        staged = [t for t in params["stage"].split(",") if t]
+        if not staged:
+            return scheduled
+        if Role.STAGE not in scheduled.roles:
+            raise StrategyError("staging needs a schedule with a stage dimension: chain it after "
+                                "a tiling strategy, e.g. 'tiled+staged'")
+        return _Stager(scheduled, staged, params["pad"]).run()
+
+
+def shared_bytes(program: Program, extents: Mapping[str, int | None],
+                 params: Mapping[str, Any]) -> float:
+    """Shared memory the staged tiles need, from the tiling's extents per block and step."""
+    total = 0.0
+    for tensor in [t for t in params["stage"].split(",") if t]:
+        for indices in _reads(program, tensor):
+            sizes = [extents[i] if extents[i] is not None else math.inf for i in indices]
+            if sizes:
+                sizes[-1 if program.layout == "C" else 0] += params["pad"]
+            total += math.prod(sizes)
+    return total * BYTES[program.dtype]
+
+
+def _mapping(before: Sequence[Strategy]) -> Strategy:
+    if not before or not hasattr(before[-1], "tile_extents"):
+        raise StrategyError("staging needs a tiling before it: use e.g. 'tiled+staged'")
+    return before[-1]
+
+
+class _Stager:
+    """Adds the copy and barrier statements of one staged kernel."""
+
+    def __init__(self, scheduled: Scheduled, staged: list[str], pad: int):
+        self.scheduled = scheduled
+        self.program = scheduled.program
+        self.staged = staged
+        self.pad = pad
+        roles = scheduled.roles
+        self.stage = roles.index(Role.STAGE)
+        self.keep = [n for n in range(self.stage) if roles[n] != Role.THREAD]
+        self.copy_loop = roles.index(Role.INNER) if Role.INNER in roles else None
+        self.statements: list[Statement] = []
+        self.locals: list[ir.Local] = []
+
+    def run(self) -> Scheduled:
+        schedule = self.scheduled.schedule
+        for s in self.scheduled.statements:
+            if s.kind != Kind.REDUCE or not any(e.array in self.staged
+                                                 for e in ir.elements(s.body)[1:]):
+                self.statements.append(s)
+                continue
+            prefix = self._prefix(s)
+            accesses = list(s.accesses)
+            for n, element in enumerate(ir.elements(s.body)):
+                if n > 0 and element.array in self.staged:
+                    accesses[n], copy = self._stage(s, prefix, element.array, accesses[n])
+                    self.statements.append(copy[0])
+                    schedule = schedule.union(copy[1])
+            for stage in (STAGE_BEFORE, STAGE_AFTER):
+                sync, sync_schedule = self._sync(s, prefix, stage)
+                self.statements.append(sync)
+                schedule = schedule.union(sync_schedule)
+            self.statements.append(replace(s, accesses=tuple(accesses)))
+        return replace(self.scheduled, statements=tuple(self.statements), schedule=schedule,
+                       locals=self.scheduled.locals + tuple(self.locals))
+
+    def _prefix(self, s: Statement) -> isl.Map:
+        """``{ S[..] -> P }``: the schedule of ``s`` up to its steps, without thread ids."""
+        full = isl.Map.from_union_map(self.scheduled.schedule.intersect_domain(
+            isl.UnionSet.from_set(s.accesses[0].domain())))
+        for n in reversed(range(full.dim(isl.dim_type.out))):
+            if n not in self.keep:
+                full = full.project_out(isl.dim_type.out, n, 1)
+        return full
+
+    def _stage(self, s: Statement, prefix: isl.Map, tensor: str, access: isl.Map):
+        """The shared tile of one access: the new access of ``s`` and the copy statement."""
+        name = self._name(tensor)
+        access = access.reset_tuple_id(isl.dim_type.out)  # { S[..] -> [a] }
+        footprint = prefix.reverse().apply_range(access)  # { P -> [a] }
+        origin = isl.Map.from_pw_multi_aff(footprint.lexmin_pw_multi_aff())  # { P -> [o] }
+        rank = access.dim(isl.dim_type.out)
+        relative = footprint.range_product(origin).apply_range(_difference(rank, "[", "]"))
+        box = []
+        for d in range(rank):
+            largest = relative.range().dim_max(d).max_val()
+            if not largest.is_int():
+                raise StrategyError(f"the footprint of {tensor} per step is unbounded; choose "
+                                    "a step (step > 0) to stage it")
+            box.append(largest.to_python() + 1)
+        fastest = rank - 1 if self.program.layout == "C" else 0
+        shape = tuple(e + (self.pad if d == fastest else 0) for d, e in enumerate(box))
+        self.locals.append(ir.Local(name, ir.Space.SHARED, shape, self.program.layout))
+
+        at = prefix.apply_range(origin)  # { S[..] -> [o(P)] }
+        shared = access.range_product(at).apply_range(_difference(rank, f"{name}[", "]"))
+        return shared, self._copy(s, name, tensor, origin, box)
+
+    def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
+        """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule."""
+        title = f"copy_{name}"
+        indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("e",)
+        head = f"{title}[{', '.join(indices)}]"
+        unflatten, volume = _unflatten(box, self.program.layout)  # u(e), prod(box)
+        offsets = isl.Map(f"{{ [e] -> [{', '.join(unflatten)}] : 0 <= e < {volume} }}")
+        element = (origin.product(offsets).apply_range(_sum(len(box), tensor)).flatten_domain()
+                   .set_tuple_name(isl.dim_type.in_, title)
+                   .intersect_range(_bounds(self.program, tensor)))  # { copy[P, e] -> X[..] }
+        domain = element.domain()
+        target = isl.Map(f"{self.program.isl_params()}{{ {head} -> {name}[{', '.join(unflatten)}]"
+                         " }").intersect_domain(domain)
+        body = ir.Assign(ir.Element(name, ()), "=", ir.Element(tensor, ()))
+        copy = Statement(title, Kind.COPY, indices, body, (target, element))
+        dims = self._dims(indices[:-1], self._threads("e"), STAGE_COPY,
+                          f"floor(e/{math.prod(self.scheduled.block)})")
+        schedule = isl.Map(f"{self.program.isl_params()}{{ {head} -> [{', '.join(dims)}] }}")
+        return copy, isl.UnionMap.from_map(schedule.intersect_domain(domain))
+
+    def _sync(self, s: Statement, prefix: isl.Map, stage: int):
+        """A barrier for every thread of the block at ``stage`` of each step of ``s``."""
+        title = f"sync{stage}_{s.name}"
+        indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("t0", "t1", "t2")
+        threads = " and ".join(f"0 <= t{n} < {b}" for n, b in enumerate(self.scheduled.block))
+        block = isl.Set(f"{{ [t0, t1, t2] : {threads} }}")
+        domain = prefix.range().flat_product(block).set_tuple_name(title)
+        dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0")
+        schedule = isl.Map(f"{self.program.isl_params()}{{ {title}[{', '.join(indices)}] -> "
+                           f"[{', '.join(dims)}] }}").intersect_domain(domain)
+        return (Statement(title, Kind.SYNC, indices, ir.Barrier(), ()),
+                isl.UnionMap.from_map(schedule))
+
+    def _dims(self, prefix: Sequence[str], threads: Sequence[str], stage: int,
+              loop: str) -> list[str]:
+        """A full schedule point: the prefix, thread ids, the stage, the copy loop, zeros."""
+        dims = ["0"] * len(self.scheduled.roles)
+        for position, name in zip(self.keep, prefix, strict=True):
+            dims[position] = name
+        for axis, name in enumerate(threads):
+            dims[3 + axis] = name
+        dims[self.stage] = str(stage)
+        if self.copy_loop is not None:
+            dims[self.copy_loop] = loop
+        return dims
+
+    def _threads(self, e: str) -> list[str]:
+        """Thread ids dealing out element ``e``: consecutive elements, consecutive threads."""
+        bx, by, bz = self.scheduled.block
+        return [f"{e} mod {bx}", f"floor({e}/{bx}) mod {by}", f"floor({e}/{bx * by}) mod {bz}"]
+
+    def _name(self, tensor: str) -> str:
+        taken = {local.name for local in (*self.scheduled.locals, *self.locals)}
+        name = f"{tensor}_sh"
+        n = 1
+        while name in taken:
+            name, n = f"{tensor}_sh{n}", n + 1
+        return name
+
+
+def _difference(rank: int, head: str, tail: str) -> isl.Map:
+    """``{ [[a] -> [o]] -> head a - o tail }`` for vectors of ``rank`` values."""
+    a = [f"a{d}" for d in range(rank)]
+    o = [f"o{d}" for d in range(rank)]
+    diff = ", ".join(f"a{d} - o{d}" for d in range(rank))
+    return isl.Map(f"{{ [[{', '.join(a)}] -> [{', '.join(o)}]] -> {head}{diff}{tail} }}")
+
+
+def _sum(rank: int, tensor: str) -> isl.Map:
+    """``{ [[o] -> [u]] -> X[o + u] }``."""
+    o = [f"o{d}" for d in range(rank)]
+    u = [f"u{d}" for d in range(rank)]
+    total = ", ".join(f"o{d} + u{d}" for d in range(rank))
+    return isl.Map(f"{{ [[{', '.join(o)}] -> [{', '.join(u)}]] -> {tensor}[{total}] }}")
+
+
+def _unflatten(box: list[int], layout: str) -> tuple[list[str], int]:
+    """isl expressions of the box coordinates of element ``e`` in memory order (the fastest
+    dimension varies first), and the box's volume."""
+    order = list(reversed(range(len(box)))) if layout == "C" else list(range(len(box)))
+    parts, stride = [""] * len(box), 1
+    for d in order:
+        parts[d] = f"floor(e/{stride}) mod {box[d]}"
+        stride *= box[d]
+    return parts, stride
+
+
+def _bounds(program: Program, tensor: str) -> isl.Set:
+    indices = program.contraction.inputs[tensor]
+    dims = [f"a{d}" for d in range(len(indices))]
+    bounds = " and ".join(f"0 <= a{d} < {program.bound(i)}" for d, i in enumerate(indices))
+    return isl.Set(f"{program.isl_params()}{{ {tensor}[{', '.join(dims)}] : {bounds or 'true'} }}")

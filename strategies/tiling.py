@@ -1,0 +1,267 @@
+"""Thread mapping with block and register tiles (thesis strategies 3-6) and reduction steps.
+
+Up to three output dimensions are mapped onto x, y, z (``order``). Along axis ``a`` a block
+covers a tile of ``T = block_a * reg_a`` values of its dimension ``o``; each thread holds
+``reg_a`` of them in registers, assigned *cyclic* (thread ``t`` takes ``t, t+B, t+2B, ..``:
+consecutive threads touch consecutive elements, so loads and stores coalesce) or *adjacent*
+(thread ``t`` takes ``t*R .. t*R+R-1``)::
+
+    block  = floor(o / T)
+    thread = o mod B                 (cyclic)    floor((o mod T) / R)   (adjacent)
+    reg    = floor((o mod T) / B)    (cyclic)    o mod R                (adjacent)
+
+Unmapped output dimensions stay loops of every thread. With ``step > 0`` every summed dimension
+``r`` is strip-mined into ``floor(r / step)`` (the step loop) and ``r mod step``. The schedule is
+
+    { S[o, r] -> [block xyz, thread xyz, unmapped o, phase, steps, stage, r in step, reg zyx] }
+
+and each accumulator becomes a register array indexed by the register coordinates, which isl
+expresses in terms of the (unrolled) register loops, so they stay in registers.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+import islpy as isl
+
+from treduda import ir
+from treduda.lower import Kind, Program
+from treduda.strategy import (
+    AXES,
+    Constraint,
+    Parameter,
+    ParamSpace,
+    Role,
+    Scheduled,
+    Strategy,
+    register,
+    schedule_space,
+    transform_schedule,
+)
+
+BLOCK_EXTENTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+REGISTER_EXTENTS = (1, 2, 4, 8)
+ASSIGNMENTS = ("cyclic", "adjacent")
+STEPS = (0, 4, 8, 16, 32, 64)
+ACCUMULATOR_BUDGET = 64  # accumulator registers per thread, a quarter of the 255 available
+STAGE_COMPUTE = 3  # after barrier (0), copies (1) and barrier (2) of a staging strategy
+
+
+def fastest_first(program: Program) -> tuple[str, ...]:
+    """Output indices from the fastest-varying in memory to the slowest, for coalesced stores."""
+    indices = program.output_indices
+    return tuple(reversed(indices)) if program.layout == "C" else tuple(indices)
+
+
+def mapping_orders(program: Program) -> tuple[str, ...]:
+    """Every way to put up to three output indices on x, y, z, the coalescing one first."""
+    indices = fastest_first(program)
+    orders = [",".join(p) for p in itertools.permutations(indices, min(3, len(indices)))]
+    return tuple(orders) if orders else ("",)
+
+
+def mapped(order: str) -> tuple[str, ...]:
+    return tuple(i for i in order.split(",") if i)
+
+
+def covering(extent: int, values: Sequence[int]) -> int:
+    """The smallest value that covers ``extent`` (or the largest value)."""
+    return next((v for v in values if v >= extent), values[-1])
+
+
+@register
+class Tiled(Strategy):
+    name = "tiled"
+    description = ("block and register tiles over up to three output dimensions, cyclic or "
+                   "adjacent per axis, reduction in steps (thesis strategies 3-6)")
+    blocks = BLOCK_EXTENTS
+    registers = REGISTER_EXTENTS
+    assignments = ASSIGNMENTS
+    steps = STEPS
+    unrolls = (True, False)
+
+    def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
+        summed = any(s.summed for s in program.statements)
+        parameters = [Parameter("order", mapping_orders(program),
+                                "output indices mapped to x, y, z (comma separated)")]
+        parameters += [Parameter(f"block_{a}", self.blocks, f"threads per block along {a}")
+                       for a in AXES]
+        parameters += [Parameter(f"reg_{a}", self.registers, f"elements per thread along {a}")
+                       for a in AXES]
+        parameters += [Parameter(f"assign_{a}", self.assignments,
+                                 f"how the {a} tile's elements are dealt to threads")
+                       for a in AXES]
+        parameters += [Parameter("step", self.steps if summed else (0,),
+                                 "summed values per step (0: the whole reduction at once)"),
+                       Parameter("unroll", self.unrolls, "unroll the loop within a step")]
+        return ParamSpace(tuple(parameters), tuple(self._rules(program)))
+
+    def _rules(self, program: Program) -> list[Constraint]:
+        limits = self.limits
+        groups = max(1, len(program.accumulators))
+        rules = [
+            Constraint(f"at most {limits.threads_per_block} threads per block",
+                       ("block_x", "block_y", "block_z"),
+                       lambda p: p["block_x"] * p["block_y"] * p["block_z"]
+                       <= limits.threads_per_block),
+            Constraint(f"at most {ACCUMULATOR_BUDGET} accumulator registers per thread",
+                       ("reg_x", "reg_y", "reg_z"),
+                       lambda p: groups * p["reg_x"] * p["reg_y"] * p["reg_z"]
+                       <= ACCUMULATOR_BUDGET),
+            Constraint("unrolling needs a step (the whole reduction is too long to unroll)",
+                       ("step", "unroll"), lambda p: p["step"] > 0 or not p["unroll"]),
+        ]
+        for n, a in enumerate(AXES):
+            rules += [
+                Constraint(f"block_{a} <= {limits.block_extent[n]}", (f"block_{a}",),
+                           lambda p, a=a, n=n: p[f"block_{a}"] <= limits.block_extent[n]),
+                Constraint(f"an axis without a dimension ({a}) has one thread and one register",
+                           ("order", f"block_{a}", f"reg_{a}"),
+                           lambda p, a=a, n=n: len(mapped(p["order"])) > n
+                           or p[f"block_{a}"] == p[f"reg_{a}"] == 1),
+                Constraint(f"assign_{a} is cyclic when reg_{a} is 1 (both are the same then)",
+                           (f"reg_{a}", f"assign_{a}"),
+                           lambda p, a=a: p[f"reg_{a}"] > 1 or p[f"assign_{a}"] == "cyclic"),
+            ]
+        if program.sizes is not None:
+            rules += self._fixed_size_rules(program)
+        return rules
+
+    def _fixed_size_rules(self, program: Program) -> list[Constraint]:
+        """With known sizes, tiles and steps no larger than what they cover."""
+        sizes = program.sizes
+        rules = []
+        for n, a in enumerate(AXES):
+            def fits(p, n=n, a=a):
+                indices = mapped(p["order"])
+                if len(indices) <= n:
+                    return True
+                tile = p[f"block_{a}"] * p[f"reg_{a}"]
+                return tile <= covering(sizes[indices[n]], BLOCK_EXTENTS * 8)
+            rules.append(Constraint(f"the {a} tile is no larger than its dimension needs",
+                                    ("order", f"block_{a}", f"reg_{a}"), fits))
+        longest = max((sizes[i] for s in program.statements for i in s.summed), default=0)
+        rules.append(Constraint("the step is no longer than the reduction needs", ("step",),
+                                lambda p: p["step"] <= covering(longest, STEPS[1:])))
+        return rules
+
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        order = mapping_orders(program)[0]
+        chosen: dict[str, Any] = {"order": order}
+        wanted = ((16, 4), (16, 4), (2, 1))  # (threads, registers) per axis: 64 x 64 x 2 tiles
+        for n, a in enumerate(AXES):
+            threads, regs = wanted[n] if n < len(mapped(order)) else (1, 1)
+            if program.sizes is not None and n < len(mapped(order)):
+                extent = program.sizes[mapped(order)[n]]
+                threads = min(threads, covering(extent, self.blocks))
+                regs = min(regs, covering(-(-extent // threads), self.registers))
+            chosen.update({f"block_{a}": min(threads, max(self.blocks)),
+                           f"reg_{a}": min(regs, max(self.registers)), f"assign_{a}": "cyclic"})
+        summed = [program.sizes[i] if program.sizes else 64
+                  for s in program.statements for i in s.summed]
+        step = min(16, covering(max(summed), STEPS[1:])) if summed else 0
+        chosen.update(step=step if step in self.steps else self.steps[0],
+                      unroll=step > 0 and True in self.unrolls)
+        return chosen
+
+    def tile_extents(self, program: Program, params: Mapping[str, Any]) -> dict[str, int | None]:
+        """How many values of each index one block touches per step (None: all of them, for a
+        symbolic size), as staging strategies need to size shared memory."""
+        order = mapped(params["order"])
+        extents: dict[str, int | None] = {}
+        for index in program.contraction.indices:
+            if index in order:
+                axis = AXES[order.index(index)]
+                extents[index] = params[f"block_{axis}"] * params[f"reg_{axis}"]
+            elif index in program.output_indices:
+                extents[index] = 1
+            else:
+                extents[index] = params["step"] or (program.sizes or {}).get(index)
+            if program.sizes and extents[index] is not None:
+                extents[index] = min(extents[index], program.sizes[index])
+        return extents
+
+    def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
+        program = scheduled.program
+        order = mapped(params["order"])
+        names = schedule_space(program)
+        position = {index: names[d] for d, index in enumerate(program.output_indices)}
+        blocks, threads, registers = ["0"] * 3, ["0"] * 3, []
+        for n, index in enumerate(order):
+            a = AXES[n]
+            b, r = params[f"block_{a}"], params[f"reg_{a}"]
+            blocks[n], threads[n], reg = _tile(position[index], b, r, params[f"assign_{a}"])
+            if r > 1:
+                registers.insert(0, reg)  # z, y, x: x innermost
+        loops = [position[i] for i in program.output_indices if i not in order]
+        reductions = names[len(program.output_indices) + 1:]
+        step = params["step"]
+        steps = [f"floor({r}/{step})" for r in reductions] if step else []
+        inner = [f"{r} mod {step}" for r in reductions] if step else reductions
+        target = (blocks + threads + loops + ["phase"] + steps + [str(STAGE_COMPUTE)] + inner
+                  + registers)
+        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.LOOP,) * len(loops)
+                 + (Role.PHASE,) + (Role.STEP,) * len(steps) + (Role.STAGE,)
+                 + (Role.INNER,) * len(inner) + (Role.REGISTER,) * len(registers))
+        unroll = [n for n, role in enumerate(roles)
+                  if role == Role.REGISTER or (role == Role.INNER and params["unroll"])]
+        statements, locals_ = _register_tiles(scheduled, order, params)
+        return Scheduled(program, statements, transform_schedule(program, target), roles,
+                         tuple(params[f"block_{a}"] for a in AXES), locals_, tuple(unroll))
+
+
+def _tile(o: str, threads: int, registers: int, assignment: str) -> tuple[str, str, str]:
+    """isl expressions of the block, thread and register coordinate of output value ``o``."""
+    tile = threads * registers
+    if assignment == "cyclic":
+        return f"floor({o}/{tile})", f"{o} mod {threads}", f"floor(({o} mod {tile})/{threads})"
+    return f"floor({o}/{tile})", f"floor(({o} mod {tile})/{registers})", f"{o} mod {registers}"
+
+
+def _register_tiles(scheduled: Scheduled, order: tuple[str, ...], params: Mapping[str, Any]):
+    """Accumulators become arrays ``acc[reg_z][reg_y][reg_x]`` over the axes with reg > 1."""
+    program = scheduled.program
+    axes = [n for n in reversed(range(len(order))) if params[f"reg_{AXES[n]}"] > 1]
+    shape = tuple(params[f"reg_{AXES[n]}"] for n in axes)
+    statements = []
+    for s in scheduled.statements:
+        if s.kind not in (Kind.INIT, Kind.REDUCE, Kind.WRITE):
+            statements.append(s)
+            continue
+        head = f"{s.name}[{', '.join(s.indices)}]"
+        indices = [_tile(order[n], params[f"block_{AXES[n]}"], params[f"reg_{AXES[n]}"],
+                         params[f"assign_{AXES[n]}"])[2] for n in axes]
+        accesses = []
+        for element, access in zip(ir.elements(s.body), s.accesses, strict=True):
+            if element.array in program.accumulators:
+                access = isl.Map(f"{program.isl_params()}{{ {head} -> {element.array}"
+                                 f"[{', '.join(indices)}] }}").intersect_domain(access.domain())
+            accesses.append(access)
+        statements.append(replace(s, accesses=tuple(accesses)))
+    locals_ = tuple(ir.Local(a, ir.Space.REGISTER, shape) for a in program.accumulators)
+    return tuple(statements), locals_
+
+
+@register
+class ThreadPerElement(Tiled):
+    name = "thread_per_element"
+    description = ("one output element per thread, sums in registers; up to three output "
+                   "dimensions on the grid (thesis strategy 3)")
+    registers = (1,)
+    assignments = ("cyclic",)
+    steps = (0,)
+    unrolls = (False,)
+
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        chosen = super().defaults(program, before)
+        order = mapped(chosen["order"])
+        for n, (a, wanted) in enumerate(zip(AXES, (32, 4, 2), strict=True)):
+            extent = program.sizes[order[n]] if program.sizes and n < len(order) else wanted
+            chosen[f"block_{a}"] = min(wanted, covering(extent, self.blocks)) if n < len(
+                order) else 1
+        return chosen
+

@@ -1,0 +1,381 @@
+"""The tuning cache: search results that persist across runs, keyed by what shaped them.
+
+A search over strategies and parameters is expensive, so its result is stored under a key made of
+everything that could change the answer: the normalised expression, the sizes (or a size class),
+dtype, layout, GPU and treduda's version. Storage is one SQLite file in WAL mode, so writers from
+several processes are atomic and never corrupt it, even if one is killed mid-write. A cache is only
+an optimisation: an entry that fails its checks is reported with :class:`CacheWarning`, removed and
+treated as a miss, never returned.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import sqlite3
+import time
+import warnings
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from treduda.contraction import analyse, resolve_sizes
+from treduda.errors import TredudaError
+
+SCHEMA_VERSION = 1
+"""Stored in every row; bump it when the meaning of keys or values changes."""
+
+APPLICATION_ID = int.from_bytes(b"TRDD", "big")
+"""SQLite header field marking a file as a treduda cache, so we never write into a foreign one."""
+
+BUSY_TIMEOUT = 10.0
+"""Seconds to wait for another process's write lock before giving up."""
+
+SYMBOLIC = "symbolic"
+"""The size class of kernels whose extents are runtime arguments."""
+
+_TABLE = "tuning"
+_COLUMNS = ("digest", "key", "value", "checksum", "schema", "created")
+_CREATE = f"""
+CREATE TABLE {_TABLE} (
+    digest   TEXT PRIMARY KEY,  -- CacheKey.digest()
+    key      TEXT NOT NULL,     -- the key fields as canonical JSON
+    value    TEXT NOT NULL,     -- the search result as JSON
+    checksum TEXT NOT NULL,     -- sha256 of key and value, to detect tampering or bit rot
+    schema   INTEGER NOT NULL,  -- SCHEMA_VERSION of the writer
+    created  REAL NOT NULL      -- unix time
+)"""
+
+Row = tuple[Any, ...]
+
+
+class CacheWarning(UserWarning):
+    """A cache entry (or the whole cache file) was corrupt or foreign and was ignored."""
+
+
+def _canonical(data: Any) -> str:
+    """One JSON text per value, so equal keys hash equally on every platform and run."""
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+@functools.cache
+def installed_version() -> str:
+    """treduda's version: kernels from another version may differ, so it is part of every key."""
+    try:
+        return importlib.metadata.version("treduda")
+    except importlib.metadata.PackageNotFoundError:
+        return "(not installed)"
+
+
+@dataclass(frozen=True)
+class CacheKey:
+    """Everything a search result depends on; build it with :meth:`make` to normalise it."""
+
+    expression: str
+    sizes: tuple[tuple[str, int], ...] | str
+    dtype: str
+    layout: str
+    gpu: str
+    version: str
+
+    @classmethod
+    def make(cls, expression: str, sizes: Mapping[str, int] | str | None, dtype: str,
+             layout: str, gpu: str, version: str | None = None) -> CacheKey:
+        """A key for ``expression`` (any spelling) with checked ``sizes``.
+
+        ``sizes`` is ``None`` for symbolic kernels (size class ``"symbolic"``), another size
+        class string, or a mapping that must give every index a positive extent.
+        """
+        contraction = analyse(expression)
+        if sizes is None:
+            size_field: tuple[tuple[str, int], ...] | str = SYMBOLIC
+        elif isinstance(sizes, str):
+            size_field = sizes
+        else:
+            size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
+        return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
+                   installed_version() if version is None else version)
+
+    def to_json(self) -> str:
+        """The fields as canonical JSON: what is stored and what :meth:`digest` hashes."""
+        return _canonical(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> CacheKey:
+        """Parse :meth:`to_json` output; ValueError if it is not a well-formed key."""
+        data = json.loads(text)
+        names = [f.name for f in dataclasses.fields(cls)]
+        if not isinstance(data, dict) or sorted(data) != sorted(names):
+            raise ValueError(f"expected an object with exactly the fields {', '.join(names)}")
+        sizes = data["sizes"]
+        if isinstance(sizes, list) and all(
+            isinstance(pair, list) and len(pair) == 2 and isinstance(pair[0], str)
+            and isinstance(pair[1], int) and not isinstance(pair[1], bool) for pair in sizes
+        ):
+            data["sizes"] = tuple((index, extent) for index, extent in sizes)
+        elif not isinstance(sizes, str):
+            raise ValueError("sizes is neither a size class nor a list of [index, extent] pairs")
+        if not all(isinstance(data[name], str) for name in names if name != "sizes"):
+            raise ValueError("a field other than sizes is not a string")
+        return cls(**data)
+
+    def digest(self) -> str:
+        """sha256 hex of :meth:`to_json`: the primary key of the stored entry."""
+        return hashlib.sha256(self.to_json().encode()).hexdigest()
+
+    def __str__(self) -> str:
+        sizes = (self.sizes if isinstance(self.sizes, str)
+                 else ",".join(f"{index}={extent}" for index, extent in self.sizes))
+        return (f"{self.expression} [{sizes}] {self.dtype} layout {self.layout} on {self.gpu!r} "
+                f"(treduda {self.version})")
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One valid stored search result."""
+
+    key: CacheKey
+    value: dict
+    created: float
+
+
+def default_path() -> Path:
+    """Where the cache lives: $TREDUDA_CACHE, else the XDG cache directory (~/.cache)."""
+    explicit = os.environ.get("TREDUDA_CACHE")
+    if explicit:
+        return Path(explicit).expanduser()
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    # The XDG spec says relative paths are invalid and must be ignored.
+    base = Path(xdg) if xdg and Path(xdg).is_absolute() else Path.home() / ".cache"
+    return base / "treduda" / "tuning.sqlite3"
+
+
+def _checksum(key_json: str, value_json: str) -> str:
+    return hashlib.sha256(f"{key_json}\n{value_json}".encode()).hexdigest()
+
+
+class _NotACache(Exception):
+    """The file exists but is not a usable treduda cache (internal; carries the reason)."""
+
+
+class _Corrupt(Exception):
+    """One row failed a check (internal; carries the reason)."""
+
+
+def _validate(row: Row, expected: CacheKey | None = None) -> Entry:
+    """The entry stored in ``row``, or :class:`_Corrupt` saying which check failed."""
+    digest, key_json, value_json, checksum, schema, created = row
+    if schema != SCHEMA_VERSION:
+        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
+    if not all(isinstance(text, str) for text in (key_json, value_json, checksum)):
+        raise _Corrupt("its key, value or checksum is not text")
+    if _checksum(key_json, value_json) != checksum:
+        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+    try:
+        key = CacheKey.from_json(key_json)
+    except ValueError as e:
+        raise _Corrupt(f"its stored key is not a valid key ({e})") from None
+    if expected is not None and key.to_json() != expected.to_json():
+        raise _Corrupt(f"its stored key fields are for a different key: {key}")
+    if key.digest() != digest:
+        raise _Corrupt("its stored key does not hash to the digest it is stored under")
+    try:
+        value = json.loads(value_json)
+    except ValueError as e:
+        raise _Corrupt(f"its value is not valid JSON ({e})") from None
+    if not isinstance(value, dict):
+        raise _Corrupt(f"its value is a JSON {type(value).__name__}, not an object")
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        raise _Corrupt(f"its creation time {created!r} is not a number")
+    return Entry(key, value, float(created))
+
+
+def _describe(row: Row) -> str:
+    """The key of a possibly corrupt row, as readable as its contents allow."""
+    try:
+        return str(CacheKey.from_json(row[1]))
+    except (ValueError, TypeError):
+        return f"with digest {row[0]!r}"
+
+
+class TuningCache:
+    """Search results in one SQLite file, safe for concurrent processes and threads.
+
+    Every operation opens its own short-lived connection: connections must not cross threads or
+    forks, and short transactions keep other writers waiting as briefly as possible.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None):
+        self.path = Path(default_path() if path is None else path)
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise TredudaError(f"cannot create the directory of the tuning cache {self.path} "
+                               f"({e}); set $TREDUDA_CACHE to a writable file path") from None
+
+    def __repr__(self) -> str:
+        return f"TuningCache({str(self.path)!r})"
+
+    def get(self, key: CacheKey) -> dict | None:
+        """The stored value for ``key``; None on a miss or if the entry fails its checks."""
+        try:
+            with self._connect() as conn:
+                row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE digest = ?",
+                                   (key.digest(),)).fetchone()
+        except _NotACache as e:
+            self._warn_not_a_cache(e)
+            return None
+        if row is None:
+            return None
+        try:
+            return _validate(row, key).value
+        except _Corrupt as e:
+            self._discard([(row, f"{key}: {e}")])
+            return None
+
+    def put(self, key: CacheKey, value: dict) -> None:
+        """Store ``value`` under ``key``, replacing any previous entry, in one transaction."""
+        if not isinstance(value, dict):
+            raise TredudaError(f"a tuning-cache value must be a dict, got {type(value).__name__}")
+        try:
+            value_json = _canonical(value)
+        except (TypeError, ValueError) as e:
+            raise TredudaError(
+                f"cannot cache the result for {key}: it is not JSON-serialisable ({e}); use only "
+                "dicts with string keys, lists, strings, numbers, booleans and None"
+            ) from None
+        key_json = key.to_json()
+        row = (key.digest(), key_json, value_json, _checksum(key_json, value_json),
+               SCHEMA_VERSION, time.time())
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(f"INSERT OR REPLACE INTO {_TABLE} ({', '.join(_COLUMNS)}) "
+                             f"VALUES ({', '.join('?' * len(_COLUMNS))})", row)
+                conn.execute("COMMIT")
+        except _NotACache as e:
+            raise TredudaError(self._not_a_cache_message(e)) from None
+
+    def entries(self) -> list[Entry]:
+        """Every valid entry, oldest first; corrupt ones are reported, removed and skipped."""
+        try:
+            with self._connect() as conn:
+                rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} "
+                                    "ORDER BY created, digest").fetchall()
+        except _NotACache as e:
+            self._warn_not_a_cache(e)
+            return []
+        valid, corrupt = [], []
+        for row in rows:
+            try:
+                valid.append(_validate(row))
+            except _Corrupt as e:
+                corrupt.append((row, f"{_describe(row)}: {e}"))
+        self._discard(corrupt)
+        return valid
+
+    def clear(self) -> int:
+        """Remove every entry; returns how many rows were removed."""
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                removed = conn.execute(f"DELETE FROM {_TABLE}").rowcount
+                conn.execute("COMMIT")
+        except _NotACache as e:
+            raise TredudaError(self._not_a_cache_message(e)) from None
+        return removed
+
+    def __len__(self) -> int:
+        """Stored rows, counting corrupt ones that get() or entries() has not yet detected."""
+        try:
+            with self._connect() as conn:
+                return conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0]
+        except _NotACache as e:
+            self._warn_not_a_cache(e)
+            return 0
+
+    @contextmanager
+    def _connect(self) -> Iterator[sqlite3.Connection]:
+        """A checked connection in autocommit mode; closing it rolls back anything uncommitted.
+
+        Raises :class:`_NotACache` for a foreign or damaged file and :class:`TredudaError` when
+        SQLite cannot use the file at all (permissions, a directory, a lock held too long).
+        """
+        try:
+            conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
+        except sqlite3.Error as e:
+            raise TredudaError(f"cannot open the tuning cache {self.path}: {e}") from None
+        try:
+            self._prepare(conn)
+            yield conn
+        except sqlite3.OperationalError as e:
+            raise TredudaError(f"cannot use the tuning cache {self.path}: {e}; check that the "
+                               "file is writable, or point $TREDUDA_CACHE elsewhere") from None
+        except sqlite3.DatabaseError as e:  # file is not a database, or it is malformed
+            raise _NotACache(str(e)) from None
+        finally:
+            conn.close()
+
+    def _prepare(self, conn: sqlite3.Connection) -> None:
+        """Check the file is ours, creating the table in an empty one, and switch it to WAL."""
+        conn.execute("BEGIN")  # one snapshot for the checks, or a concurrent creation fools them
+        ours = self._is_ours(conn)
+        conn.execute("COMMIT")
+        if not ours:
+            conn.execute("BEGIN IMMEDIATE")  # re-check under the lock: another process may race
+            if not self._is_ours(conn):
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+                conn.execute(_CREATE)
+            conn.execute("COMMIT")
+        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
+            # Persistent; may stay "delete" on filesystems without shared memory, which is
+            # slower under contention but still atomic.
+            conn.execute("PRAGMA journal_mode = WAL")
+        # In WAL mode NORMAL survives a killed process; only power loss may drop the last commits.
+        conn.execute("PRAGMA synchronous = NORMAL")
+
+    def _is_ours(self, conn: sqlite3.Connection) -> bool:
+        """True if the cache table is there; False if the file is empty; else _NotACache."""
+        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+        tables = [name for (name,) in conn.execute(
+            "SELECT name FROM sqlite_master WHERE type = 'table'")]
+        if application_id == 0 and not tables:
+            return False
+        if application_id != APPLICATION_ID:
+            raise _NotACache(f"it is an SQLite database of another program (application_id "
+                             f"{application_id}, tables: {', '.join(tables) or 'none'})")
+        columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})"))
+        if columns != _COLUMNS:
+            raise _NotACache(f"its table {_TABLE!r} has columns {columns}, expected {_COLUMNS}")
+        return True
+
+    def _discard(self, corrupt: list[tuple[Row, str]]) -> None:
+        """Report each corrupt row, then delete it unless another process has replaced it."""
+        for _, reason in corrupt:
+            warnings.warn(f"ignoring tuning-cache entry {reason}; removing it from {self.path}",
+                          CacheWarning, stacklevel=3)
+        if not corrupt:
+            return
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                for row, _ in corrupt:
+                    conn.execute(f"DELETE FROM {_TABLE} WHERE "
+                                 + " AND ".join(f"{column} IS ?" for column in _COLUMNS), row)
+                conn.execute("COMMIT")
+        except (TredudaError, _NotACache):
+            pass  # e.g. a read-only cache: the entry stays ignored, and is reported again
+
+    def _not_a_cache_message(self, error: _NotACache) -> str:
+        return (f"{self.path} is not a treduda tuning cache ({error}); delete the file (treduda "
+                "recreates it) or set $TREDUDA_CACHE to another path")
+
+    def _warn_not_a_cache(self, error: _NotACache) -> None:
+        warnings.warn(f"{self._not_a_cache_message(error)}; treating the cache as empty",
+                      CacheWarning, stacklevel=3)

@@ -1,0 +1,449 @@
+"""GPU descriptions for the analytic performance models, kept as data with a source per number.
+
+The performance models (a Telamon-style lower bound, a SAAKE-style estimate) are only as good as
+the machine they are given, so every number below carries a ``# [KEY]`` comment naming where it
+comes from (see :data:`SOURCES`). Numbers that are our own estimate rather than a published figure
+cite ``[EST]`` and say how they were derived; ``tests/test_gpus.py`` checks that no number is
+left uncited.
+
+    from treduda.gpus import gpu, table
+    h100 = gpu("h100")
+    h100.peak_flops("float32")      # 6.69e13
+    print(table())
+
+Latencies are in SM clock cycles and come from microbenchmark studies, which measure them in
+slightly different ways (pointer chasing with or without the issuing instruction's own cost);
+treat them as good to some tens of percent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass
+
+from .errors import TredudaError
+
+KIB = 1024
+MIB = 1024 * KIB
+GB = 1e9  # memory bandwidths are quoted in decimal units by every vendor datasheet
+TB = 1e12
+
+#: Citation keys used in the ``# [KEY]`` comments of the GPU tables below.
+SOURCES: dict[str, str] = {
+    "THESIS": "Bayerl, Treduda thesis (2012), Table 1 'NVIDIA GPUs used in experiments' "
+    "(/work/shared/papers/treduda-thesis-bayerl-2012.txt)",
+    "CUDA-CC": "NVIDIA CUDA C++ Programming Guide, 'Features and Technical Specifications' "
+    "table per compute capability, and the per-capability sections (shared memory banks) "
+    "https://docs.nvidia.com/cuda/cuda-c-programming-guide/",
+    "CUDA-GUIDE-4": "NVIDIA CUDA C Programming Guide v4.2 (2012): 5.2.3 'Multiprocessor Level' "
+    "latencies, 5.4.1 arithmetic throughput table, Appendix F.4 compute capability 2.x",
+    "OCC": "NVIDIA CUDA Occupancy Calculator, 'GPU Data' sheet: register allocation unit size "
+    "(64 for cc 2.x, 256 for cc >= 3.0, warp granularity)",
+    "H100-WP": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): H100 SXM5 has 132 SMs, "
+    "128 FP32 and 64 FP64 cores and 4 partitions (warp schedulers) per SM, 50 MB L2",
+    "H100-DS": "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column: FP32 67 TFLOPS, "
+    "FP64 34 TFLOPS, 3.35 TB/s HBM3",
+    "H100-CLK": "H100 SXM5 max boost clock 1980 MHz (glennklockwood.com/garden/processors/h100: "
+    "'1.98 GHz (high precision)'); 132 SMs x 128 lanes x 2 x 1.98 GHz = the datasheet's 67 TF",
+    "A100-WP": "NVIDIA A100 Tensor Core GPU Architecture whitepaper (2020): 108 SMs, 1410 MHz "
+    "boost, 64 FP32 / 32 FP64 cores and 4 partitions per SM, 40 MB L2, L2 read bandwidth "
+    "5120 B/clk vs 2048 B/clk on V100 ('2.3x the L2 read bandwidth of V100')",
+    "A100-DS": "NVIDIA A100 80GB datasheet, A100 80GB SXM column: 2,039 GB/s HBM2e, "
+    "FP32 19.5 TFLOPS, FP64 9.7 TFLOPS",
+    "V100-WP": "NVIDIA Tesla V100 GPU Architecture whitepaper (2017): V100 SXM2 has 80 SMs, "
+    "1530 MHz boost, 64 FP32 / 32 FP64 cores and 4 partitions per SM, 6144 KB L2, 900 GB/s",
+    "GA102-WP": "NVIDIA Ampere GA102 GPU Architecture whitepaper v2 (2020), appendix table for the "
+    "GeForce RTX 3070 (GA104): 46 SMs, 5888 cores, 1725 MHz boost, 20.3 TFLOPS, 4096 KB L2, "
+    "448 GB/s; GA10x SM: 128 FP32 cores, 2 FP64 units, 4 partitions",
+    "GTX560TI-SPEC": "NVIDIA GeForce GTX 560 Ti reference specification: 384 cores, 1645 MHz "
+    "processor clock, 4008 MT/s GDDR5 on 256 bits (128.3 GB/s); GF114 L2 512 KB "
+    "(hothardware.com/reviews/nvidia-geforce-gtx-560-ti-debut-msi)",
+    "JIA18": "Jia, Maggioni, Staiger, Scarpazza, 'Dissecting the NVIDIA Volta GPU Architecture "
+    "via Microbenchmarking', arXiv:1804.06826 (2018): V100 shared 19, L2 hit 193 cycles, "
+    "dependent FFMA 4 cycles",
+    "ABDELKHALIK22": "Abdelkhalik, Arafa, Santhi, Badawy, 'Demystifying the Nvidia Ampere "
+    "Architecture through Microbenchmarking and Instruction-level Analysis', arXiv:2208.11174 "
+    "(2022), A100: dependent FP32 add/fma 4 cycles, shared load ~23, L2 ~200 cycles",
+    "MEI16": "Mei, Chu, 'Dissecting GPU Memory Hierarchy through Microbenchmarking', IEEE TPDS "
+    "2017, arXiv:1509.02308, measured on a GTX 560 Ti: shared memory latency ~50 cycles",
+    "DEWING": "M. Dewing, AI_kernels latency/README.md, pointer-chase latencies in cycles "
+    "(github.com/markdewing/AI_kernels): L2 / main memory V100 221/460, A100 SXM 210/550, "
+    "H100 SXM 291/700, RTX 2000 Ada 214/570, RTX 4090 296/636",
+    "EST": "our own estimate, not a published figure; the comment says how it was derived",
+}
+
+
+@dataclass(frozen=True)
+class Gpu:
+    """One GPU as the performance models see it: resources, throughputs and latencies.
+
+    All sizes are bytes, bandwidths bytes/s, latencies SM clock cycles. Instances validate
+    themselves, so a model never divides by a zero or negative resource.
+    """
+
+    name: str  # "H100-SXM"
+    compute_capability: str  # "9.0"
+    sm_count: int
+    clock_ghz: float  # boost clock of the SMs
+    warp_size: int
+    schedulers_per_sm: int  # warp schedulers (issue width: warps issued per cycle per SM)
+    fp32_lanes_per_sm: int  # FP32 FMA units per SM (FMAs per cycle per SM)
+    fp64_lanes_per_sm: int  # FP64 FMA units per SM
+    max_threads_per_block: int
+    max_threads_per_sm: int
+    max_blocks_per_sm: int
+    registers_per_sm: int  # 32-bit registers
+    max_registers_per_thread: int
+    register_allocation_unit: int  # registers are allocated per warp in units of this many
+    shared_per_sm: int  # bytes usable as shared memory per SM (max carve-out)
+    shared_per_block: int  # bytes of static shared memory per block without opt-in
+    shared_per_block_optin: int  # bytes per block with opt-in
+    shared_banks: int
+    shared_bank_bytes: int
+    dram_bandwidth: float  # bytes/s
+    l2_bandwidth: float  # bytes/s, aggregate (see each GPU's comment for how it was obtained)
+    l2_bytes: int
+    dram_latency_cycles: int
+    l2_latency_cycles: int
+    shared_latency_cycles: int
+    fma_latency_cycles: int
+
+    def __post_init__(self) -> None:
+        _validate(self)
+
+    def peak_flops(self, dtype: object = "float32") -> float:
+        """Peak FMA throughput in FLOP/s (an FMA counts as 2), without tensor cores."""
+        lanes = self.fp64_lanes_per_sm if _precision(dtype) == 64 else self.fp32_lanes_per_sm
+        return 2.0 * lanes * self.sm_count * self.clock_ghz * 1e9
+
+    def warps_per_sm(self) -> int:
+        """Resident warps an SM can hold: the occupancy denominator."""
+        return self.max_threads_per_sm // self.warp_size
+
+    def describe(self) -> str:
+        """A few readable lines for ``treduda gpus`` and error messages."""
+        return "\n".join([
+            f"{self.name} (compute capability {self.compute_capability}): "
+            f"{self.sm_count} SMs at {self.clock_ghz:g} GHz",
+            f"  peak {self.peak_flops('float32') / 1e12:.1f} TFLOP/s fp32, "
+            f"{self.peak_flops('float64') / 1e12:.2f} TFLOP/s fp64; "
+            f"DRAM {self.dram_bandwidth / GB:.0f} GB/s, "
+            f"L2 {_bytes(self.l2_bytes)} at ~{self.l2_bandwidth / GB:.0f} GB/s",
+            f"  per SM: {self.max_threads_per_sm} threads ({self.warps_per_sm()} warps), "
+            f"{self.max_blocks_per_sm} blocks, {self.registers_per_sm} registers, "
+            f"{_bytes(self.shared_per_sm)} shared "
+            f"({_bytes(self.shared_per_block_optin)}/block opt-in)",
+            f"  latency (cycles): DRAM {self.dram_latency_cycles}, L2 {self.l2_latency_cycles}, "
+            f"shared {self.shared_latency_cycles}, FMA {self.fma_latency_cycles}",
+        ])
+
+
+_FIELDS = {f.name: f for f in dataclasses.fields(Gpu)}
+_STR_FIELDS = ("name", "compute_capability")
+_FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth", "l2_bandwidth")
+
+
+def _validate(g: Gpu) -> None:
+    """Raise TredudaError naming the first field that is mistyped, not positive or inconsistent."""
+    problems = []
+    for field in _FIELDS:
+        value = getattr(g, field)
+        if field in _STR_FIELDS:
+            if not isinstance(value, str) or not value.strip():
+                problems.append(f"{field} must be a non-empty string, got {value!r}")
+        elif field in _FLOAT_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                problems.append(f"{field} must be a number, got {type(value).__name__} {value!r}")
+            elif not (math.isfinite(value) and value > 0):
+                problems.append(f"{field} must be positive and finite, got {value!r}")
+        elif isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{field} must be an int, got {type(value).__name__} {value!r}")
+        elif value <= 0:
+            problems.append(f"{field} must be positive, got {value!r}")
+    if not problems:
+        problems = _inconsistencies(g)
+    if problems:
+        name = g.name if isinstance(g.name, str) else "GPU"
+        raise TredudaError(f"invalid GPU description {name!r}: " + "; ".join(problems))
+
+
+def _inconsistencies(g: Gpu) -> list[str]:
+    """Relations between fields that hold on every real GPU; a violation is a typo."""
+    checks = [
+        (g.max_threads_per_sm % g.warp_size == 0,
+         "max_threads_per_sm must be a multiple of warp_size"),
+        (g.max_threads_per_block <= g.max_threads_per_sm,
+         "max_threads_per_block must not exceed max_threads_per_sm"),
+        (g.shared_per_block <= g.shared_per_block_optin <= g.shared_per_sm,
+         "need shared_per_block <= shared_per_block_optin <= shared_per_sm"),
+        (g.max_registers_per_thread * g.warp_size <= g.registers_per_sm,
+         "one warp at max_registers_per_thread must fit in registers_per_sm"),
+        (g.schedulers_per_sm <= g.warps_per_sm(),
+         "schedulers_per_sm must not exceed the resident warps"),
+    ]
+    return [message for ok, message in checks if not ok]
+
+
+def _precision(dtype: object) -> int:
+    """64 for double precision, 32 for single; accepts strings and numpy dtypes."""
+    if not isinstance(dtype, str):
+        import numpy
+
+        dtype = numpy.dtype(dtype).name
+    key = dtype.lower().replace("-", "").replace("_", "")
+    if key in ("float32", "fp32", "f32", "float", "single"):
+        return 32
+    if key in ("float64", "fp64", "f64", "double"):
+        return 64
+    raise TredudaError(f"peak_flops: unknown dtype {dtype!r}; use 'float32' or 'float64'")
+
+
+def _bytes(n: int) -> str:
+    """Sizes in the binary units the CUDA documentation uses (KiB, MiB)."""
+    if n >= MIB and n % MIB == 0:
+        return f"{n // MIB} MiB"
+    if n >= KIB and n % KIB == 0:
+        return f"{n // KIB} KiB"
+    return f"{n} B"
+
+
+# Per-compute-capability limits are from the CUDA C++ Programming Guide's technical
+# specifications table [CUDA-CC]; per-product numbers from whitepapers and datasheets.
+
+H100 = Gpu(
+    name="H100-SXM",
+    compute_capability="9.0",  # [CUDA-CC] Hopper GH100
+    sm_count=132,  # [H100-WP] H100 SXM5
+    clock_ghz=1.98,  # [H100-CLK] max boost; matches [H100-DS] 67 TFLOP/s fp32
+    warp_size=32,  # [CUDA-CC]
+    schedulers_per_sm=4,  # [H100-WP] four SM partitions, one warp scheduler each
+    fp32_lanes_per_sm=128,  # [H100-WP]
+    fp64_lanes_per_sm=64,  # [H100-WP] 33.5 TFLOP/s, [H100-DS] rounds to 34
+    max_threads_per_block=1024,  # [CUDA-CC]
+    max_threads_per_sm=2048,  # [CUDA-CC] cc 9.0
+    max_blocks_per_sm=32,  # [CUDA-CC] cc 9.0
+    registers_per_sm=64 * KIB,  # [CUDA-CC] 64K 32-bit registers (256 KB, [H100-WP])
+    max_registers_per_thread=255,  # [CUDA-CC]
+    register_allocation_unit=256,  # [OCC] cc >= 3.0
+    shared_per_sm=228 * KIB,  # [CUDA-CC] cc 9.0 max carve-out
+    shared_per_block=48 * KIB,  # [CUDA-CC] static limit without opt-in
+    shared_per_block_optin=227 * KIB,  # [CUDA-CC] cc 9.0
+    shared_banks=32,  # [CUDA-CC] shared memory has 32 banks (cc >= 5.x)
+    shared_bank_bytes=4,  # [CUDA-CC] successive 32-bit words map to successive banks
+    dram_bandwidth=3.35 * TB,  # [H100-DS] HBM3
+    # [EST] A100's 5120 B/clk [A100-WP] at 1.98 GHz; no Hopper figure is published.
+    l2_bandwidth=5120 * 1.98e9,
+    l2_bytes=50 * MIB,  # [H100-WP] 50 MB L2
+    dram_latency_cycles=700,  # [DEWING] pointer chase, H100 SXM
+    l2_latency_cycles=291,  # [DEWING] pointer chase, H100 SXM
+    shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]; same L1/shared design
+    fma_latency_cycles=4,  # [EST] 4 on Volta [JIA18] and Ampere [ABDELKHALIK22]
+)
+
+A100 = Gpu(
+    name="A100-SXM4-80GB",
+    compute_capability="8.0",  # [CUDA-CC] Ampere GA100
+    sm_count=108,  # [A100-WP]
+    clock_ghz=1.41,  # [A100-WP] boost clock
+    warp_size=32,  # [CUDA-CC]
+    schedulers_per_sm=4,  # [A100-WP] four SM partitions, one warp scheduler each
+    fp32_lanes_per_sm=64,  # [A100-WP] 19.5 TFLOP/s [A100-DS]
+    fp64_lanes_per_sm=32,  # [A100-WP] 9.7 TFLOP/s without tensor cores [A100-DS]
+    max_threads_per_block=1024,  # [CUDA-CC]
+    max_threads_per_sm=2048,  # [CUDA-CC] cc 8.0
+    max_blocks_per_sm=32,  # [CUDA-CC] cc 8.0
+    registers_per_sm=64 * KIB,  # [CUDA-CC] 64K 32-bit registers
+    max_registers_per_thread=255,  # [CUDA-CC]
+    register_allocation_unit=256,  # [OCC] cc >= 3.0
+    shared_per_sm=164 * KIB,  # [CUDA-CC] cc 8.0 max carve-out
+    shared_per_block=48 * KIB,  # [CUDA-CC] static limit without opt-in
+    shared_per_block_optin=163 * KIB,  # [CUDA-CC] cc 8.0
+    shared_banks=32,  # [CUDA-CC]
+    shared_bank_bytes=4,  # [CUDA-CC]
+    dram_bandwidth=2039 * GB,  # [A100-DS] 80GB SXM, HBM2e (the 40GB part has 1555 GB/s)
+    l2_bandwidth=5120 * 1.41e9,  # [A100-WP] 5120 B/clk x boost clock: a peak, not measured
+    l2_bytes=40 * MIB,  # [A100-WP] 40 MB L2
+    # [DEWING] pointer chase, A100 SXM; [ABDELKHALIK22] report a lower ~290 for global loads.
+    dram_latency_cycles=550,
+    l2_latency_cycles=200,  # [ABDELKHALIK22] (~210 in [DEWING])
+    shared_latency_cycles=23,  # [ABDELKHALIK22] ld.shared
+    fma_latency_cycles=4,  # [ABDELKHALIK22] dependent FP32 add/fma
+)
+
+V100 = Gpu(
+    name="V100-SXM2",
+    compute_capability="7.0",  # [CUDA-CC] Volta GV100
+    sm_count=80,  # [V100-WP]
+    clock_ghz=1.53,  # [V100-WP] boost clock
+    warp_size=32,  # [CUDA-CC]
+    schedulers_per_sm=4,  # [V100-WP] four SM partitions, one warp scheduler each
+    fp32_lanes_per_sm=64,  # [V100-WP] 15.7 TFLOP/s
+    fp64_lanes_per_sm=32,  # [V100-WP] 7.8 TFLOP/s
+    max_threads_per_block=1024,  # [CUDA-CC]
+    max_threads_per_sm=2048,  # [CUDA-CC] cc 7.0
+    max_blocks_per_sm=32,  # [CUDA-CC] cc 7.0
+    registers_per_sm=64 * KIB,  # [CUDA-CC] 64K 32-bit registers
+    max_registers_per_thread=255,  # [CUDA-CC]
+    register_allocation_unit=256,  # [OCC] cc >= 3.0
+    shared_per_sm=96 * KIB,  # [CUDA-CC] cc 7.0 max carve-out
+    shared_per_block=48 * KIB,  # [CUDA-CC] static limit without opt-in
+    shared_per_block_optin=96 * KIB,  # [CUDA-CC] cc 7.0
+    shared_banks=32,  # [CUDA-CC]
+    shared_bank_bytes=4,  # [CUDA-CC]
+    dram_bandwidth=900 * GB,  # [V100-WP] HBM2
+    l2_bandwidth=2048 * 1.53e9,  # [A100-WP] V100's 2048 B/clk x boost clock: a peak
+    l2_bytes=6 * MIB,  # [V100-WP] 6144 KB L2
+    dram_latency_cycles=460,  # [DEWING] pointer chase, V100
+    l2_latency_cycles=193,  # [JIA18] L2 hit (221 in [DEWING])
+    shared_latency_cycles=19,  # [JIA18]
+    fma_latency_cycles=4,  # [JIA18] dependent FFMA
+)
+
+RTX3070 = Gpu(
+    name="RTX3070",
+    compute_capability="8.6",  # [CUDA-CC] Ampere GA104
+    sm_count=46,  # [GA102-WP] RTX 3070 column
+    clock_ghz=1.725,  # [GA102-WP] boost clock
+    warp_size=32,  # [CUDA-CC]
+    schedulers_per_sm=4,  # [GA102-WP] four SM partitions, one warp scheduler each
+    fp32_lanes_per_sm=128,  # [GA102-WP] 20.3 TFLOP/s
+    fp64_lanes_per_sm=2,  # [GA102-WP] two FP64 units per SM (1/64 of FP32)
+    max_threads_per_block=1024,  # [CUDA-CC]
+    max_threads_per_sm=1536,  # [CUDA-CC] cc 8.6
+    max_blocks_per_sm=16,  # [CUDA-CC] cc 8.6
+    registers_per_sm=64 * KIB,  # [CUDA-CC] 64K 32-bit registers
+    max_registers_per_thread=255,  # [CUDA-CC]
+    register_allocation_unit=256,  # [OCC] cc >= 3.0
+    shared_per_sm=100 * KIB,  # [CUDA-CC] cc 8.6 max carve-out
+    shared_per_block=48 * KIB,  # [CUDA-CC] static limit without opt-in
+    shared_per_block_optin=99 * KIB,  # [CUDA-CC] cc 8.6
+    shared_banks=32,  # [CUDA-CC]
+    shared_bank_bytes=4,  # [CUDA-CC]
+    dram_bandwidth=448 * GB,  # [GA102-WP] 14 Gbps GDDR6 on 256 bits
+    # [EST] 3.5x DRAM, the L2:DRAM peak ratio of V100 [A100-WP]; no GA104 figure found.
+    l2_bandwidth=3.5 * 448 * GB,
+    l2_bytes=4 * MIB,  # [GA102-WP] 4096 KB L2
+    dram_latency_cycles=600,  # [EST] between the GDDR6/6X parts in [DEWING] (570, 636)
+    l2_latency_cycles=215,  # [EST] A100 and RTX 2000 Ada in [DEWING] (210, 214)
+    shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]
+    fma_latency_cycles=4,  # [EST] A100's value [ABDELKHALIK22]; same FP32 pipeline
+)
+
+GTX560TI = Gpu(
+    name="GTX560Ti",
+    compute_capability="2.1",  # [CUDA-GUIDE-4] Fermi GF114
+    sm_count=8,  # [THESIS] Table 1
+    clock_ghz=1.645,  # [THESIS] Table 1, shader (hot) clock
+    warp_size=32,  # [CUDA-GUIDE-4]
+    # [CUDA-GUIDE-4] F.4: two schedulers; on 2.1 each dual-issues every two hot clocks,
+    # so two warp-instructions per cycle per SM.
+    schedulers_per_sm=2,
+    fp32_lanes_per_sm=48,  # [CUDA-GUIDE-4] 48 cores on 2.1; 1263 GFLOP/s as [THESIS]
+    fp64_lanes_per_sm=4,  # [CUDA-GUIDE-4] 5.4.1: 4 FP64 FMA per clock per SM on 2.1
+    max_threads_per_block=1024,  # [CUDA-GUIDE-4] cc 2.x
+    max_threads_per_sm=1536,  # [CUDA-GUIDE-4] cc 2.x
+    max_blocks_per_sm=8,  # [CUDA-GUIDE-4] cc 2.x; [THESIS] 2.2.1.2 says 8 too
+    registers_per_sm=32 * KIB,  # [CUDA-GUIDE-4] 32K 32-bit registers on cc 2.x
+    max_registers_per_thread=63,  # [CUDA-GUIDE-4] cc 2.x
+    register_allocation_unit=64,  # [OCC] cc 2.x
+    shared_per_sm=48 * KIB,  # [THESIS] Table 1: 16 kB / 48 kB configurable
+    shared_per_block=48 * KIB,  # [CUDA-GUIDE-4] cc 2.x
+    shared_per_block_optin=48 * KIB,  # [CUDA-GUIDE-4] no opt-in on cc 2.x: same 48 KB
+    shared_banks=32,  # [CUDA-GUIDE-4] F.4.3
+    shared_bank_bytes=4,  # [CUDA-GUIDE-4] F.4.3
+    dram_bandwidth=128.256 * GB,  # [GTX560TI-SPEC] 4008 MT/s x 256 bit / 8
+    # [EST] 3.5x DRAM, the L2:DRAM peak ratio of V100 [A100-WP]; no Fermi figure found.
+    l2_bandwidth=3.5 * 128.256 * GB,
+    l2_bytes=512 * KIB,  # [GTX560TI-SPEC] GF114
+    dram_latency_cycles=600,  # [CUDA-GUIDE-4] 5.2.3: '400 to 800' for 2.x; midpoint
+    l2_latency_cycles=300,  # [EST] half the DRAM latency, about the ratio in [DEWING]
+    shared_latency_cycles=50,  # [MEI16] GTX 560 Ti
+    fma_latency_cycles=22,  # [CUDA-GUIDE-4] 5.2.3: 'about 22 clock cycles' on 2.x
+)
+
+#: The built-in GPUs by short name; :func:`gpu` also accepts their full names and aliases.
+GPUS: dict[str, Gpu] = {
+    "H100": H100,
+    "A100": A100,
+    "V100": V100,
+    "RTX3070": RTX3070,
+    "GTX560Ti": GTX560TI,
+}
+
+_EXTRA_ALIASES = {
+    "H100": ("H100 SXM5", "H100-SXM5", "GH100"),
+    "A100": ("A100-SXM4", "A100 80GB", "A100-SXM"),
+    "V100": ("V100-SXM", "Tesla V100", "GV100"),
+    "RTX3070": ("GeForce RTX 3070", "GA104"),
+    "GTX560Ti": ("GeForce GTX 560 Ti", "560Ti", "GF114", "Fermi"),
+}
+
+
+def _key(name: str) -> str:
+    """Lookup key: case and punctuation do not matter ('RTX 3070' == 'rtx3070')."""
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def _aliases() -> dict[str, str]:
+    table_: dict[str, str] = {}
+    for short, g in GPUS.items():
+        for alias in (short, g.name, *_EXTRA_ALIASES.get(short, ())):
+            table_[_key(alias)] = short
+    return table_
+
+
+_ALIASES = _aliases()
+
+
+def gpu(name_or_gpu: str | Gpu) -> Gpu:
+    """The built-in GPU called ``name_or_gpu`` (case and punctuation ignored), or a Gpu as is."""
+    if isinstance(name_or_gpu, Gpu):
+        return name_or_gpu
+    if not isinstance(name_or_gpu, str):
+        raise TredudaError(f"a GPU is a name or a treduda.gpus.Gpu, not {name_or_gpu!r}")
+    short = _ALIASES.get(_key(name_or_gpu))
+    if short is None:
+        raise TredudaError(
+            f"unknown GPU {name_or_gpu!r}; known GPUs: {', '.join(GPUS)} "
+            "(describe another one with treduda.gpus.custom(...))")
+    return GPUS[short]
+
+
+def custom(**fields: object) -> Gpu:
+    """A GPU of the user's own, with every field given and checked (types, positivity, limits).
+
+    To vary a built-in one: ``custom(**{**dataclasses.asdict(gpu("A100")), "sm_count": 54})``.
+    """
+    unknown = sorted(set(fields) - set(_FIELDS))
+    missing = [f for f in _FIELDS if f not in fields]
+    if unknown or missing:
+        parts = []
+        if missing:
+            parts.append(f"missing field(s): {', '.join(missing)}")
+        if unknown:
+            parts.append(f"unknown field(s): {', '.join(unknown)}")
+        raise TredudaError(f"custom GPU: {'; '.join(parts)}; the fields are: {', '.join(_FIELDS)}")
+    return Gpu(**fields)  # type: ignore[arg-type]  # Gpu.__post_init__ checks the types
+
+
+def table() -> str:
+    """All built-in GPUs side by side, for the ``treduda gpus`` command."""
+    header = ("name", "cc", "SMs", "GHz", "FP32 TF/s", "FP64 TF/s", "DRAM GB/s", "shared/SM",
+              "regs/SM")
+    rows = [header] + [
+        (g.name, g.compute_capability, str(g.sm_count), f"{g.clock_ghz:g}",
+         f"{g.peak_flops('float32') / 1e12:.1f}", f"{g.peak_flops('float64') / 1e12:.2f}",
+         f"{g.dram_bandwidth / GB:.0f}", _bytes(g.shared_per_sm), str(g.registers_per_sm))
+        for g in GPUS.values()
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
+    lines = ["  ".join(cell.ljust(w) if i == 0 else cell.rjust(w)
+                       for i, (cell, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+             for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    return "\n".join(lines)
+
+
+__all__ = ["GPUS", "Gpu", "SOURCES", "custom", "gpu", "table"]
