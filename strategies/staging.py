@@ -12,6 +12,11 @@ origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
 * ``sync[P, t]``  a barrier before the copy (the previous step is done with the tile) and one
   after it (the tile is complete), executed by every thread of the block;
 * the compute statement reads ``X_sh[a - o(P)]`` instead of ``X[a]``.
+
+With ``preload`` (strategy 9) the copy is split: ``load[P, e]`` reads the *next* step's
+elements into registers while the current step computes — its innermost step coordinate is
+shifted by one, so isl adds a first iteration that only loads — and ``store[P, e]`` moves them
+from registers to the tile after the barrier.
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from treduda.strategy import (
     register,
 )
 
-STAGE_BEFORE, STAGE_COPY, STAGE_AFTER = 0, 1, 2  # the compute statements are at stage 3
+STAGE_BEFORE, STAGE_COPY, STAGE_AFTER, STAGE_LOAD = 0, 1, 2, 3  # compute is at stage 4
 BYTES = {"float32": 4, "float64": 8}
 
 
@@ -69,19 +74,27 @@ class Staged(Strategy):
         parameters = (Parameter("stage", (*subsets, ""),
                                 "inputs staged in shared memory (comma separated)"),
                       Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
-                                               "so threads hit different banks"))
+                                               "so threads hit different banks"),
+                      Parameter("preload", (False, True), "load the next step into registers "
+                                                          "while computing this one"))
         mapping_names = tuple(p.name for p in mapping.space(program, before[:-1]).parameters)
         budget = self.limits.shared_per_block
 
         def fits(p: Mapping[str, Any]) -> bool:
             return shared_bytes(program, mapping.tile_extents(program, p), p) <= budget
 
-        rule = Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                          (*mapping_names, "stage", "pad"), fits)
-        return ParamSpace(parameters, (rule,))
+        rules = (
+            Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
+                       (*mapping_names, "stage", "pad"), fits),
+            Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
+                       "(its registers are indexed by the unrolled copy loop)",
+                       ("stage", "step", "unroll", "preload"),
+                       lambda p: not p["preload"] or (p["stage"] and p["step"] and p["unroll"])),
+        )
+        return ParamSpace(parameters, rules)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
-        return {"stage": ",".join(stageable(program)), "pad": 1}
+        return {"stage": ",".join(stageable(program)), "pad": 1, "preload": False}
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         staged = [t for t in params["stage"].split(",") if t]
@@ -90,7 +103,7 @@ class Staged(Strategy):
         if Role.STAGE not in scheduled.roles:
             raise StrategyError("staging needs a schedule with a stage dimension: chain it after "
                                 "a tiling strategy, e.g. 'tiled+staged'")
-        return _Stager(scheduled, staged, params["pad"]).run()
+        return _Stager(scheduled, staged, params["pad"], params["preload"]).run()
 
 
 def shared_bytes(program: Program, extents: Mapping[str, int | None],
@@ -115,11 +128,12 @@ def _mapping(before: Sequence[Strategy]) -> Strategy:
 class _Stager:
     """Adds the copy and barrier statements of one staged kernel."""
 
-    def __init__(self, scheduled: Scheduled, staged: list[str], pad: int):
+    def __init__(self, scheduled: Scheduled, staged: list[str], pad: int, preload: bool):
         self.scheduled = scheduled
         self.program = scheduled.program
         self.staged = staged
         self.pad = pad
+        self.preload = preload
         roles = scheduled.roles
         self.stage = roles.index(Role.STAGE)
         self.keep = [n for n in range(self.stage) if roles[n] != Role.THREAD]
@@ -138,11 +152,14 @@ class _Stager:
             accesses = list(s.accesses)
             for n, element in enumerate(ir.elements(s.body)):
                 if n > 0 and element.array in self.staged:
-                    accesses[n], copy = self._stage(s, prefix, element.array, accesses[n])
-                    self.statements.append(copy[0])
-                    schedule = schedule.union(copy[1])
-            for stage in (STAGE_BEFORE, STAGE_AFTER):
-                sync, sync_schedule = self._sync(s, prefix, stage)
+                    accesses[n], copies = self._stage(s, prefix, element.array, accesses[n])
+                    for statement, statement_schedule in copies:
+                        self.statements.append(statement)
+                        schedule = schedule.union(statement_schedule)
+            syncs = [self._sync(s, prefix, STAGE_BEFORE), self._sync(s, prefix, STAGE_AFTER)]
+            if self.preload:  # every thread iterates over the step the first loads happen in
+                syncs.append(self._sync(s, prefix, STAGE_BEFORE, anchor=True))
+            for sync, sync_schedule in syncs:
                 self.statements.append(sync)
                 schedule = schedule.union(sync_schedule)
             self.statements.append(replace(s, accesses=tuple(accesses)))
@@ -182,41 +199,72 @@ class _Stager:
         return shared, self._copy(s, name, tensor, origin, box)
 
     def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
-        """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule."""
-        title = f"copy_{name}"
+        """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule; with preloading, the
+        ``load`` (into registers, one step ahead) and ``store`` statements that replace it."""
         indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("e",)
-        head = f"{title}[{', '.join(indices)}]"
         unflatten, volume = _unflatten(box, self.program.layout)  # u(e), prod(box)
         offsets = isl.Map(f"{{ [e] -> [{', '.join(unflatten)}] : 0 <= e < {volume} }}")
         element = (origin.product(offsets).apply_range(_sum(len(box), tensor)).flatten_domain()
-                   .set_tuple_name(isl.dim_type.in_, title)
-                   .intersect_range(_bounds(self.program, tensor)))  # { copy[P, e] -> X[..] }
+                   .intersect_range(_bounds(self.program, tensor)))  # { [P, e] -> X[..] }
         domain = element.domain()
-        target = isl.Map(f"{self.program.isl_params()}{{ {head} -> {name}[{', '.join(unflatten)}]"
-                         " }").intersect_domain(domain)
-        body = ir.Assign(ir.Element(name, ()), "=", ir.Element(tensor, ()))
-        copy = Statement(title, Kind.COPY, indices, body, (target, element))
-        dims = self._dims(indices[:-1], self._threads("e"), STAGE_COPY,
-                          f"floor(e/{math.prod(self.scheduled.block)})")
-        schedule = isl.Map(f"{self.program.isl_params()}{{ {head} -> [{', '.join(dims)}] }}")
-        return copy, isl.UnionMap.from_map(schedule.intersect_domain(domain))
+        threads = math.prod(self.scheduled.block)
+        tile = f"{name}[{', '.join(unflatten)}]"
+        if not self.preload:
+            copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
+                                   ir.Element(name, ()), ir.Element(tensor, ()), tile, element)
+            return [copy]
+        registers = self._name(tensor, "_pre")
+        self.locals.append(ir.Local(registers, ir.Space.REGISTER, (-(-volume // threads),)))
+        slot = f"{registers}[floor(e/{threads})]"
+        load = self._statement(f"load_{name}", indices, domain, STAGE_LOAD,
+                               ir.Element(registers, ()), ir.Element(tensor, ()), slot, element,
+                               shift=True)
+        store = self._statement(f"store_{name}", indices, domain, STAGE_COPY,
+                                ir.Element(name, ()), ir.Element(registers, ()), tile, slot)
+        return [load, store]
 
-    def _sync(self, s: Statement, prefix: isl.Map, stage: int):
-        """A barrier for every thread of the block at ``stage`` of each step of ``s``."""
-        title = f"sync{stage}_{s.name}"
+    def _statement(self, title: str, indices: tuple[str, ...], domain: isl.Set, stage: int,
+                   target: ir.Element, source: ir.Element, target_access: str,
+                   source_access: str | isl.Map, shift: bool = False):
+        """A statement ``target = source`` over the copy domain ``[P, e]``, dealt out to the
+        block's threads; ``shift`` schedules it one step early."""
+        domain = domain.set_tuple_name(title)
+        head = f"{title}[{', '.join(indices)}]"
+
+        def access(text_or_map: str | isl.Map) -> isl.Map:
+            if isinstance(text_or_map, str):
+                text_or_map = isl.Map(f"{self.program.isl_params()}{{ {head} -> "
+                                      f"{text_or_map} }}")
+            return text_or_map.set_tuple_name(isl.dim_type.in_, title).intersect_domain(domain)
+
+        body = ir.Assign(target, "=", source)
+        statement = Statement(title, Kind.COPY, indices, body,
+                              (access(target_access), access(source_access)))
+        dims = self._dims(indices[:-1], self._threads("e"), stage,
+                          f"floor(e/{math.prod(self.scheduled.block)})", shift)
+        schedule = isl.Map(f"{self.program.isl_params()}{{ {head} -> [{', '.join(dims)}] }}")
+        return statement, isl.UnionMap.from_map(schedule.intersect_domain(domain))
+
+    def _sync(self, s: Statement, prefix: isl.Map, stage: int, anchor: bool = False):
+        """A barrier for every thread of the block at ``stage`` of each step of ``s``.
+
+        An ``anchor`` does nothing one step early: loops that contain barriers must run the same
+        iterations in every thread, and with preloading some threads load one step early."""
+        title = f"{'anchor' if anchor else 'sync'}{stage}_{s.name}"
         indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("t0", "t1", "t2")
         threads = " and ".join(f"0 <= t{n} < {b}" for n, b in enumerate(self.scheduled.block))
         block = isl.Set(f"{{ [t0, t1, t2] : {threads} }}")
         domain = prefix.range().flat_product(block).set_tuple_name(title)
-        dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0")
+        dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0", shift=anchor)
         schedule = isl.Map(f"{self.program.isl_params()}{{ {title}[{', '.join(indices)}] -> "
                            f"[{', '.join(dims)}] }}").intersect_domain(domain)
-        return (Statement(title, Kind.SYNC, indices, ir.Barrier(), ()),
-                isl.UnionMap.from_map(schedule))
+        body = ir.Block(()) if anchor else ir.Barrier()
+        return Statement(title, Kind.SYNC, indices, body, ()), isl.UnionMap.from_map(schedule)
 
-    def _dims(self, prefix: Sequence[str], threads: Sequence[str], stage: int,
-              loop: str) -> list[str]:
-        """A full schedule point: the prefix, thread ids, the stage, the copy loop, zeros."""
+    def _dims(self, prefix: Sequence[str], threads: Sequence[str], stage: int, loop: str,
+              shift: bool = False) -> list[str]:
+        """A full schedule point: the prefix, thread ids, the stage, the copy loop, zeros;
+        ``shift`` moves it one step earlier (the innermost step coordinate minus one)."""
         dims = ["0"] * len(self.scheduled.roles)
         for position, name in zip(self.keep, prefix, strict=True):
             dims[position] = name
@@ -225,6 +273,9 @@ class _Stager:
         dims[self.stage] = str(stage)
         if self.copy_loop is not None:
             dims[self.copy_loop] = loop
+        if shift:
+            step = max(n for n in self.keep if self.scheduled.roles[n] == Role.STEP)
+            dims[step] = f"{dims[step]} - 1"
         return dims
 
     def _threads(self, e: str) -> list[str]:
@@ -232,12 +283,12 @@ class _Stager:
         bx, by, bz = self.scheduled.block
         return [f"{e} mod {bx}", f"floor({e}/{bx}) mod {by}", f"floor({e}/{bx * by}) mod {bz}"]
 
-    def _name(self, tensor: str) -> str:
+    def _name(self, tensor: str, suffix: str = "_sh") -> str:
         taken = {local.name for local in (*self.scheduled.locals, *self.locals)}
-        name = f"{tensor}_sh"
+        name = f"{tensor}{suffix}"
         n = 1
         while name in taken:
-            name, n = f"{tensor}_sh{n}", n + 1
+            name, n = f"{tensor}{suffix}{n}", n + 1
         return name
 
 

@@ -48,7 +48,7 @@ REGISTER_EXTENTS = (1, 2, 4, 8)
 ASSIGNMENTS = ("cyclic", "adjacent")
 STEPS = (0, 4, 8, 16, 32, 64)
 ACCUMULATOR_BUDGET = 64  # accumulator registers per thread, a quarter of the 255 available
-STAGE_COMPUTE = 3  # after barrier (0), copies (1) and barrier (2) of a staging strategy
+STAGE_COMPUTE = 4  # after a staging strategy's barrier, copies, barrier and next loads (0-3)
 
 
 def fastest_first(program: Program) -> tuple[str, ...]:
@@ -207,11 +207,13 @@ class Tiled(Strategy):
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.LOOP,) * len(loops)
                  + (Role.PHASE,) + (Role.STEP,) * len(steps) + (Role.STAGE,)
                  + (Role.INNER,) * len(inner) + (Role.REGISTER,) * len(registers))
-        unroll = [n for n, role in enumerate(roles)
-                  if role == Role.REGISTER or (role == Role.INNER and params["unroll"])]
+        # Register loops are unrolled by isl, so register indices become constants; the loop
+        # within a step by the C compiler (isl unrolling it too multiplies generation time).
+        unroll = tuple(n for n, role in enumerate(roles) if role == Role.REGISTER)
+        pragma = tuple(n for n, role in enumerate(roles) if role == Role.INNER and params["unroll"])
         statements, locals_ = _register_tiles(scheduled, order, params)
         return Scheduled(program, statements, transform_schedule(program, target), roles,
-                         tuple(params[f"block_{a}"] for a in AXES), locals_, tuple(unroll))
+                         tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma)
 
 
 def _tile(o: str, threads: int, registers: int, assignment: str) -> tuple[str, str, str]:

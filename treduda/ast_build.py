@@ -203,9 +203,10 @@ class _Converter:
             return ir.Block(tuple(self.node(children.get_at(i))
                                   for i in range(children.n_ast_node())))
         if kind == isl.ast_node_type.for_:
-            return ir.For(n.for_get_iterator().get_id().get_name(), _expr(n.for_get_init()),
-                          _expr(n.for_get_cond()), _expr(n.for_get_inc()),
-                          self.node(n.for_get_body()))
+            iterator = n.for_get_iterator().get_id().get_name()
+            return ir.For(iterator, _expr(n.for_get_init()), _expr(n.for_get_cond()),
+                          _expr(n.for_get_inc()), self.node(n.for_get_body()),
+                          _dimension(iterator) in self.scheduled.pragma_unroll)
         if kind == isl.ast_node_type.if_:
             otherwise = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
             return ir.If(_expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)
@@ -219,10 +220,15 @@ class _Converter:
         """The statement's body with the index expressions found by :meth:`at_domain`."""
         name = node.user_get_expr().get_op_arg(0).get_id().get_name()
         body = self.scheduled.statement(name).body
-        if isinstance(body, ir.Barrier):
+        if not isinstance(body, ir.Assign):  # a barrier, or an anchor that prints nothing
             return body
         found = self.found[int(node.get_annotation().get_name().removeprefix("accesses"))]
         return ir.replace_elements(body, iter(found))
+
+
+def _dimension(iterator: str) -> int:
+    """The schedule dimension a loop scans: isl names its iterators c0, c1, .. by dimension."""
+    return int(iterator[1:]) if iterator[:1] == "c" and iterator[1:].isdigit() else -1
 
 
 def offset(indices: tuple[ir.Expr, ...], shape: tuple[ir.Expr, ...], layout: str) -> ir.Expr:

@@ -126,6 +126,7 @@ class For:
     condition: Expr
     step: Expr
     body: Stmt
+    unroll: bool = False  # ask the C compiler to unroll it (#pragma unroll)
 
 
 @dataclass(frozen=True)

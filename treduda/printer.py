@@ -28,20 +28,22 @@ class Dialect:
     thread_id: str
     index_types: dict  # bits -> C integer type
     axes: tuple[str, ...]
+    unroll: str  # the hint before a loop to unroll; PoCL's clang warns when it cannot, so none
 
 
 CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void __launch_bounds__({threads})',
     global_pointer="", restrict="__restrict__", shared="__shared__",
     barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
-    index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"))
+    index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll")
 
 OPENCL = Dialect(
     name="opencl",
     kernel="__kernel __attribute__((reqd_work_group_size({bx}, {by}, {bz}))) void",
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
-    thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"))
+    thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
+    unroll="")
 
 C_TYPES = {"float32": "float", "float64": "double"}
 
@@ -105,7 +107,8 @@ class Printer:
         if isinstance(s, ir.For):
             head = (f"for ({self.index_type} {s.iterator} = {self.expr(s.start)}; "
                     f"{self.expr(s.condition)}; {s.iterator} += {self.expr(s.step)})")
-            return [f"{pad}{head} {{", *self.stmt(s.body, depth + 1), f"{pad}}}"]
+            pragma = [f"{pad}{self.dialect.unroll}"] if s.unroll and self.dialect.unroll else []
+            return [*pragma, f"{pad}{head} {{", *self.stmt(s.body, depth + 1), f"{pad}}}"]
         if isinstance(s, ir.If):
             lines = [f"{pad}if ({self.expr(s.condition)}) {{", *self.stmt(s.then, depth + 1)]
             if s.otherwise is not None:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import math
+import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
@@ -112,6 +113,17 @@ class ParamSpace:
         for v in values:
             yield from self.points({**fixed, parameter.name: v})
 
+    def sample(self, rng: random.Random, fixed: Mapping[str, Any] | None = None,
+               attempts: int = 100) -> dict[str, Any]:
+        """A random complete, valid assignment: a random descent through :meth:`choices`."""
+        for _ in range(attempts):
+            chosen = dict(fixed or {})
+            while (step := self.choices(chosen)) is not None and step[1]:
+                chosen[step[0].name] = rng.choice(step[1])
+            if step is None:
+                return chosen
+        raise StrategyError(f"found no valid parameters in {attempts} random descents")
+
     def size(self) -> int:
         """How many assignments there are before constraints prune them."""
         return math.prod(len(p.values) for p in self.parameters)
@@ -150,6 +162,7 @@ class Scheduled:
     block: tuple[int, int, int] = (1, 1, 1)
     locals: tuple[ir.Local, ...] = ()
     unroll: tuple[int, ...] = ()  # schedule dimensions isl unrolls
+    pragma_unroll: tuple[int, ...] = ()  # schedule dimensions the C compiler is asked to unroll
     strategy: str = ""
     params: dict[str, Any] = field(default_factory=dict)
 
