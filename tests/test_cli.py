@@ -44,3 +44,23 @@ def test_demo_verifies_both_kernels(capsys):
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
     assert out.count("matches numpy.einsum") == 2 and "all kernels verified" in out
+
+
+def test_compile_with_a_chained_strategy_and_parameters(capsys):
+    assert main(["compile", "C[i,j] = A[i,k]*B[k,j]", "-s", "i=40", "-s", "j=33", "-s", "k=20",
+                 "--strategy", "tiled+staged", "-p", "reg_x=2", "-p", "preload=true",
+                 "-p", "stage=B"]) == 0
+    out = capsys.readouterr().out
+    assert "strategy: tiled+staged" in out and "preload=True" in out and "B_sh" in out
+    assert "A_sh" not in out
+
+
+def test_space_lists_parameters_and_rules(capsys):
+    assert main(["space", "C[i,j] = A[i,k]*B[k,j]", "-s", "i=40", "-s", "j=33", "-s", "k=20"]) == 0
+    out = capsys.readouterr().out
+    assert "preload" in out and "shared memory per block" in out and "combinations" in out
+
+
+def test_unknown_strategy_is_an_error(capsys):
+    assert main(["compile", "C[i] = A[i]", "-s", "i=4", "--strategy", "tiled+magic"]) == 2
+    assert "unknown strategy 'magic'" in capsys.readouterr().err

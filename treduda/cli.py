@@ -8,8 +8,10 @@ from collections.abc import Sequence
 
 from . import strategies
 from .api import compile
+from .contraction import analyse, resolve_sizes
 from .demo import demo
 from .errors import TredudaError
+from .lower import lower
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -20,10 +22,15 @@ def _size(text: str) -> tuple[str, int]:
 
 
 def _param(text: str) -> tuple[str, object]:
+    """NAME=VALUE; the value becomes an int or a bool where it reads as one."""
     name, sep, value = text.partition("=")
     if not sep or not name:
         raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as block_x=32, got {text!r}")
-    return name.strip(), int(value) if value.strip().lstrip("-").isdigit() else value.strip()
+    value = value.strip()
+    if value.lstrip("-").isdigit():
+        return name.strip(), int(value)
+    booleans = {"true": True, "false": False}
+    return name.strip(), booleans.get(value.lower(), value)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -32,23 +39,33 @@ def parser() -> argparse.ArgumentParser:
     commands = main.add_subparsers(dest="command", required=True)
 
     c = commands.add_parser("compile", help="print or write the CUDA kernel of an expression")
-    c.add_argument("expression", help='e.g. "C[i,j] = A[i,k] * B[k,j]"')
-    c.add_argument("--size", "-s", action="append", type=_size, default=[], metavar="I=N",
-                   help="extent of an index (repeat for each index)")
-    c.add_argument("--symbolic", action="store_true",
-                   help="make the sizes kernel arguments: one kernel for every size")
-    c.add_argument("--dtype", choices=("float32", "float64"), default="float32")
-    c.add_argument("--layout", choices=("C", "F"), default="C",
-                   help="C: row-major (last index fastest); F: column-major (first fastest)")
-    c.add_argument("--strategy", choices=sorted(strategies.available()), default=None)
+    _problem_arguments(c)
+    c.add_argument("--strategy", default=None, metavar="NAME",
+                   help="a strategy, or several chained with '+' (see `treduda strategies`)")
     c.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V",
                    help="a strategy parameter (repeat for each)")
     c.add_argument("--opencl", action="store_true", help="print the OpenCL text instead")
     c.add_argument("--out", "-o", help="write to this file instead of printing")
 
     commands.add_parser("strategies", help="list the registered strategies")
+
+    s = commands.add_parser("space", help="list a strategy's parameters for an expression")
+    _problem_arguments(s)
+    s.add_argument("--strategy", default="tiled+staged", metavar="NAME")
     commands.add_parser("demo", help="generate, verify on PoCL and explain two kernels")
     return main
+
+
+def _problem_arguments(command: argparse.ArgumentParser) -> None:
+    """The arguments that say what to compute: expression, sizes, dtype, layout."""
+    command.add_argument("expression", help='e.g. "C[i,j] = A[i,k] * B[k,j]"')
+    command.add_argument("--size", "-s", action="append", type=_size, default=[], metavar="I=N",
+                         help="extent of an index (repeat for each index)")
+    command.add_argument("--symbolic", action="store_true",
+                         help="make the sizes kernel arguments: one kernel for every size")
+    command.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    command.add_argument("--layout", choices=("C", "F"), default="C",
+                         help="C: row-major (last index fastest); F: column-major (first fastest)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -58,8 +75,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _compile(args)
         if args.command == "strategies":
             for name, description in strategies.available().items():
-                print(f"{name:24} {description}")
+                print(f"{name:20} {description}")
+            print("\nChain a tiling with staging as tiled+staged; `treduda space EXPR -s ... "
+                  "--strategy NAME` lists a strategy's parameters.")
             return 0
+        if args.command == "space":
+            return _space(args)
         return demo()
     except TredudaError as error:
         print(f"treduda: error: {error}", file=sys.stderr)
@@ -77,6 +98,22 @@ def _compile(args: argparse.Namespace) -> int:
         print(f"wrote {args.out}: {kernel!r}")
     else:
         print(text, end="")
+    return 0
+
+
+def _space(args: argparse.Namespace) -> int:
+    contraction = analyse(args.expression)
+    sizes = None if args.symbolic else resolve_sizes(contraction, dict(args.size))
+    program = lower(contraction, sizes, args.layout, args.dtype)
+    strategy = strategies.get(args.strategy)
+    space = strategy.space(program)
+    defaults = strategy.defaults(program)
+    print(f"{strategy.name}: {strategy.description}")
+    for p in space.parameters:
+        values = ", ".join(map(str, p.values))
+        print(f"  {p.name:10} default {defaults[p.name]!s:8} of {values}\n  {'':10} {p.doc}")
+    print("rules:\n" + "\n".join(f"  - {c.description}" for c in space.constraints))
+    print(f"{space.size()} combinations before the rules")
     return 0
 
 

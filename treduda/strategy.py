@@ -202,7 +202,13 @@ class Strategy:
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         """A sensible complete choice: by default the first valid point of the space."""
-        return next(self.space(program, before).points())
+        space = self.space(program, before)
+        for point in space.points():
+            return point
+        first = {p.name: p.values[0] for p in space.parameters}
+        reasons = "; ".join(c.description for c in space.violated(first)) or "its rules"
+        raise StrategyError(f"strategy '{self.name}' cannot compute {program.contraction.source!r}:"
+                            f" no parameters satisfy {reasons}")
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         raise NotImplementedError
