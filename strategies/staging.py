@@ -86,6 +86,8 @@ class Staged(Strategy):
         rules = (
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
                        (*mapping_names, "stage", "pad"), fits),
+            Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
+                       lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
                        ("stage", "step", "unroll", "preload"),

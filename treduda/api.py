@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import math
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -10,24 +12,35 @@ import numpy as np
 
 from . import strategies
 from .ast_build import build
+from .cache import CacheKey, CacheWarning, TuningCache
 from .contraction import Contraction, analyse, infer_sizes, resolve_sizes
 from .errors import StrategyError
+from .gpus import gpu as find_gpu
 from .kernel import Kernel
 from .lower import DTYPES, LAYOUTS, lower
 from .printer import check_identifiers
+from .search import search
 
-DEFAULT_STRATEGY = "thread_per_element"
+DEFAULT_STRATEGY = "tiled+staged"
+# Node budgets of the search compile() runs: enough for full-size problems to finish; small
+# ones (whose candidates differ by microseconds) stop early with the best found so far.
+SEARCH_NODE_BUDGET = 1000
+SMALL_PROBLEM = 10_000_000  # points in the iteration space
+SMALL_PROBLEM_BUDGET = 200
 
 
 def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
             layout: str = "C", strategy: str | None = None,
-            params: Mapping[str, Any] | None = None, symbolic: bool = False) -> Kernel:
+            params: Mapping[str, Any] | None = None, symbolic: bool = False,
+            gpu: str = "H100", cache: TuningCache | bool = True) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
     arguments, so one kernel serves every size (``sizes`` may then be omitted). ``layout`` is
     ``"C"`` (row-major) or ``"F"`` (column-major); ``strategy`` and ``params`` choose how the
-    work is mapped onto the GPU (``treduda.strategies.available()`` lists them).
+    work is mapped onto the GPU (``treduda.strategies.available()`` lists them). Without either,
+    fixed sizes are tuned for ``gpu`` by :func:`treduda.search` and the result kept in the
+    tuning cache (``cache=False`` skips it); symbolic kernels take the default strategy.
     """
     if dtype not in DTYPES:
         raise StrategyError(f"dtype {dtype!r} is not supported; choose one of {DTYPES}")
@@ -39,6 +52,8 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     if symbolic and sizes:
         resolve_sizes(contraction, sizes)  # still report typos and bad extents
     program = lower(contraction, fixed, layout, dtype)
+    if strategy is None and params is None and fixed is not None:
+        strategy, params = _tuned(expr, fixed, dtype, layout, gpu, cache, program)
     chosen = strategies.get(strategy or DEFAULT_STRATEGY)
     scheduled = chosen.apply(program, params)
     built = build(scheduled, _kernel_name(contraction, fixed, dtype, layout, scheduled.strategy,
@@ -63,6 +78,33 @@ def contract(expr: str, *operands: Any, dtype: str | None = None, layout: str = 
         dtype = "float64" if any(a.dtype == np.float64 for a in arrays.values()) else "float32"
     kernel = compile(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params)
     return kernel.run(backend=backend, **values)
+
+
+def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
+           cache: TuningCache | bool, program) -> tuple[str, dict[str, Any]]:
+    """The searched strategy and parameters, from the tuning cache when it has them.
+
+    A cached entry is re-checked against this program's parameter space before it is used;
+    one that no longer fits is reported and searched for again."""
+    store = TuningCache() if cache is True else (cache or None)
+    key = CacheKey.make(expr, sizes, dtype, layout, find_gpu(gpu).name)
+    hit = store.get(key) if store is not None else None
+    if hit is not None:
+        try:
+            chosen = strategies.get(hit["strategy"])
+            chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
+            return hit["strategy"], dict(hit["params"])
+        except (StrategyError, KeyError, TypeError) as error:
+            warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
+                          stacklevel=3)
+    budget = SMALL_PROBLEM_BUDGET if math.prod(sizes.values()) < SMALL_PROBLEM else (
+        SEARCH_NODE_BUDGET)
+    result = search(expr, sizes, gpu, dtype=dtype, layout=layout, max_nodes=budget)
+    if store is not None:
+        store.put(key, {"strategy": result.best.strategy, "params": result.best.params,
+                        "seconds": result.best.prediction.seconds,
+                        "binding": result.best.prediction.binding})
+    return result.best.strategy, dict(result.best.params)
 
 
 def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:

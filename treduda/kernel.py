@@ -96,17 +96,22 @@ class Kernel:
 
     def verify(self, sizes: Mapping[str, int] | None = None, *, seed: int = 0,
                backend: str = "opencl") -> reference.Verification:
-        """Run on random data and compare with numpy.einsum; raise VerificationError if off."""
-        sizes = dict(sizes or self.sizes or {})
-        if not sizes:
+        """Run on random data and compare with numpy.einsum; raise VerificationError if off.
+
+        On PoCL every tensor sits between guard zones (see :mod:`treduda.run.opencl`), so a
+        read outside an input poisons the result with NaN and a write outside the output is
+        reported, instead of passing unseen or corrupting other memory.
+        """
+        if sizes is None and self.symbolic:
             raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to verify()")
+        sizes = dict(self.sizes if sizes is None else sizes)  # {} for a kernel without indices
         rng = np.random.default_rng(seed)
         c = self.contraction
         shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
         shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
         arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
         scalars = {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
-        result = self._launch(self._prepare(sizes, arrays, scalars), backend)
+        result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
         allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
         error = np.abs(result.astype(np.float64) - expected)
@@ -114,11 +119,22 @@ class Kernel:
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),
             float(allowed.max(initial=0.0)), sizes)
         if not outcome.ok:
-            worst = np.unravel_index(int(np.argmax(error - allowed)), error.shape)
-            raise VerificationError(f"{self.name} ({self.expression}) {outcome}; worst element "
-                                    f"{tuple(int(i) for i in worst)}: got {result[worst]!r}, "
-                                    f"expected {expected[worst]!r}")
+            raise VerificationError(self._mismatch(outcome, result, expected, error - allowed))
         return outcome
+
+    def _mismatch(self, outcome: reference.Verification, result: np.ndarray,
+                  expected: np.ndarray, excess: np.ndarray) -> str:
+        """Why verify() failed: the worst element (a non-finite one first), and how many
+        elements are not finite, which points at a read outside an input (guards hold NaN)."""
+        worst = np.unravel_index(int(np.argmax(excess)), excess.shape)  # argmax finds NaN first
+        message = (f"{self.name} ({self.expression}) {outcome}; worst element "
+                   f"{tuple(int(i) for i in worst)}: got {result[worst]!r}, "
+                   f"expected {expected[worst]!r}")
+        broken = int(np.count_nonzero(~np.isfinite(result)))
+        if broken:
+            message += (f"; {broken} of {result.size} element(s) are not finite (inputs are "
+                        "surrounded by NaN: a read outside an input?)")
+        return message
 
     def compile_cuda(self, arch: str = "sm_90"):
         """Compile the CUDA text with nvcc; returns registers, spills and shared memory."""
@@ -130,11 +146,12 @@ class Kernel:
         return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
                        self.block, sizes, arrays, scalars)
 
-    def _launch(self, launch: Launch, backend: str) -> np.ndarray:
+    def _launch(self, launch: Launch, backend: str, guard: bool = False) -> np.ndarray:
+        """Run on ``backend``; ``guard`` adds PoCL's guard zones (the CUDA path has none)."""
         if backend == "opencl":
             from .run.opencl import run_opencl
 
-            return run_opencl(self.opencl_source, launch)
+            return run_opencl(self.opencl_source, launch, guard=guard)
         if backend == "cuda":
             from .run.cuda import run_cuda
 

@@ -14,6 +14,7 @@ and scans the rest into loops. ``Scheduled.roles`` names the role of every dimen
 from __future__ import annotations
 
 import enum
+import functools
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -95,11 +96,23 @@ class ParamSpace:
         return [c for c in self.constraints
                 if all(n in fixed for n in c.needs) and not c.holds(fixed)]
 
+    @functools.cached_property
+    def _rules_of(self) -> dict[str, tuple[Constraint, ...]]:
+        """For each parameter, the rules that read it (checked when it is decided)."""
+        return {p.name: tuple(c for c in self.constraints if p.name in c.needs)
+                for p in self.parameters}
+
     def choices(self, fixed: Mapping[str, Any]) -> tuple[Parameter, tuple] | None:
-        """The next open parameter and its values that break no rule; None when all are fixed."""
+        """The next open parameter and its values that break no rule; None when all are fixed.
+
+        ``fixed`` is assumed valid (as every node the search builds is), so only the rules
+        that read the parameter being decided are checked."""
         for p in self.parameters:
             if p.name not in fixed:
-                return p, tuple(v for v in p.values if not self.violated({**fixed, p.name: v}))
+                rules = self._rules_of[p.name]
+                return p, tuple(v for v in p.values if not any(
+                    all(n in fixed or n == p.name for n in c.needs)
+                    and not c.holds({**fixed, p.name: v}) for c in rules))
         return None
 
     def points(self, fixed: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:

@@ -3,18 +3,30 @@
 
 PoCL's CPU device has real work-groups, local memory and barriers, so the OpenCL text printed
 from the same IR as the CUDA text exercises the same loops, guards and synchronisation.
+
+With ``guard=True`` every tensor lives between two guard zones, so an access outside it can be
+seen instead of silently touching (or crashing on) neighbouring memory: inputs are padded with
+NaN, which poisons any result computed from a stray read, and the output with a sentinel that
+must still be there afterwards, which catches a stray write.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
+from dataclasses import dataclass
 
 import numpy as np
 
-from ..errors import BackendUnavailable, CompileError
+from ..errors import BackendUnavailable, CompileError, VerificationError
 from .launch import Launch
+
+GUARD_ELEMENTS = 1024  # at least this many guard elements on each side of a tensor
+# Written into the output's guard zones. Finite and of moderate size, so that a stray
+# read-modify-write (``C[x] += v``) changes it too; a NaN would survive ``NaN + v`` unchanged.
+SENTINEL = -7.25
 
 
 @functools.cache
@@ -40,35 +52,107 @@ def _queue():
 
 @functools.lru_cache(maxsize=256)
 def _program(source: str):
+    """The built program; with argument names kept, so guard errors can name the tensor."""
     import pyopencl as cl
 
     queue = _queue()
     try:
         with warnings.catch_warnings():  # pyopencl warns about non-empty build logs
             warnings.simplefilter("ignore")
-            return cl.Program(queue.context, source).build()
+            return cl.Program(queue.context, source).build(options=["-cl-kernel-arg-info"])
     except cl.RuntimeError as error:
         raise CompileError("the OpenCL compiler rejected a generated kernel", str(error)) from error
 
 
-def run_opencl(source: str, launch: Launch) -> np.ndarray:
-    """Run ``launch`` with the OpenCL ``source`` and return the output array."""
+def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
+    """Run ``launch`` with the OpenCL ``source`` and return the output array.
+
+    With ``guard``, tensors are surrounded by guard zones (see the module's docstring) and a
+    write outside the output raises :class:`~treduda.errors.VerificationError`.
+    """
     import pyopencl as cl
 
     queue = _queue()
     kernel = cl.Kernel(_program(source), launch.name)
-    flags = cl.mem_flags
-    buffers, arguments = [], []
+    align = queue.device.mem_base_addr_align // 8  # the device reports bits
+    placed = []
     for position, value in enumerate(launch.values):
         if isinstance(value, np.ndarray):
-            access = flags.READ_WRITE if position == launch.output_position else flags.READ_ONLY
-            buffer = cl.Buffer(queue.context, access | flags.COPY_HOST_PTR, hostbuf=value)
-            buffers.append(buffer)
-            arguments.append(buffer)
+            zone = guard_elements(value.itemsize, align) if guard else 0
+            placed.append(_Placed.create(queue.context, value,
+                                         position == launch.output_position, zone))
         else:
-            arguments.append(value)
-    kernel(queue, launch.global_size(), launch.block, *arguments)
-    output = np.empty_like(launch.values[launch.output_position])
-    cl.enqueue_copy(queue, output, arguments[launch.output_position])
+            placed.append(value)  # a scalar or a size
+    kernel(queue, launch.global_size(), launch.block,
+           *[p.region if isinstance(p, _Placed) else p for p in placed])
+    out = placed[launch.output_position]
+    memory = np.empty_like(out.host)
+    cl.enqueue_copy(queue, memory, out.buffer)
     queue.finish()
-    return launch.result(output)
+    if guard:
+        _check_guards(memory, out.before, out.size, launch.name, _argument_name(kernel, launch))
+    return launch.result(memory[out.before:out.before + out.size])
+
+
+def guard_elements(itemsize: int, align: int) -> int:
+    """Elements in one guard zone: at least :data:`GUARD_ELEMENTS`, and a whole number of the
+    device's base address alignment (``align`` bytes), because OpenCL only places a sub-buffer
+    (the tensor inside its guarded allocation) at an aligned offset."""
+    unit = math.lcm(align, itemsize)
+    return -(-GUARD_ELEMENTS * itemsize // unit) * unit // itemsize
+
+
+@dataclass(frozen=True)
+class _Placed:
+    """A tensor in device memory: ``before`` guard elements, the ``size`` tensor elements, as
+    many guard elements again; ``region`` is the tensor's part, which the kernel receives."""
+
+    host: np.ndarray  # the whole allocation's initial contents
+    buffer: object  # pyopencl.Buffer over all of it
+    region: object  # the tensor: the buffer itself, or a sub-buffer of it
+    before: int
+    size: int
+
+    @classmethod
+    def create(cls, context, value: np.ndarray, output: bool, zone: int) -> _Placed:
+        import pyopencl as cl
+
+        host = value
+        if zone:
+            fill = SENTINEL if output else np.nan  # a stray read of an input yields NaN
+            host = np.full(zone + value.size + zone, fill, dtype=value.dtype)
+            host[zone:zone + value.size] = value
+        access = cl.mem_flags.READ_WRITE if output else cl.mem_flags.READ_ONLY
+        buffer = cl.Buffer(context, access | cl.mem_flags.COPY_HOST_PTR, hostbuf=host)
+        region = buffer.get_sub_region(zone * value.itemsize, value.nbytes, access) if zone \
+            else buffer
+        return cls(host, buffer, region, zone, value.size)
+
+
+def _check_guards(memory: np.ndarray, before: int, size: int, kernel: str,
+                  tensor: str) -> None:
+    """Raise if any guard element of the output no longer holds the sentinel (bit for bit)."""
+    sentinel = np.array(SENTINEL, dtype=memory.dtype).view(_bits(memory.dtype))
+    changed = memory.view(_bits(memory.dtype)) != sentinel
+    below = int(np.count_nonzero(changed[:before]))
+    above = int(np.count_nonzero(changed[before + size:]))
+    if below or above:
+        where = " and ".join(f"{n} element(s) {side} it" for n, side in
+                             ((below, "before"), (above, "after")) if n)
+        raise VerificationError(f"kernel {kernel} wrote outside its output {tensor} "
+                                f"({size} elements): {where}")
+
+
+def _bits(dtype: np.dtype) -> np.dtype:
+    """The unsigned integer type of the same width, to compare floats bit for bit."""
+    return np.dtype(f"u{np.dtype(dtype).itemsize}")
+
+
+def _argument_name(kernel, launch: Launch) -> str:
+    """The output's name as the source declares it (needs ``-cl-kernel-arg-info``)."""
+    import pyopencl as cl
+
+    try:
+        return kernel.get_arg_info(launch.output_position, cl.kernel_arg_info.NAME)
+    except cl.Error:  # an OpenCL implementation that does not keep argument names
+        return f"(argument {launch.output_position} of {launch.name})"

@@ -1,0 +1,242 @@
+"""Read what the GPU will actually execute: a static report of a kernel's SASS.
+
+ptxas's register and spill counts (:mod:`treduda.run.nvcc`) do not say whether a kernel is
+well shaped. The SASS does: how much of the main loop is FMAs, whether global loads were
+vectorised (``LDG.E.128``), how often shared memory is touched, how many barriers there are.
+No GPU is needed; nvcc builds a cubin and ``cuobjdump -sass`` (or ``nvdisasm -c``) prints it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from collections import Counter
+from dataclasses import dataclass
+from pathlib import Path
+
+from treduda.errors import BackendUnavailable, CompileError
+from treduda.run.nvcc import (
+    _ARCH,
+    _WARNING,
+    NVCC_FLAGS,
+    TIMEOUT_SECONDS,
+    _demangle,
+    find_nvcc,
+    kernel_names,
+    parse_ptxas,
+)
+
+# cuobjdump: "Function : name"; nvdisasm: "//------ .text.name ------".
+_FUNCTION = re.compile(r"^\s*(?:Function\s*:\s*(\S+)|//-+\s*\.text\.(\S+)\s+-+)")
+_INSTRUCTION = re.compile(
+    r"/\*([0-9a-fA-F]+)\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
+)
+_LABEL = re.compile(r"^\s*(\.L\w+):")  # nvdisasm names branch targets instead of addresses
+_TARGET = re.compile(r"`\((\.L\w+)\)|(0x[0-9a-fA-F]+)\s*$")
+# HFMA2 is not counted: sm_8x+ zero registers with "HFMA2.MMA R, -RZ, RZ, 0, 0".
+_FMA = {"FFMA", "DFMA"}
+_MEMORY = {"LDG": "global_load_widths", "LDS": "shared_load_widths",
+           "STG": "global_store_widths", "STS": "shared_store_widths"}
+_SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
+_VECTOR = {"32", "64", "128", "256"}
+_TOOLS = ("cuobjdump", "nvdisasm")
+_TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c"]}
+
+
+@dataclass(frozen=True)
+class SassReport:
+    """Instruction mix of one compiled kernel, as a quality check of the generated code."""
+
+    kernel: str
+    arch: str
+    instructions: int
+    ffma: int
+    main_loop_instructions: int
+    main_loop_ffma: int
+    ffma_share: float
+    global_load_widths: dict[int, int]
+    shared_load_widths: dict[int, int]
+    global_store_widths: dict[int, int]
+    shared_store_widths: dict[int, int]
+    barriers: int
+
+    def __str__(self) -> str:
+        def widths(counts: dict[int, int]) -> str:
+            return ", ".join(f"{n} x {bits}-bit" for bits, n in sorted(counts.items())) or "none"
+
+        return "\n".join([
+            f"{self.kernel} ({self.arch}): {self.instructions} SASS instructions, "
+            f"{self.ffma} FFMA/DFMA, {self.barriers} barriers",
+            f"  main loop:     {self.main_loop_instructions} instructions, "
+            f"{self.main_loop_ffma} FFMA/DFMA ({self.ffma_share:.0%} FMA)",
+            f"  global loads:  {widths(self.global_load_widths)}",
+            f"  global stores: {widths(self.global_store_widths)}",
+            f"  shared loads:  {widths(self.shared_load_widths)}",
+            f"  shared stores: {widths(self.shared_store_widths)}",
+        ])
+
+
+@dataclass(frozen=True)
+class _Instruction:
+    address: int
+    opcode: str  # with modifiers, e.g. "LDG.E.128.CONSTANT"
+    target: int | None  # for branches: the address jumped to
+
+
+def _width(opcode: str) -> int:
+    """Bits moved by a load or store: ``.128`` -> 128, ``.U8`` -> 8, no suffix -> 32.
+
+    Only whole modifiers count, so cache hints such as ``.LTC128B`` are not taken for widths.
+    """
+    for modifier in opcode.split(".")[1:]:
+        if modifier in _VECTOR:
+            return int(modifier)
+        if modifier in _SUBWORD:
+            return _SUBWORD[modifier]
+    return 32
+
+
+def _split_functions(text: str) -> list[tuple[str, list[_Instruction]]]:
+    """The listing's functions, each with its instructions and branch targets resolved."""
+    functions: list[tuple[str, list[tuple[int, str, str]]]] = []
+    labels: dict[str, int] = {}
+    pending: list[str] = []  # labels waiting for the address of the next instruction
+    for line in text.splitlines():
+        if header := _FUNCTION.match(line):
+            functions.append((header.group(1) or header.group(2), []))
+        elif label := _LABEL.match(line):
+            pending.append(label.group(1))
+        elif functions and (found := _INSTRUCTION.search(line)):
+            address = int(found.group(1), 16)
+            labels.update(dict.fromkeys(pending, address))
+            pending.clear()
+            functions[-1][1].append((address, found.group(2), found.group(3)))
+    resolved = []
+    for name, rows in functions:
+        body = []
+        for address, opcode, operands in rows:
+            target = None
+            if opcode.split(".")[0] == "BRA" and (jump := _TARGET.search(operands.strip())):
+                target = labels.get(jump.group(1)) if jump.group(1) else int(jump.group(2), 16)
+            body.append(_Instruction(address, opcode, target))
+        resolved.append((name, _strip_padding(body)))
+    return resolved
+
+
+def _strip_padding(body: list[_Instruction]) -> list[_Instruction]:
+    """Drop the ``BRA`` to itself and the ``NOP`` alignment that end every kernel."""
+    end = len(body)
+    while end and (body[end - 1].opcode == "NOP" or body[end - 1].target == body[end - 1].address):
+        end -= 1
+    return body[:end]
+
+
+def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
+    """The loop holding the most FMAs (the innermost one on a tie), else the whole kernel.
+
+    A loop is ``[target, branch]`` for a branch backwards; several branches back to one
+    target (``continue``) close the same loop, so the last of them delimits it.
+    """
+    ends: dict[int, int] = {}
+    for instruction in body:
+        if instruction.target is not None and instruction.target < instruction.address:
+            ends[instruction.target] = max(ends.get(instruction.target, 0), instruction.address)
+    loops = [[i for i in body if start <= i.address <= end] for start, end in ends.items()]
+    if not loops:
+        return body
+    return min(loops, key=lambda loop: (-_count_fma(loop), len(loop), loop[0].address))
+
+
+def _count_fma(body: list[_Instruction]) -> int:
+    return sum(i.opcode.split(".")[0] in _FMA for i in body)
+
+
+def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
+    widths: dict[str, Counter[int]] = {field: Counter() for field in _MEMORY.values()}
+    for instruction in body:
+        if field := _MEMORY.get(instruction.opcode.split(".")[0]):
+            widths[field][_width(instruction.opcode)] += 1
+    loop = _main_loop(body)
+    loop_fma = _count_fma(loop)
+    return SassReport(
+        kernel=_demangle(name),
+        arch=arch,
+        instructions=len(body),
+        ffma=_count_fma(body),
+        main_loop_instructions=len(loop),
+        main_loop_ffma=loop_fma,
+        ffma_share=loop_fma / len(loop) if loop else 0.0,
+        **{field: dict(sorted(counts.items())) for field, counts in widths.items()},
+        barriers=sum(i.opcode.split(".")[0] == "BAR" for i in body),
+    )
+
+
+def parse_sass(text: str, arch: str) -> list[SassReport]:
+    """One report per function in a ``cuobjdump -sass`` or ``nvdisasm -c`` listing."""
+    return [_report(name, arch, body) for name, body in _split_functions(text)]
+
+
+def find_disassembler() -> str | None:
+    """cuobjdump or nvdisasm: on PATH, beside nvcc, in the CUDA home or a pip wheel's bin."""
+    nvcc = find_nvcc()
+    folders = [Path(nvcc).parent] if nvcc else []
+    folders += [Path(home, "bin") for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
+                if home]
+    # The nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels install into nvidia/cu*/bin.
+    spec = importlib.util.find_spec("nvidia")
+    for location in (spec.submodule_search_locations or []) if spec else []:
+        folders += sorted(Path(location).glob("cu*/bin"), reverse=True)
+    for tool in _TOOLS:
+        if found := shutil.which(tool):
+            return found
+        for folder in folders:
+            candidate = folder / tool
+            if candidate.is_file() and os.access(candidate, os.X_OK):
+                return str(candidate)
+    return None
+
+
+def _run(command: list[str], failure: str) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
+
+
+def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
+    """Compile ``source`` as :func:`~treduda.run.nvcc.compile_cuda` does; one report per kernel.
+
+    Device functions that the listing shows apart from a kernel are left out: only the entry
+    functions ptxas names are reported.
+    """
+    if not _ARCH.fullmatch(arch):
+        raise CompileError(
+            f"invalid CUDA architecture {arch!r}: expected 'sm_' and a compute capability, "
+            "e.g. 'sm_80' or 'sm_90'"
+        )
+    nvcc, disassembler = find_nvcc(), find_disassembler()
+    if nvcc is None or disassembler is None:
+        missing = "nvcc" if nvcc is None else "cuobjdump or nvdisasm"
+        raise BackendUnavailable(
+            f"{missing} was not found on PATH (nor in $CUDA_HOME/bin); install the CUDA toolkit, "
+            "or `pip install nvidia-cuda-nvcc nvidia-cuda-cuobjdump`, to inspect kernels' SASS"
+        )
+    names = ", ".join(kernel_names(source)) or "<no __global__ function>"
+    failure = f"nvcc failed to compile kernel {names} for {arch}"
+    with tempfile.TemporaryDirectory(prefix="treduda-sass-") as tmp:
+        cu, cubin = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
+        cu.write_text(source)
+        done = _run([nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(cubin), str(cu)], failure)
+        log = done.stdout + done.stderr
+        if done.returncode != 0 or _WARNING.search(log):
+            raise CompileError(failure, log=log)
+        tool = Path(disassembler).name
+        listing = _run([disassembler, *_TOOL_ARGS[tool], str(cubin)], f"{tool} failed")
+    if listing.returncode != 0:
+        raise CompileError(f"{tool} failed to disassemble kernel {names}", log=listing.stderr)
+    entries = {report.kernel for report in parse_ptxas(log)}
+    return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]

@@ -1,0 +1,273 @@
+"""Branch and bound over a strategy's parameters, pruned by the model's lower bound.
+
+Decisions are taken one at a time in the strategy's parameter order (most influential first:
+the mapping of dimensions, tiles, step, staging, preloading). Best-first: the open node with the
+lowest bound is expanded; complete candidates are scored by the model's estimate; a node whose
+bound exceeds the best score cannot hold anything better and is cut (Telamon, "pruning without
+regrets"). Only values in :data:`SEARCH_VALUES` are tried, so the space stays enumerable and the
+search can be checked against exhaustive enumeration of the very same space.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import strategies
+from .contraction import analyse, resolve_sizes
+from .errors import StrategyError
+from .gpus import Gpu, gpu as find_gpu
+from .lower import lower
+from .model import Model, Prediction
+from .strategy import Limits, Parameter, ParamSpace
+
+DEFAULT_STRATEGY = "tiled+staged"
+
+# The values the search tries per decision (a subset of each strategy's values), chosen so a
+# full-size contraction's space can still be enumerated to check the search against.
+SEARCH_VALUES: dict[str, tuple] = {
+    "block_x": (16, 32, 64),
+    "block_y": (1, 2, 4, 8, 16),
+    "block_z": (1, 2, 4),
+    "reg_x": (1, 2, 4),
+    "reg_y": (1, 2, 4, 8),
+    "reg_z": (1, 2),
+    "assign_y": ("cyclic",),
+    "assign_z": ("cyclic",),
+    "step": (8, 16, 32),
+    "unroll": (True,),
+}
+
+# The order decisions are taken in: what shapes the mapping and the memory traffic first, then
+# the tiles along each axis (threads, registers, their assignment), then the step details.
+DECISION_ORDER = ("order", "stage", "block_x", "reg_x", "assign_x", "block_y", "reg_y",
+                  "assign_y", "block_z", "reg_z", "assign_z", "step", "preload", "pad", "unroll")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One choice, as the search records it: small, frozen, JSON-serialisable."""
+
+    name: str
+    value: Any
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A complete choice of parameters and its predicted (and maybe measured) time."""
+
+    strategy: str
+    params: dict[str, Any]
+    prediction: Prediction
+    measured: float | None = None  # seconds on the backend that measured it
+
+    @property
+    def decisions(self) -> tuple[Decision, ...]:
+        return tuple(Decision(k, v) for k, v in self.params.items())
+
+    def key(self) -> tuple:
+        """Order by predicted time; equal times by the parameters' text (deterministic)."""
+        return (self.prediction.seconds, json.dumps(self.params, sort_keys=True))
+
+
+@dataclass
+class SearchStats:
+    space_size: int  # complete candidates in the search space
+    space_size_exact: bool  # counted (exhaustive), or the product of the decisions' values
+    complete: bool = True  # False when a node budget stopped the search early
+    nodes_visited: int = 0
+    candidates_scored: int = 0
+    cuts_per_depth: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+    def __str__(self) -> str:
+        cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
+        size = f"{self.space_size}" if self.space_size_exact else f"<= {self.space_size}"
+        budget = "" if self.complete else " (stopped by its node budget: best found so far)"
+        return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
+                f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
+                f"cuts: {cuts or 'none'}")
+
+
+@dataclass
+class SearchResult:
+    """The winner, the candidates scored on the way, and how the search went."""
+
+    expression: str
+    sizes: dict[str, int]
+    dtype: str
+    layout: str
+    gpu: Gpu
+    best: Candidate
+    candidates: list[Candidate]
+    stats: SearchStats
+
+    def top(self, n: int = 10) -> list[Candidate]:
+        return sorted(self.candidates, key=Candidate.key)[:n]
+
+    @property
+    def kernel(self):
+        """The winner, compiled."""
+        from .api import compile
+
+        return compile(self.expression, self.sizes, dtype=self.dtype, layout=self.layout,
+                       strategy=self.best.strategy, params=self.best.params)
+
+    def fraction_of_peak(self) -> float:
+        return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
+
+    def table(self, n: int = 10) -> str:
+        lines = [f"{'#':>3} {'estimate ms':>11} {'GFLOP/s':>8}  {'binding':8} parameters"]
+        for rank, c in enumerate(self.top(n), 1):
+            params = " ".join(f"{k}={v}" for k, v in c.params.items())
+            lines.append(f"{rank:>3} {c.prediction.seconds * 1e3:11.4f} "
+                         f"{c.prediction.gflops:8.0f}  {c.prediction.binding:8} {params}")
+        return "\n".join(lines)
+
+    def summary(self) -> str:
+        p = self.best.prediction
+        return (f"best on {self.gpu.name}: {p.seconds * 1e3:.4f} ms, {p.gflops:.0f} GFLOP/s "
+                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}")
+
+    def to_json(self) -> str:
+        """The winner and statistics, replayable: compile(strategy=..., params=...)."""
+        return json.dumps({"expression": self.expression, "sizes": self.sizes,
+                           "dtype": self.dtype, "layout": self.layout, "gpu": self.gpu.name,
+                           "strategy": self.best.strategy, "params": self.best.params,
+                           "seconds": self.best.prediction.seconds,
+                           "binding": self.best.prediction.binding,
+                           "nodes_visited": self.stats.nodes_visited,
+                           "candidates_scored": self.stats.candidates_scored}, indent=1)
+
+
+Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
+
+
+class Searcher:
+    """The search space of one problem on one GPU, searchable and enumerable."""
+
+    def __init__(self, expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100",
+                 dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
+                 values: Mapping[str, tuple] | None = None):
+        self.gpu = find_gpu(gpu)
+        contraction = analyse(expr)
+        self.expression, self.dtype, self.layout = expr, dtype, layout
+        self.sizes = resolve_sizes(contraction, sizes)
+        self.program = lower(contraction, self.sizes, layout, dtype)
+        limits = Limits(threads_per_block=self.gpu.max_threads_per_block,
+                        shared_per_block=self.gpu.shared_per_block,
+                        registers_per_thread=self.gpu.max_registers_per_thread)
+        self.strategy = strategies.get(strategy, limits)
+        full = self.strategy.space(self.program)
+        wanted = {**SEARCH_VALUES, **(values or {})}
+        rank = {name: n for n, name in enumerate(DECISION_ORDER)}
+        ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
+        self.space = ParamSpace(tuple(
+            Parameter(p.name, tuple(v for v in p.values if v in wanted.get(p.name, p.values)),
+                      p.doc) for p in ordered), full.constraints)
+        self.model = Model(self.program, self.gpu,
+                           {p.name: p.values for p in self.space.parameters})
+
+    def candidate(self, params: Mapping[str, Any]) -> Candidate:
+        return Candidate(self.strategy.name, dict(params), self.model.estimate(params))
+
+    def exhaustive(self) -> SearchResult:
+        """Score every candidate of the space: the reference the search must agree with."""
+        started = time.perf_counter()
+        scored = [self.candidate(p) for p in self.space.points()]
+        if not scored:
+            raise StrategyError(f"no valid candidate for {self.expression!r}")
+        stats = SearchStats(len(scored), True, len(scored), len(scored), {},
+                            time.perf_counter() - started)
+        return self._result(min(scored, key=Candidate.key), scored, stats)
+
+    def branch_and_bound(self, progress: Progress | None = None,
+                         max_nodes: int | None = None) -> SearchResult:
+        """Best-first branch and bound; ``max_nodes`` stops it early (the stats say so)."""
+        started = time.perf_counter()
+        names = [p.name for p in self.space.parameters]
+        stats = SearchStats(self.space.size(), False, cuts_per_depth=dict.fromkeys(names, 0))
+        cuts: Counter = Counter()
+        scored: list[Candidate] = []
+        best: Candidate | None = None
+        tie = itertools.count()
+        heap = [(self.model.bound({}).seconds, next(tie), {})]
+        while heap:
+            bound, _, partial = heapq.heappop(heap)
+            if best is not None and bound > best.prediction.seconds:
+                cuts["(open nodes left)"] += 1 + len(heap)
+                break
+            if max_nodes is not None and stats.nodes_visited >= max_nodes and best is not None:
+                stats.complete = False
+                break
+            stats.nodes_visited += 1
+            step = self.space.choices(partial)
+            if step is None:
+                candidate = self.candidate(partial)
+                scored.append(candidate)
+                if best is None or candidate.key() < best.key():
+                    best = candidate
+                if progress and len(scored) % 50 == 1:
+                    progress(stats.nodes_visited, len(scored), best.prediction.seconds)
+                continue
+            parameter, values = step
+            for value in values:
+                child = {**partial, parameter.name: value}
+                child_bound = self.model.bound(child).seconds
+                if best is not None and child_bound > best.prediction.seconds:
+                    cuts[parameter.name] += 1
+                    continue
+                heapq.heappush(heap, (child_bound, next(tie), child))
+        if best is None:
+            raise StrategyError(f"no valid candidate for {self.expression!r}")
+        stats.candidates_scored = len(scored)
+        stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
+        stats.seconds = time.perf_counter() - started
+        if progress:
+            progress(stats.nodes_visited, len(scored), best.prediction.seconds)
+        return self._result(best, scored, stats)
+
+    def _result(self, best, scored, stats) -> SearchResult:
+        return SearchResult(self.expression, self.sizes, self.dtype, self.layout, self.gpu, best,
+                            scored, stats)
+
+
+def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
+           dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
+           values: Mapping[str, tuple] | None = None, measure: bool = False,
+           progress: Progress | None = None, max_nodes: int | None = None) -> SearchResult:
+    """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
+
+    With ``measure=True`` the best predicted candidates (up to five) are also run on PoCL,
+    each result checked against numpy.einsum, and the fastest measured one wins; PoCL times a
+    CPU, so this ranks candidates by what runs here, not by the GPU's time.
+    """
+    searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
+    result = searcher.branch_and_bound(progress, max_nodes)
+    if measure:
+        result.best = min((_measured(result, c) for c in result.top(5)),
+                          key=lambda c: c.measured)
+    return result
+
+
+def _measured(result: SearchResult, candidate: Candidate, repeats: int = 3) -> Candidate:
+    """``candidate`` with its median wall time on PoCL, after checking its result."""
+    from .api import compile
+
+    kernel = compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
+                     strategy=candidate.strategy, params=candidate.params)
+    kernel.verify()
+    times = []
+    for seed in range(repeats):
+        started = time.perf_counter()
+        kernel.verify(seed=seed)
+        times.append(time.perf_counter() - started)
+    return Candidate(candidate.strategy, candidate.params, candidate.prediction,
+                     sorted(times)[len(times) // 2])
+
