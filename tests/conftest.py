@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import functools
+import os
+import random
+import tempfile
+import zlib
 
 import pytest
 
@@ -34,6 +38,10 @@ COMBINATIONS = [(layout, dtype, symbolic) for layout in "CF" for dtype in ("floa
 SAMPLE = [("C", "float32", False), ("F", "float64", True), ("F", "float32", False),
           ("C", "float64", True)]
 
+# Tests tune into a cache of their own, never the user's.
+os.environ.setdefault("TREDUDA_CACHE", os.path.join(tempfile.mkdtemp(prefix="treduda-test-"),
+                                                    "tuning.sqlite3"))
+
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed here")
 
 
@@ -42,7 +50,7 @@ def generated(expression: str, sizes: tuple, layout: str, dtype: str,
               symbolic: bool) -> treduda.Kernel:
     """One kernel per configuration, shared by the PoCL and the nvcc tests."""
     return treduda.compile(expression, None if symbolic else dict(sizes), layout=layout,
-                           dtype=dtype, symbolic=symbolic)
+                           dtype=dtype, symbolic=symbolic, strategy="thread_per_element")
 
 
 def combinations_marked():
@@ -50,3 +58,37 @@ def combinations_marked():
     return [pytest.param(*combo, id="-".join(map(str, combo)),
                          marks=() if combo in SAMPLE else pytest.mark.matrix)
             for combo in COMBINATIONS]
+
+
+# Helpers of the strategy matrix, the property tests and the guard tests.
+
+COMPOSITIONS = ("tiled+staged",)  # chains worth testing besides the registered strategies
+
+
+@functools.cache
+def strategy_names() -> tuple[str, ...]:
+    """Every registered strategy that maps work by itself, then :data:`COMPOSITIONS`.
+
+    A refinement such as ``staged`` has no parameter space without a mapping before it (its
+    ``space`` raises StrategyError), so it is only tested inside a composition.
+    """
+    expression, sizes = EXAMPLES["gemm"]
+    program = generated(expression, tuple(sizes.items()), "C", "float32", False).program
+    standalone = []
+    for name in treduda.strategies.available():
+        try:
+            treduda.strategies.get(name).space(program)
+        except treduda.errors.StrategyError:
+            continue
+        standalone.append(name)
+    return (*standalone, *COMPOSITIONS)
+
+
+def seed_of(text: str) -> int:
+    """A seed that depends only on ``text`` (a test id), unlike ``hash()``."""
+    return zlib.crc32(text.encode())
+
+
+def sampled_params(program, strategy: str, seed: int) -> dict:
+    """A random valid point of ``strategy``'s parameter space for ``program``, from ``seed``."""
+    return treduda.strategies.get(strategy).space(program).sample(random.Random(seed))

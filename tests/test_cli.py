@@ -9,7 +9,7 @@ from treduda.cli import main
 
 def test_compile_prints_cuda(capsys):
     assert main(["compile", "C[i,j] = A[i,k]*B[k,j]", "--size", "i=64", "-s", "j=33",
-                 "-s", "k=8", "--param", "block_x=16"]) == 0
+                 "-s", "k=8", "--strategy", "thread_per_element", "--param", "block_x=16"]) == 0
     out = capsys.readouterr().out
     assert "__global__" in out and "block_x=16" in out and "grid = (3, 16, 1)" in out
 
@@ -64,3 +64,19 @@ def test_space_lists_parameters_and_rules(capsys):
 def test_unknown_strategy_is_an_error(capsys):
     assert main(["compile", "C[i] = A[i]", "-s", "i=4", "--strategy", "tiled+magic"]) == 2
     assert "unknown strategy 'magic'" in capsys.readouterr().err
+
+
+def test_search_prints_a_table_and_the_winner(tmp_path, capsys):
+    out_file = tmp_path / "best.json"
+    assert main(["search", "C[i,j] = A[i,k]*B[k,j]", "-s", "i=1024", "-s", "j=1024",
+                 "-s", "k=1024", "--gpu", "A100", "--top", "3", "--json", str(out_file)]) == 0
+    captured = capsys.readouterr()
+    assert "bound ms" in captured.out and "best on A100" in captured.out
+    assert "nodes visited" in captured.err  # the progress line
+    assert '"strategy": "tiled+staged"' in out_file.read_text()
+
+
+def test_gpus_lists_every_description(capsys):
+    assert main(["gpus"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in ("H100", "A100", "V100", "RTX3070", "GTX560Ti"))

@@ -33,7 +33,8 @@ def test_example_cuda_compiles_without_warnings(combos):
 
 
 def test_symbolic_kernel_serves_every_size():
-    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", symbolic=True)
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", symbolic=True,
+                             strategy="thread_per_element")
     assert kernel.grid is None and "N_k" in kernel.cuda_source
     rng = np.random.default_rng(1)
     for i, j, k in [(1, 1, 1), (7, 33, 2), (40, 5, 17)]:

@@ -86,7 +86,7 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
 
     A cached entry is re-checked against this program's parameter space before it is used;
     one that no longer fits is reported and searched for again."""
-    store = TuningCache() if cache is True else (cache or None)
+    store = cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
     key = CacheKey.make(expr, sizes, dtype, layout, find_gpu(gpu).name)
     hit = store.get(key) if store is not None else None
     if hit is not None:
@@ -117,6 +117,6 @@ def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:
 
 def _kernel_name(c: Contraction, sizes, dtype, layout, strategy, params) -> str:
     """A C name unique to everything that shapes the kernel text (so sources can be batched)."""
-    key = repr((c.source, sorted((sizes or {}).items()), dtype, layout, strategy,
+    key = repr((repr(c.tree), sorted((sizes or {}).items()), dtype, layout, strategy,
                 sorted(params.items())))
     return f"td_{c.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"

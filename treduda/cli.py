@@ -11,7 +11,9 @@ from .api import compile
 from .contraction import analyse, resolve_sizes
 from .demo import demo
 from .errors import TredudaError
+from .gpus import table
 from .lower import lower
+from .search import search
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -53,6 +55,16 @@ def parser() -> argparse.ArgumentParser:
     _problem_arguments(s)
     s.add_argument("--strategy", default="tiled+staged", metavar="NAME")
     commands.add_parser("demo", help="generate, verify on PoCL and explain two kernels")
+
+    f = commands.add_parser("search", help="find the fastest predicted kernel on a GPU")
+    _problem_arguments(f)
+    f.add_argument("--gpu", default="H100", help="a GPU name (see `treduda gpus`)")
+    f.add_argument("--top", type=int, default=10, help="how many candidates to list")
+    f.add_argument("--measure", action="store_true",
+                   help="also run the best candidates on PoCL and pick the fastest measured")
+    f.add_argument("--json", help="write the result (replayable) to this file")
+
+    commands.add_parser("gpus", help="list the GPU descriptions the model knows")
     return main
 
 
@@ -81,6 +93,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 0
         if args.command == "space":
             return _space(args)
+        if args.command == "search":
+            return _search(args)
+        if args.command == "gpus":
+            print(table())
+            return 0
         return demo()
     except TredudaError as error:
         print(f"treduda: error: {error}", file=sys.stderr)
@@ -99,6 +116,42 @@ def _compile(args: argparse.Namespace) -> int:
     else:
         print(text, end="")
     return 0
+
+
+def _search(args: argparse.Namespace) -> int:
+    bar = ProgressBar(sys.stderr)
+    result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
+                    layout=args.layout, measure=args.measure, progress=bar.update)
+    bar.close()
+    print(result.table(args.top))
+    print(result.summary())
+    if args.measure:
+        print(f"measured on PoCL: {result.best.measured * 1e3:.2f} ms (fastest of the top 5)")
+    if args.json:
+        with open(args.json, "w") as out:
+            out.write(result.to_json())
+    return 0
+
+
+class ProgressBar:
+    """One line on stderr, redrawn in place: nodes visited, candidates scored, best so far."""
+
+    def __init__(self, stream):
+        self.stream = stream
+        self.shown = False
+
+    def update(self, visited: int, scored: int, best: float) -> None:
+        if not self.stream.isatty() and self.shown and visited % 5000:
+            return
+        spinner = "|/-\\"[visited // 50 % 4]
+        self.stream.write(f"\r{spinner} searching: {visited} nodes visited, {scored} scored, "
+                          f"best {best * 1e3:.4f} ms ")
+        self.stream.flush()
+        self.shown = True
+
+    def close(self) -> None:
+        if self.shown:
+            self.stream.write("\n")
 
 
 def _space(args: argparse.Namespace) -> int:

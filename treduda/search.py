@@ -22,7 +22,8 @@ from typing import Any
 from . import strategies
 from .contraction import analyse, resolve_sizes
 from .errors import StrategyError
-from .gpus import Gpu, gpu as find_gpu
+from .gpus import Gpu
+from .gpus import gpu as find_gpu
 from .lower import lower
 from .model import Model, Prediction
 from .strategy import Limits, Parameter, ParamSpace
@@ -65,6 +66,7 @@ class Candidate:
     strategy: str
     params: dict[str, Any]
     prediction: Prediction
+    bound: float | None = None  # the model's lower bound for these parameters, in seconds
     measured: float | None = None  # seconds on the backend that measured it
 
     @property
@@ -123,10 +125,12 @@ class SearchResult:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
 
     def table(self, n: int = 10) -> str:
-        lines = [f"{'#':>3} {'estimate ms':>11} {'GFLOP/s':>8}  {'binding':8} parameters"]
+        lines = [f"{'#':>3} {'bound ms':>9} {'estimate ms':>11} {'GFLOP/s':>8}  {'binding':8} "
+                 "parameters"]
         for rank, c in enumerate(self.top(n), 1):
             params = " ".join(f"{k}={v}" for k, v in c.params.items())
-            lines.append(f"{rank:>3} {c.prediction.seconds * 1e3:11.4f} "
+            bound = f"{c.bound * 1e3:9.4f}" if c.bound is not None else f"{'-':>9}"
+            lines.append(f"{rank:>3} {bound} {c.prediction.seconds * 1e3:11.4f} "
                          f"{c.prediction.gflops:8.0f}  {c.prediction.binding:8} {params}")
         return "\n".join(lines)
 
@@ -154,7 +158,7 @@ class Searcher:
 
     def __init__(self, expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100",
                  dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
-                 values: Mapping[str, tuple] | None = None):
+                 values: Mapping[str, tuple] | None = None, restrict: bool = True):
         self.gpu = find_gpu(gpu)
         contraction = analyse(expr)
         self.expression, self.dtype, self.layout = expr, dtype, layout
@@ -165,7 +169,7 @@ class Searcher:
                         registers_per_thread=self.gpu.max_registers_per_thread)
         self.strategy = strategies.get(strategy, limits)
         full = self.strategy.space(self.program)
-        wanted = {**SEARCH_VALUES, **(values or {})}
+        wanted = {**(SEARCH_VALUES if restrict else {}), **(values or {})}
         rank = {name: n for n, name in enumerate(DECISION_ORDER)}
         ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
         self.space = ParamSpace(tuple(
@@ -174,13 +178,14 @@ class Searcher:
         self.model = Model(self.program, self.gpu,
                            {p.name: p.values for p in self.space.parameters})
 
-    def candidate(self, params: Mapping[str, Any]) -> Candidate:
-        return Candidate(self.strategy.name, dict(params), self.model.estimate(params))
+    def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
+        bound = self.model.bound(params).seconds if with_bound else None
+        return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
 
     def exhaustive(self) -> SearchResult:
         """Score every candidate of the space: the reference the search must agree with."""
         started = time.perf_counter()
-        scored = [self.candidate(p) for p in self.space.points()]
+        scored = [self.candidate(p, with_bound=False) for p in self.space.points()]
         if not scored:
             raise StrategyError(f"no valid candidate for {self.expression!r}")
         stats = SearchStats(len(scored), True, len(scored), len(scored), {},
@@ -248,8 +253,12 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     each result checked against numpy.einsum, and the fastest measured one wins; PoCL times a
     CPU, so this ranks candidates by what runs here, not by the GPU's time.
     """
-    searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
-    result = searcher.branch_and_bound(progress, max_nodes)
+    try:
+        searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
+        result = searcher.branch_and_bound(progress, max_nodes)
+    except StrategyError:  # small extents rule out every restricted value: search them all
+        searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values, restrict=False)
+        result = searcher.branch_and_bound(progress, max_nodes)
     if measure:
         result.best = min((_measured(result, c) for c in result.top(5)),
                           key=lambda c: c.measured)
@@ -269,5 +278,5 @@ def _measured(result: SearchResult, candidate: Candidate, repeats: int = 3) -> C
         kernel.verify(seed=seed)
         times.append(time.perf_counter() - started)
     return Candidate(candidate.strategy, candidate.params, candidate.prediction,
-                     sorted(times)[len(times) // 2])
+                     candidate.bound, sorted(times)[len(times) // 2])
 

@@ -3,7 +3,7 @@
 ptxas's register and spill counts (:mod:`treduda.run.nvcc`) do not say whether a kernel is
 well shaped. The SASS does: how much of the main loop is FMAs, whether global loads were
 vectorised (``LDG.E.128``), how often shared memory is touched, how many barriers there are.
-No GPU is needed; nvcc builds a cubin and ``cuobjdump -sass`` (or ``nvdisasm -c``) prints it.
+No GPU is needed; nvcc builds a cubin and ``nvdisasm -c`` (or ``cuobjdump -sass``) prints it.
 """
 
 from __future__ import annotations
@@ -43,7 +43,9 @@ _MEMORY = {"LDG": "global_load_widths", "LDS": "shared_load_widths",
            "STG": "global_store_widths", "STS": "shared_store_widths"}
 _SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
 _VECTOR = {"32", "64", "128", "256"}
-_TOOLS = ("cuobjdump", "nvdisasm")
+# cuobjdump (CUDA 13 at least) runs nvdisasm to print SASS, so nvdisasm comes first; older
+# cuobjdumps disassemble by themselves.
+_TOOLS = ("nvdisasm", "cuobjdump")
 _TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c"]}
 
 
@@ -68,10 +70,12 @@ class SassReport:
         def widths(counts: dict[int, int]) -> str:
             return ", ".join(f"{n} x {bits}-bit" for bits, n in sorted(counts.items())) or "none"
 
+        looped = self.main_loop_instructions < self.instructions
+        loop = "main loop:    " if looped else "no loop:      "
         return "\n".join([
             f"{self.kernel} ({self.arch}): {self.instructions} SASS instructions, "
             f"{self.ffma} FFMA/DFMA, {self.barriers} barriers",
-            f"  main loop:     {self.main_loop_instructions} instructions, "
+            f"  {loop} {self.main_loop_instructions} instructions, "
             f"{self.main_loop_ffma} FFMA/DFMA ({self.ffma_share:.0%} FMA)",
             f"  global loads:  {widths(self.global_load_widths)}",
             f"  global stores: {widths(self.global_store_widths)}",
@@ -181,12 +185,12 @@ def parse_sass(text: str, arch: str) -> list[SassReport]:
 
 
 def find_disassembler() -> str | None:
-    """cuobjdump or nvdisasm: on PATH, beside nvcc, in the CUDA home or a pip wheel's bin."""
+    """nvdisasm or cuobjdump: on PATH, beside nvcc, in the CUDA home or a pip wheel's bin."""
     nvcc = find_nvcc()
     folders = [Path(nvcc).parent] if nvcc else []
     folders += [Path(home, "bin") for home in (os.environ.get("CUDA_HOME"), "/usr/local/cuda")
                 if home]
-    # The nvidia-cuda-cuobjdump / nvidia-cuda-nvdisasm wheels install into nvidia/cu*/bin.
+    # The nvidia-cuda-nvdisasm and nvidia-cuda-cuobjdump wheels install into nvidia/cu*/bin.
     spec = importlib.util.find_spec("nvidia")
     for location in (spec.submodule_search_locations or []) if spec else []:
         folders += sorted(Path(location).glob("cu*/bin"), reverse=True)
@@ -220,10 +224,10 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
         )
     nvcc, disassembler = find_nvcc(), find_disassembler()
     if nvcc is None or disassembler is None:
-        missing = "nvcc" if nvcc is None else "cuobjdump or nvdisasm"
+        missing = "nvcc" if nvcc is None else "nvdisasm (or cuobjdump)"
         raise BackendUnavailable(
             f"{missing} was not found on PATH (nor in $CUDA_HOME/bin); install the CUDA toolkit, "
-            "or `pip install nvidia-cuda-nvcc nvidia-cuda-cuobjdump`, to inspect kernels' SASS"
+            "or `pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
         )
     names = ", ".join(kernel_names(source)) or "<no __global__ function>"
     failure = f"nvcc failed to compile kernel {names} for {arch}"

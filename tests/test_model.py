@@ -1,0 +1,65 @@
+"""The model's promise: its bound is below its estimate for every node on every path of an
+enumerated space, refining a candidate never lowers its bound, and predictions explain
+themselves."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from treduda.gpus import gpu
+from treduda.search import Searcher
+
+# Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
+# column-major float64, and a contraction with two summed indices.
+SPACES = [
+    ("C[i,j] = A[i,k]*B[k,j]", {"i": 200, "j": 120, "k": 72}, "C", "float32", "H100"),
+    ("C[a,b,c,d] = A[d,b,e,a]*B[e,c]", {"a": 24, "b": 20, "c": 12, "d": 24, "e": 30}, "F",
+     "float64", "V100"),
+    ("C[a,b] = A[a,c,d]*B[d,b,c]", {"a": 64, "b": 48, "c": 20, "d": 24}, "F", "float32",
+     "GTX560Ti"),
+]
+VALUES = {"block_x": (16, 32), "block_y": (1, 4, 8), "block_z": (1, 2), "reg_x": (1, 2, 4),
+          "reg_y": (1, 4), "reg_z": (1,), "step": (8, 16)}
+
+
+@pytest.mark.parametrize(("expr", "sizes", "layout", "dtype", "target"), SPACES,
+                         ids=["gemm", "tccg3-f64", "two-summed"])
+def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, target):
+    searcher = Searcher(expr, sizes, target, dtype, layout, values=VALUES)
+    names = [p.name for p in searcher.space.parameters]
+    bounds: dict[tuple, float] = {}
+    leaves = 0
+    for point in searcher.space.points():
+        leaves += 1
+        estimate = searcher.model.estimate(point).seconds
+        previous = 0.0
+        for depth in range(len(names) + 1):
+            prefix = tuple((n, point[n]) for n in names[:depth])
+            if prefix not in bounds:
+                bounds[prefix] = searcher.model.bound(dict(prefix)).seconds
+            assert bounds[prefix] <= estimate * (1 + 1e-12), (prefix, point)
+            assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
+            previous = bounds[prefix]
+    assert leaves > 100  # the space is not trivially small
+
+
+def test_predictions_explain_their_binding_resource():
+    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "H100")
+    best = searcher.branch_and_bound().best.prediction
+    assert best.binding in best.resources and best.binding in best.because
+    assert best.resources[best.binding] == max(best.resources.values())
+    h100 = gpu("H100")
+    assert best.flops == 2 * 4096**3
+    assert best.seconds >= best.flops / h100.peak_flops("float32")  # never beats the peak
+    assert math.isclose(best.resources["dram"], 4 * 3 * 4096**2 / h100.dram_bandwidth)
+
+
+def test_the_bound_of_the_root_is_below_every_compulsory_cost():
+    """At the root nothing is decided: the bound is at least the compulsory work."""
+    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 1024, "j": 1024, "k": 1024}, "A100")
+    root = searcher.model.bound({})
+    a100 = gpu("A100")
+    assert root.seconds >= 2 * 1024**3 / a100.peak_flops("float32")
+    assert root.seconds >= 4 * 3 * 1024**2 / a100.dram_bandwidth

@@ -1,0 +1,119 @@
+"""Property tests: random contractions, compiled by a random strategy with random valid
+parameters, match numpy.einsum on PoCL (verify() runs with guard zones).
+
+A contraction has an output of rank 0-6 and 0-3 summed indices (at most 7 in all), read by one
+to three input tensors whose index lists are random orders of random subsets, every index read
+by at least one input. Extents are 1-37, at most 200k points in all so PoCL stays fast; layout,
+dtype, operator and fixed or symbolic sizes are drawn too. CI runs a fixed (derandomized) set;
+`pytest -m matrix` runs more.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+from dataclasses import dataclass
+
+import pytest
+from conftest import generated, sampled_params, strategy_names
+from hypothesis import HealthCheck, given, note, settings
+from hypothesis import strategies as st
+
+import treduda
+from treduda.errors import StrategyError
+
+INDICES = "abcdefg"  # at most seven distinct indices
+INPUTS = ("A", "B", "D")
+MAX_POINTS = 200_000
+
+
+@dataclass(frozen=True)
+class Problem:
+    """A contraction and how to compile it; ``seed`` draws the strategy's parameters."""
+
+    expression: str
+    sizes: dict[str, int]
+    layout: str
+    dtype: str
+    symbolic: bool
+    strategy: str
+    seed: int
+
+    def reproduction(self, params: dict) -> str:
+        """Python that rebuilds and checks the kernel, for a bug report."""
+        sizes = "None" if self.symbolic else repr(self.sizes)
+        return (f"treduda.compile({self.expression!r}, {sizes}, layout={self.layout!r}, "
+                f"dtype={self.dtype!r}, symbolic={self.symbolic}, strategy={self.strategy!r}, "
+                f"params={params!r}).verify({self.sizes!r})")
+
+
+@st.composite
+def problems(draw) -> Problem:
+    names = draw(st.permutations(INDICES))
+    n_out = draw(st.integers(0, 6))
+    n_sum = draw(st.integers(0, min(3, len(INDICES) - n_out)))
+    output, summed = names[:n_out], names[n_out:n_out + n_sum]
+    n_inputs = draw(st.sampled_from((1, 2, 2, 2, 3)))  # mostly two
+    read_by = [[] for _ in range(n_inputs)]
+    for index in output + summed:  # each index in a non-empty set of inputs
+        for tensor in sorted(draw(st.sets(st.integers(0, n_inputs - 1), min_size=1))):
+            read_by[tensor].append(index)
+    reads = [f"{name}[{','.join(draw(st.permutations(indices)))}]"
+             for name, indices in zip(INPUTS, read_by, strict=False)]
+    op = draw(st.sampled_from(("=", "=", "+=", "-=")))
+    sizes = {index: draw(st.integers(1, 37)) for index in output + summed}
+    while math.prod(sizes.values()) > MAX_POINTS:
+        largest = max(sizes, key=sizes.get)
+        sizes[largest] = (sizes[largest] + 1) // 2
+    return Problem(f"C[{','.join(output)}] {op} {' * '.join(reads)}", sizes,
+                   draw(st.sampled_from("CF")), draw(st.sampled_from(("float32", "float64"))),
+                   draw(st.sampled_from((False, False, True))),
+                   draw(st.sampled_from(strategy_names())), draw(st.integers(0, 2**32 - 1)))
+
+
+def parameters(problem: Problem) -> dict:
+    """``space.sample`` for the problem's strategy, seeded by the problem.
+
+    Known bug (see SAMPLE_DEAD_END in test_strategies.py): sample() gives up on most outputs of
+    rank 0 and many of rank 1 ("found no valid parameters in 100 random descents"). Until it is
+    fixed, such a case takes a seeded choice among the first valid points, so that its kernels
+    are still checked.
+    """
+    program = generated(problem.expression, tuple(problem.sizes.items()), problem.layout,
+                        problem.dtype, problem.symbolic).program
+    try:
+        return sampled_params(program, problem.strategy, problem.seed)
+    except StrategyError as error:
+        if "random descents" not in str(error):
+            raise
+        note(f"space.sample failed ({error}); using a seeded choice among valid points")
+        space = treduda.strategies.get(problem.strategy).space(program)
+        return random.Random(problem.seed).choice(list(itertools.islice(space.points(), 500)))
+
+
+def check(problem: Problem) -> None:
+    note(f"problem: {problem}")
+    params = parameters(problem)
+    note(f"reproduce with: {problem.reproduction(params)}")
+    kernel = treduda.compile(problem.expression, None if problem.symbolic else problem.sizes,
+                             layout=problem.layout, dtype=problem.dtype,
+                             symbolic=problem.symbolic, strategy=problem.strategy, params=params)
+    assert kernel.verify(problem.sizes).ok
+
+
+SETTINGS = {"deadline": None, "derandomize": True, "print_blob": False,
+            "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
+
+
+@settings(max_examples=25, **SETTINGS)
+@given(problem=problems())
+def test_random_contraction_matches_einsum(problem):
+    check(problem)
+
+
+@pytest.mark.matrix
+@settings(max_examples=300, **SETTINGS)
+@given(problem=problems())
+def test_many_random_contractions_match_einsum(problem):
+    check(problem)

@@ -1,0 +1,234 @@
+"""SASS reports: parsing hand-written listings (always runs), real compiles where CUDA is."""
+
+from __future__ import annotations
+
+import pytest
+
+import treduda
+from treduda.errors import BackendUnavailable, CompileError
+from treduda.run import sass
+from treduda.run.nvcc import nvcc_available
+from treduda.run.sass import SassReport, find_disassembler, parse_sass, sass_report
+
+needs_cuda = pytest.mark.skipif(
+    not (nvcc_available() and find_disassembler()),
+    reason="nvcc and nvdisasm (CUDA toolkit) not installed",
+)
+
+# A staged GEMM as cuobjdump -sass prints it: an outer loop over k tiles (global loads,
+# shared stores, two barriers) around an inner loop of shared loads and FFMAs.
+LISTING = """\
+
+\tcode for sm_90
+\t\tFunction : _Z4gemmPKfS0_Pf
+\t.headerflags\t@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDC R1, c[0x0][0x28] ;               /* 0x00000a00ff017b82 */
+                                                                        /* 0x000fe20000000800 */
+        /*0010*/                   S2R R9, SR_TID.Y ;                   /* 0x0000000000097919 */
+                                                                        /* 0x000e220000002200 */
+        /*0020*/                   HFMA2.MMA R32, -RZ, RZ, 0, 0 ;       /* 0x00000000ff207435 */
+                                                                        /* 0x000fe200000001ff */
+        /*0030*/                 LDG.E.128.CONSTANT R4, desc[UR6][R24.64] ; /* 0x0000000618047981 */
+                                                                        /* 0x000ea2000c1e9d00 */
+        /*0040*/                   LDG.E.CONSTANT R8, desc[UR6][R22.64] ;  /* 0x0000000616087981 */
+                                                                        /* 0x000ee8000c1e9900 */
+        /*0050*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;        /* 0x0000000000007b1d */
+                                                                        /* 0x000fec0000010000 */
+        /*0060*/                   STS.128 [R6], R4 ;                   /* 0x0000000406007388 */
+                                                                        /* 0x004fe80000000c00 */
+        /*0070*/                   STS [R7], R8 ;                       /* 0x0000000807007388 */
+                                                                        /* 0x008fe80000000800 */
+        /*0080*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;        /* 0x0000000000007b1d */
+                                                                        /* 0x000fec0000010000 */
+        /*0090*/                   LDS R12, [R0] ;                      /* 0x00000000000c7984 */
+                                                                        /* 0x000e280000000800 */
+        /*00a0*/                   LDS.64 R14, [R7+0x40] ;              /* 0x00004000070e7984 */
+                                                                        /* 0x000e680000000a00 */
+        /*00b0*/                   FFMA R30, R12, R14, R30 ;            /* 0x0000000e0c1e7223 */
+                                                                        /* 0x001fe2000000001e */
+        /*00c0*/                   FFMA R31, R12, R15, R31 ;            /* 0x0000000f0c1f7223 */
+                                                                        /* 0x000fe2000000001f */
+        /*00d0*/                   FFMA R32, R13, R14, R32 ;            /* 0x0000000e0d207223 */
+                                                                        /* 0x000fe20000000020 */
+        /*00e0*/                   IADD3 R0, R0, 0x4, RZ ;              /* 0x0000000400007810 */
+                                                                        /* 0x000fc80007ffe0ff */
+        /*00f0*/                   ISETP.NE.AND P1, PT, R0, R2, PT ;    /* 0x000000020000720c */
+                                                                        /* 0x000fda0003f25270 */
+        /*0100*/               @P1 BRA 0x90 ;                           /* 0xfffffffc00e01947 */
+                                                                        /* 0x000fea000383ffff */
+        /*0110*/                   UIADD3 UR4, UR4, 0x1, URZ ;          /* 0x0000000104047890 */
+                                                                        /* 0x000fc8000fffe03f */
+        /*0120*/                   ISETP.NE.AND P0, PT, R3, UR4, PT ;   /* 0x0000000403007c0c */
+                                                                        /* 0x000fda000bf05270 */
+        /*0130*/              @!P0 BRA 0x30 ;                           /* 0xfffffffc00bc8947 */
+                                                                        /* 0x000fea000383ffff */
+        /*0140*/                   STG.E desc[UR6][R10.64], R30 ;       /* 0x0000001e0a007986 */
+                                                                        /* 0x000fe2000c101906 */
+        /*0150*/                   STG.E.64 desc[UR6][R10.64+0x40], R31 ;  /* 0x0000401f0a007986 */
+                                                                        /* 0x000fe2000c101b06 */
+        /*0160*/                   EXIT ;                               /* 0x000000000000794d */
+                                                                        /* 0x000fea0003800000 */
+        /*0170*/                   BRA 0x170;                           /* 0xfffffffc00fc7947 */
+                                                                        /* 0x000fc0000383ffff */
+        /*0180*/                   NOP;                                 /* 0x0000000000007918 */
+                                                                        /* 0x000fc00000000000 */
+\t\t..........
+
+
+\t\tFunction : copy_bytes
+\t.headerflags\t@"EF_CUDA_SM90 EF_CUDA_VIRTUAL_SM(EF_CUDA_SM90)"
+        /*0000*/                   LDG.E.U8.CONSTANT R2, desc[UR4][R2.64] ; /* 0x0000000402027981 */
+        /*0010*/                   LDG.E.LTC128B.S16 R3, desc[UR4][R4.64] ; /* 0x0000000404037981 */
+        /*0020*/                   DFMA R6, R2, R2, R6 ;                /* 0x0000000202067228 */
+        /*0030*/                   STG.E.U8 desc[UR4][R4.64], R2 ;      /* 0x0000000204007986 */
+        /*0040*/                   EXIT ;                               /* 0x000000000000794d */
+        /*0050*/                   BRA 0x50;                            /* 0xfffffffc00fc7947 */
+\t\t..........
+"""
+
+# The same inner loop as nvdisasm -c prints it: branch targets are labels.
+NVDISASM = """\
+//--------------------- .text.loop_k             --------------------------
+\t.section\t.text.loop_k,"ax",@progbits
+loop_k:
+.text.loop_k:
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   FFMA R2, R3, R4, R2 ;
+        /*0020*/                   FFMA R5, R3, R4, R5 ;
+        /*0030*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0040*/              @P0 BRA `(.L_x_0) ;
+        /*0050*/                   EXIT ;
+.L_x_1:
+        /*0060*/                   BRA `(.L_x_1);
+"""
+
+
+def test_parse_listing_counts_the_whole_kernel() -> None:
+    gemm, copy = parse_sass(LISTING, "sm_90")
+    assert gemm.kernel == "gemm" and gemm.arch == "sm_90"
+    assert gemm.instructions == 23  # the trailing BRA-to-itself and NOP are padding
+    assert gemm.ffma == 3  # HFMA2.MMA zeroes a register; it is not an FMA
+    assert gemm.global_load_widths == {32: 1, 128: 1}
+    assert gemm.shared_store_widths == {32: 1, 128: 1}
+    assert gemm.shared_load_widths == {32: 1, 64: 1}
+    assert gemm.global_store_widths == {32: 1, 64: 1}
+    assert gemm.barriers == 2
+    assert copy.kernel == "copy_bytes"
+    assert copy.global_load_widths == {8: 1, 16: 1}  # .LTC128B is a cache hint, not a width
+    assert copy.global_store_widths == {8: 1}
+    assert copy.ffma == 1 and copy.shared_load_widths == {} and copy.barriers == 0
+
+
+def test_main_loop_is_the_innermost_loop_with_the_most_fmas() -> None:
+    gemm = parse_sass(LISTING, "sm_90")[0]
+    # Both loops hold the 3 FFMAs; the inner one, [0x90, 0x100], is the main loop.
+    assert (gemm.main_loop_instructions, gemm.main_loop_ffma) == (8, 3)
+    assert gemm.ffma_share == pytest.approx(3 / 8)
+
+
+def test_without_a_loop_the_share_is_over_the_whole_kernel() -> None:
+    copy = parse_sass(LISTING, "sm_90")[1]
+    assert (copy.instructions, copy.main_loop_instructions, copy.main_loop_ffma) == (5, 5, 1)
+    assert copy.ffma_share == pytest.approx(1 / 5)
+    assert parse_sass("", "sm_90") == []
+
+
+def test_nvdisasm_labels_delimit_loops() -> None:
+    (report,) = parse_sass(NVDISASM, "sm_80")
+    assert (report.kernel, report.arch, report.instructions) == ("loop_k", "sm_80", 6)
+    assert (report.main_loop_instructions, report.main_loop_ffma) == (4, 2)
+
+
+def test_str_summarises() -> None:
+    text = str(parse_sass(LISTING, "sm_90")[0])
+    assert text.splitlines()[0] == "gemm (sm_90): 23 SASS instructions, 3 FFMA/DFMA, 2 barriers"
+    assert "38% FMA" in text and "1 x 32-bit, 1 x 128-bit" in text
+    assert "no loop" in str(parse_sass(LISTING, "sm_90")[1])
+
+
+def test_missing_tools_raise_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sass, "find_nvcc", lambda: None)
+    with pytest.raises(BackendUnavailable, match="nvcc was not found"):
+        sass_report("__global__ void k() {}")
+    monkeypatch.setattr(sass, "find_nvcc", lambda: "/usr/bin/nvcc")
+    monkeypatch.setattr(sass, "find_disassembler", lambda: None)
+    with pytest.raises(BackendUnavailable, match="nvdisasm"):
+        sass_report("__global__ void k() {}")
+
+
+def test_invalid_arch_is_a_compile_error() -> None:
+    with pytest.raises(CompileError, match="invalid CUDA architecture"):
+        sass_report("__global__ void k() {}", arch="90")
+
+
+VECTOR_LOAD = """\
+__global__ void scale4(const float4* __restrict__ in, float4* __restrict__ out) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    const float4 v = in[i];
+    out[i] = make_float4(2.0f * v.x, 2.0f * v.y, 2.0f * v.z, 2.0f * v.w);
+}
+"""
+
+FMA_LOOP = """\
+__global__ void fma_chain(float* out, float x, int n) {
+    float a = x, b = x + 1.0f, c = x + 2.0f, d = x + 3.0f;
+    for (int t = 0; t < n; ++t) {
+        #pragma unroll
+        for (int u = 0; u < 16; ++u) {
+            a = a * b + c; b = b * c + d; c = c * d + a; d = d * a + b;
+        }
+    }
+    out[threadIdx.x] = a + b + c + d;
+}
+"""
+
+SHARED = """\
+__global__ void transpose(const float* __restrict__ in, float* __restrict__ out) {
+    __shared__ float tile[32][33];
+    tile[threadIdx.y][threadIdx.x] = in[threadIdx.y * 32 + threadIdx.x];
+    __syncthreads();
+    out[threadIdx.y * 32 + threadIdx.x] = tile[threadIdx.x][threadIdx.y];
+}
+"""
+
+
+@needs_cuda
+def test_float4_load_is_one_128_bit_ldg() -> None:
+    (report,) = sass_report(VECTOR_LOAD)
+    assert report.kernel == "scale4" and report.arch == "sm_90"
+    assert report.global_load_widths == {128: 1}
+    assert report.global_store_widths == {128: 1}
+
+
+@needs_cuda
+def test_register_fma_loop_is_mostly_ffma() -> None:
+    (report,) = sass_report(FMA_LOOP, "sm_80")
+    assert report.main_loop_ffma >= 64
+    assert report.ffma_share > 0.5
+
+
+@needs_cuda
+def test_shared_memory_and_barrier() -> None:
+    (report,) = sass_report(SHARED)
+    assert report.shared_load_widths and report.shared_store_widths
+    assert report.barriers >= 1
+
+
+@needs_cuda
+def test_compile_failure_raises_compile_error() -> None:
+    with pytest.raises(CompileError, match="broken"):
+        sass_report("__global__ void broken(float* p) { p[0] = undefined_name; }")
+
+
+@needs_cuda
+def test_treduda_tiled_staged_gemm() -> None:
+    kernel = treduda.compile(
+        "C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 256, "k": 256}, strategy="tiled+staged",
+        params={"block_x": 16, "block_y": 16, "reg_x": 4, "reg_y": 4, "step": 16},
+    )
+    (report,) = sass_report(kernel.cuda_source)
+    assert isinstance(report, SassReport) and report.kernel == kernel.name
+    assert report.ffma > 0 and report.main_loop_ffma > 0
+    assert report.barriers >= 2
+    assert sum(report.shared_load_widths.values()) > 0
