@@ -80,3 +80,18 @@ def test_gpus_lists_every_description(capsys):
     assert main(["gpus"]) == 0
     out = capsys.readouterr().out
     assert all(name in out for name in ("H100", "A100", "V100", "RTX3070", "GTX560Ti"))
+
+
+def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
+    import treduda
+    from treduda.cache import TuningCache
+
+    path = tmp_path / "tuning.sqlite3"
+    treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},
+                    cache=TuningCache(path))
+    assert main(["cache", "list", "--path", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("1 entries") and "tiled+staged" in out and "i=30" in out
+    assert main(["cache", "clear", "--path", str(path)]) == 0
+    assert "removed 1 entries" in capsys.readouterr().out
+    assert len(TuningCache(path)) == 0

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from . import strategies
 from .api import compile
+from .cache import TuningCache
 from .contraction import analyse, resolve_sizes
 from .demo import demo
 from .errors import TredudaError
@@ -65,6 +66,11 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--json", help="write the result (replayable) to this file")
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
+
+    k = commands.add_parser("cache", help="list or clear the tuning cache")
+    k.add_argument("action", choices=("list", "clear"))
+    k.add_argument("--path", help="the cache file (default: $TREDUDA_CACHE or the user's "
+                                  "cache directory)")
     return main
 
 
@@ -98,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gpus":
             print(table())
             return 0
+        if args.command == "cache":
+            return _cache(args)
         return demo()
     except TredudaError as error:
         print(f"treduda: error: {error}", file=sys.stderr)
@@ -152,6 +160,21 @@ class ProgressBar:
     def close(self) -> None:
         if self.shown:
             self.stream.write("\n")
+
+
+def _cache(args: argparse.Namespace) -> int:
+    cache = TuningCache(args.path)
+    if args.action == "clear":
+        print(f"removed {cache.clear()} entries from {cache.path}")
+        return 0
+    entries = cache.entries()
+    print(f"{len(entries)} entries in {cache.path}")
+    for entry in entries:
+        value = entry.value
+        params = " ".join(f"{k}={v}" for k, v in value.get("params", {}).items())
+        print(f"  {entry.key}\n    {value.get('strategy')} {params}  "
+              f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms")
+    return 0
 
 
 def _space(args: argparse.Namespace) -> int:
