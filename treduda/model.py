@@ -164,13 +164,16 @@ class Model:
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu
+        loads = sum(1 / o.reuse(r) for r in self.reads)
+        fronts = sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / loads if loads else 1
         reasons = {
             "fma": f"FMA throughput binds: {self.flops / 1e9:.3g} GFLOP on {g.sm_count} SMs x "
                    f"{self.lanes} lanes",
             "issue": "instruction issue binds: operand loads and copies cost issue slots next to "
                      "the FMAs (a larger register tile reuses operands more)",
-            "memory": "load/store units bind: uncoalesced global loads or shared-memory bank "
-                      "conflicts cost extra wavefronts",
+            "memory": f"load/store units bind: {loads:.2f} operand loads per FMA at "
+                      f"{fronts:.1f} wavefronts each (the register tile sets the loads, "
+                      "coalescing and bank conflicts the wavefronts)",
             "l2": "L2 bandwidth binds: blocks re-read their footprints (larger tiles reuse more)",
             "dram": f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB must move at "
                     f"{g.dram_bandwidth / 1e9:.0f} GB/s",
