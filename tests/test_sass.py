@@ -6,7 +6,7 @@ import pytest
 
 import treduda
 from treduda.errors import BackendUnavailable, CompileError
-from treduda.run import sass
+from treduda.run import nvcc, sass
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import SassReport, find_disassembler, parse_sass, sass_report
 
@@ -148,10 +148,10 @@ def test_str_summarises() -> None:
 
 
 def test_missing_tools_raise_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(sass, "find_nvcc", lambda: None)
+    monkeypatch.setattr(sass, "find_disassembler", lambda: "/usr/bin/nvdisasm")
+    monkeypatch.setattr(nvcc, "find_nvcc", lambda: None)
     with pytest.raises(BackendUnavailable, match="nvcc was not found"):
         sass_report("__global__ void k() {}")
-    monkeypatch.setattr(sass, "find_nvcc", lambda: "/usr/bin/nvcc")
     monkeypatch.setattr(sass, "find_disassembler", lambda: None)
     with pytest.raises(BackendUnavailable, match="nvdisasm"):
         sass_report("__global__ void k() {}")

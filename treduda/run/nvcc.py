@@ -8,12 +8,13 @@ sources as one translation unit.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -129,8 +130,11 @@ def parse_ptxas(log: str) -> list[CudaReport]:
     return [CudaReport(**row) for row in rows]
 
 
-def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
-    """Compile one source to a cubin; one report per kernel. Any warning is an error."""
+@contextlib.contextmanager
+def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
+    """Compile ``source`` into a temporary cubin; yields its path and ptxas's log.
+
+    Any warning is an error. The cubin disappears when the ``with`` block ends."""
     if not _ARCH.fullmatch(arch):
         raise CompileError(
             f"invalid CUDA architecture {arch!r}: expected 'sm_' and a compute capability, "
@@ -145,18 +149,29 @@ def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
     names = ", ".join(kernel_names(source)) or "<no __global__ function>"
     failure = f"nvcc failed to compile kernel {names} for {arch}"
     with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
-        cu, cubin = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
+        cu, binary = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
         cu.write_text(source)
-        command = [nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(cubin), str(cu)]
-        try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
-        except subprocess.TimeoutExpired as exc:
-            raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
-    log = done.stdout + done.stderr
-    # Warnings nvcc does not promote (its own driver messages) must fail too.
-    if done.returncode != 0 or _WARNING.search(log):
-        raise CompileError(failure, log=log)
-    return parse_ptxas(log)
+        done = run_tool([nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(binary), str(cu)],
+                        failure)
+        log = done.stdout + done.stderr
+        # Warnings nvcc does not promote (its own driver messages) must fail too.
+        if done.returncode != 0 or _WARNING.search(log):
+            raise CompileError(failure, log=log)
+        yield binary, log
+
+
+def run_tool(command: list[str], failure: str) -> subprocess.CompletedProcess[str]:
+    """Run a CUDA tool with the time limit; a time-out is a CompileError saying ``failure``."""
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
+    except subprocess.TimeoutExpired as exc:
+        raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
+
+
+def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
+    """Compile one source to a cubin; one report per kernel. Any warning is an error."""
+    with cubin(source, arch) as (_, log):
+        return parse_ptxas(log)
 
 
 def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list[CudaReport]]:

@@ -12,22 +12,18 @@ import importlib.util
 import os
 import re
 import shutil
-import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
-    _ARCH,
-    _WARNING,
-    NVCC_FLAGS,
-    TIMEOUT_SECONDS,
     _demangle,
+    cubin,
     find_nvcc,
     kernel_names,
     parse_ptxas,
+    run_tool,
 )
 
 # cuobjdump: "Function : name"; nvdisasm: "//------ .text.name ------".
@@ -204,43 +200,23 @@ def find_disassembler() -> str | None:
     return None
 
 
-def _run(command: list[str], failure: str) -> subprocess.CompletedProcess[str]:
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired as exc:
-        raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
-
-
 def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
     """Compile ``source`` as :func:`~treduda.run.nvcc.compile_cuda` does; one report per kernel.
 
     Device functions that the listing shows apart from a kernel are left out: only the entry
     functions ptxas names are reported.
     """
-    if not _ARCH.fullmatch(arch):
-        raise CompileError(
-            f"invalid CUDA architecture {arch!r}: expected 'sm_' and a compute capability, "
-            "e.g. 'sm_80' or 'sm_90'"
-        )
-    nvcc, disassembler = find_nvcc(), find_disassembler()
-    if nvcc is None or disassembler is None:
-        missing = "nvcc" if nvcc is None else "nvdisasm (or cuobjdump)"
+    disassembler = find_disassembler()
+    if disassembler is None:
         raise BackendUnavailable(
-            f"{missing} was not found on PATH (nor in $CUDA_HOME/bin); install the CUDA toolkit, "
-            "or `pip install nvidia-cuda-nvcc nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
+            "nvdisasm (or cuobjdump) was not found on PATH (nor in $CUDA_HOME/bin); install the "
+            "CUDA toolkit, or `pip install nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
         )
-    names = ", ".join(kernel_names(source)) or "<no __global__ function>"
-    failure = f"nvcc failed to compile kernel {names} for {arch}"
-    with tempfile.TemporaryDirectory(prefix="treduda-sass-") as tmp:
-        cu, cubin = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
-        cu.write_text(source)
-        done = _run([nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(cubin), str(cu)], failure)
-        log = done.stdout + done.stderr
-        if done.returncode != 0 or _WARNING.search(log):
-            raise CompileError(failure, log=log)
-        tool = Path(disassembler).name
-        listing = _run([disassembler, *_TOOL_ARGS[tool], str(cubin)], f"{tool} failed")
+    tool = Path(disassembler).name
+    with cubin(source, arch) as (binary, log):
+        listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
     if listing.returncode != 0:
+        names = ", ".join(kernel_names(source))
         raise CompileError(f"{tool} failed to disassemble kernel {names}", log=listing.stderr)
     entries = {report.kernel for report in parse_ptxas(log)}
     return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]
