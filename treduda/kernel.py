@@ -142,6 +142,13 @@ class Kernel:
 
         return next(r for r in compile_cuda(self.cuda_source, arch) if r.kernel == self.name)
 
+    def sass_report(self, arch: str = "sm_90"):
+        """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector
+        widths of its global and shared loads, its barriers (needs nvcc and nvdisasm)."""
+        from .run.sass import sass_report
+
+        return next(r for r in sass_report(self.cuda_source, arch) if r.kernel == self.name)
+
     def _prepare(self, sizes, arrays, scalars) -> Launch:
         return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
                        self.block, sizes, arrays, scalars)
