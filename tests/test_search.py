@@ -82,3 +82,11 @@ def test_a_stale_cache_entry_is_reported_and_searched_again(tmp_path):
     with pytest.warns(treduda.cache.CacheWarning, match="block_x=3"):
         again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     assert again.name == kernel.name
+
+
+def test_refining_re_ranks_by_walking_the_kernel_ir():
+    result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 512, "j": 384, "k": 256}, "H100", refine=2)
+    best = result.best
+    assert best.walked is not None and best.walked.binding in best.walked.resources
+    assert best.walked.seconds >= best.bound  # the walk never goes below the bound
+    assert best in result.top(2) or best.params in [c.params for c in result.top(2)]

@@ -8,6 +8,7 @@ from collections.abc import Sequence
 
 from . import strategies
 from .api import compile
+from .bench import bench_arguments, bench_command
 from .cache import TuningCache
 from .contraction import analyse, resolve_sizes
 from .demo import demo
@@ -63,6 +64,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--top", type=int, default=10, help="how many candidates to list")
     f.add_argument("--measure", action="store_true",
                    help="also run the best candidates on PoCL and pick the fastest measured")
+    f.add_argument("--refine", type=int, default=0, metavar="K",
+                   help="generate the K best candidates and re-rank them by walking their IR")
     f.add_argument("--json", help="write the result (replayable) to this file")
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
@@ -71,6 +74,10 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("action", choices=("list", "clear"))
     k.add_argument("--path", help="the cache file (default: $TREDUDA_CACHE or the user's "
                                   "cache directory)")
+
+    b = commands.add_parser("bench", help="search, generate and verify every contraction of a "
+                            "benchmark suite")
+    bench_arguments(b)
     return main
 
 
@@ -104,6 +111,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "gpus":
             print(table())
             return 0
+        if args.command == "bench":
+            return bench_command(args)
         if args.command == "cache":
             return _cache(args)
         return demo()
@@ -129,10 +138,13 @@ def _compile(args: argparse.Namespace) -> int:
 def _search(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr)
     result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
-                    layout=args.layout, measure=args.measure, progress=bar.update)
+                    layout=args.layout, measure=args.measure, progress=bar.update,
+                    refine=args.refine)
     bar.close()
     print(result.table(args.top))
     print(result.summary())
+    if result.best.walked is not None:
+        print(f"walking the IR of the {args.refine} best: {result.best.walked}")
     if args.measure:
         print(f"measured on PoCL: {result.best.measured * 1e3:.2f} ms (fastest of the top 5)")
     if args.json:

@@ -142,6 +142,13 @@ class Kernel:
 
         return next(r for r in compile_cuda(self.cuda_source, arch) if r.kernel == self.name)
 
+    def estimate(self, gpu: str = "H100", sizes: Mapping[str, int] | None = None):
+        """Predicted time on ``gpu`` from a walk over this kernel's IR (SAAKE-style): what each
+        thread executes, its coalescing and bank conflicts, registers from ptxas if present."""
+        from .inspect import estimate_kernel
+
+        return estimate_kernel(self, gpu, sizes=sizes)
+
     def sass_report(self, arch: str = "sm_90"):
         """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector
         widths of its global and shared loads, its barriers (needs nvcc and nvdisasm)."""

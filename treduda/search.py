@@ -16,7 +16,7 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from . import strategies
@@ -68,6 +68,7 @@ class Candidate:
     prediction: Prediction
     bound: float | None = None  # the model's lower bound for these parameters, in seconds
     measured: float | None = None  # seconds on the backend that measured it
+    walked: Prediction | None = None  # the estimate from a walk over the generated kernel IR
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -246,12 +247,17 @@ class Searcher:
 def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
            values: Mapping[str, tuple] | None = None, measure: bool = False,
-           progress: Progress | None = None, max_nodes: int | None = None) -> SearchResult:
+           progress: Progress | None = None, max_nodes: int | None = None,
+           refine: int = 0) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
-    With ``measure=True`` the best predicted candidates (up to five) are also run on PoCL,
-    each result checked against numpy.einsum, and the fastest measured one wins; PoCL times a
-    CPU, so this ranks candidates by what runs here, not by the GPU's time.
+    With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
+    walks their kernel IR (:func:`treduda.inspect.estimate_kernel`), which sees what the
+    parameters alone do not (guards, index arithmetic, ptxas's registers); it is never below
+    the bound, so the re-ranking only ever picks among candidates the search could not cut.
+    With ``measure=True`` the best candidates (up to five) are also run on PoCL, each result
+    checked against numpy.einsum, and the fastest measured one wins; PoCL times a CPU, so this
+    ranks candidates by what runs here, not by the GPU's time.
     """
     try:
         searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
@@ -259,10 +265,22 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     except StrategyError:  # small extents rule out every restricted value: search them all
         searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values, restrict=False)
         result = searcher.branch_and_bound(progress, max_nodes)
+    if refine:
+        walked = [_walked(result, c) for c in result.top(refine)]
+        result.best = min(walked, key=lambda c: (c.walked.seconds, c.key()))
     if measure:
         result.best = min((_measured(result, c) for c in result.top(5)),
                           key=lambda c: c.measured)
     return result
+
+
+def _walked(result: SearchResult, candidate: Candidate) -> Candidate:
+    """``candidate`` with the estimate of a walk over its generated kernel."""
+    from .api import compile
+
+    kernel = compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
+                     strategy=candidate.strategy, params=candidate.params)
+    return replace(candidate, walked=kernel.estimate(result.gpu))
 
 
 def _measured(result: SearchResult, candidate: Candidate, repeats: int = 3) -> Candidate:
@@ -277,6 +295,5 @@ def _measured(result: SearchResult, candidate: Candidate, repeats: int = 3) -> C
         started = time.perf_counter()
         kernel.verify(seed=seed)
         times.append(time.perf_counter() - started)
-    return Candidate(candidate.strategy, candidate.params, candidate.prediction,
-                     candidate.bound, sorted(times)[len(times) // 2])
+    return replace(candidate, measured=sorted(times)[len(times) // 2])
 

@@ -1,0 +1,369 @@
+"""What each thread of a compiled kernel executes, counted by walking its IR (SAAKE-style).
+
+The analytic model (:mod:`treduda.model`) predicts from the strategy's parameters; this module
+reads the code instead (issue #4), so it sees what the parameters do not say: the actual index
+expressions, copies, guards and barriers. The walk makes these choices:
+
+* The representative block is ``blockIdx = 0``; control flow (trip counts, guards) follows
+  thread (0,0,0), so counts are per thread of a full tile.
+* Access costs come from warp 0 of that block: each offset is evaluated for its lanes (x
+  fastest), iterators per lane, lanes narrowed by the guards thread 0 passes. Global: 32-byte
+  sectors touched / 4 per wavefront; shared: distinct words in the busiest bank.
+* Identical loads in straight-line code count once, as nvcc reuses them: until a barrier, a
+  store to that array, or the next iteration of a loop that stays a loop (not ``unroll``).
+* Index ops: each distinct varying subexpression of an offset or condition once per iteration
+  of the innermost runtime loop it depends on (invariant code is hoisted, unrolled loops fold).
+* Loops of more than :data:`SAMPLED` iterations are sampled: the first, second, middle,
+  second-to-last and last iterations are walked; if the three inner ones agree, the second
+  stands for every inner iteration, otherwise all iterations are walked.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import operator
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from . import ir
+from .errors import CompileError, MissingSize, TredudaError
+from .gpus import Gpu
+from .gpus import gpu as find_gpu
+from .lower import accumulator_name, lower
+from .model import LAUNCH_SECONDS, OVERLAP, Model, Prediction
+
+FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
+          "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")
+BASE_REGISTERS = 16  # beyond the register locals: indices, pointers, loaded operands
+SAMPLED = 5  # loops with more iterations are sampled (see the module docstring)
+SECTOR_BYTES, SECTORS_PER_WAVEFRONT, BANKS = 32, 4, 32
+MODELLED = {"tiled", "staged", "thread_per_element"}  # strategies the analytic model describes
+
+
+@dataclass(frozen=True)
+class Counts:
+    """Per thread of the representative block, dynamic (loops multiplied out)."""
+
+    fma: float  # multiplications feeding an add (or a += / -=)
+    flops_other: float
+    global_loads: float
+    global_stores: float
+    shared_loads: float
+    shared_stores: float
+    global_wavefronts: float  # LSU wavefronts of the warp's global loads
+    shared_wavefronts: float  # bank-conflict degree of the warp's shared loads and stores
+    barriers: float
+    index_ops: float  # integer ops of offsets and loop/guard arithmetic (a rough count)
+    registers: int  # ptxas's count, or a conservative estimate without nvcc
+
+    @property
+    def instructions(self) -> float:
+        """Warp instructions per thread that the schedulers issue."""
+        return sum(getattr(self, f) for f in FIELDS if not f.endswith("wavefronts"))
+
+
+def count(kernel, use_nvcc: bool = True, *, sizes: Mapping[str, int] | None = None,
+          arch: str = "sm_90") -> Counts:
+    """Walk ``kernel`` (symbolic kernels need ``sizes``) and count per thread."""
+    tally = _Walker(kernel, _sizes(kernel, sizes)).run()
+    return Counts(**{f: float(tally[f]) for f in FIELDS},
+                  registers=_registers(kernel, use_nvcc, arch))
+
+
+def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
+                    use_nvcc: bool = True) -> Prediction:
+    """The model's resources with ``fma``, ``issue`` and ``memory`` from the walked counts and
+    occupancy from the counted registers. For strategies the model describes, its bound is a
+    floor per resource, so ``estimate_kernel >= Model.bound`` as branch and bound needs."""
+    g = find_gpu(gpu)
+    sizes = _sizes(kernel, sizes)
+    c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
+    program = lower(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
+        kernel.symbolic) else kernel.program
+    model = Model(program, g, {})
+    analytic = floor = {}
+    if set(kernel.strategy.split("+")) <= MODELLED:  # complete what staging would add
+        params = {"stage": "", "pad": 0, "preload": False, **kernel.params}
+        analytic, floor = model.estimate(params).resources, model.bound(params).resources
+    blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
+    occupancy = _occupancy(g, kernel, threads, c.registers)
+    if occupancy == 0:
+        return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
+                          model.flops)
+    clock = g.clock_ghz * 1e9
+    lanes = g.fp64_lanes_per_sm if kernel.dtype == "float64" else g.fp32_lanes_per_sm
+    # The busiest SM runs ceil(blocks / SMs) blocks of ceil(threads / 32) warps each.
+    warps = math.ceil(blocks / g.sm_count) * math.ceil(threads / g.warp_size)
+    waves = math.ceil(blocks / (g.sm_count * occupancy))
+    accumulators = sum(local.size for local in kernel.built.kernel.locals if local.name in
+                       {accumulator_name(n) for n in range(len(program.accumulators))})
+    walked = {
+        "fma": warps * c.fma * g.warp_size / lanes / clock,
+        "issue": warps * c.instructions / g.schedulers_per_sm / clock,
+        "memory": warps * (c.global_wavefronts + c.shared_wavefronts) / clock,
+        "l2": analytic.get("l2", (c.global_loads + c.global_stores) * blocks * threads
+                           * model.bytes / g.l2_bandwidth),  # without a model: no L2 reuse
+        "dram": model.compulsory / g.dram_bandwidth,
+        "latency": max(waves * c.fma / max(1, accumulators) * g.fma_latency_cycles / clock,
+                       analytic.get("latency", 0.0)),  # the walk's: its dependent FMAs
+    }
+    seconds = {r: max(v, floor.get(r, 0.0)) for r, v in walked.items()}
+    binding = max(seconds, key=seconds.get)
+    total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
+    because = _because(binding, seconds[binding], c, occupancy)
+    if seconds[binding] > walked[binding]:
+        because += " (the model's bound: the walk counts less here)"
+    return Prediction(total + LAUNCH_SECONDS, binding, seconds, because, model.flops)
+
+
+def _because(binding: str, seconds: float, c: Counts, occupancy: int) -> str:
+    fma = max(c.fma, 1.0)
+    reasons = {
+        "fma": "FMA throughput binds",
+        "issue": f"instruction issue binds: {c.instructions / fma:.2f} instructions per FMA, "
+                 f"{c.index_ops / fma:.2f} of them index ops",
+        "memory": f"load/store units bind: {c.global_wavefronts / fma:.2f} global and "
+                  f"{c.shared_wavefronts / fma:.2f} shared wavefronts per FMA",
+        "l2": "L2 bandwidth binds: blocks re-read their footprints",
+        "dram": "DRAM bandwidth binds: every tensor moves once",
+        "latency": f"latency binds: {occupancy} block(s) per SM",
+    }
+    return (f"{binding} {seconds * 1e3:.3g} ms: {reasons[binding]}; per thread {c.fma:g} FMAs, "
+            f"{c.global_loads:g} global / {c.shared_loads:g} shared loads, {c.barriers:g} "
+            f"barriers, {c.index_ops:g} index ops, {c.registers} registers")
+
+
+def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
+    if sizes is None and kernel.symbolic:
+        raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to walk it")
+    return dict(kernel.sizes if sizes is None else sizes)
+
+
+def _occupancy(g: Gpu, kernel, threads: int, registers: int) -> int:
+    """Blocks per SM, with the limits :class:`treduda.model.Model` applies."""
+    warps = math.ceil(threads / g.warp_size)
+    shared = sum(local.size for local in kernel.built.kernel.locals
+                 if local.space is ir.Space.SHARED) * (8 if kernel.dtype == "float64" else 4)
+    unit = g.register_allocation_unit
+    per_warp = math.ceil(registers * g.warp_size / unit) * unit
+    limits = [g.max_blocks_per_sm, g.max_threads_per_sm // (warps * g.warp_size),
+              g.registers_per_sm // (per_warp * warps)]
+    return max(0, min(limits + ([g.shared_per_sm // shared] if shared else [])))
+
+
+def _registers(kernel, use_nvcc: bool, arch: str) -> int:
+    from .run.nvcc import nvcc_available
+
+    if use_nvcc and nvcc_available():
+        try:
+            return _ptxas_registers(kernel.cuda_source, kernel.name, arch)
+        except CompileError:  # an architecture this nvcc no longer knows: count conservatively
+            pass
+    words = 2 if kernel.dtype == "float64" else 1
+    return BASE_REGISTERS + words * sum(local.size for local in kernel.built.kernel.locals
+                                        if local.space is ir.Space.REGISTER)
+
+
+@functools.lru_cache(maxsize=64)
+def _ptxas_registers(source: str, name: str, arch: str) -> int:
+    from .run.nvcc import compile_cuda
+
+    return next(r.registers for r in compile_cuda(source, arch) if r.kernel == name)
+
+
+_OPS = {
+    ir.Op.ADD: operator.add, ir.Op.SUB: operator.sub, ir.Op.MUL: operator.mul,
+    ir.Op.DIV: operator.floordiv, ir.Op.MOD: operator.mod, ir.Op.FLOOR_DIV: operator.floordiv,
+    ir.Op.MIN: np.minimum, ir.Op.MAX: np.maximum, ir.Op.LT: operator.lt, ir.Op.LE: operator.le,
+    ir.Op.EQ: operator.eq, ir.Op.GE: operator.ge, ir.Op.GT: operator.gt,
+    ir.Op.AND: np.logical_and, ir.Op.OR: np.logical_or,
+}
+_ARITHMETIC = {ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV, ir.Op.MIN, ir.Op.MAX}
+_Parts = tuple[tuple[tuple[int, frozenset], ...], tuple[ir.Load, ...], frozenset]
+
+
+def _evaluate(e: ir.Expr, env: Mapping[str, Any], threads: tuple) -> Any:
+    """An index expression for one thread (ints) or for a warp's lanes (numpy arrays)."""
+    if isinstance(e, ir.Int):
+        return e.value
+    if isinstance(e, ir.Var):
+        if e.name not in env:
+            raise TredudaError(f"no value for '{e.name}' when walking the kernel")
+        return env[e.name]
+    if isinstance(e, ir.Index):
+        return threads[e.axis] if e.builtin is ir.Builtin.THREAD_ID else 0  # block 0
+    if isinstance(e, ir.Binary):
+        return _OPS[e.op](_evaluate(e.left, env, threads), _evaluate(e.right, env, threads))
+    if isinstance(e, ir.Neg):
+        return -_evaluate(e.operand, env, threads)
+    if isinstance(e, ir.Select):
+        return np.where(_evaluate(e.condition, env, threads), _evaluate(e.if_true, env, threads),
+                        _evaluate(e.if_false, env, threads))
+    raise TredudaError(f"cannot walk the expression {e!r}")
+
+
+def _children(e: ir.Expr) -> tuple[ir.Expr, ...]:
+    if isinstance(e, ir.Binary):
+        return e.left, e.right
+    if isinstance(e, ir.Neg):
+        return (e.operand,)
+    return (e.condition, e.if_true, e.if_false) if isinstance(e, ir.Select) else ()
+
+
+def _flops(e: ir.Expr) -> tuple[int, int]:
+    """(FMAs, other flops) of a value expression: a product feeding an add fuses."""
+    if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB):
+        for product, other in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(product, ir.Binary) and product.op is ir.Op.MUL:
+                parts = [_flops(x) for x in (product.left, product.right, other)]
+                return 1 + sum(p[0] for p in parts), sum(p[1] for p in parts)
+    parts = [_flops(x) for x in _children(e)[-2:]]  # a Select's condition is no flop
+    own = 1 if isinstance(e, ir.Binary) and e.op in _ARITHMETIC else 0
+    return sum(p[0] for p in parts), own + sum(p[1] for p in parts)
+
+
+class _Walker:
+    """Walks one kernel for thread (0,0,0) of block 0 and the lanes of its warp."""
+
+    def __init__(self, kernel, sizes: Mapping[str, int]):
+        self.kir = kernel.built.kernel
+        self.bytes = 8 if kernel.dtype == "float64" else 4
+        self.spaces = {local.name: local.space for local in self.kir.locals}
+        self.env: dict[str, Any] = {f"N_{index}": extent for index, extent in sizes.items()}
+        self.lane_env = dict(self.env)
+        bx, by, _ = kernel.block
+        lane = np.arange(min(32, math.prod(kernel.block)))
+        self.lanes = (lane % bx, lane // bx % by, lane // (bx * by))
+        self.active = np.ones(lane.size, dtype=bool)
+        self.frames: list[tuple[str | None, set]] = [(None, set())]  # kernel, runtime loops
+        self.loaded: set[tuple[str, bytes]] = set()  # addresses whose loads nvcc would reuse
+        self.parts: dict[int, _Parts] = {}  # by id: hashing deep IR trees each visit is slow
+        self.flops: dict[int, tuple[int, int]] = {}
+        self.canonical: dict[ir.Binary, int] = {}  # equal subexpressions share a number
+
+    def run(self) -> Counter:
+        tally = self.walk(self.kir.body)
+        tally["index_ops"] += len(self.frames[0][1])  # hoisted out of every loop: once
+        return tally
+
+    def walk(self, s: ir.Stmt) -> Counter:
+        if isinstance(s, ir.Block):
+            return sum((self.walk(child) for child in s.body), Counter())
+        if isinstance(s, ir.Barrier):
+            self.loaded.clear()
+            return Counter(barriers=1)
+        if isinstance(s, ir.For):
+            return self._loop(s)
+        if isinstance(s, ir.If):
+            self._index_ops(s.condition)
+            taken = bool(_evaluate(s.condition, self.env, (0, 0, 0)))
+            branch, active = (s.then if taken else s.otherwise), self.active
+            if branch is None:
+                return Counter()
+            lanes = np.broadcast_to(_evaluate(s.condition, self.lane_env, self.lanes),
+                                    active.shape).astype(bool)
+            self.active = active & (lanes if taken else ~lanes)
+            tally = self.walk(branch)
+            self.active = active
+            return tally
+        tally: Counter = Counter()
+        if s.op != "=" and isinstance(s.target, ir.Load):
+            self._access(s.target, tally, store=False)  # read-modify-write
+        for load in self._parts(s.value)[1]:
+            self._access(load, tally, store=False)
+        if isinstance(s.target, ir.Load):
+            self._access(s.target, tally, store=True)
+        if id(s) not in self.flops:
+            self.flops[id(s)] = _flops(ir.Binary(ir.Op.ADD, s.target, s.value)
+                                       if s.op != "=" else s.value)
+        tally.update(dict(zip(("fma", "flops_other"), self.flops[id(s)], strict=True)))
+        return tally
+
+    def _loop(self, s: ir.For) -> Counter:
+        self._index_ops(s.start)
+        here = (0, 0, 0)
+        step = _evaluate(s.step, self.env, here)
+        lane_first = _evaluate(s.start, self.lane_env, self.lanes)
+        lane_step = _evaluate(s.step, self.lane_env, self.lanes)
+        values, self.env[s.iterator] = [], _evaluate(s.start, self.env, here)
+        while _evaluate(s.condition, self.env, here):
+            values.append(self.env[s.iterator])
+            self.env[s.iterator] += step
+
+        def iteration(n: int) -> Counter:
+            self.env[s.iterator] = values[n]
+            self.lane_env[s.iterator] = lane_first + n * lane_step
+            if not s.unroll:  # a runtime loop: its own index ops, no reuse across iterations
+                self.frames.append((s.iterator, set()))
+                self.loaded.clear()
+            part = self.walk(s.body)
+            self._index_ops(s.condition)
+            if not s.unroll:
+                part["index_ops"] += len(self.frames.pop()[1]) + 1  # its ops, the increment
+            return part
+
+        n, tally = len(values), None
+        saved = [set(seen) for _, seen in self.frames], set(self.loaded)
+        if n > SAMPLED:
+            first, second, middle, before_last, last = map(iteration, (0, 1, n // 2, n - 2,
+                                                                        n - 1))
+            if second == middle == before_last:
+                tally = first + last + Counter({k: v * (n - 2) for k, v in second.items()})
+            else:  # iterations differ: walk them all, from the state before the samples
+                for (_, seen), kept in zip(self.frames, saved[0], strict=True):
+                    seen.clear()
+                    seen.update(kept)
+                self.loaded = saved[1]
+        if tally is None:
+            tally = sum(map(iteration, range(n)), Counter())
+        self.env.pop(s.iterator, None)
+        self.lane_env.pop(s.iterator, None)
+        return tally
+
+    def _parts(self, e: ir.Expr) -> _Parts:
+        """The varying Binary nodes (canonical number, names), the loads and names of ``e``."""
+        if id(e) not in self.parts:
+            found = [self._parts(child) for child in _children(e)]
+            own = {e.name} if isinstance(e, ir.Var) else {f"%{e.builtin.value}"} if isinstance(
+                e, ir.Index) else set()  # thread and block ids never name a loop
+            names = frozenset().union(own, *(f[2] for f in found))
+            binaries = sum((f[0] for f in found), ())
+            if isinstance(e, ir.Binary) and names:
+                binaries += ((self.canonical.setdefault(e, len(self.canonical)), names),)
+            loads = sum((f[1] for f in found), (e,) if isinstance(e, ir.Load) else ())
+            self.parts[id(e)] = (binaries, loads, names)
+        return self.parts[id(e)]
+
+    def _index_ops(self, e: ir.Expr) -> None:
+        """Book each varying subexpression to its innermost runtime loop (or the kernel): it is
+        computed once per iteration of that loop, which counts its book when it ends."""
+        for number, names in self._parts(e)[0]:
+            next(seen for it, seen in reversed(self.frames) if it is None or it in names).add(
+                number)
+
+    def _access(self, load: ir.Load, tally: Counter, store: bool) -> None:
+        space = self.spaces.get(load.array)
+        if space is ir.Space.REGISTER:
+            return
+        self._index_ops(load.offset)
+        lanes = np.broadcast_to(_evaluate(load.offset, self.lane_env, self.lanes),
+                                self.active.shape)[self.active].astype(np.int64)
+        key = (load.array, lanes.tobytes())
+        if store:
+            self.loaded = {k for k in self.loaded if k[0] != load.array}
+        elif key in self.loaded:
+            return
+        self.loaded.add(key)
+        kind = "shared" if space is ir.Space.SHARED else "global"
+        tally[f"{kind}_{'stores' if store else 'loads'}"] += 1
+        if kind == "shared":
+            words = np.unique(lanes * self.bytes // 4)
+            tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
+        elif not store:
+            sectors = np.unique(lanes * self.bytes // SECTOR_BYTES).size
+            tally["global_wavefronts"] += max(1.0, sectors / SECTORS_PER_WAVEFRONT)
