@@ -1,0 +1,455 @@
+"""The benchmark suite of issue #5: search every contraction of a suite, generate, verify.
+
+    treduda bench [--suite tccg_fp32|tccg_fp64|tc|tapp|all] [--gpu H100] [--json out.json]
+                  [--plot out.png] [--limit N] [--ids tccg_01,tccg_12] [--max-nodes 3000]
+
+For each row, the model's search chooses a strategy and parameters at the row's full sizes
+(with a node budget, so one row cannot run away). The winner is then generated at full size
+(timed, and nvcc reports registers and spills when it is installed). PoCL on a CPU cannot run
+full-size problems in reasonable time, so the winner is checked against numpy.einsum at
+scaled-down sizes. A row that fails is reported in its row and the run goes on; the exit status
+is 1 if any row failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any, TextIO
+
+from .api import compile
+from .errors import CompileError, StrategyError, TredudaError
+from .gpus import Gpu
+from .gpus import gpu as find_gpu
+from .run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
+from .search import SearchResult, search
+from .suites import SUITES, Row, load, scaled
+
+DEFAULT_MAX_NODES = 3000
+SUITE_CHOICES = (*SUITES, "all")
+# Kernels per nvcc call: each call costs about a second of start-up, while one call for a whole
+# suite of large unrolled kernels could reach nvcc's time-out.
+NVCC_BATCH = 12
+PARAMS_WIDTH = 72
+EXPRESSION_WIDTH = 40
+# Shorter names for the table (the JSON keeps the full parameters).
+SHORT_NAMES = {"order": "ord", "stage": "stg", "block": "blk", "assign": "asg", "preload": "pre",
+               "unroll": "unr"}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One row to run, with the dtype its suite asks for and the name it is shown under."""
+
+    row: Row
+    dtype: str = "float32"
+    suite: str = ""
+    label: str = ""  # the row's id unless several suites run together
+
+    @property
+    def name(self) -> str:
+        return self.label or self.row.id
+
+
+@dataclass
+class Outcome:
+    """What one row measured; ``error`` set means the row FAILED (at ``stage``)."""
+
+    suite: str
+    id: str
+    expression: str
+    layout: str
+    dtype: str
+    sizes: dict[str, int]
+    strategy: str | None = None
+    params: dict[str, Any] | None = None
+    predicted_seconds: float | None = None
+    gflops: float | None = None
+    fraction_of_peak: float | None = None
+    binding: str | None = None
+    search_seconds: float | None = None
+    nodes_visited: int | None = None
+    search_complete: bool | None = None
+    generate_seconds: float | None = None
+    kernel: str | None = None
+    registers: int | None = None
+    spill_bytes: int | None = None
+    scaled_sizes: dict[str, int] | None = None
+    verified: bool = False
+    verified_params: str | None = None  # "searched", or "defaults" when those do not fit
+    verify_note: str | None = None
+    verify_seconds: float | None = None
+    max_error: float | None = None
+    stage: str | None = None
+    error: str | None = None
+    cuda_source: str | None = field(default=None, repr=False)  # kept for nvcc, not in JSON
+
+    @property
+    def status(self) -> str:
+        return "FAILED" if self.error else "ok"
+
+    def fail(self, stage: str, error: BaseException) -> None:
+        self.stage, self.error = stage, f"{type(error).__name__}: {error}"
+
+    def to_dict(self) -> dict[str, Any]:
+        record = asdict(self)
+        del record["cuda_source"]
+        return {"status": self.status, **record}
+
+
+def dtype_of(suite: str) -> str:
+    """The element type a suite's sizes were chosen for."""
+    return "float64" if suite == "tccg_fp64" else "float32"
+
+
+def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = None) -> list[Case]:
+    """The rows of ``suite`` ("all": every suite, rows named suite/id), filtered by ``ids``
+    (plain or suite/id) and cut to the first ``limit``; unknown ids are an error, not a skip."""
+    names = list(SUITES) if suite == "all" else [suite]
+    cases = [Case(row, dtype_of(s), s, f"{s}/{row.id}" if suite == "all" else "")
+             for s in names for row in load(s)]
+    if ids:
+        wanted = set(ids)
+        known = {c.name for c in cases} | {c.row.id for c in cases}
+        if unknown := sorted(wanted - known):
+            raise TredudaError(f"no row {', '.join(unknown)} in suite {suite}; its rows are "
+                               f"{', '.join(c.name for c in cases)}")
+        cases = [c for c in cases if c.name in wanted or c.row.id in wanted]
+    return cases if limit is None else cases[:limit]
+
+
+def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
+          max_nodes: int = DEFAULT_MAX_NODES, nvcc: bool | None = None,
+          log: TextIO | None = None) -> list[Outcome]:
+    """Run every case (progress on ``log``), then ask nvcc about the full-size kernels."""
+    log = sys.stderr if log is None else log
+    target = find_gpu(gpu)
+    outcomes = []
+    for number, case in enumerate(cases, 1):
+        print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
+        started = time.perf_counter()
+        outcome = run_case(case, target, max_nodes)
+        verdict = "FAILED" if outcome.error else "verified"
+        print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
+        outcomes.append(outcome)
+    if nvcc_available() if nvcc is None else nvcc:
+        add_nvcc_reports(outcomes, target, log)
+    else:
+        print("nvcc is not installed: no registers or spills", file=log)
+    return outcomes
+
+
+def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
+    """Search at full size, generate the winner at full size, verify it scaled down.
+
+    Any exception fails this row only, recorded with the stage it happened in."""
+    row = case.row
+    outcome = Outcome(case.suite, case.name, row.expression, row.layout, case.dtype,
+                      dict(row.sizes))
+    stage = "search"
+    try:
+        started = time.perf_counter()
+        result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
+                        max_nodes=max_nodes)
+        outcome.search_seconds = time.perf_counter() - started
+        best = result.best
+        outcome.strategy, outcome.params = best.strategy, dict(best.params)
+        outcome.predicted_seconds = best.prediction.seconds
+        outcome.gflops = best.prediction.gflops
+        outcome.fraction_of_peak = result.fraction_of_peak()
+        outcome.binding = best.prediction.binding
+        outcome.nodes_visited = result.stats.nodes_visited
+        outcome.search_complete = result.stats.complete
+
+        stage = "generate"
+        started = time.perf_counter()
+        kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
+                         strategy=best.strategy, params=best.params)
+        outcome.cuda_source = kernel.cuda_source
+        outcome.kernel = kernel.name
+        outcome.generate_seconds = time.perf_counter() - started
+
+        stage = "verify"
+        started = time.perf_counter()
+        verify_scaled(outcome, result, row)
+        outcome.verify_seconds = time.perf_counter() - started
+    except Exception as error:  # a failing row is reported in its row; the others go on
+        outcome.fail(stage, error)
+    return outcome
+
+
+def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
+    """Check the winner on PoCL at ``scaled(row.sizes)``, in the row's own layout.
+
+    The searched tiles often exceed the scaled extents, which the strategy rejects; then the
+    same strategy's defaults are verified instead, and the row says so."""
+    sizes = scaled(row.sizes)
+    outcome.scaled_sizes = sizes
+    options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
+    try:
+        kernel = compile(row.expression, sizes, params=result.best.params, **options)
+        outcome.verified_params = "searched"
+    except StrategyError as error:
+        kernel = compile(row.expression, sizes, **options)
+        reason = str(error).partition(" (parameters:")[0]
+        outcome.verified_params = "defaults"
+        outcome.verify_note = (f"the searched parameters do not fit the scaled sizes ({reason});"
+                               f" verified {kernel.strategy}'s defaults {kernel.params}")
+    check = kernel.verify()  # raises VerificationError when it differs from numpy.einsum
+    outcome.verified, outcome.max_error = True, check.max_error
+
+
+def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None:
+    """Registers and spills of each full-size kernel, compiled in batches for ``gpu``.
+
+    A kernel nvcc rejects fails its row; an architecture this nvcc does not know (an old GPU)
+    only leaves the columns empty."""
+    arch = "sm_" + gpu.compute_capability.replace(".", "")
+    pending = [o for o in outcomes if o.cuda_source and not o.error]
+    for start in range(0, len(pending), NVCC_BATCH):
+        batch = pending[start:start + NVCC_BATCH]
+        print(f"nvcc ({arch}): kernels {start + 1}-{start + len(batch)} of {len(pending)}",
+              file=log, flush=True)
+        try:
+            reports = compile_cuda_batch([o.cuda_source for o in batch], arch)
+        except CompileError as error:
+            if "Unsupported gpu architecture" in str(error):
+                print(f"this nvcc cannot compile for {arch} ({gpu.name}): no registers or "
+                      "spills", file=log)
+                return
+            reports = [_compile_alone(o, arch) for o in batch]
+        for outcome, found in zip(batch, reports, strict=True):
+            mine = [r for r in found if r.kernel.rpartition("::")[2] == outcome.kernel]
+            if mine:
+                outcome.registers = mine[0].registers
+                outcome.spill_bytes = mine[0].spill_stores + mine[0].spill_loads
+    for outcome in outcomes:
+        outcome.cuda_source = None  # the sources are large and no longer needed
+
+
+def _compile_alone(outcome: Outcome, arch: str) -> list:
+    """One kernel's reports, or none with its row failed: the batch broke, find who broke it."""
+    try:
+        return compile_cuda(outcome.cuda_source or "", arch)
+    except CompileError as error:
+        outcome.fail("nvcc", error)
+        return []
+
+
+def short_params(params: dict[str, Any] | None, width: int = PARAMS_WIDTH) -> str:
+    """Parameters in a table cell: per-axis values joined (block_x/y/z 16,1,4 -> blk=16x1x4),
+    words by their initials (cyclic,adjacent -> ca), flags as +name, cut to ``width``."""
+    if not params:
+        return "-"
+    groups: dict[str, list[Any]] = {}
+    for name, value in params.items():
+        stem, _, axis = name.rpartition("_")
+        key = stem if axis in ("x", "y", "z") and stem else name
+        groups.setdefault(key, []).append(value)
+    parts = []
+    for name, values in groups.items():
+        short = SHORT_NAMES.get(name, name)
+        if len(values) == 1 and isinstance(values[0], bool):
+            parts.append(f"+{short}" if values[0] else f"-{short}")
+        elif len(values) > 1 and all(isinstance(v, str) for v in values):
+            parts.append(f"{short}={''.join(v[:1] for v in values)}")
+        else:
+            parts.append(f"{short}={'x'.join(str(v) for v in values)}")
+    return _clip(" ".join(parts), width)
+
+
+def _clip(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:width - 1] + "…"
+
+
+COLUMNS = ("id", "expression", "strategy", "pred ms", "GFLOP/s", "peak", "binding", "regs",
+           "spill", "gen s", "search s", "nodes", "done", "verified", "params")
+LEFT = {"id", "expression", "strategy", "binding", "done", "verified", "params"}
+
+
+def _cells(o: Outcome) -> list[str]:
+    def number(value: float | int | None, form: str) -> str:
+        return "-" if value is None else format(value, form)
+
+    verdict = "FAILED" if o.error else (
+        "yes" if o.verified_params == "searched" else f"yes ({o.verified_params}*)")
+    done = "-" if o.search_complete is None else ("yes" if o.search_complete else "budget")
+    predicted_ms = None if o.predicted_seconds is None else o.predicted_seconds * 1e3
+    return [o.id, _clip(o.expression, EXPRESSION_WIDTH), o.strategy or "-",
+            number(predicted_ms, ".4f"), number(o.gflops, ".0f"),
+            number(o.fraction_of_peak, ".1%"), o.binding or "-", number(o.registers, "d"),
+            number(o.spill_bytes, "d"), number(o.generate_seconds, ".2f"),
+            number(o.search_seconds, ".2f"), number(o.nodes_visited, "d"), done, verdict,
+            short_params(o.params)]
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """One aligned line per row, then a note per failed or fallen-back row."""
+    rows = [list(COLUMNS)] + [_cells(o) for o in outcomes]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(COLUMNS))]
+    lines = ["  ".join(cell.ljust(w) if name in LEFT else cell.rjust(w)
+                       for name, cell, w in zip(COLUMNS, r, widths, strict=True)).rstrip()
+             for r in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    if any(o.verified_params == "defaults" and not o.error for o in outcomes):
+        lines.append("* the searched parameters do not fit the scaled sizes (tiles larger than "
+                     "the extents): the strategy's defaults were verified instead (--json: "
+                     "verify_note)")
+    for o in outcomes:
+        if o.error:
+            message = o.error.replace("\n", "\n    ")
+            lines.append(f"{o.id} FAILED at {o.stage}: {message}")
+    return "\n".join(lines)
+
+
+def geometric_mean(values: Sequence[float]) -> float | None:
+    positive = [v for v in values if v > 0]
+    return math.exp(sum(map(math.log, positive)) / len(positive)) if positive else None
+
+
+def summary(outcomes: Sequence[Outcome], gpu: str | Gpu, max_nodes: int) -> str:
+    """The one line to quote: verified count, failures, mean fraction of peak, searches."""
+    target = find_gpu(gpu)
+    verified = [o for o in outcomes if o.verified and not o.error]
+    defaults = sum(o.verified_params == "defaults" for o in verified)
+    failed = sum(bool(o.error) for o in outcomes)
+    fractions = [o.fraction_of_peak for o in outcomes if o.fraction_of_peak is not None]
+    mean = geometric_mean(fractions)
+    searched = [o for o in outcomes if o.search_complete is not None]
+    complete = sum(bool(o.search_complete) for o in searched)
+    peak = "-" if mean is None else f"{mean:.1%}"
+    return (f"{len(verified)}/{len(outcomes)} verified ({defaults} with the strategy's defaults "
+            f"at the scaled size), {failed} FAILED; geometric-mean predicted fraction of peak on "
+            f"{target.name}: {peak} over {len(fractions)} rows; {complete}/{len(searched)} "
+            f"searches complete within {max_nodes} nodes")
+
+
+def timing(outcomes: Sequence[Outcome], wall: float) -> str:
+    """Where the run's time went, so the cost of each stage is measured, not guessed."""
+    def total(name: str) -> float:
+        return sum(getattr(o, name) or 0.0 for o in outcomes)
+
+    generated = [o.generate_seconds for o in outcomes if o.generate_seconds is not None]
+    slowest = f" (slowest {max(generated):.1f} s)" if generated else ""
+    stages = {"search": total("search_seconds"), "generation": total("generate_seconds"),
+              "verification": total("verify_seconds")}
+    return (f"time: {wall:.0f} s in all; search {stages['search']:.0f} s, full-size generation "
+            f"{stages['generation']:.0f} s{slowest}, scaled verification "
+            f"{stages['verification']:.0f} s, nvcc and the rest "
+            f"{wall - sum(stages.values()):.0f} s")
+
+
+def plot(outcomes: Sequence[Outcome], path: str, title: str, log: TextIO | None = None) -> bool:
+    """A bar per row: predicted fraction of peak, coloured by the verification outcome.
+
+    matplotlib is optional; without it the plot is skipped with a message (returns False)."""
+    log = sys.stderr if log is None else log
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+        from matplotlib.patches import Patch
+    except ImportError:
+        print(f"matplotlib is not installed: skipping the plot {path} (pip install matplotlib)",
+              file=log)
+        return False
+    colours = {"verified (searched parameters)": "tab:blue",
+               "verified (defaults at the scaled size)": "tab:cyan", "FAILED": "tab:red"}
+    figure = Figure(figsize=(max(8.0, 0.28 * len(outcomes) + 4), 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    heights = [o.fraction_of_peak or 0.0 for o in outcomes]
+    kinds = ["FAILED" if o.error else "verified (searched parameters)"
+             if o.verified_params == "searched" else "verified (defaults at the scaled size)"
+             for o in outcomes]
+    bars = axes.bar(range(len(outcomes)), heights, color=[colours[k] for k in kinds])
+    for bar, kind in zip(bars, kinds, strict=True):
+        if kind == "FAILED":
+            bar.set_hatch("xx")
+    axes.set_xticks(range(len(outcomes)), [o.id for o in outcomes], rotation=90, fontsize=7)
+    axes.set_ylim(0, max(1.0, *heights))
+    axes.set_ylabel("predicted fraction of peak")
+    axes.yaxis.set_major_formatter(lambda value, _: f"{value:.0%}")
+    handles = [Patch(color=colours[k], label=k) for k in colours if k in kinds]
+    mean = geometric_mean(heights)
+    if mean is not None:
+        handles.append(axes.axhline(mean, color="black", linestyle="--", linewidth=1,
+                                    label=f"geometric mean {mean:.1%}"))
+    figure.legend(handles=handles, loc="outside right upper", fontsize=7)
+    axes.set_title(title, fontsize=9)
+    figure.savefig(path, dpi=120)
+    print(f"wrote {path}", file=log)
+    return True
+
+
+def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFAULT_MAX_NODES,
+        json_path: str | None = None, plot_path: str | None = None, title: str = "",
+        nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None) -> int:
+    """Bench ``cases``, print the table and summary, write JSON and plot; 1 if a row failed."""
+    out = sys.stdout if out is None else out
+    log = sys.stderr if log is None else log
+    target = find_gpu(gpu)  # an unknown GPU is reported before any row runs
+    if not cases:
+        raise TredudaError("no rows to run (check --ids and --limit)")
+    started = time.perf_counter()
+    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log)
+    wall = time.perf_counter() - started
+    line = summary(outcomes, target, max_nodes)
+    print(table(outcomes), file=out)
+    print(line, file=out)
+    print(timing(outcomes, wall), file=out)
+    if json_path:
+        with open(json_path, "w") as stream:
+            json.dump({"suite": title, "gpu": target.name, "max_nodes": max_nodes,
+                       "summary": line, "seconds": wall,
+                       "rows": [o.to_dict() for o in outcomes]}, stream, indent=1)
+        print(f"wrote {json_path}", file=log)
+    if plot_path:
+        plot(outcomes, plot_path, f"{title}: predicted fraction of peak on {target.name} "
+             f"(search budget {max_nodes} nodes)", log)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+def _ids(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
+    return int(text)
+
+
+def bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `treduda bench` (and of benchmarks/bench.py)."""
+    parser.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
+                        help="the suite to run; all: every suite (rows named suite/id)")
+    parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
+    parser.add_argument("--json", metavar="FILE", help="write every row to this file")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
+    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
+    parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
+    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_MAX_NODES, metavar="N",
+                        help="the search's node budget per row (default %(default)s)")
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """Run `treduda bench` from parsed arguments."""
+    cases = select(args.suite, args.ids, args.limit)
+    return run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
+               plot_path=args.plot, title=args.suite)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
+    bench_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return bench_command(args)
+    except TredudaError as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return 2
