@@ -90,3 +90,8 @@ def test_refining_re_ranks_by_walking_the_kernel_ir():
     assert best.walked is not None and best.walked.binding in best.walked.resources
     assert best.walked.seconds >= best.bound  # the walk never goes below the bound
     assert best in result.top(2) or best.params in [c.params for c in result.top(2)]
+
+
+def test_searching_a_strategy_the_model_does_not_know_is_explained():
+    with pytest.raises(treduda.errors.StrategyError, match="predicts only tiled"):
+        search("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64}, strategy="tiled")

@@ -251,7 +251,7 @@ class _Optimist:
             return float(min(fronts))
         stride = read.strides.get(x, 0) * spread * self.m.bytes
         lanes = min(32, self.p["block_x"])
-        sectors = math.ceil(lanes * stride / 32) if stride else 1
+        sectors = min(lanes, math.ceil(lanes * stride / 32)) if stride else 1
         rows = math.ceil(32 / lanes)
         if len(self.order) > 1 and self.order[1] not in read.indices:
             rows = 1  # the rows of a warp read the same addresses

@@ -110,7 +110,10 @@ class Printer:
             pragma = [f"{pad}{self.dialect.unroll}"] if s.unroll and self.dialect.unroll else []
             return [*pragma, f"{pad}{head} {{", *self.stmt(s.body, depth + 1), f"{pad}}}"]
         if isinstance(s, ir.If):
-            lines = [f"{pad}if ({self.expr(s.condition)}) {{", *self.stmt(s.then, depth + 1)]
+            then = self.stmt(s.then, depth + 1)
+            if not then and s.otherwise is None:
+                return []  # guards only an anchor statement, which prints nothing
+            lines = [f"{pad}if ({self.expr(s.condition)}) {{", *then]
             if s.otherwise is not None:
                 lines += [f"{pad}}} else {{", *self.stmt(s.otherwise, depth + 1)]
             return [*lines, f"{pad}}}"]

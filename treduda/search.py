@@ -170,6 +170,9 @@ class Searcher:
                         registers_per_thread=self.gpu.max_registers_per_thread)
         self.strategy = strategies.get(strategy, limits)
         full = self.strategy.space(self.program)
+        if not {"order", "step", "stage"} <= {p.name for p in full.parameters}:
+            raise StrategyError(f"the model predicts only tiled+staged candidates; search cannot "
+                                f"rank '{strategy}' (compile with it directly instead)")
         wanted = {**(SEARCH_VALUES if restrict else {}), **(values or {})}
         rank = {name: n for n, name in enumerate(DECISION_ORDER)}
         ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
@@ -189,8 +192,9 @@ class Searcher:
         scored = [self.candidate(p, with_bound=False) for p in self.space.points()]
         if not scored:
             raise StrategyError(f"no valid candidate for {self.expression!r}")
-        stats = SearchStats(len(scored), True, len(scored), len(scored), {},
-                            time.perf_counter() - started)
+        stats = SearchStats(space_size=len(scored), space_size_exact=True,
+                            nodes_visited=len(scored), candidates_scored=len(scored),
+                            seconds=time.perf_counter() - started)
         return self._result(min(scored, key=Candidate.key), scored, stats)
 
     def branch_and_bound(self, progress: Progress | None = None,

@@ -1,0 +1,57 @@
+"""The notebooks of ``notebooks/`` run top to bottom, and are committed without outputs.
+
+Each notebook runs in a fresh kernel, in the notebooks folder, on the Python that runs the
+tests. It uses the tuning cache that ``conftest.py`` points this session to, not the user's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+NOTEBOOKS = Path(__file__).resolve().parent.parent / "notebooks"
+FILES = sorted(NOTEBOOKS.glob("*.ipynb"))
+
+
+@pytest.fixture
+def this_python(tmp_path, monkeypatch):
+    """Make the kernel named python3 start this interpreter, whatever is installed elsewhere.
+
+    Directories in JUPYTER_PATH come before the user's and the system's kernel directories."""
+    from ipykernel.kernelspec import write_kernel_spec
+
+    write_kernel_spec(tmp_path / "kernels" / "python3")
+    monkeypatch.setenv("JUPYTER_PATH", str(tmp_path))
+
+
+def test_the_notebooks_are_found():
+    names = [f.name for f in FILES]
+    assert names == ["01_quick_start.ipynb", "02_inside_the_machine.ipynb",
+                     "03_writing_a_strategy.ipynb", "04_search_and_model.ipynb"]
+    readme = (NOTEBOOKS / "README.md").read_text()
+    assert all(name in readme for name in names)
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_committed_without_outputs(path):
+    cells = json.loads(path.read_text())["cells"]
+    for n, cell in enumerate(cells):
+        if cell["cell_type"] == "code":
+            assert cell["outputs"] == [], f"{path.name}: cell {n} has outputs; clear them"
+            assert cell["execution_count"] is None, f"{path.name}: cell {n} has a count"
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_runs_top_to_bottom(path, this_python):
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(path, as_version=4)
+    client = NotebookClient(notebook, timeout=600, kernel_name="python3",
+                            resources={"metadata": {"path": str(NOTEBOOKS)}})
+    client.execute()  # raises CellExecutionError, with the traceback, if a cell raises
+    errors = [output for cell in notebook.cells if cell.cell_type == "code"
+              for output in cell.outputs if output.output_type == "error"]
+    assert not errors
