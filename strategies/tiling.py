@@ -47,6 +47,7 @@ BLOCK_EXTENTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REGISTER_EXTENTS = (1, 2, 4, 8)
 ASSIGNMENTS = ("cyclic", "adjacent")
 STEPS = (0, 4, 8, 16, 32, 64)
+POWERS_OF_TWO = tuple(2**n for n in range(32))
 ACCUMULATOR_BUDGET = 64  # accumulator registers per thread, a quarter of the 255 available
 STAGE_COMPUTE = 4  # after a staging strategy's barrier, copies, barrier and next loads (0-3)
 
@@ -141,7 +142,7 @@ class Tiled(Strategy):
                 if len(indices) <= n:
                     return True
                 tile = p[f"block_{a}"] * p[f"reg_{a}"]
-                return tile <= covering(sizes[indices[n]], BLOCK_EXTENTS * 8)
+                return tile <= covering(sizes[indices[n]], POWERS_OF_TWO)
             rules.append(Constraint(f"the {a} tile is no larger than its dimension needs",
                                     ("order", f"block_{a}", f"reg_{a}"), fits))
         longest = max((sizes[i] for s in program.statements for i in s.summed), default=0)

@@ -106,7 +106,7 @@ SETTINGS = {"deadline": None, "derandomize": True, "print_blob": False,
             "suppress_health_check": [HealthCheck.too_slow, HealthCheck.data_too_large]}
 
 
-@settings(max_examples=25, **SETTINGS)
+@settings(max_examples=12, **SETTINGS)
 @given(problem=problems())
 def test_random_contraction_matches_einsum(problem):
     check(problem)

@@ -3,8 +3,9 @@ the benchmark rows, scaled down) x four parameter points (the strategy's default
 valid points of its space, and the defaults for symbolic sizes) runs on PoCL with guard zones
 and matches numpy.einsum, and its CUDA text compiles with nvcc.
 
-CI runs a deterministic share: every strategy on every example with its defaults, and every
-contraction once more, the strategy and the point rotating; `pytest -m matrix` runs the rest.
+CI runs a deterministic share: every strategy on every example with its defaults, every
+benchmark row with its defaults under one strategy (rotating), and every example once at a
+random point (strategy and point rotating); `pytest -m matrix` runs the rest.
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ from treduda.suites import load, scaled
 
 STRATEGIES = strategy_names()
 POINTS = ("defaults", "sample1", "sample2", "symbolic")
-ROTATING = POINTS[:3]  # the points CI's share rotates through
+SAMPLES = ("sample1", "sample2")
 # The examples have no layout of their own: they rotate through layouts and dtypes.
 EXAMPLE_FORMATS = [("C", "float32"), ("F", "float64"), ("F", "float32"), ("C", "float64")]
 
@@ -87,15 +88,16 @@ class Case:
 
 
 def _cases() -> list[Case]:
-    """The whole product; ``in_ci`` marks the rotating share CI runs."""
+    """The whole product; ``in_ci`` marks the share CI runs (see the module's docstring)."""
     cases = []
     for n, contraction in enumerate(CONTRACTIONS):
-        rotating = (STRATEGIES[n % len(STRATEGIES)],
-                    ROTATING[(n // len(STRATEGIES)) % len(ROTATING)])
+        example = contraction.name in EXAMPLES
+        strategy_now = STRATEGIES[n % len(STRATEGIES)]
+        sample_now = SAMPLES[(n // len(STRATEGIES)) % len(SAMPLES)]
         for strategy in STRATEGIES:
             for point in POINTS:
-                in_ci = ((point == "defaults" and contraction.name in EXAMPLES)
-                         or (strategy, point) == rotating)
+                in_ci = ((point == "defaults" and (example or strategy == strategy_now))
+                         or (example and (strategy, point) == (strategy_now, sample_now)))
                 cases.append(Case(contraction, strategy, point, in_ci))
     return cases
 
@@ -104,23 +106,7 @@ CASES = _cases()
 
 # Known bugs, by case id: the reproduction goes to the strategies' owner; the case is marked
 # xfail(strict=True), so it reports once the bug is fixed and the entry can be removed.
-SAMPLE_DEAD_END = (
-    "ParamSpace.sample raises StrategyError('found no valid parameters in 100 random "
-    "descents') for a rank-0 output: the rule 'an axis without a dimension has one thread and "
-    "one register' needs (order, block_a, reg_a), so block_a is chosen freely before reg_a and "
-    "only block_a=1 leaves reg_a a value (1 descent in 567 succeeds for 3 unmapped axes). "
-    "Repro: p = treduda.compile('s[] = x[i]*y[i]', {'i': 37}).program; "
-    "treduda.strategies.get('tiled').space(p).sample(random.Random(0))")
-DEFAULTS_OVER_SHARED = (
-    "tiled+staged defaults break its own shared-memory rule: Staged.defaults stages every "
-    "input with pad=1 whatever the tiling's tile, so compile() raises StrategyError('staged "
-    "tiles fit in 49152 bytes of shared memory per block'). Repro: treduda.compile("
-    "'C[a,b,c]=A[b,d,a]*B[d,c]', {'a': 40, 'b': 40, 'c': 8, 'd': 40}, layout='F', "
-    "strategy='tiled+staged')")
-KNOWN_BUGS: dict[str, str] = {
-    **{f"{s}-dot-{p}": SAMPLE_DEAD_END for s in STRATEGIES for p in ("sample1", "sample2")},
-    "tiled+staged-tccg_01-defaults": DEFAULTS_OVER_SHARED,
-}
+KNOWN_BUGS: dict[str, str] = {}
 
 
 def _params(cases: list[Case]) -> list:
@@ -145,13 +131,15 @@ def test_strategy_matches_einsum(case):
     assert kernel(case).verify(dict(case.contraction.sizes)).ok  # with guard zones
 
 
-def test_ci_share_covers_every_contraction_and_strategy():
-    """The sample is what the docstring says: each contraction, each strategy on examples."""
+def test_ci_share_is_what_the_docstring_says():
     ci = [case for case in CASES if case.in_ci]
     assert {case.contraction.name for case in ci} == {c.name for c in CONTRACTIONS}
     assert {(case.strategy, case.contraction.name) for case in ci
             if case.point == "defaults"} >= {(s, e) for s in STRATEGIES for e in EXAMPLES}
-    assert {case.point for case in ci} == set(ROTATING)
+    sampled = [case for case in ci if case.point in SAMPLES]
+    assert sorted(case.contraction.name for case in sampled) == sorted(EXAMPLES)
+    assert {case.strategy for case in sampled} == set(STRATEGIES)
+    assert {case.point for case in sampled} == set(SAMPLES)
 
 
 @needs_nvcc

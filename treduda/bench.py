@@ -3,8 +3,9 @@
     treduda bench [--suite tccg_fp32|tccg_fp64|tc|tapp|all] [--gpu H100] [--json out.json]
                   [--plot out.png] [--limit N] [--ids tccg_01,tccg_12] [--max-nodes 3000]
 
-For each row, the model's search chooses a strategy and parameters at the row's full sizes
-(with a node budget, so one row cannot run away). The winner is then generated at full size
+For each row, the model's search chooses a strategy and parameters at the row's full sizes,
+with a node budget so one row cannot run away (the search honours it only once it has scored a
+candidate, so the nodes column can exceed it). The winner is then generated at full size
 (timed, and nvcc reports registers and spills when it is installed). PoCL on a CPU cannot run
 full-size problems in reasonable time, so the winner is checked against numpy.einsum at
 scaled-down sizes. A row that fails is reported in its row and the run goes on; the exit status
@@ -243,7 +244,8 @@ def _compile_alone(outcome: Outcome, arch: str) -> list:
 
 def short_params(params: dict[str, Any] | None, width: int = PARAMS_WIDTH) -> str:
     """Parameters in a table cell: per-axis values joined (block_x/y/z 16,1,4 -> blk=16x1x4),
-    words by their initials (cyclic,adjacent -> ca), flags as +name, cut to ``width``."""
+    words by their initials (cyclic,adjacent -> ca), flags as +name or -name, an empty choice
+    as none, cut to ``width``."""
     if not params:
         return "-"
     groups: dict[str, list[Any]] = {}
@@ -256,6 +258,8 @@ def short_params(params: dict[str, Any] | None, width: int = PARAMS_WIDTH) -> st
         short = SHORT_NAMES.get(name, name)
         if len(values) == 1 and isinstance(values[0], bool):
             parts.append(f"+{short}" if values[0] else f"-{short}")
+        elif values == [""]:
+            parts.append(f"{short}=none")
         elif len(values) > 1 and all(isinstance(v, str) for v in values):
             parts.append(f"{short}={''.join(v[:1] for v in values)}")
         else:

@@ -126,16 +126,34 @@ class ParamSpace:
         for v in values:
             yield from self.points({**fixed, parameter.name: v})
 
-    def sample(self, rng: random.Random, fixed: Mapping[str, Any] | None = None,
-               attempts: int = 100) -> dict[str, Any]:
-        """A random complete, valid assignment: a random descent through :meth:`choices`."""
-        for _ in range(attempts):
-            chosen = dict(fixed or {})
-            while (step := self.choices(chosen)) is not None and step[1]:
-                chosen[step[0].name] = rng.choice(step[1])
-            if step is None:
-                return chosen
-        raise StrategyError(f"found no valid parameters in {attempts} random descents")
+    def complete(self, fixed: Mapping[str, Any], preferred: Mapping[str, Any]) -> dict | None:
+        """The first valid completion of ``fixed``, trying each open parameter's ``preferred``
+        value before the others (None if there is none)."""
+        step = self.choices(fixed)
+        if step is None:
+            return dict(fixed)
+        parameter, values = step
+        first = preferred.get(parameter.name)
+        for value in sorted(values, key=lambda v: v != first):
+            found = self.complete({**fixed, parameter.name: value}, preferred)
+            if found is not None:
+                return found
+        return None
+
+    def sample(self, rng: random.Random, fixed: Mapping[str, Any] | None = None) -> dict:
+        """A random complete, valid assignment: a depth-first descent through :meth:`choices`
+        that tries each parameter's values in random order and backs out of dead ends."""
+        fixed = dict(fixed or {})
+        step = self.choices(fixed)
+        if step is None:
+            return fixed
+        parameter, values = step
+        for value in rng.sample(values, len(values)):
+            try:
+                return self.sample(rng, {**fixed, parameter.name: value})
+            except StrategyError:
+                continue
+        raise StrategyError(f"no valid value for {parameter.name} after {dict(fixed)}")
 
     def size(self) -> int:
         """How many assignments there are before constraints prune them."""
@@ -148,12 +166,16 @@ class ParamSpace:
         return ParamSpace(self.parameters + other.parameters,
                           self.constraints + other.constraints)
 
+    def check_value(self, name: str, value: Any) -> None:
+        """Raise StrategyError if ``name`` is unknown or cannot take ``value``."""
+        allowed = self.parameter(name).values
+        if value not in allowed:
+            raise StrategyError(f"{name}={value!r} is not allowed; choose one of {allowed}")
+
     def check(self, params: Mapping[str, Any]) -> None:
         """Raise StrategyError naming the rule or value that ``params`` breaks."""
         for name, value in params.items():
-            allowed = self.parameter(name).values
-            if value not in allowed:
-                raise StrategyError(f"{name}={value!r} is not allowed; choose one of {allowed}")
+            self.check_value(name, value)
         missing = [p.name for p in self.parameters if p.name not in params]
         if missing:
             raise StrategyError(f"parameters not set: {', '.join(missing)}")
@@ -227,9 +249,18 @@ class Strategy:
         raise NotImplementedError
 
     def apply(self, program: Program, params: Mapping[str, Any] | None = None) -> Scheduled:
-        """Check ``params`` (filled up with defaults) against the space and transform."""
-        chosen = {**self.defaults(program), **(params or {})}
-        self.space(program).check(chosen)
+        """Check ``params`` against the space, fill the rest with the defaults (or, where those
+        break a rule with the given ones, the nearest valid values) and transform."""
+        space = self.space(program)
+        params = dict(params or {})
+        for name, value in params.items():
+            space.check_value(name, value)
+        defaults = self.defaults(program)
+        chosen = {**defaults, **params}
+        if space.violated(chosen):
+            chosen = space.complete(params, defaults) or chosen  # or report what breaks
+        space.check(chosen)
+        chosen = {p.name: chosen[p.name] for p in space.parameters}  # in decision order
         result = self.transform(initial(program), chosen)
         return replace(result, strategy=self.name, params=chosen)
 
@@ -250,9 +281,20 @@ class Composite(Strategy):
         return total
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        """Each part's defaults; where a later part's break a rule with the earlier ones (a
+        staged tile too big for the tiling's tiles), its nearest valid values."""
+        space = self.space(program, before)
         chosen: dict[str, Any] = {}
         for n, part in enumerate(self.parts):
-            chosen.update(part.defaults(program, (*before, *self.parts[:n])))
+            names = {p.name for p in part.space(program, (*before, *self.parts[:n])).parameters}
+            proposal = {**chosen, **part.defaults(program, (*before, *self.parts[:n]))}
+            if space.violated(proposal):
+                completed = space.complete(chosen, proposal)
+                if completed is None:
+                    raise StrategyError(f"no valid parameters for '{self.name}' on "
+                                        f"{program.contraction.source!r}")
+                proposal = {k: v for k, v in completed.items() if k in chosen or k in names}
+            chosen = proposal
         return chosen
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:

@@ -1,0 +1,108 @@
+"""The benchmark suite of issue #5: table, summary, JSON, plot, and a failing row that does not
+stop the others. A few cheap rows with a small node budget keep this CI-fast."""
+
+from __future__ import annotations
+
+import importlib.util
+import io
+import json
+import sys
+
+import pytest
+
+from treduda import cli
+from treduda.bench import Case, plot, run, select, short_params
+from treduda.run.nvcc import nvcc_available
+from treduda.suites import Row
+
+FP32_IDS = ("tccg_04", "tccg_05")  # column-major rows that generate in a few seconds
+TC_ID = "tc_tmm_M128_N256_K32"
+BUDGET = 300
+BAD = Row("bad_expression", "C[i,j] = A[i,k) * B[k,j]", {"i": 64, "j": 64, "k": 64}, "C",
+          "test: a parse error")
+
+
+def test_bench_reports_rows_summary_json_and_plot(tmp_path):
+    # One test for the one expensive run: pytest-xdist would repeat a module fixture per worker.
+    cases = [*select("tccg_fp32", FP32_IDS), *select("tc", [TC_ID]), Case(BAD, suite="test")]
+    out, log = io.StringIO(), io.StringIO()
+    json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
+    code = run(cases, max_nodes=BUDGET, json_path=str(json_path), plot_path=str(png_path),
+               title="test", out=out, log=log)
+    text, progress = out.getvalue(), log.getvalue()
+
+    assert code == 1, "a FAILED row makes the exit status non-zero"
+    lines = text.splitlines()
+    for number, name in enumerate([*FP32_IDS, TC_ID, BAD.id], 1):
+        row = next(line for line in lines if line.startswith(name + " "))
+        assert ("FAILED" in row) == (name == BAD.id), row
+        assert f"[{number}/4] {name}" in progress
+    end = lines[0].index("GFLOP/s") + len("GFLOP/s")  # numbers are right-aligned under it
+    assert all(line[end - 1] in "0123456789-" and line[end] == " " for line in lines[1:5])
+    assert f"{BAD.id} FAILED at search: ParseError" in text
+    summary = next(line for line in lines if " verified (" in line)
+    assert summary.startswith("3/4 verified") and "1 FAILED" in summary
+    assert "geometric-mean predicted fraction of peak on H100-SXM" in summary
+
+    report = json.loads(json_path.read_text())
+    assert report["summary"] == summary and report["gpu"] == "H100-SXM"
+    rows = {r["id"]: r for r in report["rows"]}
+    assert list(rows) == [*FP32_IDS, TC_ID, BAD.id]
+    for name in (*FP32_IDS, TC_ID):
+        r = rows[name]
+        assert r["status"] == "ok" and r["verified"] and r["error"] is None
+        assert r["strategy"] and r["params"] and r["binding"]
+        assert r["predicted_seconds"] > 0 and r["gflops"] > 0 and 0 < r["fraction_of_peak"] < 1
+        assert r["nodes_visited"] > 0 and isinstance(r["search_complete"], bool)
+        assert r["generate_seconds"] > 0 and r["search_seconds"] > 0
+        assert r["scaled_sizes"] and r["verified_params"] in ("searched", "defaults")
+        assert (r["verify_note"] is not None) == (r["verified_params"] == "defaults")
+        assert (r["registers"] is not None) == nvcc_available()
+        assert "cuda_source" not in r
+    assert {rows[name]["layout"] for name in FP32_IDS} == {"F"}, "TCCG rows are column-major"
+    assert rows[TC_ID]["layout"] == "C"
+    assert rows[BAD.id]["status"] == "FAILED" and rows[BAD.id]["stage"] == "search"
+    assert rows[BAD.id]["error"].startswith("ParseError")
+
+    if importlib.util.find_spec("matplotlib") is not None:
+        assert png_path.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    else:
+        assert "skipping the plot" in progress
+
+
+def test_plot_is_skipped_without_matplotlib(monkeypatch, tmp_path):
+    for name in [m for m in sys.modules if m.split(".")[0] == "matplotlib"] + ["matplotlib"]:
+        monkeypatch.setitem(sys.modules, name, None)  # None in sys.modules: ImportError
+    log = io.StringIO()
+    assert plot([], str(tmp_path / "p.png"), "title", log) is False
+    assert "matplotlib is not installed: skipping the plot" in log.getvalue()
+    assert not (tmp_path / "p.png").exists()
+
+
+def test_short_params_groups_axes_and_clips():
+    params = {"order": "b,c,a", "stage": "B", "block_x": 16, "reg_x": 4, "assign_x": "cyclic",
+              "block_y": 1, "reg_y": 8, "assign_y": "adjacent", "block_z": 4, "reg_z": 2,
+              "assign_z": "cyclic", "step": 32, "preload": True, "pad": 0, "unroll": False}
+    assert short_params(params) == ("ord=b,c,a stg=B blk=16x1x4 reg=4x8x2 asg=cac step=32 +pre "
+                                    "pad=0 -unr")
+    clipped = short_params(params, width=20)
+    assert len(clipped) == 20 and clipped.endswith("…")
+    assert short_params(None) == "-"
+    assert short_params({"stage": ""}) == "stg=none"
+
+
+def test_select_names_rows_of_every_suite_and_their_dtype():
+    cases = select("all", ["tccg_fp64/tccg_01", "tc_tmm_M128_N256_K32"])
+    assert [(c.name, c.dtype) for c in cases] == [("tccg_fp64/tccg_01", "float64"),
+                                                  ("tc/tc_tmm_M128_N256_K32", "float32")]
+    assert len(select("tccg_fp32", limit=3)) == 3
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--ids", "tccg_01,nope"], "no row nope in suite tccg_fp32"),
+    (["--limit", "0"], "no rows to run"),
+    (["--gpu", "nonesuch", "--limit", "1"], "unknown GPU"),
+])
+def test_cli_bench_reports_bad_arguments(arguments, message, capsys):
+    assert cli.main(["bench", *arguments]) == 2
+    assert message in capsys.readouterr().err
