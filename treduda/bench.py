@@ -184,12 +184,30 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
     return outcome
 
 
-def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
-    """Check the winner on PoCL at ``scaled(row.sizes)``, in the row's own layout.
+def fitted(sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
+    """Scaled sizes grown just enough for the searched tiles and step to be valid: each mapped
+    index gets more than half a tile (so its last block is partial), each summed index more
+    than half a step."""
+    grown = dict(sizes)
+    order = [i for i in str(params.get("order", "")).split(",") if i]
+    for axis, index in zip("xyz", order, strict=False):
+        tile = params.get(f"block_{axis}", 1) * params.get(f"reg_{axis}", 1)
+        grown[index] = max(grown[index], tile // 2 + 1)
+    step = params.get("step") or 0
+    outputs = set(order)
+    for index in grown:
+        if index not in outputs and step:
+            grown[index] = max(grown[index], step // 2 + 1)
+    return grown
 
-    The searched tiles often exceed the scaled extents, which the strategy rejects; then the
-    same strategy's defaults are verified instead, and the row says so."""
-    sizes = scaled(row.sizes)
+
+def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
+    """Check the winner on PoCL at sizes scaled down from the row's, in the row's own layout.
+
+    The sizes are ``scaled(row.sizes)`` grown just enough for the searched parameters
+    (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
+    instead, and the row says so."""
+    sizes = fitted(scaled(row.sizes), result.best.params)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
     try:

@@ -26,6 +26,7 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .lower import lower
 from .model import Model, Prediction
+from .strategies.tiling import fastest_first
 from .strategy import Limits, Parameter, ParamSpace
 
 DEFAULT_STRATEGY = "tiled+staged"
@@ -174,6 +175,10 @@ class Searcher:
             raise StrategyError(f"the model predicts only tiled+staged candidates; search cannot "
                                 f"rank '{strategy}' (compile with it directly instead)")
         wanted = {**(SEARCH_VALUES if restrict else {}), **(values or {})}
+        if restrict and "order" not in wanted:  # x on one of the two fastest output indices
+            coalescing = fastest_first(self.program)[:2]
+            orders = next(p.values for p in full.parameters if p.name == "order")
+            wanted["order"] = tuple(o for o in orders if o.split(",")[0] in coalescing)
         rank = {name: n for n, name in enumerate(DECISION_ORDER)}
         ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
         self.space = ParamSpace(tuple(
@@ -204,8 +209,8 @@ class Searcher:
         names = [p.name for p in self.space.parameters]
         stats = SearchStats(self.space.size(), False, cuts_per_depth=dict.fromkeys(names, 0))
         cuts: Counter = Counter()
-        scored: list[Candidate] = []
-        best: Candidate | None = None
+        best = self._dive(stats)  # a first incumbent, so pruning (and the budget) start early
+        scored: list[Candidate] = [best] if best is not None else []
         tie = itertools.count()
         heap = [(self.model.bound({}).seconds, next(tie), {})]
         while heap:
@@ -242,6 +247,26 @@ class Searcher:
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
+
+    def _dive(self, stats: SearchStats) -> Candidate | None:
+        """Follow the child with the lowest bound down to a complete candidate, backing up
+        out of dead ends: the classic first incumbent of a branch and bound."""
+        partial: dict[str, Any] = {}
+        stack = [iter([partial])]
+        while stack:
+            partial = next(stack[-1], None)
+            if partial is None:
+                stack.pop()
+                continue
+            stats.nodes_visited += 1
+            step = self.space.choices(partial)
+            if step is None:
+                return self.candidate(partial)
+            parameter, values = step
+            children = [{**partial, parameter.name: v} for v in values]
+            children.sort(key=lambda child: self.model.bound(child).seconds)
+            stack.append(iter(children))
+        return None
 
     def _result(self, best, scored, stats) -> SearchResult:
         return SearchResult(self.expression, self.sizes, self.dtype, self.layout, self.gpu, best,
