@@ -50,16 +50,33 @@ def _queue():
     return cl.CommandQueue(context)
 
 
+def build_options(source: str) -> list[str]:
+    """OpenCL compiler options for ``source``.
+
+    Argument names are kept so that guard errors can name the tensor. Kernels with barriers
+    are built without optimisation: PoCL 3.0's optimised work-group code runs some of them
+    wrongly, e.g. this one stores for ``j == 3`` (local size 2, global size 4)::
+
+        float acc = 0.0f;
+        for (int s = 0; s < 2; s++) {
+          barrier(CLK_LOCAL_MEM_FENCE);
+          if (j <= 2) { for (int c = 0; c < 4; c++) acc += 1.0f; }
+        }
+        if (j <= 2) D[j] = acc;   // j = get_global_id(0)
+    """
+    return ["-cl-kernel-arg-info", *(["-cl-opt-disable"] if "barrier(" in source else [])]
+
+
 @functools.lru_cache(maxsize=256)
 def _program(source: str):
-    """The built program; with argument names kept, so guard errors can name the tensor."""
+    """The built program (see :func:`build_options`)."""
     import pyopencl as cl
 
     queue = _queue()
     try:
         with warnings.catch_warnings():  # pyopencl warns about non-empty build logs
             warnings.simplefilter("ignore")
-            return cl.Program(queue.context, source).build(options=["-cl-kernel-arg-info"])
+            return cl.Program(queue.context, source).build(options=build_options(source))
     except cl.RuntimeError as error:
         raise CompileError("the OpenCL compiler rejected a generated kernel", str(error)) from error
 
