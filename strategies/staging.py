@@ -17,6 +17,12 @@ With ``preload`` (strategy 9) the copy is split: ``load[P, e]`` reads the *next*
 elements into registers while the current step computes — its innermost step coordinate is
 shifted by one, so isl adds a first iteration that only loads — and ``store[P, e]`` moves them
 from registers to the tile after the barrier.
+
+With ``double_buffer`` every tile has two buffers, chosen by the parity of the statement's
+innermost step coordinate: step ``k`` fills buffer ``k mod 2`` while no thread can still read it
+(the last reader, step ``k - 2``, finished before step ``k - 1``'s barrier), so the barrier
+before the copy is needed only where the innermost step starts again at 0 — one barrier per
+step instead of two.
 """
 
 from __future__ import annotations
@@ -76,7 +82,10 @@ class Staged(Strategy):
                       Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
                                                "so threads hit different banks"),
                       Parameter("preload", (False, True), "load the next step into registers "
-                                                          "while computing this one"))
+                                                          "while computing this one"),
+                      Parameter("double_buffer", (False, True),
+                                "two buffers per tile, alternating by step: one barrier per "
+                                "step instead of two"))
         mapping_names = tuple(p.name for p in mapping.space(program, before[:-1]).parameters)
         budget = self.limits.shared_per_block
 
@@ -85,18 +94,22 @@ class Staged(Strategy):
 
         rules = (
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                       (*mapping_names, "stage", "pad"), fits),
+                       (*mapping_names, "stage", "pad", "double_buffer"), fits),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
                        ("stage", "step", "unroll", "preload"),
                        lambda p: not p["preload"] or (p["stage"] and p["step"] and p["unroll"])),
+            Constraint("double buffering needs staged inputs and reduction steps",
+                       ("stage", "step", "double_buffer"),
+                       lambda p: not p["double_buffer"] or bool(p["stage"] and p["step"])),
         )
         return ParamSpace(parameters, rules)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
-        return {"stage": ",".join(stageable(program)), "pad": 1, "preload": False}
+        return {"stage": ",".join(stageable(program)), "pad": 1, "preload": False,
+                "double_buffer": False}
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         staged = [t for t in params["stage"].split(",") if t]
@@ -105,7 +118,8 @@ class Staged(Strategy):
         if Role.STAGE not in scheduled.roles:
             raise StrategyError("staging needs a schedule with a stage dimension: chain it after "
                                 "a tiling strategy, e.g. 'tiled+staged'")
-        return _Stager(scheduled, staged, params["pad"], params["preload"]).run()
+        return _Stager(scheduled, staged, params["pad"], params["preload"],
+                       params["double_buffer"]).run()
 
 
 def shared_bytes(program: Program, extents: Mapping[str, int | None],
@@ -118,7 +132,7 @@ def shared_bytes(program: Program, extents: Mapping[str, int | None],
             if sizes:
                 sizes[-1 if program.layout == "C" else 0] += params["pad"]
             total += math.prod(sizes)
-    return total * BYTES[program.dtype]
+    return total * BYTES[program.dtype] * (2 if params["double_buffer"] else 1)
 
 
 def _mapping(before: Sequence[Strategy]) -> Strategy:
@@ -130,18 +144,21 @@ def _mapping(before: Sequence[Strategy]) -> Strategy:
 class _Stager:
     """Adds the copy and barrier statements of one staged kernel."""
 
-    def __init__(self, scheduled: Scheduled, staged: list[str], pad: int, preload: bool):
+    def __init__(self, scheduled: Scheduled, staged: list[str], pad: int, preload: bool,
+                 double_buffer: bool):
         self.scheduled = scheduled
         self.program = scheduled.program
         self.staged = staged
         self.pad = pad
         self.preload = preload
+        self.double_buffer = double_buffer
         roles = scheduled.roles
         self.stage = roles.index(Role.STAGE)
         self.keep = [n for n in range(self.stage) if roles[n] != Role.THREAD]
         self.copy_loop = roles.index(Role.INNER) if Role.INNER in roles else None
         self.statements: list[Statement] = []
         self.locals: list[ir.Local] = []
+        self.step = -1  # the innermost step dimension of the statement being staged
 
     def run(self) -> Scheduled:
         schedule = self.scheduled.schedule
@@ -150,6 +167,8 @@ class _Stager:
                                                  for e in ir.elements(s.body)[1:]):
                 self.statements.append(s)
                 continue
+            # Statements summing fewer indices have the later step dimensions fixed at 0.
+            self.step = self.scheduled.positions(Role.STEP)[len(s.summed) - 1]
             prefix = self._prefix(s)
             accesses = list(s.accesses)
             for n, element in enumerate(ir.elements(s.body)):
@@ -194,11 +213,30 @@ class _Stager:
             box.append(largest.to_python() + 1)
         fastest = rank - 1 if self.program.layout == "C" else 0
         shape = tuple(e + (self.pad if d == fastest else 0) for d, e in enumerate(box))
-        self.locals.append(ir.Local(name, ir.Space.SHARED, shape, self.program.layout))
+        self.locals.append(ir.Local(name, ir.Space.SHARED, self._buffered(shape, 2),
+                                    self.program.layout))
 
         at = prefix.apply_range(origin)  # { S[..] -> [o(P)] }
-        shared = access.range_product(at).apply_range(_difference(rank, f"{name}[", "]"))
+        shared = access.range_product(at).apply_range(_difference(rank, "[", "]"))
+        if self.double_buffer:  # { S[..] -> [b, a - o(P)] } with b the step's parity
+            coordinates = [f"p{n}" for n in range(len(self.keep))]
+            parity = isl.Map(f"{{ [{', '.join(coordinates)}] -> [{self._parity()}] }}")
+            buffer = prefix.apply_range(parity)
+            pair = (buffer.range_product(shared) if self.program.layout == "C"
+                    else shared.range_product(buffer))
+            shared = pair.flatten_range()
+        shared = shared.set_tuple_name(isl.dim_type.out, name)
         return shared, self._copy(s, name, tensor, origin, box)
+
+    def _parity(self) -> str:
+        """Which buffer a step uses, in the copy statements' coordinates ``p0, p1, ..``."""
+        return f"p{self.keep.index(self.step)} mod 2"
+
+    def _buffered(self, items: Sequence, buffer: str | int) -> tuple:
+        """A tile's shape or coordinates with the buffer dimension added as the slowest."""
+        if not self.double_buffer:
+            return tuple(items)
+        return (buffer, *items) if self.program.layout == "C" else (*items, buffer)
 
     def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
         """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule; with preloading, the
@@ -210,7 +248,7 @@ class _Stager:
                    .intersect_range(_bounds(self.program, tensor)))  # { [P, e] -> X[..] }
         domain = element.domain()
         threads = math.prod(self.scheduled.block)
-        tile = f"{name}[{', '.join(unflatten)}]"
+        tile = f"{name}[{', '.join(self._buffered(unflatten, self._parity()))}]"
         if not self.preload:
             copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
                                    ir.Element(name, ()), ir.Element(tensor, ()), tile, element)
@@ -256,7 +294,10 @@ class _Stager:
         indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("t0", "t1", "t2")
         threads = " and ".join(f"0 <= t{n} < {b}" for n, b in enumerate(self.scheduled.block))
         block = isl.Set(f"{{ [t0, t1, t2] : {threads} }}")
-        domain = prefix.range().flat_product(block).set_tuple_name(title)
+        steps = prefix.range()
+        if self.double_buffer and stage == STAGE_BEFORE and not anchor:
+            steps = steps.fix_val(isl.dim_type.set, self.keep.index(self.step), 0)
+        domain = steps.flat_product(block).set_tuple_name(title)
         dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0", shift=anchor)
         schedule = isl.Map(f"{self.program.isl_params()}{{ {title}[{', '.join(indices)}] -> "
                            f"[{', '.join(dims)}] }}").intersect_domain(domain)
@@ -276,8 +317,7 @@ class _Stager:
         if self.copy_loop is not None:
             dims[self.copy_loop] = loop
         if shift:
-            step = max(n for n in self.keep if self.scheduled.roles[n] == Role.STEP)
-            dims[step] = f"{dims[step]} - 1"
+            dims[self.step] = f"{dims[self.step]} - 1"
         return dims
 
     def _threads(self, e: str) -> list[str]:

@@ -71,3 +71,8 @@ class CompileError(TredudaError):
 
 class VerificationError(TredudaError):
     """A kernel's result differs from numpy.einsum beyond the tolerance."""
+
+
+class HazardError(VerificationError):
+    """The emulator found a race, an out-of-bounds access, an uninitialised read or a barrier
+    that not every thread reaches: the kernel's result cannot be trusted on any device."""

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import functools
 import math
-import operator
 from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -31,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from . import ir
-from .errors import CompileError, MissingSize, TredudaError
+from .errors import CompileError, MissingSize
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .lower import accumulator_name, lower
@@ -176,35 +175,8 @@ def _ptxas_registers(source: str, name: str, arch: str) -> int:
     return next(r.registers for r in compile_cuda(source, arch) if r.kernel == name)
 
 
-_OPS = {
-    ir.Op.ADD: operator.add, ir.Op.SUB: operator.sub, ir.Op.MUL: operator.mul,
-    ir.Op.DIV: operator.floordiv, ir.Op.MOD: operator.mod, ir.Op.FLOOR_DIV: operator.floordiv,
-    ir.Op.MIN: np.minimum, ir.Op.MAX: np.maximum, ir.Op.LT: operator.lt, ir.Op.LE: operator.le,
-    ir.Op.EQ: operator.eq, ir.Op.GE: operator.ge, ir.Op.GT: operator.gt,
-    ir.Op.AND: np.logical_and, ir.Op.OR: np.logical_or,
-}
 _ARITHMETIC = {ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV, ir.Op.MIN, ir.Op.MAX}
 _Parts = tuple[tuple[tuple[int, frozenset], ...], tuple[ir.Load, ...], frozenset]
-
-
-def _evaluate(e: ir.Expr, env: Mapping[str, Any], threads: tuple) -> Any:
-    """An index expression for one thread (ints) or for a warp's lanes (numpy arrays)."""
-    if isinstance(e, ir.Int):
-        return e.value
-    if isinstance(e, ir.Var):
-        if e.name not in env:
-            raise TredudaError(f"no value for '{e.name}' when walking the kernel")
-        return env[e.name]
-    if isinstance(e, ir.Index):
-        return threads[e.axis] if e.builtin is ir.Builtin.THREAD_ID else 0  # block 0
-    if isinstance(e, ir.Binary):
-        return _OPS[e.op](_evaluate(e.left, env, threads), _evaluate(e.right, env, threads))
-    if isinstance(e, ir.Neg):
-        return -_evaluate(e.operand, env, threads)
-    if isinstance(e, ir.Select):
-        return np.where(_evaluate(e.condition, env, threads), _evaluate(e.if_true, env, threads),
-                        _evaluate(e.if_false, env, threads))
-    raise TredudaError(f"cannot walk the expression {e!r}")
 
 
 def _children(e: ir.Expr) -> tuple[ir.Expr, ...]:
@@ -261,11 +233,11 @@ class _Walker:
             return self._loop(s)
         if isinstance(s, ir.If):
             self._index_ops(s.condition)
-            taken = bool(_evaluate(s.condition, self.env, (0, 0, 0)))
+            taken = bool(ir.evaluate(s.condition, self.env, (0, 0, 0)))
             branch, active = (s.then if taken else s.otherwise), self.active
             if branch is None:
                 return Counter()
-            lanes = np.broadcast_to(_evaluate(s.condition, self.lane_env, self.lanes),
+            lanes = np.broadcast_to(ir.evaluate(s.condition, self.lane_env, self.lanes),
                                     active.shape).astype(bool)
             self.active = active & (lanes if taken else ~lanes)
             tally = self.walk(branch)
@@ -287,11 +259,11 @@ class _Walker:
     def _loop(self, s: ir.For) -> Counter:
         self._index_ops(s.start)
         here = (0, 0, 0)
-        step = _evaluate(s.step, self.env, here)
-        lane_first = _evaluate(s.start, self.lane_env, self.lanes)
-        lane_step = _evaluate(s.step, self.lane_env, self.lanes)
-        values, self.env[s.iterator] = [], _evaluate(s.start, self.env, here)
-        while _evaluate(s.condition, self.env, here):
+        step = ir.evaluate(s.step, self.env, here)
+        lane_first = ir.evaluate(s.start, self.lane_env, self.lanes)
+        lane_step = ir.evaluate(s.step, self.lane_env, self.lanes)
+        values, self.env[s.iterator] = [], ir.evaluate(s.start, self.env, here)
+        while ir.evaluate(s.condition, self.env, here):
             values.append(self.env[s.iterator])
             self.env[s.iterator] += step
 
@@ -351,7 +323,7 @@ class _Walker:
         if space is ir.Space.REGISTER:
             return
         self._index_ops(load.offset)
-        lanes = np.broadcast_to(_evaluate(load.offset, self.lane_env, self.lanes),
+        lanes = np.broadcast_to(ir.evaluate(load.offset, self.lane_env, self.lanes),
                                 self.active.shape)[self.active].astype(np.int64)
         key = (load.array, lanes.tobytes())
         if store:

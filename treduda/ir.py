@@ -8,8 +8,12 @@ Expressions are integers for index arithmetic and scalars of the kernel's dtype 
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import operator
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
 
 from .errors import TredudaError
 
@@ -233,38 +237,61 @@ def replace_elements(node, replacements):
     return node
 
 
-_EVALUATE = {
-    Op.ADD: lambda a, b: a + b,
-    Op.SUB: lambda a, b: a - b,
-    Op.MUL: lambda a, b: a * b,
-    Op.DIV: lambda a, b: a // b if isinstance(a, int) and isinstance(b, int) else a / b,
-    Op.MOD: lambda a, b: a % b,
-    Op.FLOOR_DIV: lambda a, b: a // b,
-    Op.MIN: min,
-    Op.MAX: max,
-    Op.LT: lambda a, b: int(a < b),
-    Op.LE: lambda a, b: int(a <= b),
-    Op.EQ: lambda a, b: int(a == b),
-    Op.GE: lambda a, b: int(a >= b),
-    Op.GT: lambda a, b: int(a > b),
-    Op.AND: lambda a, b: int(bool(a) and bool(b)),
-    Op.OR: lambda a, b: int(bool(a) or bool(b)),
+def _divide(a, b):
+    """Division as C does it: truncating for integers (rounding towards zero), else a float
+    division. Evaluating the C meaning, not isl's, lets emulation see what the kernel does."""
+    if not np.issubdtype(np.result_type(a, b), np.integer):
+        return a / b
+    quotient = a // b
+    return quotient + ((a % b != 0) & ((a < 0) != (b < 0)))
+
+
+_OPERATIONS = {
+    Op.ADD: operator.add,
+    Op.SUB: operator.sub,
+    Op.MUL: operator.mul,
+    Op.DIV: _divide,
+    Op.MOD: np.fmod,  # C's remainder takes the sign of the dividend
+    Op.FLOOR_DIV: operator.floordiv,
+    Op.MIN: np.minimum,
+    Op.MAX: np.maximum,
+    Op.LT: operator.lt,
+    Op.LE: operator.le,
+    Op.EQ: operator.eq,
+    Op.GE: operator.ge,
+    Op.GT: operator.gt,
+    Op.AND: np.logical_and,
+    Op.OR: np.logical_or,
 }
 
 
-def evaluate(expr: Expr, env: Mapping[str, int]) -> int:
-    """Value of an integer expression (a launch-geometry formula) for given sizes."""
+def apply(op: Op, left: Any, right: Any) -> Any:
+    """``left op right`` as the printed C computes it (ints, floats or numpy arrays)."""
+    return _OPERATIONS[op](left, right)
+
+
+def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None,
+             blocks: Sequence = (0, 0, 0)) -> Any:
+    """Value of an integer expression: a launch-geometry formula for given sizes on the host,
+    or an index expression of the threads ``threads`` (x, y, z ids: ints, or numpy arrays to
+    evaluate many threads at once) of block ``blocks``."""
     if isinstance(expr, Int):
         return expr.value
     if isinstance(expr, Var):
         if expr.name not in env:
-            raise TredudaError(f"no value for '{expr.name}' when evaluating a launch formula")
+            raise TredudaError(f"no value for '{expr.name}' when evaluating {expr!r}")
         return env[expr.name]
+    if isinstance(expr, Index) and threads is not None:
+        return (threads if expr.builtin is Builtin.THREAD_ID else blocks)[expr.axis]
     if isinstance(expr, Binary):
-        return _EVALUATE[expr.op](evaluate(expr.left, env), evaluate(expr.right, env))
+        return apply(expr.op, evaluate(expr.left, env, threads, blocks),
+                     evaluate(expr.right, env, threads, blocks))
     if isinstance(expr, Neg):
-        return -evaluate(expr.operand, env)
+        return -evaluate(expr.operand, env, threads, blocks)
     if isinstance(expr, Select):
-        chosen = expr.if_true if evaluate(expr.condition, env) else expr.if_false
-        return evaluate(chosen, env)
+        condition = evaluate(expr.condition, env, threads, blocks)
+        if np.ndim(condition) == 0:
+            return evaluate(expr.if_true if condition else expr.if_false, env, threads, blocks)
+        return np.where(condition, evaluate(expr.if_true, env, threads, blocks),
+                        evaluate(expr.if_false, env, threads, blocks))
     raise TredudaError(f"cannot evaluate {expr!r} on the host")

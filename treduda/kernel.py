@@ -6,6 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.resources
+import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -23,7 +24,7 @@ from .printer import CUDA, OPENCL, Dialect, Printer
 from .run.launch import Launch, bind, prepare
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
-BACKENDS = ("opencl", "cuda")
+BACKENDS = ("opencl", "cuda", "emulator")
 
 
 @dataclass(frozen=True)
@@ -72,7 +73,7 @@ class Kernel:
 
     def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         env = {f"N_{index}": extent for index, extent in sizes.items()}
-        return tuple(ir.evaluate(g, env) for g in self.built.grid)
+        return tuple(int(ir.evaluate(g, env)) for g in self.built.grid)
 
     @property
     def ast(self) -> str:
@@ -88,7 +89,8 @@ class Kernel:
         return self._render(OPENCL, "kernel.cl.j2")
 
     def run(self, *, backend: str = "opencl", **values: Any) -> np.ndarray:
-        """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": pycuda on a GPU) with tensors
+        """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": pycuda on a GPU; "emulator":
+        the kernel IR in numpy, slow but with hazard checks) with tensors
         and scalars passed by name; returns the output array (numpy in, numpy out)."""
         sizes, arrays, scalars = bind(self.contraction, self.built.kernel, self.layout,
                                       self.sizes, values)
@@ -149,6 +151,23 @@ class Kernel:
 
         return estimate_kernel(self, gpu, sizes=sizes)
 
+    def hazards(self, sizes: Mapping[str, int] | None = None) -> list:
+        """Races, out-of-bounds accesses, uninitialised reads and divergent barriers, found by
+        emulating the blocks at the corners of the grid on zeros (see
+        :mod:`treduda.run.emulator`); an empty list when there are none."""
+        from .run.emulator import emulate
+
+        if sizes is None and self.symbolic:
+            raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to check it")
+        sizes = dict(self.sizes if sizes is None else sizes)
+        c = self.contraction
+        zeros = {t: np.zeros([sizes[i] for i in idx]) for t, idx in c.inputs.items()}
+        launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
+        memory = {p.name: v for p, v in zip(self.built.kernel.params, launch.values,
+                                             strict=True)}
+        corners = sorted(set(itertools.product(*({0, g - 1} for g in launch.grid))))
+        return emulate(self.built.kernel, self.block, corners, memory)
+
     def sass_report(self, arch: str = "sm_90"):
         """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector
         widths of its global and shared loads, its barriers (needs nvcc and nvdisasm)."""
@@ -170,6 +189,10 @@ class Kernel:
             from .run.cuda import run_cuda
 
             return run_cuda(self.cuda_source, launch)
+        if backend == "emulator":
+            from .run.emulator import run_emulated
+
+            return run_emulated(self.built.kernel, launch)
         raise BackendUnavailable(f"unknown backend '{backend}'; choose one of "
                                  f"{', '.join(BACKENDS)}")
 

@@ -1,0 +1,241 @@
+"""A third backend: the kernel IR executed in numpy, block by block, with hazard checks.
+
+PoCL runs the work-items of a group one after another between barriers, so a missing barrier
+shows there only when that order happens to expose it, guard zones watch global buffers only,
+and PoCL itself has miscomputed barrier kernels (see :mod:`treduda.run.opencl`). The emulator
+is a second opinion that depends on no compiler. It runs every thread of a block at once, the
+way a GPU runs a warp: iterators are numpy arrays over the block's threads and a mask says which
+threads are active in a branch or loop. Integer arithmetic follows C (division truncates), so
+what runs is what the printed kernel means. Between two barriers (an *epoch*) it records every
+shared-memory access and reports, as :class:`Hazard`:
+
+* a **race**: two threads touch the same shared element in one epoch and one of them writes;
+* an **out-of-bounds** access to a shared, register or global array;
+* a **divergent barrier**: a barrier that some threads of the block do not reach;
+* an **uninitialised read** of a shared element no thread has written, or of a register
+  element its own thread has not written.
+
+It is slow (a Python step per IR statement executed), so it suits test sizes, not benchmarks.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import ir
+from ..errors import HazardError
+from .launch import Launch
+
+SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
+
+
+@dataclass(frozen=True)
+class Hazard:
+    """One problem found in block ``block``: ``kind`` is "race", "out of bounds", "divergent
+    barrier" or "uninitialised read"; ``threads`` are linear thread ids (x fastest)."""
+
+    kind: str
+    block: tuple[int, ...]
+    array: str = ""
+    offset: int = -1
+    epoch: int = 0  # barriers passed before the access
+    threads: tuple[int, ...] = ()
+
+    def __str__(self) -> str:
+        where = f"block {self.block}, after {self.epoch} barrier(s)"
+        if self.kind == "divergent barrier":
+            return f"{where}: a barrier is reached by only some threads"
+        return (f"{where}: {self.kind} on {self.array}[{self.offset}] "
+                f"(thread{'s' if len(self.threads) > 1 else ''} "
+                f"{', '.join(map(str, self.threads))})")
+
+
+def run_emulated(kernel: ir.KernelIR, launch: Launch) -> np.ndarray:
+    """Run every block of ``launch``; raise :class:`HazardError` if any hazard is found."""
+    memory = {p.name: np.array(v, copy=True) for p, v in zip(kernel.params, launch.values,
+                                                              strict=True)}
+    found = emulate(kernel, launch.block, itertools.product(*map(range, launch.grid)), memory)
+    if found:
+        raise HazardError(f"{launch.name}: " + "; ".join(map(str, found)))
+    return launch.result(memory[kernel.params[launch.output_position].name])
+
+
+def emulate(kernel: ir.KernelIR, block: tuple[int, int, int],
+            blocks: Iterable[tuple[int, ...]], memory: dict[str, Any]) -> list[Hazard]:
+    """Run ``blocks`` of the kernel on ``memory`` (its parameters by name: flat arrays and
+    scalars, changed in place) and return the hazards found, at most :data:`SHOWN` a kind."""
+    found = [h for b in blocks for h in _Block(kernel, block, b, memory).run()]
+    shown, per_kind = [], Counter()
+    for hazard in found:
+        per_kind[hazard.kind] += 1
+        if per_kind[hazard.kind] <= SHOWN:
+            shown.append(hazard)
+    return shown
+
+
+class _Block:
+    """The emulation of one block: every thread at once, a mask for the active ones."""
+
+    def __init__(self, kernel: ir.KernelIR, shape: tuple[int, int, int],
+                 block: tuple[int, ...], memory: dict[str, Any]):
+        self.kernel, self.block = kernel, block
+        bx, by, bz = shape
+        self.count = bx * by * bz
+        lane = np.arange(self.count)
+        self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
+        dtype = np.dtype(kernel.dtype)
+        self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
+                                    if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
+        self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
+                        if p.kind is ir.ParamKind.SCALAR}
+        self.arrays = {p.name: memory[p.name] for p in kernel.params
+                       if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
+        self.shared, self.registers = set(), set()
+        for local in kernel.locals:
+            if not local.shape:  # a scalar register: one value per thread
+                self.scalars[local.name] = np.full(self.count, np.nan, dtype)
+            elif local.space is ir.Space.SHARED:
+                self.arrays[local.name] = np.full(local.size, np.nan, dtype)
+                self.shared.add(local.name)
+            else:
+                self.arrays[local.name] = np.full((self.count, local.size), np.nan, dtype)
+                self.registers.add(local.name)
+        # Which elements hold a value: shared ones for the block, registers for each thread.
+        self.written = {name: np.zeros(self.arrays[name].shape, dtype=bool)
+                        for name in self.shared | self.registers}
+        self.epoch = 0
+        self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
+        self.hazards: list[Hazard] = []
+
+    def run(self) -> list[Hazard]:
+        self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
+        self.end_epoch()
+        return self.hazards
+
+    def index(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
+        return np.broadcast_to(ir.evaluate(e, self.env, self.threads, self.block), active.shape)
+
+    def walk(self, s: ir.Stmt, active: np.ndarray) -> None:
+        if not active.any():
+            return
+        if isinstance(s, ir.Block):
+            for child in s.body:
+                self.walk(child, active)
+        elif isinstance(s, ir.Barrier):
+            if not active.all():
+                self.hazards.append(Hazard("divergent barrier", self.block, epoch=self.epoch))
+            self.end_epoch()
+        elif isinstance(s, ir.If):
+            taken = self.index(s.condition, active).astype(bool)
+            self.walk(s.then, active & taken)
+            if s.otherwise is not None:
+                self.walk(s.otherwise, active & ~taken)
+        elif isinstance(s, ir.For):
+            self.loop(s, active)
+        else:
+            self.assign(s, active)
+
+    def loop(self, s: ir.For, active: np.ndarray) -> None:
+        outer = self.env.get(s.iterator)
+        self.env[s.iterator] = self.index(s.start, active).copy()
+        while True:
+            running = active & self.index(s.condition, active).astype(bool)
+            if not running.any():
+                break
+            self.walk(s.body, running)
+            self.env[s.iterator] = np.where(running, self.env[s.iterator]
+                                            + self.index(s.step, active), self.env[s.iterator])
+        if outer is None:
+            del self.env[s.iterator]
+        else:
+            self.env[s.iterator] = outer
+
+    def assign(self, s: ir.Assign, active: np.ndarray) -> None:
+        value = np.broadcast_to(self.value(s.value, active), active.shape)
+        if s.op != "=":
+            sign = 1 if s.op == "+=" else -1
+            value = self.value(s.target, active) + sign * value
+        if isinstance(s.target, ir.Var):
+            self.scalars[s.target.name] = np.where(active, value, self.scalars[s.target.name])
+            return
+        found = self.locate(s.target, active, write=True)
+        if found is not None:
+            where, inside = found
+            self.arrays[s.target.array][where] = value[active][inside]
+
+    def value(self, e: ir.Expr, active: np.ndarray) -> Any:
+        """A value of the kernel's dtype, per thread (NaN where a thread reads nothing)."""
+        if isinstance(e, ir.Load):
+            found = self.locate(e, active, write=False)
+            read = np.full(self.count, np.nan, self.arrays[e.array].dtype)
+            if found is not None:
+                where, inside = found
+                read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
+            return read
+        if isinstance(e, ir.Float):
+            return e.value
+        if isinstance(e, ir.Var) and e.name in self.scalars:
+            return self.scalars[e.name]
+        if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV):
+            return ir.apply(e.op, self.value(e.left, active), self.value(e.right, active))
+        if isinstance(e, ir.Neg):
+            return -self.value(e.operand, active)
+        if isinstance(e, ir.Select):
+            return np.where(self.index(e.condition, active).astype(bool),
+                            self.value(e.if_true, active), self.value(e.if_false, active))
+        return self.index(e, active)  # an integer used as a value
+
+    def locate(self, e: ir.Load, active: np.ndarray, write: bool
+               ) -> tuple[tuple, np.ndarray] | None:
+        """Where the active threads' access ``e`` falls inside its array (a numpy index) and
+        which of the active threads that is; None if for none. Checks and records it."""
+        offsets = self.index(e.offset, active)[active].astype(np.int64)
+        lanes = np.flatnonzero(active)
+        size = self.arrays[e.array].shape[-1]
+        inside = (offsets >= 0) & (offsets < size)
+        if not inside.all():
+            self.report("out of bounds", e.array, offsets, lanes, ~inside)
+        offsets, lanes = offsets[inside], lanes[inside]
+        if not offsets.size:
+            return None
+        where = (lanes, offsets) if e.array in self.registers else (offsets,)
+        if e.array in self.written:
+            written = self.written[e.array]
+            if write:
+                written[where] = True
+            elif not written[where].all():
+                self.report("uninitialised read", e.array, offsets, lanes, ~written[where])
+        if e.array in self.shared:
+            self.accesses.append((e.array, offsets, lanes, write))
+        return where, inside
+
+    def report(self, kind: str, array: str, offsets: np.ndarray, lanes: np.ndarray,
+               which: np.ndarray) -> None:
+        n = int(np.argmax(which))
+        self.hazards.append(Hazard(kind, self.block, array, int(offsets[n]), self.epoch,
+                                   (int(lanes[n]),)))
+
+    def end_epoch(self) -> None:
+        """Report the elements that one thread wrote and another touched since the barrier."""
+        for array in dict.fromkeys(a for a, *_ in self.accesses):
+            parts = [(o, t, np.full(o.size, w)) for a, o, t, w in self.accesses if a == array]
+            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
+            pairs, inverse = np.unique(offsets * self.count + lanes, return_inverse=True)
+            written = np.zeros(pairs.size, dtype=bool)
+            np.logical_or.at(written, inverse, writes)
+            elements, owner, touching = np.unique(pairs // self.count, return_inverse=True,
+                                                  return_counts=True)
+            element_written = np.zeros(elements.size, dtype=bool)
+            np.logical_or.at(element_written, owner, written)
+            for n in np.flatnonzero(element_written & (touching > 1))[:SHOWN]:
+                threads = tuple(int(t) for t in pairs[owner == n] % self.count)
+                self.hazards.append(Hazard("race", self.block, array, int(elements[n]),
+                                           self.epoch, threads[:2]))
+        self.accesses = []
+        self.epoch += 1
