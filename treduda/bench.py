@@ -40,7 +40,7 @@ PARAMS_WIDTH = 72
 EXPRESSION_WIDTH = 40
 # Shorter names for the table (the JSON keeps the full parameters).
 SHORT_NAMES = {"order": "ord", "stage": "stg", "block": "blk", "assign": "asg", "preload": "pre",
-               "unroll": "unr"}
+               "double_buffer": "dbl", "unroll": "unr"}
 
 
 @dataclass(frozen=True)

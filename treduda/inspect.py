@@ -87,7 +87,8 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     model = Model(program, g, {})
     analytic = floor = {}
     if set(kernel.strategy.split("+")) <= MODELLED:  # complete what staging would add
-        params = {"stage": "", "pad": 0, "preload": False, **kernel.params}
+        params = {"stage": "", "pad": 0, "preload": False, "double_buffer": False,
+                  **kernel.params}
         analytic, floor = model.estimate(params).resources, model.bound(params).resources
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     occupancy = _occupancy(g, kernel, threads, c.registers)

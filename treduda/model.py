@@ -300,20 +300,21 @@ class _Optimist:
 
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per staged element) and the step's
-        overhead (two barriers and the loop), 0 while undecided."""
+        overhead (the loop and two barriers, one when double-buffered), 0 while undecided."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
         per_block_step = sum(2 * math.prod(self.footprint(r).values()) for r in staged)
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-        per_block_step += threads * (STEP_OVERHEAD + (2 if staged else 0))
+        barriers = min(1 if double else 2 for double in self.options("double_buffer"))
+        per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
                                * (self.p["step"] or 1))
         return per_block_step / fmas_per_block_step
 
     def shared_bytes(self) -> int:
-        """Shared memory per block (the smallest padding while it is open; 0 while the tiles
-        or the staging are)."""
+        """Shared memory per block (the smallest padding and one buffer while they are open;
+        0 while the tiles or the staging are)."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0
         total = 0
@@ -323,7 +324,8 @@ class _Optimist:
                 fastest = r.indices[-1] if self.m.program.layout == "C" else r.indices[0]
                 extents[fastest] += min(self.options("pad"))
                 total += math.prod(extents.values())
-        return total * self.m.bytes
+        buffers = min(2 if double else 1 for double in self.options("double_buffer"))
+        return total * buffers * self.m.bytes
 
     def registers(self) -> int:
         """A conservative register count: accumulators, one operand per read, bookkeeping, and

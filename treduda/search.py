@@ -49,7 +49,8 @@ SEARCH_VALUES: dict[str, tuple] = {
 # The order decisions are taken in: what shapes the mapping and the memory traffic first, then
 # the tiles along each axis (threads, registers, their assignment), then the step details.
 DECISION_ORDER = ("order", "stage", "block_x", "reg_x", "assign_x", "block_y", "reg_y",
-                  "assign_y", "block_z", "reg_z", "assign_z", "step", "preload", "pad", "unroll")
+                  "assign_y", "block_z", "reg_z", "assign_z", "step", "preload", "double_buffer",
+                  "pad", "unroll")
 
 
 @dataclass(frozen=True)

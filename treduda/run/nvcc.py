@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Iterator, Sequence
@@ -161,11 +162,19 @@ def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
 
 
 def run_tool(command: list[str], failure: str) -> subprocess.CompletedProcess[str]:
-    """Run a CUDA tool with the time limit; a time-out is a CompileError saying ``failure``."""
-    try:
-        return subprocess.run(command, capture_output=True, text=True, timeout=TIMEOUT_SECONDS)
-    except subprocess.TimeoutExpired as exc:
-        raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
+    """Run a CUDA tool with the time limit; a time-out is a CompileError saying ``failure``.
+
+    The tool runs in a process group of its own, so that a time-out also stops what nvcc
+    started (cicc, ptxas), which would otherwise run on, holding a core."""
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                          start_new_session=True) as process:
+        try:
+            stdout, stderr = process.communicate(timeout=TIMEOUT_SECONDS)
+        except subprocess.TimeoutExpired as exc:
+            os.killpg(process.pid, signal.SIGKILL)
+            process.communicate()
+            raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
+    return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
 
 
 def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
