@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from treduda.errors import BackendUnavailable, CompileError
@@ -131,3 +133,14 @@ def test_failing_batch_names_the_offending_source() -> None:
     with pytest.raises(CompileError, match="kernel broken for") as caught:
         compile_cuda_batch([TILED, broken, TWO_KERNELS])
     assert "tiled" not in str(caught.value)
+
+
+def test_a_timed_out_tool_takes_its_children_with_it(monkeypatch, tmp_path):
+    """nvcc runs cicc and ptxas as children; when nvcc times out they must stop too."""
+    marker = tmp_path / "child-still-running"
+    monkeypatch.setattr(nvcc, "TIMEOUT_SECONDS", 1)
+    child = f"sleep 3 && touch {marker}"  # a grandchild that would outlive a killed parent
+    with pytest.raises(CompileError, match="timed out after 1 s"):
+        nvcc.run_tool(["sh", "-c", f"({child}) & wait"], "sleeping")
+    time.sleep(3.5)
+    assert not marker.exists()
