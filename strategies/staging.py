@@ -158,7 +158,7 @@ class _Stager:
         self.copy_loop = roles.index(Role.INNER) if Role.INNER in roles else None
         self.statements: list[Statement] = []
         self.locals: list[ir.Local] = []
-        self.step = -1  # the innermost step dimension of the statement being staged
+        self.step = -1  # the innermost step dimension of the statement staged (-1: none)
 
     def run(self) -> Scheduled:
         schedule = self.scheduled.schedule
@@ -168,7 +168,8 @@ class _Stager:
                 self.statements.append(s)
                 continue
             # Statements summing fewer indices have the later step dimensions fixed at 0.
-            self.step = self.scheduled.positions(Role.STEP)[len(s.summed) - 1]
+            steps = self.scheduled.positions(Role.STEP)
+            self.step = steps[len(s.summed) - 1] if steps else -1
             prefix = self._prefix(s)
             accesses = list(s.accesses)
             for n, element in enumerate(ir.elements(s.body)):
@@ -213,7 +214,7 @@ class _Stager:
             box.append(largest.to_python() + 1)
         fastest = rank - 1 if self.program.layout == "C" else 0
         shape = tuple(e + (self.pad if d == fastest else 0) for d, e in enumerate(box))
-        self.locals.append(ir.Local(name, ir.Space.SHARED, self._buffered(shape, 2),
+        self.locals.append(ir.Local(name, ir.Space.SHARED, self._buffered(shape, shape=True),
                                     self.program.layout))
 
         at = prefix.apply_range(origin)  # { S[..] -> [o(P)] }
@@ -232,10 +233,12 @@ class _Stager:
         """Which buffer a step uses, in the copy statements' coordinates ``p0, p1, ..``."""
         return f"p{self.keep.index(self.step)} mod 2"
 
-    def _buffered(self, items: Sequence, buffer: str | int) -> tuple:
-        """A tile's shape or coordinates with the buffer dimension added as the slowest."""
+    def _buffered(self, items: Sequence, shape: bool = False) -> tuple:
+        """A tile's coordinates (or its ``shape``) with the buffer dimension added as the
+        slowest: the step's parity (or its extent, 2)."""
         if not self.double_buffer:
             return tuple(items)
+        buffer = 2 if shape else self._parity()
         return (buffer, *items) if self.program.layout == "C" else (*items, buffer)
 
     def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
@@ -248,7 +251,7 @@ class _Stager:
                    .intersect_range(_bounds(self.program, tensor)))  # { [P, e] -> X[..] }
         domain = element.domain()
         threads = math.prod(self.scheduled.block)
-        tile = f"{name}[{', '.join(self._buffered(unflatten, self._parity()))}]"
+        tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
         if not self.preload:
             copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
                                    ir.Element(name, ()), ir.Element(tensor, ()), tile, element)
