@@ -10,6 +10,7 @@ import pytest
 
 import treduda
 from treduda.errors import BackendUnavailable
+from treduda.kernel import BACKENDS
 from treduda.run.cuda import driver_arguments
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j]"
@@ -70,3 +71,35 @@ def test_unknown_backend_is_explained():
     kernel = treduda.compile("C[i] = A[i]", {"i": 3})
     with pytest.raises(BackendUnavailable, match="unknown backend 'metal'"):
         kernel.run(backend="metal", A=np.ones(3))
+    assert "emulator" in BACKENDS
+
+
+# A preloaded staging kernel PoCL 3.0 used to miscompute (the matrix found it; the emulator
+# found it correct): a barrier closing each loop with barriers in the OpenCL text fixes it.
+PRELOADED = ("C[a,b,c,d] = A[d,b,e,a]*B[e,c]", {"a": 12, "b": 7, "c": 16, "d": 9, "e": 11},
+             {"order": "d,b,a", "block_x": 1, "block_y": 8, "block_z": 1, "reg_x": 8,
+              "reg_y": 1, "reg_z": 2, "step": 8, "pad": 1, "stage": "B", "preload": True,
+              "unroll": True})
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_pocl_runs_the_preloaded_kernel_it_used_to_get_wrong(double_buffer):
+    expression, sizes, params = PRELOADED
+    kernel = treduda.compile(expression, sizes, layout="F", dtype="float64",
+                             strategy="tiled+staged", params={**params,
+                                                              "double_buffer": double_buffer})
+    assert kernel.verify().ok
+    assert kernel.verify(backend="emulator").ok
+
+
+def test_only_the_opencl_text_closes_loops_with_a_barrier():
+    expression, sizes, params = PRELOADED
+    kernel = treduda.compile(expression, sizes, layout="F", strategy="tiled+staged",
+                             params={**params, "double_buffer": True})
+    for source, barrier in ((kernel.cuda_source, "__syncthreads();"),
+                            (kernel.opencl_source, "barrier(CLK_LOCAL_MEM_FENCE);")):
+        lines = [line.strip() for line in source.splitlines()]
+        closing = [n for n, line in enumerate(lines) if line == barrier and lines[n + 1] == "}"
+                   and lines[n - 1] == "}"]
+        # in OpenCL: one closing the step loop, one the loop around it
+        assert len(closing) == (0 if barrier.startswith("__") else 2)

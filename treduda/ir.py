@@ -201,6 +201,19 @@ class KernelIR:
     body: Stmt
 
 
+def has_barrier(s: Stmt) -> bool:
+    """Whether ``s`` contains a barrier anywhere."""
+    if isinstance(s, Barrier):
+        return True
+    if isinstance(s, Block):
+        return any(has_barrier(child) for child in s.body)
+    if isinstance(s, For):
+        return has_barrier(s.body)
+    if isinstance(s, If):
+        return has_barrier(s.then) or (s.otherwise is not None and has_barrier(s.otherwise))
+    return False
+
+
 def elements(node: Assign | Barrier | Expr) -> list[Element]:
     """Every tensor, register or shared element a statement touches: the target first, then
     the value's, left to right. Access relations are listed in this order."""

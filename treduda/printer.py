@@ -29,6 +29,10 @@ class Dialect:
     index_types: dict  # bits -> C integer type
     axes: tuple[str, ...]
     unroll: str  # the hint before a loop to unroll; PoCL's clang warns when it cannot, so none
+    # Close every loop containing a barrier with one more (harmless: such loops run the same
+    # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
+    # not: see treduda.run.opencl.build_options.
+    barrier_closes_loops: bool = False
 
 
 CUDA = Dialect(
@@ -43,7 +47,7 @@ OPENCL = Dialect(
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
-    unroll="")
+    unroll="", barrier_closes_loops=True)
 
 C_TYPES = {"float32": "float", "float64": "double"}
 
@@ -108,7 +112,10 @@ class Printer:
             head = (f"for ({self.index_type} {s.iterator} = {self.expr(s.start)}; "
                     f"{self.expr(s.condition)}; {s.iterator} += {self.expr(s.step)})")
             pragma = [f"{pad}{self.dialect.unroll}"] if s.unroll and self.dialect.unroll else []
-            return [*pragma, f"{pad}{head} {{", *self.stmt(s.body, depth + 1), f"{pad}}}"]
+            body = self.stmt(s.body, depth + 1)
+            if self.dialect.barrier_closes_loops and ir.has_barrier(s.body):
+                body.append(f"{pad}{INDENT}{self.dialect.barrier}")
+            return [*pragma, f"{pad}{head} {{", *body, f"{pad}}}"]
         if isinstance(s, ir.If):
             then = self.stmt(s.then, depth + 1)
             if not then and s.otherwise is None:
