@@ -197,9 +197,11 @@ def _space(args: argparse.Namespace) -> int:
     space = strategy.space(program)
     defaults = strategy.defaults(program)
     print(f"{strategy.name}: {strategy.description}")
+    width = max((len(p.name) for p in space.parameters), default=0)
     for p in space.parameters:
         values = ", ".join(map(str, p.values))
-        print(f"  {p.name:10} default {defaults[p.name]!s:8} of {values}\n  {'':10} {p.doc}")
+        print(f"  {p.name:{width}} default {defaults[p.name]!s:8} of {values}\n"
+              f"  {'':{width}} {p.doc}")
     print("rules:\n" + "\n".join(f"  - {c.description}" for c in space.constraints))
     print(f"{space.size()} combinations before the rules")
     return 0

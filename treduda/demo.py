@@ -1,4 +1,5 @@
-"""``treduda demo``: generate a GEMM and a 4-index contraction, verify both on PoCL, explain."""
+"""``treduda demo``: generate a GEMM and a 4-index contraction, verify both on PoCL, check them
+for hazards on the emulator, explain."""
 
 from __future__ import annotations
 
@@ -32,6 +33,10 @@ def demo() -> int:
         except Exception as error:  # report, go on with the next example, fail at the end
             failures += 1
             print(f"   PoCL check FAILED: {error}")
+        hazards = kernel.hazards()
+        failures += bool(hazards)
+        print(f"   hazards    {'; '.join(map(str, hazards)) if hazards else 'none'} (emulated "
+              "corner blocks: races, out-of-bounds, uninitialised reads, divergent barriers)")
         print(f"   nvcc       {_nvcc(kernel)}")
         body = kernel.cuda_source.split("\n\n")[-2]
         print("   CUDA kernel:\n" + "\n".join("     " + line for line in body.splitlines()))

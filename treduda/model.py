@@ -78,6 +78,7 @@ class Model:
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
         self.iterations = sum(math.prod(self.sizes[i] for i in s.summed) for s in reductions)
+        self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]
         summed_reads = dict.fromkeys(r for term in c.terms if term.summed(self.outputs)
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
@@ -300,17 +301,30 @@ class _Optimist:
 
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per staged element) and the step's
-        overhead (the loop and two barriers, one when double-buffered), 0 while undecided."""
+        overhead (the loop and its barriers), 0 while undecided."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
         per_block_step = sum(2 * math.prod(self.footprint(r).values()) for r in staged)
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-        barriers = min(1 if double else 2 for double in self.options("double_buffer"))
+        barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
                                * (self.p["step"] or 1))
         return per_block_step / fmas_per_block_step
+
+    def barriers_per_step(self, double_buffer: bool) -> float:
+        """Two barriers per step; double-buffered, one, and one more wherever the innermost
+        step loop starts again (with a single step that is two again)."""
+        if not double_buffer:
+            return 2.0
+        step = self.p["step"]
+        steps = restarts = 0
+        for extents in self.m.summed:
+            counts = [math.ceil(e / step) for e in extents]
+            steps += math.prod(counts)
+            restarts += math.prod(counts[:-1])
+        return 1 + restarts / steps
 
     def shared_bytes(self) -> int:
         """Shared memory per block (the smallest padding and one buffer while they are open;
