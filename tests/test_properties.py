@@ -1,5 +1,6 @@
 """Property tests: random contractions, compiled by a random strategy with random valid
-parameters, match numpy.einsum on PoCL (verify() runs with guard zones).
+parameters, match numpy.einsum on PoCL (verify() runs with guard zones); small kernels with
+shared memory are also free of races and other hazards on the emulator.
 
 A contraction has an output of rank 0-6 and 0-3 summed indices (at most 7 in all), read by one
 to three input tensors whose index lists are random orders of random subsets, every index read
@@ -19,10 +20,12 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import treduda
+from treduda import ir
 
 INDICES = "abcdefg"  # at most seven distinct indices
 INPUTS = ("A", "B", "D")
 MAX_POINTS = 200_000
+MAX_EMULATED = 20_000  # staged kernels this small are also checked for races on the emulator
 
 
 @dataclass(frozen=True)
@@ -84,6 +87,9 @@ def check(problem: Problem) -> None:
                              layout=problem.layout, dtype=problem.dtype,
                              symbolic=problem.symbolic, strategy=problem.strategy, params=params)
     assert kernel.verify(problem.sizes).ok
+    staged = any(local.space is ir.Space.SHARED for local in kernel.built.kernel.locals)
+    if staged and math.prod(problem.sizes.values()) <= MAX_EMULATED:
+        assert kernel.hazards(problem.sizes) == []
 
 
 SETTINGS = {"deadline": None, "derandomize": True, "database": None, "print_blob": False,
