@@ -11,7 +11,9 @@ from treduda.strategies import staging
 
 import treduda
 from treduda.errors import StrategyError
+from treduda.gpus import gpu
 from treduda.inspect import count
+from treduda.model import Model
 from treduda.strategy import Limits
 
 TILES = {"block_x": 8, "block_y": 4, "reg_x": 2, "reg_y": 2, "step": 4, "unroll": True}
@@ -23,6 +25,12 @@ CONTRACTIONS = {
     "two_groups": ("C[i,j] = A[i,k]*B[k,j] - D[i,l,m]*E[m,l,j]",
                    {"i": 10, "j": 9, "k": 7, "l": 3, "m": 6}),
 }
+
+
+# TILES completed to every parameter but double_buffer, as the model and the space take them
+COMPLETE = {**TILES, "order": "j,i", "block_z": 1, "reg_z": 1, "assign_x": "cyclic",
+            "assign_y": "cyclic", "assign_z": "cyclic", "stage": "A,B", "pad": 0,
+            "preload": False}
 
 
 def compiled(name: str, layout: str = "C", **params) -> treduda.Kernel:
@@ -92,30 +100,21 @@ def test_double_buffered_gemm_compiles_without_spills():
 
 
 def test_the_model_prices_the_barriers_saved():
-    from treduda.gpus import gpu
-    from treduda.model import Model
-
     program = compiled("gemm").program
     model = Model(program, gpu("H100"), {})
-    params = {**TILES, "order": "j,i", "block_z": 1, "reg_z": 1, "assign_x": "cyclic",
-              "assign_y": "cyclic", "assign_z": "cyclic", "stage": "A,B", "pad": 0,
-              "preload": False}
-    single = model.estimate({**params, "double_buffer": False})
-    double = model.estimate({**params, "double_buffer": True})
+    single = model.estimate({**COMPLETE, "double_buffer": False})
+    double = model.estimate({**COMPLETE, "double_buffer": True})
     assert double.resources["issue"] < single.resources["issue"]
     # one step (k = 23 <= 32) needs two barriers either way: nothing saved
-    one_step = {**params, "step": 32}
+    one_step = {**COMPLETE, "step": 32}
     assert (model.estimate({**one_step, "double_buffer": True}).resources["issue"]
             == model.estimate({**one_step, "double_buffer": False}).resources["issue"])
 
 
 def test_the_space_drops_double_buffering_when_two_buffers_do_not_fit():
     program = compiled("gemm").program
-    params = {**TILES, "order": "j,i", "block_z": 1, "reg_z": 1, "assign_x": "cyclic",
-              "assign_y": "cyclic", "assign_z": "cyclic", "stage": "A,B", "pad": 0,
-              "preload": False}
     one_buffer = 8 * (16 * 4 + 4 * 8)
     for budget, allowed in ((one_buffer, (False,)), (2 * one_buffer, (False, True))):
         strategy = treduda.strategies.get("tiled+staged", Limits(shared_per_block=budget))
-        parameter, values = strategy.space(program).choices(params)
+        parameter, values = strategy.space(program).choices(COMPLETE)
         assert (parameter.name, values) == ("double_buffer", allowed)
