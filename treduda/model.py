@@ -316,15 +316,15 @@ class _Optimist:
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
         step loop starts again (with a single step that is two again)."""
-        if not double_buffer:
-            return 2.0
         step = self.p["step"]
+        if not double_buffer or not step:  # double buffering needs steps
+            return 2.0
         steps = restarts = 0
         for extents in self.m.summed:
             counts = [math.ceil(e / step) for e in extents]
             steps += math.prod(counts)
             restarts += math.prod(counts[:-1])
-        return 1 + restarts / steps
+        return 1 + restarts / steps if steps else 2.0
 
     def shared_bytes(self) -> int:
         """Shared memory per block (the smallest padding and one buffer while they are open;
