@@ -70,7 +70,8 @@ def _reads(program: Program, tensor: str) -> list[tuple[str, ...]]:
 class Staged(Strategy):
     name = "staged"
     description = ("copy each step's footprint of chosen inputs into shared memory, between "
-                   "barriers (thesis strategies 7-9); chain after a tiling: tiled+staged")
+                   "barriers, optionally preloaded and double-buffered (thesis strategies 7-9); "
+                   "chain after a tiling: tiled+staged")
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         mapping = _mapping(before)
