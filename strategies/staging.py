@@ -159,7 +159,7 @@ class _Stager:
         self.copy_loop = roles.index(Role.INNER) if Role.INNER in roles else None
         self.statements: list[Statement] = []
         self.locals: list[ir.Local] = []
-        self.step = -1  # the innermost step dimension of the statement staged (-1: none)
+        self.step: int | None = None  # the innermost step dimension of the statement staged
 
     def run(self) -> Scheduled:
         schedule = self.scheduled.schedule
@@ -170,7 +170,7 @@ class _Stager:
                 continue
             # Statements summing fewer indices have the later step dimensions fixed at 0.
             steps = self.scheduled.positions(Role.STEP)
-            self.step = steps[len(s.summed) - 1] if steps else -1
+            self.step = steps[len(s.summed) - 1] if steps else None
             prefix = self._prefix(s)
             accesses = list(s.accesses)
             for n, element in enumerate(ir.elements(s.body)):

@@ -292,7 +292,8 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
         return expr.value
     if isinstance(expr, Var):
         if expr.name not in env:
-            raise TredudaError(f"no value for '{expr.name}' when evaluating {expr!r}")
+            raise TredudaError(f"no value for '{expr.name}' in an index expression (a symbolic "
+                               "kernel needs every size)")
         return env[expr.name]
     if isinstance(expr, Index) and threads is not None:
         return (threads if expr.builtin is Builtin.THREAD_ID else blocks)[expr.axis]
