@@ -13,6 +13,7 @@ import treduda
 from treduda import ir
 from treduda.errors import HazardError
 from treduda.run.emulator import emulate
+from treduda.run.launch import Launch
 
 TILED_STAGED = {"block_x": 8, "block_y": 4, "reg_x": 2, "reg_y": 2, "step": 8, "unroll": True,
                 "stage": "A,B", "pad": 1}
@@ -56,8 +57,8 @@ def _store(array: str, offset: ir.Expr, value: ir.Expr = ONE) -> ir.Assign:
 
 
 def _hazards(kernel: ir.KernelIR) -> set[str]:
-    memory = {"C": np.zeros(4, np.float32)}
-    return {h.kind for h in emulate(kernel, (4, 1, 1), [(0, 0, 0)], memory)}
+    launch = Launch("k", (1, 1, 1), (4, 1, 1), (np.zeros(4, np.float32),), 0, (4,), "C")
+    return {h.kind for h in emulate(kernel, launch)[1]}
 
 
 NEIGHBOUR = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, TX, ir.Int(1)), ir.Int(4))

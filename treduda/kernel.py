@@ -6,7 +6,6 @@ from __future__ import annotations
 import functools
 import importlib.metadata
 import importlib.resources
-import itertools
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -155,7 +154,7 @@ class Kernel:
         """Races, out-of-bounds accesses, uninitialised reads and divergent barriers, found by
         emulating the blocks at the corners of the grid on zeros (see
         :mod:`treduda.run.emulator`); an empty list when there are none."""
-        from .run.emulator import emulate
+        from .run.emulator import corners, emulate
 
         if sizes is None and self.symbolic:
             raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to check it")
@@ -163,10 +162,7 @@ class Kernel:
         c = self.contraction
         zeros = {t: np.zeros([sizes[i] for i in idx]) for t, idx in c.inputs.items()}
         launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
-        memory = {p.name: v for p, v in zip(self.built.kernel.params, launch.values,
-                                             strict=True)}
-        corners = sorted(set(itertools.product(*({0, g - 1} for g in launch.grid))))
-        return emulate(self.built.kernel, self.block, corners, memory)
+        return emulate(self.built.kernel, launch, corners(launch.grid))[1]
 
     def sass_report(self, arch: str = "sm_90"):
         """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector

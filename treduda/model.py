@@ -77,8 +77,8 @@ class Model:
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
-        self.iterations = sum(math.prod(self.sizes[i] for i in s.summed) for s in reductions)
-        self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]
+        self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]  # extents
+        self.iterations = sum(math.prod(extents) for extents in self.summed)
         summed_reads = dict.fromkeys(r for term in c.terms if term.summed(self.outputs)
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]

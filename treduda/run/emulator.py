@@ -58,25 +58,32 @@ class Hazard:
 
 def run_emulated(kernel: ir.KernelIR, launch: Launch) -> np.ndarray:
     """Run every block of ``launch``; raise :class:`HazardError` if any hazard is found."""
-    memory = {p.name: np.array(v, copy=True) for p, v in zip(kernel.params, launch.values,
-                                                              strict=True)}
-    found = emulate(kernel, launch.block, itertools.product(*map(range, launch.grid)), memory)
+    result, found = emulate(kernel, launch)
     if found:
         raise HazardError(f"{launch.name}: " + "; ".join(map(str, found)))
-    return launch.result(memory[kernel.params[launch.output_position].name])
+    return result
 
 
-def emulate(kernel: ir.KernelIR, block: tuple[int, int, int],
-            blocks: Iterable[tuple[int, ...]], memory: dict[str, Any]) -> list[Hazard]:
-    """Run ``blocks`` of the kernel on ``memory`` (its parameters by name: flat arrays and
-    scalars, changed in place) and return the hazards found, at most :data:`SHOWN` a kind."""
-    found = [h for b in blocks for h in _Block(kernel, block, b, memory).run()]
+def corners(grid: tuple[int, int, int]) -> list[tuple[int, ...]]:
+    """The blocks at the corners of the grid: the first, and those holding partial tiles."""
+    return sorted(set(itertools.product(*({0, g - 1} for g in grid))))
+
+
+def emulate(kernel: ir.KernelIR, launch: Launch,
+            blocks: Iterable[tuple[int, ...]] | None = None) -> tuple[np.ndarray, list[Hazard]]:
+    """Run ``blocks`` (all of the grid by default) on a copy of the launch's arguments; the
+    output they computed and the hazards found, at most :data:`SHOWN` of a kind."""
+    memory = {p.name: np.array(v, copy=True) for p, v in zip(kernel.params, launch.values,
+                                                              strict=True)}
+    if blocks is None:
+        blocks = itertools.product(*map(range, launch.grid))
+    found = [h for b in blocks for h in _Block(kernel, launch.block, b, memory).run()]
     shown, per_kind = [], Counter()
     for hazard in found:
         per_kind[hazard.kind] += 1
         if per_kind[hazard.kind] <= SHOWN:
             shown.append(hazard)
-    return shown
+    return launch.result(memory[kernel.params[launch.output_position].name]), shown
 
 
 class _Block:
