@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from conftest import COMBINATIONS, generated, needs_nvcc
 
-from treduda.run.nvcc import compile_cuda_batch
+from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvrtc_view
 from treduda.suites import SUITES, load, scaled
 
 ROWS = [row for suite in ("tccg_fp32", "tc", "tapp") for row in load(suite)]
@@ -52,3 +52,17 @@ def test_rows_cuda_compiles_without_warnings(combos):
     reports = compile_cuda_batch([k.cuda_source for k in kernels])
     assert [[r.kernel for r in rs] for rs in reports] == [[k.name] for k in kernels]
     assert all(rs[0].registers > 0 for rs in reports)
+
+
+@needs_nvcc
+def test_rows_device_part_compiles_as_nvrtc_sees_it():
+    """What CuPy's RawModule hands NVRTC: the host glue is invisible once __CUDACC_RTC__ is
+    defined, and the rest compiles on its own as a whole program (-rdc=false -cubin)."""
+    kernels = [_kernel(row, row.layout, "float32", False) for row in ROWS]
+    assert all("<<<" in k.cuda_source and "cudaStream_t" in k.cuda_source for k in kernels)
+    sources = dict.fromkeys(k.cuda_source for k in kernels)  # some rows give the same kernel
+    device = nvrtc_view("\n".join(sources))
+    for absent in ("<<<", "cudaStream_t", "dim3", "_launch("):
+        assert absent not in device
+    reports = compile_cuda(device)
+    assert sorted(r.kernel for r in reports) == sorted({k.name for k in kernels})

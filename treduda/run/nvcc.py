@@ -25,7 +25,8 @@ TIMEOUT_SECONDS = 300
 # -Werror all-warnings reaches every stage -cubin runs: the gcc preprocessor (-Werror: macro
 # redefinitions, #warning), the EDG front end for host and device code (--promote_warnings:
 # unused or uninitialised variables, `=` in conditions) and ptxas (--warning-as-error).
-NVCC_FLAGS = ("-cubin", "-Xptxas", "-v", "-Werror", "all-warnings")
+# -rdc=false (nvcc's default, said out loud) compiles whole programs, as NVRTC does.
+NVCC_FLAGS = ("-cubin", "-rdc=false", "-Xptxas", "-v", "-Werror", "all-warnings")
 
 _ARCH = re.compile(r"sm_\d+[af]?")
 _KERNEL = re.compile(
@@ -175,6 +176,26 @@ def run_tool(command: list[str], failure: str) -> subprocess.CompletedProcess[st
             process.communicate()
             raise CompileError(f"{failure}: timed out after {TIMEOUT_SECONDS} s") from exc
     return subprocess.CompletedProcess(command, process.returncode, stdout, stderr)
+
+
+def nvrtc_view(source: str) -> str:
+    """``source`` as NVRTC sees it: preprocessed with ``__CUDACC_RTC__`` defined, the macro
+    NVRTC defines, so code guarded against it (the host glue) is gone.
+
+    nvcc preprocesses it as plain C++ (``-x c++``): its CUDA runtime header, which it would
+    otherwise include first, does not compile with that macro defined."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        raise BackendUnavailable("nvcc was not found on PATH (nor in $CUDA_HOME/bin); install "
+                                 "the CUDA toolkit to preprocess CUDA sources")
+    with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
+        cu = Path(tmp, "k.cu")
+        cu.write_text(source)
+        done = run_tool([nvcc, "-E", "-x", "c++", "-D__CUDACC_RTC__", "-Xcompiler", "-P",
+                         str(cu)], "nvcc failed to preprocess a source as NVRTC sees it")
+    if done.returncode != 0:
+        raise CompileError("nvcc failed to preprocess a source as NVRTC sees it", done.stderr)
+    return done.stdout
 
 
 def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
