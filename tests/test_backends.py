@@ -1,5 +1,5 @@
-"""The pycuda backend as far as a machine without a GPU allows, and the PoCL backend's
-handling of arguments."""
+"""The CUDA backend (CuPy or pycuda) as far as a machine without a GPU allows, device arrays,
+timing, and the PoCL backend's handling of arguments."""
 
 from __future__ import annotations
 
@@ -11,60 +11,97 @@ import pytest
 import treduda
 from treduda.errors import BackendUnavailable
 from treduda.kernel import BACKENDS
-from treduda.run.cuda import driver_arguments
+from treduda.run.cuda import gpu_present
+from treduda.run.device_arrays import first_device_array, is_device_array, like
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j]"
+no_gpu = pytest.mark.skipif(gpu_present(), reason="a GPU is present; see the tests on a GPU")
+on_gpu = pytest.mark.skipif(not gpu_present(), reason="no CUDA GPU on this machine")
 
 
-def _has_gpu() -> bool:
-    try:
-        from treduda.run.cuda import cuda_device
+class _DeviceMemory:
+    """An array that says it lives on a CUDA device, as torch and numba arrays do."""
 
-        cuda_device()
-    except BackendUnavailable:
-        return False
-    return True
+    shape, dtype = (2, 3), np.dtype("float32")
+
+    def __dlpack_device__(self):
+        return (2, 0)  # kDLCUDA, device 0
 
 
-@pytest.mark.skipif(_has_gpu(), reason="a GPU is present; see test_cuda_backend_on_a_gpu")
+class _HostMemory:
+    def __dlpack_device__(self):
+        return (1, 0)  # kDLCPU
+
+
+@no_gpu
 def test_cuda_backend_explains_why_it_cannot_run():
     kernel = treduda.compile(GEMM, {"i": 4, "j": 5, "k": 6})
     with pytest.raises(BackendUnavailable) as error:
         kernel.run(backend="cuda", A=np.ones((4, 6)), B=np.ones((6, 5)), alpha=1.0)
-    if importlib.util.find_spec("pycuda") is None:
-        assert "pip install 'treduda[cuda]'" in str(error.value)
-    else:
-        assert "backend='opencl'" in str(error.value)
+    assert "treduda[cupy]" in str(error.value) or "backend='opencl'" in str(error.value)
 
 
-@pytest.mark.skipif(not _has_gpu(), reason="no CUDA GPU on this machine")
+@no_gpu
+def test_timing_on_cuda_explains_why_it_cannot_run():
+    kernel = treduda.compile(GEMM, {"i": 4, "j": 5, "k": 6})
+    with pytest.raises(BackendUnavailable) as error:
+        kernel.time(backend="cuda", repeats=3)
+    assert "treduda[cupy]" in str(error.value) or "backend='opencl'" in str(error.value)
+
+
+def test_device_arrays_are_told_apart_from_host_arrays():
+    assert is_device_array(_DeviceMemory())
+    assert not is_device_array(_HostMemory()) and not is_device_array(np.ones(3))
+    values = {"A": np.ones(3), "B": _DeviceMemory(), "C": np.ones(3)}
+    assert first_device_array(values, "C") is values["B"]
+    assert first_device_array({"A": np.ones(3)}, "C") is None
+
+
+def test_a_result_returns_as_the_kind_of_array_it_came_as():
+    """like() hands the result to the template's framework through DLPack (numpy stands in
+    for torch here: both have a top-level from_dlpack)."""
+    result = np.arange(6.0)
+    back = like(np.zeros(1), result)
+    assert isinstance(back, np.ndarray) and np.shares_memory(back, result)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("cupy") is not None,
+                    reason="CuPy is installed")
+def test_device_arrays_without_cupy_name_the_extra():
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 2, "j": 3, "k": 4})
+    with pytest.raises(BackendUnavailable, match=r"pip install 'treduda\[cupy\]'"):
+        kernel.run(backend="cuda", A=_DeviceMemory(), B=np.ones((4, 3)))
+
+
+def test_pocl_times_a_kernel_with_profiling_events():
+    kernel = treduda.compile(GEMM, {"i": 37, "j": 45, "k": 13}, strategy="tiled")
+    timing = kernel.time(backend="opencl", repeats=4, warmup=1)
+    assert timing.repeats == 4 and 0 < timing.fastest <= timing.seconds <= timing.slowest
+    assert "OpenCL profiling events" in timing.device
+    given = kernel.time(backend="opencl", repeats=2, A=np.ones((37, 13)), B=np.ones((13, 45)),
+                        alpha=2.0)
+    assert given.repeats == 2
+    with pytest.raises(BackendUnavailable, match="not 'emulator'"):
+        kernel.time(backend="emulator")
+
+
+@on_gpu
 def test_cuda_backend_on_a_gpu():
     kernel = treduda.compile(GEMM, {"i": 37, "j": 45, "k": 13})
     assert kernel.verify(backend="cuda").ok
+    timing = kernel.time(backend="cuda", repeats=5)
+    assert timing.repeats == 5 and timing.seconds > 0
 
 
-class _Recording:
-    """Stands in for pycuda.driver's argument wrappers: records which way each array moves."""
-
-    @staticmethod
-    def In(array):  # noqa: N802 - pycuda's name
-        return ("in", array)
-
-    @staticmethod
-    def InOut(array):  # noqa: N802 - pycuda's name
-        return ("inout", array)
-
-
-def test_cuda_arguments_copy_inputs_in_and_the_output_both_ways():
-    kernel = treduda.compile(GEMM, {"i": 2, "j": 3, "k": 4}, symbolic=True)
-    a, b = np.ones((2, 4)), np.ones((4, 3))
-    launch = kernel._prepare({"i": 2, "j": 3, "k": 4}, {"A": a, "B": b}, {"alpha": 2.0})
-    args = driver_arguments(launch, _Recording)
-    assert [arg[0] for arg in args[:3]] == ["inout", "in", "in"]
-    assert args[0][1].shape == (6,) and args[1][1].dtype == np.float32
-    assert args[3] == np.float32(2.0) and args[3].dtype == np.float32
-    assert [int(x) for x in args[4:]] == [2, 3, 4] and args[4].dtype == np.int64
-    assert launch.grid == kernel.grid_for({"i": 2, "j": 3, "k": 4})
+@on_gpu
+def test_device_arrays_stay_on_the_gpu():
+    cupy = pytest.importorskip("cupy")
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 37, "j": 45, "k": 13},
+                             layout="F")
+    a, b = cupy.random.rand(37, 13), cupy.random.rand(13, 45)
+    c = kernel.run(backend="cuda", A=a, B=b)
+    assert isinstance(c, cupy.ndarray)
+    assert cupy.allclose(c, cupy.einsum("ik,kj->ij", a, b), rtol=1e-4)
 
 
 def test_unknown_backend_is_explained():

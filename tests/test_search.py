@@ -10,6 +10,7 @@ import pytest
 
 import treduda
 from treduda.cache import TuningCache
+from treduda.run.cuda import gpu_present
 from treduda.search import Searcher, search
 
 # Spaces small enough to enumerate in CI (tens of thousands of candidates).
@@ -58,6 +59,24 @@ def test_measuring_runs_and_checks_the_best_candidates():
     result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40}, "A100",
                     measure=True)
     assert result.best.measured is not None and result.best.measured > 0
+    device = "CUDA events" if gpu_present() else "OpenCL profiling events"
+    assert device in result.best.measured_on
+    saved = json.loads(result.to_json())
+    assert saved["measured_seconds"] == result.best.measured
+    assert saved["seconds"] == result.best.prediction.seconds  # the prediction, kept apart
+
+
+def test_the_cache_keeps_measured_times_apart_from_predicted_ones(tmp_path):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    sizes = {"i": 40, "j": 24, "k": 17}
+    treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
+    predicted = cache.entries()[0].value
+    assert predicted["measured"] is None and predicted["seconds"] > 0
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache, measure=True)
+    [entry] = cache.entries()  # searched again, since the entry had no measurement
+    measured = entry.value["measured"]
+    assert measured["seconds"] > 0 and "profiling events" in measured["device"]
+    assert entry.value["params"] == kernel.params and entry.value["seconds"] > 0
 
 
 def test_compile_tunes_once_then_reuses_the_cache(tmp_path):

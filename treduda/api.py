@@ -32,7 +32,8 @@ SMALL_PROBLEM_BUDGET = 200
 def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
             layout: str = "C", strategy: str | None = None,
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
-            gpu: str = "H100", cache: TuningCache | bool = True) -> Kernel:
+            gpu: str = "H100", cache: TuningCache | bool = True,
+            measure: bool = False) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -41,6 +42,8 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     work is mapped onto the GPU (``treduda.strategies.available()`` lists them). Without either,
     fixed sizes are tuned for ``gpu`` by :func:`treduda.search` and the result kept in the
     tuning cache (``cache=False`` skips it); symbolic kernels take the default strategy.
+    ``measure=True`` has the search time its best candidates (on the GPU when one is here,
+    else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
     """
     if dtype not in DTYPES:
         raise StrategyError(f"dtype {dtype!r} is not supported; choose one of {DTYPES}")
@@ -53,7 +56,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
         resolve_sizes(contraction, sizes)  # still report typos and bad extents
     program = lower(contraction, fixed, layout, dtype)
     if strategy is None and params is None and fixed is not None:
-        strategy, params = _tuned(expr, fixed, dtype, layout, gpu, cache, program)
+        strategy, params = _tuned(expr, fixed, dtype, layout, gpu, cache, program, measure)
     chosen = strategies.get(strategy or DEFAULT_STRATEGY)
     scheduled = chosen.apply(program, params)
     built = build(scheduled, _kernel_name(contraction, fixed, dtype, layout, scheduled.strategy,
@@ -81,15 +84,18 @@ def contract(expr: str, *operands: Any, dtype: str | None = None, layout: str = 
 
 
 def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
-           cache: TuningCache | bool, program) -> tuple[str, dict[str, Any]]:
+           cache: TuningCache | bool, program, measure: bool) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters, from the tuning cache when it has them.
 
     A cached entry is re-checked against this program's parameter space before it is used;
-    one that no longer fits is reported and searched for again."""
+    one that no longer fits is reported and searched for again. An entry holds the model's
+    prediction (``seconds``, ``binding``) and, apart from it, a measurement (``measured``:
+    seconds and the device) when the search timed its candidates; ``measure=True`` searches
+    again where the entry has none."""
     store = cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
     key = CacheKey.make(expr, sizes, dtype, layout, find_gpu(gpu).name)
     hit = store.get(key) if store is not None else None
-    if hit is not None:
+    if hit is not None and (hit.get("measured") or not measure):
         try:
             chosen = strategies.get(hit["strategy"])
             chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
@@ -99,12 +105,16 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
                           stacklevel=3)
     budget = SMALL_PROBLEM_BUDGET if math.prod(sizes.values()) < SMALL_PROBLEM else (
         SEARCH_NODE_BUDGET)
-    result = search(expr, sizes, gpu, dtype=dtype, layout=layout, max_nodes=budget)
+    result = search(expr, sizes, gpu, dtype=dtype, layout=layout, max_nodes=budget,
+                    measure=measure)
+    best = result.best
     if store is not None:
-        store.put(key, {"strategy": result.best.strategy, "params": result.best.params,
-                        "seconds": result.best.prediction.seconds,
-                        "binding": result.best.prediction.binding})
-    return result.best.strategy, dict(result.best.params)
+        measured = None if best.measured is None else {"seconds": best.measured,
+                                                       "device": best.measured_on}
+        store.put(key, {"strategy": best.strategy, "params": best.params,
+                        "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+                        "measured": measured})
+    return best.strategy, dict(best.params)
 
 
 def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:

@@ -15,7 +15,7 @@ from .demo import demo
 from .errors import TredudaError
 from .gpus import table
 from .lower import lower
-from .search import search
+from .search import MEASURED, search
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -63,7 +63,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--gpu", default="H100", help="a GPU name (see `treduda gpus`)")
     f.add_argument("--top", type=int, default=10, help="how many candidates to list")
     f.add_argument("--measure", action="store_true",
-                   help="also run the best candidates on PoCL and pick the fastest measured")
+                   help="also time the best candidates (on the GPU if there is one, else on "
+                        "PoCL) and pick the fastest measured")
     f.add_argument("--refine", type=int, default=0, metavar="K",
                    help="generate the K best candidates and re-rank them by walking their IR")
     f.add_argument("--json", help="write the result (replayable) to this file")
@@ -146,7 +147,8 @@ def _search(args: argparse.Namespace) -> int:
     if result.best.walked is not None:
         print(f"walking the IR of the {args.refine} best: {result.best.walked}")
     if args.measure:
-        print(f"measured on PoCL: {result.best.measured * 1e3:.2f} ms (fastest of the top 5)")
+        print(f"measured {result.best.measured * 1e3:.4f} ms on {result.best.measured_on} "
+              f"(the fastest of the best {MEASURED}, each checked against numpy.einsum)")
     if args.json:
         with open(args.json, "w") as out:
             out.write(result.to_json())
@@ -184,8 +186,11 @@ def _cache(args: argparse.Namespace) -> int:
     for entry in entries:
         value = entry.value
         params = " ".join(f"{k}={v}" for k, v in value.get("params", {}).items())
+        measured = value.get("measured") or {}
+        timed = (f"; measured {measured['seconds'] * 1e3:.4f} ms on {measured.get('device')}"
+                 if isinstance(measured.get("seconds"), (int, float)) else "")
         print(f"  {entry.key}\n    {value.get('strategy')} {params}  "
-              f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms")
+              f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms{timed}")
     return 0
 
 

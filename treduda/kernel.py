@@ -20,7 +20,9 @@ from .contraction import Contraction
 from .errors import BackendUnavailable, MissingSize, VerificationError
 from .lower import Program
 from .printer import CUDA, OPENCL, Dialect, Printer
+from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare
+from .run.timing import REPEATS, WARMUP, Timing
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
 BACKENDS = ("opencl", "cuda", "emulator")
@@ -87,13 +89,25 @@ class Kernel:
     def opencl_source(self) -> str:
         return self._render(OPENCL, "kernel.cl.j2")
 
-    def run(self, *, backend: str = "opencl", **values: Any) -> np.ndarray:
-        """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": pycuda on a GPU; "emulator":
-        the kernel IR in numpy, slow but with hazard checks) with tensors
-        and scalars passed by name; returns the output array (numpy in, numpy out)."""
+    def run(self, *, backend: str = "opencl", **values: Any) -> Any:
+        """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": CuPy or pycuda on a GPU;
+        "emulator": the kernel IR in numpy, slow but with hazard checks) with tensors and
+        scalars passed by name; returns the output array.
+
+        numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
+        torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
+        are, and the output comes back as the same kind of array, still on the GPU."""
         sizes, arrays, scalars = bind(self.contraction, self.built.kernel, self.layout,
                                       self.sizes, values)
-        return self._launch(self._prepare(sizes, arrays, scalars), backend)
+        template = first_device_array(values, self.contraction.output)
+        if template is None:
+            return self._launch(self._prepare(sizes, arrays, scalars), backend)
+        if backend != "cuda":
+            raise BackendUnavailable(f"the arrays are on a GPU ({type(template).__name__}); run "
+                                     f"them with backend='cuda', or pass numpy arrays to "
+                                     f"backend={backend!r}")
+        launch = self._prepare(sizes, arrays, scalars, cupy_module())
+        return like(template, self._launch(launch, backend))
 
     def verify(self, sizes: Mapping[str, int] | None = None, *, seed: int = 0,
                backend: str = "opencl") -> reference.Verification:
@@ -103,15 +117,9 @@ class Kernel:
         read outside an input poisons the result with NaN and a write outside the output is
         reported, instead of passing unseen or corrupting other memory.
         """
-        if sizes is None and self.symbolic:
-            raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to verify()")
-        sizes = dict(self.sizes if sizes is None else sizes)  # {} for a kernel without indices
-        rng = np.random.default_rng(seed)
+        sizes = self._sizes(sizes)
+        arrays, scalars = self._random_operands(sizes, seed)
         c = self.contraction
-        shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
-        shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
-        arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
-        scalars = {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
         allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
@@ -122,6 +130,48 @@ class Kernel:
         if not outcome.ok:
             raise VerificationError(self._mismatch(outcome, result, expected, error - allowed))
         return outcome
+
+    def time(self, backend: str = "cuda", *, repeats: int = REPEATS, warmup: int = WARMUP,
+             sizes: Mapping[str, int] | None = None, seed: int = 0, **values: Any) -> Timing:
+        """Seconds per launch on ``backend``: the median of ``repeats`` launches timed by the
+        device ("cuda": CUDA events; "opencl": OpenCL profiling events on PoCL), after
+        ``warmup`` untimed ones, with the fastest and slowest. The arguments are uploaded once,
+        outside the timing: tensors and scalars passed by name (as in :meth:`run`), else
+        random data of the kernel's sizes (``sizes=`` for a symbolic kernel)."""
+        if values:
+            bound_sizes, arrays, scalars = bind(self.contraction, self.built.kernel,
+                                                self.layout, self.sizes, values)
+        else:
+            bound_sizes = self._sizes(sizes)
+            arrays, scalars = self._random_operands(bound_sizes, seed)
+        on_gpu = first_device_array(values, self.contraction.output) is not None
+        launch = self._prepare(bound_sizes, arrays, scalars, cupy_module() if on_gpu else np)
+        if backend == "cuda":
+            from .run.cuda import time_cuda
+
+            return time_cuda(self.cuda_source, launch, repeats, warmup)[0]
+        if backend == "opencl" and not on_gpu:
+            from .run.opencl import time_opencl
+
+            return time_opencl(self.opencl_source, launch, repeats, warmup)
+        raise BackendUnavailable(f"Kernel.time() runs on backend 'cuda' (CUDA events) or "
+                                 f"'opencl' (numpy arrays only), not {backend!r}")
+
+    def _sizes(self, sizes: Mapping[str, int] | None) -> dict[str, int]:
+        """The extents to run at: the kernel's own, or ``sizes`` (required when symbolic)."""
+        if sizes is None and self.symbolic:
+            raise MissingSize("this kernel has symbolic sizes; pass sizes={...}")
+        return dict(self.sizes if sizes is None else sizes)  # {} for a kernel without indices
+
+    def _random_operands(self, sizes: Mapping[str, int], seed: int
+                         ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+        """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2)."""
+        rng = np.random.default_rng(seed)
+        c = self.contraction
+        shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
+        shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
+        arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
+        return arrays, {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
 
     def _mismatch(self, outcome: reference.Verification, result: np.ndarray,
                   expected: np.ndarray, excess: np.ndarray) -> str:
@@ -156,9 +206,7 @@ class Kernel:
         :mod:`treduda.run.emulator`); an empty list when there are none."""
         from .run.emulator import corners, emulate
 
-        if sizes is None and self.symbolic:
-            raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to check it")
-        sizes = dict(self.sizes if sizes is None else sizes)
+        sizes = self._sizes(sizes)
         c = self.contraction
         zeros = {t: np.zeros([sizes[i] for i in idx]) for t, idx in c.inputs.items()}
         launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
@@ -171,9 +219,9 @@ class Kernel:
 
         return next(r for r in sass_report(self.cuda_source, arch) if r.kernel == self.name)
 
-    def _prepare(self, sizes, arrays, scalars) -> Launch:
+    def _prepare(self, sizes, arrays, scalars, xp=np) -> Launch:
         return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
-                       self.block, sizes, arrays, scalars)
+                       self.block, sizes, arrays, scalars, xp)
 
     def _launch(self, launch: Launch, backend: str, guard: bool = False) -> np.ndarray:
         """Run on ``backend``; ``guard`` adds PoCL's guard zones (the CUDA path has none)."""

@@ -26,10 +26,12 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .lower import lower
 from .model import Model, Prediction
+from .run.cuda import gpu_present
 from .strategies.tiling import fastest_first
 from .strategy import Limits, Parameter, ParamSpace
 
 DEFAULT_STRATEGY = "tiled+staged"
+MEASURED = 5  # candidates search(measure=True) generates, checks and times
 
 # The values the search tries per decision (a subset of each strategy's values), chosen so a
 # full-size contraction's space can still be enumerated to check the search against.
@@ -69,7 +71,8 @@ class Candidate:
     params: dict[str, Any]
     prediction: Prediction
     bound: float | None = None  # the model's lower bound for these parameters, in seconds
-    measured: float | None = None  # seconds on the backend that measured it
+    measured: float | None = None  # seconds per launch on the device that measured it
+    measured_on: str | None = None  # that device, e.g. "NVIDIA H100 ... (CuPy, CUDA events)"
     walked: Prediction | None = None  # the estimate from a walk over the generated kernel IR
 
     @property
@@ -119,10 +122,7 @@ class SearchResult:
     @property
     def kernel(self):
         """The winner, compiled."""
-        from .api import compile
-
-        return compile(self.expression, self.sizes, dtype=self.dtype, layout=self.layout,
-                       strategy=self.best.strategy, params=self.best.params)
+        return _compiled(self, self.best)
 
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
@@ -149,6 +149,8 @@ class SearchResult:
                            "strategy": self.best.strategy, "params": self.best.params,
                            "seconds": self.best.prediction.seconds,
                            "binding": self.best.prediction.binding,
+                           "measured_seconds": self.best.measured,
+                           "measured_on": self.best.measured_on,
                            "nodes_visited": self.stats.nodes_visited,
                            "candidates_scored": self.stats.candidates_scored}, indent=1)
 
@@ -285,9 +287,10 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     walks their kernel IR (:func:`treduda.inspect.estimate_kernel`), which sees what the
     parameters alone do not (guards, index arithmetic, ptxas's registers); it is never below
     the bound, so the re-ranking only ever picks among candidates the search could not cut.
-    With ``measure=True`` the best candidates (up to five) are also run on PoCL, each result
-    checked against numpy.einsum, and the fastest measured one wins; PoCL times a CPU, so this
-    ranks candidates by what runs here, not by the GPU's time.
+    With ``measure=True`` the best candidates (up to :data:`MEASURED`) are also generated,
+    each checked against numpy.einsum and then timed, and the fastest measured one wins: on
+    the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
+    The winner's ``measured_on`` says which.
     """
     try:
         searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
@@ -297,33 +300,31 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
         result = searcher.branch_and_bound(progress, max_nodes)
     if refine:
         walked = [_walked(result, c) for c in result.top(refine)]
-        result.best = min(walked, key=lambda c: (c.walked.seconds, c.key()))
+        result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
     if measure:
-        result.best = min((_measured(result, c) for c in result.top(5)),
-                          key=lambda c: c.measured)
+        backend = "cuda" if gpu_present() else "opencl"
+        measured = [_measured(result, c, backend) for c in result.top(MEASURED)]
+        result = replace(result, best=min(measured, key=lambda c: c.measured))
     return result
 
 
 def _walked(result: SearchResult, candidate: Candidate) -> Candidate:
     """``candidate`` with the estimate of a walk over its generated kernel."""
-    from .api import compile
-
-    kernel = compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
-                     strategy=candidate.strategy, params=candidate.params)
+    kernel = _compiled(result, candidate)
     return replace(candidate, walked=kernel.estimate(result.gpu))
 
 
-def _measured(result: SearchResult, candidate: Candidate, repeats: int = 3) -> Candidate:
-    """``candidate`` with its median wall time on PoCL, after checking its result."""
+def _measured(result: SearchResult, candidate: Candidate, backend: str) -> Candidate:
+    """``candidate`` with its median time per launch on ``backend``, after checking its
+    result against numpy.einsum there."""
+    kernel = _compiled(result, candidate)
+    kernel.verify(backend=backend)
+    timing = kernel.time(backend)
+    return replace(candidate, measured=timing.seconds, measured_on=timing.device)
+
+
+def _compiled(result: SearchResult, candidate: Candidate):
     from .api import compile
 
-    kernel = compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
-                     strategy=candidate.strategy, params=candidate.params)
-    kernel.verify()
-    times = []
-    for seed in range(repeats):
-        started = time.perf_counter()
-        kernel.verify(seed=seed)
-        times.append(time.perf_counter() - started)
-    return replace(candidate, measured=sorted(times)[len(times) // 2])
-
+    return compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
+                   strategy=candidate.strategy, params=candidate.params)

@@ -1,30 +1,211 @@
-"""The GPU backend: the CUDA text run through pycuda (the optional extra ``treduda[cuda]``).
+"""The GPU backend: the CUDA text run through CuPy (NVRTC, no CUDA toolkit needed; the extra
+``treduda[cupy]``) when it is installed, else through pycuda (nvcc; ``treduda[cuda]``).
 
-The arguments come from the same :class:`~treduda.run.launch.Launch` as PoCL's, so on a machine
-without a GPU everything up to the driver call is still exercised by the tests.
+Both runtimes take the same :class:`~treduda.run.launch.Launch` as PoCL, so on a machine without
+a GPU everything up to the driver call is still exercised by the tests. They differ only in how
+they compile, move arrays and launch; running and timing are written once, here.
 """
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib.util
+from collections.abc import Callable, Iterator
+from typing import Any
 
 import numpy as np
 
 from ..errors import BackendUnavailable
+from .device_arrays import cupy_module
 from .launch import Launch
+from .timing import REPEATS, WARMUP, Timing
+
+INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
+           "the README says which CuPy build fits your driver) or 'treduda[cuda]' (pycuda) on "
+           "a machine with an NVIDIA GPU, or use backend='opencl'")
 
 
-def cuda_device():
-    """Initialise the CUDA driver and return a context on device 0, or explain why not."""
-    if importlib.util.find_spec("pycuda") is None:
-        raise BackendUnavailable("pycuda is not installed: pip install 'treduda[cuda]' on a "
-                                 "machine with an NVIDIA GPU, or use backend='opencl'")
+class CupyRuntime:
+    """CuPy: ``RawModule`` compiles with NVRTC; arrays are CuPy arrays."""
+
+    def __init__(self):
+        self.cupy = cupy_module()
+        try:
+            count = self.cupy.cuda.runtime.getDeviceCount()
+        except self.cupy.cuda.runtime.CUDARuntimeError as error:
+            raise BackendUnavailable(f"CuPy found no usable CUDA device ({error}); "
+                                     "use backend='opencl'") from error
+        if count == 0:
+            raise BackendUnavailable("CuPy found no CUDA device; use backend='opencl'")
+        properties = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
+        self.device = f"{properties['name'].decode()} (CuPy, CUDA events)"
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        yield  # CuPy keeps a current device of its own
+
+    def function(self, source: str, name: str):
+        return _cupy_module(source).get_function(name)
+
+    def upload(self, launch: Launch) -> list:
+        return [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
+
+    def call(self, function, launch: Launch, arguments: list) -> None:
+        function(launch.grid, launch.block, tuple(arguments))
+
+    def download(self, array) -> np.ndarray:
+        return self.cupy.asnumpy(array)
+
+    def event(self):
+        return self.cupy.cuda.Event()
+
+    def elapsed(self, start, end) -> float:
+        return self.cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+    def registers(self, function) -> int:
+        return int(function.num_regs)
+
+
+class PycudaRuntime:
+    """pycuda: ``SourceModule`` compiles with nvcc; arrays are ``GPUArray``s; host arrays only."""
+
+    def __init__(self):
+        self.driver = _pycuda_driver()
+        self.context = _pycuda_context(self.driver)
+        self.device = f"{self.context.get_device().name()} (pycuda, CUDA events)"
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        self.context.push()
+        try:
+            yield
+        finally:
+            self.context.pop()
+
+    def function(self, source: str, name: str):
+        from pycuda.compiler import SourceModule
+
+        return SourceModule(source, no_extern_c=True).get_function(name)
+
+    def upload(self, launch: Launch) -> list:
+        from pycuda import gpuarray
+
+        if any(_is_array(v) and not isinstance(v, np.ndarray) for v in launch.values):
+            raise BackendUnavailable("pycuda runs kernels on numpy arrays only; arrays already "
+                                     "on the GPU need CuPy: pip install 'treduda[cupy]'")
+        return [gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v for v in launch.values]
+
+    def call(self, function, launch: Launch, arguments: list) -> None:
+        function(*[getattr(a, "gpudata", a) for a in arguments], grid=launch.grid,
+                 block=launch.block)
+
+    def download(self, array) -> np.ndarray:
+        return array.get()
+
+    def event(self):
+        return self.driver.Event()
+
+    def elapsed(self, start, end) -> float:
+        return end.time_since(start) / 1e3
+
+    def registers(self, function) -> int:
+        return int(function.num_regs)
+
+
+Runtime = CupyRuntime | PycudaRuntime
+
+
+def cuda_runtime() -> Runtime:
+    """CuPy when it is installed, else pycuda; BackendUnavailable naming the extras when
+    neither is, or when the one found sees no GPU."""
+    if importlib.util.find_spec("cupy") is not None:
+        return _cached(CupyRuntime)
+    if importlib.util.find_spec("pycuda") is not None:
+        return _cached(PycudaRuntime)
+    raise BackendUnavailable(f"no CUDA runtime is installed: {INSTALL}")
+
+
+def gpu_present() -> bool:
+    """Whether kernels can run on a GPU here."""
+    try:
+        cuda_runtime()
+    except BackendUnavailable:
+        return False
+    return True
+
+
+def run_cuda(source: str, launch: Launch) -> Any:
+    """Compile ``source``, run ``launch`` and return the output: a numpy array when the launch
+    holds numpy arrays, a device array (CuPy) when it holds device arrays."""
+    runtime = cuda_runtime()
+    with runtime.active():
+        function = runtime.function(source, launch.name)
+        arguments = runtime.upload(launch)
+        runtime.call(function, launch, arguments)
+        out = arguments[launch.output_position]
+        on_host = isinstance(launch.values[launch.output_position], np.ndarray)
+        return launch.result(runtime.download(out) if on_host else out)
+
+
+def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,
+              warmup: int = WARMUP) -> tuple[Timing, int]:
+    """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing); returns
+    the timing and the kernel's registers per thread as the driver reports them."""
+    runtime = cuda_runtime()
+    with runtime.active():
+        function = runtime.function(source, launch.name)
+        arguments = runtime.upload(launch)
+        timing = time_calls(lambda: runtime.call(function, launch, arguments), repeats, warmup)
+        return timing, runtime.registers(function)
+
+
+def time_calls(call: Callable[[], Any], repeats: int = REPEATS,
+               warmup: int = WARMUP) -> Timing:
+    """Time ``call`` (work queued on the current CUDA stream: a kernel, cupy.einsum,
+    torch.einsum) with a pair of CUDA events per call, after ``warmup`` untimed calls."""
+    if repeats < 1:
+        raise BackendUnavailable(f"repeats must be at least 1, got {repeats}")
+    runtime = cuda_runtime()
+    with runtime.active():
+        for _ in range(warmup):
+            call()
+        seconds = []
+        for _ in range(repeats):
+            start, end = runtime.event(), runtime.event()
+            start.record()
+            call()
+            end.record()
+            end.synchronize()
+            seconds.append(runtime.elapsed(start, end))
+    return Timing.of(seconds, runtime.device)
+
+
+@functools.cache
+def _cached(kind: type) -> Runtime:
+    """One runtime per process (a failed start is not cached: it raises every time)."""
+    return kind()
+
+
+@functools.lru_cache(maxsize=256)
+def _cupy_module(source: str):
+    """The NVRTC-compiled module of ``source`` (CuPy also keeps compiled binaries on disk)."""
+    cupy = cupy_module()
+    return cupy.RawModule(code=source, backend="nvrtc")
+
+
+def _pycuda_driver():
     try:
         import pycuda.driver as driver
     except ImportError as error:  # pycuda is there, the CUDA driver library is not
         raise BackendUnavailable(f"pycuda could not load the CUDA driver ({error}); this "
                                  "machine has no usable NVIDIA GPU: use backend='opencl'"
                                  ) from error
+    return driver
+
+
+def _pycuda_context(driver):
+    """The primary context of device 0, or an explanation of why there is none."""
     try:
         driver.init()
         if driver.Device.count() == 0:
@@ -35,24 +216,5 @@ def cuda_device():
                                  "use backend='opencl'") from error
 
 
-def driver_arguments(launch: Launch, driver) -> list:
-    """pycuda's view of the arguments: arrays copied in (the output also back out)."""
-    return [(driver.InOut(v) if n == launch.output_position else driver.In(v))
-            if isinstance(v, np.ndarray) else v for n, v in enumerate(launch.values)]
-
-
-def run_cuda(source: str, launch: Launch, arch: str | None = None) -> np.ndarray:
-    """Compile ``source`` with nvcc through pycuda, run ``launch`` and return the output."""
-    context = cuda_device()
-    context.push()
-    try:
-        import pycuda.driver as driver
-        from pycuda.compiler import SourceModule
-
-        module = SourceModule(source, no_extern_c=True, arch=arch)
-        function = module.get_function(launch.name)
-        function(*driver_arguments(launch, driver), grid=launch.grid, block=launch.block)
-        driver.Context.synchronize()
-        return launch.result(launch.values[launch.output_position])
-    finally:
-        context.pop()
+def _is_array(value: Any) -> bool:
+    return hasattr(value, "shape") and hasattr(value, "dtype") and not np.isscalar(value)

@@ -1,8 +1,8 @@
 """What every backend needs to launch a kernel: its arguments as numpy values, in order.
 
-Backends (PoCL through pyopencl, CUDA through pycuda) differ only in how they move these to a
-device; checking arrays against the expression and flattening them for the layout happens here,
-once.
+Backends (PoCL through pyopencl, CUDA through CuPy or pycuda) differ only in how they move these
+to a device; checking arrays against the expression and flattening them for the layout happens
+here, once. Arrays already on a GPU stay there: they are flattened by CuPy instead of numpy.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import numpy as np
 from .. import ir
 from ..contraction import Contraction, infer_sizes
 from ..errors import MissingSize, ShapeMismatch
+from .device_arrays import is_device_array, to_cupy
 
 
 @dataclass(frozen=True)
@@ -24,7 +25,7 @@ class Launch:
     name: str
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
-    values: tuple  # numpy arrays (flat, in memory order) and numpy scalars
+    values: tuple  # arrays (flat, in memory order; numpy or CuPy) and numpy scalars
     output_position: int
     output_shape: tuple[int, ...]
     layout: str
@@ -41,7 +42,8 @@ class Launch:
 def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
          fixed_sizes: Mapping[str, int] | None, values: Mapping[str, object]
          ) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, float]]:
-    """Check user values against the expression: sizes, arrays (as numpy) and scalars."""
+    """Check user values against the expression: sizes, arrays (numpy, or CuPy views of
+    arrays on a GPU) and scalars."""
     known = {p.name for p in kernel.params if p.kind != ir.ParamKind.SIZE}
     unknown = sorted(set(values) - known)
     if unknown:
@@ -68,18 +70,20 @@ def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
 def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
             grid: tuple[int, int, int], block: tuple[int, int, int], sizes: Mapping[str, int],
-            arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float]) -> Launch:
-    """Flatten arrays in the kernel's layout and dtype and order every argument."""
+            arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float], xp=np) -> Launch:
+    """Flatten arrays in the kernel's layout and dtype and order every argument.
+
+    ``xp`` is the array module that holds them: numpy, or CuPy for arrays on a GPU."""
     dtype = np.dtype(kernel.dtype)
     index = np.int32 if kernel.index_bits == 32 else np.int64
     output_shape = tuple(sizes[i] for i in contraction.output_indices)
     values: list = []
     for p in kernel.params:
         if p.kind == ir.ParamKind.OUTPUT:
-            initial = arrays.get(p.name, np.zeros(output_shape, dtype))
-            values.append(_flat(initial, dtype, layout, copy=True))
+            initial = arrays.get(p.name, xp.zeros(output_shape, dtype))
+            values.append(_flat(xp, initial, dtype, layout, copy=True))
         elif p.kind == ir.ParamKind.INPUT:
-            values.append(_flat(arrays[p.name], dtype, layout, copy=False))
+            values.append(_flat(xp, arrays[p.name], dtype, layout, copy=False))
         elif p.kind == ir.ParamKind.SCALAR:
             values.append(dtype.type(scalars[p.name]))
         else:  # sizes are named N_<index>
@@ -89,14 +93,14 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
 
 def _array(name: str, value: object) -> np.ndarray:
-    array = np.asarray(value)
+    array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
     if array.dtype.kind not in "biuf":
         raise ShapeMismatch(f"{name} has dtype {array.dtype}; treduda computes in float32 or "
                             "float64, so pass real numbers")
     return array
 
 
-def _flat(array: np.ndarray, dtype: np.dtype, layout: str, copy: bool) -> np.ndarray:
+def _flat(xp, array: np.ndarray, dtype: np.dtype, layout: str, copy: bool) -> np.ndarray:
     """The array's elements in memory order for ``layout`` (C: last index fastest)."""
-    flat = np.asarray(array, dtype=dtype).ravel(order=layout)
+    flat = xp.asarray(array, dtype=dtype).ravel(order=layout)
     return flat.copy() if copy or not flat.flags.c_contiguous else flat

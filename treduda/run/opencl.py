@@ -17,11 +17,13 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
 from ..errors import BackendUnavailable, CompileError, VerificationError
 from .launch import Launch
+from .timing import REPEATS, WARMUP, Timing
 
 GUARD_ELEMENTS = 1024  # at least this many guard elements on each side of a tensor
 # Written into the output's guard zones. Finite and of moderate size, so that a stray
@@ -47,7 +49,8 @@ def _queue():
     except (cl.Error, IndexError) as error:
         raise BackendUnavailable("no OpenCL device found; pip install pocl-binary-distribution "
                                  f"for a CPU device ({error})") from error
-    return cl.CommandQueue(context)
+    # Profiling gives each launch the device's own start and end times (Kernel.time).
+    return cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
 
 
 def build_options(source: str) -> list[str]:
@@ -96,18 +99,8 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     import pyopencl as cl
 
     queue = _queue()
-    kernel = cl.Kernel(_program(source), launch.name)
-    align = queue.device.mem_base_addr_align // 8  # the device reports bits
-    placed = []
-    for position, value in enumerate(launch.values):
-        if isinstance(value, np.ndarray):
-            zone = guard_elements(value.itemsize, align) if guard else 0
-            placed.append(_Placed.create(queue.context, value,
-                                         position == launch.output_position, zone))
-        else:
-            placed.append(value)  # a scalar or a size
-    kernel(queue, launch.global_size(), launch.block,
-           *[p.region if isinstance(p, _Placed) else p for p in placed])
+    kernel, placed = _placed(source, launch, guard)
+    _enqueue(queue, kernel, launch, placed)
     out = placed[launch.output_position]
     memory = np.empty_like(out.host)
     cl.enqueue_copy(queue, memory, out.buffer)
@@ -115,6 +108,49 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     if guard:
         _check_guards(memory, out.before, out.size, launch.name, _argument_name(kernel, launch))
     return launch.result(memory[out.before:out.before + out.size])
+
+
+def time_opencl(source: str, launch: Launch, repeats: int = REPEATS,
+                warmup: int = WARMUP) -> Timing:
+    """Time ``launch`` by OpenCL profiling events (arguments placed once, outside the timing).
+
+    On PoCL this is a CPU's time: it ranks candidates by what runs here, not on a GPU."""
+    if repeats < 1:
+        raise BackendUnavailable(f"repeats must be at least 1, got {repeats}")
+    queue = _queue()
+    kernel, placed = _placed(source, launch, guard=False)
+    for _ in range(warmup):
+        _enqueue(queue, kernel, launch, placed).wait()
+    seconds = []
+    for _ in range(repeats):
+        event = _enqueue(queue, kernel, launch, placed)
+        event.wait()
+        seconds.append((event.profile.end - event.profile.start) * 1e-9)
+    return Timing.of(seconds, f"{queue.device.name.strip()} (OpenCL profiling events)")
+
+
+def _placed(source: str, launch: Launch, guard: bool) -> tuple[Any, list]:
+    """The kernel, and its arguments in device memory (guarded if asked) or as scalars."""
+    import pyopencl as cl
+
+    queue = _queue()
+    kernel = cl.Kernel(_program(source), launch.name)
+    align = queue.device.mem_base_addr_align // 8  # the device reports bits
+    placed: list = []
+    for position, value in enumerate(launch.values):
+        if isinstance(value, np.ndarray):
+            zone = guard_elements(value.itemsize, align) if guard else 0
+            placed.append(_Placed.create(queue.context, value,
+                                         position == launch.output_position, zone))
+        else:
+            placed.append(value)  # a scalar or a size
+    return kernel, placed
+
+
+def _enqueue(queue, kernel, launch: Launch, placed: list):
+    """Launch once; returns the launch's event."""
+    return kernel(queue, launch.global_size(), launch.block,
+                  *[p.region if isinstance(p, _Placed) else p for p in placed])
 
 
 def guard_elements(itemsize: int, align: int) -> int:
