@@ -12,6 +12,9 @@ import pytest
 
 from treduda import cli
 from treduda.bench import Case, plot, run, select, short_params
+from treduda.gpu_bench import GpuOutcome, summary
+from treduda.gpu_bench import table as gpu_table
+from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.suites import Row
 
@@ -106,3 +109,37 @@ def test_select_names_rows_of_every_suite_and_their_dtype():
 def test_cli_bench_reports_bad_arguments(arguments, message, capsys):
     assert cli.main(["bench", *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+@pytest.mark.skipif(gpu_present(), reason="a GPU is here: the GPU benchmark would time it")
+def test_gpu_time_without_a_gpu_says_so_and_exits_zero(capsys):
+    assert cli.main(["bench", "--gpu-time", "--suite", "tc", "--limit", "1"]) == 0
+    out = capsys.readouterr().out
+    assert "cannot time on a GPU here" in out and "Nothing was timed" in out
+    assert "treduda[cupy]" in out
+
+
+def _timed(id: str, ours: float, cupy: float, torch: float | None) -> GpuOutcome:
+    return GpuOutcome("tccg_fp32", id, "C[a,b]=A[a,k]*B[k,b]", "F", "float32",
+                      {"a": 10, "b": 10, "k": 10}, strategy="tiled+staged", grid=(4, 2, 1),
+                      block=(32, 8, 1), registers=40, verified=True, treduda_ms=ours,
+                      cupy_ms=cupy, torch_ms=torch, flops=2000)
+
+
+def test_gpu_table_and_summary_give_ratios_and_their_geometric_mean():
+    rows = [_timed("r1", 2.0, 1.0, 4.0), _timed("r2", 1.0, 1.0, 1.0),
+            _timed("r3", 0.5, 2.0, None)]
+    rows[2].torch_ms = None
+    assert rows[0].ratio("torch") == 2.0 and rows[0].ratio("cupy") == 0.5
+    assert rows[0].blocks == 8 and rows[0].gflops(2.0) == pytest.approx(1e-3)
+    line = summary(rows, "Some GPU")
+    assert line.startswith("3/3 verified on Some GPU")
+    assert "geometric-mean 1.414x torch.einsum over 2 rows (lowest 1.000x, r2)" in line
+    assert "geometric-mean 1.260x cupy.einsum over 3 rows (lowest 0.500x, r1)" in line
+    lines = gpu_table(rows).splitlines()
+    assert lines[0].split()[:4] == ["id", "expression", "strategy", "ms"]
+    r1 = next(line for line in lines if line.startswith("r1 "))
+    assert "2.000" in r1 and "0.500" in r1 and r1.rstrip().endswith("yes")
+    record = rows[0].to_dict()
+    assert record["ratio_torch"] == 2.0 and record["blocks"] == 8 and record["status"] == "ok"
+    json.dumps(record)  # JSON-serialisable as written by --json

@@ -2,6 +2,10 @@
 
     treduda bench [--suite tccg_fp32|tccg_fp64|tc|tapp|all] [--gpu H100] [--json out.json]
                   [--plot out.png] [--limit N] [--ids tccg_01,tccg_12] [--max-nodes 3000]
+                  [--gpu-time [--repeats 20]]
+
+With ``--gpu-time`` each searched kernel is instead verified and timed on this machine's GPU
+beside cupy.einsum and torch.einsum (see :mod:`treduda.gpu_bench`).
 
 For each row, the model's search chooses a strategy and parameters at the row's full sizes,
 with a node budget so one row cannot run away (the search honours it only once it has scored a
@@ -28,6 +32,7 @@ from .errors import CompileError, StrategyError, TredudaError
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
+from .run.timing import REPEATS
 from .search import SearchResult, search
 from .suites import SUITES, Row, load, scaled
 
@@ -282,10 +287,10 @@ def short_params(params: dict[str, Any] | None, width: int = PARAMS_WIDTH) -> st
             parts.append(f"{short}={''.join(v[:1] for v in values)}")
         else:
             parts.append(f"{short}={'x'.join(str(v) for v in values)}")
-    return _clip(" ".join(parts), width)
+    return clip(" ".join(parts), width)
 
 
-def _clip(text: str, width: int) -> str:
+def clip(text: str, width: int) -> str:
     return text if len(text) <= width else text[:width - 1] + "…"
 
 
@@ -294,15 +299,17 @@ COLUMNS = ("id", "expression", "strategy", "pred ms", "GFLOP/s", "peak", "bindin
 LEFT = {"id", "expression", "strategy", "binding", "done", "verified", "params"}
 
 
-def _cells(o: Outcome) -> list[str]:
-    def number(value: float | int | None, form: str) -> str:
-        return "-" if value is None else format(value, form)
+def number(value: float | int | None, form: str) -> str:
+    """A table cell: ``value`` formatted, or "-" where there is none."""
+    return "-" if value is None else format(value, form)
 
+
+def _cells(o: Outcome) -> list[str]:
     verdict = "FAILED" if o.error else (
         "yes" if o.verified_params == "searched" else f"yes ({o.verified_params}*)")
     done = "-" if o.search_complete is None else ("yes" if o.search_complete else "budget")
     predicted_ms = None if o.predicted_seconds is None else o.predicted_seconds * 1e3
-    return [o.id, _clip(o.expression, EXPRESSION_WIDTH), o.strategy or "-",
+    return [o.id, clip(o.expression, EXPRESSION_WIDTH), o.strategy or "-",
             number(predicted_ms, ".4f"), number(o.gflops, ".0f"),
             number(o.fraction_of_peak, ".1%"), o.binding or "-", number(o.registers, "d"),
             number(o.spill_bytes, "d"), number(o.generate_seconds, ".2f"),
@@ -310,14 +317,21 @@ def _cells(o: Outcome) -> list[str]:
             short_params(o.params)]
 
 
-def table(outcomes: Sequence[Outcome]) -> str:
-    """One aligned line per row, then a note per failed or fallen-back row."""
-    rows = [list(COLUMNS)] + [_cells(o) for o in outcomes]
-    widths = [max(len(r[c]) for r in rows) for c in range(len(COLUMNS))]
-    lines = ["  ".join(cell.ljust(w) if name in LEFT else cell.rjust(w)
-                       for name, cell, w in zip(COLUMNS, r, widths, strict=True)).rstrip()
+def aligned(columns: Sequence[str], cells: Sequence[Sequence[str]], left: set[str]) -> list[str]:
+    """A header, a rule and one line per row, each column as wide as its widest cell; the
+    columns named in ``left`` flush left, the others (numbers) flush right."""
+    rows = [list(columns), *map(list, cells)]
+    widths = [max(len(r[c]) for r in rows) for c in range(len(columns))]
+    lines = ["  ".join(cell.ljust(w) if name in left else cell.rjust(w)
+                       for name, cell, w in zip(columns, r, widths, strict=True)).rstrip()
              for r in rows]
     lines.insert(1, "  ".join("-" * w for w in widths))
+    return lines
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """One aligned line per row, then a note per failed or fallen-back row."""
+    lines = aligned(COLUMNS, [_cells(o) for o in outcomes], LEFT)
     if any(o.verified_params == "defaults" and not o.error for o in outcomes):
         lines.append("* the searched parameters do not fit the scaled sizes (tiles larger than "
                      "the extents): the strategy's defaults were verified instead (--json: "
@@ -457,11 +471,23 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
     parser.add_argument("--max-nodes", type=_count, default=DEFAULT_MAX_NODES, metavar="N",
                         help="the search's node budget per row (default %(default)s)")
+    parser.add_argument("--gpu-time", action="store_true",
+                        help="time each searched kernel on this machine's GPU beside "
+                             "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
+                             "it says so and times nothing)")
+    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
+                        help="timed launches per kernel with --gpu-time (default %(default)s)")
 
 
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
     cases = select(args.suite, args.ids, args.limit)
+    if args.gpu_time:
+        from . import gpu_bench
+
+        return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
+                             repeats=max(1, args.repeats), json_path=args.json,
+                             plot_path=args.plot, title=args.suite)
     return run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
                plot_path=args.plot, title=args.suite)
 

@@ -149,7 +149,7 @@ class Kernel:
         if backend == "cuda":
             from .run.cuda import time_cuda
 
-            return time_cuda(self.cuda_source, launch, repeats, warmup)[0]
+            return time_cuda(self.cuda_source, launch, repeats, warmup)
         if backend == "opencl" and not on_gpu:
             from .run.opencl import time_opencl
 

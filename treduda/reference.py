@@ -37,46 +37,55 @@ class Verification:
 
 
 def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
-             sizes: Mapping[str, int], absolute: bool = False) -> np.ndarray:
+             sizes: Mapping[str, int], absolute: bool = False, xp=np) -> np.ndarray:
     """The contraction in float64: the value the output should hold afterwards.
 
     With ``absolute``, every array, scalar and coefficient is replaced by its magnitude and
-    every difference by a sum: the scale that rounding errors are proportional to.
+    every difference by a sum: the scale that rounding errors are proportional to. ``xp`` is
+    the array module to compute with: numpy, or CuPy for arrays on a GPU.
     """
     if absolute:
-        arrays = {k: np.abs(np.asarray(v, dtype=np.float64)) for k, v in arrays.items()}
+        arrays = {k: xp.abs(xp.asarray(v, dtype=xp.float64)) for k, v in arrays.items()}
         scalars = {k: abs(v) for k, v in scalars.items()}
-    rhs = sum((_term(c, t, arrays, scalars, sizes, absolute) for t in c.terms),
-              np.zeros(tuple(sizes[i] for i in c.output_indices)))
+    rhs = sum((_term(c, t, arrays, scalars, sizes, absolute, xp) for t in c.terms),
+              xp.zeros(tuple(sizes[i] for i in c.output_indices)))
     if c.op == "=":
         return rhs
-    before = np.asarray(arrays[c.output], dtype=np.float64)
+    before = xp.asarray(arrays[c.output], dtype=xp.float64)
     return before + rhs if c.op == "+=" or absolute else before - rhs
 
 
 def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
-              sizes: Mapping[str, int], dtype: str) -> np.ndarray:
+              sizes: Mapping[str, int], dtype: str, xp=np) -> np.ndarray:
     """Largest error allowed per output element for a kernel computing in ``dtype``."""
-    magnitude = evaluate(c, arrays, scalars, sizes, absolute=True)
+    magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     eps = np.finfo(np.dtype(dtype)).eps
     return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
 
 
-def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool) -> np.ndarray:
-    """One product term, summed over its own indices, broadcast to the output's shape."""
+def einsum_spec(term, output_indices) -> str:
+    """``term``'s reads as an einsum specification, e.g. ``"ab,bc->ac"``: its indices as
+    letters, the output keeping those of ``output_indices`` the term has."""
     indices = list(dict.fromkeys(i for r in term.reads for i in r.indices))
     if len(indices) > len(LETTERS):
         raise TredudaError(f"a term uses {len(indices)} indices; numpy.einsum handles at most 52")
     letter = {i: LETTERS[n] for n, i in enumerate(indices)}
-    present = [i for i in c.output_indices if i in letter]
-    spec = ",".join("".join(letter[i] for i in r.indices) for r in term.reads)
-    operands = [np.asarray(arrays[r.tensor], dtype=np.float64) for r in term.reads]
-    value = (np.einsum(f"{spec}->{''.join(letter[i] for i in present)}", *operands)
-             if operands else np.float64(1.0))
+    present = "".join(letter[i] for i in output_indices if i in letter)
+    return ",".join("".join(letter[i] for i in r.indices) for r in term.reads) + "->" + present
+
+
+def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool, xp) -> np.ndarray:
+    """One product term, summed over its own indices, broadcast to the output's shape."""
+    operands = [xp.asarray(arrays[r.tensor], dtype=xp.float64) for r in term.reads]
+    # numpy needs optimize=True to contract two operands with BLAS instead of its own loop
+    options = {"optimize": True} if xp is np else {}
+    value = xp.einsum(einsum_spec(term, c.output_indices), *operands, **options) if operands \
+        else xp.float64(1.0)
     coefficient = abs(term.coefficient) if absolute else term.coefficient
     factor = coefficient * float(np.prod([scalars[s] for s in term.scalars]))
-    shape = tuple(sizes[i] if i in letter else 1 for i in c.output_indices)
+    present = {i for r in term.reads for i in r.indices}
+    shape = tuple(sizes[i] if i in present else 1 for i in c.output_indices)
     full = tuple(sizes[i] for i in c.output_indices)
-    return np.broadcast_to(np.reshape(factor * value, shape), full)
+    return xp.broadcast_to(xp.reshape(factor * value, shape), full)

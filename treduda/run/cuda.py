@@ -149,15 +149,20 @@ def run_cuda(source: str, launch: Launch) -> Any:
 
 
 def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,
-              warmup: int = WARMUP) -> tuple[Timing, int]:
-    """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing); returns
-    the timing and the kernel's registers per thread as the driver reports them."""
+              warmup: int = WARMUP) -> Timing:
+    """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing)."""
     runtime = cuda_runtime()
     with runtime.active():
         function = runtime.function(source, launch.name)
         arguments = runtime.upload(launch)
-        timing = time_calls(lambda: runtime.call(function, launch, arguments), repeats, warmup)
-        return timing, runtime.registers(function)
+        return time_calls(lambda: runtime.call(function, launch, arguments), repeats, warmup)
+
+
+def registers_cuda(source: str, name: str) -> int:
+    """Registers per thread of kernel ``name`` as the driver loaded it (no nvcc needed)."""
+    runtime = cuda_runtime()
+    with runtime.active():
+        return runtime.registers(runtime.function(source, name))
 
 
 def time_calls(call: Callable[[], Any], repeats: int = REPEATS,

@@ -1,0 +1,280 @@
+"""The GPU benchmark: each searched kernel of a suite beside what a user would run instead.
+
+    treduda bench --gpu-time [--suite tccg_fp32] [--repeats 20] [--json F] [--plot F] ...
+
+For every row, the model's search picks a kernel at the row's full sizes; the kernel is run on
+the GPU on random operands in the row's layout and checked there against ``cupy.einsum`` (and
+``torch.einsum`` when torch is installed) computed in float64 on the same operands; then the
+kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS FP32 path) are each timed with
+CUDA events on those operands. The table gives times, GFLOP/s, ratios (the library's time over
+treduda's: above 1 means treduda is faster), registers and blocks; the summary gives geometric
+means. Without a GPU it says so and exits 0, having timed nothing.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from typing import Any, TextIO
+
+from . import reference
+from .api import compile
+from .bench import Case, aligned, clip, geometric_mean, number
+from .errors import BackendUnavailable, TredudaError, VerificationError
+from .gpus import Gpu
+from .gpus import gpu as find_gpu
+from .kernel import Kernel
+from .run.cuda import cuda_runtime, registers_cuda, time_calls
+from .run.timing import REPEATS
+from .search import search
+
+EXPRESSION_WIDTH = 36
+
+
+@dataclass
+class GpuOutcome:
+    """One row timed on the GPU; ``error`` set means the row FAILED (at ``stage``)."""
+
+    suite: str
+    id: str
+    expression: str
+    layout: str
+    dtype: str
+    sizes: dict[str, int]
+    strategy: str | None = None
+    params: dict[str, Any] | None = None
+    predicted_ms: float | None = None
+    grid: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    registers: int | None = None
+    verified: bool = False
+    max_error: float | None = None  # the larger of the errors against cupy and torch
+    treduda_ms: float | None = None
+    spread: float | None = None  # (slowest - fastest) / median of treduda's launches
+    cupy_ms: float | None = None
+    torch_ms: float | None = None
+    flops: int | None = None
+    stage: str | None = None
+    error: str | None = None
+
+    @property
+    def blocks(self) -> int | None:
+        return None if self.grid is None else math.prod(self.grid)
+
+    def ratio(self, library: str) -> float | None:
+        """The library's time over treduda's: above 1, treduda is faster."""
+        theirs = getattr(self, f"{library}_ms")
+        return None if theirs is None or not self.treduda_ms else theirs / self.treduda_ms
+
+    def gflops(self, milliseconds: float | None) -> float | None:
+        return None if not milliseconds or not self.flops else self.flops / milliseconds / 1e6
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"status": "FAILED" if self.error else "ok", **asdict(self),
+                "blocks": self.blocks, "ratio_cupy": self.ratio("cupy"),
+                "ratio_torch": self.ratio("torch"), "gflops": self.gflops(self.treduda_ms)}
+
+
+def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
+        repeats: int = REPEATS, json_path: str | None = None, plot_path: str | None = None,
+        title: str = "", out: TextIO | None = None, log: TextIO | None = None) -> int:
+    """Time ``cases`` on this machine's GPU; 0 without a GPU (nothing timed), 1 if a row
+    failed."""
+    out = sys.stdout if out is None else out
+    log = sys.stderr if log is None else log
+    target = find_gpu(gpu)
+    try:
+        device = cuda_runtime().device
+        cupy, torch = _libraries()
+    except BackendUnavailable as error:
+        print(f"cannot time on a GPU here: {error}. Nothing was timed.", file=out)
+        return 0
+    started = time.perf_counter()
+    outcomes = []
+    for n, case in enumerate(cases, 1):
+        print(f"[{n}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
+        begun = time.perf_counter()
+        outcome = run_row(case, target, max_nodes, repeats, cupy, torch)
+        verdict = f"FAILED at {outcome.stage}" if outcome.error else (
+            f"{number(outcome.ratio('torch') or outcome.ratio('cupy'), '.2f')}x")
+        print(f" {verdict} ({time.perf_counter() - begun:.1f} s)", file=log, flush=True)
+        outcomes.append(outcome)
+    print(table(outcomes), file=out)
+    line = summary(outcomes, device)
+    print(line, file=out)
+    print(f"time: {time.perf_counter() - started:.0f} s in all", file=out)
+    if json_path:
+        import json
+
+        with open(json_path, "w") as stream:
+            json.dump({"suite": title, "device": device, "model_gpu": target.name,
+                       "repeats": repeats, "summary": line,
+                       "rows": [o.to_dict() for o in outcomes]}, stream, indent=1)
+        print(f"wrote {json_path}", file=log)
+    if plot_path:
+        plot(outcomes, plot_path, f"{title} on {device}", log)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch) -> GpuOutcome:
+    """Search, generate, verify on the GPU, time beside the libraries; a failure fails only
+    this row, recorded with the stage it happened in."""
+    row = case.row
+    outcome = GpuOutcome(case.suite, case.name, row.expression, row.layout, case.dtype,
+                         dict(row.sizes))
+    stage = "search"
+    try:
+        result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
+                        max_nodes=max_nodes)
+        best = result.best
+        outcome.strategy, outcome.params = best.strategy, dict(best.params)
+        outcome.predicted_ms = best.prediction.seconds * 1e3
+        stage = "generate"
+        kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
+                         strategy=best.strategy, params=best.params)
+        outcome.grid, outcome.block = kernel.grid, kernel.block
+        outcome.flops = 2 * math.prod(row.sizes.values())
+        stage = "verify"
+        operands = random_operands(kernel, cupy)
+        spec = _spec(kernel)
+        outcome.max_error = verify_on_gpu(kernel, operands, spec, cupy, torch)
+        outcome.verified = True
+        stage = "time"
+        outcome.registers = registers_cuda(kernel.cuda_source, kernel.name)
+        timing = kernel.time("cuda", repeats=repeats, **operands)
+        outcome.treduda_ms, outcome.spread = timing.seconds * 1e3, timing.spread
+        inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
+        outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs), repeats).seconds * 1e3
+        if torch is not None:
+            tensors = [torch.from_dlpack(a) for a in inputs]
+            outcome.torch_ms = time_calls(lambda: torch.einsum(spec, *tensors),
+                                          repeats).seconds * 1e3
+    except Exception as error:  # a failing row is reported in its row; the others go on
+        outcome.stage, outcome.error = stage, f"{type(error).__name__}: {error}"
+    return outcome
+
+
+def random_operands(kernel: Kernel, cupy) -> dict[str, Any]:
+    """Every input uniform in [-0.5, 0.5), on the GPU, stored in the kernel's layout."""
+    c = kernel.contraction
+    state = cupy.random.RandomState(seed=0)
+    arrays = {}
+    for tensor, indices in c.inputs.items():
+        shape = tuple(kernel.sizes[i] for i in indices)
+        values = state.uniform(-0.5, 0.5, shape).astype(kernel.dtype)
+        arrays[tensor] = cupy.asfortranarray(values) if kernel.layout == "F" else values
+    return arrays
+
+
+def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, torch) -> float:
+    """Run ``kernel`` on ``operands`` and compare with cupy.einsum and torch.einsum in float64,
+    within the rounding bound of :mod:`treduda.reference`; returns the larger error."""
+    c = kernel.contraction
+    result = kernel.run(backend="cuda", **operands).astype(cupy.float64)
+    allowed = reference.tolerance(c, operands, {}, kernel.sizes, kernel.dtype, xp=cupy)
+    inputs = [operands[r.tensor].astype(cupy.float64) for r in c.terms[0].reads]
+    expected = {"cupy.einsum": cupy.einsum(spec, *inputs)}
+    if torch is not None:
+        tensors = [torch.from_dlpack(a) for a in inputs]
+        expected["torch.einsum"] = cupy.from_dlpack(torch.einsum(spec, *tensors))
+    worst = 0.0
+    for library, value in expected.items():
+        error = cupy.abs(result - value)
+        if not bool(cupy.all(error <= allowed)) or not bool(cupy.all(cupy.isfinite(result))):
+            raise VerificationError(f"{kernel.name} ({kernel.expression}) differs from "
+                                    f"{library} in float64: largest error "
+                                    f"{float(error.max()):.3g}, allowed "
+                                    f"{float(allowed.max()):.3g}")
+        worst = max(worst, float(error.max()))
+    return worst
+
+
+def _spec(kernel: Kernel) -> str:
+    """The einsum a user would write for this row: its one product term."""
+    c = kernel.contraction
+    if len(c.terms) != 1 or c.terms[0].scalars or c.terms[0].coefficient != 1 or c.op != "=":
+        raise TredudaError(f"{kernel.expression}: the GPU benchmark times plain products "
+                           "(C = A*B) against einsum")
+    return reference.einsum_spec(c.terms[0], c.output_indices)
+
+
+def _libraries():
+    """CuPy (needed: its einsum is the reference and a baseline), and torch if installed, with
+    TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do."""
+    from .run.device_arrays import cupy_module
+
+    cupy = cupy_module()
+    try:
+        import torch
+    except ImportError:
+        return cupy, None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return cupy, torch
+
+
+COLUMNS = ("id", "expression", "strategy", "ms", "GFLOP/s", "cupy ms", "torch ms", "x cupy",
+           "x torch", "regs", "blocks", "verified")
+LEFT = {"id", "expression", "strategy", "verified"}
+
+
+def _cells(o: GpuOutcome) -> list[str]:
+    return [o.id, clip(o.expression, EXPRESSION_WIDTH), o.strategy or "-",
+            number(o.treduda_ms, ".4f"), number(o.gflops(o.treduda_ms), ".0f"),
+            number(o.cupy_ms, ".4f"), number(o.torch_ms, ".4f"), number(o.ratio("cupy"), ".3f"),
+            number(o.ratio("torch"), ".3f"), number(o.registers, "d"), number(o.blocks, "d"),
+            "FAILED" if o.error else "yes" if o.verified else "-"]
+
+
+def table(outcomes: Sequence[GpuOutcome]) -> str:
+    """One aligned line per row, then the reason of each failed row."""
+    lines = aligned(COLUMNS, [_cells(o) for o in outcomes], LEFT)
+    lines += [f"{o.id} FAILED at {o.stage}: {o.error}" for o in outcomes if o.error]
+    return "\n".join(lines)
+
+
+def summary(outcomes: Sequence[GpuOutcome], device: str) -> str:
+    """The line to quote: rows verified, geometric-mean and lowest ratio per library."""
+    verified = sum(o.verified and not o.error for o in outcomes)
+    parts = [f"{verified}/{len(outcomes)} verified on {device}"]
+    for library in ("torch", "cupy"):
+        ratios = [(r, o.id) for o in outcomes if (r := o.ratio(library)) is not None]
+        if ratios:
+            mean = geometric_mean([r for r, _ in ratios])
+            low, where = min(ratios)
+            parts.append(f"geometric-mean {mean:.3f}x {library}.einsum over {len(ratios)} rows "
+                         f"(lowest {low:.3f}x, {where})")
+    return "; ".join(parts)
+
+
+def plot(outcomes: Sequence[GpuOutcome], path: str, title: str, log: TextIO) -> bool:
+    """Bars of treduda's speed relative to each library per row (log scale; 1 = as fast)."""
+    try:
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+    except ImportError:
+        print(f"matplotlib is not installed: skipping the plot {path} (pip install matplotlib)",
+              file=log)
+        return False
+    figure = Figure(figsize=(max(8.0, 0.28 * len(outcomes) + 4), 4.5), layout="constrained")
+    FigureCanvasAgg(figure)
+    axes = figure.add_subplot()
+    width = 0.4
+    for shift, library, colour in ((-width / 2, "torch", "tab:orange"),
+                                   (width / 2, "cupy", "tab:green")):
+        ratios = [o.ratio(library) or 0.0 for o in outcomes]
+        if any(ratios):
+            axes.bar([n + shift for n in range(len(outcomes))], ratios, width, color=colour,
+                     label=f"{library}.einsum time / treduda time")
+    axes.axhline(1.0, color="black", linewidth=1)
+    axes.set_yscale("log")
+    axes.set_xticks(range(len(outcomes)), [o.id for o in outcomes], rotation=90, fontsize=7)
+    axes.set_ylabel("speed-up of treduda (above 1: faster)")
+    axes.set_title(title, fontsize=9)
+    axes.legend(fontsize=7)
+    figure.savefig(path, dpi=120)
+    print(f"wrote {path}", file=log)
+    return True
