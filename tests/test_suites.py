@@ -7,7 +7,9 @@ from __future__ import annotations
 import pytest
 from conftest import COMBINATIONS, generated, needs_nvcc
 
+from treduda.errors import CompileError
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvrtc_view
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.suites import SUITES, load, scaled
 
 ROWS = [row for suite in ("tccg_fp32", "tc", "tapp") for row in load(suite)]
@@ -66,3 +68,15 @@ def test_rows_device_part_compiles_as_nvrtc_sees_it():
         assert absent not in device
     reports = compile_cuda(device)
     assert sorted(r.kernel for r in reports) == sorted({k.name for k in kernels})
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (pip install nvidia-cuda-nvrtc) absent")
+def test_rows_compile_with_nvrtc_itself():
+    """The compiler CuPy's RawModule uses takes every suite kernel as printed; without the
+    guard around the host glue it would reject them."""
+    kernels = [_kernel(row, row.layout, "float64", False) for row in ROWS]
+    sources = "\n".join(dict.fromkeys(k.cuda_source for k in kernels))
+    ptx = compile_nvrtc(sources)
+    assert all(f".entry {k.name}(" in ptx for k in kernels)
+    with pytest.raises(CompileError, match="host functions are not allowed"):
+        compile_nvrtc(kernels[0].cuda_source.replace("#ifndef __CUDACC_RTC__", "#if 1"))

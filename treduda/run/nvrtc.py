@@ -1,0 +1,86 @@
+"""Compile CUDA text with NVRTC, the runtime compiler CuPy's ``RawModule`` uses, without a GPU.
+
+NVRTC compiles device code only and defines ``__CUDACC_RTC__``; a source that nvcc accepts may
+still fail here (host code, headers nvcc includes by itself). The library comes from the pip
+package ``nvidia-cuda-nvrtc`` (in the test extra) or a CUDA toolkit, loaded through ctypes.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import functools
+import importlib.util
+import os
+from pathlib import Path
+
+from ..errors import BackendUnavailable, CompileError
+
+# Where the pip packages put the library (CUDA 13: nvidia/cu13/lib; CUDA 12:
+# nvidia/cuda_nvrtc/lib), then a toolkit's lib64.
+_PACKAGED = ("cu13/lib/libnvrtc.so.13", "cuda_nvrtc/lib/libnvrtc.so.12")
+
+
+def _candidates() -> list[str]:
+    found = []
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        found += [str(Path(root, p)) for p in _PACKAGED if Path(root, p).is_file()]
+    for home in filter(None, (os.environ.get("CUDA_HOME"), "/usr/local/cuda")):
+        found += [str(p) for p in sorted(Path(home, "lib64").glob("libnvrtc.so*"))]
+    system = ctypes.util.find_library("nvrtc")
+    return found + ([system] if system else [])
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    for path in _candidates():
+        try:
+            library = ctypes.CDLL(path)
+        except OSError:
+            continue
+        library.nvrtcGetErrorString.restype = ctypes.c_char_p
+        return library
+    raise BackendUnavailable("NVRTC was not found: pip install nvidia-cuda-nvrtc (or install "
+                             "the CUDA toolkit) to compile CUDA text as CuPy does")
+
+
+def nvrtc_available() -> bool:
+    try:
+        _library()
+    except BackendUnavailable:
+        return False
+    return True
+
+
+def compile_nvrtc(source: str, arch: str = "compute_90", name: str = "treduda.cu") -> str:
+    """Compile ``source`` to PTX for ``arch``; returns the PTX. Any warning in NVRTC's log is
+    an error, as with nvcc (:data:`treduda.run.nvcc.NVCC_FLAGS`)."""
+    nvrtc = _library()
+    program = ctypes.c_void_p()
+    _check(nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), name.encode(), 0,
+                                    None, None), "nvrtcCreateProgram")
+    try:
+        options = [f"--gpu-architecture={arch}".encode()]
+        result = nvrtc.nvrtcCompileProgram(program, len(options),
+                                           (ctypes.c_char_p * len(options))(*options))
+        log = _text(nvrtc, program, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog")
+        if result != 0 or "warning" in log.lower():
+            raise CompileError(f"NVRTC rejected the source for {arch}", log.strip())
+        return _text(nvrtc, program, "nvrtcGetPTXSize", "nvrtcGetPTX")
+    finally:
+        nvrtc.nvrtcDestroyProgram(ctypes.byref(program))
+
+
+def _text(nvrtc: ctypes.CDLL, program: ctypes.c_void_p, size_call: str, text_call: str) -> str:
+    size = ctypes.c_size_t()
+    _check(getattr(nvrtc, size_call)(program, ctypes.byref(size)), size_call)
+    buffer = ctypes.create_string_buffer(size.value)
+    _check(getattr(nvrtc, text_call)(program, buffer), text_call)
+    return buffer.value.decode(errors="replace")
+
+
+def _check(result: int, call: str) -> None:
+    if result != 0:
+        message = _library().nvrtcGetErrorString(result).decode()
+        raise CompileError(f"NVRTC's {call} failed: {message}")
