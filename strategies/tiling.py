@@ -10,8 +10,11 @@ consecutive threads touch consecutive elements, so loads and stores coalesce) or
     thread = o mod B                 (cyclic)    floor((o mod T) / R)   (adjacent)
     reg    = floor((o mod T) / B)    (cyclic)    o mod R                (adjacent)
 
-Unmapped output dimensions stay loops of every thread. With ``step > 0`` every summed dimension
-``r`` is strip-mined into ``floor(r / step)`` (the step loop) and ``r mod step``. The schedule is
+Output dimensions beyond those three are no loop of any thread: each of their values gets blocks
+of its own (role ``GRID``: the AST builder folds them into the grid's x axis, GETT-style), so a
+thread computes no more output elements than its register tile. With ``step > 0`` every summed
+dimension ``r`` is strip-mined into ``floor(r / step)`` (the step loop) and ``r mod step``. The
+schedule is
 
     { S[o, r] -> [block xyz, thread xyz, unmapped o, phase, steps, stage, r in step, reg zyx] }
 
@@ -198,14 +201,14 @@ class Tiled(Strategy):
             blocks[n], threads[n], reg = _tile(position[index], b, r, params[f"assign_{a}"])
             if r > 1:
                 registers.insert(0, reg)  # z, y, x: x innermost
-        loops = [position[i] for i in program.output_indices if i not in order]
+        unmapped = [position[i] for i in program.output_indices if i not in order]
         reductions = names[len(program.output_indices) + 1:]
         step = params["step"]
         steps = [f"floor({r}/{step})" for r in reductions] if step else []
         inner = [f"{r} mod {step}" for r in reductions] if step else reductions
-        target = (blocks + threads + loops + ["phase"] + steps + [str(STAGE_COMPUTE)] + inner
+        target = (blocks + threads + unmapped + ["phase"] + steps + [str(STAGE_COMPUTE)] + inner
                   + registers)
-        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.LOOP,) * len(loops)
+        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * len(unmapped)
                  + (Role.PHASE,) + (Role.STEP,) * len(steps) + (Role.STAGE,)
                  + (Role.INNER,) * len(inner) + (Role.REGISTER,) * len(registers))
         # Register loops are unrolled by isl, so register indices become constants; the loop

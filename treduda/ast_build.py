@@ -2,7 +2,11 @@
 
 The scheduled kernel's first six schedule dimensions are fixed to the parameters
 ``blockIdx_{x,y,z}`` and ``threadIdx_{x,y,z}`` (as PPCG does), so ``AstBuild`` emits no loop for
-them, only the guards that keep threads of partial blocks inside the iteration domain. Every
+them, only the guards that keep threads of partial blocks inside the iteration domain. Output
+dimensions a strategy gives blocks of their own (role ``GRID``, right after those six) are fixed
+to parameters ``gridIdx_<n>`` too and folded into the grid's x axis, which allows 2^31 - 1
+blocks: the kernel decodes ``blockIdx.x`` into them with a division and a remainder per
+dimension, the one fastest in memory varying fastest (GETT's grouping of free indices). Every
 isl AST node and expression is converted once into :mod:`treduda.ir`; statement calls
 ``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
 elements linearised for the layout.
@@ -17,7 +21,7 @@ import islpy as isl
 from . import ir
 from .errors import TredudaError
 from .lower import Program
-from .strategy import MAPPED_DIMS, Scheduled
+from .strategy import MAPPED_DIMS, Role, Scheduled
 
 AXES = "xyz"
 BLOCK_PARAMS = tuple(f"blockIdx_{a}" for a in AXES)
@@ -64,36 +68,90 @@ class Built:
 def build(scheduled: Scheduled, name: str) -> Built:
     """Scan ``scheduled`` into loops with isl and convert the result into kernel IR."""
     program = scheduled.program
-    all_params = ", ".join((*program.parameters, *BLOCK_PARAMS, *THREAD_PARAMS))
+    folded = _folded_dims(scheduled)
+    grid_params = tuple(f"gridIdx_{n}" for n in range(folded))
+    pinned = BLOCK_PARAMS + THREAD_PARAMS + grid_params
+    all_params = ", ".join((*program.parameters, *pinned))
     n_dims = _schedule_dims(scheduled)
     dims = [f"d{n}" for n in range(n_dims)]
-    fixed = " and ".join(f"d{n} = {p}" for n, p in enumerate(BLOCK_PARAMS + THREAD_PARAMS))
-    pinned = isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")
-    schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(pinned))
+    fixed = " and ".join(f"d{n} = {p}" for n, p in enumerate(pinned))
+    schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(
+        isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")))
 
+    # { [block x, y, z, folded dims] } used by some statement instance
     used = scheduled.schedule.range().as_set()
-    grid_range = used.project_out(isl.dim_type.set, 3, used.dim(isl.dim_type.set) - 3)
-    blocks = isl.Set(f"[{all_params}] -> {{ [b0, b1, b2] : b0 = {BLOCK_PARAMS[0]} and "
-                     f"b1 = {BLOCK_PARAMS[1]} and b2 = {BLOCK_PARAMS[2]} }}")
+    block_range = (used.project_out(isl.dim_type.set, MAPPED_DIMS + folded,
+                                    n_dims - MAPPED_DIMS - folded)
+                   .project_out(isl.dim_type.set, 3, 3))
+    coordinates = [f"b{n}" for n in range(3 + folded)]
+    equal = " and ".join(f"{b} = {p}" for b, p in
+                         zip(coordinates, BLOCK_PARAMS + grid_params, strict=True))
+    blocks = isl.Set(f"[{all_params}] -> {{ [{', '.join(coordinates)}] : {equal} }}")
     threads = " and ".join(f"0 <= {p} < {b}"
                            for p, b in zip(THREAD_PARAMS, scheduled.block, strict=True))
-    context = (grid_range.intersect(blocks).params()
+    context = (block_range.intersect(blocks).params()
                .intersect(isl.Set(f"[{all_params}] -> {{ : {threads} }}"))
                .intersect(program.context()))
 
-    converter = _Converter(scheduled)
+    host = isl.AstBuild.from_context(program.context())
+    extents = [_grid_extent(block_range, axis, host) for axis in range(3 + folded)]
+    names = _decoded(extents, grid_params, program.layout)
+    converter = _Converter(scheduled, names)
     builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
     if scheduled.unroll:
         options = "; ".join(f"[{', '.join(dims)}] -> unroll[{d}]" for d in scheduled.unroll)
         builder = builder.set_options(isl.UnionMap(f"{{ {options} }}"))
     root = builder.node_from_schedule_map(schedule)
-    host = isl.AstBuild.from_context(program.context())
-    grid = tuple(_grid_extent(grid_range, axis, host) for axis in range(3))
+    grid_x = extents[0]
+    for extent in extents[3:]:
+        grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
+    grid = (_folded_constants(grid_x), extents[1], extents[2])
 
     body = converter.node(root)
     kernel = ir.KernelIR(name=name, dtype=program.dtype, index_bits=_index_bits(program),
                          params=_params(program), locals=scheduled.locals, body=body)
     return Built(kernel, grid, scheduled.block, root.to_C_str())
+
+
+def _folded_dims(scheduled: Scheduled) -> int:
+    """How many dimensions have blocks of their own; they must follow the six mapped ones."""
+    folded = scheduled.positions(Role.GRID)
+    if folded != list(range(MAPPED_DIMS, MAPPED_DIMS + len(folded))):
+        raise TredudaError(f"strategy '{scheduled.strategy}' put grid dimensions at "
+                           f"{folded}; they must directly follow the {MAPPED_DIMS} block and "
+                           "thread dimensions")
+    return len(folded)
+
+
+def _decoded(extents: list[ir.Expr], grid_params: tuple[str, ...], layout: str
+             ) -> dict[str, ir.Expr]:
+    """What the kernel reads for each pinned parameter: the builtins, and with folded
+    dimensions ``blockIdx.x`` split into the x block coordinate (fastest) and each folded
+    dimension's value (the one fastest in memory next: the last in C layout, the first in F)."""
+    if not grid_params:
+        return _BUILTINS
+    names = dict(_BUILTINS)
+    block = ir.Index(ir.Builtin.BLOCK_ID, 0)
+    names[BLOCK_PARAMS[0]] = ir.Binary(ir.Op.MOD, block, extents[0])
+    rest = ir.Binary(ir.Op.DIV, block, extents[0])
+    order = list(zip(grid_params, extents[3:], strict=True))
+    if layout == "C":
+        order.reverse()
+    for n, (param, extent) in enumerate(order):
+        last = n == len(order) - 1
+        names[param] = rest if last else ir.Binary(ir.Op.MOD, rest, extent)
+        rest = ir.Binary(ir.Op.DIV, rest, extent)
+    return names
+
+
+def _folded_constants(expr: ir.Expr) -> ir.Expr:
+    """A product of known extents as one number (fixed sizes), else the expression."""
+    if isinstance(expr, ir.Binary) and expr.op == ir.Op.MUL:
+        left, right = _folded_constants(expr.left), _folded_constants(expr.right)
+        if isinstance(left, ir.Int) and isinstance(right, ir.Int):
+            return ir.Int(left.value * right.value)
+        return ir.Binary(ir.Op.MUL, left, right)
+    return expr
 
 
 def _schedule_dims(scheduled: Scheduled) -> int:
@@ -108,8 +166,11 @@ def _grid_extent(grid_range: isl.Set, axis: int, host: isl.AstBuild) -> ir.Expr:
     """Number of blocks along ``axis``: one more than the largest block coordinate used."""
     largest = grid_range.dim_max(axis)
     expr = _expr(host.expr_from_pw_aff(largest))
-    return ir.Int(expr.value + 1) if isinstance(expr, ir.Int) else ir.Binary(ir.Op.ADD, expr,
-                                                                              ir.Int(1))
+    if isinstance(expr, ir.Int):
+        return ir.Int(expr.value + 1)
+    if isinstance(expr, ir.Binary) and expr.op == ir.Op.SUB and expr.right == ir.Int(1):
+        return expr.left  # (n - 1) + 1
+    return ir.Binary(ir.Op.ADD, expr, ir.Int(1))
 
 
 def _index_bits(program: Program) -> int:
@@ -134,15 +195,16 @@ def _params(program: Program) -> tuple[ir.Param, ...]:
             *(ir.Param(p, ir.ParamKind.SIZE) for p in program.parameters))
 
 
-def _expr(e: isl.AstExpr) -> ir.Expr:
+def _expr(e: isl.AstExpr, names: dict[str, ir.Expr] = _BUILTINS) -> ir.Expr:
+    """isl's expression in the kernel IR; ``names`` says what pinned parameters stand for."""
     kind = e.get_type()
     if kind == isl.ast_expr_type.int:
         return ir.Int(e.get_val().to_python())
     if kind == isl.ast_expr_type.id:
         name = e.get_id().get_name()
-        return _BUILTINS.get(name, ir.Var(name))
+        return names.get(name, ir.Var(name))
     op = e.get_op_type()
-    args = [_expr(e.get_op_arg(i)) for i in range(e.get_op_n_arg())]
+    args = [_expr(e.get_op_arg(i), names) for i in range(e.get_op_n_arg())]
     if op == isl.ast_expr_op_type.minus:
         return ir.Neg(args[0])
     if op in (isl.ast_expr_op_type.cond, isl.ast_expr_op_type.select):
@@ -164,8 +226,9 @@ class _Converter:
     puts them into the statement's body.
     """
 
-    def __init__(self, scheduled: Scheduled):
+    def __init__(self, scheduled: Scheduled, names: dict[str, ir.Expr]):
         self.scheduled = scheduled
+        self.names = names
         self.program = scheduled.program
         self.locals = {local.name: local for local in scheduled.locals}
         self.found: list[list[ir.Expr]] = []
@@ -180,7 +243,7 @@ class _Converter:
             if access.dim(isl.dim_type.out) > 0:
                 at = isl.Map.from_union_map(iterators.apply_range(isl.UnionMap.from_map(access)))
                 call = build.access_from_pw_multi_aff(isl.PwMultiAff.from_map(at))
-                indices = tuple(_expr(call.get_op_arg(1 + d))
+                indices = tuple(_expr(call.get_op_arg(1 + d), self.names)
                                 for d in range(call.get_op_n_arg() - 1))
             elements.append(self.element(access.get_tuple_name(isl.dim_type.out), indices))
         self.found.append(elements)
@@ -204,17 +267,20 @@ class _Converter:
                                   for i in range(children.n_ast_node())))
         if kind == isl.ast_node_type.for_:
             iterator = n.for_get_iterator().get_id().get_name()
-            return ir.For(iterator, _expr(n.for_get_init()), _expr(n.for_get_cond()),
-                          _expr(n.for_get_inc()), self.node(n.for_get_body()),
+            return ir.For(iterator, self.expr(n.for_get_init()), self.expr(n.for_get_cond()),
+                          self.expr(n.for_get_inc()), self.node(n.for_get_body()),
                           _dimension(iterator) in self.scheduled.pragma_unroll)
         if kind == isl.ast_node_type.if_:
             otherwise = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
-            return ir.If(_expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)
+            return ir.If(self.expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)
         if kind == isl.ast_node_type.mark:
             return self.node(n.mark_get_node())
         if kind == isl.ast_node_type.user:
             return self.statement(n)
         raise TredudaError(f"isl produced an AST node treduda cannot convert: {kind}")
+
+    def expr(self, e: isl.AstExpr) -> ir.Expr:
+        return _expr(e, self.names)
 
     def statement(self, node: isl.AstNode) -> ir.Stmt:
         """The statement's body with the index expressions found by :meth:`at_domain`."""

@@ -207,8 +207,11 @@ class _Optimist:
         return total
 
     def blocks(self) -> float:
-        return math.prod(min(math.ceil(self.m.sizes[i] / t) for t in self.tiles(n))
-                         for n, i in enumerate(self.order))
+        """Blocks launched: tiles along x, y, z, times every value of the output indices not
+        on an axis (each gets blocks of its own, folded into the grid's x axis)."""
+        tiles = math.prod(min(math.ceil(self.m.sizes[i] / t) for t in self.tiles(n))
+                          for n, i in enumerate(self.order))
+        return tiles * math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.order)
 
     def threads(self) -> int:
         return math.prod(min(self.options(f"block_{a}")) for a in AXES)
@@ -355,10 +358,9 @@ class _Optimist:
         """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
         per step unless the next step is preloaded."""
         g = self.m.gpu
-        loops = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.order)
         fmas = self.m.iterations * g.fma_latency_cycles
         exposed = 0.0
         if self.decided("step", "preload") and not self.p["preload"]:
             steps = math.ceil(self.m.iterations / (self.p["step"] or 1))
             exposed = steps * g.l2_latency_cycles
-        return loops * (fmas + exposed)
+        return fmas + exposed

@@ -37,6 +37,9 @@ class Role(enum.Enum):
     BLOCK = "block"
     THREAD = "thread"
     LOOP = "loop"  # an output dimension every thread walks
+    # An output dimension with one block per value, right after the thread dimensions: the AST
+    # builder folds these into the grid's x axis and decodes them from blockIdx.x.
+    GRID = "grid"
     PHASE = "phase"  # orders init / reduce / write
     STEP = "step"  # the step of a strip-mined reduction
     STAGE = "stage"  # orders barrier / copy / barrier / compute within a step
