@@ -49,7 +49,12 @@ class Kernel:
     @property
     def sizes(self) -> dict[str, int] | None:
         """The extents the kernel was generated for, or None when they are arguments."""
-        return self.program.sizes
+        return self.program.expression_sizes
+
+    @property
+    def merged(self) -> dict[str, tuple[str, ...]]:
+        """Indices the kernel treats as one (:mod:`treduda.merge`): merged name -> indices."""
+        return self.program.merging.merges
 
     @property
     def symbolic(self) -> bool:
@@ -73,7 +78,8 @@ class Kernel:
         return None if self.symbolic else self.grid_for(self.sizes)
 
     def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
-        env = {f"N_{index}": extent for index, extent in sizes.items()}
+        merged = self.program.merging.sizes(sizes)
+        env = {f"N_{index}": extent for index, extent in merged.items()}
         return tuple(int(ir.evaluate(g, env)) for g in self.built.grid)
 
     @property
@@ -221,7 +227,7 @@ class Kernel:
 
     def _prepare(self, sizes, arrays, scalars, xp=np) -> Launch:
         return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
-                       self.block, sizes, arrays, scalars, xp)
+                       self.block, sizes, self.program.merging.sizes(sizes), arrays, scalars, xp)
 
     def _launch(self, launch: Launch, backend: str, guard: bool = False) -> np.ndarray:
         """Run on ``backend``; ``guard`` adds PoCL's guard zones (the CUDA path has none)."""
@@ -247,7 +253,8 @@ class Kernel:
             "symbolic: " + ", ".join(p.name for p in params if p.kind == ir.ParamKind.SIZE))
         grid = [printer.expr(g) for g in self.built.grid]
         return _templates().get_template(template).render(
-            version=_version(), expression=self.expression, sizes=sizes, dtype=self.dtype,
+            version=_version(), expression=self.expression, sizes=sizes,
+            merged=self.program.merging.describe(), dtype=self.dtype,
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
@@ -257,8 +264,9 @@ class Kernel:
 
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"
+        merged = self.program.merging.describe()
         return (f"Kernel({self.expression!r}, {self.dtype}, layout={self.layout}, "
-                f"strategy={self.strategy}, {geometry})")
+                f"strategy={self.strategy}, {geometry}{f', merged {merged}' if merged else ''})")
 
 
 def _version() -> str:

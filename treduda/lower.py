@@ -25,6 +25,7 @@ import islpy as isl
 from . import ir
 from .contraction import Contraction, Term
 from .errors import InvalidName
+from .merge import Merging, merge
 from .tree import Read
 
 DTYPES = ("float32", "float64")
@@ -78,6 +79,8 @@ class Program:
     schedule: isl.UnionMap
     accumulators: tuple[str, ...]
     reduction_depth: int  # R: how many summed dimensions the widest reduction has
+    merging: Merging  # ``contraction`` is ``merging.merged``: the expression, indices merged
+    expression_sizes: dict[str, int] | None  # the extents of the expression's own indices
 
     @property
     def symbolic(self) -> bool:
@@ -149,7 +152,13 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
     """Build the isl statements, accesses and initial schedule of ``contraction``.
 
     ``sizes`` maps every index to its extent, or is None for a kernel whose sizes are parameters.
+    Indices that always appear together are merged first (:mod:`treduda.merge`): the program's
+    contraction and sizes are the merged ones.
     """
+    _check_generated_names(contraction)
+    merging = merge(contraction)
+    expression_sizes, contraction = sizes, merging.merged
+    sizes = None if sizes is None else merging.sizes(sizes)
     _check_generated_names(contraction)
     out = contraction.output_indices
     groups = _group_terms(contraction)
@@ -176,14 +185,16 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
     statements.append(Statement("write", Kind.WRITE, out,
                                 ir.Assign(target, contraction.op, _sum(written_value)), (), (),
                                 1 + len(groups)))
-    return _polyhedral(contraction, sizes, layout, dtype, tuple(statements), len(groups),
-                       max((len(s) for s, _ in groups), default=0))
+    program = Program(contraction, sizes, layout, dtype, tuple(statements), None, None,
+                      tuple(accumulator_name(g) for g in range(len(groups))),
+                      max((len(s) for s, _ in groups), default=0), merging, expression_sizes)
+    return _polyhedral(program)
 
 
-def _polyhedral(contraction, sizes, layout, dtype, statements, n_groups, depth) -> Program:
+def _polyhedral(program: Program) -> Program:
     """Attach isl domains, access relations and the initial schedule to the statements."""
-    program = Program(contraction, sizes, layout, dtype, statements, None, None,
-                      tuple(accumulator_name(g) for g in range(n_groups)), depth)
+    contraction, statements, depth = program.contraction, program.statements, (
+        program.reduction_depth)
     params = program.isl_params()
     domains, schedule, with_accesses = [], [], []
     out = contraction.output_indices

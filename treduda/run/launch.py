@@ -70,10 +70,12 @@ def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
 def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
             grid: tuple[int, int, int], block: tuple[int, int, int], sizes: Mapping[str, int],
-            arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float], xp=np) -> Launch:
+            kernel_sizes: Mapping[str, int], arrays: Mapping[str, np.ndarray],
+            scalars: Mapping[str, float], xp=np) -> Launch:
     """Flatten arrays in the kernel's layout and dtype and order every argument.
 
-    ``xp`` is the array module that holds them: numpy, or CuPy for arrays on a GPU."""
+    ``sizes`` are the expression's extents, ``kernel_sizes`` those of the kernel's (merged)
+    indices; ``xp`` is the array module that holds the arrays: numpy, or CuPy on a GPU."""
     dtype = np.dtype(kernel.dtype)
     index = np.int32 if kernel.index_bits == 32 else np.int64
     output_shape = tuple(sizes[i] for i in contraction.output_indices)
@@ -87,7 +89,7 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
         elif p.kind == ir.ParamKind.SCALAR:
             values.append(dtype.type(scalars[p.name]))
         else:  # sizes are named N_<index>
-            values.append(index(sizes[p.name[2:]]))
+            values.append(index(kernel_sizes[p.name[2:]]))
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout)
 
