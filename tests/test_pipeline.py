@@ -40,7 +40,8 @@ def test_symbolic_kernel_serves_every_size():
     for i, j, k in [(1, 1, 1), (7, 33, 2), (40, 5, 17)]:
         a, b = rng.standard_normal((i, k)), rng.standard_normal((k, j))
         np.testing.assert_allclose(kernel.run(A=a, B=b), a @ b, rtol=1e-4, atol=1e-5)
-        assert kernel.grid_for({"i": i, "j": j, "k": k}) == (-(-j // 32), -(-i // 4), 1)
+        # y's block count is unknown until launch and may pass the 65535 limit: folded into x
+        assert kernel.grid_for({"i": i, "j": j, "k": k}) == (-(-j // 32) * -(-i // 4), 1, 1)
 
 
 def test_fixed_kernel_rejects_other_sizes():

@@ -4,7 +4,8 @@ shared memory are also free of races and other hazards on the emulator.
 
 A contraction has an output of rank 0-6 and 0-3 summed indices (at most 7 in all), read by one
 to three input tensors whose index lists are random orders of random subsets, every index read
-by at least one input. Extents are 1-37, at most 200k points in all so PoCL stays fast; layout,
+by at least one input. Grouped problems keep random runs of indices together in every tensor,
+so that index merging (:mod:`treduda.merge`) has something to merge. Extents are 1-37, at most 200k points in all so PoCL stays fast; layout,
 dtype, operator and fixed or symbolic sizes are drawn too. CI runs a fixed (derandomized) set;
 `pytest -m matrix` runs more.
 """
@@ -49,18 +50,23 @@ class Problem:
 
 
 @st.composite
-def problems(draw) -> Problem:
+def problems(draw, grouped: bool = False) -> Problem:
     names = draw(st.permutations(INDICES))
     n_out = draw(st.integers(0, 6))
     n_sum = draw(st.integers(0, min(3, len(INDICES) - n_out)))
     output, summed = names[:n_out], names[n_out:n_out + n_sum]
     n_inputs = draw(st.sampled_from((1, 2, 2, 2, 3)))  # mostly two
+    units = [[index] for index in output + summed]
+    if grouped:  # join each unit to the one before it with probability one half
+        for n in reversed(range(1, len(units))):
+            if draw(st.booleans()):
+                units[n - 1] += units.pop(n)
     read_by = [[] for _ in range(n_inputs)]
-    for index in output + summed:  # each index in a non-empty set of inputs
+    for unit in units:  # each index (or run of them) in a non-empty set of inputs
         for tensor in sorted(draw(st.sets(st.integers(0, n_inputs - 1), min_size=1))):
-            read_by[tensor].append(index)
-    reads = [f"{name}[{','.join(draw(st.permutations(indices)))}]"
-             for name, indices in zip(INPUTS, read_by, strict=False)]
+            read_by[tensor].append(unit)
+    reads = [f"{name}[{','.join(i for unit in draw(st.permutations(read)) for i in unit)}]"
+             for name, read in zip(INPUTS, read_by, strict=False)]
     op = draw(st.sampled_from(("=", "=", "+=", "-=")))
     sizes = {index: draw(st.integers(1, 37)) for index in output + summed}
     while math.prod(sizes.values()) > MAX_POINTS:
@@ -99,6 +105,12 @@ SETTINGS = {"deadline": None, "derandomize": True, "database": None, "print_blob
 @settings(max_examples=12, **SETTINGS)
 @given(problem=problems())
 def test_random_contraction_matches_einsum(problem):
+    check(problem)
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(problem=problems(grouped=True))
+def test_random_grouped_contraction_matches_einsum(problem):
     check(problem)
 
 

@@ -6,7 +6,9 @@ them, only the guards that keep threads of partial blocks inside the iteration d
 dimensions a strategy gives blocks of their own (role ``GRID``, right after those six) are fixed
 to parameters ``gridIdx_<n>`` too and folded into the grid's x axis, which allows 2^31 - 1
 blocks: the kernel decodes ``blockIdx.x`` into them with a division and a remainder per
-dimension, the one fastest in memory varying fastest (GETT's grouping of free indices). Every
+dimension, the one fastest in memory varying fastest (GETT's grouping of free indices). The y and
+z axes allow only 65535 blocks, so a y or z extent that is larger, or not known before launch,
+is folded into x the same way. Every
 isl AST node and expression is converted once into :mod:`treduda.ir`; statement calls
 ``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
 elements linearised for the layout.
@@ -31,6 +33,9 @@ _BUILTINS = {
     **{p: ir.Index(ir.Builtin.THREAD_ID, axis) for axis, p in enumerate(THREAD_PARAMS)},
 }
 INT32_LIMIT = 2**31 - 1
+# Largest gridDim.y and gridDim.z; gridDim.x allows 2^31 - 1 (CUDA C++ Programming Guide,
+# "Features and Technical Specifications", table 21, every compute capability since 3.0).
+GRID_YZ_LIMIT = 65535
 
 _OPS = {
     isl.ast_expr_op_type.add: ir.Op.ADD,
@@ -95,7 +100,11 @@ def build(scheduled: Scheduled, name: str) -> Built:
 
     host = isl.AstBuild.from_context(program.context())
     extents = [_grid_extent(block_range, axis, host) for axis in range(3 + folded)]
-    names = _decoded(extents, grid_params, program.layout)
+    too_long = [axis for axis in (1, 2) if not (isinstance(extents[axis], ir.Int)
+                                               and extents[axis].value <= GRID_YZ_LIMIT)]
+    into_x = [(BLOCK_PARAMS[axis], extents[axis]) for axis in too_long]
+    names = _decoded(extents[0], into_x + _memory_order(list(zip(grid_params, extents[3:],
+                                                                  strict=True)), program.layout))
     converter = _Converter(scheduled, names)
     builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
     if scheduled.unroll:
@@ -103,9 +112,10 @@ def build(scheduled: Scheduled, name: str) -> Built:
         builder = builder.set_options(isl.UnionMap(f"{{ {options} }}"))
     root = builder.node_from_schedule_map(schedule)
     grid_x = extents[0]
-    for extent in extents[3:]:
+    for extent in [extents[axis] for axis in too_long] + extents[3:]:
         grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
-    grid = (_folded_constants(grid_x), extents[1], extents[2])
+    grid = (_folded_constants(grid_x), *(ir.Int(1) if axis in too_long else extents[axis]
+                                         for axis in (1, 2)))
 
     body = converter.node(root)
     kernel = ir.KernelIR(name=name, dtype=program.dtype, index_bits=_index_bits(program),
@@ -123,22 +133,23 @@ def _folded_dims(scheduled: Scheduled) -> int:
     return len(folded)
 
 
-def _decoded(extents: list[ir.Expr], grid_params: tuple[str, ...], layout: str
-             ) -> dict[str, ir.Expr]:
-    """What the kernel reads for each pinned parameter: the builtins, and with folded
-    dimensions ``blockIdx.x`` split into the x block coordinate (fastest) and each folded
-    dimension's value (the one fastest in memory next: the last in C layout, the first in F)."""
-    if not grid_params:
+def _memory_order(dims: list[tuple[str, ir.Expr]], layout: str) -> list[tuple[str, ir.Expr]]:
+    """Grid dimensions from the one fastest in memory: the last in C layout, the first in F."""
+    return dims[::-1] if layout == "C" else dims
+
+
+def _decoded(x_extent: ir.Expr, folded: list[tuple[str, ir.Expr]]) -> dict[str, ir.Expr]:
+    """What the kernel reads for each pinned parameter: the builtins, and with ``folded``
+    parameters (and their extents) ``blockIdx.x`` split into the x block coordinate (fastest)
+    and each folded one's value, in the order given."""
+    if not folded:
         return _BUILTINS
     names = dict(_BUILTINS)
     block = ir.Index(ir.Builtin.BLOCK_ID, 0)
-    names[BLOCK_PARAMS[0]] = ir.Binary(ir.Op.MOD, block, extents[0])
-    rest = ir.Binary(ir.Op.DIV, block, extents[0])
-    order = list(zip(grid_params, extents[3:], strict=True))
-    if layout == "C":
-        order.reverse()
-    for n, (param, extent) in enumerate(order):
-        last = n == len(order) - 1
+    names[BLOCK_PARAMS[0]] = ir.Binary(ir.Op.MOD, block, x_extent)
+    rest = ir.Binary(ir.Op.DIV, block, x_extent)
+    for n, (param, extent) in enumerate(folded):
+        last = n == len(folded) - 1
         names[param] = rest if last else ir.Binary(ir.Op.MOD, rest, extent)
         rest = ir.Binary(ir.Op.DIV, rest, extent)
     return names

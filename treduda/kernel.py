@@ -15,9 +15,9 @@ import jinja2
 import numpy as np
 
 from . import ir, reference
-from .ast_build import Built
+from .ast_build import INT32_LIMIT, Built
 from .contraction import Contraction
-from .errors import BackendUnavailable, MissingSize, VerificationError
+from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
 from .lower import Program
 from .printer import CUDA, OPENCL, Dialect, Printer
 from .run.device_arrays import cupy_module, first_device_array, like
@@ -80,7 +80,11 @@ class Kernel:
     def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
         merged = self.program.merging.sizes(sizes)
         env = {f"N_{index}": extent for index, extent in merged.items()}
-        return tuple(int(ir.evaluate(g, env)) for g in self.built.grid)
+        grid = tuple(int(ir.evaluate(g, env)) for g in self.built.grid)
+        if grid[0] > INT32_LIMIT:
+            raise StrategyError(f"this launch needs {grid[0]} blocks along x, more than a GPU "
+                                f"allows ({INT32_LIMIT}); choose larger tiles (block_*, reg_*)")
+        return grid
 
     @property
     def ast(self) -> str:
