@@ -87,15 +87,20 @@ class Staged(Strategy):
                       Parameter("double_buffer", (False, True),
                                 "two buffers per tile, alternating by step: one barrier per "
                                 "step instead of two"))
-        mapping_names = tuple(p.name for p in mapping.space(program, before[:-1]).parameters)
+        tile_names = mapping.tile_extent_parameters
         budget = self.limits.shared_per_block
 
         def fits(p: Mapping[str, Any]) -> bool:
             return shared_bytes(program, mapping.tile_extents(program, p), p) <= budget
 
         rules = (
+            # Checked as soon as the tiles and the staged inputs are known, so that the search
+            # meets no dead end at the last decisions: padding and a second buffer only add.
+            Constraint(f"staged tiles fit in {budget} bytes of shared memory per block "
+                       "(unpadded, one buffer)", (*tile_names, "stage"),
+                       lambda p: fits({**p, "pad": 0, "double_buffer": False})),
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                       (*mapping_names, "stage", "pad", "double_buffer"), fits),
+                       (*tile_names, "stage", "pad", "double_buffer"), fits),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
@@ -137,7 +142,7 @@ def shared_bytes(program: Program, extents: Mapping[str, int | None],
 
 
 def _mapping(before: Sequence[Strategy]) -> Strategy:
-    if not before or not hasattr(before[-1], "tile_extents"):
+    if not before or not hasattr(before[-1], "tile_extent_parameters"):
         raise StrategyError("staging needs a tiling before it: use e.g. 'tiled+staged'")
     return before[-1]
 

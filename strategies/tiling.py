@@ -172,6 +172,10 @@ class Tiled(Strategy):
                       unroll=step > 0 and True in self.unrolls)
         return chosen
 
+    # What a tiling offers a staging strategy: the extents below, which read only these.
+    tile_extent_parameters = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES),
+                              "step")
+
     def tile_extents(self, program: Program, params: Mapping[str, Any]) -> dict[str, int | None]:
         """How many values of each index one block touches per step (None: all of them, for a
         symbolic size), as staging strategies need to size shared memory."""

@@ -1,0 +1,144 @@
+"""Every output index on the GPU: index merging, output indices beyond three on the grid, the
+grid's limits, 64-bit indexing, and the searched TCCG kernels filling an H100."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from conftest import needs_nvcc
+
+import treduda
+from treduda import ir
+from treduda.ast_build import GRID_YZ_LIMIT
+from treduda.contraction import analyse
+from treduda.errors import StrategyError
+from treduda.gpus import gpu
+from treduda.merge import merge
+from treduda.run.nvcc import compile_cuda
+from treduda.suites import load
+
+
+@pytest.mark.parametrize(("expression", "merged", "described"), [
+    ("C[a,b,c]=A[a,b,k]*B[k,c]", "C[a_b,c] = A[a_b,k]*B[k,c]", "a,b -> a_b"),
+    ("C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]", "C[a,b_c,d_e,f] = A[d_e,g,a]*B[g,f,b_c]",
+     "b,c -> b_c; d,e -> d_e"),
+    ("C[a,b,c]=A[a,b,c,k,l]*B[l,k]", "C[a_b_c] = A[a_b_c,k,l]*B[l,k]", "a,b,c -> a_b_c"),
+    ("C[a,b,a_b]=A[a,b,a_b]", "C[a_b_a_b] = A[a_b_a_b]", "a,b,a_b -> a_b_a_b"),
+    ("C[a,b,x]=A[a,b]*B[x]+D[a,b,x]", "C[a_b,x] = A[a_b]*B[x] + D[a_b,x]", "a,b -> a_b"),
+    # transposed somewhere, split by another index, or a diagonal: nothing merges
+    ("C[i,j]=A[i,k]*B[k,j]", "C[i,j]=A[i,k]*B[k,j]", ""),
+    ("C[a,b]=A[a,b]*B[b,a]", "C[a,b]=A[a,b]*B[b,a]", ""),
+    ("C[a,b]=A[a,k,b]*B[k]", "C[a,b]=A[a,k,b]*B[k]", ""),
+    ("C[a]=A[a,i,i]", "C[a]=A[a,i,i]", ""),
+])
+def test_merge_joins_indices_that_always_travel_together(expression, merged, described):
+    merging = merge(analyse(expression))
+    assert repr(merging.merged.tree) == repr(analyse(merged).tree)
+    assert merging.describe() == described
+
+
+def test_merged_sizes_are_products_and_taken_names_are_avoided():
+    merging = merge(analyse("C[a,b,a_b]=A[a,b,k]*B[k,a_b]"))
+    assert merging.merges == {"a_b_2": ("a", "b")}
+    assert merging.sizes({"a": 3, "b": 5, "a_b": 7, "k": 2}) == {"a_b_2": 15, "a_b": 7, "k": 2}
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("symbolic", [False, True])
+@pytest.mark.parametrize(("strategy", "params"), [
+    ("thread_per_element", {}),
+    ("tiled", {"reg_x": 2, "reg_y": 2, "assign_y": "adjacent", "step": 4}),
+    ("tiled+staged", {"stage": "A,B", "double_buffer": True, "preload": True}),
+])
+def test_merged_kernels_match_einsum(layout, symbolic, strategy, params):
+    expression = "C[a,b,c,d] = A[a,b,k,l]*B[k,l,c,d]"
+    sizes = {"a": 3, "b": 7, "c": 5, "d": 6, "k": 3, "l": 5}
+    kernel = treduda.compile(expression, None if symbolic else sizes, layout=layout,
+                             symbolic=symbolic, strategy=strategy, params=params)
+    assert kernel.merged == {"a_b": ("a", "b"), "c_d": ("c", "d"), "k_l": ("k", "l")}
+    assert "//   merged:   a,b -> a_b; c,d -> c_d; k,l -> k_l" in kernel.cuda_source
+    assert "merged a,b -> a_b" in repr(kernel)
+    assert kernel.verify(sizes).ok
+    if strategy == "tiled+staged":
+        assert kernel.hazards(sizes) == []
+
+
+def _output_stores(node: ir.Stmt, output: str, loops: int = 0) -> list[int]:
+    """For each store to ``output`` in the kernel IR, how many loops enclose it."""
+    if isinstance(node, ir.Assign):
+        return [loops] if getattr(node.target, "array", None) == output else []
+    if isinstance(node, ir.Block):
+        return [n for child in node.body for n in _output_stores(child, output, loops)]
+    if isinstance(node, ir.For):
+        return _output_stores(node.body, output, loops + 1)
+    if isinstance(node, ir.If):
+        branches = [node.then] + ([node.otherwise] if node.otherwise is not None else [])
+        return [n for branch in branches for n in _output_stores(branch, output, loops)]
+    return []
+
+
+def _register_tile(kernel: treduda.Kernel) -> int:
+    return math.prod(kernel.params.get(f"reg_{a}", 1) for a in "xyz")
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_rank_eight_output_has_every_index_on_the_gpu(layout):
+    expression = "C[a,b,c,d,e,f,g,h] = A[g,e,c,a,k]*B[h,k,f,d,b]"
+    sizes = {"a": 3, "b": 2, "c": 3, "d": 2, "e": 3, "f": 2, "g": 3, "h": 2, "k": 3}
+    for strategy in ("thread_per_element", "tiled", "tiled+staged"):
+        kernel = treduda.compile(expression, sizes, layout=layout, strategy=strategy)
+        assert kernel.verify().ok
+        stores = _output_stores(kernel.built.kernel.body, "C")
+        assert stores and max(stores) == 0  # no output point is a loop iteration of a thread
+        assert len(stores) <= _register_tile(kernel)
+        assert math.prod(kernel.grid) * math.prod(kernel.block) >= math.prod(sizes.values()) / 3
+
+
+def test_y_beyond_the_grid_limit_is_folded_into_x():
+    sizes = {"i": GRID_YZ_LIMIT + 2, "j": 3, "k": 2}
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="thread_per_element",
+                             params={"order": "j,i", "block_x": 4, "block_y": 1})
+    assert kernel.grid == (GRID_YZ_LIMIT + 2, 1, 1)
+    assert kernel.verify().ok
+
+
+def test_symbolic_kernel_refuses_a_grid_no_gpu_launches():
+    kernel = treduda.compile("C[i] = A[i]", symbolic=True, strategy="thread_per_element",
+                             params={"block_x": 1})
+    assert kernel.grid_for({"i": 2**31 - 1}) == (2**31 - 1, 1, 1)
+    with pytest.raises(StrategyError, match="blocks along x"):
+        kernel.grid_for({"i": 2**31})
+
+
+@needs_nvcc
+def test_tensor_beyond_two_to_the_31_elements_gets_64_bit_indices():
+    sizes = {"i": 50_000, "j": 50_000, "k": 8}  # C has 2.5e9 elements
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="tiled")
+    small = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 500, "j": 500, "k": 8},
+                            strategy="tiled")
+    assert kernel.built.kernel.index_bits == 64 and small.built.kernel.index_bits == 32
+    assert "long long" in kernel.cuda_source and "long long" not in small.cuda_source
+    assert "((long long)blockIdx.x)" in kernel.cuda_source
+    compile_cuda(kernel.cuda_source)
+
+
+@pytest.mark.parametrize("row", load("tccg_fp32"), ids=lambda row: row.id)
+def test_searched_tccg_kernel_fills_an_h100(row):
+    """From the grid and the kernel IR: at least two blocks per SM wherever the output has the
+    points for it, and no thread computes more output points than its register tile."""
+    sms = gpu("H100").sm_count
+    kernel = treduda.compile(row.expression, row.sizes, layout=row.layout, gpu="H100")
+    points = math.prod(row.sizes[i] for i in analyse(row.expression).output_indices)
+    if points >= 2 * sms * math.prod(kernel.block):
+        assert math.prod(kernel.grid) >= 2 * sms
+    stores = _output_stores(kernel.built.kernel.body, kernel.contraction.output)
+    assert stores and max(stores) == 0 and len(stores) <= _register_tile(kernel)
+
+
+def test_merged_kernel_runs_on_arrays_of_the_expression_shape():
+    rng = np.random.default_rng(3)
+    a, b = rng.standard_normal((4, 3, 5)), rng.standard_normal((5, 6))
+    result = treduda.contract("C[a,b,c] = A[a,b,k]*B[k,c]", A=a, B=b, strategy="tiled")
+    np.testing.assert_allclose(result, np.einsum("abk,kc->abc", a, b), rtol=1e-4)
