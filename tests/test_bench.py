@@ -6,10 +6,12 @@ from __future__ import annotations
 import importlib.util
 import io
 import json
+import math
 import sys
 
 import pytest
 
+import treduda.contraction
 from treduda import cli
 from treduda.bench import Case, plot, run, select, short_params
 from treduda.gpu_bench import GpuOutcome, summary
@@ -62,6 +64,14 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path):
         assert (r["verify_note"] is not None) == (r["verified_params"] == "defaults")
         assert (r["registers"] is not None) == nvcc_available()
         assert "cuda_source" not in r
+        # the launch: every output point on a thread, within its register tile
+        params = r["params"]
+        points = math.prod(r["sizes"][i] for i in
+                           treduda.contraction.analyse(r["expression"]).output_indices)
+        tile = math.prod(params[f"reg_{a}"] * params[f"block_{a}"] for a in "xyz")
+        assert r["blocks"] * tile >= points
+        assert 1 <= r["points_per_thread"] <= math.prod(params[f"reg_{a}"] for a in "xyz")
+        assert r["waves"] > 0
     assert {rows[name]["layout"] for name in FP32_IDS} == {"F"}, "TCCG rows are column-major"
     assert rows[TC_ID]["layout"] == "C"
     assert rows[BAD.id]["status"] == "FAILED" and rows[BAD.id]["stage"] == "search"

@@ -28,9 +28,12 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
 from .api import compile
+from .contraction import analyse
 from .errors import CompileError, StrategyError, TredudaError
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
+from .inspect import geometry
+from .merge import merge
 from .run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
 from .run.timing import REPEATS
 from .search import SearchResult, search
@@ -85,6 +88,9 @@ class Outcome:
     kernel: str | None = None
     registers: int | None = None
     spill_bytes: int | None = None
+    blocks: int | None = None  # launched at full size
+    waves: float | None = None  # of blocks on the GPU (registers estimated)
+    points_per_thread: float | None = None  # output points each thread stores
     scaled_sizes: dict[str, int] | None = None
     verified: bool = False
     verified_params: str | None = None  # "searched", or "defaults" when those do not fit
@@ -179,6 +185,9 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
         outcome.cuda_source = kernel.cuda_source
         outcome.kernel = kernel.name
         outcome.generate_seconds = time.perf_counter() - started
+        launch = geometry(kernel, gpu)
+        outcome.blocks, outcome.waves = launch.blocks, launch.waves
+        outcome.points_per_thread = launch.output_points_per_thread
 
         stage = "verify"
         started = time.perf_counter()
@@ -189,20 +198,24 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
     return outcome
 
 
-def fitted(sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
+def fitted(expression: str, sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each mapped
     index gets more than half a tile (so its last block is partial), each summed index more
-    than half a step."""
+    than half a step. A mapped index that merges several (:mod:`treduda.merge`) grows by its
+    first one."""
+    merging = merge(analyse(expression))
     grown = dict(sizes)
     order = [i for i in str(params.get("order", "")).split(",") if i]
     for axis, index in zip("xyz", order, strict=False):
         tile = params.get(f"block_{axis}", 1) * params.get(f"reg_{axis}", 1)
-        grown[index] = max(grown[index], tile // 2 + 1)
+        first, *rest = merging.groups[index]
+        others = math.prod(grown[i] for i in rest)
+        grown[first] = max(grown[first], -(-(tile // 2 + 1) // others))
     step = params.get("step") or 0
-    outputs = set(order)
-    for index in grown:
-        if index not in outputs and step:
-            grown[index] = max(grown[index], step // 2 + 1)
+    for index in merging.merged.summed:
+        first, *rest = merging.groups[index]
+        others = math.prod(grown[i] for i in rest)
+        grown[first] = max(grown[first], -(-(step // 2 + 1) // others))
     return grown
 
 
@@ -212,7 +225,7 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
     The sizes are ``scaled(row.sizes)`` grown just enough for the searched parameters
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
     instead, and the row says so."""
-    sizes = fitted(scaled(row.sizes), result.best.params)
+    sizes = fitted(row.expression, scaled(row.sizes), result.best.params)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
     try:
@@ -295,7 +308,8 @@ def clip(text: str, width: int) -> str:
 
 
 COLUMNS = ("id", "expression", "strategy", "pred ms", "GFLOP/s", "peak", "binding", "regs",
-           "spill", "gen s", "search s", "nodes", "done", "verified", "params")
+           "spill", "blocks", "waves", "pts/thr", "gen s", "search s", "nodes", "done",
+           "verified", "params")
 LEFT = {"id", "expression", "strategy", "binding", "done", "verified", "params"}
 
 
@@ -312,7 +326,8 @@ def _cells(o: Outcome) -> list[str]:
     return [o.id, clip(o.expression, EXPRESSION_WIDTH), o.strategy or "-",
             number(predicted_ms, ".4f"), number(o.gflops, ".0f"),
             number(o.fraction_of_peak, ".1%"), o.binding or "-", number(o.registers, "d"),
-            number(o.spill_bytes, "d"), number(o.generate_seconds, ".2f"),
+            number(o.spill_bytes, "d"), number(o.blocks, "d"), number(o.waves, ".2f"),
+            number(o.points_per_thread, ".0f"), number(o.generate_seconds, ".2f"),
             number(o.search_seconds, ".2f"), number(o.nodes_visited, "d"), done, verdict,
             short_params(o.params)]
 

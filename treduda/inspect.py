@@ -138,6 +138,28 @@ def _because(binding: str, seconds: float, c: Counts, occupancy: int) -> str:
             f"barriers, {c.index_ops:g} index ops, {c.registers} registers")
 
 
+@dataclass(frozen=True)
+class Geometry:
+    """How a launch fills a GPU: what ``treduda bench`` shows beside the times."""
+
+    blocks: int
+    blocks_per_sm: int  # resident at once, by the limits of registers, shared memory, threads
+    waves: float  # blocks / (SMs x blocks_per_sm): below 1, SMs stay idle
+    output_points_per_thread: float  # output elements a thread stores, walked from the IR
+
+
+def geometry(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
+             use_nvcc: bool = False) -> Geometry:
+    """The launch of ``kernel`` on ``gpu``; registers are estimated unless ``use_nvcc``."""
+    g = find_gpu(gpu)
+    sizes = _sizes(kernel, sizes)
+    c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
+    blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
+    resident = _occupancy(g, kernel, threads, c.registers)
+    return Geometry(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
+                    c.global_stores)
+
+
 def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
     if sizes is None and kernel.symbolic:
         raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to walk it")
