@@ -25,6 +25,7 @@ expresses in terms of the (unrolled) register loops, so they stay in registers.
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -148,10 +149,34 @@ class Tiled(Strategy):
                 return tile <= covering(sizes[indices[n]], POWERS_OF_TWO)
             rules.append(Constraint(f"the {a} tile is no larger than its dimension needs",
                                     ("order", f"block_{a}", f"reg_{a}"), fits))
+        if self.limits.sm_count:
+            rules.append(self._filling_rule(program, self.limits.sm_count))
         longest = max((sizes[i] for s in program.statements for i in s.summed), default=0)
         rules.append(Constraint("the step is no longer than the reduction needs", ("step",),
                                 lambda p: p["step"] <= covering(longest, STEPS[1:])))
         return rules
+
+    @staticmethod
+    def _filling_rule(program: Program, sms: int) -> Constraint:
+        """At least two blocks per SM wherever the output has the points for them: with one
+        block or none an SM idles at every barrier (CUDA C++ Best Practices Guide, "Thread
+        and Block Heuristics": more blocks than SMs, and several active blocks per SM so that
+        blocks not waiting at a __syncthreads() keep it busy)."""
+        sizes = program.sizes
+        points = math.prod(sizes[i] for i in program.output_indices)
+        tiled = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
+
+        def fills(p: Mapping[str, Any]) -> bool:
+            order = mapped(p["order"])
+            threads = p["block_x"] * p["block_y"] * p["block_z"]
+            blocks = points
+            for n, index in enumerate(order):
+                tile = p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]
+                blocks = blocks // sizes[index] * -(-sizes[index] // tile)
+            return blocks >= 2 * sms or points < 2 * sms * threads
+
+        return Constraint(f"at least {2 * sms} blocks (two per SM) when the output has "
+                          f"{2 * sms} x threads per block points", tiled, fills)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         order = mapping_orders(program)[0]

@@ -24,7 +24,7 @@ from .search import search
 DEFAULT_STRATEGY = "tiled+staged"
 # Node budgets of the search compile() runs: enough for full-size problems to finish; small
 # ones (whose candidates differ by microseconds) stop early with the best found so far.
-SEARCH_NODE_BUDGET = 1000
+SEARCH_NODE_BUDGET = 5000
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 

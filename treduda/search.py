@@ -170,6 +170,7 @@ class Searcher:
         self.sizes = resolve_sizes(contraction, sizes)
         self.program = lower(contraction, self.sizes, layout, dtype)
         limits = Limits(threads_per_block=self.gpu.max_threads_per_block,
+                        sm_count=self.gpu.sm_count,
                         shared_per_block=self.gpu.shared_per_block,
                         registers_per_thread=self.gpu.max_registers_per_thread)
         self.strategy = strategies.get(strategy, limits)

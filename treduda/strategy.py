@@ -60,6 +60,7 @@ class Limits:
     block_extent: tuple[int, int, int] = (1024, 1024, 64)
     shared_per_block: int = 48 * 1024
     registers_per_thread: int = 255
+    sm_count: int | None = None  # the GPU's SMs when the search targets one, else no rule on it
 
 
 @dataclass(frozen=True)
