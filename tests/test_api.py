@@ -8,7 +8,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import needs_nvcc
+from conftest import needs_nvcc, strategy_names
 
 import treduda
 from treduda import api
@@ -43,6 +43,12 @@ def test_a_searched_rank0_kernel_verifies_on_pocl_and_the_emulator(expr, sizes, 
     kernel = treduda.compile(expr, sizes, layout=layout, cache=False)  # no strategy: searched
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
+
+
+@pytest.mark.parametrize("strategy", strategy_names())
+def test_every_strategy_computes_a_rank0_output(strategy):
+    expr, sizes = RANK0[1]
+    assert treduda.compile(expr, sizes, strategy=strategy).verify().ok
 
 
 @needs_nvcc

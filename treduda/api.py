@@ -32,7 +32,8 @@ SEARCH_NODE_BUDGET = 1000
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
-CONTRACT_OPTIONS = ("out", "dtype", "layout", "backend", "strategy", "params", "gpu")
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
 def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
@@ -72,15 +73,17 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
 
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
-             params: Mapping[str, Any] | None = None, **values: Any) -> np.ndarray:
+             params: Mapping[str, Any] | None = None, gpu: str = "H100",
+             **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
     Sizes come from the arrays; the dtype is float64 if any array is float64, else float32.
-    The kernel is kept for the process, so a repeated call costs the run, not its generation
-    (see :func:`contract_expression`). An axis of extent 0 launches nothing: the result is
-    what numpy.einsum gives (zeros, or an empty array).
+    Without ``strategy`` or ``params`` the kernel is searched for ``gpu``. It is kept for the
+    process, so a repeated call costs the run, not its generation (see
+    :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
+    numpy.einsum gives (zeros, or an empty array).
     """
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
@@ -88,7 +91,8 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     computed = compute_dtype({name: array.dtype for name, array in arrays.items()})
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
-                                  backend=backend, strategy=strategy, params=params, **shapes)
+                                  backend=backend, strategy=strategy, params=params, gpu=gpu,
+                                  **shapes)
     return planned(out=out, **values)
 
 
@@ -141,7 +145,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     """
     contraction = analyse(expr)
-    named = _named(contraction, shapes, named_shapes, CONTRACT_OPTIONS)
+    named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_dtype(dtype)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
