@@ -38,9 +38,9 @@ COMBINATIONS = [(layout, dtype, symbolic) for layout in "CF" for dtype in ("floa
 SAMPLE = [("C", "float32", False), ("F", "float64", True), ("F", "float32", False),
           ("C", "float64", True)]
 
-# Tests tune into a cache of their own, never the user's.
-os.environ.setdefault("TREDUDA_CACHE", os.path.join(tempfile.mkdtemp(prefix="treduda-test-"),
-                                                    "tuning.sqlite3"))
+# Tests tune into a cache of their own, never the user's, even when $TREDUDA_CACHE names one.
+os.environ["TREDUDA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="treduda-test-"),
+                                           "tuning.sqlite3")
 
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed here")
 

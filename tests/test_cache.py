@@ -306,3 +306,14 @@ def test_no_path_means_the_default(tmp_path: Path, monkeypatch: pytest.MonkeyPat
     monkeypatch.setenv("TREDUDA_CACHE", str(tmp_path / "new" / "dir" / "t.sqlite3"))
     TuningCache().put(gemm_key(), RESULT)
     assert TuningCache(tmp_path / "new" / "dir" / "t.sqlite3").get(gemm_key()) == RESULT
+
+
+def test_the_suite_never_writes_the_users_cache(tmp_path: Path):
+    """conftest.py replaces $TREDUDA_CACHE; a test that tunes must not reach the user's file."""
+    user = tmp_path / "user.sqlite3"
+    tuning = "tests/test_pipeline.py::test_contract_infers_sizes_dtype_and_accepts_views"
+    run = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                          tuning], cwd=Path(__file__).parent.parent, capture_output=True,
+                         text=True, env={**os.environ, "TREDUDA_CACHE": str(user)}, timeout=300)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert not user.exists()

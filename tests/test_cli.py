@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from treduda.cli import main
@@ -40,10 +43,35 @@ def test_strategies_lists_the_baseline(capsys):
     assert "thread_per_element" in capsys.readouterr().out
 
 
-def test_demo_verifies_both_kernels(capsys):
-    assert main(["demo"]) == 0
+def test_demo_verifies_both_kernels_and_says_where_their_cuda_files_are(capsys, tmp_path):
+    assert main(["demo", "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count("matches numpy.einsum") == 2 and "all kernels verified" in out
+    written = sorted(tmp_path.glob("*.cu"))
+    assert [p.name for p in written] == ["gemm.cu", "tccg3.cu"]
+    for path in written:
+        assert f"CUDA file  {path}" in out and "__global__" in path.read_text()
+    assert "__global__" not in out and len(out.splitlines()) < 30  # the summary, not the code
+
+
+def test_demo_prints_the_source_when_asked(capsys, tmp_path):
+    assert main(["demo", "--out", str(tmp_path), "--source"]) == 0
+    assert capsys.readouterr().out.count("__global__") == 2
+
+
+@pytest.mark.parametrize("command", ["cache list --path {cache}", "gpus", "strategies"])
+def test_output_piped_into_head_ends_quietly(command, tmp_path):
+    """A real pipe whose reader leaves early: the first line arrives and no traceback follows."""
+    cache = tmp_path / "tuning.sqlite3"
+    line = f"{sys.executable} -m treduda.cli {command.format(cache=cache)} | head -1"
+    shell = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
+    assert shell.stdout.count("\n") == 1 and shell.stderr == ""
+    # The reader gone before the first write: every write fails, deterministically.
+    process = subprocess.Popen([sys.executable, "-m", "treduda.cli", *command.format(
+        cache=cache).split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    process.stdout.close()
+    stderr = process.communicate(timeout=120)[1].decode()
+    assert stderr == "" and process.returncode == 141
 
 
 def test_compile_with_a_chained_strategy_and_parameters(capsys):

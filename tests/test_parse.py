@@ -183,6 +183,13 @@ def test_numpy_form():
     assert parse(",i->") == parse("out[] = A[]*B[i]")
 
 
+def test_numpy_form_with_implicit_output_keeps_the_indices_used_once_in_alphabetical_order():
+    assert parse("ik,kj") == parse("ik,kj->ij")
+    assert parse("ji") == parse("ji->ij")  # a transposition, as numpy.einsum("ji", x) is
+    assert parse("ba,cb,ad") == parse("ba,cb,ad->cd")
+    assert parse("i,i") == parse("i,i->")
+
+
 @pytest.mark.parametrize("text", EXPRESSIONS)
 def test_listed_expressions_round_trip_through_repr(text):
     tree = parse(text)
@@ -236,7 +243,7 @@ def _check_positions(tree: Operation) -> None:
         ("C[i] = float4[i]", InvalidName, 7, "vector or fixed-width type"),
         ("C[i] = A[i]*threadIdx", InvalidName, 12, "CUDA/OpenCL"),
         ("C[exists] = A[exists]", InvalidName, 2, "isl reserved word"),
-        ("ij,jk", ParseError, 5, "numpy-style subscripts need '->'"),
+        ("ij,j1", ParseError, 4, "operand 2 may only contain index letters, found '1'"),
         ("i1,j->ij", ParseError, 1, "operand 1 may only contain index letters, found '1'"),
         ("ij,j k->ik", ParseError, 4, "operand 2 may only contain index letters, found ' '"),
         ("ij->i,j", ParseError, 5, "the output may only contain index letters, found ','"),

@@ -4,16 +4,18 @@
     k = treduda.compile("C[i,j] = A[i,k] * B[k,j]", sizes={"i": 512, "j": 512, "k": 512})
     print(k.cuda_source)
     C = treduda.contract("C[i,j] = A[i,k] * B[k,j]", A=a, B=b)
+    gemm = treduda.contract_expression("ik,kj->ij", (64, 48), (48, 80)); C = gemm(a, b)
     result = treduda.search("C[i,j] = A[i,k] * B[k,j]", sizes, gpu="H100")
 """
 
 from . import errors, strategies
-from .api import compile, contract
+from .api import ContractExpression, compile, contract, contract_expression
 from .contraction import analyse
 from .kernel import Kernel
 from .parse import parse
 from .search import SearchResult, search
 from .strategy import ParamSpace, Strategy, register
 
-__all__ = ["Kernel", "ParamSpace", "SearchResult", "Strategy", "analyse", "compile", "contract",
-           "errors", "parse", "register", "search", "strategies"]
+__all__ = ["ContractExpression", "Kernel", "ParamSpace", "SearchResult", "Strategy", "analyse",
+           "compile", "contract", "contract_expression", "errors", "parse", "register", "search",
+           "strategies"]

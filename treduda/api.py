@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 import warnings
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from . import strategies
+from . import reference, strategies
 from .ast_build import build
-from .cache import CacheKey, CacheWarning, TuningCache
-from .contraction import Contraction, analyse, infer_sizes, resolve_sizes
-from .errors import StrategyError
+from .cache import CacheKey, CacheWarning, TuningCache, default_path
+from .contraction import Contraction, analyse, check_arguments, infer_sizes, resolve_sizes
+from .dtypes import check_dtype, compute_dtype
+from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
 from .gpus import gpu as find_gpu
 from .kernel import Kernel
-from .lower import DTYPES, LAYOUTS, lower
+from .lower import LAYOUTS, lower
 from .printer import check_identifiers
+from .run.launch import bind
 from .search import search
 
 DEFAULT_STRATEGY = "tiled+staged"
@@ -27,6 +31,9 @@ DEFAULT_STRATEGY = "tiled+staged"
 SEARCH_NODE_BUDGET = 5000
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
+KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
 def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
@@ -45,8 +52,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``measure=True`` has the search time its best candidates (on the GPU when one is here,
     else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
     """
-    if dtype not in DTYPES:
-        raise StrategyError(f"dtype {dtype!r} is not supported; choose one of {DTYPES}")
+    check_dtype(dtype)
     if layout not in LAYOUTS:
         raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
                             "'F' (column-major)")
@@ -65,22 +71,127 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     return Kernel(contraction, program, built, scheduled.strategy, scheduled.params)
 
 
-def contract(expr: str, *operands: Any, dtype: str | None = None, layout: str = "C",
-             backend: str = "opencl", strategy: str | None = None,
-             params: Mapping[str, Any] | None = None, **values: Any) -> np.ndarray:
+def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
+             layout: str = "C", backend: str = "opencl", strategy: str | None = None,
+             params: Mapping[str, Any] | None = None, gpu: str = "H100",
+             **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
-    appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array.
+    appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
+    ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
     Sizes come from the arrays; the dtype is float64 if any array is float64, else float32.
+    Without ``strategy`` or ``params`` the kernel is searched for ``gpu``. It is kept for the
+    process, so a repeated call costs the run, not its generation (see
+    :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
+    numpy.einsum gives (zeros, or an empty array).
     """
     contraction = analyse(expr)
-    values = {**_positional(contraction, operands), **values}
+    values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
-    sizes = infer_sizes(contraction, arrays)
-    if dtype is None:
-        dtype = "float64" if any(a.dtype == np.float64 for a in arrays.values()) else "float32"
-    kernel = compile(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params)
-    return kernel.run(backend=backend, **values)
+    computed = compute_dtype({name: array.dtype for name, array in arrays.items()})
+    shapes = {name: array.shape for name, array in arrays.items()}
+    planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
+                                  backend=backend, strategy=strategy, params=params, gpu=gpu,
+                                  **shapes)
+    return planned(out=out, **values)
+
+
+@dataclass(frozen=True)
+class ContractExpression:
+    """A contraction planned for fixed shapes: call it with arrays as :func:`contract` takes
+    them, as often as needed; each call only runs the kernel."""
+
+    contraction: Contraction
+    sizes: dict[str, int]
+    dtype: str
+    backend: str
+    kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
+
+    def __call__(self, *operands: Any, out: Any = None, **values: Any) -> Any:
+        c = self.contraction
+        values = _named(c, operands, values, ("out",))
+        if out is not None:
+            if c.output in values:
+                raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
+                                    "not both")
+            _check_out(out, tuple(self.sizes[i] for i in c.output_indices), self.dtype)
+            if c.reads_output or c.op != "=":
+                values[c.output] = out  # its old values are used
+        if self.kernel is not None:
+            result = self.kernel.run(backend=self.backend, **values)
+        else:
+            sizes, arrays, scalars = bind(c, self.sizes, values, empty=True)
+            result = reference.evaluate(c, arrays, scalars, sizes).astype(self.dtype)
+        if out is None:
+            return result
+        out[...] = result
+        return out
+
+    def __repr__(self) -> str:
+        sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
+        return (f"ContractExpression({self.contraction.source!r}, {sizes}, {self.dtype}, "
+                f"{self.kernel if self.kernel is not None else 'empty: no kernel'})")
+
+
+def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
+                        layout: str = "C", backend: str = "opencl", strategy: str | None = None,
+                        params: Mapping[str, Any] | None = None, gpu: str = "H100",
+                        **named_shapes: tuple[int, ...]) -> ContractExpression:
+    """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
+    tensor name) and return a callable that contracts such arrays, as opt_einsum's
+    ``contract_expression`` does.
+
+    The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
+    for the process, keyed by everything that shapes it, and its OpenCL program is built once.
+    """
+    contraction = analyse(expr)
+    named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
+    check_dtype(dtype)
+    stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
+    sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
+    tuned = strategy is None and params is None  # compile() searches, or asks the cache
+    kernel = None if 0 in sizes.values() else _kept_kernel(
+        expr, tuple(sizes.items()), dtype, layout, strategy,
+        None if params is None else tuple(sorted(params.items())), gpu,
+        str(default_path()) if tuned else None)
+    return ContractExpression(contraction, sizes, dtype, backend, kernel)
+
+
+@functools.lru_cache(maxsize=KERNELS_KEPT)
+def _kept_kernel(expr: str, sizes: tuple, dtype: str, layout: str, strategy: str | None,
+                 params: tuple | None, gpu: str, cache: str | None) -> Kernel:
+    """:func:`compile`'s kernel, kept: every argument shapes it (``cache``, the path of the
+    tuning cache a searched kernel comes from), so equal arguments mean an equal kernel."""
+    return compile(expr, dict(sizes), dtype=dtype, layout=layout, strategy=strategy,
+                   params=None if params is None else dict(params), gpu=gpu,
+                   cache=TuningCache(cache) if cache else False)
+
+
+def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
+           options: tuple[str, ...]) -> dict[str, Any]:
+    """Positional ``operands`` by their tensor's name, with ``values``, every name checked."""
+    names = list(contraction.inputs)
+    if len(operands) > len(names):
+        raise ArgumentError(f"{len(operands)} arrays given but the expression has "
+                            f"{len(names)} input tensor(s): {', '.join(names)}")
+    named = dict(zip(names[: len(operands)], operands, strict=True))
+    doubled = sorted(set(named) & set(values))
+    if doubled:
+        raise ArgumentError(f"{', '.join(doubled)} given both by position and by name")
+    check_arguments(contraction, values, options)
+    return {**named, **values}
+
+
+def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
+    """numpy.einsum's rules for ``out``: an array of the output's shape, to which the result's
+    dtype casts safely."""
+    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
+        raise ArgumentError(f"out must be an array, got {type(out).__name__}")
+    if tuple(out.shape) != shape:
+        raise ShapeMismatch(f"out has shape {tuple(out.shape)} but the output has shape {shape}")
+    if not np.can_cast(dtype, out.dtype, "safe"):
+        raise DtypeError(f"out has dtype {out.dtype}, to which the result's {dtype} does not "
+                         f"cast safely; pass an out of dtype {dtype} or wider")
 
 
 def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
@@ -115,14 +226,6 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
                         "seconds": best.prediction.seconds, "binding": best.prediction.binding,
                         "measured": measured})
     return best.strategy, dict(best.params)
-
-
-def _positional(contraction: Contraction, operands: tuple) -> dict[str, Any]:
-    names = list(contraction.inputs)
-    if len(operands) > len(names):
-        raise StrategyError(f"{len(operands)} arrays given but the expression has "
-                            f"{len(names)} input tensor(s): {', '.join(names)}")
-    return dict(zip(names[: len(operands)], operands, strict=True))
 
 
 def _kernel_name(c: Contraction, sizes, dtype, layout, strategy, params) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Sequence
 
@@ -12,6 +13,7 @@ from .bench import bench_arguments, bench_command
 from .cache import TuningCache
 from .contraction import analyse, resolve_sizes
 from .demo import demo
+from .dtypes import DTYPES
 from .errors import TredudaError
 from .gpus import table
 from .lower import lower
@@ -56,7 +58,10 @@ def parser() -> argparse.ArgumentParser:
     s = commands.add_parser("space", help="list a strategy's parameters for an expression")
     _problem_arguments(s)
     s.add_argument("--strategy", default="tiled+staged", metavar="NAME")
-    commands.add_parser("demo", help="generate, verify on PoCL and explain two kernels")
+    d = commands.add_parser("demo", help="generate, verify on PoCL and explain two kernels")
+    d.add_argument("--out", "-o", metavar="DIR",
+                   help="write the .cu files here (default: a new temporary folder)")
+    d.add_argument("--source", action="store_true", help="print each CUDA kernel as well")
 
     f = commands.add_parser("search", help="find the fastest predicted kernel on a GPU")
     _problem_arguments(f)
@@ -89,7 +94,7 @@ def _problem_arguments(command: argparse.ArgumentParser) -> None:
                          help="extent of an index (repeat for each index)")
     command.add_argument("--symbolic", action="store_true",
                          help="make the sizes kernel arguments: one kernel for every size")
-    command.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
 
@@ -97,29 +102,39 @@ def _problem_arguments(command: argparse.ArgumentParser) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parser().parse_args(argv)
     try:
-        if args.command == "compile":
-            return _compile(args)
-        if args.command == "strategies":
-            for name, description in strategies.available().items():
-                print(f"{name:20} {description}")
-            print("\nChain a tiling with staging as tiled+staged; `treduda space EXPR -s ... "
-                  "--strategy NAME` lists a strategy's parameters.")
-            return 0
-        if args.command == "space":
-            return _space(args)
-        if args.command == "search":
-            return _search(args)
-        if args.command == "gpus":
-            print(table())
-            return 0
-        if args.command == "bench":
-            return bench_command(args)
-        if args.command == "cache":
-            return _cache(args)
-        return demo()
+        status = _run(args)
+        sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
+        return status
     except TredudaError as error:
         print(f"treduda: error: {error}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # the reader left (`treduda cache list | head`): end quietly
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
+        return 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+
+
+def _run(args: argparse.Namespace) -> int:
+    """Carry out the parsed command; returns the exit status."""
+    if args.command == "compile":
+        return _compile(args)
+    if args.command == "strategies":
+        for name, description in strategies.available().items():
+            print(f"{name:20} {description}")
+        print("\nChain a tiling with staging as tiled+staged; `treduda space EXPR -s ... "
+              "--strategy NAME` lists a strategy's parameters.")
+        return 0
+    if args.command == "space":
+        return _space(args)
+    if args.command == "search":
+        return _search(args)
+    if args.command == "gpus":
+        print(table())
+        return 0
+    if args.command == "bench":
+        return bench_command(args)
+    if args.command == "cache":
+        return _cache(args)
+    return demo(args.out, args.source)
 
 
 def _compile(args: argparse.Namespace) -> int:

@@ -9,17 +9,20 @@ per product term). :func:`resolve_sizes` and :func:`infer_sizes` then give every
 from __future__ import annotations
 
 import numbers
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from treduda.errors import (
+    ArgumentError,
     IndexUsageError,
     InvalidName,
+    MissingArray,
     MissingSize,
     RankMismatch,
     ShapeMismatch,
     caret,
+    did_you_mean,
 )
 from treduda.parse import parse
 from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
@@ -224,13 +227,26 @@ def _count(n: int, singular: str, plural: str) -> str:
     return f"{n} {singular if n == 1 else plural}"
 
 
-def resolve_sizes(c: Contraction, sizes: Mapping[str, int]) -> dict[str, int]:
+def check_arguments(c: Contraction, names: Iterable[str], options: Iterable[str] = ()) -> None:
+    """Raise :class:`ArgumentError` for a name that is none of ``c``'s tensors and scalars
+    (nor one of ``options``, a call's keyword arguments), with the closest name."""
+    known = [c.output, *c.inputs, *c.scalars]
+    for name in names:
+        if name not in known:
+            raise ArgumentError(
+                f"no argument {name!r}{did_you_mean(name, [*known, *options])} (unknown argument: "
+                f"{c.tree!r} takes {', '.join(sorted(known))})")
+
+
+def resolve_sizes(c: Contraction, sizes: Mapping[str, int], empty: bool = False
+                  ) -> dict[str, int]:
     """Check ``sizes`` against the expression and return every index's extent, in c.indices order.
 
-    Raises :class:`ShapeMismatch` for an unknown index or a size that is not a positive int,
-    and :class:`MissingSize` for an index without a size.
+    Raises :class:`ArgumentError` for an unknown index, :class:`ShapeMismatch` for a size that
+    is not a positive int (or 0 too, with ``empty``: an empty axis, which no kernel runs) and
+    :class:`MissingSize` for an index without a size.
     """
-    checked = _checked_sizes(c, sizes)
+    checked = _checked_sizes(c, sizes, empty)
     missing = [index for index in c.indices if index not in checked]
     if missing:
         noun = "index" if len(missing) == 1 else "indices"
@@ -268,28 +284,33 @@ def _check_tensor_shapes(c: Contraction, sizes: Mapping[str, int]) -> None:
                     f"{a} and {b} the same size\n{caret(c.source, where, len(b))}")
 
 
-def _checked_sizes(c: Contraction, sizes: Mapping[str, int]) -> dict[str, int]:
+def _checked_sizes(c: Contraction, sizes: Mapping[str, int], empty: bool = False
+                   ) -> dict[str, int]:
     for index, size in sizes.items():
         if index not in c.indices:
-            raise ShapeMismatch(
+            raise ArgumentError(
                 f"sizes names {index!r}, which is not an index of {c.tree!r}; its indices are "
-                f"{', '.join(c.indices) or 'none'}"
+                f"{', '.join(c.indices) or 'none'}{did_you_mean(index, c.indices)}"
             )
-        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size <= 0:
-            raise ShapeMismatch(f"the size of index '{index}' must be a positive int, got {size!r}")
+        smallest, what = (0, "an int >= 0") if empty else (1, "a positive int")
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < smallest:
+            raise ShapeMismatch(f"the size of index '{index}' must be {what}, got {size!r}")
     return {index: int(size) for index, size in sizes.items()}
 
 
 def infer_sizes(c: Contraction, arrays: Mapping[str, Any],
-                sizes: Mapping[str, int] | None = None) -> dict[str, int]:
+                sizes: Mapping[str, int] | None = None, *, empty: bool = False,
+                old_output: bool = True) -> dict[str, int]:
     """Read every index's extent off the arrays' shapes, checking that they agree.
 
     ``sizes`` supplies indices no array provides and must agree with the arrays. The output
-    array is optional unless its old values are used (read on the right-hand side, or ``+=``).
+    array is optional unless its old values are used (read on the right-hand side, or ``+=``)
+    and ``old_output`` asks for them (not when only shapes are planned for). ``empty`` allows
+    axes of extent 0.
     """
-    explicit = _checked_sizes(c, sizes or {})
+    explicit = _checked_sizes(c, sizes or {}, empty)
     found: dict[str, tuple[int, str, int]] = {}  # index -> (extent, tensor, axis)
-    for tensor, index_lists in _tensor_uses(c, arrays):
+    for tensor, index_lists in _tensor_uses(c, arrays, old_output):
         shape = _shape(tensor, arrays[tensor], index_lists[0])
         for indices in index_lists:
             for axis, (index, extent) in enumerate(zip(indices, shape, strict=True)):
@@ -302,10 +323,11 @@ def infer_sizes(c: Contraction, arrays: Mapping[str, Any],
             extent, tensor, axis = found[index]
             raise ShapeMismatch(f"index '{index}': sizes says {size} but it is {extent} in "
                                 f"{tensor} (axis {axis})")
-    return resolve_sizes(c, {index: extent for index, (extent, _, _) in found.items()} | explicit)
+    return resolve_sizes(c, {index: extent for index, (extent, _, _) in found.items()} | explicit,
+                         empty)
 
 
-def _tensor_uses(c: Contraction, arrays: Mapping[str, Any]
+def _tensor_uses(c: Contraction, arrays: Mapping[str, Any], old_output: bool
                  ) -> Iterator[tuple[str, list[tuple[str, ...]]]]:
     """Each tensor whose array must be checked, with every index list it is used with."""
     uses: dict[str, list[tuple[str, ...]]] = {tensor: [] for tensor in c.inputs}
@@ -314,14 +336,14 @@ def _tensor_uses(c: Contraction, arrays: Mapping[str, Any]
             uses[read.tensor].append(read.indices)
     for tensor, index_lists in uses.items():
         if tensor not in arrays:
-            raise MissingSize(f"no array for the input {tensor} (read as "
+            raise MissingArray(f"no array for the input {tensor} (read as "
                               f"{Read(tensor, index_lists[0])!r}); pass it in arrays")
         yield tensor, index_lists
     if c.output in arrays:
         yield c.output, [c.output_indices]
-    elif c.reads_output or c.op != "=":
+    elif old_output and (c.reads_output or c.op != "="):
         written = Read(c.output, c.output_indices)
-        raise MissingSize(f"no array for the output {c.output}: {c.tree!r} uses its old values, "
+        raise MissingArray(f"no array for the output {c.output}: {c.tree!r} uses its old values, "
                           f"so pass {written!r} in arrays")
 
 

@@ -6,6 +6,9 @@ expression with a caret under the offending character (see :func:`caret`).
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Iterable
+
 
 class TredudaError(Exception):
     """Root of every error treduda raises on purpose."""
@@ -15,6 +18,14 @@ def caret(source: str, position: int, width: int = 1) -> str:
     """``source`` with, on the line below, carets under ``source[position:position+width]``."""
     position = max(0, min(position, len(source)))
     return f"  {source}\n  {' ' * position}{'^' * max(1, width)}"
+
+
+def did_you_mean(name: str, choices: Iterable[str]) -> str:
+    """``"; did you mean 'B'?"`` for the choice closest to ``name`` (case first), else ``""``."""
+    choices = list(choices)
+    same_letters = [c for c in choices if c.lower() == name.lower()]
+    close = same_letters or difflib.get_close_matches(name.lower(), choices, n=1, cutoff=0.6)
+    return f"; did you mean {close[0]!r}?" if close else ""
 
 
 class ExpressionError(TredudaError):
@@ -55,6 +66,21 @@ class MissingSize(TredudaError):
 
 class StrategyError(TredudaError):
     """A strategy cannot be applied with these parameters (unknown name, invalid value, limit)."""
+
+
+class DtypeError(ShapeMismatch, StrategyError):
+    """A dtype treduda does not compute in, asked for or held by an array. (Its bases are the
+    classes raised for it before, so their ``except`` clauses still catch it.)"""
+
+
+class ArgumentError(ShapeMismatch, StrategyError):
+    """An argument the call does not take: a misspelt tensor, scalar or option name, or more
+    arrays than the expression has inputs. (Its bases are the classes raised for it before.)"""
+
+
+class MissingArray(MissingSize):
+    """An array or scalar value the expression needs was not passed. (Its base is the class
+    raised for it before.)"""
 
 
 class BackendUnavailable(TredudaError):

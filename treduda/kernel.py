@@ -107,8 +107,7 @@ class Kernel:
         numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
         torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
         are, and the output comes back as the same kind of array, still on the GPU."""
-        sizes, arrays, scalars = bind(self.contraction, self.built.kernel, self.layout,
-                                      self.sizes, values)
+        sizes, arrays, scalars = bind(self.contraction, self.sizes, values)
         template = first_device_array(values, self.contraction.output)
         if template is None:
             return self._launch(self._prepare(sizes, arrays, scalars), backend)
@@ -149,8 +148,7 @@ class Kernel:
         outside the timing: tensors and scalars passed by name (as in :meth:`run`), else
         random data of the kernel's sizes (``sizes=`` for a symbolic kernel)."""
         if values:
-            bound_sizes, arrays, scalars = bind(self.contraction, self.built.kernel,
-                                                self.layout, self.sizes, values)
+            bound_sizes, arrays, scalars = bind(self.contraction, self.sizes, values)
         else:
             bound_sizes = self._sizes(sizes)
             arrays, scalars = self._random_operands(bound_sizes, seed)

@@ -28,7 +28,6 @@ from .errors import InvalidName
 from .merge import Merging, merge
 from .tree import Read
 
-DTYPES = ("float32", "float64")
 LAYOUTS = ("C", "F")
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -41,15 +42,8 @@ def parse(text: str) -> Operation:
     Raises :class:`ParseError` for malformed text, :class:`InvalidName` for unusable names
     and :class:`IndexUsageError` for an index repeated in the output.
     """
-    if "[" not in text:
-        if "->" in text:
-            return _parse_numpy(text)
-        if "," in text and "=" not in text:
-            raise ParseError(
-                "numpy-style subscripts need '->' and the output indices, e.g. 'ij,jk->ik'",
-                text,
-                len(text),
-            )
+    if "[" not in text and ("->" in text or "=" not in text and text.strip()):
+        return _parse_numpy(text)
     return _Parser(text).operation()
 
 
@@ -243,14 +237,17 @@ def _check_distinct(text: str, indices: tuple[str, ...], positions: tuple[int, .
 
 
 def _parse_numpy(text: str) -> Operation:
-    """``"ik,kj->ij"`` -> ``out[i,j] = A[i,k]*B[k,j]``, operands named A, B, C, ... in order."""
-    arrow = text.index("->")
-    second = text.find("->", arrow + 2)
+    """``"ik,kj->ij"`` -> ``out[i,j] = A[i,k]*B[k,j]``, operands named A, B, C, ... in order.
+
+    Without ``->`` the output is implicit, as in numpy: the indices used exactly once, in
+    alphabetical order (``"ik,kj"`` is ``"ik,kj->ij"``)."""
+    arrow = text.find("->")
+    second = text.find("->", arrow + 2) if arrow != -1 else -1
     if second != -1:
         raise ParseError("numpy-style subscripts have exactly one '->'", text, second, 2)
     reads = []
     start = 0
-    for number, operand in enumerate(text[:arrow].split(",")):
+    for number, operand in enumerate((text if arrow == -1 else text[:arrow]).split(",")):
         if number == _NUMPY_OPERANDS:
             raise ParseError(
                 f"numpy-style subscripts allow at most {_NUMPY_OPERANDS} operands (named A to Z)",
@@ -259,7 +256,12 @@ def _parse_numpy(text: str) -> Operation:
         indices, positions, first = _letters(text, start, operand, f"operand {number + 1}")
         reads.append(Read(chr(ord("A") + number), indices, first, positions))
         start += len(operand) + 1
-    indices, positions, first = _letters(text, arrow + 2, text[arrow + 2:], "the output")
+    if arrow == -1:
+        uses = Counter(index for read in reads for index in read.indices)
+        indices = tuple(sorted(index for index, count in uses.items() if count == 1))
+        positions, first = (len(text),) * len(indices), len(text)
+    else:
+        indices, positions, first = _letters(text, arrow + 2, text[arrow + 2:], "the output")
     _check_not_operand_names(text, reads, indices, positions)
     _check_distinct(text, indices, positions, "out")
     expr = reduce(lambda left, right: Mul(left, right, left.position), reads)

@@ -27,7 +27,7 @@ from .gpus import gpu as find_gpu
 from .lower import lower
 from .model import Model, Prediction
 from .run.cuda import gpu_present
-from .strategies.tiling import fastest_first
+from .strategies.tiling import fastest_first, mapped
 from .strategy import Limits, Parameter, ParamSpace
 
 DEFAULT_STRATEGY = "tiled+staged"
@@ -180,9 +180,10 @@ class Searcher:
                                 f"rank '{strategy}' (compile with it directly instead)")
         wanted = {**(SEARCH_VALUES if restrict else {}), **(values or {})}
         if restrict and "order" not in wanted:  # x on one of the two fastest output indices
-            coalescing = fastest_first(self.program)[:2]
+            coalescing = fastest_first(self.program)[:2]  # none for a rank-0 output
             orders = next(p.values for p in full.parameters if p.name == "order")
-            wanted["order"] = tuple(o for o in orders if o.split(",")[0] in coalescing)
+            wanted["order"] = tuple(o for o in orders
+                                    if not coalescing or mapped(o)[0] in coalescing)
         rank = {name: n for n, name in enumerate(DECISION_ORDER)}
         ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
         self.space = ParamSpace(tuple(

@@ -13,8 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import ir
-from ..contraction import Contraction, infer_sizes
-from ..errors import MissingSize, ShapeMismatch
+from ..contraction import Contraction, check_arguments, infer_sizes
+from ..dtypes import check_array
+from ..errors import MissingArray, ShapeMismatch
 from .device_arrays import is_device_array, to_cupy
 
 
@@ -39,26 +40,22 @@ class Launch:
         return flat.reshape(self.output_shape, order=self.layout)
 
 
-def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
-         fixed_sizes: Mapping[str, int] | None, values: Mapping[str, object]
+def bind(contraction: Contraction, fixed_sizes: Mapping[str, int] | None,
+         values: Mapping[str, object], empty: bool = False
          ) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, float]]:
     """Check user values against the expression: sizes, arrays (numpy, or CuPy views of
-    arrays on a GPU) and scalars."""
-    known = {p.name for p in kernel.params if p.kind != ir.ParamKind.SIZE}
-    unknown = sorted(set(values) - known)
-    if unknown:
-        raise ShapeMismatch(f"unknown argument(s) {', '.join(unknown)}; the kernel takes "
-                            f"{', '.join(sorted(known))}")
+    arrays on a GPU) and scalars. ``empty`` allows axes of extent 0 (nothing to launch)."""
+    check_arguments(contraction, values)
     arrays = {name: _array(name, v) for name, v in values.items()
               if name != contraction.output and name not in contraction.scalars}
     if contraction.output in values:
         arrays[contraction.output] = _array(contraction.output, values[contraction.output])
     missing = [s for s in contraction.scalars if s not in values]
     if missing:
-        raise MissingSize(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
+        raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
                           f"{missing[0]}=1.0")
     scalars = {s: float(values[s]) for s in contraction.scalars}
-    sizes = infer_sizes(contraction, arrays)
+    sizes = infer_sizes(contraction, arrays, empty=empty)
     if fixed_sizes is not None and sizes != dict(fixed_sizes):
         changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
                    if sizes[i] != fixed_sizes[i]]
@@ -96,9 +93,7 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
 def _array(name: str, value: object) -> np.ndarray:
     array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
-    if array.dtype.kind not in "biuf":
-        raise ShapeMismatch(f"{name} has dtype {array.dtype}; treduda computes in float32 or "
-                            "float64, so pass real numbers")
+    check_array(name, array.dtype)
     return array
 
 
