@@ -14,10 +14,11 @@ from . import strategies
 from .ast_build import build
 from .cache import CacheKey, CacheWarning, TuningCache
 from .contraction import Contraction, analyse, infer_sizes, resolve_sizes
+from .dtypes import DTYPES, infer
 from .errors import StrategyError
 from .gpus import gpu as find_gpu
 from .kernel import Kernel
-from .lower import DTYPES, LAYOUTS, lower
+from .lower import LAYOUTS, lower
 from .printer import check_identifiers
 from .search import search
 
@@ -71,14 +72,16 @@ def contract(expr: str, *operands: Any, dtype: str | None = None, layout: str = 
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array.
 
-    Sizes come from the arrays; the dtype is float64 if any array is float64, else float32.
+    Sizes come from the arrays; the dtype is double precision if any array is, complex if
+    any array or scalar is (``alpha=0.5j``), else float32.
     """
     contraction = analyse(expr)
     values = {**_positional(contraction, operands), **values}
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
     sizes = infer_sizes(contraction, arrays)
     if dtype is None:
-        dtype = "float64" if any(a.dtype == np.float64 for a in arrays.values()) else "float32"
+        dtype = infer((a.dtype for a in arrays.values()),
+                      (v for k, v in values.items() if k in contraction.scalars))
     kernel = compile(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params)
     return kernel.run(backend=backend, **values)
 

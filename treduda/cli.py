@@ -12,6 +12,7 @@ from .bench import bench_arguments, bench_command
 from .cache import TuningCache
 from .contraction import analyse, resolve_sizes
 from .demo import demo
+from .dtypes import DTYPES
 from .errors import TredudaError
 from .gpus import table
 from .lower import lower
@@ -89,7 +90,7 @@ def _problem_arguments(command: argparse.ArgumentParser) -> None:
                          help="extent of an index (repeat for each index)")
     command.add_argument("--symbolic", action="store_true",
                          help="make the sizes kernel arguments: one kernel for every size")
-    command.add_argument("--dtype", choices=("float32", "float64"), default="float32")
+    command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
 

@@ -17,6 +17,7 @@ import numpy as np
 from . import ir, reference
 from .ast_build import Built
 from .contraction import Contraction
+from .dtypes import real, uniform
 from .errors import BackendUnavailable, MissingSize, VerificationError
 from .lower import Program
 from .printer import CUDA, OPENCL, Dialect, Printer
@@ -123,7 +124,7 @@ class Kernel:
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
         allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
-        error = np.abs(result.astype(np.float64) - expected)
+        error = np.abs(result - expected)
         outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),
             float(allowed.max(initial=0.0)), sizes)
@@ -165,13 +166,14 @@ class Kernel:
 
     def _random_operands(self, sizes: Mapping[str, int], seed: int
                          ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2)."""
+        """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2) (each part of
+        a complex value)."""
         rng = np.random.default_rng(seed)
         c = self.contraction
         shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
         shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
-        arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
-        return arrays, {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
+        arrays = {t: uniform(rng, -1, 1, s, self.dtype) for t, s in shapes.items()}
+        return arrays, {s: uniform(rng, 0.5, 2.0, (), self.dtype).item() for s in c.scalars}
 
     def _mismatch(self, outcome: reference.Verification, result: np.ndarray,
                   expected: np.ndarray, excess: np.ndarray) -> str:
@@ -253,7 +255,8 @@ class Kernel:
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
             name=self.name, host_arguments=printer.arguments(),
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
-            call_arguments=[p.name for p in params])
+            call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
+            **printer.helpers())
 
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"

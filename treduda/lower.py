@@ -27,7 +27,6 @@ from .contraction import Contraction, Term
 from .errors import InvalidName
 from .tree import Read
 
-DTYPES = ("float32", "float64")
 LAYOUTS = ("C", "F")
 
 

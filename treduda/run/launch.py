@@ -14,6 +14,7 @@ import numpy as np
 
 from .. import ir
 from ..contraction import Contraction, infer_sizes
+from ..dtypes import DTYPES, complex_of, is_complex
 from ..errors import MissingSize, ShapeMismatch
 from .device_arrays import is_device_array, to_cupy
 
@@ -49,15 +50,16 @@ def bind(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     if unknown:
         raise ShapeMismatch(f"unknown argument(s) {', '.join(unknown)}; the kernel takes "
                             f"{', '.join(sorted(known))}")
-    arrays = {name: _array(name, v) for name, v in values.items()
+    arrays = {name: _array(name, v, kernel.dtype) for name, v in values.items()
               if name != contraction.output and name not in contraction.scalars}
     if contraction.output in values:
-        arrays[contraction.output] = _array(contraction.output, values[contraction.output])
+        arrays[contraction.output] = _array(contraction.output, values[contraction.output],
+                                            kernel.dtype)
     missing = [s for s in contraction.scalars if s not in values]
     if missing:
         raise MissingSize(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
                           f"{missing[0]}=1.0")
-    scalars = {s: float(values[s]) for s in contraction.scalars}
+    scalars = {s: _array(s, values[s], kernel.dtype).item() for s in contraction.scalars}
     sizes = infer_sizes(contraction, arrays)
     if fixed_sizes is not None and sizes != dict(fixed_sizes):
         changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
@@ -92,11 +94,15 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout)
 
 
-def _array(name: str, value: object) -> np.ndarray:
+def _array(name: str, value: object, dtype: str) -> np.ndarray:
+    """``value`` as an array, refused where the kernel's ``dtype`` cannot hold its numbers."""
     array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
-    if array.dtype.kind not in "biuf":
-        raise ShapeMismatch(f"{name} has dtype {array.dtype}; treduda computes in float32 or "
-                            "float64, so pass real numbers")
+    if array.dtype.kind not in "biufc":
+        raise ShapeMismatch(f"{name} has dtype {array.dtype}; treduda computes in "
+                            f"{', '.join(DTYPES)}, so pass numbers")
+    if array.dtype.kind == "c" and not is_complex(dtype):
+        raise ShapeMismatch(f"{name} is complex ({array.dtype}) but the kernel computes in "
+                            f"{dtype}; compile with dtype='{complex_of(dtype)}'")
     return array
 
 
