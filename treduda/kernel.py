@@ -165,7 +165,7 @@ class Kernel:
         return dict(self.sizes if sizes is None else sizes)  # {} for a kernel without indices
 
     def _random_operands(self, sizes: Mapping[str, int], seed: int
-                         ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
+                         ) -> tuple[dict[str, np.ndarray], dict[str, float | complex]]:
         """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2) (each part of
         a complex value)."""
         rng = np.random.default_rng(seed)

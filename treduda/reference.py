@@ -51,7 +51,7 @@ def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[
     if absolute:
         arrays = {k: xp.abs(xp.asarray(v)) for k, v in arrays.items()}
         scalars = {k: abs(v) for k, v in scalars.items()}
-    complex_ = any(xp.iscomplexobj(v) for v in [*arrays.values(), *scalars.values()])
+    complex_ = any(np.iscomplexobj(v) for v in [*arrays.values(), *scalars.values()])
     dtype = "complex128" if complex_ else "float64"
     rhs = sum((_term(c, t, arrays, scalars, sizes, absolute, dtype, xp) for t in c.terms),
               xp.zeros(tuple(sizes[i] for i in c.output_indices), dtype=dtype))
