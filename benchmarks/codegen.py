@@ -28,7 +28,7 @@ def main() -> None:
     for row in load(args.suite):
         started = time.perf_counter()
         kernel = treduda.compile(row.expression, row.sizes, layout=row.layout,
-                                 symbolic=args.symbolic)
+                                 dtype=SUITES[args.suite].dtype, symbolic=args.symbolic)
         _ = kernel.cuda_source
         seconds = time.perf_counter() - started
         kernels.append(kernel)

@@ -36,6 +36,7 @@ from typing import Any
 import islpy as isl
 
 from treduda import ir
+from treduda.dtypes import itemsize
 from treduda.errors import StrategyError
 from treduda.lower import Kind, Program, Statement
 from treduda.strategy import (
@@ -49,7 +50,6 @@ from treduda.strategy import (
 )
 
 STAGE_BEFORE, STAGE_COPY, STAGE_AFTER, STAGE_LOAD = 0, 1, 2, 3  # compute is at stage 4
-BYTES = {"float32": 4, "float64": 8}
 
 
 def stageable(program: Program) -> tuple[str, ...]:
@@ -138,7 +138,7 @@ def shared_bytes(program: Program, extents: Mapping[str, int | None],
             if sizes:
                 sizes[-1 if program.layout == "C" else 0] += params["pad"]
             total += math.prod(sizes)
-    return total * BYTES[program.dtype] * (2 if params["double_buffer"] else 1)
+    return total * itemsize(program.dtype) * (2 if params["double_buffer"] else 1)
 
 
 def _mapping(before: Sequence[Strategy]) -> Strategy:

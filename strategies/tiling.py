@@ -33,6 +33,7 @@ from typing import Any
 import islpy as isl
 
 from treduda import ir
+from treduda.dtypes import registers
 from treduda.lower import Kind, Program
 from treduda.strategy import (
     AXES,
@@ -52,7 +53,7 @@ REGISTER_EXTENTS = (1, 2, 4, 8)
 ASSIGNMENTS = ("cyclic", "adjacent")
 STEPS = (0, 4, 8, 16, 32, 64)
 POWERS_OF_TWO = tuple(2**n for n in range(32))
-ACCUMULATOR_BUDGET = 64  # accumulator registers per thread, a quarter of the 255 available
+ACCUMULATOR_BUDGET = 64  # accumulators per thread: a quarter of the 255 registers in float32
 STAGE_COMPUTE = 4  # after a staging strategy's barrier, copies, barrier and next loads (0-3)
 
 
@@ -108,6 +109,7 @@ class Tiled(Strategy):
     def _rules(self, program: Program) -> list[Constraint]:
         limits = self.limits
         groups = max(1, len(program.accumulators))
+        words = registers(program.dtype)
         rules = [
             Constraint(f"at most {limits.threads_per_block} threads per block",
                        ("block_x", "block_y", "block_z"),
@@ -117,6 +119,11 @@ class Tiled(Strategy):
                        ("reg_x", "reg_y", "reg_z"),
                        lambda p: groups * p["reg_x"] * p["reg_y"] * p["reg_z"]
                        <= ACCUMULATOR_BUDGET),
+            Constraint(f"accumulators ({words} register(s) each in {program.dtype}) within "
+                       f"{limits.registers_per_thread} registers per thread",
+                       ("reg_x", "reg_y", "reg_z"),
+                       lambda p: groups * p["reg_x"] * p["reg_y"] * p["reg_z"] * words
+                       <= limits.registers_per_thread),
             Constraint("unrolling needs a step (the whole reduction is too long to unroll)",
                        ("step", "unroll"), lambda p: p["step"] > 0 or not p["unroll"]),
         ]

@@ -97,7 +97,9 @@ def test_bad_options_are_explained(kwargs, error, message):
     ({"A": np.ones((3, 4))}, "B"),
     ({"A": np.ones((3, 4)), "B": np.ones((5, 2))}, "index 'k'"),
     ({"A": np.ones((3, 4)), "B": np.ones((4, 2)), "Z": 1.0}, "unknown argument"),
-    ({"A": np.ones((3, 4)), "B": np.ones((4, 2), dtype=complex)}, "complex"),
+    ({"A": np.ones((3, 4)), "B": np.ones((4, 2), dtype=complex), "dtype": "float64"},
+     "B is complex .* dtype='complex128'"),
+    ({"A": np.ones((3, 4)), "B": np.full((4, 2), "x")}, "B has dtype <U1"),
 ])
 def test_bad_arrays_are_explained(values, message):
     with pytest.raises(treduda.errors.TredudaError, match=message):

@@ -23,6 +23,7 @@ from hypothesis import strategies as st
 
 import treduda
 from treduda import ir
+from treduda.dtypes import DTYPES
 
 INDICES = "abcdefg"  # at most seven distinct indices
 INPUTS = ("A", "B", "D")
@@ -74,7 +75,7 @@ def problems(draw, grouped: bool = False) -> Problem:
         largest = max(sizes, key=sizes.get)
         sizes[largest] = (sizes[largest] + 1) // 2
     return Problem(f"C[{','.join(output)}] {op} {' * '.join(reads)}", sizes,
-                   draw(st.sampled_from("CF")), draw(st.sampled_from(("float32", "float64"))),
+                   draw(st.sampled_from("CF")), draw(st.sampled_from(DTYPES)),
                    draw(st.sampled_from((False, False, True))),
                    draw(st.sampled_from(strategy_names())), draw(st.integers(0, 2**32 - 1)))
 

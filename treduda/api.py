@@ -79,16 +79,18 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
-    Sizes come from the arrays; the dtype is float64 if any array is float64, else float32.
-    Without ``strategy`` or ``params`` the kernel is searched for ``gpu``. It is kept for the
-    process, so a repeated call costs the run, not its generation (see
+    Sizes come from the arrays; the dtype is double precision if any array is, complex if
+    any array or scalar is (``alpha=0.5j``), else float32. Without ``strategy`` or ``params``
+    the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
+    the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
     numpy.einsum gives (zeros, or an empty array).
     """
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
-    computed = compute_dtype({name: array.dtype for name, array in arrays.items()})
+    computed = compute_dtype({name: array.dtype for name, array in arrays.items()},
+                             [v for k, v in values.items() if k in contraction.scalars])
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
@@ -120,7 +122,7 @@ class ContractExpression:
         if self.kernel is not None:
             result = self.kernel.run(backend=self.backend, **values)
         else:
-            sizes, arrays, scalars = bind(c, self.sizes, values, empty=True)
+            sizes, arrays, scalars = bind(c, self.dtype, self.sizes, values, empty=True)
             result = reference.evaluate(c, arrays, scalars, sizes).astype(self.dtype)
         if out is None:
             return result

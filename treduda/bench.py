@@ -114,16 +114,11 @@ class Outcome:
         return {"status": self.status, **record}
 
 
-def dtype_of(suite: str) -> str:
-    """The element type a suite's sizes were chosen for."""
-    return "float64" if suite == "tccg_fp64" else "float32"
-
-
 def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = None) -> list[Case]:
     """The rows of ``suite`` ("all": every suite, rows named suite/id), filtered by ``ids``
     (plain or suite/id) and cut to the first ``limit``; unknown ids are an error, not a skip."""
     names = list(SUITES) if suite == "all" else [suite]
-    cases = [Case(row, dtype_of(s), s, f"{s}/{row.id}" if suite == "all" else "")
+    cases = [Case(row, SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "")
              for s in names for row in load(s)]
     if ids:
         wanted = set(ids)

@@ -4,11 +4,12 @@
 
 For every row, the model's search picks a kernel at the row's full sizes; the kernel is run on
 the GPU on random operands in the row's layout and checked there against ``cupy.einsum`` (and
-``torch.einsum`` when torch is installed) computed in float64 on the same operands; then the
-kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS FP32 path) are each timed with
-CUDA events on those operands. The table gives times, GFLOP/s, ratios (the library's time over
-treduda's: above 1 means treduda is faster), registers and blocks; the summary gives geometric
-means. Without a GPU it says so and exits 0, having timed nothing.
+``torch.einsum`` when torch is installed) computed in float64 (complex128 for complex rows) on
+the same operands; then the kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS
+FP32 path) are each timed with CUDA events on those operands. The table gives times, GFLOP/s,
+ratios (the library's time over treduda's: above 1 means treduda is faster), registers and
+blocks; the summary gives geometric means. Without a GPU it says so and exits 0, having timed
+nothing.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from typing import Any, TextIO
 from . import reference
 from .api import compile
 from .bench import Case, aligned, clip, geometric_mean, number
+from .dtypes import fmas, uniform, wide
 from .errors import BackendUnavailable, TredudaError, VerificationError
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
@@ -136,7 +138,7 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch) -> 
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
                          strategy=best.strategy, params=best.params)
         outcome.grid, outcome.block = kernel.grid, kernel.block
-        outcome.flops = 2 * math.prod(row.sizes.values())
+        outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
         operands = random_operands(kernel, cupy)
         spec = _spec(kernel)
@@ -158,24 +160,27 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch) -> 
 
 
 def random_operands(kernel: Kernel, cupy) -> dict[str, Any]:
-    """Every input uniform in [-0.5, 0.5), on the GPU, stored in the kernel's layout."""
+    """Every input uniform in [-0.5, 0.5) (each part, if complex), on the GPU, stored in the
+    kernel's layout."""
     c = kernel.contraction
     state = cupy.random.RandomState(seed=0)
     arrays = {}
     for tensor, indices in c.inputs.items():
         shape = tuple(kernel.sizes[i] for i in indices)
-        values = state.uniform(-0.5, 0.5, shape).astype(kernel.dtype)
+        values = uniform(state, -0.5, 0.5, shape, kernel.dtype)
         arrays[tensor] = cupy.asfortranarray(values) if kernel.layout == "F" else values
     return arrays
 
 
 def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, torch) -> float:
-    """Run ``kernel`` on ``operands`` and compare with cupy.einsum and torch.einsum in float64,
-    within the rounding bound of :mod:`treduda.reference`; returns the larger error."""
+    """Run ``kernel`` on ``operands`` and compare with cupy.einsum and torch.einsum in float64
+    (complex128 for a complex kernel), within the rounding bound of :mod:`treduda.reference`;
+    returns the larger error."""
     c = kernel.contraction
-    result = kernel.run(backend="cuda", **operands).astype(cupy.float64)
+    precise = wide(kernel.dtype)
+    result = kernel.run(backend="cuda", **operands).astype(precise)
     allowed = reference.tolerance(c, operands, {}, kernel.sizes, kernel.dtype, xp=cupy)
-    inputs = [operands[r.tensor].astype(cupy.float64) for r in c.terms[0].reads]
+    inputs = [operands[r.tensor].astype(precise) for r in c.terms[0].reads]
     expected = {"cupy.einsum": cupy.einsum(spec, *inputs)}
     if torch is not None:
         tensors = [torch.from_dlpack(a) for a in inputs]
@@ -185,7 +190,7 @@ def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, tor
         error = cupy.abs(result - value)
         if not bool(cupy.all(error <= allowed)) or not bool(cupy.all(cupy.isfinite(result))):
             raise VerificationError(f"{kernel.name} ({kernel.expression}) differs from "
-                                    f"{library} in float64: largest error "
+                                    f"{library} in {precise}: largest error "
                                     f"{float(error.max()):.3g}, allowed "
                                     f"{float(allowed.max()):.3g}")
         worst = max(worst, float(error.max()))

@@ -23,6 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
+from .dtypes import DTYPES, real
 from .errors import TredudaError
 
 KIB = 1024
@@ -115,8 +116,11 @@ class Gpu:
 
     def peak_flops(self, dtype: object = "float32") -> float:
         """Peak FMA throughput in FLOP/s (an FMA counts as 2), without tensor cores."""
-        lanes = self.fp64_lanes_per_sm if _precision(dtype) == 64 else self.fp32_lanes_per_sm
-        return 2.0 * lanes * self.sm_count * self.clock_ghz * 1e9
+        return 2.0 * self.fma_lanes(dtype) * self.sm_count * self.clock_ghz * 1e9
+
+    def fma_lanes(self, dtype: object) -> int:
+        """FMA lanes per SM for ``dtype``'s real arithmetic (a complex type's parts)."""
+        return self.fp64_lanes_per_sm if _precision(dtype) == 64 else self.fp32_lanes_per_sm
 
     def warps_per_sm(self) -> int:
         """Resident warps an SM can hold: the occupancy denominator."""
@@ -187,17 +191,20 @@ def _inconsistencies(g: Gpu) -> list[str]:
 
 
 def _precision(dtype: object) -> int:
-    """64 for double precision, 32 for single; accepts strings and numpy dtypes."""
+    """64 for double precision, 32 for single; accepts strings and numpy dtypes, and for a
+    complex type, that of its parts."""
     if not isinstance(dtype, str):
         import numpy
 
         dtype = numpy.dtype(dtype).name
+    if dtype in DTYPES:
+        dtype = real(dtype)
     key = dtype.lower().replace("-", "").replace("_", "")
     if key in ("float32", "fp32", "f32", "float", "single"):
         return 32
     if key in ("float64", "fp64", "f64", "double"):
         return 64
-    raise TredudaError(f"peak_flops: unknown dtype {dtype!r}; use 'float32' or 'float64'")
+    raise TredudaError(f"peak_flops: unknown dtype {dtype!r}; use one of {', '.join(DTYPES)}")
 
 
 def _bytes(n: int) -> str:

@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from . import ir
+from . import dtypes, ir
 from .errors import CompileError, MissingSize
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
@@ -48,8 +48,8 @@ MODELLED = {"tiled", "staged", "thread_per_element"}  # strategies the analytic 
 class Counts:
     """Per thread of the representative block, dynamic (loops multiplied out)."""
 
-    fma: float  # multiplications feeding an add (or a += / -=)
-    flops_other: float
+    fma: float  # multiplications feeding an add (or a += / -=): four real FMAs if complex
+    flops_other: float  # other arithmetic, per part of a complex value
     global_loads: float
     global_stores: float
     shared_loads: float
@@ -96,12 +96,14 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
         return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
                           model.flops)
     clock = g.clock_ghz * 1e9
-    lanes = g.fp64_lanes_per_sm if kernel.dtype == "float64" else g.fp32_lanes_per_sm
+    lanes = g.fma_lanes(kernel.dtype)
     # The busiest SM runs ceil(blocks / SMs) blocks of ceil(threads / 32) warps each.
     warps = math.ceil(blocks / g.sm_count) * math.ceil(threads / g.warp_size)
     waves = math.ceil(blocks / (g.sm_count * occupancy))
     accumulators = sum(local.size for local in kernel.built.kernel.locals if local.name in
                        {accumulator_name(n) for n in range(len(program.accumulators))})
+    # independent FMA chains: one per accumulator, one per part of a complex one
+    chains = accumulators * dtypes.fmas(kernel.dtype) // dtypes.chain(kernel.dtype)
     walked = {
         "fma": warps * c.fma * g.warp_size / lanes / clock,
         "issue": warps * c.instructions / g.schedulers_per_sm / clock,
@@ -109,7 +111,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
         "l2": analytic.get("l2", (c.global_loads + c.global_stores) * blocks * threads
                            * model.bytes / g.l2_bandwidth),  # without a model: no L2 reuse
         "dram": model.compulsory / g.dram_bandwidth,
-        "latency": max(waves * c.fma / max(1, accumulators) * g.fma_latency_cycles / clock,
+        "latency": max(waves * c.fma / max(1, chains) * g.fma_latency_cycles / clock,
                        analytic.get("latency", 0.0)),  # the walk's: its dependent FMAs
     }
     seconds = {r: max(v, floor.get(r, 0.0)) for r, v in walked.items()}
@@ -170,7 +172,7 @@ def _occupancy(g: Gpu, kernel, threads: int, registers: int) -> int:
     """Blocks per SM, with the limits :class:`treduda.model.Model` applies."""
     warps = math.ceil(threads / g.warp_size)
     shared = sum(local.size for local in kernel.built.kernel.locals
-                 if local.space is ir.Space.SHARED) * (8 if kernel.dtype == "float64" else 4)
+                 if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
     unit = g.register_allocation_unit
     per_warp = math.ceil(registers * g.warp_size / unit) * unit
     limits = [g.max_blocks_per_sm, g.max_threads_per_sm // (warps * g.warp_size),
@@ -186,9 +188,8 @@ def _registers(kernel, use_nvcc: bool, arch: str) -> int:
             return _ptxas_registers(kernel.cuda_source, kernel.name, arch)
         except CompileError:  # an architecture this nvcc no longer knows: count conservatively
             pass
-    words = 2 if kernel.dtype == "float64" else 1
-    return BASE_REGISTERS + words * sum(local.size for local in kernel.built.kernel.locals
-                                        if local.space is ir.Space.REGISTER)
+    return BASE_REGISTERS + dtypes.registers(kernel.dtype) * sum(
+        local.size for local in kernel.built.kernel.locals if local.space is ir.Space.REGISTER)
 
 
 @functools.lru_cache(maxsize=64)
@@ -227,7 +228,11 @@ class _Walker:
 
     def __init__(self, kernel, sizes: Mapping[str, int]):
         self.kir = kernel.built.kernel
-        self.bytes = 8 if kernel.dtype == "float64" else 4
+        self.bytes = dtypes.itemsize(kernel.dtype)
+        # Real instructions per IR operation: a complex multiply-add is four FMAs, other
+        # complex arithmetic at least one instruction per part.
+        self.scale = (dtypes.fmas(kernel.dtype), self.bytes // dtypes.itemsize(
+            dtypes.real(kernel.dtype)))
         self.spaces = {local.name: local.space for local in self.kir.locals}
         self.env: dict[str, Any] = {f"N_{index}": extent for index, extent in sizes.items()}
         self.lane_env = dict(self.env)
@@ -274,8 +279,8 @@ class _Walker:
         if isinstance(s.target, ir.Load):
             self._access(s.target, tally, store=True)
         if id(s) not in self.flops:
-            self.flops[id(s)] = _flops(ir.Binary(ir.Op.ADD, s.target, s.value)
-                                       if s.op != "=" else s.value)
+            counted = _flops(ir.Binary(ir.Op.ADD, s.target, s.value) if s.op != "=" else s.value)
+            self.flops[id(s)] = tuple(n * k for n, k in zip(counted, self.scale, strict=True))
         tally.update(dict(zip(("fma", "flops_other"), self.flops[id(s)], strict=True)))
         return tally
 

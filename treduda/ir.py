@@ -194,7 +194,7 @@ class KernelIR:
     """One kernel: its signature, its locals and its body, ready to print in any dialect."""
 
     name: str
-    dtype: str  # "float32" or "float64"
+    dtype: str  # one of treduda.dtypes.DTYPES; complex values are printed as float2 / double2
     index_bits: int  # 32 or 64: the integer type of iterators, sizes and offsets
     params: tuple[Param, ...]
     locals: tuple[Local, ...]

@@ -17,6 +17,7 @@ import numpy as np
 from . import ir, reference
 from .ast_build import INT32_LIMIT, Built
 from .contraction import Contraction
+from .dtypes import real, uniform
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
 from .lower import Program
 from .printer import CUDA, OPENCL, Dialect, Printer
@@ -107,7 +108,7 @@ class Kernel:
         numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
         torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
         are, and the output comes back as the same kind of array, still on the GPU."""
-        sizes, arrays, scalars = bind(self.contraction, self.sizes, values)
+        sizes, arrays, scalars = bind(self.contraction, self.dtype, self.sizes, values)
         template = first_device_array(values, self.contraction.output)
         if template is None:
             return self._launch(self._prepare(sizes, arrays, scalars), backend)
@@ -132,7 +133,7 @@ class Kernel:
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
         allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
-        error = np.abs(result.astype(np.float64) - expected)
+        error = np.abs(result - expected)
         outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),
             float(allowed.max(initial=0.0)), sizes)
@@ -148,7 +149,7 @@ class Kernel:
         outside the timing: tensors and scalars passed by name (as in :meth:`run`), else
         random data of the kernel's sizes (``sizes=`` for a symbolic kernel)."""
         if values:
-            bound_sizes, arrays, scalars = bind(self.contraction, self.sizes, values)
+            bound_sizes, arrays, scalars = bind(self.contraction, self.dtype, self.sizes, values)
         else:
             bound_sizes = self._sizes(sizes)
             arrays, scalars = self._random_operands(bound_sizes, seed)
@@ -172,14 +173,15 @@ class Kernel:
         return dict(self.sizes if sizes is None else sizes)  # {} for a kernel without indices
 
     def _random_operands(self, sizes: Mapping[str, int], seed: int
-                         ) -> tuple[dict[str, np.ndarray], dict[str, float]]:
-        """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2)."""
+                         ) -> tuple[dict[str, np.ndarray], dict[str, float | complex]]:
+        """Inputs (and the old output) uniform in [-1, 1), scalars in [0.5, 2) (each part of
+        a complex value)."""
         rng = np.random.default_rng(seed)
         c = self.contraction
         shapes = {t: tuple(sizes[i] for i in idx) for t, idx in c.inputs.items()}
         shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
-        arrays = {t: rng.uniform(-1, 1, s).astype(self.dtype) for t, s in shapes.items()}
-        return arrays, {s: float(rng.uniform(0.5, 2.0)) for s in c.scalars}
+        arrays = {t: uniform(rng, -1, 1, s, self.dtype) for t, s in shapes.items()}
+        return arrays, {s: uniform(rng, 0.5, 2.0, (), self.dtype).item() for s in c.scalars}
 
     def _mismatch(self, outcome: reference.Verification, result: np.ndarray,
                   expected: np.ndarray, excess: np.ndarray) -> str:
@@ -262,7 +264,8 @@ class Kernel:
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
             name=self.name, host_arguments=printer.arguments(),
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
-            call_arguments=[p.name for p in params])
+            call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
+            **printer.helpers())
 
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"

@@ -4,7 +4,8 @@ complete ones, both in seconds on a described GPU, both naming what limits the k
 A candidate is the ``tiled+staged`` parameter assignment (any strategy chain built from those
 two). Time is bounded per resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 
-* ``fma``      FMA instructions (padding of partial tiles included) / the SMs' FMA lanes
+* ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
+               multiply-add) / the SMs' FMA lanes
 * ``issue``    all warp instructions (FMAs, operand loads, copies) / the warp schedulers
 * ``memory``   load wavefronts (uncoalesced global loads, shared bank conflicts) / the LSUs
 * ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) / L2 BW
@@ -26,6 +27,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from . import dtypes
 from .gpus import Gpu
 from .lower import Kind, Program
 from .strategy import AXES
@@ -72,8 +74,9 @@ class Model:
         self.program, self.gpu, self.values = program, gpu, values
         c = program.contraction
         self.sizes = program.sizes
-        self.bytes = 8 if program.dtype == "float64" else 4
-        self.lanes = gpu.fp64_lanes_per_sm if program.dtype == "float64" else gpu.fp32_lanes_per_sm
+        self.bytes = dtypes.itemsize(program.dtype)
+        self.lanes = gpu.fma_lanes(program.dtype)
+        self.fmas = dtypes.fmas(program.dtype)  # real FMAs per multiply-add
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
@@ -83,7 +86,7 @@ class Model:
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
         self.groups = max(1, len(program.accumulators))
-        self.flops = 2.0 * self.elements * max(self.iterations, 1)
+        self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
         written = self.elements * (2 if c.reads_output or c.op != "=" else 1)
         self.compulsory = (touched + written) * self.bytes
@@ -114,7 +117,7 @@ class Model:
     def _predict(self, o: _Optimist, exact: bool) -> Prediction:
         g = self.gpu
         clock = g.clock_ghz * 1e9
-        per_output = self.iterations / 32  # warp instructions per output element per FMA
+        per_output = self.iterations / 32  # warp multiply-adds per output element
         padded = o.padded_elements()
         blocks = o.blocks()
         threads = o.threads()
@@ -129,11 +132,11 @@ class Model:
         known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
-        loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per FMA
+        loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
         seconds = {
-            "fma": padded * per_output * warp_round * quantise / (g.sm_count * self.lanes / 32)
-            / clock,
-            "issue": padded * per_output * (1 + loads + o.copy_instructions()) * warp_round
+            "fma": padded * per_output * self.fmas * warp_round * quantise
+            / (g.sm_count * self.lanes / 32) / clock,
+            "issue": padded * per_output * (self.fmas + loads + o.copy_instructions()) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             "memory": padded * per_output * sum(o.wavefronts(r) / o.reuse(r) for r in self.reads)
             * warp_round * quantise / g.sm_count / clock,
@@ -345,20 +348,20 @@ class _Optimist:
         return total * buffers * self.m.bytes
 
     def registers(self) -> int:
-        """A conservative register count: accumulators, one operand per read, bookkeeping, and
-        the preloaded next step."""
-        count = self.m.groups * self.registers_tile() + len(self.m.reads) + OPERAND_REGISTERS
+        """A conservative register count: accumulators, one operand per read and the preloaded
+        next step (each element as many registers as its dtype needs), and bookkeeping."""
+        elements = self.m.groups * self.registers_tile() + len(self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-            count += sum(math.ceil(math.prod(self.footprint(r).values()) / threads)
-                         for r in self.m.reads if self.staged(r))
-        return count
+            elements += sum(math.ceil(math.prod(self.footprint(r).values()) / threads)
+                            for r in self.m.reads if self.staged(r))
+        return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
 
     def chain(self) -> float:
         """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
         per step unless the next step is preloaded."""
         g = self.m.gpu
-        fmas = self.m.iterations * g.fma_latency_cycles
+        fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
         if self.decided("step", "preload") and not self.p["preload"]:
             steps = math.ceil(self.m.iterations / (self.p["step"] or 1))

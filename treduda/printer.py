@@ -2,6 +2,10 @@
 
 Everything a dialect changes is a field of :class:`Dialect`; the rest is printed once. Every
 name that reaches the C text is checked here a last time (:func:`check_identifiers`).
+
+Complex kernels hold ``float2`` / ``double2`` values (real part ``.x``, imaginary part ``.y``);
+neither dialect has complex operators, so value arithmetic is printed as calls of the helpers
+of ``templates/complex.j2`` (``td_double2_fma(a, b, c)`` for ``c + a*b``: four real FMAs).
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ import re
 from dataclasses import dataclass
 
 from . import ir
+from .dtypes import is_complex, real
 from .errors import InvalidName
 from .names import RESERVED
 
@@ -29,6 +34,8 @@ class Dialect:
     index_types: dict  # bits -> C integer type
     axes: tuple[str, ...]
     unroll: str  # the hint before a loop to unroll; PoCL's clang warns when it cannot, so none
+    function: str  # qualifiers of the helper functions kernels call
+    vector: str  # a two-element vector from its parts: format string taking type, x and y
     # Close every loop containing a barrier with one more (harmless: such loops run the same
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
@@ -39,7 +46,8 @@ CUDA = Dialect(
     name="cuda", kernel='extern "C" __global__ void __launch_bounds__({threads})',
     global_pointer="", restrict="__restrict__", shared="__shared__",
     barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
-    index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll")
+    index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll",
+    function="__device__ __forceinline__", vector="make_{type}({x}, {y})")
 
 OPENCL = Dialect(
     name="opencl",
@@ -47,9 +55,9 @@ OPENCL = Dialect(
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
-    unroll="", barrier_closes_loops=True)
+    unroll="", function="static inline", vector="({type})({x}, {y})", barrier_closes_loops=True)
 
-C_TYPES = {"float32": "float", "float64": "double"}
+C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
 # C operator precedence, higher binds tighter; calls and atoms bind tightest.
 _PRECEDENCE = {
@@ -59,6 +67,8 @@ _PRECEDENCE = {
     ir.Op.EQ: 9, ir.Op.AND: 5, ir.Op.OR: 4,
 }
 _CALLS = {ir.Op.FLOOR_DIV: "td_floord", ir.Op.MIN: "td_min", ir.Op.MAX: "td_max"}
+_COMPLEX_CALLS = {ir.Op.ADD: "add", ir.Op.SUB: "sub", ir.Op.MUL: "mul"}  # td_<type>_<name>
+_UPDATES = {"+=": ir.Op.ADD, "-=": ir.Op.SUB}
 _ATOM, _UNARY, _SELECT = 16, 14, 3
 
 
@@ -71,6 +81,17 @@ class Printer:
         self.block = block
         self.value_type = C_TYPES[kernel.dtype]
         self.index_type = dialect.index_types[kernel.index_bits]
+        self.complex = is_complex(kernel.dtype)
+
+    def helpers(self) -> dict[str, str]:
+        """What ``templates/complex.j2`` needs to define a complex kernel's arithmetic; the
+        type is empty for a real kernel, which needs none."""
+        if not self.complex:
+            return {"complex_type": ""}
+        part = C_TYPES[real(self.kernel.dtype)]
+        return {"complex_type": self.value_type, "part_type": part,
+                "qualifier": self.dialect.function,
+                "vector": self.dialect.vector.format(type=self.value_type, x="re", y="im")}
 
     def signature(self) -> str:
         d = self.dialect
@@ -105,7 +126,10 @@ class Printer:
         if isinstance(s, ir.Block):
             return [line for child in s.body for line in self.stmt(child, depth)]
         if isinstance(s, ir.Assign):
-            return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
+            if not self.complex:
+                return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
+            value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
+            return [f"{pad}{self.expr(s.target)} = {self.complex_value(value)};"]
         if isinstance(s, ir.Barrier):
             return [f"{pad}{self.dialect.barrier}"]
         if isinstance(s, ir.For):
@@ -155,13 +179,36 @@ class Printer:
             return f"{self._wrap(e.left, p)} {e.op.value} {self._wrap(e.right, p + 1)}", p
         raise TypeError(f"cannot print expression {e!r}")
 
+    def complex_value(self, e: ir.Expr) -> str:
+        """The C text of a value of a complex kernel: arithmetic as helper calls, a product
+        that feeds a sum fused with it; offsets and conditions stay integer expressions."""
+        name = f"td_{self.value_type}"
+        if isinstance(e, ir.Float):
+            return f"{name}({self.literal(e.value)}, {self.literal(0.0)})"
+        if isinstance(e, ir.Binary) and e.op is ir.Op.ADD:
+            for product, other in ((e.right, e.left), (e.left, e.right)):
+                if isinstance(product, ir.Binary) and product.op is ir.Op.MUL:
+                    return (f"{name}_fma({self.complex_value(product.left)}, "
+                            f"{self.complex_value(product.right)}, {self.complex_value(other)})")
+        if isinstance(e, ir.Binary) and e.op in _COMPLEX_CALLS:
+            return (f"{name}_{_COMPLEX_CALLS[e.op]}({self.complex_value(e.left)}, "
+                    f"{self.complex_value(e.right)})")
+        if isinstance(e, ir.Neg):
+            return f"{name}_neg({self.complex_value(e.operand)})"
+        if isinstance(e, ir.Select):
+            return (f"({self._wrap(e.condition, _SELECT + 1)} ? {self.complex_value(e.if_true)}"
+                    f" : {self.complex_value(e.if_false)})")
+        if isinstance(e, (ir.Var, ir.Load)):
+            return self.expr(e)
+        raise TypeError(f"cannot print {e!r} as a complex value")
+
     def _wrap(self, e: ir.Expr, minimum: int) -> str:
         text, precedence = self._expr(e)
         return text if precedence >= minimum else f"({text})"
 
     def literal(self, value: float) -> str:
         text = repr(float(value))
-        return f"{text}f" if self.kernel.dtype == "float32" else text
+        return f"{text}f" if real(self.kernel.dtype) == "float32" else text
 
 
 def check_identifiers(kernel: ir.KernelIR) -> None:

@@ -3,7 +3,9 @@ differ from it.
 
 The tolerance is the classical bound on rounding in a sum of products: every output element may
 be off by a few units of ``eps`` per summand, times the sum of the magnitudes of its summands
-(Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1).
+(Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1). A complex
+multiply-add rounds twice per part (two real FMAs), so complex kernels take twice the steps.
+Complex contractions are evaluated in complex128, real ones in float64.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .contraction import Contraction
+from .dtypes import chain
 from .errors import TredudaError
 
 LETTERS = string.ascii_letters
@@ -38,20 +41,23 @@ class Verification:
 
 def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
              sizes: Mapping[str, int], absolute: bool = False, xp=np) -> np.ndarray:
-    """The contraction in float64: the value the output should hold afterwards.
+    """The contraction in float64 (complex128 if any array or scalar is complex): the value
+    the output should hold afterwards.
 
     With ``absolute``, every array, scalar and coefficient is replaced by its magnitude and
     every difference by a sum: the scale that rounding errors are proportional to. ``xp`` is
     the array module to compute with: numpy, or CuPy for arrays on a GPU.
     """
     if absolute:
-        arrays = {k: xp.abs(xp.asarray(v, dtype=xp.float64)) for k, v in arrays.items()}
+        arrays = {k: xp.abs(xp.asarray(v)) for k, v in arrays.items()}
         scalars = {k: abs(v) for k, v in scalars.items()}
-    rhs = sum((_term(c, t, arrays, scalars, sizes, absolute, xp) for t in c.terms),
-              xp.zeros(tuple(sizes[i] for i in c.output_indices)))
+    complex_ = any(np.iscomplexobj(v) for v in [*arrays.values(), *scalars.values()])
+    dtype = "complex128" if complex_ else "float64"
+    rhs = sum((_term(c, t, arrays, scalars, sizes, absolute, dtype, xp) for t in c.terms),
+              xp.zeros(tuple(sizes[i] for i in c.output_indices), dtype=dtype))
     if c.op == "=":
         return rhs
-    before = xp.asarray(arrays[c.output], dtype=xp.float64)
+    before = xp.asarray(arrays[c.output], dtype=dtype)
     return before + rhs if c.op == "+=" or absolute else before - rhs
 
 
@@ -61,6 +67,7 @@ def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping
     magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
+    steps *= chain(dtype)
     eps = np.finfo(np.dtype(dtype)).eps
     return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
 
@@ -76,15 +83,17 @@ def einsum_spec(term, output_indices) -> str:
     return ",".join("".join(letter[i] for i in r.indices) for r in term.reads) + "->" + present
 
 
-def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool, xp) -> np.ndarray:
-    """One product term, summed over its own indices, broadcast to the output's shape."""
-    operands = [xp.asarray(arrays[r.tensor], dtype=xp.float64) for r in term.reads]
+def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool, dtype: str,
+          xp) -> np.ndarray:
+    """One product term in ``dtype``, summed over its own indices, broadcast to the output's
+    shape."""
+    operands = [xp.asarray(arrays[r.tensor], dtype=dtype) for r in term.reads]
     # numpy needs optimize=True to contract two operands with BLAS instead of its own loop
     options = {"optimize": True} if xp is np else {}
     value = xp.einsum(einsum_spec(term, c.output_indices), *operands, **options) if operands \
         else xp.float64(1.0)
     coefficient = abs(term.coefficient) if absolute else term.coefficient
-    factor = coefficient * float(np.prod([scalars[s] for s in term.scalars]))
+    factor = coefficient * np.prod([scalars[s] for s in term.scalars]).item()
     present = {i for r in term.reads for i in r.indices}
     shape = tuple(sizes[i] if i in present else 1 for i in c.output_indices)
     full = tuple(sizes[i] for i in c.output_indices)

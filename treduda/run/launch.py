@@ -14,8 +14,8 @@ import numpy as np
 
 from .. import ir
 from ..contraction import Contraction, check_arguments, infer_sizes
-from ..dtypes import check_array
-from ..errors import MissingArray, ShapeMismatch
+from ..dtypes import check_array, complex_of, is_complex
+from ..errors import DtypeError, MissingArray, ShapeMismatch
 from .device_arrays import is_device_array, to_cupy
 
 
@@ -40,21 +40,23 @@ class Launch:
         return flat.reshape(self.output_shape, order=self.layout)
 
 
-def bind(contraction: Contraction, fixed_sizes: Mapping[str, int] | None,
+def bind(contraction: Contraction, dtype: str, fixed_sizes: Mapping[str, int] | None,
          values: Mapping[str, object], empty: bool = False
          ) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, float]]:
     """Check user values against the expression: sizes, arrays (numpy, or CuPy views of
-    arrays on a GPU) and scalars. ``empty`` allows axes of extent 0 (nothing to launch)."""
+    arrays on a GPU) and scalars for a kernel computing in ``dtype``. ``empty`` allows axes of
+    extent 0 (nothing to launch)."""
     check_arguments(contraction, values)
-    arrays = {name: _array(name, v) for name, v in values.items()
+    arrays = {name: _array(name, v, dtype) for name, v in values.items()
               if name != contraction.output and name not in contraction.scalars}
     if contraction.output in values:
-        arrays[contraction.output] = _array(contraction.output, values[contraction.output])
+        arrays[contraction.output] = _array(contraction.output, values[contraction.output],
+                                            dtype)
     missing = [s for s in contraction.scalars if s not in values]
     if missing:
         raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
                           f"{missing[0]}=1.0")
-    scalars = {s: float(values[s]) for s in contraction.scalars}
+    scalars = {s: _array(s, values[s], dtype).item() for s in contraction.scalars}
     sizes = infer_sizes(contraction, arrays, empty=empty)
     if fixed_sizes is not None and sizes != dict(fixed_sizes):
         changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
@@ -91,9 +93,13 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout)
 
 
-def _array(name: str, value: object) -> np.ndarray:
+def _array(name: str, value: object, dtype: str) -> np.ndarray:
+    """``value`` as an array, refused where the kernel's ``dtype`` cannot hold its numbers."""
     array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
     check_array(name, array.dtype)
+    if array.dtype.kind == "c" and not is_complex(dtype):
+        raise DtypeError(f"{name} is complex ({array.dtype}) but the kernel computes in "
+                         f"{dtype}; compile with dtype='{complex_of(dtype)}'")
     return array
 
 

@@ -191,8 +191,8 @@ class _Placed:
 def _check_guards(memory: np.ndarray, before: int, size: int, kernel: str,
                   tensor: str) -> None:
     """Raise if any guard element of the output no longer holds the sentinel (bit for bit)."""
-    sentinel = np.array(SENTINEL, dtype=memory.dtype).view(_bits(memory.dtype))
-    changed = memory.view(_bits(memory.dtype)) != sentinel
+    sentinel = np.array([SENTINEL], dtype=memory.dtype).view(np.uint8)
+    changed = (memory.view(np.uint8).reshape(memory.size, -1) != sentinel).any(axis=1)
     below = int(np.count_nonzero(changed[:before]))
     above = int(np.count_nonzero(changed[before + size:]))
     if below or above:
@@ -200,11 +200,6 @@ def _check_guards(memory: np.ndarray, before: int, size: int, kernel: str,
                              ((below, "before"), (above, "after")) if n)
         raise VerificationError(f"kernel {kernel} wrote outside its output {tensor} "
                                 f"({size} elements): {where}")
-
-
-def _bits(dtype: np.dtype) -> np.dtype:
-    """The unsigned integer type of the same width, to compare floats bit for bit."""
-    return np.dtype(f"u{np.dtype(dtype).itemsize}")
 
 
 def _argument_name(kernel, launch: Launch) -> str:

@@ -13,11 +13,18 @@ from dataclasses import dataclass
 
 from ..errors import TredudaError
 
+
+@dataclass(frozen=True)
+class Suite:
+    file: str
+    dtype: str  # the element type its sizes were chosen for, which its source computes in
+
+
 SUITES = {
-    "tccg_fp32": "tccg_fp32.tsv",
-    "tccg_fp64": "tccg_fp64.tsv",
-    "tc": "tensor_comprehensions.tsv",
-    "tapp": "tapp_ccsd_bottlenecks.tsv",
+    "tccg_fp32": Suite("tccg_fp32.tsv", "float32"),
+    "tccg_fp64": Suite("tccg_fp64.tsv", "float64"),
+    "tc": Suite("tensor_comprehensions.tsv", "float32"),
+    "tapp": Suite("tapp_ccsd_bottlenecks.tsv", "complex128"),  # CCSD amplitudes: complex double
 }
 
 
@@ -34,7 +41,7 @@ def load(suite: str) -> list[Row]:
     """The rows of one suite (see :data:`SUITES`)."""
     if suite not in SUITES:
         raise TredudaError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
-    text = importlib.resources.files(__package__).joinpath(SUITES[suite]).read_text()
+    text = importlib.resources.files(__package__).joinpath(SUITES[suite].file).read_text()
     rows = []
     for record in csv.DictReader(text.splitlines(), delimiter="\t"):
         sizes = {k: int(v) for k, v in (p.split("=") for p in record["sizes"].split(","))}
