@@ -66,8 +66,8 @@ class Case:
 
 
 @dataclass
-class Outcome:
-    """What one row measured; ``error`` set means the row FAILED (at ``stage``)."""
+class RowRecord:
+    """Which row a benchmark ran and the candidate its search chose."""
 
     suite: str
     id: str
@@ -77,6 +77,12 @@ class Outcome:
     sizes: dict[str, int]
     strategy: str | None = None
     params: dict[str, Any] | None = None
+
+
+@dataclass
+class Outcome(RowRecord):
+    """What one row measured; ``error`` set means the row FAILED (at ``stage``)."""
+
     predicted_seconds: float | None = None
     gflops: float | None = None
     fraction_of_peak: float | None = None

@@ -23,7 +23,7 @@ from typing import Any, TextIO
 
 from . import reference
 from .api import compile
-from .bench import Case, aligned, clip, geometric_mean, number
+from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 from .dtypes import fmas, uniform, wide
 from .errors import BackendUnavailable, TredudaError, VerificationError
 from .gpus import Gpu
@@ -37,17 +37,9 @@ EXPRESSION_WIDTH = 36
 
 
 @dataclass
-class GpuOutcome:
+class GpuOutcome(RowRecord):
     """One row timed on the GPU; ``error`` set means the row FAILED (at ``stage``)."""
 
-    suite: str
-    id: str
-    expression: str
-    layout: str
-    dtype: str
-    sizes: dict[str, int]
-    strategy: str | None = None
-    params: dict[str, Any] | None = None
     predicted_ms: float | None = None
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
