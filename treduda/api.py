@@ -24,8 +24,8 @@ from .lower import LAYOUTS, lower
 from .printer import check_identifiers
 from .run.launch import bind
 from .search import search
+from .strategy import DEFAULT_STRATEGY
 
-DEFAULT_STRATEGY = "tiled+staged"
 # Node budgets of the search compile() runs: enough for full-size problems to finish; small
 # ones (whose candidates differ by microseconds) stop early with the best found so far.
 SEARCH_NODE_BUDGET = 5000

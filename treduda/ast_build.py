@@ -23,9 +23,8 @@ import islpy as isl
 from . import ir
 from .errors import TredudaError
 from .lower import Program
-from .strategy import MAPPED_DIMS, Role, Scheduled
+from .strategy import AXES, MAPPED_DIMS, Role, Scheduled
 
-AXES = "xyz"
 BLOCK_PARAMS = tuple(f"blockIdx_{a}" for a in AXES)
 THREAD_PARAMS = tuple(f"threadIdx_{a}" for a in AXES)
 _BUILTINS = {

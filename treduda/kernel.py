@@ -4,7 +4,6 @@ it. Built by :func:`treduda.compile`; immutable afterwards."""
 from __future__ import annotations
 
 import functools
-import importlib.metadata
 import importlib.resources
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -16,6 +15,7 @@ import numpy as np
 
 from . import ir, reference
 from .ast_build import INT32_LIMIT, Built
+from .cache import installed_version
 from .contraction import Contraction
 from .dtypes import real, uniform
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
@@ -257,7 +257,7 @@ class Kernel:
             "symbolic: " + ", ".join(p.name for p in params if p.kind == ir.ParamKind.SIZE))
         grid = [printer.expr(g) for g in self.built.grid]
         return _templates().get_template(template).render(
-            version=_version(), expression=self.expression, sizes=sizes,
+            version=installed_version(), expression=self.expression, sizes=sizes,
             merged=self.program.merging.describe(), dtype=self.dtype,
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
@@ -272,13 +272,6 @@ class Kernel:
         merged = self.program.merging.describe()
         return (f"Kernel({self.expression!r}, {self.dtype}, layout={self.layout}, "
                 f"strategy={self.strategy}, {geometry}{f', merged {merged}' if merged else ''})")
-
-
-def _version() -> str:
-    try:
-        return importlib.metadata.version("treduda")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
 
 
 @functools.cache

@@ -28,9 +28,8 @@ from .lower import lower
 from .model import Model, Prediction
 from .run.cuda import gpu_present
 from .strategies.tiling import fastest_first, mapped
-from .strategy import Limits, Parameter, ParamSpace
+from .strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 
-DEFAULT_STRATEGY = "tiled+staged"
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 
 # The values the search tries per decision (a subset of each strategy's values), chosen so a

@@ -29,6 +29,7 @@ from .lower import Program, Statement
 
 MAPPED_DIMS = 6  # block x, y, z and thread x, y, z
 AXES = "xyz"
+DEFAULT_STRATEGY = "tiled+staged"  # what compile() applies and search() explores by default
 
 
 class Role(enum.Enum):
