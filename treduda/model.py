@@ -55,6 +55,15 @@ class Prediction:
 
 
 @dataclass(frozen=True)
+class Compiled:
+    """What ptxas says a generated kernel costs (nvcc -Xptxas -v): registers per thread and
+    bytes of spill stores plus spill loads per thread."""
+
+    registers: int
+    spill_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class _Read:
     """One tensor read inside a reduction: its indices and its memory strides."""
 
@@ -105,9 +114,11 @@ class Model:
                        key=lambda p: p.seconds)
         return self._predict(_Optimist(self, params), exact=False)
 
-    def estimate(self, params: Mapping[str, Any]) -> Prediction:
-        """The predicted time of a complete candidate."""
-        return self._predict(_Optimist(self, params), exact=True)
+    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
+                 ) -> Prediction:
+        """The predicted time of a complete candidate; ``compiled`` (ptxas's report, where nvcc
+        is present) replaces the register estimate and adds the traffic of spills."""
+        return self._predict(_Optimist(self, params, compiled), exact=True)
 
     # -- the resources -------------------------------------------------------------------------
 
@@ -188,8 +199,9 @@ class _Optimist:
     """Derived quantities of a (partial) candidate; open decisions take, factor by factor, the
     allowed value most favourable to the quantity, so every result is a valid lower bound."""
 
-    def __init__(self, model: Model, params: Mapping[str, Any]):
-        self.m, self.p = model, params
+    def __init__(self, model: Model, params: Mapping[str, Any],
+                 compiled: Compiled | None = None):
+        self.m, self.p, self.compiled = model, params, compiled
         self.order = tuple(i for i in params["order"].split(",") if i)
 
     def options(self, name: str) -> tuple:

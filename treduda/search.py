@@ -80,8 +80,13 @@ class Candidate:
         return tuple(Decision(k, v) for k, v in self.params.items())
 
     def key(self) -> tuple:
+        """The search's order of candidates (see :meth:`order`)."""
+        return self.order(self.prediction.seconds, self.params)
+
+    @staticmethod
+    def order(seconds: float, params: Mapping[str, Any]) -> tuple:
         """Order by predicted time; equal times by the parameters' text (deterministic)."""
-        return (self.prediction.seconds, json.dumps(self.params, sort_keys=True))
+        return (seconds, json.dumps(params, sort_keys=True))
 
 
 @dataclass
