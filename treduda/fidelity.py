@@ -29,7 +29,7 @@ from .api import compile
 from .errors import TredudaError
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .model import Compiled
+from .model import Compiled, Prediction
 from .run.nvcc import compile_cuda_batch, nvcc_available
 from .search import Candidate, Searcher
 
@@ -80,9 +80,12 @@ class Outcome:
 
     row: Row
     left_out: str | None = None
-    estimate: float | None = None  # seconds
-    bound: float | None = None
-    binding: str | None = None
+    prediction: Prediction | None = None  # the estimate
+    bound: float | None = None  # seconds
+
+    @property
+    def estimate(self) -> float:
+        return self.prediction.seconds
 
     @property
     def error(self) -> float:
@@ -148,8 +151,7 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
         model = searchers[row.problem].model
         params = model_params(row)
         estimate = model.estimate(params, again.compiled)
-        outcomes.append(Outcome(row, estimate=estimate.seconds,
-                                bound=model.bound(params).seconds, binding=estimate.binding))
+        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(params).seconds))
     return outcomes
 
 
@@ -222,7 +224,7 @@ def suite_rows(outcomes: Sequence[Outcome]) -> list[Outcome]:
 def pick(members: Sequence[Outcome]) -> Pick:
     """The candidate the search ranks first (its order: estimate, then the tie-breaker)."""
     def key(o: Outcome) -> tuple:
-        return Candidate.order(o.estimate, model_params(o.row))
+        return Candidate.order(o.prediction, model_params(o.row))
 
     chosen = min(members, key=key)
     measured = sorted(o.row.measured for o in members)
@@ -260,7 +262,7 @@ def report(outcomes: Sequence[Outcome], summary: Summary) -> str:
         else:
             flag = "  BOUND > MEASURED" if o.bound > o.row.measured else ""
             lines.append(f"{o.row.id:28} {o.row.measured * 1e3:11.3f} {o.estimate * 1e3:11.3f} "
-                         f"{o.error:+7.0%} {o.bound * 1e3:9.3f}  {o.binding}{flag}")
+                         f"{o.error:+7.0%} {o.bound * 1e3:9.3f}  {o.prediction.binding}{flag}")
     s = summary
     lines.append(f"\n{s.kept} rows kept, {s.left_out} left out (code generation changed them "
                  "since they were measured)")
@@ -296,8 +298,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open(args.json, "w") as out:
             json.dump({"summary": asdict(summary),
                        "rows": [{"id": o.row.id, "measured": o.row.measured,
-                                 "estimate": o.estimate, "bound": o.bound,
-                                 "binding": o.binding, "left_out": o.left_out}
+                                 "estimate": o.prediction and o.estimate, "bound": o.bound,
+                                 "binding": o.prediction and o.prediction.binding,
+                                 "left_out": o.left_out}
                                 for o in outcomes]}, out, indent=1)
     return 0
 

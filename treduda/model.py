@@ -34,6 +34,9 @@ LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and esti
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
+# The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
+# Accesses": 1, 2, 4, 8 or 16 bytes per access).
+VECTOR_BYTES = 16
 
 
 @dataclass(frozen=True)
@@ -45,6 +48,10 @@ class Prediction:
     resources: dict[str, float]
     because: str
     flops: float
+    # What ranks equal times (see Candidate.order): LSU wavefronts per FMA (bank conflicts,
+    # uncoalesced loads) and resident warps per SM (latency hiding).
+    wavefronts: float = 0.0
+    warps: int = 0
 
     @property
     def gflops(self) -> float:
@@ -91,6 +98,7 @@ class Model:
         summed_reads = dict.fromkeys(r for term in c.terms if term.summed(self.outputs)
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
+        self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
@@ -104,6 +112,27 @@ class Model:
             strides.setdefault(index, stride)
             stride *= self.sizes[index]
         return strides
+
+    def lines(self, accesses: list[list[int]]) -> int:
+        """Distinct cache lines one warp access touches, given each lane's element offsets:
+        global loads are served per 128-byte line (CUDA C++ Best Practices Guide, "Coalesced
+        Access to Global Memory"), one LSU wavefront each."""
+        line = self.gpu.cache_line_bytes
+        return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+
+    def bank_conflicts(self, accesses: list[list[int]]) -> int:
+        """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
+        the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
+        Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
+        distinct words in one bank are serialised)."""
+        g = self.gpu
+        words_per_value = max(1, self.bytes // g.shared_bank_bytes)
+        banks: dict[int, set[int]] = {}
+        for lane in accesses:
+            for offset in lane:
+                for w in range(offset * words_per_value, (offset + 1) * words_per_value):
+                    banks.setdefault(w % g.shared_banks, set()).add(w)
+        return max((len(words) for words in banks.values()), default=1)
 
     # -- the public face ---------------------------------------------------------------------
 
@@ -136,29 +165,51 @@ class Model:
         waves = math.ceil(blocks / (g.sm_count * occupancy)) if exact else blocks / (
             g.sm_count * occupancy)
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
-        # once the number of blocks is known.
+        # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
+        # number of blocks is known.
         known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per FMA
+        # LSU wavefronts per FMA: operand loads (per warp of 32 lanes: a partial warp costs a
+        # whole one), and copies (counted per warp already)
+        wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
+                      * warp_round + o.copy_wavefronts(exact))
+        stores = padded / 32 * o.store_wavefronts(exact) * warp_round
         seconds = {
             "fma": padded * per_output * warp_round * quantise / (g.sm_count * self.lanes / 32)
             / clock,
             "issue": padded * per_output * (1 + loads + o.copy_instructions()) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
-            "memory": padded * per_output * sum(o.wavefronts(r) / o.reuse(r) for r in self.reads)
-            * warp_round * quantise / g.sm_count / clock,
-            "l2": (sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
-            / g.l2_bandwidth,
+            # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
+            # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
+            # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
+            "memory": (padded * self.iterations * wavefronts + stores) * quantise
+            / g.sm_count / clock,
+            "l2": ((sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
+                   + o.spill_bytes()) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
-            "latency": (math.ceil(waves) if exact else waves) * o.chain() / clock,
+            "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / clock,
         }
         binding = max(seconds, key=seconds.get)
-        # (1 - OVERLAP) * max + OVERLAP * sum grows with every resource, so the bound, built
-        # from lower bounds of each resource, stays below the estimate.
-        total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
+        warps = occupancy * math.ceil(threads / 32)
+        if exact:
+            # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
+            # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
+            # latency_hiding_warps per scheduler the SM issues proportionally less.
+            hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
+            for name in ("fma", "issue", "memory"):
+                seconds[name] /= hidden
+            binding = max(seconds, key=seconds.get)
+            # (1 - OVERLAP) * max + OVERLAP * sum: resources overlap imperfectly (SAAKE).
+            total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
+        else:
+            # The bound: the binding resource alone at its peak, which every completion and
+            # the real GPU must pay at least (Telamon, eqs. 3-9).
+            total = seconds[binding]
         return Prediction(total + LAUNCH_SECONDS, binding, seconds,
-                          self._because(binding, seconds, o), self.flops)
+                          self._because(binding, seconds, o), self.flops,
+                          wavefronts=wavefronts, warps=warps)
 
     def _occupancy(self, o: _Optimist, threads: int) -> int:
         """Blocks per SM: the tightest of the block, thread, shared-memory and register limits."""
@@ -249,29 +300,71 @@ class _Optimist:
     def tiles_decided(self) -> bool:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
-    def wavefronts(self, read: _Read) -> float:
-        """LSU wavefronts per warp load of ``read``: 1 unless what decides it is set (for an
-        open padding, the better of its values)."""
+    def warp(self) -> list[list[dict[str, int]]] | None:
+        """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
+        its registers along x; None while a decision the warp's shape depends on is open.
+
+        Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
+        (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``)."""
+        warp = self.m.gpu.warp_size
+        spanned, lanes = [], 1
+        for n, a in enumerate(AXES):
+            if lanes >= warp:
+                break
+            if not self.decided(f"block_{a}", f"reg_{a}", f"assign_{a}"):
+                return None
+            spanned.append(n)
+            lanes *= self.p[f"block_{a}"]
+        result = []
+        for lane in range(min(lanes, warp)):
+            values, below = [], 1
+            for n in spanned:
+                a = AXES[n]
+                t = lane // below % self.p[f"block_{a}"]
+                below *= self.p[f"block_{a}"]
+                values.append(t * (self.p[f"reg_{a}"] if self.p[f"assign_{a}"] == "adjacent"
+                                   else 1))
+            registers = []
+            for r in range(self.p["reg_x"]):
+                step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
+                point = {i: v for i, v in zip(self.order, values, strict=False)}
+                if self.order:
+                    point[self.order[0]] = values[0] + r * step
+                registers.append(point)
+            result.append(registers)
+        return result
+
+    def wavefronts(self, read: _Read, exact: bool = True) -> float:
+        """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
+        the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
+        distinct words (shared). A thread's registers along x count as one access, as nvcc
+        merges neighbouring ones into vector loads. 1 while what decides it is open (for an
+        open padding, the better of its values).
+
+        Not ``exact`` (for the bound), nvcc may also have merged neighbours along any other
+        index (the reduction's, in an unrolled step) into 16-byte vector accesses, which
+        share one access's wavefronts among up to the values it holds."""
         staged = self.staged(read)
-        if staged is None or not self.order or not self.decided("block_x", "reg_x", "assign_x"):
+        warp = self.warp()
+        if staged is None or warp is None or (staged and not self.tiles_decided()):
             return 1.0
-        x = self.order[0]
-        spread = 1 if self.p["assign_x"] == "cyclic" else self.p["reg_x"]
+        group = warp[0] if self.order and self.order[0] in read.indices else warp[0][:1]
         if staged:
-            if not self.tiles_decided():
-                return 1.0
-            fronts = []
-            for pad in self.options("pad"):
-                stride = self._tile_stride(read, x, pad) * spread
-                fronts.append(math.gcd(stride * self.m.bytes // 4, 32) if stride else 1)
-            return float(min(fronts))
-        stride = read.strides.get(x, 0) * spread * self.m.bytes
-        lanes = min(32, self.p["block_x"])
-        sectors = min(lanes, math.ceil(lanes * stride / 32)) if stride else 1
-        rows = math.ceil(32 / lanes)
-        if len(self.order) > 1 and self.order[1] not in read.indices:
-            rows = 1  # the rows of a warp read the same addresses
-        return max(1.0, sectors * rows / 4)
+            fronts = min(self.m.bank_conflicts([[self._offset(read, p, self.tile_strides(read, pad))
+                                                 for p in lane[:len(group)]] for lane in warp])
+                         for pad in self.options("pad")) / len(group)
+        else:
+            fronts = self.m.lines([[self._offset(read, p, read.strides) for p in lane[:len(group)]]
+                                   for lane in warp]) / len(group)
+        return fronts if exact else min(fronts, fronts * self.m.bytes / VECTOR_BYTES)
+
+    @staticmethod
+    def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
+        return sum(point.get(i, 0) * strides.get(i, 0) for i in dict.fromkeys(read.indices))
+
+    def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
+        """Elements between neighbours along each index in the staged (padded) tile."""
+        return {i: self._tile_stride(read, i, pad) for i in read.indices}
 
     def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
         """Elements between neighbours along ``index`` in the staged (padded) tile."""
@@ -328,6 +421,59 @@ class _Optimist:
                                * (self.p["step"] or 1))
         return per_block_step / fmas_per_block_step
 
+    def copy_wavefronts(self, exact: bool = True) -> float:
+        """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
+        elements of the tile: the global lines they read, the bank conflicts of their stores),
+        0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
+        a wavefront shared by the values of a 16-byte vector access."""
+        if not self.tiles_decided() or "stage" not in self.p:
+            return 0.0
+        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+        lanes = min(self.m.gpu.warp_size, threads)
+        total = 0.0
+        for r in (r for r in self.m.reads if self.staged(r)):
+            extents = self.footprint(r)
+            volume = math.prod(extents.values())
+            fastest = list(r.indices) if self.m.program.layout == "F" else list(
+                reversed(r.indices))
+            elements = []
+            for e in range(min(lanes, volume)):
+                point = {}
+                for i in dict.fromkeys(fastest):
+                    point[i], e = e % extents[i], e // extents[i]
+                elements.append(point)
+            read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
+            write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
+                                               for p in elements]) for pad in self.options("pad"))
+            total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
+        fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
+                               * (self.p["step"] or 1))
+        return total / fmas_per_block_step
+
+    def store_wavefronts(self, exact: bool = True) -> float:
+        """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
+        the bound: each store costs at least one)."""
+        warp = self.warp()
+        if warp is None or not exact:
+            return 1.0
+        out = self.m.output
+        group = warp[0] if self.order else warp[0][:1]
+        return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
+                             for lane in warp]) / len(group)
+
+    def spill_bytes(self) -> float:
+        """Bytes of spilled registers all threads move, stored and reloaded once per step (the
+        main loop holds the live accumulators; ptxas's report, 0 without one). Local memory
+        is cached in L1 and L2 (CUDA C++ Programming Guide, "Local Memory"); a block's spills
+        exceed what L1 keeps beside shared memory, so they are charged to L2."""
+        if not self.compiled or not self.compiled.spill_bytes:
+            return 0.0
+        step = self.p["step"]
+        executions = sum(math.prod(math.ceil(e / step) if step else e for e in extents)
+                         for extents in self.m.summed)
+        return (self.compiled.spill_bytes * self.blocks() * self.threads()
+                * max(1, executions))
+
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
         step loop starts again (with a single step that is two again)."""
@@ -357,8 +503,10 @@ class _Optimist:
         return total * buffers * self.m.bytes
 
     def registers(self) -> int:
-        """A conservative register count: accumulators, one operand per read, bookkeeping, and
-        the preloaded next step."""
+        """ptxas's count where given; else a conservative one: accumulators, one operand per
+        read, bookkeeping, and the preloaded next step."""
+        if self.compiled:
+            return self.compiled.registers
         count = self.m.groups * self.registers_tile() + len(self.m.reads) + OPERAND_REGISTERS
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[f"block_{a}"] for a in AXES)
@@ -366,13 +514,14 @@ class _Optimist:
                          for r in self.m.reads if self.staged(r))
         return count
 
-    def chain(self) -> float:
+    def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
-        per step unless the next step is preloaded."""
+        per step unless the next step is preloaded (not for the bound: nvcc may pipeline the
+        loads of later iterations)."""
         g = self.m.gpu
         fmas = self.m.iterations * g.fma_latency_cycles
         exposed = 0.0
-        if self.decided("step", "preload") and not self.p["preload"]:
+        if exact and self.decided("step", "preload") and not self.p["preload"]:
             steps = math.ceil(self.m.iterations / (self.p["step"] or 1))
             exposed = steps * g.l2_latency_cycles
         return fmas + exposed
