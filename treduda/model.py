@@ -22,7 +22,7 @@ so ``bound <= estimate`` on every path, which ``tests/test_model.py`` checks by 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,9 @@ STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 # The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
 # Accesses": 1, 2, 4, 8 or 16 bytes per access).
 VECTOR_BYTES = 16
+# The decisions the warp-level terms (wavefronts of loads, copies, stores) depend on.
+WARP_DECISIONS = ("order", "step", "stage", "pad",
+                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in "xyz"))
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class Model:
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
+        self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
@@ -334,7 +338,20 @@ class _Optimist:
             result.append(registers)
         return result
 
+    def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
+        """``compute()``, remembered per model for the decisions warp terms depend on (the
+        search asks for the same ones at many nodes)."""
+        key = (name, *extra, *(self.p.get(k) for k in WARP_DECISIONS))
+        terms = self.m._warp_terms
+        if key not in terms:
+            terms[key] = compute()
+        return terms[key]
+
     def wavefronts(self, read: _Read, exact: bool = True) -> float:
+        return self.memo("read", lambda: self._wavefronts(read, exact), read.tensor,
+                         read.indices, exact)
+
+    def _wavefronts(self, read: _Read, exact: bool) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access, as nvcc
@@ -344,10 +361,11 @@ class _Optimist:
         Not ``exact`` (for the bound), nvcc may also have merged neighbours along any other
         index (the reduction's, in an unrolled step) into 16-byte vector accesses, which
         share one access's wavefronts among up to the values it holds."""
+        relief = 1.0 if exact else self.m.bytes / VECTOR_BYTES
         staged = self.staged(read)
         warp = self.warp()
         if staged is None or warp is None or (staged and not self.tiles_decided()):
-            return 1.0
+            return relief
         group = warp[0] if self.order and self.order[0] in read.indices else warp[0][:1]
         if staged:
             fronts = min(self.m.bank_conflicts([[self._offset(read, p, self.tile_strides(read, pad))
@@ -356,7 +374,7 @@ class _Optimist:
         else:
             fronts = self.m.lines([[self._offset(read, p, read.strides) for p in lane[:len(group)]]
                                    for lane in warp]) / len(group)
-        return fronts if exact else min(fronts, fronts * self.m.bytes / VECTOR_BYTES)
+        return fronts * relief
 
     @staticmethod
     def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
@@ -422,6 +440,9 @@ class _Optimist:
         return per_block_step / fmas_per_block_step
 
     def copy_wavefronts(self, exact: bool = True) -> float:
+        return self.memo("copy", lambda: self._copy_wavefronts(exact), exact)
+
+    def _copy_wavefronts(self, exact: bool) -> float:
         """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
         elements of the tile: the global lines they read, the bank conflicts of their stores),
         0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
@@ -445,12 +466,17 @@ class _Optimist:
             read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
             write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
                                                for p in elements]) for pad in self.options("pad"))
+            if not exact:
+                read = write = self.m.bytes / VECTOR_BYTES
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
                                * (self.p["step"] or 1))
         return total / fmas_per_block_step
 
     def store_wavefronts(self, exact: bool = True) -> float:
+        return self.memo("store", lambda: self._store_wavefronts(exact), exact)
+
+    def _store_wavefronts(self, exact: bool) -> float:
         """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
         the bound: each store costs at least one)."""
         warp = self.warp()
