@@ -195,22 +195,23 @@ class Model:
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / clock,
         }
-        binding = max(seconds, key=seconds.get)
         warps = occupancy * math.ceil(threads / 32)
-        if exact:
-            # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
-            # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
-            # latency_hiding_warps per scheduler the SM issues proportionally less.
+        # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
+        # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
+        # latency_hiding_warps per scheduler the SM issues proportionally less. Until the
+        # block is known the bound assumes them hidden (its occupancy is optimistic after).
+        if known:
             hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
-            binding = max(seconds, key=seconds.get)
-            # (1 - OVERLAP) * max + OVERLAP * sum: resources overlap imperfectly (SAAKE).
-            total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
-        else:
-            # The bound: the binding resource alone at its peak, which every completion and
-            # the real GPU must pay at least (Telamon, eqs. 3-9).
-            total = seconds[binding]
+        binding = max(seconds, key=seconds.get)
+        # The estimate: (1 - OVERLAP) * max + OVERLAP * sum, as resources overlap imperfectly
+        # (SAAKE); the bound: the binding resource alone, which every completion and the real
+        # GPU pay at least (Telamon, eqs. 3-9). Each resource of the estimate is at least the
+        # bound's, so the bound stays below.
+        total = seconds[binding]
+        if exact:
+            total += OVERLAP * (sum(seconds.values()) - seconds[binding])
         return Prediction(total + LAUNCH_SECONDS, binding, seconds,
                           self._because(binding, seconds, o), self.flops,
                           wavefronts=wavefronts, warps=warps)
@@ -349,32 +350,43 @@ class _Optimist:
 
     def wavefronts(self, read: _Read, exact: bool = True) -> float:
         return self.memo("read", lambda: self._wavefronts(read, exact), read.tensor,
-                         read.indices, exact)
+                         read.indices, exact, self.p.get("unroll"))
 
     def _wavefronts(self, read: _Read, exact: bool) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access, as nvcc
-        merges neighbouring ones into vector loads. 1 while what decides it is open (for an
-        open padding, the better of its values).
-
-        Not ``exact`` (for the bound), nvcc may also have merged neighbours along any other
-        index (the reduction's, in an unrolled step) into 16-byte vector accesses, which
-        share one access's wavefronts among up to the values it holds."""
-        relief = 1.0 if exact else self.m.bytes / VECTOR_BYTES
+        merges neighbouring ones into vector loads; in a staged tile whose rows are 16-byte
+        aligned it also merges neighbours along the reduction (see :meth:`vectorisable`),
+        and those share one access's wavefronts. The most favourable value while what
+        decides it is open (for an open padding, the better of its values)."""
+        vector = self.m.bytes / VECTOR_BYTES if self.vectorisable(read) else 1.0
         staged = self.staged(read)
         warp = self.warp()
         if staged is None or warp is None or (staged and not self.tiles_decided()):
-            return relief
+            return 1.0 if exact and staged is False else vector
         group = warp[0] if self.order and self.order[0] in read.indices else warp[0][:1]
-        if staged:
-            fronts = min(self.m.bank_conflicts([[self._offset(read, p, self.tile_strides(read, pad))
-                                                 for p in lane[:len(group)]] for lane in warp])
-                         for pad in self.options("pad")) / len(group)
-        else:
-            fronts = self.m.lines([[self._offset(read, p, read.strides) for p in lane[:len(group)]]
-                                   for lane in warp]) / len(group)
-        return fronts * relief
+        if not staged:
+            return self.m.lines([[self._offset(read, p, read.strides) for p in lane[:len(group)]]
+                                 for lane in warp]) / len(group)
+        return min(self.m.bank_conflicts([[self._offset(read, p, self.tile_strides(read, pad))
+                                           for p in lane[:len(group)]] for lane in warp])
+                   * (vector if self._aligned(read, pad) else 1.0)
+                   for pad in self.options("pad")) / len(group)
+
+    def _aligned(self, read: _Read, pad: int) -> bool:
+        """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
+        row = self.tile_strides(read, pad)
+        slowest = max(row.values())
+        return slowest == 1 or all(v * self.m.bytes % VECTOR_BYTES == 0
+                                   for v in row.values() if v > 1)
+
+    def vectorisable(self, read: _Read) -> bool:
+        """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
+        index in memory (and in its tile) is summed and the step's loop is unrolled (or
+        either is still open)."""
+        fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
+        return fastest not in self.m.outputs and self.p.get("unroll", True) is not False
 
     @staticmethod
     def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
