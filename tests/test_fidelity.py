@@ -5,6 +5,7 @@ does. Rows code generation has changed since they were measured are left out."""
 from __future__ import annotations
 
 import dataclasses
+import warnings
 
 import pytest
 from conftest import needs_nvcc
@@ -31,13 +32,12 @@ def test_the_model_ranks_and_bounds_the_measured_kernels():
     assert summary.spaces[GEMM] >= 0.9
     assert summary.median_error <= 0.25
     assert summary.violations == []  # bound <= measured on every row
-    if summary.suite is not None:
+    assert summary.picks[GEMM].ratio <= 1.15  # the search's pick, measured
+    if summary.suite is None:  # code generation changed the TCCG kernels: measure again
+        warnings.warn(f"TCCG rows not ranked: only {summary.suite_rows} remain (a rank "
+                      f"correlation needs {fidelity.MIN_RANKED})", stacklevel=1)
+    else:
         assert summary.suite >= 0.8, f"TCCG rows: rho {summary.suite:.3f}"
-    pick = summary.picks[GEMM]
-    if summary.suite is None or pick.ratio > 1.15:
-        pytest.xfail(f"the checks above hold; open: {summary.suite_rows} TCCG rows remain "
-                     f"(rho needs {fidelity.MIN_RANKED}), the search's GEMM pick {pick.id} is "
-                     f"{pick.ratio:.2f}x the fastest measured (goal 1.15x)")
 
 
 def test_rows_whose_kernel_changed_are_left_out():

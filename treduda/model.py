@@ -6,17 +6,23 @@ two). Time is bounded per resource, as Telamon does (Beaugnon et al., CC 2017, e
 
 * ``fma``      FMA instructions (padding of partial tiles included) / the SMs' FMA lanes
 * ``issue``    all warp instructions (FMAs, operand loads, copies) / the warp schedulers
-* ``memory``   load wavefronts (uncoalesced global loads, shared bank conflicts) / the LSUs
-* ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) / L2 BW
+* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
+               from the addresses warp 0 touches (global: distinct 128-byte lines, so
+               coalescing in either layout; shared: the busiest bank, so padding and conflicts)
+* ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) and the
+               traffic of ptxas's register spills / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads
 
-``bound`` evaluates every resource at the most optimistic value of each open decision,
-separately per factor, so it is below the resource's value for every completion. ``estimate``
-evaluates the same resources exactly (quantised into waves of blocks). Both combine them as the
-binding resource plus a tenth of the others, for imperfect overlap, in the spirit of SAAKE's
-latency/gap emulation (Beaugnon et al., PLDI 2018); that combination grows with every resource,
-so ``bound <= estimate`` on every path, which ``tests/test_model.py`` checks by enumeration.
+Blocks per SM come from threads, shared memory and registers (ptxas's count where given);
+the busiest SM's blocks set the throughput terms (the last wave's tail, idle SMs), and fewer
+resident warps than ``latency_hiding_warps`` per scheduler slow them down. ``bound`` evaluates
+every resource at the most optimistic value of each open decision, separately per factor, so
+it is below the resource's value for every completion, and takes the binding one alone.
+``estimate`` evaluates the same resources exactly and adds a tenth of the others, for
+imperfect overlap, in the spirit of SAAKE's latency/gap emulation (Beaugnon et al., PLDI
+2018); so ``bound <= estimate`` on every path, which ``tests/test_model.py`` checks by
+enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurements.
 """
 
 from __future__ import annotations
@@ -355,24 +361,33 @@ class _Optimist:
     def _wavefronts(self, read: _Read, exact: bool) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
-        distinct words (shared). A thread's registers along x count as one access, as nvcc
-        merges neighbouring ones into vector loads; in a staged tile whose rows are 16-byte
-        aligned it also merges neighbours along the reduction (see :meth:`vectorisable`),
-        and those share one access's wavefronts. The most favourable value while what
-        decides it is open (for an open padding, the better of its values)."""
-        vector = self.m.bytes / VECTOR_BYTES if self.vectorisable(read) else 1.0
+        distinct words (shared). A thread's registers along x count as one access of up to 16
+        bytes (nvcc merges neighbours into vector loads and the measured H100 times show no
+        more conflicts when it cannot), and in a staged tile whose rows are 16-byte aligned,
+        so do neighbours along the reduction (see :meth:`vectorisable`). An access's
+        wavefronts are shared by its values, no fewer than a 16-byte vector's.
+        While what decides it is open, the least any access costs: a wavefront shared by a
+        16-byte vector (for an open padding, the better of its values)."""
+        least = self.m.bytes / VECTOR_BYTES
         staged = self.staged(read)
         warp = self.warp()
         if staged is None or warp is None or (staged and not self.tiles_decided()):
-            return 1.0 if exact and staged is False else vector
-        group = warp[0] if self.order and self.order[0] in read.indices else warp[0][:1]
+            return least
+        values = max(1, VECTOR_BYTES // self.m.bytes)
+        grouped = bool(self.order) and self.order[0] in read.indices
+
+        def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
+            group = warp[0][:values] if grouped else warp[0][:1]
+            offsets = [[self._offset(read, p, strides) for p in lane[:len(group)]]
+                       for lane in warp]
+            fronts = self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
+            return max(least, fronts / len(group) * (least if reduction_vector else 1.0))
+
         if not staged:
-            return self.m.lines([[self._offset(read, p, read.strides) for p in lane[:len(group)]]
-                                 for lane in warp]) / len(group)
-        return min(self.m.bank_conflicts([[self._offset(read, p, self.tile_strides(read, pad))
-                                           for p in lane[:len(group)]] for lane in warp])
-                   * (vector if self._aligned(read, pad) else 1.0)
-                   for pad in self.options("pad")) / len(group)
+            return cost(read.strides, False)
+        vector = self.vectorisable(read)
+        return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
+                   for pad in self.options("pad"))
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
