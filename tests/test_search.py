@@ -29,7 +29,9 @@ def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
     assert found.best.params == reference.best.params
     assert found.best.prediction.seconds == reference.best.prediction.seconds
     assert found.stats.complete
-    assert found.stats.candidates_scored < 0.02 * reference.stats.space_size
+    # The bound is a bound on the real GPU too (tests/test_fidelity.py), hence looser than
+    # one on the estimate alone: GEMM scores 3.1% of its space (was under 2% before issue 12).
+    assert found.stats.candidates_scored < 0.04 * reference.stats.space_size
     assert found.stats.nodes_visited >= found.stats.candidates_scored
     assert sum(found.stats.cuts_per_depth.values()) > 0
 

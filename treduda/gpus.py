@@ -40,6 +40,8 @@ SOURCES: dict[str, str] = {
     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/",
     "CUDA-GUIDE-4": "NVIDIA CUDA C Programming Guide v4.2 (2012): 5.2.3 'Multiprocessor Level' "
     "latencies, 5.4.1 arithmetic throughput table, Appendix F.4 compute capability 2.x",
+    "CUDA-BP": "NVIDIA CUDA C++ Best Practices Guide, 'Coalesced Access to Global Memory': "
+    "L1-cached global loads are serviced in 128-byte cache lines",
     "OCC": "NVIDIA CUDA Occupancy Calculator, 'GPU Data' sheet: register allocation unit size "
     "(64 for cc 2.x, 256 for cc >= 3.0, warp granularity)",
     "H100-WP": "NVIDIA H100 Tensor Core GPU Architecture whitepaper (2022): H100 SXM5 has 132 SMs, "
@@ -72,6 +74,8 @@ SOURCES: dict[str, str] = {
     "DEWING": "M. Dewing, AI_kernels latency/README.md, pointer-chase latencies in cycles "
     "(github.com/markdewing/AI_kernels): L2 / main memory V100 221/460, A100 SXM 210/550, "
     "H100 SXM 291/700, RTX 2000 Ada 214/570, RTX 4090 296/636",
+    "FIT": "fitted to the H100 measurements in benchmarks/data/h100_measured.json (issue #12; "
+    "python benchmarks/model_fidelity.py reports how well the model matches them)",
     "EST": "our own estimate, not a published figure; the comment says how it was derived",
 }
 
@@ -103,6 +107,7 @@ class Gpu:
     shared_per_block_optin: int  # bytes per block with opt-in
     shared_banks: int
     shared_bank_bytes: int
+    cache_line_bytes: int  # L1 line: global loads are served in lines of this many bytes
     dram_bandwidth: float  # bytes/s
     l2_bandwidth: float  # bytes/s, aggregate (see each GPU's comment for how it was obtained)
     l2_bytes: int
@@ -110,6 +115,8 @@ class Gpu:
     l2_latency_cycles: int
     shared_latency_cycles: int
     fma_latency_cycles: int
+    # Fitted: resident warps per scheduler below which latencies are no longer hidden.
+    latency_hiding_warps: float
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -146,7 +153,7 @@ class Gpu:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Gpu)}
 _STR_FIELDS = ("name", "compute_capability")
-_FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth", "l2_bandwidth")
+_FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth", "l2_bandwidth", "latency_hiding_warps")
 
 
 def _validate(g: Gpu) -> None:
@@ -239,6 +246,7 @@ H100 = Gpu(
     shared_per_block_optin=227 * KIB,  # [CUDA-CC] cc 9.0
     shared_banks=32,  # [CUDA-CC] shared memory has 32 banks (cc >= 5.x)
     shared_bank_bytes=4,  # [CUDA-CC] successive 32-bit words map to successive banks
+    cache_line_bytes=128,  # [CUDA-BP] L1 caches global loads in 128-byte lines
     dram_bandwidth=3.35 * TB,  # [H100-DS] HBM3
     # [EST] A100's 5120 B/clk [A100-WP] at 1.98 GHz; no Hopper figure is published.
     l2_bandwidth=5120 * 1.98e9,
@@ -247,6 +255,7 @@ H100 = Gpu(
     l2_latency_cycles=291,  # [DEWING] pointer chase, H100 SXM
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]; same L1/shared design
     fma_latency_cycles=4,  # [EST] 4 on Volta [JIA18] and Ampere [ABDELKHALIK22]
+    latency_hiding_warps=2,  # [FIT] to benchmarks/data/h100_measured.json
 )
 
 A100 = Gpu(
@@ -269,6 +278,7 @@ A100 = Gpu(
     shared_per_block_optin=163 * KIB,  # [CUDA-CC] cc 8.0
     shared_banks=32,  # [CUDA-CC]
     shared_bank_bytes=4,  # [CUDA-CC]
+    cache_line_bytes=128,  # [CUDA-BP]
     dram_bandwidth=2039 * GB,  # [A100-DS] 80GB SXM, HBM2e (the 40GB part has 1555 GB/s)
     l2_bandwidth=5120 * 1.41e9,  # [A100-WP] 5120 B/clk x boost clock: a peak, not measured
     l2_bytes=40 * MIB,  # [A100-WP] 40 MB L2
@@ -277,6 +287,7 @@ A100 = Gpu(
     l2_latency_cycles=200,  # [ABDELKHALIK22] (~210 in [DEWING])
     shared_latency_cycles=23,  # [ABDELKHALIK22] ld.shared
     fma_latency_cycles=4,  # [ABDELKHALIK22] dependent FP32 add/fma
+    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 V100 = Gpu(
@@ -299,6 +310,7 @@ V100 = Gpu(
     shared_per_block_optin=96 * KIB,  # [CUDA-CC] cc 7.0
     shared_banks=32,  # [CUDA-CC]
     shared_bank_bytes=4,  # [CUDA-CC]
+    cache_line_bytes=128,  # [CUDA-BP]
     dram_bandwidth=900 * GB,  # [V100-WP] HBM2
     l2_bandwidth=2048 * 1.53e9,  # [A100-WP] V100's 2048 B/clk x boost clock: a peak
     l2_bytes=6 * MIB,  # [V100-WP] 6144 KB L2
@@ -306,6 +318,7 @@ V100 = Gpu(
     l2_latency_cycles=193,  # [JIA18] L2 hit (221 in [DEWING])
     shared_latency_cycles=19,  # [JIA18]
     fma_latency_cycles=4,  # [JIA18] dependent FFMA
+    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 RTX3070 = Gpu(
@@ -328,6 +341,7 @@ RTX3070 = Gpu(
     shared_per_block_optin=99 * KIB,  # [CUDA-CC] cc 8.6
     shared_banks=32,  # [CUDA-CC]
     shared_bank_bytes=4,  # [CUDA-CC]
+    cache_line_bytes=128,  # [CUDA-BP]
     dram_bandwidth=448 * GB,  # [GA102-WP] 14 Gbps GDDR6 on 256 bits
     # [EST] 3.5x DRAM, the L2:DRAM peak ratio of V100 [A100-WP]; no GA104 figure found.
     l2_bandwidth=3.5 * 448 * GB,
@@ -336,6 +350,7 @@ RTX3070 = Gpu(
     l2_latency_cycles=215,  # [EST] A100 and RTX 2000 Ada in [DEWING] (210, 214)
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]
     fma_latency_cycles=4,  # [EST] A100's value [ABDELKHALIK22]; same FP32 pipeline
+    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 GTX560TI = Gpu(
@@ -360,6 +375,7 @@ GTX560TI = Gpu(
     shared_per_block_optin=48 * KIB,  # [CUDA-GUIDE-4] no opt-in on cc 2.x: same 48 KB
     shared_banks=32,  # [CUDA-GUIDE-4] F.4.3
     shared_bank_bytes=4,  # [CUDA-GUIDE-4] F.4.3
+    cache_line_bytes=128,  # [CUDA-GUIDE-4] F.4.2: L1-cached accesses use 128-byte lines
     dram_bandwidth=128.256 * GB,  # [GTX560TI-SPEC] 4008 MT/s x 256 bit / 8
     # [EST] 3.5x DRAM, the L2:DRAM peak ratio of V100 [A100-WP]; no Fermi figure found.
     l2_bandwidth=3.5 * 128.256 * GB,
@@ -368,6 +384,8 @@ GTX560TI = Gpu(
     l2_latency_cycles=300,  # [EST] half the DRAM latency, about the ratio in [DEWING]
     shared_latency_cycles=50,  # [MEI16] GTX 560 Ti
     fma_latency_cycles=22,  # [CUDA-GUIDE-4] 5.2.3: 'about 22 clock cycles' on 2.x
+    # [CUDA-GUIDE-4] 5.2.3: 22 cycles of latency need 22 warps per SM, 11 per scheduler.
+    latency_hiding_warps=11,
 )
 
 #: The built-in GPUs by short name; :func:`gpu` also accepts their full names and aliases.

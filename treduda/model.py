@@ -7,23 +7,29 @@ two). Time is bounded per resource, as Telamon does (Beaugnon et al., CC 2017, e
 * ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
                multiply-add) / the SMs' FMA lanes
 * ``issue``    all warp instructions (FMAs, operand loads, copies) / the warp schedulers
-* ``memory``   load wavefronts (uncoalesced global loads, shared bank conflicts) / the LSUs
-* ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) / L2 BW
+* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
+               from the addresses warp 0 touches (global: distinct 128-byte lines, so
+               coalescing in either layout; shared: the busiest bank, so padding and conflicts)
+* ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) and the
+               traffic of ptxas's register spills / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads
 
-``bound`` evaluates every resource at the most optimistic value of each open decision,
-separately per factor, so it is below the resource's value for every completion. ``estimate``
-evaluates the same resources exactly (quantised into waves of blocks). Both combine them as the
-binding resource plus a tenth of the others, for imperfect overlap, in the spirit of SAAKE's
-latency/gap emulation (Beaugnon et al., PLDI 2018); that combination grows with every resource,
-so ``bound <= estimate`` on every path, which ``tests/test_model.py`` checks by enumeration.
+Blocks per SM come from threads, shared memory and registers (ptxas's count where given);
+the busiest SM's blocks set the throughput terms (the last wave's tail, idle SMs), and fewer
+resident warps than ``latency_hiding_warps`` per scheduler slow them down. ``bound`` evaluates
+every resource at the most optimistic value of each open decision, separately per factor, so
+it is below the resource's value for every completion, and takes the binding one alone.
+``estimate`` evaluates the same resources exactly and adds a tenth of the others, for
+imperfect overlap, in the spirit of SAAKE's latency/gap emulation (Beaugnon et al., PLDI
+2018); so ``bound <= estimate`` on every path, which ``tests/test_model.py`` checks by
+enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurements.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +42,12 @@ LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and esti
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
+# The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
+# Accesses": 1, 2, 4, 8 or 16 bytes per access).
+VECTOR_BYTES = 16
+# The decisions the warp-level terms (wavefronts of loads, copies, stores) depend on.
+WARP_DECISIONS = ("order", "step", "stage", "pad",
+                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in "xyz"))
 
 
 @dataclass(frozen=True)
@@ -47,6 +59,10 @@ class Prediction:
     resources: dict[str, float]
     because: str
     flops: float
+    # What ranks equal times (see Candidate.order): LSU wavefronts per FMA (bank conflicts,
+    # uncoalesced loads) and resident warps per SM (latency hiding).
+    wavefronts: float = 0.0
+    warps: int = 0
 
     @property
     def gflops(self) -> float:
@@ -54,6 +70,15 @@ class Prediction:
 
     def __str__(self) -> str:
         return f"{self.seconds * 1e3:.3f} ms ({self.gflops:.0f} GFLOP/s), {self.because}"
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What ptxas says a generated kernel costs (nvcc -Xptxas -v): registers per thread and
+    bytes of spill stores plus spill loads per thread."""
+
+    registers: int
+    spill_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -85,6 +110,8 @@ class Model:
         summed_reads = dict.fromkeys(r for term in c.terms if term.summed(self.outputs)
                                      for r in term.reads)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
+        self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
+        self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
@@ -99,6 +126,27 @@ class Model:
             stride *= self.sizes[index]
         return strides
 
+    def lines(self, accesses: list[list[int]]) -> int:
+        """Distinct cache lines one warp access touches, given each lane's element offsets:
+        global loads are served per 128-byte line (CUDA C++ Best Practices Guide, "Coalesced
+        Access to Global Memory"), one LSU wavefront each."""
+        line = self.gpu.cache_line_bytes
+        return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+
+    def bank_conflicts(self, accesses: list[list[int]]) -> int:
+        """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
+        the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
+        Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
+        distinct words in one bank are serialised)."""
+        g = self.gpu
+        words_per_value = max(1, self.bytes // g.shared_bank_bytes)
+        banks: dict[int, set[int]] = {}
+        for lane in accesses:
+            for offset in lane:
+                for w in range(offset * words_per_value, (offset + 1) * words_per_value):
+                    banks.setdefault(w % g.shared_banks, set()).add(w)
+        return max((len(words) for words in banks.values()), default=1)
+
     # -- the public face ---------------------------------------------------------------------
 
     def bound(self, params: Mapping[str, Any]) -> Prediction:
@@ -108,9 +156,11 @@ class Model:
                        key=lambda p: p.seconds)
         return self._predict(_Optimist(self, params), exact=False)
 
-    def estimate(self, params: Mapping[str, Any]) -> Prediction:
-        """The predicted time of a complete candidate."""
-        return self._predict(_Optimist(self, params), exact=True)
+    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
+                 ) -> Prediction:
+        """The predicted time of a complete candidate; ``compiled`` (ptxas's report, where nvcc
+        is present) replaces the register estimate and adds the traffic of spills."""
+        return self._predict(_Optimist(self, params, compiled), exact=True)
 
     # -- the resources -------------------------------------------------------------------------
 
@@ -128,29 +178,52 @@ class Model:
         waves = math.ceil(blocks / (g.sm_count * occupancy)) if exact else blocks / (
             g.sm_count * occupancy)
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
-        # once the number of blocks is known.
+        # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
+        # number of blocks is known.
         known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
+        # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
+        # costs a whole one), and copies (counted per warp already)
+        wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
+                      * warp_round + o.copy_wavefronts(exact))
+        stores = padded / 32 * o.store_wavefronts(exact) * warp_round
         seconds = {
             "fma": padded * per_output * self.fmas * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
             "issue": padded * per_output * (self.fmas + loads + o.copy_instructions()) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
-            "memory": padded * per_output * sum(o.wavefronts(r) / o.reuse(r) for r in self.reads)
-            * warp_round * quantise / g.sm_count / clock,
-            "l2": (sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
-            / g.l2_bandwidth,
+            # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
+            # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
+            # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
+            "memory": (padded * self.iterations * wavefronts + stores) * quantise
+            / g.sm_count / clock,
+            "l2": ((sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
+                   + o.spill_bytes()) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
-            "latency": (math.ceil(waves) if exact else waves) * o.chain() / clock,
+            "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / clock,
         }
+        warps = occupancy * math.ceil(threads / 32)
+        # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
+        # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
+        # latency_hiding_warps per scheduler the SM issues proportionally less. Until the
+        # block is known the bound assumes them hidden (its occupancy is optimistic after).
+        if known:
+            hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
+            for name in ("fma", "issue", "memory"):
+                seconds[name] /= hidden
         binding = max(seconds, key=seconds.get)
-        # (1 - OVERLAP) * max + OVERLAP * sum grows with every resource, so the bound, built
-        # from lower bounds of each resource, stays below the estimate.
-        total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
+        # The estimate: (1 - OVERLAP) * max + OVERLAP * sum, as resources overlap imperfectly
+        # (SAAKE); the bound: the binding resource alone, which every completion and the real
+        # GPU pay at least (Telamon, eqs. 3-9). Each resource of the estimate is at least the
+        # bound's, so the bound stays below.
+        total = seconds[binding]
+        if exact:
+            total += OVERLAP * (sum(seconds.values()) - seconds[binding])
         return Prediction(total + LAUNCH_SECONDS, binding, seconds,
-                          self._because(binding, seconds, o), self.flops)
+                          self._because(binding, seconds, o), self.flops,
+                          wavefronts=wavefronts, warps=warps)
 
     def _occupancy(self, o: _Optimist, threads: int) -> int:
         """Blocks per SM: the tightest of the block, thread, shared-memory and register limits."""
@@ -191,8 +264,9 @@ class _Optimist:
     """Derived quantities of a (partial) candidate; open decisions take, factor by factor, the
     allowed value most favourable to the quantity, so every result is a valid lower bound."""
 
-    def __init__(self, model: Model, params: Mapping[str, Any]):
-        self.m, self.p = model, params
+    def __init__(self, model: Model, params: Mapping[str, Any],
+                 compiled: Compiled | None = None):
+        self.m, self.p, self.compiled = model, params, compiled
         self.order = tuple(i for i in params["order"].split(",") if i)
 
     def options(self, name: str) -> tuple:
@@ -240,29 +314,105 @@ class _Optimist:
     def tiles_decided(self) -> bool:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
-    def wavefronts(self, read: _Read) -> float:
-        """LSU wavefronts per warp load of ``read``: 1 unless what decides it is set (for an
-        open padding, the better of its values)."""
+    def warp(self) -> list[list[dict[str, int]]] | None:
+        """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
+        its registers along x; None while a decision the warp's shape depends on is open.
+
+        Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
+        (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``)."""
+        warp = self.m.gpu.warp_size
+        spanned, lanes = [], 1
+        for n, a in enumerate(AXES):
+            if lanes >= warp:
+                break
+            if not self.decided(f"block_{a}", f"reg_{a}", f"assign_{a}"):
+                return None
+            spanned.append(n)
+            lanes *= self.p[f"block_{a}"]
+        result = []
+        for lane in range(min(lanes, warp)):
+            values, below = [], 1
+            for n in spanned:
+                a = AXES[n]
+                t = lane // below % self.p[f"block_{a}"]
+                below *= self.p[f"block_{a}"]
+                values.append(t * (self.p[f"reg_{a}"] if self.p[f"assign_{a}"] == "adjacent"
+                                   else 1))
+            registers = []
+            for r in range(self.p["reg_x"]):
+                step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
+                point = {i: v for i, v in zip(self.order, values, strict=False)}
+                if self.order:
+                    point[self.order[0]] = values[0] + r * step
+                registers.append(point)
+            result.append(registers)
+        return result
+
+    def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
+        """``compute()``, remembered per model for the decisions warp terms depend on (the
+        search asks for the same ones at many nodes)."""
+        key = (name, *extra, *(self.p.get(k) for k in WARP_DECISIONS))
+        terms = self.m._warp_terms
+        if key not in terms:
+            terms[key] = compute()
+        return terms[key]
+
+    def wavefronts(self, read: _Read, exact: bool = True) -> float:
+        return self.memo("read", lambda: self._wavefronts(read, exact), read.tensor,
+                         read.indices, exact, self.p.get("unroll"))
+
+    def _wavefronts(self, read: _Read, exact: bool) -> float:
+        """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
+        the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
+        distinct words (shared). A thread's registers along x count as one access of up to 16
+        bytes (nvcc merges neighbours into vector loads and the measured H100 times show no
+        more conflicts when it cannot), and in a staged tile whose rows are 16-byte aligned,
+        so do neighbours along the reduction (see :meth:`vectorisable`). An access's
+        wavefronts are shared by its values, no fewer than a 16-byte vector's.
+        While what decides it is open, the least any access costs: a wavefront shared by a
+        16-byte vector (for an open padding, the better of its values)."""
+        least = self.m.bytes / VECTOR_BYTES
         staged = self.staged(read)
-        if staged is None or not self.order or not self.decided("block_x", "reg_x", "assign_x"):
-            return 1.0
-        x = self.order[0]
-        spread = 1 if self.p["assign_x"] == "cyclic" else self.p["reg_x"]
-        if staged:
-            if not self.tiles_decided():
-                return 1.0
-            fronts = []
-            for pad in self.options("pad"):
-                stride = self._tile_stride(read, x, pad) * spread
-                fronts.append(math.gcd(stride * self.m.bytes // 4, 32) if stride else 1)
-            return float(min(fronts))
-        stride = read.strides.get(x, 0) * spread * self.m.bytes
-        lanes = min(32, self.p["block_x"])
-        sectors = min(lanes, math.ceil(lanes * stride / 32)) if stride else 1
-        rows = math.ceil(32 / lanes)
-        if len(self.order) > 1 and self.order[1] not in read.indices:
-            rows = 1  # the rows of a warp read the same addresses
-        return max(1.0, sectors * rows / 4)
+        warp = self.warp()
+        if staged is None or warp is None or (staged and not self.tiles_decided()):
+            return least
+        values = max(1, VECTOR_BYTES // self.m.bytes)
+        grouped = bool(self.order) and self.order[0] in read.indices
+
+        def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
+            group = warp[0][:values] if grouped else warp[0][:1]
+            offsets = [[self._offset(read, p, strides) for p in lane[:len(group)]]
+                       for lane in warp]
+            fronts = self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
+            return max(least, fronts / len(group) * (least if reduction_vector else 1.0))
+
+        if not staged:
+            return cost(read.strides, False)
+        vector = self.vectorisable(read)
+        return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
+                   for pad in self.options("pad"))
+
+    def _aligned(self, read: _Read, pad: int) -> bool:
+        """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
+        row = self.tile_strides(read, pad)
+        slowest = max(row.values())
+        return slowest == 1 or all(v * self.m.bytes % VECTOR_BYTES == 0
+                                   for v in row.values() if v > 1)
+
+    def vectorisable(self, read: _Read) -> bool:
+        """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
+        index in memory (and in its tile) is summed and the step's loop is unrolled (or
+        either is still open)."""
+        fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
+        return fastest not in self.m.outputs and self.p.get("unroll", True) is not False
+
+    @staticmethod
+    def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
+        return sum(point.get(i, 0) * strides.get(i, 0) for i in dict.fromkeys(read.indices))
+
+    def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
+        """Elements between neighbours along each index in the staged (padded) tile."""
+        return {i: self._tile_stride(read, i, pad) for i in read.indices}
 
     def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
         """Elements between neighbours along ``index`` in the staged (padded) tile."""
@@ -319,6 +469,67 @@ class _Optimist:
                                * (self.p["step"] or 1))
         return per_block_step / fmas_per_block_step
 
+    def copy_wavefronts(self, exact: bool = True) -> float:
+        return self.memo("copy", lambda: self._copy_wavefronts(exact), exact)
+
+    def _copy_wavefronts(self, exact: bool) -> float:
+        """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
+        elements of the tile: the global lines they read, the bank conflicts of their stores),
+        0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
+        a wavefront shared by the values of a 16-byte vector access."""
+        if not self.tiles_decided() or "stage" not in self.p:
+            return 0.0
+        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+        lanes = min(self.m.gpu.warp_size, threads)
+        total = 0.0
+        for r in (r for r in self.m.reads if self.staged(r)):
+            extents = self.footprint(r)
+            volume = math.prod(extents.values())
+            fastest = list(r.indices) if self.m.program.layout == "F" else list(
+                reversed(r.indices))
+            elements = []
+            for e in range(min(lanes, volume)):
+                point = {}
+                for i in dict.fromkeys(fastest):
+                    point[i], e = e % extents[i], e // extents[i]
+                elements.append(point)
+            read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
+            write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
+                                               for p in elements]) for pad in self.options("pad"))
+            if not exact:
+                read = write = self.m.bytes / VECTOR_BYTES
+            total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
+        fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
+                               * (self.p["step"] or 1))
+        return total / fmas_per_block_step
+
+    def store_wavefronts(self, exact: bool = True) -> float:
+        return self.memo("store", lambda: self._store_wavefronts(exact), exact)
+
+    def _store_wavefronts(self, exact: bool) -> float:
+        """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
+        the bound: each store costs at least one)."""
+        warp = self.warp()
+        if warp is None or not exact:
+            return 1.0
+        out = self.m.output
+        group = warp[0] if self.order else warp[0][:1]
+        return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
+                             for lane in warp]) / len(group)
+
+    def spill_bytes(self) -> float:
+        """Bytes of spilled registers all threads move, stored and reloaded once per step (the
+        main loop holds the live accumulators; ptxas's report, 0 without one). Local memory
+        is cached in L1 and L2 (CUDA C++ Programming Guide, "Local Memory"); a block's spills
+        exceed what L1 keeps beside shared memory, so they are charged to L2."""
+        if not self.compiled or not self.compiled.spill_bytes:
+            return 0.0
+        step = self.p["step"]
+        executions = sum(math.prod(math.ceil(e / step) if step else e for e in extents)
+                         for extents in self.m.summed)
+        return (self.compiled.spill_bytes * self.blocks() * self.threads()
+                * max(1, executions))
+
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
         step loop starts again (with a single step that is two again)."""
@@ -348,8 +559,11 @@ class _Optimist:
         return total * buffers * self.m.bytes
 
     def registers(self) -> int:
-        """A conservative register count: accumulators, one operand per read and the preloaded
-        next step (each element as many registers as its dtype needs), and bookkeeping."""
+        """ptxas's count where given; else a conservative one: accumulators, one operand per
+        read and the preloaded next step (each element as many registers as its dtype needs),
+        and bookkeeping."""
+        if self.compiled:
+            return self.compiled.registers
         elements = self.m.groups * self.registers_tile() + len(self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[f"block_{a}"] for a in AXES)
@@ -357,13 +571,14 @@ class _Optimist:
                             for r in self.m.reads if self.staged(r))
         return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
 
-    def chain(self) -> float:
+    def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
-        per step unless the next step is preloaded."""
+        per step unless the next step is preloaded (not for the bound: nvcc may pipeline the
+        loads of later iterations)."""
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
-        if self.decided("step", "preload") and not self.p["preload"]:
+        if exact and self.decided("step", "preload") and not self.p["preload"]:
             steps = math.ceil(self.m.iterations / (self.p["step"] or 1))
             exposed = steps * g.l2_latency_cycles
         return fmas + exposed

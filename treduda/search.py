@@ -79,8 +79,17 @@ class Candidate:
         return tuple(Decision(k, v) for k, v in self.params.items())
 
     def key(self) -> tuple:
-        """Order by predicted time; equal times by the parameters' text (deterministic)."""
-        return (self.prediction.seconds, json.dumps(self.params, sort_keys=True))
+        """The search's order of candidates (see :meth:`order`)."""
+        return self.order(self.prediction, self.params)
+
+    @staticmethod
+    def order(prediction: Prediction, params: Mapping[str, Any]) -> tuple:
+        """Order by predicted time; equal times by fewer LSU wavefronts per FMA (bank
+        conflicts, uncoalesced loads: the cost a model is least sure of), then by more
+        resident warps (more latency hidden); the parameters' text only makes the order
+        deterministic where even those agree."""
+        return (prediction.seconds, prediction.wavefronts, -prediction.warps,
+                json.dumps(params, sort_keys=True))
 
 
 @dataclass
