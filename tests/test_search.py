@@ -30,8 +30,9 @@ def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
     assert found.best.prediction.seconds == reference.best.prediction.seconds
     assert found.stats.complete
     # The bound is a bound on the real GPU too (tests/test_fidelity.py), hence looser than
-    # one on the estimate alone: GEMM scores 3.1% of its space (was under 2% before issue 12).
-    assert found.stats.candidates_scored < 0.04 * reference.stats.space_size
+    # one on the estimate alone, and the two-blocks-per-SM rule removes mostly candidates the
+    # bound used to cut: GEMM scores 5.2% of its space (under 2% before issue 12).
+    assert found.stats.candidates_scored < 0.06 * reference.stats.space_size
     assert found.stats.nodes_visited >= found.stats.candidates_scored
     assert sum(found.stats.cuts_per_depth.values()) > 0
 

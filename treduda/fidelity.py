@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .api import compile
-from .errors import TredudaError
+from .errors import StrategyError, TredudaError
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Compiled, Prediction
@@ -69,9 +69,10 @@ class Regenerated:
     """What the current code generator makes of a row: launch geometry and, with nvcc, what
     ptxas says it costs."""
 
-    grid: tuple[int, int, int]
-    block: tuple[int, int, int]
+    grid: tuple[int, int, int] | None
+    block: tuple[int, int, int] | None
     compiled: Compiled | None
+    refused: str | None = None  # why the row's parameters no longer apply, if they do not
 
 
 @dataclass(frozen=True)
@@ -108,19 +109,32 @@ def load(path: str | Path = DATA) -> list[Row]:
 
 
 def regenerate(rows: Sequence[Row]) -> list[Regenerated]:
-    """Each row's kernel generated again; with nvcc, compiled in one batch for its ptxas report."""
-    kernels = [compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
-                       strategy=r.strategy, params=r.params) for r in rows]
-    reports: list[Compiled | None] = [None] * len(rows)
-    if nvcc_available():
-        batch = compile_cuda_batch([k.cuda_source for k in kernels])
-        reports = [Compiled(r[0].registers, r[0].spill_stores + r[0].spill_loads) for r in batch]
-    return [Regenerated(tuple(k.grid_for(r.sizes)), tuple(k.block), c)
-            for r, k, c in zip(rows, kernels, reports, strict=True)]
+    """Each row's kernel generated again; with nvcc, compiled in one batch for its ptxas report.
+    A row whose parameters the current strategies refuse (e.g. an ``order`` naming indices
+    that are merged now) is regenerated as refused."""
+    kernels: dict[int, Any] = {}
+    refused: dict[int, str] = {}
+    for n, r in enumerate(rows):
+        try:
+            kernels[n] = compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
+                                 strategy=r.strategy, params=r.params)
+        except StrategyError as error:
+            reason = str(error).splitlines()[0].split("; choose one of")[0]
+            refused[n] = f"its parameters no longer apply: {reason}"
+    reports: dict[int, Compiled] = {}
+    if nvcc_available() and kernels:
+        batch = compile_cuda_batch([k.cuda_source for k in kernels.values()])
+        reports = {n: Compiled(r[0].registers, r[0].spill_stores + r[0].spill_loads)
+                   for n, r in zip(kernels, batch, strict=True)}
+    return [Regenerated(None, None, None, refused[n]) if n in refused else
+            Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block),
+                        reports.get(n)) for n, r in enumerate(rows)]
 
 
 def changed(row: Row, again: Regenerated) -> str | None:
     """Why the row's measurement no longer describes the regenerated kernel, or None."""
+    if again.refused:
+        return again.refused
     if again.grid != row.grid or again.block != row.block:
         return f"grid x block now {again.grid} x {again.block}, was {row.grid} x {row.block}"
     if again.compiled and abs(again.compiled.registers - row.registers) > (
