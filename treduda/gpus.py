@@ -255,7 +255,7 @@ H100 = Gpu(
     l2_latency_cycles=291,  # [DEWING] pointer chase, H100 SXM
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]; same L1/shared design
     fma_latency_cycles=4,  # [EST] 4 on Volta [JIA18] and Ampere [ABDELKHALIK22]
-    latency_hiding_warps=2,  # [FIT] to benchmarks/data/h100_measured.json
+    latency_hiding_warps=4,  # [FIT] best median error of 1..6 on benchmarks/data/h100_measured.json
 )
 
 A100 = Gpu(
@@ -287,7 +287,7 @@ A100 = Gpu(
     l2_latency_cycles=200,  # [ABDELKHALIK22] (~210 in [DEWING])
     shared_latency_cycles=23,  # [ABDELKHALIK22] ld.shared
     fma_latency_cycles=4,  # [ABDELKHALIK22] dependent FP32 add/fma
-    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
+    latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 V100 = Gpu(
@@ -318,7 +318,7 @@ V100 = Gpu(
     l2_latency_cycles=193,  # [JIA18] L2 hit (221 in [DEWING])
     shared_latency_cycles=19,  # [JIA18]
     fma_latency_cycles=4,  # [JIA18] dependent FFMA
-    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
+    latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 RTX3070 = Gpu(
@@ -350,7 +350,7 @@ RTX3070 = Gpu(
     l2_latency_cycles=215,  # [EST] A100 and RTX 2000 Ada in [DEWING] (210, 214)
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]
     fma_latency_cycles=4,  # [EST] A100's value [ABDELKHALIK22]; same FP32 pipeline
-    latency_hiding_warps=2,  # [EST] H100's fitted value [FIT]; same SM partitions
+    latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
 )
 
 GTX560TI = Gpu(
