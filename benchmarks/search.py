@@ -15,8 +15,8 @@ import json
 import sys
 import time
 
-from treduda.search import Searcher
 from treduda.suites import load
+from treduda.tuning.search import Searcher
 
 GEMM = ("gemm_4096", "C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "C")
 

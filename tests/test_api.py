@@ -22,7 +22,7 @@ from treduda.errors import (
     TredudaError,
 )
 from treduda.run import opencl
-from treduda.search import Searcher
+from treduda.tuning.search import Searcher
 
 RANK0 = [("s[] = A[i]*B[i]", {"i": 37}), ("s[] = alpha*A[i,j]*B[j,i] + beta*s[]",
                                           {"i": 13, "j": 29})]

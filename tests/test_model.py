@@ -8,8 +8,8 @@ import math
 
 import pytest
 
-from treduda.gpus import gpu
-from treduda.search import Searcher
+from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
 # column-major float64, and a contraction with two summed indices.

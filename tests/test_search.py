@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.cache import TuningCache
 from treduda.run.cuda import gpu_present
-from treduda.search import Searcher, search
+from treduda.tuning.cache import TuningCache
+from treduda.tuning.search import Searcher, search
 
 # Spaces small enough to enumerate in CI (tens of thousands of candidates).
 SPACES = [
@@ -98,7 +98,7 @@ def test_a_stale_cache_entry_is_reported_and_searched_again(tmp_path):
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     key = cache.entries()[0].key
     cache.put(key, {"strategy": "tiled+staged", "params": {"block_x": 3}})
-    with pytest.warns(treduda.cache.CacheWarning, match="block_x=3"):
+    with pytest.warns(treduda.tuning.cache.CacheWarning, match="block_x=3"):
         again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     assert again.name == kernel.name
 

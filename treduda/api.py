@@ -12,19 +12,20 @@ from typing import Any
 
 import numpy as np
 
-from . import reference, strategies
-from .ast_build import build
-from .cache import CacheKey, CacheWarning, TuningCache, default_path
-from .contraction import Contraction, analyse, check_arguments, infer_sizes, resolve_sizes
-from .dtypes import check_dtype, compute_dtype
+from . import strategies
+from .codegen.printer import check_identifiers
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
-from .gpus import gpu as find_gpu
+from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes, resolve_sizes
+from .frontend.dtypes import check_dtype, compute_dtype
 from .kernel import Kernel
-from .lower import LAYOUTS, lower
-from .printer import check_identifiers
+from .polyhedral.ast_build import build
+from .polyhedral.lower import LAYOUTS, lower
+from .polyhedral.strategy import DEFAULT_STRATEGY
+from .run import reference
 from .run.launch import bind
-from .search import search
-from .strategy import DEFAULT_STRATEGY
+from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
+from .tuning.gpus import gpu as find_gpu
+from .tuning.search import search
 
 # Node budgets of the search compile() runs: enough for full-size problems to finish; small
 # ones (whose candidates differ by microseconds) stop early with the best found so far.

@@ -13,17 +13,18 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from . import ir, reference
-from .ast_build import INT32_LIMIT, Built
-from .cache import installed_version
-from .contraction import Contraction
-from .dtypes import real, uniform
+from .codegen import ir
+from .codegen.printer import CUDA, OPENCL, Dialect, Printer
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
-from .lower import Program
-from .printer import CUDA, OPENCL, Dialect, Printer
+from .frontend.contraction import Contraction
+from .frontend.dtypes import real, uniform
+from .polyhedral.ast_build import INT32_LIMIT, Built
+from .polyhedral.lower import Program
+from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare
 from .run.timing import REPEATS, WARMUP, Timing
+from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
 BACKENDS = ("opencl", "cuda", "emulator")
@@ -54,7 +55,7 @@ class Kernel:
 
     @property
     def merged(self) -> dict[str, tuple[str, ...]]:
-        """Indices the kernel treats as one (:mod:`treduda.merge`): merged name -> indices."""
+        """Indices the kernel treats as one (:mod:`~treduda.frontend.merge`): merged -> indices."""
         return self.program.merging.merges
 
     @property
@@ -206,7 +207,7 @@ class Kernel:
     def estimate(self, gpu: str = "H100", sizes: Mapping[str, int] | None = None):
         """Predicted time on ``gpu`` from a walk over this kernel's IR (SAAKE-style): what each
         thread executes, its coalescing and bank conflicts, registers from ptxas if present."""
-        from .inspect import estimate_kernel
+        from .tuning.walk import estimate_kernel
 
         return estimate_kernel(self, gpu, sizes=sizes)
 

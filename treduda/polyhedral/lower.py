@@ -1,4 +1,4 @@
-"""Lowering: a validated :class:`~treduda.contraction.Contraction` becomes isl statements.
+"""Lowering: a validated :class:`~treduda.frontend.contraction.Contraction` becomes isl statements.
 
 Every output element gets one register accumulator per group of product terms that share the
 same summed indices (Treduda's strategy 3 reuse of intermediate values), so a program has
@@ -22,11 +22,11 @@ from dataclasses import dataclass, replace
 
 import islpy as isl
 
-from . import ir
-from .contraction import Contraction, Term
-from .errors import InvalidName
-from .merge import Merging, merge
-from .tree import Read
+from ..codegen import ir
+from ..errors import InvalidName
+from ..frontend.contraction import Contraction, Term
+from ..frontend.merge import Merging, merge
+from ..frontend.tree import Read
 
 LAYOUTS = ("C", "F")
 
@@ -46,7 +46,7 @@ class Statement:
     """One isl statement ``name[indices]`` that executes ``body``.
 
     ``accesses`` holds one isl map ``{ name[indices] -> array[...] }`` for every ``ir.Element``
-    of the body, in the order :func:`treduda.ir.elements` lists them (target first); the AST
+    of the body, in the order :func:`treduda.codegen.ir.elements` lists them (target first); the AST
     builder derives each element's index expressions from these, so a strategy redirects an
     access (to a register tile, to shared memory) by replacing its map.
     """
@@ -151,8 +151,8 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
     """Build the isl statements, accesses and initial schedule of ``contraction``.
 
     ``sizes`` maps every index to its extent, or is None for a kernel whose sizes are parameters.
-    Indices that always appear together are merged first (:mod:`treduda.merge`): the program's
-    contraction and sizes are the merged ones.
+    Indices that always appear together are merged first (:mod:`treduda.frontend.merge`): the
+    program's contraction and sizes are the merged ones.
     """
     _check_generated_names(contraction)
     merging = merge(contraction)

@@ -5,7 +5,7 @@
                   [--gpu-time [--repeats 20]]
 
 With ``--gpu-time`` each searched kernel is instead verified and timed on this machine's GPU
-beside cupy.einsum and torch.einsum (see :mod:`treduda.gpu_bench`).
+beside cupy.einsum and torch.einsum (see :mod:`treduda.app.gpu_bench`).
 
 For each row, the model's search chooses a strategy and parameters at the row's full sizes,
 with a node budget so one row cannot run away (the search honours it only once it has scored a
@@ -27,17 +27,17 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from .api import compile
-from .contraction import analyse
-from .errors import CompileError, StrategyError, TredudaError
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .inspect import geometry
-from .merge import merge
-from .run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
-from .run.timing import REPEATS
-from .search import SearchResult, search
-from .suites import SUITES, Row, load, scaled
+from ..api import compile
+from ..errors import CompileError, StrategyError, TredudaError
+from ..frontend.contraction import analyse
+from ..frontend.merge import merge
+from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
+from ..run.timing import REPEATS
+from ..suites import SUITES, Row, load, scaled
+from ..tuning.gpus import Gpu
+from ..tuning.gpus import gpu as find_gpu
+from ..tuning.search import SearchResult, search
+from ..tuning.walk import geometry
 
 DEFAULT_MAX_NODES = 3000
 SUITE_CHOICES = (*SUITES, "all")
@@ -202,8 +202,8 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
 def fitted(expression: str, sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each mapped
     index gets more than half a tile (so its last block is partial), each summed index more
-    than half a step. A mapped index that merges several (:mod:`treduda.merge`) grows by its
-    first one."""
+    than half a step. A mapped index that merges several (:mod:`~treduda.frontend.merge`) grows
+    by its first one."""
     merging = merge(analyse(expression))
     grown = dict(sizes)
     order = [i for i in str(params.get("order", "")).split(",") if i]

@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 import islpy as isl
 
-from . import ir
-from .errors import StrategyError
+from ..codegen import ir
+from ..errors import StrategyError
 from .lower import Program, Statement
 
 MAPPED_DIMS = 6  # block x, y, z and thread x, y, z

@@ -25,8 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from treduda.contraction import analyse, resolve_sizes
 from treduda.errors import TredudaError
+from treduda.frontend.contraction import analyse, resolve_sizes
 
 SCHEMA_VERSION = 1
 """Stored in every row; bump it when the meaning of keys or values changes."""

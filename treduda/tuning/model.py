@@ -27,10 +27,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import dtypes
+from ..frontend import dtypes
+from ..polyhedral.lower import Kind, Program
+from ..polyhedral.strategy import AXES
 from .gpus import Gpu
-from .lower import Kind, Program
-from .strategy import AXES
 
 LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds

@@ -7,17 +7,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import strategies
-from .api import compile
+from .. import strategies
+from ..api import compile
+from ..errors import TredudaError
+from ..frontend.contraction import analyse, resolve_sizes
+from ..frontend.dtypes import DTYPES
+from ..polyhedral.lower import lower
+from ..tuning.cache import TuningCache
+from ..tuning.gpus import table
+from ..tuning.search import MEASURED, search
 from .bench import bench_arguments, bench_command
-from .cache import TuningCache
-from .contraction import analyse, resolve_sizes
 from .demo import demo
-from .dtypes import DTYPES
-from .errors import TredudaError
-from .gpus import table
-from .lower import lower
-from .search import MEASURED, search
 
 
 def _size(text: str) -> tuple[str, int]:

@@ -1,8 +1,8 @@
 """What each thread of a compiled kernel executes, counted by walking its IR (SAAKE-style).
 
-The analytic model (:mod:`treduda.model`) predicts from the strategy's parameters; this module
-reads the code instead (issue #4), so it sees what the parameters do not say: the actual index
-expressions, copies, guards and barriers. The walk makes these choices:
+The analytic model (:mod:`treduda.tuning.model`) predicts from the strategy's parameters; this
+module reads the code instead (issue #4), so it sees what the parameters do not say: the actual
+index expressions, copies, guards and barriers. The walk makes these choices:
 
 * The representative block is ``blockIdx = 0``; control flow (trip counts, guards) follows
   thread (0,0,0), so counts are per thread of a full tile.
@@ -29,11 +29,12 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, ir
-from .errors import CompileError, MissingSize
+from ..codegen import ir
+from ..errors import CompileError, MissingSize
+from ..frontend import dtypes
+from ..polyhedral.lower import accumulator_name, lower
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .lower import accumulator_name, lower
 from .model import LAUNCH_SECONDS, OVERLAP, Model, Prediction
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
@@ -169,7 +170,7 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def _occupancy(g: Gpu, kernel, threads: int, registers: int) -> int:
-    """Blocks per SM, with the limits :class:`treduda.model.Model` applies."""
+    """Blocks per SM, with the limits :class:`treduda.tuning.model.Model` applies."""
     warps = math.ceil(threads / g.warp_size)
     shared = sum(local.size for local in kernel.built.kernel.locals
                  if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
@@ -181,7 +182,7 @@ def _occupancy(g: Gpu, kernel, threads: int, registers: int) -> int:
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
-    from .run.nvcc import nvcc_available
+    from ..run.nvcc import nvcc_available
 
     if use_nvcc and nvcc_available():
         try:
@@ -194,7 +195,7 @@ def _registers(kernel, use_nvcc: bool, arch: str) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _ptxas_registers(source: str, name: str, arch: str) -> int:
-    from .run.nvcc import compile_cuda
+    from ..run.nvcc import compile_cuda
 
     return next(r.registers for r in compile_cuda(source, arch) if r.kernel == name)
 

@@ -19,16 +19,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from . import strategies
-from .contraction import analyse, resolve_sizes
-from .errors import StrategyError
+from .. import strategies
+from ..errors import StrategyError
+from ..frontend.contraction import analyse, resolve_sizes
+from ..polyhedral.lower import lower
+from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
+from ..run.cuda import gpu_present
+from ..strategies.tiling import fastest_first, mapped
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .lower import lower
 from .model import Model, Prediction
-from .run.cuda import gpu_present
-from .strategies.tiling import fastest_first, mapped
-from .strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 
@@ -285,7 +285,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
-    walks their kernel IR (:func:`treduda.inspect.estimate_kernel`), which sees what the
+    walks their kernel IR (:func:`treduda.tuning.walk.estimate_kernel`), which sees what the
     parameters alone do not (guards, index arithmetic, ptxas's registers); it is never below
     the bound, so the re-ranking only ever picks among candidates the search could not cut.
     With ``measure=True`` the best candidates (up to :data:`MEASURED`) are also generated,
@@ -325,7 +325,7 @@ def _measured(result: SearchResult, candidate: Candidate, backend: str) -> Candi
 
 
 def _compiled(result: SearchResult, candidate: Candidate):
-    from .api import compile
+    from ..api import compile
 
     return compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
                    strategy=candidate.strategy, params=candidate.params)
