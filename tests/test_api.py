@@ -5,6 +5,7 @@ the mistake."""
 from __future__ import annotations
 
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -21,6 +22,10 @@ from treduda.errors import (
     StrategyError,
     TredudaError,
 )
+from treduda.frontend import parse
+from treduda.polyhedral import lower
+from treduda.polyhedral.lower import plan
+from treduda.polyhedral.strategy import DEFAULT_STRATEGY
 from treduda.run import opencl
 from treduda.tuning.search import Searcher
 
@@ -59,7 +64,7 @@ def test_a_searched_rank0_kernel_compiles_as_cuda():
 
 @pytest.mark.parametrize(("expr", "sizes"), RANK0, ids=["dot", "trace-scaled"])
 def test_the_rank0_bound_is_below_the_estimate_of_every_candidate(expr, sizes):
-    searcher = Searcher(expr, sizes, restrict=False)
+    searcher = Searcher(plan(expr, sizes), restrict=False)
     points = list(searcher.space.points())
     assert len(points) > 50
     for point in points:
@@ -117,6 +122,27 @@ def test_a_repeated_contract_generates_and_builds_its_kernel_once(monkeypatch):
     assert opencl._program.cache_info().misses == programs + 1
     treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b, strategy="tiled", dtype="float32")
     assert len(builds) == 2  # another dtype is another kernel
+
+
+def _counted(monkeypatch, function) -> list:
+    """Every call of ``function``, from whichever treduda module imported it."""
+    calls: list = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("treduda")]:
+        if getattr(module, function.__name__, None) is function:
+            monkeypatch.setattr(module, function.__name__, counting)
+    return calls
+
+
+def test_an_uncached_searched_compile_parses_once_and_lowers_once(monkeypatch):
+    parses, lowers = _counted(monkeypatch, parse.parse), _counted(monkeypatch, lower.lower)
+    kernel = treduda.compile("C[a,b] = A[a,k]*B[k,b]", {"a": 40, "b": 24, "k": 16}, cache=False)
+    assert kernel.strategy == DEFAULT_STRATEGY  # searched: the cache key and search ran too
+    assert (len(parses), len(lowers)) == (1, 1)
 
 
 def test_contract_expression_is_planned_once_and_called_many_times():

@@ -13,6 +13,7 @@ from conftest import needs_nvcc
 
 import treduda
 from treduda.errors import MissingSize
+from treduda.polyhedral.lower import plan
 from treduda.tuning import walk
 from treduda.tuning.search import Searcher
 
@@ -127,7 +128,7 @@ def test_symbolic_kernels_need_sizes():
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_estimate_is_never_below_the_models_bound(name):
-    model = Searcher(GEMM, CUBE, "H100").model
+    model = Searcher(plan(GEMM, CUBE), "H100").model
     prediction = walk.estimate_kernel(staged(name), "H100", use_nvcc=False)
     assert prediction.seconds >= model.bound(VARIANTS[name]).seconds
     assert set(prediction.resources) == {"fma", "issue", "memory", "l2", "dram", "latency"}
@@ -143,7 +144,7 @@ def test_walking_a_large_kernel_is_quick():
     c = walk.count(k, use_nvcc=False)
     assert time.perf_counter() - started < 3
     assert c.fma * threads(k) == 4096**3
-    model = Searcher(GEMM, sizes, "H100").model
+    model = Searcher(plan(GEMM, sizes), "H100").model
     assert walk.estimate_kernel(k, use_nvcc=False).seconds >= model.bound(
         WINNER_4096).seconds
 

@@ -27,7 +27,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from ..api import compile
+from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.merge import merge
@@ -36,7 +36,7 @@ from ..run.timing import REPEATS
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
-from ..tuning.search import SearchResult, search
+from ..tuning.search import SearchResult
 from ..tuning.walk import geometry
 
 DEFAULT_MAX_NODES = 3000

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from ..api import compile
+from ..api import compile, search
 from ..errors import BackendUnavailable, TredudaError, VerificationError
 from ..frontend.dtypes import fmas, uniform, wide
 from ..kernel import Kernel
@@ -30,7 +30,6 @@ from ..run.cuda import cuda_runtime, registers_cuda, time_calls
 from ..run.timing import REPEATS
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
-from ..tuning.search import search
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 
 EXPRESSION_WIDTH = 36

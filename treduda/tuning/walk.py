@@ -32,7 +32,7 @@ import numpy as np
 from ..codegen import ir
 from ..errors import CompileError, MissingSize
 from ..frontend import dtypes
-from ..polyhedral.lower import accumulator_name, lower
+from ..polyhedral.lower import accumulator_name, plan
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import LAUNCH_SECONDS, OVERLAP, Model, Prediction
@@ -83,7 +83,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
-    program = lower(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
+    program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
         kernel.symbolic) else kernel.program
     model = Model(program, g, {})
     analytic = floor = {}
