@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 
-from treduda.app.bench import main
+from treduda.app.bench_cli import main
 
 if __name__ == "__main__":
     sys.exit(main(["--gpu-time", *sys.argv[1:]]))

@@ -18,7 +18,6 @@ is 1 if any row failed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -32,7 +31,6 @@ from ..errors import CompileError, StrategyError, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.merge import merge
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
-from ..run.timing import REPEATS
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
@@ -464,56 +462,3 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFA
         plot(outcomes, plot_path, f"{title}: predicted fraction of peak on {target.name} "
              f"(search budget {max_nodes} nodes)", log)
     return 1 if any(o.error for o in outcomes) else 0
-
-
-def _ids(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
-    return int(text)
-
-
-def bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `treduda bench` (and of benchmarks/bench.py)."""
-    parser.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
-                        help="the suite to run; all: every suite (rows named suite/id)")
-    parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
-    parser.add_argument("--json", metavar="FILE", help="write every row to this file")
-    parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
-    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
-    parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
-    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_MAX_NODES, metavar="N",
-                        help="the search's node budget per row (default %(default)s)")
-    parser.add_argument("--gpu-time", action="store_true",
-                        help="time each searched kernel on this machine's GPU beside "
-                             "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
-                             "it says so and times nothing)")
-    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
-                        help="timed launches per kernel with --gpu-time (default %(default)s)")
-
-
-def bench_command(args: argparse.Namespace) -> int:
-    """Run `treduda bench` from parsed arguments."""
-    cases = select(args.suite, args.ids, args.limit)
-    if args.gpu_time:
-        from . import gpu_bench
-
-        return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
-                             repeats=max(1, args.repeats), json_path=args.json,
-                             plot_path=args.plot, title=args.suite)
-    return run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
-               plot_path=args.plot, title=args.suite)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
-    bench_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return bench_command(args)
-    except TredudaError as error:
-        print(f"bench: error: {error}", file=sys.stderr)
-        return 2

@@ -14,7 +14,7 @@ from ..frontend.dtypes import DTYPES
 from ..polyhedral.lower import plan
 from ..tuning.cache import TuningCache
 from ..tuning.gpus import table
-from .bench import bench_arguments, bench_command
+from .bench_cli import bench_arguments, bench_command
 from .demo import demo
 
 

@@ -19,10 +19,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import strategies
 from ..errors import StrategyError
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
+from ..strategies import get as get_strategy
 from ..strategies.tiling import fastest_first, mapped
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
@@ -164,7 +164,7 @@ class Searcher:
                         sm_count=self.gpu.sm_count,
                         shared_per_block=self.gpu.shared_per_block,
                         registers_per_thread=self.gpu.max_registers_per_thread)
-        self.strategy = strategies.get(strategy, limits)
+        self.strategy = get_strategy(strategy, limits)
         full = self.strategy.space(self.program)
         if not {"order", "step", "stage"} <= {p.name for p in full.parameters}:
             raise StrategyError(f"the model predicts only tiled+staged candidates; search cannot "
