@@ -4,6 +4,7 @@ the mistake."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 
@@ -227,3 +228,19 @@ def test_option_errors_keep_their_old_classes():
         treduda.compile("C[i] = A[i,k]", {"i": 4, "K": 3})
     with pytest.raises(ArgumentError, match="did you mean 'x'"):
         treduda.compile("C[i] = x[i]", {"i": 4}, strategy="tiled").run(X=np.ones(4))
+
+
+def test_a_kernel_and_its_schedule_hand_out_read_only_parameters():
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 20, "j": 12, "k": 8},
+                             strategy="tiled", params={"block_x": 4})
+    scheduled = treduda.strategies.get("tiled").apply(kernel.program, {"block_x": 4})
+    for params in (kernel.params, scheduled.params):
+        with pytest.raises(TypeError):
+            params["block_x"] = 8  # type: ignore[index]
+        assert params["block_x"] == 4
+    copy = dict(kernel.params)  # a copy is an ordinary dict: JSON, the cache and edits take it
+    copy["block_x"] = 8
+    assert json.loads(json.dumps(copy))["block_x"] == 8 and kernel.params["block_x"] == 4
+    assert dict(scheduled.params) == dict(kernel.params)
+    assert treduda.compile(kernel.expression, kernel.sizes, strategy=kernel.strategy,
+                           params=kernel.params).name == kernel.name  # replayed as given

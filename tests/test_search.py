@@ -3,17 +3,18 @@ while scoring a small fraction of it; what it returns compiles, verifies and rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 import treduda
-from treduda.api import search
+from treduda.api import _reranked, search
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.tuning.cache import TuningCache
-from treduda.tuning.search import Searcher
+from treduda.tuning.search import Searcher, search_program
 
 # Spaces small enough to enumerate in CI (tens of thousands of candidates).
 SPACES = [
@@ -69,6 +70,18 @@ def test_measuring_runs_and_checks_the_best_candidates():
     saved = json.loads(result.to_json())
     assert saved["measured_seconds"] == result.best.measured
     assert saved["seconds"] == result.best.prediction.seconds  # the prediction, kept apart
+
+
+def test_re_ranking_returns_a_new_result_and_leaves_the_searched_one_alone():
+    program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40})
+    found = search_program(program, "A100")
+    before = (found.best, found.candidates)
+    walked = _reranked(program, found, refine=2, measure=False)
+    assert walked.best.walked is not None and walked.candidates == found.candidates
+    assert (found.best, found.candidates) == before and found.best.walked is None
+    assert isinstance(found.candidates, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.best = walked.best  # type: ignore[misc]
 
 
 def test_the_cache_keeps_measured_times_apart_from_predicted_ones(tmp_path):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
@@ -20,6 +20,7 @@ from .frontend.contraction import Contraction
 from .frontend.dtypes import real, uniform
 from .polyhedral.ast_build import INT32_LIMIT, Built
 from .polyhedral.lower import Program
+from .polyhedral.strategy import read_only
 from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare
@@ -38,7 +39,10 @@ class Kernel:
     program: Program
     built: Built
     strategy: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any]  # read-only once made
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", read_only(self.params))
 
     @property
     def name(self) -> str:

@@ -98,9 +98,10 @@ class SearchStats:
                 f"cuts: {cuts or 'none'}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
-    """The winner, the candidates scored on the way, and how the search went."""
+    """The winner, the candidates scored on the way, and how the search went; re-ranking
+    (walked or measured winners) returns a new result."""
 
     expression: str
     sizes: dict[str, int]
@@ -108,7 +109,7 @@ class SearchResult:
     layout: str
     gpu: Gpu
     best: Candidate
-    candidates: list[Candidate]
+    candidates: tuple[Candidate, ...]
     stats: SearchStats
 
     def top(self, n: int = 10) -> list[Candidate]:
@@ -267,7 +268,7 @@ class Searcher:
     def _result(self, best, scored, stats) -> SearchResult:
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
-                            self.gpu, best, scored, stats)
+                            self.gpu, best, tuple(scored), stats)
 
 
 def search_program(program: Program, gpu: str | Gpu = "H100", *,
