@@ -15,8 +15,9 @@ import json
 import sys
 import time
 
-from treduda.search import Searcher
+from treduda.polyhedral.lower import plan
 from treduda.suites import load
+from treduda.tuning.search import Searcher
 
 GEMM = ("gemm_4096", "C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "C")
 
@@ -46,7 +47,7 @@ def main() -> None:
     print(header)
     for name, expression, sizes, layout in cases(args.cases.split(",")):
         print(f"  {name}: searching...", file=sys.stderr)
-        searcher = Searcher(expression, sizes, args.gpu, layout=layout)
+        searcher = Searcher(plan(expression, sizes, layout), args.gpu)
         started = time.perf_counter()
         found = searcher.branch_and_bound()
         searched = time.perf_counter() - started

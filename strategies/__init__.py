@@ -1,11 +1,11 @@
 """The built-in strategies, installed as ``treduda.strategies``.
 
 Importing this package registers them; third-party strategies register themselves the same way,
-with the :func:`treduda.strategy.register` class decorator. Chain strategies with '+'
+with the :func:`treduda.polyhedral.strategy.register` class decorator. Chain strategies with '+'
 (``"tiled+staged"``) to compose a thread mapping with shared-memory staging.
 """
 
-from treduda.strategy import Composite, Strategy, available, get, register
+from treduda.polyhedral.strategy import Composite, Strategy, available, get, register
 
 from .staging import Staged
 from .tiling import ThreadPerElement, Tiled

@@ -35,11 +35,11 @@ from typing import Any
 
 import islpy as isl
 
-from treduda import ir
-from treduda.dtypes import itemsize
+from treduda.codegen import ir
 from treduda.errors import StrategyError
-from treduda.lower import Kind, Program, Statement
-from treduda.strategy import (
+from treduda.frontend.dtypes import itemsize
+from treduda.polyhedral.lower import Kind, Program, Statement
+from treduda.polyhedral.strategy import (
     Constraint,
     Parameter,
     ParamSpace,

@@ -32,10 +32,10 @@ from typing import Any
 
 import islpy as isl
 
-from treduda import ir
-from treduda.dtypes import registers
-from treduda.lower import Kind, Program
-from treduda.strategy import (
+from treduda.codegen import ir
+from treduda.frontend.dtypes import registers
+from treduda.polyhedral.lower import Kind, Program
+from treduda.polyhedral.strategy import (
     AXES,
     Constraint,
     Parameter,

@@ -4,7 +4,9 @@ the mistake."""
 
 from __future__ import annotations
 
+import json
 import re
+import sys
 
 import numpy as np
 import pytest
@@ -21,8 +23,12 @@ from treduda.errors import (
     StrategyError,
     TredudaError,
 )
+from treduda.frontend import parse
+from treduda.polyhedral import lower
+from treduda.polyhedral.lower import plan
+from treduda.polyhedral.strategy import DEFAULT_STRATEGY
 from treduda.run import opencl
-from treduda.search import Searcher
+from treduda.tuning.search import Searcher
 
 RANK0 = [("s[] = A[i]*B[i]", {"i": 37}), ("s[] = alpha*A[i,j]*B[j,i] + beta*s[]",
                                           {"i": 13, "j": 29})]
@@ -59,7 +65,7 @@ def test_a_searched_rank0_kernel_compiles_as_cuda():
 
 @pytest.mark.parametrize(("expr", "sizes"), RANK0, ids=["dot", "trace-scaled"])
 def test_the_rank0_bound_is_below_the_estimate_of_every_candidate(expr, sizes):
-    searcher = Searcher(expr, sizes, restrict=False)
+    searcher = Searcher(plan(expr, sizes), restrict=False)
     points = list(searcher.space.points())
     assert len(points) > 50
     for point in points:
@@ -117,6 +123,27 @@ def test_a_repeated_contract_generates_and_builds_its_kernel_once(monkeypatch):
     assert opencl._program.cache_info().misses == programs + 1
     treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b, strategy="tiled", dtype="float32")
     assert len(builds) == 2  # another dtype is another kernel
+
+
+def _counted(monkeypatch, function) -> list:
+    """Every call of ``function``, from whichever treduda module imported it."""
+    calls: list = []
+
+    def counting(*args, **kwargs):
+        calls.append(args)
+        return function(*args, **kwargs)
+
+    for module in [m for name, m in sys.modules.items() if name.startswith("treduda")]:
+        if getattr(module, function.__name__, None) is function:
+            monkeypatch.setattr(module, function.__name__, counting)
+    return calls
+
+
+def test_an_uncached_searched_compile_parses_once_and_lowers_once(monkeypatch):
+    parses, lowers = _counted(monkeypatch, parse.parse), _counted(monkeypatch, lower.lower)
+    kernel = treduda.compile("C[a,b] = A[a,k]*B[k,b]", {"a": 40, "b": 24, "k": 16}, cache=False)
+    assert kernel.strategy == DEFAULT_STRATEGY  # searched: the cache key and search ran too
+    assert (len(parses), len(lowers)) == (1, 1)
 
 
 def test_contract_expression_is_planned_once_and_called_many_times():
@@ -201,3 +228,19 @@ def test_option_errors_keep_their_old_classes():
         treduda.compile("C[i] = A[i,k]", {"i": 4, "K": 3})
     with pytest.raises(ArgumentError, match="did you mean 'x'"):
         treduda.compile("C[i] = x[i]", {"i": 4}, strategy="tiled").run(X=np.ones(4))
+
+
+def test_a_kernel_and_its_schedule_hand_out_read_only_parameters():
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 20, "j": 12, "k": 8},
+                             strategy="tiled", params={"block_x": 4})
+    scheduled = treduda.strategies.get("tiled").apply(kernel.program, {"block_x": 4})
+    for params in (kernel.params, scheduled.params):
+        with pytest.raises(TypeError):
+            params["block_x"] = 8  # type: ignore[index]
+        assert params["block_x"] == 4
+    copy = dict(kernel.params)  # a copy is an ordinary dict: JSON, the cache and edits take it
+    copy["block_x"] = 8
+    assert json.loads(json.dumps(copy))["block_x"] == 8 and kernel.params["block_x"] == 4
+    assert dict(scheduled.params) == dict(kernel.params)
+    assert treduda.compile(kernel.expression, kernel.sizes, strategy=kernel.strategy,
+                           params=kernel.params).name == kernel.name  # replayed as given

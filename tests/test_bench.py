@@ -11,11 +11,11 @@ import sys
 
 import pytest
 
-import treduda.contraction
-from treduda import cli
-from treduda.bench import Case, plot, run, select, short_params
-from treduda.gpu_bench import GpuOutcome, summary
-from treduda.gpu_bench import table as gpu_table
+import treduda.frontend.contraction
+from treduda.app import cli
+from treduda.app.bench import Case, plot, run, select, short_params
+from treduda.app.gpu_bench import GpuOutcome, summary
+from treduda.app.gpu_bench import table as gpu_table
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.suites import Row
@@ -67,7 +67,7 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path):
         # the launch: every output point on a thread, within its register tile
         params = r["params"]
         points = math.prod(r["sizes"][i] for i in
-                           treduda.contraction.analyse(r["expression"]).output_indices)
+                           treduda.frontend.contraction.analyse(r["expression"]).output_indices)
         tile = math.prod(params[f"reg_{a}"] * params[f"block_{a}"] for a in "xyz")
         assert r["blocks"] * tile >= points
         assert 1 <= r["points_per_thread"] <= math.prod(params[f"reg_{a}"] for a in "xyz")

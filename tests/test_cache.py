@@ -20,9 +20,9 @@ from pathlib import Path
 
 import pytest
 
-from treduda.cache import CacheKey, CacheWarning, Entry, TuningCache, default_path
-from treduda.contraction import analyse
 from treduda.errors import ShapeMismatch, TredudaError
+from treduda.frontend.contraction import analyse
+from treduda.tuning.cache import CacheKey, CacheWarning, Entry, TuningCache, default_path
 
 GEMM = "C[i,j]=A[i,k]*B[k,j]"
 SIZES = {"i": 64, "j": 32, "k": 16}
@@ -119,8 +119,8 @@ def test_unserialisable_value_is_a_treduda_error(cache: TuningCache, value):
 
 WRITER = """
 import pathlib, sys, time
-from treduda.contraction import analyse
-from treduda.cache import CacheKey, TuningCache
+from treduda.frontend.contraction import analyse
+from treduda.tuning.cache import CacheKey, TuningCache
 path, worker, count, go = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
 cache = TuningCache(path)
 print("ready", flush=True)

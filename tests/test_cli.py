@@ -7,7 +7,7 @@ import sys
 
 import pytest
 
-from treduda.cli import main
+from treduda.app.cli import main
 
 
 def test_compile_prints_cuda(capsys):
@@ -63,11 +63,11 @@ def test_demo_prints_the_source_when_asked(capsys, tmp_path):
 def test_output_piped_into_head_ends_quietly(command, tmp_path):
     """A real pipe whose reader leaves early: the first line arrives and no traceback follows."""
     cache = tmp_path / "tuning.sqlite3"
-    line = f"{sys.executable} -m treduda.cli {command.format(cache=cache)} | head -1"
+    line = f"{sys.executable} -m treduda.app.cli {command.format(cache=cache)} | head -1"
     shell = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
     assert shell.stdout.count("\n") == 1 and shell.stderr == ""
     # The reader gone before the first write: every write fails, deterministically.
-    process = subprocess.Popen([sys.executable, "-m", "treduda.cli", *command.format(
+    process = subprocess.Popen([sys.executable, "-m", "treduda.app.cli", *command.format(
         cache=cache).split()], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     process.stdout.close()
     stderr = process.communicate(timeout=120)[1].decode()
@@ -112,7 +112,7 @@ def test_gpus_lists_every_description(capsys):
 
 def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     import treduda
-    from treduda.cache import TuningCache
+    from treduda.tuning.cache import TuningCache
 
     path = tmp_path / "tuning.sqlite3"
     treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},

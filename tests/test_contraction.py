@@ -12,7 +12,6 @@ from hypothesis import assume, given
 from hypothesis import strategies as st
 from test_parse import EXPRESSIONS, caret_column, expressions, leaves
 
-from treduda.contraction import Contraction, Term, analyse, infer_sizes, resolve_sizes
 from treduda.errors import (
     IndexUsageError,
     InvalidName,
@@ -22,8 +21,9 @@ from treduda.errors import (
     ShapeMismatch,
     TredudaError,
 )
-from treduda.parse import parse
-from treduda.tree import Add, Literal, Mul, Neg, Node, Read, Scalar, Sub
+from treduda.frontend.contraction import Contraction, Term, analyse, infer_sizes, resolve_sizes
+from treduda.frontend.parse import parse
+from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Read, Scalar, Sub
 
 
 def _terms(c: Contraction) -> list[tuple]:

@@ -11,10 +11,10 @@ from treduda.strategies import staging
 
 import treduda
 from treduda.errors import StrategyError
-from treduda.gpus import gpu
-from treduda.inspect import count
-from treduda.model import Model
-from treduda.strategy import Limits
+from treduda.polyhedral.strategy import Limits
+from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
+from treduda.tuning.walk import count
 
 TILES = {"block_x": 8, "block_y": 4, "reg_x": 2, "reg_y": 2, "step": 4, "unroll": True}
 CONTRACTIONS = {

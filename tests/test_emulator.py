@@ -10,7 +10,7 @@ import pytest
 from conftest import EXAMPLES
 
 import treduda
-from treduda import ir
+from treduda.codegen import ir
 from treduda.errors import HazardError
 from treduda.run.emulator import emulate
 from treduda.run.launch import Launch

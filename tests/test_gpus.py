@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from treduda import gpus
 from treduda.errors import TredudaError
-from treduda.gpus import GPUS, Gpu, custom, gpu, table
+from treduda.tuning import gpus
+from treduda.tuning.gpus import GPUS, Gpu, custom, gpu, table
 
 TFLOP = 1e12
 

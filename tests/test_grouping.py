@@ -10,14 +10,14 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
-from treduda import ir
-from treduda.ast_build import GRID_YZ_LIMIT
-from treduda.contraction import analyse
+from treduda.codegen import ir
 from treduda.errors import StrategyError
-from treduda.gpus import gpu
-from treduda.merge import merge
+from treduda.frontend.contraction import analyse
+from treduda.frontend.merge import merge
+from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
 from treduda.run.nvcc import compile_cuda
 from treduda.suites import load
+from treduda.tuning.gpus import gpu
 
 
 @pytest.mark.parametrize(("expression", "merged", "described"), [

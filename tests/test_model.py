@@ -8,8 +8,9 @@ import math
 
 import pytest
 
-from treduda.gpus import gpu
-from treduda.search import Searcher
+from treduda.polyhedral.lower import plan
+from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
 # column-major float64, and a contraction with two summed indices.
@@ -28,7 +29,7 @@ VALUES = {"block_x": (16, 32), "block_y": (1, 4, 8), "block_z": (1, 2), "reg_x":
                          ids=["gemm", "tccg3-f64", "two-summed"])
 def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, target):
     values = {**VALUES, "order": ("a,b,c", "b,a,d", "a,d,b")} if "e" in sizes else VALUES
-    searcher = Searcher(expr, sizes, target, dtype, layout, values=values)
+    searcher = Searcher(plan(expr, sizes, layout, dtype), target, values=values)
     names = [p.name for p in searcher.space.parameters]
     bounds: dict[tuple, float] = {}
     leaves = 0
@@ -47,7 +48,8 @@ def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, targe
 
 
 def test_predictions_explain_their_binding_resource():
-    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "H100")
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}),
+                        "H100")
     best = searcher.branch_and_bound().best.prediction
     assert best.binding in best.resources and best.binding in best.because
     assert best.resources[best.binding] == max(best.resources.values())
@@ -59,7 +61,8 @@ def test_predictions_explain_their_binding_resource():
 
 def test_the_bound_of_the_root_is_below_every_compulsory_cost():
     """At the root nothing is decided: the bound is at least the compulsory work."""
-    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 1024, "j": 1024, "k": 1024}, "A100")
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 1024, "j": 1024, "k": 1024}),
+                        "A100")
     root = searcher.model.bound({})
     a100 = gpu("A100")
     assert root.seconds >= 2 * 1024**3 / a100.peak_flops("float32")

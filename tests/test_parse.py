@@ -9,9 +9,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from treduda.errors import IndexUsageError, InvalidName, ParseError, TredudaError
-from treduda.names import RESERVED, check_identifier, is_identifier
-from treduda.parse import parse
-from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
+from treduda.frontend.names import RESERVED, check_identifier, is_identifier
+from treduda.frontend.parse import parse
+from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
 
 EXPRESSIONS = [
     "C[i,j] = A[i,k] * B[k,j]",

@@ -5,8 +5,8 @@ shared memory are also free of races and other hazards on the emulator.
 A contraction has an output of rank 0-6 and 0-3 summed indices (at most 7 in all), read by one
 to three input tensors whose index lists are random orders of random subsets, every index read
 by at least one input. Grouped problems keep random runs of indices together in every tensor,
-so that index merging (:mod:`treduda.merge`) has something to merge. Extents are 1-37, at most
-200k points in all so PoCL stays fast; layout,
+so that index merging (:mod:`treduda.frontend.merge`) has something to merge. Extents are 1-37,
+at most 200k points in all so PoCL stays fast; layout,
 dtype, operator and fixed or symbolic sizes are drawn too. CI runs a fixed (derandomized) set;
 `pytest -m matrix` runs more.
 """
@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
 import treduda
-from treduda import ir
-from treduda.dtypes import DTYPES
+from treduda.codegen import ir
+from treduda.frontend.dtypes import DTYPES
 
 INDICES = "abcdefg"  # at most seven distinct indices
 INPUTS = ("A", "B", "D")

@@ -3,15 +3,18 @@ while scoring a small fraction of it; what it returns compiles, verifies and rep
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
 import pytest
 
 import treduda
-from treduda.cache import TuningCache
+from treduda.api import _reranked, search
+from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
-from treduda.search import Searcher, search
+from treduda.tuning.cache import TuningCache
+from treduda.tuning.search import Searcher, search_program
 
 # Spaces small enough to enumerate in CI (tens of thousands of candidates).
 SPACES = [
@@ -23,7 +26,7 @@ VALUES = {"block_y": (1, 4, 16), "reg_y": (1, 4, 8), "block_z": (1, 2), "reg_z":
 
 @pytest.mark.parametrize(("expr", "sizes", "layout", "target"), SPACES, ids=["gemm", "tccg1"])
 def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
-    searcher = Searcher(expr, sizes, target, layout=layout, values=VALUES)
+    searcher = Searcher(plan(expr, sizes, layout), target, values=VALUES)
     found = searcher.branch_and_bound()
     reference = searcher.exhaustive()
     assert found.best.params == reference.best.params
@@ -39,7 +42,8 @@ def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
 
 def test_the_winner_compiles_and_verifies_on_pocl():
     result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 200, "k": 100}, "H100")
-    kernel = result.kernel
+    kernel = treduda.compile(result.expression, result.sizes, strategy=result.best.strategy,
+                             params=result.best.params)
     assert kernel.strategy == result.best.strategy and kernel.params == result.best.params
     assert kernel.verify().ok
     assert 0 < result.fraction_of_peak() <= 1
@@ -54,7 +58,9 @@ def test_a_result_replays_from_json():
     saved = json.loads(result.to_json())
     replayed = treduda.compile(saved["expression"], saved["sizes"], layout=saved["layout"],
                                strategy=saved["strategy"], params=saved["params"])
-    assert replayed.name == result.kernel.name
+    winner = treduda.compile(result.expression, result.sizes, layout=result.layout,
+                             strategy=result.best.strategy, params=result.best.params)
+    assert replayed.name == winner.name
     assert replayed.verify().ok
 
 
@@ -67,6 +73,18 @@ def test_measuring_runs_and_checks_the_best_candidates():
     saved = json.loads(result.to_json())
     assert saved["measured_seconds"] == result.best.measured
     assert saved["seconds"] == result.best.prediction.seconds  # the prediction, kept apart
+
+
+def test_re_ranking_returns_a_new_result_and_leaves_the_searched_one_alone():
+    program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40})
+    found = search_program(program, "A100")
+    before = (found.best, found.candidates)
+    walked = _reranked(program, found, refine=2, measure=False)
+    assert walked.best.walked is not None and walked.candidates == found.candidates
+    assert (found.best, found.candidates) == before and found.best.walked is None
+    assert isinstance(found.candidates, tuple)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        found.best = walked.best  # type: ignore[misc]
 
 
 def test_the_cache_keeps_measured_times_apart_from_predicted_ones(tmp_path):
@@ -101,7 +119,7 @@ def test_a_stale_cache_entry_is_reported_and_searched_again(tmp_path):
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     key = cache.entries()[0].key
     cache.put(key, {"strategy": "tiled+staged", "params": {"block_x": 3}})
-    with pytest.warns(treduda.cache.CacheWarning, match="block_x=3"):
+    with pytest.warns(treduda.tuning.cache.CacheWarning, match="block_x=3"):
         again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     assert again.name == kernel.name
 

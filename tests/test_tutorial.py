@@ -13,7 +13,7 @@ from dataclasses import replace
 import numpy as np
 
 import treduda
-from treduda.strategy import (
+from treduda.polyhedral.strategy import (
     Constraint,
     Parameter,
     ParamSpace,

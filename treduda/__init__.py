@@ -9,12 +9,12 @@
 """
 
 from . import errors, strategies
-from .api import ContractExpression, compile, contract, contract_expression
-from .contraction import analyse
+from .api import ContractExpression, compile, contract, contract_expression, search
+from .frontend.contraction import analyse
+from .frontend.parse import parse
 from .kernel import Kernel
-from .parse import parse
-from .search import SearchResult, search
-from .strategy import ParamSpace, Strategy, register
+from .polyhedral.strategy import ParamSpace, Strategy, register
+from .tuning.search import SearchResult
 
 __all__ = ["ContractExpression", "Kernel", "ParamSpace", "SearchResult", "Strategy", "analyse",
            "compile", "contract", "contract_expression", "errors", "parse", "register", "search",

@@ -7,30 +7,34 @@ import hashlib
 import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 
-from . import reference, strategies
-from .ast_build import build
-from .cache import CacheKey, CacheWarning, TuningCache, default_path
-from .contraction import Contraction, analyse, check_arguments, infer_sizes, resolve_sizes
-from .dtypes import check_dtype, compute_dtype
+from . import strategies
+from .codegen.printer import check_identifiers
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
-from .gpus import gpu as find_gpu
+from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
+from .frontend.dtypes import check_dtype, compute_dtype
 from .kernel import Kernel
-from .lower import LAYOUTS, lower
-from .printer import check_identifiers
+from .polyhedral.ast_build import build
+from .polyhedral.lower import Program, plan
+from .polyhedral.strategy import DEFAULT_STRATEGY
+from .run import reference
+from .run.cuda import gpu_present
 from .run.launch import bind
-from .search import search
-from .strategy import DEFAULT_STRATEGY
+from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
+from .tuning.gpus import Gpu
+from .tuning.gpus import gpu as find_gpu
+from .tuning.search import Candidate, Progress, SearchResult, search_program
 
 # Node budgets of the search compile() runs: enough for full-size problems to finish; small
 # ones (whose candidates differ by microseconds) stop early with the best found so far.
 SEARCH_NODE_BUDGET = 5000
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
+MEASURED = 5  # candidates search(measure=True) generates, checks and times
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
@@ -52,23 +56,71 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``measure=True`` has the search time its best candidates (on the GPU when one is here,
     else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
     """
-    check_dtype(dtype)
-    if layout not in LAYOUTS:
-        raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
-                            "'F' (column-major)")
-    contraction = analyse(expr)
-    fixed = None if symbolic else resolve_sizes(contraction, sizes or {})
-    if symbolic and sizes:
-        resolve_sizes(contraction, sizes)  # still report typos and bad extents
-    program = lower(contraction, fixed, layout, dtype)
-    if strategy is None and params is None and fixed is not None:
-        strategy, params = _tuned(expr, fixed, dtype, layout, gpu, cache, program, measure)
-    chosen = strategies.get(strategy or DEFAULT_STRATEGY)
-    scheduled = chosen.apply(program, params)
-    built = build(scheduled, _kernel_name(contraction, fixed, dtype, layout, scheduled.strategy,
-                                          scheduled.params))
+    program = plan(expr, sizes, layout, dtype, symbolic=symbolic)
+    if strategy is None and params is None and not program.symbolic:
+        strategy, params = _tuned(program, gpu, cache, measure)
+    return _generated(program, strategy or DEFAULT_STRATEGY, params)
+
+
+def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
+           dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
+           values: Mapping[str, tuple] | None = None, measure: bool = False,
+           progress: Progress | None = None, max_nodes: int | None = None,
+           refine: int = 0) -> SearchResult:
+    """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
+
+    With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
+    walks their kernel IR (:func:`treduda.tuning.walk.estimate_kernel`), which sees what the
+    parameters alone do not (guards, index arithmetic, ptxas's registers); it is never below
+    the bound, so the re-ranking only ever picks among candidates the search could not cut.
+    With ``measure=True`` the best candidates (up to :data:`MEASURED`) are also generated,
+    each checked against numpy.einsum and then timed, and the fastest measured one wins: on
+    the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
+    The winner's ``measured_on`` says which. Compile the winner with
+    ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
+    """
+    program = plan(expr, sizes, layout, dtype)
+    result = search_program(program, gpu, strategy=strategy, values=values, progress=progress,
+                            max_nodes=max_nodes)
+    return _reranked(program, result, refine, measure)
+
+
+def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
+    """``program`` scheduled by ``strategy`` with ``params``, built and checked: the one place
+    a kernel is made, for compile() and for the candidates the search re-ranks."""
+    scheduled = strategies.get(strategy).apply(program, params)
+    built = build(scheduled, _kernel_name(program, scheduled.strategy, scheduled.params))
     check_identifiers(built.kernel)
-    return Kernel(contraction, program, built, scheduled.strategy, scheduled.params)
+    return Kernel(program.original, program, built, scheduled.strategy, scheduled.params)
+
+
+def _reranked(program: Program, result: SearchResult, refine: int,
+              measure: bool) -> SearchResult:
+    """``result`` with a new winner: among its ``refine`` best by the walk over their kernels,
+    then with ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
+    if refine:
+        walked = [_walked(program, result, c) for c in result.top(refine)]
+        result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
+    if measure:
+        backend = "cuda" if gpu_present() else "opencl"
+        measured = [_measured(program, c, backend) for c in result.top(MEASURED)]
+        result = replace(result, best=min(measured, key=lambda c: c.measured))
+    return result
+
+
+def _walked(program: Program, result: SearchResult, candidate: Candidate) -> Candidate:
+    """``candidate`` with the estimate of a walk over its generated kernel."""
+    kernel = _generated(program, candidate.strategy, candidate.params)
+    return replace(candidate, walked=kernel.estimate(result.gpu))
+
+
+def _measured(program: Program, candidate: Candidate, backend: str) -> Candidate:
+    """``candidate`` with its median time per launch on ``backend``, after checking its
+    result against numpy.einsum there."""
+    kernel = _generated(program, candidate.strategy, candidate.params)
+    kernel.verify(backend=backend)
+    timing = kernel.time(backend)
+    return replace(candidate, measured=timing.seconds, measured_on=timing.device)
 
 
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
@@ -196,8 +248,8 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
                          f"cast safely; pass an out of dtype {dtype} or wider")
 
 
-def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
-           cache: TuningCache | bool, program, measure: bool) -> tuple[str, dict[str, Any]]:
+def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
+           measure: bool) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters, from the tuning cache when it has them.
 
     A cached entry is re-checked against this program's parameter space before it is used;
@@ -206,7 +258,7 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
     seconds and the device) when the search timed its candidates; ``measure=True`` searches
     again where the entry has none."""
     store = cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
-    key = CacheKey.make(expr, sizes, dtype, layout, find_gpu(gpu).name)
+    key = CacheKey.of(program, find_gpu(gpu).name)
     hit = store.get(key) if store is not None else None
     if hit is not None and (hit.get("measured") or not measure):
         try:
@@ -216,10 +268,9 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
         except (StrategyError, KeyError, TypeError) as error:
             warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
                           stacklevel=3)
-    budget = SMALL_PROBLEM_BUDGET if math.prod(sizes.values()) < SMALL_PROBLEM else (
+    budget = SMALL_PROBLEM_BUDGET if math.prod(program.sizes.values()) < SMALL_PROBLEM else (
         SEARCH_NODE_BUDGET)
-    result = search(expr, sizes, gpu, dtype=dtype, layout=layout, max_nodes=budget,
-                    measure=measure)
+    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure)
     best = result.best
     if store is not None:
         measured = None if best.measured is None else {"seconds": best.measured,
@@ -230,8 +281,9 @@ def _tuned(expr: str, sizes: dict[str, int], dtype: str, layout: str, gpu: str,
     return best.strategy, dict(best.params)
 
 
-def _kernel_name(c: Contraction, sizes, dtype, layout, strategy, params) -> str:
+def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
     """A C name unique to everything that shapes the kernel text (so sources can be batched)."""
-    key = repr((repr(c.tree), sorted((sizes or {}).items()), dtype, layout, strategy,
-                sorted(params.items())))
+    c = program.original
+    key = repr((repr(c.tree), sorted((program.expression_sizes or {}).items()), program.dtype,
+                program.layout, strategy, sorted(params.items())))
     return f"td_{c.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"

@@ -6,24 +6,26 @@ from __future__ import annotations
 import functools
 import importlib.resources
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 import jinja2
 import numpy as np
 
-from . import ir, reference
-from .ast_build import INT32_LIMIT, Built
-from .cache import installed_version
-from .contraction import Contraction
-from .dtypes import real, uniform
+from .codegen import ir
+from .codegen.printer import CUDA, OPENCL, Dialect, Printer
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
-from .lower import Program
-from .printer import CUDA, OPENCL, Dialect, Printer
+from .frontend.contraction import Contraction
+from .frontend.dtypes import real, uniform
+from .polyhedral.ast_build import INT32_LIMIT, Built
+from .polyhedral.lower import Program
+from .polyhedral.strategy import read_only
+from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare
 from .run.timing import REPEATS, WARMUP, Timing
+from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
 BACKENDS = ("opencl", "cuda", "emulator")
@@ -37,7 +39,10 @@ class Kernel:
     program: Program
     built: Built
     strategy: str
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any]  # read-only once made
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", read_only(self.params))
 
     @property
     def name(self) -> str:
@@ -54,7 +59,7 @@ class Kernel:
 
     @property
     def merged(self) -> dict[str, tuple[str, ...]]:
-        """Indices the kernel treats as one (:mod:`treduda.merge`): merged name -> indices."""
+        """Indices the kernel treats as one (:mod:`~treduda.frontend.merge`): merged -> indices."""
         return self.program.merging.merges
 
     @property
@@ -206,7 +211,7 @@ class Kernel:
     def estimate(self, gpu: str = "H100", sizes: Mapping[str, int] | None = None):
         """Predicted time on ``gpu`` from a walk over this kernel's IR (SAAKE-style): what each
         thread executes, its coalescing and bank conflicts, registers from ptxas if present."""
-        from .inspect import estimate_kernel
+        from .tuning.walk import estimate_kernel
 
         return estimate_kernel(self, gpu, sizes=sizes)
 

@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from .. import ir
+from ..codegen import ir
 from ..errors import HazardError
 from .launch import Launch
 

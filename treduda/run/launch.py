@@ -12,10 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .. import ir
-from ..contraction import Contraction, check_arguments, infer_sizes
-from ..dtypes import check_array, complex_of, is_complex
+from ..codegen import ir
 from ..errors import DtypeError, MissingArray, ShapeMismatch
+from ..frontend.contraction import Contraction, check_arguments, infer_sizes
+from ..frontend.dtypes import check_array, complex_of, is_complex
 from .device_arrays import is_device_array, to_cupy
 
 

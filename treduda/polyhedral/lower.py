@@ -1,4 +1,4 @@
-"""Lowering: a validated :class:`~treduda.contraction.Contraction` becomes isl statements.
+"""Lowering: a validated :class:`~treduda.frontend.contraction.Contraction` becomes isl statements.
 
 Every output element gets one register accumulator per group of product terms that share the
 same summed indices (Treduda's strategy 3 reuse of intermediate values), so a program has
@@ -18,15 +18,17 @@ from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
 import islpy as isl
 
-from . import ir
-from .contraction import Contraction, Term
-from .errors import InvalidName
-from .merge import Merging, merge
-from .tree import Read
+from ..codegen import ir
+from ..errors import InvalidName, StrategyError
+from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
+from ..frontend.dtypes import check_dtype
+from ..frontend.merge import Merging, merge
+from ..frontend.tree import Read
 
 LAYOUTS = ("C", "F")
 
@@ -46,7 +48,7 @@ class Statement:
     """One isl statement ``name[indices]`` that executes ``body``.
 
     ``accesses`` holds one isl map ``{ name[indices] -> array[...] }`` for every ``ir.Element``
-    of the body, in the order :func:`treduda.ir.elements` lists them (target first); the AST
+    of the body, in the order :func:`treduda.codegen.ir.elements` lists them (target first); the AST
     builder derives each element's index expressions from these, so a strategy redirects an
     access (to a register tile, to shared memory) by replacing its map.
     """
@@ -80,6 +82,11 @@ class Program:
     reduction_depth: int  # R: how many summed dimensions the widest reduction has
     merging: Merging  # ``contraction`` is ``merging.merged``: the expression, indices merged
     expression_sizes: dict[str, int] | None  # the extents of the expression's own indices
+
+    @property
+    def original(self) -> Contraction:
+        """The contraction as written, before merging (``contraction`` is the merged one)."""
+        return self.merging.original
 
     @property
     def symbolic(self) -> bool:
@@ -146,13 +153,33 @@ def accumulator_name(group: int) -> str:
 GENERATED_NAME = re.compile(r"(acc|c)\d+")  # registers and isl's loop iterators
 
 
+def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout: str = "C",
+         dtype: str = "float32", *, symbolic: bool = False) -> Program:
+    """The one way from an expression to a :class:`Program`: dtype, layout and sizes checked,
+    the text parsed and lowered once; compile, the cache key, the search and the kernel walk
+    take the result instead of starting again from the text.
+
+    With ``symbolic=True`` the sizes become kernel arguments (given ``sizes`` are still
+    checked, so typos and bad extents are reported).
+    """
+    check_dtype(dtype)
+    if layout not in LAYOUTS:
+        raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
+                            "'F' (column-major)")
+    contraction = analyse(expr) if isinstance(expr, str) else expr
+    if symbolic and not sizes:
+        return lower(contraction, None, layout, dtype)
+    fixed = resolve_sizes(contraction, sizes or {})
+    return lower(contraction, None if symbolic else fixed, layout, dtype)
+
+
 def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",
           dtype: str = "float32") -> Program:
     """Build the isl statements, accesses and initial schedule of ``contraction``.
 
     ``sizes`` maps every index to its extent, or is None for a kernel whose sizes are parameters.
-    Indices that always appear together are merged first (:mod:`treduda.merge`): the program's
-    contraction and sizes are the merged ones.
+    Indices that always appear together are merged first (:mod:`treduda.frontend.merge`): the
+    program's contraction and sizes are the merged ones.
     """
     _check_generated_names(contraction)
     merging = merge(contraction)

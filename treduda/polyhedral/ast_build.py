@@ -9,7 +9,7 @@ blocks: the kernel decodes ``blockIdx.x`` into them with a division and a remain
 dimension, the one fastest in memory varying fastest (GETT's grouping of free indices). The y and
 z axes allow only 65535 blocks, so a y or z extent that is larger, or not known before launch,
 is folded into x the same way. Every
-isl AST node and expression is converted once into :mod:`treduda.ir`; statement calls
+isl AST node and expression is converted once into :mod:`treduda.codegen.ir`; statement calls
 ``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
 elements linearised for the layout.
 """
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 
 import islpy as isl
 
-from . import ir
-from .errors import TredudaError
+from ..codegen import ir
+from ..errors import TredudaError
 from .lower import Program
 from .strategy import AXES, MAPPED_DIMS, Role, Scheduled
 

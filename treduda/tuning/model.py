@@ -33,10 +33,11 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from . import dtypes
+from ..frontend import dtypes
+from ..polyhedral.lower import Kind, Program
+from ..polyhedral.strategy import AXES
 from .gpus import Gpu
-from .lower import Kind, Program
-from .strategy import AXES
+from .occupancy import blocks_per_sm
 
 LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
@@ -171,7 +172,7 @@ class Model:
         padded = o.padded_elements()
         blocks = o.blocks()
         threads = o.threads()
-        occupancy = self._occupancy(o, threads)
+        occupancy = blocks_per_sm(g, threads, o.registers(), o.shared_bytes())
         if occupancy == 0:
             return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
                               self.flops)
@@ -224,20 +225,6 @@ class Model:
         return Prediction(total + LAUNCH_SECONDS, binding, seconds,
                           self._because(binding, seconds, o), self.flops,
                           wavefronts=wavefronts, warps=warps)
-
-    def _occupancy(self, o: _Optimist, threads: int) -> int:
-        """Blocks per SM: the tightest of the block, thread, shared-memory and register limits."""
-        g = self.gpu
-        rounded = math.ceil(threads / 32) * 32
-        limits = [g.max_blocks_per_sm, g.max_threads_per_sm // rounded]
-        shared = o.shared_bytes()
-        if shared:
-            limits.append(g.shared_per_sm // shared)
-        unit = g.register_allocation_unit
-        registers = o.registers()
-        per_warp = math.ceil(registers * 32 / unit) * unit
-        limits.append(g.registers_per_sm // (per_warp * math.ceil(threads / 32)))
-        return max(0, min(limits))
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu

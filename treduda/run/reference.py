@@ -16,9 +16,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .contraction import Contraction
-from .dtypes import chain
-from .errors import TredudaError
+from ..errors import TredudaError
+from ..frontend.contraction import Contraction
+from ..frontend.dtypes import chain
 
 LETTERS = string.ascii_letters
 SAFETY = 4.0  # units of eps per rounding step; generous for fused multiply-adds and reordering

@@ -25,8 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from treduda.contraction import analyse, resolve_sizes
 from treduda.errors import TredudaError
+from treduda.frontend.contraction import Contraction, analyse, resolve_sizes
+from treduda.polyhedral.lower import Program
 
 SCHEMA_VERSION = 1
 """Stored in every row; bump it when the meaning of keys or values changes."""
@@ -85,14 +86,15 @@ class CacheKey:
     version: str
 
     @classmethod
-    def make(cls, expression: str, sizes: Mapping[str, int] | str | None, dtype: str,
-             layout: str, gpu: str, version: str | None = None) -> CacheKey:
-        """A key for ``expression`` (any spelling) with checked ``sizes``.
+    def make(cls, expression: str | Contraction, sizes: Mapping[str, int] | str | None,
+             dtype: str, layout: str, gpu: str, version: str | None = None) -> CacheKey:
+        """A key for ``expression`` (any spelling, or its analysed contraction) with checked
+        ``sizes``.
 
         ``sizes`` is ``None`` for symbolic kernels (size class ``"symbolic"``), another size
         class string, or a mapping that must give every index a positive extent.
         """
-        contraction = analyse(expression)
+        contraction = analyse(expression) if isinstance(expression, str) else expression
         if sizes is None:
             size_field: tuple[tuple[str, int], ...] | str = SYMBOLIC
         elif isinstance(sizes, str):
@@ -101,6 +103,12 @@ class CacheKey:
             size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
         return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
                    installed_version() if version is None else version)
+
+    @classmethod
+    def of(cls, program: Program, gpu: str) -> CacheKey:
+        """The key of a planned program on ``gpu``: no text parsed again."""
+        return cls.make(program.original, program.expression_sizes, program.dtype,
+                        program.layout, gpu)
 
     def to_json(self) -> str:
         """The fields as canonical JSON: what is stored and what :meth:`digest` hashes."""

@@ -19,12 +19,13 @@ import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import islpy as isl
 
-from . import ir
-from .errors import StrategyError
+from ..codegen import ir
+from ..errors import StrategyError
 from .lower import Program, Statement
 
 MAPPED_DIMS = 6  # block x, y, z and thread x, y, z
@@ -204,7 +205,10 @@ class Scheduled:
     unroll: tuple[int, ...] = ()  # schedule dimensions isl unrolls
     pragma_unroll: tuple[int, ...] = ()  # schedule dimensions the C compiler is asked to unroll
     strategy: str = ""
-    params: dict[str, Any] = field(default_factory=dict)
+    params: Mapping[str, Any] = field(default_factory=dict)  # read-only once made
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", read_only(self.params))
 
     def statement(self, name: str) -> Statement:
         for s in self.statements:
@@ -214,6 +218,12 @@ class Scheduled:
 
     def positions(self, role: Role) -> list[int]:
         return [n for n, r in enumerate(self.roles) if r == role]
+
+
+def read_only(params: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A read-only copy of ``params``: what a frozen Scheduled or Kernel hands out cannot be
+    changed under it (``dict(...)`` gives a mutable copy; JSON needs one too)."""
+    return MappingProxyType(dict(params))
 
 
 def initial(program: Program) -> Scheduled:

@@ -1,8 +1,8 @@
 """What each thread of a compiled kernel executes, counted by walking its IR (SAAKE-style).
 
-The analytic model (:mod:`treduda.model`) predicts from the strategy's parameters; this module
-reads the code instead (issue #4), so it sees what the parameters do not say: the actual index
-expressions, copies, guards and barriers. The walk makes these choices:
+The analytic model (:mod:`treduda.tuning.model`) predicts from the strategy's parameters; this
+module reads the code instead (issue #4), so it sees what the parameters do not say: the actual
+index expressions, copies, guards and barriers. The walk makes these choices:
 
 * The representative block is ``blockIdx = 0``; control flow (trip counts, guards) follows
   thread (0,0,0), so counts are per thread of a full tile.
@@ -29,12 +29,14 @@ from typing import Any
 
 import numpy as np
 
-from . import dtypes, ir
-from .errors import CompileError, MissingSize
+from ..codegen import ir
+from ..errors import CompileError, MissingSize
+from ..frontend import dtypes
+from ..polyhedral.lower import accumulator_name, plan
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .lower import accumulator_name, lower
 from .model import LAUNCH_SECONDS, OVERLAP, Model, Prediction
+from .occupancy import blocks_per_sm
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")
@@ -82,7 +84,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
-    program = lower(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
+    program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
         kernel.symbolic) else kernel.program
     model = Model(program, g, {})
     analytic = floor = {}
@@ -91,7 +93,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
                   **kernel.params}
         analytic, floor = model.estimate(params).resources, model.bound(params).resources
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
-    occupancy = _occupancy(g, kernel, threads, c.registers)
+    occupancy = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
     if occupancy == 0:
         return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
                           model.flops)
@@ -157,7 +159,7 @@ def geometry(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
-    resident = _occupancy(g, kernel, threads, c.registers)
+    resident = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
     return Geometry(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
                     c.global_stores)
 
@@ -168,20 +170,14 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
     return dict(kernel.sizes if sizes is None else sizes)
 
 
-def _occupancy(g: Gpu, kernel, threads: int, registers: int) -> int:
-    """Blocks per SM, with the limits :class:`treduda.model.Model` applies."""
-    warps = math.ceil(threads / g.warp_size)
-    shared = sum(local.size for local in kernel.built.kernel.locals
-                 if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
-    unit = g.register_allocation_unit
-    per_warp = math.ceil(registers * g.warp_size / unit) * unit
-    limits = [g.max_blocks_per_sm, g.max_threads_per_sm // (warps * g.warp_size),
-              g.registers_per_sm // (per_warp * warps)]
-    return max(0, min(limits + ([g.shared_per_sm // shared] if shared else [])))
+def _shared_bytes(kernel) -> int:
+    """Shared memory one block of ``kernel`` declares."""
+    return sum(local.size for local in kernel.built.kernel.locals
+               if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
-    from .run.nvcc import nvcc_available
+    from ..run.nvcc import nvcc_available
 
     if use_nvcc and nvcc_available():
         try:
@@ -194,7 +190,7 @@ def _registers(kernel, use_nvcc: bool, arch: str) -> int:
 
 @functools.lru_cache(maxsize=64)
 def _ptxas_registers(source: str, name: str, arch: str) -> int:
-    from .run.nvcc import compile_cuda
+    from ..run.nvcc import compile_cuda
 
     return next(r.registers for r in compile_cuda(source, arch) if r.kernel == name)
 

@@ -5,7 +5,7 @@
                   [--gpu-time [--repeats 20]]
 
 With ``--gpu-time`` each searched kernel is instead verified and timed on this machine's GPU
-beside cupy.einsum and torch.einsum (see :mod:`treduda.gpu_bench`).
+beside cupy.einsum and torch.einsum (see :mod:`treduda.app.gpu_bench`).
 
 For each row, the model's search chooses a strategy and parameters at the row's full sizes,
 with a node budget so one row cannot run away (the search honours it only once it has scored a
@@ -18,7 +18,6 @@ is 1 if any row failed.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import sys
@@ -27,17 +26,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
-from .api import compile
-from .contraction import analyse
-from .errors import CompileError, StrategyError, TredudaError
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .inspect import geometry
-from .merge import merge
-from .run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
-from .run.timing import REPEATS
-from .search import SearchResult, search
-from .suites import SUITES, Row, load, scaled
+from ..api import compile, search
+from ..errors import CompileError, StrategyError, TredudaError
+from ..frontend.contraction import analyse
+from ..frontend.merge import merge
+from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
+from ..suites import SUITES, Row, load, scaled
+from ..tuning.gpus import Gpu
+from ..tuning.gpus import gpu as find_gpu
+from ..tuning.search import SearchResult
+from ..tuning.walk import geometry
 
 DEFAULT_MAX_NODES = 3000
 SUITE_CHOICES = (*SUITES, "all")
@@ -202,8 +200,8 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
 def fitted(expression: str, sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each mapped
     index gets more than half a tile (so its last block is partial), each summed index more
-    than half a step. A mapped index that merges several (:mod:`treduda.merge`) grows by its
-    first one."""
+    than half a step. A mapped index that merges several (:mod:`~treduda.frontend.merge`) grows
+    by its first one."""
     merging = merge(analyse(expression))
     grown = dict(sizes)
     order = [i for i in str(params.get("order", "")).split(",") if i]
@@ -464,56 +462,3 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFA
         plot(outcomes, plot_path, f"{title}: predicted fraction of peak on {target.name} "
              f"(search budget {max_nodes} nodes)", log)
     return 1 if any(o.error for o in outcomes) else 0
-
-
-def _ids(text: str) -> list[str]:
-    return [part.strip() for part in text.split(",") if part.strip()]
-
-
-def _count(text: str) -> int:
-    if not text.isdigit():
-        raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
-    return int(text)
-
-
-def bench_arguments(parser: argparse.ArgumentParser) -> None:
-    """The options of `treduda bench` (and of benchmarks/bench.py)."""
-    parser.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
-                        help="the suite to run; all: every suite (rows named suite/id)")
-    parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
-    parser.add_argument("--json", metavar="FILE", help="write every row to this file")
-    parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
-    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
-    parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
-    parser.add_argument("--max-nodes", type=_count, default=DEFAULT_MAX_NODES, metavar="N",
-                        help="the search's node budget per row (default %(default)s)")
-    parser.add_argument("--gpu-time", action="store_true",
-                        help="time each searched kernel on this machine's GPU beside "
-                             "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
-                             "it says so and times nothing)")
-    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
-                        help="timed launches per kernel with --gpu-time (default %(default)s)")
-
-
-def bench_command(args: argparse.Namespace) -> int:
-    """Run `treduda bench` from parsed arguments."""
-    cases = select(args.suite, args.ids, args.limit)
-    if args.gpu_time:
-        from . import gpu_bench
-
-        return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
-                             repeats=max(1, args.repeats), json_path=args.json,
-                             plot_path=args.plot, title=args.suite)
-    return run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
-               plot_path=args.plot, title=args.suite)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="bench", description=__doc__.splitlines()[0])
-    bench_arguments(parser)
-    args = parser.parse_args(argv)
-    try:
-        return bench_command(args)
-    except TredudaError as error:
-        print(f"bench: error: {error}", file=sys.stderr)
-        return 2

@@ -21,17 +21,16 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
-from . import reference
-from .api import compile
+from ..api import compile, search
+from ..errors import BackendUnavailable, TredudaError, VerificationError
+from ..frontend.dtypes import fmas, uniform, wide
+from ..kernel import Kernel
+from ..run import reference
+from ..run.cuda import cuda_runtime, registers_cuda, time_calls
+from ..run.timing import REPEATS
+from ..tuning.gpus import Gpu
+from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
-from .dtypes import fmas, uniform, wide
-from .errors import BackendUnavailable, TredudaError, VerificationError
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .kernel import Kernel
-from .run.cuda import cuda_runtime, registers_cuda, time_calls
-from .run.timing import REPEATS
-from .search import search
 
 EXPRESSION_WIDTH = 36
 
@@ -166,7 +165,7 @@ def random_operands(kernel: Kernel, cupy) -> dict[str, Any]:
 
 def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, torch) -> float:
     """Run ``kernel`` on ``operands`` and compare with cupy.einsum and torch.einsum in float64
-    (complex128 for a complex kernel), within the rounding bound of :mod:`treduda.reference`;
+    (complex128 for a complex kernel), within the rounding bound of :mod:`treduda.run.reference`;
     returns the larger error."""
     c = kernel.contraction
     precise = wide(kernel.dtype)
@@ -201,7 +200,7 @@ def _spec(kernel: Kernel) -> str:
 def _libraries():
     """CuPy (needed: its einsum is the reference and a baseline), and torch if installed, with
     TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do."""
-    from .run.device_arrays import cupy_module
+    from ..run.device_arrays import cupy_module
 
     cupy = cupy_module()
     try:

@@ -16,21 +16,17 @@ import json
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
-from . import strategies
-from .contraction import analyse, resolve_sizes
-from .errors import StrategyError
+from ..errors import StrategyError
+from ..polyhedral.lower import Program
+from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
+from ..strategies import get as get_strategy
+from ..strategies.tiling import fastest_first, mapped
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .lower import lower
 from .model import Model, Prediction
-from .run.cuda import gpu_present
-from .strategies.tiling import fastest_first, mapped
-from .strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
-
-MEASURED = 5  # candidates search(measure=True) generates, checks and times
 
 # The values the search tries per decision (a subset of each strategy's values), chosen so a
 # full-size contraction's space can still be enumerated to check the search against.
@@ -111,9 +107,10 @@ class SearchStats:
                 f"cuts: {cuts or 'none'}")
 
 
-@dataclass
+@dataclass(frozen=True)
 class SearchResult:
-    """The winner, the candidates scored on the way, and how the search went."""
+    """The winner, the candidates scored on the way, and how the search went; re-ranking
+    (walked or measured winners) returns a new result."""
 
     expression: str
     sizes: dict[str, int]
@@ -121,16 +118,11 @@ class SearchResult:
     layout: str
     gpu: Gpu
     best: Candidate
-    candidates: list[Candidate]
+    candidates: tuple[Candidate, ...]
     stats: SearchStats
 
     def top(self, n: int = 10) -> list[Candidate]:
         return sorted(self.candidates, key=Candidate.key)[:n]
-
-    @property
-    def kernel(self):
-        """The winner, compiled."""
-        return _compiled(self, self.best)
 
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
@@ -167,21 +159,22 @@ Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored
 
 
 class Searcher:
-    """The search space of one problem on one GPU, searchable and enumerable."""
+    """The search space of one planned, fixed-size program on one GPU, searchable and
+    enumerable."""
 
-    def __init__(self, expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100",
-                 dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
-                 values: Mapping[str, tuple] | None = None, restrict: bool = True):
+    def __init__(self, program: Program, gpu: str | Gpu = "H100",
+                 strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
+                 restrict: bool = True):
+        if program.symbolic:
+            raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
+                                "with sizes, not symbolic=True")
         self.gpu = find_gpu(gpu)
-        contraction = analyse(expr)
-        self.expression, self.dtype, self.layout = expr, dtype, layout
-        self.sizes = resolve_sizes(contraction, sizes)
-        self.program = lower(contraction, self.sizes, layout, dtype)
+        self.program = program
         limits = Limits(threads_per_block=self.gpu.max_threads_per_block,
                         sm_count=self.gpu.sm_count,
                         shared_per_block=self.gpu.shared_per_block,
                         registers_per_thread=self.gpu.max_registers_per_thread)
-        self.strategy = strategies.get(strategy, limits)
+        self.strategy = get_strategy(strategy, limits)
         full = self.strategy.space(self.program)
         if not {"order", "step", "stage"} <= {p.name for p in full.parameters}:
             raise StrategyError(f"the model predicts only tiled+staged candidates; search cannot "
@@ -209,7 +202,7 @@ class Searcher:
         started = time.perf_counter()
         scored = [self.candidate(p, with_bound=False) for p in self.space.points()]
         if not scored:
-            raise StrategyError(f"no valid candidate for {self.expression!r}")
+            raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
         stats = SearchStats(space_size=len(scored), space_size_exact=True,
                             nodes_visited=len(scored), candidates_scored=len(scored),
                             seconds=time.perf_counter() - started)
@@ -253,7 +246,7 @@ class Searcher:
                     continue
                 heapq.heappush(heap, (child_bound, next(tie), child))
         if best is None:
-            raise StrategyError(f"no valid candidate for {self.expression!r}")
+            raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
         stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
         stats.seconds = time.perf_counter() - started
@@ -282,59 +275,24 @@ class Searcher:
         return None
 
     def _result(self, best, scored, stats) -> SearchResult:
-        return SearchResult(self.expression, self.sizes, self.dtype, self.layout, self.gpu, best,
-                            scored, stats)
+        p = self.program
+        return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
+                            self.gpu, best, tuple(scored), stats)
 
 
-def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
-           dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
-           values: Mapping[str, tuple] | None = None, measure: bool = False,
-           progress: Progress | None = None, max_nodes: int | None = None,
-           refine: int = 0) -> SearchResult:
-    """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
+def search_program(program: Program, gpu: str | Gpu = "H100", *,
+                   strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
+                   progress: Progress | None = None,
+                   max_nodes: int | None = None) -> SearchResult:
+    """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound.
 
-    With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
-    walks their kernel IR (:func:`treduda.inspect.estimate_kernel`), which sees what the
-    parameters alone do not (guards, index arithmetic, ptxas's registers); it is never below
-    the bound, so the re-ranking only ever picks among candidates the search could not cut.
-    With ``measure=True`` the best candidates (up to :data:`MEASURED`) are also generated,
-    each checked against numpy.einsum and then timed, and the fastest measured one wins: on
-    the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
-    The winner's ``measured_on`` says which.
+    Only candidates come back, nothing compiled: generating, walking and timing kernels is the
+    API's part (:func:`treduda.search`). Where small extents rule out every restricted value,
+    the search runs again over all of each strategy's values.
     """
     try:
-        searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values)
-        result = searcher.branch_and_bound(progress, max_nodes)
-    except StrategyError:  # small extents rule out every restricted value: search them all
-        searcher = Searcher(expr, sizes, gpu, dtype, layout, strategy, values, restrict=False)
-        result = searcher.branch_and_bound(progress, max_nodes)
-    if refine:
-        walked = [_walked(result, c) for c in result.top(refine)]
-        result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
-    if measure:
-        backend = "cuda" if gpu_present() else "opencl"
-        measured = [_measured(result, c, backend) for c in result.top(MEASURED)]
-        result = replace(result, best=min(measured, key=lambda c: c.measured))
-    return result
-
-
-def _walked(result: SearchResult, candidate: Candidate) -> Candidate:
-    """``candidate`` with the estimate of a walk over its generated kernel."""
-    kernel = _compiled(result, candidate)
-    return replace(candidate, walked=kernel.estimate(result.gpu))
-
-
-def _measured(result: SearchResult, candidate: Candidate, backend: str) -> Candidate:
-    """``candidate`` with its median time per launch on ``backend``, after checking its
-    result against numpy.einsum there."""
-    kernel = _compiled(result, candidate)
-    kernel.verify(backend=backend)
-    timing = kernel.time(backend)
-    return replace(candidate, measured=timing.seconds, measured_on=timing.device)
-
-
-def _compiled(result: SearchResult, candidate: Candidate):
-    from .api import compile
-
-    return compile(result.expression, result.sizes, dtype=result.dtype, layout=result.layout,
-                   strategy=candidate.strategy, params=candidate.params)
+        searcher = Searcher(program, gpu, strategy, values)
+        return searcher.branch_and_bound(progress, max_nodes)
+    except StrategyError:
+        searcher = Searcher(program, gpu, strategy, values, restrict=False)
+        return searcher.branch_and_bound(progress, max_nodes)

@@ -7,8 +7,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from .api import compile
-from .errors import BackendUnavailable, CompileError
+from ..api import compile
+from ..errors import BackendUnavailable, CompileError
 
 EXAMPLES = (  # file name, title, expression, sizes
     ("gemm", "GEMM", "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",

@@ -13,10 +13,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from ..errors import InvalidName
+from ..frontend.dtypes import is_complex, real
+from ..frontend.names import RESERVED
 from . import ir
-from .dtypes import is_complex, real
-from .errors import InvalidName
-from .names import RESERVED
 
 INDENT = "  "
 

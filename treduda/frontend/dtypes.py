@@ -3,7 +3,7 @@
 A complex element is stored as numpy stores it, real part then imaginary part, which is the
 layout of CUDA's and OpenCL's ``float2`` / ``double2``: arrays go to a device unchanged. Neither
 language has complex operators, so the printers spell complex arithmetic out in real FMAs
-(:mod:`treduda.printer`), and the model counts :data:`COMPLEX_FMAS` of them per complex
+(:mod:`treduda.codegen.printer`), and the model counts :data:`COMPLEX_FMAS` of them per complex
 multiply-add. Everything else asks this module rather than comparing dtype names.
 """
 
@@ -13,7 +13,7 @@ from collections.abc import Iterable, Mapping
 
 import numpy as np
 
-from .errors import DtypeError
+from ..errors import DtypeError
 
 DTYPES = ("float32", "float64", "complex64", "complex128")
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex

@@ -24,8 +24,8 @@ from treduda.errors import (
     caret,
     did_you_mean,
 )
-from treduda.parse import parse
-from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
+from treduda.frontend.parse import parse
+from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
 
 
 def _unique(names: Iterator[str]) -> tuple[str, ...]:
@@ -83,7 +83,7 @@ def analyse(tree_or_text: Operation | str) -> Contraction:
     """Check an expression (parsing it first if given text) and normalise it to a sum of terms.
 
     Raises :class:`RankMismatch`, :class:`IndexUsageError` or :class:`InvalidName` with a caret
-    at the offending token, on top of whatever :func:`~treduda.parse.parse` raises.
+    at the offending token, on top of whatever :func:`~treduda.frontend.parse.parse` raises.
     """
     tree = parse(tree_or_text) if isinstance(tree_or_text, str) else tree_or_text
     leaves = list(_leaves(tree.expr))

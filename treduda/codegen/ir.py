@@ -1,7 +1,8 @@
 """The kernel IR: the small language between isl's AST and the C printers.
 
-The isl AST is converted into these frozen dataclasses once (:mod:`treduda.ast_build`); the
-CUDA and OpenCL printers (:mod:`treduda.printer`) walk them and differ only in a dialect table.
+The isl AST is converted into these frozen dataclasses once
+(:mod:`treduda.polyhedral.ast_build`); the CUDA and OpenCL printers
+(:mod:`treduda.codegen.printer`) walk them and differ only in a dialect table.
 Expressions are integers for index arithmetic and scalars of the kernel's dtype for values.
 """
 
@@ -15,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import TredudaError
+from ..errors import TredudaError
 
 
 class Op(enum.Enum):
@@ -194,7 +195,8 @@ class KernelIR:
     """One kernel: its signature, its locals and its body, ready to print in any dialect."""
 
     name: str
-    dtype: str  # one of treduda.dtypes.DTYPES; complex values are printed as float2 / double2
+    # one of treduda.frontend.dtypes.DTYPES; complex values are printed as float2 / double2
+    dtype: str
     index_bits: int  # 32 or 64: the integer type of iterators, sizes and offsets
     params: tuple[Param, ...]
     locals: tuple[Local, ...]

@@ -7,17 +7,15 @@ import os
 import sys
 from collections.abc import Sequence
 
-from . import strategies
-from .api import compile
-from .bench import bench_arguments, bench_command
-from .cache import TuningCache
-from .contraction import analyse, resolve_sizes
+from .. import strategies
+from ..api import MEASURED, compile, search
+from ..errors import TredudaError
+from ..frontend.dtypes import DTYPES
+from ..polyhedral.lower import plan
+from ..tuning.cache import TuningCache
+from ..tuning.gpus import table
+from .bench_cli import bench_arguments, bench_command
 from .demo import demo
-from .dtypes import DTYPES
-from .errors import TredudaError
-from .gpus import table
-from .lower import lower
-from .search import MEASURED, search
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -210,9 +208,8 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _space(args: argparse.Namespace) -> int:
-    contraction = analyse(args.expression)
-    sizes = None if args.symbolic else resolve_sizes(contraction, dict(args.size))
-    program = lower(contraction, sizes, args.layout, args.dtype)
+    program = plan(args.expression, dict(args.size), args.layout, args.dtype,
+                   symbolic=args.symbolic)
     strategy = strategies.get(args.strategy)
     space = strategy.space(program)
     defaults = strategy.defaults(program)

@@ -12,9 +12,10 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
-from treduda import inspect
 from treduda.errors import MissingSize
-from treduda.search import Searcher
+from treduda.polyhedral.lower import plan
+from treduda.tuning import walk
+from treduda.tuning.search import Searcher
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 CUBE = {"i": 128, "j": 128, "k": 128}
@@ -49,12 +50,12 @@ def staged(name: str) -> treduda.Kernel:
 @pytest.mark.parametrize("name", VARIANTS)
 def test_fmas_of_all_threads_cover_the_iteration_space(name):
     k = staged(name)
-    assert inspect.count(k, use_nvcc=False).fma * threads(k) == 128**3
+    assert walk.count(k, use_nvcc=False).fma * threads(k) == 128**3
 
 
 def test_thread_per_element_does_one_fma_per_point():
     k = kernel("thread_per_element")
-    c = inspect.count(k, use_nvcc=False)
+    c = walk.count(k, use_nvcc=False)
     assert c.fma * threads(k) == 128**3
     assert (c.global_loads, c.global_stores, c.shared_loads, c.barriers) == (256, 1, 0, 0)
 
@@ -65,26 +66,26 @@ def test_partial_tiles_count_their_padding():
     sizes = {"i": 100, "j": 72, "k": 200}
     k = kernel("tiled+staged", tuple(TILED.items()), tuple(sizes.items()))
     padded = math.ceil(100 / 32) * 32 * math.ceil(72 / 64) * 64 * 200
-    assert inspect.count(k, use_nvcc=False).fma * threads(k) == padded
+    assert walk.count(k, use_nvcc=False).fma * threads(k) == padded
 
 
 @pytest.mark.parametrize("name", ["staged-AB", "staged-A-preload", "staged-B-along-i"])
 def test_staging_loads_shared_memory_between_two_barriers_per_step(name):
-    c = inspect.count(staged(name), use_nvcc=False)
+    c = walk.count(staged(name), use_nvcc=False)
     steps = 128 // VARIANTS[name]["step"]
     assert c.shared_loads > 0 and c.shared_stores > 0
     assert c.barriers == 2 * steps
 
 
 def test_unstaged_kernel_has_no_shared_traffic_or_barriers():
-    c = inspect.count(staged("unstaged-rolled"), use_nvcc=False)
+    c = walk.count(staged("unstaged-rolled"), use_nvcc=False)
     assert (c.shared_loads, c.shared_stores, c.barriers) == (0, 0, 0)
 
 
 def test_reading_a_row_major_matrix_down_its_column_costs_wavefronts():
     """x along i: consecutive threads read A[i,k] K elements apart, 32 sectors per warp."""
-    along_j = inspect.count(kernel("thread_per_element", (("order", "j,i"),)), use_nvcc=False)
-    along_i = inspect.count(kernel("thread_per_element", (("order", "i,j"),)), use_nvcc=False)
+    along_j = walk.count(kernel("thread_per_element", (("order", "j,i"),)), use_nvcc=False)
+    along_i = walk.count(kernel("thread_per_element", (("order", "i,j"),)), use_nvcc=False)
     assert along_j.global_loads == along_i.global_loads
     assert along_j.global_wavefronts == along_j.global_loads  # one per load: coalesced
     assert along_i.global_wavefronts == along_i.global_loads / 2 * (8 + 1)  # A: 8, B: broadcast
@@ -94,7 +95,7 @@ def test_padding_the_shared_tile_removes_bank_conflicts():
     """x along i reads the staged A[i,k] tile down its column: 16 words apart without padding
     (8 lanes per bank), 17 apart with it (no conflict)."""
     params = {**TILED, "order": "i,j", "stage": "A"}
-    fronts = {pad: inspect.count(kernel("tiled+staged", tuple({**params, "pad": pad}.items())),
+    fronts = {pad: walk.count(kernel("tiled+staged", tuple({**params, "pad": pad}.items())),
                                  use_nvcc=False) for pad in (0, 1)}
     assert fronts[0].shared_loads == fronts[1].shared_loads
     assert fronts[0].shared_wavefronts > 4 * fronts[1].shared_wavefronts
@@ -102,7 +103,7 @@ def test_padding_the_shared_tile_removes_bank_conflicts():
 
 def test_identical_loads_count_once_as_nvcc_reuses_them():
     """A 4x4 register tile loads 4 + 4 operands per k, not 16 + 16."""
-    c = inspect.count(staged("staged-AB"), use_nvcc=False)
+    c = walk.count(staged("staged-AB"), use_nvcc=False)
     assert c.shared_loads == 128 * (4 + 4)
 
 
@@ -110,25 +111,25 @@ def test_sampled_loops_agree_with_walking_every_iteration(monkeypatch):
     sizes = (("i", 100), ("j", 72), ("k", 200))
     for params in (TILED, VARIANTS["staged-A-preload"], VARIANTS["unstaged-rolled"]):
         k = kernel("tiled+staged", tuple(params.items()), sizes)
-        sampled = inspect.count(k, use_nvcc=False)
-        monkeypatch.setattr(inspect, "SAMPLED", 10**9)
-        assert inspect.count(k, use_nvcc=False) == sampled
+        sampled = walk.count(k, use_nvcc=False)
+        monkeypatch.setattr(walk, "SAMPLED", 10**9)
+        assert walk.count(k, use_nvcc=False) == sampled
         monkeypatch.undo()
 
 
 def test_symbolic_kernels_need_sizes():
     k = kernel("tiled+staged", tuple(TILED.items()), symbolic=True)
     with pytest.raises(MissingSize):
-        inspect.count(k, use_nvcc=False)
-    fixed = inspect.count(staged("staged-AB"), use_nvcc=False)
-    assert inspect.count(k, use_nvcc=False, sizes=CUBE).fma == fixed.fma
-    assert inspect.estimate_kernel(k, sizes=CUBE, use_nvcc=False).seconds > 0
+        walk.count(k, use_nvcc=False)
+    fixed = walk.count(staged("staged-AB"), use_nvcc=False)
+    assert walk.count(k, use_nvcc=False, sizes=CUBE).fma == fixed.fma
+    assert walk.estimate_kernel(k, sizes=CUBE, use_nvcc=False).seconds > 0
 
 
 @pytest.mark.parametrize("name", VARIANTS)
 def test_estimate_is_never_below_the_models_bound(name):
-    model = Searcher(GEMM, CUBE, "H100").model
-    prediction = inspect.estimate_kernel(staged(name), "H100", use_nvcc=False)
+    model = Searcher(plan(GEMM, CUBE), "H100").model
+    prediction = walk.estimate_kernel(staged(name), "H100", use_nvcc=False)
     assert prediction.seconds >= model.bound(VARIANTS[name]).seconds
     assert set(prediction.resources) == {"fma", "issue", "memory", "l2", "dram", "latency"}
     assert prediction.because.startswith(prediction.binding)
@@ -140,20 +141,20 @@ def test_walking_a_large_kernel_is_quick():
     sizes = {"i": 4096, "j": 4096, "k": 4096}
     k = kernel("tiled+staged", tuple(WINNER_4096.items()), tuple(sizes.items()))
     started = time.perf_counter()
-    c = inspect.count(k, use_nvcc=False)
+    c = walk.count(k, use_nvcc=False)
     assert time.perf_counter() - started < 3
     assert c.fma * threads(k) == 4096**3
-    model = Searcher(GEMM, sizes, "H100").model
-    assert inspect.estimate_kernel(k, use_nvcc=False).seconds >= model.bound(
+    model = Searcher(plan(GEMM, sizes), "H100").model
+    assert walk.estimate_kernel(k, use_nvcc=False).seconds >= model.bound(
         WINNER_4096).seconds
 
 
 def test_registers_without_nvcc_are_the_register_locals_plus_bookkeeping():
     k = staged("staged-AB")
-    assert inspect.count(k, use_nvcc=False).registers == 16 + 16  # a 4x4 accumulator tile
+    assert walk.count(k, use_nvcc=False).registers == 16 + 16  # a 4x4 accumulator tile
 
 
 @needs_nvcc
 def test_registers_come_from_ptxas():
     k = staged("staged-A-preload")
-    assert inspect.count(k).registers == k.compile_cuda().registers
+    assert walk.count(k).registers == k.compile_cuda().registers

@@ -1,4 +1,4 @@
-"""Turn the text of a contraction into a statement tree (:mod:`treduda.tree`).
+"""Turn the text of a contraction into a statement tree (:mod:`treduda.frontend.tree`).
 
 Two spellings are accepted: Einstein notation ``C[i,j] = A[i,k]*B[k,j]`` and numpy's
 ``"ik,kj->ij"``. The grammar is small, so a hand-written tokenizer and recursive-descent
@@ -18,8 +18,8 @@ from functools import reduce
 from typing import NoReturn
 
 from treduda.errors import IndexUsageError, InvalidName, ParseError
-from treduda.names import check_identifier
-from treduda.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
+from treduda.frontend.names import check_identifier
+from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
 
 _NUMBER = re.compile(r"(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?")
 _WORD = re.compile(r"\w+")  # wider than C identifiers so bad names reach check_identifier

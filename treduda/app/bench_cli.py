@@ -1,0 +1,64 @@
+"""The `treduda bench` command (and benchmarks/bench.py, benchmarks/gpu.py): its options, and
+which benchmark they run, the model and PoCL one (:mod:`.bench`) or the GPU one
+(:mod:`.gpu_bench`, which builds on the first)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from ..errors import TredudaError
+from ..run.timing import REPEATS
+from . import bench, gpu_bench
+
+
+def _ids(text: str) -> list[str]:
+    return [part.strip() for part in text.split(",") if part.strip()]
+
+
+def _count(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
+    return int(text)
+
+
+def bench_arguments(parser: argparse.ArgumentParser) -> None:
+    """The options of `treduda bench` (and of benchmarks/bench.py)."""
+    parser.add_argument("--suite", choices=bench.SUITE_CHOICES, default="tccg_fp32",
+                        help="the suite to run; all: every suite (rows named suite/id)")
+    parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
+    parser.add_argument("--json", metavar="FILE", help="write every row to this file")
+    parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
+    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
+    parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
+    parser.add_argument("--max-nodes", type=_count, default=bench.DEFAULT_MAX_NODES, metavar="N",
+                        help="the search's node budget per row (default %(default)s)")
+    parser.add_argument("--gpu-time", action="store_true",
+                        help="time each searched kernel on this machine's GPU beside "
+                             "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
+                             "it says so and times nothing)")
+    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
+                        help="timed launches per kernel with --gpu-time (default %(default)s)")
+
+
+def bench_command(args: argparse.Namespace) -> int:
+    """Run `treduda bench` from parsed arguments."""
+    cases = bench.select(args.suite, args.ids, args.limit)
+    if args.gpu_time:
+        return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
+                             repeats=max(1, args.repeats), json_path=args.json,
+                             plot_path=args.plot, title=args.suite)
+    return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
+                     plot_path=args.plot, title=args.suite)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="bench", description=bench.__doc__.splitlines()[0])
+    bench_arguments(parser)
+    args = parser.parse_args(argv)
+    try:
+        return bench_command(args)
+    except TredudaError as error:
+        print(f"bench: error: {error}", file=sys.stderr)
+        return 2

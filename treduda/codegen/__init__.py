@@ -1,0 +1,1 @@
+"""Code generation: the kernel IR and its CUDA / OpenCL printers."""

@@ -1,0 +1,1 @@
+"""Front end: Einstein-notation text to a checked contraction (parse, names, merging, dtypes)."""

@@ -1,0 +1,1 @@
+"""Polyhedral stage: isl statements, scheduled by strategies, scanned into an AST."""
