@@ -2,7 +2,7 @@
 expression, sizes, strategy and parameters; estimate vs measured per row, Spearman rho, median
 and worst error, bound violations, and the measured rank of the search's pick; rows whose
 kernel code generation has changed since they were measured are left out. No GPU needed
-(nvcc, when present, gives ptxas's registers and spills). See treduda/fidelity.py.
+(nvcc, when present, gives ptxas's registers and spills). See treduda/app/fidelity.py.
 
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json]
                                         [--gpu H100] [--json out.json]
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import sys
 
-from treduda.fidelity import main
+from treduda.app.fidelity import main
 
 if __name__ == "__main__":
     sys.exit(main())

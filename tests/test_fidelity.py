@@ -10,12 +10,11 @@ import warnings
 import pytest
 from conftest import needs_nvcc
 
-from treduda import fidelity
-from treduda.contraction import analyse
-from treduda.gpus import gpu
-from treduda.lower import lower
-from treduda.model import Model
-from treduda.search import Candidate, Searcher
+from treduda.app import fidelity
+from treduda.polyhedral.lower import plan
+from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
+from treduda.tuning.search import Candidate, Searcher
 
 GEMM = "C[i,j]=A[i,k]*B[k,j] 4096x4096x4096"
 
@@ -59,8 +58,7 @@ def test_spearman_ranks_with_ties():
 
 
 def test_padding_removes_the_bank_conflicts_of_a_column_read():
-    program = lower(analyse("C[i,j] = A[i,k]*B[k,j]"), {"i": 64, "j": 64, "k": 64}, "C",
-                    "float32")
+    program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64})
     model = Model(program, gpu("H100"), {})
     column = [[lane * 32] for lane in range(32)]  # a 32-wide tile read down a column
     padded = [[lane * 33] for lane in range(32)]
@@ -70,7 +68,7 @@ def test_padding_removes_the_bank_conflicts_of_a_column_read():
 
 
 def test_pad_and_assignment_change_the_predicted_wavefronts():
-    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 1024, "j": 1024, "k": 1024}, "H100")
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 1024, "j": 1024, "k": 1024}), "H100")
     base = {"order": "j,i", "block_x": 32, "block_y": 8, "block_z": 1, "reg_x": 4, "reg_y": 4,
             "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic", "assign_z": "cyclic",
             "step": 32, "unroll": True, "stage": "A,B", "preload": False,
@@ -84,7 +82,7 @@ def test_pad_and_assignment_change_the_predicted_wavefronts():
 
 
 def test_equal_times_are_ranked_by_wavefronts_then_resident_warps():
-    searcher = Searcher("C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 256, "k": 256}, "H100")
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 256, "k": 256}), "H100")
     p = searcher.model.bound({})
     conflicted = dataclasses.replace(p, wavefronts=2.0, warps=64)
     clean = dataclasses.replace(p, wavefronts=1.0, warps=8)

@@ -25,15 +25,16 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from .api import compile
-from .errors import StrategyError, TredudaError
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .model import Compiled, Prediction
-from .run.nvcc import compile_cuda_batch, nvcc_available
-from .search import Candidate, Searcher
+from ..api import compile
+from ..errors import StrategyError, TredudaError
+from ..polyhedral.lower import plan
+from ..run.nvcc import compile_cuda_batch, nvcc_available
+from ..tuning.gpus import Gpu
+from ..tuning.gpus import gpu as find_gpu
+from ..tuning.model import Compiled, Prediction
+from ..tuning.search import Candidate, Searcher
 
-DATA = Path(__file__).resolve().parent.parent / "benchmarks" / "data" / "h100_measured.json"
+DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measured.json"
 # The registers the measuring machine's driver JIT gave b05b8ed's kernels differ from what
 # CUDA 13's ptxas gives the very same sources here by up to 10% (gemm4096-rand14: 44 vs 40,
 # tccg_31: 59 vs 64), so only a larger difference says the kernel itself changed.
@@ -160,8 +161,8 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
             outcomes.append(Outcome(row, left_out=reason))
             continue
         if row.problem not in searchers:
-            searchers[row.problem] = Searcher(row.expression, row.sizes, target, row.dtype,
-                                              row.layout)
+            searchers[row.problem] = Searcher(plan(row.expression, row.sizes, row.layout,
+                                                   row.dtype), target)
         model = searchers[row.problem].model
         params = model_params(row)
         estimate = model.estimate(params, again.compiled)
