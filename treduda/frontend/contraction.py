@@ -86,9 +86,9 @@ def analyse(tree_or_text: Operation | str) -> Contraction:
     at the offending token, on top of whatever :func:`~treduda.frontend.parse.parse` raises.
     """
     tree = parse(tree_or_text) if isinstance(tree_or_text, str) else tree_or_text
-    leaves = list(_leaves(tree.expr))
-    reads = [leaf for leaf in leaves if isinstance(leaf, Read)]
-    _check_roles(tree, leaves)
+    found = list(leaves(tree.expr))
+    reads = [leaf for leaf in found if isinstance(leaf, Read)]
+    _check_roles(tree, found)
     _check_ranks(tree, reads)
     _check_output_reads(tree, reads)
     _check_output_indices(tree, reads)
@@ -105,19 +105,19 @@ def analyse(tree_or_text: Operation | str) -> Contraction:
         op=tree.write.op,
         terms=tuple(_expand(tree.expr)),
         inputs=inputs,
-        scalars=_unique(leaf.name for leaf in leaves if isinstance(leaf, Scalar)),
+        scalars=_unique(leaf.name for leaf in found if isinstance(leaf, Scalar)),
         indices=output + _unique(i for r in reads for i in r.indices if i not in output),
         reads_output=any(read.tensor == tree.write.tensor for read in reads),
     )
 
 
-def _leaves(node: Node) -> Iterator[Read | Scalar | Literal]:
+def leaves(node: Node) -> Iterator[Read | Scalar | Literal]:
     """The leaves of ``node`` from left to right, which is their order in the text."""
     if isinstance(node, Neg):
-        yield from _leaves(node.operand)
+        yield from leaves(node.operand)
     elif isinstance(node, (Add, Sub, Mul)):
-        yield from _leaves(node.left)
-        yield from _leaves(node.right)
+        yield from leaves(node.left)
+        yield from leaves(node.right)
     else:
         yield node
 
@@ -159,13 +159,13 @@ def _index_uses(indices: tuple[str, ...], positions: tuple[int, ...], fallback: 
 _ROLES = {"tensor": "a tensor", "index": "an index", "scalar": "a scalar"}
 
 
-def _check_roles(tree: Operation, leaves: list[Read | Scalar | Literal]) -> None:
+def _check_roles(tree: Operation, found: list[Read | Scalar | Literal]) -> None:
     """One name, one role: tensors, scalars and indices all become C identifiers in one scope."""
     write = tree.write
     uses = [("tensor", write.tensor, write.position)]
     uses += [("index", i, p) for i, p in _index_uses(write.indices, write.index_positions,
                                                      write.position)]
-    for leaf in leaves:
+    for leaf in found:
         if isinstance(leaf, Read):
             uses.append(("tensor", leaf.tensor, leaf.position))
             uses += [("index", i, p) for i, p in _index_uses(leaf.indices, leaf.index_positions,
@@ -261,7 +261,7 @@ def resolve_sizes(c: Contraction, sizes: Mapping[str, int], empty: bool = False
 
 def _caret_at_index(c: Contraction, index: str) -> str:
     """The expression with a caret under the first use of ``index``."""
-    for node in (c.tree.write, *_leaves(c.tree.expr)):
+    for node in (c.tree.write, *leaves(c.tree.expr)):
         if isinstance(node, (Read, Write)) and index in node.indices:
             where = node.index_positions[node.indices.index(index)]
             return caret(c.source, where, len(index))
@@ -271,7 +271,7 @@ def _caret_at_index(c: Contraction, index: str) -> str:
 def _check_tensor_shapes(c: Contraction, sizes: Mapping[str, int]) -> None:
     """A tensor read with different index lists must get one shape from all of them."""
     first: dict[str, Read] = {}
-    for read in _leaves(c.tree.expr):
+    for read in leaves(c.tree.expr):
         if not isinstance(read, Read):
             continue
         seen = first.setdefault(read.tensor, read)
@@ -331,7 +331,7 @@ def _tensor_uses(c: Contraction, arrays: Mapping[str, Any], old_output: bool
                  ) -> Iterator[tuple[str, list[tuple[str, ...]]]]:
     """Each tensor whose array must be checked, with every index list it is used with."""
     uses: dict[str, list[tuple[str, ...]]] = {tensor: [] for tensor in c.inputs}
-    for read in _leaves(c.tree.expr):
+    for read in leaves(c.tree.expr):
         if isinstance(read, Read) and read.tensor in uses and read.indices not in uses[read.tensor]:
             uses[read.tensor].append(read.indices)
     for tensor, index_lists in uses.items():

@@ -17,7 +17,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from .contraction import Contraction, analyse
+from .contraction import Contraction, analyse, leaves
 from .tree import Add, Mul, Neg, Node, Operation, Read, Sub
 
 SEPARATOR = "_"
@@ -73,17 +73,8 @@ def merge(contraction: Contraction) -> Merging:
 
 def _index_lists(c: Contraction) -> list[tuple[str, ...]]:
     """Every index list a tensor is used with: the output's and each distinct read's."""
-    lists = [c.output_indices]
-    stack: list[Node] = [c.tree.expr]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, Read):
-            lists.append(node.indices)
-        elif isinstance(node, Neg):
-            stack.append(node.operand)
-        elif isinstance(node, (Add, Sub, Mul)):
-            stack += [node.left, node.right]
-    return list(dict.fromkeys(lists))
+    reads = [leaf.indices for leaf in leaves(c.tree.expr) if isinstance(leaf, Read)]
+    return list(dict.fromkeys([c.output_indices, *reads]))
 
 
 def _chains(indices: tuple[str, ...], lists: list[tuple[str, ...]]) -> list[tuple[str, ...]]:
