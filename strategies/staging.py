@@ -37,19 +37,22 @@ import islpy as isl
 
 from treduda.codegen import ir
 from treduda.errors import StrategyError
-from treduda.frontend.dtypes import itemsize
+from treduda.polyhedral import geometry
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import (
+    Composite,
     Constraint,
     Parameter,
     ParamSpace,
+    Priority,
     Role,
     Scheduled,
     Strategy,
     register,
 )
 
-STAGE_BEFORE, STAGE_COPY, STAGE_AFTER, STAGE_LOAD = 0, 1, 2, 3  # compute is at stage 4
+# The stages of a step before its compute statement (at STAGE_COMPUTE, after all of these).
+STAGE_BEFORE, STAGE_COPY, STAGE_AFTER, STAGE_LOAD = 0, 1, 2, 3
 
 
 def stageable(program: Program) -> tuple[str, ...]:
@@ -59,13 +62,6 @@ def stageable(program: Program) -> tuple[str, ...]:
     return tuple(dict.fromkeys(n for n in names if n in program.contraction.inputs))
 
 
-def _reads(program: Program, tensor: str) -> list[tuple[str, ...]]:
-    """The distinct index lists ``tensor`` is read with in reductions (one tile each)."""
-    found = [r.indices for t in program.contraction.terms for r in t.reads
-             if r.tensor == tensor and t.summed(program.output_indices)]
-    return list(dict.fromkeys(found))
-
-
 @register
 class Staged(Strategy):
     name = "staged"
@@ -73,25 +69,36 @@ class Staged(Strategy):
                    "barriers, optionally preloaded and double-buffered (thesis strategies 7-9); "
                    "chain after a tiling: tiled+staged")
 
+    quantities = ("stage", "pad", "preload", "double_buffer")  # its parameters set these
+
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
-        mapping = _mapping(before)
+        if not before:
+            raise StrategyError("staging needs a mapping before it: use e.g. 'tiled+staged'")
         tensors = stageable(program)
         subsets = [",".join(c) for n in range(len(tensors), 0, -1)
                    for c in itertools.combinations(tensors, n)]
         parameters = (Parameter("stage", (*subsets, ""),
-                                "inputs staged in shared memory (comma separated)"),
-                      Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
-                                               "so threads hit different banks"),
+                                "inputs staged in shared memory (comma separated)",
+                                priority=Priority.STAGING),
                       Parameter("preload", (False, True), "load the next step into registers "
-                                                          "while computing this one"),
+                                "while computing this one", priority=Priority.BUFFERS),
                       Parameter("double_buffer", (False, True),
                                 "two buffers per tile, alternating by step: one barrier per "
-                                "step instead of two"))
-        tile_names = mapping.tile_extent_parameters
+                                "step instead of two", priority=Priority.BUFFERS),
+                      Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
+                                               "so threads hit different banks",
+                                priority=Priority.BUFFERS))
+        # What a mapping offers a stager: its tile, described in the geometry's quantities
+        # once its tile parameters are decided.
+        mapping = Composite(before, self.limits)
+        values = {p.name: p.values for p in mapping.space(program).parameters}
+        tile_names = mapping.tile_parameters(program)
         budget = self.limits.shared_per_block
 
         def fits(p: Mapping[str, Any]) -> bool:
-            return shared_bytes(program, mapping.tile_extents(program, p), p) <= budget
+            tile = geometry.decided(mapping.geometry(program, p, values))
+            staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
+            return geometry.shared_bytes(program, {**tile, **staging}) <= budget
 
         rules = (
             # Checked as soon as the tiles and the staged inputs are known, so that the search
@@ -113,6 +120,12 @@ class Staged(Strategy):
         )
         return ParamSpace(parameters, rules)
 
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        return {q: choices[q] for q in self.quantities}
+
+    def tile_parameters(self, program: Program) -> tuple[str, ...]:
+        return ()  # staging changes where a tile lives, not its extents
+
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         return {"stage": ",".join(stageable(program)), "pad": 1, "preload": False,
                 "double_buffer": False}
@@ -126,25 +139,6 @@ class Staged(Strategy):
                                 "a tiling strategy, e.g. 'tiled+staged'")
         return _Stager(scheduled, staged, params["pad"], params["preload"],
                        params["double_buffer"]).run()
-
-
-def shared_bytes(program: Program, extents: Mapping[str, int | None],
-                 params: Mapping[str, Any]) -> float:
-    """Shared memory the staged tiles need, from the tiling's extents per block and step."""
-    total = 0.0
-    for tensor in [t for t in params["stage"].split(",") if t]:
-        for indices in _reads(program, tensor):
-            sizes = [extents[i] if extents[i] is not None else math.inf for i in indices]
-            if sizes:
-                sizes[-1 if program.layout == "C" else 0] += params["pad"]
-            total += math.prod(sizes)
-    return total * itemsize(program.dtype) * (2 if params["double_buffer"] else 1)
-
-
-def _mapping(before: Sequence[Strategy]) -> Strategy:
-    if not before or not hasattr(before[-1], "tile_extent_parameters"):
-        raise StrategyError("staging needs a tiling before it: use e.g. 'tiled+staged'")
-    return before[-1]
 
 
 class _Stager:

@@ -34,15 +34,18 @@ import islpy as isl
 
 from treduda.codegen import ir
 from treduda.frontend.dtypes import registers
+from treduda.polyhedral.geometry import AXES
+from treduda.polyhedral.geometry import indices as mapped
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import (
-    AXES,
     Constraint,
     Parameter,
     ParamSpace,
+    Priority,
     Role,
     Scheduled,
     Strategy,
+    reduction_schedule,
     register,
     schedule_space,
     transform_schedule,
@@ -54,7 +57,13 @@ ASSIGNMENTS = ("cyclic", "adjacent")
 STEPS = (0, 4, 8, 16, 32, 64)
 POWERS_OF_TWO = tuple(2**n for n in range(32))
 ACCUMULATOR_BUDGET = 64  # accumulators per thread: a quarter of the 255 registers in float32
-STAGE_COMPUTE = 4  # after a staging strategy's barrier, copies, barrier and next loads (0-3)
+# The values the search tries (a subset of each parameter's), chosen so that a full-size
+# contraction's space can still be enumerated to check the search against.
+SEARCHED: dict[str, tuple] = {
+    "block_x": (16, 32, 64), "block_y": (1, 2, 4, 8, 16), "block_z": (1, 2, 4),
+    "reg_x": (1, 2, 4), "reg_y": (1, 2, 4, 8), "reg_z": (1, 2),
+    "assign_y": ("cyclic",), "assign_z": ("cyclic",), "step": (8, 16, 32), "unroll": (True,),
+}
 
 
 def fastest_first(program: Program) -> tuple[str, ...]:
@@ -68,10 +77,6 @@ def mapping_orders(program: Program) -> tuple[str, ...]:
     indices = fastest_first(program)
     orders = [",".join(p) for p in itertools.permutations(indices, min(3, len(indices)))]
     return tuple(orders) if orders else ("",)
-
-
-def mapped(order: str) -> tuple[str, ...]:
-    return tuple(i for i in order.split(",") if i)
 
 
 def covering(extent: int, values: Sequence[int]) -> int:
@@ -90,21 +95,38 @@ class Tiled(Strategy):
     steps = STEPS
     unrolls = (True, False)
 
+    # Its parameters are named after the quantities of the geometry they set.
+    quantities = ("order", *(f"{k}_{a}" for a in AXES for k in ("block", "reg", "assign")),
+                  "step", "unroll")
+
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         summed = any(s.summed for s in program.statements)
-        parameters = [Parameter("order", mapping_orders(program),
-                                "output indices mapped to x, y, z (comma separated)")]
-        parameters += [Parameter(f"block_{a}", self.blocks, f"threads per block along {a}")
-                       for a in AXES]
-        parameters += [Parameter(f"reg_{a}", self.registers, f"elements per thread along {a}")
-                       for a in AXES]
-        parameters += [Parameter(f"assign_{a}", self.assignments,
-                                 f"how the {a} tile's elements are dealt to threads")
-                       for a in AXES]
+        orders = mapping_orders(program)
+        coalescing = fastest_first(program)[:2]  # x on one of the two fastest output indices
+        parameters = [Parameter("order", orders, "output indices mapped to x, y, z (comma "
+                                "separated)", tuple(o for o in orders if not coalescing
+                                                    or mapped(o)[0] in coalescing))]
+        for a in AXES:  # decided axis by axis: the tile along x shapes a warp's accesses
+            parameters += [
+                Parameter(f"block_{a}", self.blocks, f"threads per block along {a}",
+                          SEARCHED[f"block_{a}"], Priority.TILES),
+                Parameter(f"reg_{a}", self.registers, f"elements per thread along {a}",
+                          SEARCHED[f"reg_{a}"], Priority.TILES),
+                Parameter(f"assign_{a}", self.assignments,
+                          f"how the {a} tile's elements are dealt to threads",
+                          SEARCHED.get(f"assign_{a}"), Priority.TILES)]
         parameters += [Parameter("step", self.steps if summed else (0,),
-                                 "summed values per step (0: the whole reduction at once)"),
-                       Parameter("unroll", self.unrolls, "unroll the loop within a step")]
+                                 "summed values per step (0: the whole reduction at once)",
+                                 SEARCHED["step"], Priority.STEP),
+                       Parameter("unroll", self.unrolls, "unroll the loop within a step",
+                                 SEARCHED["unroll"], Priority.CODE)]
         return ParamSpace(tuple(parameters), tuple(self._rules(program)))
+
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        return {q: choices[q] for q in self.quantities}
+
+    def tile_parameters(self, program: Program) -> tuple[str, ...]:
+        return ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES), "step")
 
     def _rules(self, program: Program) -> list[Constraint]:
         limits = self.limits
@@ -204,27 +226,6 @@ class Tiled(Strategy):
                       unroll=step > 0 and True in self.unrolls)
         return chosen
 
-    # What a tiling offers a staging strategy: the extents below, which read only these.
-    tile_extent_parameters = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES),
-                              "step")
-
-    def tile_extents(self, program: Program, params: Mapping[str, Any]) -> dict[str, int | None]:
-        """How many values of each index one block touches per step (None: all of them, for a
-        symbolic size), as staging strategies need to size shared memory."""
-        order = mapped(params["order"])
-        extents: dict[str, int | None] = {}
-        for index in program.contraction.indices:
-            if index in order:
-                axis = AXES[order.index(index)]
-                extents[index] = params[f"block_{axis}"] * params[f"reg_{axis}"]
-            elif index in program.output_indices:
-                extents[index] = 1
-            else:
-                extents[index] = params["step"] or (program.sizes or {}).get(index)
-            if program.sizes and extents[index] is not None:
-                extents[index] = min(extents[index], program.sizes[index])
-        return extents
-
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         program = scheduled.program
         order = mapped(params["order"])
@@ -238,15 +239,10 @@ class Tiled(Strategy):
             if r > 1:
                 registers.insert(0, reg)  # z, y, x: x innermost
         unmapped = [position[i] for i in program.output_indices if i not in order]
-        reductions = names[len(program.output_indices) + 1:]
-        step = params["step"]
-        steps = [f"floor({r}/{step})" for r in reductions] if step else []
-        inner = [f"{r} mod {step}" for r in reductions] if step else reductions
-        target = (blocks + threads + unmapped + ["phase"] + steps + [str(STAGE_COMPUTE)] + inner
-                  + registers)
+        reduction, reduction_roles = reduction_schedule(program, params["step"])
+        target = blocks + threads + unmapped + reduction + registers
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * len(unmapped)
-                 + (Role.PHASE,) + (Role.STEP,) * len(steps) + (Role.STAGE,)
-                 + (Role.INNER,) * len(inner) + (Role.REGISTER,) * len(registers))
+                 + reduction_roles + (Role.REGISTER,) * len(registers))
         # Register loops are unrolled by isl, so register indices become constants; the loop
         # within a step by the C compiler (isl unrolling it too multiplies generation time).
         unroll = tuple(n for n, role in enumerate(roles) if role == Role.REGISTER)

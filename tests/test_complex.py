@@ -161,8 +161,8 @@ def test_complex_tolerance_allows_two_roundings_per_part():
 
 def test_model_counts_four_real_fmas_and_twice_the_bytes():
     expr, sizes = "C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 192, "k": 128}
-    models = {d: Model(lower(analyse(expr), sizes, "C", d),
-                       gpu("H100"), {}) for d in ("float64", "complex128")}
+    models = {d: Model(lower(analyse(expr), sizes, "C", d), gpu("H100"))
+              for d in ("float64", "complex128")}
     real, complex_ = models["float64"], models["complex128"]
     assert complex_.flops == 4 * real.flops and complex_.bytes == 2 * real.bytes == 16
     assert complex_.compulsory == 2 * real.compulsory

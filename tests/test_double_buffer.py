@@ -11,6 +11,7 @@ from treduda.strategies import staging
 
 import treduda
 from treduda.errors import StrategyError
+from treduda.polyhedral import geometry
 from treduda.polyhedral.strategy import Limits
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
@@ -79,11 +80,10 @@ def test_double_buffering_needs_steps_and_doubles_shared_memory():
         treduda.compile(expression, sizes, strategy="tiled+staged",
                         params={"step": 0, "unroll": False, "double_buffer": True})
     program = compiled("gemm").program
-    extents = {"i": 16, "j": 8, "k": 4}
-    one = staging.shared_bytes(program, extents, {"stage": "A,B", "pad": 0,
-                                                  "double_buffer": False})
-    two = staging.shared_bytes(program, extents, {"stage": "A,B", "pad": 0,
-                                                  "double_buffer": True})
+    tile = {**geometry.decided(geometry.NEUTRAL), "order": "j,i", "block_x": 8, "block_y": 4,
+            "reg_y": 4, "step": 4, "stage": "A,B"}  # i: 16, j: 8, k: 4 per block and step
+    one = geometry.shared_bytes(program, tile)
+    two = geometry.shared_bytes(program, {**tile, "double_buffer": True})
     assert (one, two) == (8 * (16 * 4 + 4 * 8), 2 * 8 * (16 * 4 + 4 * 8))
 
 
@@ -101,7 +101,7 @@ def test_double_buffered_gemm_compiles_without_spills():
 
 def test_the_model_prices_the_barriers_saved():
     program = compiled("gemm").program
-    model = Model(program, gpu("H100"), {})
+    model = Model(program, gpu("H100"))
     single = model.estimate({**COMPLETE, "double_buffer": False})
     double = model.estimate({**COMPLETE, "double_buffer": True})
     assert double.resources["issue"] < single.resources["issue"]

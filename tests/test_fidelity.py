@@ -59,7 +59,7 @@ def test_spearman_ranks_with_ties():
 
 def test_padding_removes_the_bank_conflicts_of_a_column_read():
     program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64})
-    model = Model(program, gpu("H100"), {})
+    model = Model(program, gpu("H100"))
     column = [[lane * 32] for lane in range(32)]  # a 32-wide tile read down a column
     padded = [[lane * 33] for lane in range(32)]
     assert model.bank_conflicts(column) == 32 and model.bank_conflicts(padded) == 1

@@ -132,6 +132,31 @@ def test_refining_re_ranks_by_walking_the_kernel_ir():
     assert best in result.top(2) or best.params in [c.params for c in result.top(2)]
 
 
-def test_searching_a_strategy_the_model_does_not_know_is_explained():
-    with pytest.raises(treduda.errors.StrategyError, match="predicts only tiled"):
-        search("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64}, strategy="tiled")
+@treduda.strategies.register
+class Opaque(treduda.strategies.Tiled):
+    """The tiled mapping under another name, keeping its description to itself."""
+
+    name = "opaque_tiles"
+    describe = treduda.strategies.Strategy.describe
+
+
+def test_searching_a_strategy_that_does_not_describe_itself_is_explained():
+    sizes = {"i": 64, "j": 64, "k": 64}
+    with pytest.raises(treduda.errors.StrategyError, match="does not describe itself"):
+        search("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="opaque_tiles")
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="opaque_tiles")
+    assert kernel.verify().ok  # compiled all the same
+    with pytest.raises(treduda.errors.StrategyError, match="does not describe itself"):
+        treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="opaque_tiles+staged")
+
+
+def test_every_strategy_chain_is_searched_and_explained():
+    sizes = {"i": 100, "j": 70, "k": 50}
+    for strategy in ("tiled", "thread_per_element", "tiled+staged",
+                     "thread_per_element+staged"):
+        result = search("C[i,j] = A[i,k]*B[k,j]", sizes, strategy=strategy)
+        assert result.best.strategy == strategy
+        assert result.best.prediction.because.startswith(result.best.prediction.binding)
+        kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy=strategy,
+                                 params=result.best.params)
+        assert dict(kernel.params) == result.best.params and kernel.verify().ok

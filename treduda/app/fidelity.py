@@ -31,8 +31,8 @@ from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
-from ..tuning.model import Compiled, Prediction
-from ..tuning.search import Candidate, Searcher
+from ..tuning.model import Compiled, Model, Prediction
+from ..tuning.search import Candidate
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measured.json"
 # The registers the measuring machine's driver JIT gave b05b8ed's kernels differ from what
@@ -40,7 +40,6 @@ DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measu
 # tccg_31: 59 vs 64), so only a larger difference says the kernel itself changed.
 REGISTER_TOLERANCE = 0.10
 # What a strategy that is not staged means in the model's tiled+staged terms.
-UNSTAGED = {"stage": "", "pad": 0, "preload": False, "double_buffer": False}
 MIN_RANKED = 6  # fewer rows than this make a rank correlation meaningless
 
 
@@ -144,29 +143,24 @@ def changed(row: Row, again: Regenerated) -> str | None:
     return None
 
 
-def model_params(row: Row) -> dict[str, Any]:
-    """The row's parameters as a tiled+staged candidate (unstaged strategies stage nothing)."""
-    return {**UNSTAGED, **row.params}
-
-
 def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
              gpu: str | Gpu = "H100") -> list[Outcome]:
     """Each row left out or predicted by the model of ``gpu``."""
     target = find_gpu(gpu)
-    searchers: dict[tuple, Searcher] = {}
+    models: dict[tuple, Model] = {}
     outcomes = []
     for row, again in zip(rows, regenerated, strict=True):
         reason = changed(row, again)
         if reason:
             outcomes.append(Outcome(row, left_out=reason))
             continue
-        if row.problem not in searchers:
-            searchers[row.problem] = Searcher(plan(row.expression, row.sizes, row.layout,
-                                                   row.dtype), target)
-        model = searchers[row.problem].model
-        params = model_params(row)
-        estimate = model.estimate(params, again.compiled)
-        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(params).seconds))
+        key = (row.problem, row.strategy)
+        if key not in models:  # the row's own strategy describes its parameters to the model
+            models[key] = Model(plan(row.expression, row.sizes, row.layout, row.dtype), target,
+                                row.strategy)
+        model = models[key]
+        estimate = model.estimate(row.params, again.compiled)
+        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(row.params).seconds))
     return outcomes
 
 
@@ -239,7 +233,7 @@ def suite_rows(outcomes: Sequence[Outcome]) -> list[Outcome]:
 def pick(members: Sequence[Outcome]) -> Pick:
     """The candidate the search ranks first (its order: estimate, then the tie-breaker)."""
     def key(o: Outcome) -> tuple:
-        return Candidate.order(o.prediction, model_params(o.row))
+        return Candidate.order(o.prediction, o.row.params)
 
     chosen = min(members, key=key)
     measured = sorted(o.row.measured for o in members)

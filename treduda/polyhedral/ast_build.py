@@ -22,8 +22,9 @@ import islpy as isl
 
 from ..codegen import ir
 from ..errors import TredudaError
+from .geometry import AXES
 from .lower import Program
-from .strategy import AXES, MAPPED_DIMS, Role, Scheduled
+from .strategy import MAPPED_DIMS, Role, Scheduled
 
 BLOCK_PARAMS = tuple(f"blockIdx_{a}" for a in AXES)
 THREAD_PARAMS = tuple(f"threadIdx_{a}" for a in AXES)

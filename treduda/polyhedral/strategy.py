@@ -26,10 +26,14 @@ import islpy as isl
 
 from ..codegen import ir
 from ..errors import StrategyError
+from . import geometry
+from .geometry import Description
 from .lower import Program, Statement
 
 MAPPED_DIMS = 6  # block x, y, z and thread x, y, z
-AXES = "xyz"
+# Where the compute statement sits among a step's stages: a staging strategy puts its barrier,
+# copies, barrier and next loads before it (0-3, see strategies/staging.py).
+STAGE_COMPUTE = 4
 DEFAULT_STRATEGY = "tiled+staged"  # what compile() applies and search() explores by default
 
 
@@ -65,13 +69,29 @@ class Limits:
     sm_count: int | None = None  # the GPU's SMs when the search targets one, else no rule on it
 
 
+class Priority(enum.IntEnum):
+    """When the search takes a decision: what shapes the kernel most comes first, so that the
+    bound separates good from bad branches early. Within a priority, the space's order."""
+
+    MAPPING = 0  # which output index goes on which axis
+    STAGING = 1  # what goes through shared memory
+    TILES = 2  # threads and registers per axis
+    STEP = 3  # the reduction's step
+    BUFFERS = 4  # preloading, double buffering, padding
+    CODE = 5  # how the compiler is asked to emit the loops
+
+
 @dataclass(frozen=True)
 class Parameter:
-    """One decision of a strategy: its name, the values it may take, and what it means."""
+    """One decision of a strategy: its name, the values it may take, and what it means;
+    ``searched`` are the values the search tries (None: all of them; fewer keep a full-size
+    space enumerable, so the search can be checked against enumeration), ``priority`` when."""
 
     name: str
     values: tuple
     doc: str = ""
+    searched: tuple | None = None
+    priority: Priority = Priority.MAPPING
 
 
 @dataclass(frozen=True)
@@ -226,6 +246,19 @@ def read_only(params: Mapping[str, Any]) -> Mapping[str, Any]:
     return MappingProxyType(dict(params))
 
 
+def reduction_schedule(program: Program, step: int) -> tuple[list[str], tuple[Role, ...]]:
+    """The schedule's tail after the output dimensions: the phase, the reduction in steps of
+    ``step`` summed values (0: one step), the stage slot a staging strategy fills, and the
+    values within a step, with their roles. A mapping whose schedule ends with it can be
+    chained with staging."""
+    reductions = schedule_space(program)[len(program.output_indices) + 1:]
+    steps = [f"floor({r}/{step})" for r in reductions] if step else []
+    inner = [f"{r} mod {step}" for r in reductions] if step else reductions
+    roles = ((Role.PHASE,) + (Role.STEP,) * len(steps) + (Role.STAGE,)
+             + (Role.INNER,) * len(inner))
+    return ["phase", *steps, str(STAGE_COMPUTE), *inner], roles
+
+
 def initial(program: Program) -> Scheduled:
     """The program as one thread would run it: no block or thread coordinates yet."""
     n_out = len(program.output_indices)
@@ -249,6 +282,30 @@ class Strategy:
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         """The parameters and rules; ``before`` are the strategies applied earlier in a chain."""
         raise NotImplementedError
+
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        """The quantities of :data:`~treduda.polyhedral.geometry.QUANTITIES` this strategy sets,
+        each as the values it can still take, given ``choices``: the values each parameter
+        (of the chain it is part of: it reads its own) can still take, one once decided.
+        The model, the search's bound and a staging strategy read a strategy only through
+        this; one that does not describe itself can be compiled but not searched or staged."""
+        raise StrategyError(f"strategy '{self.name}' does not describe itself to the model: "
+                            "implement describe() (see treduda.polyhedral.geometry)")
+
+    def tile_parameters(self, program: Program) -> tuple[str, ...]:
+        """The parameters the block's tile (order, threads, registers, walk, step) depends on:
+        a staging strategy checks its shared memory as soon as these are decided."""
+        return tuple(p.name for p in self.space(program).parameters)
+
+    def geometry(self, program: Program, params: Mapping[str, Any],
+                 values: Mapping[str, tuple] | None = None) -> Description:
+        """Every quantity's possible values for the (partial) ``params``: an open parameter
+        takes ``values`` (by default all of its space's)."""
+        if values is None:
+            values = {p.name: p.values for p in self.space(program).parameters}
+        choices = {name: (params[name],) if name in params else tuple(allowed)
+                   for name, allowed in values.items()}
+        return geometry.complete(self.describe(program, choices), self.name)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         """A sensible complete choice: by default the first valid point of the space."""
@@ -311,6 +368,16 @@ class Composite(Strategy):
                 proposal = {k: v for k, v in completed.items() if k in chosen or k in names}
             chosen = proposal
         return chosen
+
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        """The parts' descriptions together (each reads its own parameters' choices)."""
+        described: dict[str, tuple] = {}
+        for part in self.parts:
+            described.update(part.describe(program, choices))
+        return described
+
+    def tile_parameters(self, program: Program) -> tuple[str, ...]:
+        return tuple(dict.fromkeys(n for part in self.parts for n in part.tile_parameters(program)))
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         for n, part in enumerate(self.parts):

@@ -1,8 +1,10 @@
 """The performance model: a lower bound for partially specified candidates and an estimate for
 complete ones, both in seconds on a described GPU, both naming what limits the kernel.
 
-A candidate is the ``tiled+staged`` parameter assignment (any strategy chain built from those
-two). Time is bounded per resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
+A candidate is a strategy's (partial) parameter assignment, read only through the strategy's
+description of itself in the geometry's quantities (:mod:`treduda.polyhedral.geometry`): the
+axes and their tiles, the indices threads walk, the step, the staging. Time is bounded per
+resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 
 * ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
                multiply-add) / the SMs' FMA lanes
@@ -33,9 +35,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..errors import StrategyError
 from ..frontend import dtypes
+from ..polyhedral import geometry
+from ..polyhedral.geometry import AXES, Description
 from ..polyhedral.lower import Kind, Program
-from ..polyhedral.strategy import AXES
+from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
+from ..strategies import get as get_strategy
 from .gpus import Gpu
 from .occupancy import blocks_per_sm
 
@@ -46,9 +52,9 @@ STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 # The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
 # Accesses": 1, 2, 4, 8 or 16 bytes per access).
 VECTOR_BYTES = 16
-# The decisions the warp-level terms (wavefronts of loads, copies, stores) depend on.
+# The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
 WARP_DECISIONS = ("order", "step", "stage", "pad",
-                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in "xyz"))
+                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in AXES))
 
 
 @dataclass(frozen=True)
@@ -92,12 +98,18 @@ class _Read:
 
 
 class Model:
-    """The model of one program on one GPU; ``values`` are the search's allowed values."""
+    """The model of one program on one GPU for one strategy; ``values`` are the values its
+    open parameters may take (by default all of the strategy's)."""
 
-    def __init__(self, program: Program, gpu: Gpu, values: Mapping[str, tuple]):
+    def __init__(self, program: Program, gpu: Gpu, strategy: Strategy | str = DEFAULT_STRATEGY,
+                 values: Mapping[str, tuple] | None = None):
         if program.sizes is None:
             raise ValueError("the model needs fixed sizes")
+        self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        if values is None:
+            values = {p.name: p.values for p in self.strategy.space(program).parameters}
         self.program, self.gpu, self.values = program, gpu, values
+        self.strategy.geometry(program, {}, values)  # one that does not describe itself fails
         c = program.contraction
         self.sizes = program.sizes
         self.bytes = dtypes.itemsize(program.dtype)
@@ -108,9 +120,8 @@ class Model:
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
         self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]  # extents
         self.iterations = sum(math.prod(extents) for extents in self.summed)
-        summed_reads = dict.fromkeys(r for term in c.terms if term.summed(self.outputs)
-                                     for r in term.reads)
-        self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices)) for r in summed_reads]
+        self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
+                      for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
         self.groups = max(1, len(program.accumulators))
@@ -150,18 +161,26 @@ class Model:
 
     # -- the public face ---------------------------------------------------------------------
 
+    def describe(self, params: Mapping[str, Any]) -> Description:
+        """The strategy's geometry for the (partial) ``params``: each quantity's values."""
+        return self.strategy.geometry(self.program, params, self.values)
+
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on the time of every completion of the partial ``params``."""
-        if "order" not in params:
-            return min((self.bound({**params, "order": o}) for o in self.values["order"]),
-                       key=lambda p: p.seconds)
-        return self._predict(_Optimist(self, params), exact=False)
+        described = self.describe(params)
+        return min((self._predict(_Optimist(self, {**described, "order": (order,)}), exact=False)
+                    for order in described["order"]), key=lambda p: p.seconds)
 
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report, where nvcc
         is present) replaces the register estimate and adds the traffic of spills."""
-        return self._predict(_Optimist(self, params, compiled), exact=True)
+        described = self.describe(params)
+        open_ = sorted(q for q, values in described.items() if len(values) > 1)
+        if open_:
+            raise StrategyError(f"an estimate needs a complete candidate of "
+                                f"'{self.strategy.name}'; still open: {', '.join(open_)}")
+        return self._predict(_Optimist(self, described, compiled), exact=True)
 
     # -- the resources -------------------------------------------------------------------------
 
@@ -251,13 +270,15 @@ class _Optimist:
     """Derived quantities of a (partial) candidate; open decisions take, factor by factor, the
     allowed value most favourable to the quantity, so every result is a valid lower bound."""
 
-    def __init__(self, model: Model, params: Mapping[str, Any],
-                 compiled: Compiled | None = None):
-        self.m, self.p, self.compiled = model, params, compiled
-        self.order = tuple(i for i in params["order"].split(",") if i)
+    def __init__(self, model: Model, described: Description, compiled: Compiled | None = None):
+        self.m, self.described, self.compiled = model, described, compiled
+        self.p = geometry.decided(described)  # the quantities with one value left
+        self.order = geometry.indices(self.p["order"])
+        self.walked = geometry.indices(self.p.get("walk", ""))
 
     def options(self, name: str) -> tuple:
-        return (self.p[name],) if name in self.p else tuple(self.m.values[name])
+        """The values quantity ``name`` can still take."""
+        return self.described[name]
 
     def tiles(self, n: int) -> list[int]:
         a = AXES[n]
@@ -272,10 +293,24 @@ class _Optimist:
 
     def blocks(self) -> float:
         """Blocks launched: tiles along x, y, z, times every value of the output indices not
-        on an axis (each gets blocks of its own, folded into the grid's x axis)."""
+        on an axis (each gets blocks of its own, folded into the grid's x axis), except where
+        the threads walk them (:meth:`walks`)."""
         tiles = math.prod(min(math.ceil(self.m.sizes[i] / t) for t in self.tiles(n))
-                          for n, i in enumerate(self.order))
-        return tiles * math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.order)
+                          for n, i in enumerate(self.order) if i not in self.walked)
+        return tiles * math.prod(self.m.sizes[i] for i in self.m.outputs
+                                 if i not in self.order and i not in self.walked)
+
+    def walks(self) -> float:
+        """Tiles (of an index on an axis) and values (of another) every thread walks one after
+        the other: its reductions and their latencies follow each other as often."""
+        total = 1.0
+        for index in self.walked:
+            if index in self.order:
+                n = self.order.index(index)
+                total *= min(math.ceil(self.m.sizes[index] / t) for t in self.tiles(n))
+            else:
+                total *= self.m.sizes[index]
+        return total
 
     def threads(self) -> int:
         return math.prod(min(self.options(f"block_{a}")) for a in AXES)
@@ -338,7 +373,7 @@ class _Optimist:
     def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
         """``compute()``, remembered per model for the decisions warp terms depend on (the
         search asks for the same ones at many nodes)."""
-        key = (name, *extra, *(self.p.get(k) for k in WARP_DECISIONS))
+        key = (name, *extra, *(self.options(k) for k in WARP_DECISIONS))
         terms = self.m._warp_terms
         if key not in terms:
             terms[key] = compute()
@@ -416,17 +451,8 @@ class _Optimist:
 
     def footprint(self, read: _Read) -> dict[str, int]:
         """Per block and step, how many values of each of its indices ``read`` touches."""
-        extents = {}
-        for i in read.indices:
-            if i in self.order:
-                n = self.order.index(i)
-                extents[i] = min(self.m.sizes[i], self.p[f"block_{AXES[n]}"]
-                                 * self.p[f"reg_{AXES[n]}"])
-            elif i in self.m.outputs:
-                extents[i] = 1
-            else:
-                extents[i] = min(self.m.sizes[i], self.p["step"] or self.m.sizes[i])
-        return extents
+        extents = geometry.tile_extents(self.m.program, self.p)
+        return {i: extents[i] for i in read.indices}
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel."""
@@ -515,7 +541,7 @@ class _Optimist:
         executions = sum(math.prod(math.ceil(e / step) if step else e for e in extents)
                          for extents in self.m.summed)
         return (self.compiled.spill_bytes * self.blocks() * self.threads()
-                * max(1, executions))
+                * max(1, executions) * self.walks())
 
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
@@ -535,15 +561,9 @@ class _Optimist:
         0 while the tiles or the staging are)."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0
-        total = 0
-        for r in self.m.reads:
-            if self.staged(r):
-                extents = self.footprint(r)
-                fastest = r.indices[-1] if self.m.program.layout == "C" else r.indices[0]
-                extents[fastest] += min(self.options("pad"))
-                total += math.prod(extents.values())
-        buffers = min(2 if double else 1 for double in self.options("double_buffer"))
-        return total * buffers * self.m.bytes
+        least = {"pad": min(self.options("pad")),
+                 "double_buffer": min(self.options("double_buffer"))}
+        return int(geometry.shared_bytes(self.m.program, {**self.p, **least}))
 
     def registers(self) -> int:
         """ptxas's count where given; else a conservative one: accumulators, one operand per
@@ -568,4 +588,4 @@ class _Optimist:
         if exact and self.decided("step", "preload") and not self.p["preload"]:
             steps = math.ceil(self.m.iterations / (self.p["step"] or 1))
             exposed = steps * g.l2_latency_cycles
-        return fmas + exposed
+        return (fmas + exposed) * self.walks()

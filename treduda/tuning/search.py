@@ -1,11 +1,13 @@
 """Branch and bound over a strategy's parameters, pruned by the model's lower bound.
 
-Decisions are taken one at a time in the strategy's parameter order (most influential first:
-the mapping of dimensions, tiles, step, staging, preloading). Best-first: the open node with the
-lowest bound is expanded; complete candidates are scored by the model's estimate; a node whose
-bound exceeds the best score cannot hold anything better and is cut (Telamon, "pruning without
-regrets"). Only values in :data:`SEARCH_VALUES` are tried, so the space stays enumerable and the
-search can be checked against exhaustive enumeration of the very same space.
+Decisions are taken one at a time in the order the strategies declare (their parameters'
+priorities: the mapping of dimensions first, then staging, tiles, step, buffers). Best-first:
+the open node with the lowest bound is expanded; complete candidates are scored by the model's
+estimate; a node whose bound exceeds the best score cannot hold anything better and is cut
+(Telamon, "pruning without regrets"). Only the values each parameter declares as searched are
+tried, so the space stays enumerable and the search can be checked against exhaustive
+enumeration of the very same space. The model reads any strategy that describes itself
+(:meth:`~treduda.polyhedral.strategy.Strategy.describe`).
 """
 
 from __future__ import annotations
@@ -23,31 +25,9 @@ from ..errors import StrategyError
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 from ..strategies import get as get_strategy
-from ..strategies.tiling import fastest_first, mapped
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Model, Prediction
-
-# The values the search tries per decision (a subset of each strategy's values), chosen so a
-# full-size contraction's space can still be enumerated to check the search against.
-SEARCH_VALUES: dict[str, tuple] = {
-    "block_x": (16, 32, 64),
-    "block_y": (1, 2, 4, 8, 16),
-    "block_z": (1, 2, 4),
-    "reg_x": (1, 2, 4),
-    "reg_y": (1, 2, 4, 8),
-    "reg_z": (1, 2),
-    "assign_y": ("cyclic",),
-    "assign_z": ("cyclic",),
-    "step": (8, 16, 32),
-    "unroll": (True,),
-}
-
-# The order decisions are taken in: what shapes the mapping and the memory traffic first, then
-# the tiles along each axis (threads, registers, their assignment), then the step details.
-DECISION_ORDER = ("order", "stage", "block_x", "reg_x", "assign_x", "block_y", "reg_y",
-                  "assign_y", "block_z", "reg_z", "assign_z", "step", "preload", "double_buffer",
-                  "pad", "unroll")
 
 
 @dataclass(frozen=True)
@@ -176,21 +156,17 @@ class Searcher:
                         registers_per_thread=self.gpu.max_registers_per_thread)
         self.strategy = get_strategy(strategy, limits)
         full = self.strategy.space(self.program)
-        if not {"order", "step", "stage"} <= {p.name for p in full.parameters}:
-            raise StrategyError(f"the model predicts only tiled+staged candidates; search cannot "
-                                f"rank '{strategy}' (compile with it directly instead)")
-        wanted = {**(SEARCH_VALUES if restrict else {}), **(values or {})}
-        if restrict and "order" not in wanted:  # x on one of the two fastest output indices
-            coalescing = fastest_first(self.program)[:2]  # none for a rank-0 output
-            orders = next(p.values for p in full.parameters if p.name == "order")
-            wanted["order"] = tuple(o for o in orders
-                                    if not coalescing or mapped(o)[0] in coalescing)
-        rank = {name: n for n, name in enumerate(DECISION_ORDER)}
-        ordered = sorted(full.parameters, key=lambda p: rank.get(p.name, len(rank)))
+        unknown = sorted(set(values or {}) - {p.name for p in full.parameters})
+        if unknown:
+            raise StrategyError(f"'{strategy}' has no parameter(s) {unknown}; it has: "
+                                f"{', '.join(p.name for p in full.parameters)}")
+        wanted = {p.name: p.searched for p in full.parameters if restrict and p.searched}
+        wanted.update(values or {})
+        ordered = sorted(full.parameters, key=lambda p: p.priority)  # stable: the space's order
         self.space = ParamSpace(tuple(
             Parameter(p.name, tuple(v for v in p.values if v in wanted.get(p.name, p.values)),
-                      p.doc) for p in ordered), full.constraints)
-        self.model = Model(self.program, self.gpu,
+                      p.doc, priority=p.priority) for p in ordered), full.constraints)
+        self.model = Model(self.program, self.gpu, self.strategy,
                            {p.name: p.values for p in self.space.parameters})
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:

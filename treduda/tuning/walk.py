@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 from ..codegen import ir
-from ..errors import CompileError, MissingSize
+from ..errors import CompileError, MissingSize, StrategyError
 from ..frontend import dtypes
 from ..polyhedral.lower import accumulator_name, plan
 from .gpus import Gpu
@@ -43,7 +43,6 @@ FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
 BASE_REGISTERS = 16  # beyond the register locals: indices, pointers, loaded operands
 SAMPLED = 5  # loops with more iterations are sampled (see the module docstring)
 SECTOR_BYTES, SECTORS_PER_WAVEFRONT, BANKS = 32, 4, 32
-MODELLED = {"tiled", "staged", "thread_per_element"}  # strategies the analytic model describes
 
 
 @dataclass(frozen=True)
@@ -86,12 +85,12 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
     program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
         kernel.symbolic) else kernel.program
-    model = Model(program, g, {})
-    analytic = floor = {}
-    if set(kernel.strategy.split("+")) <= MODELLED:  # complete what staging would add
-        params = {"stage": "", "pad": 0, "preload": False, "double_buffer": False,
-                  **kernel.params}
-        analytic, floor = model.estimate(params).resources, model.bound(params).resources
+    try:  # the analytic model, for a strategy that describes itself to it
+        model = Model(program, g, kernel.strategy)
+        analytic = model.estimate(kernel.params).resources
+        floor = model.bound(kernel.params).resources
+    except StrategyError:
+        model, analytic, floor = Model(program, g), {}, {}
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     occupancy = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
     if occupancy == 0:
