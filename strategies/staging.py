@@ -88,17 +88,19 @@ class Staged(Strategy):
                       Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
                                                "so threads hit different banks",
                                 priority=Priority.BUFFERS))
-        # What a mapping offers a stager: its tile, described in the geometry's quantities
-        # once its tile parameters are decided.
+        # What a mapping offers a stager: its geometry (the tile once its tile parameters are
+        # decided; the step and whether it is unrolled once all of them are).
         mapping = Composite(before, self.limits)
         values = {p.name: p.values for p in mapping.space(program).parameters}
-        tile_names = mapping.tile_parameters(program)
+        tile_names, every_name = mapping.tile_parameters(program), tuple(values)
         budget = self.limits.shared_per_block
 
+        def described(p: Mapping[str, Any]) -> dict[str, Any]:
+            return geometry.decided(mapping.geometry(program, p, values))
+
         def fits(p: Mapping[str, Any]) -> bool:
-            tile = geometry.decided(mapping.geometry(program, p, values))
             staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
-            return geometry.shared_bytes(program, {**tile, **staging}) <= budget
+            return geometry.shared_bytes(program, {**described(p), **staging}) <= budget
 
         rules = (
             # Checked as soon as the tiles and the staged inputs are known, so that the search
@@ -112,11 +114,13 @@ class Staged(Strategy):
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
-                       ("stage", "step", "unroll", "preload"),
-                       lambda p: not p["preload"] or (p["stage"] and p["step"] and p["unroll"])),
+                       (*every_name, "stage", "preload"),
+                       lambda p: not p["preload"] or bool(p["stage"] and described(p)["step"]
+                                                          and described(p)["unroll"])),
             Constraint("double buffering needs staged inputs and reduction steps",
-                       ("stage", "step", "double_buffer"),
-                       lambda p: not p["double_buffer"] or bool(p["stage"] and p["step"])),
+                       (*tile_names, "stage", "double_buffer"),
+                       lambda p: not p["double_buffer"] or bool(p["stage"]
+                                                                and described(p)["step"])),
         )
         return ParamSpace(parameters, rules)
 

@@ -92,3 +92,24 @@ def seed_of(text: str) -> int:
 def sampled_params(program, strategy: str, seed: int) -> dict:
     """A random valid point of ``strategy``'s parameter space for ``program``, from ``seed``."""
     return treduda.strategies.get(strategy).space(program).sample(random.Random(seed))
+
+
+def bound_paths_hold(searcher) -> int:
+    """Enumerate ``searcher``'s space and check the model's promise on every path: each node's
+    bound is below the estimate of every candidate under it, and deciding one more parameter
+    never lowers the bound. Returns how many candidates there were."""
+    names = [p.name for p in searcher.space.parameters]
+    bounds: dict[tuple, float] = {}
+    leaves = 0
+    for point in searcher.space.points():
+        leaves += 1
+        estimate = searcher.model.estimate(point).seconds
+        previous = 0.0
+        for depth in range(len(names) + 1):
+            prefix = tuple((n, point[n]) for n in names[:depth])
+            if prefix not in bounds:
+                bounds[prefix] = searcher.model.bound(dict(prefix)).seconds
+            assert bounds[prefix] <= estimate * (1 + 1e-12), (prefix, point)
+            assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
+            previous = bounds[prefix]
+    return leaves

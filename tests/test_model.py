@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 
 import pytest
+from conftest import bound_paths_hold
 
 from treduda.polyhedral.lower import plan
 from treduda.tuning.gpus import gpu
@@ -30,20 +31,7 @@ VALUES = {"block_x": (16, 32), "block_y": (1, 4, 8), "block_z": (1, 2), "reg_x":
 def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, target):
     values = {**VALUES, "order": ("a,b,c", "b,a,d", "a,d,b")} if "e" in sizes else VALUES
     searcher = Searcher(plan(expr, sizes, layout, dtype), target, values=values)
-    names = [p.name for p in searcher.space.parameters]
-    bounds: dict[tuple, float] = {}
-    leaves = 0
-    for point in searcher.space.points():
-        leaves += 1
-        estimate = searcher.model.estimate(point).seconds
-        previous = 0.0
-        for depth in range(len(names) + 1):
-            prefix = tuple((n, point[n]) for n in names[:depth])
-            if prefix not in bounds:
-                bounds[prefix] = searcher.model.bound(dict(prefix)).seconds
-            assert bounds[prefix] <= estimate * (1 + 1e-12), (prefix, point)
-            assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
-            previous = bounds[prefix]
+    leaves = bound_paths_hold(searcher)
     assert leaves > 100  # the space is not trivially small
 
 

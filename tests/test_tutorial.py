@@ -1,8 +1,9 @@
 """Writing a strategy: a new thread mapping in under 50 lines, by subclassing.
 
 This file is the tutorial: it defines a strategy that gives each block one value of the first
-output index and lets the block's threads stride along the last one, registers it, and checks
-that treduda compiles, runs and verifies contractions with it.
+output index and lets the block's threads stride along the last one, registers it, describes
+it to the model in the geometry's quantities, and checks that treduda compiles, verifies,
+searches and models contractions with it, alone and chained with shared-memory staging.
 """
 
 from __future__ import annotations
@@ -11,18 +12,22 @@ import inspect
 from dataclasses import replace
 
 import numpy as np
+from conftest import bound_paths_hold
 
 import treduda
+from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import (
     Constraint,
     Parameter,
     ParamSpace,
     Role,
     Strategy,
+    reduction_schedule,
     register,
     schedule_space,
     transform_schedule,
 )
+from treduda.tuning.search import Searcher
 
 
 @register
@@ -33,11 +38,17 @@ class RowPerBlock(Strategy):
     description = "one block per value of the first output index; threads along the last"
 
     def space(self, program, before=()):
-        rank = len(program.output_indices)
+        rank, summed = len(program.output_indices), any(s.summed for s in program.statements)
         threads = Parameter("threads", (32, 64, 128), "threads per block")
+        step = Parameter("step", (8, 16, 0) if summed else (0,), "summed values per step")
         needs_rank = Constraint("the output needs two or more indices", ("threads",),
                                 lambda p: rank >= 2)
-        return ParamSpace((threads,), (needs_rank,))
+        return ParamSpace((threads, step), (needs_rank,))
+
+    def describe(self, program, choices):  # the same mapping, in the model's quantities
+        first, *others = program.output_indices or ("",)
+        return {"order": (others[-1] if others else first,), "block_x": choices["threads"],
+                "walk": (",".join(others),), "step": choices["step"]}
 
     def transform(self, scheduled, params):
         program = scheduled.program
@@ -45,10 +56,11 @@ class RowPerBlock(Strategy):
         n = len(program.output_indices)
         first, middle, last = names[0], names[1:n - 1], names[n - 1]
         t = params["threads"]
+        reduction, reduction_roles = reduction_schedule(program, params["step"])
         target = [first, "0", "0", f"{last} mod {t}", "0", "0",  # block x, thread x
-                  *middle, f"floor({last}/{t})", *names[n:]]  # the rest are loops
+                  *middle, f"floor({last}/{t})", *reduction]  # loops, then the reduction
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.LOOP,) * (n - 1)
-                 + (Role.PHASE,) + (Role.INNER,) * program.reduction_depth)
+                 + reduction_roles)
         return replace(scheduled, schedule=transform_schedule(program, target), roles=roles,
                        block=(t, 1, 1))
 
@@ -62,7 +74,7 @@ def test_the_new_strategy_computes_correct_results():
     for expression, sizes in [("C[i,j] = A[i,k]*B[k,j]", {"i": 7, "j": 70, "k": 9}),
                               ("C[a,b,c] = A[b,d,a]*B[d,c]", {"a": 5, "b": 6, "c": 33, "d": 4})]:
         kernel = treduda.compile(expression, sizes, strategy="row_per_block",
-                                 params={"threads": 32})
+                                 params={"threads": 32, "step": 8})
         assert kernel.block == (32, 1, 1) and kernel.grid[0] == sizes[expression[2]]
         assert kernel.verify().ok
 
@@ -77,3 +89,38 @@ def test_the_new_strategy_runs_from_contract_and_checks_its_rule():
         assert "two or more indices" in str(error)
     else:
         raise AssertionError("a rank-1 output must be refused")
+
+
+GEMM, SIZES = "C[i,j] = A[i,k]*B[k,j]", {"i": 24, "j": 300, "k": 100}
+
+
+def test_the_new_strategy_is_searched_and_modelled_alone_and_staged():
+    for strategy in ("row_per_block", "row_per_block+staged"):
+        result = treduda.search(GEMM, SIZES, strategy=strategy)
+        best = result.best
+        assert best.strategy == strategy and best.prediction.because.startswith(
+            best.prediction.binding)
+        # threads walk the strips of j: one block per value of i, however many threads
+        assert best.prediction.warps > 0 and result.stats.candidates_scored >= 1
+        kernel = treduda.compile(GEMM, SIZES, strategy=strategy, params=best.params)
+        assert kernel.grid[0] == SIZES["i"] and kernel.verify().ok
+    staged = treduda.compile(GEMM, SIZES, strategy="row_per_block+staged",
+                             params={"threads": 64, "step": 16, "stage": "A,B",
+                                     "double_buffer": True})
+    assert "__shared__" in staged.cuda_source and staged.verify().ok
+    assert staged.hazards() == [] and staged.verify(backend="emulator").ok
+
+
+def test_the_model_bounds_the_new_strategy_on_every_path():
+    for strategy in ("row_per_block", "row_per_block+staged"):
+        searcher = Searcher(plan(GEMM, SIZES), "H100", strategy)
+        assert bound_paths_hold(searcher) >= 3
+
+
+def test_the_model_sees_what_the_new_mapping_does():
+    model = Searcher(plan(GEMM, {"i": 4, "j": 4096, "k": 512}), "H100", "row_per_block").model
+    narrow = model.estimate({"threads": 32, "step": 16})
+    wide = model.estimate({"threads": 128, "step": 16})
+    # Four blocks walk 4096 / threads strips each, one after the other: wider blocks walk
+    # fewer of them, and latency (few warps, long chains) binds either way.
+    assert narrow.binding == wide.binding == "latency" and wide.seconds < narrow.seconds

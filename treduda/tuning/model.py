@@ -30,6 +30,7 @@ enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurement
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -336,7 +337,8 @@ class _Optimist:
     def tiles_decided(self) -> bool:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
-    def warp(self) -> list[list[dict[str, int]]] | None:
+    @functools.cached_property
+    def lanes(self) -> list[list[dict[str, int]]] | None:
         """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
         its registers along x; None while a decision the warp's shape depends on is open.
 
@@ -395,7 +397,7 @@ class _Optimist:
         16-byte vector (for an open padding, the better of its values)."""
         least = self.m.bytes / VECTOR_BYTES
         staged = self.staged(read)
-        warp = self.warp()
+        warp = self.lanes
         if staged is None or warp is None or (staged and not self.tiles_decided()):
             return least
         values = max(1, VECTOR_BYTES // self.m.bytes)
@@ -451,8 +453,11 @@ class _Optimist:
 
     def footprint(self, read: _Read) -> dict[str, int]:
         """Per block and step, how many values of each of its indices ``read`` touches."""
-        extents = geometry.tile_extents(self.m.program, self.p)
-        return {i: extents[i] for i in read.indices}
+        return {i: self.tile[i] for i in read.indices}
+
+    @functools.cached_property
+    def tile(self) -> dict[str, int | None]:
+        return geometry.tile_extents(self.m.program, self.p)
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel."""
@@ -522,7 +527,7 @@ class _Optimist:
     def _store_wavefronts(self, exact: bool) -> float:
         """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
         the bound: each store costs at least one)."""
-        warp = self.warp()
+        warp = self.lanes
         if warp is None or not exact:
             return 1.0
         out = self.m.output
