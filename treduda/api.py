@@ -275,7 +275,7 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
     if store is not None:
         measured = None if best.measured is None else {"seconds": best.measured,
                                                        "device": best.measured_on}
-        store.put(key, {"strategy": best.strategy, "params": best.params,
+        store.put(key, {"strategy": best.strategy, "params": dict(best.params),
                         "seconds": best.prediction.seconds, "binding": best.prediction.binding,
                         "measured": measured})
     return best.strategy, dict(best.params)

@@ -22,14 +22,17 @@ import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
+from .. import strategies
 from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.merge import merge
+from ..polyhedral.geometry import AXES, decided, indices
+from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
@@ -197,24 +200,26 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
     return outcome
 
 
-def fitted(expression: str, sizes: dict[str, int], params: dict[str, Any]) -> dict[str, int]:
-    """Scaled sizes grown just enough for the searched tiles and step to be valid: each mapped
-    index gets more than half a tile (so its last block is partial), each summed index more
-    than half a step. A mapped index that merges several (:mod:`~treduda.frontend.merge`) grows
-    by its first one."""
+def fitted(expression: str, sizes: dict[str, int], strategy: str,
+           params: Mapping[str, Any]) -> dict[str, int]:
+    """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
+    on an axis gets more than half a tile (so its last block is partial), each summed index
+    more than half a step, as the strategy describes its tiles and step
+    (:mod:`~treduda.polyhedral.geometry`). An index that merges several
+    (:mod:`~treduda.frontend.merge`) grows by its first one."""
     merging = merge(analyse(expression))
+    described = decided(strategies.get(strategy).geometry(plan(expression, sizes), params))
     grown = dict(sizes)
-    order = [i for i in str(params.get("order", "")).split(",") if i]
-    for axis, index in zip("xyz", order, strict=False):
-        tile = params.get(f"block_{axis}", 1) * params.get(f"reg_{axis}", 1)
+
+    def grow(index: str, extent: int) -> None:
         first, *rest = merging.groups[index]
         others = math.prod(grown[i] for i in rest)
-        grown[first] = max(grown[first], -(-(tile // 2 + 1) // others))
-    step = params.get("step") or 0
+        grown[first] = max(grown[first], -(-(extent // 2 + 1) // others))
+
+    for axis, index in zip(AXES, indices(described["order"]), strict=False):
+        grow(index, described[f"block_{axis}"] * described[f"reg_{axis}"])
     for index in merging.merged.summed:
-        first, *rest = merging.groups[index]
-        others = math.prod(grown[i] for i in rest)
-        grown[first] = max(grown[first], -(-(step // 2 + 1) // others))
+        grow(index, described["step"])
     return grown
 
 
@@ -224,7 +229,7 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
     The sizes are ``scaled(row.sizes)`` grown just enough for the searched parameters
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
     instead, and the row says so."""
-    sizes = fitted(row.expression, scaled(row.sizes), result.best.params)
+    sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
     try:

@@ -80,6 +80,24 @@ class Prediction:
         return f"{self.seconds * 1e3:.3f} ms ({self.gflops:.0f} GFLOP/s), {self.because}"
 
 
+def combined(seconds: Mapping[str, float], estimate: bool = True) -> tuple[str, float]:
+    """The binding resource and the kernel's time from every resource's seconds. The estimate:
+    (1 - OVERLAP) * max + OVERLAP * sum, as resources overlap imperfectly (SAAKE); the bound:
+    the binding resource alone, which every completion and the real GPU pay at least (Telamon,
+    eqs. 3-9). Each resource of the estimate is at least the bound's, so the bound stays
+    below. Both include the launch."""
+    binding = max(seconds, key=seconds.get)
+    total = seconds[binding]
+    if estimate:
+        total += OVERLAP * (sum(seconds.values()) - seconds[binding])
+    return binding, total + LAUNCH_SECONDS
+
+
+def unfit(flops: float) -> Prediction:
+    """The prediction of a kernel whose block does not fit on an SM."""
+    return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM", flops)
+
+
 @dataclass(frozen=True)
 class Compiled:
     """What ptxas says a generated kernel costs (nvcc -Xptxas -v): registers per thread and
@@ -194,8 +212,7 @@ class Model:
         threads = o.threads()
         occupancy = blocks_per_sm(g, threads, o.registers(), o.shared_bytes())
         if occupancy == 0:
-            return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
-                              self.flops)
+            return unfit(self.flops)
         waves = math.ceil(blocks / (g.sm_count * occupancy)) if exact else blocks / (
             g.sm_count * occupancy)
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
@@ -234,17 +251,9 @@ class Model:
             hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
-        binding = max(seconds, key=seconds.get)
-        # The estimate: (1 - OVERLAP) * max + OVERLAP * sum, as resources overlap imperfectly
-        # (SAAKE); the bound: the binding resource alone, which every completion and the real
-        # GPU pay at least (Telamon, eqs. 3-9). Each resource of the estimate is at least the
-        # bound's, so the bound stays below.
-        total = seconds[binding]
-        if exact:
-            total += OVERLAP * (sum(seconds.values()) - seconds[binding])
-        return Prediction(total + LAUNCH_SECONDS, binding, seconds,
-                          self._because(binding, seconds, o), self.flops,
-                          wavefronts=wavefronts, warps=warps)
+        binding, total = combined(seconds, exact)
+        return Prediction(total, binding, seconds, self._because(binding, seconds, o),
+                          self.flops, wavefronts=wavefronts, warps=warps)
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu

@@ -23,7 +23,7 @@ from typing import Any
 
 from ..errors import StrategyError
 from ..polyhedral.lower import Program
-from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
+from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, read_only
 from ..strategies import get as get_strategy
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
@@ -43,12 +43,15 @@ class Candidate:
     """A complete choice of parameters and its predicted (and maybe measured) time."""
 
     strategy: str
-    params: dict[str, Any]
+    params: Mapping[str, Any]  # read-only once made
     prediction: Prediction
     bound: float | None = None  # the model's lower bound for these parameters, in seconds
     measured: float | None = None  # seconds per launch on the device that measured it
     measured_on: str | None = None  # that device, e.g. "NVIDIA H100 ... (CuPy, CUDA events)"
     walked: Prediction | None = None  # the estimate from a walk over the generated kernel IR
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", read_only(self.params))
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -65,7 +68,7 @@ class Candidate:
         resident warps (more latency hidden); the parameters' text only makes the order
         deterministic where even those agree."""
         return (prediction.seconds, prediction.wavefronts, -prediction.warps,
-                json.dumps(params, sort_keys=True))
+                json.dumps(dict(params), sort_keys=True))
 
 
 @dataclass
@@ -126,7 +129,7 @@ class SearchResult:
         """The winner and statistics, replayable: compile(strategy=..., params=...)."""
         return json.dumps({"expression": self.expression, "sizes": self.sizes,
                            "dtype": self.dtype, "layout": self.layout, "gpu": self.gpu.name,
-                           "strategy": self.best.strategy, "params": self.best.params,
+                           "strategy": self.best.strategy, "params": dict(self.best.params),
                            "seconds": self.best.prediction.seconds,
                            "binding": self.best.prediction.binding,
                            "measured_seconds": self.best.measured,

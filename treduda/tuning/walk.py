@@ -35,7 +35,7 @@ from ..frontend import dtypes
 from ..polyhedral.lower import accumulator_name, plan
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .model import LAUNCH_SECONDS, OVERLAP, Model, Prediction
+from .model import Model, Prediction, combined, unfit
 from .occupancy import blocks_per_sm
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
@@ -94,8 +94,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     occupancy = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
     if occupancy == 0:
-        return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM",
-                          model.flops)
+        return unfit(model.flops)
     clock = g.clock_ghz * 1e9
     lanes = g.fma_lanes(kernel.dtype)
     # The busiest SM runs ceil(blocks / SMs) blocks of ceil(threads / 32) warps each.
@@ -116,12 +115,11 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
                        analytic.get("latency", 0.0)),  # the walk's: its dependent FMAs
     }
     seconds = {r: max(v, floor.get(r, 0.0)) for r, v in walked.items()}
-    binding = max(seconds, key=seconds.get)
-    total = seconds[binding] + OVERLAP * (sum(seconds.values()) - seconds[binding])
+    binding, total = combined(seconds)
     because = _because(binding, seconds[binding], c, occupancy)
     if seconds[binding] > walked[binding]:
         because += " (the model's bound: the walk counts less here)"
-    return Prediction(total + LAUNCH_SECONDS, binding, seconds, because, model.flops)
+    return Prediction(total, binding, seconds, because, model.flops)
 
 
 def _because(binding: str, seconds: float, c: Counts, occupancy: int) -> str:
