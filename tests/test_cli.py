@@ -87,6 +87,7 @@ def test_space_lists_parameters_and_rules(capsys):
     assert main(["space", "C[i,j] = A[i,k]*B[k,j]", "-s", "i=40", "-s", "j=33", "-s", "k=20"]) == 0
     out = capsys.readouterr().out
     assert "preload" in out and "shared memory per block" in out and "combinations" in out
+    assert "the search tries 16, 32, 64, with the tiles" in out  # what block_x declares
 
 
 def test_unknown_strategy_is_an_error(capsys):

@@ -38,7 +38,7 @@ from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.search import SearchResult
-from ..tuning.walk import geometry
+from ..tuning.walk import launch
 
 DEFAULT_MAX_NODES = 3000
 SUITE_CHOICES = (*SUITES, "all")
@@ -187,9 +187,9 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
         outcome.cuda_source = kernel.cuda_source
         outcome.kernel = kernel.name
         outcome.generate_seconds = time.perf_counter() - started
-        launch = geometry(kernel, gpu)
-        outcome.blocks, outcome.waves = launch.blocks, launch.waves
-        outcome.points_per_thread = launch.output_points_per_thread
+        launched = launch(kernel, gpu)
+        outcome.blocks, outcome.waves = launched.blocks, launched.waves
+        outcome.points_per_thread = launched.output_points_per_thread
 
         stage = "verify"
         started = time.perf_counter()

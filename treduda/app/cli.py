@@ -217,8 +217,11 @@ def _space(args: argparse.Namespace) -> int:
     width = max((len(p.name) for p in space.parameters), default=0)
     for p in space.parameters:
         values = ", ".join(map(str, p.values))
+        searched = ("all" if p.searched is None
+                    else ", ".join(str(v) for v in p.values if v in p.searched))
         print(f"  {p.name:{width}} default {defaults[p.name]!s:8} of {values}\n"
-              f"  {'':{width}} {p.doc}")
+              f"  {'':{width}} {p.doc}\n"
+              f"  {'':{width}} the search tries {searched}, with the {p.priority.name.lower()}")
     print("rules:\n" + "\n".join(f"  - {c.description}" for c in space.constraints))
     print(f"{space.size()} combinations before the rules")
     return 0

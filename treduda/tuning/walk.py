@@ -140,7 +140,7 @@ def _because(binding: str, seconds: float, c: Counts, occupancy: int) -> str:
 
 
 @dataclass(frozen=True)
-class Geometry:
+class Launch:
     """How a launch fills a GPU: what ``treduda bench`` shows beside the times."""
 
     blocks: int
@@ -149,15 +149,15 @@ class Geometry:
     output_points_per_thread: float  # output elements a thread stores, walked from the IR
 
 
-def geometry(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
-             use_nvcc: bool = False) -> Geometry:
+def launch(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
+           use_nvcc: bool = False) -> Launch:
     """The launch of ``kernel`` on ``gpu``; registers are estimated unless ``use_nvcc``."""
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     resident = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
-    return Geometry(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
+    return Launch(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
                     c.global_stores)
 
 
