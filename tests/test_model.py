@@ -13,7 +13,7 @@ import treduda
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.gpus import gpu
-from treduda.tuning.model import REGISTER_BYTES, _Optimist
+from treduda.tuning.model import REGISTER_BYTES
 from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
@@ -95,8 +95,8 @@ def test_launch_bounds_cap_the_registers_per_thread():
 
 def test_the_model_predicts_spills_without_ptxas():
     model = gemm4096().model
-    assert _Optimist(model, SPILLING).spilled_registers() > 0
-    assert all(_Optimist(model, p).spilled_registers() == 0 for p in NOT_SPILLING)
+    assert model.registers(SPILLING)[1] > 0  # registers spilled
+    assert all(model.registers(p)[1] == 0 for p in NOT_SPILLING)
     spilling = model.estimate(SPILLING).seconds
     assert spilling > 1.5 * max(model.estimate(p).seconds for p in NOT_SPILLING)
     assert model.bound(SPILLING).seconds < spilling  # the bound does not rest on a prediction
@@ -104,15 +104,15 @@ def test_the_model_predicts_spills_without_ptxas():
 
 @needs_nvcc
 def test_register_and_spill_estimates_follow_ptxas():
-    searcher = gemm4096()
+    model = gemm4096().model
     variants = [SPILLING, {**SPILLING, "stage": "A,B", "double_buffer": False}, *NOT_SPILLING]
     kernels = [treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096},
                                strategy="tiled+staged", params=p) for p in variants]
     for params, reports in zip(variants, compile_cuda_batch([k.cuda_source for k in kernels]),
                                strict=True):
-        report, model = reports[0], _Optimist(searcher.model, params)
+        report, (registers, spilled) = reports[0], model.registers(params)
         ptxas = report.spill_stores + report.spill_loads
-        predicted = 2 * REGISTER_BYTES * model.spilled_registers()
+        predicted = 2 * REGISTER_BYTES * spilled  # each spilled register stored and loaded
         assert (predicted > 0) == (ptxas > 0), (params, predicted, ptxas)
         assert ptxas / 2 <= predicted <= ptxas * 2, (params, predicted, ptxas)
-        assert model.registers() <= report.registers  # occupancy stays optimistic
+        assert registers <= report.registers  # occupancy stays optimistic

@@ -164,6 +164,12 @@ class Model:
         is present) replaces the register estimate and adds the traffic of spills."""
         return self._predict(_Optimist(self, params, compiled), exact=True)
 
+    def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        """A complete candidate's registers per thread and registers ptxas will spill beyond
+        them, as the estimate predicts them without ptxas's report."""
+        o = _Optimist(self, params)
+        return o.registers(), o.spilled_registers()
+
     # -- the resources -------------------------------------------------------------------------
 
     def _predict(self, o: _Optimist, exact: bool) -> Prediction:
