@@ -11,11 +11,13 @@ two). Time is bounded per resource, as Telamon does (Beaugnon et al., CC 2017, e
                from the addresses warp 0 touches (global: distinct 128-byte lines, so
                coalescing in either layout; shared: the busiest bank, so padding and conflicts)
 * ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) and the
-               traffic of ptxas's register spills / L2 BW
+               traffic of register spills (ptxas's, or predicted beyond the launch bounds'
+               register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads
 
-Blocks per SM come from threads, shared memory and registers (ptxas's count where given);
+Blocks per SM come from threads, shared memory and registers (ptxas's count where given, else
+the values the main loop holds at once, capped by the launch bounds);
 the busiest SM's blocks set the throughput terms (the last wave's tail, idle SMs), and fewer
 resident warps than ``latency_hiding_warps`` per scheduler slow them down. ``bound`` evaluates
 every resource at the most optimistic value of each open decision, separately per factor, so
@@ -534,10 +536,14 @@ class _Optimist:
         while what the main loop holds at once fits the cap of the launch bounds; beyond it,
         ptxas spills from the schedule it made before allocating, which loads each global
         operand of an unrolled step at the step's start (:meth:`live_registers` hoisted), so
-        all of that above the cap. Seen in the SASS of GEMM 4096^3 with 1024 threads and a
-        4 x 8 register tile (cap 64): staging A with 16-byte rows (pad 0) needs ~80 registers
-        and spills B's 128 loads of a 32-step (1624 bytes); with pad 1 it needs ~60 and does
-        not spill; staging A and B, nothing is hoisted and 240 bytes spill."""
+        all of that above the cap. From ptxas (CUDA 13, sm_90) on GEMM 4096^3 with 1024
+        threads and a 4 x 8 register tile (cap 64): A staged with 16-byte rows (pad 0) is read
+        by LDS.128, the loop holds 81 values, and the SASS spills B's 128 loads of a 32-step
+        (1624 bytes; predicted 1152); with pad 1 it holds 50 and ptxas does not spill; A and B
+        staged, nothing is hoisted (240 bytes; predicted 200). Of 1260 candidates sampled from
+        six spaces (GEMM in both layouts and in float64, TCCG rows 1 and 13), 45 are predicted
+        to spill and all do; 6 more spill at most 104 bytes. Amounts are good to about 2x,
+        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks."""
         cap = self.m.gpu.register_cap(self.threads())
         if self.live_registers() <= cap:
             return 0
