@@ -1,6 +1,7 @@
 """How right the model is on a real GPU: its predictions beside measured times (issue #12).
 
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json] [--json F]
+                                        [--no-ptxas]
 
 A calibration file holds measured kernels, each with its expression, sizes, strategy and
 parameters, and the grid, block and registers it ran with. Each row's kernel is generated again
@@ -11,6 +12,7 @@ estimate beside the measured time per row, Spearman's rank correlation over the 
 one search space and over the suite rows (one kernel per problem), the median and worst
 relative error, the rows where the lower bound exceeds the measured time, and for each search
 space the measured rank of the candidate the search would pick among its measured ones.
+``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
 """
 
 from __future__ import annotations
@@ -108,10 +110,11 @@ def load(path: str | Path = DATA) -> list[Row]:
                            "registers and measured_ms") from None
 
 
-def regenerate(rows: Sequence[Row]) -> list[Regenerated]:
-    """Each row's kernel generated again; with nvcc, compiled in one batch for its ptxas report.
-    A row whose parameters the current strategies refuse (e.g. an ``order`` naming indices
-    that are merged now) is regenerated as refused."""
+def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
+    """Each row's kernel generated again; with nvcc (unless not ``ptxas``: the model then
+    predicts registers and spills itself), compiled in one batch for its ptxas report. A row
+    whose parameters the current strategies refuse (e.g. an ``order`` naming indices that
+    are merged now) is regenerated as refused."""
     kernels: dict[int, Any] = {}
     refused: dict[int, str] = {}
     for n, r in enumerate(rows):
@@ -122,7 +125,7 @@ def regenerate(rows: Sequence[Row]) -> list[Regenerated]:
             reason = str(error).splitlines()[0].split("; choose one of")[0]
             refused[n] = f"its parameters no longer apply: {reason}"
     reports: dict[int, Compiled] = {}
-    if nvcc_available() and kernels:
+    if ptxas and nvcc_available() and kernels:
         batch = compile_cuda_batch([k.cuda_source for k in kernels.values()])
         reports = {n: Compiled(r[0].registers, r[0].spill_stores + r[0].spill_loads)
                    for n, r in zip(kernels, batch, strict=True)}
@@ -262,7 +265,7 @@ def summarise(outcomes: Sequence[Outcome]) -> Summary:
         picks={name: pick(m) for name, m in groups.items()})
 
 
-def report(outcomes: Sequence[Outcome], summary: Summary) -> str:
+def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) -> str:
     lines = [f"{'id':28} {'measured ms':>11} {'estimate ms':>11} {'error':>7} {'bound ms':>9}"
              "  binding"]
     for o in outcomes:
@@ -287,9 +290,10 @@ def report(outcomes: Sequence[Outcome], summary: Summary) -> str:
                  f"({s.worst_id})")
     lines.append(f"bound > measured: {len(s.violations)} rows"
                  + (f" ({', '.join(s.violations)})" if s.violations else ""))
-    if not nvcc_available():
-        lines.append("nvcc is not installed: registers are the model's estimate, spills unknown, "
-                     "and rows are compared by grid and block only")
+    if not (ptxas and nvcc_available()):
+        why = "nvcc is not installed" if ptxas else "without ptxas (--no-ptxas)"
+        lines.append(f"{why}: registers and spills are the model's estimates, and rows are "
+                     "compared by grid and block only")
     return "\n".join(lines)
 
 
@@ -298,11 +302,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--data", default=str(DATA), help="the calibration file")
     parser.add_argument("--gpu", default="H100", help="the GPU the rows were measured on")
     parser.add_argument("--json", help="also write rows and summary to this file")
+    parser.add_argument("--no-ptxas", dest="ptxas", action="store_false",
+                        help="let the model estimate registers and spills even where nvcc is "
+                             "installed, as the search does")
     args = parser.parse_args(argv)
     rows = load(args.data)
-    outcomes = evaluate(rows, regenerate(rows), args.gpu)
+    outcomes = evaluate(rows, regenerate(rows, args.ptxas), args.gpu)
     summary = summarise(outcomes)
-    print(report(outcomes, summary))
+    print(report(outcomes, summary, args.ptxas))
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"summary": asdict(summary),

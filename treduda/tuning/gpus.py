@@ -133,6 +133,17 @@ class Gpu:
         """Resident warps an SM can hold: the occupancy denominator."""
         return self.max_threads_per_sm // self.warp_size
 
+    def register_cap(self, threads: int) -> int:
+        """The most registers ptxas may give each thread of a kernel declared
+        ``__launch_bounds__(threads)``, as every generated kernel is: one block of ``threads``
+        (at most a block's limit) must fit the register file, allocated per warp in units of
+        ``register_allocation_unit`` (CUDA C++ Programming Guide, "Launch Bounds"; [OCC]).
+        ptxas spills what does not fit: 64 registers at 1024 threads on an H100."""
+        warps = math.ceil(min(threads, self.max_threads_per_block) / self.warp_size)
+        unit = self.register_allocation_unit
+        per_warp = self.registers_per_sm // warps // unit * unit
+        return min(self.max_registers_per_thread, per_warp // self.warp_size)
+
     def describe(self) -> str:
         """A few readable lines for ``treduda gpus`` and error messages."""
         return "\n".join([

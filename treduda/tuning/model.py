@@ -13,11 +13,13 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
                from the addresses warp 0 touches (global: distinct 128-byte lines, so
                coalescing in either layout; shared: the busiest bank, so padding and conflicts)
 * ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) and the
-               traffic of ptxas's register spills / L2 BW
+               traffic of register spills (ptxas's, or predicted beyond the launch bounds'
+               register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads
 
-Blocks per SM come from threads, shared memory and registers (ptxas's count where given);
+Blocks per SM come from threads, shared memory and registers (ptxas's count where given, else
+the values the main loop holds at once, capped by the launch bounds);
 the busiest SM's blocks set the throughput terms (the last wave's tail, idle SMs), and fewer
 resident warps than ``latency_hiding_warps`` per scheduler slow them down. ``bound`` evaluates
 every resource at the most optimistic value of each open decision, separately per factor, so
@@ -53,6 +55,7 @@ STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 # The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
 # Accesses": 1, 2, 4, 8 or 16 bytes per access).
 VECTOR_BYTES = 16
+REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 # The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
 WARP_DECISIONS = ("order", "step", "stage", "pad",
                   *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in AXES))
@@ -201,6 +204,12 @@ class Model:
                                 f"'{self.strategy.name}'; still open: {', '.join(open_)}")
         return self._predict(_Optimist(self, described, compiled), exact=True)
 
+    def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        """A complete candidate's registers per thread and registers ptxas will spill beyond
+        them, as the estimate predicts them without ptxas's report."""
+        o = _Optimist(self, self.describe(params))
+        return o.registers(), o.spilled_registers()
+
     # -- the resources -------------------------------------------------------------------------
 
     def _predict(self, o: _Optimist, exact: bool) -> Prediction:
@@ -238,7 +247,7 @@ class Model:
             "memory": (padded * self.iterations * wavefronts + stores) * quantise
             / g.sm_count / clock,
             "l2": ((sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
-                   + o.spill_bytes()) / g.l2_bandwidth,
+                   + o.spill_bytes(exact)) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / clock,
         }
@@ -544,18 +553,41 @@ class _Optimist:
         return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
                              for lane in warp]) / len(group)
 
-    def spill_bytes(self) -> float:
+    def spill_bytes(self, exact: bool = True) -> float:
         """Bytes of spilled registers all threads move, stored and reloaded once per step (the
-        main loop holds the live accumulators; ptxas's report, 0 without one). Local memory
-        is cached in L1 and L2 (CUDA C++ Programming Guide, "Local Memory"); a block's spills
-        exceed what L1 keeps beside shared memory, so they are charged to L2."""
-        if not self.compiled or not self.compiled.spill_bytes:
+        main loop holds the live accumulators): ptxas's report where given, else a complete
+        candidate's predicted spills (:meth:`spilled_registers`); never for the bound, which
+        must not rest on a prediction. Local memory is cached in L1 and L2 (CUDA C++
+        Programming Guide, "Local Memory"); a block's spills exceed what L1 keeps beside
+        shared memory, so they are charged to L2."""
+        if self.compiled:
+            per_thread = self.compiled.spill_bytes
+        else:
+            per_thread = 2 * REGISTER_BYTES * self.spilled_registers() if exact else 0
+        if not per_thread:
             return 0.0
         step = self.p["step"]
         executions = sum(math.prod(math.ceil(e / step) if step else e for e in extents)
                          for extents in self.m.summed)
-        return (self.compiled.spill_bytes * self.blocks() * self.threads()
-                * max(1, executions) * self.walks())
+        return per_thread * self.blocks() * self.threads() * max(1, executions) * self.walks()
+
+    def spilled_registers(self) -> int:
+        """Registers ptxas spills, predicted for a complete candidate without its report: none
+        while what the main loop holds at once fits the cap of the launch bounds; beyond it,
+        ptxas spills from the schedule it made before allocating, which loads each global
+        operand of an unrolled step at the step's start (:meth:`live_registers` hoisted), so
+        all of that above the cap. From ptxas (CUDA 13, sm_90) on GEMM 4096^3 with 1024
+        threads and a 4 x 8 register tile (cap 64): A staged with 16-byte rows (pad 0) is read
+        by LDS.128, the loop holds 81 values, and the SASS spills B's 128 loads of a 32-step
+        (1624 bytes; predicted 1152); with pad 1 it holds 50 and ptxas does not spill; A and B
+        staged, nothing is hoisted (240 bytes; predicted 200). Of 1260 candidates sampled from
+        six spaces (GEMM in both layouts and in float64, TCCG rows 1 and 13), 45 are predicted
+        to spill and all do; 6 more spill at most 104 bytes. Amounts are good to about 2x,
+        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks."""
+        cap = self.m.gpu.register_cap(self.threads())
+        if self.live_registers() <= cap:
+            return 0
+        return self.live_registers(hoisted=True) - cap
 
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
@@ -580,17 +612,56 @@ class _Optimist:
         return int(geometry.shared_bytes(self.m.program, {**self.p, **least}))
 
     def registers(self) -> int:
-        """ptxas's count where given; else a conservative one: accumulators, one operand per
-        read and the preloaded next step (each element as many registers as its dtype needs),
-        and bookkeeping."""
+        """ptxas's count where given; else what the main loop holds at once
+        (:meth:`live_registers`), no more than the launch bounds let ptxas give a thread (it
+        spills the rest, :meth:`spill_bytes`). While open, the fewest of any completion: the
+        least the loop holds, capped for the largest block still possible."""
         if self.compiled:
             return self.compiled.registers
-        elements = self.m.groups * self.registers_tile() + len(self.m.reads)
+        largest = math.prod(max(self.options(f"block_{a}")) for a in AXES)
+        return min(self.live_registers(), self.m.gpu.register_cap(largest))
+
+    def live_registers(self, hoisted: bool = False) -> int:
+        """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
+        the preloaded next step (each element as many registers as its dtype needs), and
+        bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead."""
+        elements = self.m.groups * self.registers_tile()
+        elements += sum(self.operands(r, hoisted) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[f"block_{a}"] for a in AXES)
             elements += sum(math.ceil(math.prod(self.footprint(r).values()) / threads)
                             for r in self.m.reads if self.staged(r))
         return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
+
+    def operands(self, read: _Read, hoisted: bool = False) -> int:
+        """Values of ``read`` the main loop holds at once: one, as FMAs can consume operands
+        one by one; a vector load along the reduction (:meth:`vector_values`) holds its
+        values for every register of the thread's tile it feeds (ptxas issues one LDS.128 per
+        row, before the FMAs that use it); ``hoisted`` and read from global memory in an
+        unrolled step, every value the step loads."""
+        vector = self.vector_values(read)
+        if vector > 1:
+            return self.tile_values(read) * vector
+        if hoisted and self.staged(read) is False and self.p.get("unroll") and self.p["step"]:
+            summed = (e for i, e in self.footprint(read).items() if i not in self.m.outputs)
+            return self.tile_values(read) * math.prod(summed)
+        return 1
+
+    def tile_values(self, read: _Read) -> int:
+        """Values of ``read`` a thread's register tile uses per reduction point: its
+        registers along the axes ``read`` depends on (the fewest while open)."""
+        return math.prod(min(self.options(f"reg_{AXES[n]}"))
+                         for n, index in enumerate(self.order) if index in read.indices)
+
+    def vector_values(self, read: _Read) -> int:
+        """Values of ``read`` one load brings along the reduction: up to 16 bytes from a
+        staged tile with 16-byte aligned rows when :meth:`vectorisable` (as in
+        :meth:`_wavefronts`), else 1, also while any of that is open."""
+        if not (self.tiles_decided() and self.decided("pad", "unroll") and self.staged(read)
+                and self.vectorisable(read) and self._aligned(read, self.p["pad"])):
+            return 1
+        fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
+        return max(1, min(VECTOR_BYTES // self.m.bytes, self.footprint(read)[fastest]))
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
