@@ -10,6 +10,7 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
+from treduda.app.bench import fitted
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend.contraction import analyse
@@ -18,8 +19,9 @@ from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
 from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
-from treduda.suites import load
+from treduda.suites import load, scaled
 from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher
 
 
 @pytest.mark.parametrize(("expression", "merged", "described"), [
@@ -217,4 +219,25 @@ def test_geometry_knows_the_staged_box_of_a_group(layout, block_x, block_y):
         modelled = [extents[i] for i in program.contraction.inputs[local.name[0]]]
         assert all(m >= s for m, s in zip(modelled, local.shape, strict=True)), (
             local.name, modelled, local.shape)
+    assert kernel.verify().ok
+
+
+def test_model_prefers_a_group_on_a_six_index_tccg_row():
+    """tccg_35 (six output indices of 20-24, none merged): a complete search over a reduced
+    space puts a group on x, and predicts it faster than the best kernel without groups, which
+    wastes a third of a 32-wide tile along x (24 values). The winner verifies at scaled sizes."""
+    row = next(r for r in TCCG if r.id == "tccg_35")
+    program = plan(row.expression, row.sizes, row.layout)
+    values = {"block_x": (16, 32, 64), "block_y": (1, 4), "block_z": (1, 4), "reg_x": (1, 2, 4),
+              "reg_y": (8,), "reg_z": (2,), "step": (32,), "stage": ("A,B", "A", "B")}
+    grouped = Searcher(program, "H100", values=values).branch_and_bound()
+    assert grouped.stats.complete and GROUP in grouped.best.params["order"]
+    orders = Searcher(program, "H100").space.parameter("order").values
+    single = Searcher(program, "H100", values={
+        **values, "order": tuple(o for o in orders if GROUP not in o)}).branch_and_bound()
+    assert single.stats.complete
+    assert grouped.best.prediction.seconds < single.best.prediction.seconds
+    sizes = fitted(row.expression, scaled(row.sizes), grouped.best.strategy, grouped.best.params)
+    kernel = treduda.compile(row.expression, sizes, layout=row.layout,
+                             strategy=grouped.best.strategy, params=grouped.best.params)
     assert kernel.verify().ok
