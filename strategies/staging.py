@@ -3,8 +3,8 @@ copied into shared memory by the whole block, between two barriers, and read fro
 
 Everything comes from isl. With ``P`` the block-level prefix of the schedule (block coordinates,
 thread-uniform loops, phase and steps — the thread coordinates projected out), the footprint of
-an access ``{ S[..] -> X[a] }`` is ``{ P -> X[a] }``; its lexicographic minimum gives the tile's
-origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
+an access ``{ S[..] -> X[a] }`` is ``{ P -> X[a] }``; the smallest value of each of its
+dimensions gives the tile's origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
 
 * ``copy[P, e]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every ``e`` below the box volume whose
   element lies inside ``X`` — ``u`` unflattens ``e`` in memory order, and threads take
@@ -206,7 +206,7 @@ class _Stager:
         name = self._name(tensor)
         access = access.reset_tuple_id(isl.dim_type.out)  # { S[..] -> [a] }
         footprint = prefix.reverse().apply_range(access)  # { P -> [a] }
-        origin = isl.Map.from_pw_multi_aff(footprint.lexmin_pw_multi_aff())  # { P -> [o] }
+        origin = _corner(footprint)  # { P -> [o] }
         rank = access.dim(isl.dim_type.out)
         relative = footprint.range_product(origin).apply_range(_difference(rank, "[", "]"))
         box = []
@@ -339,6 +339,22 @@ class _Stager:
         while name in taken:
             name, n = f"{tensor}{suffix}{n}", n + 1
         return name
+
+
+def _corner(footprint: isl.Map) -> isl.Map:
+    """``{ P -> [o] }``: the smallest value of each dimension of ``{ P -> [a] }``, the corner
+    of its box. Not the lexicographic minimum: where a tile of a group of indices wraps
+    (``c`` runs out and ``a`` steps on), the footprint is no box and that minimum's later
+    coordinates are not the smallest."""
+    out = isl.dim_type.out
+    rank = footprint.dim(out)
+    corner = isl.Map.from_pw_multi_aff(footprint.project_out(out, 0, rank)
+                                       .lexmin_pw_multi_aff())  # { P -> [] }
+    for d in range(rank):
+        line = footprint.project_out(out, d + 1, rank - d - 1).project_out(out, 0, d)
+        corner = corner.range_product(isl.Map.from_pw_multi_aff(line.lexmin_pw_multi_aff()))
+        corner = corner.flatten_range()
+    return corner
 
 
 def _difference(rank: int, head: str, tail: str) -> isl.Map:

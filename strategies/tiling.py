@@ -1,7 +1,10 @@
 """Thread mapping with block and register tiles (thesis strategies 3-6) and reduction steps.
 
-Up to three output dimensions are mapped onto x, y, z (``order``). Along axis ``a`` a block
-covers a tile of ``T = block_a * reg_a`` values of its dimension ``o``; each thread holds
+Up to three output dimensions are mapped onto x, y, z (``order``). With fixed sizes an axis may
+hold a group of output indices, GETT-style: ``order="c*a,b"`` puts ``o = c + S_c * a`` (extent
+``S_c * S_a``, c fastest) on x, so that short indices fill a tile together; a group is
+consecutive in the output's memory order, so it is one stride of the output. Along axis ``a``
+a block covers a tile of ``T = block_a * reg_a`` values of its dimension ``o``; each thread holds
 ``reg_a`` of them in registers, assigned *cyclic* (thread ``t`` takes ``t, t+B, t+2B, ..``:
 consecutive threads touch consecutive elements, so loads and stores coalesce) or *adjacent*
 (thread ``t`` takes ``t*R .. t*R+R-1``)::
@@ -34,8 +37,7 @@ import islpy as isl
 
 from treduda.codegen import ir
 from treduda.frontend.dtypes import registers
-from treduda.polyhedral.geometry import AXES
-from treduda.polyhedral.geometry import indices as mapped
+from treduda.polyhedral.geometry import AXES, GROUP, group_extent, groups, on_axes
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -56,6 +58,12 @@ REGISTER_EXTENTS = (1, 2, 4, 8)
 ASSIGNMENTS = ("cyclic", "adjacent")
 STEPS = (0, 4, 8, 16, 32, 64)
 POWERS_OF_TWO = tuple(2**n for n in range(32))
+# An index joins the faster ones of a group only while those span fewer values than this (the
+# default tile along x, 16 threads x 4 registers): beyond it they fill a tile by themselves. At most
+# GROUP_LENGTH indices per group, groups only on x and y (z's tiles are a few values).
+GROUP_BELOW = 64
+GROUP_LENGTH = 3
+GROUPED_AXES = 2
 ACCUMULATOR_BUDGET = 64  # accumulators per thread: a quarter of the 255 registers in float32
 # The values the search tries (a subset of each parameter's), chosen so that a full-size
 # contraction's space can still be enumerated to check the search against.
@@ -73,10 +81,37 @@ def fastest_first(program: Program) -> tuple[str, ...]:
 
 
 def mapping_orders(program: Program) -> tuple[str, ...]:
-    """Every way to put up to three output indices on x, y, z, the coalescing one first."""
+    """Every way to put up to three output indices on x, y, z, the coalescing one first; then,
+    with fixed sizes, every way to put groups (:func:`index_groups`) on x and y as well: three
+    axes, or fewer where they hold every output index."""
     indices = fastest_first(program)
     orders = [",".join(p) for p in itertools.permutations(indices, min(3, len(indices)))]
+    grouped = index_groups(program)
+    if grouped:
+        entries = [(i,) for i in indices] + list(grouped)
+        for chosen in (c for k in (1, 2, 3) for c in itertools.permutations(entries, k)):
+            members = [i for group in chosen for i in group]
+            if (len(set(members)) == len(members) and any(len(g) > 1 for g in chosen)
+                    and all(len(g) == 1 for g in chosen[GROUPED_AXES:])
+                    and (len(chosen) == 3 or len(members) == len(indices))):
+                orders.append(",".join(GROUP.join(g) for g in chosen))
     return tuple(orders) if orders else ("",)
+
+
+def index_groups(program: Program) -> tuple[tuple[str, ...], ...]:
+    """The groups an axis may hold (fixed sizes only): runs of output indices consecutive in
+    the output's memory order, fastest first, so that X = c + S_c * a is one stride of the
+    output; an index joins only while the faster ones span fewer than GROUP_BELOW values."""
+    if program.sizes is None:
+        return ()
+    indices = fastest_first(program)
+    found = []
+    for start in range(len(indices)):
+        for end in range(start + 2, min(start + GROUP_LENGTH, len(indices)) + 1):
+            if math.prod(program.sizes[i] for i in indices[start:end - 1]) >= GROUP_BELOW:
+                break
+            found.append(indices[start:end])
+    return tuple(found)
 
 
 def covering(extent: int, values: Sequence[int]) -> int:
@@ -104,8 +139,9 @@ class Tiled(Strategy):
         orders = mapping_orders(program)
         coalescing = fastest_first(program)[:2]  # x on one of the two fastest output indices
         parameters = [Parameter("order", orders, "output indices mapped to x, y, z (comma "
-                                "separated)", tuple(o for o in orders if not coalescing
-                                                    or mapped(o)[0] in coalescing))]
+                                f"separated; '{GROUP}' joins a group on one axis, fastest "
+                                "first)", tuple(o for o in orders if not coalescing
+                                                or groups(o)[0][0] in coalescing))]
         for a in AXES:  # decided axis by axis: the tile along x shapes a warp's accesses
             parameters += [
                 Parameter(f"block_{a}", self.blocks, f"threads per block along {a}",
@@ -130,7 +166,7 @@ class Tiled(Strategy):
 
     def _rules(self, program: Program) -> list[Constraint]:
         limits = self.limits
-        groups = max(1, len(program.accumulators))
+        accumulators = max(1, len(program.accumulators))
         words = registers(program.dtype)
         rules = [
             Constraint(f"at most {limits.threads_per_block} threads per block",
@@ -139,12 +175,12 @@ class Tiled(Strategy):
                        <= limits.threads_per_block),
             Constraint(f"at most {ACCUMULATOR_BUDGET} accumulator registers per thread",
                        ("reg_x", "reg_y", "reg_z"),
-                       lambda p: groups * p["reg_x"] * p["reg_y"] * p["reg_z"]
+                       lambda p: accumulators * p["reg_x"] * p["reg_y"] * p["reg_z"]
                        <= ACCUMULATOR_BUDGET),
             Constraint(f"accumulators ({words} register(s) each in {program.dtype}) within "
                        f"{limits.registers_per_thread} registers per thread",
                        ("reg_x", "reg_y", "reg_z"),
-                       lambda p: groups * p["reg_x"] * p["reg_y"] * p["reg_z"] * words
+                       lambda p: accumulators * p["reg_x"] * p["reg_y"] * p["reg_z"] * words
                        <= limits.registers_per_thread),
             Constraint("unrolling needs a step (the whole reduction is too long to unroll)",
                        ("step", "unroll"), lambda p: p["step"] > 0 or not p["unroll"]),
@@ -155,7 +191,7 @@ class Tiled(Strategy):
                            lambda p, a=a, n=n: p[f"block_{a}"] <= limits.block_extent[n]),
                 Constraint(f"an axis without a dimension ({a}) has one thread and one register",
                            ("order", f"block_{a}", f"reg_{a}"),
-                           lambda p, a=a, n=n: len(mapped(p["order"])) > n
+                           lambda p, a=a, n=n: len(groups(p["order"])) > n
                            or p[f"block_{a}"] == p[f"reg_{a}"] == 1),
                 Constraint(f"assign_{a} is cyclic when reg_{a} is 1 (both are the same then)",
                            (f"reg_{a}", f"assign_{a}"),
@@ -171,11 +207,11 @@ class Tiled(Strategy):
         rules = []
         for n, a in enumerate(AXES):
             def fits(p, n=n, a=a):
-                indices = mapped(p["order"])
-                if len(indices) <= n:
+                axes = groups(p["order"])
+                if len(axes) <= n:
                     return True
                 tile = p[f"block_{a}"] * p[f"reg_{a}"]
-                return tile <= covering(sizes[indices[n]], POWERS_OF_TWO)
+                return tile <= covering(group_extent(axes[n], sizes), POWERS_OF_TWO)
             rules.append(Constraint(f"the {a} tile is no larger than its dimension needs",
                                     ("order", f"block_{a}", f"reg_{a}"), fits))
         if self.limits.sm_count:
@@ -196,12 +232,12 @@ class Tiled(Strategy):
         tiled = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
         def fills(p: Mapping[str, Any]) -> bool:
-            order = mapped(p["order"])
             threads = p["block_x"] * p["block_y"] * p["block_z"]
             blocks = points
-            for n, index in enumerate(order):
+            for n, group in enumerate(groups(p["order"])):
                 tile = p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]
-                blocks = blocks // sizes[index] * -(-sizes[index] // tile)
+                extent = group_extent(group, sizes)
+                blocks = blocks // extent * -(-extent // tile)
             return blocks >= 2 * sms or points < 2 * sms * threads
 
         return Constraint(f"at least {2 * sms} blocks (two per SM) when the output has "
@@ -212,9 +248,10 @@ class Tiled(Strategy):
         chosen: dict[str, Any] = {"order": order}
         wanted = ((16, 4), (16, 4), (2, 1))  # (threads, registers) per axis: 64 x 64 x 2 tiles
         for n, a in enumerate(AXES):
-            threads, regs = wanted[n] if n < len(mapped(order)) else (1, 1)
-            if program.sizes is not None and n < len(mapped(order)):
-                extent = program.sizes[mapped(order)[n]]
+            axes = groups(order)
+            threads, regs = wanted[n] if n < len(axes) else (1, 1)
+            if program.sizes is not None and n < len(axes):
+                extent = group_extent(axes[n], program.sizes)
                 threads = min(threads, covering(extent, self.blocks))
                 regs = min(regs, covering(-(-extent // threads), self.registers))
             chosen.update({f"block_{a}": min(threads, max(self.blocks)),
@@ -228,17 +265,19 @@ class Tiled(Strategy):
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         program = scheduled.program
-        order = mapped(params["order"])
+        order = groups(params["order"])
         names = schedule_space(program)
         position = {index: names[d] for d, index in enumerate(program.output_indices)}
         blocks, threads, registers = ["0"] * 3, ["0"] * 3, []
-        for n, index in enumerate(order):
+        for n, group in enumerate(order):
             a = AXES[n]
             b, r = params[f"block_{a}"], params[f"reg_{a}"]
-            blocks[n], threads[n], reg = _tile(position[index], b, r, params[f"assign_{a}"])
+            blocks[n], threads[n], reg = _tile(_linear(group, position, program.sizes), b, r,
+                                               params[f"assign_{a}"])
             if r > 1:
                 registers.insert(0, reg)  # z, y, x: x innermost
-        unmapped = [position[i] for i in program.output_indices if i not in order]
+        unmapped = [position[i] for i in program.output_indices
+                    if i not in on_axes(params["order"])]
         reduction, reduction_roles = reduction_schedule(program, params["step"])
         target = blocks + threads + unmapped + reduction + registers
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * len(unmapped)
@@ -252,6 +291,20 @@ class Tiled(Strategy):
                          tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma)
 
 
+def _linear(group: Sequence[str], names: Mapping[str, str],
+            sizes: Mapping[str, int] | None) -> str:
+    """The isl expression of an axis's value: its index, or for a group ``(c, a, b)`` the
+    affine ``(c + S_c * a + S_c * S_a * b)`` (groups are offered for fixed sizes only, so
+    that isl can divide it)."""
+    if len(group) == 1:
+        return names[group[0]]
+    terms, stride = [], 1
+    for index in group:
+        terms.append(f"{stride}*{names[index]}")
+        stride *= sizes[index]
+    return f"({' + '.join(terms)})"
+
+
 def _tile(o: str, threads: int, registers: int, assignment: str) -> tuple[str, str, str]:
     """isl expressions of the block, thread and register coordinate of output value ``o``."""
     tile = threads * registers
@@ -260,7 +313,8 @@ def _tile(o: str, threads: int, registers: int, assignment: str) -> tuple[str, s
     return f"floor({o}/{tile})", f"floor(({o} mod {tile})/{registers})", f"{o} mod {registers}"
 
 
-def _register_tiles(scheduled: Scheduled, order: tuple[str, ...], params: Mapping[str, Any]):
+def _register_tiles(scheduled: Scheduled, order: tuple[tuple[str, ...], ...],
+                    params: Mapping[str, Any]):
     """Accumulators become arrays ``acc[reg_z][reg_y][reg_x]`` over the axes with reg > 1."""
     program = scheduled.program
     axes = [n for n in reversed(range(len(order))) if params[f"reg_{AXES[n]}"] > 1]
@@ -271,8 +325,10 @@ def _register_tiles(scheduled: Scheduled, order: tuple[str, ...], params: Mappin
             statements.append(s)
             continue
         head = f"{s.name}[{', '.join(s.indices)}]"
-        indices = [_tile(order[n], params[f"block_{AXES[n]}"], params[f"reg_{AXES[n]}"],
-                         params[f"assign_{AXES[n]}"])[2] for n in axes]
+        names = {i: i for i in program.output_indices}
+        indices = [_tile(_linear(order[n], names, program.sizes), params[f"block_{AXES[n]}"],
+                         params[f"reg_{AXES[n]}"], params[f"assign_{AXES[n]}"])[2]
+                   for n in axes]
         accesses = []
         for element, access in zip(ir.elements(s.body), s.accesses, strict=True):
             if element.array in program.accumulators:
@@ -296,9 +352,10 @@ class ThreadPerElement(Tiled):
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         chosen = super().defaults(program, before)
-        order = mapped(chosen["order"])
+        order = groups(chosen["order"])
         for n, (a, wanted) in enumerate(zip(AXES, (32, 4, 2), strict=True)):
-            extent = program.sizes[order[n]] if program.sizes and n < len(order) else wanted
+            extent = (group_extent(order[n], program.sizes) if program.sizes and n < len(order)
+                      else wanted)
             chosen[f"block_{a}"] = min(wanted, covering(extent, self.blocks)) if n < len(
                 order) else 1
         return chosen

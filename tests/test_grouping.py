@@ -10,14 +10,18 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
+from treduda.app.bench import fitted
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend.contraction import analyse
 from treduda.frontend.merge import merge
 from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
+from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
+from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
-from treduda.suites import load
+from treduda.suites import load, scaled
 from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher
 
 
 @pytest.mark.parametrize(("expression", "merged", "described"), [
@@ -151,3 +155,89 @@ def test_merged_kernel_runs_on_arrays_of_the_expression_shape():
     a, b = rng.standard_normal((4, 3, 5)), rng.standard_normal((5, 6))
     result = treduda.contract("C[a,b,c] = A[a,b,k]*B[k,c]", A=a, B=b, strategy="tiled")
     np.testing.assert_allclose(result, np.einsum("abk,kc->abc", a, b), rtol=1e-4)
+
+
+# Groups of output indices on one axis (order "d*c,b": x runs over d + S_d * c), GETT-style.
+SIX = ("C[a,b,c,d,e,f] = A[d,f,g,b]*B[g,e,a,c]",  # no two indices merge
+       {"a": 5, "b": 3, "c": 4, "d": 6, "e": 3, "f": 2, "g": 5})
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize(("strategy", "params"), [
+    ("tiled", {"block_x": 16, "reg_x": 2, "block_y": 4, "reg_y": 2, "assign_y": "adjacent",
+               "step": 4}),
+    ("tiled+staged", {"block_x": 8, "reg_x": 2, "assign_x": "adjacent", "block_y": 2,
+                      "reg_y": 2, "step": 4, "stage": "A,B", "preload": True,
+                      "double_buffer": True}),
+])
+def test_grouped_kernels_match_einsum(layout, strategy, params):
+    """Groups of two and three indices on x and y; tiles that wrap from one index of a group
+    to the next (16 x 2 values over 5 x 6): the staged tiles still hold every value."""
+    expression, sizes = SIX
+    # fastest first: f, e, d, c, b, a in C; a, b, c, d, e, f in F
+    order = "f*e*d,c*b,a" if layout == "C" else "a*b*c,d*e,f"
+    kernel = treduda.compile(expression, sizes, layout=layout, strategy=strategy,
+                             params={**params, "order": order})
+    assert kernel.params["order"] == order and f"order={order}" in kernel.cuda_source
+    assert kernel.verify().ok
+    stores = _output_stores(kernel.built.kernel.body, "C")
+    assert stores and max(stores) == 0 and len(stores) <= _register_tile(kernel)
+    if strategy == "tiled+staged":
+        assert kernel.hazards() == []
+
+
+def test_groups_are_runs_in_memory_order_with_fixed_sizes_only():
+    expression, sizes = SIX
+    fixed = treduda.strategies.get("tiled").space(plan(expression, sizes))
+    orders = fixed.parameter("order").values
+    assert "f*e,d,c" in orders and "e*f,d,c" not in orders and "f*d,e,c" not in orders
+    assert not any(len(group) > 3 for o in orders for group in groups(o))
+    assert not any(len(g) > 1 for o in orders for g in groups(o)[2:])  # z holds one index
+    symbolic = treduda.strategies.get("tiled").space(plan(expression, symbolic=True))
+    assert not any(GROUP in o for o in symbolic.parameter("order").values)
+    with pytest.raises(StrategyError, match="order='f\\*e,d,c' is not allowed"):
+        treduda.compile(expression, symbolic=True, strategy="tiled", params={"order": "f*e,d,c"})
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize(("block_x", "block_y"), [(16, 2), (8, 2), (64, 1), (4, 4)])
+def test_geometry_knows_the_staged_box_of_a_group(layout, block_x, block_y):
+    """The shared memory the strategy's rules budget (geometry.touched) is at least the box
+    isl's footprint of a grouped tile spans."""
+    expression, sizes = SIX
+    order = "f*e*d,c*b,a" if layout == "C" else "a*b*c,d*e,f"
+    params = {"order": order, "step": 4, "stage": "A,B", "pad": 0, "block_x": block_x,
+              "reg_x": 1, "block_y": block_y, "reg_y": 1}
+    strategy = treduda.strategies.get("tiled+staged")
+    kernel = treduda.compile(expression, sizes, layout=layout, strategy=strategy.name,
+                             params=params)
+    program = plan(expression, sizes, layout)
+    extents = tile_extents(program, decided(strategy.geometry(program, kernel.params)))
+    shared = [local for local in kernel.built.kernel.locals if local.space is ir.Space.SHARED]
+    assert len(shared) == 2
+    for local in shared:
+        modelled = [extents[i] for i in program.contraction.inputs[local.name[0]]]
+        assert all(m >= s for m, s in zip(modelled, local.shape, strict=True)), (
+            local.name, modelled, local.shape)
+    assert kernel.verify().ok
+
+
+def test_model_prefers_a_group_on_a_six_index_tccg_row():
+    """tccg_35 (six output indices of 20-24, none merged): a complete search over a reduced
+    space puts a group on x, and predicts it faster than the best kernel without groups, which
+    wastes a third of a 32-wide tile along x (24 values). The winner verifies at scaled sizes."""
+    row = next(r for r in TCCG if r.id == "tccg_35")
+    program = plan(row.expression, row.sizes, row.layout)
+    values = {"block_x": (16, 32, 64), "block_y": (1, 4), "block_z": (1, 4), "reg_x": (1, 2, 4),
+              "reg_y": (8,), "reg_z": (2,), "step": (32,), "stage": ("A,B", "A", "B")}
+    grouped = Searcher(program, "H100", values=values).branch_and_bound()
+    assert grouped.stats.complete and GROUP in grouped.best.params["order"]
+    orders = Searcher(program, "H100").space.parameter("order").values
+    single = Searcher(program, "H100", values={
+        **values, "order": tuple(o for o in orders if GROUP not in o)}).branch_and_bound()
+    assert single.stats.complete
+    assert grouped.best.prediction.seconds < single.best.prediction.seconds
+    sizes = fitted(row.expression, scaled(row.sizes), grouped.best.strategy, grouped.best.params)
+    kernel = treduda.compile(row.expression, sizes, layout=row.layout,
+                             strategy=grouped.best.strategy, params=grouped.best.params)
+    assert kernel.verify().ok

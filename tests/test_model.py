@@ -17,22 +17,26 @@ from treduda.tuning.model import REGISTER_BYTES
 from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
-# column-major float64, and a contraction with two summed indices.
+# column-major float64, a contraction with two summed indices, and groups of indices on x and
+# y (tiles that wrap from one index of a group to the next); each with the orders enumerated
+# (None: all of them).
 SPACES = [
-    ("C[i,j] = A[i,k]*B[k,j]", {"i": 200, "j": 120, "k": 72}, "C", "float32", "H100"),
+    ("C[i,j] = A[i,k]*B[k,j]", {"i": 200, "j": 120, "k": 72}, "C", "float32", "H100", None),
     ("C[a,b,c,d] = A[d,b,e,a]*B[e,c]", {"a": 24, "b": 20, "c": 12, "d": 24, "e": 30}, "F",
-     "float64", "V100"),  # 4 output indices: restricted to the orders that start with a or b
+     "float64", "V100", ("a,b,c", "b,a,d", "a,d,b")),
     ("C[a,b] = A[a,c,d]*B[d,b,c]", {"a": 64, "b": 48, "c": 20, "d": 24}, "F", "float32",
-     "GTX560Ti"),
+     "GTX560Ti", None),
+    ("C[a,b,c,d] = A[d,b,e,a]*B[e,c]", {"a": 20, "b": 24, "c": 12, "d": 20, "e": 16}, "C",
+     "float32", "H100", ("d*c,b,a", "c,b*a,d", "d*c,b*a")),
 ]
 VALUES = {"block_x": (16, 32), "block_y": (1, 4, 8), "block_z": (1, 2), "reg_x": (1, 2, 4),
           "reg_y": (1, 4), "reg_z": (1,), "step": (8, 16)}
 
 
-@pytest.mark.parametrize(("expr", "sizes", "layout", "dtype", "target"), SPACES,
-                         ids=["gemm", "tccg3-f64", "two-summed"])
-def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, target):
-    values = {**VALUES, "order": ("a,b,c", "b,a,d", "a,d,b")} if "e" in sizes else VALUES
+@pytest.mark.parametrize(("expr", "sizes", "layout", "dtype", "target", "orders"), SPACES,
+                         ids=["gemm", "tccg3-f64", "two-summed", "grouped"])
+def test_bound_is_below_estimate_on_every_path(expr, sizes, layout, dtype, target, orders):
+    values = {**VALUES, "order": orders} if orders else VALUES
     searcher = Searcher(plan(expr, sizes, layout, dtype), target, values=values)
     leaves = bound_paths_hold(searcher)
     assert leaves > 100  # the space is not trivially small

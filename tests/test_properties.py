@@ -1,6 +1,7 @@
 """Property tests: random contractions, compiled by a random strategy with random valid
-parameters, match numpy.einsum on PoCL (verify() runs with guard zones); small kernels with
-shared memory are also free of races and other hazards on the emulator.
+parameters (among them groups of indices on one axis), match numpy.einsum on PoCL (verify()
+runs with guard zones); small kernels with shared memory are also free of races and other
+hazards on the emulator.
 
 A contraction has an output of rank 0-6 and 0-3 summed indices (at most 7 in all), read by one
 to three input tensors whose index lists are random orders of random subsets, every index read
@@ -14,6 +15,7 @@ dtype, operator and fixed or symbolic sizes are drawn too. CI runs a fixed (dera
 from __future__ import annotations
 
 import math
+import random
 from dataclasses import dataclass
 
 import pytest
@@ -24,6 +26,7 @@ from hypothesis import strategies as st
 import treduda
 from treduda.codegen import ir
 from treduda.frontend.dtypes import DTYPES
+from treduda.polyhedral.geometry import GROUP
 
 INDICES = "abcdefg"  # at most seven distinct indices
 INPUTS = ("A", "B", "D")
@@ -87,9 +90,26 @@ def parameters(problem: Problem) -> dict:
     return sampled_params(program, problem.strategy, problem.seed)
 
 
-def check(problem: Problem) -> None:
+def grouped_parameters(problem: Problem) -> dict | None:
+    """Parameters with a group of indices on an axis (a random one of the space's grouped
+    orders), or None where the problem's strategy and sizes offer none."""
+    program = generated(problem.expression, tuple(problem.sizes.items()), problem.layout,
+                        problem.dtype, problem.symbolic).program
+    space = treduda.strategies.get(problem.strategy).space(program)
+    names = {p.name for p in space.parameters}
+    orders = [o for o in space.parameter("order").values if GROUP in o] if "order" in names else []
+    rng = random.Random(problem.seed)
+    for order in rng.sample(orders, len(orders)):
+        try:
+            return space.sample(rng, {"order": order})
+        except treduda.errors.StrategyError:
+            continue
+    return None
+
+
+def check(problem: Problem, params: dict | None = None) -> None:
     note(f"problem: {problem}")
-    params = parameters(problem)
+    params = params or parameters(problem)
     note(f"reproduce with: {problem.reproduction(params)}")
     kernel = treduda.compile(problem.expression, None if problem.symbolic else problem.sizes,
                              layout=problem.layout, dtype=problem.dtype,
@@ -114,6 +134,14 @@ def test_random_contraction_matches_einsum(problem):
 @given(problem=problems(grouped=True))
 def test_random_grouped_contraction_matches_einsum(problem):
     check(problem)
+
+
+@settings(max_examples=16, **SETTINGS)
+@given(problem=problems(grouped=True))
+def test_random_contraction_with_a_group_on_an_axis_matches_einsum(problem):
+    params = grouped_parameters(problem)
+    if params is not None:  # symbolic sizes, or one output index: no group to choose
+        check(problem, params)
 
 
 @pytest.mark.matrix

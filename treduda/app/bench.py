@@ -31,7 +31,7 @@ from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.merge import merge
-from ..polyhedral.geometry import AXES, decided, indices
+from ..polyhedral.geometry import AXES, decided, groups
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
 from ..suites import SUITES, Row, load, scaled
@@ -203,7 +203,8 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
 def fitted(expression: str, sizes: dict[str, int], strategy: str,
            params: Mapping[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
-    on an axis gets more than half a tile (so its last block is partial), each summed index
+    on an axis gets more than half a tile (so its last block is partial; of a group, its
+    slowest index grows), each summed index
     more than half a step, as the strategy describes its tiles and step
     (:mod:`~treduda.polyhedral.geometry`). An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
@@ -216,8 +217,9 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
         others = math.prod(grown[i] for i in rest)
         grown[first] = max(grown[first], -(-(extent // 2 + 1) // others))
 
-    for axis, index in zip(AXES, indices(described["order"]), strict=False):
-        grow(index, described[f"block_{axis}"] * described[f"reg_{axis}"])
+    for axis, (*faster, slowest) in zip(AXES, groups(described["order"]), strict=False):
+        inner = math.prod(grown[i] for index in faster for i in merging.groups[index])
+        grow(slowest, -(-described[f"block_{axis}"] * described[f"reg_{axis}"] // inner))
     for index in merging.merged.summed:
         grow(index, described["step"])
     return grown

@@ -18,7 +18,7 @@ strategy both need (its extents and its shared memory), so that it is written on
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from ..errors import StrategyError
@@ -27,9 +27,12 @@ from ..frontend.tree import Read
 from .lower import Program
 
 AXES = "xyz"
+GROUP = "*"  # joins the indices of one axis in an order, fastest first
 
 QUANTITIES: dict[str, str] = {
-    "order": "output indices on the x, y, z axes, comma separated (x is the coalescing one)",
+    "order": "output indices on the x, y, z axes, comma separated (x is the coalescing one); "
+             "an axis may hold a group of indices joined by '*', fastest first ('c*a': the "
+             "axis runs over X = c + size(c) * a)",
     **{f"block_{a}": f"threads per block along {a}" for a in AXES},
     **{f"reg_{a}": f"output values per thread along {a}, held in registers" for a in AXES},
     **{f"assign_{a}": f"how a thread's values along {a} are dealt: 'cyclic' (thread t holds t, "
@@ -80,23 +83,64 @@ def indices(text: str) -> tuple[str, ...]:
     return tuple(i for i in text.split(",") if i)
 
 
+def groups(order: str) -> tuple[tuple[str, ...], ...]:
+    """The index groups on x, y, z of an ``order``: ``"c*a,b"`` puts (c, a) on x, c fastest,
+    and b alone on y."""
+    return tuple(tuple(entry.split(GROUP)) for entry in indices(order))
+
+
+def on_axes(order: str) -> tuple[str, ...]:
+    """Every output index an ``order`` puts on an axis."""
+    return tuple(i for group in groups(order) for i in group)
+
+
+def group_extent(group: Sequence[str], sizes: Mapping[str, int]) -> int:
+    """Values of an axis that holds ``group``: the product of its indices' extents."""
+    return math.prod(sizes[i] for i in group)
+
+
+def touched(group: Sequence[str], sizes: Mapping[str, int] | None,
+            tile: int) -> dict[str, int]:
+    """How many values of each index of ``group`` a block's tile of ``tile`` consecutive
+    values of X = c + S_c * (a + S_a * ..) touches at most: the box isl's footprint of it
+    spans, which shared memory must hold. Tiles start at multiples of ``tile``; each is taken
+    whole (the last, clipped one touches no more). For an index with faster ones of product
+    P, a tile spans ``floor((P - gcd(tile, P) + tile - 1) / P) + 1`` values of X div P; where
+    some tile crosses a multiple of P * S (``tile`` does not divide it) those values wrap
+    around and the box is all S of them. A lone index: the tile, no more than its extent."""
+    if len(group) == 1:
+        index = group[0]
+        return {index: min(tile, sizes[index]) if sizes and index in sizes else tile}
+    if sizes is None:
+        raise StrategyError(f"a group of indices ({GROUP.join(group)}) needs fixed sizes")
+    boxes, inner = {}, 1
+    for n, index in enumerate(group):
+        extent = sizes[index]
+        spanned = (inner - math.gcd(tile, inner) + tile - 1) // inner + 1
+        wraps = n < len(group) - 1 and (inner * extent) % tile != 0
+        boxes[index] = extent if wraps else min(extent, spanned)
+        inner *= extent
+    return boxes
+
+
 def tile_extents(program: Program, geometry: Mapping[str, Any]) -> dict[str, int | None]:
     """How many values of each index one block touches per step, for a decided ``geometry``
-    (None: all of them, for a symbolic size): the tile along an axis, one value of any other
-    output index, the step of a summed one."""
-    order = indices(geometry["order"])
+    (None: all of them, for a symbolic size): the box of the tile along an axis
+    (:func:`touched`), one value of any other output index, the step of a summed one."""
     sizes = program.sizes or {}
     extents: dict[str, int | None] = {}
+    for n, group in enumerate(groups(geometry["order"])):
+        tile = geometry[f"block_{AXES[n]}"] * geometry[f"reg_{AXES[n]}"]
+        extents.update(touched(group, program.sizes, tile))
     for index in program.contraction.indices:
-        if index in order:
-            axis = AXES[order.index(index)]
-            extent = geometry[f"block_{axis}"] * geometry[f"reg_{axis}"]
-        elif index in program.output_indices:
+        if index in extents:
+            continue
+        if index in program.output_indices:
             extent = 1
         else:
             extent = geometry["step"] or sizes.get(index)
         extents[index] = min(extent, sizes[index]) if extent and index in sizes else extent
-    return extents
+    return {i: extents[i] for i in program.contraction.indices}
 
 
 def summed_reads(program: Program) -> tuple[Read, ...]:

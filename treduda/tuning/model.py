@@ -292,7 +292,10 @@ class _Optimist:
     def __init__(self, model: Model, described: Description, compiled: Compiled | None = None):
         self.m, self.described, self.compiled = model, described, compiled
         self.p = geometry.decided(described)  # the quantities with one value left
-        self.order = geometry.indices(self.p["order"])
+        self.order = geometry.groups(self.p["order"])  # per axis, its indices, fastest first
+        self.axes = geometry.indices(self.p["order"])  # per axis, its name ("c*a" for a group)
+        self.extents = [geometry.group_extent(g, model.sizes) for g in self.order]
+        self.mapped = set(geometry.on_axes(self.p["order"]))
         self.walked = geometry.indices(self.p.get("walk", ""))
 
     def options(self, name: str) -> tuple:
@@ -304,29 +307,29 @@ class _Optimist:
         return [b * r for b in self.options(f"block_{a}") for r in self.options(f"reg_{a}")]
 
     def padded_elements(self) -> float:
-        total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.order)
-        for n, index in enumerate(self.order):
-            extent = self.m.sizes[index]
+        total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
+        for n, extent in enumerate(self.extents):
             total *= min(math.ceil(extent / t) * t for t in self.tiles(n))
         return total
 
     def blocks(self) -> float:
-        """Blocks launched: tiles along x, y, z, times every value of the output indices not
-        on an axis (each gets blocks of its own, folded into the grid's x axis), except where
-        the threads walk them (:meth:`walks`)."""
-        tiles = math.prod(min(math.ceil(self.m.sizes[i] / t) for t in self.tiles(n))
-                          for n, i in enumerate(self.order) if i not in self.walked)
+        """Blocks launched: tiles along x, y, z (over a group's product extent), times every
+        value of the output indices not on an axis (each gets blocks of its own, folded into
+        the grid's x axis), except where the threads walk them (:meth:`walks`)."""
+        tiles = math.prod(min(math.ceil(extent / t) for t in self.tiles(n))
+                          for n, extent in enumerate(self.extents)
+                          if self.axes[n] not in self.walked)
         return tiles * math.prod(self.m.sizes[i] for i in self.m.outputs
-                                 if i not in self.order and i not in self.walked)
+                                 if i not in self.mapped and i not in self.walked)
 
     def walks(self) -> float:
         """Tiles (of an index on an axis) and values (of another) every thread walks one after
         the other: its reductions and their latencies follow each other as often."""
         total = 1.0
         for index in self.walked:
-            if index in self.order:
-                n = self.order.index(index)
-                total *= min(math.ceil(self.m.sizes[index] / t) for t in self.tiles(n))
+            if index in self.axes:
+                n = self.axes.index(index)
+                total *= min(math.ceil(self.extents[n] / t) for t in self.tiles(n))
             else:
                 total *= self.m.sizes[index]
         return total
@@ -339,9 +342,10 @@ class _Optimist:
 
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
-        along the axes ``read`` does not depend on."""
+        along the axes ``read`` does not depend on (on none of a group's indices)."""
         return math.prod(max(self.options(f"reg_{AXES[n]}"))
-                         for n, index in enumerate(self.order) if index not in read.indices)
+                         for n, group in enumerate(self.order)
+                         if not any(i in read.indices for i in group))
 
     def staged(self, read: _Read) -> bool | None:
         """True or False once decided, None while open."""
@@ -361,7 +365,9 @@ class _Optimist:
         its registers along x; None while a decision the warp's shape depends on is open.
 
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
-        (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``)."""
+        (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
+        a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
+        at 0, so warp 0 sees where its values wrap from one index to the next."""
         warp = self.m.gpu.warp_size
         spanned, lanes = [], 1
         for n, a in enumerate(AXES):
@@ -383,12 +389,20 @@ class _Optimist:
             registers = []
             for r in range(self.p["reg_x"]):
                 step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
-                point = {i: v for i, v in zip(self.order, values, strict=False)}
-                if self.order:
-                    point[self.order[0]] = values[0] + r * step
-                registers.append(point)
+                along = [values[0] + r * step, *values[1:]] if self.order else values
+                registers.append(self.decode(along))
             result.append(registers)
         return result
+
+    def decode(self, values: list[int]) -> dict[str, int]:
+        """The output-index values of the axes' ``values`` (x first): a group's value X is
+        c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel does."""
+        point = {}
+        for group, value in zip(self.order, values, strict=False):
+            for index in group[:-1]:
+                point[index], value = value % self.m.sizes[index], value // self.m.sizes[index]
+            point[group[-1]] = value
+        return point
 
     def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
         """``compute()``, remembered per model for the decisions warp terms depend on (the
@@ -419,7 +433,7 @@ class _Optimist:
         if staged is None or warp is None or (staged and not self.tiles_decided()):
             return least
         values = max(1, VECTOR_BYTES // self.m.bytes)
-        grouped = bool(self.order) and self.order[0] in read.indices
+        grouped = bool(self.order) and self.order[0][0] in read.indices
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
             group = warp[0][:values] if grouped else warp[0][:1]
@@ -478,18 +492,26 @@ class _Optimist:
         return geometry.tile_extents(self.m.program, self.p)
 
     def traffic(self, read: _Read) -> float:
-        """Elements of ``read`` all blocks pull from L2 over the kernel."""
+        """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
+        times the values of ``read``'s indices each tile covers (:meth:`covered`)."""
         total = 1.0
-        for n, index in enumerate(self.order):
-            extent = self.m.sizes[index]
-            if index in read.indices:
-                total *= min(math.ceil(extent / t) * t for t in self.tiles(n))
-            else:
-                total *= min(math.ceil(extent / t) for t in self.tiles(n))
+        for n, extent in enumerate(self.extents):
+            total *= min(math.ceil(extent / t) * self.covered(read, n, t) for t in self.tiles(n))
         for index in self.m.sizes:
-            if index not in self.order and (index in read.indices or index in self.m.outputs):
+            if index not in self.mapped and (index in read.indices or index in self.m.outputs):
                 total *= self.m.sizes[index]
         return total
+
+    def covered(self, read: _Read, n: int, tile: int) -> int:
+        """Values of ``read`` a block's ``tile`` along axis ``n`` covers: the tile for an index
+        ``read`` has, 1 for one it has not; for a group, the box of its indices' values the
+        tile touches (:func:`~treduda.polyhedral.geometry.touched`), restricted to those
+        ``read`` has (a staged copy moves that box)."""
+        group = self.order[n]
+        if len(group) == 1:
+            return tile if group[0] in read.indices else 1
+        box = geometry.touched(group, self.m.sizes, tile)
+        return math.prod(box[i] for i in group if i in read.indices)
 
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per staged element) and the step's
