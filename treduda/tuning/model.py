@@ -673,7 +673,8 @@ class _Optimist:
         """Values of ``read`` a thread's register tile uses per reduction point: its
         registers along the axes ``read`` depends on (the fewest while open)."""
         return math.prod(min(self.options(f"reg_{AXES[n]}"))
-                         for n, index in enumerate(self.order) if index in read.indices)
+                         for n, group in enumerate(self.order)
+                         if any(i in read.indices for i in group))
 
     def vector_values(self, read: _Read) -> int:
         """Values of ``read`` one load brings along the reduction: up to 16 bytes from a
