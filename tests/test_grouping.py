@@ -19,7 +19,7 @@ from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
 from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
-from treduda.suites import load, scaled
+from treduda.suites import SUITES, load, scaled
 from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher
 
@@ -131,18 +131,22 @@ def test_tensor_beyond_two_to_the_31_elements_gets_64_bit_indices():
 
 
 TCCG = load("tccg_fp32")
-# CI checks every fourth row and the two-index outputs (whose searches once kept most SMs idle);
-# `pytest -m matrix` checks all 48.
+# CI checks every fourth TCCG row and the two-index outputs (whose searches once kept most SMs
+# idle); `pytest -m matrix` checks every row of the four suites.
 CI_ROWS = {row.id for row in TCCG[::4]} | {"tccg_13", "tccg_14"}
+SUITE_ROWS = [pytest.param(suite, row, id=f"{suite}-{row.id}",
+                           marks=() if suite == "tccg_fp32" and row.id in CI_ROWS
+                           else pytest.mark.matrix)
+              for suite in SUITES for row in load(suite)]
 
 
-@pytest.mark.parametrize("row", [pytest.param(row, id=row.id, marks=() if row.id in CI_ROWS
-                                              else pytest.mark.matrix) for row in TCCG])
-def test_searched_tccg_kernel_fills_an_h100(row):
+@pytest.mark.parametrize(("suite", "row"), SUITE_ROWS)
+def test_searched_suite_kernel_fills_an_h100(suite, row):
     """From the grid and the kernel IR: at least two blocks per SM wherever the output has the
     points for it, and no thread computes more output points than its register tile."""
     sms = gpu("H100").sm_count
-    kernel = treduda.compile(row.expression, row.sizes, layout=row.layout, gpu="H100")
+    kernel = treduda.compile(row.expression, row.sizes, layout=row.layout, gpu="H100",
+                             dtype=SUITES[suite].dtype)
     points = math.prod(row.sizes[i] for i in analyse(row.expression).output_indices)
     if points >= 2 * sms * math.prod(kernel.block):
         assert math.prod(kernel.grid) >= 2 * sms
