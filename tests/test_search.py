@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.api import _reranked, search
+from treduda.api import SEARCH_NODE_BUDGET, _reranked, search
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.tuning.cache import TuningCache
@@ -54,7 +54,8 @@ def test_the_winner_compiles_and_verifies_on_pocl():
 
 def test_a_result_replays_from_json():
     result = search("C[a,b,c,d] = A[d,b,e,a]*B[e,c]",
-                    {"a": 40, "b": 36, "c": 24, "d": 40, "e": 40}, "V100", layout="F")
+                    {"a": 40, "b": 36, "c": 24, "d": 40, "e": 40}, "V100", layout="F",
+                    max_nodes=SEARCH_NODE_BUDGET)  # what compile() searches; replay is the point
     saved = json.loads(result.to_json())
     replayed = treduda.compile(saved["expression"], saved["sizes"], layout=saved["layout"],
                                strategy=saved["strategy"], params=saved["params"])

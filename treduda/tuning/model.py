@@ -261,8 +261,11 @@ class Model:
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
         binding, total = combined(seconds, exact)
-        return Prediction(total, binding, seconds, self._because(binding, seconds, o),
-                          self.flops, wavefronts=wavefronts, warps=warps)
+        # The search asks for hundreds of thousands of bounds: only estimates explain at length.
+        because = (self._because(binding, seconds, o) if exact else
+                   f"{binding} {seconds[binding] * 1e3:.3g} ms at least (a lower bound)")
+        return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
+                          warps=warps)
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu
