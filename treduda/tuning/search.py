@@ -138,6 +138,11 @@ class SearchResult:
                            "candidates_scored": self.stats.candidates_scored}, indent=1)
 
 
+# Under a node budget, every this many nodes the search dives from the open node with the lowest
+# bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
+# above the leaves and return only its first incumbent.
+DIVE_INTERVAL = 250
+
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
 
@@ -207,6 +212,11 @@ class Searcher:
                 stats.complete = False
                 break
             stats.nodes_visited += 1
+            if max_nodes is not None and stats.nodes_visited % DIVE_INTERVAL == 0:
+                found = self._dive(stats, partial)  # a budget may end before leaves: reach some
+                if found is not None:
+                    scored.append(found)
+                    best = found if best is None or found.key() < best.key() else best
             step = self.space.choices(partial)
             if step is None:
                 candidate = self.candidate(partial)
@@ -233,10 +243,13 @@ class Searcher:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
 
-    def _dive(self, stats: SearchStats) -> Candidate | None:
-        """Follow the child with the lowest bound down to a complete candidate, backing up
-        out of dead ends: the classic first incumbent of a branch and bound."""
-        partial: dict[str, Any] = {}
+    def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None
+              ) -> Candidate | None:
+        """Follow the child with the lowest bound from ``start`` (the root by default) down to
+        a complete candidate, backing up out of dead ends: the classic first incumbent of a
+        branch and bound, and under a node budget, more incumbents from the most promising
+        open nodes."""
+        partial: dict[str, Any] = dict(start or {})
         stack = [iter([partial])]
         while stack:
             partial = next(stack[-1], None)
