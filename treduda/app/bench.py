@@ -29,8 +29,6 @@ from typing import Any, TextIO
 from .. import strategies
 from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
-from ..frontend.contraction import analyse
-from ..frontend.merge import merge
 from ..polyhedral.geometry import AXES, decided, groups
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
@@ -204,12 +202,12 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
            params: Mapping[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
     on an axis gets more than half a tile (so its last block is partial; of a group, its
-    slowest index grows), each summed index
-    more than half a step, as the strategy describes its tiles and step
-    (:mod:`~treduda.polyhedral.geometry`). An index that merges several
+    slowest index grows), each summed index more than half a step, as the strategy describes
+    its tiles and step (:mod:`~treduda.polyhedral.geometry`). An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
-    merging = merge(analyse(expression))
-    described = decided(strategies.get(strategy).geometry(plan(expression, sizes), params))
+    program = plan(expression, sizes)
+    merging = program.merging
+    described = decided(strategies.get(strategy).geometry(program, params))
     grown = dict(sizes)
 
     def grow(index: str, extent: int) -> None:

@@ -41,7 +41,6 @@ DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measu
 # CUDA 13's ptxas gives the very same sources here by up to 10% (gemm4096-rand14: 44 vs 40,
 # tccg_31: 59 vs 64), so only a larger difference says the kernel itself changed.
 REGISTER_TOLERANCE = 0.10
-# What a strategy that is not staged means in the model's tiled+staged terms.
 MIN_RANKED = 6  # fewer rows than this make a rank correlation meaningless
 
 

@@ -354,7 +354,7 @@ class _Optimist:
         """True or False once decided, None while open."""
         if "stage" not in self.p:
             return None
-        return read.tensor in self.p["stage"].split(",")
+        return read.tensor in geometry.indices(self.p["stage"])
 
     def decided(self, *names: str) -> bool:
         return all(n in self.p for n in names)
