@@ -24,10 +24,19 @@ from .polyhedral.strategy import DEFAULT_STRATEGY
 from .run import reference
 from .run.cuda import gpu_present
 from .run.launch import bind
+from .run.nvcc import compile_cuda_batch, nvcc_supports
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
-from .tuning.search import Candidate, Progress, SearchResult, search_program
+from .tuning.model import Compiled
+from .tuning.search import (
+    Candidate,
+    Progress,
+    Searcher,
+    SearchResult,
+    identity,
+    search_program,
+)
 
 # Node budgets of the search compile() runs: enough for full-size problems to finish; small
 # ones (whose candidates differ by microseconds) stop early with the best found so far.
@@ -35,6 +44,7 @@ SEARCH_NODE_BUDGET = 5000
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
+CHECKED = 4  # candidates whose kernels ptxas reports on when the winner's report upsets it
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
@@ -66,7 +76,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
            values: Mapping[str, tuple] | None = None, measure: bool = False,
            progress: Progress | None = None, max_nodes: int | None = None,
-           refine: int = 0) -> SearchResult:
+           refine: int = 0, check: bool = False) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -76,13 +86,14 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``measure=True`` the best candidates (up to :data:`MEASURED`) are also generated,
     each checked against numpy.einsum and then timed, and the fastest measured one wins: on
     the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
-    The winner's ``measured_on`` says which. Compile the winner with
+    The winner's ``measured_on`` says which. With ``check=True`` and nvcc present, ptxas
+    reports on the winner's registers and spills (:func:`_checked`). Compile the winner with
     ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
     """
     program = plan(expr, sizes, layout, dtype)
     result = search_program(program, gpu, strategy=strategy, values=values, progress=progress,
                             max_nodes=max_nodes)
-    return _reranked(program, result, refine, measure)
+    return _reranked(program, result, refine, measure, check)
 
 
 def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
@@ -95,9 +106,12 @@ def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None
 
 
 def _reranked(program: Program, result: SearchResult, refine: int,
-              measure: bool) -> SearchResult:
-    """``result`` with a new winner: among its ``refine`` best by the walk over their kernels,
-    then with ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
+              measure: bool, check: bool = False) -> SearchResult:
+    """``result`` with a new winner: with ``check``, as ptxas's reports re-estimate it
+    (:func:`_checked`); among its ``refine`` best by the walk over their kernels; then with
+    ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
+    if check and nvcc_supports(result.gpu.arch):
+        result = _checked(program, result)
     if refine:
         walked = [_walked(program, result, c) for c in result.top(refine)]
         result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
@@ -106,6 +120,39 @@ def _reranked(program: Program, result: SearchResult, refine: int,
         measured = [_measured(program, c, backend) for c in result.top(MEASURED)]
         result = replace(result, best=min(measured, key=lambda c: c.measured))
     return result
+
+
+def _checked(program: Program, result: SearchResult) -> SearchResult:
+    """``result`` whose winner ptxas has reported on: re-estimated with the registers and
+    spills of its compiled kernel; where that is slower than the prediction of the runner-up,
+    the :data:`CHECKED` best are all compiled and re-estimated, and the fastest wins.
+
+    The model predicts registers and spills from the main loop alone; ptxas's allocation of a
+    large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
+    register tile, B read from global memory over an unrolled 8 x 8 step) was predicted to fit
+    128 registers, and ptxas spilled 2.3 KB per thread."""
+    searcher = Searcher(program, result.gpu, result.best.strategy)
+
+    def with_reports(candidates: list[Candidate]) -> list[Candidate]:
+        kernels = [_generated(program, c.strategy, c.params) for c in candidates]
+        reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
+        checked = []
+        for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
+            ptxas = next(r for r in report if r.kernel.rpartition("::")[2] == kernel.name)
+            compiled = Compiled(ptxas.registers, ptxas.spill_stores + ptxas.spill_loads)
+            checked.append(replace(candidate, compiled=compiled,
+                                   prediction=searcher.model.estimate(candidate.params,
+                                                                      compiled)))
+        return checked
+
+    top = result.top(CHECKED)
+    (winner,) = with_reports(top[:1])
+    checked = [winner]
+    if len(top) > 1 and winner.prediction.seconds > top[1].prediction.seconds:
+        checked += with_reports(top[1:])
+    by_params = {identity(c.params): c for c in checked}
+    return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
+        by_params.get(identity(c.params), c) for c in result.candidates))
 
 
 def _walked(program: Program, result: SearchResult, candidate: Candidate) -> Candidate:
@@ -270,7 +317,9 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
                           stacklevel=3)
     budget = SMALL_PROBLEM_BUDGET if math.prod(program.sizes.values()) < SMALL_PROBLEM else (
         SEARCH_NODE_BUDGET)
-    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure)
+    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
+                       check=not small)
     best = result.best
     if store is not None:
         measured = None if best.measured is None else {"seconds": best.measured,

@@ -31,7 +31,7 @@ from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
 from ..polyhedral.geometry import AXES, decided, groups
 from ..polyhedral.lower import plan
-from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
+from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_supports
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
@@ -167,7 +167,7 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
     try:
         started = time.perf_counter()
         result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
-                        max_nodes=max_nodes)
+                        max_nodes=max_nodes, check=True)
         outcome.search_seconds = time.perf_counter() - started
         best = result.best
         outcome.strategy, outcome.params = best.strategy, dict(best.params)
@@ -250,7 +250,11 @@ def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None
 
     A kernel nvcc rejects fails its row; an architecture this nvcc does not know (an old GPU)
     only leaves the columns empty."""
-    arch = "sm_" + gpu.compute_capability.replace(".", "")
+    arch = gpu.arch
+    if not nvcc_supports(arch):
+        print(f"this nvcc cannot compile for {arch} ({gpu.name}): no registers or spills",
+              file=log)
+        return
     pending = [o for o in outcomes if o.cuda_source and not o.error]
     for start in range(0, len(pending), NVCC_BATCH):
         batch = pending[start:start + NVCC_BATCH]
@@ -258,11 +262,7 @@ def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None
               file=log, flush=True)
         try:
             reports = compile_cuda_batch([o.cuda_source for o in batch], arch)
-        except CompileError as error:
-            if "Unsupported gpu architecture" in str(error):
-                print(f"this nvcc cannot compile for {arch} ({gpu.name}): no registers or "
-                      "spills", file=log)
-                return
+        except CompileError:
             reports = [_compile_alone(o, arch) for o in batch]
         for outcome, found in zip(batch, reports, strict=True):
             mine = [r for r in found if r.kernel.rpartition("::")[2] == outcome.kernel]

@@ -70,6 +70,9 @@ def parser() -> argparse.ArgumentParser:
                         "PoCL) and pick the fastest measured")
     f.add_argument("--refine", type=int, default=0, metavar="K",
                    help="generate the K best candidates and re-rank them by walking their IR")
+    f.add_argument("--ptxas", action="store_true",
+                   help="re-estimate the winner with ptxas's registers and spills (needs nvcc), "
+                        "and its rivals too where that makes it slower than the runner-up")
     f.add_argument("--json", help="write the result (replayable) to this file")
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
@@ -153,7 +156,7 @@ def _search(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr)
     result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
-                    refine=args.refine)
+                    refine=args.refine, check=args.ptxas)
     bar.close()
     print(result.table(args.top))
     print(result.summary())

@@ -9,6 +9,7 @@ sources as one translation unit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import re
 import shutil
@@ -78,6 +79,17 @@ def find_nvcc() -> str | None:
 def nvcc_available() -> bool:
     """Whether CUDA kernels can be compiled here (a GPU is not needed)."""
     return find_nvcc() is not None
+
+
+@functools.cache
+def nvcc_supports(arch: str) -> bool:
+    """Whether this nvcc compiles for ``arch`` (e.g. ``"sm_90"``); CUDA 13 dropped the
+    oldest architectures (``nvcc --list-gpu-arch``)."""
+    nvcc = find_nvcc()
+    if nvcc is None:
+        return False
+    listed = run_tool([nvcc, "--list-gpu-arch"], "nvcc could not list its architectures")
+    return arch.replace("sm_", "compute_") in listed.stdout.split()
 
 
 def kernel_names(source: str) -> list[str]:

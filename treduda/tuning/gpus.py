@@ -121,6 +121,11 @@ class Gpu:
     def __post_init__(self) -> None:
         _validate(self)
 
+    @property
+    def arch(self) -> str:
+        """nvcc's name for this GPU's architecture, e.g. ``"sm_90"``."""
+        return "sm_" + self.compute_capability.replace(".", "")
+
     def peak_flops(self, dtype: object = "float32") -> float:
         """Peak FMA throughput in FLOP/s (an FMA counts as 2), without tensor cores."""
         return 2.0 * self.fma_lanes(dtype) * self.sm_count * self.clock_ghz * 1e9

@@ -8,6 +8,10 @@ estimate; a node whose bound exceeds the best score cannot hold anything better 
 tried, so the space stays enumerable and the search can be checked against exhaustive
 enumeration of the very same space. The model reads any strategy that describes itself
 (:meth:`~treduda.polyhedral.strategy.Strategy.describe`).
+
+Under a node budget the search is no longer exact, and it makes the most of its time: it dives
+from its best open nodes to reach leaves, and once the budget ends, it improves its incumbent
+by local search (changing one parameter, then two, while the estimate improves).
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import itertools
 import json
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -27,7 +31,12 @@ from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpac
 from ..strategies import get as get_strategy
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .model import Model, Prediction
+from .model import Compiled, Model, Prediction
+
+
+def identity(params: Mapping[str, Any]) -> str:
+    """Parameters as text: equal for equal parameters, in any order."""
+    return json.dumps(dict(params), sort_keys=True)
 
 
 @dataclass(frozen=True)
@@ -49,6 +58,7 @@ class Candidate:
     measured: float | None = None  # seconds per launch on the device that measured it
     measured_on: str | None = None  # that device, e.g. "NVIDIA H100 ... (CuPy, CUDA events)"
     walked: Prediction | None = None  # the estimate from a walk over the generated kernel IR
+    compiled: Compiled | None = None  # ptxas's report, where it re-estimated this candidate
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", read_only(self.params))
@@ -67,8 +77,7 @@ class Candidate:
         conflicts, uncoalesced loads: the cost a model is least sure of), then by more
         resident warps (more latency hidden); the parameters' text only makes the order
         deterministic where even those agree."""
-        return (prediction.seconds, prediction.wavefronts, -prediction.warps,
-                json.dumps(dict(params), sort_keys=True))
+        return (prediction.seconds, prediction.wavefronts, -prediction.warps, identity(params))
 
 
 @dataclass
@@ -78,13 +87,17 @@ class SearchStats:
     complete: bool = True  # False when a node budget stopped the search early
     nodes_visited: int = 0
     candidates_scored: int = 0
+    polished: int = 0  # candidates scored by the local search after a budget stopped it
+    improvements: int = 0  # how often the local search found a faster candidate
     cuts_per_depth: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
 
     def __str__(self) -> str:
         cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
         size = f"{self.space_size}" if self.space_size_exact else f"<= {self.space_size}"
-        budget = "" if self.complete else " (stopped by its node budget: best found so far)"
+        budget = "" if self.complete else (
+            f" (stopped by its node budget; then {self.polished} candidates near the best "
+            f"scored, {self.improvements} of them better: not proven optimal)")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
                 f"cuts: {cuts or 'none'}")
@@ -105,7 +118,10 @@ class SearchResult:
     stats: SearchStats
 
     def top(self, n: int = 10) -> list[Candidate]:
-        return sorted(self.candidates, key=Candidate.key)[:n]
+        """The ``n`` best distinct candidates (a dive and the search may score one twice)."""
+        distinct = {identity(c.params): c
+                    for c in sorted(self.candidates, key=Candidate.key, reverse=True)}
+        return sorted(distinct.values(), key=Candidate.key)[:n]
 
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
@@ -236,6 +252,8 @@ class Searcher:
                 heapq.heappush(heap, (child_bound, next(tie), child))
         if best is None:
             raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
+        if not stats.complete:
+            best = self._polish(best, scored, stats, limit=max_nodes)
         stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
         stats.seconds = time.perf_counter() - started
@@ -265,6 +283,50 @@ class Searcher:
             children.sort(key=lambda child: self.model.bound(child).seconds)
             stack.append(iter(children))
         return None
+
+    def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
+                limit: int) -> Candidate:
+        """Local search from the incumbent: score its neighbours (one parameter changed, then,
+        where none of those is faster, two), move to the first faster one, until none is or
+        ``limit`` candidates were scored. On TCCG's rows a 3000-node search stopped far from
+        the optimum (tccg_01: 0.181 ms predicted, optimum 0.095 ms): the best kernels lie
+        close to a good incumbent, in a few coupled changes (a register tile grown while the
+        threads shrink), that best-first with a loose bound reaches late."""
+        seen = {identity(c.params) for c in scored}
+        pairs = False
+        while stats.polished < limit:
+            better = None
+            for params in self._neighbours(best.params, pairs):
+                if identity(params) in seen:
+                    continue
+                seen.add(identity(params))
+                candidate = self.candidate(params, with_bound=False)
+                scored.append(candidate)
+                stats.polished += 1
+                if candidate.key() < best.key():
+                    better = candidate
+                    break
+                if stats.polished >= limit:
+                    break
+            if better is None and pairs:
+                break
+            if better is not None:
+                best = better
+                stats.improvements += 1
+            pairs = better is None
+        return best
+
+    def _neighbours(self, params: Mapping[str, Any], pairs: bool) -> Iterator[dict[str, Any]]:
+        """The valid candidates that differ from ``params`` in one parameter (or two)."""
+        others = [[(p.name, v) for v in p.values if v != params[p.name]]
+                  for p in self.space.parameters]
+        changes = (itertools.chain.from_iterable(
+            itertools.product(a, b) for a, b in itertools.combinations(others, 2))
+            if pairs else ((change,) for change in itertools.chain.from_iterable(others)))
+        for change in changes:
+            neighbour = {**params, **dict(change)}
+            if not self.space.violated(neighbour):
+                yield neighbour
 
     def _result(self, best, scored, stats) -> SearchResult:
         p = self.program

@@ -82,7 +82,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     floor per resource, so ``estimate_kernel >= Model.bound`` as branch and bound needs."""
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
-    c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
+    c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
         kernel.symbolic) else kernel.program
     try:  # the analytic model, for a strategy that describes itself to it
@@ -154,7 +154,7 @@ def launch(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None =
     """The launch of ``kernel`` on ``gpu``; registers are estimated unless ``use_nvcc``."""
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
-    c = count(kernel, use_nvcc, sizes=sizes, arch="sm_" + g.compute_capability.replace(".", ""))
+    c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     resident = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
     return Launch(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
