@@ -15,6 +15,7 @@ from treduda.run.nvcc import (
     nvcc_available,
     parse_ptxas,
 )
+from treduda.tuning.gpus import gpu
 
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
 
@@ -144,3 +145,10 @@ def test_a_timed_out_tool_takes_its_children_with_it(monkeypatch, tmp_path):
         nvcc.run_tool(["sh", "-c", f"({child}) & wait"], "sleeping")
     time.sleep(3.5)
     assert not marker.exists()
+
+
+@needs_nvcc
+def test_nvcc_says_which_gpus_it_compiles_for() -> None:
+    # Hopper and Ampere are in every current CUDA; Fermi (sm_21) left with CUDA 9.
+    assert [nvcc.nvcc_supports(gpu(name).arch) for name in ("H100", "A100", "GTX560Ti")] == [
+        True, True, False]

@@ -315,9 +315,8 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
         except (StrategyError, KeyError, TypeError) as error:
             warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
                           stacklevel=3)
-    budget = SMALL_PROBLEM_BUDGET if math.prod(program.sizes.values()) < SMALL_PROBLEM else (
-        SEARCH_NODE_BUDGET)
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
     result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
                        check=not small)
     best = result.best

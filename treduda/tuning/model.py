@@ -526,9 +526,7 @@ class _Optimist:
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
-        fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
-                               * (self.p["step"] or 1))
-        return per_block_step / fmas_per_block_step
+        return per_block_step / self.fmas_per_block_step()
 
     def copy_wavefronts(self, exact: bool = True) -> float:
         return self.memo("copy", lambda: self._copy_wavefronts(exact), exact)
@@ -560,9 +558,25 @@ class _Optimist:
             if not exact:
                 read = write = self.m.bytes / VECTOR_BYTES
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
-        fmas_per_block_step = (math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
-                               * (self.p["step"] or 1))
-        return total / fmas_per_block_step
+        return total / self.fmas_per_block_step()
+
+    def steps(self) -> int:
+        """Reduction steps per output point: every summed index in steps of ``step`` values,
+        summed over the reduction groups; without steps the loop is not strip-mined, and
+        each summed value counts as a step of its own."""
+        step = self.p["step"]
+        if not step:
+            return max(self.m.iterations, 1)
+        return sum(math.prod(math.ceil(e / step) for e in extents)
+                   for extents in self.m.summed) or 1
+
+    def fmas_per_block_step(self) -> float:
+        """Multiply-adds a block does per step: its tile times the summed values of a step,
+        which are ``step`` values of *each* summed index (a step of two summed indices holds
+        up to ``step**2`` values; counting ``step`` overcharged the copies and barriers of
+        tccg_13-30 by up to a factor of ``step``)."""
+        tile = math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
+        return tile * max(self.m.iterations, 1) / self.steps()
 
     def store_wavefronts(self, exact: bool = True) -> float:
         return self.memo("store", lambda: self._store_wavefronts(exact), exact)
@@ -697,6 +711,5 @@ class _Optimist:
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
         if exact and self.decided("step", "preload") and not self.p["preload"]:
-            steps = math.ceil(self.m.iterations / (self.p["step"] or 1))
-            exposed = steps * g.l2_latency_cycles
+            exposed = self.steps() * g.l2_latency_cycles
         return (fmas + exposed) * self.walks()
