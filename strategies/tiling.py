@@ -23,6 +23,13 @@ schedule is
 
 and each accumulator becomes a register array indexed by the register coordinates, which isl
 expresses in terms of the (unrolled) register loops, so they stay in registers.
+
+Where the output has too few points to fill the GPU, ``split`` blocks share each output tile,
+each summing a contiguous part of the steps of the first summed index (split-K, as GEMM
+libraries do for short, deep products): a grid dimension ``floor(r0 / (step * chunk))`` for the
+reduction, and for the initialisation and the write one instance per part. The parts are added
+into the output atomically, so the output starts at zero for ``=`` (the kernel says so, and every
+backend zeroes it before the launch).
 """
 
 from __future__ import annotations
@@ -40,6 +47,7 @@ from treduda.frontend.dtypes import registers
 from treduda.polyhedral.geometry import AXES, GROUP, group_extent, groups, on_axes
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import (
+    MAPPED_DIMS,
     Constraint,
     Parameter,
     ParamSpace,
@@ -64,6 +72,7 @@ POWERS_OF_TWO = tuple(2**n for n in range(32))
 GROUP_BELOW = 64
 GROUP_LENGTH = 3
 GROUPED_AXES = 2
+SPLITS = (1, 2, 4, 8, 16)
 ACCUMULATOR_BUDGET = 64  # accumulators per thread: a quarter of the 255 registers in float32
 # The values the search tries (a subset of each parameter's), chosen so that a full-size
 # contraction's space can still be enumerated to check the search against.
@@ -71,6 +80,7 @@ SEARCHED: dict[str, tuple] = {
     "block_x": (16, 32, 64), "block_y": (1, 2, 4, 8, 16), "block_z": (1, 2, 4),
     "reg_x": (1, 2, 4), "reg_y": (1, 2, 4, 8), "reg_z": (1, 2),
     "assign_y": ("cyclic",), "assign_z": ("cyclic",), "step": (8, 16, 32), "unroll": (True,),
+    "split": SPLITS,
 }
 
 
@@ -132,7 +142,8 @@ class Tiled(Strategy):
 
     # Its parameters are named after the quantities of the geometry they set.
     quantities = ("order", *(f"{k}_{a}" for a in AXES for k in ("block", "reg", "assign")),
-                  "step", "unroll")
+                  "step", "unroll", "split")
+    splits = SPLITS
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         summed = any(s.summed for s in program.statements)
@@ -154,6 +165,10 @@ class Tiled(Strategy):
         parameters += [Parameter("step", self.steps if summed else (0,),
                                  "summed values per step (0: the whole reduction at once)",
                                  SEARCHED["step"], Priority.STEP),
+                       Parameter("split", self.splits if splittable(program) else (1,),
+                                 "blocks sharing each output tile, each summing a part of the "
+                                 "reduction (added into the output atomically)",
+                                 SEARCHED["split"], Priority.STEP),
                        Parameter("unroll", self.unrolls, "unroll the loop within a step",
                                  SEARCHED["unroll"], Priority.CODE)]
         return ParamSpace(tuple(parameters), tuple(self._rules(program)))
@@ -219,6 +234,24 @@ class Tiled(Strategy):
         longest = max((sizes[i] for s in program.statements for i in s.summed), default=0)
         rules.append(Constraint("the step is no longer than the reduction needs", ("step",),
                                 lambda p: p["step"] <= covering(longest, STEPS[1:])))
+        if splittable(program):
+            rules += self._split_rules(program)
+        return rules
+
+    def _split_rules(self, program: Program) -> list[Constraint]:
+        """A split needs steps, at least one per part, and blocks too few to fill the GPU
+        without it (otherwise it only adds atomic traffic)."""
+        first = split_extent(program)
+        rules = [Constraint("splitting the reduction needs steps, at least one per part",
+                            ("step", "split"),
+                            lambda p: p["split"] == 1 or 0 < p["step"] and p["split"] <= -(
+                                -first // p["step"]))]
+        if self.limits.sm_count:
+            sms = self.limits.sm_count
+            tiled = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
+            rules.append(Constraint(
+                f"a split only where the tiles give fewer than {2 * sms} blocks", (*tiled, "split"),
+                lambda p: p["split"] == 1 or tile_blocks(program, p) < 2 * sms))
         return rules
 
     @staticmethod
@@ -227,21 +260,17 @@ class Tiled(Strategy):
         block or none an SM idles at every barrier (CUDA C++ Best Practices Guide, "Thread
         and Block Heuristics": more blocks than SMs, and several active blocks per SM so that
         blocks not waiting at a __syncthreads() keep it busy)."""
-        sizes = program.sizes
-        points = math.prod(sizes[i] for i in program.output_indices)
+        points = math.prod(program.sizes[i] for i in program.output_indices)
         tiled = ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
         def fills(p: Mapping[str, Any]) -> bool:
             threads = p["block_x"] * p["block_y"] * p["block_z"]
-            blocks = points
-            for n, group in enumerate(groups(p["order"])):
-                tile = p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]
-                extent = group_extent(group, sizes)
-                blocks = blocks // extent * -(-extent // tile)
-            return blocks >= 2 * sms or points < 2 * sms * threads
+            return (tile_blocks(program, p) * p["split"] >= 2 * sms
+                    or points < 2 * sms * threads)
 
         return Constraint(f"at least {2 * sms} blocks (two per SM) when the output has "
-                          f"{2 * sms} x threads per block points", tiled, fills)
+                          f"{2 * sms} x threads per block points (or a split reduction makes "
+                          "up the blocks)", (*tiled, "split"), fills)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         order = mapping_orders(program)[0]
@@ -260,7 +289,7 @@ class Tiled(Strategy):
                   for s in program.statements for i in s.summed]
         step = min(16, covering(max(summed), STEPS[1:])) if summed else 0
         chosen.update(step=step if step in self.steps else self.steps[0],
-                      unroll=step > 0 and True in self.unrolls)
+                      unroll=step > 0 and True in self.unrolls, split=1)
         return chosen
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
@@ -279,16 +308,23 @@ class Tiled(Strategy):
         unmapped = [position[i] for i in program.output_indices
                     if i not in on_axes(params["order"])]
         reduction, reduction_roles = reduction_schedule(program, params["step"])
-        target = blocks + threads + unmapped + reduction + registers
-        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * len(unmapped)
+        parts = _split_parts(program, params)
+        target = blocks + threads + unmapped + parts + reduction + registers
+        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * (len(unmapped)
+                                                                          + len(parts))
                  + reduction_roles + (Role.REGISTER,) * len(registers))
         # Register loops are unrolled by isl, so register indices become constants; the loop
         # within a step by the C compiler (isl unrolling it too multiplies generation time).
         unroll = tuple(n for n, role in enumerate(roles) if role == Role.REGISTER)
         pragma = tuple(n for n, role in enumerate(roles) if role == Role.INNER and params["unroll"])
         statements, locals_ = _register_tiles(scheduled, order, params)
-        return Scheduled(program, statements, transform_schedule(program, target), roles,
-                         tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma)
+        schedule = transform_schedule(program, target)
+        if parts:
+            schedule, statements = _split(program, schedule, statements, params,
+                                          MAPPED_DIMS + len(unmapped))
+        return Scheduled(program, statements, schedule, roles,
+                         tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma,
+                         zeroed_output=bool(parts) and program.contraction.op == "=")
 
 
 def _linear(group: Sequence[str], names: Mapping[str, str],
@@ -340,6 +376,89 @@ def _register_tiles(scheduled: Scheduled, order: tuple[tuple[str, ...], ...],
     return tuple(statements), locals_
 
 
+def splittable(program: Program) -> bool:
+    """Whether the reduction may be split over blocks whose parts are added into the output:
+    fixed sizes, one reduction, and an output that is a linear combination of its sum (no
+    term without it, no read of the output), so that adding the parts adds up to it."""
+    reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
+    write = next(s for s in program.statements if s.kind == Kind.WRITE)
+    return (program.sizes is not None and len(reduces) == 1
+            and not program.contraction.reads_output
+            and _multiple_of_sums(write.body.value, set(program.accumulators)))
+
+
+def _multiple_of_sums(e: ir.Expr, accumulators: set[str]) -> bool:
+    """Whether ``e`` is a multiple of the accumulators: zero where they are."""
+    if isinstance(e, ir.Element):
+        return e.array in accumulators
+    if isinstance(e, ir.Neg):
+        return _multiple_of_sums(e.operand, accumulators)
+    if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB):
+        return _multiple_of_sums(e.left, accumulators) and _multiple_of_sums(e.right, accumulators)
+    if isinstance(e, ir.Binary) and e.op is ir.Op.MUL:
+        constant = [not any(x.array in accumulators for x in ir.elements(side))
+                    for side in (e.left, e.right)]
+        return (constant[0] and _multiple_of_sums(e.right, accumulators)
+                or constant[1] and _multiple_of_sums(e.left, accumulators))
+    return False
+
+
+def split_extent(program: Program) -> int:
+    """The extent of the summed index a split divides: the first of the reduction."""
+    reduce = next(s for s in program.statements if s.kind == Kind.REDUCE)
+    return program.sizes[reduce.summed[0]]
+
+
+def tile_blocks(program: Program, p: Mapping[str, Any]) -> int:
+    """Blocks the output tiles take (without a split): the tiles along each axis times one
+    block per value of every other output index."""
+    sizes = program.sizes
+    blocks = math.prod(sizes[i] for i in program.output_indices)
+    for n, group in enumerate(groups(p["order"])):
+        tile = p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]
+        extent = group_extent(group, sizes)
+        blocks = blocks // extent * -(-extent // tile)
+    return blocks
+
+
+def split_chunk(program: Program, params: Mapping[str, Any]) -> int:
+    """Steps of the split index each part sums (the last part may have fewer)."""
+    steps = -(-split_extent(program) // params["step"])
+    return -(-steps // params["split"])
+
+
+def _split_parts(program: Program, params: Mapping[str, Any]) -> list[str]:
+    """The schedule's part dimension (empty without a split): which part of the first summed
+    index's steps an instance of the reduction belongs to."""
+    if params.get("split", 1) == 1:
+        return []
+    r0 = schedule_space(program)[len(program.output_indices) + 1]
+    return [f"floor({r0}/{params['step'] * split_chunk(program, params)})"]
+
+
+def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: Mapping[str, Any],
+           position: int) -> tuple[isl.UnionMap, tuple]:
+    """The initialisation and the write once per part (the reduction already has its part
+    from its summed index), the write an atomic addition into the output."""
+    parts = -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
+    per_part = {s.name for s in statements if s.kind in (Kind.INIT, Kind.WRITE)}
+    maps: list[isl.Map] = []
+    schedule.foreach_map(maps.append)
+    result = None
+    for m in maps:
+        if m.get_tuple_name(isl.dim_type.in_) in per_part:
+            dims = [f"d{n}" for n in range(m.dim(isl.dim_type.out))]
+            every_part = isl.Set(f"{{ [{', '.join(dims)}] : 0 <= d{position} < {parts} }}")
+            m = (m.project_out(isl.dim_type.out, position, 1)
+                 .insert_dims(isl.dim_type.out, position, 1).intersect_range(every_part))
+        result = isl.UnionMap.from_map(m) if result is None else result.union(m)
+    update = "-=" if program.contraction.op == "-=" else "+="
+    statements = tuple(
+        replace(s, body=ir.Assign(s.body.target, update, s.body.value, atomic=True))
+        if s.kind == Kind.WRITE else s for s in statements)
+    return result, statements
+
+
 @register
 class ThreadPerElement(Tiled):
     name = "thread_per_element"
@@ -349,6 +468,7 @@ class ThreadPerElement(Tiled):
     assignments = ("cyclic",)
     steps = (0,)
     unrolls = (False,)
+    splits = (1,)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         chosen = super().defaults(program, before)

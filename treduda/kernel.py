@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -270,7 +271,16 @@ class Kernel:
             name=self.name, host_arguments=printer.arguments(),
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
             call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
-            **printer.helpers())
+            atomic_type=printer.atomics(), output=self.contraction.output,
+            zeroed_bytes=self._zeroed_bytes(), **printer.helpers())
+
+    def _zeroed_bytes(self) -> int:
+        """Bytes of the output the launch zeroes first (0: it does not; split kernels have
+        fixed sizes)."""
+        if not self.built.kernel.zeroed_output:
+            return 0
+        c = self.contraction
+        return math.prod(self.sizes[i] for i in c.output_indices) * np.dtype(self.dtype).itemsize
 
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"

@@ -202,7 +202,8 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
            params: Mapping[str, Any]) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
     on an axis gets more than half a tile (so its last block is partial; of a group, its
-    slowest index grows), each summed index more than half a step, as the strategy describes
+    slowest index grows), each summed index more than half a step (the first of them more than
+    a step per part of a split reduction), as the strategy describes
     its tiles and step (:mod:`~treduda.polyhedral.geometry`). An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
     program = plan(expression, sizes)
@@ -220,6 +221,9 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
         grow(slowest, -(-described[f"block_{axis}"] * described[f"reg_{axis}"] // inner))
     for index in merging.merged.summed:
         grow(index, described["step"])
+    if described["split"] > 1:  # each part more than a step of the first summed index
+        first = next(s for s in program.statements if s.summed).summed[0]
+        grow(first, 2 * described["step"] * described["split"])
     return grown
 
 

@@ -22,7 +22,7 @@ import json
 import math
 import statistics
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -74,6 +74,8 @@ class Regenerated:
     block: tuple[int, int, int] | None
     compiled: Compiled | None
     refused: str | None = None  # why the row's parameters no longer apply, if they do not
+    # the row's parameters completed with the defaults of those added since it was measured
+    params: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -130,7 +132,7 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
                    for n, r in zip(kernels, batch, strict=True)}
     return [Regenerated(None, None, None, refused[n]) if n in refused else
             Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block),
-                        reports.get(n)) for n, r in enumerate(rows)]
+                        reports.get(n), params=kernels[n].params) for n, r in enumerate(rows)]
 
 
 def changed(row: Row, again: Regenerated) -> str | None:
@@ -161,8 +163,8 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
             models[key] = Model(plan(row.expression, row.sizes, row.layout, row.dtype), target,
                                 row.strategy)
         model = models[key]
-        estimate = model.estimate(row.params, again.compiled)
-        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(row.params).seconds))
+        estimate = model.estimate(again.params, again.compiled)
+        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(again.params).seconds))
     return outcomes
 
 

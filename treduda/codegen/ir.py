@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,11 +115,13 @@ Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load
 
 @dataclass(frozen=True)
 class Assign:
-    """``target op value`` with op one of ``=``, ``+=``, ``-=``."""
+    """``target op value`` with op one of ``=``, ``+=``, ``-=``; ``atomic`` updates of global
+    memory may come from several blocks at once (the parts of a split reduction)."""
 
     target: Expr
     op: str
     value: Expr
+    atomic: bool = False
 
 
 @dataclass(frozen=True)
@@ -201,19 +203,31 @@ class KernelIR:
     params: tuple[Param, ...]
     locals: tuple[Local, ...]
     body: Stmt
+    zeroed_output: bool = False  # the kernel adds into its output, which must start at zero
+
+
+def nested(s: Stmt) -> Iterator[Stmt]:
+    """``s`` and every statement inside it."""
+    yield s
+    if isinstance(s, Block):
+        for child in s.body:
+            yield from nested(child)
+    elif isinstance(s, For):
+        yield from nested(s.body)
+    elif isinstance(s, If):
+        yield from nested(s.then)
+        if s.otherwise is not None:
+            yield from nested(s.otherwise)
 
 
 def has_barrier(s: Stmt) -> bool:
     """Whether ``s`` contains a barrier anywhere."""
-    if isinstance(s, Barrier):
-        return True
-    if isinstance(s, Block):
-        return any(has_barrier(child) for child in s.body)
-    if isinstance(s, For):
-        return has_barrier(s.body)
-    if isinstance(s, If):
-        return has_barrier(s.then) or (s.otherwise is not None and has_barrier(s.otherwise))
-    return False
+    return any(isinstance(child, Barrier) for child in nested(s))
+
+
+def has_atomic(s: Stmt) -> bool:
+    """Whether ``s`` contains an atomic update anywhere."""
+    return any(isinstance(child, Assign) and child.atomic for child in nested(s))
 
 
 def elements(node: Assign | Barrier | Expr) -> list[Element]:
@@ -238,7 +252,7 @@ def replace_elements(node, replacements):
     (an iterator of expressions)."""
     if isinstance(node, Assign):
         target = replace_elements(node.target, replacements)
-        return Assign(target, node.op, replace_elements(node.value, replacements))
+        return Assign(target, node.op, replace_elements(node.value, replacements), node.atomic)
     if isinstance(node, Element):
         return next(replacements)
     if isinstance(node, Binary):

@@ -36,6 +36,7 @@ class Dialect:
     unroll: str  # the hint before a loop to unroll; PoCL's clang warns when it cannot, so none
     function: str  # qualifiers of the helper functions kernels call
     vector: str  # a two-element vector from its parts: format string taking type, x and y
+    atomic_add: str  # adds a value to a global element, given its pointer, atomically
     # Close every loop containing a barrier with one more (harmless: such loops run the same
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
@@ -47,7 +48,8 @@ CUDA = Dialect(
     global_pointer="", restrict="__restrict__", shared="__shared__",
     barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
     index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll",
-    function="__device__ __forceinline__", vector="make_{type}({x}, {y})")
+    function="__device__ __forceinline__", vector="make_{type}({x}, {y})",
+    atomic_add="atomicAdd")
 
 OPENCL = Dialect(
     name="opencl",
@@ -55,7 +57,8 @@ OPENCL = Dialect(
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
-    unroll="", function="static inline", vector="({type})({x}, {y})", barrier_closes_loops=True)
+    unroll="", function="static inline", vector="({type})({x}, {y})",
+    atomic_add="td_atomic_add", barrier_closes_loops=True)
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -125,6 +128,8 @@ class Printer:
         pad = INDENT * depth
         if isinstance(s, ir.Block):
             return [line for child in s.body for line in self.stmt(child, depth)]
+        if isinstance(s, ir.Assign) and s.atomic:
+            return self.atomic(s, pad)
         if isinstance(s, ir.Assign):
             if not self.complex:
                 return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
@@ -149,6 +154,28 @@ class Printer:
                 lines += [f"{pad}}} else {{", *self.stmt(s.otherwise, depth + 1)]
             return [*lines, f"{pad}}}"]
         raise TypeError(f"cannot print statement {s!r}")
+
+    def atomic(self, s: ir.Assign, pad: str) -> list[str]:
+        """An atomic ``+=`` or ``-=`` of a global element: a real value in one atomic add, a
+        complex one in two, one per part (the parts of a split reduction only add up)."""
+        add = self.dialect.atomic_add
+        target = f"&{self.expr(s.target)}"
+        value = ir.Neg(s.value) if s.op == "-=" else s.value
+        if not self.complex:
+            return [f"{pad}{add}({target}, {self.expr(value)});"]
+        part = f"{self.dialect.global_pointer}{C_TYPES[real(self.kernel.dtype)]} *"
+        return [f"{pad}{{",
+                f"{pad}{INDENT}const {self.value_type} td_part = {self.complex_value(value)};",
+                f"{pad}{INDENT}{add}(({part}){target}, td_part.x);",
+                f"{pad}{INDENT}{add}(({part}){target} + 1, td_part.y);",
+                f"{pad}}}"]
+
+    def atomics(self) -> str:
+        """The real type whose atomic add ``templates/atomic.j2`` defines for OpenCL (empty
+        where the kernel has no atomic update or the dialect has the function built in)."""
+        if self.dialect.atomic_add != "td_atomic_add" or not ir.has_atomic(self.kernel.body):
+            return ""
+        return C_TYPES[real(self.kernel.dtype)]
 
     def expr(self, e: ir.Expr) -> str:
         return self._expr(e)[0]

@@ -119,7 +119,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
 
     body = converter.node(root)
     kernel = ir.KernelIR(name=name, dtype=program.dtype, index_bits=_index_bits(program),
-                         params=_params(program), locals=scheduled.locals, body=body)
+                         params=_params(program), locals=scheduled.locals, body=body,
+                         zeroed_output=scheduled.zeroed_output)
     return Built(kernel, grid, scheduled.block, root.to_C_str())
 
 

@@ -42,6 +42,8 @@ QUANTITIES: dict[str, str] = {
             "axis, all its tiles; for another, all its values (an output index neither on an "
             "axis nor walked has a block per value)",
     "step": "summed values per reduction step (0: the whole reduction at once)",
+    "split": "blocks sharing each output tile, each summing an equal part of the steps of the "
+             "first summed index and adding it into the output atomically",
     "unroll": "whether the compiler unrolls the loop within a step",
     "stage": "inputs staged in shared memory, comma separated",
     "pad": "elements added to a staged tile's fastest dimension",
@@ -52,7 +54,7 @@ QUANTITIES: dict[str, str] = {
 # What a quantity is in a kernel none of whose strategies sets it.
 NEUTRAL: dict[str, tuple] = {
     "order": ("",), **{f"{k}_{a}": (1,) for k in ("block", "reg") for a in AXES},
-    **{f"assign_{a}": ("cyclic",) for a in AXES}, "walk": ("",), "step": (0,),
+    **{f"assign_{a}": ("cyclic",) for a in AXES}, "walk": ("",), "step": (0,), "split": (1,),
     "unroll": (False,), "stage": ("",), "pad": (0,), "preload": (False,),
     "double_buffer": (False,),
 }

@@ -226,6 +226,7 @@ class Scheduled:
     pragma_unroll: tuple[int, ...] = ()  # schedule dimensions the C compiler is asked to unroll
     strategy: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)  # read-only once made
+    zeroed_output: bool = False  # the kernel adds into its output, which must start at zero
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", read_only(self.params))

@@ -81,7 +81,9 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     values: list = []
     for p in kernel.params:
         if p.kind == ir.ParamKind.OUTPUT:
-            initial = arrays.get(p.name, xp.zeros(output_shape, dtype))
+            # A kernel that adds into its output (a split reduction) starts from zeros.
+            initial = (xp.zeros(output_shape, dtype) if kernel.zeroed_output
+                       else arrays.get(p.name, xp.zeros(output_shape, dtype)))
             values.append(_flat(xp, initial, dtype, layout, copy=True))
         elif p.kind == ir.ParamKind.INPUT:
             values.append(_flat(xp, arrays[p.name], dtype, layout, copy=False))

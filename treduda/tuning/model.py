@@ -217,7 +217,10 @@ class Model:
         clock = g.clock_ghz * 1e9
         per_output = self.iterations / 32  # warp multiply-adds per output element
         padded = o.padded_elements()
-        blocks = o.blocks()
+        # A split reduction launches `split` blocks per output tile, each summing a part: more
+        # blocks to fill the SMs, shorter chains, and the output added into `split` times.
+        most, least = max(o.options("split")), min(o.options("split"))
+        blocks = o.blocks() * most
         threads = o.threads()
         occupancy = blocks_per_sm(g, threads, o.registers(), o.shared_bytes())
         if occupancy == 0:
@@ -227,7 +230,8 @@ class Model:
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
         # number of blocks is known.
-        known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES)
+        known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES) and (
+            most == least)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
@@ -235,7 +239,7 @@ class Model:
         # costs a whole one), and copies (counted per warp already)
         wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
                       * warp_round + o.copy_wavefronts(exact))
-        stores = padded / 32 * o.store_wavefronts(exact) * warp_round
+        stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
             "fma": padded * per_output * self.fmas * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
@@ -246,10 +250,13 @@ class Model:
             # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
             "memory": (padded * self.iterations * wavefronts + stores) * quantise
             / g.sm_count / clock,
-            "l2": ((sum(o.traffic(r) for r in self.reads) + self.elements) * self.bytes
+            # an atomic addition reads and writes its element in L2; the output is zeroed first
+            "l2": ((sum(o.traffic(r) for r in self.reads)
+                    + self.elements * (2 * least if least > 1 else 1)) * self.bytes
                    + o.spill_bytes(exact)) / g.l2_bandwidth,
-            "dram": self.compulsory / g.dram_bandwidth,
-            "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / clock,
+            "dram": (self.compulsory + (self.elements * self.bytes if least > 1 else 0))
+            / g.dram_bandwidth,
+            "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / most / clock,
         }
         warps = occupancy * math.ceil(threads / 32)
         # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
