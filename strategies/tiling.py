@@ -44,7 +44,14 @@ import islpy as isl
 
 from treduda.codegen import ir
 from treduda.frontend.dtypes import registers
-from treduda.polyhedral.geometry import AXES, GROUP, group_extent, groups, on_axes
+from treduda.polyhedral.geometry import (
+    AXES,
+    GROUP,
+    group_extent,
+    groups,
+    on_axes,
+    split_index,
+)
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import (
     MAPPED_DIMS,
@@ -404,9 +411,8 @@ def _multiple_of_sums(e: ir.Expr, accumulators: set[str]) -> bool:
 
 
 def split_extent(program: Program) -> int:
-    """The extent of the summed index a split divides: the first of the reduction."""
-    reduce = next(s for s in program.statements if s.kind == Kind.REDUCE)
-    return program.sizes[reduce.summed[0]]
+    """The extent of the summed index a split divides."""
+    return program.sizes[split_index(program)]
 
 
 def tile_blocks(program: Program, p: Mapping[str, Any]) -> int:

@@ -28,11 +28,10 @@ from .run.nvcc import compile_cuda_batch, nvcc_supports
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
-from .tuning.model import Compiled
+from .tuning.model import Compiled, Model
 from .tuning.search import (
     Candidate,
     Progress,
-    Searcher,
     SearchResult,
     identity,
     search_program,
@@ -67,9 +66,10 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
     """
     program = plan(expr, sizes, layout, dtype, symbolic=symbolic)
+    generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
-        strategy, params = _tuned(program, gpu, cache, measure)
-    return _generated(program, strategy or DEFAULT_STRATEGY, params)
+        strategy, params = _tuned(program, gpu, cache, measure, generate)
+    return generate(strategy or DEFAULT_STRATEGY, params)
 
 
 def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
@@ -105,24 +105,41 @@ def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None
     return Kernel(program.original, program, built, scheduled.strategy, scheduled.params)
 
 
-def _reranked(program: Program, result: SearchResult, refine: int,
-              measure: bool, check: bool = False) -> SearchResult:
+class _Generator:
+    """The kernels of one program for one call of compile() or search(), each generated once:
+    ptxas's check of a winner, its walk, its measurement and compile()'s kernel ask for the
+    same one (a full-size kernel takes seconds to build)."""
+
+    def __init__(self, program: Program):
+        self.program = program
+        self._made: dict[str, Kernel] = {}
+
+    def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
+        key = _shaping(self.program, strategy, params or {})
+        if key not in self._made:
+            self._made[key] = _generated(self.program, strategy, params)
+        return self._made[key]
+
+
+def _reranked(program: Program, result: SearchResult, refine: int, measure: bool,
+              check: bool = False, generate: _Generator | None = None) -> SearchResult:
     """``result`` with a new winner: with ``check``, as ptxas's reports re-estimate it
     (:func:`_checked`); among its ``refine`` best by the walk over their kernels; then with
     ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
+    generate = generate or _Generator(program)
     if check and nvcc_supports(result.gpu.arch):
-        result = _checked(program, result)
+        result = _checked(result, generate)
     if refine:
-        walked = [_walked(program, result, c) for c in result.top(refine)]
+        walked = [_walked(result, c, generate) for c in result.top(refine)]
         result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
     if measure:
         backend = "cuda" if gpu_present() else "opencl"
-        measured = [_measured(program, c, backend) for c in result.top(MEASURED)]
+        measured = [_measured(c, backend, generate) for c in result.top(MEASURED)]
         result = replace(result, best=min(measured, key=lambda c: c.measured))
     return result
 
 
-def _checked(program: Program, result: SearchResult) -> SearchResult:
+def _checked(result: SearchResult, generate: _Generator) -> SearchResult:
     """``result`` whose winner ptxas has reported on: re-estimated with the registers and
     spills of its compiled kernel; where that is slower than the prediction of the runner-up,
     the :data:`CHECKED` best are all compiled and re-estimated, and the fastest wins.
@@ -131,18 +148,16 @@ def _checked(program: Program, result: SearchResult) -> SearchResult:
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
     register tile, B read from global memory over an unrolled 8 x 8 step) was predicted to fit
     128 registers, and ptxas spilled 2.3 KB per thread."""
-    searcher = Searcher(program, result.gpu, result.best.strategy)
+    model = Model(generate.program, result.gpu, result.best.strategy)
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
-        kernels = [_generated(program, c.strategy, c.params) for c in candidates]
+        kernels = [generate(c.strategy, c.params) for c in candidates]
         reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
-            ptxas = next(r for r in report if r.kernel.rpartition("::")[2] == kernel.name)
-            compiled = Compiled(ptxas.registers, ptxas.spill_stores + ptxas.spill_loads)
+            compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
             checked.append(replace(candidate, compiled=compiled,
-                                   prediction=searcher.model.estimate(candidate.params,
-                                                                      compiled)))
+                                   prediction=model.estimate(candidate.params, compiled)))
         return checked
 
     top = result.top(CHECKED)
@@ -155,16 +170,16 @@ def _checked(program: Program, result: SearchResult) -> SearchResult:
         by_params.get(identity(c.params), c) for c in result.candidates))
 
 
-def _walked(program: Program, result: SearchResult, candidate: Candidate) -> Candidate:
+def _walked(result: SearchResult, candidate: Candidate, generate: _Generator) -> Candidate:
     """``candidate`` with the estimate of a walk over its generated kernel."""
-    kernel = _generated(program, candidate.strategy, candidate.params)
+    kernel = generate(candidate.strategy, candidate.params)
     return replace(candidate, walked=kernel.estimate(result.gpu))
 
 
-def _measured(program: Program, candidate: Candidate, backend: str) -> Candidate:
+def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candidate:
     """``candidate`` with its median time per launch on ``backend``, after checking its
     result against numpy.einsum there."""
-    kernel = _generated(program, candidate.strategy, candidate.params)
+    kernel = generate(candidate.strategy, candidate.params)
     kernel.verify(backend=backend)
     timing = kernel.time(backend)
     return replace(candidate, measured=timing.seconds, measured_on=timing.device)
@@ -295,8 +310,8 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
                          f"cast safely; pass an out of dtype {dtype} or wider")
 
 
-def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
-           measure: bool) -> tuple[str, dict[str, Any]]:
+def _tuned(program: Program, gpu: str, cache: TuningCache | bool, measure: bool,
+           generate: _Generator) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters, from the tuning cache when it has them.
 
     A cached entry is re-checked against this program's parameter space before it is used;
@@ -318,7 +333,7 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
     budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
     result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                       check=not small)
+                       check=not small, generate=generate)
     best = result.best
     if store is not None:
         measured = None if best.measured is None else {"seconds": best.measured,
@@ -331,7 +346,11 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool,
 
 def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
     """A C name unique to everything that shapes the kernel text (so sources can be batched)."""
-    c = program.original
-    key = repr((repr(c.tree), sorted((program.expression_sizes or {}).items()), program.dtype,
-                program.layout, strategy, sorted(params.items())))
-    return f"td_{c.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+    key = _shaping(program, strategy, params)
+    return f"td_{program.original.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
+
+
+def _shaping(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
+    """Everything that shapes a kernel, as text."""
+    return repr((repr(program.original.tree), sorted((program.expression_sizes or {}).items()),
+                 program.dtype, program.layout, strategy, sorted(params.items())))

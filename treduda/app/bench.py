@@ -29,7 +29,7 @@ from typing import Any, TextIO
 from .. import strategies
 from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
-from ..polyhedral.geometry import AXES, decided, groups
+from ..polyhedral.geometry import AXES, decided, groups, split_index
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_supports
 from ..suites import SUITES, Row, load, scaled
@@ -221,9 +221,8 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
         grow(slowest, -(-described[f"block_{axis}"] * described[f"reg_{axis}"] // inner))
     for index in merging.merged.summed:
         grow(index, described["step"])
-    if described["split"] > 1:  # each part more than a step of the first summed index
-        first = next(s for s in program.statements if s.summed).summed[0]
-        grow(first, 2 * described["step"] * described["split"])
+    if described["split"] > 1:  # each part more than a step of the index it divides
+        grow(split_index(program), 2 * described["step"] * described["split"])
     return grown
 
 
@@ -269,10 +268,10 @@ def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None
         except CompileError:
             reports = [_compile_alone(o, arch) for o in batch]
         for outcome, found in zip(batch, reports, strict=True):
-            mine = [r for r in found if r.kernel.rpartition("::")[2] == outcome.kernel]
+            mine = [r for r in found if r.name == outcome.kernel]
             if mine:
                 outcome.registers = mine[0].registers
-                outcome.spill_bytes = mine[0].spill_stores + mine[0].spill_loads
+                outcome.spill_bytes = mine[0].spill_bytes
     for outcome in outcomes:
         outcome.cuda_source = None  # the sources are large and no longer needed
 

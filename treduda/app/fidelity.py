@@ -128,8 +128,7 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
     reports: dict[int, Compiled] = {}
     if ptxas and nvcc_available() and kernels:
         batch = compile_cuda_batch([k.cuda_source for k in kernels.values()])
-        reports = {n: Compiled(r[0].registers, r[0].spill_stores + r[0].spill_loads)
-                   for n, r in zip(kernels, batch, strict=True)}
+        reports = {n: Compiled.of(r[0]) for n, r in zip(kernels, batch, strict=True)}
     return [Regenerated(None, None, None, refused[n]) if n in refused else
             Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block),
                         reports.get(n), params=kernels[n].params) for n, r in enumerate(rows)]

@@ -145,6 +145,12 @@ def tile_extents(program: Program, geometry: Mapping[str, Any]) -> dict[str, int
     return {i: extents[i] for i in program.contraction.indices}
 
 
+def split_index(program: Program) -> str:
+    """The summed index whose steps a split reduction deals out to its parts: the first of the
+    (one) reduction."""
+    return next(s for s in program.statements if s.summed).summed[0]
+
+
 def summed_reads(program: Program) -> tuple[Read, ...]:
     """The distinct reads inside reductions: the operands a staging strategy may stage, one
     tile each."""

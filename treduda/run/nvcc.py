@@ -55,10 +55,19 @@ class CudaReport:
     shared_bytes: int
     stack_bytes: int
 
+    @property
+    def name(self) -> str:
+        """The kernel's own name, without a namespace ptxas may put before it."""
+        return self.kernel.rpartition("::")[2]
+
+    @property
+    def spill_bytes(self) -> int:
+        """Bytes of spill stores and spill loads per thread."""
+        return self.spill_stores + self.spill_loads
+
     def __str__(self) -> str:
-        spills = self.spill_stores + self.spill_loads
         return (
-            f"{self.kernel}: {self.registers} registers, {spills} B spills, "
+            f"{self.kernel}: {self.registers} registers, {self.spill_bytes} B spills, "
             f"{self.shared_bytes} B shared ({self.arch})"
         )
 
@@ -233,5 +242,4 @@ def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list
         alone = {source: compile_cuda(source, arch) for source in unique}
         return [alone[source] for source in sources]
     names = {source: set(kernel_names(source)) for source in unique}
-    return [[r for r in reports if r.kernel.rpartition("::")[2] in names[source]]
-            for source in sources]
+    return [[r for r in reports if r.name in names[source]] for source in sources]

@@ -44,6 +44,7 @@ from ..polyhedral import geometry
 from ..polyhedral.geometry import AXES, Description
 from ..polyhedral.lower import Kind, Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
+from ..run.nvcc import CudaReport
 from ..strategies import get as get_strategy
 from .gpus import Gpu
 from .occupancy import blocks_per_sm
@@ -108,6 +109,10 @@ class Compiled:
 
     registers: int
     spill_bytes: int = 0
+
+    @classmethod
+    def of(cls, report: CudaReport) -> Compiled:
+        return cls(report.registers, report.spill_bytes)
 
 
 @dataclass(frozen=True)
@@ -612,10 +617,7 @@ class _Optimist:
             per_thread = 2 * REGISTER_BYTES * self.spilled_registers() if exact else 0
         if not per_thread:
             return 0.0
-        step = self.p["step"]
-        executions = sum(math.prod(math.ceil(e / step) if step else e for e in extents)
-                         for extents in self.m.summed)
-        return per_thread * self.blocks() * self.threads() * max(1, executions) * self.walks()
+        return per_thread * self.blocks() * self.threads() * self.steps() * self.walks()
 
     def spilled_registers(self) -> int:
         """Registers ptxas spills, predicted for a complete candidate without its report: none
