@@ -20,7 +20,7 @@ import sqlite3
 import time
 import warnings
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -343,8 +343,12 @@ class TuningCache:
             conn.execute("COMMIT")
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             # Persistent; may stay "delete" on filesystems without shared memory, which is
-            # slower under contention but still atomic.
-            conn.execute("PRAGMA journal_mode = WAL")
+            # slower under contention but still atomic. The switch needs the file to itself and
+            # SQLite refuses it at once, without waiting, while another connection uses the
+            # file: a later connection switches it then (4 threads writing to a new cache hit
+            # this under load).
+            with suppress(sqlite3.OperationalError):
+                conn.execute("PRAGMA journal_mode = WAL")
         # In WAL mode NORMAL survives a killed process; only power loss may drop the last commits.
         conn.execute("PRAGMA synchronous = NORMAL")
 
