@@ -117,12 +117,6 @@ class Staged(Strategy):
                        (*every_name, "stage", "preload"),
                        lambda p: not p["preload"] or bool(p["stage"] and described(p)["step"]
                                                           and described(p)["unroll"])),
-            # With a split, some parts end in a short step; the preloading copies then reached
-            # a barrier in some threads only (the emulator's hazards on tc_tmm_M128_N256_K32
-            # at k = 33 and on tapp_ccsd_PPL): not combined until that is understood.
-            Constraint("preloading does not combine with a split reduction",
-                       (*every_name, "preload"),
-                       lambda p: not p["preload"] or described(p)["split"] == 1),
             Constraint("double buffering needs staged inputs and reduction steps",
                        (*tile_names, "stage", "double_buffer"),
                        lambda p: not p["double_buffer"] or bool(p["stage"]

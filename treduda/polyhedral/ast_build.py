@@ -107,9 +107,16 @@ def build(scheduled: Scheduled, name: str) -> Built:
                                                                   strict=True)), program.layout))
     converter = _Converter(scheduled, names)
     builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
-    if scheduled.unroll:
-        options = "; ".join(f"[{', '.join(dims)}] -> unroll[{d}]" for d in scheduled.unroll)
-        builder = builder.set_options(isl.UnionMap(f"{{ {options} }}"))
+    # Barriers sit in the step loops, which every thread of a block must run alike. Left to
+    # itself isl may scan a dimension in pieces, e.g. peel a short last step for the threads
+    # that load nothing in it, and give those threads barriers of their own; "atomic" scans
+    # each dimension down to the innermost step in one piece (isl manual, "AST Generation
+    # Options (Schedule Map)").
+    steps = scheduled.positions(Role.STEP)
+    options = [f"[{', '.join(dims)}] -> atomic[{d}]" for d in range(max(steps, default=-1) + 1)]
+    options += [f"[{', '.join(dims)}] -> unroll[{d}]" for d in scheduled.unroll]
+    if options:
+        builder = builder.set_options(isl.UnionMap(f"{{ {'; '.join(options)} }}"))
     root = builder.node_from_schedule_map(schedule)
     grid_x = extents[0]
     for extent in [extents[axis] for axis in too_long] + extents[3:]:
