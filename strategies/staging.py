@@ -159,7 +159,10 @@ class _Stager:
         roles = scheduled.roles
         self.stage = roles.index(Role.STAGE)
         self.keep = [n for n in range(self.stage) if roles[n] != Role.THREAD]
-        self.copy_loop = roles.index(Role.INNER) if Role.INNER in roles else None
+        # The copy loop takes the innermost dimension within a step: the one unrolled
+        # (preloaded registers are indexed by it).
+        inner = scheduled.positions(Role.INNER)
+        self.copy_loop = inner[-1] if inner else None
         self.statements: list[Statement] = []
         self.locals: list[ir.Local] = []
         self.step: int | None = None  # the innermost step dimension of the statement staged

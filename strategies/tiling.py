@@ -50,6 +50,7 @@ from treduda.polyhedral.geometry import (
     group_extent,
     groups,
     on_axes,
+    rolled_depth,
     split_index,
 )
 from treduda.polyhedral.lower import Kind, Program
@@ -321,9 +322,12 @@ class Tiled(Strategy):
                                                                           + len(parts))
                  + reduction_roles + (Role.REGISTER,) * len(registers))
         # Register loops are unrolled by isl, so register indices become constants; the loop
-        # within a step by the C compiler (isl unrolling it too multiplies generation time).
+        # within a step by the C compiler (isl unrolling it too multiplies generation time),
+        # its innermost summed index only (rolled_depth).
         unroll = tuple(n for n, role in enumerate(roles) if role == Role.REGISTER)
-        pragma = tuple(n for n, role in enumerate(roles) if role == Role.INNER and params["unroll"])
+        inner = [n for n, role in enumerate(roles) if role == Role.INNER]
+        rolled = rolled_depth(program) if params["unroll"] else 0
+        pragma = tuple(inner[rolled:]) if params["unroll"] else ()
         statements, locals_ = _register_tiles(scheduled, order, params)
         schedule = transform_schedule(program, target)
         if parts:
@@ -331,6 +335,7 @@ class Tiled(Strategy):
                                           MAPPED_DIMS + len(unmapped))
         return Scheduled(program, statements, schedule, roles,
                          tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma,
+                         tuple(inner[:rolled]),
                          zeroed_output=bool(parts) and program.contraction.op == "=")
 
 

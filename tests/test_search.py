@@ -198,22 +198,25 @@ def test_a_budgeted_search_ends_at_a_local_optimum():
 
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed")
-def test_ptxas_reports_re_rank_a_winner_that_spills():
-    # tccg_28: the model predicts both register assignments along x to fit 128 registers, and
-    # they tie; ptxas (CUDA 13) spills 2.3 KB per thread of the adjacent one, not the cyclic.
-    expr = "C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]"
-    sizes = {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96, "f": 96}
-    fixed = {"order": "a,c,d", "stage": "A", "block_x": 32, "reg_x": 4, "block_y": 4,
-             "reg_y": 8, "assign_y": "cyclic", "block_z": 4, "reg_z": 2, "assign_z": "cyclic",
-             "step": 8, "preload": True, "double_buffer": False, "pad": 1, "unroll": True}
+def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
+    # tccg_15: the model predicts both register assignments along x to fit 128 registers, and
+    # they tie; ptxas (CUDA 13) spills 16 bytes per thread of each. The winner's report makes
+    # it slower than the runner-up's prediction, so the runner-up is compiled and re-estimated
+    # too; a spill of 16 bytes costs 0.35% and ties again, and the winner stays.
+    expr = "C[a,b,c]=A[a,c,d]*B[d,b]"
+    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
+    fixed = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 4, "block_y": 16,
+             "reg_y": 8, "assign_y": "cyclic", "block_z": 2, "reg_z": 2, "assign_z": "cyclic",
+             "step": 16, "preload": True, "double_buffer": True, "pad": 0, "unroll": True}
     values = {name: (value,) for name, value in fixed.items()}
     plain = search(expr, sizes, layout="F", values=values)
-    assert plain.best.params["assign_x"] == "adjacent" and plain.best.compiled is None
+    assert plain.best.compiled is None
+    assert plain.top()[0].prediction == plain.top()[1].prediction
     checked = search(expr, sizes, layout="F", values=values, check=True)
     reported = [c for c in checked.top() if c.compiled is not None]
-    assert len(reported) == 2 and checked.best.params["assign_x"] == "cyclic"
-    spilling = next(c for c in reported if c.compiled.spill_bytes)
-    assert spilling.params["assign_x"] == "adjacent"
-    assert spilling.prediction.seconds > checked.best.prediction.seconds
+    assert {c.params["assign_x"] for c in reported} == {"adjacent", "cyclic"}
+    assert all(c.compiled.spill_bytes > 0 for c in reported)
+    assert checked.best.prediction.seconds > plain.best.prediction.seconds
+    assert checked.best.params == plain.best.params
     model = Searcher(plan(expr, sizes, "F"), "H100").model
     assert checked.best.prediction == model.estimate(checked.best.params, checked.best.compiled)

@@ -146,8 +146,9 @@ def _checked(result: SearchResult, generate: _Generator) -> SearchResult:
 
     The model predicts registers and spills from the main loop alone; ptxas's allocation of a
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
-    register tile, B read from global memory over an unrolled 8 x 8 step) was predicted to fit
-    128 registers, and ptxas spilled 2.3 KB per thread."""
+    register tile, B read from global memory over an 8 x 8 step) was predicted to fit 128
+    registers, and ptxas spilled 2.3 KB per thread while both summed indices of a step were
+    unrolled; tccg_15's winners fit 113 by the model and ptxas spills 16 bytes."""
     model = Model(generate.program, result.gpu, result.best.strategy)
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:

@@ -124,6 +124,14 @@ class Assign:
     atomic: bool = False
 
 
+class Unroll(enum.Enum):
+    """What a loop asks of the C compiler."""
+
+    COMPILER = "compiler"  # nothing: the compiler decides
+    FULL = "full"  # unroll it (#pragma unroll)
+    NEVER = "never"  # keep it a loop (#pragma unroll 1)
+
+
 @dataclass(frozen=True)
 class For:
     """``for (iterator = start; condition; iterator += step) body``."""
@@ -133,7 +141,7 @@ class For:
     condition: Expr
     step: Expr
     body: Stmt
-    unroll: bool = False  # ask the C compiler to unroll it (#pragma unroll)
+    unroll: Unroll = Unroll.COMPILER
 
 
 @dataclass(frozen=True)

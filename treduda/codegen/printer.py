@@ -33,7 +33,10 @@ class Dialect:
     thread_id: str
     index_types: dict  # bits -> C integer type
     axes: tuple[str, ...]
-    unroll: str  # the hint before a loop to unroll; PoCL's clang warns when it cannot, so none
+    # The hints before a loop to unroll and to keep one; PoCL's clang warns when it cannot
+    # unroll, so none there.
+    unroll: str
+    keep_loop: str
     function: str  # qualifiers of the helper functions kernels call
     vector: str  # a two-element vector from its parts: format string taking type, x and y
     atomic_add: str  # adds a value to a global element, given its pointer, atomically
@@ -48,6 +51,7 @@ CUDA = Dialect(
     global_pointer="", restrict="__restrict__", shared="__shared__",
     barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
     index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll",
+    keep_loop="#pragma unroll 1",
     function="__device__ __forceinline__", vector="make_{type}({x}, {y})",
     atomic_add="atomicAdd")
 
@@ -57,7 +61,7 @@ OPENCL = Dialect(
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
-    unroll="", function="static inline", vector="({type})({x}, {y})",
+    unroll="", keep_loop="", function="static inline", vector="({type})({x}, {y})",
     atomic_add="td_atomic_add", barrier_closes_loops=True)
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
@@ -140,7 +144,9 @@ class Printer:
         if isinstance(s, ir.For):
             head = (f"for ({self.index_type} {s.iterator} = {self.expr(s.start)}; "
                     f"{self.expr(s.condition)}; {s.iterator} += {self.expr(s.step)})")
-            pragma = [f"{pad}{self.dialect.unroll}"] if s.unroll and self.dialect.unroll else []
+            hint = {ir.Unroll.FULL: self.dialect.unroll,
+                    ir.Unroll.NEVER: self.dialect.keep_loop}.get(s.unroll)
+            pragma = [f"{pad}{hint}"] if hint else []
             body = self.stmt(s.body, depth + 1)
             if self.dialect.barrier_closes_loops and ir.has_barrier(s.body):
                 body.append(f"{pad}{INDENT}{self.dialect.barrier}")

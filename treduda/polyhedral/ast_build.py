@@ -286,9 +286,12 @@ class _Converter:
                                   for i in range(children.n_ast_node())))
         if kind == isl.ast_node_type.for_:
             iterator = n.for_get_iterator().get_id().get_name()
+            dimension = _dimension(iterator)
+            unroll = (ir.Unroll.FULL if dimension in self.scheduled.pragma_unroll
+                      else ir.Unroll.NEVER if dimension in self.scheduled.pragma_keep
+                      else ir.Unroll.COMPILER)
             return ir.For(iterator, self.expr(n.for_get_init()), self.expr(n.for_get_cond()),
-                          self.expr(n.for_get_inc()), self.node(n.for_get_body()),
-                          _dimension(iterator) in self.scheduled.pragma_unroll)
+                          self.expr(n.for_get_inc()), self.node(n.for_get_body()), unroll)
         if kind == isl.ast_node_type.if_:
             otherwise = self.node(n.if_get_else_node()) if n.if_has_else_node() else None
             return ir.If(self.expr(n.if_get_cond()), self.node(n.if_get_then_node()), otherwise)

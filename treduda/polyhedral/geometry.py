@@ -151,6 +151,22 @@ def split_index(program: Program) -> str:
     return next(s for s in program.statements if s.summed).summed[0]
 
 
+def rolled_depth(program: Program) -> int:
+    """How many outer summed dimensions an unrolled step keeps as loops: all but the innermost
+    summed index of each reduction (of the one that sums fewest, where they differ). Unrolled
+    too, a step over two summed indices of 8 is 64 copies of the register tile's FMAs, and
+    ptxas spends every register the launch bounds allow on loads it hoists: tccg_14's split
+    kernel used 254 registers, 96 with its outer index kept a loop (CUDA 13, sm_90)."""
+    depths = [len(s.summed) for s in program.statements if s.summed]
+    return max(min(depths, default=1) - 1, 0)
+
+
+def unrolled_indices(program: Program) -> frozenset[str]:
+    """The summed indices an unrolled step unrolls (those :func:`rolled_depth` leaves)."""
+    rolled = rolled_depth(program)
+    return frozenset(i for s in program.statements for i in s.summed[rolled:])
+
+
 def summed_reads(program: Program) -> tuple[Read, ...]:
     """The distinct reads inside reductions: the operands a staging strategy may stage, one
     tile each."""

@@ -224,6 +224,7 @@ class Scheduled:
     locals: tuple[ir.Local, ...] = ()
     unroll: tuple[int, ...] = ()  # schedule dimensions isl unrolls
     pragma_unroll: tuple[int, ...] = ()  # schedule dimensions the C compiler is asked to unroll
+    pragma_keep: tuple[int, ...] = ()  # ... and to keep as loops
     strategy: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)  # read-only once made
     zeroed_output: bool = False  # the kernel adds into its output, which must start at zero

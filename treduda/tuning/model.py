@@ -146,6 +146,7 @@ class Model:
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
         self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]  # extents
+        self.unrolled = geometry.unrolled_indices(program)  # what an unrolled step unrolls
         self.iterations = sum(math.prod(extents) for extents in self.summed)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
                       for r in geometry.summed_reads(program)]
@@ -472,10 +473,10 @@ class _Optimist:
 
     def vectorisable(self, read: _Read) -> bool:
         """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
-        index in memory (and in its tile) is summed and the step's loop is unrolled (or
-        either is still open)."""
+        index in memory (and in its tile) is a summed index the step's loop unrolls (or the
+        unrolling is still open)."""
         fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
-        return fastest not in self.m.outputs and self.p.get("unroll", True) is not False
+        return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
 
     @staticmethod
     def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
@@ -686,13 +687,13 @@ class _Optimist:
         one by one; a vector load along the reduction (:meth:`vector_values`) holds its
         values for every register of the thread's tile it feeds (ptxas issues one LDS.128 per
         row, before the FMAs that use it); ``hoisted`` and read from global memory in an
-        unrolled step, every value the step loads."""
+        unrolled step, every value the unrolled loop loads."""
         vector = self.vector_values(read)
         if vector > 1:
             return self.tile_values(read) * vector
         if hoisted and self.staged(read) is False and self.p.get("unroll") and self.p["step"]:
-            summed = (e for i, e in self.footprint(read).items() if i not in self.m.outputs)
-            return self.tile_values(read) * math.prod(summed)
+            unrolled = (e for i, e in self.footprint(read).items() if i in self.m.unrolled)
+            return self.tile_values(read) * math.prod(unrolled)
         return 1
 
     def tile_values(self, read: _Read) -> int:

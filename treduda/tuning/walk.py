@@ -291,12 +291,13 @@ class _Walker:
         def iteration(n: int) -> Counter:
             self.env[s.iterator] = values[n]
             self.lane_env[s.iterator] = lane_first + n * lane_step
-            if not s.unroll:  # a runtime loop: its own index ops, no reuse across iterations
+            # a runtime loop: its own index ops, no reuse across iterations
+            if s.unroll is not ir.Unroll.FULL:
                 self.frames.append((s.iterator, set()))
                 self.loaded.clear()
             part = self.walk(s.body)
             self._index_ops(s.condition)
-            if not s.unroll:
+            if s.unroll is not ir.Unroll.FULL:
                 part["index_ops"] += len(self.frames.pop()[1]) + 1  # its ops, the increment
             return part
 
