@@ -9,10 +9,12 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.codegen import ir
 from treduda.errors import BackendUnavailable
 from treduda.kernel import BACKENDS
 from treduda.run.cuda import gpu_present
 from treduda.run.device_arrays import first_device_array, is_device_array, like
+from treduda.run.launch import address
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j]"
 no_gpu = pytest.mark.skipif(gpu_present(), reason="a GPU is present; see the tests on a GPU")
@@ -94,6 +96,21 @@ def test_cuda_backend_on_a_gpu():
 
 
 @on_gpu
+def test_a_device_view_off_the_alignment_runs_right():
+    """A CuPy view that starts one element in is copied before a kernel that reads B and
+    writes C in 128-bit accesses sees it (run as it is, the launch would fault)."""
+    cupy = pytest.importorskip("cupy")
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64},
+                             strategy="tiled", params={"order": "j,i", "block_x": 16,
+                                                       "reg_x": 4, "assign_x": "adjacent"})
+    a = cupy.random.rand(64 * 64 + 1, dtype=cupy.float32)[1:].reshape(64, 64)
+    b = cupy.random.rand(64 * 64 + 1, dtype=cupy.float32)[1:].reshape(64, 64)
+    assert a.data.ptr % ir.VECTOR_BYTES and b.data.ptr % ir.VECTOR_BYTES
+    c = kernel.run(backend="cuda", A=a, B=b)
+    assert cupy.allclose(c, a @ b, rtol=1e-4)
+
+
+@on_gpu
 def test_device_arrays_stay_on_the_gpu():
     cupy = pytest.importorskip("cupy")
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 37, "j": 45, "k": 13},
@@ -141,3 +158,18 @@ def test_only_the_opencl_text_closes_loops_with_a_barrier():
         # in OpenCL: one closing the step loop (c, the output index on no axis, is no loop
         # around it: it has blocks of its own)
         assert len(closing) == (0 if barrier.startswith("__") else 1)
+
+
+def test_tensors_reach_a_kernel_aligned_for_vector_accesses():
+    """Kernels read and write a thread's neighbouring elements in vector accesses, which in
+    CUDA need every tensor to start on a 16-byte boundary: a view that starts one element in
+    is copied, and the result is still right."""
+    kernel = treduda.compile(GEMM, {"i": 5, "j": 3, "k": 7})
+    rng = np.random.default_rng(0)
+    a = rng.uniform(-1, 1, 36).astype(np.float32)[1:].reshape(5, 7)
+    b = rng.uniform(-1, 1, 22).astype(np.float32)[1:].reshape(7, 3)
+    assert a.ctypes.data % ir.VECTOR_BYTES and b.ctypes.data % ir.VECTOR_BYTES
+    launch = kernel._prepare(kernel.sizes, {"A": a, "B": b}, {"alpha": 2.0})
+    arrays = [v for v in launch.values if isinstance(v, np.ndarray)]
+    assert len(arrays) == 3 and all(address(v) % ir.VECTOR_BYTES == 0 for v in arrays)
+    np.testing.assert_allclose(kernel.run(A=a, B=b, alpha=2.0), 2 * a @ b, rtol=1e-5)

@@ -70,9 +70,11 @@ def test_merged_kernels_match_einsum(layout, symbolic, strategy, params):
 
 
 def _output_stores(node: ir.Stmt, output: str, loops: int = 0) -> list[int]:
-    """For each store to ``output`` in the kernel IR, how many loops enclose it."""
+    """For each element of ``output`` the kernel IR stores, how many loops enclose it."""
     if isinstance(node, ir.Assign):
         return [loops] if getattr(node.target, "array", None) == output else []
+    if isinstance(node, ir.VectorStore):
+        return [loops] * len(node.values) if node.first.array == output else []
     if isinstance(node, ir.Block):
         return [n for child in node.body for n in _output_stores(child, output, loops)]
     if isinstance(node, ir.For):

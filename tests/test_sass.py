@@ -114,10 +114,12 @@ def test_parse_listing_counts_the_whole_kernel() -> None:
     assert gemm.shared_load_widths == {32: 1, 64: 1}
     assert gemm.global_store_widths == {32: 1, 64: 1}
     assert gemm.barriers == 2
+    assert gemm.read_only_loads == 2
     assert copy.kernel == "copy_bytes"
     assert copy.global_load_widths == {8: 1, 16: 1}  # .LTC128B is a cache hint, not a width
     assert copy.global_store_widths == {8: 1}
     assert copy.ffma == 1 and copy.shared_load_widths == {} and copy.barriers == 0
+    assert copy.read_only_loads == 1  # the byte load; the 16-bit one is not .CONSTANT
 
 
 def test_main_loop_is_the_innermost_loop_with_the_most_fmas() -> None:
@@ -143,7 +145,7 @@ def test_nvdisasm_labels_delimit_loops() -> None:
 def test_str_summarises() -> None:
     text = str(parse_sass(LISTING, "sm_90")[0])
     assert text.splitlines()[0] == "gemm (sm_90): 23 SASS instructions, 3 FFMA/DFMA, 2 barriers"
-    assert "38% FMA" in text and "1 x 32-bit, 1 x 128-bit" in text
+    assert "38% FMA" in text and "1 x 32-bit, 1 x 128-bit (2 read-only)" in text
     assert "no loop" in str(parse_sass(LISTING, "sm_90")[1])
 
 
@@ -232,3 +234,20 @@ def test_treduda_tiled_staged_gemm() -> None:
     assert report.ffma > 0 and report.main_loop_ffma > 0
     assert report.barriers >= 2
     assert sum(report.shared_load_widths.values()) > 0
+
+
+@needs_cuda
+def test_a_threads_neighbours_in_global_memory_move_in_vector_accesses() -> None:
+    """The kernel IR moves the four adjacent values of a thread's register tile along x (B's
+    loads, C's stores) in one vector access each, read-only loads kept (.CONSTANT); left to
+    nvcc, which cannot prove the pointers aligned, all 64 loads of B in a step and all 16
+    stores were 32-bit."""
+    kernel = treduda.compile(
+        "C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 256, "k": 256}, strategy="tiled+staged",
+        params={"order": "j,i", "block_x": 16, "reg_x": 4, "assign_x": "adjacent",
+                "block_y": 8, "reg_y": 4, "step": 16, "stage": "A"},
+    )
+    report = kernel.sass_report()
+    assert report.global_load_widths[128] == 16  # one per summed value of a step
+    assert report.global_store_widths == {128: 4}
+    assert report.read_only_loads == sum(report.global_load_widths.values())

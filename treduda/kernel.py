@@ -272,7 +272,7 @@ class Kernel:
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
             call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
             atomic_type=printer.atomics(), output=self.contraction.output,
-            zeroed_bytes=self._zeroed_bytes(), **printer.helpers())
+            zeroed_bytes=self._zeroed_bytes(), alignment=ir.VECTOR_BYTES, **printer.helpers())
 
     def _zeroed_bytes(self) -> int:
         """Bytes of the output the launch zeroes first (0: it does not; split kernels have

@@ -18,6 +18,11 @@ import numpy as np
 
 from ..errors import TredudaError
 
+# The widest load or store a thread issues (LDG.128/LDS.128/STG.128; CUDA C++ Programming Guide,
+# "Device Memory Accesses": 1, 2, 4, 8 or 16 bytes per access, aligned to its size). Tensors
+# start on such a boundary (launches make sure), so a VectorLoad or VectorStore is aligned.
+VECTOR_BYTES = 16
+
 
 class Op(enum.Enum):
     """Binary operators; the value is the C spelling where one exists."""
@@ -110,7 +115,16 @@ class Load:
     offset: Expr
 
 
-Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load
+@dataclass(frozen=True)
+class Lane:
+    """Component ``lane`` of the vector register ``vector`` that a :class:`VectorLoad`
+    filled: the element ``lane`` places after the one the load starts at."""
+
+    vector: str
+    lane: int
+
+
+Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load | Lane
 
 
 @dataclass(frozen=True)
@@ -161,7 +175,28 @@ class Barrier:
     """All threads of a block wait here until every one has arrived (shared memory is stable)."""
 
 
-Stmt = Assign | For | If | Block | Barrier
+@dataclass(frozen=True)
+class VectorLoad:
+    """``vector = first.array[first.offset + 0 .. first.offset + width - 1]`` in one access,
+    read by :class:`Lane` expressions. ``first.offset`` is a multiple of ``width`` and the tensor
+    starts on a VECTOR_BYTES boundary, so the access is aligned (see
+    :mod:`treduda.codegen.vectorize`)."""
+
+    vector: str
+    first: Load
+    width: int
+
+
+@dataclass(frozen=True)
+class VectorStore:
+    """``first.array[first.offset + n] = values[n]`` for every ``n``, in one aligned access
+    (as for :class:`VectorLoad`)."""
+
+    first: Load
+    values: tuple[Expr, ...]
+
+
+Stmt = Assign | For | If | Block | Barrier | VectorLoad | VectorStore
 
 
 class ParamKind(enum.Enum):
@@ -236,6 +271,13 @@ def has_barrier(s: Stmt) -> bool:
 def has_atomic(s: Stmt) -> bool:
     """Whether ``s`` contains an atomic update anywhere."""
     return any(isinstance(child, Assign) and child.atomic for child in nested(s))
+
+
+def lanes(first: Load, width: int) -> list[Load]:
+    """The elements of a vector access (:class:`VectorLoad`, :class:`VectorStore`) that
+    starts at ``first``, one per lane."""
+    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(n)))
+                      for n in range(1, width)]
 
 
 def elements(node: Assign | Barrier | Expr) -> list[Element]:

@@ -19,6 +19,7 @@ from ..frontend.names import RESERVED
 from . import ir
 
 INDENT = "  "
+LANES = "xyzw"  # the components of a vector of up to four, in both dialects
 
 
 @dataclass(frozen=True)
@@ -38,8 +39,12 @@ class Dialect:
     unroll: str
     keep_loop: str
     function: str  # qualifiers of the helper functions kernels call
-    vector: str  # a two-element vector from its parts: format string taking type, x and y
+    vector: str  # a vector from its parts: format string taking its type and the values
     atomic_add: str  # adds a value to a global element, given its pointer, atomically
+    # One aligned access of neighbouring elements (ir.VectorLoad, ir.VectorStore): format
+    # strings taking the vector type, its width, the first element's address and the value.
+    vector_load: str
+    vector_store: str
     # Close every loop containing a barrier with one more (harmless: such loops run the same
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
@@ -52,8 +57,9 @@ CUDA = Dialect(
     barrier="__syncthreads();", block_id="blockIdx.{axis}", thread_id="threadIdx.{axis}",
     index_types={32: "int", 64: "long long"}, axes=("x", "y", "z"), unroll="#pragma unroll",
     keep_loop="#pragma unroll 1",
-    function="__device__ __forceinline__", vector="make_{type}({x}, {y})",
-    atomic_add="atomicAdd")
+    function="__device__ __forceinline__", vector="make_{type}({values})",
+    atomic_add="atomicAdd", vector_load="*(const {type} *){address}",
+    vector_store="*({type} *){address} = {value};")
 
 OPENCL = Dialect(
     name="opencl",
@@ -61,8 +67,9 @@ OPENCL = Dialect(
     global_pointer="__global ", restrict="restrict", shared="__local",
     barrier="barrier(CLK_LOCAL_MEM_FENCE);", block_id="get_group_id({axis})",
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
-    unroll="", keep_loop="", function="static inline", vector="({type})({x}, {y})",
-    atomic_add="td_atomic_add", barrier_closes_loops=True)
+    unroll="", keep_loop="", function="static inline", vector="({type})({values})",
+    atomic_add="td_atomic_add", vector_load="vload{width}(0, {address})",
+    vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True)
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -98,7 +105,7 @@ class Printer:
         part = C_TYPES[real(self.kernel.dtype)]
         return {"complex_type": self.value_type, "part_type": part,
                 "qualifier": self.dialect.function,
-                "vector": self.dialect.vector.format(type=self.value_type, x="re", y="im")}
+                "vector": self.dialect.vector.format(type=self.value_type, values="re, im")}
 
     def signature(self) -> str:
         d = self.dialect
@@ -141,6 +148,18 @@ class Printer:
             return [f"{pad}{self.expr(s.target)} = {self.complex_value(value)};"]
         if isinstance(s, ir.Barrier):
             return [f"{pad}{self.dialect.barrier}"]
+        if isinstance(s, ir.VectorLoad):
+            vector = f"{self.value_type}{s.width}"
+            load = self.dialect.vector_load.format(type=vector, width=s.width,
+                                                   address=f"&{self.expr(s.first)}")
+            return [f"{pad}const {vector} {s.vector} = {load};"]
+        if isinstance(s, ir.VectorStore):
+            width = len(s.values)
+            vector = f"{self.value_type}{width}"
+            value = self.dialect.vector.format(type=vector, values=", ".join(map(self.expr,
+                                                                                s.values)))
+            return [pad + self.dialect.vector_store.format(
+                type=vector, width=width, address=f"&{self.expr(s.first)}", value=value)]
         if isinstance(s, ir.For):
             head = (f"for ({self.index_type} {s.iterator} = {self.expr(s.start)}; "
                     f"{self.expr(s.condition)}; {s.iterator} += {self.expr(s.step)})")
@@ -200,6 +219,8 @@ class Printer:
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
         if isinstance(e, ir.Load):
             return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+        if isinstance(e, ir.Lane):
+            return f"{e.vector}.{LANES[e.lane]}", _ATOM
         if isinstance(e, ir.Neg):
             return f"-{self._wrap(e.operand, _UNARY + 1)}", _UNARY
         if isinstance(e, ir.Select):

@@ -116,6 +116,7 @@ class _Block:
         # Which elements hold a value: shared ones for the block, registers for each thread.
         self.written = {name: np.zeros(self.arrays[name].shape, dtype=bool)
                         for name in self.shared | self.registers}
+        self.vectors: dict[str, np.ndarray] = {}  # per thread, the lanes of a VectorLoad
         self.epoch = 0
         self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
         self.hazards: list[Hazard] = []
@@ -145,6 +146,12 @@ class _Block:
                 self.walk(s.otherwise, active & ~taken)
         elif isinstance(s, ir.For):
             self.loop(s, active)
+        elif isinstance(s, ir.VectorLoad):  # lane by lane: each element checked on its own
+            self.vectors[s.vector] = np.stack([self.value(lane, active)
+                                               for lane in ir.lanes(s.first, s.width)], axis=1)
+        elif isinstance(s, ir.VectorStore):
+            for lane, value in zip(ir.lanes(s.first, len(s.values)), s.values, strict=True):
+                self.assign(ir.Assign(lane, "=", value), active)
         else:
             self.assign(s, active)
 
@@ -187,6 +194,8 @@ class _Block:
             return read
         if isinstance(e, ir.Float):
             return e.value
+        if isinstance(e, ir.Lane):
+            return self.vectors[e.vector][:, e.lane]
         if isinstance(e, ir.Var) and e.name in self.scalars:
             return self.scalars[e.name]
         if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV):

@@ -106,6 +106,14 @@ def _array(name: str, value: object, dtype: str) -> np.ndarray:
 
 
 def _flat(xp, array: np.ndarray, dtype: np.dtype, layout: str, copy: bool) -> np.ndarray:
-    """The array's elements in memory order for ``layout`` (C: last index fastest)."""
+    """The array's elements in memory order for ``layout`` (C: last index fastest), aligned to
+    ir.VECTOR_BYTES as CUDA kernels assume: a view that starts elsewhere (``x[1:]``) is
+    copied, as is a strided one."""
     flat = xp.asarray(array, dtype=dtype).ravel(order=layout)
-    return flat.copy() if copy or not flat.flags.c_contiguous else flat
+    aligned = address(flat) % ir.VECTOR_BYTES == 0
+    return flat.copy() if copy or not aligned or not flat.flags.c_contiguous else flat
+
+
+def address(array: np.ndarray) -> int:
+    """Where ``array``'s first element lies, in host or device memory."""
+    return array.data.ptr if is_device_array(array) else array.ctypes.data

@@ -61,6 +61,9 @@ class SassReport:
     global_store_widths: dict[int, int]
     shared_store_widths: dict[int, int]
     barriers: int
+    # Global loads through the read-only path (LDG...CONSTANT): nvcc takes it where it knows
+    # an input is never written (const __restrict__), and loses it where it cannot tell.
+    read_only_loads: int = 0
 
     def __str__(self) -> str:
         def widths(counts: dict[int, int]) -> str:
@@ -73,7 +76,8 @@ class SassReport:
             f"{self.ffma} FFMA/DFMA, {self.barriers} barriers",
             f"  {loop} {self.main_loop_instructions} instructions, "
             f"{self.main_loop_ffma} FFMA/DFMA ({self.ffma_share:.0%} FMA)",
-            f"  global loads:  {widths(self.global_load_widths)}",
+            f"  global loads:  {widths(self.global_load_widths)} "
+            f"({self.read_only_loads} read-only)",
             f"  global stores: {widths(self.global_store_widths)}",
             f"  shared loads:  {widths(self.shared_load_widths)}",
             f"  shared stores: {widths(self.shared_store_widths)}",
@@ -172,6 +176,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         ffma_share=loop_fma / len(loop) if loop else 0.0,
         **{field: dict(sorted(counts.items())) for field, counts in widths.items()},
         barriers=sum(i.opcode.split(".")[0] == "BAR" for i in body),
+        read_only_loads=sum(i.opcode.startswith("LDG") and "CONSTANT" in i.opcode.split(".")
+                            for i in body),
     )
 
 

@@ -38,6 +38,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ..codegen.ir import VECTOR_BYTES
 from ..errors import StrategyError
 from ..frontend import dtypes
 from ..polyhedral import geometry
@@ -53,9 +54,6 @@ LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and esti
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
-# The widest load a thread issues (LDG.128/LDS.128, CUDA C++ Programming Guide, "Device Memory
-# Accesses": 1, 2, 4, 8 or 16 bytes per access).
-VECTOR_BYTES = 16
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 # The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
 WARP_DECISIONS = ("order", "step", "stage", "pad",
@@ -437,8 +435,10 @@ class _Optimist:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access of up to 16
-        bytes (nvcc merges neighbours into vector loads and the measured H100 times show no
-        more conflicts when it cannot), and in a staged tile whose rows are 16-byte aligned,
+        bytes (the kernel IR merges neighbours into vector loads where it proves them aligned,
+        :mod:`treduda.codegen.vectorize`; the measured H100 times, of kernels from before it,
+        show no more conflicts where nothing merged them), and in a staged tile whose rows are
+        16-byte aligned,
         so do neighbours along the reduction (see :meth:`vectorisable`). An access's
         wavefronts are shared by its values, no fewer than a 16-byte vector's.
         While what decides it is open, the least any access costs: a wavefront shared by a

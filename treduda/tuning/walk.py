@@ -51,8 +51,8 @@ class Counts:
 
     fma: float  # multiplications feeding an add (or a += / -=): four real FMAs if complex
     flops_other: float  # other arithmetic, per part of a complex value
-    global_loads: float
-    global_stores: float
+    global_loads: float  # load instructions: a vector load is one
+    global_stores: float  # elements stored: a vector store counts each (points per thread)
     shared_loads: float
     shared_stores: float
     global_wavefronts: float  # LSU wavefronts of the warp's global loads
@@ -265,6 +265,17 @@ class _Walker:
             self.active = active
             return tally
         tally: Counter = Counter()
+        if isinstance(s, ir.VectorLoad):
+            self._access(s.first, tally, store=False, width=s.width)
+            return tally
+        if isinstance(s, ir.VectorStore):
+            for value in s.values:
+                for load in self._parts(value)[1]:
+                    self._access(load, tally, store=False)
+                tally.update(dict(zip(("fma", "flops_other"), self._scaled(_flops(value)),
+                                      strict=True)))
+            self._access(s.first, tally, store=True, width=len(s.values))
+            return tally
         if s.op != "=" and isinstance(s.target, ir.Load):
             self._access(s.target, tally, store=False)  # read-modify-write
         for load in self._parts(s.value)[1]:
@@ -273,7 +284,7 @@ class _Walker:
             self._access(s.target, tally, store=True)
         if id(s) not in self.flops:
             counted = _flops(ir.Binary(ir.Op.ADD, s.target, s.value) if s.op != "=" else s.value)
-            self.flops[id(s)] = tuple(n * k for n, k in zip(counted, self.scale, strict=True))
+            self.flops[id(s)] = self._scaled(counted)
         tally.update(dict(zip(("fma", "flops_other"), self.flops[id(s)], strict=True)))
         return tally
 
@@ -340,13 +351,20 @@ class _Walker:
             next(seen for it, seen in reversed(self.frames) if it is None or it in names).add(
                 number)
 
-    def _access(self, load: ir.Load, tally: Counter, store: bool) -> None:
+    def _scaled(self, counted: tuple[int, int]) -> tuple[int, int]:
+        """(FMAs, other flops) of the IR as real instructions (see ``scale``)."""
+        return tuple(n * k for n, k in zip(counted, self.scale, strict=True))
+
+    def _access(self, load: ir.Load, tally: Counter, store: bool, width: int = 1) -> None:
+        """Count one access of each active lane to ``load`` and the ``width - 1`` elements
+        after it (a vector access): a load instruction, or ``width`` stored elements."""
         space = self.spaces.get(load.array)
         if space is ir.Space.REGISTER:
             return
         self._index_ops(load.offset)
-        lanes = np.broadcast_to(ir.evaluate(load.offset, self.lane_env, self.lanes),
+        first = np.broadcast_to(ir.evaluate(load.offset, self.lane_env, self.lanes),
                                 self.active.shape)[self.active].astype(np.int64)
+        lanes = (first[:, None] + np.arange(width)).ravel()
         key = (load.array, lanes.tobytes())
         if store:
             self.loaded = {k for k in self.loaded if k[0] != load.array}
@@ -354,7 +372,7 @@ class _Walker:
             return
         self.loaded.add(key)
         kind = "shared" if space is ir.Space.SHARED else "global"
-        tally[f"{kind}_{'stores' if store else 'loads'}"] += 1
+        tally[f"{kind}_{'stores' if store else 'loads'}"] += width if store else 1
         if kind == "shared":
             words = np.unique(lanes * self.bytes // 4)
             tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
