@@ -252,12 +252,13 @@ class _Stager:
         """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule; with preloading, the
         ``load`` (into registers, one step ahead) and ``store`` statements that replace it."""
         indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("e",)
-        unflatten, volume = _unflatten(box, self.program.layout)  # u(e), prod(box)
-        offsets = isl.Map(f"{{ [e] -> [{', '.join(unflatten)}] : 0 <= e < {volume} }}")
+        threads = math.prod(self.scheduled.block)
+        unflatten, volume, inside = _unflatten(box, self.program.layout, threads)
+        offsets = isl.Map(f"{{ [e] -> [{', '.join(unflatten)}] : 0 <= e < {volume}"
+                          f"{''.join(f' and {c}' for c in inside)} }}")
         element = (origin.product(offsets).apply_range(_sum(len(box), tensor)).flatten_domain()
                    .intersect_range(_bounds(self.program, tensor)))  # { [P, e] -> X[..] }
         domain = element.domain()
-        threads = math.prod(self.scheduled.block)
         tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
         if not self.preload:
             copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
@@ -376,15 +377,20 @@ def _sum(rank: int, tensor: str) -> isl.Map:
     return isl.Map(f"{{ [[{', '.join(o)}] -> [{', '.join(u)}]] -> {tensor}[{total}] }}")
 
 
-def _unflatten(box: list[int], layout: str) -> tuple[list[str], int]:
-    """isl expressions of the box coordinates of element ``e`` in memory order (the fastest
-    dimension varies first), and the box's volume."""
+def _unflatten(box: list[int], layout: str, threads: int) -> tuple[list[str], int, list[str]]:
+    """isl expressions of the box coordinates of element ``e``, the number of values ``e``
+    takes, and the constraints that keep ``e`` inside the box: elements are numbered in memory
+    order (the fastest dimension first) by :func:`~treduda.polyhedral.geometry.copy_extents`,
+    which pads dimensions so that no copy divides."""
     order = list(reversed(range(len(box)))) if layout == "C" else list(range(len(box)))
-    parts, stride = [""] * len(box), 1
-    for d in order:
-        parts[d] = f"floor(e/{stride}) mod {box[d]}"
-        stride *= box[d]
-    return parts, stride
+    extents = geometry.copy_extents([box[d] for d in order], threads)
+    parts, inside, stride = [""] * len(box), [], 1
+    for n, (d, extent) in enumerate(zip(order, extents, strict=True)):
+        parts[d] = f"floor(e/{stride})" + ("" if n == len(order) - 1 else f" mod {extent}")
+        if extent > box[d]:
+            inside.append(f"{parts[d]} < {box[d]}")
+        stride *= extent
+    return parts, stride, inside
 
 
 def _bounds(program: Program, tensor: str) -> isl.Set:

@@ -174,6 +174,30 @@ def summed_reads(program: Program) -> tuple[Read, ...]:
                                if t.summed(program.output_indices) for r in t.reads))
 
 
+def copy_extents(box: Sequence[int], threads: int) -> list[int]:
+    """The extents by which a block's copy into shared memory numbers a tile's elements,
+    fastest first: ``box``'s (fastest first), each padded to a power of two while fewer than
+    ``threads`` elements precede it, the slowest never.
+
+    Thread ``t`` copies elements ``t``, ``t + threads``, ..; with a power-of-two block every
+    coordinate of its elements is then ``floor(t / stride)`` plus a multiple of the copy loop's
+    counter, modulo a power of two: shifts and masks. Numbered by the box itself,
+    ``floor(e/8) mod 24`` cost a division in every unrolled copy (tccg_31's pick: 100 of them
+    per thread); a multiple of ``threads / stride`` that is no power of two would still cost
+    one, nvcc not knowing ``floor(t / stride)``'s range. The padding's elements are skipped;
+    a thread's copies, and the registers a preloading kernel holds for them, number
+    ``ceil(prod(copy_extents) / threads)``."""
+    if threads & (threads - 1):  # not a power of two: no padding makes the copies cheaper
+        return list(box)
+    padded, stride = [], 1
+    for n, extent in enumerate(box):
+        if n < len(box) - 1 and stride < threads:
+            extent = 1 << (extent - 1).bit_length()
+        padded.append(extent)
+        stride *= extent
+    return padded
+
+
 def shared_bytes(program: Program, geometry: Mapping[str, Any]) -> float:
     """Shared memory of the staged tiles per block (inf where a symbolic extent is staged):
     every staged read's tile, padded along its fastest index, times the buffers."""

@@ -530,12 +530,13 @@ class _Optimist:
         return math.prod(box[i] for i in group if i in read.indices)
 
     def copy_instructions(self) -> float:
-        """Per FMA: copy instructions (a load and a store per staged element) and the step's
-        overhead (the loop and its barriers), 0 while undecided."""
+        """Per FMA: copy instructions (a load and a store per element the copy numbers, the
+        padding's included: :meth:`copy_extents`) and the step's overhead (the loop and its
+        barriers), 0 while undecided."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
-        per_block_step = sum(2 * math.prod(self.footprint(r).values()) for r in staged)
+        per_block_step = sum(2 * math.prod(self.copy_extents(r)) for r in staged)
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
@@ -556,15 +557,15 @@ class _Optimist:
         total = 0.0
         for r in (r for r in self.m.reads if self.staged(r)):
             extents = self.footprint(r)
-            volume = math.prod(extents.values())
-            fastest = list(r.indices) if self.m.program.layout == "F" else list(
-                reversed(r.indices))
+            padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
+            volume = math.prod(padded.values())
             elements = []
             for e in range(min(lanes, volume)):
                 point = {}
-                for i in dict.fromkeys(fastest):
-                    point[i], e = e % extents[i], e // extents[i]
-                elements.append(point)
+                for i, extent in padded.items():
+                    point[i], e = e % extent, e // extent
+                if all(point[i] < extents[i] for i in point):  # not the padding's
+                    elements.append(point)
             read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
             write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
                                                for p in elements]) for pad in self.options("pad"))
@@ -572,6 +573,18 @@ class _Optimist:
                 read = write = self.m.bytes / VECTOR_BYTES
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         return total / self.fmas_per_block_step()
+
+    def fastest_first(self, read: _Read) -> list[str]:
+        """``read``'s distinct indices in memory order, the fastest first."""
+        indices = list(dict.fromkeys(read.indices))
+        return indices if self.m.program.layout == "F" else indices[::-1]
+
+    def copy_extents(self, read: _Read) -> list[int]:
+        """The extents by which the copy of ``read``'s tile numbers its elements, fastest
+        first (:func:`~treduda.polyhedral.geometry.copy_extents`)."""
+        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+        extents = self.footprint(read)
+        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)], threads)
 
     def steps(self) -> int:
         """Reduction steps per output point: every summed index in steps of ``step`` values,
@@ -678,7 +691,7 @@ class _Optimist:
         elements += sum(self.operands(r, hoisted) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-            elements += sum(math.ceil(math.prod(self.footprint(r).values()) / threads)
+            elements += sum(math.ceil(math.prod(self.copy_extents(r)) / threads)
                             for r in self.m.reads if self.staged(r))
         return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
 
