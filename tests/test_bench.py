@@ -14,7 +14,7 @@ import pytest
 import treduda.frontend.contraction
 from treduda.app import cli
 from treduda.app.bench import Case, plot, run, select, short_params
-from treduda.app.gpu_bench import GpuOutcome, summary
+from treduda.app.gpu_bench import GpuOutcome, Pick, load_picks, summary
 from treduda.app.gpu_bench import table as gpu_table
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
@@ -127,6 +127,55 @@ def test_gpu_time_without_a_gpu_says_so_and_exits_zero(capsys):
     out = capsys.readouterr().out
     assert "cannot time on a GPU here" in out and "Nothing was timed" in out
     assert "treduda[cupy]" in out
+
+
+def _picks_file(tmp_path, **changes) -> str:
+    """A --json file as `treduda bench` writes it, with one chosen kernel for tccg_01."""
+    (case,) = select("tccg_fp32", limit=1)
+    row = {"id": case.name, "expression": case.row.expression, "sizes": dict(case.row.sizes),
+           "layout": case.row.layout, "dtype": case.dtype, "strategy": "tiled+staged",
+           "params": {"order": "b,c,a", "stage": "B"}, "predicted_seconds": 0.0001, **changes}
+    path = tmp_path / "picks.json"
+    path.write_text(json.dumps({"rows": [row]}))
+    return str(path)
+
+
+def test_picks_replay_the_kernel_an_earlier_run_chose(tmp_path):
+    picks = load_picks(_picks_file(tmp_path), select("tccg_fp32", limit=1))
+    assert picks == {"tccg_01": Pick("tiled+staged", {"order": "b,c,a", "stage": "B"}, 0.1)}
+
+
+@pytest.mark.skipif(gpu_present(), reason="a GPU is here: the GPU benchmark would time it")
+def test_picks_without_a_gpu_are_read_and_nothing_is_timed(tmp_path, capsys):
+    assert cli.main(["bench", "--gpu-time", "--limit", "1", "--picks",
+                     _picks_file(tmp_path)]) == 0
+    assert "Nothing was timed" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("arguments, changes, message", [
+    (["--limit", "1"], {}, "--picks times an earlier run's kernels on a GPU: add --gpu-time"),
+    (["--gpu-time", "--limit", "2"], {}, "holds no kernel for tccg_02 (it has tccg_01)"),
+    (["--gpu-time", "--limit", "1"], {"layout": "C"},
+     "tccg_01 has another layout there (C) than here (F)"),
+    (["--gpu-time", "--limit", "1"], {"params": None}, "holds no kernel for tccg_01"),
+])
+def test_picks_that_cannot_be_replayed_are_refused(tmp_path, capsys, arguments, changes,
+                                                   message):
+    path = _picks_file(tmp_path, **changes)
+    assert cli.main(["bench", *arguments, "--picks", path]) == 2
+    assert message in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read it (No such file or directory)"),
+    ("[1, 2]", "not a file of treduda bench --json"),
+])
+def test_a_picks_file_that_is_no_bench_json_is_refused(tmp_path, capsys, content, message):
+    path = tmp_path / "picks.json"
+    if content is not None:
+        path.write_text(content)
+    assert cli.main(["bench", "--gpu-time", "--limit", "1", "--picks", str(path)]) == 2
+    assert message in capsys.readouterr().err
 
 
 def _timed(id: str, ours: float, cupy: float, torch: float | None) -> GpuOutcome:

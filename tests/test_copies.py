@@ -9,8 +9,8 @@ import pytest
 import treduda
 from treduda.codegen import ir
 from treduda.polyhedral.geometry import copy_extents
-from treduda.tuning.model import Model
 from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 # The whole reduction (k = 24) is one step: the tiles of A and B are 24 wide along k.

@@ -40,15 +40,21 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                              "it says so and times nothing)")
     parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
                         help="timed launches per kernel with --gpu-time (default %(default)s)")
+    parser.add_argument("--picks", metavar="FILE",
+                        help="with --gpu-time: time the kernels an earlier run chose (its --json "
+                             "file) instead of searching again")
 
 
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
     cases = bench.select(args.suite, args.ids, args.limit)
+    if args.picks and not args.gpu_time:
+        raise TredudaError("--picks times an earlier run's kernels on a GPU: add --gpu-time")
     if args.gpu_time:
+        picks = gpu_bench.load_picks(args.picks, cases) if args.picks else None
         return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
                              repeats=max(1, args.repeats), json_path=args.json,
-                             plot_path=args.plot, title=args.suite)
+                             plot_path=args.plot, title=args.suite, picks=picks)
     return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
                      plot_path=args.plot, title=args.suite)
 

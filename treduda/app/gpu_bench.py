@@ -2,7 +2,9 @@
 
     treduda bench --gpu-time [--suite tccg_fp32] [--repeats 20] [--json F] [--plot F] ...
 
-For every row, the model's search picks a kernel at the row's full sizes; the kernel is run on
+For every row, the model's search picks a kernel at the row's full sizes (or, with
+``--picks FILE``, the kernel an earlier run chose, read from its ``--json`` file: the GPU then
+times exactly what that run predicted, without searching again); the kernel is run on
 the GPU on random operands in the row's layout and checked there against ``cupy.einsum`` (and
 ``torch.einsum`` when torch is installed) computed in float64 (complex128 for complex rows) on
 the same operands; then the kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS
@@ -14,10 +16,11 @@ nothing.
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any, TextIO
 
@@ -71,11 +74,50 @@ class GpuOutcome(RowRecord):
                 "ratio_torch": self.ratio("torch"), "gflops": self.gflops(self.treduda_ms)}
 
 
+@dataclass(frozen=True)
+class Pick:
+    """The kernel an earlier run chose for a row, which ``--picks`` times instead of searching."""
+
+    strategy: str
+    params: dict[str, Any]
+    predicted_ms: float | None
+
+
+def load_picks(path: str, cases: Sequence[Case]) -> dict[str, Pick]:
+    """Each case's pick from a file ``treduda bench --json`` (with or without ``--gpu-time``)
+    wrote; an error names the row that is missing there or differs from the suite's."""
+    try:
+        with open(path) as stream:
+            rows = json.load(stream)["rows"]
+        chosen = {r["id"]: r for r in rows if r.get("strategy") and r.get("params")}
+    except OSError as error:
+        raise TredudaError(f"--picks {path}: cannot read it ({error.strerror})") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise TredudaError(f"--picks {path}: not a file of treduda bench --json ({error})"
+                           ) from None
+    picks = {}
+    for case in cases:
+        if case.name not in chosen:
+            raise TredudaError(f"--picks {path} holds no kernel for {case.name} (it has "
+                               f"{', '.join(chosen) or 'none'}); leave --picks out to search")
+        r, row = chosen[case.name], case.row
+        here = {"expression": row.expression, "sizes": dict(row.sizes), "layout": row.layout,
+                "dtype": case.dtype}
+        if differing := [k for k, v in here.items() if r.get(k) != v]:
+            raise TredudaError(f"--picks {path}: {case.name} has another {differing[0]} there "
+                               f"({r.get(differing[0])}) than here ({here[differing[0]]})")
+        seconds = r.get("predicted_seconds")
+        picks[case.name] = Pick(r["strategy"], r["params"], r.get("predicted_ms") or (
+            seconds * 1e3 if seconds else None))
+    return picks
+
+
 def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
         repeats: int = REPEATS, json_path: str | None = None, plot_path: str | None = None,
-        title: str = "", out: TextIO | None = None, log: TextIO | None = None) -> int:
-    """Time ``cases`` on this machine's GPU; 0 without a GPU (nothing timed), 1 if a row
-    failed."""
+        title: str = "", out: TextIO | None = None, log: TextIO | None = None,
+        picks: Mapping[str, Pick] | None = None) -> int:
+    """Time ``cases`` on this machine's GPU (each row's kernel from ``picks`` where given, else
+    searched); 0 without a GPU (nothing timed), 1 if a row failed."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
@@ -90,11 +132,14 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
     for n, case in enumerate(cases, 1):
         print(f"[{n}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
         begun = time.perf_counter()
-        outcome = run_row(case, target, max_nodes, repeats, cupy, torch)
+        pick = picks[case.name] if picks is not None else None
+        outcome = run_row(case, target, max_nodes, repeats, cupy, torch, pick)
         verdict = f"FAILED at {outcome.stage}" if outcome.error else (
             f"{number(outcome.ratio('torch') or outcome.ratio('cupy'), '.2f')}x")
         print(f" {verdict} ({time.perf_counter() - begun:.1f} s)", file=log, flush=True)
         outcomes.append(outcome)
+    if picks is not None:
+        print("kernels: the picks of an earlier run (--picks), not searched again", file=out)
     print(table(outcomes), file=out)
     line = summary(outcomes, device)
     print(line, file=out)
@@ -112,22 +157,24 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
     return 1 if any(o.error for o in outcomes) else 0
 
 
-def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch) -> GpuOutcome:
-    """Search, generate, verify on the GPU, time beside the libraries; a failure fails only
-    this row, recorded with the stage it happened in."""
+def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
+            pick: Pick | None = None) -> GpuOutcome:
+    """Search (unless ``pick`` says what to run), generate, verify on the GPU, time beside the
+    libraries; a failure fails only this row, recorded with the stage it happened in."""
     row = case.row
     outcome = GpuOutcome(case.suite, case.name, row.expression, row.layout, case.dtype,
                          dict(row.sizes))
     stage = "search"
     try:
-        result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
-                        max_nodes=max_nodes)
-        best = result.best
-        outcome.strategy, outcome.params = best.strategy, dict(best.params)
-        outcome.predicted_ms = best.prediction.seconds * 1e3
+        if pick is None:
+            best = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
+                          max_nodes=max_nodes).best
+            pick = Pick(best.strategy, dict(best.params), best.prediction.seconds * 1e3)
+        outcome.strategy, outcome.params = pick.strategy, dict(pick.params)
+        outcome.predicted_ms = pick.predicted_ms
         stage = "generate"
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
-                         strategy=best.strategy, params=best.params)
+                         strategy=pick.strategy, params=pick.params)
         outcome.grid, outcome.block = kernel.grid, kernel.block
         outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
