@@ -230,8 +230,9 @@ def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
 def test_ptxas_reports_are_sought_past_winners_alike_but_for_symmetry():
     # tccg_28: the four best candidates (x on a, y on c or d, either assignment along x) all
     # preload an 8 x 8 step; ptxas gives them 168 registers where the model counted 126,
-    # which makes them slower than the fifth, the same without preloading. That one is only
-    # reached past the first batch of reports: it wins, with the 122 registers ptxas gives it.
+    # which makes them slower than the fifth, the same without preloading. The check reaches
+    # it (four rivals after the winner, where it stopped at three): it wins, with the 122
+    # registers ptxas gives it.
     expr = "C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]"
     sizes = {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96, "f": 96}
     fixed = {"stage": "A,B", "block_x": 16, "reg_x": 2, "block_y": 4, "reg_y": 8,
@@ -244,7 +245,7 @@ def test_ptxas_reports_are_sought_past_winners_alike_but_for_symmetry():
     assert [c.params["preload"] for c in plain.top(8)] == [True] * 4 + [False] * 4
     checked = search(expr, sizes, layout="F", values=values, check=True)
     reported = [c for c in checked.candidates if c.compiled is not None]
-    assert len(reported) > 5
+    assert len(reported) >= 5  # the winner, then a batch of four more
     assert checked.best.params["preload"] is False
     preloading = [c for c in reported if c.params["preload"]]
     assert all(c.prediction.seconds > checked.best.prediction.seconds for c in preloading)

@@ -45,6 +45,9 @@ SMALL_PROBLEM_BUDGET = 200
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
+# A batch after the first is compiled only for a candidate predicted this much faster than the
+# best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
+CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
@@ -143,8 +146,9 @@ def _reranked(program: Program, result: SearchResult, refine: int, measure: bool
 def _checked(result: SearchResult, generate: _Generator) -> SearchResult:
     """``result`` whose winner ptxas has reported on: re-estimated with the registers and
     spills of its compiled kernel; while the best so re-estimated is slower than the prediction
-    of the best candidate not yet compiled, the next :data:`CHECKED` are compiled and
-    re-estimated too (up to :data:`CHECKED_MOST`), and the fastest wins.
+    of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
+    next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
+    fastest wins.
 
     The model predicts registers and spills from the main loop alone; ptxas's allocation of a
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
@@ -168,9 +172,11 @@ def _checked(result: SearchResult, generate: _Generator) -> SearchResult:
 
     top = result.top(CHECKED_MOST)
     checked = with_reports(top[:1])
+    gain = 0.0  # the first rivals are checked on any upset, later ones for a real gain only
     while len(checked) < len(top) and (min(c.prediction.seconds for c in checked)
-                                       > top[len(checked)].prediction.seconds):
+                                       > top[len(checked)].prediction.seconds * (1 + gain)):
         checked += with_reports(top[len(checked):len(checked) + CHECKED])
+        gain = CHECK_GAIN
     by_params = {identity(c.params): c for c in checked}
     return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
         by_params.get(identity(c.params), c) for c in result.candidates))
