@@ -273,6 +273,15 @@ def has_atomic(s: Stmt) -> bool:
     return any(isinstance(child, Assign) and child.atomic for child in nested(s))
 
 
+def children(e: Expr) -> tuple[Expr, ...]:
+    """The operands of expression ``e`` (a Select's condition first), none for a leaf."""
+    if isinstance(e, Binary):
+        return e.left, e.right
+    if isinstance(e, Neg):
+        return (e.operand,)
+    return (e.condition, e.if_true, e.if_false) if isinstance(e, Select) else ()
+
+
 def lanes(first: Load, width: int) -> list[Load]:
     """The elements of a vector access (:class:`VectorLoad`, :class:`VectorStore`) that
     starts at ``first``, one per lane."""

@@ -90,10 +90,12 @@ class _Merger:
                 for start, width in _windows(terms, set(by_constant), self.widest)]
 
     def stores(self, run: list[ir.Assign]) -> list[ir.Stmt]:
+        """The run with consecutive stores of one aligned window of the output merged."""
+        offsets = [_affine(s.target.offset) if self._stores(s) else None for s in run]
         merged: list[ir.Stmt] = []
         n = 0
         while n < len(run):
-            width = self.store_width(run[n:n + self.widest])
+            width = _store_width(offsets[n:n + self.widest], self.widest)
             if width:
                 merged.append(ir.VectorStore(run[n].target, tuple(s.value
                                                                   for s in run[n:n + width])))
@@ -103,27 +105,27 @@ class _Merger:
                 n += 1
         return merged
 
-    def store_width(self, run: list[ir.Assign]) -> int:
-        """How many of the assignments ``run`` starts with store one aligned window of the
-        output, each its own element (and reading no other of the window); 0 for none."""
-        offsets = [_affine(s.target.offset) if self._stores(s) else None for s in run]
-        if offsets[0] is None:
-            return 0
-        terms, start = offsets[0]
-        width = self.widest
-        while width > 1:
-            if (width <= len(run) and _aligned(terms, start, width)
-                    and all(o == (terms, start + k) for k, o in enumerate(offsets[:width]))):
-                return width
-            width //= 2
-        return 0
-
     def _stores(self, s: ir.Assign) -> bool:
         """Whether ``s`` is a plain store to the output that reads no other element of it."""
         target = s.target
         return (s.op == "=" and not s.atomic and isinstance(target, ir.Load)
                 and target.array in self.outputs
                 and all(load == target for load in _loads(s.value) if load.array == target.array))
+
+
+def _store_width(offsets: list[Affine | None], widest: int) -> int:
+    """How many of the stores whose target ``offsets`` these are (None: no plain store to the
+    output) fill one aligned window, from the first on; 0 for none."""
+    if offsets[0] is None:
+        return 0
+    terms, start = offsets[0]
+    width = widest
+    while width > 1:
+        if (width <= len(offsets) and _aligned(terms, start, width)
+                and all(o == (terms, start + k) for k, o in enumerate(offsets[:width]))):
+            return width
+        width //= 2
+    return 0
 
 
 def _windows(terms: frozenset, constants: set[int], widest: int) -> Iterator[tuple[int, int]]:
@@ -179,14 +181,10 @@ def _loads(e: ir.Expr, conditional: bool = True) -> Iterator[ir.Load]:
     if ``conditional``."""
     if isinstance(e, ir.Load):
         yield e
-    elif isinstance(e, ir.Binary):
-        yield from _loads(e.left, conditional)
-        yield from _loads(e.right, conditional)
-    elif isinstance(e, ir.Neg):
-        yield from _loads(e.operand, conditional)
-    elif isinstance(e, ir.Select):
-        for part in (e.condition, e.if_true, e.if_false)[:3 if conditional else 1]:
-            yield from _loads(part, conditional)
+        return
+    parts = ir.children(e)
+    for part in parts if conditional or not isinstance(e, ir.Select) else parts[:1]:
+        yield from _loads(part, conditional)
 
 
 def _substitute(e: ir.Expr, lanes: dict[ir.Load, ir.Lane]) -> ir.Expr:

@@ -582,9 +582,9 @@ class _Optimist:
     def copy_extents(self, read: _Read) -> list[int]:
         """The extents by which the copy of ``read``'s tile numbers its elements, fastest
         first (:func:`~treduda.polyhedral.geometry.copy_extents`)."""
-        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
         extents = self.footprint(read)
-        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)], threads)
+        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
+                                     self.threads())
 
     def steps(self) -> int:
         """Reduction steps per output point: every summed index in steps of ``step`` values,

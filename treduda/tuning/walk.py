@@ -196,14 +196,6 @@ _ARITHMETIC = {ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV, ir.Op.MIN, ir.Op.MAX}
 _Parts = tuple[tuple[tuple[int, frozenset], ...], tuple[ir.Load, ...], frozenset]
 
 
-def _children(e: ir.Expr) -> tuple[ir.Expr, ...]:
-    if isinstance(e, ir.Binary):
-        return e.left, e.right
-    if isinstance(e, ir.Neg):
-        return (e.operand,)
-    return (e.condition, e.if_true, e.if_false) if isinstance(e, ir.Select) else ()
-
-
 def _flops(e: ir.Expr) -> tuple[int, int]:
     """(FMAs, other flops) of a value expression: a product feeding an add fuses."""
     if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB):
@@ -211,7 +203,7 @@ def _flops(e: ir.Expr) -> tuple[int, int]:
             if isinstance(product, ir.Binary) and product.op is ir.Op.MUL:
                 parts = [_flops(x) for x in (product.left, product.right, other)]
                 return 1 + sum(p[0] for p in parts), sum(p[1] for p in parts)
-    parts = [_flops(x) for x in _children(e)[-2:]]  # a Select's condition is no flop
+    parts = [_flops(x) for x in ir.children(e)[-2:]]  # a Select's condition is no flop
     own = 1 if isinstance(e, ir.Binary) and e.op in _ARITHMETIC else 0
     return sum(p[0] for p in parts), own + sum(p[1] for p in parts)
 
@@ -333,7 +325,7 @@ class _Walker:
     def _parts(self, e: ir.Expr) -> _Parts:
         """The varying Binary nodes (canonical number, names), the loads and names of ``e``."""
         if id(e) not in self.parts:
-            found = [self._parts(child) for child in _children(e)]
+            found = [self._parts(child) for child in ir.children(e)]
             own = {e.name} if isinstance(e, ir.Var) else {f"%{e.builtin.value}"} if isinstance(
                 e, ir.Index) else set()  # thread and block ids never name a loop
             names = frozenset().union(own, *(f[2] for f in found))
