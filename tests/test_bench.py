@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import treduda.frontend.contraction
-from treduda.app import cli
+from treduda.app import cli, fidelity
 from treduda.app.bench import Case, plot, run, select, short_params
 from treduda.app.gpu_bench import GpuOutcome, Pick, load_picks, summary
 from treduda.app.gpu_bench import table as gpu_table
@@ -23,6 +23,7 @@ from treduda.suites import Row
 FP32_IDS = ("tccg_04", "tccg_05")  # column-major rows that generate in a few seconds
 TC_ID = "tc_tmm_M128_N256_K32"
 BUDGET = 300
+RIVALS = 2
 BAD = Row("bad_expression", "C[i,j] = A[i,k) * B[k,j]", {"i": 64, "j": 64, "k": 64}, "C",
           "test: a parse error")
 
@@ -33,7 +34,7 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path):
     out, log = io.StringIO(), io.StringIO()
     json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
     code = run(cases, max_nodes=BUDGET, json_path=str(json_path), plot_path=str(png_path),
-               title="test", out=out, log=log)
+               title="test", out=out, log=log, rivals=RIVALS)
     text, progress = out.getvalue(), log.getvalue()
 
     assert code == 1, "a FAILED row makes the exit status non-zero"
@@ -72,6 +73,14 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path):
         assert r["blocks"] * tile >= points
         assert 1 <= r["points_per_thread"] <= math.prod(params[f"reg_{a}"] for a in "xyz")
         assert r["waves"] > 0
+        # rivals for a GPU run to time: other kernels, each predicted at a time of its own
+        seconds = [r["predicted_seconds"], *(x["predicted_seconds"] for x in r["rivals"])]
+        assert len(r["rivals"]) == RIVALS
+        assert all(abs(a - b) > 0.01 * b for a in seconds for b in seconds if a is not b)
+        assert len({json.dumps(x["params"], sort_keys=True) for x in [r, *r["rivals"]]}) == 3
+    picks = load_picks(str(json_path), select("tccg_fp32", FP32_IDS))
+    assert [len(p.rivals) for p in picks.values()] == [RIVALS] * len(FP32_IDS)
+    assert picks[FP32_IDS[0]].rivals[0].params == rows[FP32_IDS[0]]["rivals"][0]["params"]
     assert {rows[name]["layout"] for name in FP32_IDS} == {"F"}, "TCCG rows are column-major"
     assert rows[TC_ID]["layout"] == "C"
     assert rows[BAD.id]["status"] == "FAILED" and rows[BAD.id]["stage"] == "search"
@@ -158,6 +167,8 @@ def test_picks_without_a_gpu_are_read_and_nothing_is_timed(tmp_path, capsys):
     (["--gpu-time", "--limit", "1"], {"layout": "C"},
      "tccg_01 has another layout there (C) than here (F)"),
     (["--gpu-time", "--limit", "1"], {"params": None}, "holds no kernel for tccg_01"),
+    (["--gpu-time", "--limit", "1", "--rivals", "2"], {},
+     "--rivals records rivals for a later GPU run: run without --gpu-time"),
 ])
 def test_picks_that_cannot_be_replayed_are_refused(tmp_path, capsys, arguments, changes,
                                                    message):
@@ -202,3 +213,17 @@ def test_gpu_table_and_summary_give_ratios_and_their_geometric_mean():
     record = rows[0].to_dict()
     assert record["ratio_torch"] == 2.0 and record["blocks"] == 8 and record["status"] == "ok"
     json.dumps(record)  # JSON-serialisable as written by --json
+
+
+def test_the_gpu_benchmarks_json_is_calibration_data(tmp_path):
+    # what --gpu-time --picks writes, rivals included, is what model_fidelity.py --data reads
+    timed = _timed("r1", 2.0, 1.0, 4.0)
+    failed = _timed("r1~2", 3.0, None, None)
+    failed.stage, failed.error = "verify", "VerificationError: differs"
+    timed.rivals = [_timed("r1~1", 2.5, None, None), failed]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"rows": [timed.to_dict(), _timed("r2", 1.0, 1.0, 1.0).to_dict()]}))
+    rows = fidelity.load(path)
+    assert [(r.id, r.measured) for r in rows] == [("r1", 2e-3), ("r1~1", 2.5e-3), ("r2", 1e-3)]
+    assert rows[1].grid == (4, 2, 1) and rows[1].block == (32, 8, 1) and rows[1].registers == 40
+    assert "r1~2 FAILED at verify: VerificationError" in gpu_table([timed])

@@ -104,6 +104,8 @@ class Outcome(RowRecord):
     max_error: float | None = None
     stage: str | None = None
     error: str | None = None
+    # the search's rivals of the pick (--rivals), for a GPU run to time as calibration data
+    rivals: list[dict[str, Any]] | None = None
     cuda_source: str | None = field(default=None, repr=False)  # kept for nvcc, not in JSON
 
     @property
@@ -137,7 +139,7 @@ def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = Non
 
 def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
           max_nodes: int = DEFAULT_MAX_NODES, nvcc: bool | None = None,
-          log: TextIO | None = None) -> list[Outcome]:
+          log: TextIO | None = None, rivals: int = 0) -> list[Outcome]:
     """Run every case (progress on ``log``), then ask nvcc about the full-size kernels."""
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
@@ -145,7 +147,7 @@ def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
     for number, case in enumerate(cases, 1):
         print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
         started = time.perf_counter()
-        outcome = run_case(case, target, max_nodes)
+        outcome = run_case(case, target, max_nodes, rivals)
         verdict = "FAILED" if outcome.error else "verified"
         print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
         outcomes.append(outcome)
@@ -156,8 +158,9 @@ def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
     return outcomes
 
 
-def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
-    """Search at full size, generate the winner at full size, verify it scaled down.
+def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
+    """Search at full size, generate the winner at full size, verify it scaled down; record
+    the winner's ``rivals`` best rivals (:meth:`~treduda.tuning.search.SearchResult.rivals`).
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row
@@ -177,6 +180,10 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int) -> Outcome:
         outcome.binding = best.prediction.binding
         outcome.nodes_visited = result.stats.nodes_visited
         outcome.search_complete = result.stats.complete
+        if rivals:
+            outcome.rivals = [{"strategy": c.strategy, "params": dict(c.params),
+                               "predicted_seconds": c.prediction.seconds}
+                              for c in result.rivals(rivals)]
 
         stage = "generate"
         started = time.perf_counter()
@@ -446,7 +453,8 @@ def plot(outcomes: Sequence[Outcome], path: str, title: str, log: TextIO | None 
 
 def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFAULT_MAX_NODES,
         json_path: str | None = None, plot_path: str | None = None, title: str = "",
-        nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None) -> int:
+        nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None,
+        rivals: int = 0) -> int:
     """Bench ``cases``, print the table and summary, write JSON and plot; 1 if a row failed."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
@@ -454,7 +462,7 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFA
     if not cases:
         raise TredudaError("no rows to run (check --ids and --limit)")
     started = time.perf_counter()
-    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log)
+    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log, rivals=rivals)
     wall = time.perf_counter() - started
     line = summary(outcomes, target, max_nodes)
     print(table(outcomes), file=out)

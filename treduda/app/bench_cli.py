@@ -42,7 +42,11 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed launches per kernel with --gpu-time (default %(default)s)")
     parser.add_argument("--picks", metavar="FILE",
                         help="with --gpu-time: time the kernels an earlier run chose (its --json "
-                             "file) instead of searching again")
+                             "file) instead of searching again, and the rivals it recorded")
+    parser.add_argument("--rivals", type=_count, default=0, metavar="N",
+                        help="without --gpu-time: record each pick's N best rivals predicted "
+                             "at distinct times in --json, for --gpu-time --picks to time as "
+                             "calibration data (benchmarks/model_fidelity.py --data reads it)")
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -50,13 +54,16 @@ def bench_command(args: argparse.Namespace) -> int:
     cases = bench.select(args.suite, args.ids, args.limit)
     if args.picks and not args.gpu_time:
         raise TredudaError("--picks times an earlier run's kernels on a GPU: add --gpu-time")
+    if args.rivals and args.gpu_time:
+        raise TredudaError("--rivals records rivals for a later GPU run: run without "
+                           "--gpu-time and --json FILE, then --gpu-time --picks FILE")
     if args.gpu_time:
         picks = gpu_bench.load_picks(args.picks, cases) if args.picks else None
         return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
                              repeats=max(1, args.repeats), json_path=args.json,
                              plot_path=args.plot, title=args.suite, picks=picks)
     return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
-                     plot_path=args.plot, title=args.suite)
+                     plot_path=args.plot, title=args.suite, rivals=args.rivals)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

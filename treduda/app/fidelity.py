@@ -98,17 +98,34 @@ class Outcome:
 
 
 def load(path: str | Path = DATA) -> list[Row]:
-    """The rows of a calibration file (the format of ``benchmarks/data/h100_measured.json``)."""
+    """The rows of a calibration file: the format of ``benchmarks/data/h100_measured.json``,
+    or what ``treduda bench --gpu-time --json`` writes (every kernel it timed, the rivals of
+    ``--picks`` included, as rows ``id~n``; rows that failed are left out)."""
     with open(path) as f:
         data = json.load(f)
     try:
         return [Row(r["id"], r["expression"], r["sizes"], r["dtype"], r["layout"],
                     r["strategy"], r["params"], tuple(r["grid"]), tuple(r["block"]),
-                    r["registers"], r["measured_ms"] / 1e3) for r in data["rows"]]
+                    r["registers"], r["measured_ms"] / 1e3) for r in _timed(data["rows"])]
     except KeyError as missing:
         raise TredudaError(f"{path}: a row lacks the field {missing}; each row needs id, "
                            "expression, sizes, dtype, layout, strategy, params, grid, block, "
-                           "registers and measured_ms") from None
+                           "registers and measured_ms (or treduda_ms, as the GPU benchmark "
+                           "writes it)") from None
+
+
+def _timed(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """Calibration rows as they are, and the GPU benchmark's timed kernels (each row and its
+    rivals) with their time as ``measured_ms``."""
+    found = []
+    for row in rows:
+        if "treduda_ms" not in row:
+            found.append(row)
+            continue
+        found += [{**timed, "measured_ms": timed["treduda_ms"]}
+                  for timed in (row, *(row.get("rivals") or ()))
+                  if timed.get("status") == "ok" and timed.get("treduda_ms")]
+    return found
 
 
 def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:

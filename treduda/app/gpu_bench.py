@@ -4,7 +4,9 @@
 
 For every row, the model's search picks a kernel at the row's full sizes (or, with
 ``--picks FILE``, the kernel an earlier run chose, read from its ``--json`` file: the GPU then
-times exactly what that run predicted, without searching again); the kernel is run on
+times exactly what that run predicted, without searching again, and the rivals that run
+recorded with ``--rivals N``, each as a row ``id~n`` whose time tests the model's ranking:
+``benchmarks/model_fidelity.py --data`` reads the ``--json`` file); the kernel is run on
 the GPU on random operands in the row's layout and checked there against ``cupy.einsum`` (and
 ``torch.einsum`` when torch is installed) computed in float64 (complex128 for complex rows) on
 the same operands; then the kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS
@@ -21,7 +23,7 @@ import math
 import sys
 import time
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any, TextIO
 
 from ..api import compile, search
@@ -55,6 +57,7 @@ class GpuOutcome(RowRecord):
     flops: int | None = None
     stage: str | None = None
     error: str | None = None
+    rivals: list[GpuOutcome] | None = None  # the pick's rivals timed (rows ``id~n``)
 
     @property
     def blocks(self) -> int | None:
@@ -69,7 +72,10 @@ class GpuOutcome(RowRecord):
         return None if not milliseconds or not self.flops else self.flops / milliseconds / 1e6
 
     def to_dict(self) -> dict[str, Any]:
-        return {"status": "FAILED" if self.error else "ok", **asdict(self),
+        record = asdict(self)
+        if self.rivals is not None:
+            record["rivals"] = [r.to_dict() for r in self.rivals]
+        return {"status": "FAILED" if self.error else "ok", **record,
                 "blocks": self.blocks, "ratio_cupy": self.ratio("cupy"),
                 "ratio_torch": self.ratio("torch"), "gflops": self.gflops(self.treduda_ms)}
 
@@ -81,6 +87,7 @@ class Pick:
     strategy: str
     params: dict[str, Any]
     predicted_ms: float | None
+    rivals: tuple[Pick, ...] = ()  # what that run recorded with --rivals, timed too
 
 
 def load_picks(path: str, cases: Sequence[Case]) -> dict[str, Pick]:
@@ -106,10 +113,15 @@ def load_picks(path: str, cases: Sequence[Case]) -> dict[str, Pick]:
         if differing := [k for k, v in here.items() if r.get(k) != v]:
             raise TredudaError(f"--picks {path}: {case.name} has another {differing[0]} there "
                                f"({r.get(differing[0])}) than here ({here[differing[0]]})")
-        seconds = r.get("predicted_seconds")
-        picks[case.name] = Pick(r["strategy"], r["params"], r.get("predicted_ms") or (
-            seconds * 1e3 if seconds else None))
+        rivals = tuple(_pick(rival) for rival in r.get("rivals") or ())
+        picks[case.name] = replace(_pick(r), rivals=rivals)
     return picks
+
+
+def _pick(record: Mapping[str, Any]) -> Pick:
+    seconds = record.get("predicted_seconds")
+    return Pick(record["strategy"], record["params"], record.get("predicted_ms") or (
+        seconds * 1e3 if seconds else None))
 
 
 def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
@@ -136,6 +148,10 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
         outcome = run_row(case, target, max_nodes, repeats, cupy, torch, pick)
         verdict = f"FAILED at {outcome.stage}" if outcome.error else (
             f"{number(outcome.ratio('torch') or outcome.ratio('cupy'), '.2f')}x")
+        if outcome.rivals:
+            verdict += "; rivals " + ", ".join(
+                f"FAILED at {r.stage}" if r.error else f"{number(r.treduda_ms, '.4f')} ms"
+                for r in outcome.rivals)
         print(f" {verdict} ({time.perf_counter() - begun:.1f} s)", file=log, flush=True)
         outcomes.append(outcome)
     if picks is not None:
@@ -154,25 +170,45 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
         print(f"wrote {json_path}", file=log)
     if plot_path:
         plot(outcomes, plot_path, f"{title} on {device}", log)
-    return 1 if any(o.error for o in outcomes) else 0
+    return 1 if any(o.error for o in _with_rivals(outcomes)) else 0
 
 
 def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
             pick: Pick | None = None) -> GpuOutcome:
     """Search (unless ``pick`` says what to run), generate, verify on the GPU, time beside the
-    libraries; a failure fails only this row, recorded with the stage it happened in."""
+    libraries; then the pick's rivals, each as a row ``id~n`` without the libraries. A failure
+    fails only its row, recorded with the stage it happened in."""
     row = case.row
     outcome = GpuOutcome(case.suite, case.name, row.expression, row.layout, case.dtype,
                          dict(row.sizes))
-    stage = "search"
     try:
         if pick is None:
             best = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
                           max_nodes=max_nodes).best
             pick = Pick(best.strategy, dict(best.params), best.prediction.seconds * 1e3)
-        outcome.strategy, outcome.params = pick.strategy, dict(pick.params)
-        outcome.predicted_ms = pick.predicted_ms
-        stage = "generate"
+    except Exception as error:  # a failing row is reported in its row; the others go on
+        outcome.stage, outcome.error = "search", f"{type(error).__name__}: {error}"
+        return outcome
+    measure(outcome, case, pick, repeats, cupy, torch)
+    if pick.rivals:
+        outcome.rivals = []
+        for n, rival in enumerate(pick.rivals, 1):
+            timed = GpuOutcome(case.suite, f"{case.name}~{n}", row.expression, row.layout,
+                               case.dtype, dict(row.sizes))
+            outcome.rivals.append(measure(timed, case, rival, repeats, cupy, None, False))
+    return outcome
+
+
+def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, torch,
+            libraries: bool = True) -> GpuOutcome:
+    """Generate ``pick``'s kernel, verify it on the GPU and time it (and, with ``libraries``,
+    cupy.einsum and torch.einsum on the same operands) into ``outcome``; a failure is
+    recorded there with its stage."""
+    row = case.row
+    outcome.strategy, outcome.params = pick.strategy, dict(pick.params)
+    outcome.predicted_ms = pick.predicted_ms
+    stage = "generate"
+    try:
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
                          strategy=pick.strategy, params=pick.params)
         outcome.grid, outcome.block = kernel.grid, kernel.block
@@ -186,12 +222,14 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
         outcome.registers = registers_cuda(kernel.cuda_source, kernel.name)
         timing = kernel.time("cuda", repeats=repeats, **operands)
         outcome.treduda_ms, outcome.spread = timing.seconds * 1e3, timing.spread
-        inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
-        outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs), repeats).seconds * 1e3
-        if torch is not None:
-            tensors = [torch.from_dlpack(a) for a in inputs]
-            outcome.torch_ms = time_calls(lambda: torch.einsum(spec, *tensors),
-                                          repeats).seconds * 1e3
+        if libraries:
+            inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
+            outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs),
+                                         repeats).seconds * 1e3
+            if torch is not None:
+                tensors = [torch.from_dlpack(a) for a in inputs]
+                outcome.torch_ms = time_calls(lambda: torch.einsum(spec, *tensors),
+                                              repeats).seconds * 1e3
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.stage, outcome.error = stage, f"{type(error).__name__}: {error}"
     return outcome
@@ -275,8 +313,13 @@ def _cells(o: GpuOutcome) -> list[str]:
 def table(outcomes: Sequence[GpuOutcome]) -> str:
     """One aligned line per row, then the reason of each failed row."""
     lines = aligned(COLUMNS, [_cells(o) for o in outcomes], LEFT)
-    lines += [f"{o.id} FAILED at {o.stage}: {o.error}" for o in outcomes if o.error]
+    lines += [f"{o.id} FAILED at {o.stage}: {o.error}" for o in _with_rivals(outcomes)
+              if o.error]
     return "\n".join(lines)
+
+
+def _with_rivals(outcomes: Sequence[GpuOutcome]) -> list[GpuOutcome]:
+    return [x for o in outcomes for x in (o, *(o.rivals or ()))]
 
 
 def summary(outcomes: Sequence[GpuOutcome], device: str) -> str:

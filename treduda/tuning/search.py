@@ -33,6 +33,9 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Compiled, Model, Prediction
 
+# Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
+DISTINCT = 0.01
+
 
 def identity(params: Mapping[str, Any]) -> str:
     """Parameters as text: equal for equal parameters, in any order."""
@@ -122,6 +125,22 @@ class SearchResult:
         distinct = {identity(c.params): c
                     for c in sorted(self.candidates, key=Candidate.key, reverse=True)}
         return sorted(distinct.values(), key=Candidate.key)[:n]
+
+    def rivals(self, n: int) -> list[Candidate]:
+        """The ``n`` best candidates after the winner whose predicted times differ, by at
+        least :data:`DISTINCT` of each other's and the winner's: timed beside the winner on
+        a GPU, they test the model's ranking (look-alikes, which differ by a symmetry or an
+        assignment the model sees as equal, would not)."""
+        chosen: list[Candidate] = []
+        seen = [self.best.prediction.seconds]
+        for candidate in self.top(len(self.candidates)):
+            if len(chosen) == n:
+                break
+            seconds = candidate.prediction.seconds
+            if all(abs(seconds - s) > DISTINCT * s for s in seen):
+                chosen.append(candidate)
+                seen.append(seconds)
+        return chosen
 
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
