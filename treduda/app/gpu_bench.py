@@ -179,8 +179,7 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
     libraries; then the pick's rivals, each as a row ``id~n`` without the libraries. A failure
     fails only its row, recorded with the stage it happened in."""
     row = case.row
-    outcome = GpuOutcome(case.suite, case.name, row.expression, row.layout, case.dtype,
-                         dict(row.sizes))
+    outcome = _untimed(case, case.name)
     try:
         if pick is None:
             best = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
@@ -193,10 +192,14 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
     if pick.rivals:
         outcome.rivals = []
         for n, rival in enumerate(pick.rivals, 1):
-            timed = GpuOutcome(case.suite, f"{case.name}~{n}", row.expression, row.layout,
-                               case.dtype, dict(row.sizes))
-            outcome.rivals.append(measure(timed, case, rival, repeats, cupy, None, False))
+            outcome.rivals.append(measure(_untimed(case, f"{case.name}~{n}"), case, rival,
+                                          repeats, cupy, None, False))
     return outcome
+
+
+def _untimed(case: Case, name: str) -> GpuOutcome:
+    row = case.row
+    return GpuOutcome(case.suite, name, row.expression, row.layout, case.dtype, dict(row.sizes))
 
 
 def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, torch,
