@@ -75,6 +75,7 @@ class Staged(Strategy):
         if not before:
             raise StrategyError("staging needs a mapping before it: use e.g. 'tiled+staged'")
         tensors = stageable(program)
+        indices = program.contraction.inputs
         subsets = [",".join(c) for n in range(len(tensors), 0, -1)
                    for c in itertools.combinations(tensors, n)]
         parameters = (Parameter("stage", (*subsets, ""),
@@ -85,8 +86,10 @@ class Staged(Strategy):
                       Parameter("double_buffer", (False, True),
                                 "two buffers per tile, alternating by step: one barrier per "
                                 "step instead of two", priority=Priority.BUFFERS),
-                      Parameter("pad", (0, 1), "elements added to a tile's fastest dimension "
-                                               "so threads hit different banks",
+                      Parameter("pad", tuple(dict.fromkeys((0, 1, geometry.vector_pad(program)))),
+                                "elements added to a tile's fastest dimension so threads hit "
+                                "different banks: 0, 1, or a 16-byte vector's on tiles read in "
+                                "vectors along it (1 on the others)",
                                 priority=Priority.BUFFERS))
         # What a mapping offers a stager: its geometry (the tile once its tile parameters are
         # decided; the step and whether it is unrolled once all of them are).
@@ -112,6 +115,11 @@ class Staged(Strategy):
                        (*tile_names, "stage", "pad", "double_buffer"), fits),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
+            Constraint("a vector's padding needs a staged tile read in vectors (elsewhere it "
+                       "pads by one)", ("stage", "pad"),
+                       lambda p: p["pad"] <= 1 or any(
+                           geometry.padding(program, indices[t], p["pad"]) > 1
+                           for t in p["stage"].split(",") if t)),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
                        (*every_name, "stage", "preload"),
@@ -220,7 +228,8 @@ class _Stager:
                                     "a step (step > 0) to stage it")
             box.append(largest.to_python() + 1)
         fastest = rank - 1 if self.program.layout == "C" else 0
-        shape = tuple(e + (self.pad if d == fastest else 0) for d, e in enumerate(box))
+        pad = geometry.padding(self.program, self.program.contraction.inputs[tensor], self.pad)
+        shape = tuple(e + (pad if d == fastest else 0) for d, e in enumerate(box))
         self.locals.append(ir.Local(name, ir.Space.SHARED, self._buffered(shape, shape=True),
                                     self.program.layout))
 

@@ -36,8 +36,10 @@ def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
     # The bound is a bound on the real GPU too (tests/test_fidelity.py), hence looser than
     # one on the estimate alone, and the two-blocks-per-SM rule removes mostly candidates the
     # bound used to cut: GEMM scores 5.2% of its space (under 2% before issue 12), and 11%
-    # with split reductions, which are decided late (after the step) and rarely cut earlier.
-    assert found.stats.candidates_scored < 0.12 * reference.stats.space_size
+    # with split reductions, which are decided late (after the step) and rarely cut earlier;
+    # 14.4% (12.0% before) since a tile read in vectors may be padded by a vector, a third
+    # value of the last decisions' padding, which the bound rarely tells apart.
+    assert found.stats.candidates_scored < 0.16 * reference.stats.space_size
     assert found.stats.nodes_visited >= found.stats.candidates_scored
     assert sum(found.stats.cuts_per_depth.values()) > 0
 
@@ -182,9 +184,9 @@ def test_a_budgeted_search_ends_at_a_local_optimum():
     # change or two away.
     searcher = Searcher(plan("C[a,b,c] = A[b,d,a]*B[d,c]", {"a": 96, "b": 96, "c": 24, "d": 96},
                              layout="F"), "H100", values={"split": (1,)})
-    result = searcher.branch_and_bound(max_nodes=300)
+    result = searcher.branch_and_bound(max_nodes=500)
     stats = result.stats
-    assert not stats.complete and stats.improvements > 0 and stats.polished < 300
+    assert not stats.complete and stats.improvements > 0 and stats.polished < 500
     before_polishing = [c for c in result.candidates if c.bound is not None]
     assert result.best.key() < min(c.key() for c in before_polishing)
     for pairs in (False, True):

@@ -21,6 +21,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..codegen.ir import VECTOR_BYTES
 from ..errors import StrategyError
 from ..frontend import dtypes
 from ..frontend.tree import Read
@@ -46,7 +47,8 @@ QUANTITIES: dict[str, str] = {
              "first summed index and adding it into the output atomically",
     "unroll": "whether the compiler unrolls the loop within a step",
     "stage": "inputs staged in shared memory, comma separated",
-    "pad": "elements added to a staged tile's fastest dimension",
+    "pad": "elements added to a staged tile's fastest dimension (a vector's only on tiles read in "
+           "vectors, see padding())",
     "preload": "whether the next step is loaded into registers while this one computes",
     "double_buffer": "two shared-memory buffers per tile, alternating by step",
 }
@@ -167,6 +169,27 @@ def unrolled_indices(program: Program) -> frozenset[str]:
     return frozenset(i for s in program.statements for i in s.summed[rolled:])
 
 
+def fastest(program: Program, indices: Sequence[str]) -> str:
+    """The index of ``indices`` (a tensor's) that is fastest in memory."""
+    return indices[-1] if program.layout == "C" else indices[0]
+
+
+def padding(program: Program, indices: Sequence[str], pad: int) -> int:
+    """Elements added to the fastest dimension of the staged tile of a tensor read with
+    ``indices``, for the staging's ``pad``: 0 or 1 as it says; a 16-byte vector's elements
+    (:func:`vector_pad`) where that dimension is the summed index an unrolled step unrolls, so
+    that rows stay aligned for vector loads along it, and 1 elsewhere (padded by one,
+    tccg_28's B tile was read value by value, four times the wavefronts)."""
+    if pad <= 1 or not indices:
+        return pad if indices else 0
+    return pad if fastest(program, indices) in unrolled_indices(program) else 1
+
+
+def vector_pad(program: Program) -> int:
+    """The elements of one 16-byte vector: the padding that keeps a tile's rows aligned."""
+    return max(1, VECTOR_BYTES // dtypes.itemsize(program.dtype))
+
+
 def summed_reads(program: Program) -> tuple[Read, ...]:
     """The distinct reads inside reductions: the operands a staging strategy may stage, one
     tile each."""
@@ -207,7 +230,8 @@ def shared_bytes(program: Program, geometry: Mapping[str, Any]) -> float:
     for read in summed_reads(program):
         if read.tensor in staged and read.indices:
             tile = [extents[i] if extents[i] is not None else math.inf for i in read.indices]
-            tile[-1 if program.layout == "C" else 0] += geometry["pad"]
+            tile[-1 if program.layout == "C" else 0] += padding(program, read.indices,
+                                                                geometry["pad"])
             total += math.prod(tile)
     buffers = 2 if geometry["double_buffer"] else 1
     return total * buffers * dtypes.itemsize(program.dtype)

@@ -475,7 +475,7 @@ class _Optimist:
         """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
         index in memory (and in its tile) is a summed index the step's loop unrolls (or the
         unrolling is still open)."""
-        fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
+        fastest = geometry.fastest(self.m.program, read.indices)
         return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
 
     @staticmethod
@@ -496,7 +496,8 @@ class _Optimist:
         for n, i in enumerate(order):
             if i == index:
                 return stride
-            stride *= extents[i] + (pad if n == 0 else 0)
+            stride *= extents[i] + (geometry.padding(self.m.program, read.indices, pad)
+                                    if n == 0 else 0)
         return stride
 
     def footprint(self, read: _Read) -> dict[str, int]:
@@ -723,7 +724,7 @@ class _Optimist:
         if not (self.tiles_decided() and self.decided("pad", "unroll") and self.staged(read)
                 and self.vectorisable(read) and self._aligned(read, self.p["pad"])):
             return 1
-        fastest = read.indices[0] if self.m.program.layout == "F" else read.indices[-1]
+        fastest = geometry.fastest(self.m.program, read.indices)
         return max(1, min(VECTOR_BYTES // self.m.bytes, self.footprint(read)[fastest]))
 
     def chain(self, exact: bool = True) -> float:
