@@ -75,7 +75,7 @@ class Staged(Strategy):
         if not before:
             raise StrategyError("staging needs a mapping before it: use e.g. 'tiled+staged'")
         tensors = stageable(program)
-        indices = program.contraction.inputs
+        inputs = program.contraction.inputs  # tensor -> its indices
         subsets = [",".join(c) for n in range(len(tensors), 0, -1)
                    for c in itertools.combinations(tensors, n)]
         parameters = (Parameter("stage", (*subsets, ""),
@@ -118,7 +118,7 @@ class Staged(Strategy):
             Constraint("a vector's padding needs a staged tile read in vectors (elsewhere it "
                        "pads by one)", ("stage", "pad"),
                        lambda p: p["pad"] <= 1 or any(
-                           geometry.padding(program, indices[t], p["pad"]) > 1
+                           geometry.padding(program, inputs[t], p["pad"]) > 1
                            for t in p["stage"].split(",") if t)),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",

@@ -180,9 +180,11 @@ def padding(program: Program, indices: Sequence[str], pad: int) -> int:
     (:func:`vector_pad`) where that dimension is the summed index an unrolled step unrolls, so
     that rows stay aligned for vector loads along it, and 1 elsewhere (padded by one,
     tccg_28's B tile was read value by value, four times the wavefronts)."""
-    if pad <= 1 or not indices:
-        return pad if indices else 0
-    return pad if fastest(program, indices) in unrolled_indices(program) else 1
+    if not indices:
+        return 0
+    if pad > 1 and fastest(program, indices) not in unrolled_indices(program):
+        return 1
+    return pad
 
 
 def vector_pad(program: Program) -> int:
