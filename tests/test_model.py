@@ -89,7 +89,9 @@ def test_the_model_predicts_spills_without_ptxas():
     assert model.registers(SPILLING)[1] > 0  # registers spilled
     assert all(model.registers(p)[1] == 0 for p in NOT_SPILLING)
     spilling = model.estimate(SPILLING).seconds
-    assert spilling > 1.5 * max(model.estimate(p).seconds for p in NOT_SPILLING)
+    # Measured 21.3 ms against 7.3; pad 1 waits on B read from global memory along k
+    # (predicted 6.7 ms), so the spills' predicted margin is smaller than the measured one.
+    assert spilling > 1.25 * max(model.estimate(p).seconds for p in NOT_SPILLING)
     assert model.bound(SPILLING).seconds < spilling  # the bound does not rest on a prediction
 
 
@@ -124,3 +126,29 @@ def test_a_step_of_two_summed_indices_holds_the_square_of_the_step():
                    "H100").model.estimate({**common, "step": 64})
     for resource in ("fma", "issue", "latency", "l2", "dram"):
         assert two.resources[resource] == pytest.approx(one.resources[resource], rel=1e-9)
+
+
+# tccg_15 as measured on an H100 (2.72 ms; 1.0 ms predicted before the model waited on global
+# operands): 512 threads, a 4 x 8 x 2 register tile, nothing staged; A[a,c,d] (221 MB, more than
+# L2) is read along d, its slowest index, so every reduction point loads new lines from DRAM.
+TCCG15 = ("C[a,b,c]=A[a,c,d]*B[d,b]", {"a": 384, "b": 376, "c": 376, "d": 384})
+TCCG15_PICK = {"order": "a,b,c", "block_x": 16, "block_y": 16, "block_z": 2, "reg_x": 4,
+               "reg_y": 8, "reg_z": 2, "assign_x": "cyclic", "assign_y": "cyclic",
+               "assign_z": "cyclic", "step": 32, "unroll": True, "stage": "", "pad": 0,
+               "preload": False, "double_buffer": False, "split": 1}
+
+
+def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
+    model = Searcher(plan(*TCCG15, layout="F"), "H100").model
+    unstaged = model.estimate(TCCG15_PICK)
+    assert unstaged.binding == "latency"
+    assert 1.5e-3 < unstaged.seconds < 2.72e-3  # measured 2.72 ms
+    # Staging A, the copy reads it in lines and the compute loop no longer waits on it; B is
+    # read along d, its fastest index, and waits once per line.
+    staged = model.estimate({**TCCG15_PICK, "stage": "A"})
+    assert staged.resources["latency"] < unstaged.resources["latency"] / 10
+    assert staged.seconds < unstaged.seconds / 1.5
+    # 128 threads may hold 255 registers: ptxas loads several points ahead, one wait covers them.
+    small = model.estimate({**TCCG15_PICK, "block_y": 4})
+    assert small.resources["latency"] < unstaged.resources["latency"] / 4
+    assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds

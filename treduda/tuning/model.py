@@ -16,7 +16,9 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
                traffic of register spills (ptxas's, or predicted beyond the launch bounds'
                register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
-* ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads
+* ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
+               step's copy unless preloaded; operands read from global memory along a slow
+               index, as far as registers let ptxas load them ahead)
 
 Blocks per SM come from threads, shared memory and registers (ptxas's count where given, else
 the values the main loop holds at once, capped by the launch bounds);
@@ -55,6 +57,7 @@ OVERLAP = 0.1  # share of the non-binding resources an estimate adds
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
+HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
 # The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
 WARP_DECISIONS = ("order", "step", "stage", "pad",
                   *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in AXES))
@@ -728,12 +731,51 @@ class _Optimist:
         return max(1, min(VECTOR_BYTES // self.m.bytes, self.footprint(read)[fastest]))
 
     def chain(self, exact: bool = True) -> float:
-        """Cycles of one thread's dependent work: its FMA chains, and one exposed L2 latency
-        per step unless the next step is preloaded (not for the bound: nvcc may pipeline the
-        loads of later iterations)."""
+        """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
+        step unless the next step is preloaded, and the waits on operands read from global
+        memory (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
+        iterations."""
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
         if exact and self.decided("step", "preload") and not self.p["preload"]:
             exposed = self.steps() * g.l2_latency_cycles
+        if exact and self.p.get("step"):
+            exposed += self.m.iterations * self.global_wait()
         return (fmas + exposed) * self.walks()
+
+    def global_wait(self) -> float:
+        """Cycles per reduction point a thread waits on the operands it reads from global
+        memory (those not staged), in a strip-mined loop.
+
+        An operand whose innermost summed index is not its fastest in memory touches a new
+        line at every reduction point: the load misses L1 and waits for L2, or for DRAM where
+        the tensor is larger than L2 (no earlier block can have left its lines there). ptxas
+        issues the loads of later points early only as far as registers allow: each value held
+        ahead costs about two (its address arithmetic stays live too), so the loads run
+        ``depth`` points ahead (:meth:`hoisted_points`) and one wait covers as many points.
+        The H100 measurements of tccg_15-18 (a 4 x 8 x 2 register tile reading A, or A and B,
+        along a slow index; 1.0 ms predicted without this, 2.7-2.9 ms measured; their SASS
+        loads one point ahead) fit this to within 32%; an operand read along its fastest index
+        waits once per line."""
+        g, m = self.m.gpu, self.m
+        innermost = {s.summed[-1] for s in m.program.statements
+                     if s.kind == Kind.REDUCE and s.summed}
+        wait = 0.0
+        for read in (r for r in m.reads if self.staged(r) is False):
+            for index in innermost & set(read.indices):
+                lines = min(1.0, read.strides[index] * m.bytes / g.cache_line_bytes)
+                tensor = math.prod(m.sizes[i] for i in dict.fromkeys(read.indices)) * m.bytes
+                latency = g.dram_latency_cycles if tensor > g.l2_bytes else g.l2_latency_cycles
+                wait = max(wait, lines * latency)
+        return wait / self.hoisted_points() if wait else 0.0
+
+    def hoisted_points(self) -> int:
+        """Reduction points whose global operand loads ptxas has in flight at once: one, and
+        as many more of an unrolled step as the registers the launch bounds leave beside
+        what the loop holds (:meth:`live_registers`) take, two per value loaded."""
+        loads = sum(self.tile_values(r) for r in self.m.reads if self.staged(r) is False)
+        if not loads or not self.p.get("unroll"):
+            return 1
+        spare = self.m.gpu.register_cap(self.threads()) - self.live_registers()
+        return max(1, min(self.p["step"], spare // (HOISTED_REGISTERS * loads)))
