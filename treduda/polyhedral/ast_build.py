@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..codegen import ir
+from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import TredudaError
 from .geometry import AXES
@@ -126,10 +127,10 @@ def build(scheduled: Scheduled, name: str) -> Built:
                                          for axis in (1, 2)))
 
     body = converter.node(root)
-    kernel = vectorize(ir.KernelIR(name=name, dtype=program.dtype,
-                                   index_bits=_index_bits(program), params=_params(program),
-                                   locals=scheduled.locals, body=body,
-                                   zeroed_output=scheduled.zeroed_output))
+    kernel = vectorize(unswitch(ir.KernelIR(name=name, dtype=program.dtype,
+                                            index_bits=_index_bits(program),
+                                            params=_params(program), locals=scheduled.locals,
+                                            body=body, zeroed_output=scheduled.zeroed_output)))
     return Built(kernel, grid, scheduled.block, root.to_C_str())
 
 
