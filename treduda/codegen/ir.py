@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -261,6 +261,18 @@ def nested(s: Stmt) -> Iterator[Stmt]:
         yield from nested(s.then)
         if s.otherwise is not None:
             yield from nested(s.otherwise)
+
+
+def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
+    """``s`` with ``f`` applied to each statement directly inside it (a pass's walk)."""
+    if isinstance(s, Block):
+        return Block(tuple(f(child) for child in s.body))
+    if isinstance(s, For):
+        return replace(s, body=f(s.body))
+    if isinstance(s, If):
+        otherwise = None if s.otherwise is None else f(s.otherwise)
+        return replace(s, then=f(s.then), otherwise=otherwise)
+    return s
 
 
 def has_barrier(s: Stmt) -> bool:

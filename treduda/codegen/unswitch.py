@@ -31,16 +31,9 @@ def unswitch(kernel: ir.KernelIR) -> ir.KernelIR:
 
 
 def _stmt(s: ir.Stmt) -> ir.Stmt:
-    if isinstance(s, ir.Block):
-        return ir.Block(tuple(_stmt(c) for c in s.body))
-    if isinstance(s, ir.If):
-        otherwise = None if s.otherwise is None else _stmt(s.otherwise)
-        return replace(s, then=_stmt(s.then), otherwise=otherwise)
-    if isinstance(s, ir.For):
-        if any(isinstance(c, ir.For) for c in ir.nested(s.body)):
-            return replace(s, body=_stmt(s.body))
+    if isinstance(s, ir.For) and not any(isinstance(c, ir.For) for c in ir.nested(s.body)):
         return _unswitched(s)
-    return s
+    return ir.map_children(s, _stmt)
 
 
 def _unswitched(loop: ir.For) -> ir.Stmt:
@@ -92,16 +85,10 @@ def _invariant(e: ir.Expr, varying: set[str]) -> bool:
 
 def _without(s: ir.Stmt, guards: set[ir.Expr]) -> ir.Stmt:
     """``s`` with every ``if`` on one of ``guards`` replaced by its body."""
-    if isinstance(s, ir.If):
-        if s.otherwise is None and s.condition in guards:
-            return _without(s.then, guards)
-        otherwise = None if s.otherwise is None else _without(s.otherwise, guards)
-        return replace(s, then=_without(s.then, guards), otherwise=otherwise)
-    if isinstance(s, ir.Block):
-        return _flat(tuple(_without(c, guards) for c in s.body))
-    if isinstance(s, ir.For):
-        return replace(s, body=_without(s.body, guards))
-    return s
+    if isinstance(s, ir.If) and s.otherwise is None and s.condition in guards:
+        return _without(s.then, guards)
+    s = ir.map_children(s, lambda child: _without(child, guards))
+    return _flat(s.body) if isinstance(s, ir.Block) else s
 
 
 def _flat(body: tuple[ir.Stmt, ...]) -> ir.Block:

@@ -54,12 +54,7 @@ class _Merger:
                 run = list(group)
                 body += self.run(run) if assigns else [self.stmt(c) for c in run]
             return ir.Block(tuple(body))
-        if isinstance(s, ir.For):
-            return replace(s, body=self.stmt(s.body))
-        if isinstance(s, ir.If):
-            otherwise = None if s.otherwise is None else self.stmt(s.otherwise)
-            return replace(s, then=self.stmt(s.then), otherwise=otherwise)
-        return s
+        return ir.map_children(s, self.stmt)
 
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their

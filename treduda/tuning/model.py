@@ -148,6 +148,7 @@ class Model:
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
         self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]  # extents
         self.unrolled = geometry.unrolled_indices(program)  # what an unrolled step unrolls
+        self.innermost = {s.summed[-1] for s in reductions if s.summed}  # per reduction point
         self.iterations = sum(math.prod(extents) for extents in self.summed)
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
                       for r in geometry.summed_reads(program)]
@@ -752,18 +753,16 @@ class _Optimist:
         line at every reduction point: the load misses L1 and waits for L2, or for DRAM where
         the tensor is larger than L2 (no earlier block can have left its lines there). ptxas
         issues the loads of later points early only as far as registers allow: each value held
-        ahead costs about two (its address arithmetic stays live too), so the loads run
-        ``depth`` points ahead (:meth:`hoisted_points`) and one wait covers as many points.
+        ahead costs about two (its address arithmetic stays live too), and one wait covers the
+        points whose loads are in flight at once (:meth:`hoisted_points`).
         The H100 measurements of tccg_15-18 (a 4 x 8 x 2 register tile reading A, or A and B,
         along a slow index; 1.0 ms predicted without this, 2.7-2.9 ms measured; their SASS
         loads one point ahead) fit this to within 32%; an operand read along its fastest index
         waits once per line."""
         g, m = self.m.gpu, self.m
-        innermost = {s.summed[-1] for s in m.program.statements
-                     if s.kind == Kind.REDUCE and s.summed}
         wait = 0.0
         for read in (r for r in m.reads if self.staged(r) is False):
-            for index in innermost & set(read.indices):
+            for index in m.innermost & set(read.indices):
                 lines = min(1.0, read.strides[index] * m.bytes / g.cache_line_bytes)
                 tensor = math.prod(m.sizes[i] for i in dict.fromkeys(read.indices)) * m.bytes
                 latency = g.dram_latency_cycles if tensor > g.l2_bytes else g.l2_latency_cycles
