@@ -101,8 +101,8 @@ class SearchStats:
         cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
         size = f"{self.space_size}" if self.space_size_exact else f"<= {self.space_size}"
         budget = "" if self.complete else (
-            f" (stopped by its node budget; then {self.polished} candidates near the best "
-            f"scored, {self.improvements} of them better: not proven optimal)")
+            f" (stopped by its node budget; then {self.polished} candidates near the best of "
+            f"each mapping scored, {self.improvements} of them better: not proven optimal)")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
                 f"cuts: {cuts or 'none'}")
