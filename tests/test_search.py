@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.api import SEARCH_NODE_BUDGET, _reranked, search
+from treduda.api import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, _reranked, search
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
@@ -27,6 +27,9 @@ SPACES = [
                  id="tccg1", marks=pytest.mark.matrix),
 ]
 VALUES = {"block_y": (1, 4, 16), "reg_y": (1, 4, 8), "block_z": (1, 2), "reg_z": (1,)}
+# The node budget of tests about what a search returns, not about how far it searches: what
+# compile() gives a small problem (a complete search of these spaces took minutes of CI).
+BUDGET = SMALL_PROBLEM_BUDGET
 
 
 @pytest.mark.parametrize(("expr", "sizes", "layout", "target"), SPACES)
@@ -49,7 +52,8 @@ def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
 
 
 def test_the_winner_compiles_and_verifies_on_pocl():
-    result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 200, "k": 100}, "H100")
+    result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 200, "k": 100}, "H100",
+                    max_nodes=BUDGET)
     kernel = treduda.compile(result.expression, result.sizes, strategy=result.best.strategy,
                              params=result.best.params)
     assert kernel.strategy == result.best.strategy and kernel.params == result.best.params
@@ -75,7 +79,7 @@ def test_a_result_replays_from_json():
 
 def test_measuring_runs_and_checks_the_best_candidates():
     result = search("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40}, "A100",
-                    measure=True)
+                    measure=True, max_nodes=BUDGET)
     assert result.best.measured is not None and result.best.measured > 0
     device = "CUDA events" if gpu_present() else "OpenCL profiling events"
     assert device in result.best.measured_on
@@ -86,7 +90,7 @@ def test_measuring_runs_and_checks_the_best_candidates():
 
 def test_re_ranking_returns_a_new_result_and_leaves_the_searched_one_alone():
     program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40})
-    found = search_program(program, "A100")
+    found = search_program(program, "A100", max_nodes=BUDGET)
     before = (found.best, found.candidates)
     walked = _reranked(program, found, refine=2, measure=False)
     assert walked.best.walked is not None and walked.candidates == found.candidates
@@ -163,7 +167,7 @@ def test_every_strategy_chain_is_searched_and_explained():
     sizes = {"i": 100, "j": 70, "k": 50}
     for strategy in ("tiled", "thread_per_element", "tiled+staged",
                      "thread_per_element+staged"):
-        result = search("C[i,j] = A[i,k]*B[k,j]", sizes, strategy=strategy)
+        result = search("C[i,j] = A[i,k]*B[k,j]", sizes, strategy=strategy, max_nodes=BUDGET)
         assert result.best.strategy == strategy
         assert result.best.prediction.because.startswith(result.best.prediction.binding)
         kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy=strategy,
