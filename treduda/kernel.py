@@ -76,6 +76,11 @@ class Kernel:
         return self.program.layout
 
     @property
+    def deterministic(self) -> bool:
+        """Whether the kernel gives the same result bit for bit on every run (no atomics)."""
+        return self.program.deterministic
+
+    @property
     def block(self) -> tuple[int, int, int]:
         return self.built.block
 

@@ -17,7 +17,6 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
