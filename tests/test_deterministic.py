@@ -12,8 +12,12 @@ from conftest import bound_paths_hold, needs_nvcc
 import treduda
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.tuning.cache import CacheKey, TuningCache
+from treduda.tuning.gpus import gpu as find_gpu
+from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
+from treduda.tuning.walk import estimate_kernel
 
 SHORT_AND_DEEP = "C[a,b] = A[c,a,d]*B[d,c,b]"  # tccg_14's shape: a small output, a long sum
 SIZES = {"a": 37, "b": 21, "c": 45, "d": 19}  # not multiples of the tiles or the step
@@ -87,6 +91,15 @@ def test_deterministic_cuda_has_no_atomics_and_launches_both_kernels(dtype):
     assert {r.kernel for r in compile_cuda(source)} == {kernel.name, f"{kernel.name}_sum"}
 
 
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (pip install nvidia-cuda-nvrtc) absent")
+def test_nvrtc_compiles_both_kernels_as_cupy_loads_them():
+    kernel = treduda.compile(GEMM, GEMM_SIZES, dtype="complex64", strategy="tiled",
+                             params=GEMM_SPLIT, deterministic=True)
+    ptx = compile_nvrtc(kernel.cuda_source)
+    assert f".entry {kernel.name}(" in ptx and f".entry {kernel.name}_sum(" in ptx
+    assert "atom." not in ptx
+
+
 def test_the_process_wide_switch_sets_the_default_and_resets():
     assert not treduda.is_deterministic()
     with treduda.use_deterministic(True):
@@ -144,3 +157,13 @@ def test_the_model_prices_the_second_kernel_and_both_searches_still_split():
     for point in ordered.space.points():
         extra = ordered.model.estimate(point).seconds - atomic.model.estimate(point).seconds
         assert (extra > 3e-6) == (point["split"] > 1)  # a launch and the parts' traffic
+
+
+def test_the_walk_over_a_deterministic_kernel_pays_for_its_second_kernel_too():
+    kernel = treduda.compile(GEMM, GEMM_SIZES, strategy="tiled", params=GEMM_SPLIT,
+                             deterministic=True)
+    h100 = find_gpu("H100")
+    model = Model(kernel.program, h100, "tiled")
+    walked = estimate_kernel(kernel, h100, use_nvcc=False)
+    assert walked.seconds >= model.bound(kernel.params).seconds
+    assert walked.seconds > model.parts_seconds(4) > 3e-6
