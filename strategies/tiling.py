@@ -456,7 +456,7 @@ def _split_parts(program: Program, params: Mapping[str, Any]) -> list[str]:
     return [f"floor({r0}/{params['step'] * split_chunk(program, params)})"]
 
 
-def split_parts(program: Program, params: Mapping[str, Any]) -> int:
+def part_count(program: Program, params: Mapping[str, Any]) -> int:
     """How many parts a split reduction has (``split``, or fewer where the steps run out)."""
     return -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
 
@@ -465,7 +465,7 @@ def parts_workspace(program: Program, params: Mapping[str, Any]) -> ir.Local:
     """The workspace of a deterministic split, ``td_parts[part, o]``: one output per part, the
     part slowest in memory in either layout, so a part's values are laid out as the output's."""
     shape = tuple(program.sizes[i] for i in program.output_indices)
-    parts = split_parts(program, params)
+    parts = part_count(program, params)
     shape = (parts, *shape) if program.layout == "C" else (*shape, parts)
     return ir.Local(PARTS, ir.Space.GLOBAL, shape, program.layout)
 
@@ -475,7 +475,7 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
     """The initialisation and the write once per part (the reduction already has its part
     from its summed index), the write an atomic addition into the output, or in a
     deterministic program a store into the workspace (:func:`_to_workspace`)."""
-    parts = split_parts(program, params)
+    parts = part_count(program, params)
     per_part = {s.name for s in statements if s.kind in (Kind.INIT, Kind.WRITE)}
     maps: list[isl.Map] = []
     schedule.foreach_map(maps.append)

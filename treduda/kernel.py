@@ -297,11 +297,10 @@ class Kernel:
         if then is None:
             return {"parts": None}
         workspace = parts.workspace(then.kernel)
-        count = workspace.shape[0] if self.layout == "C" else workspace.shape[-1]
         return {"parts": {"function": Printer(then.kernel, dialect, then.block).function(),
                           "name": then.kernel.name, "grid": then.grid, "block": then.block,
                           "arguments": [p.name for p in then.kernel.params],
-                          "workspace": workspace.name, "count": count,
+                          "workspace": workspace.name, "count": then.count,
                           "elements": workspace.size}}
 
     def _zeroed_bytes(self) -> int:

@@ -29,6 +29,7 @@ class PartsSum:
 
     kernel: ir.KernelIR
     grid: tuple[int, int, int]
+    count: int  # parts added
     block: tuple[int, int, int] = (THREADS, 1, 1)
 
 
@@ -58,4 +59,4 @@ def parts_sum(first: ir.KernelIR, output: str, op: str, layout: str) -> PartsSum
                          params=(ir.Param(output, ir.ParamKind.OUTPUT),
                                  ir.Param(parts.name, ir.ParamKind.WORKSPACE)),
                          locals=(parts,), body=body)
-    return PartsSum(kernel, (-(-elements // THREADS), 1, 1))
+    return PartsSum(kernel, (-(-elements // THREADS), 1, 1), count)
