@@ -10,6 +10,7 @@ import pytest
 from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
+from treduda.app.cli import main
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
@@ -167,3 +168,12 @@ def test_the_walk_over_a_deterministic_kernel_pays_for_its_second_kernel_too():
     walked = estimate_kernel(kernel, h100, use_nvcc=False)
     assert walked.seconds >= model.bound(kernel.params).seconds
     assert walked.seconds > model.parts_seconds(4) > 3e-6
+
+
+def test_the_command_line_compiles_a_deterministic_split(capsys):
+    sizes = [arg for i, n in GEMM_SIZES.items() for arg in ("-s", f"{i}={n}")]
+    params = [arg for k, v in GEMM_SPLIT.items() for arg in ("-p", f"{k}={v}")]
+    assert main(["compile", GEMM, *sizes, "--strategy", "tiled", *params,
+                 "--deterministic"]) == 0
+    source = capsys.readouterr().out
+    assert "_sum<<<" in source and "atomic" not in source
