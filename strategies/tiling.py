@@ -29,7 +29,10 @@ each summing a contiguous part of the steps of the first summed index (split-K, 
 libraries do for short, deep products): a grid dimension ``floor(r0 / (step * chunk))`` for the
 reduction, and for the initialisation and the write one instance per part. The parts are added
 into the output atomically, so the output starts at zero for ``=`` (the kernel says so, and every
-backend zeroes it before the launch).
+backend zeroes it before the launch). Atomic additions come in any order, so the sum's rounding
+differs from run to run; a deterministic program (``Program.deterministic``) has each part
+write its values into a workspace ``td_parts[part, o]`` instead, which a second kernel adds up
+in a fixed order (:mod:`treduda.codegen.parts`).
 """
 
 from __future__ import annotations
@@ -81,6 +84,8 @@ GROUP_BELOW = 64
 GROUP_LENGTH = 3
 GROUPED_AXES = 2
 SPLITS = (1, 2, 4, 8, 16)
+PARTS = "td_parts"  # the workspace of a deterministic split (td_ names are treduda's own)
+PART = "td_part"  # the part a write of a deterministic split stores, an isl dimension
 ACCUMULATOR_BUDGET = 64  # accumulators per thread: a quarter of the 255 registers in float32
 # The values the search tries (a subset of each parameter's), chosen so that a full-size
 # contraction's space can still be enumerated to check the search against.
@@ -333,10 +338,14 @@ class Tiled(Strategy):
         if parts:
             schedule, statements = _split(program, schedule, statements, params,
                                           MAPPED_DIMS + len(unmapped))
+        workspace = bool(parts) and program.deterministic
+        if workspace:
+            locals_ += (parts_workspace(program, params),)
         return Scheduled(program, statements, schedule, roles,
                          tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma,
                          tuple(inner[:rolled]),
-                         zeroed_output=bool(parts) and program.contraction.op == "=")
+                         zeroed_output=bool(parts) and not workspace
+                         and program.contraction.op == "=")
 
 
 def _linear(group: Sequence[str], names: Mapping[str, str],
@@ -447,11 +456,26 @@ def _split_parts(program: Program, params: Mapping[str, Any]) -> list[str]:
     return [f"floor({r0}/{params['step'] * split_chunk(program, params)})"]
 
 
+def part_count(program: Program, params: Mapping[str, Any]) -> int:
+    """How many parts a split reduction has (``split``, or fewer where the steps run out)."""
+    return -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
+
+
+def parts_workspace(program: Program, params: Mapping[str, Any]) -> ir.Local:
+    """The workspace of a deterministic split, ``td_parts[part, o]``: one output per part, the
+    part slowest in memory in either layout, so a part's values are laid out as the output's."""
+    shape = tuple(program.sizes[i] for i in program.output_indices)
+    parts = part_count(program, params)
+    shape = (parts, *shape) if program.layout == "C" else (*shape, parts)
+    return ir.Local(PARTS, ir.Space.GLOBAL, shape, program.layout)
+
+
 def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: Mapping[str, Any],
            position: int) -> tuple[isl.UnionMap, tuple]:
     """The initialisation and the write once per part (the reduction already has its part
-    from its summed index), the write an atomic addition into the output."""
-    parts = -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
+    from its summed index), the write an atomic addition into the output, or in a
+    deterministic program a store into the workspace (:func:`_to_workspace`)."""
+    parts = part_count(program, params)
     per_part = {s.name for s in statements if s.kind in (Kind.INIT, Kind.WRITE)}
     maps: list[isl.Map] = []
     schedule.foreach_map(maps.append)
@@ -463,11 +487,42 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
             m = (m.project_out(isl.dim_type.out, position, 1)
                  .insert_dims(isl.dim_type.out, position, 1).intersect_range(every_part))
         result = isl.UnionMap.from_map(m) if result is None else result.union(m)
+    if program.deterministic:
+        return _to_workspace(program, result, statements, parts, position)
     update = "-=" if program.contraction.op == "-=" else "+="
     statements = tuple(
         replace(s, body=ir.Assign(s.body.target, update, s.body.value, atomic=True))
         if s.kind == Kind.WRITE else s for s in statements)
     return result, statements
+
+
+def _to_workspace(program: Program, schedule: isl.UnionMap, statements: tuple, parts: int,
+                  position: int) -> tuple[isl.UnionMap, tuple]:
+    """The write of a deterministic split: its domain gains the part,
+    ``{ write[o] } -> { write[o, td_part] : 0 <= td_part < parts }``, scheduled at its part
+    (schedule dimension ``position``), and it stores into ``td_parts`` instead of adding into
+    the output: ``{ write[o, td_part] -> td_parts[td_part, o] }`` (``[o, td_part]`` in layout
+    F, whose first index is fastest)."""
+    write = next(s for s in statements if s.kind == Kind.WRITE)
+    outputs = list(write.indices)
+    lifted = f"{write.name}[{', '.join([*outputs, PART])}]"
+    lift = isl.Map(f"{{ {lifted} -> {write.name}[{', '.join(outputs)}] : 0 <= {PART} < {parts} }}")
+    maps: list[isl.Map] = []
+    schedule.foreach_map(maps.append)
+    result = None
+    for m in maps:
+        if m.get_tuple_name(isl.dim_type.in_) == write.name:
+            dims = [f"d{n}" for n in range(m.dim(isl.dim_type.out))]
+            m = lift.apply_range(m).intersect(
+                isl.Map(f"{{ {lifted} -> [{', '.join(dims)}] : d{position} = {PART} }}"))
+        result = isl.UnionMap.from_map(m) if result is None else result.union(m)
+    indices = [PART, *outputs] if program.layout == "C" else [*outputs, PART]
+    target = isl.Map(f"{{ {lifted} -> {PARTS}[{', '.join(indices)}] }}").intersect_domain(
+        lift.domain())
+    accesses = (target, *(lift.apply_range(a) for a in write.accesses[1:]))
+    body = ir.Assign(ir.Element(PARTS, tuple(ir.Var(i) for i in indices)), "=", write.body.value)
+    stored = replace(write, indices=(*outputs, PART), body=body, accesses=accesses)
+    return result, tuple(stored if s is write else s for s in statements)
 
 
 @register

@@ -10,6 +10,7 @@
 
 from . import errors, strategies
 from .api import ContractExpression, compile, contract, contract_expression, search
+from .determinism import is_deterministic, use_deterministic
 from .frontend.contraction import analyse
 from .frontend.parse import parse
 from .kernel import Kernel
@@ -17,5 +18,5 @@ from .polyhedral.strategy import ParamSpace, Strategy, register
 from .tuning.search import SearchResult
 
 __all__ = ["ContractExpression", "Kernel", "ParamSpace", "SearchResult", "Strategy", "analyse",
-           "compile", "contract", "contract_expression", "errors", "parse", "register", "search",
-           "strategies"]
+           "compile", "contract", "contract_expression", "errors", "is_deterministic", "parse",
+           "register", "search", "strategies", "use_deterministic"]

@@ -14,6 +14,7 @@ import numpy as np
 
 from . import strategies
 from .codegen.printer import check_identifiers
+from .determinism import resolve
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
 from .frontend.dtypes import check_dtype, compute_dtype
@@ -49,7 +50,8 @@ CHECKED_MOST = 16  # ... and at most in all
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
-PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
+                "deterministic")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
@@ -57,7 +59,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
             layout: str = "C", strategy: str | None = None,
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
             gpu: str = "H100", cache: TuningCache | bool = True,
-            measure: bool = False) -> Kernel:
+            measure: bool = False, deterministic: bool | None = None) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -68,8 +70,12 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     tuning cache (``cache=False`` skips it); symbolic kernels take the default strategy.
     ``measure=True`` has the search time its best candidates (on the GPU when one is here,
     else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
+    ``deterministic=True`` allows no atomic additions, so the kernel gives the same result bit
+    for bit on every run (a split reduction adds its parts in a fixed order, in a second
+    kernel); None takes the process-wide default (:class:`treduda.use_deterministic`).
     """
-    program = plan(expr, sizes, layout, dtype, symbolic=symbolic)
+    program = plan(expr, sizes, layout, dtype, symbolic=symbolic,
+                   deterministic=resolve(deterministic))
     generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
         strategy, params = _tuned(program, gpu, cache, measure, generate)
@@ -80,7 +86,8 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
            values: Mapping[str, tuple] | None = None, measure: bool = False,
            progress: Progress | None = None, max_nodes: int | None = None,
-           refine: int = 0, check: bool = False) -> SearchResult:
+           refine: int = 0, check: bool = False,
+           deterministic: bool | None = None) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -93,8 +100,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     The winner's ``measured_on`` says which. With ``check=True`` and nvcc present, ptxas
     reports on the winner's registers and spills (:func:`_checked`). Compile the winner with
     ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
+    ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then.
     """
-    program = plan(expr, sizes, layout, dtype)
+    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic))
     result = search_program(program, gpu, strategy=strategy, values=values, progress=progress,
                             max_nodes=max_nodes)
     return _reranked(program, result, refine, measure, check)
@@ -200,7 +208,7 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             **values: Any) -> np.ndarray:
+             deterministic: bool | None = None, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -210,7 +218,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
-    numpy.einsum gives (zeros, or an empty array).
+    numpy.einsum gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
     """
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
@@ -220,7 +228,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  **shapes)
+                                  deterministic=deterministic, **shapes)
     return planned(out=out, **values)
 
 
@@ -264,6 +272,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
+                        deterministic: bool | None = None,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -271,6 +280,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
 
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
+    ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
     """
     contraction = analyse(expr)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
@@ -281,18 +291,19 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     kernel = None if 0 in sizes.values() else _kept_kernel(
         expr, tuple(sizes.items()), dtype, layout, strategy,
         None if params is None else tuple(sorted(params.items())), gpu,
-        str(default_path()) if tuned else None)
+        str(default_path()) if tuned else None, resolve(deterministic))
     return ContractExpression(contraction, sizes, dtype, backend, kernel)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_kernel(expr: str, sizes: tuple, dtype: str, layout: str, strategy: str | None,
-                 params: tuple | None, gpu: str, cache: str | None) -> Kernel:
+                 params: tuple | None, gpu: str, cache: str | None,
+                 deterministic: bool = False) -> Kernel:
     """:func:`compile`'s kernel, kept: every argument shapes it (``cache``, the path of the
     tuning cache a searched kernel comes from), so equal arguments mean an equal kernel."""
     return compile(expr, dict(sizes), dtype=dtype, layout=layout, strategy=strategy,
                    params=None if params is None else dict(params), gpu=gpu,
-                   cache=TuningCache(cache) if cache else False)
+                   cache=TuningCache(cache) if cache else False, deterministic=deterministic)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
@@ -363,6 +374,8 @@ def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> 
 
 
 def _shaping(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
-    """Everything that shapes a kernel, as text."""
+    """Everything that shapes a kernel, as text (``deterministic`` only where set, so other
+    kernels keep their names)."""
     return repr((repr(program.original.tree), sorted((program.expression_sizes or {}).items()),
-                 program.dtype, program.layout, strategy, sorted(params.items())))
+                 program.dtype, program.layout, strategy, sorted(params.items()),
+                 *(("deterministic",) if program.deterministic else ())))

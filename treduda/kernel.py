@@ -14,7 +14,7 @@ from typing import Any
 import jinja2
 import numpy as np
 
-from .codegen import ir
+from .codegen import ir, parts
 from .codegen.printer import CUDA, OPENCL, Dialect, Printer
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
 from .frontend.contraction import Contraction
@@ -24,7 +24,7 @@ from .polyhedral.lower import Program
 from .polyhedral.strategy import read_only
 from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
-from .run.launch import Launch, bind, prepare
+from .run.launch import Launch, bind, followed, prepare
 from .run.timing import REPEATS, WARMUP, Timing
 from .tuning.cache import installed_version
 
@@ -74,6 +74,11 @@ class Kernel:
     @property
     def layout(self) -> str:
         return self.program.layout
+
+    @property
+    def deterministic(self) -> bool:
+        """Whether the kernel gives the same result bit for bit on every run (no atomics)."""
+        return self.program.deterministic
 
     @property
     def block(self) -> tuple[int, int, int]:
@@ -226,7 +231,7 @@ class Kernel:
         c = self.contraction
         zeros = {t: np.zeros([sizes[i] for i in idx]) for t, idx in c.inputs.items()}
         launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
-        return emulate(self.built.kernel, launch, corners(launch.grid))[1]
+        return emulate(self.built.kernel, launch, corners(launch.grid), self._later())[1]
 
     def sass_report(self, arch: str = "sm_90"):
         """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector
@@ -236,8 +241,13 @@ class Kernel:
         return next(r for r in sass_report(self.cuda_source, arch) if r.kernel == self.name)
 
     def _prepare(self, sizes, arrays, scalars, xp=np) -> Launch:
-        return prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
-                       self.block, sizes, self.program.merging.sizes(sizes), arrays, scalars, xp)
+        launch = prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
+                         self.block, sizes, self.program.merging.sizes(sizes), arrays, scalars,
+                         xp)
+        then = self.built.parts_sum
+        if then is None:
+            return launch
+        return followed(launch, self.built.kernel, then.kernel, then.grid, then.block)
 
     def _launch(self, launch: Launch, backend: str, guard: bool = False) -> np.ndarray:
         """Run on ``backend``; ``guard`` adds PoCL's guard zones (the CUDA path has none)."""
@@ -252,9 +262,14 @@ class Kernel:
         if backend == "emulator":
             from .run.emulator import run_emulated
 
-            return run_emulated(self.built.kernel, launch)
+            return run_emulated(self.built.kernel, launch, self._later())
         raise BackendUnavailable(f"unknown backend '{backend}'; choose one of "
                                  f"{', '.join(BACKENDS)}")
+
+    def _later(self) -> tuple[ir.KernelIR, ...]:
+        """The kernels launched after the first, in order (a deterministic split's sum)."""
+        then = self.built.parts_sum
+        return () if then is None else (then.kernel,)
 
     def _render(self, dialect: Dialect, template: str) -> str:
         printer = Printer(self.built.kernel, dialect, self.block)
@@ -272,7 +287,21 @@ class Kernel:
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
             call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
             atomic_type=printer.atomics(), output=self.contraction.output,
-            zeroed_bytes=self._zeroed_bytes(), alignment=ir.VECTOR_BYTES, **printer.helpers())
+            zeroed_bytes=self._zeroed_bytes(), alignment=ir.VECTOR_BYTES,
+            **self._parts_sum(dialect), **printer.helpers())
+
+    def _parts_sum(self, dialect: Dialect) -> dict[str, Any]:
+        """What the templates need to print and launch the kernel that adds a deterministic
+        split's parts (:mod:`~treduda.codegen.parts`): nothing where there is none."""
+        then = self.built.parts_sum
+        if then is None:
+            return {"parts": None}
+        workspace = parts.workspace(then.kernel)
+        return {"parts": {"function": Printer(then.kernel, dialect, then.block).function(),
+                          "name": then.kernel.name, "grid": then.grid, "block": then.block,
+                          "arguments": [p.name for p in then.kernel.params],
+                          "workspace": workspace.name, "count": then.count,
+                          "elements": workspace.size}}
 
     def _zeroed_bytes(self) -> int:
         """Bytes of the output the launch zeroes first (0: it does not; split kernels have

@@ -49,6 +49,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V",
                    help="a strategy parameter (repeat for each)")
     c.add_argument("--opencl", action="store_true", help="print the OpenCL text instead")
+    _deterministic_argument(c)
     c.add_argument("--out", "-o", help="write to this file instead of printing")
 
     commands.add_parser("strategies", help="list the registered strategies")
@@ -74,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
                    help="re-estimate the winner with ptxas's registers and spills (needs nvcc), "
                         "and its rivals too where that makes it slower than the runner-up")
     f.add_argument("--json", help="write the result (replayable) to this file")
+    _deterministic_argument(f)
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
 
@@ -98,6 +100,13 @@ def _problem_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
+
+
+def _deterministic_argument(command: argparse.ArgumentParser) -> None:
+    command.add_argument("--deterministic", action="store_true",
+                         help="the same result bit for bit on every run: no atomic additions "
+                              "(a split reduction adds its parts in a fixed order, in a second "
+                              "kernel)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,7 +150,7 @@ def _run(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace) -> int:
     kernel = compile(args.expression, dict(args.size) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
-                     symbolic=args.symbolic)
+                     symbolic=args.symbolic, deterministic=args.deterministic)
     text = kernel.opencl_source if args.opencl else kernel.cuda_source
     if args.out:
         with open(args.out, "w") as out:
@@ -156,7 +165,8 @@ def _search(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr)
     result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
-                    refine=args.refine, check=args.ptxas)
+                    refine=args.refine, check=args.ptxas,
+                    deterministic=args.deterministic)
     bar.close()
     print(result.table(args.top))
     print(result.summary())

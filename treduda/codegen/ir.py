@@ -204,6 +204,7 @@ class ParamKind(enum.Enum):
     INPUT = "input"  # a read-only tensor
     SCALAR = "scalar"  # a named scalar of the kernel's dtype
     SIZE = "size"  # the extent of an index, for kernels with symbolic sizes
+    WORKSPACE = "workspace"  # a global array of a Local in Space.GLOBAL, allocated by the launch
 
 
 @dataclass(frozen=True)
@@ -215,6 +216,7 @@ class Param:
 class Space(enum.Enum):
     REGISTER = "register"
     SHARED = "shared"
+    GLOBAL = "global"  # a workspace in global memory: a kernel argument, not a declaration
 
 
 @dataclass(frozen=True)

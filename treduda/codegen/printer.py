@@ -116,7 +116,7 @@ class Printer:
     def arguments(self) -> list[str]:
         d, args = self.dialect, []
         for p in self.kernel.params:
-            if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT):
+            if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT, ir.ParamKind.WORKSPACE):
                 const = "const " if p.kind == ir.ParamKind.INPUT else ""
                 args.append(f"{d.global_pointer}{const}{self.value_type} *{d.restrict} {p.name}")
             elif p.kind == ir.ParamKind.SCALAR:
@@ -128,6 +128,8 @@ class Printer:
     def function(self) -> str:
         lines = [self.signature() + " {"]
         for local in self.kernel.locals:
+            if local.space is ir.Space.GLOBAL:
+                continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
             qualifier = f"{self.dialect.shared} " if local.space == ir.Space.SHARED else ""
             extent = f"[{local.size}]" if local.shape else ""
             lines.append(f"{INDENT}{qualifier}{self.value_type} {local.name}{extent};")
@@ -267,7 +269,8 @@ class Printer:
 
 def check_identifiers(kernel: ir.KernelIR) -> None:
     """Last line of defence: every name printed into C is an identifier and not reserved."""
-    names = [kernel.name, *(p.name for p in kernel.params), *(v.name for v in kernel.locals)]
+    names = [kernel.name, *(p.name for p in kernel.params),
+             *(v.name for v in kernel.locals if v.space is not ir.Space.GLOBAL)]  # params too
     seen: set[str] = set()
     for name in names:
         if not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", name) or (

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import islpy as isl
 
 from ..codegen import ir
+from ..codegen.parts import PartsSum, parts_sum
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import TredudaError
@@ -70,6 +71,8 @@ class Built:
     grid: tuple[ir.Expr, ir.Expr, ir.Expr]
     block: tuple[int, int, int]
     ast: str  # isl's own C rendering of the AST, for people who want to look inside
+    # The kernel launched after it that adds a deterministic split's parts (None: no parts).
+    parts_sum: PartsSum | None = None
 
 
 def build(scheduled: Scheduled, name: str) -> Built:
@@ -128,10 +131,12 @@ def build(scheduled: Scheduled, name: str) -> Built:
 
     body = converter.node(root)
     kernel = vectorize(unswitch(ir.KernelIR(name=name, dtype=program.dtype,
-                                            index_bits=_index_bits(program),
-                                            params=_params(program), locals=scheduled.locals,
-                                            body=body, zeroed_output=scheduled.zeroed_output)))
-    return Built(kernel, grid, scheduled.block, root.to_C_str())
+                                            index_bits=_index_bits(program, scheduled.locals),
+                                            params=_params(program, scheduled.locals),
+                                            locals=scheduled.locals, body=body,
+                                            zeroed_output=scheduled.zeroed_output)))
+    return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
+        kernel, program.contraction.output, program.contraction.op, program.layout))
 
 
 def _folded_dims(scheduled: Scheduled) -> int:
@@ -195,12 +200,13 @@ def _grid_extent(grid_range: isl.Set, axis: int, host: isl.AstBuild) -> ir.Expr:
     return ir.Binary(ir.Op.ADD, expr, ir.Int(1))
 
 
-def _index_bits(program: Program) -> int:
-    """32-bit indices when every tensor of a fixed-size kernel fits, else 64-bit."""
+def _index_bits(program: Program, locals_: tuple[ir.Local, ...] = ()) -> int:
+    """32-bit indices when every tensor (and workspace) of a fixed-size kernel fits, else
+    64-bit."""
     if program.sizes is None:
         return 64
     c = program.contraction
-    largest = 1
+    largest = max((v.size for v in locals_ if v.space is ir.Space.GLOBAL), default=1)
     for tensor in (c.output, *c.inputs):
         count = 1
         for extent in program.shape(tensor):
@@ -209,12 +215,14 @@ def _index_bits(program: Program) -> int:
     return 32 if largest <= INT32_LIMIT else 64
 
 
-def _params(program: Program) -> tuple[ir.Param, ...]:
+def _params(program: Program, locals_: tuple[ir.Local, ...] = ()) -> tuple[ir.Param, ...]:
     c = program.contraction
     return (ir.Param(c.output, ir.ParamKind.OUTPUT),
             *(ir.Param(t, ir.ParamKind.INPUT) for t in c.inputs),
             *(ir.Param(s, ir.ParamKind.SCALAR) for s in c.scalars),
-            *(ir.Param(p, ir.ParamKind.SIZE) for p in program.parameters))
+            *(ir.Param(p, ir.ParamKind.SIZE) for p in program.parameters),
+            *(ir.Param(v.name, ir.ParamKind.WORKSPACE) for v in locals_
+              if v.space is ir.Space.GLOBAL))
 
 
 def _expr(e: isl.AstExpr, names: dict[str, ir.Expr] = _BUILTINS) -> ir.Expr:

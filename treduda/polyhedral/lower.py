@@ -82,6 +82,9 @@ class Program:
     reduction_depth: int  # R: how many summed dimensions the widest reduction has
     merging: Merging  # ``contraction`` is ``merging.merged``: the expression, indices merged
     expression_sizes: dict[str, int] | None  # the extents of the expression's own indices
+    # Bitwise the same result on every run: no atomic additions (a split reduction writes its
+    # parts to a workspace that a second kernel adds up in a fixed order).
+    deterministic: bool = False
 
     @property
     def original(self) -> Contraction:
@@ -154,13 +157,15 @@ GENERATED_NAME = re.compile(r"(acc|c)\d+")  # registers and isl's loop iterators
 
 
 def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout: str = "C",
-         dtype: str = "float32", *, symbolic: bool = False) -> Program:
+         dtype: str = "float32", *, symbolic: bool = False, deterministic: bool = False
+         ) -> Program:
     """The one way from an expression to a :class:`Program`: dtype, layout and sizes checked,
     the text parsed and lowered once; compile, the cache key, the search and the kernel walk
     take the result instead of starting again from the text.
 
     With ``symbolic=True`` the sizes become kernel arguments (given ``sizes`` are still
-    checked, so typos and bad extents are reported).
+    checked, so typos and bad extents are reported). ``deterministic=True`` rules out atomic
+    additions (:attr:`Program.deterministic`).
     """
     check_dtype(dtype)
     if layout not in LAYOUTS:
@@ -168,9 +173,10 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
                             "'F' (column-major)")
     contraction = analyse(expr) if isinstance(expr, str) else expr
     if symbolic and not sizes:
-        return lower(contraction, None, layout, dtype)
+        return replace(lower(contraction, None, layout, dtype), deterministic=deterministic)
     fixed = resolve_sizes(contraction, sizes or {})
-    return lower(contraction, None if symbolic else fixed, layout, dtype)
+    return replace(lower(contraction, None if symbolic else fixed, layout, dtype),
+                   deterministic=deterministic)
 
 
 def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",

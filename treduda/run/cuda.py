@@ -18,7 +18,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable
 from .device_arrays import cupy_module
-from .launch import Launch
+from .launch import Call, Launch
 from .timing import REPEATS, WARMUP, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
@@ -51,7 +51,7 @@ class CupyRuntime:
     def upload(self, launch: Launch) -> list:
         return [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
 
-    def call(self, function, launch: Launch, arguments: list) -> None:
+    def call(self, function, launch: Launch | Call, arguments: list) -> None:
         function(launch.grid, launch.block, tuple(arguments))
 
     def download(self, array) -> np.ndarray:
@@ -96,7 +96,7 @@ class PycudaRuntime:
                                      "on the GPU need CuPy: pip install 'treduda[cupy]'")
         return [gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v for v in launch.values]
 
-    def call(self, function, launch: Launch, arguments: list) -> None:
+    def call(self, function, launch: Launch | Call, arguments: list) -> None:
         function(*[getattr(a, "gpudata", a) for a in arguments], grid=launch.grid,
                  block=launch.block)
 
@@ -140,9 +140,9 @@ def run_cuda(source: str, launch: Launch) -> Any:
     holds numpy arrays, a device array (CuPy) when it holds device arrays."""
     runtime = cuda_runtime()
     with runtime.active():
-        function = runtime.function(source, launch.name)
+        run = _launcher(runtime, source, launch)
         arguments = runtime.upload(launch)
-        runtime.call(function, launch, arguments)
+        run(arguments)
         out = arguments[launch.output_position]
         on_host = isinstance(launch.values[launch.output_position], np.ndarray)
         return launch.result(runtime.download(out) if on_host else out)
@@ -153,9 +153,23 @@ def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,
     """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing)."""
     runtime = cuda_runtime()
     with runtime.active():
-        function = runtime.function(source, launch.name)
+        run = _launcher(runtime, source, launch)
         arguments = runtime.upload(launch)
-        return time_calls(lambda: runtime.call(function, launch, arguments), repeats, warmup)
+        return time_calls(lambda: run(arguments), repeats, warmup)
+
+
+def _launcher(runtime: Runtime, source: str, launch: Launch) -> Callable[[list], None]:
+    """A function that launches every kernel of ``launch`` on uploaded ``arguments``, in order
+    on one stream (the first, then those of ``launch.then`` on the values they name)."""
+    first = runtime.function(source, launch.name)
+    later = [(runtime.function(source, call.name), call) for call in launch.then]
+
+    def run(arguments: list) -> None:
+        runtime.call(first, launch, arguments)
+        for function, call in later:
+            runtime.call(function, call, [arguments[n] for n in call.arguments])
+
+    return run
 
 
 def registers_cuda(source: str, name: str) -> int:

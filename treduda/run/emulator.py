@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -56,9 +56,11 @@ class Hazard:
                 f"{', '.join(map(str, self.threads))})")
 
 
-def run_emulated(kernel: ir.KernelIR, launch: Launch) -> np.ndarray:
-    """Run every block of ``launch``; raise :class:`HazardError` if any hazard is found."""
-    result, found = emulate(kernel, launch)
+def run_emulated(kernel: ir.KernelIR, launch: Launch,
+                 then: Sequence[ir.KernelIR] = ()) -> np.ndarray:
+    """Run every block of ``launch`` (and of the kernels ``then`` it runs after ``kernel``);
+    raise :class:`HazardError` if any hazard is found."""
+    result, found = emulate(kernel, launch, then=then)
     if found:
         raise HazardError(f"{launch.name}: " + "; ".join(map(str, found)))
     return result
@@ -70,14 +72,21 @@ def corners(grid: tuple[int, int, int]) -> list[tuple[int, ...]]:
 
 
 def emulate(kernel: ir.KernelIR, launch: Launch,
-            blocks: Iterable[tuple[int, ...]] | None = None) -> tuple[np.ndarray, list[Hazard]]:
-    """Run ``blocks`` (all of the grid by default) on a copy of the launch's arguments; the
-    output they computed and the hazards found, at most :data:`SHOWN` of a kind."""
+            blocks: Iterable[tuple[int, ...]] | None = None,
+            then: Sequence[ir.KernelIR] = ()) -> tuple[np.ndarray, list[Hazard]]:
+    """Run ``blocks`` (all of the grid by default) on a copy of the launch's arguments, then
+    the kernels ``then`` of ``launch.then`` in order (all their blocks, or where ``blocks`` are
+    given their :func:`corners`); the output they computed and the hazards found, at most
+    :data:`SHOWN` of a kind."""
     memory = {p.name: np.array(v, copy=True) for p, v in zip(kernel.params, launch.values,
                                                               strict=True)}
-    if blocks is None:
+    every = blocks is None
+    if every:
         blocks = itertools.product(*map(range, launch.grid))
     found = [h for b in blocks for h in _Block(kernel, launch.block, b, memory).run()]
+    for later, call in zip(then, launch.then, strict=True):
+        grid = itertools.product(*map(range, call.grid)) if every else corners(call.grid)
+        found += [h for b in grid for h in _Block(later, call.block, b, memory).run()]
     shown, per_kind = [], Counter()
     for hazard in found:
         per_kind[hazard.kind] += 1
@@ -102,9 +111,12 @@ class _Block:
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
                         if p.kind is ir.ParamKind.SCALAR}
         self.arrays = {p.name: memory[p.name] for p in kernel.params
-                       if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
+                       if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT,
+                                     ir.ParamKind.WORKSPACE)}
         self.shared, self.registers = set(), set()
         for local in kernel.locals:
+            if local.space is ir.Space.GLOBAL:
+                continue  # a workspace: an argument, in memory already
             if not local.shape:  # a scalar register: one value per thread
                 self.scalars[local.name] = np.full(self.count, np.nan, dtype)
             elif local.space is ir.Space.SHARED:

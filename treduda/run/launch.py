@@ -8,7 +8,7 @@ here, once. Arrays already on a GPU stay there: they are flattened by CuPy inste
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -20,8 +20,24 @@ from .device_arrays import is_device_array, to_cupy
 
 
 @dataclass(frozen=True)
+class Call:
+    """A further kernel of a launch, run after the first in order, on some of its values:
+    ``name<<<grid, block>>>(values[arguments[0]], values[arguments[1]], ..)``."""
+
+    name: str
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    arguments: tuple[int, ...]  # positions in the launch's values
+
+    def global_size(self) -> tuple[int, int, int]:
+        """OpenCL's global work size: the grid in threads."""
+        return threads(self.grid, self.block)
+
+
+@dataclass(frozen=True)
 class Launch:
-    """A kernel call: ``name<<<grid, block>>>(values)``; ``values[output_position]`` is written."""
+    """A kernel call: ``name<<<grid, block>>>(values)``; ``values[output_position]`` is written.
+    ``then`` are the kernels that run after it, in order (a deterministic split's sum)."""
 
     name: str
     grid: tuple[int, int, int]
@@ -30,14 +46,21 @@ class Launch:
     output_position: int
     output_shape: tuple[int, ...]
     layout: str
+    then: tuple[Call, ...] = ()
+    workspaces: tuple[int, ...] = ()  # positions of values the kernels write besides the output
 
     def global_size(self) -> tuple[int, int, int]:
         """OpenCL's global work size: the grid in threads."""
-        return tuple(g * b for g, b in zip(self.grid, self.block, strict=True))
+        return threads(self.grid, self.block)
 
     def result(self, flat: np.ndarray) -> np.ndarray:
         """The output array from its flat device copy, in the user's logical shape."""
         return flat.reshape(self.output_shape, order=self.layout)
+
+
+def threads(grid: tuple[int, int, int], block: tuple[int, int, int]) -> tuple[int, int, int]:
+    """A grid of blocks in threads, per axis."""
+    return tuple(g * b for g, b in zip(grid, block, strict=True))
 
 
 def bind(contraction: Contraction, dtype: str, fixed_sizes: Mapping[str, int] | None,
@@ -87,12 +110,27 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
             values.append(_flat(xp, initial, dtype, layout, copy=True))
         elif p.kind == ir.ParamKind.INPUT:
             values.append(_flat(xp, arrays[p.name], dtype, layout, copy=False))
+        elif p.kind == ir.ParamKind.WORKSPACE:  # as large as its local says, never read unset
+            values.append(xp.empty(next(v.size for v in kernel.locals if v.name == p.name),
+                                   dtype))
         elif p.kind == ir.ParamKind.SCALAR:
             values.append(dtype.type(scalars[p.name]))
         else:  # sizes are named N_<index>
             values.append(index(kernel_sizes[p.name[2:]]))
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)
-    return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout)
+    workspaces = tuple(n for n, p in enumerate(kernel.params)
+                       if p.kind == ir.ParamKind.WORKSPACE)
+    return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout,
+                  workspaces=workspaces)
+
+
+def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
+             grid: tuple[int, int, int], block: tuple[int, int, int]) -> Launch:
+    """``launch`` (of kernel ``first``) with ``kernel`` run after it, on the values of the
+    parameters of ``first`` that it names."""
+    names = [p.name for p in first.params]
+    arguments = tuple(names.index(p.name) for p in kernel.params)
+    return replace(launch, then=(*launch.then, Call(kernel.name, grid, block, arguments)))
 
 
 def _array(name: str, value: object, dtype: str) -> np.ndarray:

@@ -17,7 +17,6 @@ import math
 import os
 import warnings
 from dataclasses import dataclass
-from typing import Any
 
 import numpy as np
 
@@ -99,58 +98,67 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     import pyopencl as cl
 
     queue = _queue()
-    kernel, placed = _placed(source, launch, guard)
-    _enqueue(queue, kernel, launch, placed)
+    kernels, placed = _placed(source, launch, guard)
+    _enqueue(queue, kernels, launch, placed)
     out = placed[launch.output_position]
     memory = np.empty_like(out.host)
     cl.enqueue_copy(queue, memory, out.buffer)
     queue.finish()
     if guard:
-        _check_guards(memory, out.before, out.size, launch.name, _argument_name(kernel, launch))
+        _check_guards(memory, out.before, out.size, launch.name,
+                      _argument_name(kernels[0], launch))
     return launch.result(memory[out.before:out.before + out.size])
 
 
 def time_opencl(source: str, launch: Launch, repeats: int = REPEATS,
                 warmup: int = WARMUP) -> Timing:
-    """Time ``launch`` by OpenCL profiling events (arguments placed once, outside the timing).
+    """Time ``launch`` by OpenCL profiling events (arguments placed once, outside the timing),
+    from the start of its first kernel to the end of its last.
 
     On PoCL this is a CPU's time: it ranks candidates by what runs here, not on a GPU."""
     if repeats < 1:
         raise BackendUnavailable(f"repeats must be at least 1, got {repeats}")
     queue = _queue()
-    kernel, placed = _placed(source, launch, guard=False)
+    kernels, placed = _placed(source, launch, guard=False)
     for _ in range(warmup):
-        _enqueue(queue, kernel, launch, placed).wait()
+        _enqueue(queue, kernels, launch, placed)[-1].wait()
     seconds = []
     for _ in range(repeats):
-        event = _enqueue(queue, kernel, launch, placed)
-        event.wait()
-        seconds.append((event.profile.end - event.profile.start) * 1e-9)
+        events = _enqueue(queue, kernels, launch, placed)
+        events[-1].wait()
+        seconds.append((events[-1].profile.end - events[0].profile.start) * 1e-9)
     return Timing.of(seconds, f"{queue.device.name.strip()} (OpenCL profiling events)")
 
 
-def _placed(source: str, launch: Launch, guard: bool) -> tuple[Any, list]:
-    """The kernel, and its arguments in device memory (guarded if asked) or as scalars."""
+def _placed(source: str, launch: Launch, guard: bool) -> tuple[list, list]:
+    """The kernels (the first, then those of ``launch.then``), and the arguments in device
+    memory (guarded if asked) or as scalars."""
     import pyopencl as cl
 
     queue = _queue()
-    kernel = cl.Kernel(_program(source), launch.name)
+    program = _program(source)
+    kernels = [cl.Kernel(program, name) for name in (launch.name,
+                                                     *(c.name for c in launch.then))]
     align = queue.device.mem_base_addr_align // 8  # the device reports bits
     placed: list = []
     for position, value in enumerate(launch.values):
         if isinstance(value, np.ndarray):
             zone = guard_elements(value.itemsize, align) if guard else 0
-            placed.append(_Placed.create(queue.context, value,
-                                         position == launch.output_position, zone))
+            written = position == launch.output_position or position in launch.workspaces
+            placed.append(_Placed.create(queue.context, value, written, zone))
         else:
             placed.append(value)  # a scalar or a size
-    return kernel, placed
+    return kernels, placed
 
 
-def _enqueue(queue, kernel, launch: Launch, placed: list):
-    """Launch once; returns the launch's event."""
-    return kernel(queue, launch.global_size(), launch.block,
-                  *[p.region if isinstance(p, _Placed) else p for p in placed])
+def _enqueue(queue, kernels: list, launch: Launch, placed: list) -> list:
+    """Launch every kernel once, in order (the queue runs them so); returns their events."""
+    values = [p.region if isinstance(p, _Placed) else p for p in placed]
+    events = [kernels[0](queue, launch.global_size(), launch.block, *values)]
+    for kernel, call in zip(kernels[1:], launch.then, strict=True):
+        events.append(kernel(queue, call.global_size(), call.block,
+                             *[values[n] for n in call.arguments]))
+    return events
 
 
 def guard_elements(itemsize: int, align: int) -> int:

@@ -84,10 +84,14 @@ class CacheKey:
     layout: str
     gpu: str
     version: str
+    # No atomic additions (deterministic splits only), so other kernels are allowed. A key
+    # without it stores and hashes as before this field existed (see to_json).
+    deterministic: bool = False
 
     @classmethod
     def make(cls, expression: str | Contraction, sizes: Mapping[str, int] | str | None,
-             dtype: str, layout: str, gpu: str, version: str | None = None) -> CacheKey:
+             dtype: str, layout: str, gpu: str, version: str | None = None,
+             deterministic: bool = False) -> CacheKey:
         """A key for ``expression`` (any spelling, or its analysed contraction) with checked
         ``sizes``.
 
@@ -102,23 +106,29 @@ class CacheKey:
         else:
             size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
         return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
-                   installed_version() if version is None else version)
+                   installed_version() if version is None else version, deterministic)
 
     @classmethod
     def of(cls, program: Program, gpu: str) -> CacheKey:
         """The key of a planned program on ``gpu``: no text parsed again."""
         return cls.make(program.original, program.expression_sizes, program.dtype,
-                        program.layout, gpu)
+                        program.layout, gpu, deterministic=program.deterministic)
 
     def to_json(self) -> str:
-        """The fields as canonical JSON: what is stored and what :meth:`digest` hashes."""
-        return _canonical(dataclasses.asdict(self))
+        """The fields as canonical JSON: what is stored and what :meth:`digest` hashes
+        (``deterministic`` only where set, so the entries stored before it still match)."""
+        fields = dataclasses.asdict(self)
+        if not self.deterministic:
+            del fields["deterministic"]
+        return _canonical(fields)
 
     @classmethod
     def from_json(cls, text: str) -> CacheKey:
         """Parse :meth:`to_json` output; ValueError if it is not a well-formed key."""
         data = json.loads(text)
         names = [f.name for f in dataclasses.fields(cls)]
+        if isinstance(data, dict):
+            data.setdefault("deterministic", False)  # to_json leaves out a False one
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"expected an object with exactly the fields {', '.join(names)}")
         sizes = data["sizes"]
@@ -129,8 +139,11 @@ class CacheKey:
             data["sizes"] = tuple((index, extent) for index, extent in sizes)
         elif not isinstance(sizes, str):
             raise ValueError("sizes is neither a size class nor a list of [index, extent] pairs")
-        if not all(isinstance(data[name], str) for name in names if name != "sizes"):
-            raise ValueError("a field other than sizes is not a string")
+        if not all(isinstance(data[name], str) for name in names
+                   if name not in ("sizes", "deterministic")):
+            raise ValueError("a field other than sizes and deterministic is not a string")
+        if data["deterministic"] is not True and data["deterministic"] is not False:
+            raise ValueError("deterministic is not true or false")
         return cls(**data)
 
     def digest(self) -> str:
@@ -141,7 +154,7 @@ class CacheKey:
         sizes = (self.sizes if isinstance(self.sizes, str)
                  else ",".join(f"{index}={extent}" for index, extent in self.sizes))
         return (f"{self.expression} [{sizes}] {self.dtype} layout {self.layout} on {self.gpu!r} "
-                f"(treduda {self.version})")
+                f"{'deterministic ' if self.deterministic else ''}(treduda {self.version})")
 
 
 @dataclass(frozen=True)

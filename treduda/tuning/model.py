@@ -258,12 +258,9 @@ class Model:
             # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
             "memory": (padded * self.iterations * wavefronts + stores) * quantise
             / g.sm_count / clock,
-            # an atomic addition reads and writes its element in L2; the output is zeroed first
-            "l2": ((sum(o.traffic(r) for r in self.reads)
-                    + self.elements * (2 * least if least > 1 else 1)) * self.bytes
-                   + o.spill_bytes(exact)) / g.l2_bandwidth,
-            "dram": (self.compulsory + (self.elements * self.bytes if least > 1 else 0))
-            / g.dram_bandwidth,
+            "l2": ((sum(o.traffic(r) for r in self.reads) + self._output_traffic(least))
+                   * self.bytes + o.spill_bytes(exact)) / g.l2_bandwidth,
+            "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
             "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / most / clock,
         }
         warps = occupancy * math.ceil(threads / 32)
@@ -276,11 +273,41 @@ class Model:
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
         binding, total = combined(seconds, exact)
+        parts = self.parts_seconds(least)
+        total += parts
         # The search asks for hundreds of thousands of bounds: only estimates explain at length.
         because = (self._because(binding, seconds, o) if exact else
                    f"{binding} {seconds[binding] * 1e3:.3g} ms at least (a lower bound)")
+        if parts and exact:
+            because += (f"; then {parts * 1e3:.3g} ms for the second kernel, which adds the "
+                        f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
                           warps=warps)
+
+    def _output_traffic(self, split: int) -> int:
+        """Elements the output's writes move through L2: each once; split, an atomic addition
+        reads and writes its element per part (the output zeroed first); deterministic, each
+        part stores its values into the workspace (the second kernel's traffic is its own,
+        :meth:`parts_seconds`)."""
+        if split == 1:
+            return self.elements
+        return self.elements * (split if self.program.deterministic else 2 * split)
+
+    def _split_dram(self, split: int) -> int:
+        """Elements a split adds to DRAM's traffic: the zeroed output, or the workspace
+        (written back once; the second kernel reads it from L2)."""
+        if split == 1:
+            return 0
+        return self.elements * (split if self.program.deterministic else 1)
+
+    def parts_seconds(self, split: int) -> float:
+        """The second kernel of a deterministic split (:mod:`treduda.codegen.parts`), which runs
+        after the first: its launch, and its reads of every part and write of the output in
+        L2. None without one; increasing in ``split``, so the bound's least split keeps it
+        below every completion's."""
+        if split == 1 or not self.program.deterministic:
+            return 0.0
+        return LAUNCH_SECONDS + (split + 1) * self.elements * self.bytes / self.gpu.l2_bandwidth
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu

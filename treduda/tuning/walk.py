@@ -116,6 +116,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     }
     seconds = {r: max(v, floor.get(r, 0.0)) for r, v in walked.items()}
     binding, total = combined(seconds)
+    total += model.parts_seconds(kernel.params.get("split", 1))  # a deterministic split's sum
     because = _because(binding, seconds[binding], c, occupancy)
     if seconds[binding] > walked[binding]:
         because += " (the model's bound: the walk counts less here)"
