@@ -437,8 +437,10 @@ def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) 
     best, stats = result.best, result.stats
     measured = None if best.measured is None else {"seconds": best.measured,
                                                    "device": best.measured_on}
-    found = (f"{by}: {'complete search' if stats.complete else 'search within its budget'} "
-             f"of {stats.nodes_visited} nodes")
+    found = (f"by {by}, a {'complete search' if stats.complete else 'search within a budget'} "
+             f"of {stats.nodes_visited} nodes"
+             + (", re-ranked by walking the kernels" if best.walked is not None else "")
+             + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
     store.put(key, {"strategy": best.strategy, "params": dict(best.params),
                     "seconds": best.prediction.seconds, "binding": best.prediction.binding,
                     "measured": measured, "found": found})
