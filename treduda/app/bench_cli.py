@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import TredudaError
 from ..run.timing import REPEATS
@@ -21,6 +22,14 @@ def _count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
     return int(text)
+
+
+def writable(path: str | None) -> None:
+    """Refuse, before any work, an output file whose folder does not exist (a bench runs for
+    minutes before it writes)."""
+    folder = Path(path).parent if path else None
+    if folder is not None and not folder.is_dir():
+        raise TredudaError(f"cannot write {path}: the folder {folder} does not exist")
 
 
 def bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -52,6 +61,8 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
     cases = bench.select(args.suite, args.ids, args.limit)
+    writable(args.json)
+    writable(args.plot)
     if args.picks and not args.gpu_time:
         raise TredudaError("--picks times an earlier run's kernels on a GPU: add --gpu-time")
     if args.rivals and args.gpu_time:
@@ -72,6 +83,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return bench_command(args)
-    except TredudaError as error:
+    except (TredudaError, OSError) as error:  # one line, as `treduda bench` says them
         print(f"bench: error: {error}", file=sys.stderr)
         return 2

@@ -17,7 +17,7 @@ from ..polyhedral.lower import plan
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
-from .bench_cli import bench_arguments, bench_command
+from .bench_cli import bench_arguments, bench_command, writable
 from .demo import demo
 
 
@@ -194,15 +194,8 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
     return sizes
 
 
-def _writable(path: str | None) -> None:
-    """Refuse, before any work, an output file whose folder does not exist."""
-    folder = Path(path).parent if path else None
-    if folder is not None and not folder.is_dir():
-        raise TredudaError(f"cannot write {path}: the folder {folder} does not exist")
-
-
 def _compile(args: argparse.Namespace) -> int:
-    _writable(args.out)
+    writable(args.out)
     kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
                      symbolic=args.symbolic, gpu=args.gpu)
@@ -218,7 +211,7 @@ def _compile(args: argparse.Namespace) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     sizes = _sizes(args)
-    _writable(args.json)
+    writable(args.json)
     if not (args.fresh or args.json):
         entry = tuning_entry(args.expression, sizes, args.gpu, dtype=args.dtype,
                              layout=args.layout, measure=args.measure)
