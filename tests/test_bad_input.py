@@ -166,6 +166,8 @@ CLI_CASES = {
     "a search past 64-bit indices": (["search", GEMM, "-s", "i=1000000000000",
                                       "-s", "j=1000000000000", "-s", "k=1000000000000"],
                                      "more than 64-bit indices address"),
+    "a negative --refine": (["search", GEMM, *SIZED, "--refine", "-1"],
+                            "argument --refine: expected a count such as 5, got '-1'"),
     "a picks file that does not exist": (["bench", "--gpu-time", "--picks", "/missing.json"],
                                          "--picks /missing.json: cannot read it"),
     "a bench --json in a missing folder": (["bench", "--ids", "tccg_01", "--json",
@@ -189,6 +191,16 @@ def test_an_output_file_that_is_a_folder_is_one_line_in_a_real_process(tmp_path)
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr == f"treduda: error: {tmp_path}: Is a directory\n"
+
+
+def test_a_warning_is_one_line_too(tmp_path, capsys):
+    foreign = tmp_path / "notes.sqlite3"
+    foreign.write_text("not a database")
+    assert main(["cache", "list", "--path", str(foreign)]) == 0
+    err = capsys.readouterr().err
+    assert err == (f"treduda: warning: {foreign} is not a treduda tuning cache (file is not a "
+                   "database); delete the file (treduda recreates it) or set $TREDUDA_CACHE to "
+                   "another path; treating the cache as empty\n")
 
 
 def test_compile_help_says_it_searches_and_takes_a_gpu(capsys):

@@ -18,7 +18,8 @@ def _ids(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
+    """An option's count (an int >= 0), for argparse's ``type=``."""
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
     return int(text)
@@ -39,20 +40,20 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
     parser.add_argument("--json", metavar="FILE", help="write every row to this file")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
-    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
+    parser.add_argument("--limit", type=count, metavar="N", help="run only the first N rows")
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
-    parser.add_argument("--max-nodes", type=_count, default=bench.DEFAULT_MAX_NODES, metavar="N",
+    parser.add_argument("--max-nodes", type=count, default=bench.DEFAULT_MAX_NODES, metavar="N",
                         help="the search's node budget per row (default %(default)s)")
     parser.add_argument("--gpu-time", action="store_true",
                         help="time each searched kernel on this machine's GPU beside "
                              "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
                              "it says so and times nothing)")
-    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
+    parser.add_argument("--repeats", type=count, default=REPEATS, metavar="N",
                         help="timed launches per kernel with --gpu-time (default %(default)s)")
     parser.add_argument("--picks", metavar="FILE",
                         help="with --gpu-time: time the kernels an earlier run chose (its --json "
                              "file) instead of searching again, and the rivals it recorded")
-    parser.add_argument("--rivals", type=_count, default=0, metavar="N",
+    parser.add_argument("--rivals", type=count, default=0, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "
                              "calibration data (benchmarks/model_fidelity.py --data reads it)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ..polyhedral.lower import plan
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
-from .bench_cli import bench_arguments, bench_command, writable
+from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
 
 
@@ -83,11 +84,11 @@ def parser() -> argparse.ArgumentParser:
                     "`treduda compile` and a rerun of the same search find it.")
     _problem_arguments(f, symbolic=False)
     f.add_argument("--gpu", default="H100", help="a GPU name (see `treduda gpus`)")
-    f.add_argument("--top", type=int, default=10, help="how many candidates to list")
+    f.add_argument("--top", type=count, default=10, help="how many candidates to list")
     f.add_argument("--measure", action="store_true",
                    help="also time the best candidates (on the GPU if there is one, else on "
                         "PoCL) and pick the fastest measured")
-    f.add_argument("--refine", type=int, default=0, metavar="K",
+    f.add_argument("--refine", type=count, default=0, metavar="K",
                    help="generate the K best candidates and re-rank them by walking their IR")
     f.add_argument("--ptxas", action="store_true",
                    help="re-estimate the winner with ptxas's registers and spills (needs nvcc), "
@@ -129,7 +130,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     that cannot be read or written, is one line ``treduda: error: ...`` and exit status 2."""
     args = parser().parse_args(argv)
     try:
-        status = _run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warn
+            status = _run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
         return status
     except BrokenPipeError:  # the reader left (`treduda cache list | head`): end quietly
@@ -138,6 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (TredudaError, OSError) as error:
         print(f"treduda: error: {_message(error)}", file=sys.stderr)
         return 2
+
+
+def _warn(message: Warning | str, category: type[Warning], *where: object) -> None:
+    """A warning as one line, as errors are: the user needs its reason, not its source line."""
+    print(f"treduda: warning: {message}", file=sys.stderr)
 
 
 def _message(error: Exception) -> str:
