@@ -48,7 +48,7 @@ def a(*shape):
 
 PYTHON_CASES = {
     "sizes a list": (lambda: treduda.compile(GEMM, [8, 8, 8]), ArgumentError,
-                     "sizes must be a mapping from each index to its extent"),
+                     "sizes must be a mapping from each index's name to its extent"),
     "sizes keyed by ints": (lambda: treduda.compile(GEMM, {0: 8, 1: 8, 2: 8}), ArgumentError,
                             "sizes must be a mapping"),
     "a size as text": (lambda: treduda.compile(GEMM, {**SIZES, "i": "8"}), ShapeMismatch,

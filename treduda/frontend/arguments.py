@@ -50,7 +50,7 @@ def _is_bool(value: Any) -> bool:
 _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "expr": (lambda v: isinstance(v, str),
              "a string such as 'C[i,j] = A[i,k] * B[k,j]' or 'ik,kj->ij'"),
-    "sizes": (_optional(_is_sizes), "a mapping from each index to its extent, such as "
+    "sizes": (_optional(_is_sizes), "a mapping from each index's name to its extent, such as "
                                     "{'i': 64, 'j': 64, 'k': 32}"),
     "layout": (lambda v: isinstance(v, str) and v in ("C", "F"),
                "'C' (row-major: last index fastest) or 'F' (column-major: first fastest)"),
