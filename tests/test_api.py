@@ -125,6 +125,27 @@ def test_a_repeated_contract_generates_and_builds_its_kernel_once(monkeypatch):
     assert len(builds) == 2  # another dtype is another kernel
 
 
+def test_compile_keeps_its_kernel_and_contract_after_it_reuses_it(monkeypatch):
+    """compile() keeps its kernels under contract's key: the same call (sizes in any order)
+    returns the same Kernel without generating, searching or asking the tuning cache."""
+    sizes = {"i": 19, "j": 26, "k": 11}  # sizes no other test shares
+    chosen = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="tiled",
+                             params={"block_x": 8, "reg_x": 2})
+    searched = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes)
+    for owner, name in ((api, "build"), (api, "search_program"), (api.TuningCache, "get")):
+        monkeypatch.setattr(owner, name, lambda *args, name=name, **kwargs: pytest.fail(name))
+    again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", dict(reversed(sizes.items())),
+                            strategy="tiled", params={"reg_x": 2, "block_x": 8})
+    assert again is chosen and dict(again.params)["reg_x"] == 2
+    assert treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes) is searched
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal(s).astype(np.float32) for s in ((19, 11), (11, 26)))
+    for params in ({"block_x": 8, "reg_x": 2}, None):
+        c = treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b, strategy=params and "tiled",
+                             params=params)
+        np.testing.assert_allclose(c, a @ b, rtol=1e-5, atol=1e-5)
+
+
 def _counted(monkeypatch, function) -> list:
     """Every call of ``function``, from whichever treduda module imported it."""
     calls: list = []

@@ -8,6 +8,7 @@ import sys
 import pytest
 
 from treduda.app.cli import main
+from treduda.tuning.cache import TuningCache
 
 
 def test_compile_prints_cuda(capsys):
@@ -63,6 +64,7 @@ def test_demo_prints_the_source_when_asked(capsys, tmp_path):
 def test_output_piped_into_head_ends_quietly(command, tmp_path):
     """A real pipe whose reader leaves early: the first line arrives and no traceback follows."""
     cache = tmp_path / "tuning.sqlite3"
+    assert len(TuningCache(cache)) == 0  # made: `cache list` refuses a file that does not exist
     line = f"{sys.executable} -m treduda.app.cli {command.format(cache=cache)} | head -1"
     shell = subprocess.run(["bash", "-c", line], capture_output=True, text=True, timeout=120)
     assert shell.stdout.count("\n") == 1 and shell.stderr == ""
@@ -113,7 +115,6 @@ def test_gpus_lists_every_description(capsys):
 
 def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     import treduda
-    from treduda.tuning.cache import TuningCache
 
     path = tmp_path / "tuning.sqlite3"
     treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},
@@ -124,3 +125,28 @@ def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     assert main(["cache", "clear", "--path", str(path)]) == 0
     assert "removed 1 entries" in capsys.readouterr().out
     assert len(TuningCache(path)) == 0
+
+
+def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_path, capsys,
+                                                                          monkeypatch):
+    import treduda
+
+    cache = tmp_path / "tuning.sqlite3"
+    monkeypatch.setenv("TREDUDA_CACHE", str(cache))
+    argv = ["search", "C[i] = A[i,k]*B[k]", "-s", "i=16", "-s", "k=8", "--top", "1"]
+    assert main(argv) == 0
+    assert f"kept in the tuning cache {cache}" in capsys.readouterr().out
+    [entry] = TuningCache(cache).entries()
+    assert entry.value["found"].startswith("by treduda.search(), a complete search of")
+    search = treduda.api.search_program
+    monkeypatch.setattr(treduda.api, "search_program", lambda *a, **k: pytest.fail("searched"))
+    assert main(argv) == 0
+    again = capsys.readouterr().out
+    assert again.startswith(f"from the tuning cache {cache}: searched 0 nodes now")
+    params = " ".join(f"{k}={v}" for k, v in entry.value["params"].items())
+    assert f"{entry.value['strategy']} {params}" in again and "--fresh searches again" in again
+    kernel = treduda.compile("C[i] = A[i,k]*B[k]", {"i": 16, "k": 8})  # the same answer
+    assert dict(kernel.params) == entry.value["params"]
+    monkeypatch.setattr(treduda.api, "search_program", search)
+    assert main([*argv, "--fresh"]) == 0
+    assert "bound ms" in capsys.readouterr().out  # searched again, the table with it

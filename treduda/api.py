@@ -16,10 +16,11 @@ from . import strategies
 from .codegen.printer import check_identifiers
 from .determinism import resolve
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
+from .frontend.arguments import check_choice, check_scalars, check_shapes, check_types
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
 from .frontend.dtypes import check_dtype, compute_dtype
-from .kernel import Kernel
-from .polyhedral.ast_build import build
+from .kernel import BACKENDS, Kernel
+from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
 from .run import reference
@@ -49,7 +50,7 @@ CHECKED_MOST = 16  # ... and at most in all
 # A batch after the first is compiled only for a candidate predicted this much faster than the
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
-KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
+KERNELS_KEPT = 256  # kernels compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
                 "deterministic")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
@@ -73,9 +74,26 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``deterministic=True`` allows no atomic additions, so the kernel gives the same result bit
     for bit on every run (a split reduction adds its parts in a fixed order, in a second
     kernel); None takes the process-wide default (:class:`treduda.use_deterministic`).
+    The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
+    and so does :func:`contract` on arrays of these sizes.
     """
-    program = plan(expr, sizes, layout, dtype, symbolic=symbolic,
-                   deterministic=resolve(deterministic))
+    check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, params=params,
+                symbolic=symbolic, measure=measure)
+    check_dtype(dtype)
+    if not isinstance(cache, (bool, TuningCache)):
+        raise ArgumentError(f"cache must be True, False or a treduda.tuning.cache.TuningCache, "
+                            f"got {type(cache).__name__} {cache!r}")
+    return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
+                 gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
+                 deterministic=resolve(deterministic))
+
+
+def _compiled(expr: str, sizes: Mapping[str, int] | None, dtype: str, layout: str,
+              strategy: str | None, params: Mapping[str, Any] | None, symbolic: bool, gpu: Gpu,
+              cache: TuningCache | bool, measure: bool, deterministic: bool) -> Kernel:
+    """:func:`compile`'s work, once its arguments are checked: plan, tune, generate."""
+    program = plan(expr, sizes, layout, dtype, symbolic=symbolic, deterministic=deterministic)
+    check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
         strategy, params = _tuned(program, gpu, cache, measure, generate)
@@ -87,6 +105,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            values: Mapping[str, tuple] | None = None, measure: bool = False,
            progress: Progress | None = None, max_nodes: int | None = None,
            refine: int = 0, check: bool = False,
+           cache: TuningCache | bool = False,
            deterministic: bool | None = None) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
@@ -100,12 +119,39 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     The winner's ``measured_on`` says which. With ``check=True`` and nvcc present, ptxas
     reports on the winner's registers and spills (:func:`_checked`). Compile the winner with
     ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
+    With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
+    in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then.
     """
+    check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
+                measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
+                check=check)
+    gpu = find_gpu(gpu)
     program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic))
-    result = search_program(program, gpu, strategy=strategy, values=values, progress=progress,
-                            max_nodes=max_nodes)
-    return _reranked(program, result, refine, measure, check)
+    check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
+    result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
+                            progress=progress, max_nodes=max_nodes)
+    result = _reranked(program, result, refine, measure, check)
+    store = _store(cache)
+    if store is not None:
+        _remember(store, CacheKey.of(program, result.gpu.name), result, "treduda.search()")
+    return result
+
+
+def tuning_entry(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
+                 dtype: str = "float32", layout: str = "C", measure: bool = False,
+                 cache: TuningCache | bool = True,
+                 deterministic: bool | None = None) -> dict | None:
+    """The tuning cache's entry for ``expr`` at ``sizes`` on ``gpu``, as :func:`compile`
+    would use it (re-checked against the parameter space; with ``measure``, only a measured
+    one), or None: ``strategy``, ``params``, the predicted ``seconds`` and ``binding``,
+    ``measured`` and how it was ``found``."""
+    check_types(expr=expr, sizes=sizes, layout=layout, measure=measure)
+    store = _store(cache)
+    if store is None:
+        return None
+    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic))
+    return _cached(program, store, CacheKey.of(program, find_gpu(gpu).name), measure)
 
 
 def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
@@ -220,6 +266,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
     numpy.einsum gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
     """
+    check_types(expr=expr)
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
@@ -282,28 +329,45 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
     """
+    check_types(expr=expr, layout=layout, strategy=strategy, params=params)
+    check_choice("backend", backend, BACKENDS)
     contraction = analyse(expr)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
+    check_shapes(named)
     check_dtype(dtype)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
-    tuned = strategy is None and params is None  # compile() searches, or asks the cache
-    kernel = None if 0 in sizes.values() else _kept_kernel(
-        expr, tuple(sizes.items()), dtype, layout, strategy,
-        None if params is None else tuple(sorted(params.items())), gpu,
-        str(default_path()) if tuned else None, resolve(deterministic))
+    kernel = None if 0 in sizes.values() else _kept(
+        expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
+        gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic))
     return ContractExpression(contraction, sizes, dtype, backend, kernel)
 
 
+def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
+          strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
+          cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
+          deterministic: bool = False) -> Kernel:
+    """The kernel of these (checked) arguments, kept for the process: the one place that says
+    which calls of :func:`compile` and :func:`contract` get the same kernel. Sizes and
+    parameters in any order are the same; the tuning cache counts (by its file) only where
+    the kernel is searched."""
+    tuned = strategy is None and params is None and not symbolic
+    path = None
+    if tuned and cache is not False:
+        path = str(cache.path if isinstance(cache, TuningCache) else default_path())
+    return _kept_kernel(expr, None if sizes is None else tuple(sorted(sizes.items())), dtype,
+                        layout, strategy, None if params is None else tuple(sorted(params.items())),
+                        gpu, path, symbolic, measure, deterministic)
+
+
 @functools.lru_cache(maxsize=KERNELS_KEPT)
-def _kept_kernel(expr: str, sizes: tuple, dtype: str, layout: str, strategy: str | None,
-                 params: tuple | None, gpu: str, cache: str | None,
-                 deterministic: bool = False) -> Kernel:
-    """:func:`compile`'s kernel, kept: every argument shapes it (``cache``, the path of the
-    tuning cache a searched kernel comes from), so equal arguments mean an equal kernel."""
-    return compile(expr, dict(sizes), dtype=dtype, layout=layout, strategy=strategy,
-                   params=None if params is None else dict(params), gpu=gpu,
-                   cache=TuningCache(cache) if cache else False, deterministic=deterministic)
+def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strategy: str | None,
+                 params: tuple | None, gpu: Gpu, cache: str | None, symbolic: bool,
+                 measure: bool, deterministic: bool) -> Kernel:
+    """:func:`_compiled`'s kernel, kept: called only by :func:`_kept`, whose arguments it is."""
+    return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
+                     None if params is None else dict(params), symbolic, gpu,
+                     TuningCache(cache) if cache else False, measure, deterministic)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
@@ -318,6 +382,7 @@ def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
     if doubled:
         raise ArgumentError(f"{', '.join(doubled)} given both by position and by name")
     check_arguments(contraction, values, options)
+    check_scalars(contraction.scalars, values)
     return {**named, **values}
 
 
@@ -333,7 +398,7 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
                          f"cast safely; pass an out of dtype {dtype} or wider")
 
 
-def _tuned(program: Program, gpu: str, cache: TuningCache | bool, measure: bool,
+def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure: bool,
            generate: _Generator) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters, from the tuning cache when it has them.
 
@@ -342,29 +407,55 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool, measure: bool,
     prediction (``seconds``, ``binding``) and, apart from it, a measurement (``measured``:
     seconds and the device) when the search timed its candidates; ``measure=True`` searches
     again where the entry has none."""
-    store = cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
+    store = _store(cache)
     key = CacheKey.of(program, find_gpu(gpu).name)
-    hit = store.get(key) if store is not None else None
-    if hit is not None and (hit.get("measured") or not measure):
-        try:
-            chosen = strategies.get(hit["strategy"])
-            chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
-            return hit["strategy"], dict(hit["params"])
-        except (StrategyError, KeyError, TypeError) as error:
-            warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
-                          stacklevel=3)
+    hit = _cached(program, store, key, measure) if store is not None else None
+    if hit is not None:
+        return hit["strategy"], dict(hit["params"])
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
     budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
     result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
                        check=not small, generate=generate)
-    best = result.best
     if store is not None:
-        measured = None if best.measured is None else {"seconds": best.measured,
-                                                       "device": best.measured_on}
-        store.put(key, {"strategy": best.strategy, "params": dict(best.params),
-                        "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-                        "measured": measured})
-    return best.strategy, dict(best.params)
+        _remember(store, key, result, "compile()")
+    return result.best.strategy, dict(result.best.params)
+
+
+def _store(cache: TuningCache | bool) -> TuningCache | None:
+    """The tuning cache ``cache`` names: itself, the default file (True), or none (False)."""
+    return cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
+
+
+def _cached(program: Program, store: TuningCache, key: CacheKey, measure: bool) -> dict | None:
+    """``store``'s entry under ``key`` if it still fits ``program``'s parameter space (one that
+    no longer fits is reported and ignored) and, with ``measure``, holds a measured time."""
+    hit = store.get(key)
+    if hit is None or (measure and not hit.get("measured")):
+        return None
+    try:
+        chosen = strategies.get(hit["strategy"])
+        chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
+        return hit
+    except (StrategyError, KeyError, TypeError) as error:
+        warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
+                      stacklevel=4)
+        return None
+
+
+def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) -> None:
+    """Keep ``result``'s winner under ``key``: the prediction (``seconds``, ``binding``),
+    apart from it a measurement (``measured``: seconds and the device) where the search
+    timed its candidates, and how it was ``found``."""
+    best, stats = result.best, result.stats
+    measured = None if best.measured is None else {"seconds": best.measured,
+                                                   "device": best.measured_on}
+    found = (f"by {by}, a {'complete search' if stats.complete else 'search within a budget'} "
+             f"of {stats.nodes_visited} nodes"
+             + (", re-ranked by walking the kernels" if best.walked is not None else "")
+             + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
+    store.put(key, {"strategy": best.strategy, "params": dict(best.params),
+                    "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+                    "measured": measured, "found": found})
 
 
 def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:

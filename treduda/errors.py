@@ -60,6 +60,12 @@ class ShapeMismatch(TredudaError):
     """Array shapes disagree with each other or with the expression."""
 
 
+class SizeLimit(ShapeMismatch):
+    """Sizes past what any kernel can do: a tensor more than 64-bit indices address, or an
+    output more than a GPU's grid can cover. Raised before anything is searched or compiled.
+    (Its base is the class raised for sizes that are not positive ints.)"""
+
+
 class MissingSize(TredudaError):
     """An index has no extent: neither in ``sizes`` nor inferable from an array."""
 
@@ -74,8 +80,9 @@ class DtypeError(ShapeMismatch, StrategyError):
 
 
 class ArgumentError(ShapeMismatch, StrategyError):
-    """An argument the call does not take: a misspelt tensor, scalar or option name, or more
-    arrays than the expression has inputs. (Its bases are the classes raised for it before.)"""
+    """An argument the call does not take: a misspelt tensor, scalar or option name, more
+    arrays than the expression has inputs, or a value of the wrong kind (sizes that are not a
+    mapping, an unknown GPU). (Its bases are the classes raised for it before.)"""
 
 
 class MissingArray(MissingSize):

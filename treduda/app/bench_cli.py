@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 from ..errors import TredudaError
 from ..run.timing import REPEATS
@@ -17,10 +18,19 @@ def _ids(text: str) -> list[str]:
     return [part.strip() for part in text.split(",") if part.strip()]
 
 
-def _count(text: str) -> int:
+def count(text: str) -> int:
+    """An option's count (an int >= 0), for argparse's ``type=``."""
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
     return int(text)
+
+
+def writable(path: str | None) -> None:
+    """Refuse, before any work, an output file whose folder does not exist (a bench runs for
+    minutes before it writes)."""
+    folder = Path(path).parent if path else None
+    if folder is not None and not folder.is_dir():
+        raise TredudaError(f"cannot write {path}: the folder {folder} does not exist")
 
 
 def bench_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,20 +40,20 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
     parser.add_argument("--json", metavar="FILE", help="write every row to this file")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
-    parser.add_argument("--limit", type=_count, metavar="N", help="run only the first N rows")
+    parser.add_argument("--limit", type=count, metavar="N", help="run only the first N rows")
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
-    parser.add_argument("--max-nodes", type=_count, default=bench.DEFAULT_MAX_NODES, metavar="N",
+    parser.add_argument("--max-nodes", type=count, default=bench.DEFAULT_MAX_NODES, metavar="N",
                         help="the search's node budget per row (default %(default)s)")
     parser.add_argument("--gpu-time", action="store_true",
                         help="time each searched kernel on this machine's GPU beside "
                              "cupy.einsum and torch.einsum (needs CuPy and a GPU; without one "
                              "it says so and times nothing)")
-    parser.add_argument("--repeats", type=_count, default=REPEATS, metavar="N",
+    parser.add_argument("--repeats", type=count, default=REPEATS, metavar="N",
                         help="timed launches per kernel with --gpu-time (default %(default)s)")
     parser.add_argument("--picks", metavar="FILE",
                         help="with --gpu-time: time the kernels an earlier run chose (its --json "
                              "file) instead of searching again, and the rivals it recorded")
-    parser.add_argument("--rivals", type=_count, default=0, metavar="N",
+    parser.add_argument("--rivals", type=count, default=0, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "
                              "calibration data (benchmarks/model_fidelity.py --data reads it)")
@@ -52,6 +62,8 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
     cases = bench.select(args.suite, args.ids, args.limit)
+    writable(args.json)
+    writable(args.plot)
     if args.picks and not args.gpu_time:
         raise TredudaError("--picks times an earlier run's kernels on a GPU: add --gpu-time")
     if args.rivals and args.gpu_time:
@@ -72,6 +84,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         return bench_command(args)
-    except TredudaError as error:
+    except (TredudaError, OSError) as error:  # one line, as `treduda bench` says them
         print(f"bench: error: {error}", file=sys.stderr)
         return 2

@@ -5,23 +5,31 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import warnings
 from collections.abc import Sequence
+from pathlib import Path
 
 from .. import strategies
-from ..api import MEASURED, compile, search
-from ..errors import TredudaError
+from ..api import MEASURED, compile, search, tuning_entry
+from ..errors import ArgumentError, MissingSize, TredudaError
+from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES
 from ..polyhedral.lower import plan
-from ..tuning.cache import TuningCache
+from ..tuning.cache import TuningCache, default_path
+from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
-from .bench_cli import bench_arguments, bench_command
+from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
 
 
 def _size(text: str) -> tuple[str, int]:
-    name, _, value = text.partition("=")
-    if not name or not value.strip().isdigit():
+    name, sep, value = text.partition("=")
+    if not sep or not name.strip():
         raise argparse.ArgumentTypeError(f"expected INDEX=EXTENT such as i=1024, got {text!r}")
+    if not value.strip().isdigit() or int(value) == 0:
+        raise argparse.ArgumentTypeError(f"the extent of index {name.strip()} must be a "
+                                         f"positive integer such as {name.strip()}=1024, got "
+                                         f"{value.strip()!r}")
     return name.strip(), int(value)
 
 
@@ -42,12 +50,20 @@ def parser() -> argparse.ArgumentParser:
                                    "contractions written in Einstein notation.")
     commands = main.add_subparsers(dest="command", required=True)
 
-    c = commands.add_parser("compile", help="print or write the CUDA kernel of an expression")
+    c = commands.add_parser(
+        "compile", help="print or write the CUDA kernel of an expression",
+        description="Print or write the CUDA kernel of an expression. Without --strategy and "
+                    "-p it searches for the fastest kernel on --gpu (as `treduda search` does, "
+                    "within a node budget), or takes the tuning cache's answer from an earlier "
+                    "search; with --symbolic it takes the default strategy.")
     _problem_arguments(c)
     c.add_argument("--strategy", default=None, metavar="NAME",
-                   help="a strategy, or several chained with '+' (see `treduda strategies`)")
+                   help="a strategy, or several chained with '+' (see `treduda strategies`); "
+                        "without it and -p, the kernel is searched for")
     c.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V",
-                   help="a strategy parameter (repeat for each)")
+                   help="a strategy parameter (repeat for each; see `treduda space`)")
+    c.add_argument("--gpu", default="H100",
+                   help="the GPU a search tunes for (see `treduda gpus`; default %(default)s)")
     c.add_argument("--opencl", action="store_true", help="print the OpenCL text instead")
     _deterministic_argument(c)
     c.add_argument("--out", "-o", help="write to this file instead of printing")
@@ -62,19 +78,26 @@ def parser() -> argparse.ArgumentParser:
                    help="write the .cu files here (default: a new temporary folder)")
     d.add_argument("--source", action="store_true", help="print each CUDA kernel as well")
 
-    f = commands.add_parser("search", help="find the fastest predicted kernel on a GPU")
-    _problem_arguments(f)
+    f = commands.add_parser(
+        "search", help="find the fastest predicted kernel on a GPU",
+        description="Find the fastest predicted kernel for fixed sizes on a GPU and keep it in "
+                    "the tuning cache ($TREDUDA_CACHE, else the user's cache directory), where "
+                    "`treduda compile` and a rerun of the same search find it.")
+    _problem_arguments(f, symbolic=False)
     f.add_argument("--gpu", default="H100", help="a GPU name (see `treduda gpus`)")
-    f.add_argument("--top", type=int, default=10, help="how many candidates to list")
+    f.add_argument("--top", type=count, default=10, help="how many candidates to list")
     f.add_argument("--measure", action="store_true",
                    help="also time the best candidates (on the GPU if there is one, else on "
                         "PoCL) and pick the fastest measured")
-    f.add_argument("--refine", type=int, default=0, metavar="K",
+    f.add_argument("--refine", type=count, default=0, metavar="K",
                    help="generate the K best candidates and re-rank them by walking their IR")
     f.add_argument("--ptxas", action="store_true",
                    help="re-estimate the winner with ptxas's registers and spills (needs nvcc), "
                         "and its rivals too where that makes it slower than the runner-up")
-    f.add_argument("--json", help="write the result (replayable) to this file")
+    f.add_argument("--json", help="write the result (replayable) to this file; searches even "
+                                  "where the tuning cache has an answer")
+    f.add_argument("--fresh", action="store_true",
+                   help="search again even where the tuning cache has an answer (and replace it)")
     _deterministic_argument(f)
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
@@ -90,13 +113,15 @@ def parser() -> argparse.ArgumentParser:
     return main
 
 
-def _problem_arguments(command: argparse.ArgumentParser) -> None:
-    """The arguments that say what to compute: expression, sizes, dtype, layout."""
+def _problem_arguments(command: argparse.ArgumentParser, symbolic: bool = True) -> None:
+    """The arguments that say what to compute: expression, sizes, dtype, layout (and, where a
+    command takes it, --symbolic; a search needs fixed sizes)."""
     command.add_argument("expression", help='e.g. "C[i,j] = A[i,k] * B[k,j]"')
     command.add_argument("--size", "-s", action="append", type=_size, default=[], metavar="I=N",
                          help="extent of an index (repeat for each index)")
-    command.add_argument("--symbolic", action="store_true",
-                         help="make the sizes kernel arguments: one kernel for every size")
+    if symbolic:
+        command.add_argument("--symbolic", action="store_true",
+                             help="make the sizes kernel arguments: one kernel for every size")
     command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
@@ -110,17 +135,33 @@ def _deterministic_argument(command: argparse.ArgumentParser) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command ``argv`` says; every error treduda raises on purpose, and every file
+    that cannot be read or written, is one line ``treduda: error: ...`` and exit status 2."""
     args = parser().parse_args(argv)
     try:
-        status = _run(args)
+        with warnings.catch_warnings():
+            warnings.showwarning = _warn
+            status = _run(args)
         sys.stdout.flush()  # a closed pipe shows here, not at exit where it cannot be caught
         return status
-    except TredudaError as error:
-        print(f"treduda: error: {error}", file=sys.stderr)
-        return 2
     except BrokenPipeError:  # the reader left (`treduda cache list | head`): end quietly
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush
         return 141  # 128 + SIGPIPE: what a shell reports for a writer whose reader left
+    except (TredudaError, OSError) as error:
+        print(f"treduda: error: {_message(error)}", file=sys.stderr)
+        return 2
+
+
+def _warn(message: Warning | str, category: type[Warning], *where: object) -> None:
+    """A warning as one line, as errors are: the user needs its reason, not its source line."""
+    print(f"treduda: warning: {message}", file=sys.stderr)
+
+
+def _message(error: Exception) -> str:
+    """What went wrong, in the command line's words: a file's name and the system's reason."""
+    if isinstance(error, OSError) and error.filename is not None:
+        return f"{error.filename}: {error.strerror or error}"
+    return str(error)
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -147,10 +188,34 @@ def _run(args: argparse.Namespace) -> int:
     return demo(args.out, args.source)
 
 
+def _sizes(args: argparse.Namespace) -> dict[str, int]:
+    """The -s sizes, each index of the expression given one unless --symbolic makes them
+    kernel arguments (a missing one is said in the command line's words)."""
+    sizes = dict(args.size)
+    contraction = analyse(args.expression)
+    unknown = [index for index in sizes if index not in contraction.indices]
+    if unknown:
+        raise ArgumentError(f"-s {unknown[0]}={sizes[unknown[0]]}: {unknown[0]} is not an index "
+                            f"of {contraction.tree!r}; its indices are "
+                            f"{', '.join(contraction.indices) or 'none'}")
+    if getattr(args, "symbolic", False):
+        return sizes
+    missing = [index for index in contraction.indices if index not in sizes]
+    if missing:
+        noun = "index" if len(missing) == 1 else "indices"
+        example = " ".join(f"-s {index}=64" for index in missing)
+        alternative = (", or --symbolic for one kernel for every size"
+                       if hasattr(args, "symbolic") else "")
+        raise MissingSize(f"no size for {noun} {', '.join(missing)} of {contraction.tree!r}; "
+                          f"give each one, e.g. {example}{alternative}")
+    return sizes
+
+
 def _compile(args: argparse.Namespace) -> int:
-    kernel = compile(args.expression, dict(args.size) or None, dtype=args.dtype,
+    writable(args.out)
+    kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
-                     symbolic=args.symbolic, deterministic=args.deterministic)
+                     symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic)
     text = kernel.opencl_source if args.opencl else kernel.cuda_source
     if args.out:
         with open(args.out, "w") as out:
@@ -162,10 +227,19 @@ def _compile(args: argparse.Namespace) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    sizes = _sizes(args)
+    writable(args.json)
+    if not (args.fresh or args.json):
+        entry = tuning_entry(args.expression, sizes, args.gpu, dtype=args.dtype,
+                             layout=args.layout, measure=args.measure,
+                             deterministic=args.deterministic)
+        if entry is not None:
+            print(_remembered(entry, args.gpu))
+            return 0
     bar = ProgressBar(sys.stderr)
-    result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
+    result = search(args.expression, sizes, args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
-                    refine=args.refine, check=args.ptxas,
+                    refine=args.refine, check=args.ptxas, cache=True,
                     deterministic=args.deterministic)
     bar.close()
     print(result.table(args.top))
@@ -178,7 +252,23 @@ def _search(args: argparse.Namespace) -> int:
     if args.json:
         with open(args.json, "w") as out:
             out.write(result.to_json())
+    print(f"kept in the tuning cache {default_path()}: `treduda compile` at these sizes and "
+          "this search again answer from it (--fresh searches again)")
     return 0
+
+
+def _remembered(entry: dict, gpu: str) -> str:
+    """A search's answer from the tuning cache: its winner alone, and where it came from."""
+    params = " ".join(f"{k}={v}" for k, v in entry["params"].items())
+    measured = entry.get("measured") or {}
+    timed = (f"; measured {measured['seconds'] * 1e3:.4f} ms on {measured.get('device')}"
+             if isinstance(measured.get("seconds"), (int, float)) else "")
+    return (f"from the tuning cache {default_path()}: searched 0 nodes now; the winner was "
+            f"found earlier {entry.get('found', 'by a search')}\n"
+            f"  {entry['strategy']} {params}\n"
+            f"best on {find_gpu(gpu).name}: {entry['seconds'] * 1e3:.4f} ms predicted, "
+            f"{entry.get('binding')} binds{timed}\n"
+            "only the winner is kept: --fresh searches again and lists the candidates")
 
 
 class ProgressBar:
@@ -203,6 +293,12 @@ class ProgressBar:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    if args.path is not None and not Path(args.path).is_file():
+        raise TredudaError(f"no tuning cache at {args.path}: the file does not exist (leave "
+                           f"--path out for the default one, {default_path()})")
+    if args.path is None and not default_path().exists():
+        print(f"0 entries: nothing is cached yet ({default_path()} does not exist)")
+        return 0
     cache = TuningCache(args.path)
     if args.action == "clear":
         print(f"removed {cache.clear()} entries from {cache.path}")
@@ -215,13 +311,14 @@ def _cache(args: argparse.Namespace) -> int:
         measured = value.get("measured") or {}
         timed = (f"; measured {measured['seconds'] * 1e3:.4f} ms on {measured.get('device')}"
                  if isinstance(measured.get("seconds"), (int, float)) else "")
+        found = f"; found {value['found']}" if value.get("found") else ""
         print(f"  {entry.key}\n    {value.get('strategy')} {params}  "
-              f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms{timed}")
+              f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms{timed}{found}")
     return 0
 
 
 def _space(args: argparse.Namespace) -> int:
-    program = plan(args.expression, dict(args.size), args.layout, args.dtype,
+    program = plan(args.expression, _sizes(args), args.layout, args.dtype,
                    symbolic=args.symbolic)
     strategy = strategies.get(args.strategy)
     space = strategy.space(program)

@@ -8,6 +8,7 @@ per product term). :func:`resolve_sizes` and :func:`infer_sizes` then give every
 
 from __future__ import annotations
 
+import math
 import numbers
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -21,11 +22,17 @@ from treduda.errors import (
     MissingSize,
     RankMismatch,
     ShapeMismatch,
+    SizeLimit,
     caret,
     did_you_mean,
 )
 from treduda.frontend.parse import parse
 from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
+
+# The largest element offset a kernel's index holds: 64-bit ``long long`` (``long`` in OpenCL)
+# where a tensor passes 2^31 - 1 elements (treduda.polyhedral.ast_build._index_bits), and no
+# kernel uses wider ones; a larger constant is beyond what nvcc's C++ accepts.
+INDEX_LIMIT = 2**63 - 1
 
 
 def _unique(names: Iterator[str]) -> tuple[str, ...]:
@@ -256,7 +263,20 @@ def resolve_sizes(c: Contraction, sizes: Mapping[str, int], empty: bool = False
         )
     resolved = {index: checked[index] for index in c.indices}
     _check_tensor_shapes(c, resolved)
+    _check_addressable(c, resolved)
     return resolved
+
+
+def _check_addressable(c: Contraction, sizes: Mapping[str, int]) -> None:
+    """Every tensor must be indexable with 64-bit offsets (:data:`INDEX_LIMIT`)."""
+    for tensor, indices in ((c.output, c.output_indices), *c.inputs.items()):
+        elements = math.prod(sizes[i] for i in indices)
+        if elements > INDEX_LIMIT:
+            extents = " x ".join(f"{i}={sizes[i]}" for i in indices)
+            raise SizeLimit(
+                f"{Read(tensor, indices)!r} would hold {elements:.3g} elements ({extents}), "
+                f"more than 64-bit indices address (2^63 - 1, about {INDEX_LIMIT:.2g}); no "
+                "kernel can index it, so nothing was searched or compiled: give smaller sizes")
 
 
 def _caret_at_index(c: Contraction, index: str) -> str:

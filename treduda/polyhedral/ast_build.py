@@ -16,6 +16,7 @@ elements linearised for the layout.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import islpy as isl
@@ -24,7 +25,7 @@ from ..codegen import ir
 from ..codegen.parts import PartsSum, parts_sum
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
-from ..errors import TredudaError
+from ..errors import SizeLimit, TredudaError
 from .geometry import AXES
 from .lower import Program
 from .strategy import MAPPED_DIMS, Role, Scheduled
@@ -137,6 +138,33 @@ def build(scheduled: Scheduled, name: str) -> Built:
                                             zeroed_output=scheduled.zeroed_output)))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
+
+
+def check_grid(program: Program, threads_per_block: int, values_per_thread: int) -> None:
+    """Raise :class:`SizeLimit` where no kernel's grid can cover ``program``'s output: a
+    thread computes at most ``values_per_thread`` output values (each is held in a register:
+    no thread loops over output points beyond its register tile), a block at most
+    ``threads_per_block`` threads, and the grid holds at most 2^31 - 1 blocks along x, with
+    65535 along y and z only where the output has a second and third index (anything more is
+    folded into x)."""
+    if program.sizes is None:
+        return  # symbolic: Kernel.grid_for checks each launch
+    indices = program.output_indices
+    values = math.prod(program.sizes[i] for i in indices)
+    per_block = threads_per_block * values_per_thread
+    fewest = -(-values // per_block)
+    axes = min(3, len(indices))
+    capacity = INT32_LIMIT * GRID_YZ_LIMIT ** max(0, axes - 1)
+    if fewest > capacity:
+        c = program.original
+        raise SizeLimit(
+            f"{c.output} has {values:.3g} values and a block computes at most "
+            f"{threads_per_block} threads x {values_per_thread} registers = {per_block} of "
+            f"them, so it needs at least {fewest:.3g} blocks; a grid holds at most "
+            f"{capacity:.3g} ({INT32_LIMIT} along x, {GRID_YZ_LIMIT} along y and z, with "
+            f"{axes} of the three axes used by {len(indices)} output "
+            f"{'index' if len(indices) == 1 else 'indices'}); nothing was searched or "
+            "compiled: give smaller sizes, or split the contraction into several")
 
 
 def _folded_dims(scheduled: Scheduled) -> int:

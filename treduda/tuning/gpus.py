@@ -23,7 +23,7 @@ import math
 import re
 from dataclasses import dataclass
 
-from ..errors import TredudaError
+from ..errors import ArgumentError, TredudaError
 from ..frontend.dtypes import DTYPES, real
 
 KIB = 1024
@@ -443,10 +443,10 @@ def gpu(name_or_gpu: str | Gpu) -> Gpu:
     if isinstance(name_or_gpu, Gpu):
         return name_or_gpu
     if not isinstance(name_or_gpu, str):
-        raise TredudaError(f"a GPU is a name or a treduda.tuning.gpus.Gpu, not {name_or_gpu!r}")
+        raise ArgumentError(f"a GPU is a name or a treduda.tuning.gpus.Gpu, not {name_or_gpu!r}")
     short = _ALIASES.get(_key(name_or_gpu))
     if short is None:
-        raise TredudaError(
+        raise ArgumentError(
             f"unknown GPU {name_or_gpu!r}; known GPUs: {', '.join(GPUS)} "
             "(describe another one with treduda.tuning.gpus.custom(...))")
     return GPUS[short]
