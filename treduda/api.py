@@ -15,8 +15,10 @@ import numpy as np
 from . import strategies
 from .codegen.printer import check_identifiers
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
+from .frontend.broadcast import Broadcast, resolve
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
 from .frontend.dtypes import check_dtype, compute_dtype
+from .frontend.optimize import check_optimize
 from .kernel import Kernel
 from .polyhedral.ast_build import build
 from .polyhedral.lower import Program, plan
@@ -49,7 +51,8 @@ CHECKED_MOST = 16  # ... and at most in all
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
-PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",  # for did-you-mean
+                "optimize")
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
@@ -200,7 +203,7 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             **values: Any) -> np.ndarray:
+             optimize: Any = False, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -211,7 +214,15 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
     numpy.einsum gives (zeros, or an empty array).
+
+    numpy-style subscripts are numpy's in full: ``...`` and axes of extent 1 broadcast as
+    numpy.einsum broadcasts them (:mod:`treduda.frontend.broadcast`), and ``optimize`` takes
+    what numpy.einsum's does (:mod:`treduda.frontend.optimize`); it cannot change a
+    contraction of one or two operands, which is one kernel.
     """
+    broadcast = resolve(expr, operands, values)
+    if broadcast is not None:  # '...' expanded, broadcast axes of extent 1 dropped
+        expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
@@ -220,7 +231,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  **shapes)
+                                  optimize=optimize, **shapes)
     return planned(out=out, **values)
 
 
@@ -234,9 +245,12 @@ class ContractExpression:
     dtype: str
     backend: str
     kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
+    broadcast: Broadcast | None = None  # how numpy-style operands are reshaped for the kernel
 
     def __call__(self, *operands: Any, out: Any = None, **values: Any) -> Any:
         c = self.contraction
+        if self.broadcast is not None:
+            operands, values = (), self.broadcast.reshape(operands, values)
         values = _named(c, operands, values, ("out",))
         if out is not None:
             if c.output in values:
@@ -264,6 +278,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
+                        optimize: Any = False,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -271,8 +286,13 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
 
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
+    ``...``, broadcasting and ``optimize`` are as :func:`contract` takes them.
     """
+    broadcast = resolve(expr, shapes, named_shapes, shape_of=tuple)
+    if broadcast is not None:
+        expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
+    check_optimize(optimize, contraction)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_dtype(dtype)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
@@ -282,7 +302,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
         expr, tuple(sizes.items()), dtype, layout, strategy,
         None if params is None else tuple(sorted(params.items())), gpu,
         str(default_path()) if tuned else None)
-    return ContractExpression(contraction, sizes, dtype, backend, kernel)
+    return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
