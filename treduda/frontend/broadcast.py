@@ -84,8 +84,8 @@ def resolve(expr: str, operands: Sequence[Any], values: Mapping[str, Any],
     axes, output, fresh = _expanded(subscripts, given)
     extents = _extents(subscripts, axes, given, fresh)
     kept = [[(letter, extent) for (letter, _), extent in zip(operand, shape, strict=True)
-             if extent != 1 or extents[letter] == 1] for operand, shape in zip(axes, given,
-                                                                                strict=True)]
+             if extent != 1 or extents[letter] == 1]
+            for operand, shape in zip(axes, given, strict=True)]
     if not ellipsis and all(len(k) == len(shape) for k, shape in zip(kept, given, strict=True)):
         return None
     text = ",".join("".join(letter for letter, _ in k) for k in kept) + "->" + "".join(output)
@@ -139,10 +139,13 @@ def _expanded(subscripts: Subscripts, shapes: tuple[Shape, ...]
                 f"{_caret(text, labels)}")
         ranks.append(len(shape) - named)
     letters = _unused(subscripts, max(ranks, default=0))
-    axes = [[(letter, position) for label, position in zip(labels.labels, labels.positions,
-                                                           strict=True)
-             for letter in (letters[len(letters) - rank:] if label == ELLIPSIS else label)]
-            for labels, rank in zip(subscripts.operands, ranks, strict=True)]
+    axes = []
+    for labels, rank in zip(subscripts.operands, ranks, strict=True):
+        operand = []
+        for label, position in zip(labels.labels, labels.positions, strict=True):
+            stands_for = letters[len(letters) - rank:] if label == ELLIPSIS else label
+            operand += [(letter, position) for letter in stands_for]
+        axes.append(operand)
     output = subscripts.output
     if output is None:
         return axes, [*letters, *subscripts.implicit_output()], set(letters)

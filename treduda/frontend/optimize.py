@@ -3,8 +3,9 @@
 numpy.einsum and opt_einsum take ``optimize=``: False, True, a name (``"greedy"``,
 ``"optimal"``) or a contraction path, numpy's ``["einsum_path", (0, 1), ...]`` or opt_einsum's
 ``[(0, 1), ...]``: each step contracts the operands at those positions among those left, and
-appends the result. The path orders the pairwise contractions of three or more operands; a
-contraction of one or two operands is one kernel, whatever it says.
+appends the result. In numpy it orders the pairwise contractions of three or more operands;
+here it is checked and changes nothing yet: every contraction is one kernel today, and one of
+one or two operands always is, whatever it says.
 """
 
 from __future__ import annotations
