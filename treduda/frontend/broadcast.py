@@ -47,7 +47,7 @@ class Broadcast:
         ``expr`` takes it: the axes broadcast from extent 1 dropped, by a reshaped view.
 
         Raises :class:`ShapeMismatch` for an array of another shape than it was resolved for."""
-        arrays = _gathered(self.names, operands, values, np.shape)
+        arrays = _gathered(self.names, operands, values)
         if arrays is None:
             raise _miscounted(self.source, self.names, operands)
         for number, (name, given) in enumerate(zip(self.names, self.given, strict=True)):
@@ -72,9 +72,8 @@ def resolve(expr: str, operands: Sequence[Any], values: Mapping[str, Any],
     if not is_numpy_style(expr):
         return None
     subscripts = numpy_subscripts(expr)
-    everything = (*subscripts.operands, *filter(None, [subscripts.output]))
-    ellipsis = any(labels.ellipsis is not None for labels in everything)
-    arrays = _gathered(subscripts.names, operands, values, shape_of)
+    ellipsis = any(labels.ellipsis is not None for labels in subscripts.labels)
+    arrays = _gathered(subscripts.names, operands, values)
     if arrays is None:
         if not ellipsis:
             return None
@@ -93,8 +92,8 @@ def resolve(expr: str, operands: Sequence[Any], values: Mapping[str, Any],
                      tuple(tuple(extent for _, extent in k) for k in kept))
 
 
-def _gathered(names: tuple[str, ...], operands: Sequence[Any], values: Mapping[str, Any],
-              shape_of: Callable[[Any], Shape]) -> dict[str, Any] | None:
+def _gathered(names: tuple[str, ...], operands: Sequence[Any], values: Mapping[str, Any]
+              ) -> dict[str, Any] | None:
     """The operands by name (positional ones first, then named ones), or None unless each is
     given exactly once."""
     if len(operands) > len(names) or any(name in values for name in names[:len(operands)]):
@@ -160,8 +159,8 @@ def _expanded(subscripts: Subscripts, shapes: tuple[Shape, ...]
 
 def _unused(subscripts: Subscripts, count: int) -> str:
     """``count`` letters neither the subscripts nor the operands' names use."""
-    used = {letter for labels in (*subscripts.operands, *filter(None, [subscripts.output]))
-            for letter in labels.letters} | set(subscripts.names)
+    used = {letter for labels in subscripts.labels for letter in labels.letters}
+    used |= set(subscripts.names)
     free = "".join(letter for letter in string.ascii_letters if letter not in used)
     if len(free) < count:
         raise ShapeMismatch(

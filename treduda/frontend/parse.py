@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -272,14 +273,19 @@ class Subscripts:
     output: Labels | None
 
     @property
+    def labels(self) -> tuple[Labels, ...]:
+        """The operands' labels, then the output's where it is explicit."""
+        return self.operands if self.output is None else (*self.operands, self.output)
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The operands' tensor names: A, B, C, ... in order, unless one of those letters is an
-        index here (numpy takes any letter, as in ``"iA,Aj"``); then op1, op2, ..., which no
-        single letter can clash with."""
+        index here (numpy takes any letter, as in ``"iA,Aj"``) or there are more than 26; then
+        op1, op2, ..., which no single letter can clash with."""
         count = len(self.operands)
         letters = {letter for labels in self.operands for letter in labels.letters}
-        plain = tuple(chr(ord("A") + number) for number in range(min(count, 26)))
-        if count <= 26 and letters.isdisjoint(plain):
+        plain = tuple(string.ascii_uppercase[:count])
+        if count <= len(string.ascii_uppercase) and letters.isdisjoint(plain):
             return plain
         return tuple(f"op{number + 1}" for number in range(count))
 
@@ -361,8 +367,8 @@ def _parse_numpy(text: str) -> Operation:
     alphabetical order (``"ik,kj"`` is ``"ik,kj->ij"``). ``...`` needs the arrays' shapes,
     which :mod:`treduda.frontend.broadcast` resolves it with; here it is refused."""
     subscripts = numpy_subscripts(text)
-    for labels in (*subscripts.operands, subscripts.output):
-        if labels is not None and labels.ellipsis is not None:
+    for labels in subscripts.labels:
+        if labels.ellipsis is not None:
             raise ParseError(
                 "'...' stands for the axes an array has beyond its letters, which only its "
                 "shape tells: pass the arrays to treduda.contract (or their shapes to "
