@@ -14,6 +14,7 @@ from test_parse import caret_column
 import treduda
 from treduda.errors import ArgumentError, ParseError, ShapeMismatch, TredudaError
 from treduda.frontend.broadcast import resolve
+from treduda.frontend.parse import numpy_subscripts
 
 STRATEGY = "thread_per_element"  # the cheapest to generate: these tests are about the front end
 
@@ -227,3 +228,24 @@ def test_resolved_subscripts_agree_with_numpy_einsum(case):
     assert (result is None) == (expected is None), text
     if expected is not None:
         np.testing.assert_array_equal(result, expected)
+
+
+@st.composite
+def _texts(draw) -> tuple[str, list[list[str]]]:
+    labels = st.lists(st.sampled_from(["i", "j", "A", "Z", "..."]), max_size=4)
+    operands = draw(st.lists(labels.filter(lambda ls: ls.count("...") <= 1), min_size=1,
+                             max_size=3))
+    space = st.sampled_from(["", "", " "])
+    text = ",".join("".join(draw(space) + label for label in operand) + draw(space)
+                    for operand in operands)
+    return text, operands
+
+
+@given(_texts())
+def test_numpy_subscripts_find_every_label_where_it_stands(case):
+    text, operands = case
+    subscripts = numpy_subscripts(text)
+    assert [list(labels.labels) for labels in subscripts.operands] == operands
+    for labels in subscripts.operands:
+        for label, position in zip(labels.labels, labels.positions, strict=True):
+            assert text.startswith(label, position)
