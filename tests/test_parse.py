@@ -266,6 +266,7 @@ def _check_positions(tree: Operation) -> None:
         ("ij->i->j", ParseError, 5, "exactly one '->'"),
         ("i...->i", ParseError, 1, "'...' stands for the axes an array has beyond its letters"),
         ("ij->...ij", ParseError, 4, "only its shape tells"),
+        ("...ij,jk->...ik", ParseError, 0, "only its shape tells"),
         ("..i", ParseError, 0, "'..' is not an ellipsis"),
         ("i. ..", ParseError, 1, "'.' is not an ellipsis"),
         ("i....", ParseError, 1, "'....' is not an ellipsis"),

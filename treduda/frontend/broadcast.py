@@ -12,6 +12,7 @@ does.
 
 from __future__ import annotations
 
+import functools
 import string
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -72,23 +73,29 @@ def resolve(expr: str, operands: Sequence[Any], values: Mapping[str, Any],
     if not is_numpy_style(expr):
         return None
     subscripts = numpy_subscripts(expr)
-    ellipsis = any(labels.ellipsis is not None for labels in subscripts.labels)
     arrays = _gathered(subscripts.names, operands, values)
     if arrays is None:
-        if not ellipsis:
+        if not subscripts.ellipsis:
             return None
         raise _miscounted(expr, subscripts.names, operands)
-    given = tuple(tuple(int(extent) for extent in shape_of(arrays[name]))
-                  for name in subscripts.names)
+    return _resolved(subscripts, tuple(tuple(int(extent) for extent in shape_of(arrays[name]))
+                                       for name in subscripts.names))
+
+
+@functools.lru_cache(maxsize=256)
+def _resolved(subscripts: Subscripts, given: tuple[Shape, ...]) -> Broadcast | None:
+    """:func:`resolve` once the operands' shapes are known; kept, as repeated calls of
+    contract() with the same shapes ask for the same."""
     axes, output, fresh = _expanded(subscripts, given)
     extents = _extents(subscripts, axes, given, fresh)
     kept = [[(letter, extent) for (letter, _), extent in zip(operand, shape, strict=True)
              if extent != 1 or extents[letter] == 1]
             for operand, shape in zip(axes, given, strict=True)]
-    if not ellipsis and all(len(k) == len(shape) for k, shape in zip(kept, given, strict=True)):
+    if not subscripts.ellipsis and all(len(k) == len(shape)
+                                       for k, shape in zip(kept, given, strict=True)):
         return None
     text = ",".join("".join(letter for letter, _ in k) for k in kept) + "->" + "".join(output)
-    return Broadcast(expr, text, subscripts.names, given,
+    return Broadcast(subscripts.text, text, subscripts.names, given,
                      tuple(tuple(extent for _, extent in k) for k in kept))
 
 
@@ -176,26 +183,29 @@ def _extents(subscripts: Subscripts, axes: list[list[tuple[str, int]]],
 
     An index repeated within one operand takes its diagonal, so its extents there must be
     equal (numpy does not broadcast them)."""
+    def mismatch(letter: str, position: int, why: str) -> ShapeMismatch:
+        what, width = ("an axis of '...'", len(ELLIPSIS)) if letter in fresh else (
+            f"index '{letter}'", 1)
+        return ShapeMismatch(f"{what}{why}\n{caret(subscripts.text, position, width)}")
+
     found: dict[str, tuple[int, int, int]] = {}  # letter -> (extent, operand, axis)
     for number, (operand, shape) in enumerate(zip(axes, shapes, strict=True)):
         own: dict[str, tuple[int, int]] = {}
         for axis, ((letter, position), extent) in enumerate(zip(operand, shape, strict=True)):
-            what = "an axis of '...'" if letter in fresh else f"index '{letter}'"
-            where = caret(subscripts.text, position, 3 if letter in fresh else 1)
             first_extent, first_axis = own.setdefault(letter, (extent, axis))
             if extent != first_extent:
-                raise ShapeMismatch(
-                    f"{what} of operand {number + 1} has extent {first_extent} on axis "
-                    f"{first_axis} but {extent} on axis {axis}; an index repeated in one "
-                    f"operand takes its diagonal, so they must be equal\n{where}")
+                raise mismatch(letter, position, f" of operand {number + 1} has extent "
+                               f"{first_extent} on axis {first_axis} but {extent} on axis "
+                               f"{axis}; an index repeated in one operand takes its diagonal, "
+                               "so they must be equal")
             known, known_number, known_axis = found.setdefault(letter, (extent, number, axis))
             if known == 1:
                 found[letter] = (extent, number, axis)
             elif extent not in (1, known):
-                raise ShapeMismatch(
-                    f"{what}: {known} in operand {known_number + 1} (axis {known_axis}) but "
-                    f"{extent} in operand {number + 1} (axis {axis}); numpy broadcasts an "
-                    f"extent only against the same extent or 1\n{where}")
+                raise mismatch(letter, position, f": {known} in operand {known_number + 1} "
+                               f"(axis {known_axis}) but {extent} in operand {number + 1} "
+                               f"(axis {axis}); numpy broadcasts an extent only against the "
+                               "same extent or 1")
     return {letter: extent for letter, (extent, _, _) in found.items()}
 
 

@@ -278,6 +278,11 @@ class Subscripts:
         return self.operands if self.output is None else (*self.operands, self.output)
 
     @property
+    def ellipsis(self) -> bool:
+        """Whether ``...`` stands anywhere."""
+        return any(labels.ellipsis is not None for labels in self.labels)
+
+    @property
     def names(self) -> tuple[str, ...]:
         """The operands' tensor names: A, B, C, ... in order, unless one of those letters is an
         index here (numpy takes any letter, as in ``"iA,Aj"``) or there are more than 26; then
@@ -367,13 +372,13 @@ def _parse_numpy(text: str) -> Operation:
     alphabetical order (``"ik,kj"`` is ``"ik,kj->ij"``). ``...`` needs the arrays' shapes,
     which :mod:`treduda.frontend.broadcast` resolves it with; here it is refused."""
     subscripts = numpy_subscripts(text)
-    for labels in subscripts.labels:
-        if labels.ellipsis is not None:
-            raise ParseError(
-                "'...' stands for the axes an array has beyond its letters, which only its "
-                "shape tells: pass the arrays to treduda.contract (or their shapes to "
-                "contract_expression), or write a letter for every axis",
-                text, labels.ellipsis, len(ELLIPSIS))
+    if subscripts.ellipsis:
+        raise ParseError(
+            "'...' stands for the axes an array has beyond its letters, which only its shape "
+            "tells: pass the arrays to treduda.contract (or their shapes to "
+            "contract_expression), or write a letter for every axis",
+            text, next(labels.ellipsis for labels in subscripts.labels
+                       if labels.ellipsis is not None), len(ELLIPSIS))
     reads = [Read(name, labels.labels, labels.start, labels.positions)
              for name, labels in zip(subscripts.names, subscripts.operands, strict=True)]
     if subscripts.output is None:
