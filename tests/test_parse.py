@@ -183,11 +183,28 @@ def test_numpy_form():
     assert parse(",i->") == parse("out[] = A[]*B[i]")
 
 
+def test_numpy_form_takes_any_letters_and_names_operands_apart_from_them():
+    assert parse("ik,kj->ij").expr == Mul(Read("A", ("i", "k")), Read("B", ("k", "j")))
+    # operand names that one of the letters would clash with give way to op1, op2, ...
+    assert parse("aB,Bc->ac") == parse("out[a,c] = op1[a,B]*op2[B,c]")
+    assert parse("ijAB,ABkl->ijkl") == parse("out[i,j,k,l] = op1[i,j,A,B]*op2[A,B,k,l]")
+    assert parse("iC,Cj,jk->ik").expr.left.right == Read("op2", ("C", "j"))
+    assert parse("iD,Dj->ij").expr == Mul(Read("A", ("i", "D")), Read("B", ("D", "j")))
+    many = parse(",".join("i" * 27) + "->i")  # more operands than capitals
+    assert many.expr.right == Read("op27", ("i",))
+
+
+def test_numpy_form_ignores_spaces_as_numpy_does():
+    assert parse("ij,j k->i k") == parse("ij,jk->ik")
+    assert parse(" i j ").expr.index_positions == (1, 3)
+
+
 def test_numpy_form_with_implicit_output_keeps_the_indices_used_once_in_alphabetical_order():
     assert parse("ik,kj") == parse("ik,kj->ij")
     assert parse("ji") == parse("ji->ij")  # a transposition, as numpy.einsum("ji", x) is
     assert parse("ba,cb,ad") == parse("ba,cb,ad->cd")
     assert parse("i,i") == parse("i,i->")
+    assert parse("bA,a") == parse("bA,a->Aab")  # capitals first, as in numpy
 
 
 @pytest.mark.parametrize("text", EXPRESSIONS)
@@ -245,13 +262,18 @@ def _check_positions(tree: Operation) -> None:
         ("C[exists] = A[exists]", InvalidName, 2, "isl reserved word"),
         ("ij,j1", ParseError, 4, "operand 2 may only contain index letters, found '1'"),
         ("i1,j->ij", ParseError, 1, "operand 1 may only contain index letters, found '1'"),
-        ("ij,j k->ik", ParseError, 4, "operand 2 may only contain index letters, found ' '"),
         ("ij->i,j", ParseError, 5, "the output may only contain index letters, found ','"),
         ("ij->i->j", ParseError, 5, "exactly one '->'"),
-        ("i...->i", ParseError, 1, "'...' is not supported"),
+        ("i...->i", ParseError, 1, "'...' stands for the axes an array has beyond its letters"),
+        ("ij->...ij", ParseError, 4, "only its shape tells"),
+        ("...ij,jk->...ik", ParseError, 0, "only its shape tells"),
+        ("..i", ParseError, 0, "'..' is not an ellipsis"),
+        ("i. ..", ParseError, 1, "'.' is not an ellipsis"),
+        ("i....", ParseError, 1, "'....' is not an ellipsis"),
+        ("i...j...", ParseError, 5, "operand 1 has a second '...'"),
+        ("ij->...i...", ParseError, 8, "the output has a second '...'"),
         ("ij->ii", IndexUsageError, 5, "index 'i' appears twice in the output out[i,i]"),
-        ("aB,Bc->ac", InvalidName, 1, "index 'B' clashes with the name of operand B"),
-        (",".join("i" * 27) + "->i", ParseError, 52, "at most 26 operands"),
+        ("ij->ik", IndexUsageError, 5, "output index 'k' is used by no operand"),
     ],
 )
 def test_errors_point_at_the_offending_character(text, error, column, reason):

@@ -17,8 +17,11 @@ from .codegen.printer import check_identifiers
 from .determinism import resolve
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
 from .frontend.arguments import check_choice, check_scalars, check_shapes, check_types
+from .frontend.broadcast import Broadcast
+from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
 from .frontend.dtypes import check_dtype, compute_dtype
+from .frontend.optimize import check_optimize
 from .kernel import BACKENDS, Kernel
 from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, plan
@@ -52,7 +55,7 @@ CHECKED_MOST = 16  # ... and at most in all
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
-                "deterministic")  # for did-you-mean
+                "deterministic", "optimize")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
@@ -254,7 +257,8 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             deterministic: bool | None = None, **values: Any) -> np.ndarray:
+             deterministic: bool | None = None, optimize: Any = False,
+             **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -265,8 +269,16 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
     numpy.einsum gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
+
+    numpy-style subscripts are numpy's in full: ``...`` and axes of extent 1 broadcast as
+    numpy.einsum broadcasts them (:mod:`treduda.frontend.broadcast`), and ``optimize`` takes
+    what numpy.einsum's does (:mod:`treduda.frontend.optimize`); it cannot change a
+    contraction of one or two operands, which is one kernel.
     """
     check_types(expr=expr)
+    broadcast = broadcast_of(expr, operands, values)
+    if broadcast is not None:  # '...' expanded, broadcast axes of extent 1 dropped
+        expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
@@ -275,7 +287,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  deterministic=deterministic, **shapes)
+                                  deterministic=deterministic, optimize=optimize, **shapes)
     return planned(out=out, **values)
 
 
@@ -289,9 +301,12 @@ class ContractExpression:
     dtype: str
     backend: str
     kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
+    broadcast: Broadcast | None = None  # how numpy-style operands are reshaped for the kernel
 
     def __call__(self, *operands: Any, out: Any = None, **values: Any) -> Any:
         c = self.contraction
+        if self.broadcast is not None:
+            operands, values = (), self.broadcast.reshape(operands, values)
         values = _named(c, operands, values, ("out",))
         if out is not None:
             if c.output in values:
@@ -319,7 +334,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
-                        deterministic: bool | None = None,
+                        deterministic: bool | None = None, optimize: Any = False,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -328,10 +343,15 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
+    ``...``, broadcasting and ``optimize`` are as :func:`contract` takes them.
     """
     check_types(expr=expr, layout=layout, strategy=strategy, params=params)
     check_choice("backend", backend, BACKENDS)
+    broadcast = broadcast_of(expr, shapes, named_shapes, shape_of=lambda shape: shape)
+    if broadcast is not None:
+        expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
+    check_optimize(optimize, contraction)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_shapes(named)
     check_dtype(dtype)
@@ -340,7 +360,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     kernel = None if 0 in sizes.values() else _kept(
         expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
         gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic))
-    return ContractExpression(contraction, sizes, dtype, backend, kernel)
+    return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast)
 
 
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import string
 from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -17,7 +18,7 @@ from dataclasses import dataclass
 from functools import reduce
 from typing import NoReturn
 
-from treduda.errors import IndexUsageError, InvalidName, ParseError
+from treduda.errors import IndexUsageError, ParseError
 from treduda.frontend.names import check_identifier
 from treduda.frontend.tree import Add, Literal, Mul, Neg, Node, Operation, Read, Scalar, Sub, Write
 
@@ -26,7 +27,6 @@ _WORD = re.compile(r"\w+")  # wider than C identifiers so bad names reach check_
 _WORD_TAIL = re.compile(r"[\w.]*")
 _PUNCTUATION = ("+=", "-=", "[", "]", ",", "(", ")", "+", "-", "*", "=")
 _MAX_NESTING = 100  # parentheses and unary signs; keeps recursion far from Python's limit
-_NUMPY_OPERANDS = 26
 
 
 @dataclass(frozen=True)
@@ -42,7 +42,7 @@ def parse(text: str) -> Operation:
     Raises :class:`ParseError` for malformed text, :class:`InvalidName` for unusable names
     and :class:`IndexUsageError` for an index repeated in the output.
     """
-    if "[" not in text and ("->" in text or "=" not in text and text.strip()):
+    if is_numpy_style(text):
         return _parse_numpy(text)
     return _Parser(text).operation()
 
@@ -236,63 +236,156 @@ def _check_distinct(text: str, indices: tuple[str, ...], positions: tuple[int, .
         seen.add(index)
 
 
-def _parse_numpy(text: str) -> Operation:
-    """``"ik,kj->ij"`` -> ``out[i,j] = A[i,k]*B[k,j]``, operands named A, B, C, ... in order.
+ELLIPSIS = "..."
 
-    Without ``->`` the output is implicit, as in numpy: the indices used exactly once, in
-    alphabetical order (``"ik,kj"`` is ``"ik,kj->ij"``)."""
+
+@dataclass(frozen=True)
+class Labels:
+    """One operand's numpy-style subscripts, or the output's: letters, and :data:`ELLIPSIS`
+    where ``...`` stands, each with its position in the text; ``start`` is where they begin
+    (or would begin, for none)."""
+
+    labels: tuple[str, ...]
+    positions: tuple[int, ...]
+    start: int
+
+    @property
+    def letters(self) -> tuple[str, ...]:
+        return tuple(label for label in self.labels if label != ELLIPSIS)
+
+    @property
+    def letter_positions(self) -> tuple[int, ...]:
+        return tuple(p for label, p in zip(self.labels, self.positions, strict=True)
+                     if label != ELLIPSIS)
+
+    @property
+    def ellipsis(self) -> int | None:
+        """Where ``...`` stands in the text, or None without one."""
+        return self.positions[self.labels.index(ELLIPSIS)] if ELLIPSIS in self.labels else None
+
+
+@dataclass(frozen=True)
+class Subscripts:
+    """numpy-style subscripts taken apart; ``output`` is None where it is implicit (no ``->``)."""
+
+    text: str
+    operands: tuple[Labels, ...]
+    output: Labels | None
+
+    @property
+    def labels(self) -> tuple[Labels, ...]:
+        """The operands' labels, then the output's where it is explicit."""
+        return self.operands if self.output is None else (*self.operands, self.output)
+
+    @property
+    def ellipsis(self) -> bool:
+        """Whether ``...`` stands anywhere."""
+        return any(labels.ellipsis is not None for labels in self.labels)
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The operands' tensor names: A, B, C, ... in order, unless one of those letters is an
+        index here (numpy takes any letter, as in ``"iA,Aj"``) or there are more than 26; then
+        op1, op2, ..., which no single letter can clash with."""
+        count = len(self.operands)
+        letters = {letter for labels in self.operands for letter in labels.letters}
+        plain = tuple(string.ascii_uppercase[:count])
+        if count <= len(string.ascii_uppercase) and letters.isdisjoint(plain):
+            return plain
+        return tuple(f"op{number + 1}" for number in range(count))
+
+    def implicit_output(self) -> tuple[str, ...]:
+        """numpy's output without ``->``: the letters used exactly once, in alphabetical order
+        (capitals first), after the axes of ``...`` (which the caller places)."""
+        uses = Counter(letter for labels in self.operands for letter in labels.letters)
+        return tuple(sorted(letter for letter, count in uses.items() if count == 1))
+
+
+def is_numpy_style(text: str) -> bool:
+    """Whether ``text`` is numpy's ``"ik,kj->ij"`` (or ``"ik,kj"``) rather than Einstein
+    notation."""
+    return "[" not in text and ("->" in text or "=" not in text and bool(text.strip()))
+
+
+def numpy_subscripts(text: str) -> Subscripts:
+    """Take ``"...ij,...jk->...ik"`` apart, as numpy.einsum reads it: letters (any of a-z and
+    A-Z), at most one ``...`` per operand and in the output, spaces ignored.
+
+    Raises :class:`ParseError` for malformed text and :class:`IndexUsageError` for an output
+    letter repeated or used by no operand."""
     arrow = text.find("->")
     second = text.find("->", arrow + 2) if arrow != -1 else -1
     if second != -1:
         raise ParseError("numpy-style subscripts have exactly one '->'", text, second, 2)
-    reads = []
+    operands = []
     start = 0
-    for number, operand in enumerate((text if arrow == -1 else text[:arrow]).split(",")):
-        if number == _NUMPY_OPERANDS:
-            raise ParseError(
-                f"numpy-style subscripts allow at most {_NUMPY_OPERANDS} operands (named A to Z)",
-                text, start, len(operand),
-            )
-        indices, positions, first = _letters(text, start, operand, f"operand {number + 1}")
-        reads.append(Read(chr(ord("A") + number), indices, first, positions))
-        start += len(operand) + 1
+    for number, chunk in enumerate((text if arrow == -1 else text[:arrow]).split(",")):
+        operands.append(_labels(text, start, chunk, f"operand {number + 1}"))
+        start += len(chunk) + 1
     if arrow == -1:
-        uses = Counter(index for read in reads for index in read.indices)
-        indices = tuple(sorted(index for index, count in uses.items() if count == 1))
+        return Subscripts(text, tuple(operands), None)
+    output = _labels(text, arrow + 2, text[arrow + 2:], "the output")
+    _check_distinct(text, output.letters, output.letter_positions, "out")
+    used = {letter for labels in operands for letter in labels.letters}
+    for letter, position in zip(output.letters, output.letter_positions, strict=True):
+        if letter not in used:
+            raise IndexUsageError(f"output index '{letter}' is used by no operand; every output "
+                                  "index must appear in at least one operand", text, position)
+    return Subscripts(text, tuple(operands), output)
+
+
+def _labels(text: str, start: int, chunk: str, what: str) -> Labels:
+    """The labels of one operand (or the output) in ``chunk``, which starts at ``start``."""
+    labels: list[str] = []
+    positions: list[int] = []
+    offset = 0
+    while offset < len(chunk):
+        position, char = start + offset, chunk[offset]
+        if char == ".":
+            dots = len(chunk) - offset - len(chunk[offset:].lstrip("."))
+            if dots != len(ELLIPSIS):
+                raise ParseError(f"'{'.' * dots}' is not an ellipsis; numpy's is three dots, "
+                                 "'...'", text, position, dots)
+            if ELLIPSIS in labels:
+                raise ParseError(f"{what} has a second '...'; each operand and the output take "
+                                 "at most one", text, position, dots)
+            labels.append(ELLIPSIS)
+            positions.append(position)
+            offset += dots
+            continue
+        if not char.isspace():
+            if not (char.isascii() and char.isalpha()):
+                raise ParseError(f"{what} may only contain index letters, found {char!r}",
+                                 text, position)
+            labels.append(char)
+            positions.append(position)
+        offset += 1
+    first = positions[0] if positions else start + len(chunk)
+    return Labels(tuple(labels), tuple(positions), first)
+
+
+def _parse_numpy(text: str) -> Operation:
+    """``"ik,kj->ij"`` -> ``out[i,j] = A[i,k]*B[k,j]``, operands named as
+    :attr:`Subscripts.names` says.
+
+    Without ``->`` the output is implicit, as in numpy: the indices used exactly once, in
+    alphabetical order (``"ik,kj"`` is ``"ik,kj->ij"``). ``...`` needs the arrays' shapes,
+    which :mod:`treduda.frontend.broadcast` resolves it with; here it is refused."""
+    subscripts = numpy_subscripts(text)
+    if subscripts.ellipsis:
+        raise ParseError(
+            "'...' stands for the axes an array has beyond its letters, which only its shape "
+            "tells: pass the arrays to treduda.contract (or their shapes to "
+            "contract_expression), or write a letter for every axis",
+            text, next(labels.ellipsis for labels in subscripts.labels
+                       if labels.ellipsis is not None), len(ELLIPSIS))
+    reads = [Read(name, labels.labels, labels.start, labels.positions)
+             for name, labels in zip(subscripts.names, subscripts.operands, strict=True)]
+    if subscripts.output is None:
+        indices = subscripts.implicit_output()
         positions, first = (len(text),) * len(indices), len(text)
     else:
-        indices, positions, first = _letters(text, arrow + 2, text[arrow + 2:], "the output")
-    _check_not_operand_names(text, reads, indices, positions)
-    _check_distinct(text, indices, positions, "out")
+        output = subscripts.output
+        indices, positions, first = output.labels, output.positions, output.start
     expr = reduce(lambda left, right: Mul(left, right, left.position), reads)
     return Operation(Write("out", indices, "=", first, positions), expr, text)
-
-
-def _check_not_operand_names(text: str, reads: list[Read], indices: tuple[str, ...],
-                             positions: tuple[int, ...]) -> None:
-    """Operands are named A, B, ...; an index with the same letter would clash in the C code."""
-    operands = {read.tensor for read in reads}
-    uses = [use for read in reads for use in zip(read.indices, read.index_positions, strict=True)]
-    for index, position in uses + list(zip(indices, positions, strict=True)):
-        if index in operands:
-            raise InvalidName(
-                f"index '{index}' clashes with the name of operand {index} (numpy-style operands "
-                "are named A, B, C, ...); use another letter",
-                text, position,
-            )
-
-
-def _letters(text: str, start: int, chunk: str, what: str
-             ) -> tuple[tuple[str, ...], tuple[int, ...], int]:
-    """The single-letter indices of one numpy operand (spaces allowed only around them)."""
-    first = start + len(chunk) - len(chunk.lstrip())
-    letters = chunk.strip()
-    for offset, letter in enumerate(letters):
-        position = first + offset
-        if letter == ".":
-            raise ParseError("numpy's '...' is not supported; name every index", text, position)
-        if not (letter.isascii() and letter.isalpha()):
-            raise ParseError(f"{what} may only contain index letters, found {letter!r}",
-                             text, position)
-        check_identifier(letter, text, position, "index")
-    return tuple(letters), tuple(range(first, first + len(letters))), first
