@@ -26,7 +26,7 @@ import islpy as isl
 from ..codegen import ir
 from ..errors import InvalidName, StrategyError
 from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
-from ..frontend.dtypes import check_dtype
+from ..frontend.dtypes import check_dtype, check_literals
 from ..frontend.merge import Merging, merge
 from ..frontend.tree import Read
 
@@ -167,6 +167,7 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
         raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
                             "'F' (column-major)")
     contraction = analyse(expr) if isinstance(expr, str) else expr
+    check_literals([t.coefficient for t in contraction.terms], dtype)
     if symbolic and not sizes:
         return lower(contraction, None, layout, dtype)
     fixed = resolve_sizes(contraction, sizes or {})
