@@ -271,8 +271,8 @@ class ContractExpression:
         if self.kernel is not None:
             result = self.kernel.run(backend=self.backend, casting=casting, **values)
         else:
-            sizes, arrays, scalars = bind(c, self.dtype, self.sizes, values, empty=True,
-                                          casting=casting)
+            sizes, arrays, scalars = bind(c, kernel_dtype(self.dtype), self.sizes, values,
+                                          empty=True, casting=casting)
             result = reference.evaluate(c, arrays, scalars, sizes)
         result = finish(result, self.dtype)
         if out is None:
@@ -282,12 +282,14 @@ class ContractExpression:
 
     def _converted(self, name: str, value: Any, casting: str) -> Any:
         """A numpy array converted to :attr:`dtype` as ``casting`` allows (an int16 array
-        for int8 wraps first, as numpy's conversion does); scalars checked; arrays on a GPU
+        for int8 wraps first, as numpy's conversion does), then to the kernel's dtype, which
+        holds every value of it (uint32's bits as int32's); scalars checked; arrays on a GPU
         are left to the kernel's own check."""
         if name in self.contraction.scalars or isinstance(value, (np.ndarray, list, tuple)):
             check_cast(name, value, self.dtype, casting)
-        if isinstance(value, np.ndarray):
-            return value.astype(self.dtype, copy=False)
+        if isinstance(value, (np.ndarray, list, tuple)):
+            converted = np.asarray(value).astype(self.dtype, copy=False)
+            return converted.astype(kernel_dtype(self.dtype), copy=False)
         return value
 
     def __repr__(self) -> str:

@@ -24,6 +24,7 @@ import numpy as np
 from ..errors import DtypeError
 
 DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64")
+INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex
 # Real FMAs per complex multiply-add c += a*b, two per part:
 #   c.re += a.re*b.re - a.im*b.im,  c.im += a.re*b.im + a.im*b.re

@@ -124,7 +124,9 @@ class _Block:
         self.hazards: list[Hazard] = []
 
     def run(self) -> list[Hazard]:
-        self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
+        # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
+        with np.errstate(over="ignore" if is_integer(self.dtype.name) else "warn"):
+            self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
         self.end_epoch()
         return self.hazards
 
