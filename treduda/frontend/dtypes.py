@@ -206,22 +206,23 @@ def check_cast(name: str, value: object, dtype: str, casting: str = DEFAULT_CAST
     source = getattr(value, "dtype", None)
     if source is None or not getattr(value, "shape", ()) and not isinstance(value, np.ndarray):
         allowed = _scalar_casts(weak(value), dtype)
-        what = f"scalar {name} ({weak(value)!r})"
+        detail = f"({weak(value)!r})"
     else:
         check_array(name, source)
         allowed = {c for c in CASTINGS if np.can_cast(source, dtype, c)}
-        what = f"{name} (dtype {np.dtype(source).name})"
+        detail = f"(dtype {np.dtype(source).name})"
     if casting in allowed:
         return
     needed = next(c for c in CASTINGS if c in allowed)
     hint = (f"pass casting={needed!r} to convert it as numpy does" if needed != "unsafe" else
             "pass casting='unsafe' to convert it anyway (numpy's rule, which drops what "
             f"{dtype} cannot hold)")
-    complex_hint = (f", or use dtype='{complex_of(dtype)}'" if np.dtype(dtype).kind == "f"
-                    and np.iscomplexobj(np.asarray(value if source is None else
-                                                   np.zeros((), source))) else "")
-    raise DtypeError(f"{what} does not cast to the kernel's {dtype} under casting="
-                     f"{casting!r}; {hint}{complex_hint}")
+    kind = np.asarray(weak(value)).dtype.kind if source is None else np.dtype(source).kind
+    if kind == "c" and np.dtype(dtype).kind == "f":
+        raise DtypeError(f"{name} is complex {detail} but the kernel computes in {dtype}; "
+                         f"compile with dtype='{complex_of(dtype)}', or {hint}")
+    raise DtypeError(f"{name} {detail} does not cast to the kernel's {dtype} under casting="
+                     f"{casting!r}; {hint}")
 
 
 def _scalar_casts(scalar: object, dtype: str) -> set[str]:
