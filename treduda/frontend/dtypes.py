@@ -246,8 +246,8 @@ def _numpy_dtype(dtype: object) -> np.dtype:
 
 def _pending(name: str) -> None:
     """Refuse a dtype whose kernels are not there yet, saying what to do instead."""
-    raise DtypeError(f"{PENDING[name]} ({name}) kernels are not available yet; convert the "
-                     f"arrays with .astype('float32') to compute in float32")
+    raise DtypeError(f"dtype {name} ({PENDING[name]}) has no kernels yet; convert the arrays "
+                     f"with .astype('float32') to compute in float32")
 
 
 def poison(dtype: str) -> object:
