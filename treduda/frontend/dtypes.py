@@ -204,7 +204,8 @@ def check_cast(name: str, value: object, dtype: str, casting: str = DEFAULT_CAST
     ``dtype``; the message names the weakest ``casting=`` that would allow it."""
     check_casting(casting)
     source = getattr(value, "dtype", None)
-    if source is None or not getattr(value, "shape", ()) and not isinstance(value, np.ndarray):
+    scalar = not isinstance(value, np.ndarray) and getattr(value, "shape", ()) == ()
+    if scalar:  # a Python or numpy number (numpy 0-d arrays are arrays)
         allowed = _scalar_casts(weak(value), dtype)
         detail = f"({weak(value)!r})"
     else:
@@ -217,7 +218,7 @@ def check_cast(name: str, value: object, dtype: str, casting: str = DEFAULT_CAST
     hint = (f"pass casting={needed!r} to convert it as numpy does" if needed != "unsafe" else
             "pass casting='unsafe' to convert it anyway (numpy's rule, which drops what "
             f"{dtype} cannot hold)")
-    kind = np.asarray(weak(value)).dtype.kind if source is None else np.dtype(source).kind
+    kind = np.asarray(weak(value)).dtype.kind if scalar else np.dtype(source).kind
     if kind == "c" and np.dtype(dtype).kind == "f":
         raise DtypeError(f"{name} is complex {detail} but the kernel computes in {dtype}; "
                          f"compile with dtype='{complex_of(dtype)}', or {hint}")
