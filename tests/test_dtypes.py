@@ -67,6 +67,15 @@ def test_other_integers_compute_wide_and_wrap_back(dtype):
     assert np.array_equal(got, expected)
 
 
+def test_unsigned_output_adds_into_out_and_wraps():
+    rng = np.random.default_rng(8)
+    a, b, c = (full_range(rng, shape, "uint32") for shape in ((7, 5), (5, 9), (7, 9)))
+    out = c.copy()
+    got = treduda.contract("C[i,j] += A[i,k]*B[k,j]", A=a, B=b, out=out, **TILED)
+    assert got is out and got.dtype == np.uint32
+    assert np.array_equal(got, c + np.einsum(GEMM, a, b))
+
+
 @pytest.mark.parametrize(("expr", "shapes"), [
     (GEMM, [(7, 5), (5, 11)]), ("i,i->", [(23,), (23,)]), ("ij,j->i", [(9, 6), (6,)])])
 def test_booleans_give_numpy_logical_result(expr, shapes):

@@ -260,7 +260,6 @@ class ContractExpression:
         c = self.contraction
         casting = check_casting(casting or self.casting)
         values = _named(c, operands, values, CALL_OPTIONS)
-        values = {name: self._converted(name, value, casting) for name, value in values.items()}
         if out is not None:
             if c.output in values:
                 raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
@@ -268,6 +267,7 @@ class ContractExpression:
             _check_out(out, tuple(self.sizes[i] for i in c.output_indices), self.dtype)
             if c.reads_output or c.op != "=":
                 values[c.output] = out  # its old values are used
+        values = {name: self._converted(name, value, casting) for name, value in values.items()}
         if self.kernel is not None:
             result = self.kernel.run(backend=self.backend, casting=casting, **values)
         else:
