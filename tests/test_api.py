@@ -121,7 +121,8 @@ def test_a_repeated_contract_generates_and_builds_its_kernel_once(monkeypatch):
         np.testing.assert_allclose(c, a @ b, rtol=1e-12)
     assert len(builds) == 1
     assert opencl._program.cache_info().misses == programs + 1
-    treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b, strategy="tiled", dtype="float32")
+    treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b, strategy="tiled", dtype="float32",
+                     casting="same_kind")  # float64 arrays: numpy refuses them by default
     assert len(builds) == 2  # another dtype is another kernel
 
 
@@ -177,7 +178,8 @@ def test_contract_expression_is_planned_once_and_called_many_times():
     with pytest.raises(ShapeMismatch, match="compiled for"):
         planned(np.ones((31, 13)), np.ones((13, 45)))
     scaled = treduda.contract_expression("C[i] = alpha*A[i,k]*x[k] + C[i]", A=(9, 14), x=(14,))
-    x, m, c = np.ones(14), np.ones((9, 14)), np.arange(9.0)
+    # planned in float32, its default: float64 arrays would be refused (casting="safe")
+    x, m, c = np.ones(14, np.float32), np.ones((9, 14), np.float32), np.arange(9.0, dtype="f4")
     np.testing.assert_allclose(scaled(A=m, x=x, C=c, alpha=0.5), c + 7.0, rtol=1e-6)
 
 

@@ -39,7 +39,7 @@ class _HostMemory:
 def test_cuda_backend_explains_why_it_cannot_run():
     kernel = treduda.compile(GEMM, {"i": 4, "j": 5, "k": 6})
     with pytest.raises(BackendUnavailable) as error:
-        kernel.run(backend="cuda", A=np.ones((4, 6)), B=np.ones((6, 5)), alpha=1.0)
+        kernel.run(backend="cuda", A=np.ones((4, 6), "f4"), B=np.ones((6, 5), "f4"), alpha=1.0)
     assert "treduda[cupy]" in str(error.value) or "backend='opencl'" in str(error.value)
 
 
@@ -80,8 +80,8 @@ def test_pocl_times_a_kernel_with_profiling_events():
     timing = kernel.time(backend="opencl", repeats=4, warmup=1)
     assert timing.repeats == 4 and 0 < timing.fastest <= timing.seconds <= timing.slowest
     assert "OpenCL profiling events" in timing.device
-    given = kernel.time(backend="opencl", repeats=2, A=np.ones((37, 13)), B=np.ones((13, 45)),
-                        alpha=2.0)
+    given = kernel.time(backend="opencl", repeats=2, A=np.ones((37, 13), "f4"),
+                        B=np.ones((13, 45), "f4"), alpha=2.0)
     assert given.repeats == 2
     with pytest.raises(BackendUnavailable, match="not 'emulator'"):
         kernel.time(backend="emulator")
@@ -124,7 +124,7 @@ def test_device_arrays_stay_on_the_gpu():
 def test_unknown_backend_is_explained():
     kernel = treduda.compile("C[i] = A[i]", {"i": 3})
     with pytest.raises(BackendUnavailable, match="unknown backend 'metal'"):
-        kernel.run(backend="metal", A=np.ones(3))
+        kernel.run(backend="metal", A=np.ones(3, "f4"))
     assert "emulator" in BACKENDS
 
 

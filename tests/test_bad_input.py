@@ -58,7 +58,7 @@ PYTHON_CASES = {
     "contract with an int expression": (lambda: treduda.contract(42, a(2, 2)), ArgumentError,
                                         "the expression must be a string"),
     "dtype=3": (lambda: treduda.compile(GEMM, SIZES, dtype=3), DtypeError,
-                "dtype 3 is not supported; choose one of float32"),
+                "dtype 3 is not a dtype numpy knows; choose one of float32"),
     "layout='X'": (lambda: treduda.compile(GEMM, SIZES, layout="X"), StrategyError,
                    "layout must be 'C' (row-major"),
     "gpu='nope'": (lambda: treduda.compile(GEMM, SIZES, gpu="nope"), ArgumentError,

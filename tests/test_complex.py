@@ -138,13 +138,14 @@ def test_complex_values_are_refused_by_real_kernels():
 
 
 def test_dtype_facts():
-    assert [dtypes.itemsize(d) for d in dtypes.DTYPES] == [4, 8, 8, 16]
-    assert [dtypes.real(d) for d in dtypes.DTYPES] == ["float32", "float64"] * 2
-    assert [dtypes.fmas(d) for d in dtypes.DTYPES] == [1, 1, 4, 4]
-    assert dtypes.infer([np.float32, np.complex64]) == "complex64"
-    assert dtypes.infer([np.complex64, np.float64]) == "complex128"
-    assert dtypes.infer([np.int64], [np.complex64(1j)]) == "complex64"
-    assert dtypes.infer([np.float32], [2.0]) == "float32"
+    floats = ("float32", "float64", "complex64", "complex128")
+    assert [dtypes.itemsize(d) for d in floats] == [4, 8, 8, 16]
+    assert [dtypes.real(d) for d in floats] == ["float32", "float64"] * 2
+    assert [dtypes.fmas(d) for d in floats] == [1, 1, 4, 4]
+    assert dtypes.result_dtype([np.float32, np.complex64]) == "complex64"
+    assert dtypes.result_dtype([np.complex64, np.float64]) == "complex128"
+    assert dtypes.result_dtype([np.int64], [np.complex64(1j)]) == "complex128"  # numpy's rule
+    assert dtypes.result_dtype([np.float32], [2.0]) == "float32"
     h100 = gpu("H100")
     assert h100.peak_flops("complex128") == h100.peak_flops("float64")
     assert h100.peak_flops(np.complex64) == h100.peak_flops("float32")

@@ -38,7 +38,8 @@ def test_symbolic_kernel_serves_every_size():
     assert kernel.grid is None and "N_k" in kernel.cuda_source
     rng = np.random.default_rng(1)
     for i, j, k in [(1, 1, 1), (7, 33, 2), (40, 5, 17)]:
-        a, b = rng.standard_normal((i, k)), rng.standard_normal((k, j))
+        a = rng.standard_normal((i, k), dtype=np.float32)  # the kernel's dtype: float32
+        b = rng.standard_normal((k, j), dtype=np.float32)
         np.testing.assert_allclose(kernel.run(A=a, B=b), a @ b, rtol=1e-4, atol=1e-5)
         # y's block count is unknown until launch and may pass the 65535 limit: folded into x
         assert kernel.grid_for({"i": i, "j": j, "k": k}) == (-(-j // 32) * -(-i // 4), 1, 1)
@@ -47,7 +48,7 @@ def test_symbolic_kernel_serves_every_size():
 def test_fixed_kernel_rejects_other_sizes():
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 4, "j": 4, "k": 4})
     with pytest.raises(treduda.errors.ShapeMismatch, match="compiled for"):
-        kernel.run(A=np.ones((4, 5)), B=np.ones((5, 4)))
+        kernel.run(A=np.ones((4, 5), np.float32), B=np.ones((5, 4), np.float32))
 
 
 def test_column_major_kernel_reads_fortran_memory():

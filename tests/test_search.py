@@ -122,7 +122,7 @@ def test_compile_tunes_once_then_reuses_the_cache(tmp_path):
     assert entry.value["params"] == first.params
     again = treduda.compile("C[i, j] = A[i,k] * B[k,j]", sizes, cache=cache)  # same tree
     assert again.name == first.name and len(cache) == 1
-    a, b = np.ones((96, 33)), np.ones((33, 80))
+    a, b = np.ones((96, 33), np.float32), np.ones((33, 80), np.float32)
     np.testing.assert_allclose(again.run(A=a, B=b), a @ b)
 
 

@@ -42,8 +42,8 @@ def test_split_kernels_add_into_the_output_as_the_operator_says(op):
                              params={"order": "j,i", "block_x": 16, "reg_x": 2, "block_y": 4,
                                      "reg_y": 2, "step": 8, "split": 4})
     rng = np.random.default_rng(1)
-    A, B, D = rng.random((9, 70)), rng.random((70, 30)), rng.random(9)
-    C = rng.random((9, 30))
+    A, B, D = (rng.random(shape, np.float32) for shape in ((9, 70), (70, 30), (9,)))
+    C = rng.random((9, 30), np.float32)
     got = kernel.run(A=A, B=B, D=D, C=C.copy(), alpha=0.5)
     product = 0.5 * np.einsum("ik,kj,i->ij", A, B, D)
     expected = {"=": product, "+=": C + product, "-=": C - product}[op]

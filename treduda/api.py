@@ -20,7 +20,17 @@ from .frontend.arguments import check_choice, check_scalars, check_shapes, check
 from .frontend.broadcast import Broadcast
 from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
-from .frontend.dtypes import check_dtype, compute_dtype
+from .frontend.dtypes import (
+    DEFAULT_CASTING,
+    check_cast,
+    check_casting,
+    check_dtype,
+    check_update,
+    compute_dtype,
+    finish,
+    kernel_dtype,
+    literal_scalars,
+)
 from .frontend.optimize import check_optimize
 from .kernel import BACKENDS, Kernel
 from .polyhedral.ast_build import build, check_grid
@@ -55,8 +65,9 @@ CHECKED_MOST = 16  # ... and at most in all
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
-                "deterministic", "optimize")  # for did-you-mean
-CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
+                "deterministic", "optimize", "casting")
+CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)  # for did-you-mean
+CALL_OPTIONS = ("out", "casting")
 
 
 def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
@@ -258,13 +269,17 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
              deterministic: bool | None = None, optimize: Any = False,
-             **values: Any) -> np.ndarray:
+             casting: str = DEFAULT_CASTING, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
-    Sizes come from the arrays; the dtype is double precision if any array is, complex if
-    any array or scalar is (``alpha=0.5j``), else float32. Without ``strategy`` or ``params``
+    Sizes come from the arrays; the result's dtype is numpy.einsum's, ``np.result_type`` of
+    the arrays with scalars and fractional literals taken as Python numbers ("weak": an int32
+    array with ``alpha=0.5`` gives float64, a float32 one float32), unless ``dtype`` says
+    otherwise; arrays are converted to it as numpy's ``casting`` rule allows (a refused
+    conversion, such as float64 arrays with ``dtype="float32"``, raises DtypeError unless
+    ``casting="same_kind"``). Without ``strategy`` or ``params``
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
@@ -283,18 +298,24 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
     arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
     computed = compute_dtype({name: array.dtype for name, array in arrays.items()},
-                             [v for k, v in values.items() if k in contraction.scalars])
+                             [v for k, v in values.items() if k in contraction.scalars]
+                             + literal_scalars(t.coefficient for t in contraction.terms))
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  deterministic=deterministic, optimize=optimize, **shapes)
+                                  deterministic=deterministic, optimize=optimize,
+                                  casting=casting, **shapes)
     return planned(out=out, **values)
 
 
 @dataclass(frozen=True)
 class ContractExpression:
     """A contraction planned for fixed shapes: call it with arrays as :func:`contract` takes
-    them, as often as needed; each call only runs the kernel."""
+    them, as often as needed; each call only runs the kernel.
+
+    ``dtype`` is the result's; the kernel computes in :func:`~treduda.frontend.dtypes.
+    kernel_dtype` of it (int32 for int8 or bool, cast back). Arrays are converted to ``dtype``
+    as numpy's ``casting`` rule allows (a call's ``casting=`` overrides the planned one)."""
 
     contraction: Contraction
     sizes: dict[str, int]
@@ -302,12 +323,15 @@ class ContractExpression:
     backend: str
     kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
     broadcast: Broadcast | None = None  # how numpy-style operands are reshaped for the kernel
+    casting: str = DEFAULT_CASTING
 
-    def __call__(self, *operands: Any, out: Any = None, **values: Any) -> Any:
+    def __call__(self, *operands: Any, out: Any = None, casting: str | None = None,
+                 **values: Any) -> Any:
         c = self.contraction
+        casting = check_casting(casting or self.casting)
         if self.broadcast is not None:
             operands, values = (), self.broadcast.reshape(operands, values)
-        values = _named(c, operands, values, ("out",))
+        values = _named(c, operands, values, CALL_OPTIONS)
         if out is not None:
             if c.output in values:
                 raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
@@ -315,15 +339,30 @@ class ContractExpression:
             _check_out(out, tuple(self.sizes[i] for i in c.output_indices), self.dtype)
             if c.reads_output or c.op != "=":
                 values[c.output] = out  # its old values are used
+        values = {name: self._converted(name, value, casting) for name, value in values.items()}
         if self.kernel is not None:
-            result = self.kernel.run(backend=self.backend, **values)
+            result = self.kernel.run(backend=self.backend, casting=casting, **values)
         else:
-            sizes, arrays, scalars = bind(c, self.dtype, self.sizes, values, empty=True)
-            result = reference.evaluate(c, arrays, scalars, sizes).astype(self.dtype)
+            sizes, arrays, scalars = bind(c, kernel_dtype(self.dtype), self.sizes, values,
+                                          empty=True, casting=casting)
+            result = reference.evaluate(c, arrays, scalars, sizes)
+        result = finish(result, self.dtype)
         if out is None:
             return result
         out[...] = result
         return out
+
+    def _converted(self, name: str, value: Any, casting: str) -> Any:
+        """A numpy array converted to :attr:`dtype` as ``casting`` allows (an int16 array
+        for int8 wraps first, as numpy's conversion does), then to the kernel's dtype, which
+        holds every value of it (uint32's bits as int32's); scalars checked; arrays on a GPU
+        are left to the kernel's own check."""
+        if name in self.contraction.scalars or isinstance(value, (np.ndarray, list, tuple)):
+            check_cast(name, value, self.dtype, casting)
+        if isinstance(value, (np.ndarray, list, tuple)):
+            converted = np.asarray(value).astype(self.dtype, copy=False)
+            return converted.astype(kernel_dtype(self.dtype), copy=False)
+        return value
 
     def __repr__(self) -> str:
         sizes = ", ".join(f"{k}={v}" for k, v in self.sizes.items())
@@ -335,6 +374,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
                         deterministic: bool | None = None, optimize: Any = False,
+                        casting: str = DEFAULT_CASTING,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -343,7 +383,9 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
-    ``...``, broadcasting and ``optimize`` are as :func:`contract` takes them.
+    ``...``, broadcasting and ``optimize`` are as :func:`contract` takes them. ``dtype`` is
+    the result's (any integer type and bool too: see :class:`ContractExpression`);
+    ``casting`` how the callable converts arrays to it.
     """
     check_types(expr=expr, layout=layout, strategy=strategy, params=params)
     check_choice("backend", backend, BACKENDS)
@@ -354,13 +396,17 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     check_optimize(optimize, contraction)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_shapes(named)
-    check_dtype(dtype)
+    computed = kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
+    dtype = np.dtype(dtype).name
+    check_casting(casting)
+    check_update(contraction.op, dtype)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
     kernel = None if 0 in sizes.values() else _kept(
-        expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
+        expr, sizes, dtype=computed, layout=layout, strategy=strategy, params=params,
         gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic))
-    return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast)
+    return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
+                              casting=casting)
 
 
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,

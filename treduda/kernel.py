@@ -18,7 +18,7 @@ from .codegen import ir, parts
 from .codegen.printer import CUDA, OPENCL, Dialect, Printer
 from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
 from .frontend.contraction import Contraction
-from .frontend.dtypes import real, uniform
+from .frontend.dtypes import DEFAULT_CASTING, real, uniform
 from .polyhedral.ast_build import INT32_LIMIT, Built
 from .polyhedral.lower import Program
 from .polyhedral.strategy import read_only
@@ -111,15 +111,21 @@ class Kernel:
     def opencl_source(self) -> str:
         return self._render(OPENCL, "kernel.cl.j2")
 
-    def run(self, *, backend: str = "opencl", **values: Any) -> Any:
+    def run(self, *, backend: str = "opencl", casting: str = DEFAULT_CASTING,
+            **values: Any) -> Any:
         """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": CuPy or pycuda on a GPU;
         "emulator": the kernel IR in numpy, slow but with hazard checks) with tensors and
-        scalars passed by name; returns the output array.
+        scalars passed by name; returns the output array, of the kernel's dtype.
+
+        Values are converted to the kernel's dtype as numpy's ``casting`` rule allows ("no",
+        "equiv", "safe", "same_kind", "unsafe"): by default a float64 array is refused by a
+        float32 kernel with a DtypeError, ``casting="same_kind"`` converts it.
 
         numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
         torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
         are, and the output comes back as the same kind of array, still on the GPU."""
-        sizes, arrays, scalars = bind(self.contraction, self.dtype, self.sizes, values)
+        sizes, arrays, scalars = bind(self.contraction, self.dtype, self.sizes, values,
+                                      casting=casting)
         template = first_device_array(values, self.contraction.output)
         if template is None:
             return self._launch(self._prepare(sizes, arrays, scalars), backend)
@@ -144,7 +150,7 @@ class Kernel:
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
         allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
-        error = np.abs(result - expected)
+        error = reference.error(result, expected)
         outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),
             float(allowed.max(initial=0.0)), sizes)

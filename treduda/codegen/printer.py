@@ -6,6 +6,11 @@ name that reaches the C text is checked here a last time (:func:`check_identifie
 Complex kernels hold ``float2`` / ``double2`` values (real part ``.x``, imaginary part ``.y``);
 neither dialect has complex operators, so value arithmetic is printed as calls of the helpers
 of ``templates/complex.j2`` (``td_double2_fma(a, b, c)`` for ``c + a*b``: four real FMAs).
+
+Integer kernels hold their values in the unsigned type of the same width (``Dialect.
+integer_types``): C defines unsigned arithmetic modulo 2**bits, while signed overflow is
+undefined, and the wrapped bits are numpy's signed result. Literals stay signed decimals, which
+C converts to the unsigned type modulo 2**bits as well.
 """
 
 from __future__ import annotations
@@ -14,7 +19,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import InvalidName
-from ..frontend.dtypes import is_complex, real
+from ..frontend.dtypes import is_complex, is_integer, real
 from ..frontend.names import RESERVED
 from . import ir
 
@@ -45,6 +50,9 @@ class Dialect:
     # strings taking the vector type, its width, the first element's address and the value.
     vector_load: str
     vector_store: str
+    # Integer dtype -> (the unsigned C type its values are held in, the stem of its vector
+    # types: uint4, ulonglong2 in CUDA; uint4, ulong2 in OpenCL)
+    integer_types: dict
     # Close every loop containing a barrier with one more (harmless: such loops run the same
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
@@ -59,7 +67,8 @@ CUDA = Dialect(
     keep_loop="#pragma unroll 1",
     function="__device__ __forceinline__", vector="make_{type}({values})",
     atomic_add="atomicAdd", vector_load="*(const {type} *){address}",
-    vector_store="*({type} *){address} = {value};")
+    vector_store="*({type} *){address} = {value};",
+    integer_types={"int32": ("unsigned int", "uint"), "int64": ("unsigned long long", "ulonglong")})
 
 OPENCL = Dialect(
     name="opencl",
@@ -69,7 +78,8 @@ OPENCL = Dialect(
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
     unroll="", keep_loop="", function="static inline", vector="({type})({values})",
     atomic_add="td_atomic_add", vector_load="vload{width}(0, {address})",
-    vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True)
+    vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True,
+    integer_types={"int32": ("uint", "uint"), "int64": ("ulong", "ulong")})
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -93,7 +103,9 @@ class Printer:
         self.kernel = kernel
         self.dialect = dialect
         self.block = block
-        self.value_type = C_TYPES[kernel.dtype]
+        self.integer = is_integer(kernel.dtype)
+        self.value_type, self.vector_stem = (dialect.integer_types[kernel.dtype] if self.integer
+                                             else (C_TYPES[kernel.dtype],) * 2)
         self.index_type = dialect.index_types[kernel.index_bits]
         self.complex = is_complex(kernel.dtype)
 
@@ -151,13 +163,13 @@ class Printer:
         if isinstance(s, ir.Barrier):
             return [f"{pad}{self.dialect.barrier}"]
         if isinstance(s, ir.VectorLoad):
-            vector = f"{self.value_type}{s.width}"
+            vector = f"{self.vector_stem}{s.width}"
             load = self.dialect.vector_load.format(type=vector, width=s.width,
                                                    address=f"&{self.expr(s.first)}")
             return [f"{pad}const {vector} {s.vector} = {load};"]
         if isinstance(s, ir.VectorStore):
             width = len(s.values)
-            vector = f"{self.value_type}{width}"
+            vector = f"{self.vector_stem}{width}"
             value = self.dialect.vector.format(type=vector, values=", ".join(map(self.expr,
                                                                                 s.values)))
             return [pad + self.dialect.vector_store.format(
@@ -198,11 +210,12 @@ class Printer:
                 f"{pad}}}"]
 
     def atomics(self) -> str:
-        """The real type whose atomic add ``templates/atomic.j2`` defines for OpenCL (empty
-        where the kernel has no atomic update or the dialect has the function built in)."""
+        """The real or integer type whose atomic add ``templates/atomic.j2`` defines for
+        OpenCL (empty where the kernel has no atomic update or the dialect has the function
+        built in)."""
         if self.dialect.atomic_add != "td_atomic_add" or not ir.has_atomic(self.kernel.body):
             return ""
-        return C_TYPES[real(self.kernel.dtype)]
+        return self.value_type if self.integer else C_TYPES[real(self.kernel.dtype)]
 
     def expr(self, e: ir.Expr) -> str:
         return self._expr(e)[0]
@@ -263,6 +276,8 @@ class Printer:
         return text if precedence >= minimum else f"({text})"
 
     def literal(self, value: float) -> str:
+        if self.integer:  # integral by plan()'s check; C converts it modulo 2**bits
+            return str(int(value)) if value >= 0 else f"({int(value)})"
         text = repr(float(value))
         return f"{text}f" if real(self.kernel.dtype) == "float32" else text
 

@@ -5,6 +5,14 @@ layout of CUDA's and OpenCL's ``float2`` / ``double2``: arrays go to a device un
 language has complex operators, so the printers spell complex arithmetic out in real FMAs
 (:mod:`treduda.codegen.printer`), and the model counts :data:`COMPLEX_FMAS` of them per complex
 multiply-add. Everything else asks this module rather than comparing dtype names.
+
+Integer kernels (``int32``, ``int64``) compute exactly and wrap as numpy's integers do: the
+printers declare their values in the unsigned type of the same width, whose arithmetic C defines
+modulo 2**bits (signed overflow is undefined), and the bits are the signed result's. Narrower
+integers and unsigned ones compute in the kernel of their width class and are cast back (modulo
+2**8 of a result modulo 2**32 is the result modulo 2**8); booleans compute in ``int32`` as counts
+of true products, and the result is ``count != 0``, numpy's OR of ANDs. :func:`result_dtype`
+gives numpy's result type for a call, :func:`kernel_dtype` what a kernel computes it in.
 """
 
 from __future__ import annotations
@@ -15,22 +23,40 @@ import numpy as np
 
 from ..errors import DtypeError
 
-DTYPES = ("float32", "float64", "complex64", "complex128")
+DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64")
+INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex
 # Real FMAs per complex multiply-add c += a*b, two per part:
 #   c.re += a.re*b.re - a.im*b.im,  c.im += a.re*b.im + a.im*b.re
 COMPLEX_FMAS = 4
 # Of those, the dependent FMAs in a row: each part's two FMAs chain, the parts run side by side.
 COMPLEX_CHAIN = 2
+# Integer multiply-adds c += a*b in 32-bit IMAD instructions, and how many of them depend on
+# each other. int32: one IMAD. int64: sm_70 and later have no 64-bit multiplier; the CUDA C++
+# Programming Guide's throughput table lists 64-bit integer multiplication as "multiple
+# instructions", which ptxas emits as IMAD.WIDE.U32 (low halves, adding the 64-bit c) and two
+# IMADs adding the cross products into the high half, each after the one before.
+INTEGER_IMADS = {"int32": 1, "int64": 3}
+# casting= levels, weakest first, as numpy spells them (np.can_cast)
+CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
+DEFAULT_CASTING = "safe"
+# Dtypes numpy has that no kernel computes yet: refused rather than widened silently.
+PENDING = {"float16": "half precision", "bfloat16": "bfloat16"}
 
 
 def is_complex(dtype: str) -> bool:
     return np.dtype(dtype).kind == "c"
 
 
+def is_integer(dtype: str) -> bool:
+    """Whether ``dtype`` holds integers (or booleans): computed exactly, compared exactly."""
+    return np.dtype(dtype).kind in "biu"
+
+
 def real(dtype: str) -> str:
-    """The type of each part: ``float32`` for ``complex64``; a real dtype is its own."""
-    return np.finfo(dtype).dtype.name
+    """The type of each part: ``float32`` for ``complex64``; a real or integer dtype is its
+    own."""
+    return np.dtype(dtype).name if is_integer(dtype) else np.finfo(dtype).dtype.name
 
 
 def complex_of(dtype: str) -> str:
@@ -49,57 +75,196 @@ def registers(dtype: str) -> int:
 
 
 def fmas(dtype: str) -> int:
-    """Real FMA instructions per multiply-add of two elements."""
+    """FMA instructions per multiply-add of two elements: real FMAs for a float or complex
+    type, IMADs for an integer one (:data:`INTEGER_IMADS`)."""
+    if is_integer(dtype):
+        return INTEGER_IMADS[dtype]
     return COMPLEX_FMAS if is_complex(dtype) else 1
 
 
 def chain(dtype: str) -> int:
-    """Dependent FMAs per multiply-add into one accumulator."""
+    """Dependent FMAs (IMADs) per multiply-add into one accumulator."""
+    if is_integer(dtype):
+        return INTEGER_IMADS[dtype]
     return COMPLEX_CHAIN if is_complex(dtype) else 1
 
 
 def wide(dtype: str) -> str:
-    """The double-precision type of the same kind, which the reference computes in."""
+    """The type the reference computes in: double precision of the same kind, or an integer
+    kernel's own type (exact, wrapping as the kernel does)."""
+    if is_integer(dtype):
+        return dtype
     return "complex128" if is_complex(dtype) else "float64"
 
 
-def infer(arrays: Iterable[np.dtype], scalars: Iterable[object] = ()) -> str:
-    """The dtype :func:`treduda.contract` computes in: double precision if any array is,
-    complex if any array or scalar is (integers and booleans count as float32)."""
-    arrays = [np.dtype(a) for a in arrays]
-    double = any(a in (np.float64, np.complex128) for a in arrays)
-    if any(a.kind == "c" for a in arrays) or any(np.iscomplexobj(s) for s in scalars):
-        return "complex128" if double else "complex64"
-    return "float64" if double else "float32"
+def weak(scalar: object) -> object:
+    """``scalar`` as a Python number: numpy's rules treat those as "weak" (they take the
+    arrays' precision), as treduda treats every scalar argument and literal."""
+    return scalar.item() if hasattr(scalar, "item") else scalar
+
+
+def result_dtype(arrays: Iterable[np.dtype], scalars: Iterable[object] = ()) -> str:
+    """numpy's result type for arrays of ``arrays`` and the (weak) ``scalars``: what
+    numpy.einsum and numpy's operators return, e.g. ``float64`` for int32 and float32 arrays;
+    :class:`DtypeError` where no kernel computes it (:func:`kernel_dtype`)."""
+    dtype = np.result_type(*[np.dtype(a) for a in arrays], *[weak(s) for s in scalars]).name
+    kernel_dtype(dtype)
+    return dtype
+
+
+def compute_dtype(dtypes: Mapping[str, np.dtype], scalars: Iterable[object] = ()) -> str:
+    """numpy's result type (:func:`result_dtype`) for arrays of ``dtypes`` (by name) and
+    ``scalars``; :class:`DtypeError` for an array no kernel takes."""
+    for name, dtype in dtypes.items():
+        check_array(name, dtype)
+    return result_dtype(dtypes.values(), scalars)
+
+
+def kernel_dtype(dtype: str) -> str:
+    """The dtype a kernel computes a result of ``dtype`` in: itself for :data:`DTYPES`, the
+    integer kernel of the same width class for other integers (wrapping arithmetic modulo
+    2**64 is exact modulo 2**8 too), ``int32`` for booleans (counts of true products);
+    :class:`DtypeError` for any other."""
+    np_dtype = _numpy_dtype(dtype)
+    name = np_dtype.name
+    if name in DTYPES:
+        return name
+    if np_dtype.kind == "b":
+        return "int32"
+    if np_dtype.kind in "iu":
+        return "int32" if np_dtype.itemsize <= 4 else "int64"
+    if name in PENDING:
+        _pending(name)
+    raise DtypeError(f"dtype {name!r} is not supported; treduda computes in "
+                     f"{', '.join(DTYPES)}, and in int32/int64 for other integers and bool")
+
+
+def finish(result, dtype: str):
+    """A kernel's result as an array of ``dtype`` (:func:`kernel_dtype`'s inverse): booleans
+    are ``count != 0``, narrower integers are cast back, wrapping as numpy's casts do."""
+    if np.dtype(dtype).kind == "b":
+        return result != 0
+    return result if result.dtype == np.dtype(dtype) else result.astype(dtype)
 
 
 def check_dtype(dtype: str) -> str:
     """``dtype`` if kernels compute in it, else :class:`DtypeError`."""
     if dtype not in DTYPES:
-        raise DtypeError(f"dtype {dtype!r} is not supported; choose one of "
-                         f"{', '.join(DTYPES)}")
+        kernel_dtype(dtype)  # the reason for a dtype numpy has
+        raise DtypeError(f"dtype {dtype!r} is not a kernel's; choose one of "
+                         f"{', '.join(DTYPES)} (contract() takes other integers and bool)")
     return dtype
+
+
+def check_literals(coefficients: Iterable[float], dtype: str) -> None:
+    """Raise :class:`DtypeError` where an integer kernel would have to hold a fraction: a
+    literal such as ``0.5*A[i]`` makes numpy's result a float (compute in float64)."""
+    if is_integer(dtype):
+        fractions = [c for c in coefficients if c != int(c)]
+        if fractions:
+            raise DtypeError(f"the literal {fractions[0]} is not an integer, so a {dtype} "
+                             "kernel cannot compute it; numpy's result is a float: use "
+                             "dtype='float64'")
+
+
+def literal_scalars(coefficients: Iterable[float]) -> list[object]:
+    """The literals of an expression's terms that take part in numpy's result type, as the
+    Python numbers they are (weak): integers other than 1 (``2*A[i]``; ``-`` folds into
+    them), and fractions (``0.5*A[i]``, float64 for integer arrays)."""
+    return [int(c) if c == int(c) else c for c in coefficients if c != 1]
+
+
+def check_update(op: str, dtype: str) -> None:
+    """Raise :class:`DtypeError` for ``-=`` into a boolean output, which numpy refuses too
+    (it does not subtract booleans)."""
+    if op == "-=" and np.dtype(dtype).kind == "b":
+        raise DtypeError("numpy does not subtract booleans, so '-=' into a bool output is "
+                         "refused; convert the arrays to an integer type first")
+
+
+def check_casting(casting: str) -> str:
+    """``casting`` if numpy knows the level, else :class:`DtypeError`."""
+    if casting not in CASTINGS:
+        raise DtypeError(f"casting={casting!r} is not one of numpy's: {', '.join(CASTINGS)}")
+    return casting
 
 
 def check_array(name: str, dtype: np.dtype) -> None:
     """Raise :class:`DtypeError` unless an array of ``dtype`` can be converted to a kernel's."""
+    if np.dtype(dtype).name in PENDING:
+        _pending(np.dtype(dtype).name)
     if np.dtype(dtype).kind not in ARRAY_KINDS:
         raise DtypeError(f"{name} has dtype {dtype}; treduda computes in "
                          f"{', '.join(DTYPES)}, so pass numbers")
 
 
-def compute_dtype(dtypes: Mapping[str, np.dtype], scalars: Iterable[object] = ()) -> str:
-    """What arrays of ``dtypes`` (by name) and ``scalars`` are contracted in (:func:`infer`);
-    :class:`DtypeError` for an array no kernel takes."""
-    for name, dtype in dtypes.items():
-        check_array(name, dtype)
-    return infer(dtypes.values(), scalars)
+def check_cast(name: str, value: object, dtype: str, casting: str = DEFAULT_CASTING) -> None:
+    """Raise :class:`DtypeError` unless numpy's ``casting`` rule converts ``value`` (an
+    array, or a scalar: weak, so ``2`` fits int32 and ``0.5`` float32 but not int32) to
+    ``dtype``; the message names the weakest ``casting=`` that would allow it."""
+    check_casting(casting)
+    source = getattr(value, "dtype", None)
+    scalar = not isinstance(value, np.ndarray) and getattr(value, "shape", ()) == ()
+    if scalar:  # a Python or numpy number (numpy 0-d arrays are arrays)
+        allowed = _scalar_casts(weak(value), dtype)
+        detail = f"({weak(value)!r})"
+    else:
+        check_array(name, source)
+        allowed = {c for c in CASTINGS if np.can_cast(source, dtype, c)}
+        detail = f"(dtype {np.dtype(source).name})"
+    if casting in allowed:
+        return
+    needed = next(c for c in CASTINGS if c in allowed)
+    hint = (f"pass casting={needed!r} to convert it as numpy does" if needed != "unsafe" else
+            "pass casting='unsafe' to convert it anyway (numpy's rule, which drops what "
+            f"{dtype} cannot hold)")
+    kind = np.asarray(weak(value)).dtype.kind if scalar else np.dtype(source).kind
+    if kind == "c" and np.dtype(dtype).kind == "f":
+        raise DtypeError(f"{name} is complex {detail} but the kernel computes in {dtype}; "
+                         f"compile with dtype='{complex_of(dtype)}', or {hint}")
+    raise DtypeError(f"{name} {detail} does not cast to the kernel's {dtype} under casting="
+                     f"{casting!r}; {hint}")
+
+
+def _scalar_casts(scalar: object, dtype: str) -> set[str]:
+    """The casting levels that take a weak scalar to ``dtype``: all where numpy's promotion
+    of the two is ``dtype`` itself, else those that allow its kind to be dropped."""
+    if np.result_type(dtype, scalar) == np.dtype(dtype):
+        return set(CASTINGS)
+    kind = np.asarray(scalar).dtype
+    return {c for c in CASTINGS if np.can_cast(kind, dtype, c)}
+
+
+def _numpy_dtype(dtype: object) -> np.dtype:
+    """``np.dtype(dtype)``, or :class:`DtypeError` for a name numpy does not know."""
+    if str(dtype) in PENDING:
+        _pending(str(dtype))
+    try:
+        return np.dtype(dtype)
+    except TypeError as error:
+        raise DtypeError(f"dtype {dtype!r} is not a dtype numpy knows; choose one of "
+                         f"{', '.join(DTYPES)}") from error
+
+
+def _pending(name: str) -> None:
+    """Refuse a dtype whose kernels are not there yet, saying what to do instead."""
+    raise DtypeError(f"dtype {name} ({PENDING[name]}) has no kernels yet; convert the arrays "
+                     f"with .astype('float32') to compute in float32")
+
+
+def poison(dtype: str) -> object:
+    """A value for memory a correct kernel never reads: NaN, or for an integer type its most
+    negative value, which spoils an exact result as visibly."""
+    return np.iinfo(dtype).min if is_integer(dtype) else np.nan
 
 
 def uniform(source, low: float, high: float, shape: tuple[int, ...], dtype: str):
     """Random values of ``dtype`` from ``source`` (a numpy Generator or a CuPy RandomState):
-    each part uniform in [low, high)."""
+    each part uniform in [low, high); for an integer type, scaled to a quarter of its range,
+    so that products wrap and the wrapping is checked too."""
     values = source.uniform(low, high, shape)
+    if is_integer(dtype):
+        return (values * 2.0 ** (8 * itemsize(dtype) - 2)).astype(dtype)
     if is_complex(dtype):
         values = values + 1j * source.uniform(low, high, shape)
     return values.astype(dtype)

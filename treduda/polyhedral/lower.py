@@ -26,7 +26,7 @@ import islpy as isl
 from ..codegen import ir
 from ..errors import InvalidName, StrategyError
 from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
-from ..frontend.dtypes import check_dtype
+from ..frontend.dtypes import check_dtype, check_literals
 from ..frontend.merge import Merging, merge
 from ..frontend.tree import Read
 
@@ -172,6 +172,7 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
         raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
                             "'F' (column-major)")
     contraction = analyse(expr) if isinstance(expr, str) else expr
+    check_literals([t.coefficient for t in contraction.terms], dtype)
     if symbolic and not sizes:
         return replace(lower(contraction, None, layout, dtype), deterministic=deterministic)
     fixed = resolve_sizes(contraction, sizes or {})

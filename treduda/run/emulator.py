@@ -30,6 +30,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..errors import HazardError
+from ..frontend.dtypes import is_integer, poison
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
@@ -105,7 +106,8 @@ class _Block:
         self.count = bx * by * bz
         lane = np.arange(self.count)
         self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
-        dtype = np.dtype(kernel.dtype)
+        dtype = self.dtype = np.dtype(kernel.dtype)
+        unset = poison(kernel.dtype)  # NaN, or an integer type's most negative value
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
@@ -118,12 +120,12 @@ class _Block:
             if local.space is ir.Space.GLOBAL:
                 continue  # a workspace: an argument, in memory already
             if not local.shape:  # a scalar register: one value per thread
-                self.scalars[local.name] = np.full(self.count, np.nan, dtype)
+                self.scalars[local.name] = np.full(self.count, unset, dtype)
             elif local.space is ir.Space.SHARED:
-                self.arrays[local.name] = np.full(local.size, np.nan, dtype)
+                self.arrays[local.name] = np.full(local.size, unset, dtype)
                 self.shared.add(local.name)
             else:
-                self.arrays[local.name] = np.full((self.count, local.size), np.nan, dtype)
+                self.arrays[local.name] = np.full((self.count, local.size), unset, dtype)
                 self.registers.add(local.name)
         # Which elements hold a value: shared ones for the block, registers for each thread.
         self.written = {name: np.zeros(self.arrays[name].shape, dtype=bool)
@@ -134,7 +136,9 @@ class _Block:
         self.hazards: list[Hazard] = []
 
     def run(self) -> list[Hazard]:
-        self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
+        # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
+        with np.errstate(over="ignore" if is_integer(self.dtype.name) else "warn"):
+            self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
         self.end_epoch()
         return self.hazards
 
@@ -196,16 +200,17 @@ class _Block:
             self.arrays[s.target.array][where] = value[active][inside]
 
     def value(self, e: ir.Expr, active: np.ndarray) -> Any:
-        """A value of the kernel's dtype, per thread (NaN where a thread reads nothing)."""
+        """A value of the kernel's dtype, per thread (NaN, or an integer type's most negative
+        value, where a thread reads nothing); integer arithmetic wraps as the kernel's does."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
-            read = np.full(self.count, np.nan, self.arrays[e.array].dtype)
+            read = np.full(self.count, poison(self.dtype.name), self.arrays[e.array].dtype)
             if found is not None:
                 where, inside = found
                 read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
             return read
         if isinstance(e, ir.Float):
-            return e.value
+            return self.dtype.type(e.value) if is_integer(self.dtype.name) else e.value
         if isinstance(e, ir.Lane):
             return self.vectors[e.vector][:, e.lane]
         if isinstance(e, ir.Var) and e.name in self.scalars:

@@ -13,9 +13,9 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..codegen import ir
-from ..errors import DtypeError, MissingArray, ShapeMismatch
+from ..errors import MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
-from ..frontend.dtypes import check_array, complex_of, is_complex
+from ..frontend.dtypes import DEFAULT_CASTING, check_cast
 from .device_arrays import is_device_array, to_cupy
 
 
@@ -64,22 +64,25 @@ def threads(grid: tuple[int, int, int], block: tuple[int, int, int]) -> tuple[in
 
 
 def bind(contraction: Contraction, dtype: str, fixed_sizes: Mapping[str, int] | None,
-         values: Mapping[str, object], empty: bool = False
+         values: Mapping[str, object], empty: bool = False, casting: str = DEFAULT_CASTING
          ) -> tuple[dict[str, int], dict[str, np.ndarray], dict[str, float]]:
     """Check user values against the expression: sizes, arrays (numpy, or CuPy views of
-    arrays on a GPU) and scalars for a kernel computing in ``dtype``. ``empty`` allows axes of
-    extent 0 (nothing to launch)."""
+    arrays on a GPU) and scalars for a kernel computing in ``dtype``, each converted as
+    numpy's ``casting`` rule allows (a refused one raises DtypeError). ``empty`` allows axes
+    of extent 0 (nothing to launch)."""
     check_arguments(contraction, values)
-    arrays = {name: _array(name, v, dtype) for name, v in values.items()
+    arrays = {name: _array(name, v, dtype, casting) for name, v in values.items()
               if name != contraction.output and name not in contraction.scalars}
     if contraction.output in values:
         arrays[contraction.output] = _array(contraction.output, values[contraction.output],
-                                            dtype)
+                                            dtype, casting)
     missing = [s for s in contraction.scalars if s not in values]
     if missing:
         raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
                           f"{missing[0]}=1.0")
-    scalars = {s: _array(s, values[s], dtype).item() for s in contraction.scalars}
+    for s in contraction.scalars:
+        check_cast(s, values[s], dtype, casting)
+    scalars = {s: np.asarray(values[s]).item() for s in contraction.scalars}
     sizes = infer_sizes(contraction, arrays, empty=empty)
     if fixed_sizes is not None and sizes != dict(fixed_sizes):
         changed = [f"{i}: {sizes[i]} (compiled for {fixed_sizes[i]})" for i in sizes
@@ -113,8 +116,8 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
         elif p.kind == ir.ParamKind.WORKSPACE:  # as large as its local says, never read unset
             values.append(xp.empty(next(v.size for v in kernel.locals if v.name == p.name),
                                    dtype))
-        elif p.kind == ir.ParamKind.SCALAR:
-            values.append(dtype.type(scalars[p.name]))
+        elif p.kind == ir.ParamKind.SCALAR:  # converted as numpy converts (integers wrap)
+            values.append(np.asarray(scalars[p.name]).astype(dtype)[()])
         else:  # sizes are named N_<index>
             values.append(index(kernel_sizes[p.name[2:]]))
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)
@@ -133,13 +136,11 @@ def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
     return replace(launch, then=(*launch.then, Call(kernel.name, grid, block, arguments)))
 
 
-def _array(name: str, value: object, dtype: str) -> np.ndarray:
-    """``value`` as an array, refused where the kernel's ``dtype`` cannot hold its numbers."""
+def _array(name: str, value: object, dtype: str, casting: str) -> np.ndarray:
+    """``value`` as an array, refused where numpy's ``casting`` rule does not convert it to
+    the kernel's ``dtype``."""
     array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
-    check_array(name, array.dtype)
-    if array.dtype.kind == "c" and not is_complex(dtype):
-        raise DtypeError(f"{name} is complex ({array.dtype}) but the kernel computes in "
-                         f"{dtype}; compile with dtype='{complex_of(dtype)}'")
+    check_cast(name, array, dtype, casting)
     return array
 
 

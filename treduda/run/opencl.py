@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import BackendUnavailable, CompileError, VerificationError
+from ..frontend.dtypes import poison
 from .launch import Launch
 from .timing import REPEATS, WARMUP, Timing
 
@@ -186,7 +187,8 @@ class _Placed:
 
         host = value
         if zone:
-            fill = SENTINEL if output else np.nan  # a stray read of an input yields NaN
+            # a stray read of an input yields NaN (an integer type's most negative value)
+            fill = SENTINEL if output else poison(value.dtype.name)
             host = np.full(zone + value.size + zone, fill, dtype=value.dtype)
             host[zone:zone + value.size] = value
         access = cl.mem_flags.READ_WRITE if output else cl.mem_flags.READ_ONLY

@@ -5,11 +5,15 @@ The tolerance is the classical bound on rounding in a sum of products: every out
 be off by a few units of ``eps`` per summand, times the sum of the magnitudes of its summands
 (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1). A complex
 multiply-add rounds twice per part (two real FMAs), so complex kernels take twice the steps.
-Complex contractions are evaluated in complex128, real ones in float64.
+Complex contractions are evaluated in complex128, real ones in float64. Integer ones (every
+array an integer or boolean one, every scalar an integer) are evaluated in the integer kernel's
+own type, wrapping as it does: arithmetic modulo 2**bits gives one result in any order, so the
+kernel must match it exactly (tolerance 0).
 """
 
 from __future__ import annotations
 
+import math
 import string
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -18,7 +22,7 @@ import numpy as np
 
 from ..errors import TredudaError
 from ..frontend.contraction import Contraction
-from ..frontend.dtypes import chain
+from ..frontend.dtypes import chain, is_integer, kernel_dtype
 
 LETTERS = string.ascii_letters
 SAFETY = 4.0  # units of eps per rounding step; generous for fused multiply-adds and reordering
@@ -41,8 +45,8 @@ class Verification:
 
 def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
              sizes: Mapping[str, int], absolute: bool = False, xp=np) -> np.ndarray:
-    """The contraction in float64 (complex128 if any array or scalar is complex): the value
-    the output should hold afterwards.
+    """The contraction in float64 (complex128 if any array or scalar is complex; int32 or
+    int64, wrapping, if all are integers): the value the output should hold afterwards.
 
     With ``absolute``, every array, scalar and coefficient is replaced by its magnitude and
     every difference by a sum: the scale that rounding errors are proportional to. ``xp`` is
@@ -52,7 +56,7 @@ def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[
         arrays = {k: xp.abs(xp.asarray(v)) for k, v in arrays.items()}
         scalars = {k: abs(v) for k, v in scalars.items()}
     complex_ = any(np.iscomplexobj(v) for v in [*arrays.values(), *scalars.values()])
-    dtype = "complex128" if complex_ else "float64"
+    dtype = _exact(arrays, scalars) or ("complex128" if complex_ else "float64")
     rhs = sum((_term(c, t, arrays, scalars, sizes, absolute, dtype, xp) for t in c.terms),
               xp.zeros(tuple(sizes[i] for i in c.output_indices), dtype=dtype))
     if c.op == "=":
@@ -63,13 +67,34 @@ def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[
 
 def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
               sizes: Mapping[str, int], dtype: str, xp=np) -> np.ndarray:
-    """Largest error allowed per output element for a kernel computing in ``dtype``."""
+    """Largest error allowed per output element for a kernel computing in ``dtype``: none
+    for an integer kernel."""
+    if is_integer(dtype):
+        return xp.zeros(tuple(sizes[i] for i in c.output_indices))
     magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     steps *= chain(dtype)
     eps = np.finfo(np.dtype(dtype)).eps
     return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
+
+
+def error(result: np.ndarray, expected: np.ndarray, xp=np) -> np.ndarray:
+    """``|result - expected|`` per element, in float64; exact for integers, where it is at
+    least 1 wherever the two differ (a difference may be too large for float64 to keep)."""
+    difference = xp.abs(result - expected)
+    if not is_integer(result.dtype.name):
+        return difference
+    return xp.where(result == expected, 0.0, xp.maximum(difference.astype(np.float64), 1.0))
+
+
+def _exact(arrays: Mapping[str, np.ndarray], scalars: Mapping[str, object]) -> str | None:
+    """The integer kernel type a contraction of ``arrays`` and ``scalars`` is exact in, or
+    None where one of them is not an integer (or boolean)."""
+    if not arrays or not all(is_integer(a.dtype.name) for a in arrays.values()) or not all(
+            isinstance(s, (int, np.integer)) for s in scalars.values()):
+        return None
+    return kernel_dtype(np.result_type(*[a.dtype for a in arrays.values()]).name)
 
 
 def einsum_spec(term, output_indices) -> str:
@@ -91,9 +116,14 @@ def _term(c: Contraction, term, arrays, scalars, sizes, absolute: bool, dtype: s
     # numpy needs optimize=True to contract two operands with BLAS instead of its own loop
     options = {"optimize": True} if xp is np else {}
     value = xp.einsum(einsum_spec(term, c.output_indices), *operands, **options) if operands \
-        else xp.float64(1.0)
+        else xp.asarray(1, dtype=dtype)
     coefficient = abs(term.coefficient) if absolute else term.coefficient
-    factor = coefficient * np.prod([scalars[s] for s in term.scalars]).item()
+    if is_integer(dtype):  # the factor modulo 2**bits, as the kernel's unsigned arithmetic has it
+        bits = 8 * np.dtype(dtype).itemsize
+        factor = math.prod([int(coefficient), *(int(scalars[s]) for s in term.scalars)])
+        factor = np.asarray(factor % 2 ** bits, dtype=f"uint{bits}").astype(dtype)
+    else:
+        factor = coefficient * np.prod([scalars[s] for s in term.scalars]).item()
     present = {i for r in term.reads for i in r.indices}
     shape = tuple(sizes[i] if i in present else 1 for i in c.output_indices)
     full = tuple(sizes[i] for i in c.output_indices)

@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ArgumentError, TredudaError
-from ..frontend.dtypes import DTYPES, real
+from ..frontend.dtypes import DTYPES, INTEGER_DTYPES, real
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -40,6 +40,11 @@ SOURCES: dict[str, str] = {
     "https://docs.nvidia.com/cuda/cuda-c-programming-guide/",
     "CUDA-GUIDE-4": "NVIDIA CUDA C Programming Guide v4.2 (2012): 5.2.3 'Multiprocessor Level' "
     "latencies, 5.4.1 arithmetic throughput table, Appendix F.4 compute capability 2.x",
+    "CUDA-THRU": "NVIDIA CUDA C++ Programming Guide, 'Arithmetic Instructions', throughput of "
+    "native arithmetic instructions (results per clock cycle per SM): 32-bit integer multiply, "
+    "multiply-add: 64 on cc 7.x, 8.x and 9.0 (where 32-bit floating-point FMA is 64 on 7.0 and "
+    "8.0, 128 on 8.6 and 9.0), 16 on 2.x (v4.2, 5.4.1); 64-bit integer multiply: 'multiple "
+    "instructions'",
     "CUDA-BP": "NVIDIA CUDA C++ Best Practices Guide, 'Coalesced Access to Global Memory': "
     "L1-cached global loads are serviced in 128-byte cache lines",
     "OCC": "NVIDIA CUDA Occupancy Calculator, 'GPU Data' sheet: register allocation unit size "
@@ -96,6 +101,7 @@ class Gpu:
     schedulers_per_sm: int  # warp schedulers (issue width: warps issued per cycle per SM)
     fp32_lanes_per_sm: int  # FP32 FMA units per SM (FMAs per cycle per SM)
     fp64_lanes_per_sm: int  # FP64 FMA units per SM
+    int32_lanes_per_sm: int  # 32-bit integer multiply-adds (IMAD) per cycle per SM
     max_threads_per_block: int
     max_threads_per_sm: int
     max_blocks_per_sm: int
@@ -131,7 +137,11 @@ class Gpu:
         return 2.0 * self.fma_lanes(dtype) * self.sm_count * self.clock_ghz * 1e9
 
     def fma_lanes(self, dtype: object) -> int:
-        """FMA lanes per SM for ``dtype``'s real arithmetic (a complex type's parts)."""
+        """FMA lanes per SM for ``dtype``'s real arithmetic (a complex type's parts); IMAD
+        lanes for an integer type (a 64-bit multiply-add takes several IMADs:
+        :func:`treduda.frontend.dtypes.fmas`)."""
+        if _integer(dtype):
+            return self.int32_lanes_per_sm
         return self.fp64_lanes_per_sm if _precision(dtype) == 64 else self.fp32_lanes_per_sm
 
     def warps_per_sm(self) -> int:
@@ -213,6 +223,11 @@ def _inconsistencies(g: Gpu) -> list[str]:
     return [message for ok, message in checks if not ok]
 
 
+def _integer(dtype: object) -> bool:
+    """Whether ``dtype`` (a string or numpy dtype) is an integer type treduda computes in."""
+    return str(getattr(dtype, "name", dtype)) in INTEGER_DTYPES
+
+
 def _precision(dtype: object) -> int:
     """64 for double precision, 32 for single; accepts strings and numpy dtypes, and for a
     complex type, that of its parts."""
@@ -251,6 +266,7 @@ H100 = Gpu(
     schedulers_per_sm=4,  # [H100-WP] four SM partitions, one warp scheduler each
     fp32_lanes_per_sm=128,  # [H100-WP]
     fp64_lanes_per_sm=64,  # [H100-WP] 33.5 TFLOP/s, [H100-DS] rounds to 34
+    int32_lanes_per_sm=64,  # [CUDA-THRU] cc 9.0: half the FP32 rate
     max_threads_per_block=1024,  # [CUDA-CC]
     max_threads_per_sm=2048,  # [CUDA-CC] cc 9.0
     max_blocks_per_sm=32,  # [CUDA-CC] cc 9.0
@@ -283,6 +299,7 @@ A100 = Gpu(
     schedulers_per_sm=4,  # [A100-WP] four SM partitions, one warp scheduler each
     fp32_lanes_per_sm=64,  # [A100-WP] 19.5 TFLOP/s [A100-DS]
     fp64_lanes_per_sm=32,  # [A100-WP] 9.7 TFLOP/s without tensor cores [A100-DS]
+    int32_lanes_per_sm=64,  # [CUDA-THRU] cc 8.0: the FP32 rate
     max_threads_per_block=1024,  # [CUDA-CC]
     max_threads_per_sm=2048,  # [CUDA-CC] cc 8.0
     max_blocks_per_sm=32,  # [CUDA-CC] cc 8.0
@@ -315,6 +332,7 @@ V100 = Gpu(
     schedulers_per_sm=4,  # [V100-WP] four SM partitions, one warp scheduler each
     fp32_lanes_per_sm=64,  # [V100-WP] 15.7 TFLOP/s
     fp64_lanes_per_sm=32,  # [V100-WP] 7.8 TFLOP/s
+    int32_lanes_per_sm=64,  # [CUDA-THRU] cc 7.0: the FP32 rate
     max_threads_per_block=1024,  # [CUDA-CC]
     max_threads_per_sm=2048,  # [CUDA-CC] cc 7.0
     max_blocks_per_sm=32,  # [CUDA-CC] cc 7.0
@@ -346,6 +364,7 @@ RTX3070 = Gpu(
     schedulers_per_sm=4,  # [GA102-WP] four SM partitions, one warp scheduler each
     fp32_lanes_per_sm=128,  # [GA102-WP] 20.3 TFLOP/s
     fp64_lanes_per_sm=2,  # [GA102-WP] two FP64 units per SM (1/64 of FP32)
+    int32_lanes_per_sm=64,  # [CUDA-THRU] cc 8.6: half the FP32 rate
     max_threads_per_block=1024,  # [CUDA-CC]
     max_threads_per_sm=1536,  # [CUDA-CC] cc 8.6
     max_blocks_per_sm=16,  # [CUDA-CC] cc 8.6
@@ -380,6 +399,7 @@ GTX560TI = Gpu(
     schedulers_per_sm=2,
     fp32_lanes_per_sm=48,  # [CUDA-GUIDE-4] 48 cores on 2.1; 1263 GFLOP/s as [THESIS]
     fp64_lanes_per_sm=4,  # [CUDA-GUIDE-4] 5.4.1: 4 FP64 FMA per clock per SM on 2.1
+    int32_lanes_per_sm=16,  # [CUDA-THRU] cc 2.x
     max_threads_per_block=1024,  # [CUDA-GUIDE-4] cc 2.x
     max_threads_per_sm=1536,  # [CUDA-GUIDE-4] cc 2.x
     max_blocks_per_sm=8,  # [CUDA-GUIDE-4] cc 2.x; [THESIS] 2.2.1.2 says 8 too
