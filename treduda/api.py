@@ -16,7 +16,7 @@ from . import strategies
 from .codegen.printer import check_identifiers
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
-from .frontend.dtypes import check_dtype, compute_dtype
+from .frontend.dtypes import check_dtype, check_precision, compute_dtype
 from .kernel import Kernel
 from .polyhedral.ast_build import build
 from .polyhedral.lower import Program, plan
@@ -49,7 +49,8 @@ CHECKED_MOST = 16  # ... and at most in all
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
-PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+# for did-you-mean
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu", "precision")
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
@@ -57,7 +58,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
             layout: str = "C", strategy: str | None = None,
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
             gpu: str = "H100", cache: TuningCache | bool = True,
-            measure: bool = False) -> Kernel:
+            measure: bool = False, precision: str = "highest") -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -68,8 +69,11 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     tuning cache (``cache=False`` skips it); symbolic kernels take the default strategy.
     ``measure=True`` has the search time its best candidates (on the GPU when one is here,
     else on PoCL) and keep the fastest; the cache keeps that time apart from the prediction.
+    ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
+    into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
+    It fixes the numerics, not the unit: these kernels compute on FMA units.
     """
-    program = plan(expr, sizes, layout, dtype, symbolic=symbolic)
+    program = plan(expr, sizes, layout, dtype, symbolic=symbolic, precision=precision)
     generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
         strategy, params = _tuned(program, gpu, cache, measure, generate)
@@ -80,7 +84,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
            values: Mapping[str, tuple] | None = None, measure: bool = False,
            progress: Progress | None = None, max_nodes: int | None = None,
-           refine: int = 0, check: bool = False) -> SearchResult:
+           refine: int = 0, check: bool = False, precision: str = "highest") -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -92,9 +96,10 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
     The winner's ``measured_on`` says which. With ``check=True`` and nvcc present, ptxas
     reports on the winner's registers and spills (:func:`_checked`). Compile the winner with
-    ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
+    ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``;
+    ``precision`` as for :func:`compile`.
     """
-    program = plan(expr, sizes, layout, dtype)
+    program = plan(expr, sizes, layout, dtype, precision=precision)
     result = search_program(program, gpu, strategy=strategy, values=values, progress=progress,
                             max_nodes=max_nodes)
     return _reranked(program, result, refine, measure, check)
@@ -200,13 +205,15 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             **values: Any) -> np.ndarray:
+             precision: str = "highest", **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
     Sizes come from the arrays; the dtype is double precision if any array is, complex if
-    any array or scalar is (``alpha=0.5j``), else float32. Without ``strategy`` or ``params``
+    any array or scalar is (``alpha=0.5j``), float16 or bfloat16 where every array is (the
+    result then has that dtype, as numpy.einsum's), else float32. ``precision`` as for
+    :func:`compile`. Without ``strategy`` or ``params``
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
@@ -220,7 +227,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  **shapes)
+                                  precision=precision, **shapes)
     return planned(out=out, **values)
 
 
@@ -264,6 +271,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
+                        precision: str = "highest",
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -275,24 +283,26 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     contraction = analyse(expr)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_dtype(dtype)
+    check_precision(precision, dtype)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
     tuned = strategy is None and params is None  # compile() searches, or asks the cache
     kernel = None if 0 in sizes.values() else _kept_kernel(
         expr, tuple(sizes.items()), dtype, layout, strategy,
         None if params is None else tuple(sorted(params.items())), gpu,
-        str(default_path()) if tuned else None)
+        str(default_path()) if tuned else None, precision)
     return ContractExpression(contraction, sizes, dtype, backend, kernel)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_kernel(expr: str, sizes: tuple, dtype: str, layout: str, strategy: str | None,
-                 params: tuple | None, gpu: str, cache: str | None) -> Kernel:
+                 params: tuple | None, gpu: str, cache: str | None,
+                 precision: str = "highest") -> Kernel:
     """:func:`compile`'s kernel, kept: every argument shapes it (``cache``, the path of the
     tuning cache a searched kernel comes from), so equal arguments mean an equal kernel."""
     return compile(expr, dict(sizes), dtype=dtype, layout=layout, strategy=strategy,
                    params=None if params is None else dict(params), gpu=gpu,
-                   cache=TuningCache(cache) if cache else False)
+                   cache=TuningCache(cache) if cache else False, precision=precision)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
@@ -365,4 +375,5 @@ def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> 
 def _shaping(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
     """Everything that shapes a kernel, as text."""
     return repr((repr(program.original.tree), sorted((program.expression_sizes or {}).items()),
-                 program.dtype, program.layout, strategy, sorted(params.items())))
+                 program.dtype, program.layout, strategy, sorted(params.items()),
+                 program.precision))

@@ -76,6 +76,10 @@ class Kernel:
         return self.program.layout
 
     @property
+    def precision(self) -> str:
+        return self.program.precision
+
+    @property
     def block(self) -> tuple[int, int, int]:
         return self.built.block
 
@@ -138,7 +142,8 @@ class Kernel:
         c = self.contraction
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
-        allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
+        allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype,
+                                      precision=self.precision)
         error = np.abs(result - expected)
         outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),

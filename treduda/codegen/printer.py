@@ -6,20 +6,38 @@ name that reaches the C text is checked here a last time (:func:`check_identifie
 Complex kernels hold ``float2`` / ``double2`` values (real part ``.x``, imaginary part ``.y``);
 neither dialect has complex operators, so value arithmetic is printed as calls of the helpers
 of ``templates/complex.j2`` (``td_double2_fma(a, b, c)`` for ``c + a*b``: four real FMAs).
+
+float16 and bfloat16 kernels take tensors in the stored type (the dialect's :class:`Storage`)
+and compute in float32: every read of a tensor element converts it, every write converts back
+(an update ``C[o] += v`` is ``C[o] = store(load(C[o]) + v)``); registers, shared tiles and
+scalars hold float32. Calls of :class:`ir.Function` print as calls of the helpers of
+``templates/precision.j2``, written once for both dialects from the dialect's bit casts.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InvalidName
-from ..frontend.dtypes import is_complex, real
+from ..frontend.dtypes import compute, is_complex, real
 from ..frontend.names import RESERVED
 from . import ir
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How a dialect holds and converts a stored type (:data:`treduda.frontend.dtypes.STORED`):
+    format strings taking the tensor, the element's offset and (to store) the float value."""
+
+    c_type: str
+    load: str
+    store: str
+    include: str = ""  # a C header that defines the conversions
+    helpers: str = ""  # a template that defines them
 
 
 @dataclass(frozen=True)
@@ -49,6 +67,13 @@ class Dialect:
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
     barrier_closes_loops: bool = False
+    # The stored types, and what templates/precision.j2 needs: the 32-bit unsigned type, the
+    # casts between a float's bits and its value, and an FMA that is never split.
+    stored: dict = field(default_factory=dict)
+    uint: str = ""
+    as_bits: str = ""
+    as_float: str = ""
+    fma: str = ""
 
 
 CUDA = Dialect(
@@ -59,7 +84,13 @@ CUDA = Dialect(
     keep_loop="#pragma unroll 1",
     function="__device__ __forceinline__", vector="make_{type}({values})",
     atomic_add="atomicAdd", vector_load="*(const {type} *){address}",
-    vector_store="*({type} *){address} = {value};")
+    vector_store="*({type} *){address} = {value};",
+    stored={"float16": Storage("__half", "__half2float({array}[{offset}])",
+                               "{array}[{offset}] = __float2half_rn({value});", "cuda_fp16.h"),
+            "bfloat16": Storage("__nv_bfloat16", "__bfloat162float({array}[{offset}])",
+                                "{array}[{offset}] = __float2bfloat16_rn({value});",
+                                "cuda_bf16.h")},
+    uint="unsigned int", as_bits="__float_as_uint", as_float="__uint_as_float", fma="__fmaf_rn")
 
 OPENCL = Dialect(
     name="opencl",
@@ -69,7 +100,15 @@ OPENCL = Dialect(
     thread_id="get_local_id({axis})", index_types={32: "int", 64: "long"}, axes=("0", "1", "2"),
     unroll="", keep_loop="", function="static inline", vector="({type})({values})",
     atomic_add="td_atomic_add", vector_load="vload{width}(0, {address})",
-    vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True)
+    vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True,
+    # vload_half and vstore_half_rte are core OpenCL (no cl_khr_fp16); bfloat16 is a ushort
+    # converted by templates/bfloat16.j2's shifts.
+    stored={"float16": Storage("half", "vload_half({offset}, {array})",
+                               "vstore_half_rte({value}, {offset}, {array});"),
+            "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
+                                "{array}[{offset}] = td_bf16_store({value});",
+                                helpers="bfloat16.j2")},
+    uint="uint", as_bits="as_uint", as_float="as_float", fma="fma")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -93,19 +132,26 @@ class Printer:
         self.kernel = kernel
         self.dialect = dialect
         self.block = block
-        self.value_type = C_TYPES[kernel.dtype]
+        self.value_type = C_TYPES[compute(kernel.dtype)]  # what registers hold
         self.index_type = dialect.index_types[kernel.index_bits]
         self.complex = is_complex(kernel.dtype)
+        self.storage = dialect.stored.get(kernel.dtype)  # None: tensors hold value_type
+        self.tensors = {p.name for p in kernel.params
+                        if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
 
     def helpers(self) -> dict[str, str]:
         """What ``templates/complex.j2`` needs to define a complex kernel's arithmetic; the
         type is empty for a real kernel, which needs none."""
+        d = self.dialect
+        found = {"include": self.storage.include if self.storage else "",
+                 "storage_helpers": self.storage.helpers if self.storage else "",
+                 "precision": ir.has_call(self.kernel.body), "qualifier": d.function,
+                 "uint": d.uint, "as_bits": d.as_bits, "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
-            return {"complex_type": ""}
+            return {**found, "complex_type": ""}
         part = C_TYPES[real(self.kernel.dtype)]
-        return {"complex_type": self.value_type, "part_type": part,
-                "qualifier": self.dialect.function,
-                "vector": self.dialect.vector.format(type=self.value_type, values="re, im")}
+        return {**found, "complex_type": self.value_type, "part_type": part,
+                "vector": d.vector.format(type=self.value_type, values="re, im")}
 
     def signature(self) -> str:
         d = self.dialect
@@ -118,7 +164,8 @@ class Printer:
         for p in self.kernel.params:
             if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT):
                 const = "const " if p.kind == ir.ParamKind.INPUT else ""
-                args.append(f"{d.global_pointer}{const}{self.value_type} *{d.restrict} {p.name}")
+                stored = self.storage.c_type if self.storage else self.value_type
+                args.append(f"{d.global_pointer}{const}{stored} *{d.restrict} {p.name}")
             elif p.kind == ir.ParamKind.SCALAR:
                 args.append(f"const {self.value_type} {p.name}")
             else:
@@ -141,6 +188,11 @@ class Printer:
             return [line for child in s.body for line in self.stmt(child, depth)]
         if isinstance(s, ir.Assign) and s.atomic:
             return self.atomic(s, pad)
+        if isinstance(s, ir.Assign) and self._stored(s.target):
+            value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
+            return [pad + self.storage.store.format(array=s.target.array,
+                                                    offset=self.expr(s.target.offset),
+                                                    value=self.expr(value))]
         if isinstance(s, ir.Assign):
             if not self.complex:
                 return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
@@ -217,8 +269,12 @@ class Printer:
             spelling = (self.dialect.block_id if e.builtin == ir.Builtin.BLOCK_ID
                         else self.dialect.thread_id)
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
+        if isinstance(e, ir.Load) and self._stored(e):
+            return self.storage.load.format(array=e.array, offset=self.expr(e.offset)), _ATOM
         if isinstance(e, ir.Load):
             return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+        if isinstance(e, ir.Call):
+            return f"{e.function.value}({', '.join(map(self.expr, e.args))})", _ATOM
         if isinstance(e, ir.Lane):
             return f"{e.vector}.{LANES[e.lane]}", _ATOM
         if isinstance(e, ir.Neg):
@@ -256,13 +312,17 @@ class Printer:
             return self.expr(e)
         raise TypeError(f"cannot print {e!r} as a complex value")
 
+    def _stored(self, e: ir.Expr) -> bool:
+        """Whether ``e`` is an element of a tensor stored in a type the kernel converts."""
+        return self.storage is not None and isinstance(e, ir.Load) and e.array in self.tensors
+
     def _wrap(self, e: ir.Expr, minimum: int) -> str:
         text, precedence = self._expr(e)
         return text if precedence >= minimum else f"({text})"
 
     def literal(self, value: float) -> str:
         text = repr(float(value))
-        return f"{text}f" if real(self.kernel.dtype) == "float32" else text
+        return f"{text}f" if real(compute(self.kernel.dtype)) == "float32" else text
 
 
 def check_identifiers(kernel: ir.KernelIR) -> None:

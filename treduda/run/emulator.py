@@ -30,9 +30,34 @@ import numpy as np
 
 from ..codegen import ir
 from ..errors import HazardError
+from ..frontend.dtypes import compute
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """``td_tf32`` of templates/precision.j2 on float32 values: the same bit operations."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(bits & np.uint32(0x7F800000) == 0x7F800000, x, rounded)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a*b + c rounded once to float32, but for rare double roundings (the product of two
+    float32 values is exact in float64, the sum rounds to float64 first)."""
+    return (np.float64(a) * b + c).astype(np.float32)
+
+
+def _tf32x3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``td_tf32x3`` of templates/precision.j2."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    a_hi, b_hi = _tf32(a), _tf32(b)
+    a_lo, b_lo = _tf32(a - a_hi), _tf32(b - b_hi)
+    return _fma(a_hi, b_hi, _fma(a_hi, b_lo, a_lo * b_hi))
+
+
+CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3}
 
 
 @dataclass(frozen=True)
@@ -96,7 +121,7 @@ class _Block:
         self.count = bx * by * bz
         lane = np.arange(self.count)
         self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
-        dtype = np.dtype(kernel.dtype)
+        dtype = self.compute = np.dtype(compute(kernel.dtype))  # tensors may be stored narrower
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
@@ -187,7 +212,7 @@ class _Block:
         """A value of the kernel's dtype, per thread (NaN where a thread reads nothing)."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
-            read = np.full(self.count, np.nan, self.arrays[e.array].dtype)
+            read = np.full(self.count, np.nan, self.compute)  # a stored element, converted
             if found is not None:
                 where, inside = found
                 read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
@@ -202,6 +227,8 @@ class _Block:
             return ir.apply(e.op, self.value(e.left, active), self.value(e.right, active))
         if isinstance(e, ir.Neg):
             return -self.value(e.operand, active)
+        if isinstance(e, ir.Call):
+            return CALLS[e.function](*(self.value(a, active) for a in e.args))
         if isinstance(e, ir.Select):
             return np.where(self.index(e.condition, active).astype(bool),
                             self.value(e.if_true, active), self.value(e.if_false, active))

@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen import ir
 from ..errors import DtypeError, MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
-from ..frontend.dtypes import check_array, complex_of, is_complex
+from ..frontend.dtypes import check_array, complex_of, compute, is_complex
 from .device_arrays import is_device_array, to_cupy
 
 
@@ -75,7 +75,8 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
     ``sizes`` are the expression's extents, ``kernel_sizes`` those of the kernel's (merged)
     indices; ``xp`` is the array module that holds the arrays: numpy, or CuPy on a GPU."""
-    dtype = np.dtype(kernel.dtype)
+    dtype = np.dtype(kernel.dtype)  # tensors' elements, as stored
+    value = np.dtype(compute(kernel.dtype))  # scalars', as computed
     index = np.int32 if kernel.index_bits == 32 else np.int64
     output_shape = tuple(sizes[i] for i in contraction.output_indices)
     values: list = []
@@ -88,7 +89,7 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
         elif p.kind == ir.ParamKind.INPUT:
             values.append(_flat(xp, arrays[p.name], dtype, layout, copy=False))
         elif p.kind == ir.ParamKind.SCALAR:
-            values.append(dtype.type(scalars[p.name]))
+            values.append(value.type(scalars[p.name]))
         else:  # sizes are named N_<index>
             values.append(index(kernel_sizes[p.name[2:]]))
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)

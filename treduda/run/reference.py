@@ -5,7 +5,9 @@ The tolerance is the classical bound on rounding in a sum of products: every out
 be off by a few units of ``eps`` per summand, times the sum of the magnitudes of its summands
 (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1). A complex
 multiply-add rounds twice per part (two real FMAs), so complex kernels take twice the steps.
-Complex contractions are evaluated in complex128, real ones in float64.
+Complex contractions are evaluated in complex128, real ones in float64, from the arrays as the
+kernel holds them: float16 and bfloat16 inputs are stored rounded, so the reference sees the
+same rounded values and only the kernel's own roundings count (:func:`tolerance`).
 """
 
 from __future__ import annotations
@@ -18,7 +20,13 @@ import numpy as np
 
 from ..errors import TredudaError
 from ..frontend.contraction import Contraction
-from ..frontend.dtypes import chain
+from ..frontend.dtypes import (
+    HIGHEST,
+    PRECISION_ROUNDOFF,
+    chain,
+    compute,
+    storage_roundoff,
+)
 
 LETTERS = string.ascii_letters
 SAFETY = 4.0  # units of eps per rounding step; generous for fused multiply-adds and reordering
@@ -62,14 +70,27 @@ def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[
 
 
 def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
-              sizes: Mapping[str, int], dtype: str, xp=np) -> np.ndarray:
-    """Largest error allowed per output element for a kernel computing in ``dtype``."""
+              sizes: Mapping[str, int], dtype: str, xp=np,
+              precision: str = HIGHEST) -> np.ndarray:
+    """Largest error allowed per output element for a kernel of ``dtype`` at ``precision``::
+
+        SAFETY * (eps * steps + reads * u_in + u_out) * magnitude + tiny
+
+    ``eps`` is the machine epsilon of what the kernel computes in (float32 for float16 and
+    bfloat16) and ``steps`` the roundings of the longest sum (its length, the terms and the
+    write, doubled for complex); ``u_in`` is the unit roundoff with which each of a product's
+    ``reads`` factors enters it (2^-11 for TF32, 2^-22 for 3xTF32's residual, 0 where inputs
+    are used as stored); ``u_out`` is that of storing the result (2^-11 for float16, 2^-8 for
+    bfloat16, else 0); ``magnitude`` is the contraction of the inputs' magnitudes."""
     magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     steps *= chain(dtype)
-    eps = np.finfo(np.dtype(dtype)).eps
-    return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
+    finfo = np.finfo(np.dtype(compute(dtype)))
+    reads = max((len(t.reads) for t in c.terms), default=0)
+    relative = (finfo.eps * steps + reads * PRECISION_ROUNDOFF[precision]
+                + storage_roundoff(dtype))
+    return SAFETY * relative * magnitude + finfo.tiny
 
 
 def einsum_spec(term, output_indices) -> str:

@@ -27,6 +27,7 @@ from typing import Any
 
 from treduda.errors import TredudaError
 from treduda.frontend.contraction import Contraction, analyse, resolve_sizes
+from treduda.frontend.dtypes import HIGHEST
 from treduda.polyhedral.lower import Program
 
 SCHEMA_VERSION = 1
@@ -84,10 +85,12 @@ class CacheKey:
     layout: str
     gpu: str
     version: str
+    precision: str = HIGHEST  # dtypes.PRECISIONS: how the sums' products round their inputs
 
     @classmethod
     def make(cls, expression: str | Contraction, sizes: Mapping[str, int] | str | None,
-             dtype: str, layout: str, gpu: str, version: str | None = None) -> CacheKey:
+             dtype: str, layout: str, gpu: str, version: str | None = None,
+             precision: str = HIGHEST) -> CacheKey:
         """A key for ``expression`` (any spelling, or its analysed contraction) with checked
         ``sizes``.
 
@@ -102,13 +105,13 @@ class CacheKey:
         else:
             size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
         return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
-                   installed_version() if version is None else version)
+                   installed_version() if version is None else version, precision)
 
     @classmethod
     def of(cls, program: Program, gpu: str) -> CacheKey:
         """The key of a planned program on ``gpu``: no text parsed again."""
         return cls.make(program.original, program.expression_sizes, program.dtype,
-                        program.layout, gpu)
+                        program.layout, gpu, precision=program.precision)
 
     def to_json(self) -> str:
         """The fields as canonical JSON: what is stored and what :meth:`digest` hashes."""
@@ -118,6 +121,8 @@ class CacheKey:
     def from_json(cls, text: str) -> CacheKey:
         """Parse :meth:`to_json` output; ValueError if it is not a well-formed key."""
         data = json.loads(text)
+        if isinstance(data, dict):  # keys stored before precision was one mean FP32
+            data.setdefault("precision", HIGHEST)
         names = [f.name for f in dataclasses.fields(cls)]
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"expected an object with exactly the fields {', '.join(names)}")
@@ -140,8 +145,9 @@ class CacheKey:
     def __str__(self) -> str:
         sizes = (self.sizes if isinstance(self.sizes, str)
                  else ",".join(f"{index}={extent}" for index, extent in self.sizes))
-        return (f"{self.expression} [{sizes}] {self.dtype} layout {self.layout} on {self.gpu!r} "
-                f"(treduda {self.version})")
+        precision = "" if self.precision == HIGHEST else f" precision {self.precision}"
+        return (f"{self.expression} [{sizes}] {self.dtype}{precision} layout {self.layout} on "
+                f"{self.gpu!r} (treduda {self.version})")
 
 
 @dataclass(frozen=True)
