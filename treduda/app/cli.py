@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from .. import strategies
 from ..api import MEASURED, compile, search
 from ..errors import TredudaError
-from ..frontend.dtypes import DTYPES
+from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
 from ..polyhedral.lower import plan
 from ..tuning.cache import TuningCache
 from ..tuning.gpus import table
@@ -98,6 +98,9 @@ def _problem_arguments(command: argparse.ArgumentParser) -> None:
     command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
+    command.add_argument("--precision", choices=PRECISIONS, default=HIGHEST,
+                         help="float32 only: round the sums' inputs to TF32 (tf32), or split "
+                              "each into two TF32 pieces (3xtf32: FP32 accuracy)")
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -141,7 +144,7 @@ def _run(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace) -> int:
     kernel = compile(args.expression, dict(args.size) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
-                     symbolic=args.symbolic)
+                     symbolic=args.symbolic, precision=args.precision)
     text = kernel.opencl_source if args.opencl else kernel.cuda_source
     if args.out:
         with open(args.out, "w") as out:
@@ -156,7 +159,7 @@ def _search(args: argparse.Namespace) -> int:
     bar = ProgressBar(sys.stderr)
     result = search(args.expression, dict(args.size), args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
-                    refine=args.refine, check=args.ptxas)
+                    refine=args.refine, check=args.ptxas, precision=args.precision)
     bar.close()
     print(result.table(args.top))
     print(result.summary())
@@ -212,7 +215,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _space(args: argparse.Namespace) -> int:
     program = plan(args.expression, dict(args.size), args.layout, args.dtype,
-                   symbolic=args.symbolic)
+                   symbolic=args.symbolic, precision=args.precision)
     strategy = strategies.get(args.strategy)
     space = strategy.space(program)
     defaults = strategy.defaults(program)

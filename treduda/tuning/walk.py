@@ -170,7 +170,7 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
 def _shared_bytes(kernel) -> int:
     """Shared memory one block of ``kernel`` declares."""
     return sum(local.size for local in kernel.built.kernel.locals
-               if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
+               if local.space is ir.Space.SHARED) * dtypes.itemsize(dtypes.compute(kernel.dtype))
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
@@ -213,7 +213,8 @@ class _Walker:
 
     def __init__(self, kernel, sizes: Mapping[str, int]):
         self.kir = kernel.built.kernel
-        self.bytes = dtypes.itemsize(kernel.dtype)
+        self.bytes = dtypes.itemsize(kernel.dtype)  # of a tensor element
+        self.local_bytes = dtypes.itemsize(dtypes.compute(kernel.dtype))  # of a shared one
         # Real instructions per IR operation: a complex multiply-add is four FMAs, other
         # complex arithmetic at least one instruction per part.
         self.scale = (dtypes.fmas(kernel.dtype), self.bytes // dtypes.itemsize(
@@ -366,7 +367,7 @@ class _Walker:
         kind = "shared" if space is ir.Space.SHARED else "global"
         tally[f"{kind}_{'stores' if store else 'loads'}"] += width if store else 1
         if kind == "shared":
-            words = np.unique(lanes * self.bytes // 4)
+            words = np.unique(lanes * self.local_bytes // 4)
             tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
         elif not store:
             sectors = np.unique(lanes * self.bytes // SECTOR_BYTES).size
