@@ -6,13 +6,17 @@ from __future__ import annotations
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import needs_nvcc
+from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
 from treduda.app.cli import main
 from treduda.errors import DtypeError
+from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.cache import TuningCache
+from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
+from treduda.tuning.search import Searcher
 
 GEMM = ("C[i,j] = A[i,k]*B[k,j]", {"i": 37, "j": 29, "k": 23})
 BATCHED = ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 3, "i": 19, "j": 21, "k": 13})
@@ -151,3 +155,34 @@ def test_nvcc_compiles_half_and_tf32_kernels(arch):
     for kernel, report in zip(kernels, reports, strict=True):
         found = next(r for r in report if r.name == kernel.name)
         assert found.registers > 0 and found.spill_stores == 0
+
+
+SPACE = ("C[i,j] = A[i,k]*B[k,j]", {"i": 200, "j": 120, "k": 72})
+VALUES = {"block_x": (16, 32), "block_y": (4, 8), "block_z": (1,), "reg_x": (1, 4),
+          "reg_y": (1, 4), "reg_z": (1,), "step": (8,), "order": ("j,i",)}
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"), ("float32", "3xtf32")])
+def test_bound_is_below_estimate_for_half_and_3xtf32(dtype, precision):
+    searcher = Searcher(plan(*SPACE, "C", dtype, precision=precision), "H100", values=VALUES)
+    assert bound_paths_hold(searcher) > 50
+
+
+def test_the_model_counts_storage_and_rounding():
+    """Half storage halves the compulsory traffic; 3xTF32's four FP32 instructions per
+    multiply-add and the rounding of each operand make it slower than TF32, slower than FP32."""
+    sizes = {"i": 2048, "j": 2048, "k": 2048}
+    params = {"order": "j,i", "stage": "A,B", "block_x": 32, "reg_x": 4, "assign_x": "adjacent",
+              "block_y": 8, "reg_y": 8, "step": 16, "preload": True, "double_buffer": True}
+
+    def estimate(dtype="float32", precision="highest"):
+        program = plan(SPACE[0], sizes, "C", dtype, precision=precision)
+        model = Model(program, gpu("H100"), "tiled+staged")
+        full = {**treduda.strategies.get("tiled+staged").defaults(program), **params}
+        return model.estimate(full)
+
+    fp32, half = estimate(), estimate("float16")
+    assert half.resources["dram"] == pytest.approx(fp32.resources["dram"] / 2)
+    assert half.flops == fp32.flops
+    seconds = [estimate(precision=p).resources["issue"] for p in ("highest", "tf32", "3xtf32")]
+    assert seconds[0] < seconds[1] < seconds[2]

@@ -150,6 +150,9 @@ class Model:
         self.fp_ops = self.fmas * dtypes.PRODUCT_OPERATIONS[program.precision]
         self.operand_ops = dtypes.OPERAND_OPERATIONS[program.precision]
         self.conversions = dtypes.CONVERSION_OPERATIONS if program.dtype in dtypes.STORED else 0
+        # float16 and bfloat16 elements are converted one by one: no vector accesses
+        # (treduda.codegen.vectorize)
+        self.vectorised = program.dtype not in dtypes.STORED
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
@@ -174,6 +177,12 @@ class Model:
             strides.setdefault(index, stride)
             stride *= self.sizes[index]
         return strides
+
+    def per_access(self, staged: bool) -> int:
+        """Values one access of a thread moves at most: a 16-byte vector's (of a staged
+        tile's float32 values, or of a tensor's elements), or one where nothing is vectorised."""
+        size = self.shared_value if staged else self.bytes
+        return max(1, VECTOR_BYTES // size) if self.vectorised else 1
 
     def lines(self, accesses: list[list[int]]) -> int:
         """Distinct cache lines one warp access touches, given each lane's element offsets:
@@ -459,12 +468,12 @@ class _Optimist:
         wavefronts are shared by its values, no fewer than a 16-byte vector's.
         While what decides it is open, the least any access costs: a wavefront shared by a
         16-byte vector (for an open padding, the better of its values)."""
-        least = self.m.bytes / VECTOR_BYTES
+        least = 1 / max(self.m.per_access(s) for s in (False, True))
         staged = self.staged(read)
         warp = self.lanes
         if staged is None or warp is None or (staged and not self.tiles_decided()):
             return least
-        values = max(1, VECTOR_BYTES // self.m.bytes)
+        values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
@@ -484,7 +493,7 @@ class _Optimist:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
         row = self.tile_strides(read, pad)
         slowest = max(row.values())
-        return slowest == 1 or all(v * self.m.bytes % VECTOR_BYTES == 0
+        return slowest == 1 or all(v * self.m.shared_value % VECTOR_BYTES == 0
                                    for v in row.values() if v > 1)
 
     def vectorisable(self, read: _Read) -> bool:
@@ -588,7 +597,7 @@ class _Optimist:
             write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
                                                for p in elements]) for pad in self.options("pad"))
             if not exact:
-                read = write = self.m.bytes / VECTOR_BYTES
+                read, write = 1 / self.m.per_access(False), 1 / self.m.per_access(True)
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         return total / self.fmas_per_block_step()
 
@@ -742,7 +751,7 @@ class _Optimist:
                 and self.vectorisable(read) and self._aligned(read, self.p["pad"])):
             return 1
         fastest = geometry.fastest(self.m.program, read.indices)
-        return max(1, min(VECTOR_BYTES // self.m.bytes, self.footprint(read)[fastest]))
+        return max(1, min(self.m.per_access(True), self.footprint(read)[fastest]))
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
