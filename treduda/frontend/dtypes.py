@@ -42,9 +42,11 @@ class Stored:
 
     compute: str  # what registers hold and arithmetic runs in
     unit_roundoff: float  # of rounding a value to this type: 2^-(mantissa bits + 1)
+    subnormal: float  # the spacing of its smallest values: what rounding near zero may lose
 
 
-STORED = {"float16": Stored("float32", 2.0**-11), "bfloat16": Stored("float32", 2.0**-8)}
+STORED = {"float16": Stored("float32", 2.0**-11, 2.0**-24),
+          "bfloat16": Stored("float32", 2.0**-8, 2.0**-133)}
 
 HIGHEST, TF32, TF32X3 = "highest", "tf32", "3xtf32"
 PRECISIONS = (HIGHEST, TF32, TF32X3)
@@ -71,9 +73,11 @@ def compute(dtype: str) -> str:
     return STORED[dtype].compute if dtype in STORED else dtype
 
 
-def storage_roundoff(dtype: str) -> float:
-    """Unit roundoff of storing a computed value in ``dtype``; 0 where it is computed in."""
-    return STORED[dtype].unit_roundoff if dtype in STORED else 0.0
+def storage_roundoff(dtype: str) -> tuple[float, float]:
+    """The relative error (unit roundoff) and the absolute error near zero (the subnormals'
+    spacing) of storing a computed value in ``dtype``; zeros where it is computed in."""
+    stored = STORED.get(dtype)
+    return (stored.unit_roundoff, stored.subnormal) if stored else (0.0, 0.0)
 
 
 def check_precision(precision: str, dtype: str) -> str:

@@ -74,23 +74,25 @@ def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping
               precision: str = HIGHEST) -> np.ndarray:
     """Largest error allowed per output element for a kernel of ``dtype`` at ``precision``::
 
-        SAFETY * (eps * steps + reads * u_in + u_out) * magnitude + tiny
+        SAFETY * (eps * steps + reads * u_in + u_out) * magnitude + tiny + subnormal
 
     ``eps`` is the machine epsilon of what the kernel computes in (float32 for float16 and
     bfloat16) and ``steps`` the roundings of the longest sum (its length, the terms and the
     write, doubled for complex); ``u_in`` is the unit roundoff with which each of a product's
     ``reads`` factors enters it (2^-11 for TF32, 2^-22 for 3xTF32's residual, 0 where inputs
     are used as stored); ``u_out`` is that of storing the result (2^-11 for float16, 2^-8 for
-    bfloat16, else 0); ``magnitude`` is the contraction of the inputs' magnitudes."""
+    bfloat16, else 0) and ``subnormal`` the spacing of its smallest values, which rounding a
+    result near zero may lose whatever its magnitude (2^-24 for float16); ``magnitude`` is the
+    contraction of the inputs' magnitudes."""
     magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     steps *= chain(dtype)
     finfo = np.finfo(np.dtype(compute(dtype)))
     reads = max((len(t.reads) for t in c.terms), default=0)
-    relative = (finfo.eps * steps + reads * PRECISION_ROUNDOFF[precision]
-                + storage_roundoff(dtype))
-    return SAFETY * relative * magnitude + finfo.tiny
+    stored, subnormal = storage_roundoff(dtype)
+    relative = finfo.eps * steps + reads * PRECISION_ROUNDOFF[precision] + stored
+    return SAFETY * relative * magnitude + finfo.tiny + subnormal
 
 
 def einsum_spec(term, output_indices) -> str:
