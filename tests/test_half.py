@@ -13,6 +13,7 @@ from treduda.app.cli import main
 from treduda.errors import DtypeError
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
@@ -64,12 +65,14 @@ def test_mixed_or_wider_arrays_compute_as_before():
 
 
 def test_half_kernels_convert_in_both_dialects():
-    """Tensors are declared in the stored type, registers and tiles in float32; nothing is
-    read as a vector (the conversions are per element)."""
-    for dtype, cuda, opencl in (("float16", "__half2float", "vload_half"),
-                                ("bfloat16", "__bfloat162float", "td_bf16_load")):
+    """Tensors are declared in the stored type (CUDA: their bits, as unsigned short, so that
+    NVRTC needs no CUDA headers), registers and tiles in float32; nothing is read as a vector
+    (the conversions are per element)."""
+    for dtype, cuda, opencl in (("float16", "cvt.f32.f16", "vload_half"),
+                                ("bfloat16", "td_bf16_load", "td_bf16_load")):
         kernel = treduda.compile(*GEMM, dtype=dtype, **STAGED)
         assert cuda in kernel.cuda_source and opencl in kernel.opencl_source
+        assert "const unsigned short *__restrict__ A" in kernel.cuda_source
         assert "float A_sh[" in kernel.cuda_source and "float4" not in kernel.cuda_source
         assert kernel.verify(backend="emulator").ok
 
@@ -143,6 +146,14 @@ def test_cli_compiles_at_a_precision(capsys):
     assert main(["compile", GEMM[0], "-s", "i=8", "-s", "j=8", "-s", "k=8", "--strategy",
                  "tiled", "--precision", "3xtf32"]) == 0
     assert "td_tf32x3(" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC is not installed here")
+def test_nvrtc_compiles_half_and_tf32_kernels_without_headers():
+    """CuPy compiles with NVRTC, which finds no CUDA headers without a toolkit."""
+    for options in ({"dtype": "float16"}, {"dtype": "bfloat16"}, {"precision": "3xtf32"}):
+        ptx = compile_nvrtc(treduda.compile(*GEMM, **options, **DIRECT).cuda_source)
+        assert ".entry" in ptx
 
 
 @needs_nvcc

@@ -31,13 +31,17 @@ LANES = "xyzw"  # the components of a vector of up to four, in both dialects
 @dataclass(frozen=True)
 class Storage:
     """How a dialect holds and converts a stored type (:data:`treduda.frontend.dtypes.STORED`):
-    format strings taking the tensor, the element's offset and (to store) the float value."""
+    format strings taking the tensor, the element's offset and (to store) the float value.
+
+    CUDA holds both types as ``unsigned short`` and converts with the instructions
+    ``__half2float`` and ``__float2half_rn`` compile to (``templates/float16.cu.j2``) and
+    with bfloat16's bit operations, rather than include ``cuda_fp16.h`` and ``cuda_bf16.h``:
+    NVRTC (CuPy) finds neither without a CUDA toolkit, and CuPy may not ship the second."""
 
     c_type: str
     load: str
     store: str
-    include: str = ""  # a C header that defines the conversions
-    helpers: str = ""  # a template that defines them
+    helpers: str = ""  # a template that defines the conversions
 
 
 @dataclass(frozen=True)
@@ -67,10 +71,12 @@ class Dialect:
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
     barrier_closes_loops: bool = False
-    # The stored types, and what templates/precision.j2 needs: the 32-bit unsigned type, the
-    # casts between a float's bits and its value, and an FMA that is never split.
+    # The stored types, and what templates/precision.j2 and bfloat16.j2 need: the 32- and
+    # 16-bit unsigned types, the casts between a float's bits and its value, and an FMA that is
+    # never split.
     stored: dict = field(default_factory=dict)
     uint: str = ""
+    ushort: str = ""
     as_bits: str = ""
     as_float: str = ""
     fma: str = ""
@@ -85,12 +91,12 @@ CUDA = Dialect(
     function="__device__ __forceinline__", vector="make_{type}({values})",
     atomic_add="atomicAdd", vector_load="*(const {type} *){address}",
     vector_store="*({type} *){address} = {value};",
-    stored={"float16": Storage("__half", "__half2float({array}[{offset}])",
-                               "{array}[{offset}] = __float2half_rn({value});", "cuda_fp16.h"),
-            "bfloat16": Storage("__nv_bfloat16", "__bfloat162float({array}[{offset}])",
-                                "{array}[{offset}] = __float2bfloat16_rn({value});",
-                                "cuda_bf16.h")},
-    uint="unsigned int", as_bits="__float_as_uint", as_float="__uint_as_float", fma="__fmaf_rn")
+    stored={"float16": Storage("unsigned short", "td_half_load({array}[{offset}])",
+                               "{array}[{offset}] = td_half_store({value});", "float16.cu.j2"),
+            "bfloat16": Storage("unsigned short", "td_bf16_load({array}[{offset}])",
+                                "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
+    uint="unsigned int", ushort="unsigned short", as_bits="__float_as_uint",
+    as_float="__uint_as_float", fma="__fmaf_rn")
 
 OPENCL = Dialect(
     name="opencl",
@@ -101,14 +107,12 @@ OPENCL = Dialect(
     unroll="", keep_loop="", function="static inline", vector="({type})({values})",
     atomic_add="td_atomic_add", vector_load="vload{width}(0, {address})",
     vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True,
-    # vload_half and vstore_half_rte are core OpenCL (no cl_khr_fp16); bfloat16 is a ushort
-    # converted by templates/bfloat16.j2's shifts.
+    # vload_half and vstore_half_rte are core OpenCL (no cl_khr_fp16)
     stored={"float16": Storage("half", "vload_half({offset}, {array})",
                                "vstore_half_rte({value}, {offset}, {array});"),
             "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
-                                "{array}[{offset}] = td_bf16_store({value});",
-                                helpers="bfloat16.j2")},
-    uint="uint", as_bits="as_uint", as_float="as_float", fma="fma")
+                                "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
+    uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -143,10 +147,10 @@ class Printer:
         """What ``templates/complex.j2`` needs to define a complex kernel's arithmetic; the
         type is empty for a real kernel, which needs none."""
         d = self.dialect
-        found = {"include": self.storage.include if self.storage else "",
-                 "storage_helpers": self.storage.helpers if self.storage else "",
+        found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "precision": ir.has_call(self.kernel.body), "qualifier": d.function,
-                 "uint": d.uint, "as_bits": d.as_bits, "as_float": d.as_float, "fma": d.fma}
+                 "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
+                 "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
             return {**found, "complex_type": ""}
         part = C_TYPES[real(self.kernel.dtype)]
