@@ -269,7 +269,7 @@ class Kernel:
         grid = [printer.expr(g) for g in self.built.grid]
         return _templates().get_template(template).render(
             version=installed_version(), expression=self.expression, sizes=sizes,
-            merged=self.program.merging.describe(), dtype=self.dtype,
+            merged=self.program.merging.describe(), dtype=self.dtype, precision=self.precision,
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
@@ -290,7 +290,8 @@ class Kernel:
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"
         merged = self.program.merging.describe()
-        return (f"Kernel({self.expression!r}, {self.dtype}, layout={self.layout}, "
+        precision = "" if self.precision == "highest" else f", precision={self.precision}"
+        return (f"Kernel({self.expression!r}, {self.dtype}{precision}, layout={self.layout}, "
                 f"strategy={self.strategy}, {geometry}{f', merged {merged}' if merged else ''})")
 
 

@@ -148,7 +148,7 @@ class Printer:
         type is empty for a real kernel, which needs none."""
         d = self.dialect
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
-                 "precision": ir.has_call(self.kernel.body), "qualifier": d.function,
+                 "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
