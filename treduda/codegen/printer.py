@@ -144,8 +144,10 @@ class Printer:
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
 
     def helpers(self) -> dict[str, str]:
-        """What ``templates/complex.j2`` needs to define a complex kernel's arithmetic; the
-        type is empty for a real kernel, which needs none."""
+        """What the helper templates need: the template of the stored type's conversions (empty
+        where the kernel computes in its dtype), whether the kernel rounds (precision.j2) and
+        the dialect's spellings they use, and for a complex kernel what ``complex.j2`` needs
+        (the type is empty for a real kernel)."""
         d = self.dialect
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
