@@ -46,7 +46,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
-from treduda.frontend.dtypes import registers
+from treduda.frontend.dtypes import STORED, registers
 from treduda.polyhedral.geometry import (
     AXES,
     GROUP,
@@ -400,10 +400,12 @@ def _register_tiles(scheduled: Scheduled, order: tuple[tuple[str, ...], ...],
 def splittable(program: Program) -> bool:
     """Whether the reduction may be split over blocks whose parts are added into the output:
     fixed sizes, one reduction, and an output that is a linear combination of its sum (no
-    term without it, no read of the output), so that adding the parts adds up to it."""
+    term without it, no read of the output), so that adding the parts adds up to it; not into
+    float16 or bfloat16 tensors, which have no atomic add in OpenCL (and would round each
+    part)."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     write = next(s for s in program.statements if s.kind == Kind.WRITE)
-    return (program.sizes is not None and len(reduces) == 1
+    return (program.sizes is not None and len(reduces) == 1 and program.dtype not in STORED
             and not program.contraction.reads_output
             and _multiple_of_sums(write.body.value, set(program.accumulators)))
 

@@ -138,10 +138,10 @@ def test_complex_values_are_refused_by_real_kernels():
 
 
 def test_dtype_facts():
-    floats = ("float32", "float64", "complex64", "complex128")
-    assert [dtypes.itemsize(d) for d in floats] == [4, 8, 8, 16]
-    assert [dtypes.real(d) for d in floats] == ["float32", "float64"] * 2
-    assert [dtypes.fmas(d) for d in floats] == [1, 1, 4, 4]
+    computed = ("float32", "float64", "complex64", "complex128")
+    assert [dtypes.itemsize(d) for d in computed] == [4, 8, 8, 16]
+    assert [dtypes.real(d) for d in computed] == ["float32", "float64"] * 2
+    assert [dtypes.fmas(d) for d in computed] == [1, 1, 4, 4]
     assert dtypes.result_dtype([np.float32, np.complex64]) == "complex64"
     assert dtypes.result_dtype([np.complex64, np.float64]) == "complex128"
     assert dtypes.result_dtype([np.int64], [np.complex64(1j)]) == "complex128"  # numpy's rule

@@ -168,15 +168,6 @@ def test_casting_levels_are_numpy_s():
         kernel.run(A=np.ones(5, np.int32), alpha=0.5)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
-def test_half_precision_is_refused_until_it_has_kernels(dtype):
-    with pytest.raises(DtypeError, match="has no kernels yet"):
-        treduda.contract_expression(GEMM, (3, 4), (4, 2), dtype=dtype)
-    if dtype == "float16":
-        with pytest.raises(DtypeError, match="has no kernels yet"):
-            treduda.contract(GEMM, np.ones((3, 4), np.float16), np.ones((4, 2), np.float16))
-
-
 @pytest.mark.parametrize("layout", ["C", "F"])
 @pytest.mark.parametrize("dtype", ["int32", "int64"])
 def test_integer_split_reductions_add_exactly(dtype, layout):

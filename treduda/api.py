@@ -22,9 +22,11 @@ from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
 from .frontend.dtypes import (
     DEFAULT_CASTING,
+    HIGHEST,
     check_cast,
     check_casting,
     check_dtype,
+    check_precision,
     check_update,
     compute_dtype,
     finish,
@@ -65,7 +67,7 @@ CHECKED_MOST = 16  # ... and at most in all
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
-                "deterministic", "optimize", "casting")
+                "deterministic", "optimize", "casting", "precision")
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)  # for did-you-mean
 CALL_OPTIONS = ("out", "casting")
 
@@ -74,7 +76,8 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
             layout: str = "C", strategy: str | None = None,
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
             gpu: str = "H100", cache: TuningCache | bool = True,
-            measure: bool = False, deterministic: bool | None = None) -> Kernel:
+            measure: bool = False, deterministic: bool | None = None,
+            precision: str = HIGHEST) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -88,25 +91,31 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``deterministic=True`` allows no atomic additions, so the kernel gives the same result bit
     for bit on every run (a split reduction adds its parts in a fixed order, in a second
     kernel); None takes the process-wide default (:class:`treduda.use_deterministic`).
+    ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
+    into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
+    It fixes the numerics, not the unit: these kernels compute on FMA units.
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
     and so does :func:`contract` on arrays of these sizes.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, params=params,
                 symbolic=symbolic, measure=measure)
     check_dtype(dtype)
+    check_precision(precision, dtype)
     if not isinstance(cache, (bool, TuningCache)):
         raise ArgumentError(f"cache must be True, False or a treduda.tuning.cache.TuningCache, "
                             f"got {type(cache).__name__} {cache!r}")
     return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
                  gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
-                 deterministic=resolve(deterministic))
+                 deterministic=resolve(deterministic), precision=precision)
 
 
 def _compiled(expr: str, sizes: Mapping[str, int] | None, dtype: str, layout: str,
               strategy: str | None, params: Mapping[str, Any] | None, symbolic: bool, gpu: Gpu,
-              cache: TuningCache | bool, measure: bool, deterministic: bool) -> Kernel:
+              cache: TuningCache | bool, measure: bool, deterministic: bool,
+              precision: str) -> Kernel:
     """:func:`compile`'s work, once its arguments are checked: plan, tune, generate."""
-    program = plan(expr, sizes, layout, dtype, symbolic=symbolic, deterministic=deterministic)
+    program = plan(expr, sizes, layout, dtype, symbolic=symbolic, deterministic=deterministic,
+                   precision=precision)
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
@@ -120,7 +129,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            progress: Progress | None = None, max_nodes: int | None = None,
            refine: int = 0, check: bool = False,
            cache: TuningCache | bool = False,
-           deterministic: bool | None = None) -> SearchResult:
+           deterministic: bool | None = None, precision: str = HIGHEST) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -135,13 +144,15 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
-    ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then.
+    ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
+    ``precision`` as for :func:`compile`.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
                 measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
                 check=check)
     gpu = find_gpu(gpu)
-    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic))
+    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic),
+                   precision=precision)
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
                             progress=progress, max_nodes=max_nodes)
@@ -154,8 +165,8 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
 
 def tuning_entry(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
                  dtype: str = "float32", layout: str = "C", measure: bool = False,
-                 cache: TuningCache | bool = True,
-                 deterministic: bool | None = None) -> dict | None:
+                 cache: TuningCache | bool = True, deterministic: bool | None = None,
+                 precision: str = HIGHEST) -> dict | None:
     """The tuning cache's entry for ``expr`` at ``sizes`` on ``gpu``, as :func:`compile`
     would use it (re-checked against the parameter space; with ``measure``, only a measured
     one), or None: ``strategy``, ``params``, the predicted ``seconds`` and ``binding``,
@@ -164,7 +175,8 @@ def tuning_entry(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *
     store = _store(cache)
     if store is None:
         return None
-    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic))
+    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic),
+                   precision=precision)
     return _cached(program, store, CacheKey.of(program, find_gpu(gpu).name), measure)
 
 
@@ -269,17 +281,19 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
              deterministic: bool | None = None, optimize: Any = False,
-             casting: str = DEFAULT_CASTING, **values: Any) -> np.ndarray:
+             casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
+             **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
 
     Sizes come from the arrays; the result's dtype is numpy.einsum's, ``np.result_type`` of
     the arrays with scalars and fractional literals taken as Python numbers ("weak": an int32
-    array with ``alpha=0.5`` gives float64, a float32 one float32), unless ``dtype`` says
-    otherwise; arrays are converted to it as numpy's ``casting`` rule allows (a refused
-    conversion, such as float64 arrays with ``dtype="float32"``, raises DtypeError unless
-    ``casting="same_kind"``). Without ``strategy`` or ``params``
+    array with ``alpha=0.5`` gives float64, a float32 one float32; float16 or bfloat16 arrays
+    give float16 or bfloat16, computed in float32), unless ``dtype`` says otherwise; arrays are
+    converted to it as numpy's ``casting`` rule allows (a refused conversion, such as float64
+    arrays with ``dtype="float32"``, raises DtypeError unless ``casting="same_kind"``).
+    ``precision`` as for :func:`compile`. Without ``strategy`` or ``params``
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
@@ -304,7 +318,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
                                   deterministic=deterministic, optimize=optimize,
-                                  casting=casting, **shapes)
+                                  casting=casting, precision=precision, **shapes)
     return planned(out=out, **values)
 
 
@@ -374,7 +388,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
                         deterministic: bool | None = None, optimize: Any = False,
-                        casting: str = DEFAULT_CASTING,
+                        casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -400,11 +414,13 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     dtype = np.dtype(dtype).name
     check_casting(casting)
     check_update(contraction.op, dtype)
+    check_precision(precision, computed)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
     kernel = None if 0 in sizes.values() else _kept(
         expr, sizes, dtype=computed, layout=layout, strategy=strategy, params=params,
-        gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic))
+        gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic),
+        precision=precision)
     return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
                               casting=casting)
 
@@ -412,7 +428,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
           strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
           cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
-          deterministic: bool = False) -> Kernel:
+          deterministic: bool = False, precision: str = HIGHEST) -> Kernel:
     """The kernel of these (checked) arguments, kept for the process: the one place that says
     which calls of :func:`compile` and :func:`contract` get the same kernel. Sizes and
     parameters in any order are the same; the tuning cache counts (by its file) only where
@@ -423,17 +439,17 @@ def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str
         path = str(cache.path if isinstance(cache, TuningCache) else default_path())
     return _kept_kernel(expr, None if sizes is None else tuple(sorted(sizes.items())), dtype,
                         layout, strategy, None if params is None else tuple(sorted(params.items())),
-                        gpu, path, symbolic, measure, deterministic)
+                        gpu, path, symbolic, measure, deterministic, precision)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strategy: str | None,
                  params: tuple | None, gpu: Gpu, cache: str | None, symbolic: bool,
-                 measure: bool, deterministic: bool) -> Kernel:
+                 measure: bool, deterministic: bool, precision: str) -> Kernel:
     """:func:`_compiled`'s kernel, kept: called only by :func:`_kept`, whose arguments it is."""
     return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
                      None if params is None else dict(params), symbolic, gpu,
-                     TuningCache(cache) if cache else False, measure, deterministic)
+                     TuningCache(cache) if cache else False, measure, deterministic, precision)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
@@ -531,8 +547,9 @@ def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> 
 
 
 def _shaping(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
-    """Everything that shapes a kernel, as text (``deterministic`` only where set, so other
-    kernels keep their names)."""
+    """Everything that shapes a kernel, as text (``deterministic`` and ``precision`` only where
+    not the default, so other kernels keep their names)."""
     return repr((repr(program.original.tree), sorted((program.expression_sizes or {}).items()),
                  program.dtype, program.layout, strategy, sorted(params.items()),
-                 *(("deterministic",) if program.deterministic else ())))
+                 *(("deterministic",) if program.deterministic else ()),
+                 *((program.precision,) if program.precision != HIGHEST else ())))

@@ -81,6 +81,11 @@ class Kernel:
         return self.program.deterministic
 
     @property
+    def precision(self) -> str:
+        """How the kernel's products round float32 inputs (``dtypes.PRECISIONS``)."""
+        return self.program.precision
+
+    @property
     def block(self) -> tuple[int, int, int]:
         return self.built.block
 
@@ -149,7 +154,8 @@ class Kernel:
         c = self.contraction
         result = self._launch(self._prepare(sizes, arrays, scalars), backend, guard=True)
         expected = reference.evaluate(c, arrays, scalars, sizes)
-        allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype)
+        allowed = reference.tolerance(c, arrays, scalars, sizes, self.dtype,
+                                      precision=self.precision)
         error = reference.error(result, expected)
         outcome = reference.Verification(bool(np.all(error <= allowed)) and bool(
             np.all(np.isfinite(result))), float(error.max(initial=0.0)),
@@ -285,7 +291,7 @@ class Kernel:
         grid = [printer.expr(g) for g in self.built.grid]
         return _templates().get_template(template).render(
             version=installed_version(), expression=self.expression, sizes=sizes,
-            merged=self.program.merging.describe(), dtype=self.dtype,
+            merged=self.program.merging.describe(), dtype=self.dtype, precision=self.precision,
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
@@ -320,7 +326,8 @@ class Kernel:
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"
         merged = self.program.merging.describe()
-        return (f"Kernel({self.expression!r}, {self.dtype}, layout={self.layout}, "
+        precision = "" if self.precision == "highest" else f", precision={self.precision}"
+        return (f"Kernel({self.expression!r}, {self.dtype}{precision}, layout={self.layout}, "
                 f"strategy={self.strategy}, {geometry}{f', merged {merged}' if merged else ''})")
 
 

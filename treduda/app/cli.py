@@ -13,7 +13,7 @@ from .. import strategies
 from ..api import MEASURED, compile, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.contraction import analyse
-from ..frontend.dtypes import DTYPES
+from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
 from ..polyhedral.lower import plan
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
@@ -125,6 +125,9 @@ def _problem_arguments(command: argparse.ArgumentParser, symbolic: bool = True) 
     command.add_argument("--dtype", choices=DTYPES, default="float32")
     command.add_argument("--layout", choices=("C", "F"), default="C",
                          help="C: row-major (last index fastest); F: column-major (first fastest)")
+    command.add_argument("--precision", choices=PRECISIONS, default=HIGHEST,
+                         help="float32 only: round the sums' inputs to TF32 (tf32), or split "
+                              "each into two TF32 pieces (3xtf32: FP32 accuracy)")
 
 
 def _deterministic_argument(command: argparse.ArgumentParser) -> None:
@@ -215,7 +218,8 @@ def _compile(args: argparse.Namespace) -> int:
     writable(args.out)
     kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
-                     symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic)
+                     symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic,
+                     precision=args.precision)
     text = kernel.opencl_source if args.opencl else kernel.cuda_source
     if args.out:
         with open(args.out, "w") as out:
@@ -232,7 +236,7 @@ def _search(args: argparse.Namespace) -> int:
     if not (args.fresh or args.json):
         entry = tuning_entry(args.expression, sizes, args.gpu, dtype=args.dtype,
                              layout=args.layout, measure=args.measure,
-                             deterministic=args.deterministic)
+                             deterministic=args.deterministic, precision=args.precision)
         if entry is not None:
             print(_remembered(entry, args.gpu))
             return 0
@@ -240,7 +244,7 @@ def _search(args: argparse.Namespace) -> int:
     result = search(args.expression, sizes, args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
                     refine=args.refine, check=args.ptxas, cache=True,
-                    deterministic=args.deterministic)
+                    deterministic=args.deterministic, precision=args.precision)
     bar.close()
     print(result.table(args.top))
     print(result.summary())
@@ -319,7 +323,7 @@ def _cache(args: argparse.Namespace) -> int:
 
 def _space(args: argparse.Namespace) -> int:
     program = plan(args.expression, _sizes(args), args.layout, args.dtype,
-                   symbolic=args.symbolic)
+                   symbolic=args.symbolic, precision=args.precision)
     strategy = strategies.get(args.strategy)
     space = strategy.space(program)
     defaults = strategy.defaults(program)

@@ -258,7 +258,8 @@ def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, tor
     c = kernel.contraction
     precise = wide(kernel.dtype)
     result = kernel.run(backend="cuda", **operands).astype(precise)
-    allowed = reference.tolerance(c, operands, {}, kernel.sizes, kernel.dtype, xp=cupy)
+    allowed = reference.tolerance(c, operands, {}, kernel.sizes, kernel.dtype, xp=cupy,
+                                  precision=kernel.precision)
     inputs = [operands[r.tensor].astype(precise) for r in c.terms[0].reads]
     expected = {"cupy.einsum": cupy.einsum(spec, *inputs)}
     if torch is not None:

@@ -124,7 +124,23 @@ class Lane:
     lane: int
 
 
-Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load | Lane
+class Function(enum.Enum):
+    """Value functions of float32 operands that both dialects define alike (the helpers of
+    ``templates/precision.j2``), so PoCL computes the bits a GPU computes."""
+
+    TF32 = "td_tf32"  # (x): x rounded to TF32, to nearest with ties away from zero
+    TF32X3 = "td_tf32x3"  # (a, b): lo(a)*hi(b) + hi(a)*lo(b) + hi(a)*hi(b), in that order
+
+
+@dataclass(frozen=True)
+class Call:
+    """``function(args)``: a value of the kernel's compute type."""
+
+    function: Function
+    args: tuple[Expr, ...]
+
+
+Expr = Int | Float | Var | Index | Binary | Neg | Select | Element | Load | Lane | Call
 
 
 @dataclass(frozen=True)
@@ -287,12 +303,21 @@ def has_atomic(s: Stmt) -> bool:
     return any(isinstance(child, Assign) and child.atomic for child in nested(s))
 
 
+def has_call(s: Stmt) -> bool:
+    """Whether ``s`` calls a :class:`Function` anywhere."""
+    def calls(e) -> bool:
+        return isinstance(e, Call) or any(calls(c) for c in children(e))
+    return any(isinstance(c, Assign) and calls(c.value) for c in nested(s))
+
+
 def children(e: Expr) -> tuple[Expr, ...]:
     """The operands of expression ``e`` (a Select's condition first), none for a leaf."""
     if isinstance(e, Binary):
         return e.left, e.right
     if isinstance(e, Neg):
         return (e.operand,)
+    if isinstance(e, Call):
+        return e.args
     return (e.condition, e.if_true, e.if_false) if isinstance(e, Select) else ()
 
 
@@ -314,6 +339,8 @@ def elements(node: Assign | Barrier | Expr) -> list[Element]:
         return elements(node.left) + elements(node.right)
     if isinstance(node, Neg):
         return elements(node.operand)
+    if isinstance(node, Call):
+        return [e for arg in node.args for e in elements(arg)]
     if isinstance(node, Select):
         return [e for part in (node.condition, node.if_true, node.if_false)
                 for e in elements(part)]
@@ -333,6 +360,8 @@ def replace_elements(node, replacements):
         return Binary(node.op, left, replace_elements(node.right, replacements))
     if isinstance(node, Neg):
         return Neg(replace_elements(node.operand, replacements))
+    if isinstance(node, Call):
+        return Call(node.function, tuple(replace_elements(a, replacements) for a in node.args))
     if isinstance(node, Select):
         return Select(*(replace_elements(part, replacements)
                         for part in (node.condition, node.if_true, node.if_false)))

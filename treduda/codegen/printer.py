@@ -11,20 +11,42 @@ Integer kernels hold their values in the unsigned type of the same width (``Dial
 integer_types``): C defines unsigned arithmetic modulo 2**bits, while signed overflow is
 undefined, and the wrapped bits are numpy's signed result. Literals stay signed decimals, which
 C converts to the unsigned type modulo 2**bits as well.
+
+float16 and bfloat16 kernels take tensors in the stored type (the dialect's :class:`Storage`)
+and compute in float32: every read of a tensor element converts it, every write converts back
+(an update ``C[o] += v`` is ``C[o] = store(load(C[o]) + v)``); registers, shared tiles,
+workspaces and scalars hold float32. Calls of :class:`ir.Function` print as calls of the helpers
+of ``templates/precision.j2``, written once for both dialects from the dialect's bit casts.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from ..errors import InvalidName
-from ..frontend.dtypes import is_complex, is_integer, real
+from ..frontend.dtypes import compute, is_complex, is_integer, real
 from ..frontend.names import RESERVED
 from . import ir
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
+
+
+@dataclass(frozen=True)
+class Storage:
+    """How a dialect holds and converts a stored type (:data:`treduda.frontend.dtypes.STORED`):
+    format strings taking the tensor, the element's offset and (to store) the float value.
+
+    CUDA holds both types as ``unsigned short`` and converts with the instructions
+    ``__half2float`` and ``__float2half_rn`` compile to (``templates/float16.cu.j2``) and
+    with bfloat16's bit operations, rather than include ``cuda_fp16.h`` and ``cuda_bf16.h``:
+    NVRTC (CuPy) finds neither without a CUDA toolkit, and CuPy may not ship the second."""
+
+    c_type: str
+    load: str
+    store: str
+    helpers: str = ""  # a template that defines the conversions
 
 
 @dataclass(frozen=True)
@@ -57,6 +79,15 @@ class Dialect:
     # iterations in every thread). PoCL 3.0 otherwise runs some of them wrongly, optimised or
     # not: see treduda.run.opencl.build_options.
     barrier_closes_loops: bool = False
+    # The stored types, and what templates/precision.j2 and bfloat16.j2 need: the 32- and
+    # 16-bit unsigned types, the casts between a float's bits and its value, and an FMA that is
+    # never split.
+    stored: dict = field(default_factory=dict)
+    uint: str = ""
+    ushort: str = ""
+    as_bits: str = ""
+    as_float: str = ""
+    fma: str = ""
 
 
 CUDA = Dialect(
@@ -68,7 +99,13 @@ CUDA = Dialect(
     function="__device__ __forceinline__", vector="make_{type}({values})",
     atomic_add="atomicAdd", vector_load="*(const {type} *){address}",
     vector_store="*({type} *){address} = {value};",
-    integer_types={"int32": ("unsigned int", "uint"), "int64": ("unsigned long long", "ulonglong")})
+    integer_types={"int32": ("unsigned int", "uint"), "int64": ("unsigned long long", "ulonglong")},
+    stored={"float16": Storage("unsigned short", "td_half_load({array}[{offset}])",
+                               "{array}[{offset}] = td_half_store({value});", "float16.cu.j2"),
+            "bfloat16": Storage("unsigned short", "td_bf16_load({array}[{offset}])",
+                                "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
+    uint="unsigned int", ushort="unsigned short", as_bits="__float_as_uint",
+    as_float="__uint_as_float", fma="__fmaf_rn")
 
 OPENCL = Dialect(
     name="opencl",
@@ -79,7 +116,13 @@ OPENCL = Dialect(
     unroll="", keep_loop="", function="static inline", vector="({type})({values})",
     atomic_add="td_atomic_add", vector_load="vload{width}(0, {address})",
     vector_store="vstore{width}({value}, 0, {address});", barrier_closes_loops=True,
-    integer_types={"int32": ("uint", "uint"), "int64": ("ulong", "ulong")})
+    integer_types={"int32": ("uint", "uint"), "int64": ("ulong", "ulong")},
+    # vload_half and vstore_half_rte are core OpenCL (no cl_khr_fp16)
+    stored={"float16": Storage("half", "vload_half({offset}, {array})",
+                               "vstore_half_rte({value}, {offset}, {array});"),
+            "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
+                                "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
+    uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -104,20 +147,30 @@ class Printer:
         self.dialect = dialect
         self.block = block
         self.integer = is_integer(kernel.dtype)
-        self.value_type, self.vector_stem = (dialect.integer_types[kernel.dtype] if self.integer
-                                             else (C_TYPES[kernel.dtype],) * 2)
+        self.value_type, self.vector_stem = (  # what registers hold
+            dialect.integer_types[kernel.dtype] if self.integer
+            else (C_TYPES[compute(kernel.dtype)],) * 2)
         self.index_type = dialect.index_types[kernel.index_bits]
         self.complex = is_complex(kernel.dtype)
+        self.storage = dialect.stored.get(kernel.dtype)  # None: tensors hold value_type
+        self.tensors = {p.name for p in kernel.params
+                        if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
 
     def helpers(self) -> dict[str, str]:
-        """What ``templates/complex.j2`` needs to define a complex kernel's arithmetic; the
-        type is empty for a real kernel, which needs none."""
+        """What the helper templates need: the template of the stored type's conversions (empty
+        where the kernel computes in its dtype), whether the kernel rounds (precision.j2) and
+        the dialect's spellings they use, and for a complex kernel what ``complex.j2`` needs
+        (the type is empty for a real kernel)."""
+        d = self.dialect
+        found = {"storage_helpers": self.storage.helpers if self.storage else "",
+                 "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
+                 "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
+                 "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
-            return {"complex_type": ""}
+            return {**found, "complex_type": ""}
         part = C_TYPES[real(self.kernel.dtype)]
-        return {"complex_type": self.value_type, "part_type": part,
-                "qualifier": self.dialect.function,
-                "vector": self.dialect.vector.format(type=self.value_type, values="re, im")}
+        return {**found, "complex_type": self.value_type, "part_type": part,
+                "vector": d.vector.format(type=self.value_type, values="re, im")}
 
     def signature(self) -> str:
         d = self.dialect
@@ -130,7 +183,9 @@ class Printer:
         for p in self.kernel.params:
             if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT, ir.ParamKind.WORKSPACE):
                 const = "const " if p.kind == ir.ParamKind.INPUT else ""
-                args.append(f"{d.global_pointer}{const}{self.value_type} *{d.restrict} {p.name}")
+                stored = (self.storage.c_type if self.storage and p.name in self.tensors
+                          else self.value_type)  # a workspace holds computed values
+                args.append(f"{d.global_pointer}{const}{stored} *{d.restrict} {p.name}")
             elif p.kind == ir.ParamKind.SCALAR:
                 args.append(f"const {self.value_type} {p.name}")
             else:
@@ -155,6 +210,11 @@ class Printer:
             return [line for child in s.body for line in self.stmt(child, depth)]
         if isinstance(s, ir.Assign) and s.atomic:
             return self.atomic(s, pad)
+        if isinstance(s, ir.Assign) and self._stored(s.target):
+            value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
+            return [pad + self.storage.store.format(array=s.target.array,
+                                                    offset=self.expr(s.target.offset),
+                                                    value=self.expr(value))]
         if isinstance(s, ir.Assign):
             if not self.complex:
                 return [f"{pad}{self.expr(s.target)} {s.op} {self.expr(s.value)};"]
@@ -232,8 +292,12 @@ class Printer:
             spelling = (self.dialect.block_id if e.builtin == ir.Builtin.BLOCK_ID
                         else self.dialect.thread_id)
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
+        if isinstance(e, ir.Load) and self._stored(e):
+            return self.storage.load.format(array=e.array, offset=self.expr(e.offset)), _ATOM
         if isinstance(e, ir.Load):
             return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+        if isinstance(e, ir.Call):
+            return f"{e.function.value}({', '.join(map(self.expr, e.args))})", _ATOM
         if isinstance(e, ir.Lane):
             return f"{e.vector}.{LANES[e.lane]}", _ATOM
         if isinstance(e, ir.Neg):
@@ -271,6 +335,10 @@ class Printer:
             return self.expr(e)
         raise TypeError(f"cannot print {e!r} as a complex value")
 
+    def _stored(self, e: ir.Expr) -> bool:
+        """Whether ``e`` is an element of a tensor stored in a type the kernel converts."""
+        return self.storage is not None and isinstance(e, ir.Load) and e.array in self.tensors
+
     def _wrap(self, e: ir.Expr, minimum: int) -> str:
         text, precedence = self._expr(e)
         return text if precedence >= minimum else f"({text})"
@@ -279,7 +347,7 @@ class Printer:
         if self.integer:  # integral by plan()'s check; C converts it modulo 2**bits
             return str(int(value)) if value >= 0 else f"({int(value)})"
         text = repr(float(value))
-        return f"{text}f" if real(self.kernel.dtype) == "float32" else text
+        return f"{text}f" if real(compute(self.kernel.dtype)) == "float32" else text
 
 
 def check_identifiers(kernel: ir.KernelIR) -> None:

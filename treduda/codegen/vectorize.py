@@ -12,7 +12,9 @@ aligned access: tensors start on :data:`ir.VECTOR_BYTES` boundaries (launches ma
 They are loaded once, at the start of the run (inputs are read-only), and read as lanes;
 ``w`` consecutive assignments to such a window of the output become one vector store.
 
-Real dtypes only: a complex element is a two-part vector already.
+Real dtypes only: a complex element is a two-part vector already. Not for float16 and
+bfloat16 either: their elements are converted one by one on load and store (the printers have no
+vector conversions), so their accesses stay scalar.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
-from ..frontend.dtypes import is_complex, itemsize
+from ..frontend.dtypes import STORED, is_complex, itemsize
 from . import ir
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
@@ -31,7 +33,7 @@ Affine = tuple[frozenset[tuple[ir.Expr, int]], int]
 
 def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
     """``kernel`` with the loads and stores of neighbouring elements merged where aligned."""
-    if is_complex(kernel.dtype):
+    if is_complex(kernel.dtype) or kernel.dtype in STORED:
         return kernel
     widest = ir.VECTOR_BYTES // itemsize(kernel.dtype)
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
@@ -190,6 +192,8 @@ def _substitute(e: ir.Expr, lanes: dict[ir.Load, ir.Lane]) -> ir.Expr:
         return ir.Binary(e.op, _substitute(e.left, lanes), _substitute(e.right, lanes))
     if isinstance(e, ir.Neg):
         return ir.Neg(_substitute(e.operand, lanes))
+    if isinstance(e, ir.Call):
+        return ir.Call(e.function, tuple(_substitute(a, lanes) for a in e.args))
     if isinstance(e, ir.Select):
         return ir.Select(*(_substitute(p, lanes) for p in (e.condition, e.if_true, e.if_false)))
     return e

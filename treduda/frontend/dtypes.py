@@ -13,17 +13,30 @@ integers and unsigned ones compute in the kernel of their width class and are ca
 2**8 of a result modulo 2**32 is the result modulo 2**8); booleans compute in ``int32`` as counts
 of true products, and the result is ``count != 0``, numpy's OR of ANDs. :func:`result_dtype`
 gives numpy's result type for a call, :func:`kernel_dtype` what a kernel computes it in.
+
+float16 and bfloat16 are storage types (:data:`STORED`): tensors hold them, registers hold
+float32, loads convert and the final store rounds back (to nearest even), as cuBLAS and
+cuTENSOR compute them by default. numpy has no bfloat16; ``ml_dtypes`` (imported here, which
+registers the name) supplies it.
+
+``precision`` says how float32 products are rounded (:data:`PRECISIONS`): ``"highest"`` is
+plain FP32; ``"tf32"`` rounds each input to TF32 (10 mantissa bits, to nearest with ties away
+from zero, as ``cvt.rna.tf32.f32``) before multiplying; ``"3xtf32"`` splits each input into a
+TF32 high part and a TF32 residual and adds the three larger products, small ones first.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
 
+import ml_dtypes  # noqa: F401  registers numpy's "bfloat16"
 import numpy as np
 
 from ..errors import DtypeError
 
-DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64")
+DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64", "float16",
+          "bfloat16")
 INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex
 # Real FMAs per complex multiply-add c += a*b, two per part:
@@ -40,8 +53,61 @@ INTEGER_IMADS = {"int32": 1, "int64": 3}
 # casting= levels, weakest first, as numpy spells them (np.can_cast)
 CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
 DEFAULT_CASTING = "safe"
-# Dtypes numpy has that no kernel computes yet: refused rather than widened silently.
-PENDING = {"float16": "half precision", "bfloat16": "bfloat16"}
+
+
+@dataclass(frozen=True)
+class Stored:
+    """A type tensors are stored in but kernels do not compute in."""
+
+    compute: str  # what registers hold and arithmetic runs in
+    unit_roundoff: float  # of rounding a value to this type: 2^-(mantissa bits + 1)
+    subnormal: float  # the spacing of its smallest values: what rounding near zero may lose
+
+
+STORED = {"float16": Stored("float32", 2.0**-11, 2.0**-24),
+          "bfloat16": Stored("float32", 2.0**-8, 2.0**-133)}
+
+HIGHEST, TF32, TF32X3 = "highest", "tf32", "3xtf32"
+PRECISIONS = (HIGHEST, TF32, TF32X3)
+TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits, as float16 does
+# Relative error of each input as a product sees it: TF32 rounds it; 3xTF32's two pieces hold
+# it but for the residual's own rounding (2^-11 of a residual at most 2^-11 of the value).
+PRECISION_ROUNDOFF = {HIGHEST: 0.0, TF32: TF32_ROUNDOFF, TF32X3: TF32_ROUNDOFF**2}
+# The instructions of one TF32 rounding in the printed helper (td_tf32): test for Inf/NaN
+# (and, compare), add half a unit, mask, select.
+ROUNDING_OPERATIONS = 5
+# Extra instructions per operand a thread loads into a register (the compiler rounds a value
+# once for all its uses): one rounding for TF32; 3xTF32 rounds the high part, subtracts it and
+# rounds the residual.
+OPERAND_OPERATIONS = {HIGHEST: 0, TF32: ROUNDING_OPERATIONS, TF32X3: 2 * ROUNDING_OPERATIONS + 1}
+# FP32 instructions per multiply-add: 3xTF32 multiplies lo*hi, adds hi*lo and hi*hi to it
+# (FMAs) and adds the result into the accumulator.
+PRODUCT_OPERATIONS = {HIGHEST: 1, TF32: 1, TF32X3: 4}
+# One conversion instruction per element loaded from or stored to a stored type's tensor.
+CONVERSION_OPERATIONS = 1
+
+
+def compute(dtype: str) -> str:
+    """The dtype a kernel of ``dtype`` computes in: float32 for the stored half types."""
+    return STORED[dtype].compute if dtype in STORED else dtype
+
+
+def storage_roundoff(dtype: str) -> tuple[float, float]:
+    """The relative error (unit roundoff) and the absolute error near zero (the subnormals'
+    spacing) of storing a computed value in ``dtype``; zeros where it is computed in."""
+    stored = STORED.get(dtype)
+    return (stored.unit_roundoff, stored.subnormal) if stored else (0.0, 0.0)
+
+
+def check_precision(precision: str, dtype: str) -> str:
+    """``precision`` if it applies to ``dtype``, else :class:`DtypeError`."""
+    if precision not in PRECISIONS:
+        raise DtypeError(f"precision {precision!r} is not supported; choose one of "
+                         f"{', '.join(PRECISIONS)}")
+    if precision != HIGHEST and dtype != "float32":
+        raise DtypeError(f"precision={precision!r} rounds float32 inputs; {dtype} kernels "
+                         "take precision='highest'")
+    return precision
 
 
 def is_complex(dtype: str) -> bool:
@@ -54,8 +120,10 @@ def is_integer(dtype: str) -> bool:
 
 
 def real(dtype: str) -> str:
-    """The type of each part: ``float32`` for ``complex64``; a real or integer dtype is its
-    own."""
+    """The type of each part: ``float32`` for ``complex64``; a real, stored or integer dtype
+    is its own."""
+    if dtype in STORED:
+        return dtype
     return np.dtype(dtype).name if is_integer(dtype) else np.finfo(dtype).dtype.name
 
 
@@ -70,8 +138,8 @@ def itemsize(dtype: str) -> int:
 
 
 def registers(dtype: str) -> int:
-    """32-bit registers one element occupies."""
-    return itemsize(dtype) // 4
+    """32-bit registers one element occupies (computed in: float32 for the stored types)."""
+    return itemsize(compute(dtype)) // 4
 
 
 def fmas(dtype: str) -> int:
@@ -107,7 +175,17 @@ def result_dtype(arrays: Iterable[np.dtype], scalars: Iterable[object] = ()) -> 
     """numpy's result type for arrays of ``arrays`` and the (weak) ``scalars``: what
     numpy.einsum and numpy's operators return, e.g. ``float64`` for int32 and float32 arrays;
     :class:`DtypeError` where no kernel computes it (:func:`kernel_dtype`)."""
-    dtype = np.result_type(*[np.dtype(a) for a in arrays], *[weak(s) for s in scalars]).name
+    arrays, scalars = [np.dtype(a) for a in arrays], [weak(s) for s in scalars]
+    try:
+        dtype = np.result_type(*arrays, *scalars).name
+        stored = np.result_type(*arrays).name if arrays else None
+    except (TypeError, ValueError):
+        # numpy has no common type for bfloat16 and float16 (or int32): each is computed in
+        # float32, so they meet there, as they would in a kernel
+        computed = [np.dtype(compute(a.name)) for a in arrays]
+        dtype, stored = np.result_type(*computed, *scalars).name, None
+    if stored in STORED and not any(np.iscomplexobj(s) for s in scalars):
+        dtype = stored  # real scalars are weak for bfloat16 too (ml_dtypes widens to float64)
     kernel_dtype(dtype)
     return dtype
 
@@ -133,8 +211,6 @@ def kernel_dtype(dtype: str) -> str:
         return "int32"
     if np_dtype.kind in "iu":
         return "int32" if np_dtype.itemsize <= 4 else "int64"
-    if name in PENDING:
-        _pending(name)
     raise DtypeError(f"dtype {name!r} is not supported; treduda computes in "
                      f"{', '.join(DTYPES)}, and in int32/int64 for other integers and bool")
 
@@ -191,9 +267,7 @@ def check_casting(casting: str) -> str:
 
 def check_array(name: str, dtype: np.dtype) -> None:
     """Raise :class:`DtypeError` unless an array of ``dtype`` can be converted to a kernel's."""
-    if np.dtype(dtype).name in PENDING:
-        _pending(np.dtype(dtype).name)
-    if np.dtype(dtype).kind not in ARRAY_KINDS:
+    if np.dtype(dtype).kind not in ARRAY_KINDS and np.dtype(dtype).name not in STORED:
         raise DtypeError(f"{name} has dtype {dtype}; treduda computes in "
                          f"{', '.join(DTYPES)}, so pass numbers")
 
@@ -229,7 +303,7 @@ def check_cast(name: str, value: object, dtype: str, casting: str = DEFAULT_CAST
 def _scalar_casts(scalar: object, dtype: str) -> set[str]:
     """The casting levels that take a weak scalar to ``dtype``: all where numpy's promotion
     of the two is ``dtype`` itself, else those that allow its kind to be dropped."""
-    if np.result_type(dtype, scalar) == np.dtype(dtype):
+    if result_dtype([np.dtype(dtype)], [scalar]) == np.dtype(dtype).name:
         return set(CASTINGS)
     kind = np.asarray(scalar).dtype
     return {c for c in CASTINGS if np.can_cast(kind, dtype, c)}
@@ -237,19 +311,11 @@ def _scalar_casts(scalar: object, dtype: str) -> set[str]:
 
 def _numpy_dtype(dtype: object) -> np.dtype:
     """``np.dtype(dtype)``, or :class:`DtypeError` for a name numpy does not know."""
-    if str(dtype) in PENDING:
-        _pending(str(dtype))
     try:
         return np.dtype(dtype)
     except TypeError as error:
         raise DtypeError(f"dtype {dtype!r} is not a dtype numpy knows; choose one of "
                          f"{', '.join(DTYPES)}") from error
-
-
-def _pending(name: str) -> None:
-    """Refuse a dtype whose kernels are not there yet, saying what to do instead."""
-    raise DtypeError(f"dtype {name} ({PENDING[name]}) has no kernels yet; convert the arrays "
-                     f"with .astype('float32') to compute in float32")
 
 
 def poison(dtype: str) -> object:

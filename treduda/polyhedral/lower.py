@@ -26,7 +26,7 @@ import islpy as isl
 from ..codegen import ir
 from ..errors import InvalidName, StrategyError
 from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
-from ..frontend.dtypes import check_dtype, check_literals
+from ..frontend.dtypes import HIGHEST, TF32, check_dtype, check_literals, check_precision
 from ..frontend.merge import Merging, merge
 from ..frontend.tree import Read
 
@@ -85,6 +85,7 @@ class Program:
     # Bitwise the same result on every run: no atomic additions (a split reduction writes its
     # parts to a workspace that a second kernel adds up in a fixed order).
     deterministic: bool = False
+    precision: str = HIGHEST  # how the sums' products round their inputs (dtypes.PRECISIONS)
 
     @property
     def original(self) -> Contraction:
@@ -157,8 +158,8 @@ GENERATED_NAME = re.compile(r"(acc|c)\d+")  # registers and isl's loop iterators
 
 
 def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout: str = "C",
-         dtype: str = "float32", *, symbolic: bool = False, deterministic: bool = False
-         ) -> Program:
+         dtype: str = "float32", *, symbolic: bool = False, deterministic: bool = False,
+         precision: str = HIGHEST) -> Program:
     """The one way from an expression to a :class:`Program`: dtype, layout and sizes checked,
     the text parsed and lowered once; compile, the cache key, the search and the kernel walk
     take the result instead of starting again from the text.
@@ -168,21 +169,27 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
     additions (:attr:`Program.deterministic`).
     """
     check_dtype(dtype)
+    check_precision(precision, dtype)
     if layout not in LAYOUTS:
         raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
                             "'F' (column-major)")
     contraction = analyse(expr) if isinstance(expr, str) else expr
     check_literals([t.coefficient for t in contraction.terms], dtype)
     if symbolic and not sizes:
-        return replace(lower(contraction, None, layout, dtype), deterministic=deterministic)
+        return replace(lower(contraction, None, layout, dtype, precision),
+                       deterministic=deterministic)
     fixed = resolve_sizes(contraction, sizes or {})
-    return replace(lower(contraction, None if symbolic else fixed, layout, dtype),
+    return replace(lower(contraction, None if symbolic else fixed, layout, dtype, precision),
                    deterministic=deterministic)
 
 
 def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",
-          dtype: str = "float32") -> Program:
+          dtype: str = "float32", precision: str = HIGHEST) -> Program:
     """Build the isl statements, accesses and initial schedule of ``contraction``.
+
+    ``precision`` other than ``"highest"`` rounds the operands of each sum's products
+    (:func:`_rounded`); the write's scaling by scalars and hoisted factors stays FP32, as a
+    GEMM's alpha and beta do.
 
     ``sizes`` maps every index to its extent, or is None for a kernel whose sizes are parameters.
     Indices that always appear together are merged first (:mod:`treduda.frontend.merge`): the
@@ -207,10 +214,12 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
             inner = tuple(r for r in term.reads if set(r.indices) & set(summed))
             negative, outer = _signed_product(term, inner, acc)
             statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed,
-                                        ir.Assign(acc, "+=", _product(inner)), (), summed, 1 + g))
+                                        ir.Assign(acc, "+=", _rounded(_product(inner),
+                                                                      precision)),
+                                        (), summed, 1 + g))
             written_value.append((negative, outer))
         else:
-            body = _sum(_signed_product(t, ()) for t in terms)
+            body = _rounded(_sum(_signed_product(t, ()) for t in terms), precision)
             statements.append(Statement(f"reduce{g}", Kind.REDUCE, out + summed,
                                         ir.Assign(acc, "+=", body), (), summed, 1 + g))
             written_value.append((False, acc))
@@ -220,7 +229,8 @@ def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = 
                                 1 + len(groups)))
     program = Program(contraction, sizes, layout, dtype, tuple(statements), None, None,
                       tuple(accumulator_name(g) for g in range(len(groups))),
-                      max((len(s) for s, _ in groups), default=0), merging, expression_sizes)
+                      max((len(s) for s, _ in groups), default=0), merging, expression_sizes,
+                      precision=precision)
     return _polyhedral(program)
 
 
@@ -272,6 +282,24 @@ def _product(reads: tuple[Read, ...]) -> ir.Expr:
     for f in factors[1:]:
         result = ir.Binary(ir.Op.MUL, result, f)
     return result
+
+
+def _rounded(value: ir.Expr, precision: str) -> ir.Expr:
+    """A sum's value with its products computed at ``precision``: with TF32 every tensor
+    element is rounded before use; with 3xTF32 every product of two factors is taken from
+    their TF32 pieces (:class:`ir.Function`); "highest" leaves it as it is."""
+    if precision == HIGHEST:
+        return value
+    if isinstance(value, ir.Element):
+        return ir.Call(ir.Function.TF32, (value,)) if precision == TF32 else value
+    if isinstance(value, ir.Binary):
+        left, right = _rounded(value.left, precision), _rounded(value.right, precision)
+        if value.op is ir.Op.MUL and precision != TF32:
+            return ir.Call(ir.Function.TF32X3, (left, right))
+        return ir.Binary(value.op, left, right)
+    if isinstance(value, ir.Neg):
+        return ir.Neg(_rounded(value.operand, precision))
+    return value
 
 
 def _signed_product(term: Term, exclude: tuple[Read, ...],

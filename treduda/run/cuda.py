@@ -12,6 +12,7 @@ import contextlib
 import functools
 import importlib.util
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -139,19 +140,22 @@ def run_cuda(source: str, launch: Launch) -> Any:
     """Compile ``source``, run ``launch`` and return the output: a numpy array when the launch
     holds numpy arrays, a device array (CuPy) when it holds device arrays."""
     runtime = cuda_runtime()
+    stored = launch.values[launch.output_position].dtype
+    launch = _as_bits(launch)
     with runtime.active():
         run = _launcher(runtime, source, launch)
         arguments = runtime.upload(launch)
         run(arguments)
         out = arguments[launch.output_position]
         on_host = isinstance(launch.values[launch.output_position], np.ndarray)
-        return launch.result(runtime.download(out) if on_host else out)
+        return launch.result(runtime.download(out).view(stored) if on_host else out)
 
 
 def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,
               warmup: int = WARMUP) -> Timing:
     """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing)."""
     runtime = cuda_runtime()
+    launch = _as_bits(launch)
     with runtime.active():
         run = _launcher(runtime, source, launch)
         arguments = runtime.upload(launch)
@@ -233,6 +237,15 @@ def _pycuda_context(driver):
     except driver.Error as error:
         raise BackendUnavailable(f"the CUDA driver could not start ({error}); "
                                  "use backend='opencl'") from error
+
+
+def _as_bits(launch: Launch) -> Launch:
+    """``launch`` with its bfloat16 host arrays as their 16-bit patterns: neither CuPy nor
+    pycuda knows the type, and the kernel reads the bits (as ``__nv_bfloat16``)."""
+    bfloat16 = np.dtype("bfloat16")
+    return replace(launch, values=tuple(
+        v.view(np.uint16) if isinstance(v, np.ndarray) and v.dtype == bfloat16 else v
+        for v in launch.values))
 
 
 def _is_array(value: Any) -> bool:

@@ -30,10 +30,34 @@ import numpy as np
 
 from ..codegen import ir
 from ..errors import HazardError
-from ..frontend.dtypes import is_integer, poison
+from ..frontend.dtypes import compute, is_integer, poison
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
+
+
+def _tf32(x: np.ndarray) -> np.ndarray:
+    """``td_tf32`` of templates/precision.j2 on float32 values: the same bit operations."""
+    bits = np.asarray(x, np.float32).view(np.uint32)
+    rounded = ((bits + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+    return np.where(bits & np.uint32(0x7F800000) == 0x7F800000, x, rounded)
+
+
+def _fma(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """a*b + c rounded once to float32, but for rare double roundings (the product of two
+    float32 values is exact in float64, the sum rounds to float64 first)."""
+    return (np.float64(a) * b + c).astype(np.float32)
+
+
+def _tf32x3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """``td_tf32x3`` of templates/precision.j2."""
+    a, b = np.asarray(a, np.float32), np.asarray(b, np.float32)
+    a_hi, b_hi = _tf32(a), _tf32(b)
+    a_lo, b_lo = _tf32(a - a_hi), _tf32(b - b_hi)
+    return _fma(a_hi, b_hi, _fma(a_hi, b_lo, a_lo * b_hi))
+
+
+CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3}
 
 
 @dataclass(frozen=True)
@@ -106,7 +130,7 @@ class _Block:
         self.count = bx * by * bz
         lane = np.arange(self.count)
         self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
-        dtype = self.dtype = np.dtype(kernel.dtype)
+        dtype = self.compute = np.dtype(compute(kernel.dtype))  # tensors may be stored narrower
         unset = poison(kernel.dtype)  # NaN, or an integer type's most negative value
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
@@ -137,7 +161,7 @@ class _Block:
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
-        with np.errstate(over="ignore" if is_integer(self.dtype.name) else "warn"):
+        with np.errstate(over="ignore" if is_integer(self.compute.name) else "warn"):
             self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
         self.end_epoch()
         return self.hazards
@@ -204,13 +228,13 @@ class _Block:
         value, where a thread reads nothing); integer arithmetic wraps as the kernel's does."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
-            read = np.full(self.count, poison(self.dtype.name), self.arrays[e.array].dtype)
+            read = np.full(self.count, poison(self.compute.name), self.compute)  # converted
             if found is not None:
                 where, inside = found
                 read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
             return read
         if isinstance(e, ir.Float):
-            return self.dtype.type(e.value) if is_integer(self.dtype.name) else e.value
+            return self.compute.type(e.value) if is_integer(self.compute.name) else e.value
         if isinstance(e, ir.Lane):
             return self.vectors[e.vector][:, e.lane]
         if isinstance(e, ir.Var) and e.name in self.scalars:
@@ -219,6 +243,8 @@ class _Block:
             return ir.apply(e.op, self.value(e.left, active), self.value(e.right, active))
         if isinstance(e, ir.Neg):
             return -self.value(e.operand, active)
+        if isinstance(e, ir.Call):
+            return CALLS[e.function](*(self.value(a, active) for a in e.args))
         if isinstance(e, ir.Select):
             return np.where(self.index(e.condition, active).astype(bool),
                             self.value(e.if_true, active), self.value(e.if_false, active))

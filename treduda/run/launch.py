@@ -15,7 +15,7 @@ import numpy as np
 from ..codegen import ir
 from ..errors import MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
-from ..frontend.dtypes import DEFAULT_CASTING, check_cast
+from ..frontend.dtypes import DEFAULT_CASTING, check_cast, compute
 from .device_arrays import is_device_array, to_cupy
 
 
@@ -101,7 +101,8 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
 
     ``sizes`` are the expression's extents, ``kernel_sizes`` those of the kernel's (merged)
     indices; ``xp`` is the array module that holds the arrays: numpy, or CuPy on a GPU."""
-    dtype = np.dtype(kernel.dtype)
+    dtype = np.dtype(kernel.dtype)  # tensors' elements, as stored
+    value = np.dtype(compute(kernel.dtype))  # scalars', as computed
     index = np.int32 if kernel.index_bits == 32 else np.int64
     output_shape = tuple(sizes[i] for i in contraction.output_indices)
     values: list = []
@@ -115,9 +116,9 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
             values.append(_flat(xp, arrays[p.name], dtype, layout, copy=False))
         elif p.kind == ir.ParamKind.WORKSPACE:  # as large as its local says, never read unset
             values.append(xp.empty(next(v.size for v in kernel.locals if v.name == p.name),
-                                   dtype))
+                                   value))
         elif p.kind == ir.ParamKind.SCALAR:  # converted as numpy converts (integers wrap)
-            values.append(np.asarray(scalars[p.name]).astype(dtype)[()])
+            values.append(np.asarray(scalars[p.name]).astype(value)[()])
         else:  # sizes are named N_<index>
             values.append(index(kernel_sizes[p.name[2:]]))
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)

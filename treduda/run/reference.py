@@ -5,10 +5,12 @@ The tolerance is the classical bound on rounding in a sum of products: every out
 be off by a few units of ``eps`` per summand, times the sum of the magnitudes of its summands
 (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., section 3.1). A complex
 multiply-add rounds twice per part (two real FMAs), so complex kernels take twice the steps.
-Complex contractions are evaluated in complex128, real ones in float64. Integer ones (every
-array an integer or boolean one, every scalar an integer) are evaluated in the integer kernel's
-own type, wrapping as it does: arithmetic modulo 2**bits gives one result in any order, so the
-kernel must match it exactly (tolerance 0).
+Complex contractions are evaluated in complex128, real ones in float64, from the arrays as the
+kernel holds them: float16 and bfloat16 inputs are stored rounded, so the reference sees the
+same rounded values and only the kernel's own roundings count (:func:`tolerance`). Integer ones
+(every array an integer or boolean one, every scalar an integer) are evaluated in the integer
+kernel's own type, wrapping as it does: arithmetic modulo 2**bits gives one result in any order,
+so the kernel must match it exactly (tolerance 0).
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import numpy as np
 
 from ..errors import TredudaError
 from ..frontend.contraction import Contraction
-from ..frontend.dtypes import chain, is_integer, kernel_dtype
+from ..frontend.dtypes import (
+    HIGHEST,
+    PRECISION_ROUNDOFF,
+    chain,
+    compute,
+    is_integer,
+    kernel_dtype,
+    storage_roundoff,
+)
 
 LETTERS = string.ascii_letters
 SAFETY = 4.0  # units of eps per rounding step; generous for fused multiply-adds and reordering
@@ -66,17 +76,32 @@ def evaluate(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[
 
 
 def tolerance(c: Contraction, arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float],
-              sizes: Mapping[str, int], dtype: str, xp=np) -> np.ndarray:
-    """Largest error allowed per output element for a kernel computing in ``dtype``: none
-    for an integer kernel."""
+              sizes: Mapping[str, int], dtype: str, xp=np,
+              precision: str = HIGHEST) -> np.ndarray:
+    """Largest error allowed per output element for a kernel of ``dtype`` at ``precision``
+    (none for an integer kernel)::
+
+        SAFETY * (eps * steps + reads * u_in + u_out) * magnitude + tiny + subnormal
+
+    ``eps`` is the machine epsilon of what the kernel computes in (float32 for float16 and
+    bfloat16) and ``steps`` the roundings of the longest sum (its length, the terms and the
+    write, doubled for complex); ``u_in`` is the unit roundoff with which each of a product's
+    ``reads`` factors enters it (2^-11 for TF32, 2^-22 for 3xTF32's residual, 0 where inputs
+    are used as stored); ``u_out`` is that of storing the result (2^-11 for float16, 2^-8 for
+    bfloat16, else 0) and ``subnormal`` the spacing of its smallest values, which rounding a
+    result near zero may lose whatever its magnitude (2^-24 for float16); ``magnitude`` is the
+    contraction of the inputs' magnitudes."""
     if is_integer(dtype):
         return xp.zeros(tuple(sizes[i] for i in c.output_indices))
     magnitude = evaluate(c, arrays, scalars, sizes, absolute=True, xp=xp)
     steps = len(c.terms) + 2 + max((int(np.prod([sizes[i] for i in t.summed(c.output_indices)]))
                                     for t in c.terms), default=1)
     steps *= chain(dtype)
-    eps = np.finfo(np.dtype(dtype)).eps
-    return SAFETY * eps * steps * magnitude + np.finfo(np.dtype(dtype)).tiny
+    finfo = np.finfo(np.dtype(compute(dtype)))
+    reads = max((len(t.reads) for t in c.terms), default=0)
+    stored, subnormal = storage_roundoff(dtype)
+    relative = finfo.eps * steps + reads * PRECISION_ROUNDOFF[precision] + stored
+    return SAFETY * relative * magnitude + finfo.tiny + subnormal
 
 
 def error(result: np.ndarray, expected: np.ndarray, xp=np) -> np.ndarray:

@@ -27,6 +27,7 @@ from typing import Any
 
 from treduda.errors import TredudaError
 from treduda.frontend.contraction import Contraction, analyse, resolve_sizes
+from treduda.frontend.dtypes import HIGHEST
 from treduda.polyhedral.lower import Program
 
 SCHEMA_VERSION = 1
@@ -74,6 +75,11 @@ def installed_version() -> str:
         return "(not installed)"
 
 
+# Fields added after keys were first stored, with the value every earlier key meant: a key
+# holding that value stores and hashes without the field, as it did before the field existed.
+OPTIONAL_FIELDS = {"precision": HIGHEST, "deterministic": False}
+
+
 @dataclass(frozen=True)
 class CacheKey:
     """Everything a search result depends on; build it with :meth:`make` to normalise it."""
@@ -84,14 +90,14 @@ class CacheKey:
     layout: str
     gpu: str
     version: str
-    # No atomic additions (deterministic splits only), so other kernels are allowed. A key
-    # without it stores and hashes as before this field existed (see to_json).
+    precision: str = HIGHEST  # dtypes.PRECISIONS: how the sums' products round their inputs
+    # No atomic additions (deterministic splits only), so other kernels are allowed.
     deterministic: bool = False
 
     @classmethod
     def make(cls, expression: str | Contraction, sizes: Mapping[str, int] | str | None,
              dtype: str, layout: str, gpu: str, version: str | None = None,
-             deterministic: bool = False) -> CacheKey:
+             precision: str = HIGHEST, deterministic: bool = False) -> CacheKey:
         """A key for ``expression`` (any spelling, or its analysed contraction) with checked
         ``sizes``.
 
@@ -106,20 +112,24 @@ class CacheKey:
         else:
             size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
         return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
-                   installed_version() if version is None else version, deterministic)
+                   installed_version() if version is None else version, precision,
+                   deterministic)
 
     @classmethod
     def of(cls, program: Program, gpu: str) -> CacheKey:
         """The key of a planned program on ``gpu``: no text parsed again."""
         return cls.make(program.original, program.expression_sizes, program.dtype,
-                        program.layout, gpu, deterministic=program.deterministic)
+                        program.layout, gpu, precision=program.precision,
+                        deterministic=program.deterministic)
 
     def to_json(self) -> str:
         """The fields as canonical JSON: what is stored and what :meth:`digest` hashes
-        (``deterministic`` only where set, so the entries stored before it still match)."""
+        (:data:`OPTIONAL_FIELDS` only where set, so the entries stored before them still
+        match)."""
         fields = dataclasses.asdict(self)
-        if not self.deterministic:
-            del fields["deterministic"]
+        for name, default in OPTIONAL_FIELDS.items():
+            if fields[name] == default:
+                del fields[name]
         return _canonical(fields)
 
     @classmethod
@@ -128,7 +138,7 @@ class CacheKey:
         data = json.loads(text)
         names = [f.name for f in dataclasses.fields(cls)]
         if isinstance(data, dict):
-            data.setdefault("deterministic", False)  # to_json leaves out a False one
+            data = {**OPTIONAL_FIELDS, **data}  # to_json leaves out a default one
         if not isinstance(data, dict) or sorted(data) != sorted(names):
             raise ValueError(f"expected an object with exactly the fields {', '.join(names)}")
         sizes = data["sizes"]
@@ -153,8 +163,10 @@ class CacheKey:
     def __str__(self) -> str:
         sizes = (self.sizes if isinstance(self.sizes, str)
                  else ",".join(f"{index}={extent}" for index, extent in self.sizes))
-        return (f"{self.expression} [{sizes}] {self.dtype} layout {self.layout} on {self.gpu!r} "
-                f"{'deterministic ' if self.deterministic else ''}(treduda {self.version})")
+        precision = "" if self.precision == HIGHEST else f" precision {self.precision}"
+        return (f"{self.expression} [{sizes}] {self.dtype}{precision} layout {self.layout} on "
+                f"{self.gpu!r} {'deterministic ' if self.deterministic else ''}"
+                f"(treduda {self.version})")
 
 
 @dataclass(frozen=True)

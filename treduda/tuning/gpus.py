@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass
 
 from ..errors import ArgumentError, TredudaError
-from ..frontend.dtypes import DTYPES, INTEGER_DTYPES, real
+from ..frontend.dtypes import DTYPES, INTEGER_DTYPES, compute, real
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -230,13 +230,14 @@ def _integer(dtype: object) -> bool:
 
 def _precision(dtype: object) -> int:
     """64 for double precision, 32 for single; accepts strings and numpy dtypes, and for a
-    complex type, that of its parts."""
+    complex type, that of its parts (for float16 and bfloat16, float32's: kernels compute in
+    it)."""
     if not isinstance(dtype, str):
         import numpy
 
         dtype = numpy.dtype(dtype).name
     if dtype in DTYPES:
-        dtype = real(dtype)
+        dtype = real(compute(dtype))
     key = dtype.lower().replace("-", "").replace("_", "")
     if key in ("float32", "fp32", "f32", "float", "single"):
         return 32

@@ -140,9 +140,19 @@ class Model:
         self.strategy.geometry(program, {}, values)  # one that does not describe itself fails
         c = program.contraction
         self.sizes = program.sizes
-        self.bytes = dtypes.itemsize(program.dtype)
-        self.lanes = gpu.fma_lanes(program.dtype)
+        self.bytes = dtypes.itemsize(program.dtype)  # of a tensor's element, as stored
+        self.shared_value = dtypes.itemsize(dtypes.compute(program.dtype))  # in a staged tile
+        self.lanes = gpu.fma_lanes(dtypes.compute(program.dtype))
         self.fmas = dtypes.fmas(program.dtype)  # real FMAs per multiply-add
+        # FP32 instructions per multiply-add (3xTF32: four), instructions per operand a thread
+        # loads (TF32 rounding), and per element loaded from or stored to a stored type's
+        # tensor (its conversion)
+        self.fp_ops = self.fmas * dtypes.PRODUCT_OPERATIONS[program.precision]
+        self.operand_ops = dtypes.OPERAND_OPERATIONS[program.precision]
+        self.conversions = dtypes.CONVERSION_OPERATIONS if program.dtype in dtypes.STORED else 0
+        # float16 and bfloat16 elements are converted one by one: no vector accesses
+        # (treduda.codegen.vectorize)
+        self.vectorised = program.dtype not in dtypes.STORED
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
@@ -168,6 +178,12 @@ class Model:
             stride *= self.sizes[index]
         return strides
 
+    def per_access(self, staged: bool) -> int:
+        """Values one access of a thread moves at most: a 16-byte vector's (of a staged
+        tile's float32 values, or of a tensor's elements), or one where nothing is vectorised."""
+        size = self.shared_value if staged else self.bytes
+        return max(1, VECTOR_BYTES // size) if self.vectorised else 1
+
     def lines(self, accesses: list[list[int]]) -> int:
         """Distinct cache lines one warp access touches, given each lane's element offsets:
         global loads are served per 128-byte line (CUDA C++ Best Practices Guide, "Coalesced
@@ -181,7 +197,7 @@ class Model:
         Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
         distinct words in one bank are serialised)."""
         g = self.gpu
-        words_per_value = max(1, self.bytes // g.shared_bank_bytes)
+        words_per_value = max(1, self.shared_value // g.shared_bank_bytes)
         banks: dict[int, set[int]] = {}
         for lane in accesses:
             for offset in lane:
@@ -243,15 +259,20 @@ class Model:
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
+        # each operand rounded once per load (precision); one read from global memory
+        # converted (a staged one is converted by the copy); undecided staging counts as staged
+        direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)
+        converted = loads * self.operand_ops + direct * self.conversions
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one), and copies (counted per warp already)
         wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
                       * warp_round + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
-            "fma": padded * per_output * self.fmas * warp_round * quantise
+            "fma": padded * per_output * self.fp_ops * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
-            "issue": padded * per_output * (self.fmas + loads + o.copy_instructions()) * warp_round
+            "issue": padded * per_output * (self.fp_ops + loads + converted
+                                            + o.copy_instructions()) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
             # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
@@ -474,12 +495,12 @@ class _Optimist:
         wavefronts are shared by its values, no fewer than a 16-byte vector's.
         While what decides it is open, the least any access costs: a wavefront shared by a
         16-byte vector (for an open padding, the better of its values)."""
-        least = self.m.bytes / VECTOR_BYTES
+        least = 1 / max(self.m.per_access(s) for s in (False, True))
         staged = self.staged(read)
         warp = self.lanes
         if staged is None or warp is None or (staged and not self.tiles_decided()):
             return least
-        values = max(1, VECTOR_BYTES // self.m.bytes)
+        values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
@@ -499,7 +520,7 @@ class _Optimist:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
         row = self.tile_strides(read, pad)
         slowest = max(row.values())
-        return slowest == 1 or all(v * self.m.bytes % VECTOR_BYTES == 0
+        return slowest == 1 or all(v * self.m.shared_value % VECTOR_BYTES == 0
                                    for v in row.values() if v > 1)
 
     def vectorisable(self, read: _Read) -> bool:
@@ -568,7 +589,8 @@ class _Optimist:
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
-        per_block_step = sum(2 * math.prod(self.copy_extents(r)) for r in staged)
+        per_element = 2 + self.m.conversions  # load, (convert,) store
+        per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
@@ -602,7 +624,7 @@ class _Optimist:
             write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
                                                for p in elements]) for pad in self.options("pad"))
             if not exact:
-                read = write = self.m.bytes / VECTOR_BYTES
+                read, write = 1 / self.m.per_access(False), 1 / self.m.per_access(True)
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         return total / self.fmas_per_block_step()
 
@@ -756,7 +778,7 @@ class _Optimist:
                 and self.vectorisable(read) and self._aligned(read, self.p["pad"])):
             return 1
         fastest = geometry.fastest(self.m.program, read.indices)
-        return max(1, min(VECTOR_BYTES // self.m.bytes, self.footprint(read)[fastest]))
+        return max(1, min(self.m.per_access(True), self.footprint(read)[fastest]))
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per

@@ -121,6 +121,7 @@ class SearchResult:
     best: Candidate
     candidates: tuple[Candidate, ...]
     stats: SearchStats
+    precision: str = "highest"  # as compile() takes it: part of what the winner computes
 
     def top(self, n: int = 10) -> list[Candidate]:
         """The ``n`` best distinct candidates (a dive and the search may score one twice)."""
@@ -163,9 +164,11 @@ class SearchResult:
                 f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}")
 
     def to_json(self) -> str:
-        """The winner and statistics, replayable: compile(strategy=..., params=...)."""
+        """The winner and statistics, replayable: compile(strategy=..., params=...,
+        precision=...)."""
         return json.dumps({"expression": self.expression, "sizes": self.sizes,
                            "dtype": self.dtype, "layout": self.layout, "gpu": self.gpu.name,
+                           "precision": self.precision,
                            "strategy": self.best.strategy, "params": dict(self.best.params),
                            "seconds": self.best.prediction.seconds,
                            "binding": self.best.prediction.binding,
@@ -388,7 +391,7 @@ class Searcher:
     def _result(self, best, scored, stats) -> SearchResult:
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
-                            self.gpu, best, tuple(scored), stats)
+                            self.gpu, best, tuple(scored), stats, p.precision)
 
 
 def search_program(program: Program, gpu: str | Gpu = "H100", *,

@@ -83,7 +83,8 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
-    program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype) if (
+    program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype,
+                   precision=kernel.precision) if (
         kernel.symbolic) else kernel.program
     try:  # the analytic model, for a strategy that describes itself to it
         model = Model(program, g, kernel.strategy)
@@ -171,7 +172,7 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
 def _shared_bytes(kernel) -> int:
     """Shared memory one block of ``kernel`` declares."""
     return sum(local.size for local in kernel.built.kernel.locals
-               if local.space is ir.Space.SHARED) * dtypes.itemsize(kernel.dtype)
+               if local.space is ir.Space.SHARED) * dtypes.itemsize(dtypes.compute(kernel.dtype))
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
@@ -205,8 +206,23 @@ def _flops(e: ir.Expr) -> tuple[int, int]:
                 parts = [_flops(x) for x in (product.left, product.right, other)]
                 return 1 + sum(p[0] for p in parts), sum(p[1] for p in parts)
     parts = [_flops(x) for x in ir.children(e)[-2:]]  # a Select's condition is no flop
+    if isinstance(e, ir.Call) and e.function is ir.Function.TF32X3:
+        return 2 + sum(p[0] for p in parts), 1 + sum(p[1] for p in parts)  # 1 FMUL, 2 FFMAs
     own = 1 if isinstance(e, ir.Binary) and e.op in _ARITHMETIC else 0
     return sum(p[0] for p in parts), own + sum(p[1] for p in parts)
+
+
+def _rounded(e: ir.Expr) -> dict[ir.Load, int]:
+    """The loads whose values ``e`` rounds (precision's calls), with the instructions that
+    takes: once per load, as the compiler rounds a value once for all its uses."""
+    found: dict[ir.Load, int] = {}
+    if isinstance(e, ir.Call):
+        precision = dtypes.TF32X3 if e.function is ir.Function.TF32X3 else dtypes.TF32
+        found = {a: dtypes.OPERAND_OPERATIONS[precision] for a in e.args
+                 if isinstance(a, ir.Load)}
+    for child in ir.children(e):
+        found = {**_rounded(child), **found}
+    return found
 
 
 class _Walker:
@@ -214,7 +230,10 @@ class _Walker:
 
     def __init__(self, kernel, sizes: Mapping[str, int]):
         self.kir = kernel.built.kernel
-        self.bytes = dtypes.itemsize(kernel.dtype)
+        self.bytes = dtypes.itemsize(kernel.dtype)  # of a tensor element
+        self.local_bytes = dtypes.itemsize(dtypes.compute(kernel.dtype))  # of a shared one
+        # instructions per element loaded from or stored to a tensor: its conversion
+        self.conversion = dtypes.CONVERSION_OPERATIONS if kernel.dtype in dtypes.STORED else 0
         # Real instructions per IR operation: a complex multiply-add is four FMAs, other
         # complex arithmetic at least one instruction per part.
         self.scale = (dtypes.fmas(kernel.dtype), self.bytes // dtypes.itemsize(
@@ -271,8 +290,9 @@ class _Walker:
             return tally
         if s.op != "=" and isinstance(s.target, ir.Load):
             self._access(s.target, tally, store=False)  # read-modify-write
+        rounded = _rounded(s.value)
         for load in self._parts(s.value)[1]:
-            self._access(load, tally, store=False)
+            self._access(load, tally, store=False, extra=rounded.get(load, 0))
         if isinstance(s.target, ir.Load):
             self._access(s.target, tally, store=True)
         if id(s) not in self.flops:
@@ -348,9 +368,12 @@ class _Walker:
         """(FMAs, other flops) of the IR as real instructions (see ``scale``)."""
         return tuple(n * k for n, k in zip(counted, self.scale, strict=True))
 
-    def _access(self, load: ir.Load, tally: Counter, store: bool, width: int = 1) -> None:
+    def _access(self, load: ir.Load, tally: Counter, store: bool, width: int = 1,
+                extra: int = 0) -> None:
         """Count one access of each active lane to ``load`` and the ``width - 1`` elements
-        after it (a vector access): a load instruction, or ``width`` stored elements."""
+        after it (a vector access): a load instruction, or ``width`` stored elements; a
+        loaded value's rounding (``extra`` instructions) and a tensor element's conversion
+        with it."""
         space = self.spaces.get(load.array)
         if space is ir.Space.REGISTER:
             return
@@ -365,9 +388,10 @@ class _Walker:
             return
         self.loaded.add(key)
         kind = "shared" if space is ir.Space.SHARED else "global"
+        tally["flops_other"] += extra + (self.conversion * width if kind == "global" else 0)
         tally[f"{kind}_{'stores' if store else 'loads'}"] += width if store else 1
         if kind == "shared":
-            words = np.unique(lanes * self.bytes // 4)
+            words = np.unique(lanes * self.local_bytes // 4)
             tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
         elif not store:
             sectors = np.unique(lanes * self.bytes // SECTOR_BYTES).size
