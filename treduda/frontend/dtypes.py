@@ -219,7 +219,8 @@ def finish(result, dtype: str):
     """A kernel's result as an array of ``dtype`` (:func:`kernel_dtype`'s inverse): booleans
     are ``count != 0``, narrower integers are cast back, wrapping as numpy's casts do."""
     if np.dtype(dtype).kind == "b":
-        return result != 0
+        nonzero = result != 0
+        return np.asarray(nonzero) if np.isscalar(nonzero) else nonzero  # 0-d stays an array
     return result if result.dtype == np.dtype(dtype) else result.astype(dtype)
 
 
