@@ -21,6 +21,7 @@ from .kernel import Kernel
 from .polyhedral.ast_build import build
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
+from .programs import Plan
 from .run import reference
 from .run.cuda import gpu_present
 from .run.launch import bind
@@ -29,6 +30,8 @@ from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
 from .tuning.model import Compiled, Model
+from .tuning.paths import DEFAULT as CHOSEN_BY_MODEL
+from .tuning.paths import many_factors
 from .tuning.search import (
     Candidate,
     Progress,
@@ -49,7 +52,8 @@ CHECKED_MOST = 16  # ... and at most in all
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels contract() and contract_expression() keep for repeated calls
-PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu")  # for did-you-mean
+PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
+                "optimize")  # for did-you-mean
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)
 
 
@@ -200,7 +204,7 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             **values: Any) -> np.ndarray:
+             optimize: Any = CHOSEN_BY_MODEL, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -210,7 +214,8 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see
     :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
-    numpy.einsum gives (zeros, or an empty array).
+    numpy.einsum gives (zeros, or an empty array). A product of three or more tensors runs
+    as a sequence of kernels along a path (``optimize``, see :func:`contract_expression`).
     """
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
@@ -220,7 +225,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     shapes = {name: array.shape for name, array in arrays.items()}
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  **shapes)
+                                  optimize=optimize, **shapes)
     return planned(out=out, **values)
 
 
@@ -233,7 +238,9 @@ class ContractExpression:
     sizes: dict[str, int]
     dtype: str
     backend: str
-    kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
+    # A Plan for a product of three or more tensors split along a path (treduda.programs);
+    # None when an axis is empty: there is nothing to launch.
+    kernel: Kernel | Plan | None
 
     def __call__(self, *operands: Any, out: Any = None, **values: Any) -> Any:
         c = self.contraction
@@ -264,6 +271,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
+                        optimize: Any = CHOSEN_BY_MODEL,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -271,6 +279,14 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
 
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
+
+    A product of three or more tensors is split into smaller contractions along a path
+    (:mod:`treduda.tuning.paths`), each a kernel of its own, run by a :class:`Plan`.
+    ``optimize``: ``"auto"`` (the default) chooses by the model among opt_einsum's FLOP path,
+    a path costed by the model and fused groups; ``False`` keeps one fused kernel, as before;
+    ``True`` (greedy, as numpy.einsum), ``"greedy"``, ``"optimal"``, ``"dp"``,
+    ``"cotengra"``, a path (a list of tuples) or an opt_einsum ``PathOptimizer`` take
+    opt_einsum's path as it is. ``strategy`` and ``params`` then apply to every step.
     """
     contraction = analyse(expr)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
@@ -278,6 +294,11 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
     tuned = strategy is None and params is None  # compile() searches, or asks the cache
+    if many_factors(contraction) and optimize is not False and 0 not in sizes.values():
+        planned = _kept_plan(expr, tuple(sizes.items()), dtype, layout, backend, strategy,
+                             None if params is None else tuple(sorted(params.items())), gpu,
+                             _hashable(optimize), str(default_path()) if tuned else None)
+        return ContractExpression(contraction, sizes, dtype, backend, planned)
     kernel = None if 0 in sizes.values() else _kept_kernel(
         expr, tuple(sizes.items()), dtype, layout, strategy,
         None if params is None else tuple(sorted(params.items())), gpu,
@@ -293,6 +314,51 @@ def _kept_kernel(expr: str, sizes: tuple, dtype: str, layout: str, strategy: str
     return compile(expr, dict(sizes), dtype=dtype, layout=layout, strategy=strategy,
                    params=None if params is None else dict(params), gpu=gpu,
                    cache=TuningCache(cache) if cache else False)
+
+
+def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
+            layout: str = "C", backend: str = "opencl", strategy: str | None = None,
+            params: Mapping[str, Any] | None = None, gpu: str = "H100",
+            optimize: Any = CHOSEN_BY_MODEL, **shapes: tuple[int, ...]) -> Plan:
+    """Statements run in order (one per line or per ``;``), each compiled and tuned on its
+    own; calling the :class:`Plan` with its inputs by name returns a dict of its results.
+
+    It is planned for ``sizes`` and the inputs' ``shapes`` (by tensor name) when given, else
+    at its first call. Products of three or more tensors are split along a path
+    (``optimize``, as in :func:`contract_expression`); ``strategy`` and ``params`` apply to
+    every kernel."""
+    return Plan(text, _step_compiler(strategy, params, gpu), dtype=dtype, layout=layout,
+                backend=backend, gpu=gpu, optimize=optimize, sizes=sizes,
+                shapes=shapes or None)
+
+
+def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: str):
+    """How a plan compiles each step: as contract() does, the kernels kept for the process."""
+    kept_params = None if params is None else tuple(sorted(params.items()))
+    cache = str(default_path()) if strategy is None and params is None else None
+
+    def compile_step(expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
+        return _kept_kernel(expr, tuple(sizes.items()), dtype, layout, strategy, kept_params,
+                            gpu, cache)
+
+    return compile_step
+
+
+@functools.lru_cache(maxsize=KERNELS_KEPT)
+def _kept_plan(expr: str, sizes: tuple, dtype: str, layout: str, backend: str,
+               strategy: str | None, params: tuple | None, gpu: str, optimize: Any,
+               cache: str | None) -> Plan:
+    """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels."""
+    compile_step = _step_compiler(strategy, None if params is None else dict(params), gpu)
+    return Plan(expr, compile_step, dtype=dtype, layout=layout, backend=backend, gpu=gpu,
+                optimize=optimize, sizes=dict(sizes))
+
+
+def _hashable(optimize: Any) -> Any:
+    """``optimize`` as a key: a path given as lists becomes tuples."""
+    if isinstance(optimize, (list, tuple)):
+        return tuple(tuple(step) for step in optimize)
+    return optimize
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],

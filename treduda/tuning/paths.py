@@ -30,7 +30,7 @@ from ..errors import BackendUnavailable, StrategyError
 from ..frontend import dtypes
 from ..frontend.contraction import Contraction
 from ..polyhedral.lower import plan
-from .model import LAUNCH_SECONDS
+from .model import LAUNCH_SECONDS, Prediction
 from .search import first_candidate
 
 MODEL_SEARCHED = 6  # products of up to this many factors get a path search costed by the model
@@ -83,9 +83,8 @@ class Path:
 
     @property
     def seconds(self) -> float:
-        """The steps' estimates, with one launch exposed: a kernel launched on a stream while
-        the one before runs waits for it, so its launch overlaps that run."""
-        return sum(s.seconds for s in self.steps) - LAUNCH_SECONDS * (len(self.steps) - 1)
+        """The steps' estimates, with one launch exposed (:func:`overlapped`)."""
+        return overlapped([s.seconds for s in self.steps])
 
     @property
     def flops(self) -> float:
@@ -122,11 +121,26 @@ class Costing:
     def seconds(self, step: Step) -> float:
         """The model's estimate of ``step``'s kernel (inf where no candidate was found)."""
         text, sizes = _canonical(step, self.sizes)
-        return _estimate(text, sizes, self.dtype, self.layout, self.gpu)
+        found = _first(text, sizes, self.dtype, self.layout, self.gpu)
+        return math.inf if found is None else found.seconds
 
     def costed(self, step: Step) -> Step:
         flops = 2.0 * dtypes.fmas(self.dtype) * math.prod(self.sizes[i] for i in step.all_indices)
         return replace(step, seconds=self.seconds(step), flops=flops)
+
+
+def overlapped(seconds: Sequence[float]) -> float:
+    """Kernels' estimates, run in sequence, with one launch exposed: a kernel launched on a
+    stream while the one before runs waits for it, so its launch overlaps that run."""
+    return sum(seconds) - LAUNCH_SECONDS * (len(seconds) - 1)
+
+
+def estimate(text: str, sizes: Mapping[str, int], dtype: str, layout: str, gpu: str
+             ) -> tuple[float, float]:
+    """Seconds and FLOPs the model predicts for any statement's kernel (the search's first
+    incumbent; inf seconds where none was found)."""
+    found = _first(text, tuple(sizes.items()), dtype, layout, gpu)
+    return (math.inf, 0.0) if found is None else (found.seconds, found.flops)
 
 
 def many_factors(c: Contraction) -> bool:
@@ -347,7 +361,7 @@ def _canonical(step: Step, sizes: Mapping[str, int]) -> tuple[str, tuple[tuple[s
 
 
 @functools.lru_cache(maxsize=4096)
-def _estimate(text: str, sizes: tuple[tuple[str, int], ...], dtype: str, layout: str,
-              gpu: str) -> float:
+def _first(text: str, sizes: tuple[tuple[str, int], ...], dtype: str, layout: str,
+           gpu: str) -> Prediction | None:
     found = first_candidate(plan(text, dict(sizes), layout, dtype), gpu, max_nodes=DIVE_NODES)
-    return math.inf if found is None else found.prediction.seconds
+    return None if found is None else found.prediction
