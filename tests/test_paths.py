@@ -201,3 +201,17 @@ def test_an_unknown_optimize_is_refused():
 def test_cotengra_without_cotengra_says_how_to_install_it():
     with pytest.raises(BackendUnavailable, match="treduda\\[cotengra\\]"):
         choose(analyse("ij,jk,kl->il"), dict.fromkeys("ijkl", 4), optimize="cotengra")
+
+
+def test_the_command_line_writes_one_cuda_file_for_a_program(tmp_path, capsys):
+    from treduda.app import cli
+
+    path = tmp_path / "program.cu"
+    arguments = ["compile", "T[i,k] = A[i,j]*B[j,k]; D[i,l] = T[i,k]*C[k,l]", "-s", "i=7",
+                 "-s", "j=6", "-s", "k=5", "-s", "l=4", "--strategy", "thread_per_element"]
+    assert cli.main([*arguments, "--out", str(path)]) == 0
+    assert path.read_text().count("_launch(") == 4  # two definitions, two calls
+    assert cli.main([*arguments, "--explain"]) == 0
+    assert "intermediate T: 7 x 5" in capsys.readouterr().out
+    assert cli.main([*arguments, "--symbolic"]) == 2
+    assert "fixed sizes" in capsys.readouterr().err

@@ -8,12 +8,14 @@ import sys
 from collections.abc import Sequence
 
 from .. import strategies
-from ..api import MEASURED, compile, search
-from ..errors import TredudaError
+from ..api import MEASURED, compile, program, search
+from ..errors import ArgumentError, TredudaError
 from ..frontend.dtypes import DTYPES
 from ..polyhedral.lower import plan
+from ..programs import statements
 from ..tuning.cache import TuningCache
 from ..tuning.gpus import table
+from ..tuning.paths import many_factors
 from .bench_cli import bench_arguments, bench_command
 from .demo import demo
 
@@ -50,6 +52,12 @@ def parser() -> argparse.ArgumentParser:
                    help="a strategy parameter (repeat for each)")
     c.add_argument("--opencl", action="store_true", help="print the OpenCL text instead")
     c.add_argument("--out", "-o", help="write to this file instead of printing")
+    c.add_argument("--optimize", default="auto", metavar="PATH",
+                   help="how a product of three or more tensors is split: auto (the model "
+                        "chooses), false (one kernel), greedy, optimal, dp, cotengra")
+    c.add_argument("--explain", action="store_true",
+                   help="for several statements or a split product: print the plan's paths, "
+                        "kernels, estimates and intermediates instead of the CUDA file")
 
     commands.add_parser("strategies", help="list the registered strategies")
 
@@ -139,6 +147,10 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    optimize = False if args.optimize.lower() == "false" else args.optimize
+    parts = statements(args.expression)
+    if len(parts) > 1 or (many_factors(parts[0]) and optimize is not False):
+        return _compile_program(args, optimize)
     kernel = compile(args.expression, dict(args.size) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
                      symbolic=args.symbolic)
@@ -147,6 +159,25 @@ def _compile(args: argparse.Namespace) -> int:
         with open(args.out, "w") as out:
             out.write(text)
         print(f"wrote {args.out}: {kernel!r}")
+    else:
+        print(text, end="")
+    return 0
+
+
+def _compile_program(args: argparse.Namespace, optimize: object) -> int:
+    """Several statements, or a product split along a path: one .cu file for all kernels."""
+    if args.symbolic or args.opencl:
+        raise ArgumentError("a program (several statements, or a product of three or more "
+                            "tensors) is planned for fixed sizes and printed as CUDA; drop "
+                            "--symbolic/--opencl, or pass --optimize false for one kernel")
+    planned = program(args.expression, dict(args.size), dtype=args.dtype, layout=args.layout,
+                      strategy=args.strategy, params=dict(args.param) or None,
+                      optimize=optimize)
+    text = planned.explain() + "\n" if args.explain else planned.cuda_source
+    if args.out:
+        with open(args.out, "w") as out:
+            out.write(text)
+        print(f"wrote {args.out}: {planned!r}")
     else:
         print(text, end="")
     return 0
