@@ -10,7 +10,13 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
-from treduda.errors import ArgumentError, BackendUnavailable, MissingArray, StrategyError
+from treduda.errors import (
+    ArgumentError,
+    BackendUnavailable,
+    MissingArray,
+    ShapeMismatch,
+    StrategyError,
+)
 from treduda.frontend.contraction import analyse
 from treduda.run.nvcc import compile_cuda
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
@@ -189,6 +195,9 @@ def test_mistakes_in_a_program_call_are_named():
         plan(**x, keep=["Q"])
     with pytest.raises(MissingArray, match="sizes="):
         treduda.program(THREE_STATEMENTS).explain()
+    plan(**x)
+    with pytest.raises(ShapeMismatch, match=r"A \(12, 11\) \(planned for \(13, 11\)\)"):
+        plan(**{**x, "A": x["A"][1:]})
 
 
 def test_an_unknown_optimize_is_refused():

@@ -27,7 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from .codegen.printer import CUDA, Printer
-from .errors import ArgumentError, MissingArray, ParseError
+from .errors import ArgumentError, MissingArray, ParseError, ShapeMismatch
 from .frontend.contraction import Contraction, analyse, infer_sizes, resolve_sizes
 from .frontend.dtypes import check_dtype
 from .kernel import Kernel
@@ -85,6 +85,7 @@ class Plan:
             inputs.update((name, None) for name in reads if name not in written)
             written.add(c.output)
         self.inputs = tuple(inputs)
+        self._scalars = {name for c in self.statements for name in c.scalars}
         self.results = tuple(c.output for n, c in enumerate(self.statements)
                              if not any(self._reads(later, c.output)
                                         for later in self.statements[n + 1:])
@@ -113,7 +114,8 @@ class Plan:
         taken = {n for c in self.statements for n in (c.output, *c.inputs, *c.scalars)}
         for c in self.statements:
             sizes = self._statement_sizes(c, shapes)
-            shapes[c.output] = tuple(sizes[i] for i in c.output_indices)
+            for tensor, indices in (*c.inputs.items(), (c.output, c.output_indices)):
+                shapes.setdefault(tensor, tuple(sizes[i] for i in indices))
             if many_factors(c) and self.optimize is not False:
                 choice = choose(c, sizes, dtype=self.dtype, layout=self.layout, gpu=self.gpu,
                                 optimize=self.optimize, taken=sorted(taken))
@@ -160,8 +162,14 @@ class Plan:
         if missing:
             raise MissingArray(f"no value for {', '.join(missing)}: the program reads "
                                f"{'it' if len(missing) == 1 else 'them'} before writing")
+        shapes = {k: tuple(np.shape(v)) for k, v in values.items() if k not in self._scalars}
         if not self.steps:
-            self._plan({k: np.shape(v) for k, v in values.items() if np.ndim(v) > 0})
+            self._plan(dict(shapes))
+        changed = [f"{k} {shape} (planned for {self.shapes[k]})" for k, shape in shapes.items()
+                   if shape != self.shapes.get(k, shape)]
+        if changed:
+            raise ShapeMismatch(f"this plan was made for other shapes: {', '.join(changed)}; "
+                                "make a new program (treduda.program) for these")
         wrong = [name for name in keep if name not in self.shapes or name in self.inputs]
         if wrong:
             raise ArgumentError(f"keep= names {wrong[0]!r}, which this program does not "

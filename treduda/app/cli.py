@@ -154,11 +154,15 @@ def _compile(args: argparse.Namespace) -> int:
     kernel = compile(args.expression, dict(args.size) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
                      symbolic=args.symbolic)
-    text = kernel.opencl_source if args.opencl else kernel.cuda_source
-    if args.out:
-        with open(args.out, "w") as out:
+    return _emit(kernel.opencl_source if args.opencl else kernel.cuda_source, args.out, kernel)
+
+
+def _emit(text: str, path: str | None, made: object) -> int:
+    """Write ``text`` to ``path`` and say what was ``made``, or print it."""
+    if path:
+        with open(path, "w") as out:
             out.write(text)
-        print(f"wrote {args.out}: {kernel!r}")
+        print(f"wrote {path}: {made!r}")
     else:
         print(text, end="")
     return 0
@@ -173,14 +177,8 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
     planned = program(args.expression, dict(args.size), dtype=args.dtype, layout=args.layout,
                       strategy=args.strategy, params=dict(args.param) or None,
                       optimize=optimize)
-    text = planned.explain() + "\n" if args.explain else planned.cuda_source
-    if args.out:
-        with open(args.out, "w") as out:
-            out.write(text)
-        print(f"wrote {args.out}: {planned!r}")
-    else:
-        print(text, end="")
-    return 0
+    return _emit(planned.explain() + "\n" if args.explain else planned.cuda_source, args.out,
+                 planned)
 
 
 def _search(args: argparse.Namespace) -> int:
