@@ -18,9 +18,11 @@ from treduda.errors import (
     StrategyError,
 )
 from treduda.frontend.contraction import analyse
+from treduda.polyhedral import lower
 from treduda.run.nvcc import compile_cuda
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.tuning.paths import choose
+from treduda.tuning.search import first_candidate
 
 FAST = {"strategy": "thread_per_element"}  # what these tests check is the path, not the tiles
 
@@ -224,3 +226,13 @@ def test_the_command_line_writes_one_cuda_file_for_a_program(tmp_path, capsys):
     assert "intermediate T: 7 x 5" in capsys.readouterr().out
     assert cli.main([*arguments, "--symbolic"]) == 2
     assert "fixed sizes" in capsys.readouterr().err
+
+
+def test_a_step_is_costed_by_a_capped_dive_that_falls_back_to_every_value():
+    """With a summed extent of 4, the searched step sizes lead nowhere: an uncapped dive over
+    them backed out of dead ends for 90,000 nodes (23 s); capped, the dive over all values
+    finds a candidate at once."""
+    program = lower.plan("D[i,j,k] = A[i,a]*B[j,a]*C[k,a]", {"i": 64, "j": 64, "k": 64, "a": 4})
+    found = first_candidate(program, max_nodes=50)
+    assert found is not None and 0 < found.prediction.seconds < 1e-3
+    assert found.params["step"] <= 4
