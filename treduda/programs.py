@@ -61,6 +61,12 @@ def statements(text: str) -> list[Contraction]:
     return found
 
 
+def _reads(c: Contraction) -> list[str]:
+    """The names ``c`` reads: its inputs, its scalars, its output where it uses the old values
+    (``+=``, ``-=``, or read on the right)."""
+    return [*c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
+
+
 class Plan:
     """A program planned for fixed sizes (see the module's docstring): call it with its
     inputs and scalars by name; it returns a dict of its results (``keep=`` names
@@ -80,27 +86,19 @@ class Plan:
         written: set[str] = set()
         inputs: dict[str, None] = {}
         for c in self.statements:
-            reads = [*c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "="
-                                              else [])]
-            inputs.update((name, None) for name in reads if name not in written)
+            inputs.update((name, None) for name in _reads(c) if name not in written)
             written.add(c.output)
         self.inputs = tuple(inputs)
         self._scalars = {name for c in self.statements for name in c.scalars}
         self.results = tuple(c.output for n, c in enumerate(self.statements)
-                             if not any(self._reads(later, c.output)
-                                        for later in self.statements[n + 1:])
-                             and all(later.output != c.output
-                                     for later in self.statements[n + 1:]))
+                             if all(c.output not in _reads(later) and c.output != later.output
+                                    for later in self.statements[n + 1:]))
         self.steps: tuple[PlanStep, ...] = ()
         self.paths: tuple[PathChoice, ...] = ()  # one per statement split along a path
         self.shapes: dict[str, tuple[int, ...]] = {}  # every tensor's, once planned
         self._workspace: dict[str, np.ndarray] = {}
         if shapes is not None or self._sizes:
             self._plan(dict(shapes or {}))
-
-    @staticmethod
-    def _reads(c: Contraction, tensor: str) -> bool:
-        return tensor in c.inputs or (c.output == tensor and (c.reads_output or c.op != "="))
 
     @property
     def intermediates(self) -> tuple[str, ...]:
@@ -178,9 +176,7 @@ class Plan:
         known = dict(values)
         for step in self.steps:
             c = step.contraction
-            arguments = {name: known[name] for name in (*c.inputs, *c.scalars)}
-            if c.reads_output or c.op != "=":
-                arguments[c.output] = known[c.output]
+            arguments = {name: known[name] for name in _reads(c)}
             known[c.output] = self._kept(c.output, step.kernel.run(backend=self.backend,
                                                                    **arguments))
         return {name: np.array(known[name]) if name in self._workspace else known[name]
