@@ -236,3 +236,15 @@ def test_a_step_is_costed_by_a_capped_dive_that_falls_back_to_every_value():
     found = first_candidate(program, max_nodes=50)
     assert found is not None and 0 < found.prediction.seconds < 1e-3
     assert found.params["step"] <= 4
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("expr, size, dtype", [("ij,jk,kl->il", 96, "float32"),
+                                               ("pi,qj,rk,sl,ijkl->pqrs", 16, "float64"),
+                                               ("ab,bc,cd,de,ef,fa->", 24, "complex128")])
+def test_searched_plans_at_full_size_match_numpy_einsum(expr, size, dtype):
+    """Every step's kernel searched, as contract() does by default."""
+    c = analyse(expr)
+    arrays = operands(expr, dict.fromkeys(c.indices, size), dtype)
+    result = treduda.contract(expr, *arrays)
+    assert np.allclose(result, np.einsum(expr, *arrays), rtol=1e-4, atol=1e-3)
