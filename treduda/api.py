@@ -342,18 +342,34 @@ def _tuned(program: Program, gpu: str, cache: TuningCache | bool, measure: bool,
         except (StrategyError, KeyError, TypeError) as error:
             warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
                           stacklevel=3)
-    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
-    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                       check=not small, generate=generate)
-    best = result.best
+    result = tuning_search(program, gpu, measure, generate)
     if store is not None:
-        measured = None if best.measured is None else {"seconds": best.measured,
-                                                       "device": best.measured_on}
-        store.put(key, {"strategy": best.strategy, "params": dict(best.params),
-                        "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-                        "measured": measured})
-    return best.strategy, dict(best.params)
+        store.put(key, cache_value(result))
+    return result.best.strategy, dict(result.best.params)
+
+
+def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
+                  generate: _Generator | None = None,
+                  max_nodes: int | None = None) -> SearchResult:
+    """The search compile() runs for ``program`` when neither strategy nor params are given
+    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
+    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
+    the winner of a problem that is not small."""
+    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
+    return _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
+                     check=not small, generate=generate)
+
+
+def cache_value(result: SearchResult) -> dict[str, Any]:
+    """What the tuning cache keeps of a search: its winner's strategy and parameters, the
+    model's prediction, and apart from it the winner's measured time when it was timed."""
+    best = result.best
+    measured = None if best.measured is None else {"seconds": best.measured,
+                                                   "device": best.measured_on}
+    return {"strategy": best.strategy, "params": dict(best.params),
+            "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+            "measured": measured}
 
 
 def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:

@@ -112,6 +112,13 @@ class Outcome(RowRecord):
     def status(self) -> str:
         return "FAILED" if self.error else "ok"
 
+    @classmethod
+    def of(cls, case: Case, **recorded: Any) -> Outcome:
+        """The record of ``case``, with what is ``recorded`` of it so far."""
+        row = case.row
+        return cls(case.suite, case.name, row.expression, row.layout, case.dtype,
+                   dict(row.sizes), **recorded)
+
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
 
@@ -127,11 +134,18 @@ def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = Non
     names = list(SUITES) if suite == "all" else [suite]
     cases = [Case(row, SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "")
              for s in names for row in load(s)]
+    return chosen(cases, f"suite {suite}", ids, limit)
+
+
+def chosen(cases: list[Case], where: str, ids: Sequence[str] | None = None,
+           limit: int | None = None) -> list[Case]:
+    """``cases`` filtered by ``ids`` (names or row ids) and cut to the first ``limit``; an
+    unknown id is an error that names ``where`` the rows came from."""
     if ids:
         wanted = set(ids)
         known = {c.name for c in cases} | {c.row.id for c in cases}
         if unknown := sorted(wanted - known):
-            raise TredudaError(f"no row {', '.join(unknown)} in suite {suite}; its rows are "
+            raise TredudaError(f"no row {', '.join(unknown)} in {where}; its rows are "
                                f"{', '.join(c.name for c in cases)}")
         cases = [c for c in cases if c.name in wanted or c.row.id in wanted]
     return cases if limit is None else cases[:limit]
@@ -164,22 +178,14 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row
-    outcome = Outcome(case.suite, case.name, row.expression, row.layout, case.dtype,
-                      dict(row.sizes))
+    outcome = Outcome.of(case)
     stage = "search"
     try:
         started = time.perf_counter()
         result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
                         max_nodes=max_nodes, check=True)
-        outcome.search_seconds = time.perf_counter() - started
+        record_search(outcome, result, time.perf_counter() - started)
         best = result.best
-        outcome.strategy, outcome.params = best.strategy, dict(best.params)
-        outcome.predicted_seconds = best.prediction.seconds
-        outcome.gflops = best.prediction.gflops
-        outcome.fraction_of_peak = result.fraction_of_peak()
-        outcome.binding = best.prediction.binding
-        outcome.nodes_visited = result.stats.nodes_visited
-        outcome.search_complete = result.stats.complete
         if rivals:
             outcome.rivals = [{"strategy": c.strategy, "params": dict(c.params),
                                "predicted_seconds": c.prediction.seconds}
@@ -203,6 +209,19 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.fail(stage, error)
     return outcome
+
+
+def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> None:
+    """Fill ``outcome`` with what the search that took ``seconds`` chose and predicted."""
+    best = result.best
+    outcome.search_seconds = seconds
+    outcome.strategy, outcome.params = best.strategy, dict(best.params)
+    outcome.predicted_seconds = best.prediction.seconds
+    outcome.gflops = best.prediction.gflops
+    outcome.fraction_of_peak = result.fraction_of_peak()
+    outcome.binding = best.prediction.binding
+    outcome.nodes_visited = result.stats.nodes_visited
+    outcome.search_complete = result.stats.complete
 
 
 def fitted(expression: str, sizes: dict[str, int], strategy: str,

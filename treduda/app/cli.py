@@ -16,6 +16,7 @@ from ..tuning.cache import TuningCache
 from ..tuning.gpus import table
 from .bench_cli import bench_arguments, bench_command
 from .demo import demo
+from .tune_cli import tune_arguments, tune_command
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -85,6 +86,10 @@ def parser() -> argparse.ArgumentParser:
     b = commands.add_parser("bench", help="search, generate and verify every contraction of a "
                             "benchmark suite")
     bench_arguments(b)
+
+    t = commands.add_parser("tune", help="search a suite's contractions in parallel on a Dask "
+                            "cluster and keep the results in the tuning cache")
+    tune_arguments(t)
     return main
 
 
@@ -135,6 +140,8 @@ def _run(args: argparse.Namespace) -> int:
         return bench_command(args)
     if args.command == "cache":
         return _cache(args)
+    if args.command == "tune":
+        return tune_command(args)
     return demo(args.out, args.source)
 
 
