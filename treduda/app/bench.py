@@ -2,7 +2,7 @@
 
     treduda bench [--suite tccg_fp32|tccg_fp64|tc|tapp|all] [--gpu H100] [--json out.json]
                   [--plot out.png] [--limit N] [--ids tccg_01,tccg_12] [--max-nodes 3000]
-                  [--gpu-time [--repeats 20]]
+                  [--gpu-time [--repeats 20]] [--workers N | --scheduler tcp://HOST:8786]
 
 With ``--gpu-time`` each searched kernel is instead verified and timed on this machine's GPU
 beside cupy.einsum and torch.einsum (see :mod:`treduda.app.gpu_bench`).
@@ -12,12 +12,14 @@ with a node budget so one row cannot run away (the search honours it only once i
 candidate, so the nodes column can exceed it). The winner is then generated at full size
 (timed, and nvcc reports registers and spills when it is installed). PoCL on a CPU cannot run
 full-size problems in reasonable time, so the winner is checked against numpy.einsum at
-scaled-down sizes. A row that fails is reported in its row and the run goes on; the exit status
-is 1 if any row failed.
+scaled-down sizes. With ``--workers`` or ``--scheduler`` the rows run in parallel on Dask
+distributed, as ``treduda tune`` runs its searches (:mod:`treduda.tuning.parallel`). A row
+that fails is reported in its row and the run goes on; the exit status is 1 if any row failed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -35,6 +37,7 @@ from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_su
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
+from ..tuning.parallel import Failed, run_parallel
 from ..tuning.search import SearchResult
 from ..tuning.walk import launch
 
@@ -153,23 +156,44 @@ def chosen(cases: list[Case], where: str, ids: Sequence[str] | None = None,
 
 def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
           max_nodes: int = DEFAULT_MAX_NODES, nvcc: bool | None = None,
-          log: TextIO | None = None, rivals: int = 0) -> list[Outcome]:
-    """Run every case (progress on ``log``), then ask nvcc about the full-size kernels."""
+          log: TextIO | None = None, rivals: int = 0, workers: int | None = None,
+          scheduler: str | None = None) -> list[Outcome]:
+    """Run every case (progress on ``log``), then ask nvcc about the full-size kernels.
+
+    With ``workers`` or ``scheduler`` the cases run in parallel on a Dask cluster, as
+    ``treduda tune`` runs them (:func:`~treduda.tuning.parallel.run_parallel`)."""
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
-    outcomes = []
-    for number, case in enumerate(cases, 1):
-        print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
-        started = time.perf_counter()
-        outcome = run_case(case, target, max_nodes, rivals)
-        verdict = "FAILED" if outcome.error else "verified"
-        print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
-        outcomes.append(outcome)
+    if workers or scheduler:
+        job = functools.partial(run_case, gpu=target, max_nodes=max_nodes, rivals=rivals)
+        results = run_parallel(job, cases, workers=workers or 1, scheduler=scheduler,
+                               label="bench", log=log)
+        outcomes = [o if isinstance(o, Outcome) else lost(c, o)
+                    for c, o in zip(cases, results, strict=True)]
+    else:
+        outcomes = [_run_logged(number, case, cases, target, max_nodes, rivals, log)
+                    for number, case in enumerate(cases, 1)]
     if nvcc_available() if nvcc is None else nvcc:
         add_nvcc_reports(outcomes, target, log)
     else:
         print("nvcc is not installed: no registers or spills", file=log)
     return outcomes
+
+
+def _run_logged(number: int, case: Case, cases: Sequence[Case], target: Gpu, max_nodes: int,
+                rivals: int, log: TextIO) -> Outcome:
+    """:func:`run_case`, with a line on ``log`` that says which row it is and how it went."""
+    print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
+    started = time.perf_counter()
+    outcome = run_case(case, target, max_nodes, rivals)
+    verdict = "FAILED" if outcome.error else "verified"
+    print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
+    return outcome
+
+
+def lost(case: Case, failed: Failed) -> Outcome:
+    """The row of a parallel job that never answered: its workers kept dying."""
+    return Outcome.of(case, stage="worker", error=failed.error)
 
 
 def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
@@ -473,15 +497,17 @@ def plot(outcomes: Sequence[Outcome], path: str, title: str, log: TextIO | None 
 def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFAULT_MAX_NODES,
         json_path: str | None = None, plot_path: str | None = None, title: str = "",
         nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None,
-        rivals: int = 0) -> int:
-    """Bench ``cases``, print the table and summary, write JSON and plot; 1 if a row failed."""
+        rivals: int = 0, workers: int | None = None, scheduler: str | None = None) -> int:
+    """Bench ``cases`` (in parallel with ``workers`` or on ``scheduler``'s cluster, see
+    :func:`bench`), print the table and summary, write JSON and plot; 1 if a row failed."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)  # an unknown GPU is reported before any row runs
     if not cases:
         raise TredudaError("no rows to run (check --ids and --limit)")
     started = time.perf_counter()
-    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log, rivals=rivals)
+    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log, rivals=rivals,
+                     workers=workers, scheduler=scheduler)
     wall = time.perf_counter() - started
     line = summary(outcomes, target, max_nodes)
     print(table(outcomes), file=out)

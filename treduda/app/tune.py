@@ -20,7 +20,7 @@ from ..polyhedral.lower import plan
 from ..tuning.cache import CacheKey, TuningCache
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
-from .bench import Case, Outcome, record_search, table, verify_scaled
+from .bench import Case, Outcome, lost, record_search, table, verify_scaled
 
 
 @dataclass(frozen=True)
@@ -106,8 +106,8 @@ def tune(cases: Sequence[Case], *, gpu: str = "H100", workers: int = 2,
     results = run_parallel(tune_case, jobs, workers=workers, scheduler=scheduler,
                            label="tuning", done=arrived, log=log)
     for job, tuned in zip(jobs, results, strict=True):
-        report.outcomes.append(tuned.outcome if isinstance(tuned, Tuned) else Outcome.of(
-            job.case, stage="worker", error=tuned.error))  # its workers kept dying
+        report.outcomes.append(tuned.outcome if isinstance(tuned, Tuned) else lost(job.case,
+                                                                                   tuned))
     return report
 
 

@@ -11,7 +11,7 @@ from ..suites import rows
 from ..tuning.cache import TuningCache
 from . import tune
 from .bench import SUITE_CHOICES, Case, chosen, select
-from .bench_cli import _count, _ids
+from .bench_cli import _count, _ids, parallel_arguments
 
 
 def tune_arguments(parser: argparse.ArgumentParser) -> None:
@@ -28,10 +28,7 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="tune only these rows")
     parser.add_argument("--limit", type=_count, metavar="N", help="tune only the first N rows")
     parser.add_argument("--gpu", default="H100", help="the GPU to tune for")
-    parser.add_argument("--workers", type=_count, default=2, metavar="N",
-                        help="worker processes of the local cluster (default %(default)s)")
-    parser.add_argument("--scheduler", metavar="tcp://HOST:8786",
-                        help="run on this existing Dask cluster instead of a local one")
+    parallel_arguments(parser, "searches", 2)
     parser.add_argument("--max-nodes", type=_count, metavar="N",
                         help="the search's node budget per row (default: compile()'s)")
     parser.add_argument("--cache", metavar="FILE",
