@@ -128,6 +128,22 @@ def test_compile_writes_what_tune_writes(tuned, tmp_path):
     assert own.get(_key(case)) == TuningCache(path).get(_key(case))
 
 
+@pytest.mark.parametrize("arguments, message", [
+    (["--ids", "tccg_01,nope"], "no row nope in suite tccg_fp32"),
+    (["--limit", "0"], "no rows to tune"),
+    (["--workers", "0"], "at least 1 worker"),
+    (["--file", "{tmp}/missing.tsv"], "cannot read"),
+    (["--file", "{tmp}/bad.tsv"], "expected the tab-separated columns id, expression, sizes"),
+    (["--file", "{tmp}/bad.tsv", "--suite", "tc"], "not allowed with argument"),
+])
+def test_cli_tune_reports_bad_arguments(arguments, message, tmp_path, capsys):
+    (tmp_path / "bad.tsv").write_text("id\texpression\tsizes\nx\tC[i]=A[i]\ti:4\n")
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    with suppress(SystemExit):  # argparse's own errors exit
+        assert cli.main(["tune", *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
 def test_bench_runs_its_rows_on_workers():
     out, log = io.StringIO(), io.StringIO()
     code = bench.run(CASES[:2], max_nodes=BUDGET, nvcc=False, out=out, log=log, workers=WORKERS)

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, TextIO
 
 from ..api import cache_value, tuning_search
+from ..errors import TredudaError
 from ..polyhedral.lower import plan
 from ..tuning.cache import CacheKey, TuningCache
 from ..tuning.gpus import gpu as find_gpu
@@ -115,6 +116,8 @@ def run(cases: Sequence[Case], *, out: TextIO | None = None, **options: Any) -> 
     """Tune ``cases`` (options as :func:`tune` takes them), print the table of the rows
     searched and a summary; 1 if a row failed."""
     out = sys.stdout if out is None else out
+    if not cases:
+        raise TredudaError("no rows to tune (check --ids and --limit)")
     store = options.pop("cache", None)
     store = TuningCache() if store is None else store
     report = tune(cases, cache=store, **options)
