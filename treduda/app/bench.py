@@ -227,9 +227,7 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
         outcome.points_per_thread = launched.output_points_per_thread
 
         stage = "verify"
-        started = time.perf_counter()
         verify_scaled(outcome, result, row)
-        outcome.verify_seconds = time.perf_counter() - started
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.fail(stage, error)
     return outcome
@@ -281,7 +279,8 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
 
     The sizes are ``scaled(row.sizes)`` grown just enough for the searched parameters
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
-    instead, and the row says so."""
+    instead, and the row says so. The time it took goes into ``verify_seconds``."""
+    started = time.perf_counter()
     sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
@@ -296,6 +295,7 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
                                f" verified {kernel.strategy}'s defaults {kernel.params}")
     check = kernel.verify()  # raises VerificationError when it differs from numpy.einsum
     outcome.verified, outcome.max_error = True, check.max_error
+    outcome.verify_seconds = time.perf_counter() - started
 
 
 def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None:
