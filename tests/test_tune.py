@@ -20,7 +20,7 @@ from treduda.app.bench import Case
 from treduda.app.tune import tune
 from treduda.errors import BackendUnavailable
 from treduda.polyhedral.lower import plan
-from treduda.suites import rows
+from treduda.suites import Row, rows
 from treduda.tuning.cache import CacheKey, TuningCache
 from treduda.tuning.gpus import gpu as find_gpu
 from treduda.tuning.parallel import run_parallel
@@ -142,6 +142,15 @@ def test_cli_tune_reports_bad_arguments(arguments, message, tmp_path, capsys):
     with suppress(SystemExit):  # argparse's own errors exit
         assert cli.main(["tune", *arguments]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_a_row_that_does_not_parse_fails_alone(tuned):
+    path = tuned[0]
+    bad = Case(Row("bad", "C[i,j] = A[i,k) * B[k,j]", {"i": 4, "j": 4, "k": 4}, "C", "test"))
+    report = tune([bad, CASES[0]], cache=TuningCache(path))  # the good row is cached: no cluster
+    assert report.skipped == [CASES[0].name]
+    assert [(o.id, o.stage) for o in report.failed] == [("bad", "plan")]
+    assert "ParseError" in report.failed[0].error
 
 
 def test_bench_runs_its_rows_on_workers():

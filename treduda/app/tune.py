@@ -88,10 +88,15 @@ def tune(cases: Sequence[Case], *, gpu: str = "H100", workers: int = 2,
     store = cache if cache is not None else TuningCache()
     target = find_gpu(gpu).name
     report = Report()
-    jobs, keys = [], []
+    jobs, keys, unplanned = [], [], {}
     for case in cases:
         row = case.row
-        key = CacheKey.of(plan(row.expression, row.sizes, row.layout, case.dtype), target)
+        try:
+            key = CacheKey.of(plan(row.expression, row.sizes, row.layout, case.dtype), target)
+        except TredudaError as error:  # a row that cannot be a key cannot be a job either
+            unplanned[case.name] = Outcome.of(case)
+            unplanned[case.name].fail("plan", error)
+            continue
         if store.get(key) is not None:
             report.skipped.append(case.name)
         else:
@@ -104,9 +109,11 @@ def tune(cases: Sequence[Case], *, gpu: str = "H100", workers: int = 2,
 
     results = run_parallel(tune_case, jobs, workers=workers, scheduler=scheduler,
                            label="tuning", done=arrived, log=log)
-    for job, tuned in zip(jobs, results, strict=True):
-        report.outcomes.append(tuned.outcome if isinstance(tuned, Tuned) else lost(job.case,
-                                                                                   tuned))
+    searched = {job.case.name: tuned.outcome if isinstance(tuned, Tuned) else lost(job.case,
+                                                                                   tuned)
+                for job, tuned in zip(jobs, results, strict=True)}
+    report.outcomes = [searched.get(c.name) or unplanned[c.name] for c in cases
+                       if c.name not in report.skipped]
     return report
 
 
