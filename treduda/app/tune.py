@@ -117,14 +117,14 @@ def tune(cases: Sequence[Case], *, gpu: str = "H100", workers: int = 2,
     return report
 
 
-def run(cases: Sequence[Case], *, out: TextIO | None = None, **options: Any) -> int:
-    """Tune ``cases`` (options as :func:`tune` takes them), print the table of the rows
-    searched and a summary; 1 if a row failed."""
-    out = sys.stdout if out is None else out
+def run(cases: Sequence[Case], *, cache: TuningCache | None = None, out: TextIO | None = None,
+        **options: Any) -> int:
+    """Tune ``cases`` into ``cache`` (other options as :func:`tune` takes them), print the
+    table of the rows searched and a summary; 1 if a row failed."""
     if not cases:
         raise TredudaError("no rows to tune (check --ids and --limit)")
-    store = options.pop("cache", None)
-    store = TuningCache() if store is None else store
+    store = TuningCache() if cache is None else cache
+    out = sys.stdout if out is None else out
     report = tune(cases, cache=store, **options)
     if report.outcomes:
         print(table(report.outcomes), file=out)
