@@ -150,7 +150,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     result = _reranked(program, result, refine, measure, check)
     store = _store(cache)
     if store is not None:
-        _remember(store, CacheKey.of(program, result.gpu.name), result, "treduda.search()")
+        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, "treduda.search()"))
     return result
 
 
@@ -547,13 +547,23 @@ def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure:
     hit = _cached(program, store, key, measure) if store is not None else None
     if hit is not None:
         return hit["strategy"], dict(hit["params"])
-    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
-    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                       check=not small, generate=generate)
+    result = tuning_search(program, gpu, measure, generate)
     if store is not None:
-        _remember(store, key, result, "compile()")
+        store.put(key, cache_value(result, "compile()"))
     return result.best.strategy, dict(result.best.params)
+
+
+def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
+                  generate: _Generator | None = None,
+                  max_nodes: int | None = None) -> SearchResult:
+    """The search compile() runs for ``program`` when neither strategy nor params are given
+    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
+    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
+    the winner of a problem that is not small."""
+    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
+    return _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
+                     check=not small, generate=generate)
 
 
 def _store(cache: TuningCache | bool) -> TuningCache | None:
@@ -577,10 +587,11 @@ def _cached(program: Program, store: TuningCache, key: CacheKey, measure: bool) 
         return None
 
 
-def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) -> None:
-    """Keep ``result``'s winner under ``key``: the prediction (``seconds``, ``binding``),
-    apart from it a measurement (``measured``: seconds and the device) where the search
-    timed its candidates, and how it was ``found``."""
+def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
+    """What the tuning cache keeps of a search: its winner's strategy and parameters, the
+    model's prediction (``seconds``, ``binding``), apart from it a measurement (``measured``:
+    seconds and the device) where the search timed its candidates, and how it was ``found``
+    (``by`` whom: compile(), treduda.search(), treduda tune)."""
     best, stats = result.best, result.stats
     measured = None if best.measured is None else {"seconds": best.measured,
                                                    "device": best.measured_on}
@@ -588,9 +599,9 @@ def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) 
              f"of {stats.nodes_visited} nodes"
              + (", re-ranked by walking the kernels" if best.walked is not None else "")
              + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
-    store.put(key, {"strategy": best.strategy, "params": dict(best.params),
-                    "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-                    "measured": measured, "found": found})
+    return {"strategy": best.strategy, "params": dict(best.params),
+            "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+            "measured": measured, "found": found}
 
 
 def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:

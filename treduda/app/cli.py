@@ -22,6 +22,7 @@ from ..tuning.gpus import table
 from ..tuning.paths import many_factors
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
+from .tune_cli import tune_arguments, tune_command
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -118,6 +119,10 @@ def parser() -> argparse.ArgumentParser:
     b = commands.add_parser("bench", help="search, generate and verify every contraction of a "
                             "benchmark suite")
     bench_arguments(b)
+
+    t = commands.add_parser("tune", help="search a suite's contractions in parallel on a Dask "
+                            "cluster and keep the results in the tuning cache")
+    tune_arguments(t)
     return main
 
 
@@ -193,6 +198,8 @@ def _run(args: argparse.Namespace) -> int:
         return bench_command(args)
     if args.command == "cache":
         return _cache(args)
+    if args.command == "tune":
+        return tune_command(args)
     return demo(args.out, args.source)
 
 
