@@ -8,7 +8,7 @@ generates the kernel and builds its OpenCL program. A repeated identical call fi
 and the built program kept in the process, so it costs the run: copies to and from PoCL and
 the launch. ``overhead`` is the repeated call's median minus the kernel's own time (OpenCL
 profiling events). PoCL's start-up is paid once before the rows and printed apart. opt_einsum
-comes with the ``bench`` extra (pip install -e '.[bench]').
+is one of treduda's dependencies (it searches contraction paths).
 """
 
 from __future__ import annotations

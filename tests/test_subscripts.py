@@ -112,7 +112,7 @@ def test_optimize_takes_what_numpy_einsum_takes(optimize):
 
 
 @pytest.mark.parametrize(("optimize", "message"), [
-    ("fastest", "optimize must be False, True, 'greedy', 'optimal' or a contraction path"),
+    ("fastest", "optimize must be False, True, 'auto' (the model chooses), one of 'auto-hq'"),
     (1, "got 1"),
     (None, "got None"),
     ([(0, 2)], "step 1, (0, 2), names operand 2, but 2 are left by then (0 to 1)"),

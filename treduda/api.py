@@ -33,11 +33,12 @@ from .frontend.dtypes import (
     kernel_dtype,
     literal_scalars,
 )
-from .frontend.optimize import check_optimize
+from .frontend.optimize import AUTO, check_optimize
 from .kernel import BACKENDS, Kernel
 from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
+from .programs import CompileStep, Plan
 from .run import reference
 from .run.cuda import gpu_present
 from .run.launch import bind
@@ -46,6 +47,7 @@ from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
 from .tuning.model import Compiled, Model
+from .tuning.paths import many_factors
 from .tuning.search import (
     Candidate,
     Progress,
@@ -65,7 +67,7 @@ CHECKED_MOST = 16  # ... and at most in all
 # A batch after the first is compiled only for a candidate predicted this much faster than the
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
-KERNELS_KEPT = 256  # kernels compile(), contract() and contract_expression() keep
+KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
                 "deterministic", "optimize", "casting", "precision")
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)  # for did-you-mean
@@ -159,7 +161,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     result = _reranked(program, result, refine, measure, check)
     store = _store(cache)
     if store is not None:
-        _remember(store, CacheKey.of(program, result.gpu.name), result, "treduda.search()")
+        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, "treduda.search()"))
     return result
 
 
@@ -280,7 +282,7 @@ def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candi
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
              layout: str = "C", backend: str = "opencl", strategy: str | None = None,
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             deterministic: bool | None = None, optimize: Any = False,
+             deterministic: bool | None = None, optimize: Any = AUTO,
              casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
              **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
@@ -300,9 +302,11 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     numpy.einsum gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
 
     numpy-style subscripts are numpy's in full: ``...`` and axes of extent 1 broadcast as
-    numpy.einsum broadcasts them (:mod:`treduda.frontend.broadcast`), and ``optimize`` takes
-    what numpy.einsum's does (:mod:`treduda.frontend.optimize`); it cannot change a
-    contraction of one or two operands, which is one kernel.
+    numpy.einsum broadcasts them (:mod:`treduda.frontend.broadcast`). A product of three or
+    more tensors runs as a sequence of kernels along a path; ``optimize`` takes what
+    numpy.einsum's and opt_einsum's do, and ``"auto"``, the default, where the model chooses
+    (see :func:`contract_expression`). A contraction of one or two operands is one kernel,
+    whatever ``optimize`` says.
     """
     check_types(expr=expr)
     broadcast = broadcast_of(expr, operands, values)
@@ -335,7 +339,9 @@ class ContractExpression:
     sizes: dict[str, int]
     dtype: str
     backend: str
-    kernel: Kernel | None  # None when an axis is empty: there is nothing to launch
+    # A Plan for a product of three or more tensors split along a path (treduda.programs);
+    # None when an axis is empty: there is nothing to launch.
+    kernel: Kernel | Plan | None
     broadcast: Broadcast | None = None  # how numpy-style operands are reshaped for the kernel
     casting: str = DEFAULT_CASTING
 
@@ -387,7 +393,7 @@ class ContractExpression:
 def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
                         layout: str = "C", backend: str = "opencl", strategy: str | None = None,
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
-                        deterministic: bool | None = None, optimize: Any = False,
+                        deterministic: bool | None = None, optimize: Any = AUTO,
                         casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
@@ -397,9 +403,19 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
-    ``...``, broadcasting and ``optimize`` are as :func:`contract` takes them. ``dtype`` is
-    the result's (any integer type and bool too: see :class:`ContractExpression`);
-    ``casting`` how the callable converts arrays to it.
+    ``...`` and broadcasting are as :func:`contract` takes them. ``dtype`` is the result's
+    (any integer type and bool too: see :class:`ContractExpression`); ``casting`` how the
+    callable converts arrays to it.
+
+    A product of three or more tensors is split into smaller contractions along a path
+    (:mod:`treduda.tuning.paths`), each a kernel of its own, run by a :class:`Plan`.
+    ``optimize`` (checked by :func:`~treduda.frontend.optimize.check_optimize`): ``"auto"``
+    (the default) chooses by the model among opt_einsum's FLOP path, a path costed by the
+    model and fused groups; ``False`` keeps one fused kernel; ``True`` (greedy, as
+    numpy.einsum), ``"greedy"``, ``"optimal"``, ``"dp"``, another of opt_einsum's names,
+    ``"cotengra"``, a path (opt_einsum's ``[(0, 1), ...]`` or numpy's ``["einsum_path",
+    (0, 1), ...]``) or an opt_einsum ``PathOptimizer`` take that path as it is. ``strategy``
+    and ``params`` then apply to every step.
     """
     check_types(expr=expr, layout=layout, strategy=strategy, params=params)
     check_choice("backend", backend, BACKENDS)
@@ -407,7 +423,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     if broadcast is not None:
         expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
-    check_optimize(optimize, contraction)
+    optimize = check_optimize(optimize, contraction)
     named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
     check_shapes(named)
     computed = kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
@@ -417,10 +433,19 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     check_precision(precision, computed)
     stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
     sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
-    kernel = None if 0 in sizes.values() else _kept(
-        expr, sizes, dtype=computed, layout=layout, strategy=strategy, params=params,
-        gpu=find_gpu(gpu), cache=True, deterministic=resolve(deterministic),
-        precision=precision)
+    gpu, deterministic = find_gpu(gpu), resolve(deterministic)
+    if 0 in sizes.values():
+        kernel = None
+    elif many_factors(contraction) and optimize is not False:
+        tuned = strategy is None and params is None  # the steps are searched: the cache counts
+        kernel = _kept_plan(expr, tuple(sorted(sizes.items())), computed, layout, backend,
+                            strategy, None if params is None else tuple(sorted(params.items())),
+                            gpu, optimize, deterministic, str(default_path()) if tuned else None,
+                            precision)
+    else:
+        kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
+                       params=params, gpu=gpu, cache=True, deterministic=deterministic,
+                       precision=precision)
     return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
                               casting=casting)
 
@@ -450,6 +475,52 @@ def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strate
     return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
                      None if params is None else dict(params), symbolic, gpu,
                      TuningCache(cache) if cache else False, measure, deterministic, precision)
+
+
+def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
+            layout: str = "C", backend: str = "opencl", strategy: str | None = None,
+            params: Mapping[str, Any] | None = None, gpu: str = "H100",
+            deterministic: bool | None = None, optimize: Any = AUTO,
+            precision: str = HIGHEST, **shapes: tuple[int, ...]) -> Plan:
+    """Statements run in order (one per line or per ``;``), each compiled and tuned on its
+    own; calling the :class:`Plan` with its inputs by name returns a dict of its results.
+
+    It is planned for ``sizes`` and the inputs' ``shapes`` (by tensor name) when given, else
+    at its first call. Products of three or more tensors are split along a path
+    (``optimize``, as in :func:`contract_expression`); ``strategy``, ``params``,
+    ``deterministic`` and ``precision`` apply to every kernel."""
+    check_types(expr=text, sizes=sizes, layout=layout, strategy=strategy, params=params)
+    check_choice("backend", backend, BACKENDS)
+    check_precision(precision, kernel_dtype(dtype))
+    gpu = find_gpu(gpu)
+    return Plan(text, _step_compiler(strategy, params, gpu, resolve(deterministic), precision),
+                dtype=dtype, layout=layout, backend=backend, gpu=gpu.name, optimize=optimize,
+                sizes=sizes, shapes=shapes or None)
+
+
+def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
+                   deterministic: bool, precision: str = HIGHEST) -> CompileStep:
+    """How a plan compiles each step: as contract() does, the kernels kept for the process
+    (:func:`_kept`)."""
+
+    def compile_step(expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
+        return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
+                     gpu=gpu, cache=True, deterministic=deterministic, precision=precision)
+
+    return compile_step
+
+
+@functools.lru_cache(maxsize=KERNELS_KEPT)
+def _kept_plan(expr: str, sizes: tuple, dtype: str, layout: str, backend: str,
+               strategy: str | None, params: tuple | None, gpu: Gpu, optimize: Any,
+               deterministic: bool, cache: str | None, precision: str) -> Plan:
+    """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
+    (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable;
+    ``cache``, the tuning cache's file where the steps are searched, is part of the key)."""
+    compile_step = _step_compiler(strategy, None if params is None else dict(params), gpu,
+                                  deterministic, precision)
+    return Plan(expr, compile_step, dtype=dtype, layout=layout, backend=backend, gpu=gpu.name,
+                optimize=optimize, sizes=dict(sizes))
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
@@ -494,13 +565,23 @@ def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure:
     hit = _cached(program, store, key, measure) if store is not None else None
     if hit is not None:
         return hit["strategy"], dict(hit["params"])
-    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET
-    result = _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                       check=not small, generate=generate)
+    result = tuning_search(program, gpu, measure, generate)
     if store is not None:
-        _remember(store, key, result, "compile()")
+        store.put(key, cache_value(result, "compile()"))
     return result.best.strategy, dict(result.best.params)
+
+
+def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
+                  generate: _Generator | None = None,
+                  max_nodes: int | None = None) -> SearchResult:
+    """The search compile() runs for ``program`` when neither strategy nor params are given
+    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
+    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
+    the winner of a problem that is not small."""
+    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
+    return _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
+                     check=not small, generate=generate)
 
 
 def _store(cache: TuningCache | bool) -> TuningCache | None:
@@ -524,10 +605,11 @@ def _cached(program: Program, store: TuningCache, key: CacheKey, measure: bool) 
         return None
 
 
-def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) -> None:
-    """Keep ``result``'s winner under ``key``: the prediction (``seconds``, ``binding``),
-    apart from it a measurement (``measured``: seconds and the device) where the search
-    timed its candidates, and how it was ``found``."""
+def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
+    """What the tuning cache keeps of a search: its winner's strategy and parameters, the
+    model's prediction (``seconds``, ``binding``), apart from it a measurement (``measured``:
+    seconds and the device) where the search timed its candidates, and how it was ``found``
+    (``by`` whom: compile(), treduda.search(), treduda tune)."""
     best, stats = result.best, result.stats
     measured = None if best.measured is None else {"seconds": best.measured,
                                                    "device": best.measured_on}
@@ -535,9 +617,9 @@ def _remember(store: TuningCache, key: CacheKey, result: SearchResult, by: str) 
              f"of {stats.nodes_visited} nodes"
              + (", re-ranked by walking the kernels" if best.walked is not None else "")
              + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
-    store.put(key, {"strategy": best.strategy, "params": dict(best.params),
-                    "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-                    "measured": measured, "found": found})
+    return {"strategy": best.strategy, "params": dict(best.params),
+            "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+            "measured": measured, "found": found}
 
 
 def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:

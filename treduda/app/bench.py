@@ -2,7 +2,7 @@
 
     treduda bench [--suite tccg_fp32|tccg_fp64|tc|tapp|all] [--gpu H100] [--json out.json]
                   [--plot out.png] [--limit N] [--ids tccg_01,tccg_12] [--max-nodes 3000]
-                  [--gpu-time [--repeats 20]]
+                  [--gpu-time [--repeats 20]] [--workers N | --scheduler tcp://HOST:8786]
 
 With ``--gpu-time`` each searched kernel is instead verified and timed on this machine's GPU
 beside cupy.einsum and torch.einsum (see :mod:`treduda.app.gpu_bench`).
@@ -12,12 +12,14 @@ with a node budget so one row cannot run away (the search honours it only once i
 candidate, so the nodes column can exceed it). The winner is then generated at full size
 (timed, and nvcc reports registers and spills when it is installed). PoCL on a CPU cannot run
 full-size problems in reasonable time, so the winner is checked against numpy.einsum at
-scaled-down sizes. A row that fails is reported in its row and the run goes on; the exit status
-is 1 if any row failed.
+scaled-down sizes. With ``--workers`` or ``--scheduler`` the rows run in parallel on Dask
+distributed, as ``treduda tune`` runs its searches (:mod:`treduda.tuning.parallel`). A row
+that fails is reported in its row and the run goes on; the exit status is 1 if any row failed.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sys
@@ -35,6 +37,7 @@ from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_su
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
+from ..tuning.parallel import Failed, run_parallel
 from ..tuning.search import SearchResult
 from ..tuning.walk import launch
 
@@ -112,6 +115,13 @@ class Outcome(RowRecord):
     def status(self) -> str:
         return "FAILED" if self.error else "ok"
 
+    @classmethod
+    def of(cls, case: Case, **recorded: Any) -> Outcome:
+        """The record of ``case``, with what is ``recorded`` of it so far."""
+        row = case.row
+        return cls(case.suite, case.name, row.expression, row.layout, case.dtype,
+                   dict(row.sizes), **recorded)
+
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
 
@@ -127,11 +137,18 @@ def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = Non
     names = list(SUITES) if suite == "all" else [suite]
     cases = [Case(row, SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "")
              for s in names for row in load(s)]
+    return chosen(cases, f"suite {suite}", ids, limit)
+
+
+def chosen(cases: list[Case], where: str, ids: Sequence[str] | None = None,
+           limit: int | None = None) -> list[Case]:
+    """``cases`` filtered by ``ids`` (names or row ids) and cut to the first ``limit``; an
+    unknown id is an error that names ``where`` the rows came from."""
     if ids:
         wanted = set(ids)
         known = {c.name for c in cases} | {c.row.id for c in cases}
         if unknown := sorted(wanted - known):
-            raise TredudaError(f"no row {', '.join(unknown)} in suite {suite}; its rows are "
+            raise TredudaError(f"no row {', '.join(unknown)} in {where}; its rows are "
                                f"{', '.join(c.name for c in cases)}")
         cases = [c for c in cases if c.name in wanted or c.row.id in wanted]
     return cases if limit is None else cases[:limit]
@@ -139,23 +156,44 @@ def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = Non
 
 def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
           max_nodes: int = DEFAULT_MAX_NODES, nvcc: bool | None = None,
-          log: TextIO | None = None, rivals: int = 0) -> list[Outcome]:
-    """Run every case (progress on ``log``), then ask nvcc about the full-size kernels."""
+          log: TextIO | None = None, rivals: int = 0, workers: int | None = None,
+          scheduler: str | None = None) -> list[Outcome]:
+    """Run every case (progress on ``log``), then ask nvcc about the full-size kernels.
+
+    With ``workers`` or ``scheduler`` the cases run in parallel on a Dask cluster, as
+    ``treduda tune`` runs them (:func:`~treduda.tuning.parallel.run_parallel`)."""
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
-    outcomes = []
-    for number, case in enumerate(cases, 1):
-        print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
-        started = time.perf_counter()
-        outcome = run_case(case, target, max_nodes, rivals)
-        verdict = "FAILED" if outcome.error else "verified"
-        print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
-        outcomes.append(outcome)
+    if workers or scheduler:
+        job = functools.partial(run_case, gpu=target, max_nodes=max_nodes, rivals=rivals)
+        results = run_parallel(job, cases, workers=workers or 1, scheduler=scheduler,
+                               label="bench", log=log)
+        outcomes = [o if isinstance(o, Outcome) else lost(c, o)
+                    for c, o in zip(cases, results, strict=True)]
+    else:
+        outcomes = [_run_logged(number, case, cases, target, max_nodes, rivals, log)
+                    for number, case in enumerate(cases, 1)]
     if nvcc_available() if nvcc is None else nvcc:
         add_nvcc_reports(outcomes, target, log)
     else:
         print("nvcc is not installed: no registers or spills", file=log)
     return outcomes
+
+
+def _run_logged(number: int, case: Case, cases: Sequence[Case], target: Gpu, max_nodes: int,
+                rivals: int, log: TextIO) -> Outcome:
+    """:func:`run_case`, with a line on ``log`` that says which row it is and how it went."""
+    print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
+    started = time.perf_counter()
+    outcome = run_case(case, target, max_nodes, rivals)
+    verdict = "FAILED" if outcome.error else "verified"
+    print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
+    return outcome
+
+
+def lost(case: Case, failed: Failed) -> Outcome:
+    """The row of a parallel job that never answered: its workers kept dying."""
+    return Outcome.of(case, stage="worker", error=failed.error)
 
 
 def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
@@ -164,22 +202,14 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row
-    outcome = Outcome(case.suite, case.name, row.expression, row.layout, case.dtype,
-                      dict(row.sizes))
+    outcome = Outcome.of(case)
     stage = "search"
     try:
         started = time.perf_counter()
         result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
                         max_nodes=max_nodes, check=True)
-        outcome.search_seconds = time.perf_counter() - started
+        record_search(outcome, result, time.perf_counter() - started)
         best = result.best
-        outcome.strategy, outcome.params = best.strategy, dict(best.params)
-        outcome.predicted_seconds = best.prediction.seconds
-        outcome.gflops = best.prediction.gflops
-        outcome.fraction_of_peak = result.fraction_of_peak()
-        outcome.binding = best.prediction.binding
-        outcome.nodes_visited = result.stats.nodes_visited
-        outcome.search_complete = result.stats.complete
         if rivals:
             outcome.rivals = [{"strategy": c.strategy, "params": dict(c.params),
                                "predicted_seconds": c.prediction.seconds}
@@ -197,12 +227,23 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
         outcome.points_per_thread = launched.output_points_per_thread
 
         stage = "verify"
-        started = time.perf_counter()
         verify_scaled(outcome, result, row)
-        outcome.verify_seconds = time.perf_counter() - started
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.fail(stage, error)
     return outcome
+
+
+def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> None:
+    """Fill ``outcome`` with what the search that took ``seconds`` chose and predicted."""
+    best = result.best
+    outcome.search_seconds = seconds
+    outcome.strategy, outcome.params = best.strategy, dict(best.params)
+    outcome.predicted_seconds = best.prediction.seconds
+    outcome.gflops = best.prediction.gflops
+    outcome.fraction_of_peak = result.fraction_of_peak()
+    outcome.binding = best.prediction.binding
+    outcome.nodes_visited = result.stats.nodes_visited
+    outcome.search_complete = result.stats.complete
 
 
 def fitted(expression: str, sizes: dict[str, int], strategy: str,
@@ -238,7 +279,8 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
 
     The sizes are ``scaled(row.sizes)`` grown just enough for the searched parameters
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
-    instead, and the row says so."""
+    instead, and the row says so. The time it took goes into ``verify_seconds``."""
+    started = time.perf_counter()
     sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
@@ -253,6 +295,7 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
                                f" verified {kernel.strategy}'s defaults {kernel.params}")
     check = kernel.verify()  # raises VerificationError when it differs from numpy.einsum
     outcome.verified, outcome.max_error = True, check.max_error
+    outcome.verify_seconds = time.perf_counter() - started
 
 
 def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None:
@@ -454,15 +497,17 @@ def plot(outcomes: Sequence[Outcome], path: str, title: str, log: TextIO | None 
 def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFAULT_MAX_NODES,
         json_path: str | None = None, plot_path: str | None = None, title: str = "",
         nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None,
-        rivals: int = 0) -> int:
-    """Bench ``cases``, print the table and summary, write JSON and plot; 1 if a row failed."""
+        rivals: int = 0, workers: int | None = None, scheduler: str | None = None) -> int:
+    """Bench ``cases`` (in parallel with ``workers`` or on ``scheduler``'s cluster, see
+    :func:`bench`), print the table and summary, write JSON and plot; 1 if a row failed."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)  # an unknown GPU is reported before any row runs
     if not cases:
         raise TredudaError("no rows to run (check --ids and --limit)")
     started = time.perf_counter()
-    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log, rivals=rivals)
+    outcomes = bench(cases, gpu=target, max_nodes=max_nodes, nvcc=nvcc, log=log, rivals=rivals,
+                     workers=workers, scheduler=scheduler)
     wall = time.perf_counter() - started
     line = summary(outcomes, target, max_nodes)
     print(table(outcomes), file=out)

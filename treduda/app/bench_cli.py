@@ -53,10 +53,22 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--picks", metavar="FILE",
                         help="with --gpu-time: time the kernels an earlier run chose (its --json "
                              "file) instead of searching again, and the rivals it recorded")
+    parallel_arguments(parser, "rows", None)
     parser.add_argument("--rivals", type=count, default=0, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "
                              "calibration data (benchmarks/model_fidelity.py --data reads it)")
+
+
+def parallel_arguments(parser: argparse.ArgumentParser, what: str, workers: int | None) -> None:
+    """--workers and --scheduler: run the ``what`` in parallel on Dask distributed (as
+    `treduda tune` does; needs treduda[tune])."""
+    default = "(default %(default)s)" if workers else "(default: one at a time, in this process)"
+    parser.add_argument("--workers", type=count, default=workers, metavar="N",
+                        help=f"run the {what} on a local Dask cluster of N worker processes "
+                             f"{default}")
+    parser.add_argument("--scheduler", metavar="tcp://HOST:8786",
+                        help=f"run the {what} on this existing Dask cluster instead")
 
 
 def bench_command(args: argparse.Namespace) -> int:
@@ -69,13 +81,17 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.rivals and args.gpu_time:
         raise TredudaError("--rivals records rivals for a later GPU run: run without "
                            "--gpu-time and --json FILE, then --gpu-time --picks FILE")
+    if args.gpu_time and (args.workers or args.scheduler):
+        raise TredudaError("--gpu-time times on this machine's GPU, one kernel at a time: "
+                           "leave out --workers and --scheduler")
     if args.gpu_time:
         picks = gpu_bench.load_picks(args.picks, cases) if args.picks else None
         return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
                              repeats=max(1, args.repeats), json_path=args.json,
                              plot_path=args.plot, title=args.suite, picks=picks)
     return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
-                     plot_path=args.plot, title=args.suite, rivals=args.rivals)
+                     plot_path=args.plot, title=args.suite, rivals=args.rivals,
+                     workers=args.workers, scheduler=args.scheduler)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

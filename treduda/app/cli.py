@@ -10,16 +10,19 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import strategies
-from ..api import MEASURED, compile, search, tuning_entry
+from ..api import MEASURED, compile, program, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
 from ..polyhedral.lower import plan
+from ..programs import statements
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
+from ..tuning.paths import many_factors
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
+from .tune_cli import tune_arguments, tune_command
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -67,6 +70,12 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--opencl", action="store_true", help="print the OpenCL text instead")
     _deterministic_argument(c)
     c.add_argument("--out", "-o", help="write to this file instead of printing")
+    c.add_argument("--optimize", default="auto", metavar="PATH",
+                   help="how a product of three or more tensors is split: auto (the model "
+                        "chooses), false (one kernel), true or greedy, optimal, dp, cotengra")
+    c.add_argument("--explain", action="store_true",
+                   help="for several statements or a split product: print the plan's paths, "
+                        "kernels, estimates and intermediates instead of the CUDA file")
 
     commands.add_parser("strategies", help="list the registered strategies")
 
@@ -110,6 +119,10 @@ def parser() -> argparse.ArgumentParser:
     b = commands.add_parser("bench", help="search, generate and verify every contraction of a "
                             "benchmark suite")
     bench_arguments(b)
+
+    t = commands.add_parser("tune", help="search a suite's contractions in parallel on a Dask "
+                            "cluster and keep the results in the tuning cache")
+    tune_arguments(t)
     return main
 
 
@@ -188,6 +201,8 @@ def _run(args: argparse.Namespace) -> int:
         return bench_command(args)
     if args.command == "cache":
         return _cache(args)
+    if args.command == "tune":
+        return tune_command(args)
     return demo(args.out, args.source)
 
 
@@ -216,18 +231,40 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
 
 def _compile(args: argparse.Namespace) -> int:
     writable(args.out)
+    optimize = {"false": False, "true": True}.get(args.optimize.lower(), args.optimize)
+    parts = statements(args.expression)
+    if len(parts) > 1 or (many_factors(parts[0]) and optimize is not False):
+        return _compile_program(args, optimize)
     kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
                      symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic,
                      precision=args.precision)
-    text = kernel.opencl_source if args.opencl else kernel.cuda_source
-    if args.out:
-        with open(args.out, "w") as out:
+    return _emit(kernel.opencl_source if args.opencl else kernel.cuda_source, args.out, kernel)
+
+
+def _emit(text: str, path: str | None, made: object) -> int:
+    """Write ``text`` to ``path`` and say what was ``made``, or print it."""
+    if path:
+        with open(path, "w") as out:
             out.write(text)
-        print(f"wrote {args.out}: {kernel!r}")
+        print(f"wrote {path}: {made!r}")
     else:
         print(text, end="")
     return 0
+
+
+def _compile_program(args: argparse.Namespace, optimize: object) -> int:
+    """Several statements, or a product split along a path: one .cu file for all kernels."""
+    if args.symbolic or args.opencl:
+        raise ArgumentError("a program (several statements, or a product of three or more "
+                            "tensors) is planned for fixed sizes and printed as CUDA; drop "
+                            "--symbolic/--opencl, or pass --optimize false for one kernel")
+    planned = program(args.expression, dict(args.size), dtype=args.dtype, layout=args.layout,
+                      strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
+                      deterministic=args.deterministic, optimize=optimize,
+                      precision=args.precision)
+    return _emit(planned.explain() + "\n" if args.explain else planned.cuda_source, args.out,
+                 planned)
 
 
 def _search(args: argparse.Namespace) -> int:

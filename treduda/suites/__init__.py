@@ -41,13 +41,24 @@ def load(suite: str) -> list[Row]:
     """The rows of one suite (see :data:`SUITES`)."""
     if suite not in SUITES:
         raise TredudaError(f"unknown suite '{suite}'; choose one of {', '.join(SUITES)}")
-    text = importlib.resources.files(__package__).joinpath(SUITES[suite].file).read_text()
-    rows = []
+    return rows(importlib.resources.files(__package__).joinpath(SUITES[suite].file).read_text())
+
+
+def rows(text: str) -> list[Row]:
+    """The rows of a suite's tab-separated text: columns id, expression, sizes (``i=64,j=32``)
+    and source, whose "col-major" makes the row column-major (``treduda tune --file`` reads
+    files of this form; there the source may be left out)."""
+    found = []
     for record in csv.DictReader(text.splitlines(), delimiter="\t"):
-        sizes = {k: int(v) for k, v in (p.split("=") for p in record["sizes"].split(","))}
-        layout = "F" if "col-major" in record["source"] else "C"
-        rows.append(Row(record["id"], record["expression"], sizes, layout, record["source"]))
-    return rows
+        try:
+            sizes = {k: int(v) for k, v in (p.split("=") for p in record["sizes"].split(","))}
+            source = record.get("source") or ""
+            found.append(Row(record["id"], record["expression"], sizes,
+                             "F" if "col-major" in source else "C", source))
+        except (KeyError, ValueError, AttributeError) as error:
+            raise TredudaError(f"line {len(found) + 2}: expected the tab-separated columns id, "
+                               f"expression, sizes (i=64,j=32) and source; got {record}") from error
+    return found
 
 
 def scaled(sizes: dict[str, int], low: int = 5, high: int = 40,

@@ -285,19 +285,23 @@ class Searcher:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
 
-    def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None
-              ) -> Candidate | None:
+    def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None,
+              max_nodes: int | None = None) -> Candidate | None:
         """Follow the child with the lowest bound from ``start`` (the root by default) down to
         a complete candidate, backing up out of dead ends: the classic first incumbent of a
         branch and bound, and under a node budget, more incumbents from the most promising
-        open nodes."""
+        open nodes. None where no candidate lies below ``start`` (or within ``max_nodes``)."""
         partial: dict[str, Any] = dict(start or {})
         stack = [iter([partial])]
+        visited = 0
         while stack:
             partial = next(stack[-1], None)
             if partial is None:
                 stack.pop()
                 continue
+            if max_nodes is not None and visited >= max_nodes:
+                return None
+            visited += 1
             stats.nodes_visited += 1
             step = self.space.choices(partial)
             if step is None:
@@ -410,3 +414,21 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
     except StrategyError:
         searcher = Searcher(program, gpu, strategy, values, restrict=False)
         return searcher.branch_and_bound(progress, max_nodes)
+
+
+def first_candidate(program: Program, gpu: str | Gpu = "H100", *,
+                    max_nodes: int = 300) -> Candidate | None:
+    """The search's first incumbent, one dive within ``max_nodes`` (over the searched values,
+    then over all where those lead nowhere), or None: a step's cost for the path planner
+    (:mod:`treduda.tuning.paths`), which compares hundreds of steps and cannot search each.
+    A dive takes milliseconds; where small extents rule out the searched values, an
+    unbounded dive can take seconds backing out of dead ends."""
+    for restrict in (True, False):
+        try:
+            searcher = Searcher(program, gpu, restrict=restrict)
+        except StrategyError:
+            continue
+        found = searcher._dive(SearchStats(0, False), max_nodes=max_nodes)
+        if found is not None:
+            return found
+    return None

@@ -1,0 +1,179 @@
+"""`treduda tune` (issue 28): a suite searched on a Dask LocalCluster, a worker killed mid-run
+without losing a row, a rerun that searches nothing, and a compile() that finds every result
+under its own key. One tuning run of four small rows on two workers serves every test."""
+
+from __future__ import annotations
+
+import io
+import os
+import sys
+import threading
+import time
+from contextlib import suppress
+
+import numpy as np
+import pytest
+
+import treduda
+from treduda.app import bench, cli
+from treduda.app.bench import Case
+from treduda.app.tune import tune
+from treduda.errors import BackendUnavailable
+from treduda.polyhedral.lower import plan
+from treduda.suites import Row, rows
+from treduda.tuning.cache import CacheKey, TuningCache
+from treduda.tuning.gpus import gpu as find_gpu
+from treduda.tuning.parallel import run_parallel
+
+distributed = pytest.importorskip("distributed", reason="pip install 'treduda[tune]'")
+
+SUITE = """id\texpression\tsizes\tsource
+gemm\tC[i,j]=A[i,k]*B[k,j]\ti=40,j=36,k=20\ttest
+tccg\tC[a,b,c]=A[b,d,a]*B[d,c]\ta=24,b=20,c=12,d=16\ttest, col-major
+batched\tC[b,i,j]=A[b,i,k]*B[b,k,j]\tb=4,i=17,j=32,k=9\ttest
+outer\tC[i,j]=x[i]*y[j]\ti=29,j=40\ttest
+"""
+CASES = [Case(row, "float32", "test") for row in rows(SUITE)]
+WORKERS = 2
+BUDGET = 100  # nodes of the bench's search
+
+
+def _key(case: Case) -> CacheKey:
+    row = case.row
+    return CacheKey.of(plan(row.expression, row.sizes, row.layout, case.dtype),
+                       find_gpu("H100").name)
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """The four rows tuned on a cluster of two workers, one of which is killed (os._exit)
+    while it runs a job, right after the first result reaches the cache."""
+    path = tmp_path_factory.mktemp("tune") / "tuning.sqlite3"
+    cluster = distributed.LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
+                                       dashboard_address=None)
+    killer = distributed.Client(cluster)
+    killed: list[str] = []
+
+    def kill_a_busy_worker() -> None:
+        watched = TuningCache(path)
+        while not len(watched):
+            time.sleep(0.1)
+        busy = [worker for worker, keys in killer.processing().items() if keys]
+        killed.extend(busy[:1])
+        with suppress(distributed.comm.CommClosedError):  # the worker drops it as it dies
+            killer.run(os._exit, 1, workers=busy[:1])
+
+    thread = threading.Thread(target=kill_a_busy_worker, daemon=True)
+    thread.start()
+    log = io.StringIO()
+    try:
+        report = tune(CASES, scheduler=cluster.scheduler_address, cache=TuningCache(path),
+                      log=log)
+        thread.join(timeout=10)
+        workers = list(killer.scheduler_info()["workers"])  # the killed one was replaced
+    finally:
+        killer.close()
+        cluster.close()
+    return path, report, log.getvalue(), [w for w in killed if w not in workers]
+
+
+def test_a_killed_worker_loses_no_row(tuned):
+    path, report, bar, killed = tuned
+    assert len(killed) == 1, "a worker running a job was killed (and replaced)"
+    assert not report.failed, [o.error for o in report.failed]
+    assert [o.id for o in report.outcomes] == [c.name for c in CASES]
+    assert all(o.verified and o.verified_params for o in report.outcomes)
+    assert all(o.max_error is not None and o.max_error < 1e-3 for o in report.outcomes)
+    cache = TuningCache(path)
+    assert len(cache) == len(CASES)
+    for case, outcome in zip(CASES, report.outcomes, strict=True):
+        value = cache.get(_key(case))
+        assert value["strategy"] == outcome.strategy and value["params"] == outcome.params
+        assert value["seconds"] == outcome.predicted_seconds
+        assert value["binding"] == outcome.binding and value["measured"] is None
+    assert f"{len(CASES)}/{len(CASES)}" in bar and "failed 0" in bar, bar
+
+
+def test_a_rerun_searches_nothing(tuned, capsys):
+    path = tuned[0]
+    suite = path.parent / "suite.tsv"
+    suite.write_text(SUITE)
+    assert cli.main(["tune", "--file", str(suite), "--cache", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert f"0 tuned and verified into {path}, {len(CASES)} skipped" in out, out
+
+
+def test_compile_uses_the_tuned_entries_without_searching(tuned, monkeypatch):
+    path, report = tuned[:2]
+
+    def no_search(*args, **kwargs):
+        raise AssertionError("compile() searched a problem that was tuned")
+
+    monkeypatch.setattr(treduda.api, "search_program", no_search)
+    for case, outcome in zip(CASES, report.outcomes, strict=True):
+        row = case.row
+        kernel = treduda.compile(row.expression, row.sizes, layout=row.layout,
+                                 cache=TuningCache(path))
+        assert (kernel.strategy, kernel.params) == (outcome.strategy, outcome.params)
+    assert np.isfinite(kernel.verify().max_error)  # the last one, run on PoCL
+
+
+def test_compile_writes_what_tune_writes(tuned, tmp_path):
+    """compile()'s own search of a row leaves the entry tune left: same key, same value, but
+    for who ``found`` it."""
+    path = tuned[0]
+    case = CASES[0]
+    row = case.row
+    own = TuningCache(tmp_path / "own.sqlite3")
+    treduda.compile(row.expression, row.sizes, layout=row.layout, cache=own)
+    mine, theirs = own.get(_key(case)), TuningCache(path).get(_key(case))
+    assert mine.pop("found").startswith("by compile(), ")
+    assert theirs.pop("found").startswith("by treduda tune, ")
+    assert mine == theirs
+
+
+@pytest.mark.parametrize("arguments, message", [
+    (["--ids", "tccg_01,nope"], "no row nope in suite tccg_fp32"),
+    (["--limit", "0"], "no rows to tune"),
+    (["--workers", "0"], "at least 1 worker"),
+    (["--file", "{tmp}/missing.tsv"], "cannot read"),
+    (["--file", "{tmp}/bad.tsv"], "expected the tab-separated columns id, expression, sizes"),
+    (["--file", "{tmp}/bad.tsv", "--suite", "tc"], "not allowed with argument"),
+])
+def test_cli_tune_reports_bad_arguments(arguments, message, tmp_path, capsys):
+    (tmp_path / "bad.tsv").write_text("id\texpression\tsizes\nx\tC[i]=A[i]\ti:4\n")
+    arguments = [a.format(tmp=tmp_path) for a in arguments]
+    with suppress(SystemExit):  # argparse's own errors exit
+        assert cli.main(["tune", *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_row_that_does_not_parse_fails_alone(tuned):
+    path = tuned[0]
+    bad = Case(Row("bad", "C[i,j] = A[i,k) * B[k,j]", {"i": 4, "j": 4, "k": 4}, "C", "test"))
+    report = tune([bad, CASES[0]], cache=TuningCache(path))  # the good row is cached: no cluster
+    assert report.skipped == [CASES[0].name]
+    assert [(o.id, o.stage) for o in report.failed] == [("bad", "plan")]
+    assert "ParseError" in report.failed[0].error
+
+
+def test_bench_runs_its_rows_on_workers():
+    out, log = io.StringIO(), io.StringIO()
+    code = bench.run(CASES[:2], max_nodes=BUDGET, nvcc=False, out=out, log=log, workers=WORKERS)
+    assert code == 0, out.getvalue()
+    assert out.getvalue().startswith("id ") and "2/2 verified" in out.getvalue()
+    assert "bench: 100%" in log.getvalue() and "failed 0" in log.getvalue()
+
+
+def test_a_job_that_raises_is_reported_not_fatal():
+    log = io.StringIO()
+    results = run_parallel(int, ["7", "not a number"], workers=1, log=log)
+    assert results[0] == 7
+    assert "ValueError" in results[1].error and "not a number" in results[1].error
+    assert "failed 1" in log.getvalue()
+
+
+def test_without_distributed_the_error_names_the_extra(monkeypatch):
+    monkeypatch.setitem(sys.modules, "distributed", None)  # import distributed now fails
+    with pytest.raises(BackendUnavailable, match=r"treduda\[tune\]"):
+        run_parallel(int, ["1"])
