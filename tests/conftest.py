@@ -45,6 +45,18 @@ os.environ["TREDUDA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="treduda-test
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed here")
 
 
+@pytest.fixture(autouse=True)
+def _unkept_when_patched(request):
+    """A test that patches code (monkeypatch) must get kernels generated with the patch, and
+    leave none behind: compile() keeps kernels for the process (treduda.api._kept)."""
+    if "monkeypatch" not in request.fixturenames:
+        yield
+        return
+    treduda.api._kept_kernel.cache_clear()
+    yield
+    treduda.api._kept_kernel.cache_clear()
+
+
 @functools.cache
 def generated(expression: str, sizes: tuple, layout: str, dtype: str,
               symbolic: bool) -> treduda.Kernel:

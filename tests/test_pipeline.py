@@ -81,7 +81,7 @@ def test_contract_accumulates_into_given_output():
 
 
 @pytest.mark.parametrize(("kwargs", "error", "message"), [
-    ({"dtype": "float16"}, treduda.errors.StrategyError, "dtype"),
+    ({"dtype": "uint8"}, treduda.errors.StrategyError, "dtype"),
     ({"layout": "K"}, treduda.errors.StrategyError, "layout"),
     ({"strategy": "magic"}, treduda.errors.StrategyError, "unknown strategy 'magic'"),
     ({"params": {"block_x": 3}}, treduda.errors.StrategyError, "block_x=3 is not allowed"),
