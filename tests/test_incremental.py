@@ -14,11 +14,11 @@ import pytest
 
 import treduda
 from treduda import api
-from treduda.errors import ArgumentError, CompileError
+from treduda.errors import ArgumentError, CompileError, TredudaError
 from treduda.kernel import Kernel
 from treduda.run.timing import TimedRun
 from treduda.tuning import incremental
-from treduda.tuning.cache import CacheKey, TuningCache
+from treduda.tuning.cache import CacheKey, CacheWarning, TuningCache
 from treduda.tuning.incremental import FIELD, IncrementalKernel, Trial
 from treduda.tuning.search import identity
 
@@ -156,3 +156,18 @@ def test_a_candidate_that_does_not_compile_gives_way_to_the_next():
     assert [tuner.run() for _ in range(4)] == ["k2", "k3", "k3", "k3"]
     assert tuner.trials[0].failed.startswith("the OpenCL compiler rejected")
     assert tuner.winner.params == {"n": 3} and tuner.timed_calls == 2
+
+
+class _ReadOnly(TuningCache):
+    def put(self, key, value):
+        raise TredudaError(f"cannot use the tuning cache {self.path}: attempt to write a "
+                           "readonly database")
+
+
+def test_a_cache_that_cannot_be_written_leaves_the_results_alone(tmp_path):
+    trials = [Trial("s", {"n": n}, n * 1e-3, "fma") for n in (1, 2)]
+    tuner = IncrementalKernel(trials, lambda strategy, p: _Fake(f"k{p['n']}", 1e-3 / p["n"]),
+                              "opencl", "fake", _ReadOnly(tmp_path / "tuning.sqlite3"),
+                              CacheKey.make(EXPR, None, "float32", "C", "H100"), "given")
+    with pytest.warns(CacheWarning, match="could not keep its times"):
+        assert [tuner.run() for _ in range(3)] == ["k1", "k2", "k2"]

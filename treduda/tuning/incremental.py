@@ -27,7 +27,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
-from ..errors import ArgumentError, CompileError, StrategyError
+from ..errors import ArgumentError, CompileError, StrategyError, TredudaError
 from ..polyhedral.lower import Program
 from ..run.timing import TimedRun
 from ..strategies import get as get_strategy
@@ -277,11 +277,22 @@ class IncrementalKernel:
 
     def _store_trials(self, field: dict[str, Any], winner: Trial | None) -> None:
         """The trials into the tuning cache's entry, and the measured winner in place of the
-        model's once every trial has run."""
+        model's once every trial has run. A cache that cannot be written is reported: the
+        call's result stands, and the times are kept in this process only."""
         if self._store is None:
             return
-        value = dict(self._store.get(self._key) or {})
-        value[FIELD] = field
+        try:
+            self._store.put(self._key, self._entry(self._store.get(self._key) or {}, field,
+                                                   winner))
+        except TredudaError as error:
+            warnings.warn(f"incremental tuning could not keep its times for {self._key}: "
+                          f"{error}", CacheWarning, stacklevel=4)
+
+    def _entry(self, stored: dict[str, Any], field: dict[str, Any],
+               winner: Trial | None) -> dict[str, Any]:
+        """The cache's entry ``stored`` with the trials' ``field`` and, once known, the
+        measured ``winner`` as the entry's winner (its prediction kept apart from its time)."""
+        value = {**stored, FIELD: field}
         if winner is not None:
             found = str(value.get("found", "by contract()")).split("; then measured")[0]
             value.update(strategy=winner.strategy, params=dict(winner.params),
@@ -294,7 +305,7 @@ class IncrementalKernel:
             value.update(strategy=first.strategy, params=dict(first.params),
                          seconds=first.predicted, binding=first.binding, measured=None,
                          found="by contract(tune='incremental')")
-        self._store.put(self._key, value)
+        return value
 
     def __repr__(self) -> str:
         winner = self.winner
