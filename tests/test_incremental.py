@@ -4,6 +4,7 @@ the times go into the tuning cache, and a new process starts from the measured w
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -16,6 +17,7 @@ import treduda
 from treduda import api
 from treduda.errors import ArgumentError, CompileError, TredudaError
 from treduda.kernel import Kernel
+from treduda.run import cuda
 from treduda.run.timing import TimedRun
 from treduda.tuning import incremental
 from treduda.tuning.cache import CacheKey, CacheWarning, TuningCache
@@ -171,3 +173,50 @@ def test_a_cache_that_cannot_be_written_leaves_the_results_alone(tmp_path):
                               CacheKey.make(EXPR, None, "float32", "C", "H100"), "given")
     with pytest.warns(CacheWarning, match="could not keep its times"):
         assert [tuner.run() for _ in range(3)] == ["k1", "k2", "k2"]
+
+
+class _FakeCuda:
+    """A CUDA runtime without a GPU: launches do nothing, and the events say 2 ms."""
+
+    device = "Fake GPU (CuPy, CUDA events)"
+
+    class _Event:
+        def record(self):
+            pass
+
+        def synchronize(self):
+            pass
+
+    def active(self):
+        return contextlib.nullcontext()
+
+    def function(self, source, name):
+        assert f"{name}(" in source
+        return name
+
+    def upload(self, launch):
+        return [np.array(v, copy=True) if isinstance(v, np.ndarray) else v
+                for v in launch.values]
+
+    def call(self, function, launch, arguments):
+        pass
+
+    def download(self, array):
+        return array
+
+    def event(self):
+        return self._Event()
+
+    def elapsed(self, start, end):
+        return 2e-3
+
+
+def test_on_a_gpu_calls_are_tuned_by_default_and_timed_by_cuda_events(cache_file,
+                                                                         monkeypatch):
+    monkeypatch.setattr(cuda, "cuda_runtime", _FakeCuda)
+    planned = treduda.contract_expression(EXPR, *SHAPES, backend="cuda")
+    assert isinstance(planned.kernel, IncrementalKernel)
+    assert planned(*operands()).shape == (37, 45)  # nothing computed: the launch is a fake
+    assert planned.kernel.last.measured == 2e-3
+    [entry] = TuningCache(cache_file).entries()
+    assert entry.value[FIELD]["device"] == _FakeCuda.device
