@@ -46,6 +46,7 @@ from .run.nvcc import compile_cuda_batch, nvcc_supports
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
+from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
 from .tuning.model import Compiled, Model
 from .tuning.paths import many_factors
 from .tuning.search import (
@@ -69,7 +70,7 @@ CHECKED_MOST = 16  # ... and at most in all
 CHECK_GAIN = 0.05
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
-                "deterministic", "optimize", "casting", "precision")
+                "deterministic", "optimize", "casting", "precision", "tune")
 CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)  # for did-you-mean
 CALL_OPTIONS = ("out", "casting")
 
@@ -284,7 +285,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
              deterministic: bool | None = None, optimize: Any = AUTO,
              casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-             **values: Any) -> np.ndarray:
+             tune: str | None = None, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -297,9 +298,9 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     arrays with ``dtype="float32"``, raises DtypeError unless ``casting="same_kind"``).
     ``precision`` as for :func:`compile`. Without ``strategy`` or ``params``
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
-    the run, not its generation (see
-    :func:`contract_expression`). An axis of extent 0 launches nothing: the result is what
-    numpy.einsum gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
+    the run, not its generation (see :func:`contract_expression`, which also says what
+    ``tune`` does). An axis of extent 0 launches nothing: the result is what numpy.einsum
+    gives (zeros, or an empty array). ``deterministic`` is :func:`compile`'s.
 
     numpy-style subscripts are numpy's in full: ``...`` and axes of extent 1 broadcast as
     numpy.einsum broadcasts them (:mod:`treduda.frontend.broadcast`). A product of three or
@@ -322,7 +323,8 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
                                   deterministic=deterministic, optimize=optimize,
-                                  casting=casting, precision=precision, **shapes)
+                                  casting=casting, precision=precision, tune=tune,
+                                  **shapes)
     return planned(out=out, **values)
 
 
@@ -340,8 +342,9 @@ class ContractExpression:
     dtype: str
     backend: str
     # A Plan for a product of three or more tensors split along a path (treduda.programs);
+    # an IncrementalKernel where the first calls time the best candidates (tune=);
     # None when an axis is empty: there is nothing to launch.
-    kernel: Kernel | Plan | None
+    kernel: Kernel | IncrementalKernel | Plan | None
     broadcast: Broadcast | None = None  # how numpy-style operands are reshaped for the kernel
     casting: str = DEFAULT_CASTING
 
@@ -395,6 +398,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
                         deterministic: bool | None = None, optimize: Any = AUTO,
                         casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
+                        tune: str | None = None,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -416,9 +420,21 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     ``"cotengra"``, a path (opt_einsum's ``[(0, 1), ...]`` or numpy's ``["einsum_path",
     (0, 1), ...]``) or an opt_einsum ``PathOptimizer`` take that path as it is. ``strategy``
     and ``params`` then apply to every step.
+
+    ``tune="incremental"`` (the default on ``backend="cuda"``; ``None`` picks it there and
+    ``"model"`` elsewhere) has the first calls each run another of the search's best distinct
+    candidates, timed by the device's events around the real launch, and every later call the
+    fastest measured; the times go into the tuning cache, so a new process starts from the
+    measured winner (:mod:`treduda.tuning.incremental`). ``"model"`` runs the model's pick
+    only. It applies to a contraction searched as one kernel (no ``strategy`` or ``params``);
+    the steps of a path run their model's picks.
     """
     check_types(expr=expr, layout=layout, strategy=strategy, params=params)
     check_choice("backend", backend, BACKENDS)
+    incremental = resolve_tune(tune, backend) == INCREMENTAL
+    if tune == INCREMENTAL and (strategy is not None or params is not None):
+        raise ArgumentError("tune='incremental' times the search's candidates; leave "
+                            "strategy and params out, or pass tune='model'")
     broadcast = broadcast_of(expr, shapes, named_shapes, shape_of=lambda shape: shape)
     if broadcast is not None:
         expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
@@ -442,6 +458,9 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                             strategy, None if params is None else tuple(sorted(params.items())),
                             gpu, optimize, deterministic, str(default_path()) if tuned else None,
                             precision)
+    elif incremental and strategy is None and params is None:
+        kernel = _kept_incremental(expr, tuple(sorted(sizes.items())), computed, layout, gpu,
+                                   str(default_path()), deterministic, precision, backend)
     else:
         kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
                        params=params, gpu=gpu, cache=True, deterministic=deterministic,
@@ -475,6 +494,27 @@ def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strate
     return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
                      None if params is None else dict(params), symbolic, gpu,
                      TuningCache(cache) if cache else False, measure, deterministic, precision)
+
+
+@functools.lru_cache(maxsize=KERNELS_KEPT)
+def _kept_incremental(expr: str, sizes: tuple, dtype: str, layout: str, gpu: Gpu, cache: str,
+                      deterministic: bool, precision: str, backend: str) -> IncrementalKernel:
+    """The kernel that tunes itself on its first calls on ``backend``
+    (:mod:`treduda.tuning.incremental`), kept for the process as :func:`_kept_kernel` keeps
+    kernels, so that each call of :func:`contract` goes on where the last one stopped; its
+    trials come from the tuning cache ``cache`` or from :func:`tuning_search`."""
+    program = plan(expr, dict(sizes), layout, dtype, deterministic=deterministic,
+                   precision=precision)
+    gpu_model = find_gpu(gpu)
+    check_grid(program, gpu_model.max_threads_per_block, gpu_model.max_registers_per_thread)
+    generate = _Generator(program)
+
+    def searched() -> tuple[SearchResult, dict[str, Any]]:
+        result = tuning_search(program, gpu_model, generate=generate)
+        return result, cache_value(result, "contract(tune='incremental')")
+
+    return IncrementalKernel.start(program, CacheKey.of(program, gpu_model.name),
+                                   TuningCache(cache), backend, searched, generate)
 
 
 def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",

@@ -25,7 +25,7 @@ from .polyhedral.strategy import read_only
 from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, followed, prepare
-from .run.timing import REPEATS, WARMUP, Timing
+from .run.timing import REPEATS, WARMUP, TimedRun, Timing
 from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
@@ -129,17 +129,33 @@ class Kernel:
         numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
         torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
         are, and the output comes back as the same kind of array, still on the GPU."""
+        return self._run(backend, casting, values, timed=False).result
+
+    def run_timed(self, *, backend: str = "opencl", casting: str = DEFAULT_CASTING,
+                  **values: Any) -> TimedRun:
+        """:meth:`run`, with the launch timed by the device's events around it ("cuda": a
+        pair of CUDA events; "opencl": the kernels' OpenCL profiling events on PoCL, a CPU's
+        time): one real launch, no warm-up (incremental tuning times the calls it serves)."""
+        if backend not in ("cuda", "opencl"):
+            raise BackendUnavailable(f"Kernel.run_timed() runs on backend 'cuda' or 'opencl', "
+                                     f"not {backend!r}")
+        return self._run(backend, casting, values, timed=True)
+
+    def _run(self, backend: str, casting: str, values: Mapping[str, Any],
+             timed: bool) -> TimedRun:
+        """:meth:`run`'s work; the seconds are the launch's where ``timed``, else 0."""
         sizes, arrays, scalars = bind(self.contraction, self.dtype, self.sizes, values,
                                       casting=casting)
         template = first_device_array(values, self.contraction.output)
         if template is None:
-            return self._launch(self._prepare(sizes, arrays, scalars), backend)
+            return self._launch_timed(self._prepare(sizes, arrays, scalars), backend, timed)
         if backend != "cuda":
             raise BackendUnavailable(f"the arrays are on a GPU ({type(template).__name__}); run "
                                      f"them with backend='cuda', or pass numpy arrays to "
                                      f"backend={backend!r}")
         launch = self._prepare(sizes, arrays, scalars, cupy_module())
-        return like(template, self._launch(launch, backend))
+        ran = self._launch_timed(launch, backend, timed)
+        return TimedRun(like(template, ran.result), ran.seconds, ran.device)
 
     def verify(self, sizes: Mapping[str, int] | None = None, *, seed: int = 0,
                backend: str = "opencl") -> reference.Verification:
@@ -260,6 +276,19 @@ class Kernel:
         if then is None:
             return launch
         return followed(launch, self.built.kernel, then.kernel, then.grid, then.block)
+
+    def _launch_timed(self, launch: Launch, backend: str, timed: bool) -> TimedRun:
+        """Run on ``backend``, timed by the device where ``timed`` (else 0 seconds, no
+        device)."""
+        if not timed:
+            return TimedRun(self._launch(launch, backend), 0.0, "")
+        if backend == "opencl":
+            from .run.opencl import run_opencl_timed
+
+            return run_opencl_timed(self.opencl_source, launch)
+        from .run.cuda import run_cuda_timed
+
+        return run_cuda_timed(self.cuda_source, launch)
 
     def _launch(self, launch: Launch, backend: str, guard: bool = False) -> np.ndarray:
         """Run on ``backend``; ``guard`` adds PoCL's guard zones (the CUDA path has none)."""

@@ -20,7 +20,7 @@ import numpy as np
 from ..errors import BackendUnavailable
 from .device_arrays import cupy_module
 from .launch import Call, Launch
-from .timing import REPEATS, WARMUP, Timing
+from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
            "the README says which CuPy build fits your driver) or 'treduda[cuda]' (pycuda) on "
@@ -139,16 +139,37 @@ def gpu_present() -> bool:
 def run_cuda(source: str, launch: Launch) -> Any:
     """Compile ``source``, run ``launch`` and return the output: a numpy array when the launch
     holds numpy arrays, a device array (CuPy) when it holds device arrays."""
+    return _run(source, launch, timed=False).result
+
+
+def run_cuda_timed(source: str, launch: Launch) -> TimedRun:
+    """Run ``launch`` as :func:`run_cuda` does, timed by a pair of CUDA events around its
+    kernels (the uploads and the download are outside)."""
+    return _run(source, launch, timed=True)
+
+
+def _run(source: str, launch: Launch, timed: bool) -> TimedRun:
+    """The output of ``launch`` and, when ``timed``, the seconds its kernels took (else 0)."""
     runtime = cuda_runtime()
     stored = launch.values[launch.output_position].dtype
     launch = _as_bits(launch)
     with runtime.active():
         run = _launcher(runtime, source, launch)
         arguments = runtime.upload(launch)
-        run(arguments)
+        seconds = 0.0
+        if timed:
+            start, end = runtime.event(), runtime.event()
+            start.record()
+            run(arguments)
+            end.record()
+            end.synchronize()
+            seconds = runtime.elapsed(start, end)
+        else:
+            run(arguments)
         out = arguments[launch.output_position]
         on_host = isinstance(launch.values[launch.output_position], np.ndarray)
-        return launch.result(runtime.download(out).view(stored) if on_host else out)
+        result = launch.result(runtime.download(out).view(stored) if on_host else out)
+    return TimedRun(result, seconds, runtime.device)
 
 
 def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,

@@ -23,7 +23,7 @@ import numpy as np
 from ..errors import BackendUnavailable, CompileError, VerificationError
 from ..frontend.dtypes import poison
 from .launch import Launch
-from .timing import REPEATS, WARMUP, Timing
+from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 GUARD_ELEMENTS = 1024  # at least this many guard elements on each side of a tensor
 # Written into the output's guard zones. Finite and of moderate size, so that a stray
@@ -96,11 +96,28 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     With ``guard``, tensors are surrounded by guard zones (see the module's docstring) and a
     write outside the output raises :class:`~treduda.errors.VerificationError`.
     """
+    return _run(source, launch, guard)[0]
+
+
+def run_opencl_timed(source: str, launch: Launch) -> TimedRun:
+    """Run ``launch`` as :func:`run_opencl` does, timed by the profiling events of its own
+    kernels (from the start of the first to the end of the last; the copies are outside)."""
+    result, events = _run(source, launch, guard=False)
+    return TimedRun(result, _elapsed(events), opencl_device())
+
+
+def opencl_device() -> str:
+    """What times kernels here, as :class:`~treduda.run.timing.Timing` names it."""
+    return f"{_queue().device.name.strip()} (OpenCL profiling events)"
+
+
+def _run(source: str, launch: Launch, guard: bool) -> tuple[np.ndarray, list]:
+    """The output array of ``launch`` and the events of its kernels."""
     import pyopencl as cl
 
     queue = _queue()
     kernels, placed = _placed(source, launch, guard)
-    _enqueue(queue, kernels, launch, placed)
+    events = _enqueue(queue, kernels, launch, placed)
     out = placed[launch.output_position]
     memory = np.empty_like(out.host)
     cl.enqueue_copy(queue, memory, out.buffer)
@@ -108,7 +125,12 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     if guard:
         _check_guards(memory, out.before, out.size, launch.name,
                       _argument_name(kernels[0], launch))
-    return launch.result(memory[out.before:out.before + out.size])
+    return launch.result(memory[out.before:out.before + out.size]), events
+
+
+def _elapsed(events: list) -> float:
+    """Seconds from the start of the first event's command to the end of the last's."""
+    return (events[-1].profile.end - events[0].profile.start) * 1e-9
 
 
 def time_opencl(source: str, launch: Launch, repeats: int = REPEATS,
@@ -127,8 +149,8 @@ def time_opencl(source: str, launch: Launch, repeats: int = REPEATS,
     for _ in range(repeats):
         events = _enqueue(queue, kernels, launch, placed)
         events[-1].wait()
-        seconds.append((events[-1].profile.end - events[0].profile.start) * 1e-9)
-    return Timing.of(seconds, f"{queue.device.name.strip()} (OpenCL profiling events)")
+        seconds.append(_elapsed(events))
+    return Timing.of(seconds, opencl_device())
 
 
 def _placed(source: str, launch: Launch, guard: bool) -> tuple[list, list]:

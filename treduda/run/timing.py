@@ -9,6 +9,7 @@ from __future__ import annotations
 import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 WARMUP = 3  # untimed launches before timing: module load, caches, clocks ramping up
 REPEATS = 20
@@ -36,3 +37,14 @@ class Timing:
     def __str__(self) -> str:
         return (f"{self.seconds * 1e3:.4f} ms median of {self.repeats} "
                 f"({self.fastest * 1e3:.4f}-{self.slowest * 1e3:.4f} ms) on {self.device}")
+
+
+@dataclass(frozen=True)
+class TimedRun:
+    """One real launch and how long it took on the device: ``result`` is what the run returns
+    (the output array), ``seconds`` the device's time from the start of its first kernel to
+    the end of its last (events around the launch: no warm-up, no repeats, no transfers)."""
+
+    result: Any
+    seconds: float
+    device: str  # as Timing.device
