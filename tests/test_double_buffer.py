@@ -69,6 +69,7 @@ def test_one_buffer_used_as_two_is_a_race(monkeypatch):
     """The emulator sees what happens without the alternation: step k + 1 overwrites the tile
     that slower threads still read in step k."""
     monkeypatch.setattr(staging._Stager, "_parity", lambda self: "0")
+    treduda.api._kept_kernel.cache_clear()  # the process keeps the kernel of another test
     hazards = compiled("gemm").hazards()
     assert hazards and {h.kind for h in hazards} == {"race"}
 

@@ -51,7 +51,7 @@ from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
 from .tuning.paths import many_factors
-from .tuning.policy import cache_value
+from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps
 from .tuning.search import Progress, SearchResult, search_program
 
 BUILT_IN = strategies.__name__ + "."  # the modules of the built-in strategies
@@ -85,7 +85,9 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
-    and so does :func:`contract` on arrays of these sizes.
+    and so does :func:`contract` on arrays of these sizes. It is also kept in the tuning
+    cache's kernel store (unless ``cache=False``): in a new process the same call loads it
+    from there and generates nothing.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, params=params,
                 symbolic=symbolic, measure=measure)
@@ -134,9 +136,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
                             progress=progress, max_nodes=max_nodes)
     result = policy.reranked(result, refine, measure, _Generator.of(program, gpu), check)
-    store = policy.store_of(cache)
-    if store is not None:
-        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, "treduda.search()"))
+    policy.remember(cache, program, result, "treduda.search()")
     return result
 
 

@@ -224,12 +224,7 @@ class _Corrupt(Exception):
 def _validate(row: Row, expected: CacheKey | None = None) -> Entry:
     """The entry stored in ``row``, or :class:`_Corrupt` saying which check failed."""
     digest, key_json, value_json, checksum, schema, created = row
-    if schema != SCHEMA_VERSION:
-        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
-    if not all(isinstance(text, str) for text in (key_json, value_json, checksum)):
-        raise _Corrupt("its key, value or checksum is not text")
-    if _checksum(key_json, value_json) != checksum:
-        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+    _check_row(key_json, value_json, checksum, schema)
     try:
         key = CacheKey.from_json(key_json)
     except ValueError as e:
@@ -238,12 +233,7 @@ def _validate(row: Row, expected: CacheKey | None = None) -> Entry:
         raise _Corrupt(f"its stored key fields are for a different key: {key}")
     if key.digest() != digest:
         raise _Corrupt("its stored key does not hash to the digest it is stored under")
-    try:
-        value = json.loads(value_json)
-    except ValueError as e:
-        raise _Corrupt(f"its value is not valid JSON ({e})") from None
-    if not isinstance(value, dict):
-        raise _Corrupt(f"its value is a JSON {type(value).__name__}, not an object")
+    value = _object(value_json)
     if isinstance(created, bool) or not isinstance(created, (int, float)):
         raise _Corrupt(f"its creation time {created!r} is not a number")
     return Entry(key, value, float(created))
@@ -264,14 +254,24 @@ def _validate_kernel(row: Row, key_json: str) -> dict:
     """The record stored in the kernel store's ``row`` under ``key_json``, or :class:`_Corrupt`
     saying which check failed."""
     digest, _, stored_key, value_json, checksum, schema, _ = row
-    if schema != SCHEMA_VERSION:
-        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
-    if not all(isinstance(text, str) for text in (stored_key, value_json, checksum)):
-        raise _Corrupt("its key, value or checksum is not text")
-    if _checksum(stored_key, value_json) != checksum:
-        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+    _check_row(stored_key, value_json, checksum, schema)
     if stored_key != key_json or _digest(stored_key) != digest:
         raise _Corrupt("its stored key is not the key it is stored under")
+    return _object(value_json)
+
+
+def _check_row(key_json: Any, value_json: Any, checksum: Any, schema: Any) -> None:
+    """:class:`_Corrupt` unless a row is of this schema, text, and matches its checksum."""
+    if schema != SCHEMA_VERSION:
+        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
+    if not all(isinstance(text, str) for text in (key_json, value_json, checksum)):
+        raise _Corrupt("its key, value or checksum is not text")
+    if _checksum(key_json, value_json) != checksum:
+        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+
+
+def _object(value_json: str) -> dict:
+    """A row's value: a JSON object, or :class:`_Corrupt`."""
     try:
         value = json.loads(value_json)
     except ValueError as e:
@@ -401,8 +401,12 @@ class TuningCache:
         """Keep ``record`` as the kernel ``identity`` names, made by ``generator``, in place of
         any made by another; a store that cannot be written is reported, not raised: it only
         saves time."""
-        key_json = _kernel_key(identity, generator)
-        value_json = _canonical(record)
+        try:
+            key_json, value_json = _kernel_key(identity, generator), _canonical(record)
+        except (TypeError, ValueError) as e:  # e.g. a parameter that is not JSON
+            warnings.warn(f"cannot keep the kernel {identity} ({e})", CacheWarning,
+                          stacklevel=2)
+            return
         row = (_digest(key_json), identity.digest(), key_json, value_json,
                _checksum(key_json, value_json), SCHEMA_VERSION, time.time())
         try:

@@ -26,7 +26,6 @@ from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
-from .gpus import gpu as find_gpu
 from .model import Compiled, Model
 from .search import Candidate, SearchResult, search_program
 
@@ -75,8 +74,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
         if _known(hit, generate) or fits(generate.program, hit, key):
             return hit["strategy"], dict(hit["params"])
     result = tuning_search(generate.program, gpu, measure, generate)
-    if store is not None:
-        store.put(key, cache_value(result, "compile()"))
+    remember(store or False, generate.program, result, "compile()")
     return result.best.strategy, dict(result.best.params)
 
 
@@ -216,6 +214,9 @@ def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
             "measured": measured, "found": found}
 
 
-def search_key(program: Program, gpu: str | Gpu) -> CacheKey:
-    """The tuning cache's key of ``program``'s search on ``gpu``."""
-    return CacheKey.of(program, find_gpu(gpu).name)
+def remember(cache: TuningCache | bool, program: Program, result: SearchResult, by: str) -> None:
+    """Keep ``result``, the search of ``program``, in the tuning cache ``cache`` names (none:
+    False), as found ``by`` whom (:func:`cache_value`)."""
+    store = store_of(cache)
+    if store is not None:
+        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by))
