@@ -122,6 +122,7 @@ def test_a_stored_kernel_runs_everywhere_and_plans_only_when_asked(tmp_path):
         np.testing.assert_allclose(stored.run(A=a, B=b, backend=backend), a @ b, rtol=1e-4,
                                    atol=1e-4)
     assert stored.verify().ok and stored.hazards() == []
+    assert stored.time("opencl", repeats=2, warmup=1).seconds > 0
     assert stored.built == generated.built  # the IR, decoded
     assert (stored.cuda_source, stored.opencl_source) == (generated.cuda_source,
                                                           generated.opencl_source)

@@ -136,7 +136,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
                             progress=progress, max_nodes=max_nodes)
     result = policy.reranked(result, refine, measure, _Generator.of(program, gpu), check)
-    policy.remember(cache, program, result, "treduda.search()")
+    policy.remember(policy.store_of(cache), program, result, "treduda.search()")
     return result
 
 

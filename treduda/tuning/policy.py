@@ -74,7 +74,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
         if _known(hit, generate) or fits(generate.program, hit, key):
             return hit["strategy"], dict(hit["params"])
     result = tuning_search(generate.program, gpu, measure, generate)
-    remember(store or False, generate.program, result, "compile()")
+    remember(store, generate.program, result, "compile()")
     return result.best.strategy, dict(result.best.params)
 
 
@@ -214,9 +214,9 @@ def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
             "measured": measured, "found": found}
 
 
-def remember(cache: TuningCache | bool, program: Program, result: SearchResult, by: str) -> None:
-    """Keep ``result``, the search of ``program``, in the tuning cache ``cache`` names (none:
-    False), as found ``by`` whom (:func:`cache_value`)."""
-    store = store_of(cache)
+def remember(store: TuningCache | None, program: Program, result: SearchResult,
+             by: str) -> None:
+    """Keep ``result``, the search of ``program``, in the tuning cache ``store`` (if any), as
+    found ``by`` whom (:func:`cache_value`)."""
     if store is not None:
         store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by))
