@@ -35,9 +35,10 @@ def nothing_runs(monkeypatch):
         def spy(*args, **kwargs):
             raise AssertionError(f"{what} ran for an input that should have been refused")
         return spy
+    monkeypatch.setattr(treduda.tuning.policy, "search_program", ran("the search"))
     monkeypatch.setattr(treduda.api, "search_program", ran("the search"))
     monkeypatch.setattr(treduda.api, "build", ran("kernel generation"))
-    monkeypatch.setattr(treduda.api, "compile_cuda_batch", ran("nvcc"))
+    monkeypatch.setattr(treduda.tuning.policy, "compile_cuda_batch", ran("nvcc"))
     monkeypatch.setattr(treduda.run.nvcc, "run_tool", ran("nvcc"))
     monkeypatch.setattr(bench_cli.bench, "run", ran("the bench"))
 

@@ -138,8 +138,9 @@ def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_p
     assert f"kept in the tuning cache {cache}" in capsys.readouterr().out
     [entry] = TuningCache(cache).entries()
     assert entry.value["found"].startswith("by treduda.search(), a complete search of")
-    search = treduda.api.search_program
-    monkeypatch.setattr(treduda.api, "search_program", lambda *a, **k: pytest.fail("searched"))
+    search = treduda.tuning.policy.search_program
+    monkeypatch.setattr(treduda.tuning.policy, "search_program",
+                        lambda *a, **k: pytest.fail("searched"))
     assert main(argv) == 0
     again = capsys.readouterr().out
     assert again.startswith(f"from the tuning cache {cache}: searched 0 nodes now")
@@ -147,6 +148,6 @@ def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_p
     assert f"{entry.value['strategy']} {params}" in again and "--fresh searches again" in again
     kernel = treduda.compile("C[i] = A[i,k]*B[k]", {"i": 16, "k": 8})  # the same answer
     assert dict(kernel.params) == entry.value["params"]
-    monkeypatch.setattr(treduda.api, "search_program", search)
+    monkeypatch.setattr(treduda.tuning.policy, "search_program", search)
     assert main([*argv, "--fresh"]) == 0
     assert "bound ms" in capsys.readouterr().out  # searched again, the table with it

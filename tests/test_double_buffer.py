@@ -69,7 +69,7 @@ def test_one_buffer_used_as_two_is_a_race(monkeypatch):
     """The emulator sees what happens without the alternation: step k + 1 overwrites the tile
     that slower threads still read in step k."""
     monkeypatch.setattr(staging._Stager, "_parity", lambda self: "0")
-    hazards = compiled("gemm").hazards()
+    hazards = compiled("gemm").hazards()  # a fresh kernel (conftest's _unkept_when_patched)
     assert hazards and {h.kind for h in hazards} == {"race"}
 
 

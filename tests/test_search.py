@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.api import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, _reranked, search
+from treduda.api import _Generator, search
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
+from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
 from treduda.tuning.search import Searcher, SearchStats, search_program
 
 # Spaces small enough to enumerate (tens of thousands of candidates). CI enumerates the GEMM;
@@ -92,7 +93,7 @@ def test_re_ranking_returns_a_new_result_and_leaves_the_searched_one_alone():
     program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40})
     found = search_program(program, "A100", max_nodes=BUDGET)
     before = (found.best, found.candidates)
-    walked = _reranked(program, found, refine=2, measure=False)
+    walked = reranked(found, 2, False, _Generator.of(program, found.gpu))
     assert walked.best.walked is not None and walked.candidates == found.candidates
     assert (found.best, found.candidates) == before and found.best.walked is None
     assert isinstance(found.candidates, tuple)

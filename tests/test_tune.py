@@ -109,7 +109,7 @@ def test_compile_uses_the_tuned_entries_without_searching(tuned, monkeypatch):
     def no_search(*args, **kwargs):
         raise AssertionError("compile() searched a problem that was tuned")
 
-    monkeypatch.setattr(treduda.api, "search_program", no_search)
+    monkeypatch.setattr(treduda.tuning.policy, "search_program", no_search)
     for case, outcome in zip(CASES, report.outcomes, strict=True):
         row = case.row
         kernel = treduda.compile(row.expression, row.sizes, layout=row.layout,

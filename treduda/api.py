@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import hashlib
-import math
 import warnings
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -15,11 +13,17 @@ import numpy as np
 from . import strategies
 from .codegen.printer import check_identifiers
 from .determinism import resolve
-from .errors import ArgumentError, DtypeError, ShapeMismatch, StrategyError
+from .errors import ArgumentError, DtypeError, ShapeMismatch, StoredDataError, StrategyError
 from .frontend.arguments import check_choice, check_scalars, check_shapes, check_types
 from .frontend.broadcast import Broadcast
 from .frontend.broadcast import resolve as broadcast_of
-from .frontend.contraction import Contraction, analyse, check_arguments, infer_sizes
+from .frontend.contraction import (
+    Contraction,
+    analyse,
+    check_arguments,
+    infer_sizes,
+    resolve_sizes,
+)
 from .frontend.dtypes import (
     DEFAULT_CASTING,
     HIGHEST,
@@ -33,41 +37,25 @@ from .frontend.dtypes import (
     kernel_dtype,
     literal_scalars,
 )
+from .frontend.identity import Identity
 from .frontend.optimize import AUTO, check_optimize
-from .kernel import BACKENDS, Kernel
+from .kernel import BACKENDS, Kernel, generator_version
 from .polyhedral.ast_build import build, check_grid
-from .polyhedral.lower import Program, plan
+from .polyhedral.lower import Program, check_layout, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
 from .programs import CompileStep, Plan
 from .run import reference
-from .run.cuda import gpu_present
 from .run.launch import bind
-from .run.nvcc import compile_cuda_batch, nvcc_supports
+from .tuning import policy
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
 from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
-from .tuning.model import Compiled, Model
 from .tuning.paths import many_factors
-from .tuning.search import (
-    Candidate,
-    Progress,
-    SearchResult,
-    identity,
-    search_program,
-)
+from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps
+from .tuning.search import Progress, SearchResult, search_program
 
-# Node budgets of the search compile() runs: enough for full-size problems to finish; small
-# ones (whose candidates differ by microseconds) stop early with the best found so far.
-SEARCH_NODE_BUDGET = 5000
-SMALL_PROBLEM = 10_000_000  # points in the iteration space
-SMALL_PROBLEM_BUDGET = 200
-MEASURED = 5  # candidates search(measure=True) generates, checks and times
-CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
-CHECKED_MOST = 16  # ... and at most in all
-# A batch after the first is compiled only for a candidate predicted this much faster than the
-# best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
-CHECK_GAIN = 0.05
+BUILT_IN = strategies.__name__ + "."  # the modules of the built-in strategies
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
 PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
                 "deterministic", "optimize", "casting", "precision", "tune")
@@ -98,7 +86,9 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
-    and so does :func:`contract` on arrays of these sizes.
+    and so does :func:`contract` on arrays of these sizes. It is also kept in the tuning
+    cache's kernel store (unless ``cache=False``): in a new process the same call loads it
+    from there and generates nothing.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, params=params,
                 symbolic=symbolic, measure=measure)
@@ -110,20 +100,6 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
                  gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
                  deterministic=resolve(deterministic), precision=precision)
-
-
-def _compiled(expr: str, sizes: Mapping[str, int] | None, dtype: str, layout: str,
-              strategy: str | None, params: Mapping[str, Any] | None, symbolic: bool, gpu: Gpu,
-              cache: TuningCache | bool, measure: bool, deterministic: bool,
-              precision: str) -> Kernel:
-    """:func:`compile`'s work, once its arguments are checked: plan, tune, generate."""
-    program = plan(expr, sizes, layout, dtype, symbolic=symbolic, deterministic=deterministic,
-                   precision=precision)
-    check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
-    generate = _Generator(program)
-    if strategy is None and params is None and not program.symbolic:
-        strategy, params = _tuned(program, gpu, cache, measure, generate)
-    return generate(strategy or DEFAULT_STRATEGY, params)
 
 
 def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
@@ -143,8 +119,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     each checked against numpy.einsum and then timed, and the fastest measured one wins: on
     the GPU when one is present (CUDA events), else on PoCL, which ranks them by a CPU's time.
     The winner's ``measured_on`` says which. With ``check=True`` and nvcc present, ptxas
-    reports on the winner's registers and spills (:func:`_checked`). Compile the winner with
-    ``compile(expr, sizes, strategy=result.best.strategy, params=result.best.params)``.
+    reports on the winner's registers and spills (:func:`~treduda.tuning.policy.checked`).
+    Compile the winner with ``compile(expr, sizes, strategy=result.best.strategy,
+    params=result.best.params)``.
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
@@ -159,10 +136,8 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
                             progress=progress, max_nodes=max_nodes)
-    result = _reranked(program, result, refine, measure, check)
-    store = _store(cache)
-    if store is not None:
-        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, "treduda.search()"))
+    result = policy.reranked(result, refine, measure, _Generator.of(program, gpu), check)
+    policy.remember(policy.store_of(cache), program, result, "treduda.search()")
     return result
 
 
@@ -175,109 +150,105 @@ def tuning_entry(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *
     one), or None: ``strategy``, ``params``, the predicted ``seconds`` and ``binding``,
     ``measured`` and how it was ``found``."""
     check_types(expr=expr, sizes=sizes, layout=layout, measure=measure)
-    store = _store(cache)
+    store = policy.store_of(cache)
     if store is None:
         return None
     program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic),
                    precision=precision)
-    return _cached(program, store, CacheKey.of(program, find_gpu(gpu).name), measure)
+    return policy.cached(program, store, CacheKey.of(program, find_gpu(gpu).name), measure)
+
+
+class _Generator:
+    """The kernels of one problem for one call of compile() or search(), each made once:
+    ptxas's check of a winner, its walk, its measurement and compile()'s kernel ask for the
+    same one (a full-size kernel takes seconds to build). With a ``store`` (the tuning cache's
+    kernel store), a kernel made before, in any process, is loaded from it: no isl work, and
+    the program is planned only when something asks for it."""
+
+    def __init__(self, contraction: Contraction, problem: Identity, sizes: dict | None,
+                 gpu: Gpu, store: TuningCache | None = None, program: Program | None = None):
+        self.contraction, self.problem, self.sizes, self.gpu = contraction, problem, sizes, gpu
+        self.store = store
+        self._made: dict[str, Kernel] = {}
+        if program is not None:
+            self.__dict__["program"] = program
+
+    @classmethod
+    def of(cls, program: Program, gpu: Gpu) -> _Generator:
+        """The kernels of a planned ``program``, none stored."""
+        return cls(program.original, program.identity, program.expression_sizes, gpu,
+                   program=program)
+
+    @functools.cached_property
+    def program(self) -> Program:
+        """The problem's program, planned (with isl) and checked when first asked for."""
+        p = self.problem
+        program = plan(self.contraction, self.sizes, p.layout, p.dtype, symbolic=self.sizes is None,
+                       deterministic=p.deterministic, precision=p.precision)
+        check_grid(program, self.gpu.max_threads_per_block, self.gpu.max_registers_per_thread)
+        return program
+
+    def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
+        asked = self.problem.generated(strategy, params or {})
+        key = asked.shaping()
+        if key not in self._made:
+            self._made[key] = self._stored(asked) or _generated(self.program, strategy, params)
+        return self._made[key]
+
+    def known(self, strategy: str, params: Mapping[str, Any]) -> bool:
+        """Whether the kernel store holds this kernel, made by this code generator."""
+        return (self.store is not None and _storable(strategy)
+                and self.store.has_kernel(self.problem.generated(strategy, params),
+                                          generator_version()))
+
+    def keep(self, kernel: Kernel, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
+        """``kernel`` (asked for as ``strategy`` with ``params``), kept in the kernel store if
+        it is not there yet and its strategy is built in (the generator's version hashes the
+        built-in strategies' sources, not those of one registered elsewhere)."""
+        if self.store is None or kernel.stored is not None or not _storable(kernel.strategy):
+            return kernel
+        record = kernel.record()
+        version = generator_version()
+        self.store.put_kernel(kernel.identity, version, record)
+        asked = self.problem.generated(strategy, params or {})
+        if asked != kernel.identity:  # asked by fewer parameters than the search gives
+            self.store.put_kernel(asked, version, record)
+        return kernel
+
+    def _stored(self, asked: Identity) -> Kernel | None:
+        """The kernel store's kernel ``asked`` names, or None (a damaged one is reported)."""
+        if self.store is None or not _storable(asked.strategy):
+            return None
+        record = self.store.get_kernel(asked, generator_version())
+        if record is None:
+            return None
+        try:
+            return Kernel.from_record(record, self.contraction, self.problem)
+        except StoredDataError as e:
+            warnings.warn(f"ignoring the stored kernel {asked.to_json()}: {e}; generating it "
+                          "again", CacheWarning, stacklevel=3)
+            return None
 
 
 def _generated(program: Program, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
     """``program`` scheduled by ``strategy`` with ``params``, built and checked: the one place
     a kernel is made, for compile() and for the candidates the search re-ranks."""
     scheduled = strategies.get(strategy).apply(program, params)
-    built = build(scheduled, _kernel_name(program, scheduled.strategy, scheduled.params))
+    identity = program.identity.generated(scheduled.strategy, scheduled.params)
+    built = build(scheduled, identity.kernel_name(program.original.output))
     check_identifiers(built.kernel)
-    return Kernel(program.original, program, built, scheduled.strategy, scheduled.params)
+    return Kernel.generated(program, built, scheduled.strategy, scheduled.params)
 
 
-class _Generator:
-    """The kernels of one program for one call of compile() or search(), each generated once:
-    ptxas's check of a winner, its walk, its measurement and compile()'s kernel ask for the
-    same one (a full-size kernel takes seconds to build)."""
-
-    def __init__(self, program: Program):
-        self.program = program
-        self._made: dict[str, Kernel] = {}
-
-    def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
-        key = _shaping(self.program, strategy, params or {})
-        if key not in self._made:
-            self._made[key] = _generated(self.program, strategy, params)
-        return self._made[key]
-
-
-def _reranked(program: Program, result: SearchResult, refine: int, measure: bool,
-              check: bool = False, generate: _Generator | None = None) -> SearchResult:
-    """``result`` with a new winner: with ``check``, as ptxas's reports re-estimate it
-    (:func:`_checked`); among its ``refine`` best by the walk over their kernels; then with
-    ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
-    generate = generate or _Generator(program)
-    if check and nvcc_supports(result.gpu.arch):
-        result = _checked(result, generate)
-    if refine:
-        walked = [_walked(result, c, generate) for c in result.top(refine)]
-        result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
-    if measure:
-        backend = "cuda" if gpu_present() else "opencl"
-        measured = [_measured(c, backend, generate) for c in result.top(MEASURED)]
-        result = replace(result, best=min(measured, key=lambda c: c.measured))
-    return result
-
-
-def _checked(result: SearchResult, generate: _Generator) -> SearchResult:
-    """``result`` whose winner ptxas has reported on: re-estimated with the registers and
-    spills of its compiled kernel; while the best so re-estimated is slower than the prediction
-    of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
-    next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
-    fastest wins.
-
-    The model predicts registers and spills from the main loop alone; ptxas's allocation of a
-    large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
-    register tile, B read from global memory over an 8 x 8 step) was predicted to fit 128
-    registers, and ptxas spilled 2.3 KB per thread while both summed indices of a step were
-    unrolled; tccg_15's winners fit 113 by the model and ptxas spills 16 bytes. tccg_28's
-    winner now preloads an 8 x 8 step: 126 registers by the model, 168 by ptxas (59.5 ms
-    instead of 44.9); the four best are all such, alike but for symmetry, and the fifth, the
-    same without preloading, takes 122 (44.9 ms)."""
-    model = Model(generate.program, result.gpu, result.best.strategy)
-
-    def with_reports(candidates: list[Candidate]) -> list[Candidate]:
-        kernels = [generate(c.strategy, c.params) for c in candidates]
-        reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
-        checked = []
-        for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
-            compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
-            checked.append(replace(candidate, compiled=compiled,
-                                   prediction=model.estimate(candidate.params, compiled)))
-        return checked
-
-    top = result.top(CHECKED_MOST)
-    checked = with_reports(top[:1])
-    gain = 0.0  # the first rivals are checked on any upset, later ones for a real gain only
-    while len(checked) < len(top) and (min(c.prediction.seconds for c in checked)
-                                       > top[len(checked)].prediction.seconds * (1 + gain)):
-        checked += with_reports(top[len(checked):len(checked) + CHECKED])
-        gain = CHECK_GAIN
-    by_params = {identity(c.params): c for c in checked}
-    return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
-        by_params.get(identity(c.params), c) for c in result.candidates))
-
-
-def _walked(result: SearchResult, candidate: Candidate, generate: _Generator) -> Candidate:
-    """``candidate`` with the estimate of a walk over its generated kernel."""
-    kernel = generate(candidate.strategy, candidate.params)
-    return replace(candidate, walked=kernel.estimate(result.gpu))
-
-
-def _measured(candidate: Candidate, backend: str, generate: _Generator) -> Candidate:
-    """``candidate`` with its median time per launch on ``backend``, after checking its
-    result against numpy.einsum there."""
-    kernel = generate(candidate.strategy, candidate.params)
-    kernel.verify(backend=backend)
-    timing = kernel.time(backend)
-    return replace(candidate, measured=timing.seconds, measured_on=timing.device)
+def _storable(strategy: str) -> bool:
+    """Whether kernels of ``strategy`` may be stored: those of the built-in strategies only,
+    whose sources the generator's version hashes."""
+    try:
+        chosen = strategies.get(strategy)
+    except StrategyError:
+        return False
+    return all(type(part).__module__.startswith(BUILT_IN)
+               for part in getattr(chosen, "parts", (chosen,)))
 
 
 def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
@@ -469,31 +440,62 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                               casting=casting)
 
 
+@dataclass(frozen=True)
+class _Request:
+    """A call of compile() as the process keeps its kernel: the kernel's :class:`Identity` as
+    asked (the problem on the GPU it is tuned for, or with the strategy and parameters asked
+    for), the GPU whose limits it is checked against, and the tuning cache (by its file) where
+    it is searched and stored. The contraction as spelt and the sizes in any order are the
+    same request."""
+
+    identity: Identity
+    gpu: Gpu
+    cache: str | None
+    measure: bool
+    contraction: Contraction = field(compare=False)
+    sizes: dict[str, int] | None = field(compare=False)  # None: symbolic
+
+
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
           strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
           cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
           deterministic: bool = False, precision: str = HIGHEST) -> Kernel:
     """The kernel of these (checked) arguments, kept for the process: the one place that says
-    which calls of :func:`compile` and :func:`contract` get the same kernel. Sizes and
-    parameters in any order are the same; the tuning cache counts (by its file) only where
-    the kernel is searched."""
+    which calls of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`;
+    the expression is parsed here, once)."""
+    check_layout(layout)
+    contraction = analyse(expr)
+    checked = None if sizes is None else resolve_sizes(contraction, sizes)
+    problem = Identity.make(contraction, None if symbolic else checked, dtype, layout,
+                            precision=precision, deterministic=deterministic)
     tuned = strategy is None and params is None and not symbolic
+    identity = (problem.on(gpu.name) if tuned else
+                problem.generated(strategy or DEFAULT_STRATEGY, params or {}))
     path = None
-    if tuned and cache is not False:
+    if cache is not False:
         path = str(cache.path if isinstance(cache, TuningCache) else default_path())
-    return _kept_kernel(expr, None if sizes is None else tuple(sorted(sizes.items())), dtype,
-                        layout, strategy, None if params is None else tuple(sorted(params.items())),
-                        gpu, path, symbolic, measure, deterministic, precision)
+    kernel = _kept_kernel(_Request(identity, gpu, path, measure and tuned, contraction,
+                                   None if symbolic else checked))
+    if kernel.contraction.source != contraction.source:  # another spelling of the same tree
+        kernel = replace(kernel, contraction=contraction)
+    return kernel
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
-def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strategy: str | None,
-                 params: tuple | None, gpu: Gpu, cache: str | None, symbolic: bool,
-                 measure: bool, deterministic: bool, precision: str) -> Kernel:
-    """:func:`_compiled`'s kernel, kept: called only by :func:`_kept`, whose arguments it is."""
-    return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
-                     None if params is None else dict(params), symbolic, gpu,
-                     TuningCache(cache) if cache else False, measure, deterministic, precision)
+def _kept_kernel(request: _Request) -> Kernel:
+    """:func:`compile`'s work, once its arguments are checked, kept: ask the tuning policy
+    for a strategy and parameters where none are given, then make the kernel (from the kernel
+    store when it holds it)."""
+    identity = request.identity
+    store = TuningCache(request.cache) if request.cache else None
+    generate = _Generator(request.contraction, identity.problem, request.sizes, request.gpu,
+                          store)
+    if identity.gpu is not None:  # searched
+        strategy, params = policy.tuned(identity.problem, request.gpu, store, request.measure,
+                                        generate)
+    else:
+        strategy, params = identity.strategy, dict(identity.params)
+    return generate.keep(generate(strategy, params), strategy, params)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
@@ -507,7 +509,7 @@ def _kept_incremental(expr: str, sizes: tuple, dtype: str, layout: str, gpu: Gpu
                    precision=precision)
     gpu_model = find_gpu(gpu)
     check_grid(program, gpu_model.max_threads_per_block, gpu_model.max_registers_per_thread)
-    generate = _Generator(program)
+    generate = _Generator.of(program, gpu_model)
 
     def searched() -> tuple[SearchResult, dict[str, Any]]:
         result = tuning_search(program, gpu_model, generate=generate)
@@ -591,87 +593,12 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
                          f"cast safely; pass an out of dtype {dtype} or wider")
 
 
-def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure: bool,
-           generate: _Generator) -> tuple[str, dict[str, Any]]:
-    """The searched strategy and parameters, from the tuning cache when it has them.
-
-    A cached entry is re-checked against this program's parameter space before it is used;
-    one that no longer fits is reported and searched for again. An entry holds the model's
-    prediction (``seconds``, ``binding``) and, apart from it, a measurement (``measured``:
-    seconds and the device) when the search timed its candidates; ``measure=True`` searches
-    again where the entry has none."""
-    store = _store(cache)
-    key = CacheKey.of(program, find_gpu(gpu).name)
-    hit = _cached(program, store, key, measure) if store is not None else None
-    if hit is not None:
-        return hit["strategy"], dict(hit["params"])
-    result = tuning_search(program, gpu, measure, generate)
-    if store is not None:
-        store.put(key, cache_value(result, "compile()"))
-    return result.best.strategy, dict(result.best.params)
-
-
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
                   generate: _Generator | None = None,
                   max_nodes: int | None = None) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
-    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
-    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
-    the winner of a problem that is not small."""
-    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
-    return _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                     check=not small, generate=generate)
-
-
-def _store(cache: TuningCache | bool) -> TuningCache | None:
-    """The tuning cache ``cache`` names: itself, the default file (True), or none (False)."""
-    return cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
-
-
-def _cached(program: Program, store: TuningCache, key: CacheKey, measure: bool) -> dict | None:
-    """``store``'s entry under ``key`` if it still fits ``program``'s parameter space (one that
-    no longer fits is reported and ignored) and, with ``measure``, holds a measured time."""
-    hit = store.get(key)
-    if hit is None or (measure and not hit.get("measured")):
-        return None
-    try:
-        chosen = strategies.get(hit["strategy"])
-        chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
-        return hit
-    except (StrategyError, KeyError, TypeError) as error:
-        warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
-                      stacklevel=4)
-        return None
-
-
-def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
-    """What the tuning cache keeps of a search: its winner's strategy and parameters, the
-    model's prediction (``seconds``, ``binding``), apart from it a measurement (``measured``:
-    seconds and the device) where the search timed its candidates, and how it was ``found``
-    (``by`` whom: compile(), treduda.search(), treduda tune)."""
-    best, stats = result.best, result.stats
-    measured = None if best.measured is None else {"seconds": best.measured,
-                                                   "device": best.measured_on}
-    found = (f"by {by}, a {'complete search' if stats.complete else 'search within a budget'} "
-             f"of {stats.nodes_visited} nodes"
-             + (", re-ranked by walking the kernels" if best.walked is not None else "")
-             + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
-    return {"strategy": best.strategy, "params": dict(best.params),
-            "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-            "measured": measured, "found": found}
-
-
-def _kernel_name(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
-    """A C name unique to everything that shapes the kernel text (so sources can be batched)."""
-    key = _shaping(program, strategy, params)
-    return f"td_{program.original.output}_{hashlib.sha1(key.encode()).hexdigest()[:10]}"
-
-
-def _shaping(program: Program, strategy: str, params: Mapping[str, Any]) -> str:
-    """Everything that shapes a kernel, as text (``deterministic`` and ``precision`` only where
-    not the default, so other kernels keep their names)."""
-    return repr((repr(program.original.tree), sorted((program.expression_sizes or {}).items()),
-                 program.dtype, program.layout, strategy, sorted(params.items()),
-                 *(("deterministic",) if program.deterministic else ()),
-                 *((program.precision,) if program.precision != HIGHEST else ())))
+    (``treduda tune`` runs the same one on a cluster): :func:`treduda.tuning.policy.
+    tuning_search`, its candidates' kernels made here."""
+    gpu = find_gpu(gpu)
+    return policy.tuning_search(program, gpu, measure, generate or _Generator.of(program, gpu),
+                                max_nodes)

@@ -109,3 +109,8 @@ class VerificationError(TredudaError):
 class HazardError(VerificationError):
     """The emulator found a race, an out-of-bounds access, an uninitialised read or a barrier
     that not every thread reaches: the kernel's result cannot be trusted on any device."""
+
+
+class StoredDataError(TredudaError):
+    """A stored kernel that does not decode (damaged, or written in another format); the
+    kernel store reports it and generates the kernel again."""

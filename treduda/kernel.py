@@ -4,23 +4,33 @@ it. Built by :func:`treduda.compile`; immutable afterwards."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.resources
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from functools import cached_property
+from pathlib import Path
 from typing import Any
 
 import jinja2
 import numpy as np
 
-from .codegen import ir, parts
+from .codegen import ir, parts, serial
 from .codegen.printer import CUDA, OPENCL, Dialect, Printer
-from .errors import BackendUnavailable, MissingSize, StrategyError, VerificationError
+from .errors import (
+    BackendUnavailable,
+    MissingSize,
+    StoredDataError,
+    StrategyError,
+    VerificationError,
+)
 from .frontend.contraction import Contraction
 from .frontend.dtypes import DEFAULT_CASTING, real, uniform
+from .frontend.identity import Identity
+from .frontend.merge import Merging, merge
 from .polyhedral.ast_build import INT32_LIMIT, Built
-from .polyhedral.lower import Program
+from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import read_only
 from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
@@ -30,64 +40,139 @@ from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
 BACKENDS = ("opencl", "cuda", "emulator")
+RECORD_FORMAT = 1  # of Kernel.record(); the generator's version hashes this module too
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Kernel:
-    """A contraction compiled by one strategy with fixed parameters."""
+    """A contraction compiled by one strategy with fixed parameters.
+
+    Generated in this process (:meth:`generated`), it holds its program and kernel IR. Loaded
+    from the kernel store (:meth:`from_record`), it holds its sources and what a launch needs
+    (:attr:`signature`: geometry, parameters, locals); its IR's body is decoded when first
+    asked for (:attr:`built`: the emulator, the walk) and its program planned, with isl, only
+    where something needs it (:attr:`program`)."""
 
     contraction: Contraction
-    program: Program
-    built: Built
+    identity: Identity  # everything that shaped it: the problem, strategy and parameters
     strategy: str
     params: Mapping[str, Any]  # read-only once made
+    sizes: dict[str, int] | None  # the extents it was generated for; None when arguments
+    signature: Built  # the launch geometry and the kernel IR, its body left out when stored
+    planned: Program | None = field(default=None, repr=False)  # generated here: its program
+    stored: Mapping[str, Any] | None = field(default=None, repr=False)  # loaded: its record
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", read_only(self.params))
 
+    @classmethod
+    def generated(cls, program: Program, built: Built, strategy: str,
+                  params: Mapping[str, Any]) -> Kernel:
+        """The kernel ``built`` from ``program`` by ``strategy`` with ``params``."""
+        return cls(program.original, program.identity.generated(strategy, params), strategy,
+                   params, program.expression_sizes, built, planned=program)
+
+    @classmethod
+    def from_record(cls, record: Mapping[str, Any], contraction: Contraction,
+                    identity: Identity) -> Kernel:
+        """The kernel :meth:`record` describes, for ``contraction`` (spelt as it likes: the
+        sources are printed again where the spelling differs) and the problem of
+        ``identity``; StoredDataError where the record is not one, or not of this problem."""
+        try:
+            if record.get("format") != RECORD_FORMAT:
+                raise StoredDataError(f"a kernel record of format {record.get('format')!r}, "
+                                      f"this treduda reads {RECORD_FORMAT}")
+            stored = Identity(**{name: value for name, value in record["identity"].items()
+                                 if name not in ("sizes", "params")},
+                              sizes=(record["identity"]["sizes"]
+                                     if isinstance(record["identity"]["sizes"], str) else
+                                     tuple(tuple(pair) for pair in record["identity"]["sizes"])),
+                              params=tuple(tuple(pair) for pair in record["identity"]["params"]))
+            if stored.problem != identity.problem:
+                raise StoredDataError(f"a record of the kernel {stored.to_json()}")
+            signature = _decoder()(record["signature"])
+            sizes = None if record["sizes"] is None else dict(record["sizes"])
+            params = dict(record["params"])
+            if not isinstance(signature, Built) or not isinstance(record["body"], dict):
+                raise StoredDataError("its signature or body is not kernel IR")
+            return cls(contraction, stored, record["strategy"], params, sizes, signature,
+                       stored=record)
+        except (KeyError, TypeError, ValueError) as e:
+            raise StoredDataError(f"a damaged kernel record ({type(e).__name__}: {e})") from None
+
+    def record(self) -> dict[str, Any]:
+        """The kernel as JSON data, for the kernel store: its identity, the sources, what a
+        launch needs, and the IR's body (decoded only when asked for)."""
+        built = self.built
+        signature = replace(built, kernel=replace(built.kernel, body=ir.Block(())))
+        return {"format": RECORD_FORMAT, "identity": self.identity.fields(),
+                "expression": self.expression, "strategy": self.strategy,
+                "params": [[name, value] for name, value in self.params.items()],
+                "sizes": None if self.sizes is None else [[i, n] for i, n in self.sizes.items()],
+                "signature": serial.encode(signature),
+                "body": serial.encode(built.kernel.body),
+                "sources": {"cuda": self.cuda_source, "opencl": self.opencl_source}}
+
+    @cached_property
+    def built(self) -> Built:
+        """The kernel IR and its launch geometry (a stored kernel's body decoded now)."""
+        if self.stored is None:
+            return self.signature
+        body = _decoder()(self.stored["body"])
+        return replace(self.signature, kernel=replace(self.signature.kernel, body=body))
+
+    @cached_property
+    def program(self) -> Program:
+        """The polyhedral program (a stored kernel's planned now, which takes isl)."""
+        if self.planned is not None:
+            return self.planned
+        return plan(self.contraction, self.sizes, self.layout, self.dtype,
+                    symbolic=self.symbolic, deterministic=self.deterministic,
+                    precision=self.precision)
+
+    @cached_property
+    def merging(self) -> Merging:
+        """The indices the kernel treats as one (no isl: merging is the frontend's)."""
+        return self.planned.merging if self.planned is not None else merge(self.contraction)
+
     @property
     def name(self) -> str:
-        return self.built.kernel.name
+        return self.signature.kernel.name
 
     @property
     def expression(self) -> str:
         return self.contraction.source
 
     @property
-    def sizes(self) -> dict[str, int] | None:
-        """The extents the kernel was generated for, or None when they are arguments."""
-        return self.program.expression_sizes
-
-    @property
     def merged(self) -> dict[str, tuple[str, ...]]:
         """Indices the kernel treats as one (:mod:`~treduda.frontend.merge`): merged -> indices."""
-        return self.program.merging.merges
+        return self.merging.merges
 
     @property
     def symbolic(self) -> bool:
-        return self.program.symbolic
+        return self.sizes is None
 
     @property
     def dtype(self) -> str:
-        return self.program.dtype
+        return self.identity.dtype
 
     @property
     def layout(self) -> str:
-        return self.program.layout
+        return self.identity.layout
 
     @property
     def deterministic(self) -> bool:
         """Whether the kernel gives the same result bit for bit on every run (no atomics)."""
-        return self.program.deterministic
+        return self.identity.deterministic
 
     @property
     def precision(self) -> str:
         """How the kernel's products round float32 inputs (``dtypes.PRECISIONS``)."""
-        return self.program.precision
+        return self.identity.precision
 
     @property
     def block(self) -> tuple[int, int, int]:
-        return self.built.block
+        return self.signature.block
 
     @property
     def grid(self) -> tuple[int, int, int] | None:
@@ -95,9 +180,9 @@ class Kernel:
         return None if self.symbolic else self.grid_for(self.sizes)
 
     def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
-        merged = self.program.merging.sizes(sizes)
+        merged = self.merging.sizes(sizes)
         env = {f"N_{index}": extent for index, extent in merged.items()}
-        grid = tuple(int(ir.evaluate(g, env)) for g in self.built.grid)
+        grid = tuple(int(ir.evaluate(g, env)) for g in self.signature.grid)
         if grid[0] > INT32_LIMIT:
             raise StrategyError(f"this launch needs {grid[0]} blocks along x, more than a GPU "
                                 f"allows ({INT32_LIMIT}); choose larger tiles (block_*, reg_*)")
@@ -106,15 +191,25 @@ class Kernel:
     @property
     def ast(self) -> str:
         """isl's AST of the kernel, as isl prints it."""
-        return self.built.ast
+        return self.signature.ast
 
     @cached_property
     def cuda_source(self) -> str:
-        return self._render(CUDA, "kernel.cu.j2")
+        return self._stored_source("cuda") or self._render(CUDA, "kernel.cu.j2")
 
     @cached_property
     def opencl_source(self) -> str:
-        return self._render(OPENCL, "kernel.cl.j2")
+        return self._stored_source("opencl") or self._render(OPENCL, "kernel.cl.j2")
+
+    def _stored_source(self, dialect: str) -> str | None:
+        """A stored kernel's source, where it was stored for this spelling of the expression
+        (the source's header quotes it)."""
+        if self.stored is None or self.stored["expression"] != self.expression:
+            return None
+        source = self.stored["sources"][dialect]
+        if not isinstance(source, str):
+            raise StoredDataError(f"the stored {dialect} source is not text")
+        return source
 
     def run(self, *, backend: str = "opencl", casting: str = DEFAULT_CASTING,
             **values: Any) -> Any:
@@ -269,13 +364,13 @@ class Kernel:
         return next(r for r in sass_report(self.cuda_source, arch) if r.kernel == self.name)
 
     def _prepare(self, sizes, arrays, scalars, xp=np) -> Launch:
-        launch = prepare(self.contraction, self.built.kernel, self.layout, self.grid_for(sizes),
-                         self.block, sizes, self.program.merging.sizes(sizes), arrays, scalars,
-                         xp)
-        then = self.built.parts_sum
+        first = self.signature.kernel  # the body is not needed to launch
+        launch = prepare(self.contraction, first, self.layout, self.grid_for(sizes),
+                         self.block, sizes, self.merging.sizes(sizes), arrays, scalars, xp)
+        then = self.signature.parts_sum
         if then is None:
             return launch
-        return followed(launch, self.built.kernel, then.kernel, then.grid, then.block)
+        return followed(launch, first, then.kernel, then.grid, then.block)
 
     def _launch_timed(self, launch: Launch, backend: str, timed: bool) -> TimedRun:
         """Run on ``backend``, timed by the device where ``timed`` (else 0 seconds, no
@@ -320,7 +415,7 @@ class Kernel:
         grid = [printer.expr(g) for g in self.built.grid]
         return _templates().get_template(template).render(
             version=installed_version(), expression=self.expression, sizes=sizes,
-            merged=self.program.merging.describe(), dtype=self.dtype, precision=self.precision,
+            merged=self.merging.describe(), dtype=self.dtype, precision=self.precision,
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
@@ -347,17 +442,42 @@ class Kernel:
     def _zeroed_bytes(self) -> int:
         """Bytes of the output the launch zeroes first (0: it does not; split kernels have
         fixed sizes)."""
-        if not self.built.kernel.zeroed_output:
+        if not self.signature.kernel.zeroed_output:
             return 0
         c = self.contraction
         return math.prod(self.sizes[i] for i in c.output_indices) * np.dtype(self.dtype).itemsize
 
     def __repr__(self) -> str:
         geometry = f"grid={self.grid}, block={self.block}" if self.grid else f"block={self.block}"
-        merged = self.program.merging.describe()
+        merged = self.merging.describe()
         precision = "" if self.precision == "highest" else f", precision={self.precision}"
         return (f"Kernel({self.expression!r}, {self.dtype}{precision}, layout={self.layout}, "
                 f"strategy={self.strategy}, {geometry}{f', merged {merged}' if merged else ''})")
+
+
+@functools.cache
+def _decoder() -> serial.Decoder:
+    return serial.Decoder([Built])
+
+
+GENERATOR_PACKAGES = ("treduda.frontend", "treduda.polyhedral", "treduda.codegen",
+                      "treduda.strategies", "treduda.templates")
+"""The packages whose code makes a kernel: their sources, with this module's (the record's
+format) and treduda's version, are the code generator's version (:func:`generator_version`)."""
+
+
+@functools.cache
+def generator_version() -> str:
+    """treduda's version and a hash of the code generator's sources: a stored kernel made by
+    another generator is not found (no version constant to forget to bump)."""
+    digest = hashlib.sha256(Path(__file__).read_bytes())
+    for package in GENERATOR_PACKAGES:
+        folder = importlib.resources.files(package)
+        for source in sorted((f for f in folder.iterdir() if f.name.endswith((".py", ".j2"))),
+                             key=lambda f: f.name):
+            digest.update(f"{package}/{source.name}\n".encode())
+            digest.update(source.read_bytes())
+    return f"{installed_version()}+{digest.hexdigest()[:16]}"
 
 
 @functools.cache

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .. import strategies
-from ..api import MEASURED, compile, program, search, tuning_entry
+from ..api import compile, program, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
@@ -20,6 +20,7 @@ from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
 from ..tuning.paths import many_factors
+from ..tuning.policy import MEASURED
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
 from .tune_cli import tune_arguments, tune_command

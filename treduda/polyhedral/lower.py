@@ -27,6 +27,7 @@ from ..codegen import ir
 from ..errors import InvalidName, StrategyError
 from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
 from ..frontend.dtypes import HIGHEST, TF32, check_dtype, check_literals, check_precision
+from ..frontend.identity import SYMBOLIC, Identity
 from ..frontend.merge import Merging, merge
 from ..frontend.tree import Read
 
@@ -86,6 +87,14 @@ class Program:
     # parts to a workspace that a second kernel adds up in a fixed order).
     deterministic: bool = False
     precision: str = HIGHEST  # how the sums' products round their inputs (dtypes.PRECISIONS)
+
+    @property
+    def identity(self) -> Identity:
+        """The problem's :class:`~treduda.frontend.identity.Identity` (no text parsed again)."""
+        sizes = self.expression_sizes
+        return Identity(repr(self.original.tree),
+                        SYMBOLIC if sizes is None else tuple(sorted(sizes.items())), self.dtype,
+                        self.layout, self.precision, self.deterministic)
 
     @property
     def original(self) -> Contraction:
@@ -170,9 +179,7 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
     """
     check_dtype(dtype)
     check_precision(precision, dtype)
-    if layout not in LAYOUTS:
-        raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
-                            "'F' (column-major)")
+    check_layout(layout)
     contraction = analyse(expr) if isinstance(expr, str) else expr
     check_literals([t.coefficient for t in contraction.terms], dtype)
     if symbolic and not sizes:
@@ -181,6 +188,13 @@ def plan(expr: str | Contraction, sizes: Mapping[str, int] | None = None, layout
     fixed = resolve_sizes(contraction, sizes or {})
     return replace(lower(contraction, None if symbolic else fixed, layout, dtype, precision),
                    deterministic=deterministic)
+
+
+def check_layout(layout: str) -> None:
+    """StrategyError unless ``layout`` is one of :data:`LAYOUTS`."""
+    if layout not in LAYOUTS:
+        raise StrategyError(f"layout {layout!r} is not supported; choose 'C' (row-major) or "
+                            "'F' (column-major)")
 
 
 def lower(contraction: Contraction, sizes: dict[str, int] | None, layout: str = "C",

@@ -26,8 +26,9 @@ from pathlib import Path
 from typing import Any
 
 from treduda.errors import TredudaError
-from treduda.frontend.contraction import Contraction, analyse, resolve_sizes
+from treduda.frontend.contraction import Contraction
 from treduda.frontend.dtypes import HIGHEST
+from treduda.frontend.identity import Identity
 from treduda.polyhedral.lower import Program
 
 SCHEMA_VERSION = 1
@@ -39,9 +40,6 @@ APPLICATION_ID = int.from_bytes(b"TRDD", "big")
 BUSY_TIMEOUT = 10.0
 """Seconds to wait for another process's write lock before giving up."""
 
-SYMBOLIC = "symbolic"
-"""The size class of kernels whose extents are runtime arguments."""
-
 _TABLE = "tuning"
 _COLUMNS = ("digest", "key", "value", "checksum", "schema", "created")
 _CREATE = f"""
@@ -50,6 +48,21 @@ CREATE TABLE {_TABLE} (
     key      TEXT NOT NULL,     -- the key fields as canonical JSON
     value    TEXT NOT NULL,     -- the search result as JSON
     checksum TEXT NOT NULL,     -- sha256 of key and value, to detect tampering or bit rot
+    schema   INTEGER NOT NULL,  -- SCHEMA_VERSION of the writer
+    created  REAL NOT NULL      -- unix time
+)"""
+
+# Generated kernels (the kernel store): each under its Identity and the code generator's
+# version, so a kernel from another generator is never found, and a new one replaces it.
+_KERNELS = "kernels"
+_KERNEL_COLUMNS = ("digest", "identity", "key", "value", "checksum", "schema", "created")
+_CREATE_KERNELS = f"""
+CREATE TABLE IF NOT EXISTS {_KERNELS} (
+    digest   TEXT PRIMARY KEY,  -- sha256 of key
+    identity TEXT NOT NULL,     -- Identity.digest(): one row per kernel, whatever generated it
+    key      TEXT NOT NULL,     -- the identity and the generator's version as canonical JSON
+    value    TEXT NOT NULL,     -- the kernel's record as JSON (treduda.kernel.Kernel.record)
+    checksum TEXT NOT NULL,     -- sha256 of key and value
     schema   INTEGER NOT NULL,  -- SCHEMA_VERSION of the writer
     created  REAL NOT NULL      -- unix time
 )"""
@@ -104,23 +117,30 @@ class CacheKey:
         ``sizes`` is ``None`` for symbolic kernels (size class ``"symbolic"``), another size
         class string, or a mapping that must give every index a positive extent.
         """
-        contraction = analyse(expression) if isinstance(expression, str) else expression
-        if sizes is None:
-            size_field: tuple[tuple[str, int], ...] | str = SYMBOLIC
-        elif isinstance(sizes, str):
-            size_field = sizes
-        else:
-            size_field = tuple(sorted(resolve_sizes(contraction, sizes).items()))
-        return cls(repr(contraction.tree), size_field, dtype, layout, gpu,
-                   installed_version() if version is None else version, precision,
-                   deterministic)
+        return cls.of_identity(Identity.make(expression, sizes, dtype, layout,
+                                             precision=precision,
+                                             deterministic=deterministic).on(gpu), version)
 
     @classmethod
     def of(cls, program: Program, gpu: str) -> CacheKey:
         """The key of a planned program on ``gpu``: no text parsed again."""
-        return cls.make(program.original, program.expression_sizes, program.dtype,
-                        program.layout, gpu, precision=program.precision,
-                        deterministic=program.deterministic)
+        return cls.of_identity(program.identity.on(gpu))
+
+    @classmethod
+    def of_identity(cls, identity: Identity, version: str | None = None) -> CacheKey:
+        """The key of a search result: its :class:`Identity` (a problem on a GPU) and the
+        version of treduda that searched."""
+        if identity.gpu is None or identity.strategy is not None:
+            raise TredudaError(f"a tuning-cache key is a problem on a GPU, not {identity}")
+        return cls(identity.expression, identity.sizes, identity.dtype, identity.layout,
+                   identity.gpu, installed_version() if version is None else version,
+                   identity.precision, identity.deterministic)
+
+    @property
+    def identity(self) -> Identity:
+        """The search's identity this key stores it under, without the version."""
+        return Identity(self.expression, self.sizes, self.dtype, self.layout, self.precision,
+                        self.deterministic, self.gpu)
 
     def to_json(self) -> str:
         """The fields as canonical JSON: what is stored and what :meth:`digest` hashes
@@ -204,12 +224,7 @@ class _Corrupt(Exception):
 def _validate(row: Row, expected: CacheKey | None = None) -> Entry:
     """The entry stored in ``row``, or :class:`_Corrupt` saying which check failed."""
     digest, key_json, value_json, checksum, schema, created = row
-    if schema != SCHEMA_VERSION:
-        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
-    if not all(isinstance(text, str) for text in (key_json, value_json, checksum)):
-        raise _Corrupt("its key, value or checksum is not text")
-    if _checksum(key_json, value_json) != checksum:
-        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+    _check_row(key_json, value_json, checksum, schema)
     try:
         key = CacheKey.from_json(key_json)
     except ValueError as e:
@@ -218,15 +233,52 @@ def _validate(row: Row, expected: CacheKey | None = None) -> Entry:
         raise _Corrupt(f"its stored key fields are for a different key: {key}")
     if key.digest() != digest:
         raise _Corrupt("its stored key does not hash to the digest it is stored under")
+    value = _object(value_json)
+    if isinstance(created, bool) or not isinstance(created, (int, float)):
+        raise _Corrupt(f"its creation time {created!r} is not a number")
+    return Entry(key, value, float(created))
+
+
+def _digest(text: str) -> str:
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _kernel_key(identity: Identity, generator: str) -> str:
+    """The kernel store's key: a generated kernel's identity and the generator's version."""
+    if identity.strategy is None:
+        raise TredudaError(f"the kernel store keeps generated kernels, not {identity}")
+    return _canonical({"identity": identity.fields(), "generator": generator})
+
+
+def _validate_kernel(row: Row, key_json: str) -> dict:
+    """The record stored in the kernel store's ``row`` under ``key_json``, or :class:`_Corrupt`
+    saying which check failed."""
+    digest, _, stored_key, value_json, checksum, schema, _ = row
+    _check_row(stored_key, value_json, checksum, schema)
+    if stored_key != key_json or _digest(stored_key) != digest:
+        raise _Corrupt("its stored key is not the key it is stored under")
+    return _object(value_json)
+
+
+def _check_row(key_json: Any, value_json: Any, checksum: Any, schema: Any) -> None:
+    """:class:`_Corrupt` unless a row is of this schema, text, and matches its checksum."""
+    if schema != SCHEMA_VERSION:
+        raise _Corrupt(f"it has schema version {schema!r}, this treduda reads {SCHEMA_VERSION}")
+    if not all(isinstance(text, str) for text in (key_json, value_json, checksum)):
+        raise _Corrupt("its key, value or checksum is not text")
+    if _checksum(key_json, value_json) != checksum:
+        raise _Corrupt("its checksum does not match its key and value (modified or damaged)")
+
+
+def _object(value_json: str) -> dict:
+    """A row's value: a JSON object, or :class:`_Corrupt`."""
     try:
         value = json.loads(value_json)
     except ValueError as e:
         raise _Corrupt(f"its value is not valid JSON ({e})") from None
     if not isinstance(value, dict):
         raise _Corrupt(f"its value is a JSON {type(value).__name__}, not an object")
-    if isinstance(created, bool) or not isinstance(created, (int, float)):
-        raise _Corrupt(f"its creation time {created!r} is not a number")
-    return Entry(key, value, float(created))
+    return value
 
 
 def _describe(row: Row) -> str:
@@ -313,11 +365,76 @@ class TuningCache:
         self._discard(corrupt)
         return valid
 
-    def clear(self) -> int:
-        """Remove every entry; returns how many rows were removed."""
+    def get_kernel(self, identity: Identity, generator: str) -> dict | None:
+        """The record of the kernel ``identity`` names, as ``generator`` made it; None on a
+        miss, or where the row fails its checks (reported and removed) or the store cannot
+        be read (reported): the kernel is generated again."""
+        key_json = _kernel_key(identity, generator)
+        try:
+            with self._connect() as conn:
+                row = conn.execute(f"SELECT {', '.join(_KERNEL_COLUMNS)} FROM {_KERNELS} "
+                                   "WHERE digest = ?", (_digest(key_json),)).fetchone()
+        except (_NotACache, TredudaError) as e:
+            warnings.warn(f"cannot read the kernel store in {self.path} ({e}); generating the "
+                          "kernel", CacheWarning, stacklevel=2)
+            return None
+        if row is None:
+            return None
+        try:
+            return _validate_kernel(row, key_json)
+        except _Corrupt as e:
+            self._discard([(row, f"kernel {identity.to_json()}: {e}")], _KERNELS,
+                          _KERNEL_COLUMNS)
+            return None
+
+    def has_kernel(self, identity: Identity, generator: str) -> bool:
+        """Whether the store holds the kernel ``identity`` names, as ``generator`` made it
+        (its row is checked when read)."""
+        try:
+            with self._connect() as conn:
+                return conn.execute(f"SELECT 1 FROM {_KERNELS} WHERE digest = ?", (
+                    _digest(_kernel_key(identity, generator)),)).fetchone() is not None
+        except (_NotACache, TredudaError):
+            return False
+
+    def put_kernel(self, identity: Identity, generator: str, record: dict) -> None:
+        """Keep ``record`` as the kernel ``identity`` names, made by ``generator``, in place of
+        any made by another; a store that cannot be written is reported, not raised: it only
+        saves time."""
+        try:
+            key_json, value_json = _kernel_key(identity, generator), _canonical(record)
+        except (TypeError, ValueError) as e:  # e.g. a parameter that is not JSON
+            warnings.warn(f"cannot keep the kernel {identity} ({e})", CacheWarning,
+                          stacklevel=2)
+            return
+        row = (_digest(key_json), identity.digest(), key_json, value_json,
+               _checksum(key_json, value_json), SCHEMA_VERSION, time.time())
         try:
             with self._connect() as conn:
                 conn.execute("BEGIN IMMEDIATE")
+                conn.execute(f"DELETE FROM {_KERNELS} WHERE identity = ?", (row[1],))
+                conn.execute(f"INSERT OR REPLACE INTO {_KERNELS} ({', '.join(_KERNEL_COLUMNS)}) "
+                             f"VALUES ({', '.join('?' * len(_KERNEL_COLUMNS))})", row)
+                conn.execute("COMMIT")
+        except (_NotACache, TredudaError) as e:
+            warnings.warn(f"cannot keep the kernel in {self.path} ({e})", CacheWarning,
+                          stacklevel=2)
+
+    def kernels(self) -> int:
+        """Kernels in the store."""
+        try:
+            with self._connect() as conn:
+                return conn.execute(f"SELECT COUNT(*) FROM {_KERNELS}").fetchone()[0]
+        except (_NotACache, TredudaError):
+            return 0
+
+    def clear(self) -> int:
+        """Remove every entry and every stored kernel; returns how many entries were
+        removed."""
+        try:
+            with self._connect() as conn:
+                conn.execute("BEGIN IMMEDIATE")
+                conn.execute(f"DELETE FROM {_KERNELS}")
                 removed = conn.execute(f"DELETE FROM {_TABLE}").rowcount
                 conn.execute("COMMIT")
         except _NotACache as e:
@@ -366,6 +483,10 @@ class TuningCache:
                 conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
                 conn.execute(_CREATE)
             conn.execute("COMMIT")
+        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                            (_KERNELS,)).fetchone():
+            with suppress(sqlite3.OperationalError):  # a read-only cache: no kernel store
+                conn.execute(_CREATE_KERNELS)  # a cache from before the kernel store had none
         if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
             # Persistent; may stay "delete" on filesystems without shared memory, which is
             # slower under contention but still atomic. The switch needs the file to itself and
@@ -392,7 +513,8 @@ class TuningCache:
             raise _NotACache(f"its table {_TABLE!r} has columns {columns}, expected {_COLUMNS}")
         return True
 
-    def _discard(self, corrupt: list[tuple[Row, str]]) -> None:
+    def _discard(self, corrupt: list[tuple[Row, str]], table: str = _TABLE,
+                 columns: tuple[str, ...] = _COLUMNS) -> None:
         """Report each corrupt row, then delete it unless another process has replaced it."""
         for _, reason in corrupt:
             warnings.warn(f"ignoring tuning-cache entry {reason}; removing it from {self.path}",
@@ -403,8 +525,8 @@ class TuningCache:
             with self._connect() as conn:
                 conn.execute("BEGIN IMMEDIATE")
                 for row, _ in corrupt:
-                    conn.execute(f"DELETE FROM {_TABLE} WHERE "
-                                 + " AND ".join(f"{column} IS ?" for column in _COLUMNS), row)
+                    conn.execute(f"DELETE FROM {table} WHERE "
+                                 + " AND ".join(f"{column} IS ?" for column in columns), row)
                 conn.execute("COMMIT")
         except (TredudaError, _NotACache):
             pass  # e.g. a read-only cache: the entry stays ignored, and is reported again

@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StrategyError
+from ..frontend.identity import params_text
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, read_only
 from ..strategies import get as get_strategy
@@ -40,8 +41,9 @@ DISTINCT = 0.01
 
 
 def identity(params: Mapping[str, Any]) -> str:
-    """Parameters as text: equal for equal parameters, in any order."""
-    return json.dumps(dict(params), sort_keys=True)
+    """Parameters as text: equal for equal parameters, in any order (a candidate's
+    :class:`~treduda.frontend.identity.Identity` within its problem)."""
+    return params_text(params)
 
 
 @dataclass(frozen=True)

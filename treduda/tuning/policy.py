@@ -1,0 +1,222 @@
+"""The search policy, in one place: which strategy and parameters :func:`treduda.compile` gets.
+
+:func:`tuned` is what ``compile`` asks. It looks the problem up in the tuning cache, trusts an
+entry whose kernel the kernel store holds (made by this code generator, so it passed the
+strategy's checks), re-checks any other against the parameter space, and otherwise searches
+within a node budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
+(:func:`reranked`), measures the best few where asked, and remembers the result.
+
+The policy decides; it makes no kernels. It asks a :class:`Generator` (``treduda.api``'s) for
+the program and for the kernels of candidates, which it may take from the kernel store.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping
+from dataclasses import replace
+from typing import Any, Protocol
+
+from ..errors import StrategyError
+from ..frontend.identity import Identity, params_text
+from ..polyhedral.lower import Program
+from ..run.cuda import gpu_present
+from ..run.nvcc import compile_cuda_batch, nvcc_supports
+from ..strategies import get as get_strategy
+from .cache import CacheKey, CacheWarning, TuningCache
+from .gpus import Gpu
+from .model import Compiled, Model
+from .search import Candidate, SearchResult, search_program
+
+# Node budgets of the search compile() runs: enough for full-size problems to finish; small
+# ones (whose candidates differ by microseconds) stop early with the best found so far.
+SEARCH_NODE_BUDGET = 5000
+SMALL_PROBLEM = 10_000_000  # points in the iteration space
+SMALL_PROBLEM_BUDGET = 200
+MEASURED = 5  # candidates search(measure=True) generates, checks and times
+CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
+CHECKED_MOST = 16  # ... and at most in all
+# A batch after the first is compiled only for a candidate predicted this much faster than the
+# best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
+CHECK_GAIN = 0.05
+
+
+class Generator(Protocol):
+    """The kernels of one problem, as the policy asks for them (``treduda.api`` makes them)."""
+
+    @property
+    def program(self) -> Program:
+        """The problem's polyhedral program (planned, with isl, when first asked for)."""
+
+    def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Any:
+        """The kernel of ``strategy`` with ``params`` (a ``treduda.Kernel``), made once."""
+
+    def known(self, strategy: str, params: Mapping[str, Any]) -> bool:
+        """Whether the kernel store holds that kernel, made by this code generator."""
+
+
+def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
+          generate: Generator) -> tuple[str, dict[str, Any]]:
+    """The searched strategy and parameters of ``problem`` on ``gpu``, from the tuning cache
+    ``store`` when it has them, else searched and kept there.
+
+    An entry whose kernel the kernel store holds is used as it is: this code generator made
+    that kernel from it, checking it against the parameter space then, and nothing is planned.
+    Any other is re-checked against the program's parameter space before it is used; one that
+    no longer fits is reported and searched for again. An entry holds the model's prediction
+    (``seconds``, ``binding``) and, apart from it, a measurement (``measured``: seconds and
+    the device) when the search timed its candidates; ``measure=True`` searches again where
+    the entry has none."""
+    key = CacheKey.of_identity(problem.on(gpu.name))
+    hit = store.get(key) if store is not None else None
+    if hit is not None and (not measure or hit.get("measured")):
+        if _known(hit, generate) or fits(generate.program, hit, key):
+            return hit["strategy"], dict(hit["params"])
+    result = tuning_search(generate.program, gpu, measure, generate)
+    remember(store, generate.program, result, "compile()")
+    return result.best.strategy, dict(result.best.params)
+
+
+def _known(hit: dict, generate: Generator) -> bool:
+    """Whether the kernel store holds the kernel of the entry ``hit`` (False for an entry
+    whose fields are not a strategy and parameters: :func:`fits` reports it)."""
+    try:
+        return generate.known(hit["strategy"], dict(hit["params"]))
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return False
+
+
+def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Generator,
+                  max_nodes: int | None = None) -> SearchResult:
+    """The search compile() runs for ``program`` when neither strategy nor params are given
+    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
+    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
+    the winner of a problem that is not small."""
+    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
+    return reranked(search_program(program, gpu, max_nodes=budget), 0, measure, generate,
+                    check=not small)
+
+
+def reranked(result: SearchResult, refine: int, measure: bool, generate: Generator,
+             check: bool = False) -> SearchResult:
+    """``result`` with a new winner: with ``check``, as ptxas's reports re-estimate it
+    (:func:`checked`); among its ``refine`` best by the walk over their kernels; then with
+    ``measure`` among its :data:`MEASURED` best by their checked, timed runs."""
+    if check and nvcc_supports(result.gpu.arch):
+        result = checked(result, generate)
+    if refine:
+        walked = [_walked(result, c, generate) for c in result.top(refine)]
+        result = replace(result, best=min(walked, key=lambda c: (c.walked.seconds, c.key())))
+    if measure:
+        backend = "cuda" if gpu_present() else "opencl"
+        measured = [_measured(c, backend, generate) for c in result.top(MEASURED)]
+        result = replace(result, best=min(measured, key=lambda c: c.measured))
+    return result
+
+
+def checked(result: SearchResult, generate: Generator) -> SearchResult:
+    """``result`` whose winner ptxas has reported on: re-estimated with the registers and
+    spills of its compiled kernel; while the best so re-estimated is slower than the prediction
+    of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
+    next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
+    fastest wins.
+
+    The model predicts registers and spills from the main loop alone; ptxas's allocation of a
+    large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
+    register tile, B read from global memory over an 8 x 8 step) was predicted to fit 128
+    registers, and ptxas spilled 2.3 KB per thread while both summed indices of a step were
+    unrolled; tccg_15's winners fit 113 by the model and ptxas spills 16 bytes. tccg_28's
+    winner now preloads an 8 x 8 step: 126 registers by the model, 168 by ptxas (59.5 ms
+    instead of 44.9); the four best are all such, alike but for symmetry, and the fifth, the
+    same without preloading, takes 122 (44.9 ms)."""
+    model = Model(generate.program, result.gpu, result.best.strategy)
+
+    def with_reports(candidates: list[Candidate]) -> list[Candidate]:
+        kernels = [generate(c.strategy, c.params) for c in candidates]
+        reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
+        checked = []
+        for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
+            compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
+            checked.append(replace(candidate, compiled=compiled,
+                                   prediction=model.estimate(candidate.params, compiled)))
+        return checked
+
+    top = result.top(CHECKED_MOST)
+    checked = with_reports(top[:1])
+    gain = 0.0  # the first rivals are checked on any upset, later ones for a real gain only
+    while len(checked) < len(top) and (min(c.prediction.seconds for c in checked)
+                                       > top[len(checked)].prediction.seconds * (1 + gain)):
+        checked += with_reports(top[len(checked):len(checked) + CHECKED])
+        gain = CHECK_GAIN
+    by_params = {params_text(c.params): c for c in checked}
+    return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
+        by_params.get(params_text(c.params), c) for c in result.candidates))
+
+
+def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> Candidate:
+    """``candidate`` with the estimate of a walk over its generated kernel."""
+    kernel = generate(candidate.strategy, candidate.params)
+    return replace(candidate, walked=kernel.estimate(result.gpu))
+
+
+def _measured(candidate: Candidate, backend: str, generate: Generator) -> Candidate:
+    """``candidate`` with its median time per launch on ``backend``, after checking its
+    result against numpy.einsum there."""
+    kernel = generate(candidate.strategy, candidate.params)
+    kernel.verify(backend=backend)
+    timing = kernel.time(backend)
+    return replace(candidate, measured=timing.seconds, measured_on=timing.device)
+
+
+def store_of(cache: TuningCache | bool) -> TuningCache | None:
+    """The tuning cache ``cache`` names: itself, the default file (True), or none (False)."""
+    return cache if isinstance(cache, TuningCache) else (TuningCache() if cache else None)
+
+
+def cached(program: Program, store: TuningCache, key: CacheKey, measure: bool) -> dict | None:
+    """``store``'s entry under ``key`` if it still fits ``program``'s parameter space (one that
+    no longer fits is reported and ignored) and, with ``measure``, holds a measured time."""
+    hit = store.get(key)
+    if hit is None or (measure and not hit.get("measured")):
+        return None
+    return hit if fits(program, hit, key) else None
+
+
+def fits(program: Program, hit: dict, key: CacheKey) -> bool:
+    """Whether the entry ``hit`` names a strategy whose space holds its parameters for
+    ``program``; one that does not is reported."""
+    try:
+        chosen = get_strategy(hit["strategy"])
+        chosen.space(program).check({**chosen.defaults(program), **hit["params"]})
+        return True
+    except (StrategyError, KeyError, TypeError) as error:
+        warnings.warn(f"ignoring the cached tuning for {key}: {error}", CacheWarning,
+                      stacklevel=4)
+        return False
+
+
+def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
+    """What the tuning cache keeps of a search: its winner's strategy and parameters, the
+    model's prediction (``seconds``, ``binding``), apart from it a measurement (``measured``:
+    seconds and the device) where the search timed its candidates, and how it was ``found``
+    (``by`` whom: compile(), treduda.search(), treduda tune)."""
+    best, stats = result.best, result.stats
+    measured = None if best.measured is None else {"seconds": best.measured,
+                                                   "device": best.measured_on}
+    found = (f"by {by}, a {'complete search' if stats.complete else 'search within a budget'} "
+             f"of {stats.nodes_visited} nodes"
+             + (", re-ranked by walking the kernels" if best.walked is not None else "")
+             + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
+    return {"strategy": best.strategy, "params": dict(best.params),
+            "seconds": best.prediction.seconds, "binding": best.prediction.binding,
+            "measured": measured, "found": found}
+
+
+def remember(store: TuningCache | None, program: Program, result: SearchResult,
+             by: str) -> None:
+    """Keep ``result``, the search of ``program``, in the tuning cache ``store`` (if any), as
+    found ``by`` whom (:func:`cache_value`)."""
+    if store is not None:
+        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by))
