@@ -31,6 +31,7 @@ TRIED = 3  # candidates the tests try: few, each is generated and built on its f
 # What a new process reports after its first call (the cache named by $TREDUDA_CACHE).
 NEW_PROCESS = f"""
 import json, numpy as np, treduda
+treduda.tuning.incremental.SAMPLES = 1  # as the test that wrote the cache
 rng = np.random.default_rng(1)
 a, b = (rng.standard_normal(s).astype(np.float32) for s in {SHAPES!r})
 planned = treduda.contract_expression({EXPR!r}, a.shape, b.shape, tune="incremental")
@@ -40,6 +41,13 @@ print(json.dumps({{"params": dict(planned.kernel.last.params), "found": planned.
                    "right": bool(np.allclose(result, np.einsum({EXPR!r}, a, b), rtol=1e-4,
                                              atol=1e-5))}}))
 """
+
+
+@pytest.fixture(autouse=True)
+def one_sample(monkeypatch):
+    """One timed call per candidate, so that the order of the calls is easy to follow; the
+    samples are tested on their own (test_candidates_take_turns_and_keep_their_fastest)."""
+    monkeypatch.setattr(incremental, "SAMPLES", 1)
 
 
 @pytest.fixture
@@ -158,6 +166,32 @@ def test_a_candidate_that_does_not_compile_gives_way_to_the_next():
     assert [tuner.run() for _ in range(4)] == ["k2", "k3", "k3", "k3"]
     assert tuner.trials[0].failed.startswith("the OpenCL compiler rejected")
     assert tuner.winner.params == {"n": 3} and tuner.timed_calls == 2
+
+
+class _Loading(_Fake):
+    """A kernel whose first launch also loads its module, as CUDA's lazy loading does."""
+
+    def __init__(self, name: str, first: float, loaded: float):
+        super().__init__(name, first)
+        self.loaded = loaded
+
+    def run_timed(self, *, backend, **values):
+        timed = super().run_timed(backend=backend, **values)
+        self.seconds = self.loaded
+        return timed
+
+
+def test_candidates_take_turns_and_keep_their_fastest(monkeypatch):
+    """k1 is the faster once loaded, but its first launch is the slower: one sample each
+    would pick k2."""
+    monkeypatch.setattr(incremental, "SAMPLES", 2)
+    kernels = {1: _Loading("k1", 5e-3, 1e-3), 2: _Loading("k2", 4e-3, 2e-3)}
+    trials = [Trial("s", {"n": n}, n * 1e-3, "fma") for n in kernels]
+    tuner = IncrementalKernel(trials, lambda strategy, p: kernels[p["n"]], "opencl", "fake",
+                              None, CacheKey.make(EXPR, None, "float32", "C", "H100"), "given")
+    assert [tuner.run() for _ in range(6)] == ["k1", "k2", "k1", "k2", "k1", "k1"]
+    assert [(t.runs, t.measured) for t in tuner.trials] == [(2, 1e-3), (2, 2e-3)]
+    assert tuner.timed_calls == 4 and "fastest of 2" in str(tuner.winner)
 
 
 class _ReadOnly(TuningCache):

@@ -2,12 +2,16 @@
 
 The model cannot separate the few best candidates of a space (the GEMM 4096³ pick measured
 1.03x the fastest on an H100, its runner-up 1.5x), so with ``tune="incremental"`` the first
-calls of a kernel each run another of the search's best *distinct* candidates (the winner,
-then its rivals at distinct predicted times: :func:`candidates`), generated one per call and
-timed by the device's own events around the real launch (CUDA events, or the kernels' OpenCL
-profiling events on PoCL, which is a CPU's time). Once each has run, every later call runs the
-fastest measured (cuTENSOR's incremental autotuning). Every candidate computes the same
-contraction, so each call's result is right whichever ran.
+calls of a kernel run the search's best *distinct* candidates (the winner, then its rivals at
+distinct predicted times: :func:`candidates`), generated when first needed and timed by the
+device's own events around the real launch (CUDA events, or the kernels' OpenCL profiling
+events on PoCL, which is a CPU's time). The candidates take turns, :data:`SAMPLES` timed calls
+each, and each keeps its fastest: a module's first launch pays for loading it (CUDA loads
+modules lazily), which on an H200 made the first launch of each GEMM 256³ candidate take
+41-48 us against 12 us once loaded, more than the candidates differ by. Once every candidate
+has its samples, every later call runs the fastest measured (cuTENSOR's incremental
+autotuning). Every candidate computes the same contraction, so each call's result is right
+whichever ran.
 
 The tuning cache's entry for the contraction (:class:`~treduda.tuning.cache.CacheKey`) keeps
 the trials in its ``incremental`` field, apart from the model's prediction, after every timed
@@ -34,7 +38,8 @@ from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .search import Candidate, SearchResult, identity
 
-CANDIDATES = 4  # distinct candidates the first calls try, one per call
+CANDIDATES = 4  # distinct candidates the first calls try
+SAMPLES = 3  # timed calls of each candidate, taking turns; its fastest counts
 INCREMENTAL = "incremental"  # tune=: measure the best candidates on the first calls
 MODEL = "model"  # tune=: run the model's pick only (the search's winner)
 TUNES = (INCREMENTAL, MODEL)
@@ -67,12 +72,13 @@ class Trial:
     params: Mapping[str, Any]
     predicted: float  # the model's estimate, in seconds
     binding: str  # the resource the model says binds it
-    measured: float | None = None  # seconds of its timed call, on the trials' device
+    measured: float | None = None  # seconds of its fastest timed call, on the trials' device
     failed: str | None = None  # why it did not compile; never tried again
+    runs: int = 0  # timed calls so far
 
     @property
     def done(self) -> bool:
-        return self.measured is not None or self.failed is not None
+        return self.failed is not None or self.runs >= SAMPLES
 
     @classmethod
     def of(cls, candidate: Candidate) -> Trial:
@@ -82,7 +88,7 @@ class Trial:
     def to_json(self) -> dict[str, Any]:
         return {"strategy": self.strategy, "params": dict(self.params),
                 "predicted": self.predicted, "binding": self.binding,
-                "measured": self.measured, "failed": self.failed}
+                "measured": self.measured, "failed": self.failed, "runs": self.runs}
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Trial:
@@ -92,13 +98,17 @@ class Trial:
             raise TypeError("a trial's strategy is not text or its params not an object")
         if measured is not None and not isinstance(measured, (int, float)):
             raise TypeError(f"a trial's measured time {measured!r} is not a number")
+        runs = data.get("runs", 0 if measured is None else SAMPLES)  # one sample: older
+        if not isinstance(runs, int):
+            raise TypeError(f"a trial's number of runs {runs!r} is not an integer")
         return cls(data["strategy"], dict(data["params"]), float(data["predicted"]),
                    str(data["binding"]), None if measured is None else float(measured),
-                   None if failed is None else str(failed))
+                   None if failed is None else str(failed), runs)
 
     def __str__(self) -> str:
         params = " ".join(f"{k}={v}" for k, v in self.params.items())
-        outcome = (f"measured {self.measured * 1e3:.4f} ms" if self.measured is not None
+        outcome = (f"measured {self.measured * 1e3:.4f} ms (fastest of {self.runs})"
+                   if self.measured is not None
                    else f"failed ({self.failed})" if self.failed else "not run yet")
         return f"{self.strategy} {params}: predicted {self.predicted * 1e3:.4f} ms, {outcome}"
 
@@ -228,16 +238,16 @@ class IncrementalKernel:
                 timed = self._kernel(trial).run_timed(backend=self.backend, **options,
                                                       **values)
             except CompileError as error:
-                self._record(trial, replace(trial, failed=str(error).splitlines()[0]))
+                self._record(trial, failed=str(error).splitlines()[0])
                 continue
             self.timed_calls += 1
-            self.last = self._record(trial, replace(trial, measured=timed.seconds))
+            self.last = self._record(trial, seconds=timed.seconds)
             return timed.result
 
     def _choice(self) -> Trial:
-        for trial in self._trials:
-            if not trial.done:
-                return trial
+        pending = [t for t in self._trials if not t.done]
+        if pending:  # the candidates take turns: the first of those timed least often
+            return min(pending, key=lambda t: t.runs)
         winner = self.winner
         if winner is None:
             raise CompileError("no candidate of incremental tuning compiled",
@@ -253,16 +263,17 @@ class IncrementalKernel:
             kernel = self._kernels[name] = self._generate(trial.strategy, trial.params)
         return kernel
 
-    def _record(self, trial: Trial, outcome: Trial) -> Trial:
-        """``outcome`` in place of ``trial`` (a duplicate run from another thread keeps the
-        faster time), kept in the tuning cache."""
+    def _record(self, trial: Trial, seconds: float | None = None,
+                failed: str | None = None) -> Trial:
+        """``trial`` after a timed call of ``seconds`` (its fastest kept) or a ``failed``
+        compilation, kept here and in the tuning cache."""
         with self._lock:
             position = next(n for n, t in enumerate(self._trials)
                             if identity(t.params) == identity(trial.params))
             before = self._trials[position]
-            if before.measured is not None and (outcome.measured is None
-                                                or before.measured <= outcome.measured):
-                return before
+            outcome = replace(before, failed=failed) if failed is not None else replace(
+                before, runs=before.runs + 1,
+                measured=seconds if before.measured is None else min(before.measured, seconds))
             self._trials[position] = outcome
             winner = self.winner
             if winner is not None:
