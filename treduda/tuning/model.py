@@ -37,7 +37,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codegen.ir import VECTOR_BYTES
@@ -76,6 +76,11 @@ class Prediction:
     # uncoalesced loads) and resident warps per SM (latency hiding).
     wavefronts: float = 0.0
     warps: int = 0
+    # Of a bound only: the least *estimate* any completion can have, the estimate's
+    # combination (:func:`combined`) of the resources' bounds. The estimate grows with every
+    # resource, each of its resources is at least the bound's, so this stays below the
+    # estimate of every completion, and above the bound: what the search prunes with.
+    floor: float | None = None
 
     @property
     def gflops(self) -> float:
@@ -214,8 +219,12 @@ class Model:
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on the time of every completion of the partial ``params``."""
         described = self.describe(params)
-        return min((self._predict(_Optimist(self, {**described, "order": (order,)}), exact=False)
-                    for order in described["order"]), key=lambda p: p.seconds)
+        bounds = [self._predict(_Optimist(self, {**described, "order": (order,)}), exact=False)
+                  for order in described["order"]]
+        least = min(bounds, key=lambda p: p.seconds)
+        if len(bounds) == 1:
+            return least
+        return replace(least, floor=min(p.floor for p in bounds))
 
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
@@ -296,6 +305,7 @@ class Model:
         binding, total = combined(seconds, exact)
         parts = self.parts_seconds(least)
         total += parts
+        floor = None if exact else combined(seconds, True)[1] + parts
         # The search asks for hundreds of thousands of bounds: only estimates explain at length.
         because = (self._because(binding, seconds, o) if exact else
                    f"{binding} {seconds[binding] * 1e3:.3g} ms at least (a lower bound)")
@@ -303,7 +313,7 @@ class Model:
             because += (f"; then {parts * 1e3:.3g} ms for the second kernel, which adds the "
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
-                          warps=warps)
+                          warps=warps, floor=floor)
 
     def _output_traffic(self, split: int) -> int:
         """Elements the output's writes move through L2: each once; split, an atomic addition

@@ -221,6 +221,11 @@ class Searcher:
         bound = self.model.bound(params).seconds if with_bound else None
         return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
 
+    def _floor(self, params: Mapping[str, Any]) -> float:
+        """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
+        bound = self.model.bound(params)
+        return bound.seconds if bound.floor is None else bound.floor
+
     def exhaustive(self) -> SearchResult:
         """Score every candidate of the space: the reference the search must agree with."""
         started = time.perf_counter()
@@ -242,7 +247,7 @@ class Searcher:
         best = self._dive(stats)  # a first incumbent, so pruning (and the budget) start early
         scored: list[Candidate] = [best] if best is not None else []
         tie = itertools.count()
-        heap = [(self.model.bound({}).seconds, next(tie), {})]
+        heap = [(self._floor({}), next(tie), {})]
         while heap:
             bound, _, partial = heapq.heappop(heap)
             if best is not None and bound > best.prediction.seconds:
@@ -269,7 +274,7 @@ class Searcher:
             parameter, values = step
             for value in values:
                 child = {**partial, parameter.name: value}
-                child_bound = self.model.bound(child).seconds
+                child_bound = self._floor(child)
                 if best is not None and child_bound > best.prediction.seconds:
                     cuts[parameter.name] += 1
                     continue
@@ -308,7 +313,7 @@ class Searcher:
                 return self.candidate(partial)
             parameter, values = step
             children = [{**partial, parameter.name: v} for v in values]
-            children.sort(key=lambda child: self.model.bound(child).seconds)
+            children.sort(key=self._floor)
             stack.append(iter(children))
         return None
 
