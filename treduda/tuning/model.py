@@ -169,6 +169,8 @@ class Model:
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
+        self._lanes: dict[tuple, list | None] = {}  # see _Optimist.lanes
+        self._fronts: dict[tuple, int] = {}  # see _Optimist._fronts
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
@@ -305,7 +307,10 @@ class Model:
         binding, total = combined(seconds, exact)
         parts = self.parts_seconds(least)
         total += parts
-        floor = None if exact else combined(seconds, True)[1] + parts
+        floor = None
+        if not exact:  # the estimate's spills are a prediction: the floor's, not the bound's
+            spills = {**seconds, "l2": seconds["l2"] + o.least_spill_bytes() / g.l2_bandwidth}
+            floor = combined(spills, True)[1] + parts
         # The search asks for hundreds of thousands of bounds: only estimates explain at length.
         because = (self._because(binding, seconds, o) if exact else
                    f"{binding} {seconds[binding] * 1e3:.3g} ms at least (a lower bound)")
@@ -443,7 +448,16 @@ class _Optimist:
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
         a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
-        at 0, so warp 0 sees where its values wrap from one index to the next."""
+        at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
+        model for the decisions they depend on (the search asks at many nodes)."""
+        key = (self.p["order"], *(self.p.get(f"{k}_{a}") for a in AXES
+                                  for k in ("block", "reg", "assign")))
+        known = self.m._lanes
+        if key not in known:
+            known[key] = self._lanes()
+        return known[key]
+
+    def _lanes(self) -> list[list[dict[str, int]]] | None:
         warp = self.m.gpu.warp_size
         spanned, lanes = [], 1
         for n, a in enumerate(AXES):
@@ -515,16 +529,27 @@ class _Optimist:
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
             group = warp[0][:values] if grouped else warp[0][:1]
-            offsets = [[self._offset(read, p, strides) for p in lane[:len(group)]]
-                       for lane in warp]
-            fronts = self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
-            return max(least, fronts / len(group) * (least if reduction_vector else 1.0))
+            return max(least, self._fronts(read, strides, staged, len(group)) / len(group)
+                       * (least if reduction_vector else 1.0))
 
         if not staged:
             return cost(read.strides, False)
         vector = self.vectorisable(read)
         return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
                    for pad in self.options("pad"))
+
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
+        """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
+        registers of each lane's along x): distinct lines (global) or the busiest bank's
+        words (shared); remembered per model for the warp's shape and the strides."""
+        key = (id(self.lanes), read.tensor, read.indices, tuple(strides.items()), staged, group)
+        known = self.m._fronts
+        if key not in known:
+            offsets = [[self._offset(read, p, strides) for p in lane[:group]]
+                       for lane in self.lanes]
+            known[key] = (self.m.lines(offsets) if not staged
+                          else self.m.bank_conflicts(offsets))
+        return known[key]
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
@@ -620,6 +645,11 @@ class _Optimist:
         lanes = min(self.m.gpu.warp_size, threads)
         total = 0.0
         for r in (r for r in self.m.reads if self.staged(r)):
+            if not exact:  # the least a load and a store cost, whatever the elements
+                volume = math.prod(self.copy_extents(r))
+                total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (
+                    1 / self.m.per_access(False) + 1 / self.m.per_access(True))
+                continue
             extents = self.footprint(r)
             padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
             volume = math.prod(padded.values())
@@ -631,10 +661,8 @@ class _Optimist:
                 if all(point[i] < extents[i] for i in point):  # not the padding's
                     elements.append(point)
             read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
-            write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
-                                               for p in elements]) for pad in self.options("pad"))
-            if not exact:
-                read, write = 1 / self.m.per_access(False), 1 / self.m.per_access(True)
+            write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
+                        for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         return total / self.fmas_per_block_step()
 
@@ -650,11 +678,11 @@ class _Optimist:
         return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
                                      self.threads())
 
-    def steps(self) -> int:
-        """Reduction steps per output point: every summed index in steps of ``step`` values,
-        summed over the reduction groups; without steps the loop is not strip-mined, and
-        each summed value counts as a step of its own."""
-        step = self.p["step"]
+    def steps(self, step: int | None = None) -> int:
+        """Reduction steps per output point: every summed index in steps of ``step`` values
+        (by default the decided one), summed over the reduction groups; without steps the
+        loop is not strip-mined, and each summed value counts as a step of its own."""
+        step = self.p["step"] if step is None else step
         if not step:
             return max(self.m.iterations, 1)
         return sum(math.prod(math.ceil(e / step) for e in extents)
@@ -696,6 +724,21 @@ class _Optimist:
         if not per_thread:
             return 0.0
         return per_thread * self.blocks() * self.threads() * self.steps() * self.walks()
+
+    def least_spill_bytes(self) -> float:
+        """The fewest bytes of spills (:meth:`spill_bytes`) the estimate of any completion
+        predicts: what the main loop holds at the least (:meth:`live_registers`, every open
+        decision at its fewest) beyond the cap of the launch bounds of the fewest threads, each
+        factor of :meth:`spill_bytes` at its least (an 8 x 8 register tile in blocks of 1024
+        threads spills whatever is decided after)."""
+        if self.compiled:
+            return 0.0
+        threads = self.threads()
+        beyond = self.live_registers() - self.m.gpu.register_cap(threads)
+        if beyond <= 0:
+            return 0.0
+        steps = min(self.steps(step) for step in self.options("step"))
+        return 2 * REGISTER_BYTES * beyond * self.blocks() * threads * steps * self.walks()
 
     def spilled_registers(self) -> int:
         """Registers ptxas spills, predicted for a complete candidate without its report: none

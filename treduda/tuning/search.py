@@ -96,6 +96,9 @@ class SearchStats:
     improvements: int = 0  # how often the local search found a faster candidate
     cuts_per_depth: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # The least estimate any candidate of the space can have, as the search proved it: the
+    # winner's where the search is complete, else the lowest floor of the nodes left open.
+    lower: float | None = None
 
     def __str__(self) -> str:
         cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
@@ -182,6 +185,8 @@ class SearchResult:
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
 # above the leaves and return only its first incumbent.
 DIVE_INTERVAL = 250
+# Under a time budget, the share of it the tree search takes; local search takes the rest.
+SEARCH_SHARE = 0.6
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -192,7 +197,7 @@ class Searcher:
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = True):
+                 restrict: bool = False):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -209,6 +214,8 @@ class Searcher:
             raise StrategyError(f"'{strategy}' has no parameter(s) {unknown}; it has: "
                                 f"{', '.join(p.name for p in full.parameters)}")
         wanted = {p.name: p.searched for p in full.parameters if restrict and p.searched}
+        # The values each strategy suggests trying first, among the declared ones.
+        self._suggested = {p.name: frozenset(p.searched) for p in full.parameters if p.searched}
         wanted.update(values or {})
         ordered = sorted(full.parameters, key=lambda p: p.priority)  # stable: the space's order
         self.space = ParamSpace(tuple(
@@ -238,27 +245,39 @@ class Searcher:
         return self._result(min(scored, key=Candidate.key), scored, stats)
 
     def branch_and_bound(self, progress: Progress | None = None,
-                         max_nodes: int | None = None) -> SearchResult:
-        """Best-first branch and bound; ``max_nodes`` stops it early (the stats say so)."""
+                         max_nodes: int | None = None,
+                         budget: float | None = None) -> SearchResult:
+        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` seconds stop it early
+        (the stats say so, and how far from the space's optimum its winner can be at most).
+
+        Under a budget, :data:`SEARCH_SHARE` of it goes to the tree and the rest to the local
+        search around the best candidates found (:meth:`_polish`)."""
         started = time.perf_counter()
+        deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
+        limited = max_nodes is not None or deadline is not None
         names = [p.name for p in self.space.parameters]
         stats = SearchStats(self.space.size(), False, cuts_per_depth=dict.fromkeys(names, 0))
         cuts: Counter = Counter()
         best = self._dive(stats)  # a first incumbent, so pruning (and the budget) start early
         scored: list[Candidate] = [best] if best is not None else []
         tie = itertools.count()
-        heap = [(self._floor({}), next(tie), {})]
+        root = self._floor({})
+        heap = [(root, next(tie), {}, root)]  # (order, tie, node, its floor)
         while heap:
-            bound, _, partial = heapq.heappop(heap)
-            if best is not None and bound > best.prediction.seconds:
+            key, tied, partial, floor = heapq.heappop(heap)
+            if best is not None and floor > best.prediction.seconds:
                 cuts["(open nodes left)"] += 1 + len(heap)
+                heap.clear()
                 break
-            if max_nodes is not None and stats.nodes_visited >= max_nodes and best is not None:
+            if limited and best is not None and (
+                    max_nodes is not None and stats.nodes_visited >= max_nodes
+                    or deadline is not None and time.perf_counter() >= deadline):
                 stats.complete = False
+                heapq.heappush(heap, (key, tied, partial, floor))
                 break
             stats.nodes_visited += 1
-            if max_nodes is not None and stats.nodes_visited % DIVE_INTERVAL == 0:
-                found = self._dive(stats, partial)  # a budget may end before leaves: reach some
+            if limited and stats.nodes_visited % DIVE_INTERVAL == 0:
+                found = self._dive(stats, partial, deadline=deadline)  # reach some leaves
                 if found is not None:
                     scored.append(found)
                     best = found if best is None or found.key() < best.key() else best
@@ -274,15 +293,24 @@ class Searcher:
             parameter, values = step
             for value in values:
                 child = {**partial, parameter.name: value}
-                child_bound = self._floor(child)
-                if best is not None and child_bound > best.prediction.seconds:
+                child_floor = self._floor(child)
+                if best is not None and child_floor > best.prediction.seconds:
                     cuts[parameter.name] += 1
                     continue
-                heapq.heappush(heap, (child_bound, next(tie), child))
+                heapq.heappush(heap, (child_floor + self._later(parameter.name, value),
+                                      next(tie), child, child_floor))
         if best is None:
             raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
         if not stats.complete:
-            best = self._polish(best, scored, stats, limit=max_nodes)
+            limit = max_nodes
+            if budget is not None:  # the rest of the budget, at the rate nodes went so far
+                spent = time.perf_counter() - started
+                rate = (stats.nodes_visited + len(scored)) / max(spent, 1e-3)
+                left = int(rate * max(started + budget - time.perf_counter(), 0.0))
+                limit = left if limit is None else min(limit, left)
+            best = self._polish(best, scored, stats, limit=max(limit, 2),
+                                deadline=None if budget is None else started + budget)
+        stats.lower = min([best.prediction.seconds, *(node[3] for node in heap)])
         stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
         stats.seconds = time.perf_counter() - started
@@ -290,12 +318,19 @@ class Searcher:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
 
+    def _later(self, name: str, value: Any) -> float:
+        """0 for a value the strategy suggests trying first (:attr:`Parameter.searched`), a
+        sliver of a second for the others: equal floors are taken suggested values first."""
+        suggested = self._suggested.get(name)
+        return 0.0 if suggested is None or value in suggested else 1e-12
+
     def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None,
-              max_nodes: int | None = None) -> Candidate | None:
-        """Follow the child with the lowest bound from ``start`` (the root by default) down to
+              max_nodes: int | None = None, deadline: float | None = None) -> Candidate | None:
+        """Follow the child with the lowest floor from ``start`` (the root by default) down to
         a complete candidate, backing up out of dead ends: the classic first incumbent of a
-        branch and bound, and under a node budget, more incumbents from the most promising
-        open nodes. None where no candidate lies below ``start`` (or within ``max_nodes``)."""
+        branch and bound, and under a budget, more incumbents from the most promising open
+        nodes. None where no candidate lies below ``start`` (or within ``max_nodes`` or before
+        ``deadline``)."""
         partial: dict[str, Any] = dict(start or {})
         stack = [iter([partial])]
         visited = 0
@@ -304,7 +339,8 @@ class Searcher:
             if partial is None:
                 stack.pop()
                 continue
-            if max_nodes is not None and visited >= max_nodes:
+            if (max_nodes is not None and visited >= max_nodes
+                    or deadline is not None and visited and time.perf_counter() >= deadline):
                 return None
             visited += 1
             stats.nodes_visited += 1
@@ -313,12 +349,13 @@ class Searcher:
                 return self.candidate(partial)
             parameter, values = step
             children = [{**partial, parameter.name: v} for v in values]
-            children.sort(key=self._floor)
+            children.sort(key=lambda child, n=parameter.name: (
+                self._floor(child) + self._later(n, child[n])))
             stack.append(iter(children))
         return None
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
-                limit: int) -> Candidate:
+                limit: int, deadline: float | None = None) -> Candidate:
         """Local search after the budget, from the best candidate of every mapping (the first
         decision), by successive halving: each round climbs every seed for a share of half of
         ``limit`` and keeps the better half; the best then climbs to its local optimum with
@@ -330,12 +367,13 @@ class Searcher:
         rounds = math.ceil(math.log2(len(seeds))) + 1 if seeds else 0
         while len(seeds) > 1 and stats.polished < limit // 2:
             share = max(1, limit // 2 // rounds // len(seeds))
-            climbed = sorted((self._climb(seed, scored, seen, stats, share) for seed in seeds),
+            climbed = sorted((self._climb(seed, scored, seen, stats, share, deadline)
+                              for seed in seeds),
                              key=lambda pair: pair[0].key())
             best = min(best, climbed[0][0], key=Candidate.key)
             seeds = [seed for seed, stuck in climbed[:len(climbed) // 2] if not stuck]
         best = min([best, *seeds], key=Candidate.key)
-        return self._climb(best, scored, seen, stats, limit - stats.polished)[0]
+        return self._climb(best, scored, seen, stats, limit - stats.polished, deadline)[0]
 
     def _seeds(self, scored: list[Candidate], stats: SearchStats) -> list[Candidate]:
         """The best scored candidate of every value of the first decision, a dive from it
@@ -353,7 +391,8 @@ class Searcher:
         return list(seeds.values())
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
-               stats: SearchStats, limit: int) -> tuple[Candidate, bool]:
+               stats: SearchStats, limit: int,
+               deadline: float | None = None) -> tuple[Candidate, bool]:
         """Hill climbing: score ``best``'s neighbours not ``seen`` yet (one parameter changed,
         then, where none of those is faster, two), move to the first faster one, until none
         is (a local optimum: True) or ``limit`` candidates were scored. On TCCG's rows the
@@ -374,7 +413,8 @@ class Searcher:
                 if candidate.key() < best.key():
                     better = candidate
                     break
-                if spent >= limit:
+                if spent >= limit or deadline is not None and time.perf_counter() >= deadline:
+                    spent = max(spent, limit)
                     break
             if better is not None:
                 best, pairs = better, False
@@ -406,19 +446,16 @@ class Searcher:
 def search_program(program: Program, gpu: str | Gpu = "H100", *,
                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
                    progress: Progress | None = None,
-                   max_nodes: int | None = None) -> SearchResult:
-    """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound.
+                   max_nodes: int | None = None, budget: float | None = None) -> SearchResult:
+    """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound over
+    the declared values of every parameter (``values`` narrows some), within ``max_nodes``
+    nodes and ``budget`` seconds (None for both: the complete search).
 
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
-    API's part (:func:`treduda.search`). Where small extents rule out every restricted value,
-    the search runs again over all of each strategy's values.
+    API's part (:func:`treduda.search`).
     """
-    try:
-        searcher = Searcher(program, gpu, strategy, values)
-        return searcher.branch_and_bound(progress, max_nodes)
-    except StrategyError:
-        searcher = Searcher(program, gpu, strategy, values, restrict=False)
-        return searcher.branch_and_bound(progress, max_nodes)
+    searcher = Searcher(program, gpu, strategy, values)
+    return searcher.branch_and_bound(progress, max_nodes, budget)
 
 
 def first_candidate(program: Program, gpu: str | Gpu = "H100", *,
