@@ -49,16 +49,19 @@ from .tuning.gpus import gpu as find_gpu
 from .tuning.model import Compiled, Model
 from .tuning.paths import many_factors
 from .tuning.search import (
+    DEFAULT_BUDGET,
     Candidate,
     Progress,
     SearchResult,
     identity,
     search_program,
+    worth_checking,
 )
 
-# Node budgets of the search compile() runs: enough for full-size problems to finish; small
-# ones (whose candidates differ by microseconds) stop early with the best found so far.
-SEARCH_NODE_BUDGET = 5000
+# The node budget of the search compile() runs for small problems (whose candidates differ by
+# microseconds): they stop early with the best found so far; others search within a time
+# budget (DEFAULT_BUDGET seconds, tuning/search.py).
+SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
@@ -79,7 +82,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
             gpu: str = "H100", cache: TuningCache | bool = True,
             measure: bool = False, deterministic: bool | None = None,
-            precision: str = HIGHEST) -> Kernel:
+            precision: str = HIGHEST, budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -96,6 +99,8 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
+    ``budget`` is the search's time in seconds (None: the complete search, which can take
+    minutes; :func:`search` says how far a budgeted winner can be from the optimum).
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
     and so does :func:`contract` on arrays of these sizes.
     """
@@ -108,20 +113,20 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
                             f"got {type(cache).__name__} {cache!r}")
     return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
                  gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
-                 deterministic=resolve(deterministic), precision=precision)
+                 deterministic=resolve(deterministic), precision=precision, budget=budget)
 
 
 def _compiled(expr: str, sizes: Mapping[str, int] | None, dtype: str, layout: str,
               strategy: str | None, params: Mapping[str, Any] | None, symbolic: bool, gpu: Gpu,
               cache: TuningCache | bool, measure: bool, deterministic: bool,
-              precision: str) -> Kernel:
+              precision: str, budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """:func:`compile`'s work, once its arguments are checked: plan, tune, generate."""
     program = plan(expr, sizes, layout, dtype, symbolic=symbolic, deterministic=deterministic,
                    precision=precision)
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     generate = _Generator(program)
     if strategy is None and params is None and not program.symbolic:
-        strategy, params = _tuned(program, gpu, cache, measure, generate)
+        strategy, params = _tuned(program, gpu, cache, measure, generate, budget)
     return generate(strategy or DEFAULT_STRATEGY, params)
 
 
@@ -131,7 +136,8 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            progress: Progress | None = None, max_nodes: int | None = None,
            refine: int = 0, check: bool = False,
            cache: TuningCache | bool = False,
-           deterministic: bool | None = None, precision: str = HIGHEST) -> SearchResult:
+           deterministic: bool | None = None, precision: str = HIGHEST,
+           budget: float | None = DEFAULT_BUDGET) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -147,7 +153,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
-    ``precision`` as for :func:`compile`.
+    ``precision`` as for :func:`compile`. ``budget`` seconds bound the search (None: the
+    complete search); ``result.stats.lower`` and ``summary()`` say how far the winner can be
+    from the best estimate of the whole space.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
                 measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
@@ -157,7 +165,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
                    precision=precision)
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
-                            progress=progress, max_nodes=max_nodes)
+                            progress=progress, max_nodes=max_nodes, budget=budget)
     result = _reranked(program, result, refine, measure, check)
     store = _store(cache)
     if store is not None:
@@ -284,7 +292,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
              deterministic: bool | None = None, optimize: Any = AUTO,
              casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-             **values: Any) -> np.ndarray:
+             budget: float | None = DEFAULT_BUDGET, **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -322,7 +330,8 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
                                   deterministic=deterministic, optimize=optimize,
-                                  casting=casting, precision=precision, **shapes)
+                                  casting=casting, precision=precision, budget=budget,
+                                  **shapes)
     return planned(out=out, **values)
 
 
@@ -395,6 +404,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
                         deterministic: bool | None = None, optimize: Any = AUTO,
                         casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
+                        budget: float | None = DEFAULT_BUDGET,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -445,7 +455,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     else:
         kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
                        params=params, gpu=gpu, cache=True, deterministic=deterministic,
-                       precision=precision)
+                       precision=precision, budget=budget)
     return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
                               casting=casting)
 
@@ -453,7 +463,8 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
           strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
           cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
-          deterministic: bool = False, precision: str = HIGHEST) -> Kernel:
+          deterministic: bool = False, precision: str = HIGHEST,
+          budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """The kernel of these (checked) arguments, kept for the process: the one place that says
     which calls of :func:`compile` and :func:`contract` get the same kernel. Sizes and
     parameters in any order are the same; the tuning cache counts (by its file) only where
@@ -464,17 +475,19 @@ def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str
         path = str(cache.path if isinstance(cache, TuningCache) else default_path())
     return _kept_kernel(expr, None if sizes is None else tuple(sorted(sizes.items())), dtype,
                         layout, strategy, None if params is None else tuple(sorted(params.items())),
-                        gpu, path, symbolic, measure, deterministic, precision)
+                        gpu, path, symbolic, measure, deterministic, precision, budget)
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_kernel(expr: str, sizes: tuple | None, dtype: str, layout: str, strategy: str | None,
                  params: tuple | None, gpu: Gpu, cache: str | None, symbolic: bool,
-                 measure: bool, deterministic: bool, precision: str) -> Kernel:
+                 measure: bool, deterministic: bool, precision: str,
+                 budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """:func:`_compiled`'s kernel, kept: called only by :func:`_kept`, whose arguments it is."""
     return _compiled(expr, None if sizes is None else dict(sizes), dtype, layout, strategy,
                      None if params is None else dict(params), symbolic, gpu,
-                     TuningCache(cache) if cache else False, measure, deterministic, precision)
+                     TuningCache(cache) if cache else False, measure, deterministic, precision,
+                     budget)
 
 
 def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
@@ -552,7 +565,8 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
 
 
 def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure: bool,
-           generate: _Generator) -> tuple[str, dict[str, Any]]:
+           generate: _Generator, budget: float | None = DEFAULT_BUDGET
+           ) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters, from the tuning cache when it has them.
 
     A cached entry is re-checked against this program's parameter space before it is used;
@@ -565,7 +579,7 @@ def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure:
     hit = _cached(program, store, key, measure) if store is not None else None
     if hit is not None:
         return hit["strategy"], dict(hit["params"])
-    result = tuning_search(program, gpu, measure, generate)
+    result = tuning_search(program, gpu, measure, generate, budget=budget)
     if store is not None:
         store.put(key, cache_value(result, "compile()"))
     return result.best.strategy, dict(result.best.params)
@@ -573,15 +587,18 @@ def _tuned(program: Program, gpu: str | Gpu, cache: TuningCache | bool, measure:
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
                   generate: _Generator | None = None,
-                  max_nodes: int | None = None) -> SearchResult:
+                  max_nodes: int | None = None,
+                  budget: float | None = DEFAULT_BUDGET) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
-    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
-    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
-    the winner of a problem that is not small."""
+    (``treduda tune`` runs the same one on a cluster): within ``budget`` seconds (None: the
+    complete search) and ``max_nodes`` nodes, :data:`SMALL_PROBLEM_BUDGET` for a small
+    problem; ptxas checks the winner of a problem that is not small where its registers are
+    near the cap (:func:`~treduda.tuning.search.worth_checking`)."""
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
-    return _reranked(program, search_program(program, gpu, max_nodes=budget), 0, measure,
-                     check=not small, generate=generate)
+    nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
+    result = search_program(program, gpu, max_nodes=nodes, budget=budget)
+    return _reranked(program, result, 0, measure,
+                     check=not small and worth_checking(program, result), generate=generate)
 
 
 def _store(cache: TuningCache | bool) -> TuningCache | None:

@@ -245,6 +245,13 @@ class Model:
         o = _Optimist(self, self.describe(params))
         return o.registers(), o.spilled_registers()
 
+    def register_pressure(self, params: Mapping[str, Any]) -> float:
+        """What the main loop of a complete candidate holds at once (:meth:`_Optimist.
+        live_registers`), as a share of the registers its launch bounds let ptxas give a
+        thread: above 1, ptxas spills."""
+        o = _Optimist(self, self.describe(params))
+        return o.live_registers() / self.gpu.register_cap(o.threads())
+
     # -- the resources -------------------------------------------------------------------------
 
     def _predict(self, o: _Optimist, exact: bool) -> Prediction:

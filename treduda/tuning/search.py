@@ -35,6 +35,14 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Compiled, Model, Prediction
 
+# Seconds of search compile(), contract() and search() spend by default (budget=None: the
+# complete search): a cold TCCG row's first answer in about a second on two cores.
+DEFAULT_BUDGET = 0.6
+# ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
+# of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
+# in the cases measured, the estimate (nvcc costs a second per batch, generation more).
+CHECK_REGISTERS = 0.75
+
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01
 
@@ -104,7 +112,7 @@ class SearchStats:
         cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
         size = f"{self.space_size}" if self.space_size_exact else f"<= {self.space_size}"
         budget = "" if self.complete else (
-            f" (stopped by its node budget; then {self.polished} candidates near the best of "
+            f" (stopped by its budget; then {self.polished} candidates near the best of "
             f"each mapping scored, {self.improvements} of them better: not proven optimal)")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
@@ -148,6 +156,14 @@ class SearchResult:
                 seen.append(seconds)
         return chosen
 
+    @property
+    def gap(self) -> float | None:
+        """How much slower the winner's estimate can be, at most, than the best estimate of
+        any candidate of the space (0.0 for a complete search): the winner over the lowest
+        floor of the nodes the search left open (:attr:`SearchStats.lower`)."""
+        lower = self.stats.lower
+        return None if not lower else self.best.prediction.seconds / lower - 1
+
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
 
@@ -163,8 +179,13 @@ class SearchResult:
 
     def summary(self) -> str:
         p = self.best.prediction
+        gap = self.gap
+        proven = ("" if gap is None else "\nthe best of the whole space (a complete search)"
+                  if self.stats.complete else
+                  f"\nat most {gap:.1%} slower than the best of the whole space: no candidate "
+                  f"is estimated below {self.stats.lower * 1e3:.4f} ms (the bound's floor)")
         return (f"best on {self.gpu.name}: {p.seconds * 1e3:.4f} ms, {p.gflops:.0f} GFLOP/s "
-                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}")
+                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}{proven}")
 
     def to_json(self) -> str:
         """The winner and statistics, replayable: compile(strategy=..., params=...,
@@ -178,6 +199,7 @@ class SearchResult:
                            "measured_seconds": self.best.measured,
                            "measured_on": self.best.measured_on,
                            "nodes_visited": self.stats.nodes_visited,
+                           "complete": self.stats.complete, "gap": self.gap,
                            "candidates_scored": self.stats.candidates_scored}, indent=1)
 
 
@@ -187,6 +209,12 @@ class SearchResult:
 DIVE_INTERVAL = 250
 # Under a time budget, the share of it the tree search takes; local search takes the rest.
 SEARCH_SHARE = 0.6
+# A dive takes the values a strategy suggests first among children whose floors are within
+# this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
+NEAR = 0.01
+# A dive scores every completion of a node with at most this many below it (the buffers and
+# code decisions, which the floor cannot tell apart, as the estimate can).
+FINISH = 128
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -318,6 +346,10 @@ class Searcher:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
 
+    def _below(self, partial: Mapping[str, Any]) -> int:
+        """How many assignments of the open parameters lie below ``partial`` at most."""
+        return math.prod(len(p.values) for p in self.space.parameters if p.name not in partial)
+
     def _later(self, name: str, value: Any) -> float:
         """0 for a value the strategy suggests trying first (:attr:`Parameter.searched`), a
         sliver of a second for the others: equal floors are taken suggested values first."""
@@ -344,14 +376,21 @@ class Searcher:
                 return None
             visited += 1
             stats.nodes_visited += 1
+            if self._below(partial) <= FINISH:  # the last decisions: the best of them all
+                leaves = [self.candidate(p) for p in self.space.points(partial)]
+                stats.nodes_visited += len(leaves)
+                if leaves:
+                    return min(leaves, key=Candidate.key)
+                continue
             step = self.space.choices(partial)
             if step is None:
                 return self.candidate(partial)
             parameter, values = step
-            children = [{**partial, parameter.name: v} for v in values]
-            children.sort(key=lambda child, n=parameter.name: (
-                self._floor(child) + self._later(n, child[n])))
-            stack.append(iter(children))
+            floors = [(self._floor({**partial, parameter.name: v}), v) for v in values]
+            near = min(floors, key=lambda pair: pair[0])[0] * (1 + NEAR) if floors else 0.0
+            floors.sort(key=lambda pair, n=parameter.name: (
+                pair[0] > near, self._later(n, pair[1]) > 0, pair[0]))
+            stack.append(iter([{**partial, parameter.name: v} for _, v in floors]))
         return None
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
@@ -363,7 +402,7 @@ class Searcher:
         on tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
         (predicted) once a seed of it climbed."""
         seen = {identity(c.params) for c in scored}
-        seeds = sorted(self._seeds(scored, stats), key=Candidate.key)
+        seeds = sorted(self._seeds(scored, stats, deadline), key=Candidate.key)
         rounds = math.ceil(math.log2(len(seeds))) + 1 if seeds else 0
         while len(seeds) > 1 and stats.polished < limit // 2:
             share = max(1, limit // 2 // rounds // len(seeds))
@@ -375,7 +414,8 @@ class Searcher:
         best = min([best, *seeds], key=Candidate.key)
         return self._climb(best, scored, seen, stats, limit - stats.polished, deadline)[0]
 
-    def _seeds(self, scored: list[Candidate], stats: SearchStats) -> list[Candidate]:
+    def _seeds(self, scored: list[Candidate], stats: SearchStats,
+               deadline: float | None = None) -> list[Candidate]:
         """The best scored candidate of every value of the first decision, a dive from it
         where none was scored."""
         first = self.space.parameters[0].name
@@ -385,7 +425,8 @@ class Searcher:
             if value not in seeds or candidate.key() < seeds[value].key():
                 seeds[value] = candidate
         for value in self.space.parameters[0].values:
-            if value not in seeds and (found := self._dive(stats, {first: value})) is not None:
+            if value not in seeds and (found := self._dive(stats, {first: value},
+                                                           deadline=deadline)) is not None:
                 scored.append(found)
                 seeds[value] = found
         return list(seeds.values())
@@ -456,6 +497,16 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
     """
     searcher = Searcher(program, gpu, strategy, values)
     return searcher.branch_and_bound(progress, max_nodes, budget)
+
+
+def worth_checking(program: Program, result: SearchResult) -> bool:
+    """Whether ptxas's report on ``result``'s winner can change its estimate: where the
+    registers the model predicts reach :data:`CHECK_REGISTERS` of the launch bounds' cap
+    (tccg_28's winner: 126 of 128 predicted, ptxas spilled; tccg_15's: 113 of 128, 16 bytes
+    spilled), or spill already. Well below the cap, ptxas's count moves neither."""
+    best = result.best
+    return Model(program, result.gpu, best.strategy).register_pressure(
+        best.params) >= CHECK_REGISTERS
 
 
 def first_candidate(program: Program, gpu: str | Gpu = "H100", *,
