@@ -22,7 +22,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_28,tccg_33"
@@ -30,7 +29,7 @@ BEFORE = Path(__file__).parent / "data" / "search_budget_before.json"
 
 # Run in a new process: one cold compile, printed as JSON (its time, its pick, the estimate).
 COLD = r"""
-import json, os, sys, time
+import json, os, resource, sys, time
 started = time.perf_counter()
 import treduda
 from treduda.polyhedral.lower import plan
@@ -45,11 +44,16 @@ else:
     row = {r.id: r for r in load("tccg_fp32")}[name]
     expr, sizes, layout = row.expression, row.sizes, row.layout
 options = {} if sys.argv[2] == "default" else {"budget": float(sys.argv[2])}
-started = time.perf_counter()
+def cpu():
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+started, used = time.perf_counter(), cpu()
 kernel = treduda.compile(expr, sizes, layout=layout, **options)
-seconds = time.perf_counter() - started
+seconds, used = time.perf_counter() - started, cpu() - used
 model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
-print(json.dumps({"compile": seconds, "import": imported, "params": dict(kernel.params),
+print(json.dumps({"compile": seconds, "cpu": used, "import": imported,
+                  "params": dict(kernel.params),
                   "estimate": model.estimate(dict(kernel.params)).seconds}))
 """
 
@@ -76,14 +80,14 @@ def cold(name: str, budget: str, tree: str | None = None) -> dict:
 
 
 def complete(name: str) -> tuple[float, float]:
-    """The best estimate of the complete search over the declared ranges, and its seconds."""
+    """The best estimate of the complete search over the declared ranges, and its CPU
+    seconds."""
     from treduda.polyhedral.lower import plan
     from treduda.tuning.search import search_program
 
     expr, sizes, layout = case(name)
-    started = time.perf_counter()
     result = search_program(plan(expr, sizes, layout), "H100", budget=None)
-    return result.best.prediction.seconds, time.perf_counter() - started
+    return result.best.prediction.seconds, result.stats.seconds
 
 
 def main() -> None:
@@ -100,33 +104,35 @@ def main() -> None:
 
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     rows = []
-    print(f"{'row':8} {'cold s':>7} {'pick ms':>9} {'complete ms':>11} {'ratio':>6} "
-          f"{'complete s':>10} {'before s':>8} {'before pick ms':>14}")
+    print(f"{'row':8} {'cold s':>6} {'cpu s':>6} {'pick ms':>8} {'complete ms':>11} {'ratio':>6} "
+          f"{'complete cpu s':>14} {'before s':>8} {'cpu s':>6} {'before pick ms':>14}")
     for name in args.rows.split(","):
         row: dict = {"row": name}
         if args.before:
             runs = [cold(name, "default", args.before) for _ in range(args.repeat)]
             before[name] = {"compile": statistics.median(r["compile"] for r in runs),
+                            "cpu": statistics.median(r["cpu"] for r in runs),
                             "estimate": runs[0]["estimate"], "params": runs[0]["params"]}
         if args.only_before:
             row.update(before=before[name])
             rows.append(row)
-            print(f"{name:8} before: {before[name]['compile']:.2f} s, pick "
-                  f"{before[name]['estimate'] * 1e3:.4f} ms", flush=True)
+            print(f"{name:8} before: {before[name]['compile']:.2f} s, {before[name]['cpu']:.2f} "
+                  f"CPU s, pick {before[name]['estimate'] * 1e3:.4f} ms", flush=True)
             continue
         runs = [cold(name, args.budget) for _ in range(args.repeat)]
         seconds = statistics.median(r["compile"] for r in runs)
+        used = statistics.median(r["cpu"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
         best, searched = complete(name)
         old = before.get(name, {})
-        row.update(cold=seconds, runs=[r["compile"] for r in runs], pick=pick, complete=best,
-                   ratio=pick / best, complete_seconds=searched, before=old,
+        row.update(cold=seconds, cpu=used, runs=[r["compile"] for r in runs], pick=pick,
+                   complete=best, ratio=pick / best, complete_cpu=searched, before=old,
                    params=runs[0]["params"])
         rows.append(row)
-        old_time = f"{old['compile']:8.2f}" if old else f"{'-':>8}"
-        old_pick = f"{old['estimate'] * 1e3:14.4f}" if old else f"{'-':>14}"
-        print(f"{name:8} {seconds:7.2f} {pick * 1e3:9.4f} {best * 1e3:11.4f} {pick / best:6.3f} "
-              f"{searched:10.1f} {old_time} {old_pick}", flush=True)
+        olds = (f"{old['compile']:8.2f} {old['cpu']:6.2f} {old['estimate'] * 1e3:14.4f}" if old
+                else f"{'-':>8} {'-':>6} {'-':>14}")
+        print(f"{name:8} {seconds:6.2f} {used:6.2f} {pick * 1e3:8.4f} {best * 1e3:11.4f} "
+              f"{pick / best:6.3f} {searched:14.1f} {olds}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

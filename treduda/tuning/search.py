@@ -43,6 +43,10 @@ DEFAULT_BUDGET = 0.6
 # in the cases measured, the estimate (nvcc costs a second per batch, generation more).
 CHECK_REGISTERS = 0.75
 
+# What a budget counts: the process's CPU seconds, so that a search finds the same winner
+# whatever else shares the cores (on two shared cores its wall time can be several times more).
+clock = time.process_time
+
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01
 
@@ -221,11 +225,13 @@ Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored
 
 class Searcher:
     """The search space of one planned, fixed-size program on one GPU, searchable and
-    enumerable."""
+    enumerable: with ``restrict`` (the default here, for spaces small enough to enumerate) the
+    values each strategy suggests (:attr:`Parameter.searched`), else every declared value
+    (what :func:`search_program`, so compile(), searches); ``values`` narrows parameters."""
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = False):
+                 restrict: bool = True):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -275,12 +281,13 @@ class Searcher:
     def branch_and_bound(self, progress: Progress | None = None,
                          max_nodes: int | None = None,
                          budget: float | None = None) -> SearchResult:
-        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` seconds stop it early
+        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` CPU seconds
+        (:data:`clock`) stop it early
         (the stats say so, and how far from the space's optimum its winner can be at most).
 
         Under a budget, :data:`SEARCH_SHARE` of it goes to the tree and the rest to the local
         search around the best candidates found (:meth:`_polish`)."""
-        started = time.perf_counter()
+        started = clock()
         deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
         limited = max_nodes is not None or deadline is not None
         names = [p.name for p in self.space.parameters]
@@ -299,7 +306,7 @@ class Searcher:
                 break
             if limited and best is not None and (
                     max_nodes is not None and stats.nodes_visited >= max_nodes
-                    or deadline is not None and time.perf_counter() >= deadline):
+                    or deadline is not None and clock() >= deadline):
                 stats.complete = False
                 heapq.heappush(heap, (key, tied, partial, floor))
                 break
@@ -332,16 +339,16 @@ class Searcher:
         if not stats.complete:
             limit = max_nodes
             if budget is not None:  # the rest of the budget, at the rate nodes went so far
-                spent = time.perf_counter() - started
+                spent = clock() - started
                 rate = (stats.nodes_visited + len(scored)) / max(spent, 1e-3)
-                left = int(rate * max(started + budget - time.perf_counter(), 0.0))
+                left = int(rate * max(started + budget - clock(), 0.0))
                 limit = left if limit is None else min(limit, left)
             best = self._polish(best, scored, stats, limit=max(limit, 2),
                                 deadline=None if budget is None else started + budget)
         stats.lower = min([best.prediction.seconds, *(node[3] for node in heap)])
         stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
-        stats.seconds = time.perf_counter() - started
+        stats.seconds = clock() - started
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
@@ -372,7 +379,7 @@ class Searcher:
                 stack.pop()
                 continue
             if (max_nodes is not None and visited >= max_nodes
-                    or deadline is not None and visited and time.perf_counter() >= deadline):
+                    or deadline is not None and visited and clock() >= deadline):
                 return None
             visited += 1
             stats.nodes_visited += 1
@@ -454,7 +461,7 @@ class Searcher:
                 if candidate.key() < best.key():
                     better = candidate
                     break
-                if spent >= limit or deadline is not None and time.perf_counter() >= deadline:
+                if spent >= limit or deadline is not None and clock() >= deadline:
                     spent = max(spent, limit)
                     break
             if better is not None:
@@ -495,7 +502,7 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
     API's part (:func:`treduda.search`).
     """
-    searcher = Searcher(program, gpu, strategy, values)
+    searcher = Searcher(program, gpu, strategy, values, restrict=False)
     return searcher.branch_and_bound(progress, max_nodes, budget)
 
 
