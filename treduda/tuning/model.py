@@ -35,6 +35,7 @@ enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurement
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
@@ -170,6 +171,7 @@ class Model:
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
         self._lanes: dict[tuple, list | None] = {}  # see _Optimist.lanes
+        self._tiles: dict[tuple, tuple[int, ...]] = {}  # see _Optimist.tiles
         self._fronts: dict[tuple, int] = {}  # see _Optimist._fronts
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
@@ -390,9 +392,14 @@ class _Optimist:
         """The values quantity ``name`` can still take."""
         return self.described[name]
 
-    def tiles(self, n: int) -> list[int]:
+    def tiles(self, n: int) -> tuple[int, ...]:
+        """The tiles axis ``n`` can still have (threads times registers), each once."""
         a = AXES[n]
-        return [b * r for b in self.options(f"block_{a}") for r in self.options(f"reg_{a}")]
+        key = (self.options(f"block_{a}"), self.options(f"reg_{a}"))
+        known = self.m._tiles
+        if key not in known:
+            known[key] = tuple(sorted({b * r for b, r in itertools.product(*key)}))
+        return known[key]
 
     def padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
@@ -445,6 +452,10 @@ class _Optimist:
         return all(n in self.p for n in names)
 
     def tiles_decided(self) -> bool:
+        return self._tiles_decided
+
+    @functools.cached_property
+    def _tiles_decided(self) -> bool:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
     @functools.cached_property
@@ -604,7 +615,16 @@ class _Optimist:
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
-        times the values of ``read``'s indices each tile covers (:meth:`covered`)."""
+        times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
+        per model for the order and the tiles still possible."""
+        key = ("traffic", read.tensor, read.indices, self.p["order"],
+               *(self.tiles(n) for n in range(len(self.extents))))
+        known = self.m._warp_terms
+        if key not in known:
+            known[key] = self._traffic(read)
+        return known[key]
+
+    def _traffic(self, read: _Read) -> float:
         total = 1.0
         for n, extent in enumerate(self.extents):
             total *= min(math.ceil(extent / t) * self.covered(read, n, t) for t in self.tiles(n))

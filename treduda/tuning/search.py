@@ -35,9 +35,11 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Compiled, Model, Prediction
 
-# Seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search): a cold TCCG row's first answer in about a second on two cores.
-DEFAULT_BUDGET = 0.6
+# CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
+# complete search). At 1.5 s the picks of GEMM 4096^3 and tccg_01/03/15/28/33 are within 1% of
+# the best that minutes of search find; at 1.0 s GEMM's is 5% off (3.23 ms) and at 0.6 s
+# tccg_28's 20% (38.2 ms); benchmarks/search_budget.py.
+DEFAULT_BUDGET = 1.5
 # ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
 # in the cases measured, the estimate (nvcc costs a second per batch, generation more).
@@ -47,6 +49,16 @@ CHECK_REGISTERS = 0.75
 # same winner whatever else shares the cores (on two shared cores its wall time can be several
 # times more). time.process_time() took 64 us a call there, thread_time() under 1 us.
 clock = time.thread_time
+
+# The clock is read every this many nodes (reading it can yield the core to another process).
+CLOCK_EVERY = 8
+
+
+def expired(deadline: float | None, count: int) -> bool:
+    """Whether ``deadline`` (of :data:`clock`) has passed, read every :data:`CLOCK_EVERY`th
+    ``count``."""
+    return deadline is not None and count % CLOCK_EVERY == 0 and clock() >= deadline
+
 
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01
@@ -214,6 +226,11 @@ class SearchResult:
 DIVE_INTERVAL = 250
 # Under a time budget, the share of it the tree search takes; local search takes the rest.
 SEARCH_SHARE = 0.6
+# Under a time budget over every declared value, the share of it spent first on the values the
+# strategies suggest: a smaller space, searched to its end in a second where the wide one is
+# not, whose best is a strong incumbent for the wide one (tccg_28: 31.7 ms predicted, against
+# 37.8 ms after five seconds of the wide space alone).
+SUGGESTED_SHARE = 0.6
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
@@ -258,6 +275,12 @@ class Searcher:
                       p.doc, priority=p.priority) for p in ordered), full.constraints)
         self.model = Model(self.program, self.gpu, self.strategy,
                            {p.name: p.values for p in self.space.parameters})
+        # Wider than the values the strategies suggest: a budgeted search looks at those first
+        # (see branch_and_bound).
+        self._arguments = (program, self.gpu, strategy, values)
+        self._wider = not restrict and any(
+            set(p.values) - self._suggested.get(p.name, set(p.values))
+            for p in self.space.parameters)
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
         bound = self.model.bound(params).seconds if with_bound else None
@@ -298,7 +321,22 @@ class Searcher:
         cuts: Counter = Counter()
         scored: list[Candidate] = []
         if limited:
-            best = self._dive(stats)  # a first incumbent, so pruning and the budget start early
+            best = None
+            if budget is not None and self._wider:  # the suggested values first
+                try:
+                    first = Searcher(*self._arguments).branch_and_bound(
+                        max_nodes=max_nodes, budget=budget * SUGGESTED_SHARE)
+                    best, scored = first.best, list(first.candidates)
+                    stats.nodes_visited = first.stats.nodes_visited
+                    stats.polished = first.stats.polished
+                    stats.improvements = first.stats.improvements
+                except StrategyError:  # small extents rule out every suggested value
+                    pass
+                deadline = clock() + max(started + budget - clock(), 0.0) * SEARCH_SHARE
+            dived = self._dive(stats)  # an incumbent: pruning and the budget start early
+            if dived is not None:
+                scored.append(dived)
+                best = dived if best is None or dived.key() < best.key() else best
         else:
             first = self.branch_and_bound(budget=DEFAULT_BUDGET)
             if first.stats.complete:
@@ -318,7 +356,7 @@ class Searcher:
                 break
             if limited and best is not None and (
                     max_nodes is not None and stats.nodes_visited >= max_nodes
-                    or deadline is not None and clock() >= deadline):
+                    or expired(deadline, stats.nodes_visited)):
                 stats.complete = False
                 heapq.heappush(heap, (key, tied, partial, floor))
                 break
@@ -391,7 +429,7 @@ class Searcher:
                 stack.pop()
                 continue
             if (max_nodes is not None and visited >= max_nodes
-                    or deadline is not None and visited and clock() >= deadline):
+                    or visited and expired(deadline, visited)):
                 return None
             visited += 1
             stats.nodes_visited += 1
@@ -473,7 +511,7 @@ class Searcher:
                 if candidate.key() < best.key():
                     better = candidate
                     break
-                if spent >= limit or deadline is not None and clock() >= deadline:
+                if spent >= limit or expired(deadline, spent):
                     spent = max(spent, limit)
                     break
             if better is not None:
