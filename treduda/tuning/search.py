@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..errors import StrategyError
+from ..polyhedral.geometry import AXES
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, read_only
 from ..strategies import get as get_strategy
@@ -524,16 +525,46 @@ class Searcher:
         return best, False
 
     def _neighbours(self, params: Mapping[str, Any], pairs: bool) -> Iterator[dict[str, Any]]:
-        """The valid candidates that differ from ``params`` in one parameter (or two)."""
+        """The valid candidates that differ from ``params`` in one parameter (or two); the
+        first moves also trade threads for registers along an axis, keeping its tile (twice
+        the registers, half the threads, or the reverse): the coupled change by which the
+        best kernels differ from good ones (GEMM 4096^3: 32 x 4 threads x registers along x
+        at 3.45 ms, 16 x 8 at 3.07 ms)."""
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in self.space.parameters]
         changes = (itertools.chain.from_iterable(
             itertools.product(a, b) for a, b in itertools.combinations(others, 2))
-            if pairs else ((change,) for change in itertools.chain.from_iterable(others)))
+            if pairs else itertools.chain(self._trades(params), self._finishes(params),
+                                          ((change,) for change in itertools.chain(*others))))
         for change in changes:
             neighbour = {**params, **dict(change)}
             if not self.space.violated(neighbour):
                 yield neighbour
+
+    def _finishes(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Every other choice of the last decisions (at most :data:`FINISH` of them: buffers,
+        padding, unrolling), which depend on each other through their rules (preloading needs
+        an unrolled step): one at a time, a climb can be stuck where two of them together
+        are faster."""
+        last = len(self.space.parameters)
+        while last > 0 and self._below({p.name: 0 for p in self.space.parameters[:last - 1]}
+                                       ) <= FINISH:
+            last -= 1
+        fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
+        for point in self.space.points(fixed):
+            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes that trade threads for registers along an axis and keep its tile."""
+        values = {p.name: p.values for p in self.space.parameters}
+        for a in AXES:
+            block, reg = f"block_{a}", f"reg_{a}"
+            if block not in values or reg not in values:
+                continue
+            b, r = params[block], params[reg]
+            for nb, nr in ((b // 2, r * 2), (b * 2, r // 2)):
+                if nb * nr == b * r and nb in values[block] and nr in values[reg]:
+                    yield (block, nb), (reg, nr)
 
     def _result(self, best, scored, stats) -> SearchResult:
         p = self.program
