@@ -10,7 +10,9 @@ the best estimate a complete search over the parameters' *declared* ranges finds
 (``budget=None``), and their ratio. ``--before DIR`` times the same cold compile on another
 checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) for the
 "before" columns; without it they come from ``benchmarks/data/search_budget_before.json``,
-measured on the development machine (2 shared cores). Timings are noisy there: compare medians.
+measured on the development machine (2 shared cores). Timings are noisy there: compare medians,
+and CPU seconds. A complete search of a TCCG row takes five to ten CPU minutes: its best comes
+from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again.
 """
 
 from __future__ import annotations
@@ -25,7 +27,9 @@ import tempfile
 from pathlib import Path
 
 ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_28,tccg_33"
-BEFORE = Path(__file__).parent / "data" / "search_budget_before.json"
+DATA = Path(__file__).parent / "data"
+BEFORE = DATA / "search_budget_before.json"
+COMPLETE = DATA / "search_budget_complete.json"  # the complete searches' best, see --complete
 
 # Run in a new process: one cold compile, printed as JSON (its time, its pick, the estimate).
 COLD = r"""
@@ -99,10 +103,14 @@ def main() -> None:
     parser.add_argument("--before", help="a checkout to time the cold compile on, for 'before'")
     parser.add_argument("--only-before", action="store_true",
                         help="time only the --before checkout (and write --json)")
+    parser.add_argument("--complete", action="store_true",
+                        help="run the complete searches (minutes per row) instead of reading "
+                             "their results from benchmarks/data")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
+    known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
     rows = []
     print(f"{'row':8} {'cold s':>6} {'cpu s':>6} {'pick ms':>8} {'complete ms':>11} {'ratio':>6} "
           f"{'complete cpu s':>14} {'before s':>8} {'cpu s':>6} {'before pick ms':>14}")
@@ -123,7 +131,8 @@ def main() -> None:
         seconds = statistics.median(r["compile"] for r in runs)
         used = statistics.median(r["cpu"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
-        best, searched = complete(name)
+        best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
+                          else complete(name))
         old = before.get(name, {})
         row.update(cold=seconds, cpu=used, runs=[r["compile"] for r in runs], pick=pick,
                    complete=best, ratio=pick / best, complete_cpu=searched, before=old,
