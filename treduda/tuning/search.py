@@ -229,7 +229,7 @@ DIVE_INTERVAL = 250
 SEARCH_SHARE = 0.6
 # Under a time budget over every declared value, the share of it spent on the values the
 # strategies suggest (Searcher._two_spaces).
-SUGGESTED_SHARE = 0.6
+SUGGESTED_SHARE = 0.7
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
@@ -505,15 +505,16 @@ class Searcher:
                stats: SearchStats, limit: int,
                deadline: float | None = None) -> tuple[Candidate, bool]:
         """Hill climbing: score ``best``'s neighbours not ``seen`` yet (one parameter changed,
-        then, where none of those is faster, two), move to the first faster one, until none
+        then, where none of those is faster, the last decisions together, then two:
+        :meth:`_neighbours`), move to the first faster one, until none
         is (a local optimum: True) or ``limit`` candidates were scored. On TCCG's rows the
         best kernels lie close to a good incumbent, in a few coupled changes (a register tile
         grown while the threads shrink), that best-first with a loose bound reaches late
         (tccg_01 after 3000 nodes: 0.181 ms predicted, optimum 0.095 ms)."""
-        pairs, spent = False, 0
+        level, spent = 0, 0  # 0: one change (or a trade), 1: the last decisions, 2: two
         while spent < limit:
             better = None
-            for params in self._neighbours(best.params, pairs):
+            for params in self._neighbours(best.params, level):
                 if identity(params) in seen:
                     continue
                 seen.add(identity(params))
@@ -528,26 +529,27 @@ class Searcher:
                     spent = max(spent, limit)
                     break
             if better is not None:
-                best, pairs = better, False
+                best, level = better, 0
                 stats.improvements += 1
-            elif pairs:
+            elif level == 2:
                 return best, spent < limit
             else:
-                pairs = True
+                level += 1
         return best, False
 
-    def _neighbours(self, params: Mapping[str, Any], pairs: bool) -> Iterator[dict[str, Any]]:
-        """The valid candidates that differ from ``params`` in one parameter (or two); the
-        first moves also trade threads for registers along an axis, keeping its tile (twice
-        the registers, half the threads, or the reverse): the coupled change by which the
-        best kernels differ from good ones (GEMM 4096^3: 32 x 4 threads x registers along x
-        at 3.45 ms, 16 x 8 at 3.07 ms)."""
+    def _neighbours(self, params: Mapping[str, Any], level: int) -> Iterator[dict[str, Any]]:
+        """The valid candidates that differ from ``params`` in one parameter, or trade threads
+        for registers along an axis keeping its tile (twice the registers, half the threads,
+        or the reverse: the coupled change by which the best kernels differ from good ones,
+        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms);
+        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two."""
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in self.space.parameters]
-        changes = (itertools.chain.from_iterable(
-            itertools.product(a, b) for a, b in itertools.combinations(others, 2))
-            if pairs else itertools.chain(self._trades(params), self._finishes(params),
-                                          ((change,) for change in itertools.chain(*others))))
+        changes = (itertools.chain(self._trades(params),
+                                   ((change,) for change in itertools.chain(*others)))
+                   if level == 0 else self._finishes(params) if level == 1 else
+                   itertools.chain.from_iterable(
+                       itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
         for change in changes:
             neighbour = {**params, **dict(change)}
             if not self.space.violated(neighbour):
@@ -579,6 +581,8 @@ class Searcher:
                     yield (block, nb), (reg, nr)
 
     def _result(self, best, scored, stats) -> SearchResult:
+        if best.bound is None:  # found by the local search, which scores estimates alone
+            best = replace(best, bound=self.model.bound(best.params).seconds)
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
                             self.gpu, best, tuple(scored), stats, p.precision)
