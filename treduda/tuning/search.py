@@ -583,6 +583,8 @@ class Searcher:
     def _result(self, best, scored, stats) -> SearchResult:
         if best.bound is None:  # found by the local search, which scores estimates alone
             best = replace(best, bound=self.model.bound(best.params).seconds)
+            winner = identity(best.params)
+            scored = [best if identity(c.params) == winner else c for c in scored]
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
                             self.gpu, best, tuple(scored), stats, p.precision)
