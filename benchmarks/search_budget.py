@@ -12,7 +12,8 @@ checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) 
 "before" columns; without it they come from ``benchmarks/data/search_budget_before.json``,
 measured on the development machine (2 shared cores). Timings are noisy there: compare medians,
 and CPU seconds. A complete search of a TCCG row takes five to ten CPU minutes: its best comes
-from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again.
+from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again
+(a row it lacks has no ratio then).
 """
 
 from __future__ import annotations
@@ -132,16 +133,19 @@ def main() -> None:
         used = statistics.median(r["cpu"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
         best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
-                          else complete(name))
+                          else complete(name) if args.complete else (None, None))
         old = before.get(name, {})
         row.update(cold=seconds, cpu=used, runs=[r["compile"] for r in runs], pick=pick,
-                   complete=best, ratio=pick / best, complete_cpu=searched, before=old,
+                   complete=best, ratio=pick / best if best else None, complete_cpu=searched,
+                   before=old,
                    params=runs[0]["params"])
         rows.append(row)
         olds = (f"{old['compile']:8.2f} {old['cpu']:6.2f} {old['estimate'] * 1e3:14.4f}" if old
                 else f"{'-':>8} {'-':>6} {'-':>14}")
-        print(f"{name:8} {seconds:6.2f} {used:6.2f} {pick * 1e3:8.4f} {best * 1e3:11.4f} "
-              f"{pick / best:6.3f} {searched:14.1f} {olds}", flush=True)
+        versus = (f"{best * 1e3:11.4f} {pick / best:6.3f} {searched:14.1f}" if best else
+                  f"{'-':>11} {'-':>6} {'-':>14}")
+        print(f"{name:8} {seconds:6.2f} {used:6.2f} {pick * 1e3:8.4f} {versus} {olds}",
+              flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 
