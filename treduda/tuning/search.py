@@ -201,7 +201,7 @@ class SearchResult:
         proven = ("" if gap is None else "\nthe best of the whole space (a complete search)"
                   if self.stats.complete else
                   f"\nat most {gap:.1%} slower than the best of the whole space: no candidate "
-                  f"is estimated below {self.stats.lower * 1e3:.4f} ms (the bound's floor)")
+                  f"is estimated below {self.stats.lower * 1e3:.4g} ms (the bound's floor)")
         return (f"best on {self.gpu.name}: {p.seconds * 1e3:.4f} ms, {p.gflops:.0f} GFLOP/s "
                 f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}{proven}")
 
