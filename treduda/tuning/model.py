@@ -727,11 +727,15 @@ class _Optimist:
         return self.memo("store", lambda: self._store_wavefronts(exact), exact)
 
     def _store_wavefronts(self, exact: bool) -> float:
-        """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
-        the bound: each store costs at least one)."""
+        """LSU wavefronts per output value a thread stores; while the warp is open, and for
+        the bound, the least a warp's store can cost per value: one, or where a warp's values
+        fill less than a line (float16: 32 x 2 bytes of 128), that share of one (a thread's
+        registers along x share lines: an estimate of 0.5 for a float16 GEMM's 4 registers,
+        below the 1 the bound used to take)."""
         warp = self.lanes
         if warp is None or not exact:
-            return 1.0
+            g = self.m.gpu
+            return min(1.0, g.warp_size * self.m.bytes / g.cache_line_bytes)
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
         return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
