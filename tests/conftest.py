@@ -116,6 +116,7 @@ def bound_paths_hold(searcher) -> int:
     never lowers the bound. Returns how many candidates there were."""
     names = [p.name for p in searcher.space.parameters]
     bounds: dict[tuple, float] = {}
+    floors: dict[tuple, float] = {}  # the least estimate of a completion: what the search cuts by
     leaves = 0
     for point in searcher.space.points():
         leaves += 1
@@ -124,8 +125,11 @@ def bound_paths_hold(searcher) -> int:
         for depth in range(len(names) + 1):
             prefix = tuple((n, point[n]) for n in names[:depth])
             if prefix not in bounds:
-                bounds[prefix] = searcher.model.bound(dict(prefix)).seconds
+                bound = searcher.model.bound(dict(prefix))
+                bounds[prefix], floors[prefix] = bound.seconds, bound.floor
             assert bounds[prefix] <= estimate * (1 + 1e-12), (prefix, point)
+            assert bounds[prefix] <= floors[prefix] <= estimate * (1 + 1e-12), (
+                "the floor is above an estimate", prefix, point)
             assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
             previous = bounds[prefix]
     return leaves

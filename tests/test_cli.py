@@ -133,7 +133,7 @@ def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_p
 
     cache = tmp_path / "tuning.sqlite3"
     monkeypatch.setenv("TREDUDA_CACHE", str(cache))
-    argv = ["search", "C[i] = A[i,k]*B[k]", "-s", "i=16", "-s", "k=8", "--top", "1"]
+    argv = ["search", "C[i] = A[i,k]*B[k]", "-s", "i=16", "-s", "k=8", "--top", "1", "--complete"]
     assert main(argv) == 0
     assert f"kept in the tuning cache {cache}" in capsys.readouterr().out
     [entry] = TuningCache(cache).entries()

@@ -53,7 +53,7 @@ from .tuning.gpus import gpu as find_gpu
 from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
 from .tuning.paths import many_factors
 from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps
-from .tuning.search import Progress, SearchResult, search_program
+from .tuning.search import DEFAULT_BUDGET, Progress, SearchResult, search_program
 
 BUILT_IN = strategies.__name__ + "."  # the modules of the built-in strategies
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
@@ -68,7 +68,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
             params: Mapping[str, Any] | None = None, symbolic: bool = False,
             gpu: str = "H100", cache: TuningCache | bool = True,
             measure: bool = False, deterministic: bool | None = None,
-            precision: str = HIGHEST) -> Kernel:
+            precision: str = HIGHEST, budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
@@ -85,6 +85,8 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
+    ``budget`` is the search's time in seconds (None: the complete search, which can take
+    minutes; :func:`search` says how far a budgeted winner can be from the optimum).
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
     and so does :func:`contract` on arrays of these sizes. It is also kept in the tuning
     cache's kernel store (unless ``cache=False``): in a new process the same call loads it
@@ -99,7 +101,7 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
                             f"got {type(cache).__name__} {cache!r}")
     return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
                  gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
-                 deterministic=resolve(deterministic), precision=precision)
+                 deterministic=resolve(deterministic), precision=precision, budget=budget)
 
 
 def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
@@ -108,7 +110,8 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
            progress: Progress | None = None, max_nodes: int | None = None,
            refine: int = 0, check: bool = False,
            cache: TuningCache | bool = False,
-           deterministic: bool | None = None, precision: str = HIGHEST) -> SearchResult:
+           deterministic: bool | None = None, precision: str = HIGHEST,
+           budget: float | None = DEFAULT_BUDGET) -> SearchResult:
     """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
@@ -125,7 +128,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
-    ``precision`` as for :func:`compile`.
+    ``precision`` as for :func:`compile`. ``budget`` seconds bound the search (None: the
+    complete search); ``result.stats.lower`` and ``summary()`` say how far the winner can be
+    from the best estimate of the whole space.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
                 measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
@@ -135,7 +140,7 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
                    precision=precision)
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
     result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
-                            progress=progress, max_nodes=max_nodes)
+                            progress=progress, max_nodes=max_nodes, budget=budget)
     result = policy.reranked(result, refine, measure, _Generator.of(program, gpu), check)
     policy.remember(policy.store_of(cache), program, result, "treduda.search()")
     return result
@@ -256,7 +261,8 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
              params: Mapping[str, Any] | None = None, gpu: str = "H100",
              deterministic: bool | None = None, optimize: Any = AUTO,
              casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-             tune: str | None = None, **values: Any) -> np.ndarray:
+             tune: str | None = None, budget: float | None = DEFAULT_BUDGET,
+             **values: Any) -> np.ndarray:
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
@@ -295,6 +301,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
                                   deterministic=deterministic, optimize=optimize,
                                   casting=casting, precision=precision, tune=tune,
+                                  budget=budget,
                                   **shapes)
     return planned(out=out, **values)
 
@@ -369,7 +376,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                         params: Mapping[str, Any] | None = None, gpu: str = "H100",
                         deterministic: bool | None = None, optimize: Any = AUTO,
                         casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-                        tune: str | None = None,
+                        tune: str | None = None, budget: float | None = DEFAULT_BUDGET,
                         **named_shapes: tuple[int, ...]) -> ContractExpression:
     """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
     tensor name) and return a callable that contracts such arrays, as opt_einsum's
@@ -435,7 +442,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     else:
         kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
                        params=params, gpu=gpu, cache=True, deterministic=deterministic,
-                       precision=precision)
+                       precision=precision, budget=budget)
     return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
                               casting=casting)
 
@@ -452,6 +459,7 @@ class _Request:
     gpu: Gpu
     cache: str | None
     measure: bool
+    budget: float | None  # the search's seconds, where it is searched (None: complete)
     contraction: Contraction = field(compare=False)
     sizes: dict[str, int] | None = field(compare=False)  # None: symbolic
 
@@ -459,7 +467,8 @@ class _Request:
 def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
           strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
           cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
-          deterministic: bool = False, precision: str = HIGHEST) -> Kernel:
+          deterministic: bool = False, precision: str = HIGHEST,
+          budget: float | None = DEFAULT_BUDGET) -> Kernel:
     """The kernel of these (checked) arguments, kept for the process: the one place that says
     which calls of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`;
     the expression is parsed here, once)."""
@@ -474,7 +483,8 @@ def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str
     path = None
     if cache is not False:
         path = str(cache.path if isinstance(cache, TuningCache) else default_path())
-    kernel = _kept_kernel(_Request(identity, gpu, path, measure and tuned, contraction,
+    kernel = _kept_kernel(_Request(identity, gpu, path, measure and tuned,
+                                   budget if tuned else None, contraction,
                                    None if symbolic else checked))
     if kernel.contraction.source != contraction.source:  # another spelling of the same tree
         kernel = replace(kernel, contraction=contraction)
@@ -492,7 +502,7 @@ def _kept_kernel(request: _Request) -> Kernel:
                           store)
     if identity.gpu is not None:  # searched
         strategy, params = policy.tuned(identity.problem, request.gpu, store, request.measure,
-                                        generate)
+                                        generate, request.budget)
     else:
         strategy, params = identity.strategy, dict(identity.params)
     return generate.keep(generate(strategy, params), strategy, params)
@@ -595,10 +605,12 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
                   generate: _Generator | None = None,
-                  max_nodes: int | None = None) -> SearchResult:
+                  max_nodes: int | None = None,
+                  budget: float | None = DEFAULT_BUDGET) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
     (``treduda tune`` runs the same one on a cluster): :func:`treduda.tuning.policy.
-    tuning_search`, its candidates' kernels made here."""
+    tuning_search` within ``budget`` seconds (None: the complete search), its candidates'
+    kernels made here."""
     gpu = find_gpu(gpu)
     return policy.tuning_search(program, gpu, measure, generate or _Generator.of(program, gpu),
-                                max_nodes)
+                                max_nodes, budget)

@@ -21,6 +21,7 @@ from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
 from ..tuning.paths import many_factors
 from ..tuning.policy import MEASURED
+from ..tuning.search import DEFAULT_BUDGET
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
 from .tune_cli import tune_arguments, tune_command
@@ -58,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
         "compile", help="print or write the CUDA kernel of an expression",
         description="Print or write the CUDA kernel of an expression. Without --strategy and "
                     "-p it searches for the fastest kernel on --gpu (as `treduda search` does, "
-                    "within a node budget), or takes the tuning cache's answer from an earlier "
+                    "within a time budget), or takes the tuning cache's answer from an earlier "
                     "search; with --symbolic it takes the default strategy.")
     _problem_arguments(c)
     c.add_argument("--strategy", default=None, metavar="NAME",
@@ -108,6 +109,11 @@ def parser() -> argparse.ArgumentParser:
                                   "where the tuning cache has an answer")
     f.add_argument("--fresh", action="store_true",
                    help="search again even where the tuning cache has an answer (and replace it)")
+    f.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
+                   help=f"CPU seconds of search (default {DEFAULT_BUDGET}); the summary says "
+                        "how far from the best of the space the winner can be")
+    f.add_argument("--complete", action="store_true",
+                   help="search the whole space, however long it takes (minutes for a TCCG row)")
     _deterministic_argument(f)
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
@@ -282,7 +288,8 @@ def _search(args: argparse.Namespace) -> int:
     result = search(args.expression, sizes, args.gpu, dtype=args.dtype,
                     layout=args.layout, measure=args.measure, progress=bar.update,
                     refine=args.refine, check=args.ptxas, cache=True,
-                    deterministic=args.deterministic, precision=args.precision)
+                    deterministic=args.deterministic, precision=args.precision,
+                    budget=None if args.complete else args.budget)
     bar.close()
     print(result.table(args.top))
     print(result.summary())

@@ -35,9 +35,10 @@ enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurement
 from __future__ import annotations
 
 import functools
+import itertools
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ..codegen.ir import VECTOR_BYTES
@@ -76,6 +77,11 @@ class Prediction:
     # uncoalesced loads) and resident warps per SM (latency hiding).
     wavefronts: float = 0.0
     warps: int = 0
+    # Of a bound only: the least *estimate* any completion can have, the estimate's
+    # combination (:func:`combined`) of the resources' bounds. The estimate grows with every
+    # resource, each of its resources is at least the bound's, so this stays below the
+    # estimate of every completion, and above the bound: what the search prunes with.
+    floor: float | None = None
 
     @property
     def gflops(self) -> float:
@@ -164,6 +170,9 @@ class Model:
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
+        self._lanes: dict[tuple, list | None] = {}  # see _Optimist.lanes
+        self._tiles: dict[tuple, tuple[int, ...]] = {}  # see _Optimist.tiles
+        self._fronts: dict[tuple, int] = {}  # see _Optimist._fronts
         self.groups = max(1, len(program.accumulators))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
@@ -214,8 +223,12 @@ class Model:
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on the time of every completion of the partial ``params``."""
         described = self.describe(params)
-        return min((self._predict(_Optimist(self, {**described, "order": (order,)}), exact=False)
-                    for order in described["order"]), key=lambda p: p.seconds)
+        bounds = [self._predict(_Optimist(self, {**described, "order": (order,)}), exact=False)
+                  for order in described["order"]]
+        least = min(bounds, key=lambda p: p.seconds)
+        if len(bounds) == 1:
+            return least
+        return replace(least, floor=min(p.floor for p in bounds))
 
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
@@ -233,6 +246,13 @@ class Model:
         them, as the estimate predicts them without ptxas's report."""
         o = _Optimist(self, self.describe(params))
         return o.registers(), o.spilled_registers()
+
+    def register_pressure(self, params: Mapping[str, Any]) -> float:
+        """What the main loop of a complete candidate holds at once (:meth:`_Optimist.
+        live_registers`), as a share of the registers its launch bounds let ptxas give a
+        thread: above 1, ptxas spills."""
+        o = _Optimist(self, self.describe(params))
+        return o.live_registers() / self.gpu.register_cap(o.threads())
 
     # -- the resources -------------------------------------------------------------------------
 
@@ -296,6 +316,10 @@ class Model:
         binding, total = combined(seconds, exact)
         parts = self.parts_seconds(least)
         total += parts
+        floor = None
+        if not exact:  # the estimate's spills are a prediction: the floor's, not the bound's
+            spills = {**seconds, "l2": seconds["l2"] + o.least_spill_bytes() / g.l2_bandwidth}
+            floor = combined(spills, True)[1] + parts
         # The search asks for hundreds of thousands of bounds: only estimates explain at length.
         because = (self._because(binding, seconds, o) if exact else
                    f"{binding} {seconds[binding] * 1e3:.3g} ms at least (a lower bound)")
@@ -303,7 +327,7 @@ class Model:
             because += (f"; then {parts * 1e3:.3g} ms for the second kernel, which adds the "
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
-                          warps=warps)
+                          warps=warps, floor=floor)
 
     def _output_traffic(self, split: int) -> int:
         """Elements the output's writes move through L2: each once; split, an atomic addition
@@ -368,9 +392,14 @@ class _Optimist:
         """The values quantity ``name`` can still take."""
         return self.described[name]
 
-    def tiles(self, n: int) -> list[int]:
+    def tiles(self, n: int) -> tuple[int, ...]:
+        """The tiles axis ``n`` can still have (threads times registers), each once."""
         a = AXES[n]
-        return [b * r for b in self.options(f"block_{a}") for r in self.options(f"reg_{a}")]
+        key = (self.options(f"block_{a}"), self.options(f"reg_{a}"))
+        known = self.m._tiles
+        if key not in known:
+            known[key] = tuple(sorted({b * r for b, r in itertools.product(*key)}))
+        return known[key]
 
     def padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
@@ -423,6 +452,10 @@ class _Optimist:
         return all(n in self.p for n in names)
 
     def tiles_decided(self) -> bool:
+        return self._tiles_decided
+
+    @functools.cached_property
+    def _tiles_decided(self) -> bool:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
     @functools.cached_property
@@ -433,7 +466,16 @@ class _Optimist:
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
         a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
-        at 0, so warp 0 sees where its values wrap from one index to the next."""
+        at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
+        model for the decisions they depend on (the search asks at many nodes)."""
+        key = (self.p["order"], *(self.p.get(f"{k}_{a}") for a in AXES
+                                  for k in ("block", "reg", "assign")))
+        known = self.m._lanes
+        if key not in known:
+            known[key] = self._lanes()
+        return known[key]
+
+    def _lanes(self) -> list[list[dict[str, int]]] | None:
         warp = self.m.gpu.warp_size
         spanned, lanes = [], 1
         for n, a in enumerate(AXES):
@@ -505,16 +547,27 @@ class _Optimist:
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
             group = warp[0][:values] if grouped else warp[0][:1]
-            offsets = [[self._offset(read, p, strides) for p in lane[:len(group)]]
-                       for lane in warp]
-            fronts = self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
-            return max(least, fronts / len(group) * (least if reduction_vector else 1.0))
+            return max(least, self._fronts(read, strides, staged, len(group)) / len(group)
+                       * (least if reduction_vector else 1.0))
 
         if not staged:
             return cost(read.strides, False)
         vector = self.vectorisable(read)
         return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
                    for pad in self.options("pad"))
+
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
+        """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
+        registers of each lane's along x): distinct lines (global) or the busiest bank's
+        words (shared); remembered per model for the warp's shape and the strides."""
+        key = (id(self.lanes), read.tensor, read.indices, tuple(strides.items()), staged, group)
+        known = self.m._fronts
+        if key not in known:
+            offsets = [[self._offset(read, p, strides) for p in lane[:group]]
+                       for lane in self.lanes]
+            known[key] = (self.m.lines(offsets) if not staged
+                          else self.m.bank_conflicts(offsets))
+        return known[key]
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
@@ -562,7 +615,16 @@ class _Optimist:
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
-        times the values of ``read``'s indices each tile covers (:meth:`covered`)."""
+        times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
+        per model for the order and the tiles still possible."""
+        key = ("traffic", read.tensor, read.indices, self.p["order"],
+               *(self.tiles(n) for n in range(len(self.extents))))
+        known = self.m._warp_terms
+        if key not in known:
+            known[key] = self._traffic(read)
+        return known[key]
+
+    def _traffic(self, read: _Read) -> float:
         total = 1.0
         for n, extent in enumerate(self.extents):
             total *= min(math.ceil(extent / t) * self.covered(read, n, t) for t in self.tiles(n))
@@ -610,6 +672,11 @@ class _Optimist:
         lanes = min(self.m.gpu.warp_size, threads)
         total = 0.0
         for r in (r for r in self.m.reads if self.staged(r)):
+            if not exact:  # the least a load and a store cost, whatever the elements
+                volume = math.prod(self.copy_extents(r))
+                total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (
+                    1 / self.m.per_access(False) + 1 / self.m.per_access(True))
+                continue
             extents = self.footprint(r)
             padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
             volume = math.prod(padded.values())
@@ -621,10 +688,8 @@ class _Optimist:
                 if all(point[i] < extents[i] for i in point):  # not the padding's
                     elements.append(point)
             read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
-            write = min(self.m.bank_conflicts([[self._offset(r, p, self.tile_strides(r, pad))]
-                                               for p in elements]) for pad in self.options("pad"))
-            if not exact:
-                read, write = 1 / self.m.per_access(False), 1 / self.m.per_access(True)
+            write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
+                        for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
             total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
         return total / self.fmas_per_block_step()
 
@@ -640,11 +705,11 @@ class _Optimist:
         return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
                                      self.threads())
 
-    def steps(self) -> int:
-        """Reduction steps per output point: every summed index in steps of ``step`` values,
-        summed over the reduction groups; without steps the loop is not strip-mined, and
-        each summed value counts as a step of its own."""
-        step = self.p["step"]
+    def steps(self, step: int | None = None) -> int:
+        """Reduction steps per output point: every summed index in steps of ``step`` values
+        (by default the decided one), summed over the reduction groups; without steps the
+        loop is not strip-mined, and each summed value counts as a step of its own."""
+        step = self.p["step"] if step is None else step
         if not step:
             return max(self.m.iterations, 1)
         return sum(math.prod(math.ceil(e / step) for e in extents)
@@ -662,11 +727,15 @@ class _Optimist:
         return self.memo("store", lambda: self._store_wavefronts(exact), exact)
 
     def _store_wavefronts(self, exact: bool) -> float:
-        """LSU wavefronts per output value a thread stores (1 while the warp is open, and for
-        the bound: each store costs at least one)."""
+        """LSU wavefronts per output value a thread stores; while the warp is open, and for
+        the bound, the least a warp's store can cost per value: one, or where a warp's values
+        fill less than a line (float16: 32 x 2 bytes of 128), that share of one (a thread's
+        registers along x share lines: an estimate of 0.5 for a float16 GEMM's 4 registers,
+        below the 1 the bound used to take)."""
         warp = self.lanes
         if warp is None or not exact:
-            return 1.0
+            g = self.m.gpu
+            return min(1.0, g.warp_size * self.m.bytes / g.cache_line_bytes)
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
         return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
@@ -686,6 +755,21 @@ class _Optimist:
         if not per_thread:
             return 0.0
         return per_thread * self.blocks() * self.threads() * self.steps() * self.walks()
+
+    def least_spill_bytes(self) -> float:
+        """The fewest bytes of spills (:meth:`spill_bytes`) the estimate of any completion
+        predicts: what the main loop holds at the least (:meth:`live_registers`, every open
+        decision at its fewest) beyond the cap of the launch bounds of the fewest threads, each
+        factor of :meth:`spill_bytes` at its least (an 8 x 8 register tile in blocks of 1024
+        threads spills whatever is decided after)."""
+        if self.compiled:
+            return 0.0
+        threads = self.threads()
+        beyond = self.live_registers() - self.m.gpu.register_cap(threads)
+        if beyond <= 0:
+            return 0.0
+        steps = min(self.steps(step) for step in self.options("step"))
+        return 2 * REGISTER_BYTES * beyond * self.blocks() * threads * steps * self.walks()
 
     def spilled_registers(self) -> int:
         """Registers ptxas spills, predicted for a complete candidate without its report: none

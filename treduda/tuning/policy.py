@@ -3,7 +3,7 @@
 :func:`tuned` is what ``compile`` asks. It looks the problem up in the tuning cache, trusts an
 entry whose kernel the kernel store holds (made by this code generator, so it passed the
 strategy's checks), re-checks any other against the parameter space, and otherwise searches
-within a node budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
+within a time budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
 The policy decides; it makes no kernels. It asks a :class:`Generator` (``treduda.api``'s) for
@@ -27,11 +27,12 @@ from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .model import Compiled, Model
-from .search import Candidate, SearchResult, search_program
+from .search import DEFAULT_BUDGET, Candidate, SearchResult, search_program, worth_checking
 
-# Node budgets of the search compile() runs: enough for full-size problems to finish; small
-# ones (whose candidates differ by microseconds) stop early with the best found so far.
-SEARCH_NODE_BUDGET = 5000
+# The node budget of the search compile() runs for small problems (whose candidates differ by
+# microseconds): they stop early with the best found so far; others search within a time
+# budget (DEFAULT_BUDGET seconds, tuning/search.py).
+SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
@@ -57,7 +58,8 @@ class Generator(Protocol):
 
 
 def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
-          generate: Generator) -> tuple[str, dict[str, Any]]:
+          generate: Generator, budget: float | None = DEFAULT_BUDGET
+          ) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters of ``problem`` on ``gpu``, from the tuning cache
     ``store`` when it has them, else searched and kept there.
 
@@ -73,7 +75,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     if hit is not None and (not measure or hit.get("measured")):
         if _known(hit, generate) or fits(generate.program, hit, key):
             return hit["strategy"], dict(hit["params"])
-    result = tuning_search(generate.program, gpu, measure, generate)
+    result = tuning_search(generate.program, gpu, measure, generate, budget=budget)
     remember(store, generate.program, result, "compile()")
     return result.best.strategy, dict(result.best.params)
 
@@ -88,15 +90,18 @@ def _known(hit: dict, generate: Generator) -> bool:
 
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Generator,
-                  max_nodes: int | None = None) -> SearchResult:
+                  max_nodes: int | None = None,
+                  budget: float | None = DEFAULT_BUDGET) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
-    (``treduda tune`` runs the same one on a cluster): within :data:`SEARCH_NODE_BUDGET` nodes,
-    :data:`SMALL_PROBLEM_BUDGET` for a small problem, or ``max_nodes`` when given; ptxas checks
-    the winner of a problem that is not small."""
+    (``treduda tune`` runs the same one on a cluster): within ``budget`` seconds (None: the
+    complete search) and ``max_nodes`` nodes, :data:`SMALL_PROBLEM_BUDGET` for a small
+    problem; ptxas checks the winner of a problem that is not small where its registers are
+    near the cap (:func:`~treduda.tuning.search.worth_checking`)."""
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
-    budget = max_nodes or (SMALL_PROBLEM_BUDGET if small else SEARCH_NODE_BUDGET)
-    return reranked(search_program(program, gpu, max_nodes=budget), 0, measure, generate,
-                    check=not small)
+    nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
+    result = search_program(program, gpu, max_nodes=nodes, budget=budget)
+    return reranked(result, 0, measure, generate,
+                    check=not small and worth_checking(program, result))
 
 
 def reranked(result: SearchResult, refine: int, measure: bool, generate: Generator,

@@ -24,17 +24,43 @@ import math
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from ..errors import StrategyError
 from ..frontend.identity import params_text
+from ..polyhedral.geometry import AXES
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, read_only
 from ..strategies import get as get_strategy
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .model import Compiled, Model, Prediction
+
+# CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
+# complete search). At 1.5 s the picks of GEMM 4096^3 and tccg_01/03/15/28/33 are within 1% of
+# the best that minutes of search find; at 1.0 s GEMM's is 5% off (3.23 ms) and at 0.6 s
+# tccg_28's 20% (38.2 ms); benchmarks/search_budget.py.
+DEFAULT_BUDGET = 1.5
+# ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
+# of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
+# in the cases measured, the estimate (nvcc costs a second per batch, generation more).
+CHECK_REGISTERS = 0.75
+
+# What a budget counts: the CPU seconds of the thread that searches, so that a search finds the
+# same winner whatever else shares the cores (on two shared cores its wall time can be several
+# times more). time.process_time() took 64 us a call there, thread_time() under 1 us.
+clock = time.thread_time
+
+# The clock is read every this many nodes (reading it can yield the core to another process).
+CLOCK_EVERY = 8
+
+
+def expired(deadline: float | None, count: int) -> bool:
+    """Whether ``deadline`` (of :data:`clock`) has passed, read every :data:`CLOCK_EVERY`th
+    ``count``."""
+    return deadline is not None and count % CLOCK_EVERY == 0 and clock() >= deadline
+
 
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01
@@ -98,12 +124,15 @@ class SearchStats:
     improvements: int = 0  # how often the local search found a faster candidate
     cuts_per_depth: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
+    # The least estimate any candidate of the space can have, as the search proved it: the
+    # winner's where the search is complete, else the lowest floor of the nodes left open.
+    lower: float | None = None
 
     def __str__(self) -> str:
         cuts = ", ".join(f"{k} {v}" for k, v in self.cuts_per_depth.items() if v)
         size = f"{self.space_size}" if self.space_size_exact else f"<= {self.space_size}"
         budget = "" if self.complete else (
-            f" (stopped by its node budget; then {self.polished} candidates near the best of "
+            f" (stopped by its budget; then {self.polished} candidates near the best of "
             f"each mapping scored, {self.improvements} of them better: not proven optimal)")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
@@ -147,6 +176,14 @@ class SearchResult:
                 seen.append(seconds)
         return chosen
 
+    @property
+    def gap(self) -> float | None:
+        """How much slower the winner's estimate can be, at most, than the best estimate of
+        any candidate of the space (0.0 for a complete search): the winner over the lowest
+        floor of the nodes the search left open (:attr:`SearchStats.lower`)."""
+        lower = self.stats.lower
+        return None if not lower else self.best.prediction.seconds / lower - 1
+
     def fraction_of_peak(self) -> float:
         return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
 
@@ -162,8 +199,13 @@ class SearchResult:
 
     def summary(self) -> str:
         p = self.best.prediction
+        gap = self.gap
+        proven = ("" if gap is None else "\nthe best of the whole space (a complete search)"
+                  if self.stats.complete else
+                  f"\nat most {gap:.1%} slower than the best of the whole space: no candidate "
+                  f"is estimated below {self.stats.lower * 1e3:.4g} ms (the bound's floor)")
         return (f"best on {self.gpu.name}: {p.seconds * 1e3:.4f} ms, {p.gflops:.0f} GFLOP/s "
-                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}")
+                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}{proven}")
 
     def to_json(self) -> str:
         """The winner and statistics, replayable: compile(strategy=..., params=...,
@@ -177,6 +219,7 @@ class SearchResult:
                            "measured_seconds": self.best.measured,
                            "measured_on": self.best.measured_on,
                            "nodes_visited": self.stats.nodes_visited,
+                           "complete": self.stats.complete, "gap": self.gap,
                            "candidates_scored": self.stats.candidates_scored}, indent=1)
 
 
@@ -184,13 +227,26 @@ class SearchResult:
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
 # above the leaves and return only its first incumbent.
 DIVE_INTERVAL = 250
+# Under a time budget, the share of it the tree search takes; local search takes the rest.
+SEARCH_SHARE = 0.6
+# Under a time budget over every declared value, the share of it spent on the values the
+# strategies suggest (Searcher._two_spaces).
+SUGGESTED_SHARE = 0.7
+# A dive takes the values a strategy suggests first among children whose floors are within
+# this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
+NEAR = 0.01
+# A dive scores every completion of a node with at most this many below it (the buffers and
+# code decisions, which the floor cannot tell apart, as the estimate can).
+FINISH = 128
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
 
 class Searcher:
     """The search space of one planned, fixed-size program on one GPU, searchable and
-    enumerable."""
+    enumerable: with ``restrict`` (the default here, for spaces small enough to enumerate) the
+    values each strategy suggests (:attr:`Parameter.searched`), else every declared value
+    (what :func:`search_program`, so compile(), searches); ``values`` narrows parameters."""
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
@@ -211,6 +267,8 @@ class Searcher:
             raise StrategyError(f"'{strategy}' has no parameter(s) {unknown}; it has: "
                                 f"{', '.join(p.name for p in full.parameters)}")
         wanted = {p.name: p.searched for p in full.parameters if restrict and p.searched}
+        # The values each strategy suggests trying first, among the declared ones.
+        self._suggested = {p.name: frozenset(p.searched) for p in full.parameters if p.searched}
         wanted.update(values or {})
         ordered = sorted(full.parameters, key=lambda p: p.priority)  # stable: the space's order
         self.space = ParamSpace(tuple(
@@ -218,10 +276,21 @@ class Searcher:
                       p.doc, priority=p.priority) for p in ordered), full.constraints)
         self.model = Model(self.program, self.gpu, self.strategy,
                            {p.name: p.values for p in self.space.parameters})
+        # Wider than the values the strategies suggest: a budgeted search looks at those first
+        # (see branch_and_bound).
+        self._arguments = (program, self.gpu, strategy, values)
+        self._wider = not restrict and any(
+            set(p.values) - self._suggested.get(p.name, set(p.values))
+            for p in self.space.parameters)
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
         bound = self.model.bound(params).seconds if with_bound else None
         return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
+
+    def _floor(self, params: Mapping[str, Any]) -> float:
+        """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
+        bound = self.model.bound(params)
+        return bound.seconds if bound.floor is None else bound.floor
 
     def exhaustive(self) -> SearchResult:
         """Score every candidate of the space: the reference the search must agree with."""
@@ -235,27 +304,53 @@ class Searcher:
         return self._result(min(scored, key=Candidate.key), scored, stats)
 
     def branch_and_bound(self, progress: Progress | None = None,
-                         max_nodes: int | None = None) -> SearchResult:
-        """Best-first branch and bound; ``max_nodes`` stops it early (the stats say so)."""
-        started = time.perf_counter()
+                         max_nodes: int | None = None,
+                         budget: float | None = None, alone: bool = False) -> SearchResult:
+        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` CPU seconds
+        (:data:`clock`) stop it early
+        (the stats say so, and how far from the space's optimum its winner can be at most).
+
+        Under a budget, :data:`SEARCH_SHARE` of it goes to the tree and the rest to the local
+        search around the best candidates found (:meth:`_polish`). Without either, the search
+        is complete; it starts from the winner of a search within :data:`DEFAULT_BUDGET`,
+        whose estimate cuts most of the tree at once."""
+        started = clock()
+        deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
+        limited = max_nodes is not None or deadline is not None
         names = [p.name for p in self.space.parameters]
         stats = SearchStats(self.space.size(), False, cuts_per_depth=dict.fromkeys(names, 0))
         cuts: Counter = Counter()
-        best = self._dive(stats)  # a first incumbent, so pruning (and the budget) start early
-        scored: list[Candidate] = [best] if best is not None else []
+        scored: list[Candidate] = []
+        if budget is not None and self._wider and not alone:
+            return self._two_spaces(progress, max_nodes, budget)
+        if limited:
+            best = self._dive(stats)  # a first incumbent, so pruning and the budget start early
+        else:
+            first = self.branch_and_bound(budget=DEFAULT_BUDGET)
+            if first.stats.complete:
+                return first
+            best, scored = first.best, list(first.candidates)
+            stats.nodes_visited, stats.polished = first.stats.nodes_visited, first.stats.polished
+        if best is not None and not scored:
+            scored.append(best)
         tie = itertools.count()
-        heap = [(self.model.bound({}).seconds, next(tie), {})]
+        root = self._floor({})
+        heap = [(root, next(tie), {}, root)]  # (order, tie, node, its floor)
         while heap:
-            bound, _, partial = heapq.heappop(heap)
-            if best is not None and bound > best.prediction.seconds:
+            key, tied, partial, floor = heapq.heappop(heap)
+            if best is not None and floor > best.prediction.seconds:
                 cuts["(open nodes left)"] += 1 + len(heap)
+                heap.clear()
                 break
-            if max_nodes is not None and stats.nodes_visited >= max_nodes and best is not None:
+            if limited and best is not None and (
+                    max_nodes is not None and stats.nodes_visited >= max_nodes
+                    or expired(deadline, stats.nodes_visited)):
                 stats.complete = False
+                heapq.heappush(heap, (key, tied, partial, floor))
                 break
             stats.nodes_visited += 1
-            if max_nodes is not None and stats.nodes_visited % DIVE_INTERVAL == 0:
-                found = self._dive(stats, partial)  # a budget may end before leaves: reach some
+            if limited and stats.nodes_visited % DIVE_INTERVAL == 0:
+                found = self._dive(stats, partial, deadline=deadline)  # reach some leaves
                 if found is not None:
                     scored.append(found)
                     best = found if best is None or found.key() < best.key() else best
@@ -271,28 +366,75 @@ class Searcher:
             parameter, values = step
             for value in values:
                 child = {**partial, parameter.name: value}
-                child_bound = self.model.bound(child).seconds
-                if best is not None and child_bound > best.prediction.seconds:
+                child_floor = self._floor(child)
+                if best is not None and child_floor > best.prediction.seconds:
                     cuts[parameter.name] += 1
                     continue
-                heapq.heappush(heap, (child_bound, next(tie), child))
+                heapq.heappush(heap, (child_floor + self._later(parameter.name, value),
+                                      next(tie), child, child_floor))
         if best is None:
             raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
         if not stats.complete:
-            best = self._polish(best, scored, stats, limit=max_nodes)
+            limit = max_nodes
+            if budget is not None:  # the rest of the budget, at the rate nodes went so far
+                spent = clock() - started
+                rate = (stats.nodes_visited + len(scored)) / max(spent, 1e-3)
+                left = int(rate * max(started + budget - clock(), 0.0))
+                limit = left if limit is None else min(limit, left)
+            best = self._polish(best, scored, stats, limit=max(limit, 2),
+                                deadline=None if budget is None else started + budget)
+        stats.lower = min([best.prediction.seconds, *(node[3] for node in heap)])
         stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
-        stats.seconds = time.perf_counter() - started
+        stats.seconds = clock() - started
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
 
+    def _below(self, partial: Mapping[str, Any]) -> int:
+        """How many assignments of the open parameters lie below ``partial`` at most."""
+        return math.prod(len(p.values) for p in self.space.parameters if p.name not in partial)
+
+    def _two_spaces(self, progress: Progress | None, max_nodes: int | None,
+                    budget: float) -> SearchResult:
+        """A budgeted search of every declared value, then of the values the strategies
+        suggest (:data:`SUGGESTED_SHARE` of ``budget``): a space small enough to search to
+        its end in about a second, whose best the wide space's search may not reach in that
+        time (tccg_28: 31.7 ms predicted, against 37.8 after five seconds of the wide space);
+        the better winner of the two, with the wide search's proof of how far it can be."""
+        started = clock()
+        wide = self.branch_and_bound(progress, max_nodes, budget * (1 - SUGGESTED_SHARE),
+                                     alone=True)
+        try:
+            narrow = Searcher(*self._arguments).branch_and_bound(
+                max_nodes=max_nodes, budget=max(started + budget - clock(), 0.0))
+        except StrategyError:  # small extents rule out every suggested value
+            return wide
+        if wide.stats.complete:
+            return wide
+        stats = replace(wide.stats, seconds=clock() - started,
+                        nodes_visited=wide.stats.nodes_visited + narrow.stats.nodes_visited,
+                        candidates_scored=(wide.stats.candidates_scored
+                                           + narrow.stats.candidates_scored),
+                        polished=wide.stats.polished + narrow.stats.polished,
+                        improvements=wide.stats.improvements + narrow.stats.improvements)
+        best = min(wide.best, narrow.best, key=Candidate.key)
+        stats.lower = min(stats.lower, best.prediction.seconds)
+        return self._result(best, wide.candidates + narrow.candidates, stats)
+
+    def _later(self, name: str, value: Any) -> float:
+        """0 for a value the strategy suggests trying first (:attr:`Parameter.searched`), a
+        sliver of a second for the others: equal floors are taken suggested values first."""
+        suggested = self._suggested.get(name)
+        return 0.0 if suggested is None or value in suggested else 1e-12
+
     def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None,
-              max_nodes: int | None = None) -> Candidate | None:
-        """Follow the child with the lowest bound from ``start`` (the root by default) down to
+              max_nodes: int | None = None, deadline: float | None = None) -> Candidate | None:
+        """Follow the child with the lowest floor from ``start`` (the root by default) down to
         a complete candidate, backing up out of dead ends: the classic first incumbent of a
-        branch and bound, and under a node budget, more incumbents from the most promising
-        open nodes. None where no candidate lies below ``start`` (or within ``max_nodes``)."""
+        branch and bound, and under a budget, more incumbents from the most promising open
+        nodes. None where no candidate lies below ``start`` (or within ``max_nodes`` or before
+        ``deadline``)."""
         partial: dict[str, Any] = dict(start or {})
         stack = [iter([partial])]
         visited = 0
@@ -301,21 +443,30 @@ class Searcher:
             if partial is None:
                 stack.pop()
                 continue
-            if max_nodes is not None and visited >= max_nodes:
+            if (max_nodes is not None and visited >= max_nodes
+                    or visited and expired(deadline, visited)):
                 return None
             visited += 1
             stats.nodes_visited += 1
+            if self._below(partial) <= FINISH:  # the last decisions: the best of them all
+                leaves = [self.candidate(p) for p in self.space.points(partial)]
+                stats.nodes_visited += len(leaves)
+                if leaves:
+                    return min(leaves, key=Candidate.key)
+                continue
             step = self.space.choices(partial)
             if step is None:
                 return self.candidate(partial)
             parameter, values = step
-            children = [{**partial, parameter.name: v} for v in values]
-            children.sort(key=lambda child: self.model.bound(child).seconds)
-            stack.append(iter(children))
+            floors = [(self._floor({**partial, parameter.name: v}), v) for v in values]
+            near = min(floors, key=lambda pair: pair[0])[0] * (1 + NEAR) if floors else 0.0
+            floors.sort(key=lambda pair, n=parameter.name: (
+                pair[0] > near, self._later(n, pair[1]) > 0, pair[0]))
+            stack.append(iter([{**partial, parameter.name: v} for _, v in floors]))
         return None
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
-                limit: int) -> Candidate:
+                limit: int, deadline: float | None = None) -> Candidate:
         """Local search after the budget, from the best candidate of every mapping (the first
         decision), by successive halving: each round climbs every seed for a share of half of
         ``limit`` and keeps the better half; the best then climbs to its local optimum with
@@ -323,18 +474,20 @@ class Searcher:
         on tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
         (predicted) once a seed of it climbed."""
         seen = {identity(c.params) for c in scored}
-        seeds = sorted(self._seeds(scored, stats), key=Candidate.key)
+        seeds = sorted(self._seeds(scored, stats, deadline), key=Candidate.key)
         rounds = math.ceil(math.log2(len(seeds))) + 1 if seeds else 0
         while len(seeds) > 1 and stats.polished < limit // 2:
             share = max(1, limit // 2 // rounds // len(seeds))
-            climbed = sorted((self._climb(seed, scored, seen, stats, share) for seed in seeds),
+            climbed = sorted((self._climb(seed, scored, seen, stats, share, deadline)
+                              for seed in seeds),
                              key=lambda pair: pair[0].key())
             best = min(best, climbed[0][0], key=Candidate.key)
             seeds = [seed for seed, stuck in climbed[:len(climbed) // 2] if not stuck]
         best = min([best, *seeds], key=Candidate.key)
-        return self._climb(best, scored, seen, stats, limit - stats.polished)[0]
+        return self._climb(best, scored, seen, stats, limit - stats.polished, deadline)[0]
 
-    def _seeds(self, scored: list[Candidate], stats: SearchStats) -> list[Candidate]:
+    def _seeds(self, scored: list[Candidate], stats: SearchStats,
+               deadline: float | None = None) -> list[Candidate]:
         """The best scored candidate of every value of the first decision, a dive from it
         where none was scored."""
         first = self.space.parameters[0].name
@@ -344,23 +497,26 @@ class Searcher:
             if value not in seeds or candidate.key() < seeds[value].key():
                 seeds[value] = candidate
         for value in self.space.parameters[0].values:
-            if value not in seeds and (found := self._dive(stats, {first: value})) is not None:
+            if value not in seeds and (found := self._dive(stats, {first: value},
+                                                           deadline=deadline)) is not None:
                 scored.append(found)
                 seeds[value] = found
         return list(seeds.values())
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
-               stats: SearchStats, limit: int) -> tuple[Candidate, bool]:
+               stats: SearchStats, limit: int,
+               deadline: float | None = None) -> tuple[Candidate, bool]:
         """Hill climbing: score ``best``'s neighbours not ``seen`` yet (one parameter changed,
-        then, where none of those is faster, two), move to the first faster one, until none
+        then, where none of those is faster, the last decisions together, then two:
+        :meth:`_neighbours`), move to the first faster one, until none
         is (a local optimum: True) or ``limit`` candidates were scored. On TCCG's rows the
         best kernels lie close to a good incumbent, in a few coupled changes (a register tile
         grown while the threads shrink), that best-first with a loose bound reaches late
         (tccg_01 after 3000 nodes: 0.181 ms predicted, optimum 0.095 ms)."""
-        pairs, spent = False, 0
+        level, spent = 0, 0  # 0: one change (or a trade), 1: the last decisions, 2: two
         while spent < limit:
             better = None
-            for params in self._neighbours(best.params, pairs):
+            for params in self._neighbours(best.params, level):
                 if identity(params) in seen:
                     continue
                 seen.add(identity(params))
@@ -371,30 +527,66 @@ class Searcher:
                 if candidate.key() < best.key():
                     better = candidate
                     break
-                if spent >= limit:
+                if spent >= limit or expired(deadline, spent):
+                    spent = max(spent, limit)
                     break
             if better is not None:
-                best, pairs = better, False
+                best, level = better, 0
                 stats.improvements += 1
-            elif pairs:
+            elif level == 2:
                 return best, spent < limit
             else:
-                pairs = True
+                level += 1
         return best, False
 
-    def _neighbours(self, params: Mapping[str, Any], pairs: bool) -> Iterator[dict[str, Any]]:
-        """The valid candidates that differ from ``params`` in one parameter (or two)."""
+    def _neighbours(self, params: Mapping[str, Any], level: int) -> Iterator[dict[str, Any]]:
+        """The valid candidates that differ from ``params`` in one parameter, or trade threads
+        for registers along an axis keeping its tile (twice the registers, half the threads,
+        or the reverse: the coupled change by which the best kernels differ from good ones,
+        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms);
+        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two."""
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in self.space.parameters]
-        changes = (itertools.chain.from_iterable(
-            itertools.product(a, b) for a, b in itertools.combinations(others, 2))
-            if pairs else ((change,) for change in itertools.chain.from_iterable(others)))
+        changes = (itertools.chain(self._trades(params),
+                                   ((change,) for change in itertools.chain(*others)))
+                   if level == 0 else self._finishes(params) if level == 1 else
+                   itertools.chain.from_iterable(
+                       itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
         for change in changes:
             neighbour = {**params, **dict(change)}
             if not self.space.violated(neighbour):
                 yield neighbour
 
+    def _finishes(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Every other choice of the last decisions (at most :data:`FINISH` of them: buffers,
+        padding, unrolling), which depend on each other through their rules (preloading needs
+        an unrolled step): one at a time, a climb can be stuck where two of them together
+        are faster."""
+        last = len(self.space.parameters)
+        while last > 0 and self._below({p.name: 0 for p in self.space.parameters[:last - 1]}
+                                       ) <= FINISH:
+            last -= 1
+        fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
+        for point in self.space.points(fixed):
+            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes that trade threads for registers along an axis and keep its tile."""
+        values = {p.name: p.values for p in self.space.parameters}
+        for a in AXES:
+            block, reg = f"block_{a}", f"reg_{a}"
+            if block not in values or reg not in values:
+                continue
+            b, r = params[block], params[reg]
+            for nb, nr in ((b // 2, r * 2), (b * 2, r // 2)):
+                if nb * nr == b * r and nb in values[block] and nr in values[reg]:
+                    yield (block, nb), (reg, nr)
+
     def _result(self, best, scored, stats) -> SearchResult:
+        if best.bound is None:  # found by the local search, which scores estimates alone
+            best = replace(best, bound=self.model.bound(best.params).seconds)
+            winner = identity(best.params)
+            scored = [best if identity(c.params) == winner else c for c in scored]
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
                             self.gpu, best, tuple(scored), stats, p.precision)
@@ -403,19 +595,26 @@ class Searcher:
 def search_program(program: Program, gpu: str | Gpu = "H100", *,
                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
                    progress: Progress | None = None,
-                   max_nodes: int | None = None) -> SearchResult:
-    """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound.
+                   max_nodes: int | None = None, budget: float | None = None) -> SearchResult:
+    """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound over
+    the declared values of every parameter (``values`` narrows some), within ``max_nodes``
+    nodes and ``budget`` seconds (None for both: the complete search).
 
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
-    API's part (:func:`treduda.search`). Where small extents rule out every restricted value,
-    the search runs again over all of each strategy's values.
+    API's part (:func:`treduda.search`).
     """
-    try:
-        searcher = Searcher(program, gpu, strategy, values)
-        return searcher.branch_and_bound(progress, max_nodes)
-    except StrategyError:
-        searcher = Searcher(program, gpu, strategy, values, restrict=False)
-        return searcher.branch_and_bound(progress, max_nodes)
+    searcher = Searcher(program, gpu, strategy, values, restrict=False)
+    return searcher.branch_and_bound(progress, max_nodes, budget)
+
+
+def worth_checking(program: Program, result: SearchResult) -> bool:
+    """Whether ptxas's report on ``result``'s winner can change its estimate: where the
+    registers the model predicts reach :data:`CHECK_REGISTERS` of the launch bounds' cap
+    (tccg_28's winner: 126 of 128 predicted, ptxas spilled; tccg_15's: 113 of 128, 16 bytes
+    spilled), or spill already. Well below the cap, ptxas's count moves neither."""
+    best = result.best
+    return Model(program, result.gpu, best.strategy).register_pressure(
+        best.params) >= CHECK_REGISTERS
 
 
 def first_candidate(program: Program, gpu: str | Gpu = "H100", *,

@@ -1,0 +1,154 @@
+"""A first answer within a budget against the complete search (issue 28).
+
+    python benchmarks/search_budget.py [--rows gemm,tccg_01,...] [--repeat 3]
+                                       [--budget SECONDS] [--before DIR] [--json out]
+
+For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the
+time of a cold ``treduda.compile`` (search, ptxas's check where nvcc is installed, and the
+generation of the kernel; the median of ``--repeat`` runs), the model's estimate of its pick,
+the best estimate a complete search over the parameters' *declared* ranges finds
+(``budget=None``), and their ratio. ``--before DIR`` times the same cold compile on another
+checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) for the
+"before" columns; without it they come from ``benchmarks/data/search_budget_before.json``,
+measured on the development machine (2 shared cores). Timings are noisy there: compare medians,
+and CPU seconds. A complete search of a TCCG row takes five to ten CPU minutes: its best comes
+from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again
+(a row it lacks has no ratio then).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_28,tccg_33"
+DATA = Path(__file__).parent / "data"
+BEFORE = DATA / "search_budget_before.json"
+COMPLETE = DATA / "search_budget_complete.json"  # the complete searches' best, see --complete
+
+# Run in a new process: one cold compile, printed as JSON (its time, its pick, the estimate).
+COLD = r"""
+import json, os, resource, sys, time
+started = time.perf_counter()
+import treduda
+from treduda.polyhedral.lower import plan
+from treduda.suites import load
+from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
+imported = time.perf_counter() - started
+name = sys.argv[1]
+if name == "gemm":
+    expr, sizes, layout = "C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "C"
+else:
+    row = {r.id: r for r in load("tccg_fp32")}[name]
+    expr, sizes, layout = row.expression, row.sizes, row.layout
+options = {} if sys.argv[2] == "default" else {"budget": float(sys.argv[2])}
+def cpu():
+    own, children = (resource.getrusage(who) for who in (resource.RUSAGE_SELF,
+                                                          resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+started, used = time.perf_counter(), cpu()
+kernel = treduda.compile(expr, sizes, layout=layout, **options)
+seconds, used = time.perf_counter() - started, cpu() - used
+model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
+print(json.dumps({"compile": seconds, "cpu": used, "import": imported,
+                  "params": dict(kernel.params),
+                  "estimate": model.estimate(dict(kernel.params)).seconds}))
+"""
+
+
+def case(name: str) -> tuple[str, dict[str, int], str]:
+    from treduda.suites import load
+
+    if name == "gemm":
+        return "C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}, "C"
+    row = {r.id: r for r in load("tccg_fp32")}[name]
+    return row.expression, row.sizes, row.layout
+
+
+def cold(name: str, budget: str, tree: str | None = None) -> dict:
+    """One cold compile of row ``name`` in a new process with an empty tuning cache (on the
+    checkout ``tree`` when given)."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "TREDUDA_CACHE": str(Path(folder) / "tuning.sqlite3")}
+        if tree:
+            env["PYTHONPATH"] = tree
+        done = subprocess.run([sys.executable, "-c", COLD, name, budget], env=env, cwd=folder,
+                              capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def complete(name: str) -> tuple[float, float]:
+    """The best estimate of the complete search over the declared ranges, and its CPU
+    seconds."""
+    from treduda.polyhedral.lower import plan
+    from treduda.tuning.search import search_program
+
+    expr, sizes, layout = case(name)
+    result = search_program(plan(expr, sizes, layout), "H100", budget=None)
+    return result.best.prediction.seconds, result.stats.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", default=ROWS)
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--budget", default="default",
+                        help="compile()'s budget= in seconds (default: compile's own)")
+    parser.add_argument("--before", help="a checkout to time the cold compile on, for 'before'")
+    parser.add_argument("--only-before", action="store_true",
+                        help="time only the --before checkout (and write --json)")
+    parser.add_argument("--complete", action="store_true",
+                        help="run the complete searches (minutes per row) instead of reading "
+                             "their results from benchmarks/data")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
+    known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
+    rows = []
+    print(f"{'row':8} {'cold s':>6} {'cpu s':>6} {'pick ms':>8} {'complete ms':>11} {'ratio':>6} "
+          f"{'complete cpu s':>14} {'before s':>8} {'cpu s':>6} {'before pick ms':>14}")
+    for name in args.rows.split(","):
+        row: dict = {"row": name}
+        if args.before:
+            runs = [cold(name, "default", args.before) for _ in range(args.repeat)]
+            before[name] = {"compile": statistics.median(r["compile"] for r in runs),
+                            "cpu": statistics.median(r["cpu"] for r in runs),
+                            "estimate": runs[0]["estimate"], "params": runs[0]["params"]}
+        if args.only_before:
+            row.update(before=before[name])
+            rows.append(row)
+            print(f"{name:8} before: {before[name]['compile']:.2f} s, {before[name]['cpu']:.2f} "
+                  f"CPU s, pick {before[name]['estimate'] * 1e3:.4f} ms", flush=True)
+            continue
+        runs = [cold(name, args.budget) for _ in range(args.repeat)]
+        seconds = statistics.median(r["compile"] for r in runs)
+        used = statistics.median(r["cpu"] for r in runs)
+        pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
+        best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
+                          else complete(name) if args.complete else (None, None))
+        old = before.get(name, {})
+        row.update(cold=seconds, cpu=used, runs=[r["compile"] for r in runs], pick=pick,
+                   complete=best, ratio=pick / best if best else None, complete_cpu=searched,
+                   before=old,
+                   params=runs[0]["params"])
+        rows.append(row)
+        olds = (f"{old['compile']:8.2f} {old['cpu']:6.2f} {old['estimate'] * 1e3:14.4f}" if old
+                else f"{'-':>8} {'-':>6} {'-':>14}")
+        versus = (f"{best * 1e3:11.4f} {pick / best:6.3f} {searched:14.1f}" if best else
+                  f"{'-':>11} {'-':>6} {'-':>14}")
+        print(f"{name:8} {seconds:6.2f} {used:6.2f} {pick * 1e3:8.4f} {versus} {olds}",
+              flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
+
+
+if __name__ == "__main__":
+    main()
