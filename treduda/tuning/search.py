@@ -161,8 +161,9 @@ class SearchResult:
         return sorted(distinct.values(), key=Candidate.key)[:n]
 
     def rivals(self, n: int) -> list[Candidate]:
-        """The ``n`` best candidates after the winner whose predicted times differ, by at
-        least :data:`DISTINCT` of each other's and the winner's: timed beside the winner on
+        """The ``n`` best candidates after the winner whose predicted times differ, by more
+        than :data:`DISTINCT` of the larger, from each other's and the winner's (which ptxas's
+        re-estimate may have made slower than theirs): timed beside the winner on
         a GPU, they test the model's ranking (look-alikes, which differ by a symmetry or an
         assignment the model sees as equal, would not)."""
         chosen: list[Candidate] = []
@@ -171,7 +172,7 @@ class SearchResult:
             if len(chosen) == n:
                 break
             seconds = candidate.prediction.seconds
-            if all(abs(seconds - s) > DISTINCT * s for s in seen):
+            if all(abs(seconds - s) > DISTINCT * max(s, seconds) for s in seen):
                 chosen.append(candidate)
                 seen.append(seconds)
         return chosen
