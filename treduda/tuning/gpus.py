@@ -295,37 +295,13 @@ H100 = Gpu(
     latency_hiding_warps=4,  # [FIT] best median error of 1..6 on benchmarks/data/h100_measured.json
 )
 
-H200 = Gpu(
+# The H200 SXM is the H100 SXM's GH100 (the same SMs and clocks, [H200-LENT] and [H200-DS]'s
+# 67 TFLOP/s fp32) with HBM3e: only what differs is given.
+H200 = dataclasses.replace(
+    H100,
     name="H200-SXM",
-    compute_capability="9.0",  # [H200-LENT] Hopper GH100, as the H100
-    sm_count=132,  # [H200-LENT]
-    clock_ghz=1.98,  # [H100-CLK] the H100 SXM's: [H200-DS] gives the same 67 TFLOP/s fp32
-    warp_size=32,  # [CUDA-CC]
-    schedulers_per_sm=4,  # [H100-WP] four SM partitions, one warp scheduler each
-    fp32_lanes_per_sm=128,  # [H100-WP]
-    fp64_lanes_per_sm=64,  # [H100-WP] 33.5 TFLOP/s, [H100-DS] rounds to 34
-    int32_lanes_per_sm=64,  # [CUDA-THRU] cc 9.0: half the FP32 rate
-    max_threads_per_block=1024,  # [CUDA-CC]
-    max_threads_per_sm=2048,  # [CUDA-CC] cc 9.0
-    max_blocks_per_sm=32,  # [CUDA-CC] cc 9.0
-    registers_per_sm=64 * KIB,  # [CUDA-CC] 64K 32-bit registers (256 KB, [H100-WP])
-    max_registers_per_thread=255,  # [CUDA-CC]
-    register_allocation_unit=256,  # [OCC] cc >= 3.0
-    shared_per_sm=228 * KIB,  # [CUDA-CC] cc 9.0 max carve-out
-    shared_per_block=48 * KIB,  # [CUDA-CC] static limit without opt-in
-    shared_per_block_optin=227 * KIB,  # [CUDA-CC] cc 9.0
-    shared_banks=32,  # [CUDA-CC] shared memory has 32 banks (cc >= 5.x)
-    shared_bank_bytes=4,  # [CUDA-CC] successive 32-bit words map to successive banks
-    cache_line_bytes=128,  # [CUDA-BP] L1 caches global loads in 128-byte lines
     dram_bandwidth=4.8 * TB,  # [H200-DS] HBM3e
-    # [EST] A100's 5120 B/clk [A100-WP] at 1.98 GHz; no Hopper figure is published.
-    l2_bandwidth=5120 * 1.98e9,
     l2_bytes=60 * MIB,  # [H200-LENT]
-    dram_latency_cycles=700,  # [EST] the H100 SXM's [DEWING]; HBM3e not measured
-    l2_latency_cycles=291,  # [EST] the H100 SXM's [DEWING]: the same L2 design
-    shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]; same L1/shared design
-    fma_latency_cycles=4,  # [EST] 4 on Volta [JIA18] and Ampere [ABDELKHALIK22]
-    latency_hiding_warps=4,  # [FIT] the H100's: the same SM
 )
 
 A100 = Gpu(
