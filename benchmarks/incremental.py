@@ -53,7 +53,7 @@ def measure(name: str, backend: str) -> dict:
     tuner = planned.kernel
     rank = {identity(t.params): n for n, t in enumerate(tuner.trials)}
     calls = []
-    for _ in range(incremental.CANDIDATES + LATER):
+    for _ in range(incremental.CANDIDATES * incremental.SAMPLES + LATER):
         timed_before = tuner.timed_calls
         started = time.perf_counter()
         result = planned(*arrays)

@@ -438,7 +438,8 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
                             precision)
     elif incremental and strategy is None and params is None:
         kernel = _kept_incremental(expr, tuple(sorted(sizes.items())), computed, layout, gpu,
-                                   str(default_path()), deterministic, precision, backend)
+                                   str(default_path()), deterministic, precision, backend,
+                                   budget)
     else:
         kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
                        params=params, gpu=gpu, cache=True, deterministic=deterministic,
@@ -510,23 +511,30 @@ def _kept_kernel(request: _Request) -> Kernel:
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_incremental(expr: str, sizes: tuple, dtype: str, layout: str, gpu: Gpu, cache: str,
-                      deterministic: bool, precision: str, backend: str) -> IncrementalKernel:
+                      deterministic: bool, precision: str, backend: str,
+                      budget: float | None) -> IncrementalKernel:
     """The kernel that tunes itself on its first calls on ``backend``
     (:mod:`treduda.tuning.incremental`), kept for the process as :func:`_kept_kernel` keeps
     kernels, so that each call of :func:`contract` goes on where the last one stopped; its
-    trials come from the tuning cache ``cache`` or from :func:`tuning_search`."""
-    program = plan(expr, dict(sizes), layout, dtype, deterministic=deterministic,
-                   precision=precision)
-    gpu_model = find_gpu(gpu)
-    check_grid(program, gpu_model.max_threads_per_block, gpu_model.max_registers_per_thread)
-    generate = _Generator.of(program, gpu_model)
+    trials come from the tuning cache ``cache`` or from :func:`tuning_search` (within
+    ``budget``), and their kernels from the kernel store where it holds them (each is kept
+    there once generated)."""
+    contraction = analyse(expr)
+    checked = resolve_sizes(contraction, dict(sizes))
+    problem = Identity.make(contraction, checked, dtype, layout, precision=precision,
+                            deterministic=deterministic)
+    store = TuningCache(cache)
+    generate = _Generator(contraction, problem, checked, gpu, store)
 
     def searched() -> tuple[SearchResult, dict[str, Any]]:
-        result = tuning_search(program, gpu_model, generate=generate)
+        result = tuning_search(generate.program, gpu, generate=generate, budget=budget)
         return result, cache_value(result, "contract(tune='incremental')")
 
-    return IncrementalKernel.start(program, CacheKey.of(program, gpu_model.name),
-                                   TuningCache(cache), backend, searched, generate)
+    def kept(strategy: str, params: Mapping[str, Any]) -> Kernel:
+        return generate.keep(generate(strategy, params), strategy, params)
+
+    return IncrementalKernel.start(generate, CacheKey.of_identity(problem.on(gpu.name)), store,
+                                   backend, searched, kept)
 
 
 def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",

@@ -32,10 +32,10 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..errors import ArgumentError, CompileError, StrategyError, TredudaError
-from ..polyhedral.lower import Program
 from ..run.timing import TimedRun
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
+from .policy import Generator
 from .search import Candidate, SearchResult, identity
 
 CANDIDATES = 4  # distinct candidates the first calls try
@@ -175,15 +175,17 @@ class IncrementalKernel:
         self.timed_calls = 0  # calls of this process that ran a trial (timed)
 
     @classmethod
-    def start(cls, program: Program, key: CacheKey, store: TuningCache | None, backend: str,
+    def start(cls, problem: Generator, key: CacheKey, store: TuningCache | None, backend: str,
               search: Search, generate: Generate, n: int | None = None) -> IncrementalKernel:
-        """The incremental kernel of ``program`` on ``backend``: its trials from the tuning
+        """The incremental kernel of ``problem`` on ``backend``: its trials from the tuning
         cache's entry under ``key`` where they were measured on this device (and still fit
         the program's parameter space), else from ``search`` (whose value the cache keeps,
-        as compile() would, with the trials not yet run)."""
+        as compile() would, with the trials not yet run). ``problem`` plans the program only
+        where a stored trial's kernel is not in the kernel store, so a new process that
+        finds the trials and the winner's kernel stored starts without isl."""
         device = device_of(backend)
         entry = store.get(key) if store is not None else None
-        trials = _stored(program, key, entry, device)
+        trials = _stored(problem, key, entry, device)
         if trials is not None:
             done = sum(t.done for t in trials)
             return cls(trials, generate, backend, device, store, key,
@@ -326,19 +328,21 @@ class IncrementalKernel:
         return f"IncrementalKernel({str(self._key)!r} on {self.device}, {state})"
 
 
-def _stored(program: Program, key: CacheKey, entry: dict | None,
+def _stored(problem: Generator, key: CacheKey, entry: dict | None,
             device: str) -> list[Trial] | None:
-    """The trials of the cache's ``entry`` if they were measured on ``device`` and each still
-    fits ``program``'s parameter space; None otherwise (a malformed or stale field is
-    reported)."""
+    """The trials of the cache's ``entry`` if they were measured on ``device`` and each has
+    its kernel in the kernel store or still fits the program's parameter space; None
+    otherwise (a malformed or stale field is reported)."""
     field = (entry or {}).get(FIELD)
     if not isinstance(field, dict) or field.get("device") != device:
         return None
     try:
         trials = [Trial.from_json(t) for t in field["trials"]]
         for trial in trials:
-            chosen = get_strategy(trial.strategy)
-            chosen.space(program).check({**chosen.defaults(program), **trial.params})
+            if not problem.known(trial.strategy, trial.params):
+                program = problem.program
+                chosen = get_strategy(trial.strategy)
+                chosen.space(program).check({**chosen.defaults(program), **trial.params})
     except (KeyError, TypeError, ValueError, StrategyError) as error:
         warnings.warn(f"ignoring the incremental tuning cached for {key}: {error!r}",
                       CacheWarning, stacklevel=3)
