@@ -435,7 +435,7 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
         kernel = _kept_plan(expr, tuple(sorted(sizes.items())), computed, layout, backend,
                             strategy, None if params is None else tuple(sorted(params.items())),
                             gpu, optimize, deterministic, str(default_path()) if tuned else None,
-                            precision)
+                            precision, budget)
     elif incremental and strategy is None and params is None:
         kernel = _kept_incremental(expr, tuple(sorted(sizes.items())), computed, layout, gpu,
                                    str(default_path()), deterministic, precision, backend,
@@ -559,13 +559,15 @@ def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
 
 
 def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
-                   deterministic: bool, precision: str = HIGHEST) -> CompileStep:
+                   deterministic: bool, precision: str = HIGHEST,
+                   budget: float | None = DEFAULT_BUDGET) -> CompileStep:
     """How a plan compiles each step: as contract() does, the kernels kept for the process
     (:func:`_kept`)."""
 
     def compile_step(expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
         return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
-                     gpu=gpu, cache=True, deterministic=deterministic, precision=precision)
+                     gpu=gpu, cache=True, deterministic=deterministic, precision=precision,
+                     budget=budget)
 
     return compile_step
 
@@ -573,12 +575,13 @@ def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
 def _kept_plan(expr: str, sizes: tuple, dtype: str, layout: str, backend: str,
                strategy: str | None, params: tuple | None, gpu: Gpu, optimize: Any,
-               deterministic: bool, cache: str | None, precision: str) -> Plan:
+               deterministic: bool, cache: str | None, precision: str,
+               budget: float | None) -> Plan:
     """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
     (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable;
     ``cache``, the tuning cache's file where the steps are searched, is part of the key)."""
     compile_step = _step_compiler(strategy, None if params is None else dict(params), gpu,
-                                  deterministic, precision)
+                                  deterministic, precision, budget)
     return Plan(expr, compile_step, dtype=dtype, layout=layout, backend=backend, gpu=gpu.name,
                 optimize=optimize, sizes=dict(sizes))
 
