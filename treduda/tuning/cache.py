@@ -15,6 +15,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import sqlite3
 import time
@@ -407,6 +408,26 @@ class TuningCache:
                 corrupt.append((row, f"{_describe(row)}: {e}"))
         self._discard(corrupt)
         return valid
+
+    def similar(self, key: CacheKey, count: int) -> list[dict]:
+        """The values of up to ``count`` entries of the same problem at other sizes (the same
+        expression, dtype, layout, precision and GPU; any treduda version), the nearest sizes
+        first (the least sum of |log| of the extents' ratios): where a new search starts."""
+        if isinstance(key.sizes, str):
+            return []
+        wanted = dict(key.sizes)
+        same = dataclasses.replace(key, sizes=(), version="")
+        near = []
+        for entry in self.entries():
+            other = entry.key
+            if (isinstance(other.sizes, str) or dict(other.sizes) == wanted
+                    or {i for i, _ in other.sizes} != set(wanted)
+                    or dataclasses.replace(other, sizes=(), version="") != same):
+                continue
+            distance = sum(abs(math.log(extent / wanted[i])) for i, extent in other.sizes)
+            near.append((distance, entry.created, entry.value))
+        near.sort(key=lambda found: found[:2])
+        return [value for _, _, value in near[:count]]
 
     def get_kernel(self, identity: Identity, generator: str) -> dict | None:
         """The record of the kernel ``identity`` names, as ``generator`` made it; None on a

@@ -23,7 +23,7 @@ import json
 import math
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -122,6 +122,7 @@ class SearchStats:
     candidates_scored: int = 0
     polished: int = 0  # candidates scored by the local search after a budget stopped it
     improvements: int = 0  # how often the local search found a faster candidate
+    seeded: int = 0  # winners of similar problems (Searcher.seeds) scored as incumbents
     cuts_per_depth: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     # The least estimate any candidate of the space can have, as the search proved it: the
@@ -134,9 +135,11 @@ class SearchStats:
         budget = "" if self.complete else (
             f" (stopped by its budget; then {self.polished} candidates near the best of "
             f"each mapping scored, {self.improvements} of them better: not proven optimal)")
+        seeded = (f"; started from {self.seeded} winner(s) of similar sizes"
+                  if self.seeded else "")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
-                f"cuts: {cuts or 'none'}")
+                f"cuts: {cuts or 'none'}{seeded}")
 
 
 @dataclass(frozen=True)
@@ -251,7 +254,7 @@ class Searcher:
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = True):
+                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = ()):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -283,6 +286,20 @@ class Searcher:
         self._wider = not restrict and any(
             set(p.values) - self._suggested.get(p.name, set(p.values))
             for p in self.space.parameters)
+        self.seeds = tuple(dict(seed) for seed in seeds)
+
+    def seeded(self, stats: SearchStats) -> list[Candidate]:
+        """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
+        incumbents a budgeted search climbs from (:meth:`_polish`). A seed this space does
+        not hold as it is (a staged tile too large at these sizes) becomes its nearest valid
+        candidate: its values where they fit, decided in the space's order."""
+        found = []
+        for seed in self.seeds:
+            nearest = self.space.complete({}, seed)  # the seed itself where the space holds it
+            if nearest is not None:
+                found.append(self.candidate(nearest))
+        stats.seeded += len(found)
+        return found
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
         bound = self.model.bound(params).seconds if with_bound else None
@@ -325,7 +342,10 @@ class Searcher:
         if budget is not None and self._wider and not alone:
             return self._two_spaces(progress, max_nodes, budget)
         if limited:
+            scored = self.seeded(stats)
             best = self._dive(stats)  # a first incumbent, so pruning and the budget start early
+            best = min([c for c in (best, *scored) if c is not None], key=Candidate.key,
+                       default=None)
         else:
             first = self.branch_and_bound(budget=DEFAULT_BUDGET)
             if first.stats.complete:
@@ -596,15 +616,17 @@ class Searcher:
 def search_program(program: Program, gpu: str | Gpu = "H100", *,
                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
                    progress: Progress | None = None,
-                   max_nodes: int | None = None, budget: float | None = None) -> SearchResult:
+                   max_nodes: int | None = None, budget: float | None = None,
+                   seeds: Sequence[Mapping[str, Any]] = ()) -> SearchResult:
     """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound over
     the declared values of every parameter (``values`` narrows some), within ``max_nodes``
-    nodes and ``budget`` seconds (None for both: the complete search).
+    nodes and ``budget`` seconds (None for both: the complete search); a stopped search
+    starts from ``seeds`` too (parameters of similar problems' winners, those the space holds).
 
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
     API's part (:func:`treduda.search`).
     """
-    searcher = Searcher(program, gpu, strategy, values, restrict=False)
+    searcher = Searcher(program, gpu, strategy, values, restrict=False, seeds=seeds)
     return searcher.branch_and_bound(progress, max_nodes, budget)
 
 
