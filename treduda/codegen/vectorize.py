@@ -5,7 +5,7 @@ nvcc merges a thread's loads of neighbouring elements only where it can prove th
 aligned, which it cannot for a bare pointer; told so with ``__builtin_assume_aligned``, it
 forgets that the inputs are read-only (``LDG.E.CONSTANT`` becomes ``LDG.E``) and turns guarded
 preloads into branches (tccg_31's pick: 124 -> 168 registers). The IR knows more. In a straight
-run of assignments (a register tile, unrolled by isl) every offset is an affine expression of
+run of assignments (a register tile, unrolled in the IR) every offset is an affine expression of
 the same iterators. Loads of an input whose offsets differ only in their constants, covering a
 whole window ``o .. o + w - 1`` with ``o`` and every coefficient a multiple of ``w``, are one
 aligned access: tensors start on :data:`ir.VECTOR_BYTES` boundaries (launches make sure of it).

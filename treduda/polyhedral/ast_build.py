@@ -11,7 +11,8 @@ z axes allow only 65535 blocks, so a y or z extent that is larger, or not known 
 is folded into x the same way. Every
 isl AST node and expression is converted once into :mod:`treduda.codegen.ir`; statement calls
 ``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
-elements linearised for the layout.
+elements linearised for the layout. The loops a strategy unrolls (register tiles) are scanned
+by isl as loops and unrolled in the IR (:mod:`treduda.codegen.unroll`).
 """
 
 from __future__ import annotations
