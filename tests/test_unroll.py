@@ -87,6 +87,21 @@ def test_without_known_ranges_every_cut_iteration_keeps_its_guard():
     assert body[2].condition == ir.Binary(ir.Op.LE, TX, plus(n, const(-3)))
 
 
+def test_a_loop_with_a_step_runs_the_values_it_reaches():
+    """``for (c = tx % 2; c <= 7; c += 2)``: each thread runs every other register, from
+    its parity on."""
+    loop = ir.For("c", ir.Binary(ir.Op.MOD, TX, const(2)), ir.Binary(ir.Op.LE, C, const(7)),
+                  const(2), ir.Assign(ir.Load("acc", C), "=", ir.Float(0.0)))
+    kernel = ir.KernelIR(name="k", dtype="float32", index_bits=32, params=(), locals=(),
+                         body=loop)
+    body = unroll(kernel, {"c": (0, 7)}, {TX: (0, 3)}).body.body
+    assert all(isinstance(s, ir.If) for s in body)
+    for thread in range(4):
+        run = [v for s in body if ir.evaluate(s.condition, {}, (thread, 0, 0))
+               for v in stores(s.then)]
+        assert run == list(range(thread % 2, 8, 2))
+
+
 def register_accesses(kernel: treduda.Kernel) -> list[ir.Expr]:
     """The offsets of every access to an accumulator of the kernel's IR (preloaded registers
     are indexed by the copy loop, which the C compiler unrolls)."""

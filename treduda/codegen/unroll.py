@@ -16,6 +16,7 @@ import math
 from collections.abc import Mapping
 from dataclasses import replace
 
+from ..errors import TredudaError
 from . import ir
 
 # The values an integer expression may take, or None where they are not known.
@@ -48,17 +49,21 @@ class _Unroller:
 
     def unrolled(self, loop: ir.For) -> ir.Stmt:
         """One copy of the body per value of the iterator, each under the guard (its bounds
-        at that value) where the guard may fail; a loop whose step is not 1 stays a loop,
-        unrolled by the C compiler."""
+        at that value, and for a step ``k > 1`` that ``k`` divides its distance from the
+        start) where the guard may fail."""
         first, last = self.loops[loop.iterator]
-        if loop.step != ir.Int(1):
-            return ir.For(loop.iterator, loop.start, loop.condition, loop.step,
-                          self.stmt(loop.body), ir.Unroll.FULL)
+        if not isinstance(loop.step, ir.Int):
+            raise TredudaError(f"isl produced a loop whose step is no number: {loop.step}")
         copies: list[ir.Stmt] = []
         name = loop.iterator
         for value in range(first, last + 1):
-            started = self.fold(ir.Binary(ir.Op.LE, loop.start, ir.Int(value)))
-            guard = self.fold(ir.Binary(ir.Op.AND, started,
+            guard = self.fold(ir.Binary(ir.Op.LE, loop.start, ir.Int(value)))
+            if loop.step.value > 1:
+                distance = self.fold(ir.Binary(ir.Op.SUB, ir.Int(value), loop.start))
+                remainder = self.fold(ir.Binary(ir.Op.MOD, distance, loop.step))
+                guard = self.fold(ir.Binary(ir.Op.AND, guard, self.fold(
+                    ir.Binary(ir.Op.EQ, remainder, ir.Int(0)))))
+            guard = self.fold(ir.Binary(ir.Op.AND, guard,
                                         self.substituted(loop.condition, name, value)))
             if guard == _FALSE:
                 continue
