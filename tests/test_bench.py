@@ -227,3 +227,28 @@ def test_the_gpu_benchmarks_json_is_calibration_data(tmp_path):
     assert [(r.id, r.measured) for r in rows] == [("r1", 2e-3), ("r1~1", 2.5e-3), ("r2", 1e-3)]
     assert rows[1].grid == (4, 2, 1) and rows[1].block == (32, 8, 1) and rows[1].registers == 40
     assert "r1~2 FAILED at verify: VerificationError" in gpu_table([timed])
+
+
+def test_the_tensor_core_suites_run_in_their_dtype_and_precision():
+    """gemm_fp16, tccg_tf32 and their kin: the GEMM and TCCG rows in the dtype and precision
+    torch.einsum would run them in on tensor cores (issue 26); --dtype and --precision set
+    them for any suite, and a precision float32 cannot take is refused before any work."""
+    half = select("gemm_fp16", ["gemm_1000"])
+    assert [(c.dtype, c.precision) for c in half] == [("float16", "highest")]
+    assert {(c.dtype, c.precision) for c in select("tccg_tf32")} == {("float32", "tf32")}
+    assert {c.dtype for c in select("tccg_fp32", dtype="bfloat16")} == {"bfloat16"}
+    with pytest.raises(treduda.errors.TredudaError, match="float32"):
+        select("tccg_fp64", precision="tf32")
+    out, log = io.StringIO(), io.StringIO()
+    cases = [*half, *select("gemm", ["gemm_1000"], precision="3xtf32")]
+    assert run(cases, max_nodes=50, title="test", out=out, log=log) == 0
+    assert "2/2 verified" in out.getvalue()
+    # A 3xTF32 kernel splits its products' inputs: the precision reached the generated code.
+    assert "td_tf32x3" in treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 9, "j": 7, "k": 5},
+                                          strategy="tiled", precision="3xtf32").opencl_source
+
+
+def test_bench_dtype_and_precision_on_the_command_line(capsys):
+    assert cli.main(["bench", "--suite", "gemm", "--ids", "gemm_1000", "--dtype", "float64",
+                     "--precision", "tf32"]) == 2
+    assert "float32" in capsys.readouterr().err

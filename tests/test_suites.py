@@ -12,7 +12,7 @@ from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvrtc_view
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.suites import SUITES, load, scaled
 
-ROWS = [row for suite in ("tccg_fp32", "tc", "tapp") for row in load(suite)]
+ROWS = [row for suite in ("tccg_fp32", "tc", "tapp", "gemm") for row in load(suite)]
 
 
 def _kernel(row, layout, dtype, symbolic):
@@ -20,8 +20,10 @@ def _kernel(row, layout, dtype, symbolic):
 
 
 def test_suites_have_every_row():
-    assert {s: len(load(s)) for s in SUITES} == {"tccg_fp32": 48, "tccg_fp64": 48, "tc": 14,
-                                                "tapp": 2}
+    assert {s: len(load(s)) for s in SUITES} == {
+        "tccg_fp32": 48, "tccg_fp64": 48, "tc": 14, "tapp": 2, "gemm": 3,
+        **{f"{rows}_{kind}": 48 if rows == "tccg" else 3
+           for rows in ("gemm", "tccg") for kind in ("fp16", "bf16", "tf32")}}
 
 
 @pytest.mark.parametrize("sizes", [row.sizes for row in ROWS[:20]] + [{"a": 8, "b": 16}])

@@ -31,6 +31,7 @@ from typing import Any, TextIO
 from .. import strategies
 from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
+from ..frontend.dtypes import HIGHEST, check_dtype, check_precision
 from ..polyhedral.geometry import AXES, decided, groups, split_index
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_supports
@@ -61,6 +62,7 @@ class Case:
     dtype: str = "float32"
     suite: str = ""
     label: str = ""  # the row's id unless several suites run together
+    precision: str = HIGHEST  # compile()'s precision= (tf32, 3xtf32: float32 only)
 
     @property
     def name(self) -> str:
@@ -79,6 +81,7 @@ class RowRecord:
     sizes: dict[str, int]
     strategy: str | None = None
     params: dict[str, Any] | None = None
+    precision: str = HIGHEST
 
 
 @dataclass
@@ -120,7 +123,7 @@ class Outcome(RowRecord):
         """The record of ``case``, with what is ``recorded`` of it so far."""
         row = case.row
         return cls(case.suite, case.name, row.expression, row.layout, case.dtype,
-                   dict(row.sizes), **recorded)
+                   dict(row.sizes), precision=case.precision, **recorded)
 
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
@@ -131,12 +134,20 @@ class Outcome(RowRecord):
         return {"status": self.status, **record}
 
 
-def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = None) -> list[Case]:
+def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = None,
+           dtype: str | None = None, precision: str | None = None) -> list[Case]:
     """The rows of ``suite`` ("all": every suite, rows named suite/id), filtered by ``ids``
-    (plain or suite/id) and cut to the first ``limit``; unknown ids are an error, not a skip."""
+    (plain or suite/id) and cut to the first ``limit``; unknown ids are an error, not a skip.
+    Each row runs in its suite's dtype and precision unless ``dtype`` or ``precision`` say
+    otherwise (a precision other than "highest" needs float32: checked here, before any
+    work)."""
     names = list(SUITES) if suite == "all" else [suite]
-    cases = [Case(row, SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "")
+    cases = [Case(row, dtype or SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "",
+                  precision or SUITES[s].precision)
              for s in names for row in load(s)]
+    for case in {(c.dtype, c.precision): c for c in cases}.values():
+        check_dtype(case.dtype)
+        check_precision(case.precision, case.dtype)
     return chosen(cases, f"suite {suite}", ids, limit)
 
 
@@ -207,7 +218,7 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
     try:
         started = time.perf_counter()
         result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
-                        max_nodes=max_nodes, check=True)
+                        max_nodes=max_nodes, check=True, precision=case.precision)
         record_search(outcome, result, time.perf_counter() - started)
         best = result.best
         if rivals:
@@ -218,7 +229,7 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
         stage = "generate"
         started = time.perf_counter()
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
-                         strategy=best.strategy, params=best.params)
+                         strategy=best.strategy, params=best.params, precision=case.precision)
         outcome.cuda_source = kernel.cuda_source
         outcome.kernel = kernel.name
         outcome.generate_seconds = time.perf_counter() - started
@@ -247,14 +258,15 @@ def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> Non
 
 
 def fitted(expression: str, sizes: dict[str, int], strategy: str,
-           params: Mapping[str, Any]) -> dict[str, int]:
+           params: Mapping[str, Any], dtype: str = "float32",
+           precision: str = HIGHEST) -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
     on an axis gets more than half a tile (so its last block is partial; of a group, its
     slowest index grows), each summed index more than half a step (the first of them more than
     a step per part of a split reduction), as the strategy describes
     its tiles and step (:mod:`~treduda.polyhedral.geometry`). An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
-    program = plan(expression, sizes)
+    program = plan(expression, sizes, dtype=dtype, precision=precision)
     merging = program.merging
     described = decided(strategies.get(strategy).geometry(program, params))
     grown = dict(sizes)
@@ -281,9 +293,11 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
     instead, and the row says so. The time it took goes into ``verify_seconds``."""
     started = time.perf_counter()
-    sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params)
+    sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params,
+                   outcome.dtype, outcome.precision)
     outcome.scaled_sizes = sizes
-    options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy}
+    options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy,
+               "precision": outcome.precision}
     try:
         kernel = compile(row.expression, sizes, params=result.best.params, **options)
         outcome.verified_params = "searched"

@@ -10,8 +10,13 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import TredudaError
+from ..frontend.dtypes import PRECISIONS
 from ..run.timing import REPEATS
 from . import bench, gpu_bench
+
+# The element types `treduda bench --dtype` offers: those the suites' baselines (cuBLAS through
+# cupy.einsum and torch.einsum) compute in.
+BENCH_DTYPES = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
 
 def _ids(text: str) -> list[str]:
@@ -38,6 +43,13 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--suite", choices=bench.SUITE_CHOICES, default="tccg_fp32",
                         help="the suite to run; all: every suite (rows named suite/id)")
     parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
+    parser.add_argument("--dtype", choices=BENCH_DTYPES,
+                        help="run every row in this element type instead of its suite's")
+    parser.add_argument("--precision", choices=PRECISIONS,
+                        help="float32 rows only: round the products' inputs to TF32 (tf32, as "
+                             "torch's allow_tf32) or split them (3xtf32), instead of the suite's "
+                             "precision; the GPU benchmark's torch.einsum uses TF32 exactly "
+                             "when this is tf32")
     parser.add_argument("--json", metavar="FILE", help="write every row to this file")
     parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
     parser.add_argument("--limit", type=count, metavar="N", help="run only the first N rows")
@@ -73,7 +85,7 @@ def parallel_arguments(parser: argparse.ArgumentParser, what: str, workers: int 
 
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
-    cases = bench.select(args.suite, args.ids, args.limit)
+    cases = bench.select(args.suite, args.ids, args.limit, args.dtype, args.precision)
     writable(args.json)
     writable(args.plot)
     if args.picks and not args.gpu_time:

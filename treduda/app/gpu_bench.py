@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from ..api import compile, search
 from ..errors import BackendUnavailable, TredudaError, VerificationError
-from ..frontend.dtypes import fmas, uniform, wide
+from ..frontend.dtypes import TF32, fmas, uniform, wide
 from ..kernel import Kernel
 from ..run import reference
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
@@ -183,7 +183,7 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
     try:
         if pick is None:
             best = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
-                          max_nodes=max_nodes).best
+                          max_nodes=max_nodes, precision=case.precision).best
             pick = Pick(best.strategy, dict(best.params), best.prediction.seconds * 1e3)
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.stage, outcome.error = "search", f"{type(error).__name__}: {error}"
@@ -213,7 +213,7 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
     stage = "generate"
     try:
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
-                         strategy=pick.strategy, params=pick.params)
+                         strategy=pick.strategy, params=pick.params, precision=case.precision)
         outcome.grid, outcome.block = kernel.grid, kernel.block
         outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
@@ -229,10 +229,12 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
             inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
             outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs),
                                          repeats).seconds * 1e3
-            if torch is not None:
+            if torch is not None:  # TF32 tensor cores exactly where the row allows them
+                torch.backends.cuda.matmul.allow_tf32 = case.precision == TF32
                 tensors = [torch.from_dlpack(a) for a in inputs]
                 outcome.torch_ms = time_calls(lambda: torch.einsum(spec, *tensors),
                                               repeats).seconds * 1e3
+                torch.backends.cuda.matmul.allow_tf32 = False
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.stage, outcome.error = stage, f"{type(error).__name__}: {error}"
     return outcome
@@ -242,6 +244,10 @@ def random_operands(kernel: Kernel, cupy) -> dict[str, Any]:
     """Every input uniform in [-0.5, 0.5) (each part, if complex), on the GPU, stored in the
     kernel's layout."""
     c = kernel.contraction
+    if kernel.dtype == "bfloat16":
+        raise TredudaError("CuPy has no bfloat16 arrays, so the GPU benchmark cannot make "
+                           "this row's operands or run cupy.einsum on them; run the row in "
+                           "float16 (--dtype float16), or time it with torch tensors yourself")
     state = cupy.random.RandomState(seed=0)
     arrays = {}
     for tensor, indices in c.inputs.items():
@@ -288,7 +294,8 @@ def _spec(kernel: Kernel) -> str:
 
 def _libraries():
     """CuPy (needed: its einsum is the reference and a baseline), and torch if installed, with
-    TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do."""
+    TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do
+    (rows with precision="tf32" allow it while torch is timed: :func:`measure`)."""
     from ..run.device_arrays import cupy_module
 
     cupy = cupy_module()

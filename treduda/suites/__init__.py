@@ -12,12 +12,14 @@ import math
 from dataclasses import dataclass
 
 from ..errors import TredudaError
+from ..frontend.dtypes import HIGHEST, TF32
 
 
 @dataclass(frozen=True)
 class Suite:
     file: str
     dtype: str  # the element type its sizes were chosen for, which its source computes in
+    precision: str = HIGHEST  # how the sums' products round their inputs (compile's precision=)
 
 
 SUITES = {
@@ -25,6 +27,15 @@ SUITES = {
     "tccg_fp64": Suite("tccg_fp64.tsv", "float64"),
     "tc": Suite("tensor_comprehensions.tsv", "float32"),
     "tapp": Suite("tapp_ccsd_bottlenecks.tsv", "complex128"),  # CCSD amplitudes: complex double
+    "gemm": Suite("gemm.tsv", "float32"),
+    # The same rows for tensor cores (issue 26): half-precision storage, and float32 with TF32
+    # products, as torch.einsum runs them with allow_tf32. The TCCG sizes stay the fp32 ones.
+    "gemm_fp16": Suite("gemm.tsv", "float16"),
+    "gemm_bf16": Suite("gemm.tsv", "bfloat16"),
+    "gemm_tf32": Suite("gemm.tsv", "float32", TF32),
+    "tccg_fp16": Suite("tccg_fp32.tsv", "float16"),
+    "tccg_bf16": Suite("tccg_fp32.tsv", "bfloat16"),
+    "tccg_tf32": Suite("tccg_fp32.tsv", "float32", TF32),
 }
 
 
