@@ -36,6 +36,10 @@ from .search import DEFAULT_BUDGET, Candidate, SearchResult, search_program, wor
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
+# ... and their time budget is only a backstop, so that the node budget alone decides: where
+# the clock stopped them (a loaded machine runs fewer nodes per CPU second) two processes
+# searched one problem to different winners.
+SMALL_PROBLEM_SECONDS = 30.0
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -109,6 +113,8 @@ def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Gen
     (:func:`~treduda.tuning.search.worth_checking`)."""
     small = math.prod(program.sizes.values()) < SMALL_PROBLEM
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
+    if small and budget is not None:
+        budget = max(budget, SMALL_PROBLEM_SECONDS)
     result = search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
     return reranked(result, 0, measure, generate,
                     check=not small and worth_checking(program, result))
