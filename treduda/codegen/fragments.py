@@ -1,0 +1,178 @@
+"""How each dialect prints the warp-collective statements of the kernel IR (tensor cores).
+
+CUDA says them with ``nvcuda::wmma``: a fragment is a ``wmma::fragment`` whose elements the
+hardware spreads over the warp's registers; loads and stores go through shared memory with
+``load_matrix_sync`` / ``store_matrix_sync`` and ``mma_sync`` runs on the tensor cores (HMMA
+for float16 and bfloat16, TF32 HMMA, DMMA for float64). TF32 inputs are rounded after the
+load by ``wmma::__float_to_tf32``, which is ``cvt.rna.tf32.f32`` (crt/mma.h), as the CUDA C++
+Programming Guide asks ("the elements of the fragment must be converted").
+
+OpenCL has no tensor cores, so it prints a *twin* that computes the same tile products from
+the same rounded inputs. Each thread keeps in private memory:
+
+* a whole copy of every A and B fragment it loads (the tile's elements, row by row), rounded
+  by the same helper as the CUDA side's (``td_tf32`` is ``cvt.rna`` bit for bit, see
+  ``templates/precision.j2``); float16 and bfloat16 are read with the dialect's conversions,
+  which are exact into float32;
+* its share of each accumulator: the elements ``lane + 32 t`` of the fragment's row-major
+  tile (``lane`` = its thread id modulo 32).
+
+A multiply-accumulate adds to each of a thread's accumulator elements the dot product of its
+A row and B column, FMA after FMA in float32 (float64 for float64) — the exact products of
+the rounded inputs summed in the accumulator's type, which is what ``mma_sync`` computes up
+to the order of the additions (which the CUDA guide leaves unspecified). A fragment store
+writes each thread's accumulator elements to their places in the tile. Between a load and
+the multiply-accumulate every thread of the warp holds the same A and B copies (the
+statements' operands are the warp's, not the thread's), so the warp's accumulators are
+exactly the tile product the WMMA code computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import ir
+
+WMMA = "nvcuda::wmma::"
+# CUDA's element types of A and B fragments, per kernel dtype
+WMMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16",
+              "float32": f"{WMMA}precision::tf32", "float64": "double"}
+# ... and what their shared tiles hold (the pointer a fragment load takes)
+WMMA_POINTERS = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
+                 "float64": "double"}
+WMMA_ROUNDING = {ir.Function.TF32: f"{WMMA}__float_to_tf32(td_x)",
+                 ir.Function.TF32_RESIDUAL: f"{WMMA}__float_to_tf32(td_x - {WMMA}__float_to_tf32("
+                                            "td_x))"}
+
+
+def accumulator_type(dtype: str) -> str:
+    return "double" if dtype == "float64" else "float"
+
+
+def has_fragments(kernel: ir.KernelIR) -> bool:
+    return any(local.space is ir.Space.FRAGMENT for local in kernel.locals)
+
+
+class Wmma:
+    """The CUDA spelling: ``nvcuda::wmma`` calls."""
+
+    def __init__(self, kernel: ir.KernelIR, expr: Callable[[ir.Expr], str]):
+        self.kernel, self.expr = kernel, expr
+
+    def declare(self, local: ir.Local) -> str:
+        fragment = local.fragment
+        m, n, k = fragment.shape
+        if fragment.use is ir.Use.ACCUMULATOR:
+            kind = f"{WMMA}accumulator, {m}, {n}, {k}, {accumulator_type(self.kernel.dtype)}"
+        else:
+            layout = f"{WMMA}row_major" if fragment.row_major else f"{WMMA}col_major"
+            kind = (f"{WMMA}{fragment.use.value}, {m}, {n}, {k}, "
+                    f"{WMMA_TYPES[self.kernel.dtype]}, {layout}")
+        return f"{WMMA}fragment<{kind}> {local.name}[{local.size}];"
+
+    def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
+        w = WMMA
+        if isinstance(s, ir.FillFragment):
+            value = f"({accumulator_type(self.kernel.dtype)}){s.value.value!r}"
+            return [f"{pad}{w}fill_fragment({self.expr(s.fragment)}, {value});"]
+        if isinstance(s, ir.LoadFragment):
+            fragment = self.expr(s.fragment)
+            pointer = f"reinterpret_cast<const {WMMA_POINTERS[self.kernel.dtype]} *>"
+            lines = [f"{pad}{w}load_matrix_sync({fragment}, {pointer}({self.address(s.first)}), "
+                     f"{s.ld});"]
+            if s.rounding is not None:
+                rounded = WMMA_ROUNDING[s.rounding]
+                lines += [f"{pad}for (int td_t = 0; td_t < {fragment}.num_elements; td_t++) {{",
+                          f"{pad}  const float td_x = {fragment}.x[td_t];",
+                          f"{pad}  {fragment}.x[td_t] = {rounded};",
+                          f"{pad}}}"]
+            return lines
+        if isinstance(s, ir.MultiplyAccumulate):
+            c = self.expr(s.accumulator)
+            return [f"{pad}{w}mma_sync({c}, {self.expr(s.a)}, {self.expr(s.b)}, {c});"]
+        if isinstance(s, ir.StoreFragment):
+            return [f"{pad}{w}store_matrix_sync({self.address(s.first)}, {self.expr(s.fragment)}, "
+                    f"{s.ld}, {w}mem_row_major);"]
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def address(self, first: ir.Load) -> str:
+        """The address of a shared tile's element, as it is held (no conversion)."""
+        return f"&{first.array}[{self.expr(first.offset)}]"
+
+
+class Twin:
+    """The OpenCL spelling: the same tile products in private memory (see the module doc)."""
+
+    def __init__(self, kernel: ir.KernelIR, expr: Callable[[ir.Expr], str], value_type: str,
+                 lane: str):
+        self.kernel, self.expr, self.value_type, self.lane = kernel, expr, value_type, lane
+        self.locals = {local.name: local for local in kernel.locals}
+
+    def per_thread(self, local: ir.Local) -> int:
+        """Private elements one fragment takes: all of an A or B tile, a lane's share of an
+        accumulator."""
+        elements = local.fragment.elements
+        return elements // ir.WARP if local.fragment.use is ir.Use.ACCUMULATOR else elements
+
+    def declare(self, local: ir.Local) -> str:
+        return f"{self.value_type} {local.name}[{local.size * self.per_thread(local)}];"
+
+    def _base(self, fragment: ir.Load) -> tuple[ir.Local, str]:
+        """The fragment's Local and the C text of its first private element."""
+        local = self.locals[fragment.array]
+        return local, self.expr(ir.Binary(ir.Op.MUL, fragment.offset,
+                                          ir.Int(self.per_thread(local))))
+
+    def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
+        if isinstance(s, ir.FillFragment):
+            local, base = self._base(s.fragment)
+            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
+                    f"{s.fragment.array}[{base} + td_t] = {self.expr(s.value)};"]
+        if isinstance(s, ir.LoadFragment):
+            return self.load(s, pad)
+        if isinstance(s, ir.MultiplyAccumulate):
+            return self.multiply(s, pad)
+        if isinstance(s, ir.StoreFragment):
+            local, base = self._base(s.fragment)
+            _, columns = local.fragment.rows_columns
+            target = ir.Load(s.first.array, ir.Binary(ir.Op.ADD, s.first.offset, _tile_offset(
+                ir.Var("td_e"), columns, s.ld, True)))
+            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) {{",
+                    f"{pad}  const int td_e = {self.lane} + {ir.WARP} * td_t;",
+                    f"{pad}  {self.expr(target)} = {s.fragment.array}[{base} + td_t];",
+                    f"{pad}}}"]
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def load(self, s: ir.LoadFragment, pad: str) -> list[str]:
+        local, base = self._base(s.fragment)
+        _, columns = local.fragment.rows_columns
+        source: ir.Expr = ir.Load(s.first.array, ir.Binary(ir.Op.ADD, s.first.offset, _tile_offset(
+            ir.Var("td_t"), columns, s.ld, local.fragment.row_major)))
+        if s.rounding is not None:
+            source = ir.Call(s.rounding, (source,))
+        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
+                f"{s.fragment.array}[{base} + td_t] = {self.expr(source)};"]
+
+    def multiply(self, s: ir.MultiplyAccumulate, pad: str) -> list[str]:
+        c_local, c = self._base(s.accumulator)
+        _, a = self._base(s.a)
+        _, b = self._base(s.b)
+        m, n, k = c_local.fragment.shape
+        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(c_local)}; td_t++) {{",
+                f"{pad}  const int td_e = {self.lane} + {ir.WARP} * td_t;",
+                f"{pad}  {self.value_type} td_s = {s.accumulator.array}[{c} + td_t];",
+                f"{pad}  for (int td_k = 0; td_k < {k}; td_k++) td_s = fma("
+                f"{s.a.array}[{a} + td_e / {n} * {k} + td_k], "
+                f"{s.b.array}[{b} + td_k * {n} + td_e % {n}], td_s);",
+                f"{pad}  {s.accumulator.array}[{c} + td_t] = td_s;",
+                f"{pad}}}"]
+
+
+def _tile_offset(element: ir.Expr, columns: int, ld: int, row_major: bool) -> ir.Expr:
+    """Where element ``element`` (numbered row by row) of a fragment's tile with ``columns``
+    columns lies in shared memory, from the tile's first element: ``row * ld + column`` for a
+    row-major tile, ``column * ld + row`` for a column-major one."""
+    row = ir.Binary(ir.Op.DIV, element, ir.Int(columns))
+    column = ir.Binary(ir.Op.MOD, element, ir.Int(columns))
+    major, minor = (row, column) if row_major else (column, row)
+    return ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.MUL, major, ir.Int(ld)), minor)
