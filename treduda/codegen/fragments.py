@@ -90,6 +90,10 @@ class Wmma:
         if isinstance(s, ir.MultiplyAccumulate):
             c = self.expr(s.accumulator)
             return [f"{pad}{w}mma_sync({c}, {self.expr(s.a)}, {self.expr(s.b)}, {c});"]
+        if isinstance(s, ir.AddFragment):  # one fragment type: one mapping of elements
+            c = self.expr(s.accumulator)
+            return [f"{pad}for (int td_t = 0; td_t < {c}.num_elements; td_t++) "
+                    f"{c}.x[td_t] += {self.expr(s.addend)}.x[td_t];"]
         if isinstance(s, ir.StoreFragment):
             return [f"{pad}{w}store_matrix_sync({self.address(s.first)}, {self.expr(s.fragment)}, "
                     f"{s.ld}, {w}mem_row_major);"]
@@ -130,6 +134,11 @@ class Twin:
                     f"{s.fragment.array}[{base} + td_t] = {self.expr(s.value)};"]
         if isinstance(s, ir.LoadFragment):
             return self.load(s, pad)
+        if isinstance(s, ir.AddFragment):
+            local, c = self._base(s.accumulator)
+            _, addend = self._base(s.addend)
+            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
+                    f"{s.accumulator.array}[{c} + td_t] += {s.addend.array}[{addend} + td_t];"]
         if isinstance(s, ir.MultiplyAccumulate):
             return self.multiply(s, pad)
         if isinstance(s, ir.StoreFragment):

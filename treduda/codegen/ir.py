@@ -252,6 +252,15 @@ class MultiplyAccumulate:
 
 
 @dataclass(frozen=True)
+class AddFragment:
+    """``accumulator += addend``, element by element, two accumulators of one kind (3xTF32
+    sums its small products apart and adds them once, at the end)."""
+
+    accumulator: Load
+    addend: Load
+
+
+@dataclass(frozen=True)
 class StoreFragment:
     """The tile of shared memory at ``first`` (``ld`` apart, row-major) = the accumulator
     ``fragment``."""
@@ -261,9 +270,9 @@ class StoreFragment:
     ld: int
 
 
-WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, StoreFragment)
+WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, AddFragment, StoreFragment)
 Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
-        | LoadFragment | MultiplyAccumulate | StoreFragment)
+        | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment)
 
 
 class ParamKind(enum.Enum):
