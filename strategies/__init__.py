@@ -11,5 +11,5 @@ from .staging import Staged
 from .tensorcore import TensorCore
 from .tiling import ThreadPerElement, Tiled
 
-__all__ = ["Composite", "Staged", "Strategy", "TensorCore", "ThreadPerElement", "Tiled", "available", "get",
-           "register"]
+__all__ = ["Composite", "Staged", "Strategy", "TensorCore", "ThreadPerElement", "Tiled",
+           "available", "get", "register"]
