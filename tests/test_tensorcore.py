@@ -5,6 +5,8 @@ HMMA/DMMA in the main loop."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -94,6 +96,28 @@ def test_3xtf32_is_as_accurate_as_fp32_and_tf32_is_not(case):
         errors[precision] = _max_relative_error(kernel, a, b, expression)
     assert errors["3xtf32"] <= 2 * errors["highest"]
     assert errors["tf32"] > 20 * errors["highest"]
+
+
+@pytest.mark.parametrize(("dtype", "precision"), KINDS)
+def test_emulator_runs_tensor_core_kernels_without_hazards(dtype, precision):
+    kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL, dtype, precision,
+                      params={**ONE_WARP, "warps_m": 2, "frags_n": 2, "frags_k": 2})
+    assert kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+def _without_barriers(s: ir.Stmt) -> ir.Stmt:
+    if isinstance(s, ir.Block):
+        s = ir.Block(tuple(c for c in s.body if not isinstance(c, ir.Barrier)))
+    return ir.map_children(s, _without_barriers)
+
+
+def test_emulator_reports_the_race_a_missing_barrier_leaves():
+    kernel = _compile(GEMM, PARTIAL, "float16", "highest", params=ONE_WARP)
+    first = kernel.signature.kernel
+    broken = dataclasses.replace(kernel, signature=dataclasses.replace(
+        kernel.signature, kernel=dataclasses.replace(first, body=_without_barriers(first.body))))
+    assert "race" in {h.kind for h in broken.hazards()}
 
 
 def test_unsupported_precision_and_shape_are_refused():
