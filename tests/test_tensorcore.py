@@ -9,12 +9,16 @@ import dataclasses
 
 import numpy as np
 import pytest
+from conftest import bound_paths_hold
 
 import treduda
 from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
+from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher, offered, search_program
 
 KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
          ("float32", "3xtf32"), ("float64", "highest")]
@@ -152,3 +156,32 @@ def test_sass_has_tensor_core_instructions_in_the_main_loop(dtype, precision):
     kernel = _compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype, precision)
     report = sass_report(kernel.cuda_source, "sm_90")[0]
     assert report.main_loop_mma > 0 and report.main_loop_ffma == 0
+
+
+@pytest.mark.parametrize(("dtype", "precision", "sizes"), [
+    ("float16", "highest", {"i": 200, "j": 96, "k": 300}),
+    ("float32", "3xtf32", {"i": 64, "j": 640, "k": 100}),
+    ("float64", "highest", {"i": 300, "j": 300, "k": 64})])
+def test_bound_is_below_every_estimate_of_a_tensor_core_space(dtype, precision, sizes):
+    searcher = Searcher(plan(GEMM, sizes, dtype=dtype, precision=precision), "H100",
+                        "tensorcore")
+    assert bound_paths_hold(searcher) > 100
+    assert (searcher.branch_and_bound().best.prediction.seconds
+            == searcher.exhaustive().best.prediction.seconds)
+
+
+@pytest.mark.parametrize(("dtype", "precision", "expected"), [
+    ("float16", "highest", "tensorcore"), ("float32", "tf32", "tensorcore"),
+    ("float32", "highest", "tiled+staged")])
+def test_search_picks_tensor_cores_where_they_are_faster(dtype, precision, expected):
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype=dtype, precision=precision)
+    result = search_program(program, "H100", max_nodes=300)
+    assert result.best.strategy == expected
+    assert "tensorcore" in {c.strategy for c in result.candidates} or precision == "highest"
+
+
+def test_tensor_cores_are_offered_only_where_the_gpu_has_them():
+    half = plan(GEMM, PARTIAL, dtype="bfloat16")
+    assert "tensorcore" in offered(half, gpu("A100"))
+    assert offered(half, gpu("V100")) == ("tiled+staged",)  # Volta: float16 only
+    assert offered(plan(GEMM, PARTIAL, dtype="float64"), gpu("RTX3070")) == ("tiled+staged",)
