@@ -16,6 +16,7 @@ from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher, offered, search_program
@@ -146,6 +147,15 @@ def test_nvcc_compiles_every_kind(arch):
     sources.append(_compile(*CASES["tccg_03"], "float16", "highest", "F").cuda_source)
     reports = compile_cuda_batch(sources, arch)
     assert all(len(r) == 1 and r[0].spill_bytes == 0 for r in reports)
+
+
+@pytest.mark.skipif(not (nvrtc_available() and toolkit_headers()),
+                    reason="NVRTC or a CUDA toolkit's headers (mma.h) not installed")
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_nvrtc_compiles_every_kind(arch):
+    for dtype, precision in KINDS:
+        ptx = compile_nvrtc(_compile(GEMM, PARTIAL, dtype, precision).cuda_source, arch)
+        assert "mma.sync" in ptx
 
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
