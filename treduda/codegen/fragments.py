@@ -128,17 +128,10 @@ class Twin:
                                           ir.Int(self.per_thread(local))))
 
     def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
-        if isinstance(s, ir.FillFragment):
-            local, base = self._base(s.fragment)
-            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
-                    f"{s.fragment.array}[{base} + td_t] = {self.expr(s.value)};"]
+        if isinstance(s, (ir.FillFragment, ir.AddFragment)):
+            return self.elementwise(s, pad)
         if isinstance(s, ir.LoadFragment):
             return self.load(s, pad)
-        if isinstance(s, ir.AddFragment):
-            local, c = self._base(s.accumulator)
-            _, addend = self._base(s.addend)
-            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
-                    f"{s.accumulator.array}[{c} + td_t] += {s.addend.array}[{addend} + td_t];"]
         if isinstance(s, ir.MultiplyAccumulate):
             return self.multiply(s, pad)
         if isinstance(s, ir.StoreFragment):
@@ -152,6 +145,17 @@ class Twin:
                     f"{pad}}}"]
         raise TypeError(f"cannot print statement {s!r}")
 
+    def elementwise(self, s: ir.FillFragment | ir.AddFragment, pad: str) -> list[str]:
+        """A fill (``= value``) or an addition of another accumulator (``+= addend``), on a
+        thread's share of the elements."""
+        target = s.fragment if isinstance(s, ir.FillFragment) else s.accumulator
+        local, base = self._base(target)
+        if isinstance(s, ir.FillFragment):
+            update = f"= {self.expr(s.value)}"
+        else:
+            update = f"+= {s.addend.array}[{self._base(s.addend)[1]} + td_t]"
+        return self._each(local, pad, f"{target.array}[{base} + td_t] {update};")
+
     def load(self, s: ir.LoadFragment, pad: str) -> list[str]:
         local, base = self._base(s.fragment)
         _, columns = local.fragment.rows_columns
@@ -159,8 +163,12 @@ class Twin:
             ir.Var("td_t"), columns, s.ld, local.fragment.row_major)))
         if s.rounding is not None:
             source = ir.Call(s.rounding, (source,))
-        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) "
-                f"{s.fragment.array}[{base} + td_t] = {self.expr(source)};"]
+        return self._each(local, pad, f"{s.fragment.array}[{base} + td_t] = "
+                                      f"{self.expr(source)};")
+
+    def _each(self, local: ir.Local, pad: str, statement: str) -> list[str]:
+        """``statement`` for each private element ``td_t`` of one of ``local``'s fragments."""
+        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) {statement}"]
 
     def multiply(self, s: ir.MultiplyAccumulate, pad: str) -> list[str]:
         c_local, c = self._base(s.accumulator)
