@@ -67,6 +67,14 @@ def test_other_kinds_on_contractions(case, dtype, precision):
     assert _compile(expression, sizes, dtype, precision, "F").verify().ok
 
 
+@pytest.mark.parametrize(("expression", "sizes"), [  # treduda/suites/tapp_ccsd_bottlenecks.tsv
+    ("C[a,b,i,j]=A[a,b,c,d]*B[c,d,i,j]", {"a": 6, "b": 5, "i": 3, "j": 7, "c": 5, "d": 6}),
+    ("C[a,b,i,j]=A[k,b,c,j]*B[a,c,i,k]", {"a": 5, "b": 6, "i": 4, "j": 3, "k": 7, "c": 5})],
+    ids=["ccsd_PPL", "ccsd_PHL"])
+def test_fp64_dmma_matches_on_ccsd_rows(expression, sizes):
+    assert _compile(expression, sizes, "float64", "highest").verify().ok
+
+
 def test_more_warps_and_fragments_than_the_tile_needs_are_refused():
     with pytest.raises(StrategyError, match="M tile"):
         _compile(GEMM, {"i": 16, "j": 64, "k": 64}, "float16", "highest",
