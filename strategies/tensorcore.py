@@ -26,7 +26,11 @@ are zero-filled, so partial tiles multiply zeros. The accumulators then go throu
     sync, store[P, w, f, l], sync, write[o] (a thread per e = position in the C tile)
                               -> [.., 2, 0, 0 | 1 | 2 | 3, floor(e/T), 0, 0, f]
 
-with ``P = [bn, bm, batch]``. The warp-collective statements have the lane ``l`` in their
+with ``P = [bn, bm, batch]``. With ``split > 1`` (float32 and float64: OpenCL has no 16-bit
+atomic addition) ``P`` gains the part of the reduction, a grid dimension: a block sums the steps
+``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically (which
+starts at zero for ``=``), as the tiled strategy's split-K does; the write is scheduled once per
+part (a free dimension of its schedule). The warp-collective statements have the lane ``l`` in their
 domain but not in their operands: isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins
 every thread dimension, and every thread of a warp executes the statement with the same
 operands, which is what a warp-collective operation needs. The copies, zero-fills and writes,
@@ -43,6 +47,7 @@ from dataclasses import replace
 from typing import Any
 
 import islpy as isl
+from treduda.strategies.tiling import splittable
 
 from treduda.codegen import ir
 from treduda.errors import StrategyError
@@ -65,6 +70,7 @@ PAD_BYTES = 16  # what a fragment load's leading dimension must be a multiple of
 WARPS = (1, 2, 4)
 FRAGMENTS = (1, 2, 4)
 STEPS = (1, 2, 4)  # fragment k-extents per reduction step
+SPLITS = (1, 2, 4, 8)
 # Accumulator fragments per warp: each 16x16 float fragment takes 8 registers of each thread.
 FRAGMENT_BUDGET = 8
 SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
@@ -157,7 +163,10 @@ class TensorCore(Strategy):
             Parameter("frags_k", STEPS, "fragment k-extents per reduction step",
                       priority=Priority.STEP),
             Parameter("pad", (True, False), f"pad shared tiles' rows by {PAD_BYTES} bytes "
-                      "(other banks for consecutive rows)", priority=Priority.BUFFERS))
+                      "(other banks for consecutive rows)", priority=Priority.BUFFERS),
+            Parameter("split", SPLITS if splittable(program) and not program.deterministic
+                      else (1,), "blocks sharing each output tile, each summing a part of the "
+                      "steps (added into the output atomically)", priority=Priority.STEP))
         return ParamSpace(parameters, tuple(self._rules(program, shape, found)))
 
     def _rules(self, program: Program, shape: tuple[int, int, int],
@@ -190,6 +199,10 @@ class TensorCore(Strategy):
             Constraint("the step is no longer than K needs", ("frags_k",),
                        lambda p: covers("k", {"warps_m": 1, "warps_n": 1, "frags_m": 1,
                                               "frags_n": 1, **p})),
+            Constraint("at least one step per part of a split reduction", ("frags_k", "split"),
+                       lambda p: p["split"] <= -(-extent["k"] // tile_extents(
+                           {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
+                           shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad"),
                        lambda p: shared_bytes(program, p) <= budget),
@@ -198,7 +211,7 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "pad": True}
+                     "pad": True, "split": 1}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")
@@ -266,20 +279,35 @@ class _Builder:
         self.pad_c = PAD_BYTES // dtypes.itemsize(accumulator_dtype(program)) if params[
             "pad"] else 0
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
+        # a split reduction: parts of `chunk` steps, a grid dimension for the part
+        self.chunk = -(-self.steps() // params["split"])
+        self.parts = -(-self.steps() // self.chunk)
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
     # -- the block prefix P = [bn, bm, batch] and schedule points ----------------------------
 
     def prefix(self) -> list[str]:
-        return ["bn", "bm", *(f"g_{i}" for i in self.batch)]
+        return ["bn", "bm", *(f"g_{i}" for i in self.batch), *self.part()]
+
+    def part(self) -> list[str]:
+        """The part of a split reduction, as a prefix dimension (none without a split)."""
+        return ["part"] if self.parts > 1 else []
 
     def prefix_bounds(self) -> str:
         blocks = {"bn": -(-self.extent["n"] // self.tile["n"]),
                   "bm": -(-self.extent["m"] // self.tile["m"])}
         parts = [f"0 <= {d} < {e}" for d, e in blocks.items()]
         parts += [f"0 <= g_{i} < {self.sizes[i]}" for i in self.batch]
+        parts += [f"0 <= {p} < {self.parts}" for p in self.part()]
         return " and ".join(parts)
+
+    def step_bounds(self) -> str:
+        """The steps ``ks`` a block sums: all, or its part's."""
+        bounds = f"0 <= ks < {self.steps()}"
+        if self.parts > 1:
+            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1)"
+        return bounds
 
     def point(self, thread: str, tail: Sequence[str], prefix: Sequence[str] | None = None
               ) -> str:
@@ -324,7 +352,7 @@ class _Builder:
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool) -> None:
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
-        steps = f" and 0 <= ks < {self.steps()}" if stepped else ""
+        steps = f" and {self.step_bounds()}" if stepped else ""
         self.add(name, Kind.SYNC, indices,
                  f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
                  ir.Barrier(), [], self.point("t", tail))
@@ -357,7 +385,7 @@ class _Builder:
             indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
         inside = (f"{value[free]} < {self.extent[free]} and "
                   f"{value['k']} < {self.extent['k']}")
-        domain = (f"{self.prefix_bounds()} and 0 <= ks < {self.steps()} "
+        domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
                   f"and 0 <= e < {rows * columns}")
         names = [*self.prefix(), "ks", "e"]
         target = f"{tile}[{row}, {column}]"
@@ -380,7 +408,7 @@ class _Builder:
         fm, fn, fk = self.shape
         p = self.params
         frags_m, frags_n = p["frags_m"], p["frags_n"]
-        warp = (f"{self.warp_domain()} and 0 <= ks < {self.steps()} "
+        warp = (f"{self.warp_domain()} and {self.step_bounds()} "
                 f"and 0 <= kf < {p['frags_k']}")
         names = [*self.prefix(), "ks", "w", "kf", "f", "l"]
         wm, wn = f"floor(w/{self.warps_n})", f"(w mod {self.warps_n})"
@@ -472,8 +500,10 @@ class _Builder:
         along_n = not output_fastest or output_fastest[0] not in self.m
         e = (f"({m_local}*{self.tile['n']} + {n_local})" if along_n
              else f"({n_local}*{self.tile['m']} + {m_local})")
+        # a split's write runs once per part: the part is a free dimension of its schedule
         prefix = [f"floor({n_value}/{self.tile['n']})", f"floor({m_value}/{self.tile['m']})",
-                  *self.batch]
+                  *self.batch, *(["td_part"] if self.parts > 1 else [])]
+        every_part = f" : 0 <= td_part < {self.parts}" if self.parts > 1 else ""
         head = f"{write.name}[{', '.join(write.indices)}]"
         accesses = []
         for element, access in zip(ir.elements(write.body), write.accesses, strict=True):
@@ -481,18 +511,24 @@ class _Builder:
                 access = isl.Map(f"{{ {head} -> {C_TILE}[{m_local}, {n_local}] }}"
                                  ).intersect_domain(access.domain())
             accesses.append(access)
-        self.statements.append(replace(write, accesses=tuple(accesses)))
+        body = write.body
+        if self.parts > 1:  # each part adds its sum into the output (zeroed first for "=")
+            update = "-=" if self.program.contraction.op == "-=" else "+="
+            body = ir.Assign(body.target, update, body.value, atomic=True)
+        self.statements.append(replace(write, body=body, accesses=tuple(accesses)))
         point = self.point(f"{e} mod {self.threads}",
                            ["2", "0", "3", f"floor({e}/{self.threads})", "0", "0", "0"], prefix)
-        schedule = isl.Map(f"{{ {head} -> [{point}] }}").intersect_domain(
+        schedule = isl.Map(f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(
             write.accesses[0].domain())
         self.schedule = self.schedule.union(isl.UnionMap.from_map(schedule))
 
     def scheduled(self) -> Scheduled:
-        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * len(self.batch)
+        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3
+                 + (Role.GRID,) * (len(self.batch) + len(self.part()))
                  + (Role.PHASE, Role.STEP, Role.STAGE, Role.INNER)
                  + (Role.REGISTER,) * 3)
         unroll = tuple(range(len(roles) - 3, len(roles)))
         return Scheduled(self.program, tuple(self.statements), self.schedule, roles,
-                         (self.threads, 1, 1), tuple(self.locals().values()), unroll)
+                         (self.threads, 1, 1), tuple(self.locals().values()), unroll,
+                         zeroed_output=self.parts > 1 and self.program.contraction.op == "=")
 

@@ -67,6 +67,22 @@ def test_other_kinds_on_contractions(case, dtype, precision):
     assert _compile(expression, sizes, dtype, precision, "F").verify().ok
 
 
+@pytest.mark.parametrize(("dtype", "precision"), [("float32", "tf32"), ("float64", "highest")])
+@pytest.mark.parametrize("expression", [GEMM, "C[i,j] += alpha*A[i,k]*B[k,j]",
+                                        "C[b,i,j] = A[b,i,k]*B[b,k,j]"])
+def test_split_reduction_adds_its_parts(expression, dtype, precision):
+    sizes = {"b": 2, "i": 40, "j": 50, "k": 150} if "b" in expression else {
+        "i": 40, "j": 50, "k": 150}
+    kernel = _compile(expression, sizes, dtype, precision, params={**ONE_WARP, "split": 4})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+def test_no_split_into_half_precision():  # OpenCL has no 16-bit atomic addition
+    with pytest.raises(StrategyError, match="split"):
+        _compile(GEMM, PARTIAL, "float16", "highest", params={"split": 2})
+
+
 @pytest.mark.parametrize(("expression", "sizes"), [  # treduda/suites/tapp_ccsd_bottlenecks.tsv
     ("C[a,b,i,j]=A[a,b,c,d]*B[c,d,i,j]", {"a": 6, "b": 5, "i": 3, "j": 7, "c": 5, "d": 6}),
     ("C[a,b,i,j]=A[k,b,c,j]*B[a,c,i,k]", {"a": 5, "b": 6, "i": 4, "j": 3, "k": 7, "c": 5})],

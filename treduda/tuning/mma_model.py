@@ -14,8 +14,9 @@ step of BK summed values):
                (the tile's bytes per 128-byte wavefront, or a row per wavefront where an
                unpadded leading dimension puts every row in the same banks), the accumulators'
                round trip through shared memory and the output's lines / one per cycle and SM
-* ``l2``       each block's A and B tiles over the whole reduction, and the output / L2 BW
-* ``dram``     every tensor once / DRAM bandwidth
+* ``l2``       each block's A and B tiles over its steps, and the output (read and written by
+               each part of a split reduction's atomic additions) / L2 BW
+* ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
                fragment loads and MMAs
 
@@ -173,12 +174,16 @@ class TensorCoreModel:
         occupancy = blocks_per_sm(g, threads, registers, tensorcore.shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
-        blocks = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
-                  * self.batch)
+        tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
+                 * self.batch)
         steps = -(-self.extent["k"] // tile["k"])
+        # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
+        chunk = -(-steps // p["split"])
+        parts = -(-steps // chunk)
+        blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
-        padded = 2.0 * blocks * tile["m"] * tile["n"] * steps * tile["k"]
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         per_copy = COPY_INSTRUCTIONS + (STORED_COPY_INSTRUCTIONS
@@ -193,7 +198,7 @@ class TensorCoreModel:
         mmas = self.products * p["frags_m"] * p["frags_n"]
         warp_step = p["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copied * per_copy / 32
         output = tile["m"] * tile["n"]
-        instructions = blocks * (steps * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
+        instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
         pad = tensorcore.padding(self.program, p["pad"])
         ld_a = (tile["k"] if self.row_a else tile["m"]) + pad
         ld_b = (tile["n"] if self.row_b else tile["k"]) + pad
@@ -202,21 +207,25 @@ class TensorCoreModel:
             + frags_b * self._fragment_wavefronts(*((k, n) if self.row_b else (n, k)), ld_b))
         copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
         write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
-        wavefronts = blocks * (steps * (fragment_fronts + copy_fronts) + write_fronts)
+        wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = min(1.0, resident / g.schedulers_per_sm / g.latency_hiding_warps)
-        chain = steps * (g.l2_latency_cycles + 2 * SYNC_CYCLES + g.shared_latency_cycles
+        chain = chunk * (g.l2_latency_cycles + 2 * SYNC_CYCLES + g.shared_latency_cycles
                          + p["frags_k"] * self.products * MMA_LATENCY_CYCLES)
         seconds = {
             "mma": padded / self.rate * quantise / hidden,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
-            "l2": blocks * (copied * steps + output) * self.bytes / g.l2_bandwidth,
-            "dram": self.compulsory / g.dram_bandwidth,
+            # an atomic addition reads and writes its element
+            "l2": (tiles * copied * steps + blocks * output * (2 if parts > 1 else 1))
+            * self.bytes / g.l2_bandwidth,
+            # a split's output is zeroed first
+            "dram": (self.compulsory + (self.outputs * self.bytes if parts > 1 else 0))
+            / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
-        per_mma = wavefronts / max(1.0, blocks * steps * mmas * p["frags_k"] * warps)
+        per_mma = wavefronts / max(1.0, tiles * steps * mmas * p["frags_k"] * warps)
         return seconds, resident, per_mma
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
