@@ -26,14 +26,21 @@ are zero-filled, so partial tiles multiply zeros. The accumulators then go throu
     sync, store[P, w, f, l], sync, write[o] (a thread per e = position in the C tile)
                               -> [.., 2, 0, 0 | 1 | 2 | 3, floor(e/T), 0, 0, f]
 
-with ``P = [bn, bm, batch]``. With ``split > 1`` (float32 and float64: OpenCL has no 16-bit
-atomic addition) ``P`` gains the part of the reduction, a grid dimension: a block sums the steps
-``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically (which
-starts at zero for ``=``), as the tiled strategy's split-K does; the write is scheduled once per
-part (a free dimension of its schedule). The warp-collective statements have the lane ``l`` in their
-domain but not in their operands: isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins
-every thread dimension, and every thread of a warp executes the statement with the same
-operands, which is what a warp-collective operation needs. The copies, zero-fills and writes,
+with ``P = [bn, bm, batch]``. With ``double_buffer`` each operand tile has two buffers, the
+step's parity choosing one: step ``k`` fills the buffer step ``k - 2`` read, which every thread
+finished before step ``k - 1``'s second barrier, so the first barrier goes (as in the staging
+strategy), and a step's copies are issued right after the previous step's MMAs.
+
+With ``split > 1`` (float32 and float64: OpenCL has no 16-bit atomic addition) ``P`` gains the
+part of the reduction, a grid dimension: a block sums the steps ``chunk * part <= ks < chunk *
+(part + 1)`` and adds its tile into the output atomically (which starts at zero for ``=``), as
+the tiled strategy's split-K does; the write is scheduled once per part (a free dimension of
+its schedule).
+
+The warp-collective statements have the lane ``l`` in their domain but not in their operands:
+isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins every thread dimension, and every
+thread of a warp executes the statement with the same operands, which is what a
+warp-collective operation needs. The copies, zero-fills and writes,
 their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
 staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
 tile of the linearised groups), not a box hull.
@@ -164,6 +171,9 @@ class TensorCore(Strategy):
                       priority=Priority.STEP),
             Parameter("pad", (True, False), f"pad shared tiles' rows by {PAD_BYTES} bytes "
                       "(other banks for consecutive rows)", priority=Priority.BUFFERS),
+            Parameter("double_buffer", (False, True), "two buffers per operand tile, "
+                      "alternating by step: one barrier per step, and a step's copy issued "
+                      "right after the previous step's MMAs", priority=Priority.BUFFERS),
             Parameter("split", SPLITS if splittable(program) and not program.deterministic
                       else (1,), "blocks sharing each output tile, each summing a part of the "
                       "steps (added into the output atomically)", priority=Priority.STEP))
@@ -204,14 +214,15 @@ class TensorCore(Strategy):
                            {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad"),
+                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad",
+                        "double_buffer"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "pad": True, "split": 1}
+                     "pad": True, "split": 1, "double_buffer": False}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")
@@ -257,7 +268,8 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     row_a, row_b = operand_rows_major(program, found) if found else (True, True)
     a = tile["m"] * (tile["k"] + pad) if row_a else tile["k"] * (tile["m"] + pad)
     b = tile["k"] * (tile["n"] + pad) if row_b else tile["n"] * (tile["k"] + pad)
-    return (a + b) * operand + tile["m"] * (tile["n"] + pad_c) * accumulator
+    buffers = 2 if p["double_buffer"] else 1
+    return (a + b) * operand * buffers + tile["m"] * (tile["n"] + pad_c) * accumulator
 
 
 class _Builder:
@@ -358,7 +370,9 @@ class _Builder:
                  ir.Barrier(), [], self.point("t", tail))
 
     def reduction(self) -> None:
-        self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"], True)
+        if not self.params["double_buffer"]:  # else step k's buffer was last read at k - 2
+            self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
+                      True)
         self.copy(self.a, A_TILE, "m", self.row_a, 0)
         self.copy(self.b, B_TILE, "n", self.row_b, 1)
         self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"], True)
@@ -388,7 +402,7 @@ class _Builder:
         domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
                   f"and 0 <= e < {rows * columns}")
         names = [*self.prefix(), "ks", "e"]
-        target = f"{tile}[{row}, {column}]"
+        target = f"{tile}[{self.buffer()}{row}, {column}]"
         point = self.point(f"e mod {self.threads}", ["1", "ks", str(STAGE_COPY),
                                                       f"floor(e/{self.threads})", str(order),
                                                       "0", "0"])
@@ -429,7 +443,7 @@ class _Builder:
                          f"{warp} and {piece * count} <= f < {(piece + 1) * count}",
                          ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
                                          rounding),
-                         [f"{fragment}[f]", f"{tile}[{', '.join(first)}]"],
+                         [f"{fragment}[f]", f"{tile}[{self.buffer()}{', '.join(first)}]"],
                          self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
                                                  str(operand), "f"]))
         # products (a, b) of fragment offsets: 3xTF32 adds lo*hi and hi*lo before hi*hi
@@ -446,7 +460,12 @@ class _Builder:
                                              f"{len(products)}*f + {n}"]))
 
     def ld(self, tile: str) -> int:
-        return self.locals()[tile].shape[1]
+        return self.locals()[tile].shape[-1]
+
+    def buffer(self) -> str:
+        """The first coordinate of an operand tile's element: with double buffering, the
+        step's parity, as isl text and a comma; else nothing."""
+        return "ks mod 2, " if self.params["double_buffer"] else ""
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
@@ -455,9 +474,10 @@ class _Builder:
         b_shape = (t["k"], t["n"] + self.pad) if self.row_b else (t["n"], t["k"] + self.pad)
         pieces = 2 if self.split else 1
         p = self.params
+        buffers = (2,) if p["double_buffer"] else ()
         return {
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, a_shape, stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, b_shape, stored=stored),
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pad_c)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),

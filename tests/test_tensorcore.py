@@ -135,6 +135,18 @@ def test_emulator_runs_tensor_core_kernels_without_hazards(dtype, precision):
     assert kernel.hazards() == []
 
 
+@pytest.mark.parametrize(("dtype", "precision", "split"), [
+    ("float16", "highest", 1), ("float32", "3xtf32", 1), ("float32", "3xtf32", 2)])
+def test_double_buffered_kernels_match_without_hazards(dtype, precision, split):
+    params = {**ONE_WARP, "warps_m": 2, "frags_n": 2, "double_buffer": True}
+    kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]" if split == 1 else GEMM,
+                      {"i": 40, "j": 50, "k": 150}, dtype, precision,
+                      params={**params, "split": split})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+    assert kernel.cuda_source.count("__syncthreads") == 3  # one per step, two for the write
+
+
 def _without_barriers(s: ir.Stmt) -> ir.Stmt:
     if isinstance(s, ir.Block):
         s = ir.Block(tuple(c for c in s.body if not isinstance(c, ir.Barrier)))

@@ -18,7 +18,8 @@ step of BK summed values):
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
-               fragment loads and MMAs
+               fragment loads and MMAs (double-buffered: one barrier, and the copy's wait
+               overlapping the MMAs)
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
 overhead; they, the threads and the shared tiles set the blocks per SM. The space of a
@@ -210,8 +211,13 @@ class TensorCoreModel:
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = min(1.0, resident / g.schedulers_per_sm / g.latency_hiding_warps)
-        chain = chunk * (g.l2_latency_cycles + 2 * SYNC_CYCLES + g.shared_latency_cycles
-                         + p["frags_k"] * self.products * MMA_LATENCY_CYCLES)
+        mma_chain = p["frags_k"] * self.products * MMA_LATENCY_CYCLES
+        if p["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
+            chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
+                             + max(g.l2_latency_cycles, mma_chain))
+        else:
+            chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
+                             + mma_chain)
         seconds = {
             "mma": padded / self.rate * quantise / hidden,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
