@@ -10,21 +10,21 @@ Programming Guide asks ("the elements of the fragment must be converted").
 OpenCL has no tensor cores, so it prints a *twin* that computes the same tile products from
 the same rounded inputs. Each thread keeps in private memory:
 
-* a whole copy of every A and B fragment it loads (the tile's elements, row by row), rounded
-  by the same helper as the CUDA side's (``td_tf32`` is ``cvt.rna`` bit for bit, see
-  ``templates/precision.j2``); float16 and bfloat16 are read with the dialect's conversions,
-  which are exact into float32;
 * its share of each accumulator: the elements ``lane + 32 t`` of the fragment's row-major
-  tile (``lane`` = its thread id modulo 32).
+  m x n tile (``lane`` = its thread id modulo 32), which lie in rows ``lane / n + (32 / n) t``
+  of one column, ``lane % n`` (n, 16 or 8, divides 32);
+* of every A fragment it loads, those rows; of every B fragment, that column: rounded by the
+  same helper as the CUDA side's (``td_tf32`` is ``cvt.rna`` bit for bit, see
+  ``templates/precision.j2``); float16 and bfloat16 are read with the dialect's conversions,
+  which are exact into float32.
 
 A multiply-accumulate adds to each of a thread's accumulator elements the dot product of its
 A row and B column, FMA after FMA in float32 (float64 for float64) — the exact products of
 the rounded inputs summed in the accumulator's type, which is what ``mma_sync`` computes up
 to the order of the additions (which the CUDA guide leaves unspecified). A fragment store
-writes each thread's accumulator elements to their places in the tile. Between a load and
-the multiply-accumulate every thread of the warp holds the same A and B copies (the
-statements' operands are the warp's, not the thread's), so the warp's accumulators are
-exactly the tile product the WMMA code computes.
+writes each thread's accumulator elements to their places in the tile. The statements'
+operands are the warp's, not the thread's, so the 32 threads' shares together are exactly the
+tile product the WMMA code computes.
 """
 
 from __future__ import annotations
@@ -113,10 +113,11 @@ class Twin:
         self.locals = {local.name: local for local in kernel.locals}
 
     def per_thread(self, local: ir.Local) -> int:
-        """Private elements one fragment takes: all of an A or B tile, a lane's share of an
-        accumulator."""
-        elements = local.fragment.elements
-        return elements // ir.WARP if local.fragment.use is ir.Use.ACCUMULATOR else elements
+        """Private elements one fragment takes: a thread's share of an accumulator (``m n /
+        32`` elements), the A rows they lie in (``k`` elements each), or the B column."""
+        m, n, k = local.fragment.shape
+        share = m * n // ir.WARP
+        return {ir.Use.ACCUMULATOR: share, ir.Use.A: share * k, ir.Use.B: k}[local.fragment.use]
 
     def declare(self, local: ir.Local) -> str:
         return f"{self.value_type} {local.name}[{local.size * self.per_thread(local)}];"
@@ -127,6 +128,16 @@ class Twin:
         return local, self.expr(ir.Binary(ir.Op.MUL, fragment.offset,
                                           ir.Int(self.per_thread(local))))
 
+    def _row(self, n: int) -> ir.Expr:
+        """The tile row of a thread's accumulator element ``td_t``: element ``lane + 32 td_t``
+        of the row-major m x n tile lies in row ``lane / n + (32 / n) td_t``, column
+        ``lane % n`` (n divides 32)."""
+        return ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.DIV, ir.Var(self.lane), ir.Int(n)),
+                         ir.Binary(ir.Op.MUL, ir.Int(ir.WARP // n), ir.Var("td_t")))
+
+    def _column(self, n: int) -> ir.Expr:
+        return ir.Binary(ir.Op.MOD, ir.Var(self.lane), ir.Int(n))
+
     def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
         if isinstance(s, (ir.FillFragment, ir.AddFragment)):
             return self.elementwise(s, pad)
@@ -136,13 +147,10 @@ class Twin:
             return self.multiply(s, pad)
         if isinstance(s, ir.StoreFragment):
             local, base = self._base(s.fragment)
-            _, columns = local.fragment.rows_columns
-            target = ir.Load(s.first.array, ir.Binary(ir.Op.ADD, s.first.offset, _tile_offset(
-                ir.Var("td_e"), columns, s.ld, True)))
-            return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) {{",
-                    f"{pad}  const int td_e = {self.lane} + {ir.WARP} * td_t;",
-                    f"{pad}  {self.expr(target)} = {s.fragment.array}[{base} + td_t];",
-                    f"{pad}}}"]
+            n = local.fragment.shape[1]
+            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, True)
+            return self._each(local, pad, f"{self.expr(target)} = "
+                                          f"{s.fragment.array}[{base} + td_t];")
         raise TypeError(f"cannot print statement {s!r}")
 
     def elementwise(self, s: ir.FillFragment | ir.AddFragment, pad: str) -> list[str]:
@@ -157,39 +165,47 @@ class Twin:
         return self._each(local, pad, f"{target.array}[{base} + td_t] {update};")
 
     def load(self, s: ir.LoadFragment, pad: str) -> list[str]:
+        """A's rows of the thread's accumulator elements (``td_t``: the row's number among
+        them; ``td_k``: the column), or B's column of them (``td_t``: the row)."""
         local, base = self._base(s.fragment)
-        _, columns = local.fragment.rows_columns
-        source: ir.Expr = ir.Load(s.first.array, ir.Binary(ir.Op.ADD, s.first.offset, _tile_offset(
-            ir.Var("td_t"), columns, s.ld, local.fragment.row_major)))
-        if s.rounding is not None:
-            source = ir.Call(s.rounding, (source,))
-        return self._each(local, pad, f"{s.fragment.array}[{base} + td_t] = "
-                                      f"{self.expr(source)};")
+        kind = local.fragment
+        n, k = kind.shape[1], kind.shape[2]
+        if kind.use is ir.Use.A:
+            source = _tile_element(s.first, self._row(n), ir.Var("td_k"), s.ld, kind.row_major)
+            target = f"{s.fragment.array}[{base} + td_t * {k} + td_k]"
+            loops = [f"for (int td_t = 0; td_t < {self.per_thread(local) // k}; td_t++)",
+                     f"for (int td_k = 0; td_k < {k}; td_k++)"]
+        else:
+            source = _tile_element(s.first, ir.Var("td_t"), self._column(n), s.ld,
+                                   kind.row_major)
+            target = f"{s.fragment.array}[{base} + td_t]"
+            loops = [f"for (int td_t = 0; td_t < {k}; td_t++)"]
+        value: ir.Expr = source if s.rounding is None else ir.Call(s.rounding, (source,))
+        return [f"{pad}{' '.join(loops)} {target} = {self.expr(value)};"]
 
     def _each(self, local: ir.Local, pad: str, statement: str) -> list[str]:
         """``statement`` for each private element ``td_t`` of one of ``local``'s fragments."""
         return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) {statement}"]
 
     def multiply(self, s: ir.MultiplyAccumulate, pad: str) -> list[str]:
+        """Each accumulator element of the thread plus its A row times its B column."""
         c_local, c = self._base(s.accumulator)
         _, a = self._base(s.a)
         _, b = self._base(s.b)
-        m, n, k = c_local.fragment.shape
+        k = c_local.fragment.shape[2]
         return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(c_local)}; td_t++) {{",
-                f"{pad}  const int td_e = {self.lane} + {ir.WARP} * td_t;",
                 f"{pad}  {self.value_type} td_s = {s.accumulator.array}[{c} + td_t];",
                 f"{pad}  for (int td_k = 0; td_k < {k}; td_k++) td_s = fma("
-                f"{s.a.array}[{a} + td_e / {n} * {k} + td_k], "
-                f"{s.b.array}[{b} + td_k * {n} + td_e % {n}], td_s);",
+                f"{s.a.array}[{a} + td_t * {k} + td_k], {s.b.array}[{b} + td_k], td_s);",
                 f"{pad}  {s.accumulator.array}[{c} + td_t] = td_s;",
                 f"{pad}}}"]
 
 
-def _tile_offset(element: ir.Expr, columns: int, ld: int, row_major: bool) -> ir.Expr:
-    """Where element ``element`` (numbered row by row) of a fragment's tile with ``columns``
-    columns lies in shared memory, from the tile's first element: ``row * ld + column`` for a
-    row-major tile, ``column * ld + row`` for a column-major one."""
-    row = ir.Binary(ir.Op.DIV, element, ir.Int(columns))
-    column = ir.Binary(ir.Op.MOD, element, ir.Int(columns))
+def _tile_element(first: ir.Load, row: ir.Expr, column: ir.Expr, ld: int,
+                  row_major: bool) -> ir.Load:
+    """Element (``row``, ``column``) of the fragment's tile that starts at ``first``: at
+    ``row * ld + column`` from it in a row-major tile, ``column * ld + row`` in a column-major
+    one."""
     major, minor = (row, column) if row_major else (column, row)
-    return ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.MUL, major, ir.Int(ld)), minor)
+    return ir.Load(first.array, ir.Binary(ir.Op.ADD, first.offset, ir.Binary(
+        ir.Op.ADD, ir.Binary(ir.Op.MUL, major, ir.Int(ld)), minor)))
