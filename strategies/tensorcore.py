@@ -194,7 +194,20 @@ class TensorCore(Strategy):
             step = shape["mnk".index(axis)]
             return tile <= step or tile - step < extent[axis]
 
-        return [
+        rules = []
+        if self.limits.sm_count:  # as the tiled strategy's split: only to fill the GPU
+            sms = self.limits.sm_count
+
+            def few_tiles(p: Mapping[str, Any]) -> bool:
+                tile = tile_extents({**p, "frags_k": 1}, shape)
+                tiles = (-(-extent["m"] // tile["m"]) * -(-extent["n"] // tile["n"])
+                         * math.prod(sizes[i] for i in found[5]))
+                return p["split"] == 1 or tiles < 2 * sms
+
+            rules.append(Constraint(
+                f"a split only where the tiles give fewer than {2 * sms} blocks",
+                ("warps_m", "warps_n", "frags_m", "frags_n", "split"), few_tiles))
+        return rules + [
             Constraint(f"at most {self.limits.threads_per_block} threads per block",
                        ("warps_m", "warps_n"),
                        lambda p: WARP * p["warps_m"] * p["warps_n"]
