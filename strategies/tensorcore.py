@@ -105,7 +105,7 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     if program.sizes is None or len(reduces) != 1:
         return None
-    reads = [e for e in ir.elements(reduces[0].body)[1:]]
+    reads = ir.elements(reduces[0].body)[1:]
     if len(reads) != 2 or reads[0].array == reads[1].array:
         return None
     a, b = reads[0].array, reads[1].array
