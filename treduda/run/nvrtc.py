@@ -55,14 +55,17 @@ def nvrtc_available() -> bool:
 
 @functools.cache
 def toolkit_headers() -> str | None:
-    """A CUDA toolkit's include folder, where it holds ``mma.h``: tensor-core kernels include
-    it (``nvcuda::wmma``), and NVRTC finds no header by itself (the pip packages ship none)."""
+    """An include folder that holds ``mma.h``: tensor-core kernels include it
+    (``nvcuda::wmma``), and NVRTC finds no header by itself. A CUDA toolkit's, or the one of a
+    pip package of CUDA headers (``nvidia-cuda-runtime``, which CuPy's ``[ctk]`` extra
+    installs); ``nvidia-cuda-nvrtc`` ships none."""
     homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda",
              *sorted(map(str, Path("/usr/local").glob("cuda-*")), reverse=True)]
-    for home in filter(None, homes):
-        if Path(home, "include", "mma.h").is_file():
-            return str(Path(home, "include"))
-    return None
+    folders = [Path(home, "include") for home in filter(None, homes)]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        folders += sorted(Path(root).glob("*/include"))
+    return next((str(f) for f in folders if Path(f, "mma.h").is_file()), None)
 
 
 def include_options(source: str) -> list[str]:
