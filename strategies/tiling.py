@@ -22,7 +22,8 @@ schedule is
     { S[o, r] -> [block xyz, thread xyz, unmapped o, phase, steps, stage, r in step, reg zyx] }
 
 and each accumulator becomes a register array indexed by the register coordinates, which isl
-expresses in terms of the (unrolled) register loops, so they stay in registers.
+expresses in terms of the register loops; the AST builder unrolls those in the kernel IR
+(:mod:`treduda.codegen.unroll`), so the indices are constants and the arrays stay in registers.
 
 Where the output has too few points to fill the GPU, ``split`` blocks share each output tile,
 each summing a contiguous part of the steps of the first summed index (split-K, as GEMM
@@ -326,9 +327,10 @@ class Tiled(Strategy):
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3 + (Role.GRID,) * (len(unmapped)
                                                                           + len(parts))
                  + reduction_roles + (Role.REGISTER,) * len(registers))
-        # Register loops are unrolled by isl, so register indices become constants; the loop
-        # within a step by the C compiler (isl unrolling it too multiplies generation time),
-        # its innermost summed index only (rolled_depth).
+        # Register loops are unrolled in the kernel IR, so register indices become constants;
+        # the loop within a step by the C compiler (unrolled in the IR too, it would multiply
+        # the code the IR's passes walk by the step), its innermost summed index only
+        # (rolled_depth).
         unroll = tuple(n for n, role in enumerate(roles) if role == Role.REGISTER)
         inner = [n for n, role in enumerate(roles) if role == Role.INNER]
         rolled = rolled_depth(program) if params["unroll"] else 0

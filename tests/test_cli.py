@@ -122,9 +122,13 @@ def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     assert main(["cache", "list", "--path", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("1 entries") and "tiled+staged" in out and "i=30" in out
+    assert "1 generated kernels in the kernel store" in out
+    assert main(["cache", "list", "--kernels", "--path", str(path)]) == 0
+    listed = capsys.readouterr().out.splitlines()[-1]
+    assert "tiled+staged" in listed and "i=30" in listed and "kB" in listed
     assert main(["cache", "clear", "--path", str(path)]) == 0
-    assert "removed 1 entries" in capsys.readouterr().out
-    assert len(TuningCache(path)) == 0
+    assert "removed 1 entries and 1 stored kernels" in capsys.readouterr().out
+    assert len(TuningCache(path)) == 0 and TuningCache(path).kernels() == 0
 
 
 def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_path, capsys,

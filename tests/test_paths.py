@@ -100,7 +100,9 @@ def test_the_ao_to_mo_transform_runs_in_n_to_the_fifth_steps():
     n = 16
     c = analyse("pi,qj,rk,sl,ijkl->pqrs")
     choice = choose(c, dict.fromkeys("pqrsijkl", n))
-    assert [s.flops for s in choice.chosen.steps] == [2 * n**5] * 4
+    # This failed twice in about 12 runs under -n 2 (a step fused into an N^6 kernel), never
+    # in one process: the report says which paths and fusions were weighed when it does.
+    assert [s.flops for s in choice.chosen.steps] == [2 * n**5] * 4, choice.report()
     assert choice.chosen.flops < 2 * n**8 / 1000  # the fused nest: 2 n^8
 
 

@@ -16,6 +16,7 @@ from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
+from treduda.tuning.gpus import H100
 from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
 from treduda.tuning.search import Searcher, SearchStats, search_program
 
@@ -227,6 +228,45 @@ def test_a_budgeted_search_climbs_from_every_mapping():
     b_c_on_x = min(c.prediction.seconds for c in result.candidates
                    if c.params["order"].startswith("b_c,"))
     assert result.best.prediction.seconds < 0.8 * b_c_on_x
+
+
+def test_a_budgeted_search_starts_from_the_winners_of_similar_sizes():
+    """A seed is scored as an incumbent, as it is or, where these sizes rule it out, as its
+    nearest valid candidate; a stopped search never returns anything slower than a seed."""
+    gemm = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 260, "k": 90})
+    seed = search_program(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 280, "j": 250, "k": 80}),
+                          max_nodes=BUDGET).best.params
+    seeded = Searcher(gemm, "H100", restrict=False, seeds=[seed])
+    stats = SearchStats(0, False)
+    (start,) = seeded.seeded(stats)
+    assert stats.seeded == 1 and start.params == seed  # the space holds it as it is
+    result = seeded.branch_and_bound(max_nodes=20)
+    assert result.stats.seeded == 1 and "winner(s) of similar sizes" in str(result.stats)
+    assert result.best.key() <= start.key()
+    too_big = {**seed, "step": 4096}  # no such step: its nearest valid candidate instead
+    (nearest,) = Searcher(gemm, "H100", restrict=False, seeds=[too_big]).seeded(stats)
+    assert nearest.params["step"] != 4096 and not seeded.space.violated(nearest.params)
+    assert {k: v for k, v in nearest.params.items() if k != "step"} == {
+        k: v for k, v in seed.items() if k != "step"}
+
+
+def test_compile_seeds_its_search_with_the_cached_winners_of_similar_sizes(tmp_path):
+    store = TuningCache(tmp_path / "tuning.sqlite3")
+    expr = "C[i,j] = A[i,k]*B[k,j]"
+    for sizes in ({"i": 300, "j": 200, "k": 90}, {"i": 40, "j": 30, "k": 20}):
+        treduda.compile(expr, sizes, cache=store)
+    treduda.compile(expr, {"i": 40, "j": 30, "k": 20}, dtype="float64", cache=store)
+
+    def key(sizes: dict[str, int]) -> treduda.tuning.cache.CacheKey:
+        return treduda.tuning.cache.CacheKey.make(expr, sizes, "float32", "C", H100.name)
+
+    nearest = store.similar(key({"i": 310, "j": 200, "k": 90}), 5)  # nearest sizes first
+    assert [v["seconds"] for v in nearest] == [store.get(key(s))["seconds"] for s in (
+        {"i": 300, "j": 200, "k": 90}, {"i": 40, "j": 30, "k": 20})]
+    kernel = treduda.compile(expr, {"i": 310, "j": 200, "k": 90}, cache=store)
+    entry = store.get(key({"i": 310, "j": 200, "k": 90}))
+    assert "started from 2 winner(s) of similar sizes" in entry["found"]
+    assert kernel.verify().ok
 
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed")

@@ -219,3 +219,29 @@ def test_one_identity_whatever_the_spelling_and_the_keys_and_names_of_before():
                                   "params": {"split": 2}}, SIZES)}
     for name, (options, sizes) in names.items():
         assert treduda.compile(GEMM, sizes, cache=False, **options).name == name
+
+
+def test_the_kernel_store_keeps_its_size_by_removing_the_oldest_kernels(tmp_path, monkeypatch):
+    path = tmp_path / "tuning.sqlite3"
+    shapes = [{"i": 40, "j": 24, "k": n} for n in (17, 18, 19)]
+    first = [treduda.compile(GEMM, s, strategy="tiled", cache=TuningCache(path)) for s in shapes]
+    stored = TuningCache(path).stored_kernels()
+    assert {dict(k.identity.sizes)["k"] for k in stored} == {17, 18, 19}
+    # Room for two kernels (each is kept under its full parameters and under those asked
+    # for): a fourth pushes the first one kept (the oldest) out.
+    sizes = [k.bytes for k in stored]
+    monkeypatch.setenv("TREDUDA_KERNEL_STORE_MB", str((max(sizes) * 4 + 100) / 1e6))
+    small = TuningCache(path)
+    treduda.compile(GEMM, {"i": 40, "j": 24, "k": 20}, strategy="tiled", cache=small)
+    kept = {dict(k.identity.sizes)["k"] for k in small.stored_kernels()}
+    assert kept == {19, 20}
+    api._kept_kernel.cache_clear()  # as a new process: the first kernel is generated again
+    again = treduda.compile(GEMM, shapes[0], strategy="tiled", cache=small)
+    assert again.stored is None and again.cuda_source == first[0].cuda_source
+    assert again.verify().ok
+
+
+def test_a_kernel_store_size_that_is_not_a_number_is_refused(monkeypatch):
+    monkeypatch.setenv("TREDUDA_KERNEL_STORE_MB", "lots")
+    with pytest.raises(treduda.errors.TredudaError, match="TREDUDA_KERNEL_STORE_MB"):
+        TuningCache()

@@ -99,9 +99,11 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     if not isinstance(cache, (bool, TuningCache)):
         raise ArgumentError(f"cache must be True, False or a treduda.tuning.cache.TuningCache, "
                             f"got {type(cache).__name__} {cache!r}")
-    return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
-                 gpu=find_gpu(gpu), cache=cache, symbolic=symbolic, measure=measure,
-                 deterministic=resolve(deterministic), precision=precision, budget=budget)
+    return _kept(_Request.make(analyse(expr), sizes, dtype=dtype, layout=layout,
+                               strategy=strategy, params=params, gpu=find_gpu(gpu), cache=cache,
+                               symbolic=symbolic, measure=measure,
+                               deterministic=resolve(deterministic), precision=precision,
+                               budget=budget))
 
 
 def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
@@ -430,31 +432,29 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     gpu, deterministic = find_gpu(gpu), resolve(deterministic)
     if 0 in sizes.values():
         kernel = None
-    elif many_factors(contraction) and optimize is not False:
-        tuned = strategy is None and params is None  # the steps are searched: the cache counts
-        kernel = _kept_plan(expr, tuple(sorted(sizes.items())), computed, layout, backend,
-                            strategy, None if params is None else tuple(sorted(params.items())),
-                            gpu, optimize, deterministic, str(default_path()) if tuned else None,
-                            precision, budget)
-    elif incremental and strategy is None and params is None:
-        kernel = _kept_incremental(expr, tuple(sorted(sizes.items())), computed, layout, gpu,
-                                   str(default_path()), deterministic, precision, backend,
-                                   budget)
     else:
-        kernel = _kept(expr, sizes, dtype=computed, layout=layout, strategy=strategy,
-                       params=params, gpu=gpu, cache=True, deterministic=deterministic,
-                       precision=precision, budget=budget)
+        request = _Request.make(contraction, sizes, dtype=computed, layout=layout,
+                                strategy=strategy, params=params, gpu=gpu, cache=True,
+                                deterministic=deterministic, precision=precision,
+                                budget=budget)
+        if many_factors(contraction) and optimize is not False:
+            kernel = _kept_plan(request, backend, optimize)
+        elif incremental and request.tuned:
+            kernel = _kept_incremental(request, backend)
+        else:
+            kernel = _kept(request)
     return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
                               casting=casting)
 
 
 @dataclass(frozen=True)
 class _Request:
-    """A call of compile() as the process keeps its kernel: the kernel's :class:`Identity` as
-    asked (the problem on the GPU it is tuned for, or with the strategy and parameters asked
-    for), the GPU whose limits it is checked against, and the tuning cache (by its file) where
-    it is searched and stored. The contraction as spelt and the sizes in any order are the
-    same request."""
+    """A call of compile() as the process keeps its kernel, and contract()'s plans and
+    self-tuning kernels too (with their backend and path options beside it): the kernel's
+    :class:`Identity` as asked (the problem on the GPU it is tuned for, or with the strategy
+    and parameters asked for), the GPU whose limits it is checked against, and the tuning
+    cache (by its file) where it is searched and stored. The contraction as spelt and the
+    sizes in any order are the same request."""
 
     identity: Identity
     gpu: Gpu
@@ -464,31 +464,41 @@ class _Request:
     contraction: Contraction = field(compare=False)
     sizes: dict[str, int] | None = field(compare=False)  # None: symbolic
 
+    @classmethod
+    def make(cls, contraction: Contraction, sizes: Mapping[str, int] | None, *, dtype: str,
+             layout: str, strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
+             cache: TuningCache | bool | str | None, symbolic: bool = False,
+             measure: bool = False, deterministic: bool = False, precision: str = HIGHEST,
+             budget: float | None = DEFAULT_BUDGET) -> _Request:
+        """The request of checked arguments: searched on ``gpu`` (within ``budget``, in the
+        tuning cache ``cache``) unless a ``strategy``, ``params`` or ``symbolic`` say how
+        the kernel is made; ``cache`` False or None for none, True for the default file."""
+        check_layout(layout)
+        checked = None if sizes is None else resolve_sizes(contraction, sizes)
+        problem = Identity.make(contraction, None if symbolic else checked, dtype, layout,
+                                precision=precision, deterministic=deterministic)
+        tuned = strategy is None and params is None and not symbolic
+        identity = (problem.on(gpu.name) if tuned else
+                    problem.generated(strategy or DEFAULT_STRATEGY, params or {}))
+        path = None if cache is None or cache is False else str(
+            cache.path if isinstance(cache, TuningCache) else
+            default_path() if cache is True else cache)
+        return cls(identity, gpu, path, measure and tuned, budget if tuned else None,
+                   contraction, None if symbolic else checked)
 
-def _kept(expr: str, sizes: Mapping[str, int] | None, *, dtype: str, layout: str,
-          strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
-          cache: TuningCache | bool, symbolic: bool = False, measure: bool = False,
-          deterministic: bool = False, precision: str = HIGHEST,
-          budget: float | None = DEFAULT_BUDGET) -> Kernel:
-    """The kernel of these (checked) arguments, kept for the process: the one place that says
-    which calls of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`;
-    the expression is parsed here, once)."""
-    check_layout(layout)
-    contraction = analyse(expr)
-    checked = None if sizes is None else resolve_sizes(contraction, sizes)
-    problem = Identity.make(contraction, None if symbolic else checked, dtype, layout,
-                            precision=precision, deterministic=deterministic)
-    tuned = strategy is None and params is None and not symbolic
-    identity = (problem.on(gpu.name) if tuned else
-                problem.generated(strategy or DEFAULT_STRATEGY, params or {}))
-    path = None
-    if cache is not False:
-        path = str(cache.path if isinstance(cache, TuningCache) else default_path())
-    kernel = _kept_kernel(_Request(identity, gpu, path, measure and tuned,
-                                   budget if tuned else None, contraction,
-                                   None if symbolic else checked))
-    if kernel.contraction.source != contraction.source:  # another spelling of the same tree
-        kernel = replace(kernel, contraction=contraction)
+    @property
+    def tuned(self) -> bool:
+        """Whether the kernel is searched (no strategy or parameters were asked for)."""
+        return self.identity.gpu is not None
+
+
+def _kept(request: _Request) -> Kernel:
+    """The kernel of ``request``, kept for the process: the one place that says which calls
+    of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`); one kept
+    for another spelling of the same tree is given the request's spelling."""
+    kernel = _kept_kernel(request)
+    if kernel.contraction.source != request.contraction.source:
+        kernel = replace(kernel, contraction=request.contraction)
     return kernel
 
 
@@ -501,7 +511,7 @@ def _kept_kernel(request: _Request) -> Kernel:
     store = TuningCache(request.cache) if request.cache else None
     generate = _Generator(request.contraction, identity.problem, request.sizes, request.gpu,
                           store)
-    if identity.gpu is not None:  # searched
+    if request.tuned:
         strategy, params = policy.tuned(identity.problem, request.gpu, store, request.measure,
                                         generate, request.budget)
     else:
@@ -510,30 +520,25 @@ def _kept_kernel(request: _Request) -> Kernel:
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
-def _kept_incremental(expr: str, sizes: tuple, dtype: str, layout: str, gpu: Gpu, cache: str,
-                      deterministic: bool, precision: str, backend: str,
-                      budget: float | None) -> IncrementalKernel:
-    """The kernel that tunes itself on its first calls on ``backend``
-    (:mod:`treduda.tuning.incremental`), kept for the process as :func:`_kept_kernel` keeps
-    kernels, so that each call of :func:`contract` goes on where the last one stopped; its
-    trials come from the tuning cache ``cache`` or from :func:`tuning_search` (within
-    ``budget``), and their kernels from the kernel store where it holds them (each is kept
-    there once generated)."""
-    contraction = analyse(expr)
-    checked = resolve_sizes(contraction, dict(sizes))
-    problem = Identity.make(contraction, checked, dtype, layout, precision=precision,
-                            deterministic=deterministic)
-    store = TuningCache(cache)
-    generate = _Generator(contraction, problem, checked, gpu, store)
+def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
+    """The kernel of the searched ``request`` that tunes itself on its first calls on
+    ``backend`` (:mod:`treduda.tuning.incremental`), kept for the process as
+    :func:`_kept_kernel` keeps kernels, so that each call of :func:`contract` goes on where
+    the last one stopped; its trials come from the tuning cache or from :func:`tuning_search`
+    (within the request's budget), and their kernels from the kernel store where it holds
+    them (each is kept there once generated)."""
+    problem, gpu = request.identity.problem, request.gpu
+    store = TuningCache(request.cache)
+    generate = _Generator(request.contraction, problem, request.sizes, gpu, store)
 
     def searched() -> tuple[SearchResult, dict[str, Any]]:
-        result = tuning_search(generate.program, gpu, generate=generate, budget=budget)
+        result = tuning_search(generate.program, gpu, generate=generate, budget=request.budget)
         return result, cache_value(result, "contract(tune='incremental')")
 
     def kept(strategy: str, params: Mapping[str, Any]) -> Kernel:
         return generate.keep(generate(strategy, params), strategy, params)
 
-    return IncrementalKernel.start(generate, CacheKey.of_identity(problem.on(gpu.name)), store,
+    return IncrementalKernel.start(generate, CacheKey.of_identity(request.identity), store,
                                    backend, searched, kept)
 
 
@@ -565,25 +570,28 @@ def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: 
     (:func:`_kept`)."""
 
     def compile_step(expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
-        return _kept(expr, sizes, dtype=dtype, layout=layout, strategy=strategy, params=params,
-                     gpu=gpu, cache=True, deterministic=deterministic, precision=precision,
-                     budget=budget)
+        return _kept(_Request.make(analyse(expr), sizes, dtype=dtype, layout=layout,
+                                   strategy=strategy, params=params, gpu=gpu, cache=True,
+                                   deterministic=deterministic, precision=precision,
+                                   budget=budget))
 
     return compile_step
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
-def _kept_plan(expr: str, sizes: tuple, dtype: str, layout: str, backend: str,
-               strategy: str | None, params: tuple | None, gpu: Gpu, optimize: Any,
-               deterministic: bool, cache: str | None, precision: str,
-               budget: float | None) -> Plan:
+def _kept_plan(request: _Request, backend: str, optimize: Any) -> Plan:
     """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
-    (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable;
-    ``cache``, the tuning cache's file where the steps are searched, is part of the key)."""
-    compile_step = _step_compiler(strategy, None if params is None else dict(params), gpu,
-                                  deterministic, precision, budget)
-    return Plan(expr, compile_step, dtype=dtype, layout=layout, backend=backend, gpu=gpu.name,
-                optimize=optimize, sizes=dict(sizes))
+    (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable);
+    the request's strategy and parameters, where asked for, apply to every step, and its
+    tuning cache is where the steps are searched otherwise."""
+    identity = request.identity
+    strategy = None if request.tuned else identity.strategy
+    params = None if request.tuned else dict(identity.params or ())
+    compile_step = _step_compiler(strategy, params, request.gpu, identity.deterministic,
+                                  identity.precision, request.budget)
+    return Plan(request.contraction.source, compile_step, dtype=identity.dtype,
+                layout=identity.layout, backend=backend, gpu=request.gpu.name,
+                optimize=optimize, sizes=request.sizes)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],

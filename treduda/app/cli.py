@@ -122,6 +122,8 @@ def parser() -> argparse.ArgumentParser:
     k.add_argument("action", choices=("list", "clear"))
     k.add_argument("--path", help="the cache file (default: $TREDUDA_CACHE or the user's "
                                   "cache directory)")
+    k.add_argument("--kernels", action="store_true",
+                   help="list: also each generated kernel the kernel store keeps")
 
     b = commands.add_parser("bench", help="search, generate and verify every contraction of a "
                             "benchmark suite")
@@ -349,8 +351,10 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"0 entries: nothing is cached yet ({default_path()} does not exist)")
         return 0
     cache = TuningCache(args.path)
+    kernels = cache.stored_kernels()
     if args.action == "clear":
-        print(f"removed {cache.clear()} entries from {cache.path}")
+        print(f"removed {cache.clear()} entries and {len(kernels)} stored kernels from "
+              f"{cache.path}")
         return 0
     entries = cache.entries()
     print(f"{len(entries)} entries in {cache.path}")
@@ -363,6 +367,13 @@ def _cache(args: argparse.Namespace) -> int:
         found = f"; found {value['found']}" if value.get("found") else ""
         print(f"  {entry.key}\n    {value.get('strategy')} {params}  "
               f"predicted {value.get('seconds', float('nan')) * 1e3:.4f} ms{timed}{found}")
+    stored = sum(k.bytes for k in kernels)
+    print(f"{len(kernels)} generated kernels in the kernel store ({stored / 1e6:.1f} MB of at "
+          f"most {cache.kernel_store_bytes / 1e6:g} MB; the oldest go first; "
+          f"$TREDUDA_KERNEL_STORE_MB sets the size)")
+    if args.kernels:
+        for kernel in kernels:
+            print(f"  {kernel}")
     return 0
 
 

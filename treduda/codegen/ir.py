@@ -480,6 +480,33 @@ def replace_elements(node, replacements):
     return node
 
 
+def affine(e: Expr) -> tuple[dict[Expr, int], int]:
+    """``e`` as ``sum(coefficient * term) + constant``: its terms (the subexpressions that are
+    no sum, difference or multiple of a constant), in the order they first appear, each with
+    its coefficient (none is 0), and its constant."""
+    if isinstance(e, Int):
+        return {}, e.value
+    if isinstance(e, Neg):
+        return _scaled(affine(e.operand), -1)
+    if isinstance(e, Binary) and e.op in (Op.ADD, Op.SUB):
+        (terms, constant), (right, right_constant) = affine(e.left), affine(e.right)
+        sign = 1 if e.op is Op.ADD else -1
+        sums = dict(terms)
+        for term, c in right.items():
+            sums[term] = sums.get(term, 0) + sign * c
+        return {t: c for t, c in sums.items() if c}, constant + sign * right_constant
+    if isinstance(e, Binary) and e.op is Op.MUL:
+        for factor, other in ((e.left, e.right), (e.right, e.left)):
+            if isinstance(factor, Int):
+                return _scaled(affine(other), factor.value)
+    return {e: 1}, 0
+
+
+def _scaled(form: tuple[dict[Expr, int], int], k: int) -> tuple[dict[Expr, int], int]:
+    terms, constant = form
+    return {t: c * k for t, c in terms.items() if c * k}, constant * k
+
+
 def _divide(a, b):
     """Division as C does it: truncating for integers (rounding towards zero), else a float
     division. Evaluating the C meaning, not isl's, lets emulation see what the kernel does."""

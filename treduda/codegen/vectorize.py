@@ -5,7 +5,7 @@ nvcc merges a thread's loads of neighbouring elements only where it can prove th
 aligned, which it cannot for a bare pointer; told so with ``__builtin_assume_aligned``, it
 forgets that the inputs are read-only (``LDG.E.CONSTANT`` becomes ``LDG.E``) and turns guarded
 preloads into branches (tccg_31's pick: 124 -> 168 registers). The IR knows more. In a straight
-run of assignments (a register tile, unrolled by isl) every offset is an affine expression of
+run of assignments (a register tile, unrolled in the IR) every offset is an affine expression of
 the same iterators. Loads of an input whose offsets differ only in their constants, covering a
 whole window ``o .. o + w - 1`` with ``o`` and every coefficient a multiple of ``w``, are one
 aligned access: tensors start on :data:`ir.VECTOR_BYTES` boundaries (launches make sure of it).
@@ -144,33 +144,11 @@ def _aligned(terms: frozenset, start: int, width: int) -> bool:
     return start % width == 0 and all(c % width == 0 for _, c in terms)
 
 
-def _affine(e: ir.Expr) -> Affine | None:
-    """``e`` as terms and a constant (None where a coefficient is not an integer constant)."""
-    if isinstance(e, ir.Int):
-        return frozenset(), e.value
-    if isinstance(e, ir.Neg):
-        inner = _affine(e.operand)
-        return None if inner is None else _scaled(inner, -1)
-    if isinstance(e, ir.Binary) and e.op in (ir.Op.ADD, ir.Op.SUB):
-        left, right = _affine(e.left), _affine(e.right)
-        if left is None or right is None:
-            return None
-        sign = 1 if e.op is ir.Op.ADD else -1
-        sums = dict(left[0])
-        for term, c in right[0]:
-            sums[term] = sums.get(term, 0) + sign * c
-        return frozenset((t, c) for t, c in sums.items() if c), left[1] + sign * right[1]
-    if isinstance(e, ir.Binary) and e.op is ir.Op.MUL:
-        for factor, other in ((e.left, e.right), (e.right, e.left)):
-            if isinstance(factor, ir.Int):
-                inner = _affine(other)
-                return None if inner is None else _scaled(inner, factor.value)
-    return frozenset({(e, 1)}), 0
-
-
-def _scaled(affine: Affine, k: int) -> Affine:
-    terms, constant = affine
-    return frozenset((t, c * k) for t, c in terms if c * k), constant * k
+def _affine(e: ir.Expr) -> Affine:
+    """``e`` as terms and a constant (:func:`ir.affine`), comparable whatever the terms'
+    order."""
+    terms, constant = ir.affine(e)
+    return frozenset(terms.items()), constant
 
 
 def _loads(e: ir.Expr, conditional: bool = True) -> Iterator[ir.Load]:

@@ -11,7 +11,8 @@ z axes allow only 65535 blocks, so a y or z extent that is larger, or not known 
 is folded into x the same way. Every
 isl AST node and expression is converted once into :mod:`treduda.codegen.ir`; statement calls
 ``S(args)`` become the statement's assignment with its indices replaced by ``args`` and tensor
-elements linearised for the layout.
+elements linearised for the layout. The loops a strategy unrolls (register tiles) are scanned
+by isl as loops and unrolled in the IR (:mod:`treduda.codegen.unroll`).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import islpy as isl
 
 from ..codegen import ir
 from ..codegen.parts import PartsSum, parts_sum
+from ..codegen.unroll import unroll
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import SizeLimit, TredudaError
@@ -118,9 +120,10 @@ def build(scheduled: Scheduled, name: str) -> Built:
     # that load nothing in it, and give those threads barriers of their own; "atomic" scans
     # each dimension down to the innermost step in one piece (isl manual, "AST Generation
     # Options (Schedule Map)").
+    # The loops a strategy unrolls stay loops here and are unrolled in the kernel IR
+    # (treduda.codegen.unroll): isl's own unrolling took most of a kernel's generation.
     steps = scheduled.positions(Role.STEP)
     options = [f"[{', '.join(dims)}] -> atomic[{d}]" for d in range(max(steps, default=-1) + 1)]
-    options += [f"[{', '.join(dims)}] -> unroll[{d}]" for d in scheduled.unroll]
     if options:
         builder = builder.set_options(isl.UnionMap(f"{{ {'; '.join(options)} }}"))
     root = builder.node_from_schedule_map(schedule)
@@ -131,11 +134,12 @@ def build(scheduled: Scheduled, name: str) -> Built:
                                          for axis in (1, 2)))
 
     body = converter.node(root)
-    kernel = vectorize(unswitch(ir.KernelIR(name=name, dtype=program.dtype,
-                                            index_bits=_index_bits(program, scheduled.locals),
-                                            params=_params(program, scheduled.locals),
-                                            locals=scheduled.locals, body=body,
-                                            zeroed_output=scheduled.zeroed_output)))
+    kernel = ir.KernelIR(name=name, dtype=program.dtype,
+                         index_bits=_index_bits(program, scheduled.locals),
+                         params=_params(program, scheduled.locals), locals=scheduled.locals,
+                         body=body, zeroed_output=scheduled.zeroed_output)
+    kernel = unroll(kernel, _unrolled(scheduled, used), _id_ranges(grid, scheduled.block))
+    kernel = vectorize(unswitch(kernel))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
 
@@ -207,6 +211,31 @@ def _folded_constants(expr: ir.Expr) -> ir.Expr:
             return ir.Int(left.value * right.value)
         return ir.Binary(ir.Op.MUL, left, right)
     return expr
+
+
+def _unrolled(scheduled: Scheduled, used: isl.Set) -> dict[str, tuple[int, int]]:
+    """The iterators of the loops ``scheduled`` unrolls (isl names them after their schedule
+    dimension) and the first and last value of each, from ``used``, the schedule's range."""
+    loops = {}
+    for d in scheduled.unroll:
+        first, last = used.dim_min_val(d), used.dim_max_val(d)
+        if not (first.is_int() and last.is_int()):
+            raise TredudaError(f"strategy '{scheduled.strategy}' unrolls schedule dimension {d}, "
+                               "whose extent is not bounded by a constant")
+        loops[f"c{d}"] = (first.to_python(), last.to_python())
+    return loops
+
+
+def _id_ranges(grid: tuple[ir.Expr, ...], block: tuple[int, int, int]
+               ) -> dict[ir.Expr, tuple[int, int]]:
+    """The values the thread ids and (where the grid's extents are numbers) the block ids
+    take: what decides the guards of an unrolled loop's iterations."""
+    ranges: dict[ir.Expr, tuple[int, int]] = {
+        ir.Index(ir.Builtin.THREAD_ID, axis): (0, extent - 1) for axis, extent in enumerate(block)}
+    for axis, extent in enumerate(grid):
+        if isinstance(extent, ir.Int):
+            ranges[ir.Index(ir.Builtin.BLOCK_ID, axis)] = (0, extent.value - 1)
+    return ranges
 
 
 def _schedule_dims(scheduled: Scheduled) -> int:

@@ -222,7 +222,7 @@ class Scheduled:
     roles: tuple[Role, ...]
     block: tuple[int, int, int] = (1, 1, 1)
     locals: tuple[ir.Local, ...] = ()
-    unroll: tuple[int, ...] = ()  # schedule dimensions isl unrolls
+    unroll: tuple[int, ...] = ()  # schedule dimensions unrolled in the IR (codegen.unroll)
     pragma_unroll: tuple[int, ...] = ()  # schedule dimensions the C compiler is asked to unroll
     pragma_keep: tuple[int, ...] = ()  # ... and to keep as loops
     strategy: str = ""

@@ -8,6 +8,7 @@ sources as one translation unit.
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import functools
 import os
@@ -226,20 +227,32 @@ def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
 
 
 def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list[CudaReport]]:
-    """Compile many sources in one nvcc call and give each source its own reports.
+    """Compile many sources in as many nvcc calls as there are cores, running at once, and
+    give each source its own reports.
 
     The sources must be legal as one translation unit (unique kernel names, guarded
-    macros); a source given twice is compiled once. If the batch fails, each source is
+    macros); a source given twice is compiled once. If a call fails, each of its sources is
     compiled alone so that the error names the source at fault (and if none fails alone,
     those results are returned).
     """
     unique = list(dict.fromkeys(sources))
     if not unique:
         return []
+    calls = min(len(unique), os.cpu_count() or 1)
+    groups = [unique[n::calls] for n in range(calls)]
+    with concurrent.futures.ThreadPoolExecutor(calls) as pool:
+        reports = list(pool.map(lambda group: _batch(group, arch), groups))
+    found = {source: report for group, got in zip(groups, reports, strict=True)
+             for source, report in zip(group, got, strict=True)}
+    return [found[source] for source in sources]
+
+
+def _batch(sources: list[str], arch: str) -> list[list[CudaReport]]:
+    """One nvcc call for ``sources`` (each compiled alone where the batch fails); the batches
+    of :func:`compile_cuda_batch` run at once, one per core: nvcc compiles a translation
+    unit's kernels one after another, and each call spends half a second before the first."""
     try:
-        reports = compile_cuda("\n".join(unique), arch)
+        reports = compile_cuda("\n".join(sources), arch)
     except CompileError:
-        alone = {source: compile_cuda(source, arch) for source in unique}
-        return [alone[source] for source in sources]
-    names = {source: set(kernel_names(source)) for source in unique}
-    return [[r for r in reports if r.name in names[source]] for source in sources]
+        return [compile_cuda(source, arch) for source in sources]
+    return [[r for r in reports if r.name in set(kernel_names(source))] for source in sources]

@@ -15,6 +15,7 @@ import functools
 import hashlib
 import importlib.metadata
 import json
+import math
 import os
 import sqlite3
 import time
@@ -68,6 +69,12 @@ CREATE TABLE IF NOT EXISTS {_KERNELS} (
 )"""
 
 Row = tuple[Any, ...]
+
+KERNEL_STORE_MB = 256
+"""The kernel store's default size: once its kernels' records take more megabytes, the oldest
+kept are removed (and generated again when next asked for). A GEMM's record takes 20-100 kB,
+so this keeps thousands. ``$TREDUDA_KERNEL_STORE_MB`` or ``TuningCache(kernel_store_mb=)``
+set another; 0 keeps none."""
 
 
 class CacheWarning(UserWarning):
@@ -198,6 +205,39 @@ class Entry:
     created: float
 
 
+@dataclass(frozen=True)
+class StoredKernel:
+    """One kernel of the kernel store, as ``treduda cache list --kernels`` shows it."""
+
+    identity: Identity
+    generator: str  # the code generator's version that made it
+    bytes: int  # the size of its record
+    created: float
+
+    def __str__(self) -> str:
+        i = self.identity
+        sizes = i.sizes if isinstance(i.sizes, str) else ",".join(f"{k}={v}" for k, v in i.sizes)
+        params = " ".join(f"{k}={v}" for k, v in i.params or ())
+        return (f"{i.expression} [{sizes}] {i.dtype} layout {i.layout}: {i.strategy} {params} "
+                f"({self.bytes / 1e3:.1f} kB, generator {self.generator[:12]})")
+
+
+def default_kernel_store_mb() -> float:
+    """The kernel store's size in megabytes: $TREDUDA_KERNEL_STORE_MB, else
+    :data:`KERNEL_STORE_MB`."""
+    given = os.environ.get("TREDUDA_KERNEL_STORE_MB")
+    if not given:
+        return KERNEL_STORE_MB
+    try:
+        mb = float(given)
+    except ValueError:
+        mb = -1.0
+    if not mb >= 0:
+        raise TredudaError(f"$TREDUDA_KERNEL_STORE_MB is {given!r}; give the kernel store's "
+                           "size as a number of megabytes, 0 or more")
+    return mb
+
+
 def default_path() -> Path:
     """Where the cache lives: $TREDUDA_CACHE, else the XDG cache directory (~/.cache)."""
     explicit = os.environ.get("TREDUDA_CACHE")
@@ -296,8 +336,12 @@ class TuningCache:
     forks, and short transactions keep other writers waiting as briefly as possible.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None):
+    def __init__(self, path: str | os.PathLike[str] | None = None,
+                 kernel_store_mb: float | None = None):
         self.path = Path(default_path() if path is None else path)
+        # The kernel store's size (:data:`KERNEL_STORE_MB`): the oldest kernels go beyond it.
+        self.kernel_store_bytes = int((default_kernel_store_mb() if kernel_store_mb is None
+                                       else kernel_store_mb) * 1e6)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
@@ -365,6 +409,26 @@ class TuningCache:
         self._discard(corrupt)
         return valid
 
+    def similar(self, key: CacheKey, count: int) -> list[dict]:
+        """The values of up to ``count`` entries of the same problem at other sizes (the same
+        expression, dtype, layout, precision and GPU; any treduda version), the nearest sizes
+        first (the least sum of |log| of the extents' ratios): where a new search starts."""
+        if isinstance(key.sizes, str):
+            return []
+        wanted = dict(key.sizes)
+        same = dataclasses.replace(key, sizes=(), version="")
+        near = []
+        for entry in self.entries():
+            other = entry.key
+            if (isinstance(other.sizes, str) or dict(other.sizes) == wanted
+                    or {i for i, _ in other.sizes} != set(wanted)
+                    or dataclasses.replace(other, sizes=(), version="") != same):
+                continue
+            distance = sum(abs(math.log(extent / wanted[i])) for i, extent in other.sizes)
+            near.append((distance, entry.created, entry.value))
+        near.sort(key=lambda found: found[:2])
+        return [value for _, _, value in near[:count]]
+
     def get_kernel(self, identity: Identity, generator: str) -> dict | None:
         """The record of the kernel ``identity`` names, as ``generator`` made it; None on a
         miss, or where the row fails its checks (reported and removed) or the store cannot
@@ -415,10 +479,38 @@ class TuningCache:
                 conn.execute(f"DELETE FROM {_KERNELS} WHERE identity = ?", (row[1],))
                 conn.execute(f"INSERT OR REPLACE INTO {_KERNELS} ({', '.join(_KERNEL_COLUMNS)}) "
                              f"VALUES ({', '.join('?' * len(_KERNEL_COLUMNS))})", row)
+                # The oldest kernels beyond the store's size go, from the newest kept down.
+                conn.execute(f"""DELETE FROM {_KERNELS} WHERE digest IN (
+                    SELECT digest FROM (SELECT digest, SUM(LENGTH(value)) OVER (
+                        ORDER BY created DESC, digest) AS total FROM {_KERNELS})
+                    WHERE total > ?)""", (self.kernel_store_bytes,))
                 conn.execute("COMMIT")
         except (_NotACache, TredudaError) as e:
             warnings.warn(f"cannot keep the kernel in {self.path} ({e})", CacheWarning,
                           stacklevel=2)
+
+    def stored_kernels(self) -> list[StoredKernel]:
+        """The kernel store's kernels, the newest first (rows whose key cannot be read are
+        left out: reading the kernel checks and removes them)."""
+        try:
+            with self._connect() as conn:
+                rows = conn.execute(f"SELECT key, LENGTH(value), created FROM {_KERNELS} "
+                                    "ORDER BY created DESC").fetchall()
+        except (_NotACache, TredudaError):
+            return []
+        kernels = []
+        for key_json, size, created in rows:
+            try:
+                key = json.loads(key_json)
+                fields = dict(key["identity"])
+                fields["sizes"] = (fields["sizes"] if isinstance(fields["sizes"], str)
+                                   else tuple(tuple(pair) for pair in fields["sizes"]))
+                fields["params"] = tuple(tuple(pair) for pair in fields.get("params", ()))
+                kernels.append(StoredKernel(Identity(**fields), str(key["generator"]),
+                                            int(size), float(created)))
+            except (ValueError, TypeError, KeyError):
+                continue
+        return kernels
 
     def kernels(self) -> int:
         """Kernels in the store."""

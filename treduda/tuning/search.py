@@ -125,6 +125,7 @@ class SearchStats:
     candidates_scored: int = 0
     polished: int = 0  # candidates scored by the local search after a budget stopped it
     improvements: int = 0  # how often the local search found a faster candidate
+    seeded: int = 0  # winners of similar problems (Searcher.seeds) scored as incumbents
     cuts_per_depth: dict[str, int] = field(default_factory=dict)
     seconds: float = 0.0
     # The least estimate any candidate of the space can have, as the search proved it: the
@@ -137,9 +138,11 @@ class SearchStats:
         budget = "" if self.complete else (
             f" (stopped by its budget; then {self.polished} candidates near the best of "
             f"each mapping scored, {self.improvements} of them better: not proven optimal)")
+        seeded = (f"; started from {self.seeded} winner(s) of similar sizes"
+                  if self.seeded else "")
         return (f"space {size} candidates; visited {self.nodes_visited} nodes, scored "
                 f"{self.candidates_scored} candidates in {self.seconds:.2f} s{budget}; "
-                f"cuts: {cuts or 'none'}")
+                f"cuts: {cuts or 'none'}{seeded}")
 
 
 @dataclass(frozen=True)
@@ -255,7 +258,7 @@ class Searcher:
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = True):
+                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = ()):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -287,6 +290,21 @@ class Searcher:
         self._wider = not restrict and any(
             set(p.values) - self._suggested.get(p.name, set(p.values))
             for p in self.space.parameters)
+        names = {p.name for p in self.space.parameters}  # a search may rank several strategies
+        self.seeds = tuple(dict(seed) for seed in seeds if set(seed) <= names)
+
+    def seeded(self, stats: SearchStats) -> list[Candidate]:
+        """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
+        incumbents a budgeted search climbs from (:meth:`_polish`). A seed this space does
+        not hold as it is (a staged tile too large at these sizes) becomes its nearest valid
+        candidate: its values where they fit, decided in the space's order."""
+        found = []
+        for seed in self.seeds:
+            nearest = self.space.complete({}, seed)  # the seed itself where the space holds it
+            if nearest is not None:
+                found.append(self.candidate(nearest))
+        stats.seeded += len(found)
+        return found
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
         bound = self.model.bound(params).seconds if with_bound else None
@@ -329,7 +347,10 @@ class Searcher:
         if budget is not None and self._wider and not alone:
             return self._two_spaces(progress, max_nodes, budget)
         if limited:
+            scored = self.seeded(stats)
             best = self._dive(stats)  # a first incumbent, so pruning and the budget start early
+            best = min([c for c in (best, *scored) if c is not None], key=Candidate.key,
+                       default=None)
         else:
             first = self.branch_and_bound(budget=DEFAULT_BUDGET)
             if first.stats.complete:
@@ -600,17 +621,19 @@ class Searcher:
 def search_program(program: Program, gpu: str | Gpu = "H100", *,
                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
                    progress: Progress | None = None,
-                   max_nodes: int | None = None, budget: float | None = None) -> SearchResult:
+                   max_nodes: int | None = None, budget: float | None = None,
+                   seeds: Sequence[Mapping[str, Any]] = ()) -> SearchResult:
     """The fastest predicted candidates for ``program`` on ``gpu``, by branch and bound over
     the declared values of every parameter (``values`` narrows some), within ``max_nodes``
-    nodes and ``budget`` seconds (None for both: the complete search).
+    nodes and ``budget`` seconds (None for both: the complete search); a stopped search
+    starts from ``seeds`` too (parameters of similar problems' winners, those the space holds).
 
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
     API's part (:func:`treduda.search`).
     """
-    results = [Searcher(program, gpu, offer, values, restrict=False).branch_and_bound(
-        progress, max_nodes, budget) for offer in offered(program, find_gpu(gpu), strategy,
-                                                          values)]
+    results = [Searcher(program, gpu, offer, values, restrict=False, seeds=seeds)
+               .branch_and_bound(progress, max_nodes, budget)
+               for offer in offered(program, find_gpu(gpu), strategy, values)]
     return results[0] if len(results) == 1 else _merged(results)
 
 
@@ -634,12 +657,13 @@ def _merged(results: Sequence[SearchResult]) -> SearchResult:
     for s in stats:
         for name, count in s.cuts_per_depth.items():
             cuts[name] = cuts.get(name, 0) + count
+    counts = ("space_size", "nodes_visited", "candidates_scored", "polished", "improvements",
+              "seeded", "seconds")
     total = SearchStats(
-        sum(s.space_size for s in stats), all(s.space_size_exact for s in stats),
-        all(s.complete for s in stats), sum(s.nodes_visited for s in stats),
-        sum(s.candidates_scored for s in stats), sum(s.polished for s in stats),
-        sum(s.improvements for s in stats), cuts, sum(s.seconds for s in stats),
-        None if None in lowers else min(lowers))
+        **{name: sum(getattr(s, name) for s in stats) for name in counts},
+        space_size_exact=all(s.space_size_exact for s in stats),
+        complete=all(s.complete for s in stats), cuts_per_depth=cuts,
+        lower=None if None in lowers else min(lowers))
     return replace(results[0], best=best,
                    candidates=tuple(c for r in results for c in r.candidates), stats=total)
 
