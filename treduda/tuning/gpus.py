@@ -93,9 +93,10 @@ SOURCES: dict[str, str] = {
     "GeForce RTX 3070: peak FP16 Tensor TFLOPS with FP32 accumulate 40.6, peak TF32 Tensor "
     "TFLOPS 20.3, dense (GA10x has no FP64 tensor cores)",
     "HOPPER-MMA": "Luo et al., 'Benchmarking and Dissecting the Nvidia Hopper GPU "
-    "Architecture', IPDPS 2024 (arXiv:2402.13499): on Hopper the warp-level mma.sync (which "
-    "WMMA compiles to) reaches roughly 60-70% of the dense tensor-core peak that only the "
-    "warpgroup wgmma instructions attain",
+    "Architecture', IPDPS 2024 (arXiv:2402.13499): Hopper's fourth-generation tensor cores "
+    "reach their throughput only through the warpgroup wgmma instructions; the warp-level "
+    "mma.sync (which WMMA compiles to) reaches a fraction of it (how large a fraction is our "
+    "[EST] where a GPU description uses it)",
     "H200-DS": "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: FP32 67 TFLOPS, FP64 "
     "34 TFLOPS (the H100 SXM's), 141 GB HBM3e at 4.8 TB/s",
     "H200-LENT": "read with torch.cuda.get_device_properties on an H200 SXM lent to this "
@@ -336,8 +337,9 @@ H100 = Gpu(
     tensor_fp16_flops=989e12,  # [H100-DS-TC] dense
     tensor_tf32_flops=495e12,  # [H100-DS-TC] dense
     tensor_fp64_flops=67e12,  # [H100-DS-TC]
-    # [EST] 0.65: the middle of mma.sync's 60-70% of the wgmma peak [HOPPER-MMA]; the
-    # generated kernels use WMMA, which compiles to mma.sync.
+    # [EST] 0.65: mma.sync reaches only part of what wgmma does [HOPPER-MMA]; we assume the
+    # middle of the 60-70% commonly reported for it (not measured here). The generated kernels
+    # use WMMA, which compiles to mma.sync.
     mma_share=0.65,
 )
 
