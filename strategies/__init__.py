@@ -8,7 +8,8 @@ with the :func:`treduda.polyhedral.strategy.register` class decorator. Chain str
 from treduda.polyhedral.strategy import Composite, Strategy, available, get, register
 
 from .staging import Staged
+from .tensorcore import TensorCore
 from .tiling import ThreadPerElement, Tiled
 
-__all__ = ["Composite", "Staged", "Strategy", "ThreadPerElement", "Tiled", "available", "get",
-           "register"]
+__all__ = ["Composite", "Staged", "Strategy", "TensorCore", "ThreadPerElement", "Tiled",
+           "available", "get", "register"]

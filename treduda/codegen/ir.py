@@ -11,7 +11,7 @@ from __future__ import annotations
 import enum
 import operator
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from typing import Any
 
 import numpy as np
@@ -130,6 +130,7 @@ class Function(enum.Enum):
 
     TF32 = "td_tf32"  # (x): x rounded to TF32, to nearest with ties away from zero
     TF32X3 = "td_tf32x3"  # (a, b): lo(a)*hi(b) + hi(a)*lo(b) + hi(a)*hi(b), in that order
+    TF32_RESIDUAL = "td_tf32_lo"  # (x): x - tf32(x) rounded to TF32: 3xTF32's low part
 
 
 @dataclass(frozen=True)
@@ -212,7 +213,66 @@ class VectorStore:
     values: tuple[Expr, ...]
 
 
-Stmt = Assign | For | If | Block | Barrier | VectorLoad | VectorStore
+# Warp-collective statements (tensor cores). All 32 threads of a warp execute each of them
+# together with the same operands; a fragment is a tile of values spread over the warp's
+# registers in a layout only the hardware knows (:class:`Fragment`), so nothing but these
+# statements touches one. Operands are ``Load``s: a fragment by its number in its Local, a
+# shared tile by its first (top-left) element; ``ld`` is the distance between consecutive rows
+# (row-major) or columns (column-major) of the tile in elements.
+
+
+@dataclass(frozen=True)
+class FillFragment:
+    """Every element of ``fragment`` becomes ``value``."""
+
+    fragment: Load
+    value: Float
+
+
+@dataclass(frozen=True)
+class LoadFragment:
+    """``fragment`` = the tile of shared memory at ``first`` (the fragment's rows x columns,
+    laid out as its Local says, ``ld`` apart), each element passed through ``rounding``
+    (None: as it is; :attr:`Function.TF32`, :attr:`Function.TF32_RESIDUAL`)."""
+
+    fragment: Load
+    first: Load
+    ld: int
+    rounding: Function | None = None
+
+
+@dataclass(frozen=True)
+class MultiplyAccumulate:
+    """``accumulator += a @ b``: the (m x k) fragment ``a`` times the (k x n) fragment ``b``,
+    added in the accumulator's type (float32, or float64 for float64 inputs)."""
+
+    accumulator: Load
+    a: Load
+    b: Load
+
+
+@dataclass(frozen=True)
+class AddFragment:
+    """``accumulator += addend``, element by element, two accumulators of one kind (3xTF32
+    sums its small products apart and adds them once, at the end)."""
+
+    accumulator: Load
+    addend: Load
+
+
+@dataclass(frozen=True)
+class StoreFragment:
+    """The tile of shared memory at ``first`` (``ld`` apart, row-major) = the accumulator
+    ``fragment``."""
+
+    first: Load
+    fragment: Load
+    ld: int
+
+
+WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, AddFragment, StoreFragment)
+Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
+        | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment)
 
 
 class ParamKind(enum.Enum):
@@ -233,6 +293,40 @@ class Space(enum.Enum):
     REGISTER = "register"
     SHARED = "shared"
     GLOBAL = "global"  # a workspace in global memory: a kernel argument, not a declaration
+    FRAGMENT = "fragment"  # tensor-core fragments of a warp (Local.fragment says which)
+
+
+WARP = 32  # threads of a warp, which execute the warp-collective statements together
+
+
+class Use(enum.Enum):
+    """Which operand of a multiply-accumulate a fragment is (``wmma::matrix_a`` ..)."""
+
+    A = "matrix_a"  # m x k
+    B = "matrix_b"  # k x n
+    ACCUMULATOR = "accumulator"  # m x n
+
+
+@dataclass(frozen=True)
+class Fragment:
+    """The kind of an array of fragments: its use, the multiply-accumulate's shape
+    ``(m, n, k)``, and for an A or B operand the layout of its tile in shared memory
+    (``row_major``: a row's elements adjacent)."""
+
+    use: Use
+    shape: tuple[int, int, int]
+    row_major: bool = True
+
+    @property
+    def rows_columns(self) -> tuple[int, int]:
+        """The extents of one fragment's tile."""
+        m, n, k = self.shape
+        return {Use.A: (m, k), Use.B: (k, n), Use.ACCUMULATOR: (m, n)}[self.use]
+
+    @property
+    def elements(self) -> int:
+        rows, columns = self.rows_columns
+        return rows * columns
 
 
 @dataclass(frozen=True)
@@ -244,6 +338,10 @@ class Local:
     space: Space
     shape: tuple[int, ...] = ()
     layout: str = "C"
+    # A shared tile that holds the tensors' stored type (float16, bfloat16 bits), as fragment
+    # loads read it, rather than the type the kernel computes in.
+    stored: bool = False
+    fragment: Fragment | None = None  # the fragments' kind, for Space.FRAGMENT
 
     @property
     def size(self) -> int:
@@ -304,10 +402,11 @@ def has_atomic(s: Stmt) -> bool:
 
 
 def has_call(s: Stmt) -> bool:
-    """Whether ``s`` calls a :class:`Function` anywhere."""
+    """Whether ``s`` calls a :class:`Function` anywhere (a fragment load's rounding too)."""
     def calls(e) -> bool:
         return isinstance(e, Call) or any(calls(c) for c in children(e))
-    return any(isinstance(c, Assign) and calls(c.value) for c in nested(s))
+    return any(isinstance(c, Assign) and calls(c.value)
+               or isinstance(c, LoadFragment) and c.rounding is not None for c in nested(s))
 
 
 def children(e: Expr) -> tuple[Expr, ...]:
@@ -328,11 +427,20 @@ def lanes(first: Load, width: int) -> list[Load]:
                       for n in range(1, width)]
 
 
+def operands(s: Stmt) -> tuple[Expr, ...]:
+    """The fragment and memory operands of a warp-collective statement, in field order."""
+    return tuple(getattr(s, f.name) for f in fields(s)
+                 if isinstance(getattr(s, f.name), (Element, Load)))
+
+
 def elements(node: Assign | Barrier | Expr) -> list[Element]:
     """Every tensor, register or shared element a statement touches: the target first, then
-    the value's, left to right. Access relations are listed in this order."""
+    the value's, left to right (a warp-collective statement's operands in field order).
+    Access relations are listed in this order."""
     if isinstance(node, Assign):
         return elements(node.target) + elements(node.value)
+    if isinstance(node, WARP_STATEMENTS):
+        return [e for operand in operands(node) for e in elements(operand)]
     if isinstance(node, Element):
         return [node]
     if isinstance(node, Binary):
@@ -353,6 +461,10 @@ def replace_elements(node, replacements):
     if isinstance(node, Assign):
         target = replace_elements(node.target, replacements)
         return Assign(target, node.op, replace_elements(node.value, replacements), node.atomic)
+    if isinstance(node, WARP_STATEMENTS):
+        return replace(node, **{f.name: replace_elements(getattr(node, f.name), replacements)
+                                for f in fields(node)
+                                if isinstance(getattr(node, f.name), (Element, Load))})
     if isinstance(node, Element):
         return next(replacements)
     if isinstance(node, Binary):

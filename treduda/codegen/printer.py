@@ -28,6 +28,7 @@ from ..errors import InvalidName
 from ..frontend.dtypes import compute, is_complex, is_integer, real
 from ..frontend.names import RESERVED
 from . import ir
+from .fragments import Twin, Wmma, has_fragments
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -47,6 +48,9 @@ class Storage:
     load: str
     store: str
     helpers: str = ""  # a template that defines the conversions
+    # How a shared tile of the stored type is held and converted, where it differs (OpenCL
+    # declares no half variables, only pointers to them)
+    shared: Storage | None = None
 
 
 @dataclass(frozen=True)
@@ -88,6 +92,12 @@ class Dialect:
     as_bits: str = ""
     as_float: str = ""
     fma: str = ""
+    # Warp-collective statements: "wmma" (nvcuda::wmma) or "twin" (fragments in private
+    # memory, see treduda.codegen.fragments); the lane's number among its warp's threads; what
+    # a shared tile read by fragment loads adds to its declaration (WMMA's 256-bit alignment).
+    fragments: str = "twin"
+    lane: str = ""
+    fragment_alignment: str = ""
 
 
 CUDA = Dialect(
@@ -105,7 +115,8 @@ CUDA = Dialect(
             "bfloat16": Storage("unsigned short", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="unsigned int", ushort="unsigned short", as_bits="__float_as_uint",
-    as_float="__uint_as_float", fma="__fmaf_rn")
+    as_float="__uint_as_float", fma="__fmaf_rn", fragments="wmma",
+    fragment_alignment=" __align__(32)")
 
 OPENCL = Dialect(
     name="opencl",
@@ -119,10 +130,15 @@ OPENCL = Dialect(
     integer_types={"int32": ("uint", "uint"), "int64": ("ulong", "ulong")},
     # vload_half and vstore_half_rte are core OpenCL (no cl_khr_fp16)
     stored={"float16": Storage("half", "vload_half({offset}, {array})",
-                               "vstore_half_rte({value}, {offset}, {array});"),
+                               "vstore_half_rte({value}, {offset}, {array});",
+                               shared=Storage("ushort",
+                                              "vload_half({offset}, (__local half *){array})",
+                                              "vstore_half_rte({value}, {offset}, "
+                                              "(__local half *){array});")),
             "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
-    uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma")
+    uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
+    lane="(int)(get_local_id(0) % 32)")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -155,6 +171,10 @@ class Printer:
         self.storage = dialect.stored.get(kernel.dtype)  # None: tensors hold value_type
         self.tensors = {p.name for p in kernel.params
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
+        # arrays holding the stored type: the tensors, and shared tiles fragments load from
+        self.stored_shared = {v.name for v in kernel.locals if v.stored}
+        self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
+                          else Twin(kernel, self.expr, self.value_type, dialect.lane))
 
     def helpers(self) -> dict[str, str]:
         """What the helper templates need: the template of the stored type's conversions (empty
@@ -164,6 +184,7 @@ class Printer:
         d = self.dialect
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
+                 "tensor_cores": has_fragments(self.kernel),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -197,9 +218,16 @@ class Printer:
         for local in self.kernel.locals:
             if local.space is ir.Space.GLOBAL:
                 continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
-            qualifier = f"{self.dialect.shared} " if local.space == ir.Space.SHARED else ""
+            if local.space is ir.Space.FRAGMENT:
+                lines.append(f"{INDENT}{self.fragments.declare(local)}")
+                continue
+            qualifier = ""
+            if local.space == ir.Space.SHARED:
+                aligned = self.dialect.fragment_alignment if has_fragments(self.kernel) else ""
+                qualifier = f"{self.dialect.shared}{aligned} "
             extent = f"[{local.size}]" if local.shape else ""
-            lines.append(f"{INDENT}{qualifier}{self.value_type} {local.name}{extent};")
+            held = self.storage_of(local.name).c_type if local.stored else self.value_type
+            lines.append(f"{INDENT}{qualifier}{held} {local.name}{extent};")
         lines += self.stmt(self.kernel.body, 1)
         lines.append("}")
         return "\n".join(lines)
@@ -212,7 +240,7 @@ class Printer:
             return self.atomic(s, pad)
         if isinstance(s, ir.Assign) and self._stored(s.target):
             value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
-            return [pad + self.storage.store.format(array=s.target.array,
+            return [pad + self.storage_of(s.target.array).store.format(array=s.target.array,
                                                     offset=self.expr(s.target.offset),
                                                     value=self.expr(value))]
         if isinstance(s, ir.Assign):
@@ -222,6 +250,8 @@ class Printer:
             return [f"{pad}{self.expr(s.target)} = {self.complex_value(value)};"]
         if isinstance(s, ir.Barrier):
             return [f"{pad}{self.dialect.barrier}"]
+        if isinstance(s, ir.WARP_STATEMENTS):
+            return self.fragments.stmt(s, pad)
         if isinstance(s, ir.VectorLoad):
             vector = f"{self.vector_stem}{s.width}"
             load = self.dialect.vector_load.format(type=vector, width=s.width,
@@ -293,7 +323,8 @@ class Printer:
                         else self.dialect.thread_id)
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
         if isinstance(e, ir.Load) and self._stored(e):
-            return self.storage.load.format(array=e.array, offset=self.expr(e.offset)), _ATOM
+            return self.storage_of(e.array).load.format(array=e.array,
+                                                        offset=self.expr(e.offset)), _ATOM
         if isinstance(e, ir.Load):
             return f"{e.array}[{self.expr(e.offset)}]", _ATOM
         if isinstance(e, ir.Call):
@@ -337,7 +368,14 @@ class Printer:
 
     def _stored(self, e: ir.Expr) -> bool:
         """Whether ``e`` is an element of a tensor stored in a type the kernel converts."""
-        return self.storage is not None and isinstance(e, ir.Load) and e.array in self.tensors
+        return (self.storage is not None and isinstance(e, ir.Load)
+                and (e.array in self.tensors or e.array in self.stored_shared))
+
+    def storage_of(self, array: str) -> Storage:
+        """How ``array`` (a tensor or a shared tile of the stored type) is held."""
+        if array in self.stored_shared and self.storage.shared is not None:
+            return self.storage.shared
+        return self.storage
 
     def _wrap(self, e: ir.Expr, minimum: int) -> str:
         text, precedence = self._expr(e)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import replace
+from dataclasses import fields, replace
 
 from ..errors import TredudaError
 from . import ir
@@ -98,6 +98,9 @@ class _Unroller:
             return ir.VectorLoad(s.vector, e(s.first), s.width)
         if isinstance(s, ir.VectorStore):
             return ir.VectorStore(e(s.first), tuple(e(v) for v in s.values))
+        if isinstance(s, ir.WARP_STATEMENTS):  # its fragment and tile operands
+            return replace(s, **{f.name: e(getattr(s, f.name)) for f in fields(s)
+                                 if isinstance(getattr(s, f.name), ir.Load)})
         return s  # a barrier
 
     def substituted(self, e: ir.Expr, name: str, value: int) -> ir.Expr:

@@ -376,7 +376,7 @@ class _Converter:
         """The statement's body with the index expressions found by :meth:`at_domain`."""
         name = node.user_get_expr().get_op_arg(0).get_id().get_name()
         body = self.scheduled.statement(name).body
-        if not isinstance(body, ir.Assign):  # a barrier, or an anchor that prints nothing
+        if not isinstance(body, (ir.Assign, *ir.WARP_STATEMENTS)):  # a barrier, or an anchor
             return body
         found = self.found[int(node.get_annotation().get_name().removeprefix("accesses"))]
         return ir.replace_elements(body, iter(found))

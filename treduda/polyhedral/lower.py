@@ -57,7 +57,10 @@ class Statement:
     name: str
     kind: Kind
     indices: tuple[str, ...]
-    body: ir.Assign | ir.Barrier
+    # a warp-collective statement (tensor cores) executes with the same operands in the
+    # 32 threads of a warp; the lane is in its domain, not in its operands
+    body: ir.Assign | ir.Barrier | ir.FillFragment | ir.LoadFragment | ir.MultiplyAccumulate \
+        | ir.AddFragment | ir.StoreFragment
     accesses: tuple[isl.Map, ...] = ()
     summed: tuple[str, ...] = ()
     phase: int = 0

@@ -20,6 +20,7 @@ import numpy as np
 from ..errors import BackendUnavailable
 from .device_arrays import cupy_module
 from .launch import Call, Launch
+from .nvrtc import include_options
 from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
@@ -235,7 +236,7 @@ def _cached(kind: type) -> Runtime:
 def _cupy_module(source: str):
     """The NVRTC-compiled module of ``source`` (CuPy also keeps compiled binaries on disk)."""
     cupy = cupy_module()
-    return cupy.RawModule(code=source, backend="nvrtc")
+    return cupy.RawModule(code=source, backend="nvrtc", options=tuple(include_options(source)))
 
 
 def _pycuda_driver():

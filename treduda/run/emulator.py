@@ -13,7 +13,14 @@ shared-memory access and reports, as :class:`Hazard`:
 * an **out-of-bounds** access to a shared, register or global array;
 * a **divergent barrier**: a barrier that some threads of the block do not reach;
 * an **uninitialised read** of a shared element no thread has written, or of a register
-  element its own thread has not written.
+  element its own thread has not written;
+* a **divergent warp**: a warp-collective statement (tensor cores) that only some threads of a
+  warp reach, or whose operands differ between them.
+
+A warp-collective statement runs once per warp, with its meaning in :mod:`treduda.codegen.ir`:
+fragments are arrays of the warp, and the elements of a shared tile it reads or writes count as
+accesses of the warp's threads (written: element ``e`` of the tile by thread ``e mod 32`` of the
+warp, as the OpenCL twin does; read: by every thread of the warp, as any may).
 
 It is slow (a Python step per IR statement executed), so it suits test sizes, not benchmarks.
 """
@@ -57,7 +64,14 @@ def _tf32x3(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     return _fma(a_hi, b_hi, _fma(a_hi, b_lo, a_lo * b_hi))
 
 
-CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3}
+def _tf32_residual(x: np.ndarray) -> np.ndarray:
+    """``td_tf32_lo`` of templates/precision.j2."""
+    x = np.asarray(x, np.float32)
+    return _tf32(x - _tf32(x))
+
+
+CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3,
+         ir.Function.TF32_RESIDUAL: _tf32_residual}
 
 
 @dataclass(frozen=True)
@@ -140,9 +154,15 @@ class _Block:
                        if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT,
                                      ir.ParamKind.WORKSPACE)}
         self.shared, self.registers = set(), set()
+        self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
+        warps = -(-self.count // ir.WARP)
         for local in kernel.locals:
             if local.space is ir.Space.GLOBAL:
                 continue  # a workspace: an argument, in memory already
+            if local.space is ir.Space.FRAGMENT:
+                self.fragments[local.name] = (local, np.full(
+                    (warps, local.size, local.fragment.elements), unset, dtype))
+                continue
             if not local.shape:  # a scalar register: one value per thread
                 self.scalars[local.name] = np.full(self.count, unset, dtype)
             elif local.space is ir.Space.SHARED:
@@ -186,6 +206,9 @@ class _Block:
                 self.walk(s.otherwise, active & ~taken)
         elif isinstance(s, ir.For):
             self.loop(s, active)
+        elif isinstance(s, ir.WARP_STATEMENTS):
+            for warp in np.unique(np.flatnonzero(active) // ir.WARP):
+                self.warp_statement(s, active, int(warp))
         elif isinstance(s, ir.VectorLoad):  # lane by lane: each element checked on its own
             self.vectors[s.vector] = np.stack([self.value(lane, active)
                                                for lane in ir.lanes(s.first, s.width)], axis=1)
@@ -250,28 +273,99 @@ class _Block:
                             self.value(e.if_true, active), self.value(e.if_false, active))
         return self.index(e, active)  # an integer used as a value
 
+    def warp_statement(self, s: ir.Stmt, active: np.ndarray, warp: int) -> None:
+        """One warp-collective statement for the threads of ``warp``, which must all be
+        active and agree on its operands."""
+        lanes = np.arange(warp * ir.WARP, min((warp + 1) * ir.WARP, self.count))
+        operands = {}
+        for field in ("fragment", "first", "accumulator", "a", "b", "addend"):
+            operand = getattr(s, field, None)
+            if operand is not None:
+                values = self.index(operand.offset, active)[lanes]
+                if not (active[lanes].all() and (values == values[0]).all()):
+                    self.hazards.append(Hazard("divergent warp", self.block, operand.array,
+                                               int(values[0]), self.epoch, (int(lanes[0]),)))
+                    return
+                if operand.array in self.fragments and not (
+                        0 <= values[0] < self.fragments[operand.array][0].size):
+                    self.hazards.append(Hazard("out of bounds", self.block, operand.array,
+                                               int(values[0]), self.epoch, (int(lanes[0]),)))
+                    return
+                operands[field] = (operand.array, int(values[0]))
+        if isinstance(s, ir.FillFragment):
+            self.fragment(*operands["fragment"], warp)[:] = s.value.value
+        elif isinstance(s, ir.LoadFragment):
+            kind = self.fragments[s.fragment.array][0].fragment
+            values = self.tile(kind, operands["first"], s.ld, kind.row_major, lanes, False)
+            if s.rounding is not None:
+                values = CALLS[s.rounding](values)
+            self.fragment(*operands["fragment"], warp)[:] = values
+        elif isinstance(s, ir.MultiplyAccumulate):
+            kind = self.fragments[s.accumulator.array][0].fragment
+            m, n, k = kind.shape
+            a = self.fragment(*operands["a"], warp).reshape(m, k).astype(np.float64)
+            b = self.fragment(*operands["b"], warp).reshape(k, n).astype(np.float64)
+            accumulator = self.fragment(*operands["accumulator"], warp)
+            accumulator[:] = accumulator + (a @ b).ravel()
+        elif isinstance(s, ir.AddFragment):
+            self.fragment(*operands["accumulator"], warp)[:] += self.fragment(
+                *operands["addend"], warp)
+        else:
+            kind = self.fragments[s.fragment.array][0].fragment
+            values = self.fragment(*operands["fragment"], warp)
+            self.tile(kind, operands["first"], s.ld, True, lanes, True, values)
+
+    def fragment(self, name: str, number: int, warp: int) -> np.ndarray:
+        """The elements of fragment ``number`` of ``name`` held by ``warp`` (a view)."""
+        return self.fragments[name][1][warp, number]
+
+    def tile(self, kind: ir.Fragment, first: tuple[str, int], ld: int, row_major: bool,
+             lanes: np.ndarray, write: bool, values: np.ndarray | None = None) -> np.ndarray:
+        """Read (or write ``values`` into) the fragment-shaped tile of a shared array that
+        starts at ``first``, its elements row by row; each access is checked and recorded."""
+        array, start = first
+        rows, columns = kind.rows_columns
+        row, column = np.divmod(np.arange(rows * columns), columns)
+        offsets = start + (row * ld + column if row_major else column * ld + row)
+        if write:
+            found = self.touch(array, offsets, lanes[np.arange(offsets.size) % lanes.size], True)
+            if found is not None:
+                where, inside = found
+                self.arrays[array][where] = values[inside]
+            return values
+        # any thread of the warp may read any element: each is checked as read by all
+        self.touch(array, np.tile(offsets, lanes.size), np.repeat(lanes, offsets.size), False)
+        inside = (offsets >= 0) & (offsets < self.arrays[array].shape[-1])
+        read = np.full(offsets.size, poison(self.compute.name), self.compute)
+        read[inside] = self.arrays[array][offsets[inside]]
+        return read
+
     def locate(self, e: ir.Load, active: np.ndarray, write: bool
                ) -> tuple[tuple, np.ndarray] | None:
         """Where the active threads' access ``e`` falls inside its array (a numpy index) and
         which of the active threads that is; None if for none. Checks and records it."""
         offsets = self.index(e.offset, active)[active].astype(np.int64)
-        lanes = np.flatnonzero(active)
-        size = self.arrays[e.array].shape[-1]
+        return self.touch(e.array, offsets, np.flatnonzero(active), write)
+
+    def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool
+              ) -> tuple[tuple, np.ndarray] | None:
+        """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``."""
+        size = self.arrays[array].shape[-1]
         inside = (offsets >= 0) & (offsets < size)
         if not inside.all():
-            self.report("out of bounds", e.array, offsets, lanes, ~inside)
+            self.report("out of bounds", array, offsets, lanes, ~inside)
         offsets, lanes = offsets[inside], lanes[inside]
         if not offsets.size:
             return None
-        where = (lanes, offsets) if e.array in self.registers else (offsets,)
-        if e.array in self.written:
-            written = self.written[e.array]
+        where = (lanes, offsets) if array in self.registers else (offsets,)
+        if array in self.written:
+            written = self.written[array]
             if write:
                 written[where] = True
             elif not written[where].all():
-                self.report("uninitialised read", e.array, offsets, lanes, ~written[where])
-        if e.array in self.shared:
-            self.accesses.append((e.array, offsets, lanes, write))
+                self.report("uninitialised read", array, offsets, lanes, ~written[where])
+        if array in self.shared:
+            self.accesses.append((array, offsets, lanes, write))
         return where, inside
 
     def report(self, kind: str, array: str, offsets: np.ndarray, lanes: np.ndarray,

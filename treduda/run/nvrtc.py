@@ -53,6 +53,34 @@ def nvrtc_available() -> bool:
     return True
 
 
+@functools.cache
+def toolkit_headers() -> str | None:
+    """An include folder that holds ``mma.h``: tensor-core kernels include it
+    (``nvcuda::wmma``), and NVRTC finds no header by itself. A CUDA toolkit's, or the one of a
+    pip package of CUDA headers (``nvidia-cuda-runtime``, which CuPy's ``[ctk]`` extra
+    installs); ``nvidia-cuda-nvrtc`` ships none."""
+    homes = [os.environ.get("CUDA_HOME"), "/usr/local/cuda",
+             *sorted(map(str, Path("/usr/local").glob("cuda-*")), reverse=True)]
+    folders = [Path(home, "include") for home in filter(None, homes)]
+    spec = importlib.util.find_spec("nvidia")
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        folders += sorted(Path(root).glob("*/include"))
+    return next((str(f) for f in folders if Path(f, "mma.h").is_file()), None)
+
+
+def include_options(source: str) -> list[str]:
+    """NVRTC's options for the headers ``source`` includes: the toolkit's include folder
+    where it includes any (BackendUnavailable where there is none)."""
+    if "#include" not in source:
+        return []
+    headers = toolkit_headers()
+    if headers is None:
+        raise BackendUnavailable("this kernel includes CUDA headers (mma.h: tensor cores), "
+                                 "which NVRTC finds only in a CUDA toolkit: install one, or "
+                                 "set CUDA_HOME")
+    return [f"--include-path={headers}"]
+
+
 def compile_nvrtc(source: str, arch: str = "compute_90", name: str = "treduda.cu") -> str:
     """Compile ``source`` to PTX for ``arch``; returns the PTX. Any warning in NVRTC's log is
     an error, as with nvcc (:data:`treduda.run.nvcc.NVCC_FLAGS`)."""
@@ -61,7 +89,8 @@ def compile_nvrtc(source: str, arch: str = "compute_90", name: str = "treduda.cu
     _check(nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), name.encode(), 0,
                                     None, None), "nvrtcCreateProgram")
     try:
-        options = [f"--gpu-architecture={arch}".encode()]
+        options = [o.encode() for o in (f"--gpu-architecture={arch}",
+                                        *include_options(source))]
         result = nvrtc.nvrtcCompileProgram(program, len(options),
                                            (ctypes.c_char_p * len(options))(*options))
         log = _text(nvrtc, program, "nvrtcGetProgramLogSize", "nvrtcGetProgramLog")

@@ -35,6 +35,8 @@ _LABEL = re.compile(r"^\s*(\.L\w+):")  # nvdisasm names branch targets instead o
 _TARGET = re.compile(r"`\((\.L\w+)\)|(0x[0-9a-fA-F]+)\s*$")
 # HFMA2 is not counted: sm_8x+ zero registers with "HFMA2.MMA R, -RZ, RZ, 0, 0".
 _FMA = {"FFMA", "DFMA"}
+# Tensor-core multiply-accumulates: HMMA (float16, bfloat16 and TF32 inputs), DMMA (float64).
+_MMA = {"HMMA", "DMMA"}
 _MEMORY = {"LDG": "global_load_widths", "LDS": "shared_load_widths",
            "STG": "global_store_widths", "STS": "shared_store_widths"}
 _SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
@@ -64,6 +66,8 @@ class SassReport:
     # Global loads through the read-only path (LDG...CONSTANT): nvcc takes it where it knows
     # an input is never written (const __restrict__), and loses it where it cannot tell.
     read_only_loads: int = 0
+    mma: int = 0  # tensor-core instructions (HMMA, DMMA) in the kernel ...
+    main_loop_mma: int = 0  # ... and in its main loop
 
     def __str__(self) -> str:
         def widths(counts: dict[int, int]) -> str:
@@ -75,7 +79,8 @@ class SassReport:
             f"{self.kernel} ({self.arch}): {self.instructions} SASS instructions, "
             f"{self.ffma} FFMA/DFMA, {self.barriers} barriers",
             f"  {loop} {self.main_loop_instructions} instructions, "
-            f"{self.main_loop_ffma} FFMA/DFMA ({self.ffma_share:.0%} FMA)",
+            f"{self.main_loop_ffma} FFMA/DFMA ({self.ffma_share:.0%} FMA), "
+            f"{self.main_loop_mma} HMMA/DMMA",
             f"  global loads:  {widths(self.global_load_widths)} "
             f"({self.read_only_loads} read-only)",
             f"  global stores: {widths(self.global_store_widths)}",
@@ -140,7 +145,8 @@ def _strip_padding(body: list[_Instruction]) -> list[_Instruction]:
 
 
 def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
-    """The loop holding the most FMAs (the innermost one on a tie), else the whole kernel.
+    """The loop holding the most FMAs and tensor-core MMAs (the innermost one on a tie), else
+    the whole kernel.
 
     A loop is ``[target, branch]`` for a branch backwards; several branches back to one
     target (``continue``) close the same loop, so the last of them delimits it.
@@ -152,11 +158,16 @@ def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
     loops = [[i for i in body if start <= i.address <= end] for start, end in ends.items()]
     if not loops:
         return body
-    return min(loops, key=lambda loop: (-_count_fma(loop), len(loop), loop[0].address))
+    return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
+                                        loop[0].address))
+
+
+def _count(body: list[_Instruction], opcodes: set[str]) -> int:
+    return sum(i.opcode.split(".")[0] in opcodes for i in body)
 
 
 def _count_fma(body: list[_Instruction]) -> int:
-    return sum(i.opcode.split(".")[0] in _FMA for i in body)
+    return _count(body, _FMA)
 
 
 def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
@@ -178,6 +189,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         barriers=sum(i.opcode.split(".")[0] == "BAR" for i in body),
         read_only_loads=sum(i.opcode.startswith("LDG") and "CONSTANT" in i.opcode.split(".")
                             for i in body),
+        mma=_count(body, _MMA),
+        main_loop_mma=_count(loop, _MMA),
     )
 
 

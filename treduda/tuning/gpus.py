@@ -82,6 +82,21 @@ SOURCES: dict[str, str] = {
     "FIT": "fitted to the H100 measurements in benchmarks/data/h100_measured.json (issue #12; "
     "python benchmarks/model_fidelity.py reports how well the model matches them)",
     "EST": "our own estimate, not a published figure; the comment says how it was derived",
+    "H100-DS-TC": "NVIDIA H100 Tensor Core GPU datasheet, H100 SXM column, dense (the datasheet "
+    "lists twice these 'with sparsity'): FP16/BF16 Tensor Core 989 TFLOPS, TF32 Tensor Core "
+    "495 TFLOPS, FP64 Tensor Core 67 TFLOPS",
+    "A100-DS-TC": "NVIDIA A100 80GB datasheet, A100 SXM column, dense: FP16/BF16 Tensor Core 312 "
+    "TFLOPS, TF32 Tensor Core 156 TFLOPS, FP64 Tensor Core 19.5 TFLOPS",
+    "V100-DS-TC": "NVIDIA Tesla V100 datasheet, V100 SXM2: Tensor Performance 125 TFLOPS (FP16 "
+    "inputs; Volta has no TF32, BF16 or FP64 tensor cores)",
+    "GA102-WP-TC": "NVIDIA Ampere GA102 GPU Architecture whitepaper v2 (2020), appendix table, "
+    "GeForce RTX 3070: peak FP16 Tensor TFLOPS with FP32 accumulate 40.6, peak TF32 Tensor "
+    "TFLOPS 20.3, dense (GA10x has no FP64 tensor cores)",
+    "HOPPER-MMA": "Luo et al., 'Benchmarking and Dissecting the Nvidia Hopper GPU "
+    "Architecture', IPDPS 2024 (arXiv:2402.13499): Hopper's fourth-generation tensor cores "
+    "reach their throughput only through the warpgroup wgmma instructions; the warp-level "
+    "mma.sync (which WMMA compiles to) reaches a fraction of it (how large a fraction is our "
+    "[EST] where a GPU description uses it)",
     "H200-DS": "NVIDIA H200 Tensor Core GPU datasheet, H200 SXM column: FP32 67 TFLOPS, FP64 "
     "34 TFLOPS (the H100 SXM's), 141 GB HBM3e at 4.8 TB/s",
     "H200-LENT": "read with torch.cuda.get_device_properties on an H200 SXM lent to this "
@@ -127,6 +142,13 @@ class Gpu:
     fma_latency_cycles: int
     # Fitted: resident warps per scheduler below which latencies are no longer hidden.
     latency_hiding_warps: float
+    # Dense tensor-core FLOP/s of the whole GPU (an MMA's multiply-add counts as 2) for
+    # float16 and bfloat16 inputs accumulating in float32, TF32 inputs and float64; 0 where it
+    # has none of that kind. What WMMA (mma.sync) reaches of it: mma_share.
+    tensor_fp16_flops: float
+    tensor_tf32_flops: float
+    tensor_fp64_flops: float
+    mma_share: float
 
     def __post_init__(self) -> None:
         _validate(self)
@@ -147,6 +169,19 @@ class Gpu:
         if _integer(dtype):
             return self.int32_lanes_per_sm
         return self.fp64_lanes_per_sm if _precision(dtype) == 64 else self.fp32_lanes_per_sm
+
+    def mma_flops(self, dtype: str, precision: str = "highest") -> float:
+        """What WMMA kernels reach of the tensor cores for ``dtype`` at ``precision``, in
+        FLOP/s of their own multiply-adds (3xTF32's three products count as one): 0 where the
+        GPU has no tensor cores for them. bfloat16 and TF32 fragments need compute capability
+        8.0 (CUDA C++ Programming Guide, "Warp Matrix Functions", "Alternate Floating Point")."""
+        ampere = float(self.compute_capability) >= 8.0
+        peak = {"float16": self.tensor_fp16_flops,
+                "bfloat16": self.tensor_fp16_flops if ampere else 0.0,
+                "float64": self.tensor_fp64_flops}.get(dtype, 0.0)
+        if dtype == "float32" and precision in ("tf32", "3xtf32"):
+            peak = self.tensor_tf32_flops / (3 if precision == "3xtf32" else 1)
+        return peak * self.mma_share
 
     def warps_per_sm(self) -> int:
         """Resident warps an SM can hold: the occupancy denominator."""
@@ -183,7 +218,9 @@ class Gpu:
 
 _FIELDS = {f.name: f for f in dataclasses.fields(Gpu)}
 _STR_FIELDS = ("name", "compute_capability")
-_FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth", "l2_bandwidth", "latency_hiding_warps")
+_FLOAT_FIELDS = ("clock_ghz", "dram_bandwidth", "l2_bandwidth", "latency_hiding_warps",
+                 "mma_share")
+_RATE_FIELDS = ("tensor_fp16_flops", "tensor_tf32_flops", "tensor_fp64_flops")  # may be 0
 
 
 def _validate(g: Gpu) -> None:
@@ -194,6 +231,10 @@ def _validate(g: Gpu) -> None:
         if field in _STR_FIELDS:
             if not isinstance(value, str) or not value.strip():
                 problems.append(f"{field} must be a non-empty string, got {value!r}")
+        elif field in _RATE_FIELDS:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not (
+                    math.isfinite(value) and value >= 0):
+                problems.append(f"{field} must be a finite number >= 0, got {value!r}")
         elif field in _FLOAT_FIELDS:
             if isinstance(value, bool) or not isinstance(value, (int, float)):
                 problems.append(f"{field} must be a number, got {type(value).__name__} {value!r}")
@@ -293,6 +334,13 @@ H100 = Gpu(
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]; same L1/shared design
     fma_latency_cycles=4,  # [EST] 4 on Volta [JIA18] and Ampere [ABDELKHALIK22]
     latency_hiding_warps=4,  # [FIT] best median error of 1..6 on benchmarks/data/h100_measured.json
+    tensor_fp16_flops=989e12,  # [H100-DS-TC] dense
+    tensor_tf32_flops=495e12,  # [H100-DS-TC] dense
+    tensor_fp64_flops=67e12,  # [H100-DS-TC]
+    # [EST] 0.65: mma.sync reaches only part of what wgmma does [HOPPER-MMA]; we assume the
+    # middle of the 60-70% commonly reported for it (not measured here). The generated kernels
+    # use WMMA, which compiles to mma.sync.
+    mma_share=0.65,
 )
 
 # The H200 SXM is the H100 SXM's GH100 (the same SMs and clocks, [H200-LENT] and [H200-DS]'s
@@ -335,6 +383,10 @@ A100 = Gpu(
     shared_latency_cycles=23,  # [ABDELKHALIK22] ld.shared
     fma_latency_cycles=4,  # [ABDELKHALIK22] dependent FP32 add/fma
     latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
+    tensor_fp16_flops=312e12,  # [A100-DS-TC] dense
+    tensor_tf32_flops=156e12,  # [A100-DS-TC] dense
+    tensor_fp64_flops=19.5e12,  # [A100-DS-TC]
+    mma_share=1.0,  # [EST] before Hopper mma.sync is the tensor cores' own instruction
 )
 
 V100 = Gpu(
@@ -367,6 +419,10 @@ V100 = Gpu(
     shared_latency_cycles=19,  # [JIA18]
     fma_latency_cycles=4,  # [JIA18] dependent FFMA
     latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
+    tensor_fp16_flops=125e12,  # [V100-DS-TC] FP16 only
+    tensor_tf32_flops=0.0,  # [V100-DS-TC] none
+    tensor_fp64_flops=0.0,  # [V100-DS-TC] none
+    mma_share=1.0,  # [EST] before Hopper mma.sync is the tensor cores' own instruction
 )
 
 RTX3070 = Gpu(
@@ -400,6 +456,10 @@ RTX3070 = Gpu(
     shared_latency_cycles=23,  # [EST] A100's value [ABDELKHALIK22]
     fma_latency_cycles=4,  # [EST] A100's value [ABDELKHALIK22]; same FP32 pipeline
     latency_hiding_warps=4,  # [EST] H100's fitted value [FIT]; same SM partitions
+    tensor_fp16_flops=40.6e12,  # [GA102-WP-TC] FP32 accumulate, dense
+    tensor_tf32_flops=20.3e12,  # [GA102-WP-TC] dense
+    tensor_fp64_flops=0.0,  # [GA102-WP-TC] none
+    mma_share=1.0,  # [EST] before Hopper mma.sync is the tensor cores' own instruction
 )
 
 GTX560TI = Gpu(
@@ -436,6 +496,10 @@ GTX560TI = Gpu(
     fma_latency_cycles=22,  # [CUDA-GUIDE-4] 5.2.3: 'about 22 clock cycles' on 2.x
     # [CUDA-GUIDE-4] 5.2.3: 22 cycles of latency need 22 warps per SM, 11 per scheduler.
     latency_hiding_warps=11,
+    tensor_fp16_flops=0.0,  # [CUDA-GUIDE-4] compute capability 2.x has no tensor cores
+    tensor_tf32_flops=0.0,  # [CUDA-GUIDE-4]
+    tensor_fp64_flops=0.0,  # [CUDA-GUIDE-4]
+    mma_share=1.0,  # [EST] no tensor cores: unused
 )
 
 #: The built-in GPUs by short name; :func:`gpu` also accepts their full names and aliases.

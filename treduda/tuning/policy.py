@@ -27,7 +27,8 @@ from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
-from .model import Compiled, Model
+from .mma_model import model_of
+from .model import Compiled
 from .search import DEFAULT_BUDGET, Candidate, SearchResult, search_program, worth_checking
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
@@ -152,7 +153,8 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     winner now preloads an 8 x 8 step: 126 registers by the model, 168 by ptxas (59.5 ms
     instead of 44.9); the four best are all such, alike but for symmetry, and the fifth, the
     same without preloading, takes 122 (44.9 ms)."""
-    model = Model(generate.program, result.gpu, result.best.strategy)
+    models = {s: model_of(generate.program, result.gpu, s)  # a search may rank several
+              for s in {c.strategy for c in result.candidates}}
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
@@ -160,8 +162,8 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
             compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
-            checked.append(replace(candidate, compiled=compiled,
-                                   prediction=model.estimate(candidate.params, compiled)))
+            estimate = models[candidate.strategy].estimate(candidate.params, compiled)
+            checked.append(replace(candidate, compiled=compiled, prediction=estimate))
         return checked
 
     top = result.top(CHECKED_MOST)

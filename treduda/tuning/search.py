@@ -33,9 +33,12 @@ from ..polyhedral.geometry import AXES
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, read_only
 from ..strategies import get as get_strategy
+from ..strategies.tensorcore import TensorCore
+from . import mma_model
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .model import Compiled, Model, Prediction
+from .mma_model import model_of
+from .model import Compiled, Prediction
 
 # CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
 # complete search). At 1.5 s the picks of GEMM 4096^3 and tccg_01/03/15/28/33 are within 1% of
@@ -227,6 +230,7 @@ class SearchResult:
                            "candidates_scored": self.stats.candidates_scored}, indent=1)
 
 
+TENSOR_CORES = TensorCore.name  # offered beside the default strategy (see offered())
 # Under a node budget, every this many nodes the search dives from the open node with the lowest
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
 # above the leaves and return only its first incumbent.
@@ -278,15 +282,16 @@ class Searcher:
         self.space = ParamSpace(tuple(
             Parameter(p.name, tuple(v for v in p.values if v in wanted.get(p.name, p.values)),
                       p.doc, priority=p.priority) for p in ordered), full.constraints)
-        self.model = Model(self.program, self.gpu, self.strategy,
-                           {p.name: p.values for p in self.space.parameters})
+        self.model = model_of(self.program, self.gpu, self.strategy,
+                              {p.name: p.values for p in self.space.parameters})
         # Wider than the values the strategies suggest: a budgeted search looks at those first
         # (see branch_and_bound).
         self._arguments = (program, self.gpu, strategy, values)
         self._wider = not restrict and any(
             set(p.values) - self._suggested.get(p.name, set(p.values))
             for p in self.space.parameters)
-        self.seeds = tuple(dict(seed) for seed in seeds)
+        names = {p.name for p in self.space.parameters}  # a search may rank several strategies
+        self.seeds = tuple(dict(seed) for seed in seeds if set(seed) <= names)
 
     def seeded(self, stats: SearchStats) -> list[Candidate]:
         """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
@@ -626,8 +631,41 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
     Only candidates come back, nothing compiled: generating, walking and timing kernels is the
     API's part (:func:`treduda.search`).
     """
-    searcher = Searcher(program, gpu, strategy, values, restrict=False, seeds=seeds)
-    return searcher.branch_and_bound(progress, max_nodes, budget)
+    results = [Searcher(program, gpu, offer, values, restrict=False, seeds=seeds)
+               .branch_and_bound(progress, max_nodes, budget)
+               for offer in offered(program, find_gpu(gpu), strategy, values)]
+    return results[0] if len(results) == 1 else _merged(results)
+
+
+def offered(program: Program, gpu: Gpu, strategy: str = DEFAULT_STRATEGY,
+            values: Mapping[str, tuple] | None = None) -> tuple[str, ...]:
+    """The strategies a search for ``strategy`` ranks: it, and beside the default (where no
+    ``values`` narrow it) the tensor-core mapping wherever ``gpu`` has tensor cores for the
+    program's dtype and precision. Its space is a few hundred points, searched completely."""
+    if strategy == DEFAULT_STRATEGY and not values and mma_model.applies(program, gpu):
+        return strategy, TENSOR_CORES
+    return (strategy,)
+
+
+def _merged(results: Sequence[SearchResult]) -> SearchResult:
+    """One result of the searches of several strategies: the fastest winner, every candidate,
+    the statistics added up (complete where every search was)."""
+    best = min((r.best for r in results), key=Candidate.key)
+    stats = [r.stats for r in results]
+    lowers = [s.lower for s in stats]
+    cuts: dict[str, int] = {}
+    for s in stats:
+        for name, count in s.cuts_per_depth.items():
+            cuts[name] = cuts.get(name, 0) + count
+    counts = ("space_size", "nodes_visited", "candidates_scored", "polished", "improvements",
+              "seeded", "seconds")
+    total = SearchStats(
+        **{name: sum(getattr(s, name) for s in stats) for name in counts},
+        space_size_exact=all(s.space_size_exact for s in stats),
+        complete=all(s.complete for s in stats), cuts_per_depth=cuts,
+        lower=None if None in lowers else min(lowers))
+    return replace(results[0], best=best,
+                   candidates=tuple(c for r in results for c in r.candidates), stats=total)
 
 
 def worth_checking(program: Program, result: SearchResult) -> bool:
@@ -636,7 +674,7 @@ def worth_checking(program: Program, result: SearchResult) -> bool:
     (tccg_28's winner: 126 of 128 predicted, ptxas spilled; tccg_15's: 113 of 128, 16 bytes
     spilled), or spill already. Well below the cap, ptxas's count moves neither."""
     best = result.best
-    return Model(program, result.gpu, best.strategy).register_pressure(
+    return model_of(program, result.gpu, best.strategy).register_pressure(
         best.params) >= CHECK_REGISTERS
 
 

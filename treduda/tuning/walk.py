@@ -33,9 +33,12 @@ from ..codegen import ir
 from ..errors import CompileError, MissingSize, StrategyError
 from ..frontend import dtypes
 from ..polyhedral.lower import accumulator_name, plan
+from ..run.nvcc import nvcc_available
+from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
-from .model import Model, Prediction, combined, unfit
+from .mma_model import model_of
+from .model import Compiled, Model, Prediction, combined, unfit
 from .occupancy import blocks_per_sm
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
@@ -82,10 +85,16 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     floor per resource, so ``estimate_kernel >= Model.bound`` as branch and bound needs."""
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
-    c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype,
                    precision=kernel.precision) if (
         kernel.symbolic) else kernel.program
+    if kernel.strategy == TensorCore.name:
+        # A warp's fragment statements have no per-thread counts to walk: the tensor-core
+        # model, with ptxas's registers where nvcc is present.
+        compiled = Compiled(_ptxas_registers(kernel.cuda_source, kernel.name, g.arch)) if (
+            use_nvcc and nvcc_available()) else None
+        return model_of(program, g, kernel.strategy).estimate(kernel.params, compiled)
+    c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     try:  # the analytic model, for a strategy that describes itself to it
         model = Model(program, g, kernel.strategy)
         analytic = model.estimate(kernel.params).resources
@@ -176,8 +185,6 @@ def _shared_bytes(kernel) -> int:
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
-    from ..run.nvcc import nvcc_available
-
     if use_nvcc and nvcc_available():
         try:
             return _ptxas_registers(kernel.cuda_source, kernel.name, arch)

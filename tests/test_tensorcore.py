@@ -1,0 +1,233 @@
+"""The tensor-core strategy: its OpenCL twin checked against numpy.einsum on PoCL for every
+dtype and precision it takes, on GEMM-shaped contractions whose sizes are no multiples of the
+fragment shape; 3xTF32 as accurate as FP32 SIMT and TF32 not; WMMA compiled by nvcc with
+HMMA/DMMA in the main loop."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import pytest
+from conftest import bound_paths_hold
+
+import treduda
+from treduda.codegen import ir, serial
+from treduda.errors import StrategyError
+from treduda.polyhedral.lower import plan
+from treduda.run.nvcc import compile_cuda_batch, nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher, offered, search_program
+
+KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
+         ("float32", "3xtf32"), ("float64", "highest")]
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+PARTIAL = {"i": 40, "j": 50, "k": 70}  # no multiple of any fragment shape
+ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1}
+# Scaled-down TCCG rows (treduda/suites/tccg_fp32.tsv), a batched GEMM and updates
+CASES = {
+    "tccg_01": ("C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 20, "b": 12, "c": 24, "d": 18}),
+    "tccg_03": ("C[a,b,c,d]=A[d,b,e,a]*B[e,c]", {"a": 6, "b": 5, "c": 24, "d": 7, "e": 20}),
+    "tccg_05": ("C[a,b,c,d]=A[e,b,a,d]*B[c,e]", {"a": 4, "b": 6, "c": 20, "d": 5, "e": 19}),
+    "tccg_09": ("C[a,b,c,d]=A[e,a]*B[e,b,c,d]", {"a": 18, "b": 5, "c": 4, "d": 3, "e": 22}),
+    "tccg_10": ("C[a,b,c,d]=A[e,b]*B[a,e,c,d]", {"a": 3, "b": 17, "c": 4, "d": 5, "e": 20}),
+    "batched": ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 3, "i": 20, "j": 18, "k": 24}),
+    "update": ("C[i,j] += alpha*A[i,k]*B[k,j]", {"i": 33, "j": 17, "k": 41}),
+    "scaled": ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 33, "j": 17, "k": 41}),
+}
+
+
+def _compile(expression: str, sizes: dict, dtype: str, precision: str, layout: str = "C",
+             params: dict | None = None) -> treduda.Kernel:
+    return treduda.compile(expression, sizes, dtype=dtype, precision=precision, layout=layout,
+                           strategy="tensorcore", params=params)
+
+
+@pytest.mark.parametrize(("dtype", "precision"), KINDS)
+@pytest.mark.parametrize("params", [ONE_WARP, None], ids=["one_warp", "default"])
+def test_gemm_matches_einsum(dtype, precision, params):
+    kernel = _compile(GEMM, PARTIAL, dtype, precision, params=params)
+    assert kernel.verify().ok
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize("case", CASES)
+def test_contractions_match_einsum(case, layout):
+    expression, sizes = CASES[case]
+    assert _compile(expression, sizes, "float16", "highest", layout).verify().ok
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("bfloat16", "highest"), ("float32", "tf32"),
+                                                  ("float64", "highest")])
+@pytest.mark.parametrize("case", ["tccg_03", "batched", "scaled"])
+def test_other_kinds_on_contractions(case, dtype, precision):
+    expression, sizes = CASES[case]
+    assert _compile(expression, sizes, dtype, precision, "F").verify().ok
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("float32", "tf32"), ("float64", "highest")])
+@pytest.mark.parametrize("expression", [GEMM, "C[i,j] += alpha*A[i,k]*B[k,j]",
+                                        "C[b,i,j] = A[b,i,k]*B[b,k,j]"])
+def test_split_reduction_adds_its_parts(expression, dtype, precision):
+    sizes = {"b": 2, "i": 40, "j": 50, "k": 150} if "b" in expression else {
+        "i": 40, "j": 50, "k": 150}
+    kernel = _compile(expression, sizes, dtype, precision, params={**ONE_WARP, "split": 4})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+def test_no_split_into_half_precision():  # OpenCL has no 16-bit atomic addition
+    with pytest.raises(StrategyError, match="split"):
+        _compile(GEMM, PARTIAL, "float16", "highest", params={"split": 2})
+
+
+@pytest.mark.parametrize(("expression", "sizes"), [  # treduda/suites/tapp_ccsd_bottlenecks.tsv
+    ("C[a,b,i,j]=A[a,b,c,d]*B[c,d,i,j]", {"a": 6, "b": 5, "i": 3, "j": 7, "c": 5, "d": 6}),
+    ("C[a,b,i,j]=A[k,b,c,j]*B[a,c,i,k]", {"a": 5, "b": 6, "i": 4, "j": 3, "k": 7, "c": 5})],
+    ids=["ccsd_PPL", "ccsd_PHL"])
+def test_fp64_dmma_matches_on_ccsd_rows(expression, sizes):
+    assert _compile(expression, sizes, "float64", "highest").verify().ok
+
+
+def test_more_warps_and_fragments_than_the_tile_needs_are_refused():
+    with pytest.raises(StrategyError, match="M tile"):
+        _compile(GEMM, {"i": 16, "j": 64, "k": 64}, "float16", "highest",
+                 params={"warps_m": 2})
+
+
+def _max_relative_error(kernel: treduda.Kernel, a: np.ndarray, b: np.ndarray,
+                        expression: str) -> float:
+    result = kernel.run(A=a, B=b).astype(np.float64)
+    expected = np.einsum(_subscripts(expression), a.astype(np.float64), b.astype(np.float64))
+    return float(np.max(np.abs(result - expected)) / np.max(np.abs(expected)))
+
+
+def _subscripts(expression: str) -> str:
+    """``"C[i,j] = A[i,k]*B[k,j]"`` as numpy's ``"ik,kj->ij"``."""
+    left, right = expression.replace(" ", "").split("=")
+    a, b = (part.split("[")[1].rstrip("]").replace(",", "") for part in right.split("*"))
+    return f"{a},{b}->{left.split('[')[1].rstrip(']').replace(',', '')}"
+
+
+@pytest.mark.parametrize("case", ["gemm", "tccg_03", "tccg_09"])
+def test_3xtf32_is_as_accurate_as_fp32_and_tf32_is_not(case):
+    expression, sizes = (GEMM, {"i": 48, "j": 40, "k": 256}) if case == "gemm" else CASES[case]
+    rng = np.random.default_rng(1)
+    c = treduda.compile(expression, sizes).contraction
+    a, b = (rng.uniform(-1, 1, tuple(sizes[i] for i in c.inputs[t])).astype(np.float32)
+            for t in ("A", "B"))
+    errors = {}
+    for precision in ("highest", "tf32", "3xtf32"):
+        strategy = "tiled+staged" if precision == "highest" else "tensorcore"
+        kernel = treduda.compile(expression, sizes, precision=precision, strategy=strategy)
+        errors[precision] = _max_relative_error(kernel, a, b, expression)
+    assert errors["3xtf32"] <= 2 * errors["highest"]
+    assert errors["tf32"] > 20 * errors["highest"]
+
+
+@pytest.mark.parametrize(("dtype", "precision"), KINDS)
+def test_emulator_runs_tensor_core_kernels_without_hazards(dtype, precision):
+    kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL, dtype, precision,
+                      params={**ONE_WARP, "warps_m": 2, "frags_n": 2, "frags_k": 2})
+    assert kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+@pytest.mark.parametrize(("dtype", "precision", "split"), [
+    ("float16", "highest", 1), ("float32", "3xtf32", 1), ("float32", "3xtf32", 2)])
+def test_double_buffered_kernels_match_without_hazards(dtype, precision, split):
+    params = {**ONE_WARP, "warps_m": 2, "frags_n": 2, "double_buffer": True}
+    kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]" if split == 1 else GEMM,
+                      {"i": 40, "j": 50, "k": 150}, dtype, precision,
+                      params={**params, "split": split})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+    assert kernel.cuda_source.count("__syncthreads") == 3  # one per step, two for the write
+
+
+def _without_barriers(s: ir.Stmt) -> ir.Stmt:
+    if isinstance(s, ir.Block):
+        s = ir.Block(tuple(c for c in s.body if not isinstance(c, ir.Barrier)))
+    return ir.map_children(s, _without_barriers)
+
+
+def test_emulator_reports_the_race_a_missing_barrier_leaves():
+    kernel = _compile(GEMM, PARTIAL, "float16", "highest", params=ONE_WARP)
+    first = kernel.signature.kernel
+    broken = dataclasses.replace(kernel, signature=dataclasses.replace(
+        kernel.signature, kernel=dataclasses.replace(first, body=_without_barriers(first.body))))
+    assert "race" in {h.kind for h in broken.hazards()}
+
+
+def test_unsupported_precision_and_shape_are_refused():
+    with pytest.raises(StrategyError, match="tf32"):
+        _compile(GEMM, PARTIAL, "float32", "highest")
+    with pytest.raises(StrategyError, match="two"):
+        _compile("C[i] = A[i,k]*B[k]*D[k]", {"i": 16, "k": 16}, "float16", "highest")
+
+
+def test_kernel_ir_survives_storage():
+    kernel = _compile(GEMM, PARTIAL, "float32", "3xtf32")
+    body = kernel.built.kernel
+    assert serial.Decoder()(serial.encode(body)) == body
+    assert any(isinstance(s, ir.MultiplyAccumulate) for s in ir.nested(body.body))
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_nvcc_compiles_every_kind(arch):
+    sources = [_compile(GEMM, PARTIAL, dtype, precision).cuda_source
+               for dtype, precision in KINDS]
+    sources.append(_compile(*CASES["tccg_03"], "float16", "highest", "F").cuda_source)
+    reports = compile_cuda_batch(sources, arch)
+    assert all(len(r) == 1 and r[0].spill_bytes == 0 for r in reports)
+
+
+@pytest.mark.skipif(not (nvrtc_available() and toolkit_headers()),
+                    reason="NVRTC or a CUDA toolkit's headers (mma.h) not installed")
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+def test_nvrtc_compiles_every_kind(arch):
+    for dtype, precision in KINDS:
+        ptx = compile_nvrtc(_compile(GEMM, PARTIAL, dtype, precision).cuda_source, arch)
+        assert "mma.sync" in ptx
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"), ("float32", "tf32"),
+                                                  ("float64", "highest")])
+def test_sass_has_tensor_core_instructions_in_the_main_loop(dtype, precision):
+    kernel = _compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype, precision)
+    report = sass_report(kernel.cuda_source, "sm_90")[0]
+    assert report.main_loop_mma > 0 and report.main_loop_ffma == 0
+
+
+@pytest.mark.parametrize(("dtype", "precision", "sizes"), [
+    ("float16", "highest", {"i": 200, "j": 96, "k": 300}),
+    ("float32", "3xtf32", {"i": 64, "j": 640, "k": 100}),
+    ("float64", "highest", {"i": 300, "j": 300, "k": 64})])
+def test_bound_is_below_every_estimate_of_a_tensor_core_space(dtype, precision, sizes):
+    searcher = Searcher(plan(GEMM, sizes, dtype=dtype, precision=precision), "H100",
+                        "tensorcore")
+    assert bound_paths_hold(searcher) > 100
+    assert (searcher.branch_and_bound().best.prediction.seconds
+            == searcher.exhaustive().best.prediction.seconds)
+
+
+@pytest.mark.parametrize(("dtype", "precision", "expected"), [
+    ("float16", "highest", "tensorcore"), ("float32", "tf32", "tensorcore"),
+    ("float32", "highest", "tiled+staged")])
+def test_search_picks_tensor_cores_where_they_are_faster(dtype, precision, expected):
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype=dtype, precision=precision)
+    result = search_program(program, "H100", max_nodes=300)
+    assert result.best.strategy == expected
+    assert "tensorcore" in {c.strategy for c in result.candidates} or precision == "highest"
+
+
+def test_tensor_cores_are_offered_only_where_the_gpu_has_them():
+    half = plan(GEMM, PARTIAL, dtype="bfloat16")
+    assert "tensorcore" in offered(half, gpu("A100"))
+    assert offered(half, gpu("V100")) == ("tiled+staged",)  # Volta: float16 only
+    assert offered(plan(GEMM, PARTIAL, dtype="float64"), gpu("RTX3070")) == ("tiled+staged",)

@@ -1,0 +1,211 @@
+"""How each dialect prints the warp-collective statements of the kernel IR (tensor cores).
+
+CUDA says them with ``nvcuda::wmma``: a fragment is a ``wmma::fragment`` whose elements the
+hardware spreads over the warp's registers; loads and stores go through shared memory with
+``load_matrix_sync`` / ``store_matrix_sync`` and ``mma_sync`` runs on the tensor cores (HMMA
+for float16 and bfloat16, TF32 HMMA, DMMA for float64). TF32 inputs are rounded after the
+load by ``wmma::__float_to_tf32``, which is ``cvt.rna.tf32.f32`` (crt/mma.h), as the CUDA C++
+Programming Guide asks ("the elements of the fragment must be converted").
+
+OpenCL has no tensor cores, so it prints a *twin* that computes the same tile products from
+the same rounded inputs. Each thread keeps in private memory:
+
+* its share of each accumulator: the elements ``lane + 32 t`` of the fragment's row-major
+  m x n tile (``lane`` = its thread id modulo 32), which lie in rows ``lane / n + (32 / n) t``
+  of one column, ``lane % n`` (n, 16 or 8, divides 32);
+* of every A fragment it loads, those rows; of every B fragment, that column: rounded by the
+  same helper as the CUDA side's (``td_tf32`` is ``cvt.rna`` bit for bit, see
+  ``templates/precision.j2``); float16 and bfloat16 are read with the dialect's conversions,
+  which are exact into float32.
+
+A multiply-accumulate adds to each of a thread's accumulator elements the dot product of its
+A row and B column, FMA after FMA in float32 (float64 for float64) — the exact products of
+the rounded inputs summed in the accumulator's type, which is what ``mma_sync`` computes up
+to the order of the additions (which the CUDA guide leaves unspecified). A fragment store
+writes each thread's accumulator elements to their places in the tile. The statements'
+operands are the warp's, not the thread's, so the 32 threads' shares together are exactly the
+tile product the WMMA code computes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import ir
+
+WMMA = "nvcuda::wmma::"
+# CUDA's element types of A and B fragments, per kernel dtype
+WMMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16",
+              "float32": f"{WMMA}precision::tf32", "float64": "double"}
+# ... and what their shared tiles hold (the pointer a fragment load takes)
+WMMA_POINTERS = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
+                 "float64": "double"}
+WMMA_ROUNDING = {ir.Function.TF32: f"{WMMA}__float_to_tf32(td_x)",
+                 ir.Function.TF32_RESIDUAL: f"{WMMA}__float_to_tf32(td_x - {WMMA}__float_to_tf32("
+                                            "td_x))"}
+
+
+def accumulator_type(dtype: str) -> str:
+    return "double" if dtype == "float64" else "float"
+
+
+def has_fragments(kernel: ir.KernelIR) -> bool:
+    return any(local.space is ir.Space.FRAGMENT for local in kernel.locals)
+
+
+class Wmma:
+    """The CUDA spelling: ``nvcuda::wmma`` calls."""
+
+    def __init__(self, kernel: ir.KernelIR, expr: Callable[[ir.Expr], str]):
+        self.kernel, self.expr = kernel, expr
+
+    def declare(self, local: ir.Local) -> str:
+        fragment = local.fragment
+        m, n, k = fragment.shape
+        if fragment.use is ir.Use.ACCUMULATOR:
+            kind = f"{WMMA}accumulator, {m}, {n}, {k}, {accumulator_type(self.kernel.dtype)}"
+        else:
+            layout = f"{WMMA}row_major" if fragment.row_major else f"{WMMA}col_major"
+            kind = (f"{WMMA}{fragment.use.value}, {m}, {n}, {k}, "
+                    f"{WMMA_TYPES[self.kernel.dtype]}, {layout}")
+        return f"{WMMA}fragment<{kind}> {local.name}[{local.size}];"
+
+    def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
+        w = WMMA
+        if isinstance(s, ir.FillFragment):
+            value = f"({accumulator_type(self.kernel.dtype)}){s.value.value!r}"
+            return [f"{pad}{w}fill_fragment({self.expr(s.fragment)}, {value});"]
+        if isinstance(s, ir.LoadFragment):
+            fragment = self.expr(s.fragment)
+            pointer = f"reinterpret_cast<const {WMMA_POINTERS[self.kernel.dtype]} *>"
+            lines = [f"{pad}{w}load_matrix_sync({fragment}, {pointer}({self.address(s.first)}), "
+                     f"{s.ld});"]
+            if s.rounding is not None:
+                rounded = WMMA_ROUNDING[s.rounding]
+                lines += [f"{pad}for (int td_t = 0; td_t < {fragment}.num_elements; td_t++) {{",
+                          f"{pad}  const float td_x = {fragment}.x[td_t];",
+                          f"{pad}  {fragment}.x[td_t] = {rounded};",
+                          f"{pad}}}"]
+            return lines
+        if isinstance(s, ir.MultiplyAccumulate):
+            c = self.expr(s.accumulator)
+            return [f"{pad}{w}mma_sync({c}, {self.expr(s.a)}, {self.expr(s.b)}, {c});"]
+        if isinstance(s, ir.AddFragment):  # one fragment type: one mapping of elements
+            c = self.expr(s.accumulator)
+            return [f"{pad}for (int td_t = 0; td_t < {c}.num_elements; td_t++) "
+                    f"{c}.x[td_t] += {self.expr(s.addend)}.x[td_t];"]
+        if isinstance(s, ir.StoreFragment):
+            return [f"{pad}{w}store_matrix_sync({self.address(s.first)}, {self.expr(s.fragment)}, "
+                    f"{s.ld}, {w}mem_row_major);"]
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def address(self, first: ir.Load) -> str:
+        """The address of a shared tile's element, as it is held (no conversion)."""
+        return f"&{first.array}[{self.expr(first.offset)}]"
+
+
+class Twin:
+    """The OpenCL spelling: the same tile products in private memory (see the module doc)."""
+
+    def __init__(self, kernel: ir.KernelIR, expr: Callable[[ir.Expr], str], value_type: str,
+                 lane: str):
+        self.kernel, self.expr, self.value_type, self.lane = kernel, expr, value_type, lane
+        self.locals = {local.name: local for local in kernel.locals}
+
+    def per_thread(self, local: ir.Local) -> int:
+        """Private elements one fragment takes: a thread's share of an accumulator (``m n /
+        32`` elements), the A rows they lie in (``k`` elements each), or the B column."""
+        m, n, k = local.fragment.shape
+        share = m * n // ir.WARP
+        return {ir.Use.ACCUMULATOR: share, ir.Use.A: share * k, ir.Use.B: k}[local.fragment.use]
+
+    def declare(self, local: ir.Local) -> str:
+        return f"{self.value_type} {local.name}[{local.size * self.per_thread(local)}];"
+
+    def _base(self, fragment: ir.Load) -> tuple[ir.Local, str]:
+        """The fragment's Local and the C text of its first private element."""
+        local = self.locals[fragment.array]
+        return local, self.expr(ir.Binary(ir.Op.MUL, fragment.offset,
+                                          ir.Int(self.per_thread(local))))
+
+    def _row(self, n: int) -> ir.Expr:
+        """The tile row of a thread's accumulator element ``td_t``: element ``lane + 32 td_t``
+        of the row-major m x n tile lies in row ``lane / n + (32 / n) td_t``, column
+        ``lane % n`` (n divides 32)."""
+        return ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.DIV, ir.Var(self.lane), ir.Int(n)),
+                         ir.Binary(ir.Op.MUL, ir.Int(ir.WARP // n), ir.Var("td_t")))
+
+    def _column(self, n: int) -> ir.Expr:
+        return ir.Binary(ir.Op.MOD, ir.Var(self.lane), ir.Int(n))
+
+    def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
+        if isinstance(s, (ir.FillFragment, ir.AddFragment)):
+            return self.elementwise(s, pad)
+        if isinstance(s, ir.LoadFragment):
+            return self.load(s, pad)
+        if isinstance(s, ir.MultiplyAccumulate):
+            return self.multiply(s, pad)
+        if isinstance(s, ir.StoreFragment):
+            local, base = self._base(s.fragment)
+            n = local.fragment.shape[1]
+            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, True)
+            return self._each(local, pad, f"{self.expr(target)} = "
+                                          f"{s.fragment.array}[{base} + td_t];")
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def elementwise(self, s: ir.FillFragment | ir.AddFragment, pad: str) -> list[str]:
+        """A fill (``= value``) or an addition of another accumulator (``+= addend``), on a
+        thread's share of the elements."""
+        target = s.fragment if isinstance(s, ir.FillFragment) else s.accumulator
+        local, base = self._base(target)
+        if isinstance(s, ir.FillFragment):
+            update = f"= {self.expr(s.value)}"
+        else:
+            update = f"+= {s.addend.array}[{self._base(s.addend)[1]} + td_t]"
+        return self._each(local, pad, f"{target.array}[{base} + td_t] {update};")
+
+    def load(self, s: ir.LoadFragment, pad: str) -> list[str]:
+        """A's rows of the thread's accumulator elements (``td_t``: the row's number among
+        them; ``td_k``: the column), or B's column of them (``td_t``: the row)."""
+        local, base = self._base(s.fragment)
+        kind = local.fragment
+        n, k = kind.shape[1], kind.shape[2]
+        if kind.use is ir.Use.A:
+            source = _tile_element(s.first, self._row(n), ir.Var("td_k"), s.ld, kind.row_major)
+            target = f"{s.fragment.array}[{base} + td_t * {k} + td_k]"
+            loops = [f"for (int td_t = 0; td_t < {self.per_thread(local) // k}; td_t++)",
+                     f"for (int td_k = 0; td_k < {k}; td_k++)"]
+        else:
+            source = _tile_element(s.first, ir.Var("td_t"), self._column(n), s.ld,
+                                   kind.row_major)
+            target = f"{s.fragment.array}[{base} + td_t]"
+            loops = [f"for (int td_t = 0; td_t < {k}; td_t++)"]
+        value: ir.Expr = source if s.rounding is None else ir.Call(s.rounding, (source,))
+        return [f"{pad}{' '.join(loops)} {target} = {self.expr(value)};"]
+
+    def _each(self, local: ir.Local, pad: str, statement: str) -> list[str]:
+        """``statement`` for each private element ``td_t`` of one of ``local``'s fragments."""
+        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(local)}; td_t++) {statement}"]
+
+    def multiply(self, s: ir.MultiplyAccumulate, pad: str) -> list[str]:
+        """Each accumulator element of the thread plus its A row times its B column."""
+        c_local, c = self._base(s.accumulator)
+        _, a = self._base(s.a)
+        _, b = self._base(s.b)
+        k = c_local.fragment.shape[2]
+        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(c_local)}; td_t++) {{",
+                f"{pad}  {self.value_type} td_s = {s.accumulator.array}[{c} + td_t];",
+                f"{pad}  for (int td_k = 0; td_k < {k}; td_k++) td_s = fma("
+                f"{s.a.array}[{a} + td_t * {k} + td_k], {s.b.array}[{b} + td_k], td_s);",
+                f"{pad}  {s.accumulator.array}[{c} + td_t] = td_s;",
+                f"{pad}}}"]
+
+
+def _tile_element(first: ir.Load, row: ir.Expr, column: ir.Expr, ld: int,
+                  row_major: bool) -> ir.Load:
+    """Element (``row``, ``column``) of the fragment's tile that starts at ``first``: at
+    ``row * ld + column`` from it in a row-major tile, ``column * ld + row`` in a column-major
+    one."""
+    major, minor = (row, column) if row_major else (column, row)
+    return ir.Load(first.array, ir.Binary(ir.Op.ADD, first.offset, ir.Binary(
+        ir.Op.ADD, ir.Binary(ir.Op.MUL, major, ir.Int(ld)), minor)))

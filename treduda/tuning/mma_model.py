@@ -1,0 +1,269 @@
+"""The performance model of the tensor-core strategy (``strategies/tensorcore.py``).
+
+The same resources as :mod:`treduda.tuning.model`, seen from warps of fragments rather than
+threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fragments, a
+step of BK summed values):
+
+* ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
+               fragments; 3xTF32's three products) / what WMMA reaches of the GPU's tensor
+               cores for the dtype (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
+* ``issue``    warp instructions: copies (address, load, convert, store per element), fragment
+               loads (a 32-bit shared load per word a thread receives, TF32 roundings),
+               MMA instructions, and the write through shared memory / the warp schedulers
+* ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
+               (the tile's bytes per 128-byte wavefront, or a row per wavefront where an
+               unpadded leading dimension puts every row in the same banks), the accumulators'
+               round trip through shared memory and the output's lines / one per cycle and SM
+* ``l2``       each block's A and B tiles over its steps, and the output (read and written by
+               each part of a split reduction's atomic additions) / L2 BW
+* ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
+* ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
+               fragment loads and MMAs (double-buffered: one barrier, and the copy's wait
+               overlapping the MMAs)
+
+Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
+overhead; they, the threads and the shared tiles set the blocks per SM. The space of a
+contraction has at most a few hundred points, so the bound of a partial candidate is exact per
+resource: each resource at its least over the completions, the binding one alone (Telamon's
+per-factor bound, without relaxation). ``bound <= estimate`` holds on every path, and refining
+a candidate never lowers its bound (a least over fewer completions).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..frontend import dtypes
+from ..polyhedral.lower import Program
+from ..polyhedral.strategy import Strategy
+from ..strategies import get as get_strategy
+from ..strategies import tensorcore
+from .gpus import Gpu
+from .model import Compiled, Model, Prediction, combined, unfit
+from .occupancy import blocks_per_sm
+
+RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
+OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
+COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
+STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
+WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
+WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
+# mma.sync instructions per WMMA multiply-accumulate: 16x16x16 is two m16n8k16, 16x16x8 TF32
+# two m16n8k8, 8x8x4 DMMA one (PTX ISA, "Warp-level matrix multiply-accumulate instructions").
+MMA_INSTRUCTIONS = {16: 2, 8: 1}
+MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et al. 2022)
+SYNC_CYCLES = 20  # [EST] a barrier of a few warps
+
+
+class TensorCoreModel:
+    """The model of one program on one GPU for the tensor-core strategy; ``values`` are the
+    values its open parameters may take."""
+
+    def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
+                 values: Mapping[str, tuple] | None = None):
+        self.program, self.gpu, self.strategy = program, gpu, strategy
+        self.space = strategy.space(program)
+        self.values = values or {p.name: p.values for p in self.space.parameters}
+        self.shape = tensorcore.mma_shape(program)
+        (a,), (b,), m, n, k, batch = tensorcore.gemm_groups(program)
+        sizes = program.sizes
+        self.extent = {axis: math.prod(sizes[i] for i in group)
+                       for axis, group in zip("mnk", (m, n, k), strict=True)}
+        self.batch = math.prod(sizes[i] for i in batch)
+        self.bytes = dtypes.itemsize(program.dtype)
+        self.accumulator_bytes = dtypes.itemsize(tensorcore.accumulator_dtype(program))
+        self.pieces = 2 if program.precision == dtypes.TF32X3 else 1
+        self.products = 3 if program.precision == dtypes.TF32X3 else 1
+        self.rate = gpu.mma_flops(program.dtype, program.precision)
+        c = program.contraction
+        self.flops = 2.0 * self.batch * math.prod(self.extent.values())
+        touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
+        outputs = self.batch * self.extent["m"] * self.extent["n"]
+        self.outputs = outputs
+        self.compulsory = (touched + outputs * (2 if c.reads_output or c.op != "=" else 1)
+                           ) * self.bytes
+        self.row_a, self.row_b = tensorcore.operand_rows_major(
+            program, tensorcore.gemm_groups(program))
+        self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+
+    # -- the public face (as treduda.tuning.model.Model's) --------------------------------
+
+    def bound(self, params: Mapping[str, Any]) -> Prediction:
+        """A lower bound on every completion of the partial ``params``: each resource at its
+        least over the completions; ``floor`` the least estimate any completion can have."""
+        completions = [self._resources(tuple(sorted(p.items())))
+                       for p in self.space.points(params)
+                       if all(p[name] in self.values[name] for name in p)]
+        fitting = [r for r in completions if r is not None]
+        if not fitting:
+            return unfit(self.flops)
+        least = {name: min(r[0][name] for r in fitting) for name in RESOURCES}
+        binding, seconds = combined(least, estimate=False)
+        floor = combined(least, estimate=True)[1]
+        return Prediction(seconds, binding, least,
+                          f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
+                          self.flops, floor=floor)
+
+    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
+                 ) -> Prediction:
+        """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
+        the register estimate."""
+        self.space.check(params)
+        found = self._resources(tuple(sorted(params.items())),
+                                compiled.registers if compiled else None)
+        if found is None:
+            return unfit(self.flops)
+        seconds, warps, wavefronts = found
+        binding, total = combined(seconds, estimate=True)
+        return Prediction(total, binding, seconds, self._because(binding, seconds), self.flops,
+                          wavefronts=wavefronts, warps=warps)
+
+    def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        """Registers per thread, and those beyond the launch bounds' cap."""
+        registers = self._registers(params)
+        cap = self.gpu.register_cap(self._threads(params))
+        return registers, max(0, registers - cap)
+
+    def register_pressure(self, params: Mapping[str, Any]) -> float:
+        return self._registers(params) / self.gpu.register_cap(self._threads(params))
+
+    # -- the resources ------------------------------------------------------------------
+
+    @staticmethod
+    def _threads(p: Mapping[str, Any]) -> int:
+        return tensorcore.WARP * p["warps_m"] * p["warps_n"]
+
+    def _registers(self, p: Mapping[str, Any]) -> int:
+        """The fragments a thread holds (its share: a 32nd of each), at 4-byte registers,
+        and the overhead."""
+        m, n, k = self.shape
+        accumulators = self.pieces * p["frags_m"] * p["frags_n"] * m * n // 32
+        operands = self.pieces * (p["frags_m"] * m * k + p["frags_n"] * k * n) // 32
+        words = accumulators * self.accumulator_bytes + operands * self.bytes
+        return OVERHEAD_REGISTERS + math.ceil(words / 4)
+
+    def _fragment_wavefronts(self, rows: int, columns: int, ld: int) -> int:
+        """Wavefronts of one warp's fragment load from a tile of ``ld`` elements per row: its
+        bytes in 128-byte wavefronts, or a wavefront per row where every row starts in the
+        same bank (an unpadded leading dimension of a multiple of 128 bytes)."""
+        row_bytes = columns * self.bytes
+        if ld * self.bytes % WAVEFRONT_BYTES == 0:
+            return rows * math.ceil(row_bytes / WAVEFRONT_BYTES)
+        return math.ceil(rows * row_bytes / WAVEFRONT_BYTES)
+
+    def _resources(self, items: tuple, registers: int | None = None
+                   ) -> tuple[dict[str, float], int, float] | None:
+        """Every resource's seconds of a complete candidate (its items), its resident warps
+        per SM and its LSU wavefronts per MMA; None where a block does not fit an SM.
+        Remembered: a bound reads every completion of its node."""
+        key = (items, registers)
+        if key not in self._found:
+            self._found[key] = self._compute(dict(items), registers)
+        return self._found[key]
+
+    def _compute(self, p: dict[str, Any], registers: int | None
+                 ) -> tuple[dict[str, float], int, float] | None:
+        g = self.gpu
+        clock = g.clock_ghz * 1e9
+        m, n, k = self.shape
+        tile = tensorcore.tile_extents(p, self.shape)
+        threads = self._threads(p)
+        warps = threads // tensorcore.WARP
+        registers = registers or self._registers(p)
+        occupancy = blocks_per_sm(g, threads, registers, tensorcore.shared_bytes(self.program, p))
+        if occupancy == 0 or self.rate == 0:
+            return None
+        tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
+                 * self.batch)
+        steps = -(-self.extent["k"] // tile["k"])
+        # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
+        chunk = -(-steps // p["split"])
+        parts = -(-steps // chunk)
+        blocks = tiles * parts
+        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
+        # per block and step
+        copied = (tile["m"] + tile["n"]) * tile["k"]
+        per_copy = COPY_INSTRUCTIONS + (STORED_COPY_INSTRUCTIONS
+                                        if self.program.dtype in dtypes.STORED else 0)
+        frags_a, frags_b = self.pieces * p["frags_m"], self.pieces * p["frags_n"]
+        words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
+                            math.ceil(k * n * self.bytes / 4 / 32))
+        rounding = dtypes.ROUNDING_OPERATIONS * (1 if self.program.precision == dtypes.TF32
+                                                 else 2 if self.pieces == 2 else 0)
+        loads = (frags_a * (words_a + rounding * m * k // 32)
+                 + frags_b * (words_b + rounding * k * n // 32))
+        mmas = self.products * p["frags_m"] * p["frags_n"]
+        warp_step = p["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copied * per_copy / 32
+        output = tile["m"] * tile["n"]
+        instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
+        pad = tensorcore.padding(self.program, p["pad"])
+        ld_a = (tile["k"] if self.row_a else tile["m"]) + pad
+        ld_b = (tile["n"] if self.row_b else tile["k"]) + pad
+        fragment_fronts = p["frags_k"] * warps * (
+            frags_a * self._fragment_wavefronts(*((m, k) if self.row_a else (k, m)), ld_a)
+            + frags_b * self._fragment_wavefronts(*((k, n) if self.row_b else (n, k)), ld_b))
+        copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
+        write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
+        wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
+        resident = occupancy * warps
+        hidden = min(1.0, resident / g.schedulers_per_sm / g.latency_hiding_warps)
+        mma_chain = p["frags_k"] * self.products * MMA_LATENCY_CYCLES
+        if p["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
+            chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
+                             + max(g.l2_latency_cycles, mma_chain))
+        else:
+            chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
+                             + mma_chain)
+        seconds = {
+            "mma": padded / self.rate * quantise / hidden,
+            "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
+            / hidden,
+            "memory": wavefronts * quantise / g.sm_count / clock / hidden,
+            # an atomic addition reads and writes its element
+            "l2": (tiles * copied * steps + blocks * output * (2 if parts > 1 else 1))
+            * self.bytes / g.l2_bandwidth,
+            # a split's output is zeroed first
+            "dram": (self.compulsory + (self.outputs * self.bytes if parts > 1 else 0))
+            / g.dram_bandwidth,
+            "latency": waves * chain / clock,
+        }
+        per_mma = wavefronts / max(1.0, tiles * steps * mmas * p["frags_k"] * warps)
+        return seconds, resident, per_mma
+
+    def _because(self, binding: str, seconds: dict[str, float]) -> str:
+        g = self.gpu
+        reasons = {
+            "mma": f"tensor-core throughput binds: {self.flops / 1e9:.3g} GFLOP at "
+                   f"{self.rate / 1e12:.0f} TFLOP/s (what WMMA reaches on {g.name})",
+            "issue": "instruction issue binds: copies and fragment loads beside the MMAs "
+                     "(more fragments per warp reuse each load more)",
+            "memory": "load/store units bind: copies and fragment loads through shared memory",
+            "l2": "L2 bandwidth binds: blocks re-read their operand tiles (larger tiles reuse "
+                  "more)",
+            "dram": f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB at "
+                    f"{g.dram_bandwidth / 1e9:.0f} GB/s",
+            "latency": "latency binds: each step waits for its copy, barriers and MMA chain",
+        }
+        return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
+
+
+def applies(program: Program, gpu: Gpu) -> bool:
+    """Whether the tensor-core strategy computes ``program`` and ``gpu`` has tensor cores for
+    its dtype and precision."""
+    return (program.sizes is not None and tensorcore.mma_shape(program) is not None
+            and tensorcore.gemm_groups(program) is not None
+            and gpu.mma_flops(program.dtype, program.precision) > 0)
+
+
+def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
+             values: Mapping[str, tuple] | None = None) -> Model | TensorCoreModel:
+    """The model of ``strategy``: the tensor-core one's, or the analytic model of the SIMT
+    strategies."""
+    chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    if isinstance(chosen, tensorcore.TensorCore):
+        return TensorCoreModel(program, gpu, chosen, values)
+    return Model(program, gpu, chosen, values)
