@@ -243,6 +243,11 @@ def test_the_tensor_core_suites_run_in_their_dtype_and_precision():
     cases = [*half, *select("gemm", ["gemm_1000"], precision="3xtf32")]
     assert run(cases, max_nodes=50, title="test", out=out, log=log) == 0
     assert "2/2 verified" in out.getvalue()
+    # float16 goes to tensor cores, whose peak (not the FMA units') its fraction is of
+    lines = out.getvalue().splitlines()
+    half_row = next(line for line in lines if line.startswith("gemm_1000 ") and "tensorcore"
+                    in line)
+    assert 0 < float(half_row.split("%")[0].split()[-1]) < 100
     # A 3xTF32 kernel splits its products' inputs: the precision reached the generated code.
     assert "td_tf32x3" in treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 9, "j": 7, "k": 5},
                                           strategy="tiled", precision="3xtf32").opencl_source

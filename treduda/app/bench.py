@@ -293,8 +293,11 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
     instead, and the row says so. The time it took goes into ``verify_seconds``."""
     started = time.perf_counter()
-    sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params,
-                   outcome.dtype, outcome.precision)
+    try:
+        sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy,
+                       result.best.params, outcome.dtype, outcome.precision)
+    except StrategyError:  # a strategy that does not describe its tiles (tensorcore)
+        sizes = scaled(row.sizes)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy,
                "precision": outcome.precision}

@@ -192,7 +192,12 @@ class SearchResult:
         return None if not lower else self.best.prediction.seconds / lower - 1
 
     def fraction_of_peak(self) -> float:
-        return self.best.prediction.gflops * 1e9 / self.gpu.peak_flops(self.dtype)
+        """The winner's predicted FLOP/s as a share of its units' peak: the tensor cores'
+        (dense, as the datasheet gives it) for a tensor-core kernel, else the FMA units'."""
+        g = self.gpu
+        peak = (g.mma_flops(self.dtype, self.precision) / g.mma_share
+                if self.best.strategy == TENSOR_CORES else g.peak_flops(self.dtype))
+        return self.best.prediction.gflops * 1e9 / peak
 
     def table(self, n: int = 10) -> str:
         lines = [f"{'#':>3} {'bound ms':>9} {'estimate ms':>11} {'GFLOP/s':>8}  {'binding':8} "

@@ -284,6 +284,8 @@ class _Walker:
             self.active = active
             return tally
         tally: Counter = Counter()
+        if isinstance(s, ir.WARP_STATEMENTS):
+            return tally  # a warp's tensor-core work: the tensor-core model counts it
         if isinstance(s, ir.VectorLoad):
             self._access(s.first, tally, store=False, width=s.width)
             return tally
