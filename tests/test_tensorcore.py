@@ -231,3 +231,34 @@ def test_tensor_cores_are_offered_only_where_the_gpu_has_them():
     assert "tensorcore" in offered(half, gpu("A100"))
     assert offered(half, gpu("V100")) == ("tiled+staged",)  # Volta: float16 only
     assert offered(plan(GEMM, PARTIAL, dtype="float64"), gpu("RTX3070")) == ("tiled+staged",)
+
+
+def _suite_kernels(names: tuple[str, ...]) -> tuple[list[str], int]:
+    """The CUDA of every row of the tensor-core suites ``names`` at full size, by the
+    strategy's default tiles, and how many rows it refuses (not GEMM-shaped)."""
+    from treduda.suites import SUITES, load
+
+    sources, refused = [], 0
+    for name in names:
+        suite = SUITES[name]
+        for row in load(name):
+            try:
+                sources.append(treduda.compile(row.expression, row.sizes, dtype=suite.dtype,
+                                               precision=suite.precision, layout=row.layout,
+                                               strategy="tensorcore", cache=False).cuda_source)
+            except StrategyError:
+                refused += 1
+    return sources, refused
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
+@pytest.mark.parametrize("suites", [
+    ("gemm_fp16", "gemm_bf16", "gemm_tf32"),
+    pytest.param(("tccg_fp16", "tccg_bf16", "tccg_tf32"), marks=pytest.mark.matrix)],
+    ids=["gemm", "tccg"])
+def test_nvcc_compiles_every_tensor_core_suite_kernel(suites):
+    sources, refused = _suite_kernels(suites)
+    assert sources and refused < len(sources)
+    for arch in ("sm_80", "sm_90"):
+        reports = compile_cuda_batch(sources, arch)
+        assert all(len(r) == 1 and r[0].registers > 0 for r in reports)
