@@ -48,7 +48,7 @@ def prediction(p) -> dict[str, Any]:
             "wavefronts": repr(p.wavefronts), "warps": p.warps, "floor": repr(p.floor)}
 
 
-def dump(nodes: int) -> dict[str, Any]:
+def dump(nodes: int, names: list[str]) -> dict[str, Any]:
     """This checkout's numbers for every case, and the CPU seconds each search took."""
     from treduda.polyhedral.lower import plan
     from treduda.suites import load
@@ -57,7 +57,8 @@ def dump(nodes: int) -> dict[str, Any]:
 
     rows = {r.id: r for r in load("tccg_fp32")}
     out: dict[str, Any] = {}
-    for name, (expr, sizes, layout, options) in CASES.items():
+    for name in names:
+        expr, sizes, layout, options = CASES[name]
         if expr in rows:
             expr, sizes = rows[expr].expression, dict(rows[expr].sizes)
         program = plan(expr, sizes, layout, **options)
@@ -115,10 +116,12 @@ def differences(mine: Any, other: Any, where: str = "") -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--nodes", type=int, default=1500)
+    parser.add_argument("--cases", default=",".join(CASES))
     parser.add_argument("--other", help="a checkout to compare with")
     parser.add_argument("--dump", help="write this checkout's numbers to this file")
     args = parser.parse_args()
-    mine = dump(args.nodes)
+    names = args.cases.split(",")
+    mine = dump(args.nodes, names)
     if args.dump:
         Path(args.dump).write_text(json.dumps(mine))
     if not args.other:
@@ -126,19 +129,20 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         theirs = Path(folder) / "other.json"
         subprocess.run([str(Path(args.other) / ".venv" / "bin" / "python"), __file__,
-                        "--nodes", str(args.nodes), "--dump", str(theirs)],
+                        "--nodes", str(args.nodes), "--cases", args.cases, "--dump",
+                        str(theirs)],
                        cwd=args.other, check=True)
         other = json.loads(theirs.read_text())
     print(f"{'case':20} {'nodes':>6} {'scored':>6} {'cpu s':>7} {'other cpu s':>11} "
           f"{'numbers':>8}")
-    for name in CASES:
+    for name in names:
         found = differences(mine[name], other[name])
         print(f"{name:20} {mine[name]['nodes']:6} {mine[name]['scored']:6} "
               f"{mine[name]['cpu']:7.2f} {other[name]['cpu']:11.2f} "
               f"{'same' if not found else f'{len(found)} differ':>8}")
         for line in found[:5]:
             print("   ", line)
-    total = sum(len(differences(mine[n], other[n])) for n in CASES)
+    total = sum(len(differences(mine[n], other[n])) for n in names)
     print("identical" if not total else f"{total} differences")
     sys.exit(1 if total else 0)
 

@@ -59,9 +59,10 @@ OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, p
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
-# The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
-WARP_DECISIONS = ("order", "step", "stage", "pad",
-                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in AXES))
+# The decisions of a thread's register tile and warp 0's shape (see _Optimist.lanes).
+WARP_SHAPE = tuple(f"{k}_{a}" for a in AXES for k in ("block", "reg", "assign"))
+# The decisions of a block's tile per step (geometry.tile_extents).
+TILE_DECISIONS = ("order", "step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
 
 @dataclass(frozen=True)
@@ -169,11 +170,12 @@ class Model:
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
-        self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
-        self._lanes: dict[tuple, list | None] = {}  # see _Optimist.lanes
-        self._tiles: dict[tuple, tuple[int, ...]] = {}  # see _Optimist.tiles
-        self._fronts: dict[tuple, int] = {}  # see _Optimist._fronts
+        # Terms the search asks for at many nodes, each remembered under the decisions it
+        # depends on (see _Optimist.memo).
+        self._known: dict[tuple, Any] = {}
         self.groups = max(1, len(program.accumulators))
+        # the least LSU wavefronts a value loaded can cost: a 16-byte vector's share of one
+        self.least_wavefronts = 1 / max(self.per_access(s) for s in (False, True))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
         written = self.elements * (2 if c.reads_output or c.op != "=" else 1)
@@ -285,7 +287,7 @@ class Model:
         converted = loads * self.operand_ops + direct * self.conversions
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one), and copies (counted per warp already)
-        wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
+        wavefronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / 32
                       * warp_round + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
@@ -382,11 +384,26 @@ class _Optimist:
     def __init__(self, model: Model, described: Description, compiled: Compiled | None = None):
         self.m, self.described, self.compiled = model, described, compiled
         self.p = geometry.decided(described)  # the quantities with one value left
-        self.order = geometry.groups(self.p["order"])  # per axis, its indices, fastest first
-        self.axes = geometry.indices(self.p["order"])  # per axis, its name ("c*a" for a group)
-        self.extents = [geometry.group_extent(g, model.sizes) for g in self.order]
-        self.mapped = set(geometry.on_axes(self.p["order"]))
+        # per axis, its indices (fastest first), its name ("c*a" for a group) and its extent;
+        # every index on an axis
+        self.order, self.axes, self.extents, self.mapped = self.memo(
+            ("axes", self.p["order"]), lambda: self._axes(self.p["order"]))
         self.walked = geometry.indices(self.p.get("walk", ""))
+
+    def _axes(self, order: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...],
+                                         list[int], frozenset[str]]:
+        return (geometry.groups(order), geometry.indices(order),
+                [geometry.group_extent(g, self.m.sizes) for g in geometry.groups(order)],
+                frozenset(geometry.on_axes(order)))
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered per model under ``key``: the term's name and every
+        decision (or option) it depends on, no more, so that the many nodes of a search that
+        agree on those compute it once."""
+        known = self.m._known
+        if key not in known:
+            known[key] = compute()
+        return known[key]
 
     def options(self, name: str) -> tuple:
         """The values quantity ``name`` can still take."""
@@ -395,11 +412,9 @@ class _Optimist:
     def tiles(self, n: int) -> tuple[int, ...]:
         """The tiles axis ``n`` can still have (threads times registers), each once."""
         a = AXES[n]
-        key = (self.options(f"block_{a}"), self.options(f"reg_{a}"))
-        known = self.m._tiles
-        if key not in known:
-            known[key] = tuple(sorted({b * r for b, r in itertools.product(*key)}))
-        return known[key]
+        blocks, regs = self.options(f"block_{a}"), self.options(f"reg_{a}")
+        return self.memo(("tiles", blocks, regs), lambda: tuple(sorted(
+            {b * r for b, r in itertools.product(blocks, regs)})))
 
     def padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
@@ -459,6 +474,17 @@ class _Optimist:
         return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
     @functools.cached_property
+    def tile_decisions(self) -> tuple:
+        """The decided values of :data:`TILE_DECISIONS` (once :meth:`tiles_decided`): what the
+        block's tile per step (:attr:`tile`) depends on."""
+        return tuple(self.p.get(k) for k in TILE_DECISIONS)
+
+    @functools.cached_property
+    def warp_shape(self) -> tuple:
+        """The decisions warp 0's lanes (:attr:`lanes`) depend on, None while open."""
+        return (self.p["order"], *(self.p.get(k) for k in WARP_SHAPE))
+
+    @functools.cached_property
     def lanes(self) -> list[list[dict[str, int]]] | None:
         """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
         its registers along x; None while a decision the warp's shape depends on is open.
@@ -468,12 +494,7 @@ class _Optimist:
         a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
         at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
         model for the decisions they depend on (the search asks at many nodes)."""
-        key = (self.p["order"], *(self.p.get(f"{k}_{a}") for a in AXES
-                                  for k in ("block", "reg", "assign")))
-        known = self.m._lanes
-        if key not in known:
-            known[key] = self._lanes()
-        return known[key]
+        return self.memo(("lanes", self.warp_shape), self._lanes)
 
     def _lanes(self) -> list[list[dict[str, int]]] | None:
         warp = self.m.gpu.warp_size
@@ -512,20 +533,7 @@ class _Optimist:
             point[group[-1]] = value
         return point
 
-    def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
-        """``compute()``, remembered per model for the decisions warp terms depend on (the
-        search asks for the same ones at many nodes)."""
-        key = (name, *extra, *(self.options(k) for k in WARP_DECISIONS))
-        terms = self.m._warp_terms
-        if key not in terms:
-            terms[key] = compute()
-        return terms[key]
-
-    def wavefronts(self, read: _Read, exact: bool = True) -> float:
-        return self.memo("read", lambda: self._wavefronts(read, exact), read.tensor,
-                         read.indices, exact, self.p.get("unroll"))
-
-    def _wavefronts(self, read: _Read, exact: bool) -> float:
+    def wavefronts(self, read: _Read) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access of up to 16
@@ -537,11 +545,17 @@ class _Optimist:
         wavefronts are shared by its values, no fewer than a 16-byte vector's.
         While what decides it is open, the least any access costs: a wavefront shared by a
         16-byte vector (for an open padding, the better of its values)."""
-        least = 1 / max(self.m.per_access(s) for s in (False, True))
         staged = self.staged(read)
+        if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
+            return self.m.least_wavefronts
+        key = ("read", read.tensor, read.indices, self.warp_shape, staged)
+        if staged:  # its tile, its padding, its vector loads along the reduction
+            key += (self.tile_decisions, self.options("pad"), self.vectorisable(read))
+        return self.memo(key, lambda: self._wavefronts(read, staged))
+
+    def _wavefronts(self, read: _Read, staged: bool) -> float:
+        least = self.m.least_wavefronts
         warp = self.lanes
-        if staged is None or warp is None or (staged and not self.tiles_decided()):
-            return least
         values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
 
@@ -560,14 +574,15 @@ class _Optimist:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
         registers of each lane's along x): distinct lines (global) or the busiest bank's
         words (shared); remembered per model for the warp's shape and the strides."""
-        key = (id(self.lanes), read.tensor, read.indices, tuple(strides.items()), staged, group)
-        known = self.m._fronts
-        if key not in known:
+        key = ("fronts", self.warp_shape, read.tensor, read.indices, tuple(strides.items()),
+               staged, group)
+
+        def fronts() -> int:
             offsets = [[self._offset(read, p, strides) for p in lane[:group]]
                        for lane in self.lanes]
-            known[key] = (self.m.lines(offsets) if not staged
-                          else self.m.bank_conflicts(offsets))
-        return known[key]
+            return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
+
+        return self.memo(key, fronts)
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
@@ -619,10 +634,7 @@ class _Optimist:
         per model for the order and the tiles still possible."""
         key = ("traffic", read.tensor, read.indices, self.p["order"],
                *(self.tiles(n) for n in range(len(self.extents))))
-        known = self.m._warp_terms
-        if key not in known:
-            known[key] = self._traffic(read)
-        return known[key]
+        return self.memo(key, lambda: self._traffic(read))
 
     def _traffic(self, read: _Read) -> float:
         total = 1.0
@@ -659,15 +671,17 @@ class _Optimist:
         return per_block_step / self.fmas_per_block_step()
 
     def copy_wavefronts(self, exact: bool = True) -> float:
-        return self.memo("copy", lambda: self._copy_wavefronts(exact), exact)
-
-    def _copy_wavefronts(self, exact: bool) -> float:
         """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
         elements of the tile: the global lines they read, the bank conflicts of their stores),
         0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
         a wavefront shared by the values of a 16-byte vector access."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
+        key = ("copy", exact, self.p["stage"], self.tile_decisions,
+               self.options("pad") if exact else None)
+        return self.memo(key, lambda: self._copy_wavefronts(exact))
+
+    def _copy_wavefronts(self, exact: bool) -> float:
         threads = math.prod(self.p[f"block_{a}"] for a in AXES)
         lanes = min(self.m.gpu.warp_size, threads)
         total = 0.0
@@ -724,18 +738,18 @@ class _Optimist:
         return tile * max(self.m.iterations, 1) / self.steps()
 
     def store_wavefronts(self, exact: bool = True) -> float:
-        return self.memo("store", lambda: self._store_wavefronts(exact), exact)
-
-    def _store_wavefronts(self, exact: bool) -> float:
         """LSU wavefronts per output value a thread stores; while the warp is open, and for
         the bound, the least a warp's store can cost per value: one, or where a warp's values
         fill less than a line (float16: 32 x 2 bytes of 128), that share of one (a thread's
         registers along x share lines: an estimate of 0.5 for a float16 GEMM's 4 registers,
         below the 1 the bound used to take)."""
-        warp = self.lanes
-        if warp is None or not exact:
+        if self.lanes is None or not exact:
             g = self.m.gpu
             return min(1.0, g.warp_size * self.m.bytes / g.cache_line_bytes)
+        return self.memo(("store", self.warp_shape), self._store_wavefronts)
+
+    def _store_wavefronts(self) -> float:
+        warp = self.lanes
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
         return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
