@@ -59,8 +59,6 @@ OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, p
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
-# The decisions of a thread's register tile and warp 0's shape (see _Optimist.lanes).
-WARP_SHAPE = tuple(f"{k}_{a}" for a in AXES for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
 TILE_DECISIONS = ("order", "step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
 
@@ -123,13 +121,19 @@ class Compiled:
         return cls(report.registers, report.spill_bytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Read:
-    """One tensor read inside a reduction: its indices and its memory strides."""
+    """One tensor read inside a reduction: its indices and its memory strides (compared by
+    identity: each is one read of one model, a key of the terms remembered for it)."""
 
     tensor: str
     indices: tuple[str, ...]
     strides: dict[str, int]  # index -> elements between neighbours in global memory
+
+    @functools.cached_property
+    def distinct(self) -> tuple[str, ...]:
+        """Its indices, each once (a diagonal read repeats one)."""
+        return tuple(dict.fromkeys(self.indices))
 
 
 class Model:
@@ -389,6 +393,7 @@ class _Optimist:
         self.order, self.axes, self.extents, self.mapped = self.memo(
             ("axes", self.p["order"]), lambda: self._axes(self.p["order"]))
         self.walked = geometry.indices(self.p.get("walk", ""))
+        self._once: dict[tuple, Any] = {}  # see once
 
     def _axes(self, order: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...],
                                          list[int], frozenset[str]]:
@@ -411,10 +416,16 @@ class _Optimist:
 
     def tiles(self, n: int) -> tuple[int, ...]:
         """The tiles axis ``n`` can still have (threads times registers), each once."""
-        a = AXES[n]
-        blocks, regs = self.options(f"block_{a}"), self.options(f"reg_{a}")
-        return self.memo(("tiles", blocks, regs), lambda: tuple(sorted(
-            {b * r for b, r in itertools.product(blocks, regs)})))
+        return self._tiles[n]
+
+    @functools.cached_property
+    def _tiles(self) -> list[tuple[int, ...]]:
+        found = []
+        for a in AXES:
+            blocks, regs = self.options(f"block_{a}"), self.options(f"reg_{a}")
+            found.append(self.memo(("tiles", blocks, regs), lambda b=blocks, r=regs: tuple(
+                sorted({x * y for x, y in itertools.product(b, r)}))))
+        return found
 
     def padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
@@ -450,18 +461,28 @@ class _Optimist:
     def registers_tile(self) -> int:
         return math.prod(min(self.options(f"reg_{a}")) for a in AXES)
 
+    def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered for this candidate (several terms ask for it)."""
+        known = self._once
+        if key not in known:
+            known[key] = compute()
+        return known[key]
+
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
         along the axes ``read`` does not depend on (on none of a group's indices)."""
-        return math.prod(max(self.options(f"reg_{AXES[n]}"))
-                         for n, group in enumerate(self.order)
-                         if not any(i in read.indices for i in group))
+        return self.once(("reuse", read), lambda: math.prod(
+            max(self.options(f"reg_{AXES[n]}")) for n, group in enumerate(self.order)
+            if not any(i in read.indices for i in group)))
 
     def staged(self, read: _Read) -> bool | None:
         """True or False once decided, None while open."""
-        if "stage" not in self.p:
-            return None
-        return read.tensor in geometry.indices(self.p["stage"])
+        return None if self._stage is None else read.tensor in self._stage
+
+    @functools.cached_property
+    def _stage(self) -> tuple[str, ...] | None:
+        """The staged tensors, None while open."""
+        return geometry.indices(self.p["stage"]) if "stage" in self.p else None
 
     def decided(self, *names: str) -> bool:
         return all(n in self.p for n in names)
@@ -481,8 +502,20 @@ class _Optimist:
 
     @functools.cached_property
     def warp_shape(self) -> tuple:
-        """The decisions warp 0's lanes (:attr:`lanes`) depend on, None while open."""
-        return (self.p["order"], *(self.p.get(k) for k in WARP_SHAPE))
+        """The decisions warp 0's lanes (:attr:`lanes`) depend on: the order, and the threads,
+        registers and assignment of each axis the warp spans (x, then y and z while fewer
+        lanes than a warp's precede them), up to the first that is open (None)."""
+        shape: tuple = (self.p["order"],)
+        lanes = 1
+        for a in AXES:
+            if lanes >= self.m.gpu.warp_size:
+                break
+            axis = (self.p.get(f"block_{a}"), self.p.get(f"reg_{a}"), self.p.get(f"assign_{a}"))
+            shape += axis
+            if None in axis:
+                break
+            lanes *= axis[0]
+        return shape
 
     @functools.cached_property
     def lanes(self) -> list[list[dict[str, int]]] | None:
@@ -548,7 +581,7 @@ class _Optimist:
         staged = self.staged(read)
         if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
             return self.m.least_wavefronts
-        key = ("read", read.tensor, read.indices, self.warp_shape, staged)
+        key = ("read", read, self.warp_shape, staged)
         if staged:  # its tile, its padding, its vector loads along the reduction
             key += (self.tile_decisions, self.options("pad"), self.vectorisable(read))
         return self.memo(key, lambda: self._wavefronts(read, staged))
@@ -574,7 +607,7 @@ class _Optimist:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
         registers of each lane's along x): distinct lines (global) or the busiest bank's
         words (shared); remembered per model for the warp's shape and the strides."""
-        key = ("fronts", self.warp_shape, read.tensor, read.indices, tuple(strides.items()),
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()),
                staged, group)
 
         def fronts() -> int:
@@ -600,7 +633,10 @@ class _Optimist:
 
     @staticmethod
     def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
-        return sum(point.get(i, 0) * strides.get(i, 0) for i in dict.fromkeys(read.indices))
+        offset = 0
+        for i in read.distinct:
+            offset += point.get(i, 0) * strides.get(i, 0)
+        return offset
 
     def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
         """Elements between neighbours along each index in the staged (padded) tile."""
@@ -632,7 +668,7 @@ class _Optimist:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
         times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
         per model for the order and the tiles still possible."""
-        key = ("traffic", read.tensor, read.indices, self.p["order"],
+        key = ("traffic", read, self.p["order"],
                *(self.tiles(n) for n in range(len(self.extents))))
         return self.memo(key, lambda: self._traffic(read))
 
@@ -677,35 +713,37 @@ class _Optimist:
         a wavefront shared by the values of a 16-byte vector access."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
-        key = ("copy", exact, self.p["stage"], self.tile_decisions,
-               self.options("pad") if exact else None)
-        return self.memo(key, lambda: self._copy_wavefronts(exact))
-
-    def _copy_wavefronts(self, exact: bool) -> float:
-        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-        lanes = min(self.m.gpu.warp_size, threads)
+        threads = self.threads()
+        pads = self.options("pad") if exact else None
         total = 0.0
-        for r in (r for r in self.m.reads if self.staged(r)):
-            if not exact:  # the least a load and a store cost, whatever the elements
-                volume = math.prod(self.copy_extents(r))
-                total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (
-                    1 / self.m.per_access(False) + 1 / self.m.per_access(True))
-                continue
-            extents = self.footprint(r)
-            padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
-            volume = math.prod(padded.values())
-            elements = []
-            for e in range(min(lanes, volume)):
-                point = {}
-                for i, extent in padded.items():
-                    point[i], e = e % extent, e // extent
-                if all(point[i] < extents[i] for i in point):  # not the padding's
-                    elements.append(point)
-            read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
-            write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
-                        for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
-            total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
+        for r in self.m.reads:
+            if self.staged(r):  # remembered for what the copy of its tile depends on
+                key = ("copy", r, exact, threads, tuple(self.footprint(r).values()), pads)
+                total += self.memo(key, lambda r=r: self._copy_wavefronts(r, exact))
         return total / self.fmas_per_block_step()
+
+    def _copy_wavefronts(self, r: _Read, exact: bool) -> float:
+        """The copy wavefronts of ``r``'s tile per block and step."""
+        threads = self.threads()
+        lanes = min(self.m.gpu.warp_size, threads)
+        if not exact:  # the least a load and a store cost, whatever the elements
+            volume = math.prod(self.copy_extents(r))
+            return math.ceil(volume / threads) * math.ceil(threads / lanes) * (
+                1 / self.m.per_access(False) + 1 / self.m.per_access(True))
+        extents = self.footprint(r)
+        padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
+        volume = math.prod(padded.values())
+        elements = []
+        for e in range(min(lanes, volume)):
+            point = {}
+            for i, extent in padded.items():
+                point[i], e = e % extent, e // extent
+            if all(point[i] < extents[i] for i in point):  # not the padding's
+                elements.append(point)
+        read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
+        write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
+                    for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
+        return math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
 
     def fastest_first(self, read: _Read) -> list[str]:
         """``read``'s distinct indices in memory order, the fastest first."""
@@ -839,6 +877,9 @@ class _Optimist:
         """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
         the preloaded next step (each element as many registers as its dtype needs), and
         bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead."""
+        return self.once(("live", hoisted), lambda: self._live_registers(hoisted))
+
+    def _live_registers(self, hoisted: bool) -> int:
         elements = self.m.groups * self.registers_tile()
         elements += sum(self.operands(r, hoisted) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
