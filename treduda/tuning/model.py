@@ -518,18 +518,19 @@ class _Optimist:
         return shape
 
     @functools.cached_property
-    def lanes(self) -> list[list[dict[str, int]]] | None:
-        """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
-        its registers along x; None while a decision the warp's shape depends on is open.
+    def lanes(self) -> list[list[tuple[int, ...]]] | None:
+        """Warp 0's lanes, each as its registers along x, each register as its values along
+        the axes the warp spans (x first, relative to the tile's origin); None while a
+        decision the warp's shape depends on is open.
 
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
-        a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
+        a group it is decoded into the group's indices (:meth:`offset`): block 0's tile starts
         at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
         model for the decisions they depend on (the search asks at many nodes)."""
         return self.memo(("lanes", self.warp_shape), self._lanes)
 
-    def _lanes(self) -> list[list[dict[str, int]]] | None:
+    def _lanes(self) -> list[list[tuple[int, ...]]] | None:
         warp = self.m.gpu.warp_size
         spanned, lanes = [], 1
         for n, a in enumerate(AXES):
@@ -551,20 +552,24 @@ class _Optimist:
             registers = []
             for r in range(self.p["reg_x"]):
                 step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
-                along = [values[0] + r * step, *values[1:]] if self.order else values
-                registers.append(self.decode(along))
+                along = (values[0] + r * step, *values[1:]) if self.order else tuple(values)
+                registers.append(along)
             result.append(registers)
         return result
 
-    def decode(self, values: list[int]) -> dict[str, int]:
-        """The output-index values of the axes' ``values`` (x first): a group's value X is
-        c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel does."""
-        point = {}
+    def offset(self, values: tuple[int, ...], strides: Mapping[str, int]) -> int:
+        """The element offset, at ``strides`` (a read's, indexed by its indices), of the point
+        whose values along the axes are ``values`` (x first): a group's value X is
+        c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel does; an
+        index the strides lack, or on no axis ``values`` has, adds nothing."""
+        offset = 0
         for group, value in zip(self.order, values, strict=False):
             for index in group[:-1]:
-                point[index], value = value % self.m.sizes[index], value // self.m.sizes[index]
-            point[group[-1]] = value
-        return point
+                size = self.m.sizes[index]
+                offset += value % size * strides.get(index, 0)
+                value //= size
+            offset += value * strides.get(group[-1], 0)
+        return offset
 
     def wavefronts(self, read: _Read) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
@@ -611,8 +616,7 @@ class _Optimist:
                staged, group)
 
         def fronts() -> int:
-            offsets = [[self._offset(read, p, strides) for p in lane[:group]]
-                       for lane in self.lanes]
+            offsets = [[self.offset(p, strides) for p in lane[:group]] for lane in self.lanes]
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
@@ -790,7 +794,7 @@ class _Optimist:
         warp = self.lanes
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
-        return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
+        return self.m.lines([[self.offset(p, out.strides) for p in lane[:len(group)]]
                              for lane in warp]) / len(group)
 
     def spill_bytes(self, exact: bool = True) -> float:
