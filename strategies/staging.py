@@ -101,9 +101,14 @@ class Staged(Strategy):
         def described(p: Mapping[str, Any]) -> dict[str, Any]:
             return geometry.decided(mapping.geometry(program, p, values))
 
+        known: dict[tuple, bool] = {}  # fits, per tile and staging: the search asks often
+
         def fits(p: Mapping[str, Any]) -> bool:
             staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
-            return geometry.shared_bytes(program, {**described(p), **staging}) <= budget
+            key = (*(p[n] for n in tile_names), *staging.values())
+            if key not in known:
+                known[key] = geometry.shared_bytes(program, {**described(p), **staging}) <= budget
+            return known[key]
 
         rules = (
             # Checked as soon as the tiles and the staged inputs are known, so that the search

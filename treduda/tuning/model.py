@@ -525,7 +525,7 @@ class _Optimist:
 
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
-        a group it is decoded into the group's indices (:meth:`offset`): block 0's tile starts
+        a group it is decoded into the group's indices (:meth:`offsets`): block 0's tile starts
         at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
         model for the decisions they depend on (the search asks at many nodes)."""
         return self.memo(("lanes", self.warp_shape), self._lanes)
@@ -557,19 +557,27 @@ class _Optimist:
             result.append(registers)
         return result
 
-    def offset(self, values: tuple[int, ...], strides: Mapping[str, int]) -> int:
-        """The element offset, at ``strides`` (a read's, indexed by its indices), of the point
-        whose values along the axes are ``values`` (x first): a group's value X is
-        c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel does; an
-        index the strides lack, or on no axis ``values`` has, adds nothing."""
-        offset = 0
-        for group, value in zip(self.order, values, strict=False):
-            for index in group[:-1]:
-                size = self.m.sizes[index]
-                offset += value % size * strides.get(index, 0)
-                value //= size
-            offset += value * strides.get(group[-1], 0)
-        return offset
+    def offsets(self, strides: Mapping[str, int], group: int) -> list[list[int]]:
+        """The element offsets, at ``strides`` (a read's, indexed by its indices), of the first
+        ``group`` registers of each lane of warp 0 (:attr:`lanes`): a group's value X along
+        its axis is c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel
+        does; an index the strides lack, or on an axis the warp does not span, adds nothing."""
+        # per axis: the extent and stride of each index but the slowest, the slowest's stride
+        axes = [([(self.m.sizes[i], strides.get(i, 0)) for i in g[:-1]], strides.get(g[-1], 0))
+                for g in self.order]
+        found = []
+        for lane in self.lanes:
+            row = []
+            for values in lane[:group]:
+                offset = 0
+                for (faster, slowest), value in zip(axes, values, strict=False):
+                    for size, stride in faster:
+                        offset += value % size * stride
+                        value //= size
+                    offset += value * slowest
+                row.append(offset)
+            found.append(row)
+        return found
 
     def wavefronts(self, read: _Read) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
@@ -616,7 +624,7 @@ class _Optimist:
                staged, group)
 
         def fronts() -> int:
-            offsets = [[self.offset(p, strides) for p in lane[:group]] for lane in self.lanes]
+            offsets = self.offsets(strides, group)
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
@@ -794,8 +802,7 @@ class _Optimist:
         warp = self.lanes
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
-        return self.m.lines([[self.offset(p, out.strides) for p in lane[:len(group)]]
-                             for lane in warp]) / len(group)
+        return self.m.lines(self.offsets(out.strides, len(group))) / len(group)
 
     def spill_bytes(self, exact: bool = True) -> float:
         """Bytes of spilled registers all threads move, stored and reloaded once per step (the
