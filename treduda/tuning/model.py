@@ -60,7 +60,9 @@ STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
 # The decisions of a block's tile per step (geometry.tile_extents).
-TILE_DECISIONS = ("order", "step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
+# Per axis (x, y, z): the names of its threads, registers and their assignment.
+BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
+TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
 
 
 @dataclass(frozen=True)
@@ -280,7 +282,7 @@ class Model:
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
         # number of blocks is known.
-        known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES) and (
+        known = exact or all(k in o.p for k in (*BLOCK, *REG)) and (
             most == least)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
@@ -421,8 +423,8 @@ class _Optimist:
     @functools.cached_property
     def _tiles(self) -> list[tuple[int, ...]]:
         found = []
-        for a in AXES:
-            blocks, regs = self.options(f"block_{a}"), self.options(f"reg_{a}")
+        for block, reg in zip(BLOCK, REG, strict=True):
+            blocks, regs = self.options(block), self.options(reg)
             found.append(self.memo(("tiles", blocks, regs), lambda b=blocks, r=regs: tuple(
                 sorted({x * y for x, y in itertools.product(b, r)}))))
         return found
@@ -456,10 +458,14 @@ class _Optimist:
         return total
 
     def threads(self) -> int:
-        return math.prod(min(self.options(f"block_{a}")) for a in AXES)
+        return self._threads
+
+    @functools.cached_property
+    def _threads(self) -> int:
+        return math.prod(min(self.options(b)) for b in BLOCK)
 
     def registers_tile(self) -> int:
-        return math.prod(min(self.options(f"reg_{a}")) for a in AXES)
+        return math.prod(min(self.options(r)) for r in REG)
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``, remembered for this candidate (several terms ask for it)."""
@@ -472,7 +478,7 @@ class _Optimist:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
         along the axes ``read`` does not depend on (on none of a group's indices)."""
         return self.once(("reuse", read), lambda: math.prod(
-            max(self.options(f"reg_{AXES[n]}")) for n, group in enumerate(self.order)
+            max(self.options(REG[n])) for n, group in enumerate(self.order)
             if not any(i in read.indices for i in group)))
 
     def staged(self, read: _Read) -> bool | None:
@@ -492,7 +498,7 @@ class _Optimist:
 
     @functools.cached_property
     def _tiles_decided(self) -> bool:
-        return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
+        return self.decided("step", *BLOCK, *REG)
 
     @functools.cached_property
     def tile_decisions(self) -> tuple:
@@ -507,10 +513,10 @@ class _Optimist:
         lanes than a warp's precede them), up to the first that is open (None)."""
         shape: tuple = (self.p["order"],)
         lanes = 1
-        for a in AXES:
+        for names in zip(BLOCK, REG, ASSIGN, strict=True):
             if lanes >= self.m.gpu.warp_size:
                 break
-            axis = (self.p.get(f"block_{a}"), self.p.get(f"reg_{a}"), self.p.get(f"assign_{a}"))
+            axis = tuple(self.p.get(name) for name in names)
             shape += axis
             if None in axis:
                 break
@@ -713,7 +719,7 @@ class _Optimist:
         staged = [r for r in self.m.reads if self.staged(r)]
         per_element = 2 + self.m.conversions  # load, (convert,) store
         per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
-        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+        threads = math.prod(self.p[b] for b in BLOCK)
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
@@ -784,7 +790,7 @@ class _Optimist:
         which are ``step`` values of *each* summed index (a step of two summed indices holds
         up to ``step**2`` values; counting ``step`` overcharged the copies and barriers of
         tccg_13-30 by up to a factor of ``step``)."""
-        tile = math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
+        tile = math.prod(self.p[b] * self.p[r] for b, r in zip(BLOCK, REG, strict=True))
         return tile * max(self.m.iterations, 1) / self.steps()
 
     def store_wavefronts(self, exact: bool = True) -> float:
@@ -881,7 +887,7 @@ class _Optimist:
         least the loop holds, capped for the largest block still possible."""
         if self.compiled:
             return self.compiled.registers
-        largest = math.prod(max(self.options(f"block_{a}")) for a in AXES)
+        largest = math.prod(max(self.options(b)) for b in BLOCK)
         return min(self.live_registers(), self.m.gpu.register_cap(largest))
 
     def live_registers(self, hoisted: bool = False) -> int:
@@ -894,7 +900,7 @@ class _Optimist:
         elements = self.m.groups * self.registers_tile()
         elements += sum(self.operands(r, hoisted) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
-            threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+            threads = math.prod(self.p[b] for b in BLOCK)
             elements += sum(math.ceil(math.prod(self.copy_extents(r)) / threads)
                             for r in self.m.reads if self.staged(r))
         return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
@@ -916,7 +922,7 @@ class _Optimist:
     def tile_values(self, read: _Read) -> int:
         """Values of ``read`` a thread's register tile uses per reduction point: its
         registers along the axes ``read`` depends on (the fewest while open)."""
-        return math.prod(min(self.options(f"reg_{AXES[n]}"))
+        return math.prod(min(self.options(REG[n]))
                          for n, group in enumerate(self.order)
                          if any(i in read.indices for i in group))
 
