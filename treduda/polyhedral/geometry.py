@@ -17,6 +17,7 @@ strategy both need (its extents and its shared memory), so that it is written on
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -82,17 +83,20 @@ def decided(description: Mapping[str, tuple]) -> dict[str, Any]:
     return {q: values[0] for q, values in description.items() if len(values) == 1}
 
 
+@functools.cache  # few distinct texts, read at every node of a search
 def indices(text: str) -> tuple[str, ...]:
     """The index names of a comma-separated quantity (``order``, ``walk``)."""
     return tuple(i for i in text.split(",") if i)
 
 
+@functools.cache
 def groups(order: str) -> tuple[tuple[str, ...], ...]:
     """The index groups on x, y, z of an ``order``: ``"c*a,b"`` puts (c, a) on x, c fastest,
     and b alone on y."""
     return tuple(tuple(entry.split(GROUP)) for entry in indices(order))
 
 
+@functools.cache
 def on_axes(order: str) -> tuple[str, ...]:
     """Every output index an ``order`` puts on an axis."""
     return tuple(i for group in groups(order) for i in group)

@@ -680,7 +680,8 @@ class _Optimist:
 
     @functools.cached_property
     def tile(self) -> dict[str, int | None]:
-        return geometry.tile_extents(self.m.program, self.p)
+        return self.memo(("tile", self.tile_decisions),
+                         lambda: geometry.tile_extents(self.m.program, self.p))
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
@@ -878,7 +879,9 @@ class _Optimist:
             return 0
         least = {"pad": min(self.options("pad")),
                  "double_buffer": min(self.options("double_buffer"))}
-        return int(geometry.shared_bytes(self.m.program, {**self.p, **least}))
+        key = ("shared", self.tile_decisions, self.p["stage"], *least.values())
+        return self.memo(key, lambda: int(geometry.shared_bytes(self.m.program,
+                                                                {**self.p, **least})))
 
     def registers(self) -> int:
         """ptxas's count where given; else what the main loop holds at once
