@@ -68,12 +68,12 @@ Description = dict[str, tuple]  # quantity -> the values it can still take
 def complete(described: Mapping[str, tuple], strategy: str) -> Description:
     """A strategy's description with the quantities it leaves out at their neutral values;
     a name outside the vocabulary is an error of the strategy's, not silently ignored."""
-    unknown = sorted(set(described) - set(QUANTITIES))
-    if unknown:
+    if not described.keys() <= QUANTITIES.keys():  # checked at every node of a search
+        unknown = sorted(set(described) - set(QUANTITIES))
         raise StrategyError(f"strategy '{strategy}' describes {unknown}, which the model does "
                             f"not know; the quantities are: {', '.join(QUANTITIES)}")
-    empty = sorted(q for q, values in described.items() if not values)
-    if empty:
+    if not all(described.values()):
+        empty = sorted(q for q, values in described.items() if not values)
         raise StrategyError(f"strategy '{strategy}' leaves no value for {empty}")
     return {**NEUTRAL, **{q: tuple(v) for q, v in described.items()}}
 

@@ -429,7 +429,16 @@ class _Optimist:
                 sorted({x * y for x, y in itertools.product(b, r)}))))
         return found
 
+    @functools.cached_property
+    def axis_tiles(self) -> tuple:
+        """The order and the tiles each of its axes can still have: what the blocks, the
+        padded output and the traffic depend on (their keys, :meth:`memo`)."""
+        return (self.p["order"], *self._tiles[:len(self.extents)])
+
     def padded_elements(self) -> float:
+        return self.memo(("padded", self.axis_tiles), self._padded_elements)
+
+    def _padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
         for n, extent in enumerate(self.extents):
             total *= min(math.ceil(extent / t) * t for t in self.tiles(n))
@@ -439,6 +448,9 @@ class _Optimist:
         """Blocks launched: tiles along x, y, z (over a group's product extent), times every
         value of the output indices not on an axis (each gets blocks of its own, folded into
         the grid's x axis), except where the threads walk them (:meth:`walks`)."""
+        return self.memo(("blocks", self.axis_tiles, self.walked), self._blocks)
+
+    def _blocks(self) -> float:
         tiles = math.prod(min(math.ceil(extent / t) for t in self.tiles(n))
                           for n, extent in enumerate(self.extents)
                           if self.axes[n] not in self.walked)
@@ -477,9 +489,13 @@ class _Optimist:
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
         along the axes ``read`` does not depend on (on none of a group's indices)."""
-        return self.once(("reuse", read), lambda: math.prod(
-            max(self.options(REG[n])) for n, group in enumerate(self.order)
-            if not any(i in read.indices for i in group)))
+        return self._reuse[read]
+
+    @functools.cached_property
+    def _reuse(self) -> dict[_Read, int]:
+        return {read: math.prod(max(self.options(REG[n])) for n, group in enumerate(self.order)
+                                if not any(i in read.indices for i in group))
+                for read in self.m.reads}
 
     def staged(self, read: _Read) -> bool | None:
         """True or False once decided, None while open."""
@@ -657,8 +673,10 @@ class _Optimist:
         return offset
 
     def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
-        """Elements between neighbours along each index in the staged (padded) tile."""
-        return {i: self._tile_stride(read, i, pad) for i in read.indices}
+        """Elements between neighbours along each index in the staged (padded) tile;
+        remembered per model for the tile's extents and the padding."""
+        key = ("strides", read, tuple(self.footprint(read).values()), pad)
+        return self.memo(key, lambda: {i: self._tile_stride(read, i, pad) for i in read.indices})
 
     def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
         """Elements between neighbours along ``index`` in the staged (padded) tile."""
@@ -676,7 +694,7 @@ class _Optimist:
 
     def footprint(self, read: _Read) -> dict[str, int]:
         """Per block and step, how many values of each of its indices ``read`` touches."""
-        return {i: self.tile[i] for i in read.indices}
+        return self.once(("footprint", read), lambda: {i: self.tile[i] for i in read.indices})
 
     @functools.cached_property
     def tile(self) -> dict[str, int | None]:
@@ -687,9 +705,7 @@ class _Optimist:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
         times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
         per model for the order and the tiles still possible."""
-        key = ("traffic", read, self.p["order"],
-               *(self.tiles(n) for n in range(len(self.extents))))
-        return self.memo(key, lambda: self._traffic(read))
+        return self.memo(("traffic", read, self.axis_tiles), lambda: self._traffic(read))
 
     def _traffic(self, read: _Read) -> float:
         total = 1.0
