@@ -98,10 +98,16 @@ class Staged(Strategy):
         tile_names, every_name = mapping.tile_parameters(program), tuple(values)
         budget = self.limits.shared_per_block
 
-        def described(p: Mapping[str, Any]) -> dict[str, Any]:
-            return geometry.decided(mapping.geometry(program, p, values))
+        # What the rules ask for, remembered (the search checks them at every node): the
+        # mapping's geometry per its decisions, whether the tiles fit per tile and staging.
+        geometries: dict[tuple, dict[str, Any]] = {}
+        known: dict[tuple, bool] = {}
 
-        known: dict[tuple, bool] = {}  # fits, per tile and staging: the search asks often
+        def described(p: Mapping[str, Any]) -> dict[str, Any]:
+            key = tuple((n, p[n]) for n in every_name if n in p)
+            if key not in geometries:
+                geometries[key] = geometry.decided(mapping.geometry(program, p, values))
+            return geometries[key]
 
         def fits(p: Mapping[str, Any]) -> bool:
             staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
