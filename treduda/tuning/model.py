@@ -587,18 +587,21 @@ class _Optimist:
         # per axis: the extent and stride of each index but the slowest, the slowest's stride
         axes = [([(self.m.sizes[i], strides.get(i, 0)) for i in g[:-1]], strides.get(g[-1], 0))
                 for g in self.order]
+
+        def along(n: int, value: int) -> int:  # what axis n's value adds to the offset
+            faster, slowest = axes[n]
+            offset = 0
+            for size, stride in faster:
+                offset += value % size * stride
+                value //= size
+            return offset + value * slowest
+
+        if not axes:
+            return [[0] * len(lane[:group]) for lane in self.lanes]
         found = []
-        for lane in self.lanes:
-            row = []
-            for values in lane[:group]:
-                offset = 0
-                for (faster, slowest), value in zip(axes, values, strict=False):
-                    for size, stride in faster:
-                        offset += value % size * stride
-                        value //= size
-                    offset += value * slowest
-                row.append(offset)
-            found.append(row)
+        for lane in self.lanes:  # a lane's registers differ along x alone
+            others = sum(along(n, v) for n, v in enumerate(lane[0][1:len(axes)], 1))
+            found.append([along(0, values[0]) + others for values in lane[:group]])
         return found
 
     def wavefronts(self, read: _Read) -> float:
