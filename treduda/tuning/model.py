@@ -59,9 +59,9 @@ OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, p
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
-# The decisions of a block's tile per step (geometry.tile_extents).
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
+# The decisions of a block's tile per step (geometry.tile_extents).
 TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
 
 
@@ -282,8 +282,7 @@ class Model:
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
         # number of blocks is known.
-        known = exact or all(k in o.p for k in (*BLOCK, *REG)) and (
-            most == least)
+        known = exact or all(k in o.p for k in (*BLOCK, *REG)) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
@@ -645,8 +644,7 @@ class _Optimist:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
         registers of each lane's along x): distinct lines (global) or the busiest bank's
         words (shared); remembered per model for the warp's shape and the strides."""
-        key = ("fronts", self.warp_shape, read, tuple(strides.items()),
-               staged, group)
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
 
         def fronts() -> int:
             offsets = self.offsets(strides, group)
