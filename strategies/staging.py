@@ -98,12 +98,23 @@ class Staged(Strategy):
         tile_names, every_name = mapping.tile_parameters(program), tuple(values)
         budget = self.limits.shared_per_block
 
+        # What the rules ask for, remembered (the search checks them at every node): the
+        # mapping's geometry per its decisions, whether the tiles fit per tile and staging.
+        geometries: dict[tuple, dict[str, Any]] = {}
+        known: dict[tuple, bool] = {}
+
         def described(p: Mapping[str, Any]) -> dict[str, Any]:
-            return geometry.decided(mapping.geometry(program, p, values))
+            key = tuple((n, p[n]) for n in every_name if n in p)
+            if key not in geometries:
+                geometries[key] = geometry.decided(mapping.geometry(program, p, values))
+            return geometries[key]
 
         def fits(p: Mapping[str, Any]) -> bool:
             staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
-            return geometry.shared_bytes(program, {**described(p), **staging}) <= budget
+            key = (*(p[n] for n in tile_names), *staging.values())
+            if key not in known:
+                known[key] = geometry.shared_bytes(program, {**described(p), **staging}) <= budget
+            return known[key]
 
         rules = (
             # Checked as soon as the tiles and the staged inputs are known, so that the search

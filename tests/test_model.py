@@ -13,7 +13,7 @@ import treduda
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.gpus import gpu
-from treduda.tuning.model import REGISTER_BYTES
+from treduda.tuning.model import REGISTER_BYTES, Model
 from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in
@@ -152,3 +152,21 @@ def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
     small = model.estimate({**TCCG15_PICK, "block_y": 4})
     assert small.resources["latency"] < unstaged.resources["latency"] / 4
     assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds
+
+
+@pytest.mark.parametrize("space", [SPACES[0], SPACES[3]], ids=["gemm", "grouped"])
+def test_what_the_model_remembers_does_not_depend_on_what_it_was_asked_before(space):
+    # The model remembers terms under the decisions each depends on (the search asks for the
+    # same ones at many nodes): after a search, it predicts candidates and their partial
+    # assignments exactly as a new model does.
+    expr, sizes, layout, dtype, target, _ = space
+    program = plan(expr, sizes, layout, dtype)
+    searcher = Searcher(program, target)
+    candidates = searcher.branch_and_bound(max_nodes=300).candidates
+    names = [p.name for p in searcher.space.parameters]
+    for candidate in candidates[::max(1, len(candidates) // 40)]:
+        fresh = Model(program, searcher.gpu, searcher.strategy, searcher.model.values)
+        assert fresh.estimate(candidate.params) == searcher.model.estimate(candidate.params)
+        for depth in (3, 9, len(names)):
+            partial = {n: candidate.params[n] for n in names[:depth]}
+            assert fresh.bound(partial) == searcher.model.bound(partial)

@@ -17,6 +17,7 @@ strategy both need (its extents and its shared memory), so that it is written on
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -67,12 +68,12 @@ Description = dict[str, tuple]  # quantity -> the values it can still take
 def complete(described: Mapping[str, tuple], strategy: str) -> Description:
     """A strategy's description with the quantities it leaves out at their neutral values;
     a name outside the vocabulary is an error of the strategy's, not silently ignored."""
-    unknown = sorted(set(described) - set(QUANTITIES))
-    if unknown:
+    if not described.keys() <= QUANTITIES.keys():  # checked at every node of a search
+        unknown = sorted(set(described) - set(QUANTITIES))
         raise StrategyError(f"strategy '{strategy}' describes {unknown}, which the model does "
                             f"not know; the quantities are: {', '.join(QUANTITIES)}")
-    empty = sorted(q for q, values in described.items() if not values)
-    if empty:
+    if not all(described.values()):
+        empty = sorted(q for q, values in described.items() if not values)
         raise StrategyError(f"strategy '{strategy}' leaves no value for {empty}")
     return {**NEUTRAL, **{q: tuple(v) for q, v in described.items()}}
 
@@ -82,17 +83,20 @@ def decided(description: Mapping[str, tuple]) -> dict[str, Any]:
     return {q: values[0] for q, values in description.items() if len(values) == 1}
 
 
+@functools.cache  # few distinct texts, read at every node of a search
 def indices(text: str) -> tuple[str, ...]:
     """The index names of a comma-separated quantity (``order``, ``walk``)."""
     return tuple(i for i in text.split(",") if i)
 
 
+@functools.cache
 def groups(order: str) -> tuple[tuple[str, ...], ...]:
     """The index groups on x, y, z of an ``order``: ``"c*a,b"`` puts (c, a) on x, c fastest,
     and b alone on y."""
     return tuple(tuple(entry.split(GROUP)) for entry in indices(order))
 
 
+@functools.cache
 def on_axes(order: str) -> tuple[str, ...]:
     """Every output index an ``order`` puts on an axis."""
     return tuple(i for group in groups(order) for i in group)

@@ -119,13 +119,21 @@ class ParamSpace:
 
     def violated(self, fixed: Mapping[str, Any]) -> list[Constraint]:
         """Constraints whose parameters are all fixed and that do not hold."""
-        return [c for c in self.constraints
-                if all(n in fixed for n in c.needs) and not c.holds(fixed)]
+        names = fixed.keys()
+        return [c for c, needs in self._needs if needs <= names and not c.holds(fixed)]
 
     @functools.cached_property
-    def _rules_of(self) -> dict[str, tuple[Constraint, ...]]:
-        """For each parameter, the rules that read it (checked when it is decided)."""
-        return {p.name: tuple(c for c in self.constraints if p.name in c.needs)
+    def _needs(self) -> tuple[tuple[Constraint, frozenset[str]], ...]:
+        """Each rule with the names it reads, as a set (the search checks rules at every
+        node)."""
+        return tuple((c, frozenset(c.needs)) for c in self.constraints)
+
+    @functools.cached_property
+    def _rules_of(self) -> dict[str, tuple[tuple[Constraint, frozenset[str]], ...]]:
+        """For each parameter, the rules that read it (checked when it is decided), each with
+        the other names it reads."""
+        return {p.name: tuple((c, needs - {p.name}) for c, needs in self._needs
+                              if p.name in needs)
                 for p in self.parameters}
 
     def choices(self, fixed: Mapping[str, Any]) -> tuple[Parameter, tuple] | None:
@@ -133,12 +141,12 @@ class ParamSpace:
 
         ``fixed`` is assumed valid (as every node the search builds is), so only the rules
         that read the parameter being decided are checked."""
+        names = fixed.keys()
         for p in self.parameters:
             if p.name not in fixed:
-                rules = self._rules_of[p.name]
+                rules = [c for c, others in self._rules_of[p.name] if others <= names]
                 return p, tuple(v for v in p.values if not any(
-                    all(n in fixed or n == p.name for n in c.needs)
-                    and not c.holds({**fixed, p.name: v}) for c in rules))
+                    not c.holds({**fixed, p.name: v}) for c in rules))
         return None
 
     def points(self, fixed: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:

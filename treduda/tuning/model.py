@@ -59,9 +59,10 @@ OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, p
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
-# The quantities the warp-level terms (wavefronts of loads, copies, stores) depend on.
-WARP_DECISIONS = ("order", "step", "stage", "pad",
-                  *(f"{k}_{a}" for k in ("block", "reg", "assign") for a in AXES))
+# Per axis (x, y, z): the names of its threads, registers and their assignment.
+BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
+# The decisions of a block's tile per step (geometry.tile_extents).
+TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
 
 
 @dataclass(frozen=True)
@@ -122,13 +123,19 @@ class Compiled:
         return cls(report.registers, report.spill_bytes)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class _Read:
-    """One tensor read inside a reduction: its indices and its memory strides."""
+    """One tensor read inside a reduction: its indices and its memory strides (compared by
+    identity: each is one read of one model, a key of the terms remembered for it)."""
 
     tensor: str
     indices: tuple[str, ...]
     strides: dict[str, int]  # index -> elements between neighbours in global memory
+
+    @functools.cached_property
+    def distinct(self) -> tuple[str, ...]:
+        """Its indices, each once (a diagonal read repeats one)."""
+        return tuple(dict.fromkeys(self.indices))
 
 
 class Model:
@@ -169,11 +176,12 @@ class Model:
         self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
-        self._warp_terms: dict[tuple, float] = {}  # see _Optimist.memo
-        self._lanes: dict[tuple, list | None] = {}  # see _Optimist.lanes
-        self._tiles: dict[tuple, tuple[int, ...]] = {}  # see _Optimist.tiles
-        self._fronts: dict[tuple, int] = {}  # see _Optimist._fronts
+        # Terms the search asks for at many nodes, each remembered under the decisions it
+        # depends on (see _Optimist.memo).
+        self._known: dict[tuple, Any] = {}
         self.groups = max(1, len(program.accumulators))
+        # the least LSU wavefronts a value loaded can cost: a 16-byte vector's share of one
+        self.least_wavefronts = 1 / max(self.per_access(s) for s in (False, True))
         self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
         touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
         written = self.elements * (2 if c.reads_output or c.op != "=" else 1)
@@ -274,8 +282,7 @@ class Model:
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
         # number of blocks is known.
-        known = exact or all(f"{k}_{a}" in o.p for k in ("block", "reg") for a in AXES) and (
-            most == least)
+        known = exact or all(k in o.p for k in (*BLOCK, *REG)) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
@@ -285,7 +292,7 @@ class Model:
         converted = loads * self.operand_ops + direct * self.conversions
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one), and copies (counted per warp already)
-        wavefronts = (sum(o.wavefronts(r, exact) / o.reuse(r) for r in self.reads) / 32
+        wavefronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / 32
                       * warp_round + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
@@ -382,11 +389,27 @@ class _Optimist:
     def __init__(self, model: Model, described: Description, compiled: Compiled | None = None):
         self.m, self.described, self.compiled = model, described, compiled
         self.p = geometry.decided(described)  # the quantities with one value left
-        self.order = geometry.groups(self.p["order"])  # per axis, its indices, fastest first
-        self.axes = geometry.indices(self.p["order"])  # per axis, its name ("c*a" for a group)
-        self.extents = [geometry.group_extent(g, model.sizes) for g in self.order]
-        self.mapped = set(geometry.on_axes(self.p["order"]))
+        # per axis, its indices (fastest first), its name ("c*a" for a group) and its extent;
+        # every index on an axis
+        self.order, self.axes, self.extents, self.mapped = self.memo(
+            ("axes", self.p["order"]), lambda: self._axes(self.p["order"]))
         self.walked = geometry.indices(self.p.get("walk", ""))
+        self._once: dict[tuple, Any] = {}  # see once
+
+    def _axes(self, order: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...],
+                                         list[int], frozenset[str]]:
+        return (geometry.groups(order), geometry.indices(order),
+                [geometry.group_extent(g, self.m.sizes) for g in geometry.groups(order)],
+                frozenset(geometry.on_axes(order)))
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered per model under ``key``: the term's name and every
+        decision (or option) it depends on, no more, so that the many nodes of a search that
+        agree on those compute it once."""
+        known = self.m._known
+        if key not in known:
+            known[key] = compute()
+        return known[key]
 
     def options(self, name: str) -> tuple:
         """The values quantity ``name`` can still take."""
@@ -394,14 +417,27 @@ class _Optimist:
 
     def tiles(self, n: int) -> tuple[int, ...]:
         """The tiles axis ``n`` can still have (threads times registers), each once."""
-        a = AXES[n]
-        key = (self.options(f"block_{a}"), self.options(f"reg_{a}"))
-        known = self.m._tiles
-        if key not in known:
-            known[key] = tuple(sorted({b * r for b, r in itertools.product(*key)}))
-        return known[key]
+        return self._tiles[n]
+
+    @functools.cached_property
+    def _tiles(self) -> list[tuple[int, ...]]:
+        found = []
+        for block, reg in zip(BLOCK, REG, strict=True):
+            blocks, regs = self.options(block), self.options(reg)
+            found.append(self.memo(("tiles", blocks, regs), lambda b=blocks, r=regs: tuple(
+                sorted({x * y for x, y in itertools.product(b, r)}))))
+        return found
+
+    @functools.cached_property
+    def axis_tiles(self) -> tuple:
+        """The order and the tiles each of its axes can still have: what the blocks, the
+        padded output and the traffic depend on (their keys, :meth:`memo`)."""
+        return (self.p["order"], *self._tiles[:len(self.extents)])
 
     def padded_elements(self) -> float:
+        return self.memo(("padded", self.axis_tiles), self._padded_elements)
+
+    def _padded_elements(self) -> float:
         total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
         for n, extent in enumerate(self.extents):
             total *= min(math.ceil(extent / t) * t for t in self.tiles(n))
@@ -411,6 +447,9 @@ class _Optimist:
         """Blocks launched: tiles along x, y, z (over a group's product extent), times every
         value of the output indices not on an axis (each gets blocks of its own, folded into
         the grid's x axis), except where the threads walk them (:meth:`walks`)."""
+        return self.memo(("blocks", self.axis_tiles, self.walked), self._blocks)
+
+    def _blocks(self) -> float:
         tiles = math.prod(min(math.ceil(extent / t) for t in self.tiles(n))
                           for n, extent in enumerate(self.extents)
                           if self.axes[n] not in self.walked)
@@ -430,23 +469,41 @@ class _Optimist:
         return total
 
     def threads(self) -> int:
-        return math.prod(min(self.options(f"block_{a}")) for a in AXES)
+        return self._threads
+
+    @functools.cached_property
+    def _threads(self) -> int:
+        return math.prod(min(self.options(b)) for b in BLOCK)
 
     def registers_tile(self) -> int:
-        return math.prod(min(self.options(f"reg_{a}")) for a in AXES)
+        return math.prod(min(self.options(r)) for r in REG)
+
+    def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered for this candidate (several terms ask for it)."""
+        known = self._once
+        if key not in known:
+            known[key] = compute()
+        return known[key]
 
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
         along the axes ``read`` does not depend on (on none of a group's indices)."""
-        return math.prod(max(self.options(f"reg_{AXES[n]}"))
-                         for n, group in enumerate(self.order)
-                         if not any(i in read.indices for i in group))
+        return self._reuse[read]
+
+    @functools.cached_property
+    def _reuse(self) -> dict[_Read, int]:
+        return {read: math.prod(max(self.options(REG[n])) for n, group in enumerate(self.order)
+                                if not any(i in read.indices for i in group))
+                for read in self.m.reads}
 
     def staged(self, read: _Read) -> bool | None:
         """True or False once decided, None while open."""
-        if "stage" not in self.p:
-            return None
-        return read.tensor in geometry.indices(self.p["stage"])
+        return None if self._stage is None else read.tensor in self._stage
+
+    @functools.cached_property
+    def _stage(self) -> tuple[str, ...] | None:
+        """The staged tensors, None while open."""
+        return geometry.indices(self.p["stage"]) if "stage" in self.p else None
 
     def decided(self, *names: str) -> bool:
         return all(n in self.p for n in names)
@@ -456,26 +513,45 @@ class _Optimist:
 
     @functools.cached_property
     def _tiles_decided(self) -> bool:
-        return self.decided("step", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES))
+        return self.decided("step", *BLOCK, *REG)
 
     @functools.cached_property
-    def lanes(self) -> list[list[dict[str, int]]] | None:
-        """Warp 0's lanes, each as the output-index values (relative to the tile's origin) of
-        its registers along x; None while a decision the warp's shape depends on is open.
+    def tile_decisions(self) -> tuple:
+        """The decided values of :data:`TILE_DECISIONS` (once :meth:`tiles_decided`): what the
+        block's tile per step (:attr:`tile`) depends on."""
+        return tuple(self.p.get(k) for k in TILE_DECISIONS)
+
+    @functools.cached_property
+    def warp_shape(self) -> tuple:
+        """The decisions warp 0's lanes (:attr:`lanes`) depend on: the order, and the threads,
+        registers and assignment of each axis the warp spans (x, then y and z while fewer
+        lanes than a warp's precede them), up to the first that is open (None)."""
+        shape: tuple = (self.p["order"],)
+        lanes = 1
+        for names in zip(BLOCK, REG, ASSIGN, strict=True):
+            if lanes >= self.m.gpu.warp_size:
+                break
+            axis = tuple(self.p.get(name) for name in names)
+            shape += axis
+            if None in axis:
+                break
+            lanes *= axis[0]
+        return shape
+
+    @functools.cached_property
+    def lanes(self) -> list[list[tuple[int, ...]]] | None:
+        """Warp 0's lanes, each as its registers along x, each register as its values along
+        the axes the warp spans (x first, relative to the tile's origin); None while a
+        decision the warp's shape depends on is open.
 
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
-        a group it is decoded into the group's indices (:meth:`decode`): block 0's tile starts
+        a group it is decoded into the group's indices (:meth:`offsets`): block 0's tile starts
         at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
         model for the decisions they depend on (the search asks at many nodes)."""
-        key = (self.p["order"], *(self.p.get(f"{k}_{a}") for a in AXES
-                                  for k in ("block", "reg", "assign")))
-        known = self.m._lanes
-        if key not in known:
-            known[key] = self._lanes()
-        return known[key]
+        return self.memo(("lanes", self.warp_shape), self._lanes)
 
-    def _lanes(self) -> list[list[dict[str, int]]] | None:
+    def _lanes(self) -> list[list[tuple[int, ...]]] | None:
         warp = self.m.gpu.warp_size
         spanned, lanes = [], 1
         for n, a in enumerate(AXES):
@@ -497,35 +573,37 @@ class _Optimist:
             registers = []
             for r in range(self.p["reg_x"]):
                 step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
-                along = [values[0] + r * step, *values[1:]] if self.order else values
-                registers.append(self.decode(along))
+                along = (values[0] + r * step, *values[1:]) if self.order else tuple(values)
+                registers.append(along)
             result.append(registers)
         return result
 
-    def decode(self, values: list[int]) -> dict[str, int]:
-        """The output-index values of the axes' ``values`` (x first): a group's value X is
-        c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel does."""
-        point = {}
-        for group, value in zip(self.order, values, strict=False):
-            for index in group[:-1]:
-                point[index], value = value % self.m.sizes[index], value // self.m.sizes[index]
-            point[group[-1]] = value
-        return point
+    def offsets(self, strides: Mapping[str, int], group: int) -> list[list[int]]:
+        """The element offsets, at ``strides`` (a read's, indexed by its indices), of the first
+        ``group`` registers of each lane of warp 0 (:attr:`lanes`): a group's value X along
+        its axis is c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel
+        does; an index the strides lack, or on an axis the warp does not span, adds nothing."""
+        # per axis: the extent and stride of each index but the slowest, the slowest's stride
+        axes = [([(self.m.sizes[i], strides.get(i, 0)) for i in g[:-1]], strides.get(g[-1], 0))
+                for g in self.order]
 
-    def memo(self, name: str, compute: Callable[[], float], *extra: Any) -> float:
-        """``compute()``, remembered per model for the decisions warp terms depend on (the
-        search asks for the same ones at many nodes)."""
-        key = (name, *extra, *(self.options(k) for k in WARP_DECISIONS))
-        terms = self.m._warp_terms
-        if key not in terms:
-            terms[key] = compute()
-        return terms[key]
+        def along(n: int, value: int) -> int:  # what axis n's value adds to the offset
+            faster, slowest = axes[n]
+            offset = 0
+            for size, stride in faster:
+                offset += value % size * stride
+                value //= size
+            return offset + value * slowest
 
-    def wavefronts(self, read: _Read, exact: bool = True) -> float:
-        return self.memo("read", lambda: self._wavefronts(read, exact), read.tensor,
-                         read.indices, exact, self.p.get("unroll"))
+        if not axes:
+            return [[0] * len(lane[:group]) for lane in self.lanes]
+        found = []
+        for lane in self.lanes:  # a lane's registers differ along x alone
+            others = sum(along(n, v) for n, v in enumerate(lane[0][1:len(axes)], 1))
+            found.append([along(0, values[0]) + others for values in lane[:group]])
+        return found
 
-    def _wavefronts(self, read: _Read, exact: bool) -> float:
+    def wavefronts(self, read: _Read) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access of up to 16
@@ -537,11 +615,17 @@ class _Optimist:
         wavefronts are shared by its values, no fewer than a 16-byte vector's.
         While what decides it is open, the least any access costs: a wavefront shared by a
         16-byte vector (for an open padding, the better of its values)."""
-        least = 1 / max(self.m.per_access(s) for s in (False, True))
         staged = self.staged(read)
+        if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
+            return self.m.least_wavefronts
+        key = ("read", read, self.warp_shape, staged)
+        if staged:  # its tile, its padding, its vector loads along the reduction
+            key += (self.tile_decisions, self.options("pad"), self.vectorisable(read))
+        return self.memo(key, lambda: self._wavefronts(read, staged))
+
+    def _wavefronts(self, read: _Read, staged: bool) -> float:
+        least = self.m.least_wavefronts
         warp = self.lanes
-        if staged is None or warp is None or (staged and not self.tiles_decided()):
-            return least
         values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
 
@@ -560,14 +644,13 @@ class _Optimist:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
         registers of each lane's along x): distinct lines (global) or the busiest bank's
         words (shared); remembered per model for the warp's shape and the strides."""
-        key = (id(self.lanes), read.tensor, read.indices, tuple(strides.items()), staged, group)
-        known = self.m._fronts
-        if key not in known:
-            offsets = [[self._offset(read, p, strides) for p in lane[:group]]
-                       for lane in self.lanes]
-            known[key] = (self.m.lines(offsets) if not staged
-                          else self.m.bank_conflicts(offsets))
-        return known[key]
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
+
+        def fronts() -> int:
+            offsets = self.offsets(strides, group)
+            return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
+
+        return self.memo(key, fronts)
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
@@ -585,11 +668,16 @@ class _Optimist:
 
     @staticmethod
     def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
-        return sum(point.get(i, 0) * strides.get(i, 0) for i in dict.fromkeys(read.indices))
+        offset = 0
+        for i in read.distinct:
+            offset += point.get(i, 0) * strides.get(i, 0)
+        return offset
 
     def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
-        """Elements between neighbours along each index in the staged (padded) tile."""
-        return {i: self._tile_stride(read, i, pad) for i in read.indices}
+        """Elements between neighbours along each index in the staged (padded) tile;
+        remembered per model for the tile's extents and the padding."""
+        key = ("strides", read, tuple(self.footprint(read).values()), pad)
+        return self.memo(key, lambda: {i: self._tile_stride(read, i, pad) for i in read.indices})
 
     def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
         """Elements between neighbours along ``index`` in the staged (padded) tile."""
@@ -607,22 +695,18 @@ class _Optimist:
 
     def footprint(self, read: _Read) -> dict[str, int]:
         """Per block and step, how many values of each of its indices ``read`` touches."""
-        return {i: self.tile[i] for i in read.indices}
+        return self.once(("footprint", read), lambda: {i: self.tile[i] for i in read.indices})
 
     @functools.cached_property
     def tile(self) -> dict[str, int | None]:
-        return geometry.tile_extents(self.m.program, self.p)
+        return self.memo(("tile", self.tile_decisions),
+                         lambda: geometry.tile_extents(self.m.program, self.p))
 
     def traffic(self, read: _Read) -> float:
         """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
         times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
         per model for the order and the tiles still possible."""
-        key = ("traffic", read.tensor, read.indices, self.p["order"],
-               *(self.tiles(n) for n in range(len(self.extents))))
-        known = self.m._warp_terms
-        if key not in known:
-            known[key] = self._traffic(read)
-        return known[key]
+        return self.memo(("traffic", read, self.axis_tiles), lambda: self._traffic(read))
 
     def _traffic(self, read: _Read) -> float:
         total = 1.0
@@ -653,45 +737,49 @@ class _Optimist:
         staged = [r for r in self.m.reads if self.staged(r)]
         per_element = 2 + self.m.conversions  # load, (convert,) store
         per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
-        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+        threads = math.prod(self.p[b] for b in BLOCK)
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
 
     def copy_wavefronts(self, exact: bool = True) -> float:
-        return self.memo("copy", lambda: self._copy_wavefronts(exact), exact)
-
-    def _copy_wavefronts(self, exact: bool) -> float:
         """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
         elements of the tile: the global lines they read, the bank conflicts of their stores),
         0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
         a wavefront shared by the values of a 16-byte vector access."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
-        threads = math.prod(self.p[f"block_{a}"] for a in AXES)
-        lanes = min(self.m.gpu.warp_size, threads)
+        threads = self.threads()
+        pads = self.options("pad") if exact else None
         total = 0.0
-        for r in (r for r in self.m.reads if self.staged(r)):
-            if not exact:  # the least a load and a store cost, whatever the elements
-                volume = math.prod(self.copy_extents(r))
-                total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (
-                    1 / self.m.per_access(False) + 1 / self.m.per_access(True))
-                continue
-            extents = self.footprint(r)
-            padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
-            volume = math.prod(padded.values())
-            elements = []
-            for e in range(min(lanes, volume)):
-                point = {}
-                for i, extent in padded.items():
-                    point[i], e = e % extent, e // extent
-                if all(point[i] < extents[i] for i in point):  # not the padding's
-                    elements.append(point)
-            read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
-            write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
-                        for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
-            total += math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
+        for r in self.m.reads:
+            if self.staged(r):  # remembered for what the copy of its tile depends on
+                key = ("copy", r, exact, threads, tuple(self.footprint(r).values()), pads)
+                total += self.memo(key, lambda r=r: self._copy_wavefronts(r, exact))
         return total / self.fmas_per_block_step()
+
+    def _copy_wavefronts(self, r: _Read, exact: bool) -> float:
+        """The copy wavefronts of ``r``'s tile per block and step."""
+        threads = self.threads()
+        lanes = min(self.m.gpu.warp_size, threads)
+        if not exact:  # the least a load and a store cost, whatever the elements
+            volume = math.prod(self.copy_extents(r))
+            return math.ceil(volume / threads) * math.ceil(threads / lanes) * (
+                1 / self.m.per_access(False) + 1 / self.m.per_access(True))
+        extents = self.footprint(r)
+        padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
+        volume = math.prod(padded.values())
+        elements = []
+        for e in range(min(lanes, volume)):
+            point = {}
+            for i, extent in padded.items():
+                point[i], e = e % extent, e // extent
+            if all(point[i] < extents[i] for i in point):  # not the padding's
+                elements.append(point)
+        read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
+        write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
+                    for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
+        return math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
 
     def fastest_first(self, read: _Read) -> list[str]:
         """``read``'s distinct indices in memory order, the fastest first."""
@@ -720,26 +808,25 @@ class _Optimist:
         which are ``step`` values of *each* summed index (a step of two summed indices holds
         up to ``step**2`` values; counting ``step`` overcharged the copies and barriers of
         tccg_13-30 by up to a factor of ``step``)."""
-        tile = math.prod(self.p[f"block_{a}"] * self.p[f"reg_{a}"] for a in AXES)
+        tile = math.prod(self.p[b] * self.p[r] for b, r in zip(BLOCK, REG, strict=True))
         return tile * max(self.m.iterations, 1) / self.steps()
 
     def store_wavefronts(self, exact: bool = True) -> float:
-        return self.memo("store", lambda: self._store_wavefronts(exact), exact)
-
-    def _store_wavefronts(self, exact: bool) -> float:
         """LSU wavefronts per output value a thread stores; while the warp is open, and for
         the bound, the least a warp's store can cost per value: one, or where a warp's values
         fill less than a line (float16: 32 x 2 bytes of 128), that share of one (a thread's
         registers along x share lines: an estimate of 0.5 for a float16 GEMM's 4 registers,
         below the 1 the bound used to take)."""
-        warp = self.lanes
-        if warp is None or not exact:
+        if self.lanes is None or not exact:
             g = self.m.gpu
             return min(1.0, g.warp_size * self.m.bytes / g.cache_line_bytes)
+        return self.memo(("store", self.warp_shape), self._store_wavefronts)
+
+    def _store_wavefronts(self) -> float:
+        warp = self.lanes
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
-        return self.m.lines([[self._offset(out, p, out.strides) for p in lane[:len(group)]]
-                             for lane in warp]) / len(group)
+        return self.m.lines(self.offsets(out.strides, len(group))) / len(group)
 
     def spill_bytes(self, exact: bool = True) -> float:
         """Bytes of spilled registers all threads move, stored and reloaded once per step (the
@@ -809,7 +896,9 @@ class _Optimist:
             return 0
         least = {"pad": min(self.options("pad")),
                  "double_buffer": min(self.options("double_buffer"))}
-        return int(geometry.shared_bytes(self.m.program, {**self.p, **least}))
+        key = ("shared", self.tile_decisions, self.p["stage"], *least.values())
+        return self.memo(key, lambda: int(geometry.shared_bytes(self.m.program,
+                                                                {**self.p, **least})))
 
     def registers(self) -> int:
         """ptxas's count where given; else what the main loop holds at once
@@ -818,17 +907,20 @@ class _Optimist:
         least the loop holds, capped for the largest block still possible."""
         if self.compiled:
             return self.compiled.registers
-        largest = math.prod(max(self.options(f"block_{a}")) for a in AXES)
+        largest = math.prod(max(self.options(b)) for b in BLOCK)
         return min(self.live_registers(), self.m.gpu.register_cap(largest))
 
     def live_registers(self, hoisted: bool = False) -> int:
         """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
         the preloaded next step (each element as many registers as its dtype needs), and
         bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead."""
+        return self.once(("live", hoisted), lambda: self._live_registers(hoisted))
+
+    def _live_registers(self, hoisted: bool) -> int:
         elements = self.m.groups * self.registers_tile()
         elements += sum(self.operands(r, hoisted) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
-            threads = math.prod(self.p[f"block_{a}"] for a in AXES)
+            threads = math.prod(self.p[b] for b in BLOCK)
             elements += sum(math.ceil(math.prod(self.copy_extents(r)) / threads)
                             for r in self.m.reads if self.staged(r))
         return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
@@ -850,7 +942,7 @@ class _Optimist:
     def tile_values(self, read: _Read) -> int:
         """Values of ``read`` a thread's register tile uses per reduction point: its
         registers along the axes ``read`` depends on (the fewest while open)."""
-        return math.prod(min(self.options(f"reg_{AXES[n]}"))
+        return math.prod(min(self.options(REG[n]))
                          for n, group in enumerate(self.order)
                          if any(i in read.indices for i in group))
 

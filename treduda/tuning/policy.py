@@ -179,9 +179,15 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
 
 def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> Candidate:
-    """``candidate`` with the estimate of a walk over its generated kernel."""
+    """``candidate`` with the estimate of a walk over its generated kernel, and its bound
+    where the local search, which scores estimates alone, found it (as the winner gets it):
+    a walked winner is compared with its bound."""
     kernel = generate(candidate.strategy, candidate.params)
-    return replace(candidate, walked=kernel.estimate(result.gpu))
+    bound = candidate.bound
+    if bound is None:
+        model = Model(generate.program, result.gpu, candidate.strategy)
+        bound = model.bound(candidate.params).seconds
+    return replace(candidate, walked=kernel.estimate(result.gpu), bound=bound)
 
 
 def _measured(candidate: Candidate, backend: str, generate: Generator) -> Candidate:
