@@ -185,7 +185,7 @@ def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> 
     kernel = generate(candidate.strategy, candidate.params)
     bound = candidate.bound
     if bound is None:
-        model = Model(generate.program, result.gpu, candidate.strategy)
+        model = model_of(generate.program, result.gpu, candidate.strategy)
         bound = model.bound(candidate.params).seconds
     return replace(candidate, walked=kernel.estimate(result.gpu), bound=bound)
 

@@ -41,10 +41,12 @@ from .mma_model import model_of
 from .model import Compiled, Prediction
 
 # CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search). At 1.5 s the picks of GEMM 4096^3 and tccg_01/03/15/28/33 are within 1% of
-# the best that minutes of search find; at 1.0 s GEMM's is 5% off (3.23 ms) and at 0.6 s
-# tccg_28's 20% (38.2 ms); benchmarks/search_budget.py.
-DEFAULT_BUDGET = 1.5
+# complete search). Since the model's partial work is remembered per decision (2x the nodes per
+# second), 1.0 s gives the picks 1.5 s gave before on GEMM 4096^3 and tccg_01/03/15/28/33: within
+# 1% of the best that minutes of search find, but tccg_33 (2.5%) and tccg_03 (3.4%, where the
+# search does not reach further at any budget); at 0.6-0.8 s tccg_01 is 1.1% off and below 0.6 s
+# tccg_28 17% (benchmarks/search_budget.py).
+DEFAULT_BUDGET = 1.0
 # ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
 # in the cases measured, the estimate (nvcc costs a second per batch, generation more).
