@@ -427,10 +427,18 @@ def lanes(first: Load, width: int) -> list[Load]:
                       for n in range(1, width)]
 
 
+def _operand_fields(s: Stmt) -> list[str]:
+    return [f.name for f in fields(s) if isinstance(getattr(s, f.name), (Element, Load))]
+
+
 def operands(s: Stmt) -> tuple[Expr, ...]:
     """The fragment and memory operands of a warp-collective statement, in field order."""
-    return tuple(getattr(s, f.name) for f in fields(s)
-                 if isinstance(getattr(s, f.name), (Element, Load)))
+    return tuple(getattr(s, name) for name in _operand_fields(s))
+
+
+def map_operands(s: Stmt, f: Callable[[Expr], Expr]) -> Stmt:
+    """The warp-collective statement ``s`` with ``f`` applied to each of its operands."""
+    return replace(s, **{name: f(getattr(s, name)) for name in _operand_fields(s)})
 
 
 def elements(node: Assign | Barrier | Expr) -> list[Element]:
@@ -462,9 +470,7 @@ def replace_elements(node, replacements):
         target = replace_elements(node.target, replacements)
         return Assign(target, node.op, replace_elements(node.value, replacements), node.atomic)
     if isinstance(node, WARP_STATEMENTS):
-        return replace(node, **{f.name: replace_elements(getattr(node, f.name), replacements)
-                                for f in fields(node)
-                                if isinstance(getattr(node, f.name), (Element, Load))})
+        return map_operands(node, lambda operand: replace_elements(operand, replacements))
     if isinstance(node, Element):
         return next(replacements)
     if isinstance(node, Binary):

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from dataclasses import fields, replace
+from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
@@ -99,8 +99,7 @@ class _Unroller:
         if isinstance(s, ir.VectorStore):
             return ir.VectorStore(e(s.first), tuple(e(v) for v in s.values))
         if isinstance(s, ir.WARP_STATEMENTS):  # its fragment and tile operands
-            return replace(s, **{f.name: e(getattr(s, f.name)) for f in fields(s)
-                                 if isinstance(getattr(s, f.name), ir.Load)})
+            return ir.map_operands(s, e)
         return s  # a barrier
 
     def substituted(self, e: ir.Expr, name: str, value: int) -> ir.Expr:

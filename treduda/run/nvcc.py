@@ -255,4 +255,5 @@ def _batch(sources: list[str], arch: str) -> list[list[CudaReport]]:
         reports = compile_cuda("\n".join(sources), arch)
     except CompileError:
         return [compile_cuda(source, arch) for source in sources]
-    return [[r for r in reports if r.name in set(kernel_names(source))] for source in sources]
+    names = [set(kernel_names(source)) for source in sources]
+    return [[r for r in reports if r.name in mine] for mine in names]

@@ -21,7 +21,6 @@ from typing import Any, Protocol
 from ..errors import StrategyError
 from ..frontend.identity import Identity, params_text
 from ..polyhedral.lower import Program
-from ..polyhedral.strategy import DEFAULT_STRATEGY
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
@@ -86,9 +85,8 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     if hit is not None and (not measure or hit.get("measured")):
         if _known(hit, generate) or fits(generate.program, hit, key):
             return hit["strategy"], dict(hit["params"])
-    seeds = [] if store is None else [
-        value["params"] for value in store.similar(key, SEEDS)
-        if isinstance(value.get("params"), dict) and value.get("strategy") == DEFAULT_STRATEGY]
+    seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
+                                      if isinstance(value.get("params"), dict)]
     result = tuning_search(generate.program, gpu, measure, generate, budget=budget, seeds=seeds)
     remember(store, generate.program, result, "compile()")
     return result.best.strategy, dict(result.best.params)
