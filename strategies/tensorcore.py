@@ -408,9 +408,10 @@ class _Builder:
         return -(-self.extent["k"] // self.tile["k"])
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
-             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies = ir.Barrier()) -> None:
+             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
         """A statement every thread executes (a barrier, or a commit or wait of its
         asynchronous copies), once or per step."""
+        body = body or ir.Barrier()
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
         steps = f" and {self.step_bounds()}" if stepped else ""
         self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
