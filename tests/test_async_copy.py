@@ -49,8 +49,8 @@ def _statements(kernel: treduda.Kernel, kind: type) -> list:
 
 @pytest.mark.parametrize(("dtype", "precision"), KINDS)
 @pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
-@pytest.mark.parametrize(("case", "layout"), [("gemm", "C"), ("batched", "C"),
-                                              ("tccg_09", "F"), ("scaled", "F")])
+@pytest.mark.parametrize(("case", "layout"), [("gemm", "F"), ("batched", "C"),
+                                              ("tccg_09", "F"), ("scaled", "C")])
 def test_async_copies_match_einsum(case, layout, dtype, precision, double_buffer):
     kernel = _compile(case, dtype, precision, layout, double_buffer=double_buffer)
     copies = _statements(kernel, ir.AsyncCopy)
