@@ -23,6 +23,7 @@ from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.gpus import gpu
 from treduda.tuning.mma_model import TensorCoreModel
+from treduda.tuning.walk import count
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 40, "j": 50, "k": 70}  # no multiple of any fragment shape; k, j even
@@ -202,3 +203,15 @@ def test_model_issues_fewer_instructions_for_async_copies():
     issue = {a: model.estimate({**chosen, "async_copy": a}).resources["issue"]
              for a in (False, True)}
     assert issue[True] < issue[False]
+
+
+def test_walk_counts_a_load_per_run_and_every_element_stored():
+    def counted(async_copy: bool):
+        kernel = treduda.compile(GEMM, {"i": 64, "j": 64, "k": 64}, dtype="float32",
+                                 precision="tf32", strategy="tensorcore",
+                                 params={"async_copy": async_copy})
+        return count(kernel, use_nvcc=False)
+
+    plain, copied = counted(False), counted(True)
+    assert copied.global_loads == plain.global_loads / 4  # 16-byte runs of float32
+    assert copied.shared_stores == plain.shared_stores > 0
