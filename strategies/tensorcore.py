@@ -31,23 +31,12 @@ step's parity choosing one: step ``k`` fills the buffer step ``k - 2`` read, whi
 finished before step ``k - 1``'s second barrier, so the first barrier goes (as in the staging
 strategy), and a step's copies are issued right after the previous step's MMAs.
 
-With ``async_copy`` the copies and zero-fills are asynchronous (:class:`ir.AsyncCopy`,
-cp.async on sm_80+), each moving a run of the operand's copy width (:func:`copy_widths`),
-``e`` numbering the runs; every thread commits its step's copies and waits for them before
-the barrier that publishes the tiles::
-
-    copy/zero_X[P, ks, e]     -> [.., 1, ks, 1, floor(e/T), X, 0, 0]
-    commit[P, ks, t]          -> [.., 1, ks, 2, 0, 0, 0, 0]
-    wait, sync2[P, ks, t]     -> [.., 1, ks, 2, 0, 1 | 2, 0, 0]
-
-Double-buffered, a step's copies run a step ahead, before the previous step's MMAs, so they
-overlap them (isl scans a first iteration, ``ks - 1 = -1``, that only copies)::
-
-    copy/zero_X, commit       -> [.., 1, ks - 1, 1 | 2, ..]
-    wait, sync2[P, ks, t]     -> [.., 1, ks, 0, 0, 1 | 2, 0, 0]
-
-Step ``ks + 1``'s copies fill the buffer step ``ks - 1`` read, which every thread finished
-before step ``ks``'s barrier, after which they are issued.
+With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
+operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
+(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
+buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
+stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
+read, before step ``ks - 1``'s MMAs, which they overlap.
 
 With ``split > 1`` (float32 and float64: OpenCL has no 16-bit atomic addition) ``P`` gains the
 part of the reduction, a grid dimension: a block sums the steps ``chunk * part <= ks < chunk *
