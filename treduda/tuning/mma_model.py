@@ -27,11 +27,11 @@ overhead, asynchronous copies or not: their values skip the registers, but ptxas
 1024³'s default tiles on sm_90 as many registers or more with them (float16 64 -> 72, TF32
 72 -> 80, float64 64 -> 72 single-buffered; 80 -> 78, 88 -> 90, 48 -> 48 double-buffered),
 their 64-bit addresses taking the place of the values. Registers, the threads and the shared
-tiles set the blocks per SM. The space of a
-contraction has at most a few hundred points, so the bound of a partial candidate is exact per
-resource: each resource at its least over the completions, the binding one alone (Telamon's
-per-factor bound, without relaxation). ``bound <= estimate`` holds on every path, and refining
-a candidate never lowers its bound (a least over fewer completions).
+tiles set the blocks per SM. The space of a contraction has at most a few hundred points, so
+the bound of a partial candidate is exact per resource: each resource at its least over the
+completions, the binding one alone (Telamon's per-factor bound, without relaxation).
+``bound <= estimate`` holds on every path, and refining a candidate never lowers its bound (a
+least over fewer completions).
 """
 
 from __future__ import annotations
