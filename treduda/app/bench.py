@@ -51,7 +51,7 @@ PARAMS_WIDTH = 72
 EXPRESSION_WIDTH = 40
 # Shorter names for the table (the JSON keeps the full parameters).
 SHORT_NAMES = {"order": "ord", "stage": "stg", "block": "blk", "assign": "asg", "preload": "pre",
-               "double_buffer": "dbl", "unroll": "unr"}
+               "double_buffer": "dbl", "unroll": "unr", "async_copy": "async"}
 
 
 @dataclass(frozen=True)

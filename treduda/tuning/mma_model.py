@@ -7,7 +7,8 @@ step of BK summed values):
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
                fragments; 3xTF32's three products) / what WMMA reaches of the GPU's tensor
                cores for the dtype (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
-* ``issue``    warp instructions: copies (address, load, convert, store per element), fragment
+* ``issue``    warp instructions: copies (address, load, convert, store per element; or an
+               address and one cp.async per run of the copy width), fragment
                loads (a 32-bit shared load per word a thread receives, TF32 roundings),
                MMA instructions, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
@@ -22,11 +23,15 @@ step of BK summed values):
                overlapping the MMAs)
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
-overhead; they, the threads and the shared tiles set the blocks per SM. The space of a
-contraction has at most a few hundred points, so the bound of a partial candidate is exact per
-resource: each resource at its least over the completions, the binding one alone (Telamon's
-per-factor bound, without relaxation). ``bound <= estimate`` holds on every path, and refining
-a candidate never lowers its bound (a least over fewer completions).
+overhead, asynchronous copies or not: their values skip the registers, but ptxas gave GEMM
+1024³'s default tiles on sm_90 as many registers or more with them (float16 64 -> 72, TF32
+72 -> 80, float64 64 -> 72 single-buffered; 80 -> 78, 88 -> 90, 48 -> 48 double-buffered),
+their 64-bit addresses taking the place of the values. Registers, the threads and the shared
+tiles set the blocks per SM. The space of a contraction has at most a few hundred points, so
+the bound of a partial candidate is exact per resource: each resource at its least over the
+completions, the binding one alone (Telamon's per-factor bound, without relaxation).
+``bound <= estimate`` holds on every path, and refining a candidate never lowers its bound (a
+least over fewer completions).
 """
 
 from __future__ import annotations
@@ -48,6 +53,7 @@ RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
+ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # mma.sync instructions per WMMA multiply-accumulate: 16x16x16 is two m16n8k16, 16x16x8 TF32
@@ -86,6 +92,8 @@ class TensorCoreModel:
                            ) * self.bytes
         self.row_a, self.row_b = tensorcore.operand_rows_major(
             program, tensorcore.gemm_groups(program))
+        widths = tensorcore.copy_widths(program, tensorcore.gemm_groups(program))
+        self.widths = None if widths is None else (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
@@ -187,8 +195,12 @@ class TensorCoreModel:
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        per_copy = COPY_INSTRUCTIONS + (STORED_COPY_INSTRUCTIONS
-                                        if self.program.dtype in dtypes.STORED else 0)
+        if p["async_copy"]:  # a cp.async per run of the operand's copy width
+            copy_instructions = ASYNC_COPY_INSTRUCTIONS * tile["k"] * (
+                tile["m"] / self.widths[0] + tile["n"] / self.widths[1])
+        else:
+            copy_instructions = copied * (COPY_INSTRUCTIONS + (
+                STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
         frags_a, frags_b = self.pieces * p["frags_m"], self.pieces * p["frags_n"]
         words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
                             math.ceil(k * n * self.bytes / 4 / 32))
@@ -197,7 +209,7 @@ class TensorCoreModel:
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * p["frags_m"] * p["frags_n"]
-        warp_step = p["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copied * per_copy / 32
+        warp_step = p["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copy_instructions / 32
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
         pad = tensorcore.padding(self.program, p["pad"])

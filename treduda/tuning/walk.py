@@ -286,6 +286,13 @@ class _Walker:
         tally: Counter = Counter()
         if isinstance(s, ir.WARP_STATEMENTS):
             return tally  # a warp's tensor-core work: the tensor-core model counts it
+        if isinstance(s, (ir.CommitCopies, ir.WaitCopies)):
+            return tally  # bookkeeping of the copies, which are counted where they start
+        if isinstance(s, ir.AsyncCopy):  # a global load into a shared store, in one access
+            if not s.zero:
+                self._access(s.source, tally, store=False, width=s.width)
+            self._access(s.target, tally, store=True, width=s.width)
+            return tally
         if isinstance(s, ir.VectorLoad):
             self._access(s.first, tally, store=False, width=s.width)
             return tally
