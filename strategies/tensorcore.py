@@ -265,7 +265,7 @@ class TensorCore(Strategy):
                        each(lambda f: f * fn // LANES_N, "frags_n")),
                  "m": (m, each(lambda w: LANES_M * w, "warps_m"),
                        each(lambda f: f * fm // LANES_M, "frags_m"))}
-        axes = sorted(along, key=lambda axis: not along[axis][0])
+        axes = _axes(m, n)
         described = {"order": (",".join(GROUP.join(along[a][0]) for a in axes if along[a][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
@@ -293,6 +293,28 @@ class TensorCore(Strategy):
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         return _Builder(scheduled.program, params).run()
+
+
+def _axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
+    """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
+    N is empty (an axis of ``order`` needs indices)."""
+    return ("n", "m") if n or not m else ("m", "n")
+
+
+def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:
+    """The block of a decided description (:meth:`TensorCore.describe`), as the tensor-core
+    model reads it: the tile ``m`` x ``n`` and its step ``k`` in elements, and per group the
+    warps (``warps_m``, ``warps_n``) and each warp's fragments (``frags_m``, ``frags_n``)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    fm, fn, _ = mma_shape(program)
+    lanes, extent = {"m": LANES_M, "n": LANES_N}, {"m": fm, "n": fn}
+    tile = {"k": described["step"]}
+    for name, axis in zip(AXES, _axes(m, n), strict=False):
+        threads, values = described[f"block_{name}"], described[f"reg_{name}"]
+        tile[axis] = threads * values
+        tile[f"warps_{axis}"] = threads // lanes[axis]
+        tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
+    return tile
 
 
 def split_parts(steps: int, split: int) -> tuple[int, int]:
