@@ -43,7 +43,10 @@ thread of a warp executes the statement with the same operands, which is what a
 warp-collective operation needs. The copies, zero-fills and writes,
 their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
 staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
-tile of the linearised groups), not a box hull.
+tile of the linearised groups), not a box hull. That staging is the strategy's own: fragment
+loads read whole fragments, so the tiles need zeros outside the tensors and rows a fragment
+load accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged``
+is refused (see :meth:`TensorCore.describe` for what the geometry's quantities mean here).
 """
 
 from __future__ import annotations
