@@ -23,6 +23,7 @@ from treduda.polyhedral.lower import plan
 from treduda.tuning.gpus import gpu
 from treduda.tuning.mma_model import model_of
 from treduda.tuning.model import Model
+from treduda.tuning.walk import shared_bytes
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1}
@@ -47,14 +48,6 @@ def _compile(case: str) -> treduda.Kernel:
     expression, sizes, layout, dtype, precision, params = CASES[case]
     return treduda.compile(expression, sizes, dtype=dtype, precision=precision, layout=layout,
                            strategy="tensorcore", params=params, cache=False)
-
-
-def _shared_bytes(kernel: treduda.Kernel) -> int:
-    """The shared memory the kernel's IR declares: stored tiles in the tensors' type, the
-    others in the type it computes in."""
-    return sum(local.size * dtypes.itemsize(kernel.dtype if local.stored
-                                            else dtypes.compute(kernel.dtype))
-               for local in kernel.built.kernel.locals if local.space is ir.Space.SHARED)
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -86,7 +79,7 @@ def test_the_description_is_what_the_kernel_does(case):
     m, n, _ = accumulators.fragment.shape
     pieces = 2 if program.precision == dtypes.TF32X3 else 1  # 3xTF32's hi and lo sums
     assert described["reg_x"] * described["reg_y"] == accumulators.size // pieces * m * n // 32
-    assert described["shared"] == geometry.shared_bytes(program, described) == _shared_bytes(
+    assert described["shared"] == geometry.shared_bytes(program, described) == shared_bytes(
         kernel)
     assert described["stage"] == "A,B" and described["unroll"]
     assert described["double_buffer"] == kernel.params["double_buffer"]
