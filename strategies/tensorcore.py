@@ -243,7 +243,7 @@ class TensorCore(Strategy):
 
     def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
         """The kernel in the geometry's quantities, as every consumer of a mapping reads it
-        (the benchmark's verification sizes, a chain's staging, the tests of the launch).
+        (the benchmark's verification sizes, the tensor-core model, the tests of the launch).
 
         N's group is on x and M's on y, as the grid's axes are (an empty group goes last);
         batch indices have a block per value. A warp has no thread tile of its own (WMMA
@@ -255,8 +255,8 @@ class TensorCore(Strategy):
         no meaning for fragments and stays cyclic, as the write through the shared C tile
         stores (consecutive threads, consecutive elements). ``step`` is BK values of the
         linearised K, ``split`` as the tiled strategy's (:func:`split_parts` of the steps
-        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the tiles'
-        rows and ``shared`` the bytes of the A, B and C tiles."""
+        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the operand
+        tiles' rows (16 bytes' worth) and ``shared`` the bytes of the A, B and C tiles."""
         (a,), (b,), m, n, _, _ = gemm_groups(program)
         fm, fn, fk = mma_shape(program)
 
@@ -269,7 +269,8 @@ class TensorCore(Strategy):
                  "m": (m, each(lambda w: LANES_M * w, "warps_m"),
                        each(lambda f: f * fm // LANES_M, "frags_m"))}
         axes = _axes(m, n)
-        described = {"order": (",".join(GROUP.join(along[a][0]) for a in axes if along[a][0]),)}
+        described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
+                                        if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
         tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad", "double_buffer")
