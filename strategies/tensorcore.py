@@ -50,13 +50,17 @@ thread of a warp executes the statement with the same operands, which is what a
 warp-collective operation needs. The copies, zero-fills and writes,
 their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
 staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
-tile of the linearised groups), not a box hull.
+tile of the linearised groups), not a box hull. That staging is the strategy's own: fragment
+loads read whole fragments, so the tiles need zeros outside the tensors and rows a fragment
+load accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged``
+is refused (see :meth:`TensorCore.describe` for what the geometry's quantities mean here).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -66,6 +70,7 @@ from treduda.strategies.tiling import splittable
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
+from treduda.polyhedral.geometry import AXES, GROUP
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -89,6 +94,10 @@ SPLITS = (1, 2, 4, 8)
 FRAGMENT_BUDGET = 8
 SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
           "float64": (8, 8, 4)}
+# Lanes of a warp along M and along N in the accumulator layout of mma.sync, which WMMA compiles
+# to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
+# rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
+LANES_M, LANES_N = 8, 4
 A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
@@ -245,6 +254,51 @@ class TensorCore(Strategy):
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        """The kernel in the geometry's quantities, as every consumer of a mapping reads it
+        (the benchmark's verification sizes, the tensor-core model, the tests of the launch).
+
+        N's group is on x and M's on y, as the grid's axes are (an empty group goes last);
+        batch indices have a block per value. A warp has no thread tile of its own (WMMA
+        leaves which lane holds which accumulator unspecified), so ``block_*`` and ``reg_*``
+        split each warp's 32 lanes as mma.sync's accumulator layout does (8 lanes along M,
+        4 along N): what consumers need holds exactly, ``block_x * reg_x`` is the N tile,
+        ``block_y * reg_y`` the M tile, the threads are ``32 * warps`` (the launch puts them
+        all on x) and ``reg_x * reg_y`` the accumulator values each holds. ``assign_*`` has
+        no meaning for fragments and stays cyclic, as the write through the shared C tile
+        stores (consecutive threads, consecutive elements). ``step`` is BK values of the
+        linearised K, ``split`` as the tiled strategy's (:func:`split_parts` of the steps
+        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the operand
+        tiles' rows (16 bytes' worth) and ``shared`` the bytes of the A, B and C tiles."""
+        (a,), (b,), m, n, _, _ = gemm_groups(program)
+        fm, fn, fk = mma_shape(program)
+
+        def each(quantity: Callable[..., Any], *names: str) -> tuple:
+            return tuple(sorted({quantity(*values)
+                                 for values in itertools.product(*(choices[n] for n in names))}))
+
+        along = {"n": (n, each(lambda w: LANES_N * w, "warps_n"),
+                       each(lambda f: f * fn // LANES_N, "frags_n")),
+                 "m": (m, each(lambda w: LANES_M * w, "warps_m"),
+                       each(lambda f: f * fm // LANES_M, "frags_m"))}
+        axes = _axes(m, n)
+        described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
+                                        if along[axis][0]),)}
+        for name, axis in zip(AXES, axes, strict=False):
+            described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad", "double_buffer")
+        return {
+            **described,
+            "step": each(lambda f: f * fk, "frags_k"),
+            "split": choices["split"],
+            "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
+            "stage": (f"{a},{b}",),
+            "pad": each(lambda pad: padding(program, pad), "pad"),
+            "double_buffer": choices["double_buffer"],
+            "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
+                           *tiles),
+        }
+
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
@@ -256,6 +310,35 @@ class TensorCore(Strategy):
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         return _Builder(scheduled.program, params).run()
+
+
+def _axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
+    """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
+    N is empty (an axis of ``order`` needs indices)."""
+    return ("n", "m") if n or not m else ("m", "n")
+
+
+def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:
+    """The block of a decided description (:meth:`TensorCore.describe`), as the tensor-core
+    model reads it: the tile ``m`` x ``n`` and its step ``k`` in elements, and per group the
+    warps (``warps_m``, ``warps_n``) and each warp's fragments (``frags_m``, ``frags_n``)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    fm, fn, _ = mma_shape(program)
+    lanes, extent = {"m": LANES_M, "n": LANES_N}, {"m": fm, "n": fn}
+    tile = {"k": described["step"]}
+    for name, axis in zip(AXES, _axes(m, n), strict=False):
+        threads, values = described[f"block_{name}"], described[f"reg_{name}"]
+        tile[axis] = threads * values
+        tile[f"warps_{axis}"] = threads // lanes[axis]
+        tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
+    return tile
+
+
+def split_parts(steps: int, split: int) -> tuple[int, int]:
+    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
+    most, fewer where ``split`` parts of whole steps cover the steps already."""
+    chunk = -(-steps // split)
+    return chunk, -(-steps // chunk)
 
 
 def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str, int]:
@@ -341,8 +424,7 @@ class _Builder:
             "pad"] else 0
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
-        self.chunk = -(-self.steps() // params["split"])
-        self.parts = -(-self.steps() // self.chunk)
+        self.chunk, self.parts = split_parts(self.steps(), params["split"])
         self.widths = copy_widths(program, found) if params["async_copy"] else None
         # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
         self.ahead = params["async_copy"] and params["double_buffer"]
