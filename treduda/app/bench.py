@@ -257,6 +257,11 @@ def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> Non
     outcome.search_complete = result.stats.complete
 
 
+# Scaled sizes are rounded up to multiples of this where the searched parameters need it: 16
+# bytes of a 2-byte type, the widest asynchronous copy (strategies/tensorcore.copy_widths).
+ALIGNED = 8
+
+
 def fitted(expression: str, sizes: dict[str, int], strategy: str,
            params: Mapping[str, Any], dtype: str = "float32",
            precision: str = HIGHEST, layout: str = "C") -> dict[str, int]:
@@ -266,8 +271,10 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
     a step per part of a split reduction), as the strategy describes
     its tiles and step (:mod:`~treduda.polyhedral.geometry`). Where the strategy's rules
     refuse that much of a tile left empty (the tensor-core mapping's: no whole fragment outside
-    the tensors) and accept a tile or a step less one, each grows to that. An index that merges
-    several (:mod:`~treduda.frontend.merge`) grows by its first one."""
+    the tensors) and accept a tile or a step less one, each grows to that. Where the parameters
+    need aligned extents (asynchronous copies of 16 bytes: 8 half-precision elements), the
+    sizes are rounded up to multiples of :data:`ALIGNED`. An index that merges several
+    (:mod:`~treduda.frontend.merge`) grows by its first one."""
     chosen = strategies.get(strategy)
     program = plan(expression, sizes, layout, dtype=dtype, precision=precision)
     merging = program.merging
@@ -300,10 +307,14 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
         return True
 
     half = grown(lambda extent: extent // 2 + 1)
-    if valid(half):
-        return half
     nearly_whole = grown(lambda extent: extent - 1)
-    return nearly_whole if valid(nearly_whole) else half
+    for tried in (half, nearly_whole):
+        for multiple in (1, ALIGNED):
+            candidate = {index: -(-extent // multiple) * multiple
+                         for index, extent in tried.items()}
+            if valid(candidate):
+                return candidate
+    return half
 
 
 def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
