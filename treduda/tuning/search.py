@@ -244,7 +244,7 @@ TENSOR_CORES = TensorCore.name  # offered beside the default strategy (see offer
 # above the leaves and return only its first incumbent.
 DIVE_INTERVAL = 250
 # Under a time budget, the share of it the tree search takes; local search takes the rest.
-SEARCH_SHARE = 0.6
+SEARCH_SHARE = 0.5
 # Under a time budget over every declared value, the share of the tree's time spent on the
 # values the strategies suggest (Searcher._two_spaces).
 SUGGESTED_SHARE = 0.7
@@ -425,10 +425,11 @@ class Searcher:
         return best, scored, stats, [node[3] for node in heap]
 
     @staticmethod
-    def _limit(max_nodes: int | None) -> int:
-        """The candidates the local search may score after a tree stopped by ``max_nodes``
-        (as many), or by the clock alone (no count: its deadline stops it)."""
-        return sys.maxsize if max_nodes is None else max(max_nodes, 2)
+    def _limit(max_nodes: int | None, trees: int = 1) -> int:
+        """The candidates the local search may score after ``trees`` trees stopped by
+        ``max_nodes`` nodes each (as many as they visited), or by the clock alone (no count:
+        its deadline stops it)."""
+        return sys.maxsize if max_nodes is None else max(max_nodes * trees, 2)
 
     def _finish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
                 floors: Sequence[float], started: float,
@@ -465,11 +466,14 @@ class Searcher:
                 narrow = Searcher(*self._arguments)._tree(None, max_nodes, started + tree)
             except StrategyError:  # small extents rule out every suggested value
                 narrow = None
+            trees = 1
             if narrow is not None:
                 best = min(best, narrow[0], key=Candidate.key)
                 scored += narrow[1]
                 stats.nodes_visited += narrow[2].nodes_visited
-            best = self._polish(best, scored, stats, self._limit(max_nodes), started + budget)
+                trees = 2
+            best = self._polish(best, scored, stats, self._limit(max_nodes, trees),
+                                started + budget)
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _later(self, name: str, value: Any) -> float:
@@ -530,11 +534,12 @@ class Searcher:
         seeds after equal shares of 2 to 20 candidates: tccg_03's "a,c,d" seed, 22% above
         the best at first, 1.9% once climbed, lost to seeds that ended 2.6-2.8% above it."""
         seen = {identity(c.params) for c in scored}
-        heap = [(c.key(), c) for c in self._seeds(scored, stats, deadline)]
-        heapq.heapify(heap)
+        seeds = self._seeds(scored, stats, deadline)
         cap = stats.polished + limit
         race = (stats.polished + limit // 2,  # half of what the seeds' dives left
                 None if deadline is None else clock() + max(deadline - clock(), 0.0) / 2)
+        heap = [(c.key(), c) for c in seeds]
+        heapq.heapify(heap)
         while heap:  # (key, candidate): keys differ (they end with the parameters' text)
             key, seed = heapq.heappop(heap)
             faster = self._step(seed, scored, seen, stats, 1, *race)
