@@ -42,11 +42,10 @@ from .mma_model import model_of
 from .model import Compiled, Prediction
 
 # CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search). Since the model's partial work is remembered per decision (2x the nodes per
-# second), 1.0 s gives the picks 1.5 s gave before on GEMM 4096^3 and tccg_01/03/15/28/33: within
-# 1% of the best that minutes of search find, but tccg_33 (2.5%) and tccg_03 (3.4%, where the
-# search does not reach further at any budget); at 0.6-0.8 s tccg_01 is 1.1% off and below 0.6 s
-# tccg_28 17% (benchmarks/search_budget.py).
+# complete search). At 1.0 s (and at 0.8 s) the picks on GEMM 4096^3 and tccg_01/03/15/28/33 are
+# within 1.5% of the best that minutes of search find (1.000, 1.010, 1.010, 1.007, 1.007, 1.015);
+# at 0.7 s tccg_28's is 17% off, its tree over the suggested values cut short
+# (benchmarks/search_budget.py).
 DEFAULT_BUDGET = 1.0
 # ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
@@ -243,7 +242,9 @@ TENSOR_CORES = TensorCore.name  # offered beside the default strategy (see offer
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
 # above the leaves and return only its first incumbent.
 DIVE_INTERVAL = 250
-# Under a time budget, the share of it the tree search takes; local search takes the rest.
+# Under a time budget, the share of it the tree search takes; local search takes the rest. At 0.6
+# of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
+# of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
 SEARCH_SHARE = 0.5
 # Under a time budget over every declared value, the share of the tree's time spent on the
 # values the strategies suggest (Searcher._two_spaces).
