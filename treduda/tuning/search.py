@@ -12,7 +12,7 @@ enumeration of the very same space. The model reads any strategy that describes 
 Under a node budget the search is no longer exact, and it makes the most of its time: it dives
 from its best open nodes to reach leaves, and once the budget ends, it improves the best
 candidate of every mapping by local search (changing one parameter, then two, while the
-estimate improves), halving the mappings it climbs from round to round.
+estimate improves), always climbing on from the fastest seed that can still improve.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import heapq
 import itertools
 import json
 import math
+import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -41,11 +42,10 @@ from .mma_model import model_of
 from .model import Compiled, Prediction
 
 # CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search). Since the model's partial work is remembered per decision (2x the nodes per
-# second), 1.0 s gives the picks 1.5 s gave before on GEMM 4096^3 and tccg_01/03/15/28/33: within
-# 1% of the best that minutes of search find, but tccg_33 (2.5%) and tccg_03 (3.4%, where the
-# search does not reach further at any budget); at 0.6-0.8 s tccg_01 is 1.1% off and below 0.6 s
-# tccg_28 17% (benchmarks/search_budget.py).
+# complete search). At 1.0 s (and at 0.8 s) the picks on GEMM 4096^3 and tccg_01/03/15/28/33 are
+# within 1.5% of the best that minutes of search find (1.000, 1.010, 1.010, 1.007, 1.007, 1.015);
+# at 0.7 s tccg_28's is 17% off, its tree over the suggested values cut short
+# (benchmarks/search_budget.py).
 DEFAULT_BUDGET = 1.0
 # ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
@@ -242,10 +242,12 @@ TENSOR_CORES = TensorCore.name  # offered beside the default strategy (see offer
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
 # above the leaves and return only its first incumbent.
 DIVE_INTERVAL = 250
-# Under a time budget, the share of it the tree search takes; local search takes the rest.
-SEARCH_SHARE = 0.6
-# Under a time budget over every declared value, the share of it spent on the values the
-# strategies suggest (Searcher._two_spaces).
+# Under a time budget, the share of it the tree search takes; local search takes the rest. At 0.6
+# of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
+# of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
+SEARCH_SHARE = 0.5
+# Under a time budget over every declared value, the share of the tree's time spent on the
+# values the strategies suggest (Searcher._two_spaces).
 SUGGESTED_SHARE = 0.7
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
@@ -336,24 +338,37 @@ class Searcher:
 
     def branch_and_bound(self, progress: Progress | None = None,
                          max_nodes: int | None = None,
-                         budget: float | None = None, alone: bool = False) -> SearchResult:
+                         budget: float | None = None) -> SearchResult:
         """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` CPU seconds
         (:data:`clock`) stop it early
         (the stats say so, and how far from the space's optimum its winner can be at most).
 
-        Under a budget, :data:`SEARCH_SHARE` of it goes to the tree and the rest to the local
-        search around the best candidates found (:meth:`_polish`). Without either, the search
-        is complete; it starts from the winner of a search within :data:`DEFAULT_BUDGET`,
-        whose estimate cuts most of the tree at once."""
+        Under a budget, :data:`SEARCH_SHARE` of it goes to the tree (over every declared value
+        and the suggested ones apart: :meth:`_two_spaces`) and the rest to the local search
+        around the best candidates found (:meth:`_polish`). Without either, the search is
+        complete; it starts from the winner of a search within :data:`DEFAULT_BUDGET`, whose
+        estimate cuts most of the tree at once."""
         started = clock()
+        if budget is not None and self._wider:
+            return self._two_spaces(progress, max_nodes, budget)
         deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
+        best, scored, stats, floors = self._tree(progress, max_nodes, deadline)
+        if not stats.complete:
+            best = self._polish(best, scored, stats, self._limit(max_nodes),
+                                None if budget is None else started + budget)
+        return self._finish(best, scored, stats, floors, started, progress)
+
+    def _tree(self, progress: Progress | None, max_nodes: int | None,
+              deadline: float | None) -> tuple[Candidate, list[Candidate], SearchStats,
+                                               list[float]]:
+        """The branch and bound itself, until ``max_nodes`` nodes or ``deadline``: its best
+        candidate, every candidate it scored, its statistics, and the floors of the nodes it
+        left open."""
         limited = max_nodes is not None or deadline is not None
         names = [p.name for p in self.space.parameters]
         stats = SearchStats(self.space.size(), False, cuts_per_depth=dict.fromkeys(names, 0))
         cuts: Counter = Counter()
         scored: list[Candidate] = []
-        if budget is not None and self._wider and not alone:
-            return self._two_spaces(progress, max_nodes, budget)
         if limited:
             scored = self.seeded(stats)
             best = self._dive(stats)  # a first incumbent, so pruning and the budget start early
@@ -362,7 +377,7 @@ class Searcher:
         else:
             first = self.branch_and_bound(budget=DEFAULT_BUDGET)
             if first.stats.complete:
-                return first
+                return first.best, list(first.candidates), first.stats, []
             best, scored = first.best, list(first.candidates)
             stats.nodes_visited, stats.polished = first.stats.nodes_visited, first.stats.polished
         if best is not None and not scored:
@@ -408,18 +423,23 @@ class Searcher:
                                       next(tie), child, child_floor))
         if best is None:
             raise StrategyError(f"no valid candidate for {self.program.original.source!r}")
-        if not stats.complete:
-            limit = max_nodes
-            if budget is not None:  # the rest of the budget, at the rate nodes went so far
-                spent = clock() - started
-                rate = (stats.nodes_visited + len(scored)) / max(spent, 1e-3)
-                left = int(rate * max(started + budget - clock(), 0.0))
-                limit = left if limit is None else min(limit, left)
-            best = self._polish(best, scored, stats, limit=max(limit, 2),
-                                deadline=None if budget is None else started + budget)
-        stats.lower = min([best.prediction.seconds, *(node[3] for node in heap)])
-        stats.candidates_scored = len(scored)
         stats.cuts_per_depth = {**stats.cuts_per_depth, **cuts}
+        return best, scored, stats, [node[3] for node in heap]
+
+    @staticmethod
+    def _limit(max_nodes: int | None, trees: int = 1) -> int:
+        """The candidates the local search may score after ``trees`` trees stopped by
+        ``max_nodes`` nodes each (as many as they visited), or by the clock alone (no count:
+        its deadline stops it)."""
+        return sys.maxsize if max_nodes is None else max(max_nodes * trees, 2)
+
+    def _finish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
+                floors: Sequence[float], started: float,
+                progress: Progress | None) -> SearchResult:
+        """The result of a search that began at ``started`` and left nodes of ``floors``
+        open."""
+        stats.lower = min([best.prediction.seconds, *floors])
+        stats.candidates_scored = len(scored)
         stats.seconds = clock() - started
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
@@ -431,30 +451,32 @@ class Searcher:
 
     def _two_spaces(self, progress: Progress | None, max_nodes: int | None,
                     budget: float) -> SearchResult:
-        """A budgeted search of every declared value, then of the values the strategies
-        suggest (:data:`SUGGESTED_SHARE` of ``budget``): a space small enough to search to
-        its end in about a second, whose best the wide space's search may not reach in that
-        time (tccg_28: 31.7 ms predicted, against 37.8 after five seconds of the wide space);
-        the better winner of the two, with the wide search's proof of how far it can be."""
+        """A budgeted tree search of every declared value, then of the values the strategies
+        suggest (:data:`SUGGESTED_SHARE` of the tree's time): a space small enough to search
+        to its end in about a second, whose best the wide space's search may not reach in
+        that time (tccg_28: 31.7 ms predicted, against 37.8 after five seconds of the wide
+        space). Then one local search over every declared value from the candidates of both,
+        with the wide search's proof of how far its winner can be: a climb within the
+        suggested values alone ended 85% above tccg_03's best (block_x 1 and block_z 32 are
+        not suggested), and the two local searches halved the time of each."""
         started = clock()
-        wide = self.branch_and_bound(progress, max_nodes, budget * (1 - SUGGESTED_SHARE),
-                                     alone=True)
-        try:
-            narrow = Searcher(*self._arguments).branch_and_bound(
-                max_nodes=max_nodes, budget=max(started + budget - clock(), 0.0))
-        except StrategyError:  # small extents rule out every suggested value
-            return wide
-        if wide.stats.complete:
-            return wide
-        stats = replace(wide.stats, seconds=clock() - started,
-                        nodes_visited=wide.stats.nodes_visited + narrow.stats.nodes_visited,
-                        candidates_scored=(wide.stats.candidates_scored
-                                           + narrow.stats.candidates_scored),
-                        polished=wide.stats.polished + narrow.stats.polished,
-                        improvements=wide.stats.improvements + narrow.stats.improvements)
-        best = min(wide.best, narrow.best, key=Candidate.key)
-        stats.lower = min(stats.lower, best.prediction.seconds)
-        return self._result(best, wide.candidates + narrow.candidates, stats)
+        tree = max(budget, 0.0) * SEARCH_SHARE
+        best, scored, stats, floors = self._tree(
+            progress, max_nodes, started + tree * (1 - SUGGESTED_SHARE))
+        if not stats.complete:
+            try:
+                narrow = Searcher(*self._arguments)._tree(None, max_nodes, started + tree)
+            except StrategyError:  # small extents rule out every suggested value
+                narrow = None
+            trees = 1
+            if narrow is not None:
+                best = min(best, narrow[0], key=Candidate.key)
+                scored += narrow[1]
+                stats.nodes_visited += narrow[2].nodes_visited
+                trees = 2
+            best = self._polish(best, scored, stats, self._limit(max_nodes, trees),
+                                started + budget)
+        return self._finish(best, scored, stats, floors, started, progress)
 
     def _later(self, name: str, value: Any) -> float:
         """0 for a value the strategy suggests trying first (:attr:`Parameter.searched`), a
@@ -501,24 +523,36 @@ class Searcher:
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
                 limit: int, deadline: float | None = None) -> Candidate:
-        """Local search after the budget, from the best candidate of every mapping (the first
-        decision), by successive halving: each round climbs every seed for a share of half of
-        ``limit`` and keeps the better half; the best then climbs to its local optimum with
-        what is left. Best-first with a loose bound spends a budget under one or two mappings:
-        on tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
-        (predicted) once a seed of it climbed."""
+        """Local search after the tree, from the best candidate of every mapping (the first
+        decision), within ``limit`` candidates and ``deadline``. First a race for half of
+        them: the seed that is fastest now moves to a faster neighbour (one change, or the
+        last decisions: :meth:`_step`) until it has none, and then the next fastest does;
+        then the fastest of all climbs on, two changes at a time too (:meth:`_climb`).
+        Best-first with a loose bound spends a budget under one or two mappings: on
+        tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
+        (predicted) once a seed of it climbed. The race spends nothing on seeds slower than
+        the local optima of faster ones, and climbs each seed it starts to such an optimum
+        (about 100 candidates on tccg_03), where rounds of successive halving compared
+        seeds after equal shares of 2 to 20 candidates: tccg_03's "a,c,d" seed, 22% above
+        the best at first, 1.9% once climbed, lost to seeds that ended 2.6-2.8% above it."""
         seen = {identity(c.params) for c in scored}
-        seeds = sorted(self._seeds(scored, stats, deadline), key=Candidate.key)
-        rounds = math.ceil(math.log2(len(seeds))) + 1 if seeds else 0
-        while len(seeds) > 1 and stats.polished < limit // 2:
-            share = max(1, limit // 2 // rounds // len(seeds))
-            climbed = sorted((self._climb(seed, scored, seen, stats, share, deadline)
-                              for seed in seeds),
-                             key=lambda pair: pair[0].key())
-            best = min(best, climbed[0][0], key=Candidate.key)
-            seeds = [seed for seed, stuck in climbed[:len(climbed) // 2] if not stuck]
-        best = min([best, *seeds], key=Candidate.key)
-        return self._climb(best, scored, seen, stats, limit - stats.polished, deadline)[0]
+        seeds = self._seeds(scored, stats, deadline)
+        cap = stats.polished + limit
+        race = (stats.polished + limit // 2,  # half of what the seeds' dives left
+                None if deadline is None else clock() + max(deadline - clock(), 0.0) / 2)
+        heap = [(c.key(), c) for c in seeds]
+        heapq.heapify(heap)
+        while heap:  # (key, candidate): keys differ (they end with the parameters' text)
+            key, seed = heapq.heappop(heap)
+            faster = self._step(seed, scored, seen, stats, 1, *race)
+            if faster is None and self._spent(stats, *race):
+                heapq.heappush(heap, (key, seed))
+                break
+            best = min(best, seed, key=Candidate.key)
+            if faster is not None:
+                heapq.heappush(heap, (faster.key(), faster))
+        best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
+        return self._climb(best, scored, seen, stats, cap, deadline)
 
     def _seeds(self, scored: list[Candidate], stats: SearchStats,
                deadline: float | None = None) -> list[Candidate]:
@@ -538,49 +572,57 @@ class Searcher:
         return list(seeds.values())
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
-               stats: SearchStats, limit: int,
-               deadline: float | None = None) -> tuple[Candidate, bool]:
-        """Hill climbing: score ``best``'s neighbours not ``seen`` yet (one parameter changed,
-        then, where none of those is faster, the last decisions together, then two:
-        :meth:`_neighbours`), move to the first faster one, until none
-        is (a local optimum: True) or ``limit`` candidates were scored. On TCCG's rows the
-        best kernels lie close to a good incumbent, in a few coupled changes (a register tile
-        grown while the threads shrink), that best-first with a loose bound reaches late
-        (tccg_01 after 3000 nodes: 0.181 ms predicted, optimum 0.095 ms)."""
-        level, spent = 0, 0  # 0: one change (or a trade), 1: the last decisions, 2: two
-        while spent < limit:
-            better = None
-            for params in self._neighbours(best.params, level):
-                if identity(params) in seen:
-                    continue
-                seen.add(identity(params))
-                candidate = self.candidate(params, with_bound=False)
-                scored.append(candidate)
-                spent += 1
-                stats.polished += 1
-                if candidate.key() < best.key():
-                    better = candidate
-                    break
-                if spent >= limit or expired(deadline, spent):
-                    spent = max(spent, limit)
-                    break
-            if better is not None:
-                best, level = better, 0
+               stats: SearchStats, cap: int, deadline: float | None = None) -> Candidate:
+        """Hill climbing: move to a faster neighbour (:meth:`_step`, up to two changes) until
+        none is (a local optimum) or :attr:`SearchStats.polished` reaches ``cap``. On TCCG's
+        rows the best kernels lie close to a good incumbent, in a few coupled changes (a
+        register tile grown while the threads shrink), that best-first with a loose bound
+        reaches late (tccg_01 after 3000 nodes: 0.181 ms predicted, optimum 0.095 ms)."""
+        while (faster := self._step(best, scored, seen, stats, 2, cap, deadline)) is not None:
+            best = faster
+        return best
+
+    @staticmethod
+    def _spent(stats: SearchStats, cap: int, deadline: float | None) -> bool:
+        """Whether the local search has scored ``cap`` candidates or reached ``deadline``."""
+        return stats.polished >= cap or deadline is not None and clock() >= deadline
+
+    def _step(self, best: Candidate, scored: list[Candidate], seen: set[str],
+              stats: SearchStats, level: int, cap: int,
+              deadline: float | None) -> Candidate | None:
+        """The first neighbour of ``best`` not ``seen`` yet that is faster, scoring the
+        neighbourhoods of :meth:`_neighbours` up to ``level`` in turn (one change or a trade,
+        the last decisions together, two changes); None at a local optimum of those, or
+        once :meth:`_spent`."""
+        for params in itertools.chain.from_iterable(
+                self._neighbours(best.params, n) for n in range(level + 1)):
+            if self._spent(stats, cap, deadline):
+                return None
+            if identity(params) in seen:
+                continue
+            seen.add(identity(params))
+            candidate = self.candidate(params, with_bound=False)
+            scored.append(candidate)
+            stats.polished += 1
+            if candidate.key() < best.key():
                 stats.improvements += 1
-            elif level == 2:
-                return best, spent < limit
-            else:
-                level += 1
-        return best, False
+                return candidate
+        return None
 
     def _neighbours(self, params: Mapping[str, Any], level: int) -> Iterator[dict[str, Any]]:
         """The valid candidates that differ from ``params`` in one parameter, or trade threads
         for registers along an axis keeping its tile (twice the registers, half the threads,
         or the reverse: the coupled change by which the best kernels differ from good ones,
         GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms);
-        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two."""
+        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two.
+
+        Changes of the last decisions come first, of the first decision (the mapping) last:
+        the local search starts from the best candidate of every mapping, and a climb mostly
+        moves tiles, steps and buffers; on tccg_03 a climb found each faster neighbour
+        after 16 candidates where it took 30, and its first two-change move after 130
+        where it took 600."""
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
-                  for p in self.space.parameters]
+                  for p in reversed(self.space.parameters)]
         changes = (itertools.chain(self._trades(params),
                                    ((change,) for change in itertools.chain(*others)))
                    if level == 0 else self._finishes(params) if level == 1 else
