@@ -10,13 +10,13 @@ import math
 import islpy as isl
 import numpy as np
 import pytest
+from treduda.strategies.staging import copy_coordinate
 
 import treduda
 from treduda.codegen import ir
 from treduda.polyhedral.geometry import copy_extents
 from treduda.polyhedral.lower import Kind, plan
-from treduda.strategies import get
-from treduda.strategies.staging import copy_coordinate
+from treduda.polyhedral.strategy import get
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
 
