@@ -6,16 +6,23 @@ thread-uniform loops, phase and steps — the thread coordinates projected out),
 an access ``{ S[..] -> X[a] }`` is ``{ P -> X[a] }``; the smallest value of each of its
 dimensions gives the tile's origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
 
-* ``copy[P, e]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every ``e`` below the box volume whose
-  element lies inside ``X`` — ``u`` unflattens ``e`` in memory order, and threads take
-  ``e mod threads`` so consecutive threads read consecutive global addresses;
+* ``copy[P, c, t]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every element ``e = T c + t`` below
+  the box volume that lies inside ``X``, where thread ``t`` (of ``T``; ``t0 + bx t1 + bx by
+  t2`` in its ids) copies in iteration ``c`` of the copy loop, so consecutive threads read
+  consecutive global addresses — ``u`` unflattens ``e`` in memory order;
 * ``sync[P, t]``  a barrier before the copy (the previous step is done with the tile) and one
   after it (the tile is complete), executed by every thread of the block;
 * the compute statement reads ``X_sh[a - o(P)]`` instead of ``X[a]``.
 
-With ``preload`` (strategy 9) the copy is split: ``load[P, e]`` reads the *next* step's
+The copies' index expressions are also given in closed form (``Statement.formulas``): each
+coordinate of ``u(e)`` a sum of bit fields of ``c`` and the thread ids (:func:`copy_coordinate`)
+and the origin converted from isl once, so that the AST builder need not compose each copy's
+access relation with the schedule, where isl split ``floor(e / 256) mod 8`` into dozens of
+cases.
+
+With ``preload`` (strategy 9) the copy is split: ``load[P, c, t]`` reads the *next* step's
 elements into registers while the current step computes — its innermost step coordinate is
-shifted by one, so isl adds a first iteration that only loads — and ``store[P, e]`` moves them
+shifted by one, so isl adds a first iteration that only loads — and ``store[P, c, t]`` moves them
 from registers to the tile after the barrier.
 
 With ``double_buffer`` every tile has two buffers, chosen by the parity of the statement's
@@ -260,13 +267,13 @@ class _Stager:
         """Which buffer a step uses, in the copy statements' coordinates ``p0, p1, ..``."""
         return f"p{self.keep.index(self.step)} mod 2"
 
-    def _buffered(self, items: Sequence, shape: bool = False, parity: Any = None) -> tuple:
-        """A tile's coordinates (or its ``shape``) with the buffer dimension added as the
-        slowest: the step's parity (or its extent, 2), as isl text unless ``parity`` gives
-        it."""
+    def _buffered(self, items: Sequence, shape: bool = False, formulas: bool = False) -> tuple:
+        """A tile's coordinates (isl text, or IR ``formulas``) or its ``shape`` with the buffer
+        dimension added as the slowest: the step's parity (or its extent, 2)."""
         if not self.double_buffer:
             return tuple(items)
-        buffer = 2 if shape else self._parity() if parity is None else parity
+        buffer = (2 if shape else self._parity() if not formulas
+                  else ir.Binary(ir.Op.MOD, ir.Var(f"p{self.keep.index(self.step)}"), ir.Int(2)))
         return (buffer, *items) if self.program.layout == "C" else (*items, buffer)
 
     def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
@@ -296,11 +303,9 @@ class _Stager:
         tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
         coordinates = [copy_coordinate(stride, modulus, self.scheduled.block)
                        for stride, modulus in numbering]
-        tile_formula = tuple(self._buffered(coordinates, parity=ir.Binary(
-            ir.Op.MOD, ir.Var(f"p{self.keep.index(self.step)}"), ir.Int(2))
-            if self.double_buffer else None))
-        corner = [formula(isl.PwMultiAff.from_map(origin).get_pw_aff(d), list(prefix))
-                  for d in range(len(box))]
+        tile_formula = self._buffered(coordinates, formulas=True)
+        corners = isl.PwMultiAff.from_map(origin)
+        corner = [formula(corners.get_pw_aff(d), list(prefix)) for d in range(len(box))]
         source_formula = tuple(ir.Binary(ir.Op.ADD, o, u)
                                for o, u in zip(corner, coordinates, strict=True))
         if not self.preload:
