@@ -321,7 +321,8 @@ class _Converter:
 
     While isl builds the AST, :meth:`at_domain` derives the index expressions of every access
     of each statement instance from its access relation and the current schedule
-    (``{ iterators -> S[..] } . { S[..] -> A[..] }``), the way PPCG does; :meth:`node` then
+    (``{ iterators -> S[..] } . { S[..] -> A[..] }``), the way PPCG does, or puts the
+    instance's coordinates into the statement's formulas where it has them; :meth:`node` then
     puts them into the statement's body.
     """
 
