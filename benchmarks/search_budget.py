@@ -4,9 +4,10 @@
                                        [--budget SECONDS] [--before DIR] [--json out]
 
 For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the
-time of a cold ``treduda.compile`` (search, ptxas's check where nvcc is installed, and the
-generation of the kernel; the median of ``--repeat`` runs), the model's estimate of its pick,
-the best estimate a complete search over the parameters' *declared* ranges finds
+time of a cold ``treduda.compile`` (search and generation of the kernel; the median of
+``--repeat`` runs), how long ptxas's check (where nvcc is installed) goes on after it returned,
+the model's estimate of its pick, the best estimate a complete search over the parameters'
+*declared* ranges finds
 (``budget=None``), and their ratio. ``--before DIR`` times the same cold compile on another
 checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) for the
 "before" columns; without it they come from ``benchmarks/data/search_budget_before.json``,
@@ -41,6 +42,7 @@ from treduda.polyhedral.lower import plan
 from treduda.suites import load
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
+from treduda.tuning.policy import finish_checks
 imported = time.perf_counter() - started
 name = sys.argv[1]
 if name == "gemm":
@@ -56,8 +58,11 @@ def cpu():
 started, used = time.perf_counter(), cpu()
 kernel = treduda.compile(expr, sizes, layout=layout, **options)
 seconds, used = time.perf_counter() - started, cpu() - used
+started = time.perf_counter()
+finish_checks()  # ptxas's check, in the background after compile() returned
+checking = time.perf_counter() - started
 model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
-print(json.dumps({"compile": seconds, "cpu": used, "import": imported,
+print(json.dumps({"compile": seconds, "cpu": used, "import": imported, "check": checking,
                   "params": dict(kernel.params),
                   "estimate": model.estimate(dict(kernel.params)).seconds}))
 """
@@ -113,8 +118,9 @@ def main() -> None:
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
     rows = []
-    print(f"{'row':8} {'cold s':>6} {'cpu s':>6} {'pick ms':>8} {'complete ms':>11} {'ratio':>6} "
-          f"{'complete cpu s':>14} {'before s':>8} {'cpu s':>6} {'before pick ms':>14}")
+    print(f"{'row':8} {'cold s':>6} {'check s':>7} {'cpu s':>6} {'pick ms':>8} "
+          f"{'complete ms':>11} {'ratio':>6} {'complete cpu s':>14} {'before s':>8} {'cpu s':>6} "
+          f"{'before pick ms':>14}")
     for name in args.rows.split(","):
         row: dict = {"row": name}
         if args.before:
@@ -130,12 +136,14 @@ def main() -> None:
             continue
         runs = [cold(name, args.budget) for _ in range(args.repeat)]
         seconds = statistics.median(r["compile"] for r in runs)
+        checking = statistics.median(r["check"] for r in runs)
         used = statistics.median(r["cpu"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
         best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
                           else complete(name) if args.complete else (None, None))
         old = before.get(name, {})
-        row.update(cold=seconds, cpu=used, runs=[r["compile"] for r in runs], pick=pick,
+        row.update(cold=seconds, check=checking, cpu=used, runs=[r["compile"] for r in runs],
+                   pick=pick,
                    complete=best, ratio=pick / best if best else None, complete_cpu=searched,
                    before=old,
                    params=runs[0]["params"])
@@ -144,8 +152,8 @@ def main() -> None:
                 else f"{'-':>8} {'-':>6} {'-':>14}")
         versus = (f"{best * 1e3:11.4f} {pick / best:6.3f} {searched:14.1f}" if best else
                   f"{'-':>11} {'-':>6} {'-':>14}")
-        print(f"{name:8} {seconds:6.2f} {used:6.2f} {pick * 1e3:8.4f} {versus} {olds}",
-              flush=True)
+        print(f"{name:8} {seconds:6.2f} {checking:7.2f} {used:6.2f} {pick * 1e3:8.4f} {versus} "
+              f"{olds}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
 

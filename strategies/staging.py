@@ -102,6 +102,7 @@ class Staged(Strategy):
         # decided; the step and whether it is unrolled once all of them are).
         mapping = Composite(before, self.limits)
         values = {p.name: p.values for p in mapping.space(program).parameters}
+        _refuse_own_staging(program, mapping, values)
         tile_names, every_name = mapping.tile_parameters(program), tuple(values)
         budget = self.limits.shared_per_block
 
@@ -169,6 +170,22 @@ class Staged(Strategy):
                                 "a tiling strategy, e.g. 'tiled+staged'")
         return _Stager(scheduled, staged, params["pad"], params["preload"],
                        params["double_buffer"]).run()
+
+
+def _refuse_own_staging(program: Program, mapping: Strategy, values: Mapping[str, tuple]
+                        ) -> None:
+    """Raise where ``mapping`` stages its inputs itself (it describes ``stage``): its tiles are
+    laid out as it needs them (the tensor-core mapping's fragment loads read 2-D tiles of its
+    linearised index groups, zero-filled outside the tensors), which this strategy's tiles,
+    the boxes of each step's footprint with nothing written outside the tensors, are not."""
+    described = mapping.describe(program, values)
+    if "stage" not in described:
+        return
+    own = [name for name in values if name in Staged.quantities]
+    tuned = f" (its {' and '.join(own)} parameters tune that staging)" if own else ""
+    raise StrategyError(f"'{mapping.name}' stages {described['stage'][0]} in shared memory "
+                        "itself, in tiles of its own layout, so 'staged' cannot chain after it: "
+                        f"use '{mapping.name}' alone{tuned}")
 
 
 class _Stager:

@@ -31,6 +31,13 @@ step's parity choosing one: step ``k`` fills the buffer step ``k - 2`` read, whi
 finished before step ``k - 1``'s second barrier, so the first barrier goes (as in the staging
 strategy), and a step's copies are issued right after the previous step's MMAs.
 
+With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
+operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
+(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
+buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
+stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
+read, before step ``ks - 1``'s MMAs, which they overlap.
+
 With ``split > 1`` (float32 and float64: OpenCL has no 16-bit atomic addition) ``P`` gains the
 part of the reduction, a grid dimension: a block sums the steps ``chunk * part <= ks < chunk *
 (part + 1)`` and adds its tile into the output atomically (which starts at zero for ``=``), as
@@ -43,13 +50,17 @@ thread of a warp executes the statement with the same operands, which is what a
 warp-collective operation needs. The copies, zero-fills and writes,
 their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
 staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
-tile of the linearised groups), not a box hull.
+tile of the linearised groups), not a box hull. That staging is the strategy's own: fragment
+loads read whole fragments, so the tiles need zeros outside the tensors and rows a fragment
+load accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged``
+is refused (see :meth:`TensorCore.describe` for what the geometry's quantities mean here).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -59,6 +70,7 @@ from treduda.strategies.tiling import splittable
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
+from treduda.polyhedral.geometry import AXES, GROUP
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -82,6 +94,10 @@ SPLITS = (1, 2, 4, 8)
 FRAGMENT_BUDGET = 8
 SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
           "float64": (8, 8, 4)}
+# Lanes of a warp along M and along N in the accumulator layout of mma.sync, which WMMA compiles
+# to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
+# rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
+LANES_M, LANES_N = 8, 4
 A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
@@ -176,7 +192,11 @@ class TensorCore(Strategy):
                       "right after the previous step's MMAs", priority=Priority.BUFFERS),
             Parameter("split", SPLITS if splittable(program) and not program.deterministic
                       else (1,), "blocks sharing each output tile, each summing a part of the "
-                      "steps (added into the output atomically)", priority=Priority.STEP))
+                      "steps (added into the output atomically)", priority=Priority.STEP),
+            Parameter("async_copy", (True, False) if copy_widths(program, found) else (False,),
+                      "operand tiles copied by cp.async (sm_80+), not through registers; "
+                      "double-buffered, a step's copies are issued before the previous "
+                      "step's MMAs", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, shape, found)))
 
     def _rules(self, program: Program, shape: tuple[int, int, int],
@@ -194,7 +214,9 @@ class TensorCore(Strategy):
             step = shape["mnk".index(axis)]
             return tile <= step or tile - step < extent[axis]
 
-        rules = []
+        rules = [] if self.limits.async_copies else [
+            Constraint("asynchronous copies need compute capability 8.0 (cp.async)",
+                       ("async_copy",), lambda p: not p["async_copy"])]
         if self.limits.sm_count:  # as the tiled strategy's split: only to fill the GPU
             sms = self.limits.sm_count
 
@@ -232,10 +254,55 @@ class TensorCore(Strategy):
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        """The kernel in the geometry's quantities, as every consumer of a mapping reads it
+        (the benchmark's verification sizes, the tensor-core model, the tests of the launch).
+
+        N's group is on x and M's on y, as the grid's axes are (an empty group goes last);
+        batch indices have a block per value. A warp has no thread tile of its own (WMMA
+        leaves which lane holds which accumulator unspecified), so ``block_*`` and ``reg_*``
+        split each warp's 32 lanes as mma.sync's accumulator layout does (8 lanes along M,
+        4 along N): what consumers need holds exactly, ``block_x * reg_x`` is the N tile,
+        ``block_y * reg_y`` the M tile, the threads are ``32 * warps`` (the launch puts them
+        all on x) and ``reg_x * reg_y`` the accumulator values each holds. ``assign_*`` has
+        no meaning for fragments and stays cyclic, as the write through the shared C tile
+        stores (consecutive threads, consecutive elements). ``step`` is BK values of the
+        linearised K, ``split`` as the tiled strategy's (:func:`split_parts` of the steps
+        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the operand
+        tiles' rows (16 bytes' worth) and ``shared`` the bytes of the A, B and C tiles."""
+        (a,), (b,), m, n, _, _ = gemm_groups(program)
+        fm, fn, fk = mma_shape(program)
+
+        def each(quantity: Callable[..., Any], *names: str) -> tuple:
+            return tuple(sorted({quantity(*values)
+                                 for values in itertools.product(*(choices[n] for n in names))}))
+
+        along = {"n": (n, each(lambda w: LANES_N * w, "warps_n"),
+                       each(lambda f: f * fn // LANES_N, "frags_n")),
+                 "m": (m, each(lambda w: LANES_M * w, "warps_m"),
+                       each(lambda f: f * fm // LANES_M, "frags_m"))}
+        axes = _axes(m, n)
+        described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
+                                        if along[axis][0]),)}
+        for name, axis in zip(AXES, axes, strict=False):
+            described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad", "double_buffer")
+        return {
+            **described,
+            "step": each(lambda f: f * fk, "frags_k"),
+            "split": choices["split"],
+            "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
+            "stage": (f"{a},{b}",),
+            "pad": each(lambda pad: padding(program, pad), "pad"),
+            "double_buffer": choices["double_buffer"],
+            "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
+                           *tiles),
+        }
+
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "pad": True, "split": 1, "double_buffer": False}
+                     "pad": True, "split": 1, "double_buffer": False, "async_copy": True}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")
@@ -243,6 +310,35 @@ class TensorCore(Strategy):
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         return _Builder(scheduled.program, params).run()
+
+
+def _axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
+    """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
+    N is empty (an axis of ``order`` needs indices)."""
+    return ("n", "m") if n or not m else ("m", "n")
+
+
+def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:
+    """The block of a decided description (:meth:`TensorCore.describe`), as the tensor-core
+    model reads it: the tile ``m`` x ``n`` and its step ``k`` in elements, and per group the
+    warps (``warps_m``, ``warps_n``) and each warp's fragments (``frags_m``, ``frags_n``)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    fm, fn, _ = mma_shape(program)
+    lanes, extent = {"m": LANES_M, "n": LANES_N}, {"m": fm, "n": fn}
+    tile = {"k": described["step"]}
+    for name, axis in zip(AXES, _axes(m, n), strict=False):
+        threads, values = described[f"block_{name}"], described[f"reg_{name}"]
+        tile[axis] = threads * values
+        tile[f"warps_{axis}"] = threads // lanes[axis]
+        tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
+    return tile
+
+
+def split_parts(steps: int, split: int) -> tuple[int, int]:
+    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
+    most, fewer where ``split`` parts of whole steps cover the steps already."""
+    chunk = -(-steps // split)
+    return chunk, -(-steps // chunk)
 
 
 def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str, int]:
@@ -260,6 +356,29 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     fastest_a = _fastest_first(inputs[a], program.layout)[0]
     fastest_b = _fastest_first(inputs[b], program.layout)[0]
     return fastest_a not in m, fastest_b in n
+
+
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[str, int] | None:
+    """Elements of each operand one asynchronous copy moves, or None where an operand has no
+    such width: cp.async moves 4, 8 or 16 bytes, aligned to their size (PTX ISA, "cp.async").
+    The widest of those whose elements lie side by side in the tensor and in the tile's row:
+    one element where it is 4 or 8 bytes; more where the row runs along the tensor's fastest
+    index, starts at a multiple of the width there (tiles span multiples of 32 bytes), and
+    that index's extent is one too, so every other stride is, and a run is all inside or all
+    outside the tensor."""
+    (a,), (b,), m, n, k, _ = found
+    row_a, row_b = operand_rows_major(program, found)
+    size = dtypes.itemsize(program.dtype)
+    widths = {}
+    for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
+        fastest = _fastest_first(program.contraction.inputs[tensor], program.layout)[0]
+        adjacent = along[0] == fastest
+        fitting = [nbytes // size for nbytes in (16, 8, 4) if nbytes >= size and (
+            nbytes == size or adjacent and program.sizes[fastest] % (nbytes // size) == 0)]
+        if not fitting:
+            return None
+        widths[tensor] = fitting[0]
+    return widths
 
 
 def padding(program: Program, pad: bool) -> int:
@@ -305,8 +424,10 @@ class _Builder:
             "pad"] else 0
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
-        self.chunk = -(-self.steps() // params["split"])
-        self.parts = -(-self.steps() // self.chunk)
+        self.chunk, self.parts = split_parts(self.steps(), params["split"])
+        self.widths = copy_widths(program, found) if params["async_copy"] else None
+        # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
+        self.ahead = params["async_copy"] and params["double_buffer"]
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
@@ -375,30 +496,53 @@ class _Builder:
     def steps(self) -> int:
         return -(-self.extent["k"] // self.tile["k"])
 
-    def sync(self, name: str, tail: Sequence[str], stepped: bool) -> None:
+    def sync(self, name: str, tail: Sequence[str], stepped: bool,
+             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
+        """A statement every thread executes (a barrier, or a commit or wait of its
+        asynchronous copies), once or per step."""
+        body = body or ir.Barrier()
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
         steps = f" and {self.step_bounds()}" if stepped else ""
-        self.add(name, Kind.SYNC, indices,
+        self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
                  f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
-                 ir.Barrier(), [], self.point("t", tail))
+                 body, [], self.point("t", tail))
 
     def reduction(self) -> None:
+        """Per step: the copies of the operand tiles, a barrier, the fragments. Single-
+        buffered, a barrier first (the previous step's fragments are read); asynchronous
+        copies are committed and waited for before the barrier, or, double-buffered, issued
+        a step ahead (after the barrier that follows the wait for the step's own copies)."""
+        copy_step = "ks - 1" if self.ahead else "ks"
         if not self.params["double_buffer"]:  # else step k's buffer was last read at k - 2
             self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
                       True)
-        self.copy(self.a, A_TILE, "m", self.row_a, 0)
-        self.copy(self.b, B_TILE, "n", self.row_b, 1)
-        self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"], True)
+        self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
+        self.copy(self.b, B_TILE, "n", self.row_b, 1, copy_step)
+        if self.widths is None:
+            self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
+                      True)
+        else:
+            wait = STAGE_SYNC_BEFORE if self.ahead else STAGE_SYNC_AFTER
+            self.sync("commit", ["1", copy_step, str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
+                      True, ir.CommitCopies())
+            self.sync("wait", ["1", "ks", str(wait), "0", "1", "0", "0"], True,
+                      ir.WaitCopies(0))
+            self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
 
-    def copy(self, tensor: str, tile: str, free: str, row_major: bool, order: int) -> None:
+    def copy(self, tensor: str, tile: str, free: str, row_major: bool, order: int,
+             step: str) -> None:
         """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
-        tile's rows. A's row-major tile is M x K (``free`` = "m"), B's is K x N ("n")."""
+        tile's rows, scheduled at step position ``step``. A's row-major tile is M x K (``free``
+        = "m"), B's is K x N ("n"). Asynchronous copies move a run of the operand's copy
+        width each, ``e`` numbering the runs."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
         row_is_free = row_major == (tensor == self.a)
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
-        row, column = f"floor(e/{columns})", f"e mod {columns}"
+        width = 1 if self.widths is None else self.widths[tensor]
+        runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
+        row, column = f"floor(e/{runs})", f"{width}*(e mod {runs})"
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: f"{block}*{extent_free} + {local_free}", "k": f"ks*{extent_k} + {local_k}"}
@@ -413,18 +557,23 @@ class _Builder:
         inside = (f"{value[free]} < {self.extent[free]} and "
                   f"{value['k']} < {self.extent['k']}")
         domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
-                  f"and 0 <= e < {rows * columns}")
+                  f"and 0 <= e < {rows * runs}")
         names = [*self.prefix(), "ks", "e"]
         target = f"{tile}[{self.buffer()}{row}, {column}]"
-        point = self.point(f"e mod {self.threads}", ["1", "ks", str(STAGE_COPY),
+        point = self.point(f"e mod {self.threads}", ["1", step, str(STAGE_COPY),
                                                       f"floor(e/{self.threads})", str(order),
                                                       "0", "0"])
-        element = ir.Element(tile, ())
-        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
-                 ir.Assign(element, "=", ir.Element(tensor, ())),
+        element, source = ir.Element(tile, ()), ir.Element(tensor, ())
+        copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
+        zero_accesses = [target]
+        if self.widths is not None:  # the zero-fill reads nothing, but names an address
+            copy = ir.AsyncCopy(element, source, width)
+            zero = ir.AsyncCopy(element, source, width, zero=True)
+            zero_accesses.append(f"{tensor}[{', '.join('0' for _ in indices)}]")
+        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}", copy,
                  [target, f"{tensor}[{', '.join(indices)}]"], point)
-        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
-                 ir.Assign(element, "=", ir.Float(0.0)), [target], point)
+        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})", zero,
+                 zero_accesses, point)
 
     def fragments(self) -> None:
         """Per fragment k-extent of the step: load A's and B's fragments of the warp, then

@@ -12,6 +12,7 @@ import pytest
 
 import treduda
 from treduda.run.nvcc import nvcc_available
+from treduda.tuning.policy import finish_checks
 
 # The expressions issue #2 names, with sizes that are not multiples of the block (5..40).
 EXAMPLES = {
@@ -48,13 +49,15 @@ needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not instal
 @pytest.fixture(autouse=True)
 def _unkept_when_patched(request):
     """A test that patches code (monkeypatch) must get kernels generated with the patch, and
-    leave none behind: compile() keeps kernels for the process (treduda.api._kept)."""
+    leave none behind: compile() keeps kernels for the process (treduda.api._kept). No test
+    leaves a background check (of ptxas) running into the next."""
     if "monkeypatch" not in request.fixturenames:
         yield
+        finish_checks()
         return
-    treduda.api._kept_kernel.cache_clear()
+    treduda.api._forget()
     yield
-    treduda.api._kept_kernel.cache_clear()
+    treduda.api._forget()
 
 
 @functools.cache

@@ -136,7 +136,7 @@ def test_a_stale_cache_entry_is_reported_and_searched_again(tmp_path):
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     key = cache.entries()[0].key
     cache.put(key, {"strategy": "tiled+staged", "params": {"block_x": 3}})
-    treduda.api._kept_kernel.cache_clear()  # as a new process: this one keeps its kernel
+    treduda.api._forget()  # as a new process: this one keeps its kernel
     with pytest.warns(treduda.tuning.cache.CacheWarning, match="block_x=3"):
         again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     assert again.name == kernel.name
@@ -382,7 +382,7 @@ def test_a_small_problems_winner_does_not_depend_on_the_machines_load(monkeypatc
     tune's workers and compile() did under the full suite."""
     sizes = {"i": 40, "j": 36, "k": 20}
     idle = treduda.compile("C[i,j]=A[i,k]*B[k,j]", sizes, cache=False).params
-    treduda.api._kept_kernel.cache_clear()
+    treduda.api._forget()
     started = time.thread_time()
     monkeypatch.setattr(treduda.tuning.search, "clock",
                         lambda: started + 20 * (time.thread_time() - started))

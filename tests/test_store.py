@@ -103,7 +103,7 @@ def _fresh(tmp_path: Path, expr: str = GEMM, **options) -> tuple[treduda.Kernel,
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     generated = treduda.compile(expr, SIZES, cache=cache, **options)
     assert generated.stored is None
-    api._kept_kernel.cache_clear()  # as a new process: this one keeps its kernel
+    api._forget()  # as a new process: this one keeps its kernel
     return generated, cache
 
 
@@ -152,7 +152,7 @@ def test_a_damaged_stored_kernel_is_reported_and_generated_again(tmp_path):
     assert again.stored is None and again.name == generated.name  # generated
     a, b = _gemm_operands(3)
     np.testing.assert_allclose(again.run(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
-    api._kept_kernel.cache_clear()
+    api._forget()
     assert treduda.compile(GEMM, SIZES, cache=cache).stored is not None  # stored again
 
 
@@ -235,7 +235,7 @@ def test_the_kernel_store_keeps_its_size_by_removing_the_oldest_kernels(tmp_path
     treduda.compile(GEMM, {"i": 40, "j": 24, "k": 20}, strategy="tiled", cache=small)
     kept = {dict(k.identity.sizes)["k"] for k in small.stored_kernels()}
     assert kept == {19, 20}
-    api._kept_kernel.cache_clear()  # as a new process: the first kernel is generated again
+    api._forget()  # as a new process: the first kernel is generated again
     again = treduda.compile(GEMM, shapes[0], strategy="tiled", cache=small)
     assert again.stored is None and again.cuda_source == first[0].cuda_source
     assert again.verify().ok

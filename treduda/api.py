@@ -190,17 +190,21 @@ class _Generator:
     def program(self) -> Program:
         """The problem's program, planned (with isl) and checked when first asked for."""
         p = self.problem
-        program = plan(self.contraction, self.sizes, p.layout, p.dtype, symbolic=self.sizes is None,
-                       deterministic=p.deterministic, precision=p.precision)
+        with policy.GENERATING:
+            program = plan(self.contraction, self.sizes, p.layout, p.dtype,
+                           symbolic=self.sizes is None, deterministic=p.deterministic,
+                           precision=p.precision)
         check_grid(program, self.gpu.max_threads_per_block, self.gpu.max_registers_per_thread)
         return program
 
     def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
         asked = self.problem.generated(strategy, params or {})
         key = asked.shaping()
-        if key not in self._made:
-            self._made[key] = self._stored(asked) or _generated(self.program, strategy, params)
-        return self._made[key]
+        with policy.GENERATING:  # compile()'s thread or a background check's
+            if key not in self._made:
+                self._made[key] = (self._stored(asked)
+                                   or _generated(self.program, strategy, params))
+            return self._made[key]
 
     def known(self, strategy: str, params: Mapping[str, Any]) -> bool:
         """Whether the kernel store holds this kernel, made by this code generator."""
@@ -494,12 +498,27 @@ class _Request:
 
 def _kept(request: _Request) -> Kernel:
     """The kernel of ``request``, kept for the process: the one place that says which calls
-    of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`); one kept
-    for another spelling of the same tree is given the request's spelling."""
+    of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`), or the
+    one ptxas's check chose since (:data:`_corrected`); one kept for another spelling of the
+    same tree is given the request's spelling."""
     kernel = _kept_kernel(request)
+    kernel = _corrected.get(request, kernel)
     if kernel.contraction.source != request.contraction.source:
         kernel = replace(kernel, contraction=request.contraction)
     return kernel
+
+
+# The kernels ptxas's background check chose instead of those compile() returned first
+# (treduda.tuning.policy.check_later), by request: later calls get these.
+_corrected: dict[_Request, Kernel] = {}
+
+
+def _forget() -> None:
+    """Forget the kernels compile() kept, as a new process would start (tests use it); the
+    background checks finish first."""
+    policy.finish_checks()
+    _kept_kernel.cache_clear()
+    _corrected.clear()
 
 
 @functools.lru_cache(maxsize=KERNELS_KEPT)
@@ -512,8 +531,11 @@ def _kept_kernel(request: _Request) -> Kernel:
     generate = _Generator(request.contraction, identity.problem, request.sizes, request.gpu,
                           store)
     if request.tuned:
+        def corrected(strategy: str, params: dict[str, Any]) -> None:
+            _corrected[request] = generate.keep(generate(strategy, params), strategy, params)
+
         strategy, params = policy.tuned(identity.problem, request.gpu, store, request.measure,
-                                        generate, request.budget)
+                                        generate, request.budget, corrected)
     else:
         strategy, params = identity.strategy, dict(identity.params)
     return generate.keep(generate(strategy, params), strategy, params)

@@ -24,7 +24,7 @@ import json
 import math
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any, TextIO
 
@@ -51,7 +51,7 @@ PARAMS_WIDTH = 72
 EXPRESSION_WIDTH = 40
 # Shorter names for the table (the JSON keeps the full parameters).
 SHORT_NAMES = {"order": "ord", "stage": "stg", "block": "blk", "assign": "asg", "preload": "pre",
-               "double_buffer": "dbl", "unroll": "unr"}
+               "double_buffer": "dbl", "unroll": "unr", "async_copy": "async"}
 
 
 @dataclass(frozen=True)
@@ -257,33 +257,64 @@ def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> Non
     outcome.search_complete = result.stats.complete
 
 
+# Scaled sizes are rounded up to multiples of this where the searched parameters need it: 16
+# bytes of a 2-byte type, the widest asynchronous copy (strategies/tensorcore.copy_widths).
+ALIGNED = 8
+
+
 def fitted(expression: str, sizes: dict[str, int], strategy: str,
            params: Mapping[str, Any], dtype: str = "float32",
-           precision: str = HIGHEST) -> dict[str, int]:
+           precision: str = HIGHEST, layout: str = "C") -> dict[str, int]:
     """Scaled sizes grown just enough for the searched tiles and step to be valid: each index
     on an axis gets more than half a tile (so its last block is partial; of a group, its
     slowest index grows), each summed index more than half a step (the first of them more than
     a step per part of a split reduction), as the strategy describes
-    its tiles and step (:mod:`~treduda.polyhedral.geometry`). An index that merges several
+    its tiles and step (:mod:`~treduda.polyhedral.geometry`). Where the strategy's rules
+    refuse that much of a tile left empty (the tensor-core mapping's: no whole fragment outside
+    the tensors) and accept a tile or a step less one, each grows to that. Where the parameters
+    need aligned extents (asynchronous copies of 16 bytes: 8 half-precision elements), the
+    sizes are rounded up to multiples of :data:`ALIGNED`. An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
-    program = plan(expression, sizes, dtype=dtype, precision=precision)
+    chosen = strategies.get(strategy)
+    program = plan(expression, sizes, layout, dtype=dtype, precision=precision)
     merging = program.merging
-    described = decided(strategies.get(strategy).geometry(program, params))
-    grown = dict(sizes)
+    described = decided(chosen.geometry(program, params))
 
-    def grow(index: str, extent: int) -> None:
-        first, *rest = merging.groups[index]
-        others = math.prod(grown[i] for i in rest)
-        grown[first] = max(grown[first], -(-(extent // 2 + 1) // others))
+    def grown(least: Callable[[int], int]) -> dict[str, int]:
+        """``sizes`` with each index at least ``least(extent)`` values of what it covers."""
+        grown = dict(sizes)
 
-    for axis, (*faster, slowest) in zip(AXES, groups(described["order"]), strict=False):
-        inner = math.prod(grown[i] for index in faster for i in merging.groups[index])
-        grow(slowest, -(-described[f"block_{axis}"] * described[f"reg_{axis}"] // inner))
-    for index in merging.merged.summed:
-        grow(index, described["step"])
-    if described["split"] > 1:  # each part more than a step of the index it divides
-        grow(split_index(program), 2 * described["step"] * described["split"])
-    return grown
+        def grow(index: str, extent: int) -> None:
+            first, *rest = merging.groups[index]
+            others = math.prod(grown[i] for i in rest)
+            grown[first] = max(grown[first], -(-least(extent) // others))
+
+        for axis, (*faster, slowest) in zip(AXES, groups(described["order"]), strict=False):
+            inner = math.prod(grown[i] for index in faster for i in merging.groups[index])
+            grow(slowest, -(-described[f"block_{axis}"] * described[f"reg_{axis}"] // inner))
+        for index in merging.merged.summed:
+            grow(index, described["step"])
+        if described["split"] > 1:  # each part more than a step of the index it divides
+            grow(split_index(program), 2 * described["step"] * described["split"])
+        return grown
+
+    def valid(sizes: dict[str, int]) -> bool:
+        try:
+            chosen.space(plan(expression, sizes, layout, dtype=dtype, precision=precision)
+                         ).check(params)
+        except StrategyError:
+            return False
+        return True
+
+    half = grown(lambda extent: extent // 2 + 1)
+    nearly_whole = grown(lambda extent: extent - 1)
+    for tried in (half, nearly_whole):
+        for multiple in (1, ALIGNED):
+            candidate = {index: -(-extent // multiple) * multiple
+                         for index, extent in tried.items()}
+            if valid(candidate):
+                return candidate
+    return half
 
 
 def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
@@ -293,11 +324,8 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
     (:func:`fitted`); if those still do not fit, the same strategy's defaults are verified
     instead, and the row says so. The time it took goes into ``verify_seconds``."""
     started = time.perf_counter()
-    try:
-        sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy,
-                       result.best.params, outcome.dtype, outcome.precision)
-    except StrategyError:  # a strategy that does not describe its tiles (tensorcore)
-        sizes = scaled(row.sizes)
+    sizes = fitted(row.expression, scaled(row.sizes), result.best.strategy, result.best.params,
+                   outcome.dtype, outcome.precision, row.layout)
     outcome.scaled_sizes = sizes
     options = {"dtype": outcome.dtype, "layout": row.layout, "strategy": result.best.strategy,
                "precision": outcome.precision}

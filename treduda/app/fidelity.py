@@ -33,6 +33,7 @@ from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
+from ..tuning.mma_model import TensorCoreModel, model_of
 from ..tuning.model import Compiled, Model, Prediction
 from ..tuning.search import Candidate
 
@@ -167,7 +168,7 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
              gpu: str | Gpu = "H100") -> list[Outcome]:
     """Each row left out or predicted by the model of ``gpu``."""
     target = find_gpu(gpu)
-    models: dict[tuple, Model] = {}
+    models: dict[tuple, Model | TensorCoreModel] = {}
     outcomes = []
     for row, again in zip(rows, regenerated, strict=True):
         reason = changed(row, again)
@@ -176,8 +177,8 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
             continue
         key = (row.problem, row.strategy)
         if key not in models:  # the row's own strategy describes its parameters to the model
-            models[key] = Model(plan(row.expression, row.sizes, row.layout, row.dtype), target,
-                                row.strategy)
+            models[key] = model_of(plan(row.expression, row.sizes, row.layout, row.dtype),
+                                   target, row.strategy)
         model = models[key]
         estimate = model.estimate(again.params, again.compiled)
         outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(again.params).seconds))

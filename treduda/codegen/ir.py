@@ -271,8 +271,52 @@ class StoreFragment:
 
 
 WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, AddFragment, StoreFragment)
+
+# Asynchronous copies from global to shared memory, each statement a thread's own (PTX ISA,
+# "Data Movement and Conversion Instructions": cp.async, cp.async.commit_group,
+# cp.async.wait_group; compute capability 8.0). A copy a thread starts completes in the
+# background: its data are in shared memory once a wait of that thread that covers it has
+# returned, and visible to the block's other threads after a barrier that follows that wait.
+# Until the wait no thread may read or write its destination (the emulator reports it). Where
+# the hardware has no cp.async the CUDA printer copies at once, as OpenCL does, and the
+# commits and waits do nothing: the same values, earlier.
+
+
+@dataclass(frozen=True)
+class AsyncCopy:
+    """Starts ``target.array[target.offset + n] = source.array[source.offset + n]`` for
+    ``n < width``, one cp.async of ``width`` elements (4, 8 or 16 bytes; both addresses aligned
+    to that size, which the strategy that emits it makes sure of). With ``zero`` it reads
+    nothing and the ``width`` elements become zero, as cp.async does with a src-size of 0:
+    ``source`` is then only an address inside the tensor, which the instruction needs."""
+
+    target: Load
+    source: Load
+    width: int = 1
+    zero: bool = False
+
+
+@dataclass(frozen=True)
+class CommitCopies:
+    """The asynchronous copies this thread started since its last commit become one group
+    (cp.async.commit_group), which a :class:`WaitCopies` waits for."""
+
+
+@dataclass(frozen=True)
+class WaitCopies:
+    """This thread waits until at most ``pending`` of its committed groups, the most recent
+    ones, are still in flight (cp.async.wait_group): every earlier group's copies are then in
+    shared memory."""
+
+    pending: int = 0
+
+
+# Statements with memory or fragment operands (Elements before the AST, Loads after), which
+# passes rewrite through map_operands.
+OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy)
 Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
-        | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment)
+        | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment | AsyncCopy
+        | CommitCopies | WaitCopies)
 
 
 class ParamKind(enum.Enum):
@@ -432,22 +476,25 @@ def _operand_fields(s: Stmt) -> list[str]:
 
 
 def operands(s: Stmt) -> tuple[Expr, ...]:
-    """The fragment and memory operands of a warp-collective statement, in field order."""
+    """The fragment and memory operands of a statement of :data:`OPERAND_STATEMENTS`, in field
+    order."""
     return tuple(getattr(s, name) for name in _operand_fields(s))
 
 
 def map_operands(s: Stmt, f: Callable[[Expr], Expr]) -> Stmt:
-    """The warp-collective statement ``s`` with ``f`` applied to each of its operands."""
+    """The statement ``s`` of :data:`OPERAND_STATEMENTS` with ``f`` applied to each of its
+    operands."""
     return replace(s, **{name: f(getattr(s, name)) for name in _operand_fields(s)})
 
 
 def elements(node: Assign | Barrier | Expr) -> list[Element]:
     """Every tensor, register or shared element a statement touches: the target first, then
-    the value's, left to right (a warp-collective statement's operands in field order).
+    the value's, left to right (the operands of the other statements with operands, a
+    warp-collective statement's or an asynchronous copy's, in field order).
     Access relations are listed in this order."""
     if isinstance(node, Assign):
         return elements(node.target) + elements(node.value)
-    if isinstance(node, WARP_STATEMENTS):
+    if isinstance(node, OPERAND_STATEMENTS):
         return [e for operand in operands(node) for e in elements(operand)]
     if isinstance(node, Element):
         return [node]
@@ -469,7 +516,7 @@ def replace_elements(node, replacements):
     if isinstance(node, Assign):
         target = replace_elements(node.target, replacements)
         return Assign(target, node.op, replace_elements(node.value, replacements), node.atomic)
-    if isinstance(node, WARP_STATEMENTS):
+    if isinstance(node, OPERAND_STATEMENTS):
         return map_operands(node, lambda operand: replace_elements(operand, replacements))
     if isinstance(node, Element):
         return next(replacements)

@@ -25,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 
 from ..errors import InvalidName
-from ..frontend.dtypes import compute, is_complex, is_integer, real
+from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
 from .fragments import Twin, Wmma, has_fragments
@@ -98,6 +98,13 @@ class Dialect:
     fragments: str = "twin"
     lane: str = ""
     fragment_alignment: str = ""
+    # Asynchronous copies (ir.AsyncCopy, CommitCopies, WaitCopies): format strings of a copy
+    # (taking its bytes, the shared and global addresses and the bytes it reads), a commit and
+    # a wait (taking the groups that may stay in flight). Empty: the dialect copies at once,
+    # element by element, and commits and waits are nothing.
+    copy_async: str = ""
+    commit_copies: str = ""
+    wait_copies: str = ""
 
 
 CUDA = Dialect(
@@ -116,7 +123,9 @@ CUDA = Dialect(
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="unsigned int", ushort="unsigned short", as_bits="__float_as_uint",
     as_float="__uint_as_float", fma="__fmaf_rn", fragments="wmma",
-    fragment_alignment=" __align__(32)")
+    fragment_alignment=" __align__(32)",
+    copy_async="td_copy_async{bytes}({target}, {source}, {read});",  # templates/copy_async.cu.j2
+    commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();")
 
 OPENCL = Dialect(
     name="opencl",
@@ -185,6 +194,8 @@ class Printer:
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
                  "tensor_cores": has_fragments(self.kernel),
+                 "async_copies": bool(d.copy_async) and any(
+                     isinstance(c, ir.AsyncCopy) for c in ir.nested(self.kernel.body)),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -252,6 +263,13 @@ class Printer:
             return [f"{pad}{self.dialect.barrier}"]
         if isinstance(s, ir.WARP_STATEMENTS):
             return self.fragments.stmt(s, pad)
+        if isinstance(s, ir.AsyncCopy):
+            return self.async_copy(s, depth)
+        if isinstance(s, ir.CommitCopies):
+            return [pad + self.dialect.commit_copies] if self.dialect.commit_copies else []
+        if isinstance(s, ir.WaitCopies):
+            wait = self.dialect.wait_copies
+            return [pad + wait.format(pending=s.pending)] if wait else []
         if isinstance(s, ir.VectorLoad):
             vector = f"{self.vector_stem}{s.width}"
             load = self.dialect.vector_load.format(type=vector, width=s.width,
@@ -283,6 +301,22 @@ class Printer:
                 lines += [f"{pad}}} else {{", *self.stmt(s.otherwise, depth + 1)]
             return [*lines, f"{pad}}}"]
         raise TypeError(f"cannot print statement {s!r}")
+
+    def async_copy(self, s: ir.AsyncCopy, depth: int) -> list[str]:
+        """One cp.async; where the dialect has none, the assignments of the elements it
+        copies (or zeros), which end where it would once waited for."""
+        if not self.dialect.copy_async:
+            pairs = zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width), strict=True)
+            return [line for target, source in pairs for line in self.stmt(
+                ir.Assign(target, "=", ir.Float(0.0) if s.zero else source), depth)]
+        size = s.width * itemsize(self.kernel.dtype)  # the stored type's, in shared and global
+        return [INDENT * depth + self.dialect.copy_async.format(
+            bytes=size, target=self.address(s.target), source=self.address(s.source),
+            read=0 if s.zero else size)]
+
+    def address(self, e: ir.Load) -> str:
+        """The address of an element as it is held (a stored type's, without conversion)."""
+        return f"&{e.array}[{self.expr(e.offset)}]"
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:
         """An atomic ``+=`` or ``-=`` of a global element: a real value in one atomic add, a

@@ -98,9 +98,9 @@ class _Unroller:
             return ir.VectorLoad(s.vector, e(s.first), s.width)
         if isinstance(s, ir.VectorStore):
             return ir.VectorStore(e(s.first), tuple(e(v) for v in s.values))
-        if isinstance(s, ir.WARP_STATEMENTS):  # its fragment and tile operands
+        if isinstance(s, ir.OPERAND_STATEMENTS):  # its fragment, tile and tensor operands
             return ir.map_operands(s, e)
-        return s  # a barrier
+        return s  # a barrier, a commit or a wait of asynchronous copies
 
     def substituted(self, e: ir.Expr, name: str, value: int) -> ir.Expr:
         """``e`` with ``name`` replaced by ``value``, folded where it changed (an expression

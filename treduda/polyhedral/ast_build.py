@@ -397,8 +397,8 @@ class _Converter:
         """The statement's body with the index expressions found by :meth:`at_domain`."""
         name = node.user_get_expr().get_op_arg(0).get_id().get_name()
         body = self.scheduled.statement(name).body
-        if not isinstance(body, (ir.Assign, *ir.WARP_STATEMENTS)):  # a barrier, or an anchor
-            return body
+        if not isinstance(body, (ir.Assign, *ir.OPERAND_STATEMENTS)):  # a barrier, an anchor,
+            return body  # a commit or a wait of asynchronous copies
         found = self.found[int(node.get_annotation().get_name().removeprefix("accesses"))]
         return ir.replace_elements(body, iter(found))
 

@@ -52,6 +52,9 @@ QUANTITIES: dict[str, str] = {
            "vectors, see padding())",
     "preload": "whether the next step is loaded into registers while this one computes",
     "double_buffer": "two shared-memory buffers per tile, alternating by step",
+    "shared": "bytes of shared memory per block of the tiles a mapping lays out itself (the "
+              "tensor-core one's operand and output tiles; 0: none, the staged tiles are sized "
+              "from the block's tile by shared_bytes())",
 }
 
 # What a quantity is in a kernel none of whose strategies sets it.
@@ -59,7 +62,7 @@ NEUTRAL: dict[str, tuple] = {
     "order": ("",), **{f"{k}_{a}": (1,) for k in ("block", "reg") for a in AXES},
     **{f"assign_{a}": ("cyclic",) for a in AXES}, "walk": ("",), "step": (0,), "split": (1,),
     "unroll": (False,), "stage": ("",), "pad": (0,), "preload": (False,),
-    "double_buffer": (False,),
+    "double_buffer": (False,), "shared": (0,),
 }
 
 Description = dict[str, tuple]  # quantity -> the values it can still take
@@ -229,7 +232,11 @@ def copy_extents(box: Sequence[int], threads: int) -> list[int]:
 
 def shared_bytes(program: Program, geometry: Mapping[str, Any]) -> float:
     """Shared memory of the staged tiles per block (inf where a symbolic extent is staged):
-    every staged read's tile, padded along its fastest index, times the buffers."""
+    every staged read's tile, padded along its fastest index, times the buffers; or, where the
+    mapping lays out its tiles itself (``shared``), the bytes it says (no box of the tile
+    gives them: its tiles are 2-D over linearised index groups)."""
+    if geometry.get("shared"):
+        return float(geometry["shared"])
     staged = set(indices(geometry["stage"]))
     extents = tile_extents(program, geometry)
     total = 0.0

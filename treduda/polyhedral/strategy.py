@@ -67,6 +67,10 @@ class Limits:
     shared_per_block: int = 48 * 1024
     registers_per_thread: int = 255
     sm_count: int | None = None  # the GPU's SMs when the search targets one, else no rule on it
+    # Whether the target has asynchronous copies (cp.async, compute capability 8.0). A kernel
+    # with them still runs anywhere (the CUDA text copies at once below sm_80), so only a
+    # search for an older GPU rules them out.
+    async_copies: bool = True
 
 
 class Priority(enum.IntEnum):

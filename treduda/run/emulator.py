@@ -15,7 +15,17 @@ shared-memory access and reports, as :class:`Hazard`:
 * an **uninitialised read** of a shared element no thread has written, or of a register
   element its own thread has not written;
 * a **divergent warp**: a warp-collective statement (tensor cores) that only some threads of a
-  warp reach, or whose operands differ between them.
+  warp reach, or whose operands differ between them;
+* an **unfinished async copy**: an access to a shared element that an asynchronous copy
+  (:class:`ir.AsyncCopy`) writes, after the copy started and before the wait of its thread that
+  covers it has returned.
+
+Asynchronous copies are modelled as the hardware allows them to behave, not as the OpenCL twin
+runs them: a copy reads its source when it starts, but its data land in shared memory only
+when a :class:`ir.WaitCopies` of its thread covers its group (committed by
+:class:`ir.CommitCopies`), recorded there as that thread's write. So a kernel that reads a
+destination before the wait reads what was there before (and is told so), and one that reads
+it in another thread without a barrier after the wait races.
 
 A warp-collective statement runs once per warp, with its meaning in :mod:`treduda.codegen.ir`:
 fragments are arrays of the warp, and the elements of a shared tile it reads or writes count as
@@ -77,7 +87,8 @@ CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3,
 @dataclass(frozen=True)
 class Hazard:
     """One problem found in block ``block``: ``kind`` is "race", "out of bounds", "divergent
-    barrier" or "uninitialised read"; ``threads`` are linear thread ids (x fastest)."""
+    barrier", "uninitialised read", "divergent warp" or "unfinished async copy"; ``threads``
+    are linear thread ids (x fastest)."""
 
     kind: str
     block: tuple[int, ...]
@@ -178,6 +189,13 @@ class _Block:
         self.epoch = 0
         self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
         self.hazards: list[Hazard] = []
+        # Asynchronous copies in flight: per copy its array, offsets, threads, values and each
+        # element's group (-1 until its thread commits); per thread the groups it committed;
+        # per shared element the copies in flight to it.
+        self.copies: list[tuple[str, np.ndarray, np.ndarray, np.ndarray, np.ndarray]] = []
+        self.committed = np.zeros(self.count, dtype=np.int64)
+        self.in_flight = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
+                          for name in self.shared}
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
@@ -215,6 +233,15 @@ class _Block:
         elif isinstance(s, ir.VectorStore):
             for lane, value in zip(ir.lanes(s.first, len(s.values)), s.values, strict=True):
                 self.assign(ir.Assign(lane, "=", value), active)
+        elif isinstance(s, ir.AsyncCopy):
+            self.start_copy(s, active)
+        elif isinstance(s, ir.CommitCopies):
+            for _, _, lanes, _, group in self.copies:
+                opened = active[lanes] & (group < 0)
+                group[opened] = self.committed[lanes[opened]]
+            self.committed[active] += 1
+        elif isinstance(s, ir.WaitCopies):
+            self.finish_copies(s.pending, active)
         else:
             self.assign(s, active)
 
@@ -315,6 +342,38 @@ class _Block:
             values = self.fragment(*operands["fragment"], warp)
             self.tile(kind, operands["first"], s.ld, True, lanes, True, values)
 
+    def start_copy(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
+        """Each active thread's copy starts: its source is read now (inputs are read-only),
+        its destination, which no access may touch until the copy is waited for, is marked in
+        flight, and what it will write is kept for the wait."""
+        threads = np.flatnonzero(active)
+        for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
+                                  strict=True):
+            values = (np.zeros(threads.size, self.compute) if s.zero
+                      else self.value(source, active)[threads])
+            offsets = self.index(target.offset, active)[active].astype(np.int64)
+            if self.touch(target.array, offsets, threads, True, started=True) is None:
+                continue
+            inside = (offsets >= 0) & (offsets < self.arrays[target.array].shape[-1])
+            where = offsets[inside]
+            np.add.at(self.in_flight[target.array], where, 1)
+            self.copies.append((target.array, where, threads[inside], values[inside],
+                                np.full(where.size, -1)))
+
+    def finish_copies(self, pending: int, active: np.ndarray) -> None:
+        """The copies of each active thread's groups but its ``pending`` most recent land in
+        shared memory, written by that thread now."""
+        kept = []
+        for array, offsets, lanes, values, group in self.copies:
+            done = active[lanes] & (group >= 0) & (group < self.committed[lanes] - pending)
+            if done.any():
+                np.subtract.at(self.in_flight[array], offsets[done], 1)
+                self.arrays[array][offsets[done]] = values[done]
+                self.touch(array, offsets[done], lanes[done], True)
+            if not done.all():
+                kept.append((array, offsets[~done], lanes[~done], values[~done], group[~done]))
+        self.copies = kept
+
     def fragment(self, name: str, number: int, warp: int) -> np.ndarray:
         """The elements of fragment ``number`` of ``name`` held by ``warp`` (a view)."""
         return self.fragments[name][1][warp, number]
@@ -347,9 +406,10 @@ class _Block:
         offsets = self.index(e.offset, active)[active].astype(np.int64)
         return self.touch(e.array, offsets, np.flatnonzero(active), write)
 
-    def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool
-              ) -> tuple[tuple, np.ndarray] | None:
-        """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``."""
+    def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
+              started: bool = False) -> tuple[tuple, np.ndarray] | None:
+        """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``; ``started``: the
+        write of an asynchronous copy that started, which gives the element no value yet."""
         size = self.arrays[array].shape[-1]
         inside = (offsets >= 0) & (offsets < size)
         if not inside.all():
@@ -357,11 +417,15 @@ class _Block:
         offsets, lanes = offsets[inside], lanes[inside]
         if not offsets.size:
             return None
+        if array in self.in_flight:
+            unfinished = self.in_flight[array][offsets] > 0
+            if unfinished.any():
+                self.report("unfinished async copy", array, offsets, lanes, unfinished)
         where = (lanes, offsets) if array in self.registers else (offsets,)
         if array in self.written:
             written = self.written[array]
             if write:
-                written[where] = True
+                written[where] |= not started
             elif not written[where].all():
                 self.report("uninitialised read", array, offsets, lanes, ~written[where])
         if array in self.shared:

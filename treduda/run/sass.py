@@ -37,6 +37,8 @@ _TARGET = re.compile(r"`\((\.L\w+)\)|(0x[0-9a-fA-F]+)\s*$")
 _FMA = {"FFMA", "DFMA"}
 # Tensor-core multiply-accumulates: HMMA (float16, bfloat16 and TF32 inputs), DMMA (float64).
 _MMA = {"HMMA", "DMMA"}
+# cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
+_ASYNC_COPY = {"LDGSTS"}
 _MEMORY = {"LDG": "global_load_widths", "LDS": "shared_load_widths",
            "STG": "global_store_widths", "STS": "shared_store_widths"}
 _SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
@@ -68,6 +70,8 @@ class SassReport:
     read_only_loads: int = 0
     mma: int = 0  # tensor-core instructions (HMMA, DMMA) in the kernel ...
     main_loop_mma: int = 0  # ... and in its main loop
+    async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
+    main_loop_async_copies: int = 0  # ... and in its main loop
 
     def __str__(self) -> str:
         def widths(counts: dict[int, int]) -> str:
@@ -86,6 +90,8 @@ class SassReport:
             f"  global stores: {widths(self.global_store_widths)}",
             f"  shared loads:  {widths(self.shared_load_widths)}",
             f"  shared stores: {widths(self.shared_store_widths)}",
+            f"  async copies:  {self.async_copies} LDGSTS ({self.main_loop_async_copies} in "
+            "the main loop)",
         ])
 
 
@@ -191,6 +197,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
                             for i in body),
         mma=_count(body, _MMA),
         main_loop_mma=_count(loop, _MMA),
+        async_copies=_count(body, _ASYNC_COPY),
+        main_loop_async_copies=_count(loop, _ASYNC_COPY),
     )
 
 

@@ -158,6 +158,12 @@ class Gpu:
         """nvcc's name for this GPU's architecture, e.g. ``"sm_90"``."""
         return "sm_" + self.compute_capability.replace(".", "")
 
+    @property
+    def async_copies(self) -> bool:
+        """Whether the GPU copies global to shared memory asynchronously (cp.async: compute
+        capability 8.0, PTX ISA "Data Movement and Conversion Instructions: cp.async")."""
+        return float(self.compute_capability) >= 8.0
+
     def peak_flops(self, dtype: object = "float32") -> float:
         """Peak FMA throughput in FLOP/s (an FMA counts as 2), without tensor cores."""
         return 2.0 * self.fma_lanes(dtype) * self.sm_count * self.clock_ghz * 1e9

@@ -7,7 +7,8 @@ step of BK summed values):
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
                fragments; 3xTF32's three products) / what WMMA reaches of the GPU's tensor
                cores for the dtype (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
-* ``issue``    warp instructions: copies (address, load, convert, store per element), fragment
+* ``issue``    warp instructions: copies (address, load, convert, store per element; or an
+               address and one cp.async per run of the copy width), fragment
                loads (a 32-bit shared load per word a thread receives, TF32 roundings),
                MMA instructions, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
@@ -21,12 +22,23 @@ step of BK summed values):
                fragment loads and MMAs (double-buffered: one barrier, and the copy's wait
                overlapping the MMAs)
 
+A candidate is read only through the strategy's description of itself
+(:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
+tests check against the generated kernels): its threads, tile, step, split, padding, buffers and
+shared bytes, and the warps and fragments the tile's axes imply
+(:func:`~treduda.strategies.tensorcore.described_tile`); and, from its parameters, whether its
+copies are asynchronous, which no quantity of the geometry says.
+
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
-overhead; they, the threads and the shared tiles set the blocks per SM. The space of a
-contraction has at most a few hundred points, so the bound of a partial candidate is exact per
-resource: each resource at its least over the completions, the binding one alone (Telamon's
-per-factor bound, without relaxation). ``bound <= estimate`` holds on every path, and refining
-a candidate never lowers its bound (a least over fewer completions).
+overhead, asynchronous copies or not: their values skip the registers, but ptxas gave GEMM
+1024³'s default tiles on sm_90 as many registers or more with them (float16 64 -> 72, TF32
+72 -> 80, float64 64 -> 72 single-buffered; 80 -> 78, 88 -> 90, 48 -> 48 double-buffered),
+their 64-bit addresses taking the place of the values. Registers, the threads and the shared
+tiles set the blocks per SM. The space of a contraction has at most a few hundred points, so
+the bound of a partial candidate is exact per resource: each resource at its least over the
+completions, the binding one alone (Telamon's per-factor bound, without relaxation).
+``bound <= estimate`` holds on every path, and refining a candidate never lowers its bound (a
+least over fewer completions).
 """
 
 from __future__ import annotations
@@ -36,6 +48,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..frontend import dtypes
+from ..polyhedral.geometry import AXES, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Strategy
 from ..strategies import get as get_strategy
@@ -48,6 +61,7 @@ RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
+ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # mma.sync instructions per WMMA multiply-accumulate: 16x16x16 is two m16n8k16, 16x16x8 TF32
@@ -86,6 +100,8 @@ class TensorCoreModel:
                            ) * self.bytes
         self.row_a, self.row_b = tensorcore.operand_rows_major(
             program, tensorcore.gemm_groups(program))
+        widths = tensorcore.copy_widths(program, tensorcore.gemm_groups(program))
+        self.widths = None if widths is None else (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
@@ -122,25 +138,34 @@ class TensorCoreModel:
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
-        registers = self._registers(params)
-        cap = self.gpu.register_cap(self._threads(params))
+        described = self._described(params)
+        registers = self._registers(self._tile(described))
+        cap = self.gpu.register_cap(_threads(described))
         return registers, max(0, registers - cap)
 
     def register_pressure(self, params: Mapping[str, Any]) -> float:
-        return self._registers(params) / self.gpu.register_cap(self._threads(params))
+        described = self._described(params)
+        return (self._registers(self._tile(described))
+                / self.gpu.register_cap(_threads(described)))
 
     # -- the resources ------------------------------------------------------------------
 
-    @staticmethod
-    def _threads(p: Mapping[str, Any]) -> int:
-        return tensorcore.WARP * p["warps_m"] * p["warps_n"]
+    def _described(self, p: Mapping[str, Any]) -> dict[str, Any]:
+        """The strategy's description of a complete candidate, all the model reads of it."""
+        return decided(self.strategy.geometry(self.program, p, self.values))
 
-    def _registers(self, p: Mapping[str, Any]) -> int:
+    def _tile(self, described: Mapping[str, Any]) -> dict[str, int]:
+        """The block's tile, warps and fragments per warp (:func:`tensorcore.described_tile`),
+        with ``frags_k`` the fragment depths per step."""
+        tile = tensorcore.described_tile(self.program, described)
+        return {**tile, "frags_k": tile["k"] // self.shape[2]}
+
+    def _registers(self, tile: Mapping[str, int]) -> int:
         """The fragments a thread holds (its share: a 32nd of each), at 4-byte registers,
         and the overhead."""
         m, n, k = self.shape
-        accumulators = self.pieces * p["frags_m"] * p["frags_n"] * m * n // 32
-        operands = self.pieces * (p["frags_m"] * m * k + p["frags_n"] * k * n) // 32
+        accumulators = self.pieces * tile["frags_m"] * tile["frags_n"] * m * n // 32
+        operands = self.pieces * (tile["frags_m"] * m * k + tile["frags_n"] * k * n) // 32
         words = accumulators * self.accumulator_bytes + operands * self.bytes
         return OVERHEAD_REGISTERS + math.ceil(words / 4)
 
@@ -168,42 +193,46 @@ class TensorCoreModel:
         g = self.gpu
         clock = g.clock_ghz * 1e9
         m, n, k = self.shape
-        tile = tensorcore.tile_extents(p, self.shape)
-        threads = self._threads(p)
+        described = self._described(p)
+        tile = self._tile(described)
+        threads = _threads(described)
         warps = threads // tensorcore.WARP
-        registers = registers or self._registers(p)
-        occupancy = blocks_per_sm(g, threads, registers, tensorcore.shared_bytes(self.program, p))
+        registers = registers or self._registers(tile)
+        occupancy = blocks_per_sm(g, threads, registers, described["shared"])
         if occupancy == 0 or self.rate == 0:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
         steps = -(-self.extent["k"] // tile["k"])
         # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
-        chunk = -(-steps // p["split"])
-        parts = -(-steps // chunk)
+        chunk, parts = tensorcore.split_parts(steps, described["split"])
         blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        per_copy = COPY_INSTRUCTIONS + (STORED_COPY_INSTRUCTIONS
-                                        if self.program.dtype in dtypes.STORED else 0)
-        frags_a, frags_b = self.pieces * p["frags_m"], self.pieces * p["frags_n"]
+        if p["async_copy"]:  # a cp.async per run of the operand's copy width
+            copy_instructions = ASYNC_COPY_INSTRUCTIONS * tile["k"] * (
+                tile["m"] / self.widths[0] + tile["n"] / self.widths[1])
+        else:
+            copy_instructions = copied * (COPY_INSTRUCTIONS + (
+                STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
+        frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
                             math.ceil(k * n * self.bytes / 4 / 32))
         rounding = dtypes.ROUNDING_OPERATIONS * (1 if self.program.precision == dtypes.TF32
                                                  else 2 if self.pieces == 2 else 0)
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
-        mmas = self.products * p["frags_m"] * p["frags_n"]
-        warp_step = p["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copied * per_copy / 32
+        mmas = self.products * tile["frags_m"] * tile["frags_n"]
+        warp_step = tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copy_instructions / 32
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
-        pad = tensorcore.padding(self.program, p["pad"])
+        pad = described["pad"]
         ld_a = (tile["k"] if self.row_a else tile["m"]) + pad
         ld_b = (tile["n"] if self.row_b else tile["k"]) + pad
-        fragment_fronts = p["frags_k"] * warps * (
+        fragment_fronts = tile["frags_k"] * warps * (
             frags_a * self._fragment_wavefronts(*((m, k) if self.row_a else (k, m)), ld_a)
             + frags_b * self._fragment_wavefronts(*((k, n) if self.row_b else (n, k)), ld_b))
         copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
@@ -211,8 +240,8 @@ class TensorCoreModel:
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = min(1.0, resident / g.schedulers_per_sm / g.latency_hiding_warps)
-        mma_chain = p["frags_k"] * self.products * MMA_LATENCY_CYCLES
-        if p["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
+        mma_chain = tile["frags_k"] * self.products * MMA_LATENCY_CYCLES
+        if described["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
             chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
                              + max(g.l2_latency_cycles, mma_chain))
         else:
@@ -231,7 +260,7 @@ class TensorCoreModel:
             / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
-        per_mma = wavefronts / max(1.0, tiles * steps * mmas * p["frags_k"] * warps)
+        per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
@@ -249,6 +278,10 @@ class TensorCoreModel:
             "latency": "latency binds: each step waits for its copy, barriers and MMA chain",
         }
         return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
+
+
+def _threads(described: Mapping[str, Any]) -> int:
+    return math.prod(described[f"block_{axis}"] for axis in AXES)
 
 
 def applies(program: Program, gpu: Gpu) -> bool:

@@ -50,6 +50,7 @@ from ..polyhedral.lower import Kind, Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
 from ..run.nvcc import CudaReport
 from ..strategies import get as get_strategy
+from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .occupancy import blocks_per_sm
 
@@ -147,6 +148,9 @@ class Model:
         if program.sizes is None:
             raise ValueError("the model needs fixed sizes")
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
+        if isinstance(self.strategy, TensorCore):  # it describes itself, but in warps of MMAs
+            raise StrategyError("the tensor-core strategy has a model of its own: use "
+                                "treduda.tuning.mma_model.model_of")
         if values is None:
             values = {p.name: p.values for p in self.strategy.space(program).parameters}
         self.program, self.gpu, self.values = program, gpu, values

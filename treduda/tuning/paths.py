@@ -175,10 +175,20 @@ def choose(c: Contraction, sizes: Mapping[str, int], *, dtype: str = "float32",
     considered = [fused, flop]
     if len(c.terms[0].reads) <= MODEL_SEARCHED:
         index = {symbol: i for i, symbol in _symbols(c).items()}
+        factors = _fused(c).factors
 
-        def cost(left: tuple, right: tuple, kept: tuple) -> float:
-            left, right, kept = ([index[s] for s in symbols] for symbols in (left, right, kept))
-            step = Step("T", tuple(kept), (Factor("L", tuple(left)), Factor("R", tuple(right))))
+        def operand(subset: int, legs: frozenset, name: str) -> Factor:
+            """A factor as it is, or the intermediate of several, its indices ordered as
+            :func:`_steps` orders them: a step's cost depends on its operands' layouts."""
+            members = [f for j, f in enumerate(factors) if subset >> j & 1]
+            if len(members) == 1:
+                return members[0]
+            return Factor(name, _ordered({index[s] for s in legs}, members, c))
+
+        def cost(left: int, right: int, legs: tuple[frozenset, frozenset, frozenset]) -> float:
+            joined = [f for j, f in enumerate(factors) if (left | right) >> j & 1]
+            kept = _ordered({index[s] for s in legs[2]}, joined, c)
+            step = Step("T", kept, (operand(left, legs[0], "L"), operand(right, legs[1], "R")))
             return costing.seconds(step) - LAUNCH_SECONDS  # as Path.seconds counts it
 
         optimizer = ModelCosted(cost)
@@ -196,10 +206,14 @@ def choose(c: Contraction, sizes: Mapping[str, int], *, dtype: str = "float32",
 
 class ModelCosted(opt_einsum.paths.PathOptimizer):
     """opt_einsum's dynamic programming over connected subsets of the factors, each pairwise
-    step costed by ``cost(left, right, kept)`` (indices of the two operands and of the result,
-    in the expression's order) instead of its FLOPs."""
+    step costed by ``cost(left, right, legs)`` instead of its FLOPs: ``left`` and ``right``
+    are the two operands' subsets of the factors (bit j for factor j), ``legs`` the symbols of
+    the left operand, the right one and the result. Sets, not orders: opt_einsum numbers the
+    symbols in the iteration order of Python sets (it varies with the hash seed), so the
+    caller orders them."""
 
-    def __init__(self, cost: Callable[[tuple, tuple, tuple], float]):
+    def __init__(self, cost: Callable[[int, int, tuple[frozenset, frozenset, frozenset]],
+                                      float]):
         self.cost = cost
 
     def __call__(self, inputs, output, size_dict, memory_limit=None):
@@ -212,15 +226,16 @@ class ModelCosted(opt_einsum.paths.PathOptimizer):
             inside = _union(operands, subset)
             return inside & (out | _union(operands, group & ~subset))
 
-        def named(indices: frozenset) -> tuple[str, ...]:
-            return tuple(symbols[i] for i in sorted(indices))
+        def named(indices: frozenset) -> frozenset:
+            return frozenset(symbols[i] for i in indices)
 
         def compare(cost1, cost2, union, sizes, cap, s1, s2, xn, group, every, operands,
                     shared, limit, contract1, contract2):
             joined = s1 | s2
             kept = legs(joined, group, operands)
-            cost = cost1 + cost2 + self.cost(named(legs(s1, group, operands)),
-                                             named(legs(s2, group, operands)), named(kept))
+            cost = cost1 + cost2 + self.cost(s1, s2, (named(legs(s1, group, operands)),
+                                                      named(legs(s2, group, operands)),
+                                                      named(kept)))
             if joined not in xn or cost < xn[joined][1]:
                 xn[joined] = (kept, cost, (contract1, contract2))
 
@@ -270,13 +285,17 @@ def _steps(c: Contraction, path: list[tuple[int, ...]], name: Callable[[], str],
 
 
 def _kept(taken: list[Factor], rest: list[Factor], c: Contraction) -> tuple[str, ...]:
-    """An intermediate's indices: those the output or the remaining factors use, the output's
-    first (in its order), then in order of first appearance."""
-    needed = set(c.output_indices).union(*(f.indices for f in rest))
-    seen = dict.fromkeys(itertools.chain(*(f.indices for f in taken)))
+    """An intermediate's indices: those the output or the remaining factors use."""
+    return _ordered(set(c.output_indices).union(*(f.indices for f in rest)), taken, c)
+
+
+def _ordered(needed: set[str], taken: Sequence[Factor], c: Contraction) -> tuple[str, ...]:
+    """The indices of ``taken`` that are ``needed``, the output's first (in its order), then
+    in order of first appearance: the layout of an intermediate."""
+    seen = list(dict.fromkeys(itertools.chain(*(f.indices for f in taken))))
     return tuple(sorted((i for i in seen if i in needed),
                         key=lambda i: (c.output_indices.index(i) if i in c.output_indices
-                                       else len(c.output_indices) + list(seen).index(i))))
+                                       else len(c.output_indices) + seen.index(i))))
 
 
 def _fuse(steps: tuple[Step, ...], costing: Costing) -> tuple[tuple[Step, ...], list[str]]:

@@ -6,6 +6,13 @@ strategy's checks), re-checks any other against the parameter space, and otherwi
 within a time budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
+ptxas's check of a winner whose registers are near the cap takes a second or more (nvcc, and
+rivals' kernels where the report upsets the winner), as long as the rest of a first call: for
+``compile()`` it runs on a background thread (:func:`check_later`). The call returns the
+model's pick at once; when the check picks another, later calls in the process get that one
+(``corrected``) and the tuning cache holds it for new processes. The interpreter waits for a
+pending check at exit (:func:`finish_checks` waits earlier).
+
 The policy decides; it makes no kernels. It asks a :class:`Generator` (``treduda.api``'s) for
 the program and for the kernels of candidates, which it may take from the kernel store.
 """
@@ -13,12 +20,14 @@ the program and for the kernels of candidates, which it may take from the kernel
 from __future__ import annotations
 
 import math
+import threading
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
 from typing import Any, Protocol
 
-from ..errors import StrategyError
+from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
@@ -52,6 +61,14 @@ CHECK_GAIN = 0.05
 # from 0.85x and 0.5x the extents (benchmarks/search_seeds.py).
 SEEDS = 2
 
+# isl's context is not made for threads: kernels are generated (isl's AST, our IR) by one
+# thread at a time, compile()'s or the background check's.
+GENERATING = threading.RLock()
+# The background checks, one at a time (each runs nvcc on every core); the pool's thread is
+# joined at exit, so a pending check still corrects the tuning cache.
+_CHECKS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treduda-ptxas-check")
+_pending: list[Future] = []
+
 
 class Generator(Protocol):
     """The kernels of one problem, as the policy asks for them (``treduda.api`` makes them)."""
@@ -68,7 +85,8 @@ class Generator(Protocol):
 
 
 def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
-          generate: Generator, budget: float | None = DEFAULT_BUDGET
+          generate: Generator, budget: float | None = DEFAULT_BUDGET,
+          corrected: Callable[[str, dict[str, Any]], None] | None = None
           ) -> tuple[str, dict[str, Any]]:
     """The searched strategy and parameters of ``problem`` on ``gpu``, from the tuning cache
     ``store`` when it has them, else searched and kept there.
@@ -79,7 +97,9 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     no longer fits is reported and searched for again. An entry holds the model's prediction
     (``seconds``, ``binding``) and, apart from it, a measurement (``measured``: seconds and
     the device) when the search timed its candidates; ``measure=True`` searches again where
-    the entry has none."""
+    the entry has none. Where ptxas's check is due (and nothing is measured) it runs in the
+    background (:func:`check_later`), and ``corrected(strategy, params)`` hears of a
+    different winner."""
     key = CacheKey.of_identity(problem.on(gpu.name))
     hit = store.get(key) if store is not None else None
     if hit is not None and (not measure or hit.get("measured")):
@@ -87,8 +107,14 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
             return hit["strategy"], dict(hit["params"])
     seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
                                       if isinstance(value.get("params"), dict)]
-    result = tuning_search(generate.program, gpu, measure, generate, budget=budget, seeds=seeds)
-    remember(store, generate.program, result, "compile()")
+    program = generate.program
+    result = searched(program, gpu, budget=budget, seeds=seeds)
+    later = not measure and needs_check(program, result)
+    if not later:
+        result = reranked(result, 0, measure, generate, check=needs_check(program, result))
+    remember(store, program, result, "compile()", checking=later)
+    if later:
+        check_later(result, generate, store, corrected)
     return result.best.strategy, dict(result.best.params)
 
 
@@ -110,13 +136,60 @@ def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Gen
     problem, starting from ``seeds`` too (the winners of similar sizes); ptxas checks the
     winner of a problem that is not small where its registers are near the cap
     (:func:`~treduda.tuning.search.worth_checking`)."""
-    small = math.prod(program.sizes.values()) < SMALL_PROBLEM
+    result = searched(program, gpu, max_nodes, budget, seeds)
+    return reranked(result, 0, measure, generate, check=needs_check(program, result))
+
+
+def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
+             budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = ()
+             ) -> SearchResult:
+    """:func:`tuning_search`'s search, before any check."""
+    small = _small(program)
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
     if small and budget is not None:
         budget = max(budget, SMALL_PROBLEM_SECONDS)
-    result = search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
-    return reranked(result, 0, measure, generate,
-                    check=not small and worth_checking(program, result))
+    return search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
+
+
+def _small(program: Program) -> bool:
+    return math.prod(program.sizes.values()) < SMALL_PROBLEM
+
+
+def needs_check(program: Program, result: SearchResult) -> bool:
+    """Whether ptxas should check ``result``'s winner: a problem that is not small, whose
+    winner's registers are near the cap (:func:`~treduda.tuning.search.worth_checking`),
+    for a GPU nvcc here compiles for."""
+    return (not _small(program) and worth_checking(program, result)
+            and nvcc_supports(result.gpu.arch))
+
+
+def check_later(result: SearchResult, generate: Generator, store: TuningCache | None,
+                corrected: Callable[[str, dict[str, Any]], None] | None = None) -> Future:
+    """Check ``result``'s winner with ptxas (:func:`checked`) on the background thread, then
+    keep the checked result in ``store`` and tell ``corrected`` of a different winner. A
+    failing check is reported as a warning: the model's pick stands."""
+    def check() -> None:
+        try:
+            found = checked(result, generate)
+        except TredudaError as error:
+            warnings.warn(f"ptxas's check of {result.best.strategy} "
+                          f"{params_text(result.best.params)} failed, so the model's pick "
+                          f"stands: {error}", CacheWarning, stacklevel=1)
+            return
+        remember(store, generate.program, found, "compile()")
+        if corrected is not None and params_text(found.best.params) != params_text(
+                result.best.params):
+            corrected(found.best.strategy, dict(found.best.params))
+
+    future = _CHECKS.submit(check)
+    _pending.append(future)
+    return future
+
+
+def finish_checks() -> None:
+    """Wait for the pending background checks (:func:`check_later`)."""
+    while _pending:
+        _pending.pop().result()
 
 
 def reranked(result: SearchResult, refine: int, measure: bool, generate: Generator,
@@ -151,8 +224,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     winner now preloads an 8 x 8 step: 126 registers by the model, 168 by ptxas (59.5 ms
     instead of 44.9); the four best are all such, alike but for symmetry, and the fifth, the
     same without preloading, takes 122 (44.9 ms)."""
-    models = {s: model_of(generate.program, result.gpu, s)  # a search may rank several
-              for s in {c.strategy for c in result.candidates}}
+    with GENERATING:  # a strategy's space may ask isl
+        models = {s: model_of(generate.program, result.gpu, s)  # a search may rank several
+                  for s in {c.strategy for c in result.candidates}}
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
@@ -224,11 +298,12 @@ def fits(program: Program, hit: dict, key: CacheKey) -> bool:
         return False
 
 
-def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
+def cache_value(result: SearchResult, by: str, checking: bool = False) -> dict[str, Any]:
     """What the tuning cache keeps of a search: its winner's strategy and parameters, the
     model's prediction (``seconds``, ``binding``), apart from it a measurement (``measured``:
     seconds and the device) where the search timed its candidates, and how it was ``found``
-    (``by`` whom: compile(), treduda.search(), treduda tune)."""
+    (``by`` whom: compile(), treduda.search(), treduda tune; ``checking``: while ptxas's
+    check of the winner runs in the background, see :func:`check_later`)."""
     best, stats = result.best, result.stats
     measured = None if best.measured is None else {"seconds": best.measured,
                                                    "device": best.measured_on}
@@ -237,15 +312,16 @@ def cache_value(result: SearchResult, by: str) -> dict[str, Any]:
              + (f", started from {stats.seeded} winner(s) of similar sizes" if stats.seeded
                 else "")
              + (", re-ranked by walking the kernels" if best.walked is not None else "")
-             + (", re-estimated with ptxas's registers" if best.compiled is not None else ""))
+             + (", re-estimated with ptxas's registers" if best.compiled is not None else "")
+             + (", ptxas's check running" if checking else ""))
     return {"strategy": best.strategy, "params": dict(best.params),
             "seconds": best.prediction.seconds, "binding": best.prediction.binding,
             "measured": measured, "found": found}
 
 
 def remember(store: TuningCache | None, program: Program, result: SearchResult,
-             by: str) -> None:
+             by: str, checking: bool = False) -> None:
     """Keep ``result``, the search of ``program``, in the tuning cache ``store`` (if any), as
-    found ``by`` whom (:func:`cache_value`)."""
+    found ``by`` whom (:func:`cache_value`), ``checking`` where ptxas's check is running."""
     if store is not None:
-        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by))
+        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by, checking))

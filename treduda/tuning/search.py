@@ -274,7 +274,8 @@ class Searcher:
         limits = Limits(threads_per_block=self.gpu.max_threads_per_block,
                         sm_count=self.gpu.sm_count,
                         shared_per_block=self.gpu.shared_per_block,
-                        registers_per_thread=self.gpu.max_registers_per_thread)
+                        registers_per_thread=self.gpu.max_registers_per_thread,
+                        async_copies=self.gpu.async_copies)
         self.strategy = get_strategy(strategy, limits)
         full = self.strategy.space(self.program)
         unknown = sorted(set(values or {}) - {p.name for p in full.parameters})

@@ -102,7 +102,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     except StrategyError:
         model, analytic, floor = Model(program, g), {}, {}
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
-    occupancy = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
+    occupancy = blocks_per_sm(g, threads, c.registers, shared_bytes(kernel))
     if occupancy == 0:
         return unfit(model.flops)
     clock = g.clock_ghz * 1e9
@@ -167,7 +167,7 @@ def launch(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None =
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
-    resident = blocks_per_sm(g, threads, c.registers, _shared_bytes(kernel))
+    resident = blocks_per_sm(g, threads, c.registers, shared_bytes(kernel))
     return Launch(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
                     c.global_stores)
 
@@ -178,10 +178,13 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
     return dict(kernel.sizes if sizes is None else sizes)
 
 
-def _shared_bytes(kernel) -> int:
-    """Shared memory one block of ``kernel`` declares."""
-    return sum(local.size for local in kernel.built.kernel.locals
-               if local.space is ir.Space.SHARED) * dtypes.itemsize(dtypes.compute(kernel.dtype))
+def shared_bytes(kernel) -> int:
+    """Shared memory one block of ``kernel`` declares: its tiles hold the type it computes in,
+    or the tensors' stored type where they say so (the tensor-core operand tiles of float16
+    and bfloat16, half the bytes)."""
+    computed, stored = (dtypes.itemsize(d) for d in (dtypes.compute(kernel.dtype), kernel.dtype))
+    return sum(local.size * (stored if local.stored else computed)
+               for local in kernel.built.kernel.locals if local.space is ir.Space.SHARED)
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:
@@ -286,6 +289,13 @@ class _Walker:
         tally: Counter = Counter()
         if isinstance(s, ir.WARP_STATEMENTS):
             return tally  # a warp's tensor-core work: the tensor-core model counts it
+        if isinstance(s, (ir.CommitCopies, ir.WaitCopies)):
+            return tally  # bookkeeping of the copies, which are counted where they start
+        if isinstance(s, ir.AsyncCopy):  # a global load into a shared store, in one access
+            if not s.zero:
+                self._access(s.source, tally, store=False, width=s.width)
+            self._access(s.target, tally, store=True, width=s.width)
+            return tally
         if isinstance(s, ir.VectorLoad):
             self._access(s.first, tally, store=False, width=s.width)
             return tally

@@ -1,0 +1,87 @@
+"""ptxas's check of compile()'s winner runs after compile() returns (issue 28: a first call of
+GEMM 4096^3 in a second, where nvcc alone takes one): the call gets the model's pick, the
+check corrects the tuning cache, and later calls in the process get its winner."""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+
+import pytest
+from conftest import needs_nvcc
+
+import treduda
+from treduda.errors import CompileError
+from treduda.frontend.identity import params_text
+from treduda.run import nvcc
+from treduda.tuning import policy
+from treduda.tuning.cache import CacheWarning, TuningCache
+
+GEMM = "C[i,j] = A[i,k]*B[k,j]"
+SIZES = {"i": 4096, "j": 4096, "k": 4096}  # its winner's registers reach the cap: checked
+
+
+def entry(cache: TuningCache) -> dict:
+    (only,) = cache.entries()
+    return only.value
+
+
+@needs_nvcc
+def test_compile_returns_before_ptxas_has_checked_its_winner(tmp_path, monkeypatch):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    released = threading.Event()
+
+    def held(sources, arch="sm_90"):
+        assert released.wait(60), "compile() waited for ptxas"
+        return nvcc.compile_cuda_batch(sources, arch)
+
+    monkeypatch.setattr(policy, "compile_cuda_batch", held)
+    kernel = treduda.compile(GEMM, SIZES, cache=cache)  # returns while ptxas is held
+    assert "ptxas's check running" in entry(cache)["found"]
+    released.set()
+    policy.finish_checks()
+    assert "re-estimated with ptxas's registers" in entry(cache)["found"]
+    assert "running" not in entry(cache)["found"]
+    assert kernel.params == treduda.compile(GEMM, SIZES, cache=cache).params  # not upset
+
+
+@needs_nvcc
+def test_a_winner_ptxas_upsets_is_replaced_for_later_calls_and_processes(tmp_path,
+                                                                         monkeypatch):
+    """ptxas is made to report 4 KB of spills for the model's pick: the check then ranks the
+    rivals by their own reports, and the next compile() gets the fastest of those."""
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    first: list[str] = []
+
+    def spilling(sources, arch="sm_90"):
+        reports = nvcc.compile_cuda_batch(sources, arch)
+        if not first:
+            first.append(sources[0])
+        return [[dataclasses.replace(r, spill_stores=2048, spill_loads=2048) for r in report]
+                if source == first[0] else report
+                for source, report in zip(sources, reports, strict=True)]
+
+    monkeypatch.setattr(policy, "compile_cuda_batch", spilling)
+    kernel = treduda.compile(GEMM, SIZES, cache=cache)
+    policy.finish_checks()
+    corrected = treduda.compile(GEMM, SIZES, cache=cache)
+    assert params_text(corrected.params) != params_text(kernel.params)
+    assert entry(cache)["params"] == dict(corrected.params)
+    assert "re-estimated with ptxas's registers" in entry(cache)["found"]
+    treduda.api._forget()  # a new process starts from the corrected entry
+    assert treduda.compile(GEMM, SIZES, cache=cache).params == corrected.params
+
+
+def test_a_failing_check_leaves_the_models_pick_and_says_so(tmp_path, monkeypatch):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+
+    def broken(sources, arch="sm_90"):
+        raise CompileError("nvcc: out of memory")
+
+    monkeypatch.setattr(policy, "compile_cuda_batch", broken)
+    monkeypatch.setattr(policy, "nvcc_supports", lambda arch: True)
+    with pytest.warns(CacheWarning, match="out of memory"):  # warned on the check's thread
+        kernel = treduda.compile(GEMM, SIZES, cache=cache)
+        policy.finish_checks()
+    assert entry(cache)["params"] == dict(kernel.params)
+    assert treduda.compile(GEMM, SIZES, cache=cache).params == kernel.params
