@@ -35,7 +35,7 @@ from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.suites import SUITES, load
 
 BEFORE = Path(__file__).parent / "data" / "codegen_before.json"
-ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_33"
+ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_28,tccg_33"
 
 # Run in a new process: one generation of a given kernel, printed as JSON with its CUDA text.
 GENERATE = r"""

@@ -6,16 +6,23 @@ thread-uniform loops, phase and steps — the thread coordinates projected out),
 an access ``{ S[..] -> X[a] }`` is ``{ P -> X[a] }``; the smallest value of each of its
 dimensions gives the tile's origin ``{ P -> X[o] }`` and the largest ``a - o`` its box. Then
 
-* ``copy[P, e]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every ``e`` below the box volume whose
-  element lies inside ``X`` — ``u`` unflattens ``e`` in memory order, and threads take
-  ``e mod threads`` so consecutive threads read consecutive global addresses;
+* ``copy[P, c, t]``  ``X_sh[u(e)] = X[o(P) + u(e)]`` for every element ``e = T c + t`` below
+  the box volume that lies inside ``X``, where thread ``t`` (of ``T``; ``t0 + bx t1 + bx by
+  t2`` in its ids) copies in iteration ``c`` of the copy loop, so consecutive threads read
+  consecutive global addresses — ``u`` unflattens ``e`` in memory order;
 * ``sync[P, t]``  a barrier before the copy (the previous step is done with the tile) and one
   after it (the tile is complete), executed by every thread of the block;
 * the compute statement reads ``X_sh[a - o(P)]`` instead of ``X[a]``.
 
-With ``preload`` (strategy 9) the copy is split: ``load[P, e]`` reads the *next* step's
+The copies' index expressions are also given in closed form (``Statement.formulas``): each
+coordinate of ``u(e)`` a sum of bit fields of ``c`` and the thread ids (:func:`copy_coordinate`)
+and the origin converted from isl once, so that the AST builder need not compose each copy's
+access relation with the schedule, where isl split ``floor(e / 256) mod 8`` into dozens of
+cases.
+
+With ``preload`` (strategy 9) the copy is split: ``load[P, c, t]`` reads the *next* step's
 elements into registers while the current step computes — its innermost step coordinate is
-shifted by one, so isl adds a first iteration that only loads — and ``store[P, e]`` moves them
+shifted by one, so isl adds a first iteration that only loads — and ``store[P, c, t]`` moves them
 from registers to the tile after the barrier.
 
 With ``double_buffer`` every tile has two buffers, chosen by the parity of the statement's
@@ -28,7 +35,6 @@ step instead of two.
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
@@ -38,6 +44,7 @@ import islpy as isl
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.polyhedral import geometry
+from treduda.polyhedral.ast_build import formula
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import (
     Composite,
@@ -277,45 +284,71 @@ class _Stager:
         """Which buffer a step uses, in the copy statements' coordinates ``p0, p1, ..``."""
         return f"p{self.keep.index(self.step)} mod 2"
 
-    def _buffered(self, items: Sequence, shape: bool = False) -> tuple:
-        """A tile's coordinates (or its ``shape``) with the buffer dimension added as the
-        slowest: the step's parity (or its extent, 2)."""
+    def _buffered(self, items: Sequence, shape: bool = False, formulas: bool = False) -> tuple:
+        """A tile's coordinates (isl text, or IR ``formulas``) or its ``shape`` with the buffer
+        dimension added as the slowest: the step's parity (or its extent, 2)."""
         if not self.double_buffer:
             return tuple(items)
-        buffer = 2 if shape else self._parity()
+        buffer = (2 if shape else self._parity() if not formulas
+                  else ir.Binary(ir.Op.MOD, ir.Var(f"p{self.keep.index(self.step)}"), ir.Int(2)))
         return (buffer, *items) if self.program.layout == "C" else (*items, buffer)
 
     def _copy(self, s: Statement, name: str, tensor: str, origin: isl.Map, box: list[int]):
-        """``copy[P, e]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule; with preloading, the
-        ``load`` (into registers, one step ahead) and ``store`` statements that replace it."""
-        indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("e",)
-        threads = math.prod(self.scheduled.block)
-        unflatten, volume, inside = _unflatten(box, self.program.layout, threads)
-        offsets = isl.Map(f"{{ [e] -> [{', '.join(unflatten)}] : 0 <= e < {volume}"
-                          f"{''.join(f' and {c}' for c in inside)} }}")
-        element = (origin.product(offsets).apply_range(_sum(len(box), tensor)).flatten_domain()
-                   .intersect_range(_bounds(self.program, tensor)))  # { [P, e] -> X[..] }
+        """``copy[P, c, t0, t1, t2]: X_sh[u(e)] = X[o(P) + u(e)]`` and its schedule, for the
+        element ``e = T c + t`` of thread ``t = t0 + bx t1 + bx by t2`` (``T`` threads) whose
+        coordinates ``u(e)`` lie inside the box and ``X``; with preloading, the ``load`` (into
+        registers, one step ahead) and ``store`` statements that replace it."""
+        prefix = tuple(f"p{n}" for n in range(len(self.keep)))
+        indices = (*prefix, "c", "t0", "t1", "t2")
+        bx, by, bz = self.scheduled.block
+        threads = bx * by * bz
+        numbering, volume = _numbering(box, self.program.layout, threads)
+        copies = -(-volume // threads)
+        e = f"({threads}*c + t0 + {bx}*t1 + {bx * by}*t2)"
+        unflatten = [f"floor({e}/{stride})" + (f" mod {modulus}" if modulus else "")
+                     for stride, modulus in numbering]
+        inside = "".join(f" and {u} < {extent}" for u, (_, modulus), extent
+                         in zip(unflatten, numbering, box, strict=True)
+                         if modulus and modulus > extent)
+        offsets = isl.Map(f"{{ [c, t0, t1, t2] -> [{', '.join(unflatten)}] : 0 <= c < {copies}"
+                          f" and 0 <= t0 < {bx} and 0 <= t1 < {by} and 0 <= t2 < {bz}"
+                          f" and {e} < {volume}{inside} }}")
+        element = (origin.product(offsets)
+                   .apply_range(_sum(len(box), tensor)).flatten_domain()
+                   .intersect_range(_bounds(self.program, tensor)))  # { [P, c, t] -> X[..] }
         domain = element.domain()
         tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
+        coordinates = [copy_coordinate(stride, modulus, self.scheduled.block)
+                       for stride, modulus in numbering]
+        tile_formula = self._buffered(coordinates, formulas=True)
+        corners = isl.PwMultiAff.from_map(origin)
+        corner = [formula(corners.get_pw_aff(d), list(prefix)) for d in range(len(box))]
+        source_formula = tuple(ir.Binary(ir.Op.ADD, o, u)
+                               for o, u in zip(corner, coordinates, strict=True))
         if not self.preload:
             copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
-                                   ir.Element(name, ()), ir.Element(tensor, ()), tile, element)
+                                   ir.Element(name, ()), ir.Element(tensor, ()),
+                                   (tile, tile_formula), (element, source_formula))
             return [copy]
         registers = self._name(tensor, "_pre")
-        self.locals.append(ir.Local(registers, ir.Space.REGISTER, (-(-volume // threads),)))
-        slot = f"{registers}[floor(e/{threads})]"
+        self.locals.append(ir.Local(registers, ir.Space.REGISTER, (copies,)))
+        slot = (f"{registers}[c]", (ir.Var("c"),))
         load = self._statement(f"load_{name}", indices, domain, STAGE_LOAD,
-                               ir.Element(registers, ()), ir.Element(tensor, ()), slot, element,
-                               shift=True)
+                               ir.Element(registers, ()), ir.Element(tensor, ()), slot,
+                               (element, source_formula), shift=True)
         store = self._statement(f"store_{name}", indices, domain, STAGE_COPY,
-                                ir.Element(name, ()), ir.Element(registers, ()), tile, slot)
+                                ir.Element(name, ()), ir.Element(registers, ()),
+                                (tile, tile_formula), slot)
         return [load, store]
 
     def _statement(self, title: str, indices: tuple[str, ...], domain: isl.Set, stage: int,
-                   target: ir.Element, source: ir.Element, target_access: str,
-                   source_access: str | isl.Map, shift: bool = False):
-        """A statement ``target = source`` over the copy domain ``[P, e]``, dealt out to the
-        block's threads; ``shift`` schedules it one step early."""
+                   target: ir.Element, source: ir.Element,
+                   target_access: tuple[str, tuple[ir.Expr, ...]],
+                   source_access: tuple[str | isl.Map, tuple[ir.Expr, ...]],
+                   shift: bool = False):
+        """A statement ``target = source`` over the copy domain ``[P, c, t0, t1, t2]``, each
+        access given as its relation (or the text of one) and its formulas; ``shift``
+        schedules it one step early."""
         domain = domain.set_tuple_name(title)
         head = f"{title}[{', '.join(indices)}]"
 
@@ -327,9 +360,9 @@ class _Stager:
 
         body = ir.Assign(target, "=", source)
         statement = Statement(title, Kind.COPY, indices, body,
-                              (access(target_access), access(source_access)))
-        dims = self._dims(indices[:-1], self._threads("e"), stage,
-                          f"floor(e/{math.prod(self.scheduled.block)})", shift)
+                              (access(target_access[0]), access(source_access[0])),
+                              formulas=(target_access[1], source_access[1]))
+        dims = self._dims(indices[:-4], indices[-3:], stage, "c", shift)
         schedule = isl.Map(f"{self.program.isl_params()}{{ {head} -> [{', '.join(dims)}] }}")
         return statement, isl.UnionMap.from_map(schedule.intersect_domain(domain))
 
@@ -367,11 +400,6 @@ class _Stager:
         if shift:
             dims[self.step] = f"{dims[self.step]} - 1"
         return dims
-
-    def _threads(self, e: str) -> list[str]:
-        """Thread ids dealing out element ``e``: consecutive elements, consecutive threads."""
-        bx, by, bz = self.scheduled.block
-        return [f"{e} mod {bx}", f"floor({e}/{bx}) mod {by}", f"floor({e}/{bx * by}) mod {bz}"]
 
     def _name(self, tensor: str, suffix: str = "_sh") -> str:
         taken = {local.name for local in (*self.scheduled.locals, *self.locals)}
@@ -414,20 +442,74 @@ def _sum(rank: int, tensor: str) -> isl.Map:
     return isl.Map(f"{{ [[{', '.join(o)}] -> [{', '.join(u)}]] -> {tensor}[{total}] }}")
 
 
-def _unflatten(box: list[int], layout: str, threads: int) -> tuple[list[str], int, list[str]]:
-    """isl expressions of the box coordinates of element ``e``, the number of values ``e``
-    takes, and the constraints that keep ``e`` inside the box: elements are numbered in memory
-    order (the fastest dimension first) by :func:`~treduda.polyhedral.geometry.copy_extents`,
-    which pads dimensions so that no copy divides."""
+def _numbering(box: list[int], layout: str, threads: int
+               ) -> tuple[list[tuple[int, int | None]], int]:
+    """How a tile's elements ``e`` are numbered: per box dimension, the stride and the modulus
+    (None for the slowest dimension) of its coordinate ``floor(e / stride) mod modulus``, and
+    the number of values ``e`` takes. Elements are numbered in memory order (the fastest
+    dimension first) by :func:`~treduda.polyhedral.geometry.copy_extents`, which pads
+    dimensions so that no copy divides; a padded dimension's modulus exceeds its extent."""
     order = list(reversed(range(len(box)))) if layout == "C" else list(range(len(box)))
     extents = geometry.copy_extents([box[d] for d in order], threads)
-    parts, inside, stride = [""] * len(box), [], 1
+    numbering: list[tuple[int, int | None]] = [(1, None)] * len(box)
+    stride = 1
     for n, (d, extent) in enumerate(zip(order, extents, strict=True)):
-        parts[d] = f"floor(e/{stride})" + ("" if n == len(order) - 1 else f" mod {extent}")
-        if extent > box[d]:
-            inside.append(f"{parts[d]} < {box[d]}")
+        numbering[d] = (stride, None if n == len(order) - 1 else extent)
         stride *= extent
-    return parts, stride, inside
+    return numbering, stride
+
+
+def copy_coordinate(stride: int, modulus: int | None, block: Sequence[int]) -> ir.Expr:
+    """``floor(e / stride) mod modulus`` (no remainder for None) of the element
+    ``e = T c + t0 + bx t1 + bx by t2`` that thread ``(t0, t1, t2)`` of a ``block``
+    (``bx, by, bz``; ``T`` threads) copies in the copy loop's iteration ``c``, as an
+    expression of ``ir.Var`` ``c``, ``t0``, ``t1``, ``t2``.
+
+    With a block of powers of two whose strides below ``T`` are powers of two too, and the
+    others multiples of ``T`` (as :func:`~treduda.polyhedral.geometry.copy_extents` makes
+    them), the coordinate is a sum of bit fields, one per thread id and one of ``c``, each
+    shifted into place: ``16 * (t1 % 4) + t0``. The fields of the thread ids are the same in
+    every iteration and those of ``c`` constants once the loop is unrolled, where
+    ``floor(e / 8) mod 32`` would cost each iteration its own arithmetic."""
+    bx, by, bz = block
+    threads = bx * by * bz
+    top = None if modulus is None else stride * modulus
+
+    def aligned(bound: int | None) -> bool:  # a bit boundary, or one of c's steps
+        return bound is None or (bound < threads and _power_of_two(bound)
+                                 or bound % threads == 0)
+
+    digits = [(ir.Var("t0"), 1, bx), (ir.Var("t1"), bx, by), (ir.Var("t2"), bx * by, bz),
+              (ir.Var("c"), threads, None)]
+    if not (all(_power_of_two(b) for b in block) and aligned(stride) and aligned(top)):
+        e = _total([(v, w) for v, w, _ in digits])
+        quotient = ir.Binary(ir.Op.DIV, e, ir.Int(stride))
+        return quotient if modulus is None else ir.Binary(ir.Op.MOD, quotient, ir.Int(modulus))
+    fields = []
+    for value, weight, radix in digits:  # the digit spans [weight, weight * radix) of e
+        end = None if radix is None else weight * radix
+        low = max(stride, weight)
+        high = end if top is None else top if end is None else min(top, end)
+        if high is not None and high <= low:
+            continue
+        field = value if low == weight else ir.Binary(ir.Op.DIV, value, ir.Int(low // weight))
+        if high is not None and high != end:
+            field = ir.Binary(ir.Op.MOD, field, ir.Int(high // low))
+        fields.append((field, low // stride))
+    return _total(fields)
+
+
+def _power_of_two(n: int) -> bool:
+    return n > 0 and n & (n - 1) == 0
+
+
+def _total(terms: list[tuple[ir.Expr, int]]) -> ir.Expr:
+    """``sum(weight * value)``, 0 for no term."""
+    result: ir.Expr | None = None
+    for value, weight in terms:
+        term = value if weight == 1 else ir.Binary(ir.Op.MUL, ir.Int(weight), value)
+        result = term if result is None else ir.Binary(ir.Op.ADD, result, term)
+    return ir.Int(0) if result is None else result
 
 
 def _bounds(program: Program, tensor: str) -> isl.Set:

@@ -1,14 +1,22 @@
 """Copies into shared memory number a tile's elements with power-of-two extents
 (geometry.copy_extents), so a thread finds its elements' coordinates with shifts and masks:
-the rule, the kernels it shapes against numpy.einsum, and the copies' index arithmetic."""
+the rule, the kernels it shapes against numpy.einsum, the copies' index arithmetic, and the
+formulas it comes from against the copies' access relations."""
 
 from __future__ import annotations
 
+import math
+
+import islpy as isl
+import numpy as np
 import pytest
+from treduda.strategies.staging import copy_coordinate
 
 import treduda
 from treduda.codegen import ir
 from treduda.polyhedral.geometry import copy_extents
+from treduda.polyhedral.lower import Kind, plan
+from treduda.polyhedral.strategy import get
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
 
@@ -81,3 +89,66 @@ def test_the_model_holds_a_register_per_copy_a_thread_preloads():
     model = Model(kernel.program, gpu("H100"), "tiled+staged")
     without = {**params, "preload": False}
     assert model.registers(kernel.params)[0] - model.registers(without)[0] == 4 + 6
+
+
+def _variables(e: ir.Expr) -> set[str]:
+    if isinstance(e, ir.Var):
+        return {e.name}
+    return {name for part in ir.children(e) for name in _variables(part)}
+
+
+def _fields(e: ir.Expr) -> list[ir.Binary]:
+    """The divisions and remainders in ``e``."""
+    own = [e] if isinstance(e, ir.Binary) and e.op in (ir.Op.DIV, ir.Op.MOD) else []
+    return own + [f for part in ir.children(e) for f in _fields(part)]
+
+
+@pytest.mark.parametrize(("stride", "modulus", "block", "fields"), [
+    (1, 8, (16, 4, 2), True),  # the lowest bits of threadIdx.x
+    (8, 32, (16, 4, 2), True),  # threadIdx.x's high bits, y, z and c's lowest bit
+    (256, 8, (16, 4, 2), True),  # above the block: c alone
+    (2048, None, (16, 4, 2), True),  # the slowest dimension: no remainder
+    (4, None, (8, 2, 2), True),
+    (64, 4, (32, 1, 1), True),  # the ids of extent 1 have no bits
+    (768, 3, (16, 8, 1), True),  # a multiple of the block, unpadded: c's steps
+    (1, 24, (12, 2, 1), False),  # 24 threads: the element number itself
+])
+def test_a_copy_coordinate_is_the_element_numbering(stride, modulus, block, fields):
+    threads = math.prod(block)
+    c, t0, t1, t2 = np.meshgrid(np.arange(50), *(np.arange(b) for b in block), indexing="ij")
+    e = threads * c + t0 + block[0] * t1 + block[0] * block[1] * t2
+    expected = e // stride if modulus is None else e // stride % modulus
+    coordinate = copy_coordinate(stride, modulus, block)
+    found = ir.evaluate(coordinate, {"c": c, "t0": t0, "t1": t1, "t2": t2})
+    assert np.array_equal(np.broadcast_to(found, e.shape), expected)
+    # Bit fields: each division or remainder takes one variable, so the thread ids' fields
+    # are the same in every iteration of the copy loop and c's are constants once unrolled.
+    assert all(len(_variables(f.left)) == 1 for f in _fields(coordinate)) == fields
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize(("preload", "double_buffer"), [(False, False), (True, True)])
+def test_the_copies_formulas_are_their_access_relations(layout, preload, double_buffer):
+    """The AST builder takes a copy's index expressions from its formulas: at every point of
+    its domain they name the element its access relation names (tiles that cross the ends
+    of A and B, two buffers chosen by the step's parity, registers by the copy loop)."""
+    params = {"order": "j,i" if layout == "C" else "i,j", "block_x": 4, "reg_x": 2,
+              "block_y": 2, "reg_y": 4, "step": 4, "stage": "A,B", "pad": 1,
+              "preload": preload, "double_buffer": double_buffer}
+    scheduled = get("tiled+staged").apply(plan(GEMM, {"i": 10, "j": 13, "k": 7}, layout),
+                                          params)
+    checked = 0
+    for s in (s for s in scheduled.statements if s.kind is Kind.COPY):
+        for access, formulas in zip(s.accesses, s.formulas, strict=True):
+            points: list[isl.Point] = []
+            access.wrap().foreach_point(points.append)
+            values = np.array([[p.get_coordinate_val(isl.dim_type.set, d).to_python()
+                                for d in range(len(s.indices) + len(formulas))]
+                               for p in points])
+            coordinates = dict(zip(s.indices, values.T, strict=False))
+            for n, f in enumerate(formulas):
+                found = ir.evaluate(f, coordinates)
+                assert np.array_equal(np.broadcast_to(found, len(points)),
+                                      values[:, len(s.indices) + n]), (s.name, n)
+            checked += len(points)
+    assert checked > 500

@@ -533,6 +533,20 @@ def replace_elements(node, replacements):
     return node
 
 
+def substitute(e: Expr, values: Mapping[str, Expr]) -> Expr:
+    """Integer expression ``e`` with each variable named in ``values`` replaced by its
+    expression there."""
+    if isinstance(e, Var):
+        return values.get(e.name, e)
+    if isinstance(e, Binary):
+        return Binary(e.op, substitute(e.left, values), substitute(e.right, values))
+    if isinstance(e, Neg):
+        return Neg(substitute(e.operand, values))
+    if isinstance(e, Select):
+        return Select(*(substitute(part, values) for part in children(e)))
+    return e
+
+
 def affine(e: Expr) -> tuple[dict[Expr, int], int]:
     """``e`` as ``sum(coefficient * term) + constant``: its terms (the subexpressions that are
     no sum, difference or multiple of a constant), in the order they first appear, each with

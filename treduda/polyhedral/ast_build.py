@@ -304,12 +304,25 @@ def _expr(e: isl.AstExpr, names: dict[str, ir.Expr] = _BUILTINS) -> ir.Expr:
     return result
 
 
+def formula(function: isl.PwAff, names: list[str]) -> ir.Expr:
+    """``function``, of ``[names]`` (and the sizes), as an expression of ``ir.Var(name)``:
+    its inputs become parameters, which isl's AST expressions name."""
+    n = function.dim(isl.dim_type.in_)
+    for d, name in enumerate(names):
+        function = function.set_dim_id(isl.dim_type.in_, d, isl.Id(name))
+    function = function.move_dims(isl.dim_type.param, function.dim(isl.dim_type.param),
+                                  isl.dim_type.in_, 0, n)
+    build = isl.AstBuild.from_context(isl.Set.universe(function.get_domain_space()))
+    return _expr(build.expr_from_pw_aff(function), {})
+
+
 class _Converter:
     """Walks an isl AST and builds kernel IR statements.
 
     While isl builds the AST, :meth:`at_domain` derives the index expressions of every access
     of each statement instance from its access relation and the current schedule
-    (``{ iterators -> S[..] } . { S[..] -> A[..] }``), the way PPCG does; :meth:`node` then
+    (``{ iterators -> S[..] } . { S[..] -> A[..] }``), the way PPCG does, or puts the
+    instance's coordinates into the statement's formulas where it has them; :meth:`node` then
     puts them into the statement's body.
     """
 
@@ -321,8 +334,16 @@ class _Converter:
         self.found: list[list[ir.Expr]] = []
 
     def at_domain(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
-        name = node.user_get_expr().get_op_arg(0).get_id().get_name()
-        statement = self.scheduled.statement(name)
+        call = node.user_get_expr()
+        statement = self.scheduled.statement(call.get_op_arg(0).get_id().get_name())
+        if statement.formulas is not None:  # the instance's coordinates, put into them
+            coordinates = {index: self.expr(call.get_op_arg(1 + n))
+                           for n, index in enumerate(statement.indices)}
+            self.found.append([
+                self.element(access.get_tuple_name(isl.dim_type.out),
+                             tuple(ir.substitute(f, coordinates) for f in formula))
+                for access, formula in zip(statement.accesses, statement.formulas, strict=True)])
+            return node.set_annotation(isl.Id(f"accesses{len(self.found) - 1}"))
         iterators = build.get_schedule().reverse()
         elements = []
         for access in statement.accesses:  # the array is the range's name: strategies redirect
