@@ -42,7 +42,7 @@ from treduda.polyhedral.lower import plan
 from treduda.suites import load
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
-from treduda.tuning.policy import finish_checks
+from treduda.tuning.policy import finish_background
 imported = time.perf_counter() - started
 name = sys.argv[1]
 if name == "gemm":
@@ -59,7 +59,7 @@ started, used = time.perf_counter(), cpu()
 kernel = treduda.compile(expr, sizes, layout=layout, **options)
 seconds, used = time.perf_counter() - started, cpu() - used
 started = time.perf_counter()
-finish_checks()  # ptxas's check, in the background after compile() returned
+finish_background()  # ptxas's check, in the background after compile() returned
 checking = time.perf_counter() - started
 model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
 print(json.dumps({"compile": seconds, "cpu": used, "import": imported, "check": checking,

@@ -12,7 +12,7 @@ import pytest
 
 import treduda
 from treduda.run.nvcc import nvcc_available
-from treduda.tuning.policy import finish_checks
+from treduda.tuning.policy import finish_background
 
 # The expressions issue #2 names, with sizes that are not multiples of the block (5..40).
 EXAMPLES = {
@@ -53,7 +53,7 @@ def _unkept_when_patched(request):
     leaves a background check (of ptxas) running into the next."""
     if "monkeypatch" not in request.fixturenames:
         yield
-        finish_checks()
+        finish_background()
         return
     treduda.api._forget()
     yield

@@ -39,7 +39,7 @@ def test_compile_returns_before_ptxas_has_checked_its_winner(tmp_path, monkeypat
     kernel = treduda.compile(GEMM, SIZES, cache=cache)  # returns while ptxas is held
     assert "ptxas's check running" in entry(cache)["found"]
     released.set()
-    policy.finish_checks()
+    policy.finish_background()
     assert "re-estimated with ptxas's registers" in entry(cache)["found"]
     assert "running" not in entry(cache)["found"]
     assert kernel.params == treduda.compile(GEMM, SIZES, cache=cache).params  # not upset
@@ -63,7 +63,7 @@ def test_a_winner_ptxas_upsets_is_replaced_for_later_calls_and_processes(tmp_pat
 
     monkeypatch.setattr(policy, "compile_cuda_batch", spilling)
     kernel = treduda.compile(GEMM, SIZES, cache=cache)
-    policy.finish_checks()
+    policy.finish_background()
     corrected = treduda.compile(GEMM, SIZES, cache=cache)
     assert params_text(corrected.params) != params_text(kernel.params)
     assert entry(cache)["params"] == dict(corrected.params)
@@ -82,6 +82,6 @@ def test_a_failing_check_leaves_the_models_pick_and_says_so(tmp_path, monkeypatc
     monkeypatch.setattr(policy, "nvcc_supports", lambda arch: True)
     with pytest.warns(CacheWarning, match="out of memory"):  # warned on the check's thread
         kernel = treduda.compile(GEMM, SIZES, cache=cache)
-        policy.finish_checks()
+        policy.finish_background()
     assert entry(cache)["params"] == dict(kernel.params)
     assert treduda.compile(GEMM, SIZES, cache=cache).params == kernel.params

@@ -9,6 +9,7 @@ import pytest
 
 from treduda.app.cli import main
 from treduda.tuning.cache import TuningCache
+from treduda.tuning.policy import finish_background
 
 
 def test_compile_prints_cuda(capsys):
@@ -119,6 +120,7 @@ def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     path = tmp_path / "tuning.sqlite3"
     treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},
                     cache=TuningCache(path))
+    finish_background()  # the kernel store is written on the background thread
     assert main(["cache", "list", "--path", str(path)]) == 0
     out = capsys.readouterr().out
     assert out.startswith("1 entries") and "tiled+staged" in out and "i=30" in out

@@ -24,6 +24,7 @@ from treduda import api
 from treduda.frontend.identity import Identity
 from treduda.polyhedral.lower import plan
 from treduda.tuning.cache import CacheKey, CacheWarning, TuningCache
+from treduda.tuning.policy import finish_background
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 SIZES = {"i": 40, "j": 24, "k": 17}
@@ -174,6 +175,7 @@ def test_a_kernel_of_another_code_generator_is_replaced(tmp_path, monkeypatch):
     monkeypatch.setattr(api, "build", lambda *args: builds.append(args) or build(*args))
     monkeypatch.setattr(api, "generator_version", lambda: "another generator")
     again = treduda.compile(GEMM, SIZES, cache=cache)
+    finish_background()
     assert again.stored is None and len(builds) == 1 and cache.kernels() == kept  # replaced
 
 
@@ -225,6 +227,7 @@ def test_the_kernel_store_keeps_its_size_by_removing_the_oldest_kernels(tmp_path
     path = tmp_path / "tuning.sqlite3"
     shapes = [{"i": 40, "j": 24, "k": n} for n in (17, 18, 19)]
     first = [treduda.compile(GEMM, s, strategy="tiled", cache=TuningCache(path)) for s in shapes]
+    finish_background()  # the store is written on the background thread
     stored = TuningCache(path).stored_kernels()
     assert {dict(k.identity.sizes)["k"] for k in stored} == {17, 18, 19}
     # Room for two kernels (each is kept under its full parameters and under those asked
@@ -233,6 +236,7 @@ def test_the_kernel_store_keeps_its_size_by_removing_the_oldest_kernels(tmp_path
     monkeypatch.setenv("TREDUDA_KERNEL_STORE_MB", str((max(sizes) * 4 + 100) / 1e6))
     small = TuningCache(path)
     treduda.compile(GEMM, {"i": 40, "j": 24, "k": 20}, strategy="tiled", cache=small)
+    finish_background()
     kept = {dict(k.identity.sizes)["k"] for k in small.stored_kernels()}
     assert kept == {19, 20}
     api._forget()  # as a new process: the first kernel is generated again

@@ -11,7 +11,7 @@ rivals' kernels where the report upsets the winner), as long as the rest of a fi
 ``compile()`` it runs on a background thread (:func:`check_later`). The call returns the
 model's pick at once; when the check picks another, later calls in the process get that one
 (``corrected``) and the tuning cache holds it for new processes. The interpreter waits for a
-pending check at exit (:func:`finish_checks` waits earlier).
+pending check at exit (:func:`finish_background` waits earlier).
 
 The policy decides; it makes no kernels. It asks a :class:`Generator` (``treduda.api``'s) for
 the program and for the kernels of candidates, which it may take from the kernel store.
@@ -64,9 +64,10 @@ SEEDS = 2
 # isl's context is not made for threads: kernels are generated (isl's AST, our IR) by one
 # thread at a time, compile()'s or the background check's.
 GENERATING = threading.RLock()
-# The background checks, one at a time (each runs nvcc on every core); the pool's thread is
-# joined at exit, so a pending check still corrects the tuning cache.
-_CHECKS = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treduda-ptxas-check")
+# The work a first call leaves for later (ptxas's checks, each running nvcc on every core, and
+# writes to the kernel store), one at a time; the pool's thread is joined at exit, so pending
+# work still reaches the tuning cache and the kernel store.
+_BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treduda-background")
 _pending: list[Future] = []
 
 
@@ -181,13 +182,18 @@ def check_later(result: SearchResult, generate: Generator, store: TuningCache | 
                 result.best.params):
             corrected(found.best.strategy, dict(found.best.params))
 
-    future = _CHECKS.submit(check)
+    return later(check)
+
+
+def later(work: Callable[[], None]) -> Future:
+    """Run ``work`` on the background thread, after the work given before it."""
+    future = _BACKGROUND.submit(work)
     _pending.append(future)
     return future
 
 
-def finish_checks() -> None:
-    """Wait for the pending background checks (:func:`check_later`)."""
+def finish_background() -> None:
+    """Wait for the pending background work (:func:`check_later`, :func:`later`)."""
     while _pending:
         _pending.pop().result()
 
