@@ -38,11 +38,12 @@ buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait`
 stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
 read, before step ``ks - 1``'s MMAs, which they overlap.
 
-With ``split > 1`` (float32 and float64: OpenCL has no 16-bit atomic addition) ``P`` gains the
-part of the reduction, a grid dimension: a block sums the steps ``chunk * part <= ks < chunk *
-(part + 1)`` and adds its tile into the output atomically (which starts at zero for ``=``), as
-the tiled strategy's split-K does; the write is scheduled once per part (a free dimension of
-its schedule).
+With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
+steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
+(which starts at zero for ``=``), as the tiled strategy's split-K does; the write is scheduled
+once per part (a free dimension of its schedule). In a deterministic program the write stores
+the part's tile into a workspace instead (``tiling.to_workspace``), which a second kernel adds
+in order: the only split into float16 or bfloat16 (OpenCL has no 16-bit atomic addition).
 
 The warp-collective statements have the lane ``l`` in their domain but not in their operands:
 isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins every thread dimension, and every
@@ -65,7 +66,7 @@ from dataclasses import replace
 from typing import Any
 
 import islpy as isl
-from treduda.strategies.tiling import splittable
+from treduda.strategies.tiling import parts_workspace, splittable, to_workspace
 
 from treduda.codegen import ir
 from treduda.errors import StrategyError
@@ -190,9 +191,10 @@ class TensorCore(Strategy):
             Parameter("double_buffer", (False, True), "two buffers per operand tile, "
                       "alternating by step: one barrier per step, and a step's copy issued "
                       "right after the previous step's MMAs", priority=Priority.BUFFERS),
-            Parameter("split", SPLITS if splittable(program) and not program.deterministic
-                      else (1,), "blocks sharing each output tile, each summing a part of the "
-                      "steps (added into the output atomically)", priority=Priority.STEP),
+            Parameter("split", SPLITS if splittable(program) else (1,),
+                      "blocks sharing each output tile, each summing a part of the steps "
+                      "(added into the output atomically; stored and added in order in a "
+                      "deterministic program)", priority=Priority.STEP),
             Parameter("async_copy", (True, False) if copy_widths(program, found) else (False,),
                       "operand tiles copied by cp.async (sm_80+), not through registers; "
                       "double-buffered, a step's copies are issued before the previous "
@@ -425,6 +427,8 @@ class _Builder:
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
+        # a deterministic split stores each part's sum in a workspace instead of adding it
+        self.workspace = self.parts > 1 and program.deterministic
         self.widths = copy_widths(program, found) if params["async_copy"] else None
         # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
         self.ahead = params["async_copy"] and params["double_buffer"]
@@ -637,7 +641,9 @@ class _Builder:
         pieces = 2 if self.split else 1
         p = self.params
         buffers = (2,) if p["double_buffer"] else ()
+        workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
+            **({workspace.name: workspace} if workspace else {}),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pad_c)),
@@ -694,15 +700,20 @@ class _Builder:
                                  ).intersect_domain(access.domain())
             accesses.append(access)
         body = write.body
-        if self.parts > 1:  # each part adds its sum into the output (zeroed first for "=")
-            update = "-=" if self.program.contraction.op == "-=" else "+="
+        if self.parts > 1 and not self.workspace:  # each part adds its sum into the output
+            update = "-=" if self.program.contraction.op == "-=" else "+="  # (zeroed for "=")
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        self.statements.append(replace(write, body=body, accesses=tuple(accesses)))
+        written = replace(write, body=body, accesses=tuple(accesses))
         point = self.point(f"{e} mod {self.threads}",
                            ["2", "0", "3", f"floor({e}/{self.threads})", "0", "0", "0"], prefix)
-        schedule = isl.Map(f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(
-            write.accesses[0].domain())
-        self.schedule = self.schedule.union(isl.UnionMap.from_map(schedule))
+        schedule = isl.UnionMap.from_map(isl.Map(
+            f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(write.accesses[0].domain()))
+        if self.workspace:  # each part stores its sum; a second pass adds them in order
+            part = 6 + len(self.batch)  # block, thread and batch dimensions come before it
+            schedule, (written,) = to_workspace(self.program, schedule, (written,), self.parts,
+                                                part)
+        self.statements.append(written)
+        self.schedule = self.schedule.union(schedule)
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3
@@ -712,5 +723,6 @@ class _Builder:
         unroll = tuple(range(len(roles) - 3, len(roles)))
         return Scheduled(self.program, tuple(self.statements), self.schedule, roles,
                          (self.threads, 1, 1), tuple(self.locals().values()), unroll,
-                         zeroed_output=self.parts > 1 and self.program.contraction.op == "=")
+                         zeroed_output=(self.parts > 1 and not self.workspace
+                                        and self.program.contraction.op == "="))
 

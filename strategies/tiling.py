@@ -342,7 +342,7 @@ class Tiled(Strategy):
                                           MAPPED_DIMS + len(unmapped))
         workspace = bool(parts) and program.deterministic
         if workspace:
-            locals_ += (parts_workspace(program, params),)
+            locals_ += (parts_workspace(program, part_count(program, params)),)
         return Scheduled(program, statements, schedule, roles,
                          tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma,
                          tuple(inner[:rolled]),
@@ -404,10 +404,12 @@ def splittable(program: Program) -> bool:
     fixed sizes, one reduction, and an output that is a linear combination of its sum (no
     term without it, no read of the output), so that adding the parts adds up to it; not into
     float16 or bfloat16 tensors, which have no atomic add in OpenCL (and would round each
-    part)."""
+    part) unless the program is deterministic, whose parts are kept in a float32 workspace
+    and added in a second pass."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     write = next(s for s in program.statements if s.kind == Kind.WRITE)
-    return (program.sizes is not None and len(reduces) == 1 and program.dtype not in STORED
+    return (program.sizes is not None and len(reduces) == 1
+            and (program.dtype not in STORED or program.deterministic)
             and not program.contraction.reads_output
             and _multiple_of_sums(write.body.value, set(program.accumulators)))
 
@@ -465,11 +467,12 @@ def part_count(program: Program, params: Mapping[str, Any]) -> int:
     return -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
 
 
-def parts_workspace(program: Program, params: Mapping[str, Any]) -> ir.Local:
-    """The workspace of a deterministic split, ``td_parts[part, o]``: one output per part, the
-    part slowest in memory in either layout, so a part's values are laid out as the output's."""
+def parts_workspace(program: Program, parts: int) -> ir.Local:
+    """The workspace of a deterministic split into ``parts``, ``td_parts[part, o]``: one
+    output per part, the part slowest in memory in either layout, so a part's values are laid
+    out as the output's (float32 for float16 and bfloat16 outputs: each part's sum is rounded
+    once, with the others, when the parts are added)."""
     shape = tuple(program.sizes[i] for i in program.output_indices)
-    parts = part_count(program, params)
     shape = (parts, *shape) if program.layout == "C" else (*shape, parts)
     return ir.Local(PARTS, ir.Space.GLOBAL, shape, program.layout)
 
@@ -478,7 +481,7 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
            position: int) -> tuple[isl.UnionMap, tuple]:
     """The initialisation and the write once per part (the reduction already has its part
     from its summed index), the write an atomic addition into the output, or in a
-    deterministic program a store into the workspace (:func:`_to_workspace`)."""
+    deterministic program a store into the workspace (:func:`to_workspace`)."""
     parts = part_count(program, params)
     per_part = {s.name for s in statements if s.kind in (Kind.INIT, Kind.WRITE)}
     maps: list[isl.Map] = []
@@ -492,7 +495,7 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
                  .insert_dims(isl.dim_type.out, position, 1).intersect_range(every_part))
         result = isl.UnionMap.from_map(m) if result is None else result.union(m)
     if program.deterministic:
-        return _to_workspace(program, result, statements, parts, position)
+        return to_workspace(program, result, statements, parts, position)
     update = "-=" if program.contraction.op == "-=" else "+="
     statements = tuple(
         replace(s, body=ir.Assign(s.body.target, update, s.body.value, atomic=True))
@@ -500,8 +503,8 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
     return result, statements
 
 
-def _to_workspace(program: Program, schedule: isl.UnionMap, statements: tuple, parts: int,
-                  position: int) -> tuple[isl.UnionMap, tuple]:
+def to_workspace(program: Program, schedule: isl.UnionMap, statements: tuple, parts: int,
+                 position: int) -> tuple[isl.UnionMap, tuple]:
     """The write of a deterministic split: its domain gains the part,
     ``{ write[o] } -> { write[o, td_part] : 0 <= td_part < parts }``, scheduled at its part
     (schedule dimension ``position``), and it stores into ``td_parts`` instead of adding into

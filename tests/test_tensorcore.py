@@ -78,9 +78,30 @@ def test_split_reduction_adds_its_parts(expression, dtype, precision):
     assert kernel.hazards() == []
 
 
-def test_no_split_into_half_precision():  # OpenCL has no 16-bit atomic addition
+def test_no_atomic_split_into_half_precision():  # OpenCL has no 16-bit atomic addition
     with pytest.raises(StrategyError, match="split"):
         _compile(GEMM, PARTIAL, "float16", "highest", params={"split": 2})
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"),
+                                                  ("bfloat16", "highest"), ("float32", "tf32")])
+@pytest.mark.parametrize("expression", [GEMM, "C[i,j] += alpha*A[i,k]*B[k,j]"])
+def test_a_deterministic_split_stores_its_parts_and_adds_them_in_order(expression, dtype,
+                                                                       precision):
+    """Half-precision outputs take a split reduction where it is deterministic: each part's
+    sum goes to a float32 workspace, and a second pass adds the parts in a fixed order and
+    rounds once; the same inputs give the same bits on every run."""
+    kernel = treduda.compile(expression, {"i": 40, "j": 50, "k": 150}, dtype=dtype,
+                             precision=precision, strategy="tensorcore", deterministic=True,
+                             params={**ONE_WARP, "split": 4})
+    assert kernel.signature.parts_sum is not None and kernel.signature.parts_sum.count == 4
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    rng = np.random.default_rng(3)
+    values = {"A": rng.uniform(-1, 1, (40, 150)), "B": rng.uniform(-1, 1, (150, 50)),
+              **({"C": np.ones((40, 50)), "alpha": 0.5} if "+=" in expression else {})}
+    first, again = (kernel.run(casting="unsafe", **{name: np.copy(value) for name, value
+                                                    in values.items()}) for _ in range(2))
+    assert np.asarray(first).tobytes() == np.asarray(again).tobytes()
 
 
 @pytest.mark.parametrize(("expression", "sizes"), [  # treduda/suites/tapp_ccsd_bottlenecks.tsv
@@ -207,9 +228,12 @@ def test_sass_has_tensor_core_instructions_in_the_main_loop(dtype, precision):
 @pytest.mark.parametrize(("dtype", "precision", "sizes"), [
     ("float16", "highest", {"i": 200, "j": 96, "k": 300}),
     ("float32", "3xtf32", {"i": 64, "j": 640, "k": 100}),
-    ("float64", "highest", {"i": 300, "j": 300, "k": 64})])
+    ("float64", "highest", {"i": 300, "j": 300, "k": 64}),
+    ("bfloat16", "deterministic", {"i": 64, "j": 64, "k": 4000})])
 def test_bound_is_below_every_estimate_of_a_tensor_core_space(dtype, precision, sizes):
-    searcher = Searcher(plan(GEMM, sizes, dtype=dtype, precision=precision), "H100",
+    deterministic = precision == "deterministic"  # a split into a workspace, then added
+    searcher = Searcher(plan(GEMM, sizes, dtype=dtype, deterministic=deterministic,
+                             precision="highest" if deterministic else precision), "H100",
                         "tensorcore")
     assert bound_paths_hold(searcher) > 100
     assert (searcher.branch_and_bound().best.prediction.seconds

@@ -252,16 +252,34 @@ class TensorCoreModel:
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
-            # an atomic addition reads and writes its element
-            "l2": (tiles * copied * steps + blocks * output * (2 if parts > 1 else 1))
-            * self.bytes / g.l2_bandwidth,
-            # a split's output is zeroed first
-            "dram": (self.compulsory + (self.outputs * self.bytes if parts > 1 else 0))
-            / g.dram_bandwidth,
+            "l2": (tiles * copied * steps * self.bytes + self._split_l2(blocks * output, parts))
+            / g.l2_bandwidth,
+            "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
+
+    def _split_l2(self, written: int, parts: int) -> float:
+        """Bytes the ``written`` output elements of every block move through L2: each once;
+        split, an atomic addition reads and writes its element; deterministic, each part
+        stores its sum into the workspace, which the second kernel reads with the output it
+        writes (counted here, overlapped, though it runs after: the estimate is low by at
+        most that kernel's time)."""
+        if parts == 1:
+            return written * self.bytes
+        if not self.program.deterministic:
+            return 2 * written * self.bytes
+        return (written + (parts + 1) * self.outputs) * self.accumulator_bytes
+
+    def _split_dram(self, parts: int) -> float:
+        """Bytes a split adds to DRAM's traffic: the output zeroed first, or the workspace of
+        a deterministic split written back."""
+        if parts == 1:
+            return 0.0
+        if self.program.deterministic:
+            return parts * self.outputs * self.accumulator_bytes
+        return self.outputs * self.bytes
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu
