@@ -8,53 +8,10 @@ linearised, fastest first (``m = a + S_a * b``), so a group of any length is one
 
 A block of ``warps_m x warps_n`` warps holds a ``BM x BN`` tile of C, each warp
 ``frags_m x frags_n`` accumulator fragments of the multiply-accumulate shape (16x16x16 for
-float16 and bfloat16, 16x16x8 for TF32, 8x8x4 for float64). Per reduction step of ``BK``
-summed values the block copies the ``BM x BK`` tile of A and the ``BK x BN`` tile of B into
-shared memory, in a 2-D layout whose rows are the operand's fastest global index (so copies
-coalesce) and whose leading dimension is padded by 16 bytes (fragment loads accept multiples
-of 16 bytes; the padding moves consecutive rows to other banks). Elements outside the tensors
-are zero-filled, so partial tiles multiply zeros. The accumulators then go through a shared
-``BM x BN`` tile to the output, in its own layout, by the program's own write statement
-(alpha, beta, ``+=``), which only covers elements inside the output. Schedule::
-
-    fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
-    sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
-    copy/zero_X[P, ks, e]     -> [.., e mod T, .., batch, 1, ks, 1, floor(e/T), X, 0, 0]
-    sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
-    load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
-                              -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
-    sync, store[P, w, f, l], sync, write[o] (a thread per e = position in the C tile)
-                              -> [.., 2, 0, 0 | 1 | 2 | 3, floor(e/T), 0, 0, f]
-
-with ``P = [bn, bm, batch]``. With ``double_buffer`` each operand tile has two buffers, the
-step's parity choosing one: step ``k`` fills the buffer step ``k - 2`` read, which every thread
-finished before step ``k - 1``'s second barrier, so the first barrier goes (as in the staging
-strategy), and a step's copies are issued right after the previous step's MMAs.
-
-With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
-operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
-(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
-buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
-stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
-read, before step ``ks - 1``'s MMAs, which they overlap.
-
-With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
-steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
-(which starts at zero for ``=``), as the tiled strategy's split-K does; the write is scheduled
-once per part (a free dimension of its schedule). In a deterministic program the write stores
-the part's tile into a workspace instead (``tiling.to_workspace``), which a second kernel adds
-in order: the only split into float16 or bfloat16 (OpenCL has no 16-bit atomic addition).
-
-The warp-collective statements have the lane ``l`` in their domain but not in their operands:
-isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins every thread dimension, and every
-thread of a warp executes the statement with the same operands, which is what a
-warp-collective operation needs. The copies, zero-fills and writes,
-their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
-staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
-tile of the linearised groups), not a box hull. That staging is the strategy's own: fragment
-loads read whole fragments, so the tiles need zeros outside the tensors and rows a fragment
-load accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged``
-is refused (see :meth:`TensorCore.describe` for what the geometry's quantities mean here).
+float16 and bfloat16, 16x16x8 for TF32, 8x8x4 for float64). The kernel's statements and
+schedule (the shared tiles, the write through shared memory, double buffering, asynchronous
+copies, split reductions) are built by :mod:`.tensorcore_kernel`; the tile quantities both
+use, as the tensor-core model does, are in :mod:`.tensorcore_tiles`.
 """
 
 from __future__ import annotations
@@ -62,102 +19,43 @@ from __future__ import annotations
 import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
-import islpy as isl
-from treduda.strategies.tiling import parts_workspace, splittable, to_workspace
-
-from treduda.codegen import ir
 from treduda.errors import StrategyError
-from treduda.frontend import dtypes
 from treduda.polyhedral.geometry import AXES, GROUP
-from treduda.polyhedral.lower import Kind, Program, Statement
+from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import (
     Constraint,
     Parameter,
     ParamSpace,
     Priority,
-    Role,
     Scheduled,
     Strategy,
     register,
 )
 
-WARP = ir.WARP
-PAD_BYTES = 16  # what a fragment load's leading dimension must be a multiple of (CUDA C++
-# Programming Guide, "Warp Matrix Functions": ldm a multiple of 8 for __half, 4 for float)
+from .tensorcore_kernel import Builder
+from .tensorcore_tiles import (
+    LANES_M,
+    LANES_N,
+    PAD_BYTES,
+    WARP,
+    copy_widths,
+    described_axes,
+    gemm_groups,
+    mma_shape,
+    padding,
+    shared_bytes,
+    tile_extents,
+)
+from .tiling import splittable
+
 WARPS = (1, 2, 4)
 FRAGMENTS = (1, 2, 4)
 STEPS = (1, 2, 4)  # fragment k-extents per reduction step
 SPLITS = (1, 2, 4, 8)
 # Accumulator fragments per warp: each 16x16 float fragment takes 8 registers of each thread.
 FRAGMENT_BUDGET = 8
-SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
-          "float64": (8, 8, 4)}
-# Lanes of a warp along M and along N in the accumulator layout of mma.sync, which WMMA compiles
-# to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
-# rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
-LANES_M, LANES_N = 8, 4
-A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
-FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
-# Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
-STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
-
-
-def mma_shape(program: Program) -> tuple[int, int, int] | None:
-    """The multiply-accumulate shape (m, n, k) tensor cores compute ``program`` with, or None
-    where its dtype and precision have none that gives the result ``precision`` promises:
-    float16 and bfloat16 (products exact in float32), float32 with TF32 or 3xTF32, float64
-    (DMMA is IEEE FP64)."""
-    if program.dtype == "float32":
-        return SHAPES["float32"] if program.precision != dtypes.HIGHEST else None
-    return SHAPES.get(program.dtype)
-
-
-def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
-    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first
-    (M and N in the output's memory order, K in A's), or None where ``program`` is not one
-    product of two distinct tensors summed into an output indexed by them."""
-    reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
-    if program.sizes is None or len(reduces) != 1:
-        return None
-    reads = ir.elements(reduces[0].body)[1:]
-    if len(reads) != 2 or reads[0].array == reads[1].array:
-        return None
-    a, b = reads[0].array, reads[1].array
-    inputs = program.contraction.inputs
-    first, second = set(inputs[a]), set(inputs[b])
-    if len(inputs[a]) != len(first) or len(inputs[b]) != len(second):
-        return None  # a diagonal: no 2-D tile
-    output = _fastest_first(program.output_indices, program.layout)
-    summed = set(reduces[0].summed)
-    m = tuple(i for i in output if i in first and i not in second)
-    n = tuple(i for i in output if i in second and i not in first)
-    batch = tuple(i for i in program.output_indices if i in first and i in second)
-    k = tuple(i for i in _fastest_first(inputs[a], program.layout) if i in summed)
-    if len(m) + len(n) + len(batch) != len(output) or set(k) != summed or not summed <= second:
-        return None
-    return (a,), (b,), m, n, k, batch
-
-
-def _fastest_first(indices: Sequence[str], layout: str) -> tuple[str, ...]:
-    return tuple(reversed(indices)) if layout == "C" else tuple(indices)
-
-
-def _linear(group: Sequence[str], sizes: Mapping[str, int]) -> str:
-    """isl's expression of a group's linear value, fastest first: ``(a + S_a*b)``."""
-    terms, stride = ["0"], 1
-    for index in group:
-        terms.append(f"{stride}*{index}")
-        stride *= sizes[index]
-    return f"({' + '.join(terms)})"
-
-
-def _decompose(index: str, group: Sequence[str], value: str, sizes: Mapping[str, int]) -> str:
-    """isl's expression of ``index`` of ``group`` given the group's linear ``value``."""
-    stride = math.prod(sizes[i] for i in group[:group.index(index)])
-    return f"floor(({value})/{stride}) mod {sizes[index]}"
 
 
 @register
@@ -283,7 +181,7 @@ class TensorCore(Strategy):
                        each(lambda f: f * fn // LANES_N, "frags_n")),
                  "m": (m, each(lambda w: LANES_M * w, "warps_m"),
                        each(lambda f: f * fm // LANES_M, "frags_m"))}
-        axes = _axes(m, n)
+        axes = described_axes(m, n)
         described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
                                         if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
@@ -311,418 +209,5 @@ class TensorCore(Strategy):
         return chosen
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
-        return _Builder(scheduled.program, params).run()
-
-
-def _axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
-    """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
-    N is empty (an axis of ``order`` needs indices)."""
-    return ("n", "m") if n or not m else ("m", "n")
-
-
-def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:
-    """The block of a decided description (:meth:`TensorCore.describe`), as the tensor-core
-    model reads it: the tile ``m`` x ``n`` and its step ``k`` in elements, and per group the
-    warps (``warps_m``, ``warps_n``) and each warp's fragments (``frags_m``, ``frags_n``)."""
-    _, _, m, n, _, _ = gemm_groups(program)
-    fm, fn, _ = mma_shape(program)
-    lanes, extent = {"m": LANES_M, "n": LANES_N}, {"m": fm, "n": fn}
-    tile = {"k": described["step"]}
-    for name, axis in zip(AXES, _axes(m, n), strict=False):
-        threads, values = described[f"block_{name}"], described[f"reg_{name}"]
-        tile[axis] = threads * values
-        tile[f"warps_{axis}"] = threads // lanes[axis]
-        tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
-    return tile
-
-
-def split_parts(steps: int, split: int) -> tuple[int, int]:
-    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
-    most, fewer where ``split`` parts of whole steps cover the steps already."""
-    chunk = -(-steps // split)
-    return chunk, -(-steps // chunk)
-
-
-def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str, int]:
-    """The block's tile: BM, BN and the step BK, in elements."""
-    fm, fn, fk = shape
-    return {"m": p["warps_m"] * p["frags_m"] * fm, "n": p["warps_n"] * p["frags_n"] * fn,
-            "k": p["frags_k"] * fk}
-
-
-def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:
-    """Whether A's tile is row-major (M x K, K adjacent) and B's (K x N, N adjacent): each
-    tile's rows run along its tensor's fastest index, so that the copies coalesce."""
-    (a,), (b,), m, n, k, _ = found
-    inputs = program.contraction.inputs
-    fastest_a = _fastest_first(inputs[a], program.layout)[0]
-    fastest_b = _fastest_first(inputs[b], program.layout)[0]
-    return fastest_a not in m, fastest_b in n
-
-
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[str, int] | None:
-    """Elements of each operand one asynchronous copy moves, or None where an operand has no
-    such width: cp.async moves 4, 8 or 16 bytes, aligned to their size (PTX ISA, "cp.async").
-    The widest of those whose elements lie side by side in the tensor and in the tile's row:
-    one element where it is 4 or 8 bytes; more where the row runs along the tensor's fastest
-    index, starts at a multiple of the width there (tiles span multiples of 32 bytes), and
-    that index's extent is one too, so every other stride is, and a run is all inside or all
-    outside the tensor."""
-    (a,), (b,), m, n, k, _ = found
-    row_a, row_b = operand_rows_major(program, found)
-    size = dtypes.itemsize(program.dtype)
-    widths = {}
-    for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
-        fastest = _fastest_first(program.contraction.inputs[tensor], program.layout)[0]
-        adjacent = along[0] == fastest
-        fitting = [nbytes // size for nbytes in (16, 8, 4) if nbytes >= size and (
-            nbytes == size or adjacent and program.sizes[fastest] % (nbytes // size) == 0)]
-        if not fitting:
-            return None
-        widths[tensor] = fitting[0]
-    return widths
-
-
-def padding(program: Program, pad: bool) -> int:
-    """Elements added to a shared tile's leading dimension."""
-    return PAD_BYTES // dtypes.itemsize(program.dtype) if pad else 0
-
-
-def accumulator_dtype(program: Program) -> str:
-    return "float64" if program.dtype == "float64" else "float32"
-
-
-def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
-    """Bytes of the A, B and C tiles (operands in their stored type, C in the accumulator's)."""
-    tile = tile_extents(p, SHAPES.get(program.dtype, SHAPES["float32"]))
-    operand = dtypes.itemsize(program.dtype)
-    accumulator = dtypes.itemsize(accumulator_dtype(program))
-    pad, pad_c = padding(program, p["pad"]), (PAD_BYTES // accumulator if p["pad"] else 0)
-    found = gemm_groups(program)
-    row_a, row_b = operand_rows_major(program, found) if found else (True, True)
-    a = tile["m"] * (tile["k"] + pad) if row_a else tile["k"] * (tile["m"] + pad)
-    b = tile["k"] * (tile["n"] + pad) if row_b else tile["n"] * (tile["k"] + pad)
-    buffers = 2 if p["double_buffer"] else 1
-    return (a + b) * operand * buffers + tile["m"] * (tile["n"] + pad_c) * accumulator
-
-
-class _Builder:
-    """Builds the statements and schedule of one tensor-core kernel (see the module's doc)."""
-
-    def __init__(self, program: Program, params: Mapping[str, Any]):
-        self.program, self.params = program, params
-        self.sizes = program.sizes
-        self.shape = mma_shape(program)
-        found = gemm_groups(program)
-        (self.a,), (self.b,), self.m, self.n, self.k, self.batch = found
-        self.row_a, self.row_b = operand_rows_major(program, found)
-        self.tile = tile_extents(params, self.shape)
-        self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
-                       zip("mnk", (self.m, self.n, self.k), strict=True)}
-        self.warps_n = params["warps_n"]
-        self.threads = WARP * params["warps_m"] * params["warps_n"]
-        self.pad = padding(program, params["pad"])
-        self.pad_c = PAD_BYTES // dtypes.itemsize(accumulator_dtype(program)) if params[
-            "pad"] else 0
-        self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
-        # a split reduction: parts of `chunk` steps, a grid dimension for the part
-        self.chunk, self.parts = split_parts(self.steps(), params["split"])
-        # a deterministic split stores each part's sum in a workspace instead of adding it
-        self.workspace = self.parts > 1 and program.deterministic
-        self.widths = copy_widths(program, found) if params["async_copy"] else None
-        # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
-        self.ahead = params["async_copy"] and params["double_buffer"]
-        self.statements: list[Statement] = []
-        self.schedule: isl.UnionMap | None = None
-
-    # -- the block prefix P = [bn, bm, batch] and schedule points ----------------------------
-
-    def prefix(self) -> list[str]:
-        return ["bn", "bm", *(f"g_{i}" for i in self.batch), *self.part()]
-
-    def part(self) -> list[str]:
-        """The part of a split reduction, as a prefix dimension (none without a split)."""
-        return ["part"] if self.parts > 1 else []
-
-    def prefix_bounds(self) -> str:
-        blocks = {"bn": -(-self.extent["n"] // self.tile["n"]),
-                  "bm": -(-self.extent["m"] // self.tile["m"])}
-        parts = [f"0 <= {d} < {e}" for d, e in blocks.items()]
-        parts += [f"0 <= g_{i} < {self.sizes[i]}" for i in self.batch]
-        parts += [f"0 <= {p} < {self.parts}" for p in self.part()]
-        return " and ".join(parts)
-
-    def step_bounds(self) -> str:
-        """The steps ``ks`` a block sums: all, or its part's."""
-        bounds = f"0 <= ks < {self.steps()}"
-        if self.parts > 1:
-            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1)"
-        return bounds
-
-    def point(self, thread: str, tail: Sequence[str], prefix: Sequence[str] | None = None
-              ) -> str:
-        """A schedule point: block coordinates, the thread, batch dimensions, ``tail``
-        (phase, step, stage, loop, kf, operand, fragment)."""
-        bn, bm, *batch = prefix or self.prefix()
-        return ", ".join([bn, bm, "0", thread, "0", "0", *batch, *tail])
-
-    def add(self, name: str, kind: Kind, indices: Sequence[str], constraints: str,
-            body: ir.Stmt, accesses: Sequence[str], point: str) -> None:
-        """Statement ``name[indices]`` over ``constraints``, reading and writing ``accesses``
-        (isl ranges, in :func:`ir.elements` order), scheduled at ``point``."""
-        head = f"{name}[{', '.join(indices)}]"
-        domain = isl.Set(f"{{ {head} : {constraints} }}")
-        maps = tuple(isl.Map(f"{{ {head} -> {a} }}").intersect_domain(domain) for a in accesses)
-        self.statements.append(Statement(name, kind, tuple(indices), body, maps))
-        schedule = isl.UnionMap.from_map(
-            isl.Map(f"{{ {head} -> [{point}] }}").intersect_domain(domain))
-        self.schedule = schedule if self.schedule is None else self.schedule.union(schedule)
-
-    # -- statements ----------------------------------------------------------------------
-
-    def run(self) -> Scheduled:
-        fm, fn, _ = self.shape
-        p = self.params
-        accumulators = p["frags_m"] * p["frags_n"] * (2 if self.split else 1)
-        warp = self.warp_domain()
-        self.add("fill", Kind.INIT, [*self.prefix(), "w", "f", "l"],
-                 f"{warp} and 0 <= f < {accumulators}",
-                 ir.FillFragment(ir.Element(FRAG_C, ()), ir.Float(0.0)),
-                 [f"{FRAG_C}[f]"], self.point("32*w + l", ["0"] * 6 + ["f"]))
-        self.reduction()
-        self.write()
-        return self.scheduled()
-
-    def warp_domain(self) -> str:
-        return (f"{self.prefix_bounds()} and 0 <= w < {self.threads // WARP} "
-                f"and 0 <= l < {WARP}")
-
-    def steps(self) -> int:
-        return -(-self.extent["k"] // self.tile["k"])
-
-    def sync(self, name: str, tail: Sequence[str], stepped: bool,
-             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
-        """A statement every thread executes (a barrier, or a commit or wait of its
-        asynchronous copies), once or per step."""
-        body = body or ir.Barrier()
-        indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
-        steps = f" and {self.step_bounds()}" if stepped else ""
-        self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
-                 f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
-                 body, [], self.point("t", tail))
-
-    def reduction(self) -> None:
-        """Per step: the copies of the operand tiles, a barrier, the fragments. Single-
-        buffered, a barrier first (the previous step's fragments are read); asynchronous
-        copies are committed and waited for before the barrier, or, double-buffered, issued
-        a step ahead (after the barrier that follows the wait for the step's own copies)."""
-        copy_step = "ks - 1" if self.ahead else "ks"
-        if not self.params["double_buffer"]:  # else step k's buffer was last read at k - 2
-            self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
-                      True)
-        self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
-        self.copy(self.b, B_TILE, "n", self.row_b, 1, copy_step)
-        if self.widths is None:
-            self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
-                      True)
-        else:
-            wait = STAGE_SYNC_BEFORE if self.ahead else STAGE_SYNC_AFTER
-            self.sync("commit", ["1", copy_step, str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
-                      True, ir.CommitCopies())
-            self.sync("wait", ["1", "ks", str(wait), "0", "1", "0", "0"], True,
-                      ir.WaitCopies(0))
-            self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
-        self.fragments()
-
-    def copy(self, tensor: str, tile: str, free: str, row_major: bool, order: int,
-             step: str) -> None:
-        """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
-        ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
-        tile's rows, scheduled at step position ``step``. A's row-major tile is M x K (``free``
-        = "m"), B's is K x N ("n"). Asynchronous copies move a run of the operand's copy
-        width each, ``e`` numbering the runs."""
-        extent_free, extent_k = self.tile[free], self.tile["k"]
-        row_is_free = row_major == (tensor == self.a)
-        rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
-        width = 1 if self.widths is None else self.widths[tensor]
-        runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
-        row, column = f"floor(e/{runs})", f"{width}*(e mod {runs})"
-        local_free, local_k = (row, column) if row_is_free else (column, row)
-        block = "bm" if free == "m" else "bn"
-        value = {free: f"{block}*{extent_free} + {local_free}", "k": f"ks*{extent_k} + {local_k}"}
-        groups = {"m": self.m, "n": self.n, "k": self.k}
-        indices = []
-        for index in self.program.contraction.inputs[tensor]:
-            if index in self.batch:
-                indices.append(f"g_{index}")
-                continue
-            axis = free if index in groups[free] else "k"
-            indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
-        inside = (f"{value[free]} < {self.extent[free]} and "
-                  f"{value['k']} < {self.extent['k']}")
-        domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
-                  f"and 0 <= e < {rows * runs}")
-        names = [*self.prefix(), "ks", "e"]
-        target = f"{tile}[{self.buffer()}{row}, {column}]"
-        point = self.point(f"e mod {self.threads}", ["1", step, str(STAGE_COPY),
-                                                      f"floor(e/{self.threads})", str(order),
-                                                      "0", "0"])
-        element, source = ir.Element(tile, ()), ir.Element(tensor, ())
-        copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
-        zero_accesses = [target]
-        if self.widths is not None:  # the zero-fill reads nothing, but names an address
-            copy = ir.AsyncCopy(element, source, width)
-            zero = ir.AsyncCopy(element, source, width, zero=True)
-            zero_accesses.append(f"{tensor}[{', '.join('0' for _ in indices)}]")
-        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}", copy,
-                 [target, f"{tensor}[{', '.join(indices)}]"], point)
-        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})", zero,
-                 zero_accesses, point)
-
-    def fragments(self) -> None:
-        """Per fragment k-extent of the step: load A's and B's fragments of the warp, then
-        multiply-accumulate every pair. 3xTF32 adds hi*hi into the accumulator and lo*hi,
-        hi*lo into a second one, added to it at the end: the large products round as FP32's
-        do and the small ones' rounding errors are 2^-11 of theirs (summed into the same
-        accumulator, 3xTF32's error on PoCL was up to 2.5 times FP32 SIMT's)."""
-        fm, fn, fk = self.shape
-        p = self.params
-        frags_m, frags_n = p["frags_m"], p["frags_n"]
-        warp = (f"{self.warp_domain()} and {self.step_bounds()} "
-                f"and 0 <= kf < {p['frags_k']}")
-        names = [*self.prefix(), "ks", "w", "kf", "f", "l"]
-        wm, wn = f"floor(w/{self.warps_n})", f"(w mod {self.warps_n})"
-        pieces = (ir.Function.TF32, ir.Function.TF32_RESIDUAL) if self.split else (
-            (ir.Function.TF32,) if self.program.precision == dtypes.TF32 else (None,))
-        for operand, (tile, fragment, count, warp_origin, size, row_major, ld) in enumerate((
-                (A_TILE, FRAG_A, frags_m, f"{wm}*{frags_m * fm}", fm, self.row_a,
-                 self.ld(A_TILE)),
-                (B_TILE, FRAG_B, frags_n, f"{wn}*{frags_n * fn}", fn, self.row_b,
-                 self.ld(B_TILE)))):
-            origin_free, origin_k = f"{warp_origin} + {size}*(f mod {count})", f"kf*{fk}"
-            if operand == 0:
-                first = (origin_free, origin_k) if row_major else (origin_k, origin_free)
-            else:
-                first = (origin_k, origin_free) if row_major else (origin_free, origin_k)
-            for piece, rounding in enumerate(pieces):
-                self.add(f"load_{fragment}{piece}", Kind.REDUCE, names,
-                         f"{warp} and {piece * count} <= f < {(piece + 1) * count}",
-                         ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
-                                         rounding),
-                         [f"{fragment}[f]", f"{tile}[{self.buffer()}{', '.join(first)}]"],
-                         self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
-                                                 str(operand), "f"]))
-        # products (a, b) of fragment offsets: 3xTF32 adds lo*hi and hi*lo before hi*hi
-        count = frags_m * frags_n
-        products = ([(count, frags_m, 0), (count, 0, frags_n), (0, 0, 0)] if self.split
-                    else [(0, 0, 0)])
-        for n, (c_offset, a_offset, b_offset) in enumerate(products):
-            self.add(f"mma{n}", Kind.REDUCE, names, f"{warp} and 0 <= f < {count}",
-                     ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
-                                           ir.Element(FRAG_B, ())),
-                     [f"{FRAG_C}[{c_offset} + f]", f"{FRAG_A}[{a_offset} + floor(f/{frags_n})]",
-                      f"{FRAG_B}[{b_offset} + (f mod {frags_n})]"],
-                     self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
-                                             f"{len(products)}*f + {n}"]))
-
-    def ld(self, tile: str) -> int:
-        return self.locals()[tile].shape[-1]
-
-    def buffer(self) -> str:
-        """The first coordinate of an operand tile's element: with double buffering, the
-        step's parity, as isl text and a comma; else nothing."""
-        return "ks mod 2, " if self.params["double_buffer"] else ""
-
-    def locals(self) -> dict[str, ir.Local]:
-        t = self.tile
-        stored = self.program.dtype in dtypes.STORED
-        a_shape = (t["m"], t["k"] + self.pad) if self.row_a else (t["k"], t["m"] + self.pad)
-        b_shape = (t["k"], t["n"] + self.pad) if self.row_b else (t["n"], t["k"] + self.pad)
-        pieces = 2 if self.split else 1
-        p = self.params
-        buffers = (2,) if p["double_buffer"] else ()
-        workspace = parts_workspace(self.program, self.parts) if self.workspace else None
-        return {
-            **({workspace.name: workspace} if workspace else {}),
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pad_c)),
-            FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
-                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
-            FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b)),
-            FRAG_C: ir.Local(FRAG_C, ir.Space.FRAGMENT, (pieces * p["frags_m"] * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape)),
-        }
-
-    def write(self) -> None:
-        """Each warp stores its accumulators into the C tile; then the program's write
-        statement, a thread per tile element (along the output's fastest group), reads the
-        tile instead of the accumulator register."""
-        fm, fn, _ = self.shape
-        p = self.params
-        frags_n = p["frags_n"]
-        self.sync("sync_store", ["2", "0", "0", "0", "0", "0", "0"], False)
-        wm, wn = f"floor(w/{self.warps_n})", f"(w mod {self.warps_n})"
-        row = f"{wm}*{p['frags_m'] * fm} + {fm}*floor(f/{frags_n})"
-        column = f"{wn}*{frags_n * fn} + {fn}*(f mod {frags_n})"
-        count = p["frags_m"] * frags_n
-        fragments = f"{self.warp_domain()} and 0 <= f < {count}"
-        if self.split:
-            self.add("add", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
-                     ir.AddFragment(ir.Element(FRAG_C, ()), ir.Element(FRAG_C, ())),
-                     [f"{FRAG_C}[f]", f"{FRAG_C}[{count} + f]"],
-                     self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
-        self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
-                 ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
-                                  self.ld(C_TILE)),
-                 [f"{C_TILE}[{row}, {column}]", f"{FRAG_C}[f]"],
-                 self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
-        self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
-        write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
-        sizes = {i: self.sizes[i] for i in self.program.output_indices}
-        m_value, n_value = _linear(self.m, sizes), _linear(self.n, sizes)
-        m_local = f"({m_value} mod {self.tile['m']})"
-        n_local = f"({n_value} mod {self.tile['n']})"
-        output_fastest = _fastest_first(self.program.output_indices, self.program.layout)
-        along_n = not output_fastest or output_fastest[0] not in self.m
-        e = (f"({m_local}*{self.tile['n']} + {n_local})" if along_n
-             else f"({n_local}*{self.tile['m']} + {m_local})")
-        # a split's write runs once per part: the part is a free dimension of its schedule
-        prefix = [f"floor({n_value}/{self.tile['n']})", f"floor({m_value}/{self.tile['m']})",
-                  *self.batch, *(["td_part"] if self.parts > 1 else [])]
-        every_part = f" : 0 <= td_part < {self.parts}" if self.parts > 1 else ""
-        head = f"{write.name}[{', '.join(write.indices)}]"
-        accesses = []
-        for element, access in zip(ir.elements(write.body), write.accesses, strict=True):
-            if element.array in self.program.accumulators:
-                access = isl.Map(f"{{ {head} -> {C_TILE}[{m_local}, {n_local}] }}"
-                                 ).intersect_domain(access.domain())
-            accesses.append(access)
-        body = write.body
-        if self.parts > 1 and not self.workspace:  # each part adds its sum into the output
-            update = "-=" if self.program.contraction.op == "-=" else "+="  # (zeroed for "=")
-            body = ir.Assign(body.target, update, body.value, atomic=True)
-        written = replace(write, body=body, accesses=tuple(accesses))
-        point = self.point(f"{e} mod {self.threads}",
-                           ["2", "0", "3", f"floor({e}/{self.threads})", "0", "0", "0"], prefix)
-        schedule = isl.UnionMap.from_map(isl.Map(
-            f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(write.accesses[0].domain()))
-        if self.workspace:  # each part stores its sum; a second pass adds them in order
-            part = 6 + len(self.batch)  # block, thread and batch dimensions come before it
-            schedule, (written,) = to_workspace(self.program, schedule, (written,), self.parts,
-                                                part)
-        self.statements.append(written)
-        self.schedule = self.schedule.union(schedule)
-
-    def scheduled(self) -> Scheduled:
-        roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3
-                 + (Role.GRID,) * (len(self.batch) + len(self.part()))
-                 + (Role.PHASE, Role.STEP, Role.STAGE, Role.INNER)
-                 + (Role.REGISTER,) * 3)
-        unroll = tuple(range(len(roles) - 3, len(roles)))
-        return Scheduled(self.program, tuple(self.statements), self.schedule, roles,
-                         (self.threads, 1, 1), tuple(self.locals().values()), unroll,
-                         zeroed_output=(self.parts > 1 and not self.workspace
-                                        and self.program.contraction.op == "="))
+        return Builder(scheduled.program, params).run()
 

@@ -258,7 +258,7 @@ def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> Non
 
 
 # Scaled sizes are rounded up to multiples of this where the searched parameters need it: 16
-# bytes of a 2-byte type, the widest asynchronous copy (strategies/tensorcore.copy_widths).
+# bytes of a 2-byte type, the widest asynchronous copy (strategies/tensorcore_tiles.copy_widths).
 ALIGNED = 8
 
 

@@ -26,8 +26,8 @@ A candidate is read only through the strategy's description of itself
 (:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
 tests check against the generated kernels): its threads, tile, step, split, padding, buffers and
 shared bytes, and the warps and fragments the tile's axes imply
-(:func:`~treduda.strategies.tensorcore.described_tile`); and, from its parameters, whether its
-copies are asynchronous, which no quantity of the geometry says.
+(:func:`~treduda.strategies.tensorcore_tiles.described_tile`); and, from its parameters,
+whether its copies are asynchronous, which no quantity of the geometry says.
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
 overhead, asynchronous copies or not: their values skip the registers, but ptxas gave GEMM
@@ -52,7 +52,8 @@ from ..polyhedral.geometry import AXES, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Strategy
 from ..strategies import get as get_strategy
-from ..strategies import tensorcore
+from ..strategies import tensorcore_tiles
+from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .model import Compiled, Model, Prediction, combined, unfit
 from .occupancy import blocks_per_sm
@@ -80,14 +81,14 @@ class TensorCoreModel:
         self.program, self.gpu, self.strategy = program, gpu, strategy
         self.space = strategy.space(program)
         self.values = values or {p.name: p.values for p in self.space.parameters}
-        self.shape = tensorcore.mma_shape(program)
-        (a,), (b,), m, n, k, batch = tensorcore.gemm_groups(program)
+        self.shape = tensorcore_tiles.mma_shape(program)
+        (a,), (b,), m, n, k, batch = tensorcore_tiles.gemm_groups(program)
         sizes = program.sizes
         self.extent = {axis: math.prod(sizes[i] for i in group)
                        for axis, group in zip("mnk", (m, n, k), strict=True)}
         self.batch = math.prod(sizes[i] for i in batch)
         self.bytes = dtypes.itemsize(program.dtype)
-        self.accumulator_bytes = dtypes.itemsize(tensorcore.accumulator_dtype(program))
+        self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self.pieces = 2 if program.precision == dtypes.TF32X3 else 1
         self.products = 3 if program.precision == dtypes.TF32X3 else 1
         self.rate = gpu.mma_flops(program.dtype, program.precision)
@@ -98,9 +99,9 @@ class TensorCoreModel:
         self.outputs = outputs
         self.compulsory = (touched + outputs * (2 if c.reads_output or c.op != "=" else 1)
                            ) * self.bytes
-        self.row_a, self.row_b = tensorcore.operand_rows_major(
-            program, tensorcore.gemm_groups(program))
-        widths = tensorcore.copy_widths(program, tensorcore.gemm_groups(program))
+        self.row_a, self.row_b = tensorcore_tiles.operand_rows_major(
+            program, tensorcore_tiles.gemm_groups(program))
+        widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = None if widths is None else (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
 
@@ -155,9 +156,10 @@ class TensorCoreModel:
         return decided(self.strategy.geometry(self.program, p, self.values))
 
     def _tile(self, described: Mapping[str, Any]) -> dict[str, int]:
-        """The block's tile, warps and fragments per warp (:func:`tensorcore.described_tile`),
-        with ``frags_k`` the fragment depths per step."""
-        tile = tensorcore.described_tile(self.program, described)
+        """The block's tile, warps and fragments per warp
+        (:func:`tensorcore_tiles.described_tile`), with ``frags_k`` the fragment depths per
+        step."""
+        tile = tensorcore_tiles.described_tile(self.program, described)
         return {**tile, "frags_k": tile["k"] // self.shape[2]}
 
     def _registers(self, tile: Mapping[str, int]) -> int:
@@ -196,7 +198,7 @@ class TensorCoreModel:
         described = self._described(p)
         tile = self._tile(described)
         threads = _threads(described)
-        warps = threads // tensorcore.WARP
+        warps = threads // tensorcore_tiles.WARP
         registers = registers or self._registers(tile)
         occupancy = blocks_per_sm(g, threads, registers, described["shared"])
         if occupancy == 0 or self.rate == 0:
@@ -205,7 +207,7 @@ class TensorCoreModel:
                  * self.batch)
         steps = -(-self.extent["k"] // tile["k"])
         # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
-        chunk, parts = tensorcore.split_parts(steps, described["split"])
+        chunk, parts = tensorcore_tiles.split_parts(steps, described["split"])
         blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
@@ -305,8 +307,8 @@ def _threads(described: Mapping[str, Any]) -> int:
 def applies(program: Program, gpu: Gpu) -> bool:
     """Whether the tensor-core strategy computes ``program`` and ``gpu`` has tensor cores for
     its dtype and precision."""
-    return (program.sizes is not None and tensorcore.mma_shape(program) is not None
-            and tensorcore.gemm_groups(program) is not None
+    return (program.sizes is not None and tensorcore_tiles.mma_shape(program) is not None
+            and tensorcore_tiles.gemm_groups(program) is not None
             and gpu.mma_flops(program.dtype, program.precision) > 0)
 
 
@@ -315,6 +317,6 @@ def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
     """The model of ``strategy``: the tensor-core one's, or the analytic model of the SIMT
     strategies."""
     chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    if isinstance(chosen, tensorcore.TensorCore):
+    if isinstance(chosen, TensorCore):
         return TensorCoreModel(program, gpu, chosen, values)
     return Model(program, gpu, chosen, values)

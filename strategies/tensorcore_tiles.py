@@ -1,0 +1,159 @@
+"""The tile quantities of the tensor-core strategy (:mod:`.tensorcore`) that its kernel builder
+(:mod:`.tensorcore_kernel`) and the tensor-core model (:mod:`treduda.tuning.mma_model`) share:
+the multiply-accumulate shape, the GEMM grouping of a contraction, the block's tile, the
+operand tiles' layouts and padding, asynchronous copy widths and shared bytes."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from treduda.codegen import ir
+from treduda.frontend import dtypes
+from treduda.polyhedral.geometry import AXES
+from treduda.polyhedral.lower import Kind, Program
+
+WARP = ir.WARP
+PAD_BYTES = 16  # what a fragment load's leading dimension must be a multiple of (CUDA C++
+# Programming Guide, "Warp Matrix Functions": ldm a multiple of 8 for __half, 4 for float)
+SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
+          "float64": (8, 8, 4)}
+# Lanes of a warp along M and along N in the accumulator layout of mma.sync, which WMMA compiles
+# to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
+# rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
+LANES_M, LANES_N = 8, 4
+
+
+def mma_shape(program: Program) -> tuple[int, int, int] | None:
+    """The multiply-accumulate shape (m, n, k) tensor cores compute ``program`` with, or None
+    where its dtype and precision have none that gives the result ``precision`` promises:
+    float16 and bfloat16 (products exact in float32), float32 with TF32 or 3xTF32, float64
+    (DMMA is IEEE FP64)."""
+    if program.dtype == "float32":
+        return SHAPES["float32"] if program.precision != dtypes.HIGHEST else None
+    return SHAPES.get(program.dtype)
+
+
+def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
+    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first
+    (M and N in the output's memory order, K in A's), or None where ``program`` is not one
+    product of two distinct tensors summed into an output indexed by them."""
+    reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
+    if program.sizes is None or len(reduces) != 1:
+        return None
+    reads = ir.elements(reduces[0].body)[1:]
+    if len(reads) != 2 or reads[0].array == reads[1].array:
+        return None
+    a, b = reads[0].array, reads[1].array
+    inputs = program.contraction.inputs
+    first, second = set(inputs[a]), set(inputs[b])
+    if len(inputs[a]) != len(first) or len(inputs[b]) != len(second):
+        return None  # a diagonal: no 2-D tile
+    output = fastest_first(program.output_indices, program.layout)
+    summed = set(reduces[0].summed)
+    m = tuple(i for i in output if i in first and i not in second)
+    n = tuple(i for i in output if i in second and i not in first)
+    batch = tuple(i for i in program.output_indices if i in first and i in second)
+    k = tuple(i for i in fastest_first(inputs[a], program.layout) if i in summed)
+    if len(m) + len(n) + len(batch) != len(output) or set(k) != summed or not summed <= second:
+        return None
+    return (a,), (b,), m, n, k, batch
+
+
+def fastest_first(indices: Sequence[str], layout: str) -> tuple[str, ...]:
+    """``indices`` (a tensor's, in its written order) from the fastest in memory."""
+    return tuple(reversed(indices)) if layout == "C" else tuple(indices)
+
+
+def described_axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
+    """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
+    N is empty (an axis of ``order`` needs indices)."""
+    return ("n", "m") if n or not m else ("m", "n")
+
+
+def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:
+    """The block of a decided description (:meth:`.tensorcore.TensorCore.describe`), as the
+    tensor-core model reads it: the tile ``m`` x ``n`` and its step ``k`` in elements, and per
+    group the warps (``warps_m``, ``warps_n``) and each warp's fragments (``frags_m``,
+    ``frags_n``)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    fm, fn, _ = mma_shape(program)
+    lanes, extent = {"m": LANES_M, "n": LANES_N}, {"m": fm, "n": fn}
+    tile = {"k": described["step"]}
+    for name, axis in zip(AXES, described_axes(m, n), strict=False):
+        threads, values = described[f"block_{name}"], described[f"reg_{name}"]
+        tile[axis] = threads * values
+        tile[f"warps_{axis}"] = threads // lanes[axis]
+        tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
+    return tile
+
+
+def split_parts(steps: int, split: int) -> tuple[int, int]:
+    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
+    most, fewer where ``split`` parts of whole steps cover the steps already."""
+    chunk = -(-steps // split)
+    return chunk, -(-steps // chunk)
+
+
+def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str, int]:
+    """The block's tile: BM, BN and the step BK, in elements."""
+    fm, fn, fk = shape
+    return {"m": p["warps_m"] * p["frags_m"] * fm, "n": p["warps_n"] * p["frags_n"] * fn,
+            "k": p["frags_k"] * fk}
+
+
+def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:
+    """Whether A's tile is row-major (M x K, K adjacent) and B's (K x N, N adjacent): each
+    tile's rows run along its tensor's fastest index, so that the copies coalesce."""
+    (a,), (b,), m, n, k, _ = found
+    inputs = program.contraction.inputs
+    fastest_a = fastest_first(inputs[a], program.layout)[0]
+    fastest_b = fastest_first(inputs[b], program.layout)[0]
+    return fastest_a not in m, fastest_b in n
+
+
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[str, int] | None:
+    """Elements of each operand one asynchronous copy moves, or None where an operand has no
+    such width: cp.async moves 4, 8 or 16 bytes, aligned to their size (PTX ISA, "cp.async").
+    The widest of those whose elements lie side by side in the tensor and in the tile's row:
+    one element where it is 4 or 8 bytes; more where the row runs along the tensor's fastest
+    index, starts at a multiple of the width there (tiles span multiples of 32 bytes), and
+    that index's extent is one too, so every other stride is, and a run is all inside or all
+    outside the tensor."""
+    (a,), (b,), m, n, k, _ = found
+    row_a, row_b = operand_rows_major(program, found)
+    size = dtypes.itemsize(program.dtype)
+    widths = {}
+    for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
+        fastest = fastest_first(program.contraction.inputs[tensor], program.layout)[0]
+        adjacent = along[0] == fastest
+        fitting = [nbytes // size for nbytes in (16, 8, 4) if nbytes >= size and (
+            nbytes == size or adjacent and program.sizes[fastest] % (nbytes // size) == 0)]
+        if not fitting:
+            return None
+        widths[tensor] = fitting[0]
+    return widths
+
+
+def padding(program: Program, pad: bool) -> int:
+    """Elements added to a shared tile's leading dimension."""
+    return PAD_BYTES // dtypes.itemsize(program.dtype) if pad else 0
+
+
+def accumulator_dtype(program: Program) -> str:
+    return "float64" if program.dtype == "float64" else "float32"
+
+
+def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
+    """Bytes of the A, B and C tiles (operands in their stored type, C in the accumulator's)."""
+    tile = tile_extents(p, SHAPES.get(program.dtype, SHAPES["float32"]))
+    operand = dtypes.itemsize(program.dtype)
+    accumulator = dtypes.itemsize(accumulator_dtype(program))
+    pad, pad_c = padding(program, p["pad"]), (PAD_BYTES // accumulator if p["pad"] else 0)
+    found = gemm_groups(program)
+    row_a, row_b = operand_rows_major(program, found) if found else (True, True)
+    a = tile["m"] * (tile["k"] + pad) if row_a else tile["k"] * (tile["m"] + pad)
+    b = tile["k"] * (tile["n"] + pad) if row_b else tile["n"] * (tile["k"] + pad)
+    buffers = 2 if p["double_buffer"] else 1
+    return (a + b) * operand * buffers + tile["m"] * (tile["n"] + pad_c) * accumulator
+
