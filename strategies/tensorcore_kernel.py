@@ -62,7 +62,7 @@ import islpy as isl
 from treduda.codegen import ir
 from treduda.frontend import dtypes
 from treduda.polyhedral.lower import Kind, Program, Statement
-from treduda.polyhedral.strategy import Role, Scheduled
+from treduda.polyhedral.strategy import MAPPED_DIMS, Role, Scheduled
 
 from .tensorcore_tiles import (
     PAD_BYTES,
@@ -403,7 +403,7 @@ class Builder:
         schedule = isl.UnionMap.from_map(isl.Map(
             f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(write.accesses[0].domain()))
         if self.workspace:  # each part stores its sum; a second pass adds them in order
-            part = 6 + len(self.batch)  # block, thread and batch dimensions come before it
+            part = MAPPED_DIMS + len(self.batch)  # after the block, thread and batch dims
             schedule, (written,) = to_workspace(self.program, schedule, (written,), self.parts,
                                                 part)
         self.statements.append(written)

@@ -110,11 +110,12 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
                                       if isinstance(value.get("params"), dict)]
     program = generate.program
     result = searched(program, gpu, budget=budget, seeds=seeds)
-    later = not measure and needs_check(program, result)
-    if not later:
-        result = reranked(result, 0, measure, generate, check=needs_check(program, result))
-    remember(store, program, result, "compile()", checking=later)
-    if later:
+    check = needs_check(program, result)
+    in_background = check and not measure
+    if not in_background:
+        result = reranked(result, 0, measure, generate, check=check)
+    remember(store, program, result, "compile()", checking=in_background)
+    if in_background:
         check_later(result, generate, store, corrected)
     return result.best.strategy, dict(result.best.params)
 
@@ -165,7 +166,7 @@ def needs_check(program: Program, result: SearchResult) -> bool:
 
 
 def check_later(result: SearchResult, generate: Generator, store: TuningCache | None,
-                corrected: Callable[[str, dict[str, Any]], None] | None = None) -> Future:
+                corrected: Callable[[str, dict[str, Any]], None] | None = None) -> None:
     """Check ``result``'s winner with ptxas (:func:`checked`) on the background thread, then
     keep the checked result in ``store`` and tell ``corrected`` of a different winner. A
     failing check is reported as a warning: the model's pick stands."""
@@ -182,14 +183,14 @@ def check_later(result: SearchResult, generate: Generator, store: TuningCache | 
                 result.best.params):
             corrected(found.best.strategy, dict(found.best.params))
 
-    return later(check)
+    later(check)
 
 
-def later(work: Callable[[], None]) -> Future:
-    """Run ``work`` on the background thread, after the work given before it."""
-    future = _BACKGROUND.submit(work)
-    _pending.append(future)
-    return future
+def later(work: Callable[[], None]) -> None:
+    """Run ``work`` on the background thread, after the work given before it. Work done
+    without an error is forgotten; an error is raised by :func:`finish_background`."""
+    _pending[:] = [f for f in _pending if not f.done() or f.exception() is not None]
+    _pending.append(_BACKGROUND.submit(work))
 
 
 def finish_background() -> None:
