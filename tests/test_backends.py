@@ -9,11 +9,12 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.app.gpu_bench import widened
 from treduda.codegen import ir
 from treduda.errors import BackendUnavailable
 from treduda.kernel import BACKENDS
 from treduda.run.cuda import gpu_present
-from treduda.run.device_arrays import first_device_array, is_device_array, like
+from treduda.run.device_arrays import first_device_array, is_device_array, like, to_framework
 from treduda.run.launch import address
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j]"
@@ -173,3 +174,60 @@ def test_tensors_reach_a_kernel_aligned_for_vector_accesses():
     arrays = [v for v in launch.values if isinstance(v, np.ndarray)]
     assert len(arrays) == 3 and all(address(v) % ir.VECTOR_BYTES == 0 for v in arrays)
     np.testing.assert_allclose(kernel.run(A=a, B=b, alpha=2.0), 2 * a @ b, rtol=1e-5)
+
+
+def test_bfloat16_widens_exactly_through_its_bits():
+    """The GPU benchmark widens bfloat16 through its bits, which any CuPy can do (numpy stands
+    in for CuPy: the same calls)."""
+    values = np.array([0.0, -0.0, 1.0, -3.140625, 2.0**-133, 3.0e38, np.inf, -0.4921875],
+                      dtype="bfloat16")
+    wide = widened(values, "float64", np)
+    assert wide.dtype == np.float64
+    assert np.array_equal(wide, values.astype(np.float64))
+    assert np.signbit(wide[1])
+
+
+def test_bfloat16_reaches_torch_as_bfloat16_sharing_memory():
+    """A bfloat16 result goes to torch as its bits and is viewed back there (numpy stands in
+    for CuPy as the array handed over; both export DLPack)."""
+    torch = pytest.importorskip("torch")
+    values = np.array([1.5, -2.0, 0.0078125, 65280.0], dtype="bfloat16")
+    tensor = to_framework(torch, values)
+    assert tensor.dtype == torch.bfloat16
+    assert tensor.float().tolist() == values.astype(np.float32).tolist()
+    assert tensor.data_ptr() == values.ctypes.data
+
+
+@on_gpu
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_torch_half_tensors_run_on_the_gpu_and_come_back_as_torch(dtype):
+    """torch float16 and bfloat16 tensors on the GPU run as they are (bfloat16 reaches CuPy
+    as its bits) and the result is a torch tensor of the same dtype, on the GPU."""
+    torch = pytest.importorskip("torch")
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 37, "j": 45, "k": 29},
+                             dtype=dtype)
+    kind = getattr(torch, dtype)
+    a = torch.rand(37, 29, device="cuda").sub(0.5).to(kind)
+    b = torch.rand(29, 45, device="cuda").sub(0.5).to(kind)
+    c = kernel.run(backend="cuda", A=a, B=b)
+    assert isinstance(c, torch.Tensor) and c.dtype == kind and c.is_cuda
+    expected = a.double() @ b.double()
+    rounding = 2.0**-8 if dtype == "bfloat16" else 2.0**-11
+    assert torch.allclose(c.double(), expected, rtol=4 * rounding, atol=29 * 2.0**-20)
+
+
+def test_torch_bfloat16_tensors_on_the_host_run_as_their_values():
+    """numpy refuses torch's bfloat16 (``np.asarray`` raises); treduda takes it through its
+    bits, in contract() and Kernel.run, and answers in numpy's bfloat16 (ml_dtypes)."""
+    torch = pytest.importorskip("torch")
+    generator = torch.Generator().manual_seed(0)
+    a = torch.rand(13, 7, generator=generator).sub(0.5).to(torch.bfloat16)
+    b = torch.rand(7, 10, generator=generator).sub(0.5).to(torch.bfloat16)
+    expected = (a.double() @ b.double()).numpy()
+    result = treduda.contract("ik,kj", a, b)
+    assert result.dtype == np.dtype("bfloat16")
+    assert np.allclose(result.astype(np.float64), expected, rtol=2.0**-7, atol=2.0**-20)
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 13, "j": 10, "k": 7},
+                             dtype="bfloat16", strategy="tiled")
+    assert np.array_equal(kernel.run(A=a, B=b), treduda.contract("ik,kj", a, b,
+                                                                 strategy="tiled"))

@@ -257,3 +257,18 @@ def test_bench_dtype_and_precision_on_the_command_line(capsys):
     assert cli.main(["bench", "--suite", "gemm", "--ids", "gemm_1000", "--dtype", "float64",
                      "--precision", "tf32"]) == 2
     assert "float32" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(not gpu_present() or importlib.util.find_spec("torch") is None,
+                    reason="needs a CUDA GPU and torch")
+def test_a_bfloat16_row_is_verified_and_timed_beside_torch_on_the_gpu():
+    """bfloat16 rows: torch makes the operands, the kernel is checked against both libraries
+    in float64 and timed beside torch.einsum (CuPy's einsum has no bfloat16 products)."""
+    from treduda.app.gpu_bench import _libraries, run_row
+    from treduda.tuning.gpus import gpu
+
+    row = Row("gemm_small", "C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 200, "k": 170}, "C", "")
+    cupy, torch = _libraries()
+    outcome = run_row(Case(row, "bfloat16"), gpu("H100"), 50, 3, cupy, torch)
+    assert outcome.error is None and outcome.verified
+    assert outcome.torch_ms > 0 and outcome.cupy_ms is None and outcome.treduda_ms > 0

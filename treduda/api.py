@@ -45,6 +45,7 @@ from .polyhedral.lower import Program, check_layout, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
 from .programs import CompileStep, Plan
 from .run import reference
+from .run.device_arrays import to_numpy
 from .run.launch import bind
 from .tuning import policy
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
@@ -304,7 +305,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
         expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
     values = _named(contraction, operands, values, CONTRACT_OPTIONS)
-    arrays = {k: np.asarray(v) for k, v in values.items() if k not in contraction.scalars}
+    arrays = {k: to_numpy(v) for k, v in values.items() if k not in contraction.scalars}
     computed = compute_dtype({name: array.dtype for name, array in arrays.items()},
                              [v for k, v in values.items() if k in contraction.scalars]
                              + literal_scalars(t.coefficient for t in contraction.terms))

@@ -10,8 +10,9 @@ recorded with ``--rivals N``, each as a row ``id~n`` whose time tests the model'
 the GPU on random operands in the row's layout and checked there against ``cupy.einsum`` (and
 ``torch.einsum`` when torch is installed) computed in float64 (complex128 for complex rows) on
 the same operands; then the kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 off: the cuBLAS
-FP32 path) are each timed with CUDA events on those operands. The table gives times, GFLOP/s,
-ratios (the library's time over treduda's: above 1 means treduda is faster), registers and
+FP32 path) are each timed with CUDA events on those operands (bfloat16 rows beside torch only:
+CuPy's einsum has no bfloat16 products, and torch makes their operands). The table gives times,
+GFLOP/s, ratios (the library's time over treduda's: above 1 means treduda is faster), registers and
 blocks; the summary gives geometric means. Without a GPU it says so and exits 0, having timed
 nothing.
 """
@@ -28,10 +29,11 @@ from typing import Any, TextIO
 
 from ..api import compile, search
 from ..errors import BackendUnavailable, TredudaError, VerificationError
-from ..frontend.dtypes import TF32, fmas, uniform, wide
+from ..frontend.dtypes import BFLOAT16, TF32, fmas, uniform, wide
 from ..kernel import Kernel
 from ..run import reference
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
+from ..run.device_arrays import to_cupy, to_framework
 from ..run.timing import REPEATS
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
@@ -217,7 +219,7 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
         outcome.grid, outcome.block = kernel.grid, kernel.block
         outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
-        operands = random_operands(kernel, cupy)
+        operands = random_operands(kernel, cupy, torch)
         spec = _spec(kernel)
         outcome.max_error = verify_on_gpu(kernel, operands, spec, cupy, torch)
         outcome.verified = True
@@ -227,11 +229,12 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
         outcome.treduda_ms, outcome.spread = timing.seconds * 1e3, timing.spread
         if libraries:
             inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
-            outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs),
-                                         repeats).seconds * 1e3
+            if kernel.dtype != "bfloat16":  # CuPy's einsum has no bfloat16 products
+                outcome.cupy_ms = time_calls(lambda: cupy.einsum(spec, *inputs),
+                                             repeats).seconds * 1e3
             if torch is not None:  # TF32 tensor cores exactly where the row allows them
                 torch.backends.cuda.matmul.allow_tf32 = case.precision == TF32
-                tensors = [torch.from_dlpack(a) for a in inputs]
+                tensors = [to_framework(torch, a) for a in inputs]
                 outcome.torch_ms = time_calls(lambda: torch.einsum(spec, *tensors),
                                               repeats).seconds * 1e3
                 torch.backends.cuda.matmul.allow_tf32 = False
@@ -240,21 +243,34 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
     return outcome
 
 
-def random_operands(kernel: Kernel, cupy) -> dict[str, Any]:
+def random_operands(kernel: Kernel, cupy, torch) -> dict[str, Any]:
     """Every input uniform in [-0.5, 0.5) (each part, if complex), on the GPU, stored in the
-    kernel's layout."""
+    kernel's layout. bfloat16 operands are rounded by torch (CuPy's bfloat16 is young: its
+    arrays come from torch's through their bits, :mod:`treduda.run.device_arrays`)."""
     c = kernel.contraction
-    if kernel.dtype == "bfloat16":
-        raise TredudaError("CuPy has no bfloat16 arrays, so the GPU benchmark cannot make "
-                           "this row's operands or run cupy.einsum on them; run the row in "
-                           "float16 (--dtype float16), or time it with torch tensors yourself")
+    half = kernel.dtype == "bfloat16"
+    if half and torch is None:
+        raise TredudaError("the GPU benchmark makes bfloat16 operands with torch, which is "
+                           "not installed: pip install torch, or run the row in float16")
     state = cupy.random.RandomState(seed=0)
     arrays = {}
     for tensor, indices in c.inputs.items():
         shape = tuple(kernel.sizes[i] for i in indices)
-        values = uniform(state, -0.5, 0.5, shape, kernel.dtype)
+        values = uniform(state, -0.5, 0.5, shape, "float32" if half else kernel.dtype)
+        if half:
+            values = to_cupy(tensor, torch.from_dlpack(values).to(torch.bfloat16))
         arrays[tensor] = cupy.asfortranarray(values) if kernel.layout == "F" else values
     return arrays
+
+
+def widened(array, dtype: str, xp):
+    """``array`` (of the array module ``xp``: CuPy, or numpy) converted to ``dtype`` (float64 or
+    complex128); bfloat16 through its bits, the upper half of a float32's, so exactly and
+    whether or not this CuPy knows the type."""
+    if array.dtype == BFLOAT16:
+        bits = array.view(xp.uint16).astype(xp.uint32) << 16
+        array = bits.view(xp.float32)
+    return array.astype(dtype)
 
 
 def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, torch) -> float:
@@ -263,10 +279,11 @@ def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, tor
     returns the larger error."""
     c = kernel.contraction
     precise = wide(kernel.dtype)
-    result = kernel.run(backend="cuda", **operands).astype(precise)
-    allowed = reference.tolerance(c, operands, {}, kernel.sizes, kernel.dtype, xp=cupy,
+    result = widened(kernel.run(backend="cuda", **operands), precise, cupy)
+    wide_operands = {name: widened(array, precise, cupy) for name, array in operands.items()}
+    allowed = reference.tolerance(c, wide_operands, {}, kernel.sizes, kernel.dtype, xp=cupy,
                                   precision=kernel.precision)
-    inputs = [operands[r.tensor].astype(precise) for r in c.terms[0].reads]
+    inputs = [wide_operands[r.tensor] for r in c.terms[0].reads]
     expected = {"cupy.einsum": cupy.einsum(spec, *inputs)}
     if torch is not None:
         tensors = [torch.from_dlpack(a) for a in inputs]

@@ -37,6 +37,7 @@ from ..errors import DtypeError
 
 DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64", "float16",
           "bfloat16")
+BFLOAT16 = np.dtype("bfloat16")  # ml_dtypes' type: numpy's arrays of it, and CuPy's (14 on)
 INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex
 # Real FMAs per complex multiply-add c += a*b, two per part:

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import BackendUnavailable
+from ..frontend.dtypes import BFLOAT16
 from .device_arrays import cupy_module
 from .launch import Call, Launch
 from .nvrtc import include_options
@@ -169,7 +170,7 @@ def _run(source: str, launch: Launch, timed: bool) -> TimedRun:
             run(arguments)
         out = arguments[launch.output_position]
         on_host = isinstance(launch.values[launch.output_position], np.ndarray)
-        result = launch.result(runtime.download(out).view(stored) if on_host else out)
+        result = launch.result((runtime.download(out) if on_host else out).view(stored))
     return TimedRun(result, seconds, runtime.device)
 
 
@@ -262,11 +263,11 @@ def _pycuda_context(driver):
 
 
 def _as_bits(launch: Launch) -> Launch:
-    """``launch`` with its bfloat16 host arrays as their 16-bit patterns: neither CuPy nor
-    pycuda knows the type, and the kernel reads the bits (as ``__nv_bfloat16``)."""
-    bfloat16 = np.dtype("bfloat16")
+    """``launch`` with its bfloat16 arrays (on the host or on the GPU) as their 16-bit
+    patterns: pycuda and CuPy before 14 do not know the type, and the kernel reads the bits
+    (as ``__nv_bfloat16``)."""
     return replace(launch, values=tuple(
-        v.view(np.uint16) if isinstance(v, np.ndarray) and v.dtype == bfloat16 else v
+        v.view(np.uint16) if _is_array(v) and v.dtype == BFLOAT16 else v
         for v in launch.values))
 
 

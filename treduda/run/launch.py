@@ -16,7 +16,7 @@ from ..codegen import ir
 from ..errors import MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
 from ..frontend.dtypes import DEFAULT_CASTING, check_cast, compute
-from .device_arrays import is_device_array, to_cupy
+from .device_arrays import is_device_array, to_cupy, to_numpy
 
 
 @dataclass(frozen=True)
@@ -140,7 +140,7 @@ def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
 def _array(name: str, value: object, dtype: str, casting: str) -> np.ndarray:
     """``value`` as an array, refused where numpy's ``casting`` rule does not convert it to
     the kernel's ``dtype``."""
-    array = to_cupy(name, value) if is_device_array(value) else np.asarray(value)
+    array = to_cupy(name, value) if is_device_array(value) else to_numpy(value)
     check_cast(name, array, dtype, casting)
     return array
 
