@@ -52,7 +52,7 @@ def dump(nodes: int, names: list[str]) -> dict[str, Any]:
     """This checkout's numbers for every case, and the CPU seconds each search took."""
     from treduda.polyhedral.lower import plan
     from treduda.suites import load
-    from treduda.tuning.model import Compiled
+    from treduda.tuning.prediction import Compiled
     from treduda.tuning.search import Searcher, identity, search_program
 
     rows = {r.id: r for r in load("tccg_fp32")}

@@ -36,7 +36,7 @@ from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .mma_model import model_of
-from .model import Compiled
+from .prediction import Compiled
 from .search import DEFAULT_BUDGET, Candidate, SearchResult, search_program, worth_checking
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by

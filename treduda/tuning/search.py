@@ -39,7 +39,7 @@ from . import mma_model
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .mma_model import model_of
-from .model import Compiled, Prediction
+from .prediction import Compiled, Prediction
 
 # CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
 # complete search). From 0.8 s to 1.0 s the picks on GEMM 4096^3 and tccg_01/03/15/28/33 are
