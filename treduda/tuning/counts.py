@@ -67,7 +67,7 @@ class Counts:
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         # Terms the search asks for at many nodes, each remembered under the decisions it
-        # depends on (see _Optimist.memo).
+        # depends on (see _Tiles.memo in treduda.tuning.tiles).
         self._known: dict[tuple, Any] = {}
         self.groups = max(1, len(program.accumulators))
         # the least LSU wavefronts a value loaded can cost: a 16-byte vector's share of one

@@ -4,8 +4,8 @@ The analytic model (:mod:`treduda.tuning.model`), the tensor cores' (:mod:`tredu
 mma_model`) and the walk over a generated kernel (:mod:`treduda.tuning.walk`) each time a
 kernel per resource; they share the :class:`Prediction` they return, the one rule that combines
 the resources' seconds into a time (:func:`combined`: the bound's and the estimate's), and
-ptxas's report that refines them (:class:`Compiled`). The search and the path planner read
-predictions and nothing else of a model.
+ptxas's report that refines them (:class:`Compiled`). The search and the path planner rank
+candidates by these predictions.
 """
 
 from __future__ import annotations
