@@ -44,7 +44,7 @@ print((time.perf_counter() - started) * 1e3, planned.kernel.timed_calls)
 def measure(name: str, backend: str) -> dict:
     import treduda
     from treduda.tuning import incremental
-    from treduda.tuning.search import identity
+    from treduda.tuning.search_result import identity
 
     spec, shapes = CASES[name]
     rng = np.random.default_rng(0)

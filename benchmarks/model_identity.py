@@ -52,8 +52,9 @@ def dump(nodes: int, names: list[str]) -> dict[str, Any]:
     """This checkout's numbers for every case, and the CPU seconds each search took."""
     from treduda.polyhedral.lower import plan
     from treduda.suites import load
-    from treduda.tuning.model import Compiled
-    from treduda.tuning.search import Searcher, identity, search_program
+    from treduda.tuning.prediction import Compiled
+    from treduda.tuning.search import Searcher, search_program
+    from treduda.tuning.search_result import identity
 
     rows = {r.id: r for r in load("tccg_fp32")}
     out: dict[str, Any] = {}

@@ -14,7 +14,8 @@ from treduda.app import fidelity
 from treduda.polyhedral.lower import plan
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
-from treduda.tuning.search import Candidate, Searcher
+from treduda.tuning.search import Searcher
+from treduda.tuning.search_result import Candidate
 
 GEMM = "C[i,j]=A[i,k]*B[k,j] 4096x4096x4096"
 

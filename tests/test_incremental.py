@@ -22,7 +22,7 @@ from treduda.run.timing import TimedRun
 from treduda.tuning import incremental
 from treduda.tuning.cache import CacheKey, CacheWarning, TuningCache
 from treduda.tuning.incremental import FIELD, IncrementalKernel, Trial
-from treduda.tuning.search import identity
+from treduda.tuning.search_result import identity
 
 EXPR = "ik,kj->ij"
 SHAPES = ((37, 13), (13, 45))  # not multiples of any tile

@@ -13,7 +13,8 @@ import treduda
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.gpus import gpu
-from treduda.tuning.model import REGISTER_BYTES, Model
+from treduda.tuning.model import Model
+from treduda.tuning.optimist import REGISTER_BYTES
 from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in

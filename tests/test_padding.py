@@ -13,7 +13,7 @@ from treduda.polyhedral import geometry
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.model import _Optimist
+from treduda.tuning.optimist import _Optimist
 from treduda.tuning.search import Searcher
 
 # tccg_28: A's fastest index e is summed but rolled (f is the one unrolled); B's fastest is f.

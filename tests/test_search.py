@@ -19,7 +19,8 @@ from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.gpus import H100
 from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
-from treduda.tuning.search import Candidate, Searcher, SearchStats, search_program
+from treduda.tuning.search import Searcher, search_program
+from treduda.tuning.search_result import Candidate, SearchStats
 
 # Spaces small enough to enumerate (tens of thousands of candidates). CI enumerates the GEMM;
 # the column-major tccg1 space proves the same agreement at three times its cost (the slowest
@@ -406,6 +407,6 @@ def test_a_small_problems_winner_does_not_depend_on_the_machines_load(monkeypatc
     idle = treduda.compile("C[i,j]=A[i,k]*B[k,j]", sizes, cache=False).params
     treduda.api._forget()
     started = time.thread_time()
-    monkeypatch.setattr(treduda.tuning.search, "clock",
+    monkeypatch.setattr(treduda.tuning.budgets, "clock",
                         lambda: started + 20 * (time.thread_time() - started))
     assert treduda.compile("C[i,j]=A[i,k]*B[k,j]", sizes, cache=False).params == idle

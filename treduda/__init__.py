@@ -17,7 +17,7 @@ from .frontend.parse import parse
 from .kernel import Kernel
 from .polyhedral.strategy import ParamSpace, Strategy, register
 from .programs import Plan
-from .tuning.search import SearchResult
+from .tuning.search_result import SearchResult
 
 __all__ = ["ContractExpression", "Kernel", "ParamSpace", "Plan", "SearchResult", "Strategy",
            "analyse", "compile", "contract", "contract_expression", "errors", "is_deterministic",

@@ -48,13 +48,15 @@ from .run import reference
 from .run.device_arrays import to_numpy
 from .run.launch import bind
 from .tuning import policy
+from .tuning.budgets import DEFAULT_BUDGET
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
 from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
 from .tuning.paths import many_factors
 from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps
-from .tuning.search import DEFAULT_BUDGET, Progress, SearchResult, search_program
+from .tuning.search import Progress, search_program
+from .tuning.search_result import SearchResult
 
 BUILT_IN = strategies.__name__ + "."  # the modules of the built-in strategies
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep

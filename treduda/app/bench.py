@@ -39,7 +39,7 @@ from ..suites import SUITES, Row, load, scaled
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
-from ..tuning.search import SearchResult
+from ..tuning.search_result import SearchResult
 from ..tuning.walk import launch
 
 DEFAULT_MAX_NODES = 3000
@@ -209,7 +209,7 @@ def lost(case: Case, failed: Failed) -> Outcome:
 
 def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
     """Search at full size, generate the winner at full size, verify it scaled down; record
-    the winner's ``rivals`` best rivals (:meth:`~treduda.tuning.search.SearchResult.rivals`).
+    the winner's ``rivals`` best rivals (:meth:`~treduda.tuning.search_result.SearchResult.rivals`).
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row

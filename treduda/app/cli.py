@@ -16,12 +16,12 @@ from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
 from ..polyhedral.lower import plan
 from ..programs import statements
+from ..tuning.budgets import DEFAULT_BUDGET
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
 from ..tuning.paths import many_factors
 from ..tuning.policy import MEASURED
-from ..tuning.search import DEFAULT_BUDGET
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .demo import demo
 from .tune_cli import tune_arguments, tune_command

@@ -34,8 +34,9 @@ from ..run.nvcc import compile_cuda_batch, nvcc_available
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.mma_model import TensorCoreModel, model_of
-from ..tuning.model import Compiled, Model, Prediction
-from ..tuning.search import Candidate
+from ..tuning.model import Model
+from ..tuning.prediction import Compiled, Prediction
+from ..tuning.search_result import Candidate
 
 DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measured.json"
 # The registers the measuring machine's driver JIT gave b05b8ed's kernels differ from what

@@ -36,7 +36,7 @@ from ..run.timing import TimedRun
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
 from .policy import Generator
-from .search import Candidate, SearchResult, identity
+from .search_result import Candidate, SearchResult, identity
 
 CANDIDATES = 4  # distinct candidates the first calls try
 SAMPLES = 3  # timed calls of each candidate, taking turns; its fastest counts

@@ -55,8 +55,9 @@ from ..strategies import get as get_strategy
 from ..strategies import tensorcore_tiles
 from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
-from .model import Compiled, Model, Prediction, combined, unfit
+from .model import Model
 from .occupancy import blocks_per_sm
+from .prediction import Compiled, Prediction, combined, unfit
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments

@@ -31,7 +31,7 @@ from ..frontend import dtypes
 from ..frontend.contraction import Contraction
 from ..frontend.optimize import AUTO, check_optimize
 from ..polyhedral.lower import plan
-from .model import LAUNCH_SECONDS, Prediction
+from .prediction import LAUNCH_SECONDS, Prediction
 from .search import first_candidate
 
 MODEL_SEARCHED = 6  # products of up to this many factors get a path search costed by the model

@@ -33,15 +33,17 @@ from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
+from .budgets import DEFAULT_BUDGET
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .mma_model import model_of
-from .model import Compiled
-from .search import DEFAULT_BUDGET, Candidate, SearchResult, search_program, worth_checking
+from .prediction import Compiled
+from .search import search_program
+from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
 # microseconds): they stop early with the best found so far; others search within a time
-# budget (DEFAULT_BUDGET seconds, tuning/search.py).
+# budget (DEFAULT_BUDGET seconds, tuning/budgets.py).
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
@@ -55,6 +57,10 @@ CHECKED_MOST = 16  # ... and at most in all
 # A batch after the first is compiled only for a candidate predicted this much faster than the
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
+# ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
+# of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
+# in the cases measured, the estimate (nvcc costs a second per batch, generation more).
+CHECK_REGISTERS = 0.75
 # A search of a new problem starts from the cached winners of this many of its nearest sizes
 # (the same expression, dtype, layout and GPU): at a budget of 0.5 s they brought GEMM 4096^3's
 # pick from 6% to 2% and tccg_01's from 13% to 1-3% above the complete search's best, seeded
@@ -137,7 +143,7 @@ def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Gen
     complete search) and ``max_nodes`` nodes, :data:`SMALL_PROBLEM_BUDGET` for a small
     problem, starting from ``seeds`` too (the winners of similar sizes); ptxas checks the
     winner of a problem that is not small where its registers are near the cap
-    (:func:`~treduda.tuning.search.worth_checking`)."""
+    (:func:`worth_checking`)."""
     result = searched(program, gpu, max_nodes, budget, seeds)
     return reranked(result, 0, measure, generate, check=needs_check(program, result))
 
@@ -157,9 +163,19 @@ def _small(program: Program) -> bool:
     return math.prod(program.sizes.values()) < SMALL_PROBLEM
 
 
+def worth_checking(program: Program, result: SearchResult) -> bool:
+    """Whether ptxas's report on ``result``'s winner can change its estimate: where the
+    registers the model predicts reach :data:`CHECK_REGISTERS` of the launch bounds' cap
+    (tccg_28's winner: 126 of 128 predicted, ptxas spilled; tccg_15's: 113 of 128, 16 bytes
+    spilled), or spill already. Well below the cap, ptxas's count moves neither."""
+    best = result.best
+    return model_of(program, result.gpu, best.strategy).register_pressure(
+        best.params) >= CHECK_REGISTERS
+
+
 def needs_check(program: Program, result: SearchResult) -> bool:
     """Whether ptxas should check ``result``'s winner: a problem that is not small, whose
-    winner's registers are near the cap (:func:`~treduda.tuning.search.worth_checking`),
+    winner's registers are near the cap (:func:`worth_checking`),
     for a GPU nvcc here compiles for."""
     return (not _small(program) and worth_checking(program, result)
             and nvcc_supports(result.gpu.arch))

@@ -38,8 +38,9 @@ from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .mma_model import model_of
-from .model import Compiled, Model, Prediction, combined, unfit
+from .model import Model
 from .occupancy import blocks_per_sm
+from .prediction import Compiled, Prediction, combined, unfit
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")

@@ -1,0 +1,254 @@
+"""What warp 0's accesses of a candidate cost: LSU wavefronts of loads, copies and stores.
+
+From the threads, registers and assignment of each axis the warp spans, :class:`_Accesses`
+lays out warp 0's lanes and the element offsets each touches, then counts an access's LSU
+wavefronts: distinct 128-byte lines in global memory (coalescing), the busiest bank's
+distinct words in shared memory (padding, conflicts), shared by a 16-byte vector's values
+where the kernel's loads merge. Open decisions take their cheapest value, as in
+:class:`~treduda.tuning.tiles._Tiles`, whose tiles and footprints these build on.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+
+from ..codegen.ir import VECTOR_BYTES
+from ..polyhedral import geometry
+from ..polyhedral.geometry import AXES
+from .counts import _Read
+from .tiles import ASSIGN, BLOCK, REG, _Tiles
+
+
+class _Accesses(_Tiles):
+    """A candidate's tiles (:class:`~treduda.tuning.tiles._Tiles`) and the wavefronts of its
+    warps' accesses."""
+
+    @functools.cached_property
+    def warp_shape(self) -> tuple:
+        """The decisions warp 0's lanes (:attr:`lanes`) depend on: the order, and the threads,
+        registers and assignment of each axis the warp spans (x, then y and z while fewer
+        lanes than a warp's precede them), up to the first that is open (None)."""
+        shape: tuple = (self.p["order"],)
+        lanes = 1
+        for names in zip(BLOCK, REG, ASSIGN, strict=True):
+            if lanes >= self.m.gpu.warp_size:
+                break
+            axis = tuple(self.p.get(name) for name in names)
+            shape += axis
+            if None in axis:
+                break
+            lanes *= axis[0]
+        return shape
+
+    @functools.cached_property
+    def lanes(self) -> list[list[tuple[int, ...]]] | None:
+        """Warp 0's lanes, each as its registers along x, each register as its values along
+        the axes the warp spans (x first, relative to the tile's origin); None while a
+        decision the warp's shape depends on is open.
+
+        Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
+        (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
+        a group it is decoded into the group's indices (:meth:`offsets`): block 0's tile starts
+        at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
+        model for the decisions they depend on (the search asks at many nodes)."""
+        return self.memo(("lanes", self.warp_shape), self._lanes)
+
+    def _lanes(self) -> list[list[tuple[int, ...]]] | None:
+        warp = self.m.gpu.warp_size
+        spanned, lanes = [], 1
+        for n, a in enumerate(AXES):
+            if lanes >= warp:
+                break
+            if not self.decided(f"block_{a}", f"reg_{a}", f"assign_{a}"):
+                return None
+            spanned.append(n)
+            lanes *= self.p[f"block_{a}"]
+        result = []
+        for lane in range(min(lanes, warp)):
+            values, below = [], 1
+            for n in spanned:
+                a = AXES[n]
+                t = lane // below % self.p[f"block_{a}"]
+                below *= self.p[f"block_{a}"]
+                values.append(t * (self.p[f"reg_{a}"] if self.p[f"assign_{a}"] == "adjacent"
+                                   else 1))
+            registers = []
+            for r in range(self.p["reg_x"]):
+                step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
+                along = (values[0] + r * step, *values[1:]) if self.order else tuple(values)
+                registers.append(along)
+            result.append(registers)
+        return result
+
+    def offsets(self, strides: Mapping[str, int], group: int) -> list[list[int]]:
+        """The element offsets, at ``strides`` (a read's, indexed by its indices), of the first
+        ``group`` registers of each lane of warp 0 (:attr:`lanes`): a group's value X along
+        its axis is c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel
+        does; an index the strides lack, or on an axis the warp does not span, adds nothing."""
+        # per axis: the extent and stride of each index but the slowest, the slowest's stride
+        axes = [([(self.m.sizes[i], strides.get(i, 0)) for i in g[:-1]], strides.get(g[-1], 0))
+                for g in self.order]
+
+        def along(n: int, value: int) -> int:  # what axis n's value adds to the offset
+            faster, slowest = axes[n]
+            offset = 0
+            for size, stride in faster:
+                offset += value % size * stride
+                value //= size
+            return offset + value * slowest
+
+        if not axes:
+            return [[0] * len(lane[:group]) for lane in self.lanes]
+        found = []
+        for lane in self.lanes:  # a lane's registers differ along x alone
+            others = sum(along(n, v) for n, v in enumerate(lane[0][1:len(axes)], 1))
+            found.append([along(0, values[0]) + others for values in lane[:group]])
+        return found
+
+    def wavefronts(self, read: _Read) -> float:
+        """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
+        the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
+        distinct words (shared). A thread's registers along x count as one access of up to 16
+        bytes (the kernel IR merges neighbours into vector loads where it proves them aligned,
+        :mod:`treduda.codegen.vectorize`; the measured H100 times, of kernels from before it,
+        show no more conflicts where nothing merged them), and in a staged tile whose rows are
+        16-byte aligned,
+        so do neighbours along the reduction (see :meth:`vectorisable`). An access's
+        wavefronts are shared by its values, no fewer than a 16-byte vector's.
+        While what decides it is open, the least any access costs: a wavefront shared by a
+        16-byte vector (for an open padding, the better of its values)."""
+        staged = self.staged(read)
+        if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
+            return self.m.least_wavefronts
+        key = ("read", read, self.warp_shape, staged)
+        if staged:  # its tile, its padding, its vector loads along the reduction
+            key += (self.tile_decisions, self.options("pad"), self.vectorisable(read))
+        return self.memo(key, lambda: self._wavefronts(read, staged))
+
+    def _wavefronts(self, read: _Read, staged: bool) -> float:
+        least = self.m.least_wavefronts
+        warp = self.lanes
+        values = self.m.per_access(staged)
+        grouped = bool(self.order) and self.order[0][0] in read.indices
+
+        def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
+            group = warp[0][:values] if grouped else warp[0][:1]
+            return max(least, self._fronts(read, strides, staged, len(group)) / len(group)
+                       * (least if reduction_vector else 1.0))
+
+        if not staged:
+            return cost(read.strides, False)
+        vector = self.vectorisable(read)
+        return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
+                   for pad in self.options("pad"))
+
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
+        """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
+        registers of each lane's along x): distinct lines (global) or the busiest bank's
+        words (shared); remembered per model for the warp's shape and the strides."""
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
+
+        def fronts() -> int:
+            offsets = self.offsets(strides, group)
+            return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
+
+        return self.memo(key, fronts)
+
+    def _aligned(self, read: _Read, pad: int) -> bool:
+        """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""
+        row = self.tile_strides(read, pad)
+        slowest = max(row.values())
+        return slowest == 1 or all(v * self.m.shared_value % VECTOR_BYTES == 0
+                                   for v in row.values() if v > 1)
+
+    def vectorisable(self, read: _Read) -> bool:
+        """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
+        index in memory (and in its tile) is a summed index the step's loop unrolls (or the
+        unrolling is still open)."""
+        fastest = geometry.fastest(self.m.program, read.indices)
+        return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
+
+    @staticmethod
+    def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
+        offset = 0
+        for i in read.distinct:
+            offset += point.get(i, 0) * strides.get(i, 0)
+        return offset
+
+    def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
+        """Elements between neighbours along each index in the staged (padded) tile;
+        remembered per model for the tile's extents and the padding."""
+        key = ("strides", read, tuple(self.footprint(read).values()), pad)
+        return self.memo(key, lambda: {i: self._tile_stride(read, i, pad) for i in read.indices})
+
+    def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
+        """Elements between neighbours along ``index`` in the staged (padded) tile."""
+        if index not in read.indices:
+            return 0
+        extents = self.footprint(read)
+        order = read.indices if self.m.program.layout == "F" else tuple(reversed(read.indices))
+        stride = 1
+        for n, i in enumerate(order):
+            if i == index:
+                return stride
+            stride *= extents[i] + (geometry.padding(self.m.program, read.indices, pad)
+                                    if n == 0 else 0)
+        return stride
+
+    def copy_wavefronts(self, exact: bool = True) -> float:
+        """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
+        elements of the tile: the global lines they read, the bank conflicts of their stores),
+        0 while undecided; not ``exact`` (for the bound), the least a load and a store cost:
+        a wavefront shared by the values of a 16-byte vector access."""
+        if not self.tiles_decided() or "stage" not in self.p:
+            return 0.0
+        threads = self.threads()
+        pads = self.options("pad") if exact else None
+        total = 0.0
+        for r in self.m.reads:
+            if self.staged(r):  # remembered for what the copy of its tile depends on
+                key = ("copy", r, exact, threads, tuple(self.footprint(r).values()), pads)
+                total += self.memo(key, lambda r=r: self._copy_wavefronts(r, exact))
+        return total / self.fmas_per_block_step()
+
+    def _copy_wavefronts(self, r: _Read, exact: bool) -> float:
+        """The copy wavefronts of ``r``'s tile per block and step."""
+        threads = self.threads()
+        lanes = min(self.m.gpu.warp_size, threads)
+        if not exact:  # the least a load and a store cost, whatever the elements
+            volume = math.prod(self.copy_extents(r))
+            return math.ceil(volume / threads) * math.ceil(threads / lanes) * (
+                1 / self.m.per_access(False) + 1 / self.m.per_access(True))
+        extents = self.footprint(r)
+        padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
+        volume = math.prod(padded.values())
+        elements = []
+        for e in range(min(lanes, volume)):
+            point = {}
+            for i, extent in padded.items():
+                point[i], e = e % extent, e // extent
+            if all(point[i] < extents[i] for i in point):  # not the padding's
+                elements.append(point)
+        read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
+        write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
+                    for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
+        return math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
+
+    def store_wavefronts(self, exact: bool = True) -> float:
+        """LSU wavefronts per output value a thread stores; while the warp is open, and for
+        the bound, the least a warp's store can cost per value: one, or where a warp's values
+        fill less than a line (float16: 32 x 2 bytes of 128), that share of one (a thread's
+        registers along x share lines: an estimate of 0.5 for a float16 GEMM's 4 registers,
+        below the 1 the bound used to take)."""
+        if self.lanes is None or not exact:
+            g = self.m.gpu
+            return min(1.0, g.warp_size * self.m.bytes / g.cache_line_bytes)
+        return self.memo(("store", self.warp_shape), self._store_wavefronts)
+
+    def _store_wavefronts(self) -> float:
+        warp = self.lanes
+        out = self.m.output
+        group = warp[0] if self.order else warp[0][:1]
+        return self.m.lines(self.offsets(out.strides, len(group))) / len(group)

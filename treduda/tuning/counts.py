@@ -1,0 +1,113 @@
+"""What one program costs on one GPU, whatever the candidate: the model's per-kernel counts.
+
+A program's sizes, its multiply-adds and FLOPs, its reads and their strides in global memory,
+the bytes every tensor moves at least, and how the addresses of one warp's access fall on
+cache lines and shared-memory banks. :class:`Counts` holds them once per program and GPU;
+each candidate's quantities (:class:`~treduda.tuning.optimist._Optimist`) are counted from
+them, and :class:`~treduda.tuning.model.Model` adds the strategy and its predictions.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from ..codegen.ir import VECTOR_BYTES
+from ..frontend import dtypes
+from ..polyhedral import geometry
+from ..polyhedral.lower import Kind, Program
+from .gpus import Gpu
+
+
+@dataclass(frozen=True, eq=False)
+class _Read:
+    """One tensor read inside a reduction: its indices and its memory strides (compared by
+    identity: each is one read of one model, a key of the terms remembered for it)."""
+
+    tensor: str
+    indices: tuple[str, ...]
+    strides: dict[str, int]  # index -> elements between neighbours in global memory
+
+    @functools.cached_property
+    def distinct(self) -> tuple[str, ...]:
+        """Its indices, each once (a diagonal read repeats one)."""
+        return tuple(dict.fromkeys(self.indices))
+
+
+class Counts:
+    """The counts of one fixed-size program on one GPU (what its model's candidates share)."""
+
+    def __init__(self, program: Program, gpu: Gpu):
+        self.program, self.gpu = program, gpu
+        c = program.contraction
+        self.sizes = program.sizes
+        self.bytes = dtypes.itemsize(program.dtype)  # of a tensor's element, as stored
+        self.shared_value = dtypes.itemsize(dtypes.compute(program.dtype))  # in a staged tile
+        self.lanes = gpu.fma_lanes(dtypes.compute(program.dtype))
+        self.fmas = dtypes.fmas(program.dtype)  # real FMAs per multiply-add
+        # FP32 instructions per multiply-add (3xTF32: four), instructions per operand a thread
+        # loads (TF32 rounding), and per element loaded from or stored to a stored type's
+        # tensor (its conversion)
+        self.fp_ops = self.fmas * dtypes.PRODUCT_OPERATIONS[program.precision]
+        self.operand_ops = dtypes.OPERAND_OPERATIONS[program.precision]
+        self.conversions = dtypes.CONVERSION_OPERATIONS if program.dtype in dtypes.STORED else 0
+        # float16 and bfloat16 elements are converted one by one: no vector accesses
+        # (treduda.codegen.vectorize)
+        self.vectorised = program.dtype not in dtypes.STORED
+        self.outputs = c.output_indices
+        self.elements = math.prod(self.sizes[i] for i in self.outputs)
+        reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
+        self.summed = [[self.sizes[i] for i in s.summed] for s in reductions]  # extents
+        self.unrolled = geometry.unrolled_indices(program)  # what an unrolled step unrolls
+        self.innermost = {s.summed[-1] for s in reductions if s.summed}  # per reduction point
+        self.iterations = sum(math.prod(extents) for extents in self.summed)
+        self.reads = [_Read(r.tensor, r.indices, self._strides(r.indices))
+                      for r in geometry.summed_reads(program)]
+        self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
+        # Terms the search asks for at many nodes, each remembered under the decisions it
+        # depends on (see _Tiles.memo in treduda.tuning.tiles).
+        self._known: dict[tuple, Any] = {}
+        self.groups = max(1, len(program.accumulators))
+        # the least LSU wavefronts a value loaded can cost: a 16-byte vector's share of one
+        self.least_wavefronts = 1 / max(self.per_access(s) for s in (False, True))
+        self.flops = 2.0 * self.fmas * self.elements * max(self.iterations, 1)
+        touched = sum(math.prod(self.sizes[i] for i in idx) for idx in c.inputs.values())
+        written = self.elements * (2 if c.reads_output or c.op != "=" else 1)
+        self.compulsory = (touched + written) * self.bytes
+
+    def _strides(self, indices: tuple[str, ...]) -> dict[str, int]:
+        order = list(indices) if self.program.layout == "F" else list(reversed(indices))
+        strides, stride = {}, 1
+        for index in order:
+            strides.setdefault(index, stride)
+            stride *= self.sizes[index]
+        return strides
+
+    def per_access(self, staged: bool) -> int:
+        """Values one access of a thread moves at most: a 16-byte vector's (of a staged
+        tile's float32 values, or of a tensor's elements), or one where nothing is vectorised."""
+        size = self.shared_value if staged else self.bytes
+        return max(1, VECTOR_BYTES // size) if self.vectorised else 1
+
+    def lines(self, accesses: list[list[int]]) -> int:
+        """Distinct cache lines one warp access touches, given each lane's element offsets:
+        global loads are served per 128-byte line (CUDA C++ Best Practices Guide, "Coalesced
+        Access to Global Memory"), one LSU wavefront each."""
+        line = self.gpu.cache_line_bytes
+        return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+
+    def bank_conflicts(self, accesses: list[list[int]]) -> int:
+        """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
+        the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
+        Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
+        distinct words in one bank are serialised)."""
+        g = self.gpu
+        words_per_value = max(1, self.shared_value // g.shared_bank_bytes)
+        banks: dict[int, set[int]] = {}
+        for lane in accesses:
+            for offset in lane:
+                for w in range(offset * words_per_value, (offset + 1) * words_per_value):
+                    banks.setdefault(w % g.shared_banks, set()).add(w)
+        return max((len(words) for words in banks.values()), default=1)

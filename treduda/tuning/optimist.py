@@ -1,0 +1,181 @@
+"""The optimist: every quantity of a (partial) candidate the model reads, at its best.
+
+:class:`_Optimist` is what :class:`~treduda.tuning.model.Model` asks, for its bound (open
+decisions at their most optimistic values, factor by factor, so every result is a valid
+lower bound) and for its estimate (a complete candidate, counted exactly). It stacks three
+layers, each in a module of its own: tiles, blocks, steps and traffic
+(:mod:`treduda.tuning.tiles`); the wavefronts of warp 0's accesses
+(:mod:`treduda.tuning.accesses`); and, here, what a thread holds and waits for: its
+registers, what ptxas spills, and the chain of dependent work with its exposed loads.
+"""
+
+from __future__ import annotations
+
+import math
+
+from ..frontend import dtypes
+from ..polyhedral import geometry
+from .accesses import _Accesses
+from .counts import _Read
+from .tiles import BLOCK, REG
+
+OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
+REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
+HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
+
+
+class _Optimist(_Accesses):
+    """Derived quantities of a (partial) candidate; open decisions take, factor by factor, the
+    allowed value most favourable to the quantity, so every result is a valid lower bound."""
+
+    def spill_bytes(self, exact: bool = True) -> float:
+        """Bytes of spilled registers all threads move, stored and reloaded once per step (the
+        main loop holds the live accumulators): ptxas's report where given, else a complete
+        candidate's predicted spills (:meth:`spilled_registers`); never for the bound, which
+        must not rest on a prediction. Local memory is cached in L1 and L2 (CUDA C++
+        Programming Guide, "Local Memory"); a block's spills exceed what L1 keeps beside
+        shared memory, so they are charged to L2."""
+        if self.compiled:
+            per_thread = self.compiled.spill_bytes
+        else:
+            per_thread = 2 * REGISTER_BYTES * self.spilled_registers() if exact else 0
+        if not per_thread:
+            return 0.0
+        return per_thread * self.blocks() * self.threads() * self.steps() * self.walks()
+
+    def least_spill_bytes(self) -> float:
+        """The fewest bytes of spills (:meth:`spill_bytes`) the estimate of any completion
+        predicts: what the main loop holds at the least (:meth:`live_registers`, every open
+        decision at its fewest) beyond the cap of the launch bounds of the fewest threads, each
+        factor of :meth:`spill_bytes` at its least (an 8 x 8 register tile in blocks of 1024
+        threads spills whatever is decided after)."""
+        if self.compiled:
+            return 0.0
+        threads = self.threads()
+        beyond = self.live_registers() - self.m.gpu.register_cap(threads)
+        if beyond <= 0:
+            return 0.0
+        steps = min(self.steps(step) for step in self.options("step"))
+        return 2 * REGISTER_BYTES * beyond * self.blocks() * threads * steps * self.walks()
+
+    def spilled_registers(self) -> int:
+        """Registers ptxas spills, predicted for a complete candidate without its report: none
+        while what the main loop holds at once fits the cap of the launch bounds; beyond it,
+        ptxas spills from the schedule it made before allocating, which loads each global
+        operand of an unrolled step at the step's start (:meth:`live_registers` hoisted), so
+        all of that above the cap. From ptxas (CUDA 13, sm_90) on GEMM 4096^3 with 1024
+        threads and a 4 x 8 register tile (cap 64): A staged with 16-byte rows (pad 0) is read
+        by LDS.128, the loop holds 81 values, and the SASS spills B's 128 loads of a 32-step
+        (1624 bytes; predicted 1152); with pad 1 it holds 50 and ptxas does not spill; A and B
+        staged, nothing is hoisted (240 bytes; predicted 200). Of 1260 candidates sampled from
+        six spaces (GEMM in both layouts and in float64, TCCG rows 1 and 13), 45 are predicted
+        to spill and all do; 6 more spill at most 104 bytes. Amounts are good to about 2x,
+        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks."""
+        cap = self.m.gpu.register_cap(self.threads())
+        if self.live_registers() <= cap:
+            return 0
+        return self.live_registers(hoisted=True) - cap
+
+    def registers(self) -> int:
+        """ptxas's count where given; else what the main loop holds at once
+        (:meth:`live_registers`), no more than the launch bounds let ptxas give a thread (it
+        spills the rest, :meth:`spill_bytes`). While open, the fewest of any completion: the
+        least the loop holds, capped for the largest block still possible."""
+        if self.compiled:
+            return self.compiled.registers
+        largest = math.prod(max(self.options(b)) for b in BLOCK)
+        return min(self.live_registers(), self.m.gpu.register_cap(largest))
+
+    def live_registers(self, hoisted: bool = False) -> int:
+        """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
+        the preloaded next step (each element as many registers as its dtype needs), and
+        bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead."""
+        return self.once(("live", hoisted), lambda: self._live_registers(hoisted))
+
+    def _live_registers(self, hoisted: bool) -> int:
+        elements = self.m.groups * self.registers_tile()
+        elements += sum(self.operands(r, hoisted) for r in self.m.reads)
+        if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
+            threads = math.prod(self.p[b] for b in BLOCK)
+            elements += sum(math.ceil(math.prod(self.copy_extents(r)) / threads)
+                            for r in self.m.reads if self.staged(r))
+        return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
+
+    def operands(self, read: _Read, hoisted: bool = False) -> int:
+        """Values of ``read`` the main loop holds at once: one, as FMAs can consume operands
+        one by one; a vector load along the reduction (:meth:`vector_values`) holds its
+        values for every register of the thread's tile it feeds (ptxas issues one LDS.128 per
+        row, before the FMAs that use it); ``hoisted`` and read from global memory in an
+        unrolled step, every value the unrolled loop loads."""
+        vector = self.vector_values(read)
+        if vector > 1:
+            return self.tile_values(read) * vector
+        if hoisted and self.staged(read) is False and self.p.get("unroll") and self.p["step"]:
+            unrolled = (e for i, e in self.footprint(read).items() if i in self.m.unrolled)
+            return self.tile_values(read) * math.prod(unrolled)
+        return 1
+
+    def tile_values(self, read: _Read) -> int:
+        """Values of ``read`` a thread's register tile uses per reduction point: its
+        registers along the axes ``read`` depends on (the fewest while open)."""
+        return math.prod(min(self.options(REG[n]))
+                         for n, group in enumerate(self.order)
+                         if any(i in read.indices for i in group))
+
+    def vector_values(self, read: _Read) -> int:
+        """Values of ``read`` one load brings along the reduction: up to 16 bytes from a
+        staged tile with 16-byte aligned rows when :meth:`vectorisable` (as in
+        :meth:`_wavefronts`), else 1, also while any of that is open."""
+        if not (self.tiles_decided() and self.decided("pad", "unroll") and self.staged(read)
+                and self.vectorisable(read) and self._aligned(read, self.p["pad"])):
+            return 1
+        fastest = geometry.fastest(self.m.program, read.indices)
+        return max(1, min(self.m.per_access(True), self.footprint(read)[fastest]))
+
+    def chain(self, exact: bool = True) -> float:
+        """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
+        step unless the next step is preloaded, and the waits on operands read from global
+        memory (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
+        iterations."""
+        g = self.m.gpu
+        fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
+        exposed = 0.0
+        if exact and self.decided("step", "preload") and not self.p["preload"]:
+            exposed = self.steps() * g.l2_latency_cycles
+        if exact and self.p.get("step"):
+            exposed += self.m.iterations * self.global_wait()
+        return (fmas + exposed) * self.walks()
+
+    def global_wait(self) -> float:
+        """Cycles per reduction point a thread waits on the operands it reads from global
+        memory (those not staged), in a strip-mined loop.
+
+        An operand whose innermost summed index is not its fastest in memory touches a new
+        line at every reduction point: the load misses L1 and waits for L2, or for DRAM where
+        the tensor is larger than L2 (no earlier block can have left its lines there). ptxas
+        issues the loads of later points early only as far as registers allow: each value held
+        ahead costs about two (its address arithmetic stays live too), and one wait covers the
+        points whose loads are in flight at once (:meth:`hoisted_points`).
+        The H100 measurements of tccg_15-18 (a 4 x 8 x 2 register tile reading A, or A and B,
+        along a slow index; 1.0 ms predicted without this, 2.7-2.9 ms measured; their SASS
+        loads one point ahead) fit this to within 32%; an operand read along its fastest index
+        waits once per line."""
+        g, m = self.m.gpu, self.m
+        wait = 0.0
+        for read in (r for r in m.reads if self.staged(r) is False):
+            for index in m.innermost & set(read.indices):
+                lines = min(1.0, read.strides[index] * m.bytes / g.cache_line_bytes)
+                tensor = math.prod(m.sizes[i] for i in dict.fromkeys(read.indices)) * m.bytes
+                latency = g.dram_latency_cycles if tensor > g.l2_bytes else g.l2_latency_cycles
+                wait = max(wait, lines * latency)
+        return wait / self.hoisted_points() if wait else 0.0
+
+    def hoisted_points(self) -> int:
+        """Reduction points whose global operand loads ptxas has in flight at once: one, and
+        as many more of an unrolled step as the registers the launch bounds leave beside
+        what the loop holds (:meth:`live_registers`) take, two per value loaded."""
+        loads = sum(self.tile_values(r) for r in self.m.reads if self.staged(r) is False)
+        if not loads or not self.p.get("unroll"):
+            return 1
+        spare = self.m.gpu.register_cap(self.threads()) - self.live_registers()
+        return max(1, min(self.p["step"], spare // (HOISTED_REGISTERS * loads)))

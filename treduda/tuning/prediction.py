@@ -1,0 +1,79 @@
+"""What every model of the kernel's time returns, and how it adds resources up.
+
+The analytic model (:mod:`treduda.tuning.model`), the tensor cores' (:mod:`treduda.tuning.
+mma_model`) and the walk over a generated kernel (:mod:`treduda.tuning.walk`) each time a
+kernel per resource; they share the :class:`Prediction` they return, the one rule that combines
+the resources' seconds into a time (:func:`combined`: the bound's and the estimate's), and
+ptxas's report that refines them (:class:`Compiled`). The search and the path planner rank
+candidates by these predictions.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from ..run.nvcc import CudaReport
+
+LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
+OVERLAP = 0.1  # share of the non-binding resources an estimate adds
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Seconds, the binding resource, every resource's seconds, and why in one sentence."""
+
+    seconds: float
+    binding: str
+    resources: dict[str, float]
+    because: str
+    flops: float
+    # What ranks equal times (see Candidate.order): LSU wavefronts per FMA (bank conflicts,
+    # uncoalesced loads) and resident warps per SM (latency hiding).
+    wavefronts: float = 0.0
+    warps: int = 0
+    # Of a bound only: the least *estimate* any completion can have, the estimate's
+    # combination (:func:`combined`) of the resources' bounds. The estimate grows with every
+    # resource, each of its resources is at least the bound's, so this stays below the
+    # estimate of every completion, and above the bound: what the search prunes with.
+    floor: float | None = None
+
+    @property
+    def gflops(self) -> float:
+        return self.flops / self.seconds / 1e9
+
+    def __str__(self) -> str:
+        return f"{self.seconds * 1e3:.3f} ms ({self.gflops:.0f} GFLOP/s), {self.because}"
+
+
+def combined(seconds: Mapping[str, float], estimate: bool = True) -> tuple[str, float]:
+    """The binding resource and the kernel's time from every resource's seconds. The estimate:
+    (1 - OVERLAP) * max + OVERLAP * sum, as resources overlap imperfectly (SAAKE); the bound:
+    the binding resource alone, which every completion and the real GPU pay at least (Telamon,
+    eqs. 3-9). Each resource of the estimate is at least the bound's, so the bound stays
+    below. Both include the launch."""
+    binding = max(seconds, key=seconds.get)
+    total = seconds[binding]
+    if estimate:
+        total += OVERLAP * (sum(seconds.values()) - seconds[binding])
+    return binding, total + LAUNCH_SECONDS
+
+
+def unfit(flops: float) -> Prediction:
+    """The prediction of a kernel whose block does not fit on an SM."""
+    return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM", flops)
+
+
+@dataclass(frozen=True)
+class Compiled:
+    """What ptxas says a generated kernel costs (nvcc -Xptxas -v): registers per thread and
+    bytes of spill stores plus spill loads per thread."""
+
+    registers: int
+    spill_bytes: int = 0
+
+    @classmethod
+    def of(cls, report: CudaReport) -> Compiled:
+        return cls(report.registers, report.spill_bytes)
+

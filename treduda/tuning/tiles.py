@@ -1,0 +1,273 @@
+"""A candidate's tiles, each quantity at its most optimistic completion: the base of the optimist.
+
+:class:`_Tiles` reads a (partial) candidate through the strategy's description of itself
+(:mod:`treduda.polyhedral.geometry`): which decisions are taken and which values the open ones
+may still take. From them it counts what the tiles set: blocks launched and the output they
+pad, threads, steps and multiply-adds per block and step, each read's footprint and L2
+traffic, shared memory and the copies' instructions. Each term the search asks for at many
+nodes is remembered per model under the decisions it depends on (:meth:`_Tiles.memo`). The
+warps' accesses (:mod:`treduda.tuning.accesses`) and the registers and latency
+(:mod:`treduda.tuning.optimist`) are counted on top of these.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Callable
+from typing import Any
+
+from ..polyhedral import geometry
+from ..polyhedral.geometry import AXES, Description
+from .counts import Counts, _Read
+from .prediction import Compiled
+
+STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
+# Per axis (x, y, z): the names of its threads, registers and their assignment.
+BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
+# The decisions of a block's tile per step (geometry.tile_extents).
+TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
+
+
+class _Tiles:
+    """A (partial) candidate's decisions, tiles, blocks, steps and traffic; open decisions take,
+    factor by factor, the allowed value most favourable to the quantity."""
+
+    def __init__(self, model: Counts, described: Description, compiled: Compiled | None = None):
+        self.m, self.described, self.compiled = model, described, compiled
+        self.p = geometry.decided(described)  # the quantities with one value left
+        # per axis, its indices (fastest first), its name ("c*a" for a group) and its extent;
+        # every index on an axis
+        self.order, self.axes, self.extents, self.mapped = self.memo(
+            ("axes", self.p["order"]), lambda: self._axes(self.p["order"]))
+        self.walked = geometry.indices(self.p.get("walk", ""))
+        self._once: dict[tuple, Any] = {}  # see once
+
+    def _axes(self, order: str) -> tuple[tuple[tuple[str, ...], ...], tuple[str, ...],
+                                         list[int], frozenset[str]]:
+        return (geometry.groups(order), geometry.indices(order),
+                [geometry.group_extent(g, self.m.sizes) for g in geometry.groups(order)],
+                frozenset(geometry.on_axes(order)))
+
+    def memo(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered per model under ``key``: the term's name and every
+        decision (or option) it depends on, no more, so that the many nodes of a search that
+        agree on those compute it once."""
+        known = self.m._known
+        if key not in known:
+            known[key] = compute()
+        return known[key]
+
+    def options(self, name: str) -> tuple:
+        """The values quantity ``name`` can still take."""
+        return self.described[name]
+
+    def tiles(self, n: int) -> tuple[int, ...]:
+        """The tiles axis ``n`` can still have (threads times registers), each once."""
+        return self._tiles[n]
+
+    @functools.cached_property
+    def _tiles(self) -> list[tuple[int, ...]]:
+        found = []
+        for block, reg in zip(BLOCK, REG, strict=True):
+            blocks, regs = self.options(block), self.options(reg)
+            found.append(self.memo(("tiles", blocks, regs), lambda b=blocks, r=regs: tuple(
+                sorted({x * y for x, y in itertools.product(b, r)}))))
+        return found
+
+    @functools.cached_property
+    def axis_tiles(self) -> tuple:
+        """The order and the tiles each of its axes can still have: what the blocks, the
+        padded output and the traffic depend on (their keys, :meth:`memo`)."""
+        return (self.p["order"], *self._tiles[:len(self.extents)])
+
+    def padded_elements(self) -> float:
+        return self.memo(("padded", self.axis_tiles), self._padded_elements)
+
+    def _padded_elements(self) -> float:
+        total = math.prod(self.m.sizes[i] for i in self.m.outputs if i not in self.mapped)
+        for n, extent in enumerate(self.extents):
+            total *= min(math.ceil(extent / t) * t for t in self.tiles(n))
+        return total
+
+    def blocks(self) -> float:
+        """Blocks launched: tiles along x, y, z (over a group's product extent), times every
+        value of the output indices not on an axis (each gets blocks of its own, folded into
+        the grid's x axis), except where the threads walk them (:meth:`walks`)."""
+        return self.memo(("blocks", self.axis_tiles, self.walked), self._blocks)
+
+    def _blocks(self) -> float:
+        tiles = math.prod(min(math.ceil(extent / t) for t in self.tiles(n))
+                          for n, extent in enumerate(self.extents)
+                          if self.axes[n] not in self.walked)
+        return tiles * math.prod(self.m.sizes[i] for i in self.m.outputs
+                                 if i not in self.mapped and i not in self.walked)
+
+    def walks(self) -> float:
+        """Tiles (of an index on an axis) and values (of another) every thread walks one after
+        the other: its reductions and their latencies follow each other as often."""
+        total = 1.0
+        for index in self.walked:
+            if index in self.axes:
+                n = self.axes.index(index)
+                total *= min(math.ceil(self.extents[n] / t) for t in self.tiles(n))
+            else:
+                total *= self.m.sizes[index]
+        return total
+
+    def threads(self) -> int:
+        return self._threads
+
+    @functools.cached_property
+    def _threads(self) -> int:
+        return math.prod(min(self.options(b)) for b in BLOCK)
+
+    def registers_tile(self) -> int:
+        return math.prod(min(self.options(r)) for r in REG)
+
+    def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
+        """``compute()``, remembered for this candidate (several terms ask for it)."""
+        known = self._once
+        if key not in known:
+            known[key] = compute()
+        return known[key]
+
+    def reuse(self, read: _Read) -> int:
+        """How many FMAs of a thread use each loaded element of ``read``: the register tile
+        along the axes ``read`` does not depend on (on none of a group's indices)."""
+        return self._reuse[read]
+
+    @functools.cached_property
+    def _reuse(self) -> dict[_Read, int]:
+        return {read: math.prod(max(self.options(REG[n])) for n, group in enumerate(self.order)
+                                if not any(i in read.indices for i in group))
+                for read in self.m.reads}
+
+    def staged(self, read: _Read) -> bool | None:
+        """True or False once decided, None while open."""
+        return None if self._stage is None else read.tensor in self._stage
+
+    @functools.cached_property
+    def _stage(self) -> tuple[str, ...] | None:
+        """The staged tensors, None while open."""
+        return geometry.indices(self.p["stage"]) if "stage" in self.p else None
+
+    def decided(self, *names: str) -> bool:
+        return all(n in self.p for n in names)
+
+    def tiles_decided(self) -> bool:
+        return self._tiles_decided
+
+    @functools.cached_property
+    def _tiles_decided(self) -> bool:
+        return self.decided("step", *BLOCK, *REG)
+
+    @functools.cached_property
+    def tile_decisions(self) -> tuple:
+        """The decided values of :data:`TILE_DECISIONS` (once :meth:`tiles_decided`): what the
+        block's tile per step (:attr:`tile`) depends on."""
+        return tuple(self.p.get(k) for k in TILE_DECISIONS)
+
+    def footprint(self, read: _Read) -> dict[str, int]:
+        """Per block and step, how many values of each of its indices ``read`` touches."""
+        return self.once(("footprint", read), lambda: {i: self.tile[i] for i in read.indices})
+
+    @functools.cached_property
+    def tile(self) -> dict[str, int | None]:
+        return self.memo(("tile", self.tile_decisions),
+                         lambda: geometry.tile_extents(self.m.program, self.p))
+
+    def traffic(self, read: _Read) -> float:
+        """Elements of ``read`` all blocks pull from L2 over the kernel: per axis, its tiles
+        times the values of ``read``'s indices each tile covers (:meth:`covered`); remembered
+        per model for the order and the tiles still possible."""
+        return self.memo(("traffic", read, self.axis_tiles), lambda: self._traffic(read))
+
+    def _traffic(self, read: _Read) -> float:
+        total = 1.0
+        for n, extent in enumerate(self.extents):
+            total *= min(math.ceil(extent / t) * self.covered(read, n, t) for t in self.tiles(n))
+        for index in self.m.sizes:
+            if index not in self.mapped and (index in read.indices or index in self.m.outputs):
+                total *= self.m.sizes[index]
+        return total
+
+    def covered(self, read: _Read, n: int, tile: int) -> int:
+        """Values of ``read`` a block's ``tile`` along axis ``n`` covers: the tile for an index
+        ``read`` has, 1 for one it has not; for a group, the box of its indices' values the
+        tile touches (:func:`~treduda.polyhedral.geometry.touched`), restricted to those
+        ``read`` has (a staged copy moves that box)."""
+        group = self.order[n]
+        if len(group) == 1:
+            return tile if group[0] in read.indices else 1
+        box = geometry.touched(group, self.m.sizes, tile)
+        return math.prod(box[i] for i in group if i in read.indices)
+
+    def copy_instructions(self) -> float:
+        """Per FMA: copy instructions (a load and a store per element the copy numbers, the
+        padding's included: :meth:`copy_extents`) and the step's overhead (the loop and its
+        barriers), 0 while undecided."""
+        if not self.tiles_decided() or "stage" not in self.p:
+            return 0.0
+        staged = [r for r in self.m.reads if self.staged(r)]
+        per_element = 2 + self.m.conversions  # load, (convert,) store
+        per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
+        threads = math.prod(self.p[b] for b in BLOCK)
+        barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
+        per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
+        return per_block_step / self.fmas_per_block_step()
+
+    def fastest_first(self, read: _Read) -> list[str]:
+        """``read``'s distinct indices in memory order, the fastest first."""
+        indices = list(dict.fromkeys(read.indices))
+        return indices if self.m.program.layout == "F" else indices[::-1]
+
+    def copy_extents(self, read: _Read) -> list[int]:
+        """The extents by which the copy of ``read``'s tile numbers its elements, fastest
+        first (:func:`~treduda.polyhedral.geometry.copy_extents`)."""
+        extents = self.footprint(read)
+        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
+                                     self.threads())
+
+    def steps(self, step: int | None = None) -> int:
+        """Reduction steps per output point: every summed index in steps of ``step`` values
+        (by default the decided one), summed over the reduction groups; without steps the
+        loop is not strip-mined, and each summed value counts as a step of its own."""
+        step = self.p["step"] if step is None else step
+        if not step:
+            return max(self.m.iterations, 1)
+        return sum(math.prod(math.ceil(e / step) for e in extents)
+                   for extents in self.m.summed) or 1
+
+    def fmas_per_block_step(self) -> float:
+        """Multiply-adds a block does per step: its tile times the summed values of a step,
+        which are ``step`` values of *each* summed index (a step of two summed indices holds
+        up to ``step**2`` values; counting ``step`` overcharged the copies and barriers of
+        tccg_13-30 by up to a factor of ``step``)."""
+        tile = math.prod(self.p[b] * self.p[r] for b, r in zip(BLOCK, REG, strict=True))
+        return tile * max(self.m.iterations, 1) / self.steps()
+
+    def barriers_per_step(self, double_buffer: bool) -> float:
+        """Two barriers per step; double-buffered, one, and one more wherever the innermost
+        step loop starts again (with a single step that is two again)."""
+        step = self.p["step"]
+        if not double_buffer or not step:  # double buffering needs steps
+            return 2.0
+        steps = restarts = 0
+        for extents in self.m.summed:
+            counts = [math.ceil(e / step) for e in extents]
+            steps += math.prod(counts)
+            restarts += math.prod(counts[:-1])
+        return 1 + restarts / steps if steps else 2.0
+
+    def shared_bytes(self) -> int:
+        """Shared memory per block (the smallest padding and one buffer while they are open;
+        0 while the tiles or the staging are)."""
+        if not self.tiles_decided() or "stage" not in self.p:
+            return 0
+        least = {"pad": min(self.options("pad")),
+                 "double_buffer": min(self.options("double_buffer"))}
+        key = ("shared", self.tile_decisions, self.p["stage"], *least.values())
+        return self.memo(key, lambda: int(geometry.shared_bytes(self.m.program,
+                                                                {**self.p, **least})))
