@@ -3,6 +3,7 @@ stop the others. A few cheap rows with a small node budget keep this CI-fast."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -14,7 +15,7 @@ import pytest
 import treduda.frontend.contraction
 from treduda.app import cli, fidelity
 from treduda.app.bench import Case, plot, run, select, short_params
-from treduda.app.gpu_bench import GpuOutcome, Pick, load_picks, summary
+from treduda.app.gpu_bench import GpuOutcome, Pick, _untimed, load_picks, summary
 from treduda.app.gpu_bench import table as gpu_table
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
@@ -167,6 +168,8 @@ def test_picks_without_a_gpu_are_read_and_nothing_is_timed(tmp_path, capsys):
     (["--gpu-time", "--limit", "1"], {"layout": "C"},
      "tccg_01 has another layout there (C) than here (F)"),
     (["--gpu-time", "--limit", "1"], {"params": None}, "holds no kernel for tccg_01"),
+    (["--gpu-time", "--limit", "1"], {"precision": "tf32"},
+     "tccg_01 has another precision there (tf32) than here (highest)"),
     (["--gpu-time", "--limit", "1", "--rivals", "2"], {},
      "--rivals records rivals for a later GPU run: run without --gpu-time"),
 ])
@@ -227,6 +230,22 @@ def test_the_gpu_benchmarks_json_is_calibration_data(tmp_path):
     assert [(r.id, r.measured) for r in rows] == [("r1", 2e-3), ("r1~1", 2.5e-3), ("r2", 1e-3)]
     assert rows[1].grid == (4, 2, 1) and rows[1].block == (32, 8, 1) and rows[1].registers == 40
     assert "r1~2 FAILED at verify: VerificationError" in gpu_table([timed])
+
+
+def test_the_gpu_benchmarks_rows_record_their_precision(tmp_path):
+    # a TF32 suite's rows and rivals say tf32 beside their dtype, and the fidelity rows read it
+    (case,) = select("gemm_tf32", limit=1)
+    outcome = _untimed(case, case.name)
+    outcome.treduda_ms = 1.0
+    outcome.rivals = [dataclasses.replace(_untimed(case, f"{case.name}~1"), treduda_ms=2.0)]
+    assert (outcome.dtype, outcome.precision) == ("float32", "tf32")
+    record = {**outcome.to_dict(), "strategy": "tensorcore", "params": {}, "grid": [1, 1, 1],
+              "block": [32, 1, 1], "registers": 64}
+    record["rivals"] = [{**record["rivals"][0], **{k: record[k] for k in (
+        "strategy", "params", "grid", "block", "registers")}}]
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"rows": [record]}))
+    assert [(r.dtype, r.precision) for r in fidelity.load(path)] == [("float32", "tf32")] * 2
 
 
 def test_the_tensor_core_suites_run_in_their_dtype_and_precision():

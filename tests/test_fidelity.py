@@ -5,6 +5,7 @@ does. Rows code generation has changed since they were measured are left out."""
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import pytest
@@ -103,3 +104,25 @@ def test_equal_times_are_ranked_by_wavefronts_then_resident_warps():
     busier = dataclasses.replace(p, wavefronts=1.0, warps=32)
     ranked = sorted([conflicted, clean, busier], key=lambda q: Candidate.order(q, {"z": 1}))
     assert ranked == [busier, clean, conflicted]
+
+
+def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
+    # GEMM in float32 on tensor cores, TF32 and 3xTF32: each row regenerated and modelled in its
+    # own precision (3xTF32: three products per MMA); a row that says none is "highest".
+    sizes = {"i": 256, "j": 256, "k": 256}
+    params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2, "pad": True,
+              "double_buffer": False, "split": 1, "async_copy": True}
+    records = [{"id": precision, "expression": "C[i,j]=A[i,k]*B[k,j]", "sizes": sizes,
+                "dtype": "float32", "precision": precision, "layout": "C",
+                "strategy": "tensorcore", "params": params, "grid": [4, 4, 1],
+                "block": [128, 1, 1], "registers": 100, "measured_ms": 0.01}
+               for precision in ("tf32", "3xtf32")]
+    old = {k: v for k, v in records[0].items() if k != "precision"}
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": [*records, old]}))
+    rows = fidelity.load(path)
+    assert [r.precision for r in rows] == ["tf32", "3xtf32", "highest"]
+    assert len({r.problem for r in rows}) == 3
+    tf32, tf32x3 = fidelity.evaluate(rows[:2], fidelity.regenerate(rows[:2], ptxas=False))
+    assert tf32.left_out is None and tf32x3.left_out is None
+    assert tf32x3.prediction.resources["mma"] > 2 * tf32.prediction.resources["mma"]

@@ -3,11 +3,12 @@
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json] [--json F]
                                         [--no-ptxas]
 
-A calibration file holds measured kernels, each with its expression, sizes, strategy and
-parameters, and the grid, block and registers it ran with. Each row's kernel is generated again
-from those; where code generation has changed it since (a different grid or block, or — with
-nvcc present — registers beyond what two CUDA toolchains disagree by), the row's time no longer
-applies and the row is left out, and the report says which and why. On what remains: the
+A calibration file holds measured kernels, each with its expression, sizes, dtype, precision
+(``"highest"`` where a row says none), strategy and parameters, and the grid, block and
+registers it ran with. Each row's kernel is generated again from those; where code
+generation has changed it since (a different grid or block, or — with nvcc present —
+registers beyond what two CUDA toolchains disagree by), the row's time no longer applies and
+the row is left out, and the report says which and why. On what remains: the
 estimate beside the measured time per row, Spearman's rank correlation over the candidates of
 one search space and over the suite rows (one kernel per problem), the median and worst
 relative error, the rows where the lower bound exceeds the measured time, and for each search
@@ -29,6 +30,7 @@ from typing import Any
 
 from ..api import compile
 from ..errors import StrategyError, TredudaError
+from ..frontend.dtypes import HIGHEST
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from ..tuning.gpus import Gpu
@@ -61,10 +63,13 @@ class Row:
     block: tuple[int, int, int]
     registers: int
     measured: float  # seconds
+    # compile()'s precision= (float32: "tf32", "3xtf32"): tensor-core rows of one dtype differ
+    precision: str = HIGHEST
 
     @property
     def problem(self) -> tuple:
-        return (self.expression, tuple(sorted(self.sizes.items())), self.dtype, self.layout)
+        return (self.expression, tuple(sorted(self.sizes.items())), self.dtype, self.precision,
+                self.layout)
 
 
 @dataclass(frozen=True)
@@ -108,12 +113,13 @@ def load(path: str | Path = DATA) -> list[Row]:
     try:
         return [Row(r["id"], r["expression"], r["sizes"], r["dtype"], r["layout"],
                     r["strategy"], r["params"], tuple(r["grid"]), tuple(r["block"]),
-                    r["registers"], r["measured_ms"] / 1e3) for r in _timed(data["rows"])]
+                    r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST))
+                for r in _timed(data["rows"])]
     except KeyError as missing:
         raise TredudaError(f"{path}: a row lacks the field {missing}; each row needs id, "
                            "expression, sizes, dtype, layout, strategy, params, grid, block, "
                            "registers and measured_ms (or treduda_ms, as the GPU benchmark "
-                           "writes it)") from None
+                           "writes it), and may say its precision") from None
 
 
 def _timed(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -140,7 +146,7 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
     for n, r in enumerate(rows):
         try:
             kernels[n] = compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
-                                 strategy=r.strategy, params=r.params)
+                                 strategy=r.strategy, params=r.params, precision=r.precision)
         except StrategyError as error:
             reason = str(error).splitlines()[0].split("; choose one of")[0]
             refused[n] = f"its parameters no longer apply: {reason}"
@@ -178,8 +184,8 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
             continue
         key = (row.problem, row.strategy)
         if key not in models:  # the row's own strategy describes its parameters to the model
-            models[key] = model_of(plan(row.expression, row.sizes, row.layout, row.dtype),
-                                   target, row.strategy)
+            models[key] = model_of(plan(row.expression, row.sizes, row.layout, row.dtype,
+                                        precision=row.precision), target, row.strategy)
         model = models[key]
         estimate = model.estimate(again.params, again.compiled)
         outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(again.params).seconds))
@@ -240,8 +246,16 @@ def spaces(outcomes: Sequence[Outcome]) -> dict[str, list[Outcome]]:
     for o in outcomes:
         if o.left_out is None and o.row.strategy == "tiled+staged":
             groups.setdefault(o.row.problem, []).append(o)
-    return {f"{members[0].row.expression} {'x'.join(map(str, members[0].row.sizes.values()))}":
-            members for members in groups.values() if len(members) > 1}
+    return {_space_name(members[0].row): members for members in groups.values()
+            if len(members) > 1}
+
+
+def _space_name(row: Row) -> str:
+    """A problem's expression and sizes, and its dtype and precision where not float32's
+    default (spaces of one expression in two precisions are two spaces)."""
+    kind = [] if row.dtype == "float32" else [row.dtype]
+    kind += [] if row.precision == HIGHEST else [row.precision]
+    return " ".join([row.expression, "x".join(map(str, row.sizes.values())), *kind])
 
 
 def suite_rows(outcomes: Sequence[Outcome]) -> list[Outcome]:
@@ -332,7 +346,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.json:
         with open(args.json, "w") as out:
             json.dump({"summary": asdict(summary),
-                       "rows": [{"id": o.row.id, "measured": o.row.measured,
+                       "rows": [{"id": o.row.id, "dtype": o.row.dtype,
+                                 "precision": o.row.precision, "measured": o.row.measured,
                                  "estimate": o.prediction and o.estimate, "bound": o.bound,
                                  "binding": o.prediction and o.prediction.binding,
                                  "left_out": o.left_out}

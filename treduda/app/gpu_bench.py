@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from ..api import compile, search
 from ..errors import BackendUnavailable, TredudaError, VerificationError
-from ..frontend.dtypes import BFLOAT16, TF32, fmas, uniform, wide
+from ..frontend.dtypes import BFLOAT16, HIGHEST, TF32, fmas, uniform, wide
 from ..kernel import Kernel
 from ..run import reference
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
@@ -111,10 +111,12 @@ def load_picks(path: str, cases: Sequence[Case]) -> dict[str, Pick]:
                                f"{', '.join(chosen) or 'none'}); leave --picks out to search")
         r, row = chosen[case.name], case.row
         here = {"expression": row.expression, "sizes": dict(row.sizes), "layout": row.layout,
-                "dtype": case.dtype}
-        if differing := [k for k, v in here.items() if r.get(k) != v]:
+                "dtype": case.dtype, "precision": case.precision}
+        there = {k: r.get(k, HIGHEST if k == "precision" else None) for k in here}  # (older
+        # files say no precision)
+        if differing := [k for k, v in here.items() if there[k] != v]:
             raise TredudaError(f"--picks {path}: {case.name} has another {differing[0]} there "
-                               f"({r.get(differing[0])}) than here ({here[differing[0]]})")
+                               f"({there[differing[0]]}) than here ({here[differing[0]]})")
         rivals = tuple(_pick(rival) for rival in r.get("rivals") or ())
         picks[case.name] = replace(_pick(r), rivals=rivals)
     return picks
@@ -201,7 +203,8 @@ def run_row(case: Case, gpu: Gpu, max_nodes: int, repeats: int, cupy, torch,
 
 def _untimed(case: Case, name: str) -> GpuOutcome:
     row = case.row
-    return GpuOutcome(case.suite, name, row.expression, row.layout, case.dtype, dict(row.sizes))
+    return GpuOutcome(case.suite, name, row.expression, row.layout, case.dtype, dict(row.sizes),
+                      precision=case.precision)
 
 
 def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, torch,

@@ -29,8 +29,10 @@ shared bytes, and the warps and fragments the tile's axes imply
 (:func:`~treduda.strategies.tensorcore_tiles.described_tile`); and, from its parameters,
 whether its copies are asynchronous, which no quantity of the geometry says.
 
-Registers per thread are the fragments' (a thread holds ``elements / 32`` of each) and a fixed
-overhead, asynchronous copies or not: their values skip the registers, but ptxas gave GEMM
+Registers per thread are the fragments' (a thread holds ``elements / 32`` of each: the
+accumulators, and the operands of one k-slice of a step, or with TF32 of every slice, as
+ptxas's counts show: :data:`HELD_SLICES`) and a fixed overhead, asynchronous
+copies or not: their values skip the registers, but ptxas gave GEMM
 1024³'s default tiles on sm_90 as many registers or more with them (float16 64 -> 72, TF32
 72 -> 80, float64 64 -> 72 single-buffered; 80 -> 78, 88 -> 90, 48 -> 48 double-buffered),
 their 64-bit addresses taking the place of the values. Registers, the threads and the shared
@@ -61,6 +63,17 @@ from .prediction import Compiled, Prediction, combined, unfit
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
+# Precisions whose operand fragments a thread holds for every k-slice of a step at once, as
+# ptxas's register counts (CUDA 13, sm_90) show; no disassembler here showed the schedule.
+# TF32 fragments are 32-bit elements, which ldmatrix does not load (on sm_80 and sm_90 it
+# moves .m8n8 tiles of .b16: PTX ISA, "ldmatrix"), so each comes by a plain shared load and
+# is rounded (cvt.rna.tf32.f32) before its MMA, loads the scheduler can issue all ahead.
+# GEMM 1024^3, 2x2 warps of 2x2 fragments, asynchronous copies: TF32 80, 80, 122 registers
+# at frags_k 1, 2, 4 (a slice's operands are 16: all held at 4, one or two at 2); float16
+# 72, 72, 80; bfloat16 72, 72, 95; float64 72, 72, 78; 3xTF32, whose two pieces double the
+# operands, 126, 146, 168 (a slice's are 32: not every slice held, so one is counted).
+# benchmarks/tensorcore_registers.py prints the whole table.
+HELD_SLICES = frozenset({dtypes.TF32})
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
@@ -165,11 +178,13 @@ class TensorCoreModel:
 
     def _registers(self, tile: Mapping[str, int]) -> int:
         """The fragments a thread holds (its share: a 32nd of each), at 4-byte registers,
-        and the overhead."""
+        and the overhead: the accumulators, and the operand fragments of one k-slice of the
+        step, or of all ``frags_k`` slices with TF32 (:data:`HELD_SLICES`)."""
         m, n, k = self.shape
         accumulators = self.pieces * tile["frags_m"] * tile["frags_n"] * m * n // 32
         operands = self.pieces * (tile["frags_m"] * m * k + tile["frags_n"] * k * n) // 32
-        words = accumulators * self.accumulator_bytes + operands * self.bytes
+        slices = tile["frags_k"] if self.program.precision in HELD_SLICES else 1
+        words = accumulators * self.accumulator_bytes + slices * operands * self.bytes
         return OVERHEAD_REGISTERS + math.ceil(words / 4)
 
     def _fragment_wavefronts(self, rows: int, columns: int, ld: int) -> int:
