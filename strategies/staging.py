@@ -76,7 +76,7 @@ class Staged(Strategy):
                    "barriers, optionally preloaded and double-buffered (thesis strategies 7-9); "
                    "chain after a tiling: tiled+staged")
 
-    quantities = ("stage", "pad", "preload", "double_buffer")  # its parameters set these
+    quantities = ("stage", "pad", "preload", "double_buffer", "async_copy")  # its parameters
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         if not before:
@@ -97,6 +97,12 @@ class Staged(Strategy):
                                 "elements added to a tile's fastest dimension so threads hit "
                                 "different banks: 0, 1, or a 16-byte vector's on tiles read in "
                                 "vectors along it (1 on the others)",
+                                priority=Priority.BUFFERS),
+                      Parameter("async_copy", (False, True) if program.dtype
+                                in geometry.ASYNC_DTYPES else (False,),
+                                "staged tiles copied by cp.async (sm_80+) in runs of up to 16 "
+                                "bytes, not through registers; double-buffered, a step's copies "
+                                "are issued a step ahead, before the previous step's compute",
                                 priority=Priority.BUFFERS))
         # What a mapping offers a stager: its geometry (the tile once its tile parameters are
         # decided; the step and whether it is unrolled once all of them are).
@@ -124,7 +130,9 @@ class Staged(Strategy):
                 known[key] = geometry.shared_bytes(program, {**described(p), **staging}) <= budget
             return known[key]
 
-        rules = (
+        rules = (() if self.limits.async_copies else (
+            Constraint("asynchronous copies need compute capability 8.0 (cp.async)",
+                       ("async_copy",), lambda p: not p["async_copy"]),)) + (
             # Checked as soon as the tiles and the staged inputs are known, so that the search
             # meets no dead end at the last decisions: padding and a second buffer only add.
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block "
@@ -148,6 +156,12 @@ class Staged(Strategy):
                        (*tile_names, "stage", "double_buffer"),
                        lambda p: not p["double_buffer"] or bool(p["stage"]
                                                                 and described(p)["step"])),
+            Constraint("asynchronous copies need staged inputs", ("stage", "async_copy"),
+                       lambda p: not p["async_copy"] or bool(p["stage"])),
+            Constraint("asynchronous copies replace preloading (their data skip the "
+                       "registers; double-buffered, they run a step ahead)",
+                       ("preload", "async_copy"),
+                       lambda p: not (p["preload"] and p["async_copy"])),
         )
         return ParamSpace(parameters, rules)
 
@@ -159,7 +173,7 @@ class Staged(Strategy):
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         return {"stage": ",".join(stageable(program)), "pad": 1, "preload": False,
-                "double_buffer": False}
+                "double_buffer": False, "async_copy": False}
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         staged = [t for t in params["stage"].split(",") if t]
@@ -169,7 +183,7 @@ class Staged(Strategy):
             raise StrategyError("staging needs a schedule with a stage dimension: chain it after "
                                 "a tiling strategy, e.g. 'tiled+staged'")
         return _Stager(scheduled, staged, params["pad"], params["preload"],
-                       params["double_buffer"]).run()
+                       params["double_buffer"], params["async_copy"]).run()
 
 
 def _refuse_own_staging(program: Program, mapping: Strategy, values: Mapping[str, tuple]
@@ -192,13 +206,16 @@ class _Stager:
     """Adds the copy and barrier statements of one staged kernel."""
 
     def __init__(self, scheduled: Scheduled, staged: list[str], pad: int, preload: bool,
-                 double_buffer: bool):
+                 double_buffer: bool, async_copy: bool):
         self.scheduled = scheduled
         self.program = scheduled.program
         self.staged = staged
         self.pad = pad
         self.preload = preload
         self.double_buffer = double_buffer
+        self.async_copy = async_copy
+        # asynchronous copies into two buffers run a step ahead, as preloaded loads do
+        self.ahead = async_copy and double_buffer
         roles = scheduled.roles
         self.stage = roles.index(Role.STAGE)
         self.keep = [n for n in range(self.stage) if roles[n] != Role.THREAD]
@@ -228,9 +245,20 @@ class _Stager:
                     for statement, statement_schedule in copies:
                         self.statements.append(statement)
                         schedule = schedule.union(statement_schedule)
-            syncs = [self._sync(s, prefix, STAGE_BEFORE), self._sync(s, prefix, STAGE_AFTER)]
+            syncs = [self._sync(s, prefix, STAGE_BEFORE, shift=self.ahead)]
+            if not self.async_copy:
+                syncs.append(self._sync(s, prefix, STAGE_AFTER))
+            elif self.ahead:  # issued a step early; waited for, then seen by all, at the step
+                syncs += [self._sync(s, prefix, STAGE_AFTER, "commit", ir.CommitCopies(),
+                                     shift=True),
+                          self._sync(s, prefix, STAGE_BEFORE, "wait",
+                                     ir.Block((ir.WaitCopies(0), ir.Barrier())))]
+            else:
+                syncs.append(self._sync(s, prefix, STAGE_AFTER, body=ir.Block((
+                    ir.CommitCopies(), ir.WaitCopies(0), ir.Barrier()))))
             if self.preload:  # every thread iterates over the step the first loads happen in
-                syncs.append(self._sync(s, prefix, STAGE_BEFORE, anchor=True))
+                syncs.append(self._sync(s, prefix, STAGE_BEFORE, "anchor", ir.Block(()),
+                                        shift=True))
             for sync, sync_schedule in syncs:
                 self.statements.append(sync)
                 schedule = schedule.union(sync_schedule)
@@ -302,53 +330,88 @@ class _Stager:
         indices = (*prefix, "c", "t0", "t1", "t2")
         bx, by, bz = self.scheduled.block
         threads = bx * by * bz
-        numbering, volume = _numbering(box, self.program.layout, threads)
+        fastest = len(box) - 1 if self.program.layout == "C" else 0
+        width = self._width(tensor, origin, box, fastest) if self.async_copy else 1
+        runs = [extent // width if d == fastest else extent for d, extent in enumerate(box)]
+        numbering, volume = _numbering(runs, self.program.layout, threads)
         copies = -(-volume // threads)
         e = f"({threads}*c + t0 + {bx}*t1 + {bx * by}*t2)"
         unflatten = [f"floor({e}/{stride})" + (f" mod {modulus}" if modulus else "")
                      for stride, modulus in numbering]
         inside = "".join(f" and {u} < {extent}" for u, (_, modulus), extent
-                         in zip(unflatten, numbering, box, strict=True)
+                         in zip(unflatten, numbering, runs, strict=True)
                          if modulus and modulus > extent)
+        coordinates = [copy_coordinate(stride, modulus, self.scheduled.block)
+                       for stride, modulus in numbering]
+        if width > 1:  # a run's first element
+            unflatten[fastest] = f"{width}*({unflatten[fastest]})"
+            coordinates[fastest] = ir.Binary(ir.Op.MUL, ir.Int(width), coordinates[fastest])
         offsets = isl.Map(f"{{ [c, t0, t1, t2] -> [{', '.join(unflatten)}] : 0 <= c < {copies}"
                           f" and 0 <= t0 < {bx} and 0 <= t1 < {by} and 0 <= t2 < {bz}"
                           f" and {e} < {volume}{inside} }}")
-        element = (origin.product(offsets)
-                   .apply_range(_sum(len(box), tensor)).flatten_domain()
-                   .intersect_range(_bounds(self.program, tensor)))  # { [P, c, t] -> X[..] }
+        boxed = (origin.product(offsets)
+                 .apply_range(_sum(len(box), tensor)).flatten_domain())  # { [P, c, t] -> X[..] }
+        element = boxed.intersect_range(_bounds(self.program, tensor))
         domain = element.domain()
         tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
-        coordinates = [copy_coordinate(stride, modulus, self.scheduled.block)
-                       for stride, modulus in numbering]
         tile_formula = self._buffered(coordinates, formulas=True)
         corners = isl.PwMultiAff.from_map(origin)
         corner = [formula(corners.get_pw_aff(d), list(prefix)) for d in range(len(box))]
         source_formula = tuple(ir.Binary(ir.Op.ADD, o, u)
                                for o, u in zip(corner, coordinates, strict=True))
+        target, source = ir.Element(name, ()), ir.Element(tensor, ())
+        if self.async_copy:  # runs inside the tensor, and zero-filled runs of the box outside
+            nowhere = tuple(ir.Int(0) for _ in box)
+            return [self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
+                                    ir.AsyncCopy(target, source, width),
+                                    (tile, tile_formula), (element, source_formula),
+                                    shift=self.ahead),
+                    self._statement(f"zero_{name}", indices, boxed.domain().subtract(domain),
+                                    STAGE_COPY, ir.AsyncCopy(target, source, width, zero=True),
+                                    (tile, tile_formula),
+                                    (f"{tensor}[{', '.join('0' for _ in box)}]", nowhere),
+                                    shift=self.ahead)]
         if not self.preload:
             copy = self._statement(f"copy_{name}", indices, domain, STAGE_COPY,
-                                   ir.Element(name, ()), ir.Element(tensor, ()),
+                                   ir.Assign(target, "=", source),
                                    (tile, tile_formula), (element, source_formula))
             return [copy]
         registers = self._name(tensor, "_pre")
         self.locals.append(ir.Local(registers, ir.Space.REGISTER, (copies,)))
         slot = (f"{registers}[c]", (ir.Var("c"),))
+        held = ir.Element(registers, ())
         load = self._statement(f"load_{name}", indices, domain, STAGE_LOAD,
-                               ir.Element(registers, ()), ir.Element(tensor, ()), slot,
+                               ir.Assign(held, "=", source), slot,
                                (element, source_formula), shift=True)
         store = self._statement(f"store_{name}", indices, domain, STAGE_COPY,
-                                ir.Element(name, ()), ir.Element(registers, ()),
-                                (tile, tile_formula), slot)
+                                ir.Assign(target, "=", held), (tile, tile_formula), slot)
         return [load, store]
 
+    def _width(self, tensor: str, origin: isl.Map, box: list[int], fastest: int) -> int:
+        """Elements per asynchronous copy of ``tensor``'s tile (:func:`geometry.async_width`),
+        halved while some tile's origin ``{ P -> [o] }`` is no multiple of it along the fastest
+        dimension (a tile of a group of indices may start anywhere along the slower ones)."""
+        indices = self.program.contraction.inputs[tensor]
+        width = geometry.async_width(self.program, indices, dict(zip(indices, box, strict=True)),
+                                     self.pad)
+        corners = origin.range()
+        names = [f"o{d}" for d in range(len(box))]
+        while width > 1:
+            misaligned = isl.Set(f"{self.program.isl_params()}{{ [{', '.join(names)}] : "
+                                 f"o{fastest} mod {width} != 0 }}")
+            if corners.intersect(misaligned).is_empty():
+                break
+            width //= 2
+        return width
+
     def _statement(self, title: str, indices: tuple[str, ...], domain: isl.Set, stage: int,
-                   target: ir.Element, source: ir.Element,
+                   body: ir.Assign | ir.AsyncCopy,
                    target_access: tuple[str, tuple[ir.Expr, ...]],
                    source_access: tuple[str | isl.Map, tuple[ir.Expr, ...]],
                    shift: bool = False):
-        """A statement ``target = source`` over the copy domain ``[P, c, t0, t1, t2]``, each
-        access given as its relation (or the text of one) and its formulas; ``shift``
-        schedules it one step early."""
+        """A statement copying ``body``'s source to its target over the copy domain
+        ``[P, c, t0, t1, t2]``, each access given as its relation (or the text of one) and its
+        formulas; ``shift`` schedules it one step early."""
         domain = domain.set_tuple_name(title)
         head = f"{title}[{', '.join(indices)}]"
 
@@ -358,7 +421,6 @@ class _Stager:
                                       f"{text_or_map} }}")
             return text_or_map.set_tuple_name(isl.dim_type.in_, title).intersect_domain(domain)
 
-        body = ir.Assign(target, "=", source)
         statement = Statement(title, Kind.COPY, indices, body,
                               (access(target_access[0]), access(source_access[0])),
                               formulas=(target_access[1], source_access[1]))
@@ -366,23 +428,29 @@ class _Stager:
         schedule = isl.Map(f"{self.program.isl_params()}{{ {head} -> [{', '.join(dims)}] }}")
         return statement, isl.UnionMap.from_map(schedule.intersect_domain(domain))
 
-    def _sync(self, s: Statement, prefix: isl.Map, stage: int, anchor: bool = False):
-        """A barrier for every thread of the block at ``stage`` of each step of ``s``.
+    def _sync(self, s: Statement, prefix: isl.Map, stage: int, kind: str = "sync",
+              body: ir.Stmt | None = None, shift: bool = False):
+        """A statement every thread of the block executes at ``stage`` of each step of ``s``
+        (``shift``: one step early): a barrier, or ``body``. Double-buffered, the barrier
+        before the copy (``kind`` "sync" at STAGE_BEFORE) is only where the innermost step
+        starts again.
 
         An ``anchor`` does nothing one step early: loops that contain barriers must run the same
-        iterations in every thread, and with preloading some threads load one step early."""
-        title = f"{'anchor' if anchor else 'sync'}{stage}_{s.name}"
+        iterations in every thread, and with preloading some threads load one step early. A
+        ``commit`` or a ``wait`` (with the barrier after it) of asynchronous copies is each
+        thread's own."""
+        title = f"{kind}{stage}_{s.name}"
         indices = tuple(f"p{n}" for n in range(len(self.keep))) + ("t0", "t1", "t2")
         threads = " and ".join(f"0 <= t{n} < {b}" for n, b in enumerate(self.scheduled.block))
         block = isl.Set(f"{{ [t0, t1, t2] : {threads} }}")
         steps = prefix.range()
-        if self.double_buffer and stage == STAGE_BEFORE and not anchor:
+        if self.double_buffer and stage == STAGE_BEFORE and kind == "sync":
             steps = steps.fix_val(isl.dim_type.set, self.keep.index(self.step), 0)
         domain = steps.flat_product(block).set_tuple_name(title)
-        dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0", shift=anchor)
+        dims = self._dims(indices[:-3], ["t0", "t1", "t2"], stage, "0", shift=shift)
         schedule = isl.Map(f"{self.program.isl_params()}{{ {title}[{', '.join(indices)}] -> "
                            f"[{', '.join(dims)}] }}").intersect_domain(domain)
-        body = ir.Block(()) if anchor else ir.Barrier()
+        body = ir.Barrier() if body is None else body
         return Statement(title, Kind.SYNC, indices, body, ()), isl.UnionMap.from_map(schedule)
 
     def _dims(self, prefix: Sequence[str], threads: Sequence[str], stage: int, loop: str,
