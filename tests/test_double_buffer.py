@@ -31,7 +31,7 @@ CONTRACTIONS = {
 # TILES completed to every parameter but double_buffer, as the model and the space take them
 COMPLETE = {**TILES, "order": "j,i", "block_z": 1, "reg_z": 1, "assign_x": "cyclic",
             "assign_y": "cyclic", "assign_z": "cyclic", "stage": "A,B", "pad": 0,
-            "preload": False, "split": 1}
+            "preload": False, "split": 1, "async_copy": False}
 
 
 def compiled(name: str, layout: str = "C", **params) -> treduda.Kernel:

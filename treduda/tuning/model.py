@@ -17,8 +17,9 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
                register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
-               step's copy unless preloaded; operands read from global memory along a slow
-               index, as far as registers let ptxas load them ahead)
+               step's copy unless preloaded or copied asynchronously a step ahead; operands
+               read from global memory along a slow index, as far as registers let ptxas load
+               them ahead)
 
 Blocks per SM come from threads, shared memory and registers (ptxas's count where given, else
 the values the main loop holds at once, capped by the launch bounds);
@@ -60,6 +61,7 @@ OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, p
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
+ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a commit and a wait
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -734,17 +736,30 @@ class _Optimist:
 
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per element the copy numbers, the
-        padding's included: :meth:`copy_extents`) and the step's overhead (the loop and its
-        barriers), 0 while undecided."""
+        padding's included: :meth:`copy_extents`; asynchronous, one cp.async per run instead,
+        and a commit and a wait per thread) and the step's overhead (the loop and its
+        barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
-        per_element = 2 + self.m.conversions  # load, (convert,) store
-        per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
         threads = math.prod(self.p[b] for b in BLOCK)
+        per_block_step = min(self._copies(staged, threads) if copied else
+                             sum((2 + self.m.conversions) * math.prod(self.copy_extents(r))
+                                 for r in staged)  # load, (convert,) store
+                             for copied in self.options("async_copy"))
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
+
+    def _copies(self, staged: list[_Read], threads: int) -> float:
+        """Instructions of a block's asynchronous copies per step: one cp.async (LDGSTS) per
+        run the copy numbers (:func:`~treduda.polyhedral.geometry.async_width`; the fewest
+        while the padding is open), as the tensor-core model counts them, and a commit and a
+        wait per thread."""
+        runs = sum(min(math.prod(self.copy_extents(r, geometry.async_width(
+            self.m.program, r.indices, self.footprint(r), pad))) for pad in self.options("pad"))
+            for r in staged)
+        return runs + ASYNC_SYNC_INSTRUCTIONS * threads if staged else 0.0
 
     def copy_wavefronts(self, exact: bool = True) -> float:
         """Per FMA: LSU wavefronts of the copies into shared memory (a warp copies consecutive
@@ -790,12 +805,13 @@ class _Optimist:
         indices = list(dict.fromkeys(read.indices))
         return indices if self.m.program.layout == "F" else indices[::-1]
 
-    def copy_extents(self, read: _Read) -> list[int]:
-        """The extents by which the copy of ``read``'s tile numbers its elements, fastest
+    def copy_extents(self, read: _Read, width: int = 1) -> list[int]:
+        """The extents by which the copy of ``read``'s tile numbers its elements (or its
+        runs of ``width`` elements, :func:`~treduda.polyhedral.geometry.copy_runs`), fastest
         first (:func:`~treduda.polyhedral.geometry.copy_extents`)."""
         extents = self.footprint(read)
-        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
-                                     self.threads())
+        box = [extents[i] for i in self.fastest_first(read)]
+        return geometry.copy_extents(geometry.copy_runs(box, width), self.threads())
 
     def steps(self, step: int | None = None) -> int:
         """Reduction steps per output point: every summed index in steps of ``step`` values
@@ -962,13 +978,15 @@ class _Optimist:
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
-        step unless the next step is preloaded, and the waits on operands read from global
-        memory (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
+        step unless the next step is preloaded (or copied asynchronously into the other
+        buffer, a step ahead), and the waits on operands read from global memory
+        (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
         iterations."""
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
-        if exact and self.decided("step", "preload") and not self.p["preload"]:
+        ahead = self.p.get("preload") or self.p.get("async_copy") and self.p.get("double_buffer")
+        if exact and self.decided("step", "preload") and not ahead:
             exposed = self.steps() * g.l2_latency_cycles
         if exact and self.p.get("step"):
             exposed += self.m.iterations * self.global_wait()
