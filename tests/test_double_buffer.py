@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import needs_nvcc
-from treduda.strategies import staging
+from treduda.strategies import staging_kernel
 
 import treduda
 from treduda.errors import StrategyError
@@ -68,7 +68,7 @@ def test_double_buffering_halves_the_barriers():
 def test_one_buffer_used_as_two_is_a_race(monkeypatch):
     """The emulator sees what happens without the alternation: step k + 1 overwrites the tile
     that slower threads still read in step k."""
-    monkeypatch.setattr(staging._Stager, "_parity", lambda self: "0")
+    monkeypatch.setattr(staging_kernel.Stager, "_parity", lambda self: "0")
     hazards = compiled("gemm").hazards()  # a fresh kernel (conftest's _unkept_when_patched)
     assert hazards and {h.kind for h in hazards} == {"race"}
 
