@@ -10,7 +10,7 @@ from typing import Any
 
 from treduda.codegen import ir
 from treduda.frontend import dtypes
-from treduda.polyhedral.geometry import AXES
+from treduda.polyhedral.geometry import AXES, copy_width
 from treduda.polyhedral.lower import Kind, Program
 
 WARP = ir.WARP
@@ -127,11 +127,10 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[st
     for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
         fastest = fastest_first(program.contraction.inputs[tensor], program.layout)[0]
         adjacent = along[0] == fastest
-        fitting = [nbytes // size for nbytes in (16, 8, 4) if nbytes >= size and (
-            nbytes == size or adjacent and program.sizes[fastest] % (nbytes // size) == 0)]
-        if not fitting:
+        width = copy_width(size, (program.sizes[fastest],) if adjacent else (1,))
+        if width is None:
             return None
-        widths[tensor] = fitting[0]
+        widths[tensor] = width
     return widths
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import random
@@ -11,6 +12,7 @@ import zlib
 import pytest
 
 import treduda
+from treduda.codegen import ir
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.policy import finish_background
 
@@ -136,3 +138,17 @@ def bound_paths_hold(searcher) -> int:
             assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
             previous = bounds[prefix]
     return leaves
+
+
+def without(kernel: treduda.Kernel, kind: type) -> treduda.Kernel:
+    """``kernel`` with every statement of ``kind`` (a wait of asynchronous copies, a barrier)
+    left out of its blocks: what the emulator must then find wrong."""
+    first = kernel.signature.kernel
+    return dataclasses.replace(kernel, signature=dataclasses.replace(
+        kernel.signature, kernel=dataclasses.replace(first, body=_left_out(kind, first.body))))
+
+
+def _left_out(kind: type, s: ir.Stmt) -> ir.Stmt:
+    if isinstance(s, ir.Block):
+        s = ir.Block(tuple(c for c in s.body if not isinstance(c, kind)))
+    return ir.map_children(s, lambda c: _left_out(kind, c))

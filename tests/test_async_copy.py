@@ -5,10 +5,9 @@ and into plain copies below, and the search offering them only where the GPU has
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
+from conftest import without
 from treduda.strategies import get as get_strategy
 
 import treduda
@@ -100,27 +99,15 @@ def test_emulator_finds_no_hazard_where_the_copies_are_waited_for(dtype, precisi
     assert kernel.hazards() == []
 
 
-def _without(kind: type, s: ir.Stmt) -> ir.Stmt:
-    if isinstance(s, ir.Block):
-        s = ir.Block(tuple(c for c in s.body if not isinstance(c, kind)))
-    return ir.map_children(s, lambda c: _without(kind, c))
-
-
-def _broken(kernel: treduda.Kernel, kind: type) -> treduda.Kernel:
-    first = kernel.signature.kernel
-    return dataclasses.replace(kernel, signature=dataclasses.replace(
-        kernel.signature, kernel=dataclasses.replace(first, body=_without(kind, first.body))))
-
-
 @pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
 def test_emulator_reports_reads_before_the_wait(double_buffer):
     kernel = _compile("gemm", "float16", "highest", double_buffer=double_buffer, **SMALL)
     assert kernel.hazards() == []
     # PoCL copies at once, so only the emulator can tell that the data arrive at the wait
-    assert {h.kind for h in _broken(kernel, ir.WaitCopies).hazards()} >= {
+    assert {h.kind for h in without(kernel, ir.WaitCopies).hazards()} >= {
         "unfinished async copy"}
     # waited for, but read by other threads before the barrier after the wait
-    assert "race" in {h.kind for h in _broken(kernel, ir.Barrier).hazards()}
+    assert "race" in {h.kind for h in without(kernel, ir.Barrier).hazards()}
 
 
 def test_emulator_waits_for_all_but_the_pending_groups():

@@ -170,7 +170,7 @@ def test_model_counts_four_real_fmas_and_twice_the_bytes():
     params = {"order": "j,i", "block_x": 16, "block_y": 8, "block_z": 1, "reg_x": 2,
               "reg_y": 2, "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic",
               "assign_z": "cyclic", "step": 16, "unroll": True, "stage": "A,B", "pad": 1,
-              "preload": False, "double_buffer": False, "split": 1}
+              "preload": False, "double_buffer": False, "split": 1, "async_copy": False}
     fma = {d: m.estimate(params).resources["fma"] for d, m in models.items()}
     assert fma["complex128"] == pytest.approx(4 * fma["float64"])
     assert complex_.bound(params).seconds <= complex_.estimate(params).seconds

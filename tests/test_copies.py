@@ -10,7 +10,7 @@ import math
 import islpy as isl
 import numpy as np
 import pytest
-from treduda.strategies.staging import copy_coordinate
+from treduda.strategies.staging_kernel import copy_coordinate
 
 import treduda
 from treduda.codegen import ir

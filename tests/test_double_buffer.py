@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from conftest import needs_nvcc
-from treduda.strategies import staging
+from treduda.strategies import staging_kernel
 
 import treduda
 from treduda.errors import StrategyError
@@ -31,7 +31,7 @@ CONTRACTIONS = {
 # TILES completed to every parameter but double_buffer, as the model and the space take them
 COMPLETE = {**TILES, "order": "j,i", "block_z": 1, "reg_z": 1, "assign_x": "cyclic",
             "assign_y": "cyclic", "assign_z": "cyclic", "stage": "A,B", "pad": 0,
-            "preload": False, "split": 1}
+            "preload": False, "split": 1, "async_copy": False}
 
 
 def compiled(name: str, layout: str = "C", **params) -> treduda.Kernel:
@@ -68,7 +68,7 @@ def test_double_buffering_halves_the_barriers():
 def test_one_buffer_used_as_two_is_a_race(monkeypatch):
     """The emulator sees what happens without the alternation: step k + 1 overwrites the tile
     that slower threads still read in step k."""
-    monkeypatch.setattr(staging._Stager, "_parity", lambda self: "0")
+    monkeypatch.setattr(staging_kernel.Stager, "_parity", lambda self: "0")
     hazards = compiled("gemm").hazards()  # a fresh kernel (conftest's _unkept_when_patched)
     assert hazards and {h.kind for h in hazards} == {"race"}
 

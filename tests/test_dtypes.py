@@ -189,7 +189,7 @@ def test_the_model_counts_integer_multiply_adds_at_the_imad_rate():
     params = {"order": "j,i", "block_x": 16, "block_y": 8, "block_z": 1, "reg_x": 2,
               "reg_y": 2, "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic",
               "assign_z": "cyclic", "step": 16, "unroll": True, "stage": "A,B", "pad": 1,
-              "preload": False, "double_buffer": False, "split": 1}
+              "preload": False, "double_buffer": False, "split": 1, "async_copy": False}
     fma = {}
     for target in ("H100", "A100"):
         for dtype in ("float32", "int32", "int64"):

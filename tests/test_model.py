@@ -72,7 +72,7 @@ def test_the_bound_of_the_root_is_below_every_compulsory_cost():
 SPILLING = {"order": "j,i", "block_x": 64, "block_y": 16, "block_z": 1, "reg_x": 4, "reg_y": 8,
             "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic", "assign_z": "cyclic",
             "step": 32, "unroll": True, "stage": "A", "pad": 0, "preload": True,
-            "double_buffer": True, "split": 1}
+            "double_buffer": True, "split": 1, "async_copy": False}
 NOT_SPILLING = [{**SPILLING, "pad": 1}, {**SPILLING, "block_y": 8}]
 
 
@@ -120,7 +120,7 @@ def test_a_step_of_two_summed_indices_holds_the_square_of_the_step():
     common = {"order": "b,a", "stage": "A,B", "block_x": 16, "reg_x": 4, "assign_x": "cyclic",
               "block_y": 16, "reg_y": 4, "assign_y": "cyclic", "block_z": 1, "reg_z": 1,
               "assign_z": "cyclic", "unroll": True, "preload": False, "double_buffer": False,
-              "pad": 1, "split": 1}
+              "pad": 1, "split": 1, "async_copy": False}
     two = Searcher(plan("C[a,b] = A[a,c,d]*B[d,c,b]", {"a": 512, "b": 512, "c": 16, "d": 16}),
                    "H100").model.estimate({**common, "step": 8})
     one = Searcher(plan("C[a,b] = A[a,k]*B[k,b]", {"a": 512, "b": 512, "k": 256}),
@@ -136,7 +136,7 @@ TCCG15 = ("C[a,b,c]=A[a,c,d]*B[d,b]", {"a": 384, "b": 376, "c": 376, "d": 384})
 TCCG15_PICK = {"order": "a,b,c", "block_x": 16, "block_y": 16, "block_z": 2, "reg_x": 4,
                "reg_y": 8, "reg_z": 2, "assign_x": "cyclic", "assign_y": "cyclic",
                "assign_z": "cyclic", "step": 32, "unroll": True, "stage": "", "pad": 0,
-               "preload": False, "double_buffer": False, "split": 1}
+               "preload": False, "double_buffer": False, "split": 1, "async_copy": False}
 
 
 def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():

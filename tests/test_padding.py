@@ -70,7 +70,7 @@ def test_vector_padded_kernels_verify(layout, preload, double_buffer):
 def _tccg28(pad: int) -> dict:
     return {**PARAMS, "block_x": 32, "reg_x": 4, "block_z": 4, "reg_y": 8, "pad": pad,
             "assign_y": "cyclic", "assign_z": "cyclic", "split": 1, "preload": False,
-            "double_buffer": False, "unroll": True}
+            "double_buffer": False, "unroll": True, "async_copy": False}
 
 
 def test_the_model_sees_the_vector_reads_of_a_vector_padded_tile():

@@ -351,7 +351,7 @@ def test_ptxas_reports_are_sought_past_winners_alike_but_for_symmetry():
 # Every declared value of reg_x and reg_y (1-8), narrowed elsewhere so it can be enumerated.
 DECLARED = {"order": ("j,i",), "block_x": (8, 16, 32), "block_y": (4, 8, 16), "block_z": (1,),
             "reg_z": (1,), "assign_y": ("cyclic",), "step": (8, 16), "split": (1, 2),
-            "stage": ("A,B", "A"), "pad": (0, 1)}
+            "stage": ("A,B", "A"), "pad": (0, 1), "async_copy": (False,)}  # (half the space)
 GEMM_4096 = ("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096})
 
 

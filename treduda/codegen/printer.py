@@ -105,6 +105,9 @@ class Dialect:
     copy_async: str = ""
     commit_copies: str = ""
     wait_copies: str = ""
+    # What a shared tile adds to its declaration where asynchronous copies write it: the
+    # alignment of the widest cp.async (16 bytes), which a tile of 4-byte elements lacks.
+    copy_alignment: str = ""
 
 
 CUDA = Dialect(
@@ -125,7 +128,8 @@ CUDA = Dialect(
     as_float="__uint_as_float", fma="__fmaf_rn", fragments="wmma",
     fragment_alignment=" __align__(32)",
     copy_async="td_copy_async{bytes}({target}, {source}, {read});",  # templates/copy_async.cu.j2
-    commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();")
+    commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();",
+    copy_alignment=" __align__(16)")
 
 OPENCL = Dialect(
     name="opencl",
@@ -184,6 +188,7 @@ class Printer:
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
         self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
                           else Twin(kernel, self.expr, self.value_type, dialect.lane))
+        self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
 
     def helpers(self) -> dict[str, str]:
         """What the helper templates need: the template of the stored type's conversions (empty
@@ -194,8 +199,7 @@ class Printer:
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
                  "tensor_cores": has_fragments(self.kernel),
-                 "async_copies": bool(d.copy_async) and any(
-                     isinstance(c, ir.AsyncCopy) for c in ir.nested(self.kernel.body)),
+                 "async_copies": bool(d.copy_async) and self.copies,
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -234,7 +238,8 @@ class Printer:
                 continue
             qualifier = ""
             if local.space == ir.Space.SHARED:
-                aligned = self.dialect.fragment_alignment if has_fragments(self.kernel) else ""
+                aligned = (self.dialect.fragment_alignment if has_fragments(self.kernel)
+                           else self.dialect.copy_alignment if self.copies else "")
                 qualifier = f"{self.dialect.shared}{aligned} "
             extent = f"[{local.size}]" if local.shape else ""
             held = self.storage_of(local.name).c_type if local.stored else self.value_type

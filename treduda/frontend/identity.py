@@ -24,6 +24,11 @@ SYMBOLIC = "symbolic"
 """The size class of kernels whose extents are runtime arguments."""
 
 
+# Parameters a strategy (one part of a chain) gained after kernels were first named, at the
+# value that makes the kernel its strategy made before: left out of the C name there.
+LATER_PARAMETERS: dict[str, dict[str, Any]] = {"staged": {"async_copy": False}}
+
+
 def params_text(params: Mapping[str, Any]) -> str:
     """Parameters as text: equal for equal parameters, in any order (how a search tells its
     candidates apart: within one problem, a candidate's identity is its parameters)."""
@@ -91,10 +96,14 @@ class Identity:
 
     def shaping(self) -> str:
         """A generated kernel's identity as the text its C name hashes (``deterministic`` and
-        ``precision`` only where not the default, as kernels were named before them)."""
+        ``precision`` only where not the default, and a strategy's :data:`LATER_PARAMETERS`
+        only where not what it did before them, as kernels were named before them)."""
         sizes = [] if isinstance(self.sizes, str) else list(self.sizes)
-        return repr((self.expression, sizes, self.dtype, self.layout, self.strategy,
-                     list(self.params or ()),
+        later = {name: value for part in (self.strategy or "").split("+")
+                 for name, value in LATER_PARAMETERS.get(part, {}).items()}
+        params = [(name, value) for name, value in self.params or ()
+                  if name not in later or later[name] != value]
+        return repr((self.expression, sizes, self.dtype, self.layout, self.strategy, params,
                      *(("deterministic",) if self.deterministic else ()),
                      *((self.precision,) if self.precision != HIGHEST else ())))
 

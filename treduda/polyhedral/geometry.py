@@ -52,6 +52,8 @@ QUANTITIES: dict[str, str] = {
            "vectors, see padding())",
     "preload": "whether the next step is loaded into registers while this one computes",
     "double_buffer": "two shared-memory buffers per tile, alternating by step",
+    "async_copy": "whether staged tiles are copied by cp.async (global to shared memory, not "
+                  "through registers)",
     "shared": "bytes of shared memory per block of the tiles a mapping lays out itself (the "
               "tensor-core one's operand and output tiles; 0: none, the staged tiles are sized "
               "from the block's tile by shared_bytes())",
@@ -62,7 +64,7 @@ NEUTRAL: dict[str, tuple] = {
     "order": ("",), **{f"{k}_{a}": (1,) for k in ("block", "reg") for a in AXES},
     **{f"assign_{a}": ("cyclic",) for a in AXES}, "walk": ("",), "step": (0,), "split": (1,),
     "unroll": (False,), "stage": ("",), "pad": (0,), "preload": (False,),
-    "double_buffer": (False,), "shared": (0,),
+    "double_buffer": (False,), "async_copy": (False,), "shared": (0,),
 }
 
 Description = dict[str, tuple]  # quantity -> the values it can still take
@@ -197,6 +199,51 @@ def padding(program: Program, indices: Sequence[str], pad: int) -> int:
 def vector_pad(program: Program) -> int:
     """The elements of one 16-byte vector: the padding that keeps a tile's rows aligned."""
     return max(1, VECTOR_BYTES // dtypes.itemsize(dtypes.compute(program.dtype)))
+
+
+# What one cp.async moves: 16, 8 or 4 bytes, widest first, both addresses aligned to the size
+# (PTX ISA, "Data Movement and Conversion Instructions: cp.async").
+ASYNC_COPY_BYTES = (16, 8, 4)
+# dtypes whose staged tiles hold the tensor's own elements (a stored type's tile holds float32,
+# converted on the way, and a complex one pairs): what a staging's cp.async may copy
+ASYNC_DTYPES = ("float32", "float64")
+
+
+def copy_width(size: int, extents: Sequence[int]) -> int | None:
+    """Elements of ``size`` bytes one asynchronous copy moves: the widest of
+    :data:`ASYNC_COPY_BYTES` whose elements divide every one of ``extents`` (so that a run
+    starting at a multiple of its width stays aligned, and inside a row, wherever they apply);
+    one element where ``size`` is one of those sizes and nothing larger divides; None where
+    none fits (2-byte elements that no extent lets pair)."""
+    for nbytes in ASYNC_COPY_BYTES:
+        width = nbytes // size
+        if nbytes >= size and nbytes % size == 0 and all(e % width == 0 for e in extents):
+            return width
+    return None
+
+
+def async_width(program: Program, indices: Sequence[str], extents: Mapping[str, int],
+                pad: int) -> int:
+    """Elements one asynchronous copy of the staged tile of a read with ``indices`` moves,
+    given the tile's ``extents`` (per index, :func:`tile_extents`) and the staging's ``pad``:
+    a run along the tensor's fastest index, which must divide that index's extent (every other
+    stride then is a multiple: a run is all inside or all outside the tensor), the tile's
+    extent along it (where its origin lies: a multiple of it, or 0 where the tile spans the
+    index) and the padded row (so every row of the tile, and a second buffer, starts aligned).
+    One element where the read repeats an index or its sizes are symbolic. Of dtypes in
+    :data:`ASYNC_DTYPES` (4 or 8 bytes), so at least one."""
+    size = dtypes.itemsize(program.dtype)
+    index = fastest(program, indices)
+    if program.sizes is None or len(set(indices)) < len(indices):
+        return 1
+    row = extents[index] + padding(program, indices, pad)
+    return copy_width(size, (program.sizes[index], extents[index], row)) or 1
+
+
+def copy_runs(box: Sequence[int], width: int) -> list[int]:
+    """``box`` (fastest first) in runs of ``width`` along its fastest dimension: what an
+    asynchronous copy numbers (a copy of one element each: the box)."""
+    return [box[0] // width, *box[1:]] if box else []
 
 
 def summed_reads(program: Program) -> tuple[Read, ...]:

@@ -17,8 +17,9 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
                register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
-               step's copy unless preloaded; operands read from global memory along a slow
-               index, as far as registers let ptxas load them ahead)
+               step's copy unless preloaded or copied asynchronously a step ahead; operands
+               read from global memory along a slow index, as far as registers let ptxas load
+               them ahead)
 
 Blocks per SM come from threads, shared memory and registers (ptxas's count where given, else
 the values the main loop holds at once, capped by the launch bounds);

@@ -134,13 +134,15 @@ class _Optimist(_Accesses):
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
-        step unless the next step is preloaded, and the waits on operands read from global
-        memory (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
+        step unless the next step is preloaded (or copied asynchronously into the other
+        buffer, a step ahead), and the waits on operands read from global memory
+        (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
         iterations."""
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
-        if exact and self.decided("step", "preload") and not self.p["preload"]:
+        ahead = self.p.get("preload") or self.p.get("async_copy") and self.p.get("double_buffer")
+        if exact and self.decided("step", "preload") and not ahead:
             exposed = self.steps() * g.l2_latency_cycles
         if exact and self.p.get("step"):
             exposed += self.m.iterations * self.global_wait()

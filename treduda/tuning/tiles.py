@@ -24,6 +24,7 @@ from .counts import Counts, _Read
 from .prediction import Compiled
 
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
+ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a commit and a wait
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -206,29 +207,43 @@ class _Tiles:
 
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per element the copy numbers, the
-        padding's included: :meth:`copy_extents`) and the step's overhead (the loop and its
-        barriers), 0 while undecided."""
+        padding's included: :meth:`copy_extents`; asynchronous, one cp.async per run instead,
+        and a commit and a wait per thread) and the step's overhead (the loop and its
+        barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
-        per_element = 2 + self.m.conversions  # load, (convert,) store
-        per_block_step = sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
         threads = math.prod(self.p[b] for b in BLOCK)
+        per_block_step = min(self._copies(staged, threads) if copied else
+                             sum((2 + self.m.conversions) * math.prod(self.copy_extents(r))
+                                 for r in staged)  # load, (convert,) store
+                             for copied in self.options("async_copy"))
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
+
+    def _copies(self, staged: list[_Read], threads: int) -> float:
+        """Instructions of a block's asynchronous copies per step: one cp.async (LDGSTS) per
+        run the copy numbers (:func:`~treduda.polyhedral.geometry.async_width`; the fewest
+        while the padding is open), as the tensor-core model counts them, and a commit and a
+        wait per thread."""
+        runs = sum(min(math.prod(self.copy_extents(r, geometry.async_width(
+            self.m.program, r.indices, self.footprint(r), pad))) for pad in self.options("pad"))
+            for r in staged)
+        return runs + ASYNC_SYNC_INSTRUCTIONS * threads if staged else 0.0
 
     def fastest_first(self, read: _Read) -> list[str]:
         """``read``'s distinct indices in memory order, the fastest first."""
         indices = list(dict.fromkeys(read.indices))
         return indices if self.m.program.layout == "F" else indices[::-1]
 
-    def copy_extents(self, read: _Read) -> list[int]:
-        """The extents by which the copy of ``read``'s tile numbers its elements, fastest
+    def copy_extents(self, read: _Read, width: int = 1) -> list[int]:
+        """The extents by which the copy of ``read``'s tile numbers its elements (or its
+        runs of ``width`` elements, :func:`~treduda.polyhedral.geometry.copy_runs`), fastest
         first (:func:`~treduda.polyhedral.geometry.copy_extents`)."""
         extents = self.footprint(read)
-        return geometry.copy_extents([extents[i] for i in self.fastest_first(read)],
-                                     self.threads())
+        box = [extents[i] for i in self.fastest_first(read)]
+        return geometry.copy_extents(geometry.copy_runs(box, width), self.threads())
 
     def steps(self, step: int | None = None) -> int:
         """Reduction steps per output point: every summed index in steps of ``step`` values
