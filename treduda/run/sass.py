@@ -13,7 +13,7 @@ import os
 import re
 import shutil
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from treduda.errors import BackendUnavailable, CompileError
@@ -72,6 +72,9 @@ class SassReport:
     main_loop_mma: int = 0  # ... and in its main loop
     async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
     main_loop_async_copies: int = 0  # ... and in its main loop
+    # the main loop's instructions by opcode without modifiers ("LDS", "IMAD", "BAR"), to see
+    # what besides its FMAs takes issue slots
+    main_loop_opcodes: dict[str, int] = field(default_factory=dict)
 
     def __str__(self) -> str:
         def widths(counts: dict[int, int]) -> str:
@@ -199,6 +202,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_mma=_count(loop, _MMA),
         async_copies=_count(body, _ASYNC_COPY),
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
+        main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
     )
 
 

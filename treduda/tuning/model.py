@@ -141,11 +141,6 @@ class Model(Counts):
         known = exact or all(k in o.p for k in (*BLOCK, *REG)) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
-        loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
-        # each operand rounded once per load (precision); one read from global memory
-        # converted (a staged one is converted by the copy); undecided staging counts as staged
-        direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)
-        converted = loads * self.operand_ops + direct * self.conversions
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one), and copies (counted per warp already)
         wavefronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / 32
@@ -154,8 +149,7 @@ class Model(Counts):
         seconds = {
             "fma": padded * per_output * self.fp_ops * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
-            "issue": padded * per_output * (self.fp_ops + loads + converted
-                                            + o.copy_instructions()) * warp_round
+            "issue": padded * per_output * sum(self._issue(o).values()) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
             # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
@@ -216,6 +210,23 @@ class Model(Counts):
         if split == 1 or not self.program.deterministic:
             return 0.0
         return LAUNCH_SECONDS + (split + 1) * self.elements * self.bytes / self.gpu.l2_bandwidth
+
+    def issue_instructions(self, params: Mapping[str, Any]) -> dict[str, float]:
+        """Per multiply-add, the warp instructions the estimate's ``issue`` resource counts for
+        a complete candidate, by kind (:meth:`_issue`): what ``benchmarks/issue_counts.py``
+        sets beside the SASS of its main loop."""
+        return self._issue(_Optimist(self, self.describe(params)))
+
+    def _issue(self, o: _Optimist) -> dict[str, float]:
+        """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,
+        their conversions, and the copies and loop of a step."""
+        loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
+        # each operand rounded once per load (precision); one read from global memory
+        # converted (a staged one is converted by the copy); undecided staging counts as staged
+        direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)
+        converted = loads * self.operand_ops + direct * self.conversions
+        return {"fp": self.fp_ops, "loads": loads, "converted": converted,
+                "copies": o.copy_instructions()}
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu
