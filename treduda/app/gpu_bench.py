@@ -251,16 +251,16 @@ def random_operands(kernel: Kernel, cupy, torch) -> dict[str, Any]:
     kernel's layout. bfloat16 operands are rounded by torch (CuPy's bfloat16 is young: its
     arrays come from torch's through their bits, :mod:`treduda.run.device_arrays`)."""
     c = kernel.contraction
-    half = kernel.dtype == "bfloat16"
-    if half and torch is None:
+    bfloat16 = kernel.dtype == "bfloat16"
+    if bfloat16 and torch is None:
         raise TredudaError("the GPU benchmark makes bfloat16 operands with torch, which is "
                            "not installed: pip install torch, or run the row in float16")
     state = cupy.random.RandomState(seed=0)
     arrays = {}
     for tensor, indices in c.inputs.items():
         shape = tuple(kernel.sizes[i] for i in indices)
-        values = uniform(state, -0.5, 0.5, shape, "float32" if half else kernel.dtype)
-        if half:
+        values = uniform(state, -0.5, 0.5, shape, "float32" if bfloat16 else kernel.dtype)
+        if bfloat16:
             values = to_cupy(tensor, torch.from_dlpack(values).to(torch.bfloat16))
         arrays[tensor] = cupy.asfortranarray(values) if kernel.layout == "F" else values
     return arrays

@@ -52,7 +52,7 @@ def to_cupy(name: str, value: Any):
     cupy = cupy_module()
     try:
         if _is_torch_bfloat16(value):
-            return bfloat16_view(cupy, cupy.from_dlpack(value.view(sys.modules["torch"].int16)))
+            return bfloat16_view(cupy, cupy.from_dlpack(_bits(value)))
         if hasattr(value, "__cuda_array_interface__"):
             return cupy.asarray(value)
         return cupy.from_dlpack(value)
@@ -65,7 +65,7 @@ def to_numpy(value: Any) -> np.ndarray:
     """A host array ``value`` as numpy's (a view where numpy can make one); a torch bfloat16
     tensor through its bits, since numpy's ``asarray`` refuses the type."""
     if _is_torch_bfloat16(value):
-        return np.from_dlpack(value.view(sys.modules["torch"].int16)).view(BFLOAT16)
+        return np.from_dlpack(_bits(value)).view(BFLOAT16)
     return np.asarray(value)
 
 
@@ -79,6 +79,12 @@ def bfloat16_view(cupy, bits):
             f"CuPy {cupy.__version__} has no bfloat16 arrays ({error}); CuPy 14 or later has "
             "them when ml_dtypes is installed: pip install -U 'cupy-cuda12x>=14' (or "
             "cupy-cuda13x), or pass the tensors as numpy arrays of ml_dtypes.bfloat16") from error
+
+
+def _bits(tensor: Any) -> Any:
+    """A torch bfloat16 tensor's 16-bit patterns, as an int16 view of it (DLPack and numpy
+    take those)."""
+    return tensor.view(sys.modules["torch"].int16)
 
 
 def _is_torch_bfloat16(value: Any) -> bool:

@@ -214,15 +214,18 @@ class _Tiles:
             return 0.0
         staged = [r for r in self.m.reads if self.staged(r)]
         threads = math.prod(self.p[b] for b in BLOCK)
-        per_block_step = min(self._copies(staged, threads) if copied else
-                             sum((2 + self.m.conversions) * math.prod(self.copy_extents(r))
-                                 for r in staged)  # load, (convert,) store
-                             for copied in self.options("async_copy"))
+        per_block_step = min(self._async_copies(staged, threads) if copied
+                             else self._copies(staged) for copied in self.options("async_copy"))
         barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
 
-    def _copies(self, staged: list[_Read], threads: int) -> float:
+    def _copies(self, staged: list[_Read]) -> float:
+        """Instructions of a block's copies per step through registers: a load, (a
+        conversion,) and a store per element."""
+        return sum((2 + self.m.conversions) * math.prod(self.copy_extents(r)) for r in staged)
+
+    def _async_copies(self, staged: list[_Read], threads: int) -> float:
         """Instructions of a block's asynchronous copies per step: one cp.async (LDGSTS) per
         run the copy numbers (:func:`~treduda.polyhedral.geometry.async_width`; the fewest
         while the padding is open), as the tensor-core model counts them, and a commit and a
