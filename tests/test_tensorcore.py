@@ -280,9 +280,12 @@ def _suite_kernels(names: tuple[str, ...]) -> tuple[list[str], int]:
     ("gemm_fp16", "gemm_bf16", "gemm_tf32"),
     pytest.param(("tccg_fp16", "tccg_bf16", "tccg_tf32"), marks=pytest.mark.matrix)],
     ids=["gemm", "tccg"])
-def test_nvcc_compiles_every_tensor_core_suite_kernel(suites):
+def test_nvcc_and_nvrtc_compile_every_tensor_core_suite_kernel(suites):
     sources, refused = _suite_kernels(suites)
     assert sources and refused < len(sources)
     for arch in ("sm_80", "sm_90"):
         reports = compile_cuda_batch(sources, arch)
         assert all(len(r) == 1 and r[0].registers > 0 for r in reports)
+    if nvrtc_available() and toolkit_headers():  # as CuPy compiles them on a GPU
+        for arch in ("compute_80", "compute_90"):
+            assert all("mma.sync" in compile_nvrtc(source, arch) for source in sources)
