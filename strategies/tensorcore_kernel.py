@@ -54,15 +54,15 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from typing import Any
 
 import islpy as isl
 
 from treduda.codegen import ir
 from treduda.frontend import dtypes
+from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
-from treduda.polyhedral.strategy import MAPPED_DIMS, Role, Scheduled
+from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
     PAD_BYTES,
@@ -77,7 +77,7 @@ from .tensorcore_tiles import (
     split_parts,
     tile_extents,
 )
-from .tiling import parts_workspace, to_workspace
+from .tiling import PARTS, parts_workspace
 
 A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
@@ -85,19 +85,45 @@ FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 
 
-def _linear(group: Sequence[str], sizes: Mapping[str, int]) -> str:
-    """isl's expression of a group's linear value, fastest first: ``(a + S_a*b)``."""
-    terms, stride = ["0"], 1
-    for index in group:
-        terms.append(f"{stride}*{index}")
-        stride *= sizes[index]
-    return f"({' + '.join(terms)})"
+def _plus(*terms: ir.Expr) -> ir.Expr:
+    """The sum of ``terms``, zeros left out."""
+    kept = [t for t in terms if t != ir.Int(0)]
+    result = kept[0] if kept else ir.Int(0)
+    for term in kept[1:]:
+        result = ir.Binary(ir.Op.ADD, result, term)
+    return result
 
 
-def _decompose(index: str, group: Sequence[str], value: str, sizes: Mapping[str, int]) -> str:
-    """isl's expression of ``index`` of ``group`` given the group's linear ``value``."""
-    stride = math.prod(sizes[i] for i in group[:group.index(index)])
-    return f"floor(({value})/{stride}) mod {sizes[index]}"
+def _times(factor: int, e: ir.Expr) -> ir.Expr:
+    return e if factor == 1 else ir.Int(0) if factor == 0 else ir.Binary(ir.Op.MUL,
+                                                                         ir.Int(factor), e)
+
+
+def _over(e: ir.Expr, divisor: int) -> ir.Expr:
+    """``floor(e / divisor)`` of a non-negative ``e``."""
+    return e if divisor == 1 else ir.Binary(ir.Op.DIV, e, ir.Int(divisor))
+
+
+def _modulo(e: ir.Expr, modulus: int) -> ir.Expr:
+    """``e mod modulus`` of a non-negative ``e``."""
+    return ir.Int(0) if modulus == 1 else ir.Binary(ir.Op.MOD, e, ir.Int(modulus))
+
+
+def _var(name: str) -> ir.Var:
+    return ir.Var(name)
+
+
+def _isl_element(element: ir.Element) -> str:
+    return f"{element.array}[{', '.join(isl_text(i) for i in element.indices)}]"
+
+
+def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[str, int]
+               ) -> ir.Expr:
+    """``index`` of ``group`` given the group's linear ``value`` (below the group's extent:
+    the slowest index takes no remainder)."""
+    position = group.index(index)
+    digit = _over(value, math.prod(sizes[i] for i in group[:position]))
+    return digit if position == len(group) - 1 else _modulo(digit, sizes[index])
 
 
 class Builder:
@@ -161,13 +187,18 @@ class Builder:
         return ", ".join([bn, bm, "0", thread, "0", "0", *batch, *tail])
 
     def add(self, name: str, kind: Kind, indices: Sequence[str], constraints: str,
-            body: ir.Stmt, accesses: Sequence[str], point: str) -> None:
+            body: ir.Stmt, accesses: Sequence[ir.Element], point: str) -> None:
         """Statement ``name[indices]`` over ``constraints``, reading and writing ``accesses``
-        (isl ranges, in :func:`ir.elements` order), scheduled at ``point``."""
+        (in :func:`ir.elements` order, indexed by expressions of ``indices``), scheduled at
+        ``point``. The expressions are the statement's formulas too, so the AST builder
+        need not compose the access relations with the schedule: isl split those of copies
+        from groups of indices into so many pieces that tccg_20 never finished."""
         head = f"{name}[{', '.join(indices)}]"
         domain = isl.Set(f"{{ {head} : {constraints} }}")
-        maps = tuple(isl.Map(f"{{ {head} -> {a} }}").intersect_domain(domain) for a in accesses)
-        self.statements.append(Statement(name, kind, tuple(indices), body, maps))
+        maps = tuple(isl.Map(f"{{ {head} -> {_isl_element(a)} }}").intersect_domain(domain)
+                     for a in accesses)
+        self.statements.append(Statement(name, kind, tuple(indices), body, maps,
+                                         formulas=tuple(a.indices for a in accesses)))
         schedule = isl.UnionMap.from_map(
             isl.Map(f"{{ {head} -> [{point}] }}").intersect_domain(domain))
         self.schedule = schedule if self.schedule is None else self.schedule.union(schedule)
@@ -182,7 +213,7 @@ class Builder:
         self.add("fill", Kind.INIT, [*self.prefix(), "w", "f", "l"],
                  f"{warp} and 0 <= f < {accumulators}",
                  ir.FillFragment(ir.Element(FRAG_C, ()), ir.Float(0.0)),
-                 [f"{FRAG_C}[f]"], self.point("32*w + l", ["0"] * 6 + ["f"]))
+                 [ir.Element(FRAG_C, (_var("f"),))], self.point("32*w + l", ["0"] * 6 + ["f"]))
         self.reduction()
         self.write()
         return self.scheduled()
@@ -240,24 +271,26 @@ class Builder:
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
         width = 1 if self.widths is None else self.widths[tensor]
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
-        row, column = f"floor(e/{runs})", f"{width}*(e mod {runs})"
+        e = _var("e")
+        row, column = _over(e, runs), _times(width, _modulo(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
-        value = {free: f"{block}*{extent_free} + {local_free}", "k": f"ks*{extent_k} + {local_k}"}
+        value = {free: _plus(_times(extent_free, _var(block)), local_free),
+                 "k": _plus(_times(extent_k, _var("ks")), local_k)}
         groups = {"m": self.m, "n": self.n, "k": self.k}
         indices = []
         for index in self.program.contraction.inputs[tensor]:
             if index in self.batch:
-                indices.append(f"g_{index}")
+                indices.append(_var(f"g_{index}"))
                 continue
             axis = free if index in groups[free] else "k"
             indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
-        inside = (f"{value[free]} < {self.extent[free]} and "
-                  f"{value['k']} < {self.extent['k']}")
+        inside = (f"{isl_text(value[free])} < {self.extent[free]} and "
+                  f"{isl_text(value['k'])} < {self.extent['k']}")
         domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
                   f"and 0 <= e < {rows * runs}")
         names = [*self.prefix(), "ks", "e"]
-        target = f"{tile}[{self.buffer()}{row}, {column}]"
+        target = ir.Element(tile, (*self.buffer(), row, column))
         point = self.point(f"e mod {self.threads}", ["1", step, str(STAGE_COPY),
                                                       f"floor(e/{self.threads})", str(order),
                                                       "0", "0"])
@@ -267,9 +300,9 @@ class Builder:
         if self.widths is not None:  # the zero-fill reads nothing, but names an address
             copy = ir.AsyncCopy(element, source, width)
             zero = ir.AsyncCopy(element, source, width, zero=True)
-            zero_accesses.append(f"{tensor}[{', '.join('0' for _ in indices)}]")
+            zero_accesses.append(ir.Element(tensor, tuple(ir.Int(0) for _ in indices)))
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}", copy,
-                 [target, f"{tensor}[{', '.join(indices)}]"], point)
+                 [target, ir.Element(tensor, tuple(indices))], point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})", zero,
                  zero_accesses, point)
 
@@ -285,15 +318,17 @@ class Builder:
         warp = (f"{self.warp_domain()} and {self.step_bounds()} "
                 f"and 0 <= kf < {p['frags_k']}")
         names = [*self.prefix(), "ks", "w", "kf", "f", "l"]
-        wm, wn = f"floor(w/{self.warps_n})", f"(w mod {self.warps_n})"
+        w, f = _var("w"), _var("f")
+        wm, wn = _over(w, self.warps_n), _modulo(w, self.warps_n)
         pieces = (ir.Function.TF32, ir.Function.TF32_RESIDUAL) if self.split else (
             (ir.Function.TF32,) if self.program.precision == dtypes.TF32 else (None,))
         for operand, (tile, fragment, count, warp_origin, size, row_major, ld) in enumerate((
-                (A_TILE, FRAG_A, frags_m, f"{wm}*{frags_m * fm}", fm, self.row_a,
+                (A_TILE, FRAG_A, frags_m, _times(frags_m * fm, wm), fm, self.row_a,
                  self.ld(A_TILE)),
-                (B_TILE, FRAG_B, frags_n, f"{wn}*{frags_n * fn}", fn, self.row_b,
+                (B_TILE, FRAG_B, frags_n, _times(frags_n * fn, wn), fn, self.row_b,
                  self.ld(B_TILE)))):
-            origin_free, origin_k = f"{warp_origin} + {size}*(f mod {count})", f"kf*{fk}"
+            origin_free = _plus(warp_origin, _times(size, _modulo(f, count)))
+            origin_k = _times(fk, _var("kf"))
             if operand == 0:
                 first = (origin_free, origin_k) if row_major else (origin_k, origin_free)
             else:
@@ -303,7 +338,7 @@ class Builder:
                          f"{warp} and {piece * count} <= f < {(piece + 1) * count}",
                          ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
                                          rounding),
-                         [f"{fragment}[f]", f"{tile}[{self.buffer()}{', '.join(first)}]"],
+                         [ir.Element(fragment, (f,)), ir.Element(tile, (*self.buffer(), *first))],
                          self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
                                                  str(operand), "f"]))
         # products (a, b) of fragment offsets: 3xTF32 adds lo*hi and hi*lo before hi*hi
@@ -314,18 +349,19 @@ class Builder:
             self.add(f"mma{n}", Kind.REDUCE, names, f"{warp} and 0 <= f < {count}",
                      ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
                                            ir.Element(FRAG_B, ())),
-                     [f"{FRAG_C}[{c_offset} + f]", f"{FRAG_A}[{a_offset} + floor(f/{frags_n})]",
-                      f"{FRAG_B}[{b_offset} + (f mod {frags_n})]"],
+                     [ir.Element(FRAG_C, (_plus(ir.Int(c_offset), f),)),
+                      ir.Element(FRAG_A, (_plus(ir.Int(a_offset), _over(f, frags_n)),)),
+                      ir.Element(FRAG_B, (_plus(ir.Int(b_offset), _modulo(f, frags_n)),))],
                      self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
                                              f"{len(products)}*f + {n}"]))
 
     def ld(self, tile: str) -> int:
         return self.locals()[tile].shape[-1]
 
-    def buffer(self) -> str:
+    def buffer(self) -> tuple[ir.Expr, ...]:
         """The first coordinate of an operand tile's element: with double buffering, the
-        step's parity, as isl text and a comma; else nothing."""
-        return "ks mod 2, " if self.params["double_buffer"] else ""
+        step's parity; else none."""
+        return (_modulo(_var("ks"), 2),) if self.params["double_buffer"] else ()
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
@@ -357,57 +393,66 @@ class Builder:
         p = self.params
         frags_n = p["frags_n"]
         self.sync("sync_store", ["2", "0", "0", "0", "0", "0", "0"], False)
-        wm, wn = f"floor(w/{self.warps_n})", f"(w mod {self.warps_n})"
-        row = f"{wm}*{p['frags_m'] * fm} + {fm}*floor(f/{frags_n})"
-        column = f"{wn}*{frags_n * fn} + {fn}*(f mod {frags_n})"
+        w, f = _var("w"), _var("f")
+        row = _plus(_times(p["frags_m"] * fm, _over(w, self.warps_n)),
+                    _times(fm, _over(f, frags_n)))
+        column = _plus(_times(frags_n * fn, _modulo(w, self.warps_n)),
+                       _times(fn, _modulo(f, frags_n)))
         count = p["frags_m"] * frags_n
         fragments = f"{self.warp_domain()} and 0 <= f < {count}"
         if self.split:
             self.add("add", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                      ir.AddFragment(ir.Element(FRAG_C, ()), ir.Element(FRAG_C, ())),
-                     [f"{FRAG_C}[f]", f"{FRAG_C}[{count} + f]"],
+                     [ir.Element(FRAG_C, (f,)), ir.Element(FRAG_C, (_plus(ir.Int(count), f),))],
                      self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
                                   self.ld(C_TILE)),
-                 [f"{C_TILE}[{row}, {column}]", f"{FRAG_C}[f]"],
+                 [ir.Element(C_TILE, (row, column)), ir.Element(FRAG_C, (f,))],
                  self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
+        self.output()
+
+    def output(self) -> None:
+        """The program's write statement over ``write[P, e]``, element ``e`` of the C tile
+        numbered along the output's fastest group: it reads the tile instead of the
+        accumulators and writes the output element ``e`` stands for, where that lies inside
+        the output. Its own domain (the output's indices) would leave isl to invert ``e``'s
+        groups of indices when scanning it, which took minutes for tccg_20."""
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
-        sizes = {i: self.sizes[i] for i in self.program.output_indices}
-        m_value, n_value = _linear(self.m, sizes), _linear(self.n, sizes)
-        m_local = f"({m_value} mod {self.tile['m']})"
-        n_local = f"({n_value} mod {self.tile['n']})"
+        e = _var("e")
+        tile_m, tile_n = self.tile["m"], self.tile["n"]
         output_fastest = fastest_first(self.program.output_indices, self.program.layout)
         along_n = not output_fastest or output_fastest[0] not in self.m
-        e = (f"({m_local}*{self.tile['n']} + {n_local})" if along_n
-             else f"({n_local}*{self.tile['m']} + {m_local})")
-        # a split's write runs once per part: the part is a free dimension of its schedule
-        prefix = [f"floor({n_value}/{self.tile['n']})", f"floor({m_value}/{self.tile['m']})",
-                  *self.batch, *(["td_part"] if self.parts > 1 else [])]
-        every_part = f" : 0 <= td_part < {self.parts}" if self.parts > 1 else ""
-        head = f"{write.name}[{', '.join(write.indices)}]"
-        accesses = []
-        for element, access in zip(ir.elements(write.body), write.accesses, strict=True):
-            if element.array in self.program.accumulators:
-                access = isl.Map(f"{{ {head} -> {C_TILE}[{m_local}, {n_local}] }}"
-                                 ).intersect_domain(access.domain())
-            accesses.append(access)
+        m_local, n_local = ((_over(e, tile_n), _modulo(e, tile_n)) if along_n
+                            else (_modulo(e, tile_m), _over(e, tile_m)))
+        value = {"m": _plus(_times(tile_m, _var("bm")), m_local),
+                 "n": _plus(_times(tile_n, _var("bn")), n_local)}
+        output = {i: _var(f"g_{i}") for i in self.batch}
+        for axis, group in (("m", self.m), ("n", self.n)):
+            output |= {i: _decompose(i, group, value[axis], self.sizes) for i in group}
+        inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
+                              for axis in "mn")
+        accesses = [ir.Element(C_TILE, (m_local, n_local))
+                    if element.array in self.program.accumulators
+                    else ir.Element(element.array, tuple(ir.substitute(i, output)
+                                                         for i in element.indices))
+                    for element in ir.elements(write.body)]
         body = write.body
-        if self.parts > 1 and not self.workspace:  # each part adds its sum into the output
-            update = "-=" if self.program.contraction.op == "-=" else "+="  # (zeroed for "=")
-            body = ir.Assign(body.target, update, body.value, atomic=True)
-        written = replace(write, body=body, accesses=tuple(accesses))
-        point = self.point(f"{e} mod {self.threads}",
-                           ["2", "0", "3", f"floor({e}/{self.threads})", "0", "0", "0"], prefix)
-        schedule = isl.UnionMap.from_map(isl.Map(
-            f"{{ {head} -> [{point}]{every_part} }}").intersect_domain(write.accesses[0].domain()))
         if self.workspace:  # each part stores its sum; a second pass adds them in order
-            part = MAPPED_DIMS + len(self.batch)  # after the block, thread and batch dims
-            schedule, (written,) = to_workspace(self.program, schedule, (written,), self.parts,
-                                                part)
-        self.statements.append(written)
-        self.schedule = self.schedule.union(schedule)
+            stored = tuple(output[i] for i in self.program.output_indices)
+            part = (_var("part"),)
+            accesses[0] = ir.Element(PARTS, part + stored if self.program.layout == "C"
+                                     else stored + part)
+            body = ir.Assign(ir.Element(PARTS, ()), "=", body.value)
+        elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
+            update = "-=" if self.program.contraction.op == "-=" else "+="
+            body = ir.Assign(body.target, update, body.value, atomic=True)
+        self.add(write.name, Kind.WRITE, [*self.prefix(), "e"],
+                 f"{self.prefix_bounds()} and 0 <= e < {tile_m * tile_n} and {inside}", body,
+                 accesses, self.point(f"e mod {self.threads}",
+                                      ["2", "0", "3", f"floor(e/{self.threads})",
+                                       "0", "0", "0"]))
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3

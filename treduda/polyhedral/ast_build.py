@@ -316,6 +316,29 @@ def formula(function: isl.PwAff, names: list[str]) -> ir.Expr:
     return _expr(build.expr_from_pw_aff(function), {})
 
 
+_ISL_OPS = {ir.Op.ADD: "+", ir.Op.SUB: "-", ir.Op.MUL: "*"}
+
+
+def isl_text(e: ir.Expr) -> str:
+    """Integer expression ``e`` of the kernel IR as isl's quasi-affine text, so that a strategy
+    writes an index expression once and gets both its access relation and its formula (the
+    inverse of :func:`formula`): ``/`` (of non-negative operands) and ``floord`` are floors,
+    ``%`` (of non-negative operands) is ``mod``."""
+    if isinstance(e, ir.Int):
+        return str(e.value)
+    if isinstance(e, ir.Var):
+        return e.name
+    if isinstance(e, ir.Neg):
+        return f"(-{isl_text(e.operand)})"
+    if isinstance(e, ir.Binary) and e.op in _ISL_OPS:
+        return f"({isl_text(e.left)} {_ISL_OPS[e.op]} {isl_text(e.right)})"
+    if isinstance(e, ir.Binary) and e.op in (ir.Op.DIV, ir.Op.FLOOR_DIV):
+        return f"floor({isl_text(e.left)}/{isl_text(e.right)})"
+    if isinstance(e, ir.Binary) and e.op is ir.Op.MOD:
+        return f"({isl_text(e.left)} mod {isl_text(e.right)})"
+    raise TredudaError(f"{e} is no quasi-affine expression isl can take")
+
+
 class _Converter:
     """Walks an isl AST and builds kernel IR statements.
 
