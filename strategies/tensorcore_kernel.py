@@ -59,6 +59,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
+from treduda.codegen.simplify import simplify
 from treduda.frontend import dtypes
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
@@ -124,6 +125,15 @@ def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[
     position = group.index(index)
     digit = _over(value, math.prod(sizes[i] for i in group[:position]))
     return digit if position == len(group) - 1 else _modulo(digit, sizes[index])
+
+
+def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[str, tuple[int, int]]:
+    """The smallest and largest value of each of ``domain``'s ``indices`` (none where it is
+    empty)."""
+    if domain.is_empty():
+        return {}
+    return {index: (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
+            for d, index in enumerate(indices)}
 
 
 class Builder:
@@ -197,8 +207,10 @@ class Builder:
         domain = isl.Set(f"{{ {head} : {constraints} }}")
         maps = tuple(isl.Map(f"{{ {head} -> {_isl_element(a)} }}").intersect_domain(domain)
                      for a in accesses)
+        ranges = _ranges(domain, indices) if accesses else {}
+        formulas = tuple(tuple(simplify(i, ranges) for i in a.indices) for a in accesses)
         self.statements.append(Statement(name, kind, tuple(indices), body, maps,
-                                         formulas=tuple(a.indices for a in accesses)))
+                                         formulas=formulas))
         schedule = isl.UnionMap.from_map(
             isl.Map(f"{{ {head} -> [{point}] }}").intersect_domain(domain))
         self.schedule = schedule if self.schedule is None else self.schedule.union(schedule)
@@ -221,6 +233,13 @@ class Builder:
     def warp_domain(self) -> str:
         return (f"{self.prefix_bounds()} and 0 <= w < {self.threads // WARP} "
                 f"and 0 <= l < {WARP}")
+
+    def dealt(self, elements: int) -> str:
+        """The constraints of ``elements`` dealt to the block's threads: element
+        ``e = T c + t`` to thread ``t`` (of ``T``) in iteration ``c``, so consecutive threads
+        take consecutive elements."""
+        return (f"0 <= t < {self.threads} and 0 <= c < {-(-elements // self.threads)} "
+                f"and {self.threads}*c + t < {elements}")
 
     def steps(self) -> int:
         return -(-self.extent["k"] // self.tile["k"])
@@ -271,7 +290,7 @@ class Builder:
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
         width = 1 if self.widths is None else self.widths[tensor]
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
-        e = _var("e")
+        e = _plus(_times(self.threads, _var("c")), _var("t"))
         row, column = _over(e, runs), _times(width, _modulo(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
@@ -287,13 +306,10 @@ class Builder:
             indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
         inside = (f"{isl_text(value[free])} < {self.extent[free]} and "
                   f"{isl_text(value['k'])} < {self.extent['k']}")
-        domain = (f"{self.prefix_bounds()} and {self.step_bounds()} "
-                  f"and 0 <= e < {rows * runs}")
-        names = [*self.prefix(), "ks", "e"]
+        domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
+        names = [*self.prefix(), "ks", "c", "t"]
         target = ir.Element(tile, (*self.buffer(), row, column))
-        point = self.point(f"e mod {self.threads}", ["1", step, str(STAGE_COPY),
-                                                      f"floor(e/{self.threads})", str(order),
-                                                      "0", "0"])
+        point = self.point("t", ["1", step, str(STAGE_COPY), "c", str(order), "0", "0"])
         element, source = ir.Element(tile, ()), ir.Element(tensor, ())
         copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
         zero_accesses = [target]
@@ -420,7 +436,7 @@ class Builder:
         the output. Its own domain (the output's indices) would leave isl to invert ``e``'s
         groups of indices when scanning it, which took minutes for tccg_20."""
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
-        e = _var("e")
+        e = _plus(_times(self.threads, _var("c")), _var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
         output_fastest = fastest_first(self.program.output_indices, self.program.layout)
         along_n = not output_fastest or output_fastest[0] not in self.m
@@ -448,11 +464,9 @@ class Builder:
         elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
             update = "-=" if self.program.contraction.op == "-=" else "+="
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        self.add(write.name, Kind.WRITE, [*self.prefix(), "e"],
-                 f"{self.prefix_bounds()} and 0 <= e < {tile_m * tile_n} and {inside}", body,
-                 accesses, self.point(f"e mod {self.threads}",
-                                      ["2", "0", "3", f"floor(e/{self.threads})",
-                                       "0", "0", "0"]))
+        self.add(write.name, Kind.WRITE, [*self.prefix(), "c", "t"],
+                 f"{self.prefix_bounds()} and {self.dealt(tile_m * tile_n)} and {inside}", body,
+                 accesses, self.point("t", ["2", "0", "3", "c", "0", "0", "0"]))
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3

@@ -9,6 +9,8 @@ import random
 import tempfile
 import zlib
 
+import islpy as isl
+import numpy as np
 import pytest
 
 import treduda
@@ -138,6 +140,29 @@ def bound_paths_hold(searcher) -> int:
             assert bounds[prefix] >= previous * (1 - 1e-12), ("refining lowered the bound", prefix)
             previous = bounds[prefix]
     return leaves
+
+
+def formulas_name_their_relations(statements) -> int:
+    """Check that the AST builder may take each statement's index expressions from its
+    formulas: at every point of each access relation they name the element the relation
+    names. Returns how many points were checked."""
+    checked = 0
+    for s in (s for s in statements if s.formulas is not None):
+        for access, formulas in zip(s.accesses, s.formulas, strict=True):
+            points: list[isl.Point] = []
+            access.wrap().foreach_point(points.append)
+            if not points:
+                continue
+            values = np.array([[p.get_coordinate_val(isl.dim_type.set, d).to_python()
+                                for d in range(len(s.indices) + len(formulas))]
+                               for p in points]).reshape(len(points), -1)
+            coordinates = dict(zip(s.indices, values.T, strict=False))
+            for n, f in enumerate(formulas):
+                found = ir.evaluate(f, coordinates)
+                assert np.array_equal(np.broadcast_to(found, len(points)),
+                                      values[:, len(s.indices) + n]), (s.name, n)
+            checked += len(points)
+    return checked
 
 
 def without(kernel: treduda.Kernel, kind: type) -> treduda.Kernel:

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import math
 
-import islpy as isl
 import numpy as np
 import pytest
+from conftest import formulas_name_their_relations
 from treduda.strategies.staging_kernel import copy_coordinate
 
 import treduda
@@ -137,18 +137,6 @@ def test_the_copies_formulas_are_their_access_relations(layout, preload, double_
               "preload": preload, "double_buffer": double_buffer}
     scheduled = get("tiled+staged").apply(plan(GEMM, {"i": 10, "j": 13, "k": 7}, layout),
                                           params)
-    checked = 0
-    for s in (s for s in scheduled.statements if s.kind is Kind.COPY):
-        for access, formulas in zip(s.accesses, s.formulas, strict=True):
-            points: list[isl.Point] = []
-            access.wrap().foreach_point(points.append)
-            values = np.array([[p.get_coordinate_val(isl.dim_type.set, d).to_python()
-                                for d in range(len(s.indices) + len(formulas))]
-                               for p in points])
-            coordinates = dict(zip(s.indices, values.T, strict=False))
-            for n, f in enumerate(formulas):
-                found = ir.evaluate(f, coordinates)
-                assert np.array_equal(np.broadcast_to(found, len(points)),
-                                      values[:, len(s.indices) + n]), (s.name, n)
-            checked += len(points)
+    checked = formulas_name_their_relations(
+        s for s in scheduled.statements if s.kind is Kind.COPY)
     assert checked > 500

@@ -9,12 +9,13 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import bound_paths_hold
+from conftest import bound_paths_hold, formulas_name_their_relations
 
 import treduda
 from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
 from treduda.polyhedral.lower import plan
+from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
@@ -33,6 +34,9 @@ CASES = {
     "tccg_05": ("C[a,b,c,d]=A[e,b,a,d]*B[c,e]", {"a": 4, "b": 6, "c": 20, "d": 5, "e": 19}),
     "tccg_09": ("C[a,b,c,d]=A[e,a]*B[e,b,c,d]", {"a": 18, "b": 5, "c": 4, "d": 3, "e": 22}),
     "tccg_10": ("C[a,b,c,d]=A[e,b]*B[a,e,c,d]", {"a": 3, "b": 17, "c": 4, "d": 5, "e": 20}),
+    # M, N and K each a group of two indices
+    "tccg_20": ("C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]",
+                {"a": 7, "b": 5, "c": 6, "d": 4, "e": 5, "f": 3}),
     "batched": ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 3, "i": 20, "j": 18, "k": 24}),
     "update": ("C[i,j] += alpha*A[i,k]*B[k,j]", {"i": 33, "j": 17, "k": 41}),
     "scaled": ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 33, "j": 17, "k": 41}),
@@ -102,6 +106,26 @@ def test_a_deterministic_split_stores_its_parts_and_adds_them_in_order(expressio
     first, again = (kernel.run(casting="unsafe", **{name: np.copy(value) for name, value
                                                     in values.items()}) for _ in range(2))
     assert np.asarray(first).tobytes() == np.asarray(again).tobytes()
+
+
+@pytest.mark.parametrize(("expression", "sizes", "layout", "dtype", "precision",
+                          "deterministic", "params"), [
+    (*CASES["tccg_20"], "F", "float16", "highest", False, None),
+    (*CASES["tccg_03"], "C", "float32", "3xtf32", False, {"double_buffer": True, "split": 2}),
+    (CASES["update"][0], {"i": 33, "j": 17, "k": 150}, "F", "bfloat16", "highest", True,
+     {**ONE_WARP, "split": 4})], ids=["tccg_20", "tccg_03_3xtf32", "workspace"])
+def test_the_statements_formulas_name_their_relations(expression, sizes, layout, dtype,
+                                                      precision, deterministic, params):
+    """Every statement of a tensor-core kernel gives its index expressions in closed form,
+    which the AST builder takes instead of composing its accesses with the schedule (isl
+    took minutes for tccg_20's groups of indices): at every point of every access relation
+    they name the same element (copies and zero-fills of grouped operands, two buffers, the
+    write of a grouped output, into the output or a split's workspace)."""
+    program = plan(expression, sizes, layout, dtype, deterministic=deterministic,
+                   precision=precision)
+    statements = get("tensorcore").apply(program, params).statements
+    assert all(s.formulas is not None for s in statements)
+    assert formulas_name_their_relations(statements) > 5000
 
 
 @pytest.mark.parametrize(("expression", "sizes"), [  # treduda/suites/tapp_ccsd_bottlenecks.tsv

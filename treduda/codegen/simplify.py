@@ -1,0 +1,133 @@
+"""Index arithmetic simplified with the ranges of its variables.
+
+A strategy that writes an access's index expressions itself (``Statement.formulas``) writes
+them plainly: the tile element ``e = T c + t`` a thread copies, its row ``e / 64``, the tensor
+index ``((64 bm + e mod 64) / 384) mod 12`` of a group of indices. Given each variable's range
+(all non-negative), :func:`simplify` rewrites divisions and remainders by constants into what
+isl's AST generator writes when it knows the loops (``2 c + t / 64``, ``bm / 6``), which saves
+the kernel integer instructions in its main loop. For a sum ``S = d q + k x + r`` (``q`` the
+terms whose coefficients ``d`` divides, ``d = k m``, ``0 <= r < k``):
+
+* ``S / d = q + (k x + r) / d`` and ``S mod d = (k x + r) mod d`` (``k x + r >= 0``);
+* ``(k x + r) / d = x / m`` and ``(k x + r) mod d = k (x mod m) + r``;
+* ``S / d = 0`` and ``S mod d = S`` where ``0 <= S < d``;
+* ``(x / a) / b = x / (a b)`` and ``(x mod a b) mod b = x mod b``.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from . import ir
+
+Range = tuple[int, int]  # the smallest and the largest value
+
+
+def simplify(e: ir.Expr, ranges: Mapping[str, Range]) -> ir.Expr:
+    """``e`` (integer arithmetic on non-negative values, C's ``/`` and ``%``) with its
+    divisions and remainders by constants simplified, the variables named in ``ranges``
+    taking only values in their range."""
+    if isinstance(e, ir.Binary):
+        left, right = simplify(e.left, ranges), simplify(e.right, ranges)
+        if e.op in (ir.Op.DIV, ir.Op.MOD) and isinstance(right, ir.Int) and right.value > 0:
+            return _divided(left, right.value, e.op, ranges)
+        return ir.Binary(e.op, left, right)
+    if isinstance(e, ir.Neg):
+        return ir.Neg(simplify(e.operand, ranges))
+    return e
+
+
+def bounds(e: ir.Expr, ranges: Mapping[str, Range]) -> Range | None:
+    """The smallest and largest value ``e`` takes, or None where that is not known."""
+    if isinstance(e, ir.Int):
+        return e.value, e.value
+    if isinstance(e, ir.Var):
+        return ranges.get(e.name)
+    if isinstance(e, ir.Neg):
+        inner = bounds(e.operand, ranges)
+        return None if inner is None else (-inner[1], -inner[0])
+    if not isinstance(e, ir.Binary):
+        return None
+    left, right = bounds(e.left, ranges), bounds(e.right, ranges)
+    if left is None or right is None:
+        return None
+    if e.op is ir.Op.ADD:
+        return left[0] + right[0], left[1] + right[1]
+    if e.op is ir.Op.SUB:
+        return left[0] - right[1], left[1] - right[0]
+    if e.op is ir.Op.MUL:
+        products = [a * b for a in left for b in right]
+        return min(products), max(products)
+    if e.op in (ir.Op.DIV, ir.Op.MOD) and left[0] >= 0 and right[0] > 0:
+        if e.op is ir.Op.DIV:
+            return left[0] // right[1], left[1] // right[0]
+        return (left[0], left[1]) if left[1] < right[0] else (0, right[1] - 1)
+    return None
+
+
+def _divided(value: ir.Expr, d: int, op: ir.Op, ranges: Mapping[str, Range]) -> ir.Expr:
+    """``value / d`` or ``value % d``, simplified by the rules of the module's doc."""
+    if d == 1:
+        return value if op is ir.Op.DIV else ir.Int(0)
+    if isinstance(value, ir.Binary) and isinstance(value.right, ir.Int) and _non_negative(
+            value.left, ranges):
+        inner = value.right.value
+        if op is ir.Op.DIV and value.op is ir.Op.DIV:
+            return _divided(value.left, inner * d, op, ranges)
+        if op is ir.Op.MOD and value.op is ir.Op.MOD and inner % d == 0:
+            return _divided(value.left, d, op, ranges)
+    terms, constant = ir.affine(value)
+    multiples = {t: c // d for t, c in terms.items() if c % d == 0}
+    rest = {t: c for t, c in terms.items() if c % d != 0}
+    quotient, constant = divmod(constant, d)
+    remainder = _sum(rest, constant)
+    if not _non_negative(remainder, ranges):
+        return ir.Binary(op, value, ir.Int(d))
+    head = _sum(multiples, quotient) if op is ir.Op.DIV else ir.Int(0)
+    span = bounds(remainder, ranges)
+    if span is not None and span[1] < d:  # the remainder is its own
+        return head if op is ir.Op.DIV else remainder
+    for k in sorted({math.gcd(c, d) for c in rest.values()}, reverse=True):
+        if k == 1:
+            break
+        small = _sum({t: c for t, c in rest.items() if c % k != 0}, constant)
+        span = bounds(small, ranges)
+        if span is None or span[0] < 0 or span[1] >= k:
+            continue
+        large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, 0)
+        if op is ir.Op.DIV:
+            return _plus(head, _divided(large, d // k, op, ranges))
+        return _plus(_scaled(k, _divided(large, d // k, op, ranges)), small)
+    return _plus(head, ir.Binary(op, remainder, ir.Int(d)))
+
+
+def _non_negative(e: ir.Expr, ranges: Mapping[str, Range]) -> bool:
+    span = bounds(e, ranges)
+    return span is not None and span[0] >= 0
+
+
+def _sum(terms: Mapping[ir.Expr, int], constant: int) -> ir.Expr:
+    """``sum(coefficient * term) + constant``."""
+    result: ir.Expr = ir.Int(0)
+    for term, coefficient in terms.items():
+        result = _plus(result, _scaled(coefficient, term))
+    return _plus(result, ir.Int(constant))
+
+
+def _scaled(k: int, e: ir.Expr) -> ir.Expr:
+    if k == 0 or e == ir.Int(0):
+        return ir.Int(0)
+    if isinstance(e, ir.Int):
+        return ir.Int(k * e.value)
+    return e if k == 1 else ir.Binary(ir.Op.MUL, ir.Int(k), e)
+
+
+def _plus(a: ir.Expr, b: ir.Expr) -> ir.Expr:
+    if a == ir.Int(0):
+        return b
+    if b == ir.Int(0):
+        return a
+    if isinstance(b, ir.Int) and b.value < 0:
+        return ir.Binary(ir.Op.SUB, a, ir.Int(-b.value))
+    return ir.Binary(ir.Op.ADD, a, b)
