@@ -11,17 +11,20 @@ output. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
-    copy/zero_X[P, ks, e]     -> [.., e mod T, .., batch, 1, ks, 1, floor(e/T), X, 0, 0]
+    copy/zero_X[P, ks, c, t]  -> [.., t, .., batch, 1, ks, 1, c, X, 0, 0]
     sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
     load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
                               -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
-    sync, store[P, w, f, l], sync, write[o] (a thread per e = position in the C tile)
-                              -> [.., 2, 0, 0 | 1 | 2 | 3, floor(e/T), 0, 0, f]
+    sync, store[P, w, f, l], sync, write[P, c, t]
+                              -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f]
 
-with ``P = [bn, bm, batch]``. With ``double_buffer`` each operand tile has two buffers, the
-step's parity choosing one: step ``k`` fills the buffer step ``k - 2`` read, which every thread
-finished before step ``k - 1``'s second barrier, so the first barrier goes (as in the staging
-strategy), and a step's copies are issued right after the previous step's MMAs.
+with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
+element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+
+With ``double_buffer`` each operand tile has two buffers, the step's parity choosing one: step
+``k`` fills the buffer step ``k - 2`` read, which every thread finished before step ``k - 1``'s
+second barrier, so the first barrier goes (as in the staging strategy), and a step's copies
+are issued right after the previous step's MMAs.
 
 With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
 operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
@@ -32,22 +35,30 @@ read, before step ``ks - 1``'s MMAs, which they overlap.
 
 With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
 steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
-(which starts at zero for ``=``), as the tiled strategy's split-K does; the write is scheduled
-once per part (a free dimension of its schedule). In a deterministic program the write stores
-the part's tile into a workspace instead (``tiling.to_workspace``), which a second kernel adds
-in order: the only split into float16 or bfloat16 (OpenCL has no 16-bit atomic addition).
+(which starts at zero for ``=``), as the tiled strategy's split-K does. In a deterministic
+program the write stores the part's tile into a workspace instead (``tiling.parts_workspace``),
+which a second kernel adds in order: the only split into float16 or bfloat16 (OpenCL has no
+16-bit atomic addition).
 
 The warp-collective statements have the lane ``l`` in their domain but not in their operands:
 isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins every thread dimension, and every
 thread of a warp executes the statement with the same operands, which is what a
-warp-collective operation needs. The copies, zero-fills and writes,
-their guards for partial tiles and the thread each is dealt to come from isl's scan as in the
-staging strategy; the shared tiles' extents are the tile parameters' by construction (the 2-D
-tile of the linearised groups), not a box hull. That staging is the strategy's own: fragment
-loads read whole fragments, so the tiles need zeros outside the tensors and rows a fragment
-load accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged``
-is refused (see :meth:`.tensorcore.TensorCore.describe` for what the geometry's quantities
-mean here).
+warp-collective operation needs.
+
+Every statement's index expressions are written once, as kernel IR: isl's text of them gives
+the access relations, and simplified with the ranges of the statement's coordinates
+(:func:`~treduda.codegen.simplify.simplify`) they are its ``formulas``, which the AST builder
+takes instead of composing the relations with the schedule. Left to isl, the copies of
+operands whose M, N or K are groups of indices (``floor((96 bm + r) / 96) mod 84``) and the
+write of such an output, over the output's own indices, took tccg_20 minutes to scan. The
+guards for partial tiles come from isl's scan of the domains.
+
+The shared tiles' extents are the tile parameters' by construction (the 2-D tile of the
+linearised groups), not a box hull. That staging is the strategy's own: fragment loads read
+whole fragments, so the tiles need zeros outside the tensors and rows a fragment load
+accepts, which the staging strategy's footprint boxes do not give; ``tensorcore+staged`` is
+refused (see :meth:`.tensorcore.TensorCore.describe` for what the geometry's quantities mean
+here).
 """
 
 from __future__ import annotations
