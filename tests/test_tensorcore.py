@@ -6,10 +6,12 @@ HMMA/DMMA in the main loop."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
 from conftest import bound_paths_hold, formulas_name_their_relations
+from treduda.strategies.tensorcore_tiles import gemm_groups, mma_shape
 
 import treduda
 from treduda.codegen import ir, serial
@@ -281,22 +283,22 @@ def test_tensor_cores_are_offered_only_where_the_gpu_has_them():
     assert offered(plan(GEMM, PARTIAL, dtype="float64"), gpu("RTX3070")) == ("tiled+staged",)
 
 
-def _suite_kernels(names: tuple[str, ...]) -> tuple[list[str], int]:
-    """The CUDA of every row of the tensor-core suites ``names`` at full size, by the
-    strategy's default tiles, and how many rows it refuses (not GEMM-shaped)."""
+def _suite_kernels(names: tuple[str, ...]) -> tuple[list[treduda.Kernel], int]:
+    """Every row of the tensor-core suites ``names`` at full size, by the strategy's default
+    tiles, and how many rows it refuses (not GEMM-shaped)."""
     from treduda.suites import SUITES, load
 
-    sources, refused = [], 0
+    kernels, refused = [], 0
     for name in names:
         suite = SUITES[name]
         for row in load(name):
             try:
-                sources.append(treduda.compile(row.expression, row.sizes, dtype=suite.dtype,
+                kernels.append(treduda.compile(row.expression, row.sizes, dtype=suite.dtype,
                                                precision=suite.precision, layout=row.layout,
-                                               strategy="tensorcore", cache=False).cuda_source)
+                                               strategy="tensorcore", cache=False))
             except StrategyError:
                 refused += 1
-    return sources, refused
+    return kernels, refused
 
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
@@ -305,7 +307,8 @@ def _suite_kernels(names: tuple[str, ...]) -> tuple[list[str], int]:
     pytest.param(("tccg_fp16", "tccg_bf16", "tccg_tf32"), marks=pytest.mark.matrix)],
     ids=["gemm", "tccg"])
 def test_nvcc_and_nvrtc_compile_every_tensor_core_suite_kernel(suites):
-    sources, refused = _suite_kernels(suites)
+    kernels, refused = _suite_kernels(suites)
+    sources = [kernel.cuda_source for kernel in kernels]
     assert sources and refused < len(sources)
     for arch in ("sm_80", "sm_90"):
         reports = compile_cuda_batch(sources, arch)
@@ -313,3 +316,23 @@ def test_nvcc_and_nvrtc_compile_every_tensor_core_suite_kernel(suites):
     if nvrtc_available() and toolkit_headers():  # as CuPy compiles them on a GPU
         for arch in ("compute_80", "compute_90"):
             assert all("mma.sync" in compile_nvrtc(source, arch) for source in sources)
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_every_tccg_tensor_core_kernel_multiplies_on_tensor_cores():
+    """HMMA in every TCCG kernel's SASS and no FFMA, and HMMA in the main loop wherever the
+    reduction is a loop nvcc keeps (tccg_31-48 sum 24 values, one step; tccg_10 and 11 three
+    steps, which nvcc unrolls)."""
+    kernels, _ = _suite_kernels(("tccg_fp16", "tccg_tf32"))
+    looped = 0
+    for kernel in kernels:
+        report = kernel.sass_report("sm_90")
+        assert report.mma > 0 and report.ffma == 0, kernel.expression
+        _, _, _, _, k, _ = gemm_groups(kernel.program)
+        step = mma_shape(kernel.program)[2] * kernel.params["frags_k"]
+        if math.prod(kernel.program.sizes[i] for i in k) >= 8 * step:
+            assert report.main_loop_mma > 0, kernel.expression
+            looped += 1
+    assert looped >= 40
