@@ -138,12 +138,12 @@ def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[
     return digit if position == len(group) - 1 else _modulo(digit, sizes[index])
 
 
-def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[str, tuple[int, int]]:
+def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
     """The smallest and largest value of each of ``domain``'s ``indices`` (none where it is
     empty)."""
     if domain.is_empty():
         return {}
-    return {index: (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
+    return {_var(index): (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
             for d, index in enumerate(indices)}
 
 

@@ -8,10 +8,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import bounds, simplify
+from treduda.codegen.simplify import simplify, value_range
 
 c, t, bm = ir.Var("c"), ir.Var("t"), ir.Var("bm")
-RANGES = {"c": (0, 15), "t": (0, 127), "bm": (0, 11)}
+RANGES = {c: (0, 15), t: (0, 127), bm: (0, 11)}
 
 
 def _plus(*terms: ir.Expr) -> ir.Expr:
@@ -33,10 +33,10 @@ def _mod(e: ir.Expr, d: int) -> ir.Expr:
     return ir.Binary(ir.Op.MOD, e, ir.Int(d))
 
 
-def _grid(ranges: dict[str, tuple[int, int]]) -> dict[str, np.ndarray]:
-    names = list(ranges)
+def _grid(ranges: dict[ir.Var, tuple[int, int]]) -> dict[str, np.ndarray]:
+    """Every point of ``ranges``, by variable name."""
     axes = np.meshgrid(*(np.arange(lo, hi + 1) for lo, hi in ranges.values()), indexing="ij")
-    return {name: axis.ravel() for name, axis in zip(names, axes, strict=True)}
+    return {v.name: axis.ravel() for v, axis in zip(ranges, axes, strict=True)}
 
 
 def _equal_everywhere(e: ir.Expr, simplified: ir.Expr, ranges) -> bool:
@@ -78,9 +78,9 @@ def test_what_it_cannot_prove_non_negative_it_leaves():
     x = ir.Var("x")
     e = _div(_plus(_times(64, c), x), 32)
     assert simplify(e, RANGES) == e
-    assert simplify(_div(_plus(_times(64, c), x), 32), {**RANGES, "x": (0, 99)}) == _plus(
+    assert simplify(_div(_plus(_times(64, c), x), 32), {**RANGES, x: (0, 99)}) == _plus(
         _times(2, c), _div(ir.Var("x"), 32))
-    assert bounds(_mod(x, 8), {}) is None
+    assert value_range(_mod(x, 8), {}) is None
 
 
 def _expressions(depth: int) -> st.SearchStrategy:
@@ -106,10 +106,10 @@ def test_simplified_expressions_equal_their_originals_at_every_point(e):
     assert _operations(simplified) <= _operations(e) + 2  # never much longer
 
 
-def test_bounds_hold_at_every_point():
+def test_value_ranges_hold_at_every_point():
     expressions = [E, _div(E, 64), _mod(E, 96), _plus(_times(3, bm), _div(t, 5)),
                    _mod(_div(E, 4), 384)]
     for e in expressions:
-        low, high = bounds(e, RANGES)
+        low, high = value_range(e, RANGES)
         values = ir.evaluate(e, _grid(RANGES))
         assert low <= values.min() and values.max() <= high, e

@@ -24,86 +24,91 @@ from . import ir
 Range = tuple[int, int]  # the smallest and the largest value
 
 
-def simplify(e: ir.Expr, ranges: Mapping[str, Range]) -> ir.Expr:
+def simplify(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> ir.Expr:
     """``e`` (integer arithmetic on non-negative values, C's ``/`` and ``%``) with its
-    divisions and remainders by constants simplified, the variables named in ``ranges``
+    divisions and remainders by constants simplified, the expressions ``known`` (variables)
     taking only values in their range."""
     if isinstance(e, ir.Binary):
-        left, right = simplify(e.left, ranges), simplify(e.right, ranges)
+        left, right = simplify(e.left, known), simplify(e.right, known)
         if e.op in (ir.Op.DIV, ir.Op.MOD) and isinstance(right, ir.Int) and right.value > 0:
-            return _divided(left, right.value, e.op, ranges)
+            return _divided(left, right.value, e.op, known)
         return ir.Binary(e.op, left, right)
     if isinstance(e, ir.Neg):
-        return ir.Neg(simplify(e.operand, ranges))
+        return ir.Neg(simplify(e.operand, known))
     return e
 
 
-def bounds(e: ir.Expr, ranges: Mapping[str, Range]) -> Range | None:
-    """The smallest and largest value ``e`` takes, or None where that is not known."""
+def value_range(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> Range | None:
+    """The smallest and largest value of integer expression ``e``, from the ranges of the
+    expressions ``known`` (None where it depends on something unknown)."""
     if isinstance(e, ir.Int):
         return e.value, e.value
-    if isinstance(e, ir.Var):
-        return ranges.get(e.name)
+    if e in known:
+        return known[e]
     if isinstance(e, ir.Neg):
-        inner = bounds(e.operand, ranges)
+        inner = value_range(e.operand, known)
         return None if inner is None else (-inner[1], -inner[0])
     if not isinstance(e, ir.Binary):
         return None
-    left, right = bounds(e.left, ranges), bounds(e.right, ranges)
-    if left is None or right is None:
+    a, b = value_range(e.left, known), value_range(e.right, known)
+    if a is None or b is None:
         return None
     if e.op is ir.Op.ADD:
-        return left[0] + right[0], left[1] + right[1]
+        return a[0] + b[0], a[1] + b[1]
     if e.op is ir.Op.SUB:
-        return left[0] - right[1], left[1] - right[0]
-    if e.op is ir.Op.MUL:
-        products = [a * b for a in left for b in right]
-        return min(products), max(products)
-    if e.op in (ir.Op.DIV, ir.Op.MOD) and left[0] >= 0 and right[0] > 0:
-        if e.op is ir.Op.DIV:
-            return left[0] // right[1], left[1] // right[0]
-        return (left[0], left[1]) if left[1] < right[0] else (0, right[1] - 1)
+        return a[0] - b[1], a[1] - b[0]
+    if e.op in (ir.Op.MUL, ir.Op.MIN, ir.Op.MAX):
+        values = [ir.apply(e.op, x, y) for x in a for y in b]
+        return int(min(values)), int(max(values))
+    if b[0] != b[1] or b[0] <= 0:
+        return None  # division and remainder by a positive constant only
+    m = b[0]
+    if e.op is ir.Op.FLOOR_DIV or (e.op is ir.Op.DIV and a[0] >= 0):
+        return a[0] // m, a[1] // m
+    if e.op is ir.Op.MOD and a[0] >= 0:
+        same = a[0] // m == a[1] // m
+        return (a[0] % m, a[1] % m) if same else (0, m - 1)
     return None
 
 
-def _divided(value: ir.Expr, d: int, op: ir.Op, ranges: Mapping[str, Range]) -> ir.Expr:
+def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -> ir.Expr:
     """``value / d`` or ``value % d``, simplified by the rules of the module's doc."""
     if d == 1:
         return value if op is ir.Op.DIV else ir.Int(0)
     if isinstance(value, ir.Binary) and isinstance(value.right, ir.Int) and _non_negative(
-            value.left, ranges):
+            value.left, known):
         inner = value.right.value
         if op is ir.Op.DIV and value.op is ir.Op.DIV:
-            return _divided(value.left, inner * d, op, ranges)
+            return _divided(value.left, inner * d, op, known)
         if op is ir.Op.MOD and value.op is ir.Op.MOD and inner % d == 0:
-            return _divided(value.left, d, op, ranges)
+            return _divided(value.left, d, op, known)
     terms, constant = ir.affine(value)
     multiples = {t: c // d for t, c in terms.items() if c % d == 0}
     rest = {t: c for t, c in terms.items() if c % d != 0}
     quotient, constant = divmod(constant, d)
     remainder = _sum(rest, constant)
-    if not _non_negative(remainder, ranges):
+    if not _non_negative(remainder, known):
         return ir.Binary(op, value, ir.Int(d))
     head = _sum(multiples, quotient) if op is ir.Op.DIV else ir.Int(0)
-    span = bounds(remainder, ranges)
+    span = value_range(remainder, known)
     if span is not None and span[1] < d:  # the remainder is its own
         return head if op is ir.Op.DIV else remainder
     for k in sorted({math.gcd(c, d) for c in rest.values()}, reverse=True):
         if k == 1:
             break
         small = _sum({t: c for t, c in rest.items() if c % k != 0}, constant)
-        span = bounds(small, ranges)
+        span = value_range(small, known)
         if span is None or span[0] < 0 or span[1] >= k:
             continue
         large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, 0)
         if op is ir.Op.DIV:
-            return _plus(head, _divided(large, d // k, op, ranges))
-        return _plus(_scaled(k, _divided(large, d // k, op, ranges)), small)
+            return _plus(head, _divided(large, d // k, op, known))
+        return _plus(_scaled(k, _divided(large, d // k, op, known)), small)
     return _plus(head, ir.Binary(op, remainder, ir.Int(d)))
 
 
-def _non_negative(e: ir.Expr, ranges: Mapping[str, Range]) -> bool:
-    span = bounds(e, ranges)
+def _non_negative(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> bool:
+    span = value_range(e, known)
     return span is not None and span[0] >= 0
 
 

@@ -18,9 +18,8 @@ from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
+from .simplify import value_range
 
-# The values an integer expression may take, or None where they are not known.
-Range = tuple[int, int] | None
 _TRUE, _FALSE = ir.Int(1), ir.Int(0)
 _COMPARISONS = (ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT)
 
@@ -162,7 +161,7 @@ class _Unroller:
                         for part in (side.left, side.right)]
                 return self.fold(ir.Binary(ir.Op.AND, self.fold(pair[0]), self.fold(pair[1])))
         if op is ir.Op.EQ:
-            a, b = self.range(left), self.range(right)
+            a, b = value_range(left, self.known), value_range(right, self.known)
             if a is None or b is None:
                 return e
             return (_TRUE if a[0] == a[1] == b[0] == b[1]
@@ -193,7 +192,8 @@ class _Unroller:
             return _TRUE if constant >= 0 else _FALSE
         divisor = math.gcd(*terms.values())
         terms, constant = {t: c // divisor for t, c in terms.items()}, constant // divisor
-        ranges = {t: self.range(ir.Binary(ir.Op.MUL, ir.Int(c), t)) for t, c in terms.items()}
+        ranges = {t: value_range(ir.Binary(ir.Op.MUL, ir.Int(c), t), self.known)
+                  for t, c in terms.items()}
         if None not in ranges.values():
             low = sum(r[0] for r in ranges.values()) + constant
             high = sum(r[1] for r in ranges.values()) + constant
@@ -218,39 +218,6 @@ class _Unroller:
             return ir.Binary(ir.Op.LE, smaller, ir.Int(constant))
         return ir.Binary(ir.Op.LE, smaller, ir.Binary(ir.Op.ADD, larger, ir.Int(constant))
                          if constant else larger)
-
-    def range(self, e: ir.Expr) -> Range:
-        """The smallest and largest value of integer expression ``e``, from the known ranges
-        (None where it depends on something unknown)."""
-        if isinstance(e, ir.Int):
-            return e.value, e.value
-        if e in self.known:
-            return self.known[e]
-        if isinstance(e, ir.Neg):
-            inner = self.range(e.operand)
-            return None if inner is None else (-inner[1], -inner[0])
-        if not isinstance(e, ir.Binary):
-            return None
-        a, b = self.range(e.left), self.range(e.right)
-        if a is None or b is None:
-            return None
-        if e.op is ir.Op.ADD:
-            return a[0] + b[0], a[1] + b[1]
-        if e.op is ir.Op.SUB:
-            return a[0] - b[1], a[1] - b[0]
-        if e.op in (ir.Op.MUL, ir.Op.MIN, ir.Op.MAX):
-            values = [ir.apply(e.op, x, y) for x in a for y in b]
-            return int(min(values)), int(max(values))
-        if b[0] != b[1] or b[0] <= 0:
-            return None  # division and remainder by a positive constant only
-        m = b[0]
-        if e.op is ir.Op.FLOOR_DIV or (e.op is ir.Op.DIV and a[0] >= 0):
-            return a[0] // m, a[1] // m
-        if e.op is ir.Op.MOD and a[0] >= 0:
-            same = a[0] // m == a[1] // m
-            return (a[0] % m, a[1] % m) if same else (0, m - 1)
-        return None
-
 
 def _division(e: ir.Expr) -> bool:
     """Whether ``e`` is ``floor(b / m)`` for a positive constant ``m``: isl's ``fdiv_q``, or
