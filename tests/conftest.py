@@ -142,6 +142,19 @@ def bound_paths_hold(searcher) -> int:
     return leaves
 
 
+def plus(*terms: ir.Expr) -> ir.Expr:
+    """``terms[0] + terms[1] + ..`` in the kernel IR."""
+    result = terms[0]
+    for term in terms[1:]:
+        result = ir.Binary(ir.Op.ADD, result, term)
+    return result
+
+
+def times(k: int, e: ir.Expr) -> ir.Expr:
+    """``k * e`` in the kernel IR."""
+    return ir.Binary(ir.Op.MUL, ir.Int(k), e)
+
+
 def formulas_name_their_relations(statements) -> int:
     """Check that the AST builder may take each statement's index expressions from its
     formulas: at every point of each access relation they name the element the relation

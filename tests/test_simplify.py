@@ -4,6 +4,7 @@ the expression it came from at every point of the ranges, and as short as isl wr
 from __future__ import annotations
 
 import numpy as np
+from conftest import plus, times
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -12,17 +13,6 @@ from treduda.codegen.simplify import simplify, value_range
 
 c, t, bm = ir.Var("c"), ir.Var("t"), ir.Var("bm")
 RANGES = {c: (0, 15), t: (0, 127), bm: (0, 11)}
-
-
-def _plus(*terms: ir.Expr) -> ir.Expr:
-    result = terms[0]
-    for term in terms[1:]:
-        result = ir.Binary(ir.Op.ADD, result, term)
-    return result
-
-
-def _times(k: int, e: ir.Expr) -> ir.Expr:
-    return ir.Binary(ir.Op.MUL, ir.Int(k), e)
 
 
 def _div(e: ir.Expr, d: int) -> ir.Expr:
@@ -50,11 +40,11 @@ def _operations(e: ir.Expr) -> int:
     return (isinstance(e, ir.Binary)) + sum(_operations(p) for p in ir.children(e))
 
 
-E = _plus(_times(128, c), t)  # the element thread t copies in iteration c
+E = plus(times(128, c), t)  # the element thread t copies in iteration c
 
 
 def test_a_row_of_the_element_a_thread_copies_splits_into_its_loop_and_thread_parts():
-    assert simplify(_div(E, 64), RANGES) == _plus(_times(2, c), _div(t, 64))
+    assert simplify(_div(E, 64), RANGES) == plus(times(2, c), _div(t, 64))
     assert simplify(_mod(E, 64), RANGES) == _mod(t, 64)
     assert simplify(_div(E, 256), RANGES) == _div(c, 2)  # t / 256 is 0
 
@@ -62,9 +52,9 @@ def test_a_row_of_the_element_a_thread_copies_splits_into_its_loop_and_thread_pa
 def test_a_tile_origin_inside_a_group_of_indices_divides_the_block_index():
     """The index ``floor(v / 384)`` and ``v mod 384`` of a group's value ``v = 64 bm + r``
     (tccg_01's A): 64 divides 384, so ``bm / 6`` and ``64 (bm mod 6) + r`` (as isl writes)."""
-    value = _plus(_times(64, bm), _mod(E, 64))
+    value = plus(times(64, bm), _mod(E, 64))
     assert simplify(_div(value, 384), RANGES) == _div(bm, 6)
-    assert simplify(_mod(value, 384), RANGES) == _plus(_times(64, _mod(bm, 6)), _mod(t, 64))
+    assert simplify(_mod(value, 384), RANGES) == plus(times(64, _mod(bm, 6)), _mod(t, 64))
 
 
 def test_divisions_of_divisions_and_remainders_of_remainders_fold():
@@ -76,10 +66,10 @@ def test_what_it_cannot_prove_non_negative_it_leaves():
     """Without a range for ``x`` the part left after the multiples may be negative, where
     C's division rounds towards zero and the rules would be wrong."""
     x = ir.Var("x")
-    e = _div(_plus(_times(64, c), x), 32)
+    e = _div(plus(times(64, c), x), 32)
     assert simplify(e, RANGES) == e
-    assert simplify(_div(_plus(_times(64, c), x), 32), {**RANGES, x: (0, 99)}) == _plus(
-        _times(2, c), _div(ir.Var("x"), 32))
+    assert simplify(_div(plus(times(64, c), x), 32), {**RANGES, x: (0, 99)}) == plus(
+        times(2, c), _div(ir.Var("x"), 32))
     assert value_range(_mod(x, 8), {}) is None
 
 
@@ -91,9 +81,9 @@ def _expressions(depth: int) -> st.SearchStrategy:
     divisors = st.sampled_from([1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 64, 96, 384])
     return st.one_of(
         leaves,
-        st.tuples(inner, inner).map(lambda p: _plus(*p)),
+        st.tuples(inner, inner).map(lambda p: plus(*p)),
         st.tuples(st.sampled_from([1, 2, 3, 4, 8, 16, 32, 64, 128]), inner).map(
-            lambda p: _times(*p)),
+            lambda p: times(*p)),
         st.tuples(inner, divisors).map(lambda p: _div(*p)),
         st.tuples(inner, divisors).map(lambda p: _mod(*p)))
 
@@ -107,7 +97,7 @@ def test_simplified_expressions_equal_their_originals_at_every_point(e):
 
 
 def test_value_ranges_hold_at_every_point():
-    expressions = [E, _div(E, 64), _mod(E, 96), _plus(_times(3, bm), _div(t, 5)),
+    expressions = [E, _div(E, 64), _mod(E, 96), plus(times(3, bm), _div(t, 5)),
                    _mod(_div(E, 4), 384)]
     for e in expressions:
         low, high = value_range(e, RANGES)

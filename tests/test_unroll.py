@@ -5,6 +5,7 @@ for it, and the kernels still match numpy.einsum on PoCL with tiles that the siz
 from __future__ import annotations
 
 import pytest
+from conftest import plus, times
 
 import treduda
 from treduda.codegen import ir
@@ -17,16 +18,6 @@ C = ir.Var("c")
 def const(value: int) -> ir.Int:
     return ir.Int(value)
 
-
-def plus(*terms: ir.Expr) -> ir.Expr:
-    result = terms[0]
-    for term in terms[1:]:
-        result = ir.Binary(ir.Op.ADD, result, term)
-    return result
-
-
-def times(k: int, e: ir.Expr) -> ir.Expr:
-    return ir.Binary(ir.Op.MUL, const(k), e)
 
 
 def unrolled(condition: ir.Expr, known: dict) -> tuple[ir.Stmt, ...]:
