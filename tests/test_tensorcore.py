@@ -22,6 +22,7 @@ from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.gpus import gpu
+from treduda.tuning.mma_model import model_of
 from treduda.tuning.search import Searcher, offered, search_program
 
 KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
@@ -249,6 +250,26 @@ def test_sass_has_tensor_core_instructions_in_the_main_loop(dtype, precision):
     kernel = _compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype, precision)
     report = sass_report(kernel.cuda_source, "sm_90")[0]
     assert report.main_loop_mma > 0 and report.main_loop_ffma == 0
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("async_copy", [False, True], ids=["plain", "async"])
+@pytest.mark.parametrize("warps", [(1, 1), (2, 1), (2, 2)], ids=["1x1", "2x1", "2x2"])
+def test_the_models_step_is_what_a_warp_issues(warps, async_copy):
+    """The instructions the model has a warp issue per step are its SASS main loop's within
+    20% (TF32 GEMM, whose copies nvcc does not widen): a block's copies are dealt to all its
+    warps, so more warps copy less each (the model charged each warp the whole block's copies
+    once, 2.5x the SASS with 2x2 warps)."""
+    program = plan(GEMM, {"i": 512, "j": 512, "k": 512}, dtype="float32", precision="tf32")
+    params = {"warps_m": warps[0], "warps_n": warps[1], "frags_m": 2, "frags_n": 2,
+              "frags_k": 2, "async_copy": async_copy, "double_buffer": False, "split": 1,
+              "pad": True}
+    kernel = treduda.compile(GEMM, dict(program.sizes), precision="tf32", strategy="tensorcore",
+                             params=params, cache=False)
+    found = sass_report(kernel.cuda_source, "sm_90")[0].main_loop_instructions
+    predicted = model_of(program, gpu("H100"), "tensorcore").step_instructions(kernel.params)
+    assert abs(predicted / found - 1) < 0.2, (predicted, found)
 
 
 @pytest.mark.parametrize(("dtype", "precision", "sizes"), [

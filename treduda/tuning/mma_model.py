@@ -187,6 +187,35 @@ class TensorCoreModel:
         words = accumulators * self.accumulator_bytes + slices * operands * self.bytes
         return OVERHEAD_REGISTERS + math.ceil(words / 4)
 
+    def step_instructions(self, params: Mapping[str, Any]) -> float:
+        """The instructions a warp issues per step of a complete candidate, which the
+        ``issue`` resource counts: what its SASS main loop holds, where nvcc keeps the step a
+        loop."""
+        described = self._described(params)
+        return self._warp_step(self._tile(described), _threads(described),
+                               params["async_copy"])
+
+    def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
+        """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
+        its share of the block's copies, which are dealt to all the block's threads (counted
+        once per warp, they made blocks of more warps look as many times dearer to copy)."""
+        m, n, k = self.shape
+        if asynchronous:  # a cp.async per run of the operand's copy width
+            copies = ASYNC_COPY_INSTRUCTIONS * tile["k"] * (
+                tile["m"] / self.widths[0] + tile["n"] / self.widths[1])
+        else:
+            copies = (tile["m"] + tile["n"]) * tile["k"] * (COPY_INSTRUCTIONS + (
+                STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
+        frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
+        words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
+                            math.ceil(k * n * self.bytes / 4 / 32))
+        rounding = dtypes.ROUNDING_OPERATIONS * (1 if self.program.precision == dtypes.TF32
+                                                 else 2 if self.pieces == 2 else 0)
+        loads = (frags_a * (words_a + rounding * m * k // 32)
+                 + frags_b * (words_b + rounding * k * n // 32))
+        mmas = self.products * tile["frags_m"] * tile["frags_n"]
+        return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copies / threads
+
     def _fragment_wavefronts(self, rows: int, columns: int, ld: int) -> int:
         """Wavefronts of one warp's fragment load from a tile of ``ld`` elements per row: its
         bytes in 128-byte wavefronts, or a wavefront per row where every row starts in the
@@ -230,21 +259,8 @@ class TensorCoreModel:
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        if p["async_copy"]:  # a cp.async per run of the operand's copy width
-            copy_instructions = ASYNC_COPY_INSTRUCTIONS * tile["k"] * (
-                tile["m"] / self.widths[0] + tile["n"] / self.widths[1])
-        else:
-            copy_instructions = copied * (COPY_INSTRUCTIONS + (
-                STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
+        warp_step = self._warp_step(tile, threads, p["async_copy"])
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
-                            math.ceil(k * n * self.bytes / 4 / 32))
-        rounding = dtypes.ROUNDING_OPERATIONS * (1 if self.program.precision == dtypes.TF32
-                                                 else 2 if self.pieces == 2 else 0)
-        loads = (frags_a * (words_a + rounding * m * k // 32)
-                 + frags_b * (words_b + rounding * k * n // 32))
-        mmas = self.products * tile["frags_m"] * tile["frags_n"]
-        warp_step = tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copy_instructions / 32
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
         pad = described["pad"]
@@ -275,6 +291,7 @@ class TensorCoreModel:
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
+        mmas = self.products * tile["frags_m"] * tile["frags_n"]
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
 
