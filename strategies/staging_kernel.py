@@ -54,6 +54,7 @@ from dataclasses import replace
 import islpy as isl
 
 from treduda.codegen import ir
+from treduda.codegen.simplify import plus, times
 from treduda.errors import StrategyError
 from treduda.polyhedral import geometry
 from treduda.polyhedral.ast_build import formula
@@ -412,7 +413,7 @@ def copy_coordinate(stride: int, modulus: int | None, block: Sequence[int]) -> i
     digits = [(ir.Var("t0"), 1, bx), (ir.Var("t1"), bx, by), (ir.Var("t2"), bx * by, bz),
               (ir.Var("c"), threads, None)]
     if not (all(_power_of_two(b) for b in block) and aligned(stride) and aligned(top)):
-        e = _total([(v, w) for v, w, _ in digits])
+        e = plus(*(times(w, v) for v, w, _ in digits))
         quotient = ir.Binary(ir.Op.DIV, e, ir.Int(stride))
         return quotient if modulus is None else ir.Binary(ir.Op.MOD, quotient, ir.Int(modulus))
     fields = []
@@ -426,20 +427,11 @@ def copy_coordinate(stride: int, modulus: int | None, block: Sequence[int]) -> i
         if high is not None and high != end:
             field = ir.Binary(ir.Op.MOD, field, ir.Int(high // low))
         fields.append((field, low // stride))
-    return _total(fields)
+    return plus(*(times(w, v) for v, w in fields))
 
 
 def _power_of_two(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
-
-
-def _total(terms: list[tuple[ir.Expr, int]]) -> ir.Expr:
-    """``sum(weight * value)``, 0 for no term."""
-    result: ir.Expr | None = None
-    for value, weight in terms:
-        term = value if weight == 1 else ir.Binary(ir.Op.MUL, ir.Int(weight), value)
-        result = term if result is None else ir.Binary(ir.Op.ADD, result, term)
-    return ir.Int(0) if result is None else result
 
 
 def _bounds(program: Program, tensor: str) -> isl.Set:

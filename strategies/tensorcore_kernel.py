@@ -70,7 +70,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import simplify
+from treduda.codegen.simplify import plus, quotient, remainder, simplify, times
 from treduda.frontend import dtypes
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
@@ -97,34 +97,6 @@ FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 
 
-def _plus(*terms: ir.Expr) -> ir.Expr:
-    """The sum of ``terms``, zeros left out."""
-    kept = [t for t in terms if t != ir.Int(0)]
-    result = kept[0] if kept else ir.Int(0)
-    for term in kept[1:]:
-        result = ir.Binary(ir.Op.ADD, result, term)
-    return result
-
-
-def _times(factor: int, e: ir.Expr) -> ir.Expr:
-    return e if factor == 1 else ir.Int(0) if factor == 0 else ir.Binary(ir.Op.MUL,
-                                                                         ir.Int(factor), e)
-
-
-def _over(e: ir.Expr, divisor: int) -> ir.Expr:
-    """``floor(e / divisor)`` of a non-negative ``e``."""
-    return e if divisor == 1 else ir.Binary(ir.Op.DIV, e, ir.Int(divisor))
-
-
-def _modulo(e: ir.Expr, modulus: int) -> ir.Expr:
-    """``e mod modulus`` of a non-negative ``e``."""
-    return ir.Int(0) if modulus == 1 else ir.Binary(ir.Op.MOD, e, ir.Int(modulus))
-
-
-def _var(name: str) -> ir.Var:
-    return ir.Var(name)
-
-
 def _isl_element(element: ir.Element) -> str:
     return f"{element.array}[{', '.join(isl_text(i) for i in element.indices)}]"
 
@@ -134,8 +106,8 @@ def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[
     """``index`` of ``group`` given the group's linear ``value`` (below the group's extent:
     the slowest index takes no remainder)."""
     position = group.index(index)
-    digit = _over(value, math.prod(sizes[i] for i in group[:position]))
-    return digit if position == len(group) - 1 else _modulo(digit, sizes[index])
+    digit = quotient(value, math.prod(sizes[i] for i in group[:position]))
+    return digit if position == len(group) - 1 else remainder(digit, sizes[index])
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -143,7 +115,7 @@ def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int,
     empty)."""
     if domain.is_empty():
         return {}
-    return {_var(index): (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
+    return {ir.Var(index): (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
             for d, index in enumerate(indices)}
 
 
@@ -236,7 +208,7 @@ class Builder:
         self.add("fill", Kind.INIT, [*self.prefix(), "w", "f", "l"],
                  f"{warp} and 0 <= f < {accumulators}",
                  ir.FillFragment(ir.Element(FRAG_C, ()), ir.Float(0.0)),
-                 [ir.Element(FRAG_C, (_var("f"),))], self.point("32*w + l", ["0"] * 6 + ["f"]))
+                 [ir.Element(FRAG_C, (ir.Var("f"),))], self.point("32*w + l", ["0"] * 6 + ["f"]))
         self.reduction()
         self.write()
         return self.scheduled()
@@ -301,17 +273,17 @@ class Builder:
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
         width = 1 if self.widths is None else self.widths[tensor]
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
-        e = _plus(_times(self.threads, _var("c")), _var("t"))
-        row, column = _over(e, runs), _times(width, _modulo(e, runs))
+        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
+        row, column = quotient(e, runs), times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
-        value = {free: _plus(_times(extent_free, _var(block)), local_free),
-                 "k": _plus(_times(extent_k, _var("ks")), local_k)}
+        value = {free: plus(times(extent_free, ir.Var(block)), local_free),
+                 "k": plus(times(extent_k, ir.Var("ks")), local_k)}
         groups = {"m": self.m, "n": self.n, "k": self.k}
         indices = []
         for index in self.program.contraction.inputs[tensor]:
             if index in self.batch:
-                indices.append(_var(f"g_{index}"))
+                indices.append(ir.Var(f"g_{index}"))
                 continue
             axis = free if index in groups[free] else "k"
             indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
@@ -345,17 +317,17 @@ class Builder:
         warp = (f"{self.warp_domain()} and {self.step_bounds()} "
                 f"and 0 <= kf < {p['frags_k']}")
         names = [*self.prefix(), "ks", "w", "kf", "f", "l"]
-        w, f = _var("w"), _var("f")
-        wm, wn = _over(w, self.warps_n), _modulo(w, self.warps_n)
+        w, f = ir.Var("w"), ir.Var("f")
+        wm, wn = quotient(w, self.warps_n), remainder(w, self.warps_n)
         pieces = (ir.Function.TF32, ir.Function.TF32_RESIDUAL) if self.split else (
             (ir.Function.TF32,) if self.program.precision == dtypes.TF32 else (None,))
         for operand, (tile, fragment, count, warp_origin, size, row_major, ld) in enumerate((
-                (A_TILE, FRAG_A, frags_m, _times(frags_m * fm, wm), fm, self.row_a,
+                (A_TILE, FRAG_A, frags_m, times(frags_m * fm, wm), fm, self.row_a,
                  self.ld(A_TILE)),
-                (B_TILE, FRAG_B, frags_n, _times(frags_n * fn, wn), fn, self.row_b,
+                (B_TILE, FRAG_B, frags_n, times(frags_n * fn, wn), fn, self.row_b,
                  self.ld(B_TILE)))):
-            origin_free = _plus(warp_origin, _times(size, _modulo(f, count)))
-            origin_k = _times(fk, _var("kf"))
+            origin_free = plus(warp_origin, times(size, remainder(f, count)))
+            origin_k = times(fk, ir.Var("kf"))
             if operand == 0:
                 first = (origin_free, origin_k) if row_major else (origin_k, origin_free)
             else:
@@ -376,9 +348,9 @@ class Builder:
             self.add(f"mma{n}", Kind.REDUCE, names, f"{warp} and 0 <= f < {count}",
                      ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
                                            ir.Element(FRAG_B, ())),
-                     [ir.Element(FRAG_C, (_plus(ir.Int(c_offset), f),)),
-                      ir.Element(FRAG_A, (_plus(ir.Int(a_offset), _over(f, frags_n)),)),
-                      ir.Element(FRAG_B, (_plus(ir.Int(b_offset), _modulo(f, frags_n)),))],
+                     [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
+                      ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
+                      ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
                      self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
                                              f"{len(products)}*f + {n}"]))
 
@@ -388,7 +360,7 @@ class Builder:
     def buffer(self) -> tuple[ir.Expr, ...]:
         """The first coordinate of an operand tile's element: with double buffering, the
         step's parity; else none."""
-        return (_modulo(_var("ks"), 2),) if self.params["double_buffer"] else ()
+        return (remainder(ir.Var("ks"), 2),) if self.params["double_buffer"] else ()
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
@@ -420,17 +392,17 @@ class Builder:
         p = self.params
         frags_n = p["frags_n"]
         self.sync("sync_store", ["2", "0", "0", "0", "0", "0", "0"], False)
-        w, f = _var("w"), _var("f")
-        row = _plus(_times(p["frags_m"] * fm, _over(w, self.warps_n)),
-                    _times(fm, _over(f, frags_n)))
-        column = _plus(_times(frags_n * fn, _modulo(w, self.warps_n)),
-                       _times(fn, _modulo(f, frags_n)))
+        w, f = ir.Var("w"), ir.Var("f")
+        row = plus(times(p["frags_m"] * fm, quotient(w, self.warps_n)),
+                    times(fm, quotient(f, frags_n)))
+        column = plus(times(frags_n * fn, remainder(w, self.warps_n)),
+                       times(fn, remainder(f, frags_n)))
         count = p["frags_m"] * frags_n
         fragments = f"{self.warp_domain()} and 0 <= f < {count}"
         if self.split:
             self.add("add", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                      ir.AddFragment(ir.Element(FRAG_C, ()), ir.Element(FRAG_C, ())),
-                     [ir.Element(FRAG_C, (f,)), ir.Element(FRAG_C, (_plus(ir.Int(count), f),))],
+                     [ir.Element(FRAG_C, (f,)), ir.Element(FRAG_C, (plus(ir.Int(count), f),))],
                      self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
@@ -441,21 +413,21 @@ class Builder:
         self.output()
 
     def output(self) -> None:
-        """The program's write statement over ``write[P, e]``, element ``e`` of the C tile
-        numbered along the output's fastest group: it reads the tile instead of the
-        accumulators and writes the output element ``e`` stands for, where that lies inside
-        the output. Its own domain (the output's indices) would leave isl to invert ``e``'s
+        """The program's write statement over ``write[P, c, t]``, element ``e = T c + t`` of
+        the C tile numbered along the output's fastest group: it reads the tile instead of
+        the accumulators and writes the output element ``e`` stands for, where that lies
+        inside the output. Its own domain (the output's indices) would leave isl to invert ``e``'s
         groups of indices when scanning it, which took minutes for tccg_20."""
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
-        e = _plus(_times(self.threads, _var("c")), _var("t"))
+        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
         output_fastest = fastest_first(self.program.output_indices, self.program.layout)
         along_n = not output_fastest or output_fastest[0] not in self.m
-        m_local, n_local = ((_over(e, tile_n), _modulo(e, tile_n)) if along_n
-                            else (_modulo(e, tile_m), _over(e, tile_m)))
-        value = {"m": _plus(_times(tile_m, _var("bm")), m_local),
-                 "n": _plus(_times(tile_n, _var("bn")), n_local)}
-        output = {i: _var(f"g_{i}") for i in self.batch}
+        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if along_n
+                            else (remainder(e, tile_m), quotient(e, tile_m)))
+        value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
+                 "n": plus(times(tile_n, ir.Var("bn")), n_local)}
+        output = {i: ir.Var(f"g_{i}") for i in self.batch}
         for axis, group in (("m", self.m), ("n", self.n)):
             output |= {i: _decompose(i, group, value[axis], self.sizes) for i in group}
         inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
@@ -468,7 +440,7 @@ class Builder:
         body = write.body
         if self.workspace:  # each part stores its sum; a second pass adds them in order
             stored = tuple(output[i] for i in self.program.output_indices)
-            part = (_var("part"),)
+            part = (ir.Var("part"),)
             accesses[0] = ir.Element(PARTS, part + stored if self.program.layout == "C"
                                      else stored + part)
             body = ir.Assign(ir.Element(PARTS, ()), "=", body.value)

@@ -1,4 +1,4 @@
-"""Index arithmetic simplified with the ranges of its variables.
+"""Index arithmetic: built without needless terms, and simplified with its variables' ranges.
 
 A strategy that writes an access's index expressions itself (``Statement.formulas``) writes
 them plainly: the tile element ``e = T c + t`` a thread copies, its row ``e / 64``, the tensor
@@ -12,6 +12,9 @@ terms whose coefficients ``d`` divides, ``d = k m``, ``0 <= r < k``):
 * ``(k x + r) / d = x / m`` and ``(k x + r) mod d = k (x mod m) + r``;
 * ``S / d = 0`` and ``S mod d = S`` where ``0 <= S < d``;
 * ``(x / a) / b = x / (a b)`` and ``(x mod a b) mod b = x mod b``.
+
+:func:`plus`, :func:`times`, :func:`quotient` and :func:`remainder` build such expressions,
+leaving out what adds nothing (``+ 0``, ``1 *``, ``/ 1``).
 """
 
 from __future__ import annotations
@@ -86,13 +89,13 @@ def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) 
     multiples = {t: c // d for t, c in terms.items() if c % d == 0}
     rest = {t: c for t, c in terms.items() if c % d != 0}
     quotient, constant = divmod(constant, d)
-    remainder = _sum(rest, constant)
-    if not _non_negative(remainder, known):
+    rest_sum = _sum(rest, constant)
+    if not _non_negative(rest_sum, known):
         return ir.Binary(op, value, ir.Int(d))
     head = _sum(multiples, quotient) if op is ir.Op.DIV else ir.Int(0)
-    span = value_range(remainder, known)
-    if span is not None and span[1] < d:  # the remainder is its own
-        return head if op is ir.Op.DIV else remainder
+    span = value_range(rest_sum, known)
+    if span is not None and span[1] < d:  # the rest is its own remainder
+        return head if op is ir.Op.DIV else rest_sum
     for k in sorted({math.gcd(c, d) for c in rest.values()}, reverse=True):
         if k == 1:
             break
@@ -102,9 +105,9 @@ def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) 
             continue
         large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, 0)
         if op is ir.Op.DIV:
-            return _plus(head, _divided(large, d // k, op, known))
-        return _plus(_scaled(k, _divided(large, d // k, op, known)), small)
-    return _plus(head, ir.Binary(op, remainder, ir.Int(d)))
+            return plus(head, _divided(large, d // k, op, known))
+        return plus(times(k, _divided(large, d // k, op, known)), small)
+    return plus(head, ir.Binary(op, rest_sum, ir.Int(d)))
 
 
 def _non_negative(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> bool:
@@ -114,13 +117,26 @@ def _non_negative(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> bool:
 
 def _sum(terms: Mapping[ir.Expr, int], constant: int) -> ir.Expr:
     """``sum(coefficient * term) + constant``."""
+    return plus(*(times(c, t) for t, c in terms.items()), ir.Int(constant))
+
+
+def plus(*terms: ir.Expr) -> ir.Expr:
+    """The sum of ``terms`` (0 for none), zeros left out, a negative constant subtracted."""
     result: ir.Expr = ir.Int(0)
-    for term, coefficient in terms.items():
-        result = _plus(result, _scaled(coefficient, term))
-    return _plus(result, ir.Int(constant))
+    for term in terms:
+        if term == ir.Int(0):
+            continue
+        if result == ir.Int(0):
+            result = term
+        elif isinstance(term, ir.Int) and term.value < 0:
+            result = ir.Binary(ir.Op.SUB, result, ir.Int(-term.value))
+        else:
+            result = ir.Binary(ir.Op.ADD, result, term)
+    return result
 
 
-def _scaled(k: int, e: ir.Expr) -> ir.Expr:
+def times(k: int, e: ir.Expr) -> ir.Expr:
+    """``k * e``."""
     if k == 0 or e == ir.Int(0):
         return ir.Int(0)
     if isinstance(e, ir.Int):
@@ -128,11 +144,11 @@ def _scaled(k: int, e: ir.Expr) -> ir.Expr:
     return e if k == 1 else ir.Binary(ir.Op.MUL, ir.Int(k), e)
 
 
-def _plus(a: ir.Expr, b: ir.Expr) -> ir.Expr:
-    if a == ir.Int(0):
-        return b
-    if b == ir.Int(0):
-        return a
-    if isinstance(b, ir.Int) and b.value < 0:
-        return ir.Binary(ir.Op.SUB, a, ir.Int(-b.value))
-    return ir.Binary(ir.Op.ADD, a, b)
+def quotient(e: ir.Expr, divisor: int) -> ir.Expr:
+    """``floor(e / divisor)`` of a non-negative ``e``."""
+    return e if divisor == 1 else ir.Binary(ir.Op.DIV, e, ir.Int(divisor))
+
+
+def remainder(e: ir.Expr, modulus: int) -> ir.Expr:
+    """``e mod modulus`` of a non-negative ``e``."""
+    return ir.Int(0) if modulus == 1 else ir.Binary(ir.Op.MOD, e, ir.Int(modulus))
