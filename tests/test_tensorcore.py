@@ -244,12 +244,18 @@ def test_nvrtc_compiles_every_kind(arch):
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
-@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"), ("float32", "tf32"),
-                                                  ("float64", "highest")])
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"), ("bfloat16", "highest"),
+                                                  ("float32", "tf32"), ("float64", "highest")])
 def test_sass_has_tensor_core_instructions_in_the_main_loop(dtype, precision):
+    """HMMA or DMMA and no FFMA in the main loop, and fragments read from shared memory:
+    ldmatrix (LDSM) for 16-bit types, shared loads for the others, never a generic load (LD),
+    which WMMA's own loads of bfloat16, TF32 and float64 fragments were."""
     kernel = _compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype, precision)
     report = sass_report(kernel.cuda_source, "sm_90")[0]
     assert report.main_loop_mma > 0 and report.main_loop_ffma == 0
+    opcodes = report.main_loop_opcodes
+    assert "LD" not in opcodes, opcodes
+    assert opcodes.get("LDSM" if dtype in ("float16", "bfloat16") else "LDS", 0) > 0, opcodes
 
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),

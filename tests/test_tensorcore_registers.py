@@ -1,7 +1,8 @@
 """The tensor-core model's registers per thread beside ptxas's (CUDA 13, sm_90), which set its
 occupancy: within a quarter on GEMMs of each precision, TF32 included, whose operand fragments
-a thread holds for every k-slice of a step (the model once counted one slice there and gave
-120 registers where ptxas gives 150). benchmarks/tensorcore_registers.py prints a wider table."""
+a thread held for every k-slice of a step while WMMA loaded them through generic addresses
+(122 registers at frags_k 4) and holds for one since they are shared loads (80).
+benchmarks/tensorcore_registers.py prints a wider table."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ SIZES = {"i": 256, "j": 256, "k": 256}
 TOLERANCE = 0.25  # ptxas's own choices differ by more between float16 and bfloat16 tiles
 TILES = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2, "pad": True,
          "double_buffer": False, "split": 1, "async_copy": True}
-# dtype, precision, parameters: ptxas gave 72, 150, 122, 146 and 72 registers at 1024^3
+# dtype, precision, parameters
 CASES = [("float16", "highest", TILES),
          ("float32", "tf32", {**TILES, "frags_n": 4}),
          ("float32", "tf32", {**TILES, "frags_k": 4}),

@@ -40,6 +40,10 @@ WMMA_TYPES = {"float16": "__half", "bfloat16": "__nv_bfloat16",
 # ... and what their shared tiles hold (the pointer a fragment load takes)
 WMMA_POINTERS = {"float16": "__half", "bfloat16": "__nv_bfloat16", "float32": "float",
                  "float64": "double"}
+# The fragment types whose loads are printed in PTX with the shared state space
+# (templates/fragment_loads.cu.j2): their PTX element types and bytes per element. WMMA's own
+# loads of them are generic; float16's load_matrix_sync is already a shared load (LDSM).
+SHARED_LOADS = {"bfloat16": ("bf16", 2), "float32": ("tf32", 4), "float64": ("f64", 8)}
 WMMA_ROUNDING = {ir.Function.TF32: f"{WMMA}__float_to_tf32(td_x)",
                  ir.Function.TF32_RESIDUAL: f"{WMMA}__float_to_tf32(td_x - {WMMA}__float_to_tf32("
                                             "td_x))"}
@@ -70,6 +74,29 @@ class Wmma:
                     f"{WMMA_TYPES[self.kernel.dtype]}, {layout}")
         return f"{WMMA}fragment<{kind}> {local.name}[{local.size}];"
 
+    def shared_loads(self) -> dict[str, object] | None:
+        """What ``templates/fragment_loads.cu.j2`` needs to print ``td_load_fragment`` for the
+        kernel's fragments, or None where WMMA's own loads are shared loads (float16). A and B
+        fragments of the shapes used (m16n16k16, m16n16k8, m8n8k4) hold ``m k`` and ``k n``
+        elements, the same number: a warp's 32 threads share them in 32-bit registers, or one
+        64-bit register each for float64."""
+        dtype = self.kernel.dtype
+        shapes = {local.fragment.shape for local in self.kernel.locals
+                  if local.space is ir.Space.FRAGMENT}
+        if dtype not in SHARED_LOADS or not shapes:
+            return None
+        (m, n, k), = shapes
+        ptx_type, size = SHARED_LOADS[dtype]
+        wide = size == 8
+        registers = 1 if wide else m * k * size // (ir.WARP * 4)
+        outputs = ('"=d"(f.x[0])' if wide
+                   else ", ".join(f'"=r"(r[{i}])' for i in range(registers)))
+        return {"m": m, "n": n, "k": k, "shape": f"m{m}n{n}k{k}", "ptx_type": ptx_type,
+                "element": WMMA_TYPES[dtype], "pointer": WMMA_POINTERS[dtype],
+                "registers": registers, "outputs": outputs,
+                "operands": ", ".join(f"%{i}" for i in range(registers)),
+                "declare": "" if wide else "unsigned *r = reinterpret_cast<unsigned *>(&f.x[0]);"}
+
     def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
         w = WMMA
         if isinstance(s, ir.FillFragment):
@@ -78,8 +105,9 @@ class Wmma:
         if isinstance(s, ir.LoadFragment):
             fragment = self.expr(s.fragment)
             pointer = f"reinterpret_cast<const {WMMA_POINTERS[self.kernel.dtype]} *>"
-            lines = [f"{pad}{w}load_matrix_sync({fragment}, {pointer}({self.address(s.first)}), "
-                     f"{s.ld});"]
+            load = ("td_load_fragment" if self.kernel.dtype in SHARED_LOADS
+                    else f"{w}load_matrix_sync")
+            lines = [f"{pad}{load}({fragment}, {pointer}({self.address(s.first)}), {s.ld});"]
             if s.rounding is not None:
                 rounded = WMMA_ROUNDING[s.rounding]
                 lines += [f"{pad}for (int td_t = 0; td_t < {fragment}.num_elements; td_t++) {{",

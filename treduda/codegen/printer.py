@@ -199,6 +199,8 @@ class Printer:
         found = {"storage_helpers": self.storage.helpers if self.storage else "",
                  "rounding": ir.has_call(self.kernel.body), "qualifier": d.function,
                  "tensor_cores": has_fragments(self.kernel),
+                 "fragment_loads": (self.fragments.shared_loads()
+                                    if isinstance(self.fragments, Wmma) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}

@@ -30,9 +30,8 @@ shared bytes, and the warps and fragments the tile's axes imply
 whether its copies are asynchronous, which no quantity of the geometry says.
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each: the
-accumulators, and the operands of one k-slice of a step, or with TF32 of every slice, as
-ptxas's counts show: :data:`HELD_SLICES`) and a fixed overhead, asynchronous
-copies or not: their values skip the registers, but ptxas gave GEMM
+accumulators, and the operands of one k-slice of a step, as ptxas's counts show) and a fixed
+overhead, asynchronous copies or not: their values skip the registers, but ptxas gave GEMM
 1024³'s default tiles on sm_90 as many registers or more with them (float16 64 -> 72, TF32
 72 -> 80, float64 64 -> 72 single-buffered; 80 -> 78, 88 -> 90, 48 -> 48 double-buffered),
 their 64-bit addresses taking the place of the values. Registers, the threads and the shared
@@ -63,25 +62,26 @@ from .prediction import Compiled, Prediction, combined, unfit
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
-# Precisions whose operand fragments a thread holds for every k-slice of a step at once, as
-# ptxas's register counts (CUDA 13, sm_90) show; no disassembler here showed the schedule.
-# TF32 fragments are 32-bit elements, which ldmatrix does not load (on sm_80 and sm_90 it
-# moves .m8n8 tiles of .b16: PTX ISA, "ldmatrix"), so each comes by a plain shared load and
-# is rounded (cvt.rna.tf32.f32) before its MMA, loads the scheduler can issue all ahead.
-# GEMM 1024^3, 2x2 warps of 2x2 fragments, asynchronous copies: TF32 80, 80, 122 registers
-# at frags_k 1, 2, 4 (a slice's operands are 16: all held at 4, one or two at 2); float16
-# 72, 72, 80; bfloat16 72, 72, 95; float64 72, 72, 78; 3xTF32, whose two pieces double the
-# operands, 126, 146, 168 (a slice's are 32: not every slice held, so one is counted).
-# benchmarks/tensorcore_registers.py prints the whole table.
-HELD_SLICES = frozenset({dtypes.TF32})
+# A thread holds the operand fragments of one k-slice of a step at a time, whatever the
+# precision, as ptxas's register counts (CUDA 13, sm_90) show for GEMM 1024^3 with 2x2 warps
+# of 2x2 fragments and asynchronous copies: TF32 64, 72, 80 registers at frags_k 1, 2, 4 (its
+# fragments read by shared loads, templates/fragment_loads.cu.j2; by WMMA's generic loads
+# they took 80, 80, 122, every slice held); bfloat16 63, 63, 80; float64 56, 54, 62; 3xTF32
+# 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
-# mma.sync instructions per WMMA multiply-accumulate: 16x16x16 is two m16n8k16, 16x16x8 TF32
-# two m16n8k8, 8x8x4 DMMA one (PTX ISA, "Warp-level matrix multiply-accumulate instructions").
-MMA_INSTRUCTIONS = {16: 2, 8: 1}
+# Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
+# is two HMMA.16816, 16x16x8 TF32 four HMMA.1684 (m16n8k4, not two m16n8k8), 8x8x4 one DMMA.884,
+# as nvcc 13 compiles them for sm_80 and sm_90 (read from the SASS).
+MMA_INSTRUCTIONS = {16: 2, 8: 4, 4: 1}
+# Instructions of one TF32 rounding of a fragment element, wmma::__float_to_tf32
+# (cvt.rna.tf32.f32): ptxas issues FSETP (Inf or NaN?) and an integer add of half a unit, the
+# low bits left for the MMA to ignore (SASS, sm_90). The OpenCL helper's is longer
+# (dtypes.ROUNDING_OPERATIONS).
+WMMA_ROUNDING_INSTRUCTIONS = 2
 MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et al. 2022)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 
@@ -179,12 +179,11 @@ class TensorCoreModel:
     def _registers(self, tile: Mapping[str, int]) -> int:
         """The fragments a thread holds (its share: a 32nd of each), at 4-byte registers,
         and the overhead: the accumulators, and the operand fragments of one k-slice of the
-        step, or of all ``frags_k`` slices with TF32 (:data:`HELD_SLICES`)."""
+        step."""
         m, n, k = self.shape
         accumulators = self.pieces * tile["frags_m"] * tile["frags_n"] * m * n // 32
         operands = self.pieces * (tile["frags_m"] * m * k + tile["frags_n"] * k * n) // 32
-        slices = tile["frags_k"] if self.program.precision in HELD_SLICES else 1
-        words = accumulators * self.accumulator_bytes + slices * operands * self.bytes
+        words = accumulators * self.accumulator_bytes + operands * self.bytes
         return OVERHEAD_REGISTERS + math.ceil(words / 4)
 
     def step_instructions(self, params: Mapping[str, Any]) -> float:
@@ -207,14 +206,23 @@ class TensorCoreModel:
             copies = (tile["m"] + tile["n"]) * tile["k"] * (COPY_INSTRUCTIONS + (
                 STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = (math.ceil(m * k * self.bytes / 4 / 32),
-                            math.ceil(k * n * self.bytes / 4 / 32))
-        rounding = dtypes.ROUNDING_OPERATIONS * (1 if self.program.precision == dtypes.TF32
+        words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
+        rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
                                                  else 2 if self.pieces == 2 else 0)
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
-        return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[m]) + copies / threads
+        return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[k]) + copies / threads
+
+    def _load_instructions(self, elements: int) -> float:
+        """A thread's instructions to load its share of a fragment of ``elements``: a word
+        each for 16-bit types (ldmatrix moves them four 32-bit registers at a time, but its
+        addresses come beside it); for 32- and 64-bit types, which ptxas loads element by
+        element from shared memory, each element's load and its address (LDS and LEA, SASS
+        of sm_90)."""
+        if self.bytes < 4:
+            return math.ceil(elements * self.bytes / 4 / 32)
+        return 2 * elements / 32
 
     def _fragment_wavefronts(self, rows: int, columns: int, ld: int) -> int:
         """Wavefronts of one warp's fragment load from a tile of ``ld`` elements per row: its
