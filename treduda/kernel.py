@@ -424,6 +424,7 @@ class Kernel:
             call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
             atomic_type=printer.atomics(), output=self.contraction.output,
             zeroed_bytes=self._zeroed_bytes(), alignment=ir.VECTOR_BYTES,
+            dynamic_shared=ir.dynamic_shared_bytes(self.built.kernel),
             **self._parts_sum(dialect), **printer.helpers())
 
     def _parts_sum(self, dialect: Dialect) -> dict[str, Any]:

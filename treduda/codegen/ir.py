@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import TredudaError
+from ..frontend.dtypes import compute, itemsize
 
 # The widest load or store a thread issues (LDG.128/LDS.128/STG.128; CUDA C++ Programming Guide,
 # "Device Memory Accesses": 1, 2, 4, 8 or 16 bytes per access, aligned to its size). Tensors
@@ -407,6 +408,36 @@ class KernelIR:
     locals: tuple[Local, ...]
     body: Stmt
     zeroed_output: bool = False  # the kernel adds into its output, which must start at zero
+
+
+# Shared memory a CUDA block may declare statically: more must be dynamic, its size a launch
+# argument and the kernel's cudaFuncAttributeMaxDynamicSharedMemorySize raised to it (CUDA C++
+# Programming Guide, "Shared Memory": "allocations above 48 KB per block are architecture-
+# specific, must use dynamic shared memory ... and require an explicit opt-in").
+STATIC_SHARED_BYTES = 48 * 1024
+SHARED_ALIGNMENT = 128  # bytes: where each tile starts in dynamic shared memory
+
+
+def shared_offsets(kernel: KernelIR) -> tuple[dict[str, int], int]:
+    """Each shared tile's byte offset in one block's shared memory, laid out one after
+    another at :data:`SHARED_ALIGNMENT`, and the bytes they take: its tiles hold the type
+    the kernel computes in, or the tensors' stored type where they say so (the tensor-core
+    operand tiles of float16 and bfloat16, half the bytes)."""
+    computed, stored = (itemsize(d) for d in (compute(kernel.dtype), kernel.dtype))
+    offsets, end = {}, 0
+    for local in kernel.locals:
+        if local.space is Space.SHARED:
+            offsets[local.name] = end
+            size = local.size * (stored if local.stored else computed)
+            end += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+    return offsets, end
+
+
+def dynamic_shared_bytes(kernel: KernelIR) -> int:
+    """The dynamic shared memory a CUDA launch of ``kernel`` passes: none where its tiles fit
+    the static 48 KB, else all of them (:func:`shared_offsets`)."""
+    _, total = shared_offsets(kernel)
+    return total if total > STATIC_SHARED_BYTES else 0
 
 
 def nested(s: Stmt) -> Iterator[Stmt]:

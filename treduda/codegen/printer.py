@@ -108,6 +108,11 @@ class Dialect:
     # What a shared tile adds to its declaration where asynchronous copies write it: the
     # alignment of the widest cp.async (16 bytes), which a tile of 4-byte elements lacks.
     copy_alignment: str = ""
+    # The declaration of a block's dynamic shared memory, where the dialect has it and the
+    # tiles do not fit the static limit (ir.dynamic_shared_bytes); each tile then points into
+    # it at its offset. Empty: tiles are declared as arrays, whatever their size (OpenCL's
+    # local memory has no such split).
+    dynamic_shared: str = ""
 
 
 CUDA = Dialect(
@@ -129,7 +134,8 @@ CUDA = Dialect(
     fragment_alignment=" __align__(32)",
     copy_async="td_copy_async{bytes}({target}, {source}, {read});",  # templates/copy_async.cu.j2
     commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();",
-    copy_alignment=" __align__(16)")
+    copy_alignment=" __align__(16)",
+    dynamic_shared=f"extern __shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[];")
 
 OPENCL = Dialect(
     name="opencl",
@@ -232,11 +238,20 @@ class Printer:
 
     def function(self) -> str:
         lines = [self.signature() + " {"]
+        dynamic = bool(self.dialect.dynamic_shared) and ir.dynamic_shared_bytes(self.kernel) > 0
+        if dynamic:
+            lines.append(f"{INDENT}{self.dialect.dynamic_shared}")
+            offsets = ir.shared_offsets(self.kernel)[0]
         for local in self.kernel.locals:
             if local.space is ir.Space.GLOBAL:
                 continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
             if local.space is ir.Space.FRAGMENT:
                 lines.append(f"{INDENT}{self.fragments.declare(local)}")
+                continue
+            held = self.storage_of(local.name).c_type if local.stored else self.value_type
+            if dynamic and local.space == ir.Space.SHARED:
+                lines.append(f"{INDENT}{held} *const {local.name} = reinterpret_cast<{held} *>("
+                             f"td_shared + {offsets[local.name]});")
                 continue
             qualifier = ""
             if local.space == ir.Space.SHARED:
@@ -244,7 +259,6 @@ class Printer:
                            else self.dialect.copy_alignment if self.copies else "")
                 qualifier = f"{self.dialect.shared}{aligned} "
             extent = f"[{local.size}]" if local.shape else ""
-            held = self.storage_of(local.name).c_type if local.stored else self.value_type
             lines.append(f"{INDENT}{qualifier}{held} {local.name}{extent};")
         lines += self.stmt(self.kernel.body, 1)
         lines.append("}")

@@ -59,12 +59,18 @@ class Limits:
 
     Defaults are CUDA's for every compute capability since 2.0 (CUDA C++ Programming Guide,
     "Technical Specifications per Compute Capability": 1024 threads per block, 48 KiB of static
-    shared memory per block, 255 registers per thread).
+    shared memory per block, 255 registers per thread), but for dynamic shared memory.
     """
 
     threads_per_block: int = 1024
     block_extent: tuple[int, int, int] = (1024, 1024, 64)
     shared_per_block: int = 48 * 1024
+    # What a kernel that declares its tiles as dynamic shared memory may take, the launch
+    # raising its attribute (codegen.ir.dynamic_shared_bytes): the GPU's opt-in limit when
+    # the search targets one, else the largest of any compute capability (9.0's 227 KiB,
+    # "Technical Specifications per Compute Capability"), so that a kernel the search chose
+    # for that GPU can be generated again from its parameters.
+    dynamic_shared_per_block: int = 227 * 1024
     registers_per_thread: int = 255
     sm_count: int | None = None  # the GPU's SMs when the search targets one, else no rule on it
     # Whether the target has asynchronous copies (cp.async, compute capability 8.0). A kernel

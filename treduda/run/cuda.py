@@ -55,7 +55,9 @@ class CupyRuntime:
         return [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
 
     def call(self, function, launch: Launch | Call, arguments: list) -> None:
-        function(launch.grid, launch.block, tuple(arguments))
+        if launch.dynamic_shared:  # CuPy sets cudaFuncAttributeMaxDynamicSharedMemorySize
+            function.max_dynamic_shared_size_bytes = launch.dynamic_shared
+        function(launch.grid, launch.block, tuple(arguments), shared_mem=launch.dynamic_shared)
 
     def download(self, array) -> np.ndarray:
         return self.cupy.asnumpy(array)
@@ -100,8 +102,12 @@ class PycudaRuntime:
         return [gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v for v in launch.values]
 
     def call(self, function, launch: Launch | Call, arguments: list) -> None:
+        if launch.dynamic_shared:
+            function.set_attribute(
+                self.driver.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                launch.dynamic_shared)
         function(*[getattr(a, "gpudata", a) for a in arguments], grid=launch.grid,
-                 block=launch.block)
+                 block=launch.block, shared=launch.dynamic_shared)
 
     def download(self, array) -> np.ndarray:
         return array.get()

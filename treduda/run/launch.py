@@ -28,6 +28,7 @@ class Call:
     grid: tuple[int, int, int]
     block: tuple[int, int, int]
     arguments: tuple[int, ...]  # positions in the launch's values
+    dynamic_shared: int = 0  # its tiles are static: a deterministic split's sum has none
 
     def global_size(self) -> tuple[int, int, int]:
         """OpenCL's global work size: the grid in threads."""
@@ -48,6 +49,9 @@ class Launch:
     layout: str
     then: tuple[Call, ...] = ()
     workspaces: tuple[int, ...] = ()  # positions of values the kernels write besides the output
+    # bytes of dynamic shared memory a CUDA launch passes, the kernel's attribute raised to
+    # them (ir.dynamic_shared_bytes); 0: its tiles are static
+    dynamic_shared: int = 0
 
     def global_size(self) -> tuple[int, int, int]:
         """OpenCL's global work size: the grid in threads."""
@@ -125,7 +129,7 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     workspaces = tuple(n for n, p in enumerate(kernel.params)
                        if p.kind == ir.ParamKind.WORKSPACE)
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout,
-                  workspaces=workspaces)
+                  workspaces=workspaces, dynamic_shared=ir.dynamic_shared_bytes(kernel))
 
 
 def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,

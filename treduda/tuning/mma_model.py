@@ -281,7 +281,7 @@ class TensorCoreModel:
         write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
-        hidden = min(1.0, resident / g.schedulers_per_sm / g.latency_hiding_warps)
+        hidden = self._hidden(resident, tile, clock)
         mma_chain = tile["frags_k"] * self.products * MMA_LATENCY_CYCLES
         if described["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
             chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
@@ -302,6 +302,23 @@ class TensorCoreModel:
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
+
+    def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
+        """The share of the SM's throughput its resident warps keep busy. The SIMT model's
+        rule, ``latency_hiding_warps`` per scheduler, is met here too by a few warps with many
+        fragments: a warp's accumulators are independent chains of MMAs, so a scheduler is
+        busy while the MMAs its warps can have in flight cover the MMA latency at the
+        tensor cores' rate (CUTLASS's fp16 GEMM runs 64x64-fragment warps at two per
+        scheduler; the SIMT rule alone rated them at half speed)."""
+        g = self.gpu
+        m, n, k = self.shape
+        per_scheduler = resident / g.schedulers_per_sm
+        instruction_flops = 2 * m * n * k / MMA_INSTRUCTIONS[k]
+        rate = self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
+        independent = (per_scheduler * self.products * tile["frags_m"] * tile["frags_n"]
+                       * MMA_INSTRUCTIONS[k])
+        return min(1.0, max(per_scheduler / g.latency_hiding_warps,
+                            independent / (MMA_LATENCY_CYCLES * rate)))
 
     def _split_l2(self, written: int, parts: int) -> float:
         """Bytes the ``written`` output elements of every block move through L2: each once;

@@ -70,6 +70,7 @@ class Searcher(LocalSearch):
         limits = Limits(threads_per_block=self.gpu.max_threads_per_block,
                         sm_count=self.gpu.sm_count,
                         shared_per_block=self.gpu.shared_per_block,
+                        dynamic_shared_per_block=self.gpu.shared_per_block_optin,
                         registers_per_thread=self.gpu.max_registers_per_thread,
                         async_copies=self.gpu.async_copies)
         self.strategy = get_strategy(strategy, limits)

@@ -180,12 +180,8 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
 
 
 def shared_bytes(kernel) -> int:
-    """Shared memory one block of ``kernel`` declares: its tiles hold the type it computes in,
-    or the tensors' stored type where they say so (the tensor-core operand tiles of float16
-    and bfloat16, half the bytes)."""
-    computed, stored = (dtypes.itemsize(d) for d in (dtypes.compute(kernel.dtype), kernel.dtype))
-    return sum(local.size * (stored if local.stored else computed)
-               for local in kernel.built.kernel.locals if local.space is ir.Space.SHARED)
+    """Shared memory one block of ``kernel`` takes (:func:`ir.shared_offsets`)."""
+    return ir.shared_offsets(kernel.built.kernel)[1]
 
 
 def _registers(kernel, use_nvcc: bool, arch: str) -> int:

@@ -1,0 +1,97 @@
+"""Tiles beyond CUDA's static 48 KB: the tensor-core strategy may take the GPU's opt-in shared
+memory, which CUDA declares as dynamic shared memory (each tile a pointer into it) and the
+launch passes, its attribute raised. The OpenCL twin declares the same tiles as local arrays,
+so PoCL and the emulator check these kernels as every other."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+
+import pytest
+from conftest import needs_nvcc
+
+import treduda
+from treduda.codegen import ir
+from treduda.polyhedral.lower import plan
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.search import Searcher
+
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+PARTIAL = {"i": 150, "j": 140, "k": 100}  # no multiple of the 128x128x32 tile
+# a 128x128 block of 2x2 warps of 64x64, double-buffered: 105 KB of tiles in float16
+LARGE = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2, "pad": True,
+         "double_buffer": True, "split": 1, "async_copy": True}
+
+
+def _large(expression: str = GEMM, dtype: str = "float16") -> treduda.Kernel:
+    return treduda.compile(expression, PARTIAL, dtype=dtype, strategy="tensorcore",
+                           params=LARGE, cache=False)
+
+
+def test_tiles_beyond_48_kb_are_dynamic_shared_memory_the_launch_passes():
+    kernel = _large("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]")
+    dynamic = ir.dynamic_shared_bytes(kernel.built.kernel)
+    assert dynamic > ir.STATIC_SHARED_BYTES
+    assert dynamic == ir.shared_offsets(kernel.built.kernel)[1]
+    source = kernel.cuda_source
+    assert "extern __shared__" in source and "__shared__ unsigned short" not in source
+    assert (f"cudaFuncSetAttribute({kernel.name}, cudaFuncAttributeMaxDynamicSharedMemorySize, "
+            f"{dynamic});") in source
+    assert f"<<<grid, block, {dynamic}, stream>>>" in source
+    assert kernel._prepare(kernel.sizes, *kernel._random_operands(kernel.sizes, 0)
+                           ).dynamic_shared == dynamic
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+def test_tiles_within_48_kb_stay_static():
+    kernel = treduda.compile(GEMM, PARTIAL, dtype="float16", strategy="tensorcore",
+                             params={**LARGE, "frags_m": 1, "frags_n": 1}, cache=False)
+    assert ir.dynamic_shared_bytes(kernel.built.kernel) == 0
+    assert "extern __shared__" not in kernel.cuda_source
+    assert "<<<grid, block, 0, stream>>>" in kernel.cuda_source
+
+
+def test_tiles_are_laid_out_apart_and_aligned():
+    kernel = _large().built.kernel
+    offsets, total = ir.shared_offsets(kernel)
+    tiles = sorted((offsets[v.name], v) for v in kernel.locals if v.space is ir.Space.SHARED)
+    for (start, _), (after, _) in itertools.pairwise(tiles):
+        assert start < after and after % ir.SHARED_ALIGNMENT == 0
+    start, last = tiles[-1]
+    assert total >= start + last.size * 2  # float16 tiles hold 2 bytes, the float C tile 4
+
+
+@needs_nvcc
+def test_nvcc_compiles_the_kernel_and_its_host_glue(tmp_path):
+    """ptxas refuses more than 48 KB of static shared memory; the dynamic declaration
+    compiles, and so does the host glue that raises the attribute (nvcc -c, host code too)."""
+    source = tmp_path / "large.cu"
+    source.write_text(_large().cuda_source)
+    for arch in ("sm_80", "sm_90"):
+        subprocess.run(["nvcc", f"-arch={arch}", "-c", "-o", str(tmp_path / f"{arch}.o"),
+                        str(source)], check=True, capture_output=True)
+
+
+@pytest.mark.skipif(find_disassembler() is None, reason="nvdisasm not installed")
+@needs_nvcc
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_pointers_into_dynamic_shared_memory_are_still_shared_loads(dtype):
+    report = sass_report(_large(dtype=dtype).cuda_source, "sm_90")[0]
+    opcodes = report.main_loop_opcodes
+    assert opcodes.get("LDSM", 0) > 0 and "LD" not in opcodes, opcodes
+
+
+def test_the_search_offers_a_gpus_opt_in_shared_memory_only():
+    """An H100 takes 227 KB per block, a V100 96 KB: each search's largest candidate fits its
+    GPU, and GEMM 4096^3's tiles grow past the static 48 KB where the GPU allows it."""
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype="float16")
+    for name, limit in (("H100", 227 * 1024), ("V100", 96 * 1024)):
+        searcher = Searcher(program, name, "tensorcore")
+        assert searcher.strategy.limits.dynamic_shared_per_block == limit
+    result = treduda.search(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype="float16")
+    kernel = treduda.compile(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype="float16",
+                             strategy=result.best.strategy, params=result.best.params,
+                             cache=False)
+    assert ir.dynamic_shared_bytes(kernel.built.kernel) > ir.STATIC_SHARED_BYTES
