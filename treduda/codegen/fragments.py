@@ -32,6 +32,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from . import ir
+from .simplify import plus, times
 
 WMMA = "nvcuda::wmma::"
 # CUDA's element types of A and B fragments, per kernel dtype
@@ -93,7 +94,7 @@ class Wmma:
                    else ", ".join(f'"=r"(r[{i}])' for i in range(registers)))
         return {"m": m, "n": n, "k": k, "shape": f"m{m}n{n}k{k}", "ptx_type": ptx_type,
                 "element": WMMA_TYPES[dtype], "pointer": WMMA_POINTERS[dtype],
-                "registers": registers, "outputs": outputs,
+                "registers": registers, "outputs": outputs, "bytes": size,
                 "operands": ", ".join(f"%{i}" for i in range(registers)),
                 "declare": "" if wide else "unsigned *r = reinterpret_cast<unsigned *>(&f.x[0]);"}
 
@@ -105,9 +106,14 @@ class Wmma:
         if isinstance(s, ir.LoadFragment):
             fragment = self.expr(s.fragment)
             pointer = f"reinterpret_cast<const {WMMA_POINTERS[self.kernel.dtype]} *>"
-            load = ("td_load_fragment" if self.kernel.dtype in SHARED_LOADS
-                    else f"{w}load_matrix_sync")
-            lines = [f"{pad}{load}({fragment}, {pointer}({self.address(s.first)}), {s.ld});"]
+            if self.kernel.dtype in SHARED_LOADS:
+                offset, constant = _split_constant(s.first.offset)
+                size = SHARED_LOADS[self.kernel.dtype][1]
+                lines = [f"{pad}td_load_fragment<{constant * size}>({fragment}, "
+                         f"{pointer}({s.first.array}), {self.expr(offset)}, {s.ld});"]
+            else:
+                lines = [f"{pad}{w}load_matrix_sync({fragment}, "
+                         f"{pointer}({self.address(s.first)}), {s.ld});"]
             if s.rounding is not None:
                 rounded = WMMA_ROUNDING[s.rounding]
                 lines += [f"{pad}for (int td_t = 0; td_t < {fragment}.num_elements; td_t++) {{",
@@ -227,6 +233,14 @@ class Twin:
                 f"{s.a.array}[{a} + td_t * {k} + td_k], {s.b.array}[{b} + td_k], td_s);",
                 f"{pad}  {s.accumulator.array}[{c} + td_t] = td_s;",
                 f"{pad}}}"]
+
+
+def _split_constant(offset: ir.Expr) -> tuple[ir.Expr, int]:
+    """``offset`` as a variable part and a non-negative constant, their sum."""
+    terms, constant = ir.affine(offset)
+    if constant <= 0:
+        return offset, 0
+    return plus(*(times(c, t) for t, c in terms.items())), constant
 
 
 def _tile_element(first: ir.Load, row: ir.Expr, column: ir.Expr, ld: int,

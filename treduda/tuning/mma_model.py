@@ -268,6 +268,7 @@ class TensorCoreModel:
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         warp_step = self._warp_step(tile, threads, p["async_copy"])
+        mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
@@ -282,13 +283,18 @@ class TensorCoreModel:
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = self._hidden(resident, tile, clock)
-        mma_chain = tile["frags_k"] * self.products * MMA_LATENCY_CYCLES
+        # a step's MMAs take the block at least its chain's latency, and at least their issue
+        # at the SM's rate shared with the other resident blocks: a block cannot multiply
+        # while it waits for its copy unless it has a second buffer
+        mma_cycles = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
+                         warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * occupancy
+                         / self._mma_rate(clock) / g.schedulers_per_sm)
         if described["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
             chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
-                             + max(g.l2_latency_cycles, mma_chain))
+                             + max(g.l2_latency_cycles, mma_cycles))
         else:
             chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
-                             + mma_chain)
+                             + mma_cycles)
         seconds = {
             "mma": padded / self.rate * quantise / hidden,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
@@ -299,7 +305,6 @@ class TensorCoreModel:
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
-        mmas = self.products * tile["frags_m"] * tile["frags_n"]
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
 
@@ -311,14 +316,19 @@ class TensorCoreModel:
         tensor cores' rate (CUTLASS's fp16 GEMM runs 64x64-fragment warps at two per
         scheduler; the SIMT rule alone rated them at half speed)."""
         g = self.gpu
-        m, n, k = self.shape
+        k = self.shape[2]
         per_scheduler = resident / g.schedulers_per_sm
-        instruction_flops = 2 * m * n * k / MMA_INSTRUCTIONS[k]
-        rate = self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
         independent = (per_scheduler * self.products * tile["frags_m"] * tile["frags_n"]
                        * MMA_INSTRUCTIONS[k])
         return min(1.0, max(per_scheduler / g.latency_hiding_warps,
-                            independent / (MMA_LATENCY_CYCLES * rate)))
+                            independent / (MMA_LATENCY_CYCLES * self._mma_rate(clock))))
+
+    def _mma_rate(self, clock: float) -> float:
+        """Tensor-core instructions one scheduler issues per cycle at the model's rate."""
+        g = self.gpu
+        m, n, k = self.shape
+        instruction_flops = 2 * m * n * k / MMA_INSTRUCTIONS[k]
+        return self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
 
     def _split_l2(self, written: int, parts: int) -> float:
         """Bytes the ``written`` output elements of every block move through L2: each once;
