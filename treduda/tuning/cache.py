@@ -453,10 +453,11 @@ def _salvage(path: Path) -> tuple[list[Row], list[Row], Health]:
         if not _is_ours(conn):
             return [], [], Health(0, 0, ())  # empty: a new cache
         try:
-            problems = [f"SQLite finds damage: {message}" for (message,)
-                        in conn.execute("PRAGMA quick_check(3)") if message != "ok"]
+            found = [line for (message,) in conn.execute("PRAGMA quick_check(3)")
+                     for line in message.splitlines() if not line.startswith("***")]
         except sqlite3.DatabaseError as e:
-            problems = [f"SQLite finds damage: {e}"]
+            found = [str(e)]
+        problems = [f"SQLite finds damage ({'; '.join(found)})"] if found != ["ok"] else []
         rows, unreadable = _readable(conn, _TABLE, _COLUMNS)
         stored, lost = _readable(conn, _KERNELS, _KERNEL_COLUMNS)
     except _Unusable as e:
