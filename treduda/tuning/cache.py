@@ -361,6 +361,10 @@ class Health:
     def sound(self) -> bool:
         return not self.problems
 
+    def advice(self, path: Path) -> str:
+        """What to do about the file at ``path`` where it is not sound."""
+        return (_ELSEWHERE if self.foreign else _REPAIR).format(path=path)
+
 
 def _insert(table: str, columns: tuple[str, ...]) -> str:
     return (f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "

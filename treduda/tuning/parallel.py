@@ -55,11 +55,13 @@ def connected(workers: int, scheduler: str | None = None) -> Iterator[Any]:
             cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
                                                processes=True, dashboard_address=None)
         client = distributed.Client(scheduler or cluster)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: not an address
         if cluster is not None:
             cluster.close()
-        where = scheduler or f"a local cluster of {workers} workers"
-        raise BackendUnavailable(f"cannot connect to {where}: {error}") from error
+        where = (f"the Dask scheduler {scheduler}: {error}; give its address as "
+                 "tcp://HOST:8786" if scheduler
+                 else f"a local cluster of {workers} workers: {error}")
+        raise BackendUnavailable(f"cannot connect to {where}") from None
     try:
         yield client
     finally:
