@@ -23,11 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import filled, filled_key
 
 import treduda
 from treduda.errors import ShapeMismatch, TredudaError
 from treduda.frontend.contraction import analyse
-from treduda.frontend.identity import Identity
 from treduda.tuning.cache import CacheKey, CacheWarning, Entry, Health, TuningCache, default_path
 from treduda.tuning.policy import finish_background
 
@@ -306,16 +306,6 @@ def read_only(path: Path) -> Iterator[None]:
         path.chmod(0o644)
 
 
-def filled(path: Path) -> TuningCache:
-    """A sound cache of many pages: 40 entries and 40 stored kernels (each over a page)."""
-    cache = TuningCache(path)
-    problem = Identity.make(GEMM, SIZES, "float32", "C")
-    for n in range(40):
-        cache.put(writer_key(0, n), {"n": n, "padding": "x" * 300})
-        cache.put_kernel(problem.generated("tiled", {"n": n}), "gen", {"n": n, "ir": "y" * 6000})
-    return cache
-
-
 def damage(path: Path, kind: str) -> None:
     data = path.read_bytes()
     if kind == "truncated":
@@ -358,9 +348,9 @@ def test_a_read_only_cache_is_still_read(tmp_path):
     filled(path)
     with read_only(path), pytest.warns(CacheWarning, match="readonly"):
         cache = TuningCache(path)
-        assert cache.get(writer_key(0, 7))["n"] == 7  # reading needs no writing
+        assert cache.get(filled_key(7))["n"] == 7  # reading needs no writing
         cache.put(gemm_key(), RESULT)  # the write fails, so the process goes on in memory
-        assert cache.get(gemm_key()) == RESULT and cache.get(writer_key(0, 39))["n"] == 39
+        assert cache.get(gemm_key()) == RESULT and cache.get(filled_key(39))["n"] == 39
         assert cache.kernels() == 40
 
 
