@@ -3,8 +3,10 @@
 Each contraction not yet in the cache is one job (:func:`tune_case`): a worker runs the search
 :func:`treduda.compile` runs (:func:`treduda.api.tuning_search`) and checks the winner on PoCL
 at scaled-down sizes as ``treduda bench`` does (:func:`~treduda.app.bench.verify_scaled`). The
-client alone writes the cache, as each verified result arrives, under the key and with the
-value compile() uses, so a later compile() of the same problem searches nothing.
+client alone writes the cache, as each verified result arrives (streamed by
+:func:`~treduda.tuning.parallel.run_parallel`, which lets the cluster forget it then, so a
+worker killed later costs only its running row), under the key and with the value compile()
+uses, so a later compile() of the same problem searches nothing.
 """
 
 from __future__ import annotations
