@@ -28,6 +28,7 @@ from conftest import filled, filled_key
 import treduda
 from treduda.errors import ShapeMismatch, TredudaError
 from treduda.frontend.contraction import analyse
+from treduda.tuning import cache as cache_module
 from treduda.tuning.cache import CacheKey, CacheWarning, Entry, Health, TuningCache, default_path
 from treduda.tuning.policy import finish_background
 
@@ -352,6 +353,18 @@ def test_a_read_only_cache_is_still_read(tmp_path):
         cache.put(gemm_key(), RESULT)  # the write fails, so the process goes on in memory
         assert cache.get(gemm_key()) == RESULT and cache.get(filled_key(39))["n"] == 39
         assert cache.kernels() == 40
+
+
+def test_a_cache_locked_too_long_is_kept_in_memory(tmp_path, monkeypatch):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    cache.put(gemm_key(), RESULT)
+    monkeypatch.setattr(cache_module, "BUSY_TIMEOUT", 0.1)
+    with closing(sqlite3.connect(cache.path, isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing, for too long
+        with pytest.warns(CacheWarning, match="database is locked.*no other process keeps it"):
+            cache.put(gemm_key(dtype="float64"), RESULT)
+        assert cache.get(gemm_key()) == RESULT == cache.get(gemm_key(dtype="float64"))
+        holder.execute("ROLLBACK")
 
 
 def test_a_page_damaged_file_is_checked_and_repaired_keeping_what_is_readable(tmp_path):

@@ -159,9 +159,11 @@ def test_compile_writes_what_tune_writes(tuned, tmp_path):
     (["--file", "{tmp}/missing.tsv"], "cannot read"),
     (["--file", "{tmp}/bad.tsv"], "expected the tab-separated columns id, expression, sizes"),
     (["--file", "{tmp}/bad.tsv", "--suite", "tc"], "not allowed with argument"),
+    (["--limit", "1", "--cache", "{tmp}/garbage.sqlite3"], "garbage.sqlite3 is not sound"),
 ])
 def test_cli_tune_reports_bad_arguments(arguments, message, tmp_path, capsys):
     (tmp_path / "bad.tsv").write_text("id\texpression\tsizes\nx\tC[i]=A[i]\ti:4\n")
+    (tmp_path / "garbage.sqlite3").write_bytes(b"x" * 5000)
     arguments = [a.format(tmp=tmp_path) for a in arguments]
     with suppress(SystemExit):  # argparse's own errors exit
         assert cli.main(["tune", *arguments]) == 2

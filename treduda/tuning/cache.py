@@ -262,8 +262,8 @@ def _checksum(key_json: str, value_json: str) -> str:
 _REPAIR = ("`treduda cache repair --path {path}` rebuilds it from what it still holds (or "
            "delete it: treduda starts a new one)")
 _ELSEWHERE = "set $TREDUDA_CACHE to another file"
-_WRITABLE = ("check that it and its folder can be written and that its disk has room, or set "
-             "$TREDUDA_CACHE to another file")
+_WRITABLE = ("check that it and its folder can be written, that its disk has room and that no "
+             "other process keeps it locked, or set $TREDUDA_CACHE to another file")
 
 
 class _Unusable(Exception):
@@ -447,7 +447,10 @@ def _passing(rows: list[Row], check: Callable[[Row], Any]) -> list[Row]:
 
 def _salvage(path: Path) -> tuple[list[Row], list[Row], Health]:
     """The valid rows the cache file at ``path`` still holds (search results, stored kernels)
-    and its :class:`Health`. The file is opened read-only: a damaged one is never written."""
+    and its :class:`Health` (a file not made yet is a sound, empty cache). The file is opened
+    read-only: a damaged one is never written."""
+    if not path.exists():
+        return [], [], Health(0, 0, ())
     try:
         conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
                                timeout=SALVAGE_TIMEOUT, isolation_level=None)
