@@ -5,7 +5,8 @@ everything that could change the answer: the normalised expression, the sizes (o
 dtype, layout, GPU and treduda's version. Storage is one SQLite file in WAL mode, so writers from
 several processes are atomic and never corrupt it, even if one is killed mid-write. A cache is only
 an optimisation: an entry that fails its checks is reported with :class:`CacheWarning`, removed and
-treated as a miss, never returned.
+treated as a miss, never returned; a file that cannot be used at all is reported once and the
+process goes on in memory.
 """
 
 from __future__ import annotations
@@ -83,7 +84,8 @@ set another; 0 keeps none."""
 
 
 class CacheWarning(UserWarning):
-    """A cache entry (or the whole cache file) was corrupt or foreign and was ignored."""
+    """A cache entry was corrupt and was ignored, or the cache file cannot be used and the
+    process keeps its cache in memory (see :class:`TuningCache`)."""
 
 
 def _canonical(data: Any) -> str:
