@@ -218,7 +218,7 @@ def test_cache_check_finds_damage_and_repair_keeps_what_is_readable(tmp_path, ca
     held = f"{health.entries} entries and {health.kernels} stored kernels"
     assert main(["cache", "check", "--path", str(path)]) == 1
     out = capsys.readouterr().out
-    assert f"{path} is damaged: SQLite finds damage" in out
+    assert f"{path} is not a sound tuning cache: SQLite finds damage" in out
     assert f"{held} can still be read; `treduda cache repair --path {path}`" in out
     assert main(["cache", "list", "--kernels", "--path", str(path)]) == 1
     out, err = capsys.readouterr()

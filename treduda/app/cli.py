@@ -261,8 +261,7 @@ def _compile(args: argparse.Namespace) -> int:
     parts = statements(args.expression)
     if len(parts) > 1 or (many_factors(parts[0]) and optimize is not False):
         return _compile_program(args, optimize)
-    sizes = _sizes(args)
-    kernel = compile(args.expression, sizes or None, dtype=args.dtype,
+    kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
                      layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
                      symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic,
                      precision=args.precision)
@@ -412,7 +411,7 @@ def _check(cache: TuningCache, repair: bool) -> int:
         print(f"rebuilt {cache.path} with the {held} it still held ({problems}); the damaged "
               f"file is kept as {cache.path}.damaged")
         return 0
-    print(f"{cache.path} is damaged: {problems}\n{held} can still be read; "
+    print(f"{cache.path} is not a sound tuning cache: {problems}\n{held} can still be read; "
           f"{health.advice(cache.path)}")
     return 1
 
