@@ -231,3 +231,15 @@ def test_cache_check_finds_damage_and_repair_keeps_what_is_readable(tmp_path, ca
     assert f"the damaged file is kept as {path}.damaged" in capsys.readouterr().out
     assert main(["cache", "check", "--path", str(path)]) == 0
     assert capsys.readouterr().out == f"{path} is sound: {held}\n"
+
+
+def test_a_search_with_an_unusable_cache_warns_once_and_says_its_winner_is_not_kept(
+        tmp_path, capsys, monkeypatch):
+    garbage = tmp_path / "tuning.sqlite3"
+    garbage.write_bytes(b"not a database " * 300)
+    monkeypatch.setenv("TREDUDA_CACHE", str(garbage))
+    assert main(["search", "C[i] = A[i,k]*B[k]", "-s", "i=16", "-s", "k=8", "--top", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert f"NOT KEPT: the tuning cache {garbage} cannot be used (it is damaged" in out
+    assert err.count(f"treduda: warning: cannot use the tuning cache {garbage}") == 1, err
+    assert garbage.read_bytes() == b"not a database " * 300

@@ -318,8 +318,10 @@ def _search(args: argparse.Namespace) -> int:
               f"(the fastest of the best {MEASURED}, each checked against numpy.einsum)")
     if args.json:
         write_text(args.json, result.to_json())
+    unusable = TuningCache().degraded  # the warning said why and what to do
     print(f"kept in the tuning cache {default_path()}: `treduda compile` at these sizes and "
-          "this search again answer from it (--fresh searches again)")
+          "this search again answer from it (--fresh searches again)" if unusable is None else
+          f"NOT KEPT: the tuning cache {default_path()} cannot be used ({unusable})")
     return 0
 
 
