@@ -15,7 +15,9 @@ import pytest
 
 import treduda
 from treduda.codegen import ir
+from treduda.frontend.identity import Identity
 from treduda.run.nvcc import nvcc_available
+from treduda.tuning.cache import CacheKey, TuningCache
 from treduda.tuning.policy import finish_background
 
 # The expressions issue #2 names, with sizes that are not multiples of the block (5..40).
@@ -190,3 +192,19 @@ def _left_out(kind: type, s: ir.Stmt) -> ir.Stmt:
     if isinstance(s, ir.Block):
         s = ir.Block(tuple(c for c in s.body if not isinstance(c, kind)))
     return ir.map_children(s, lambda c: _left_out(kind, c))
+
+
+def filled_key(n: int) -> CacheKey:
+    """The key of :func:`filled`'s ``n``-th entry."""
+    return CacheKey("E", (("i", n + 1),), "float32", "C", "gpu", "test")
+
+
+def filled(path) -> TuningCache:
+    """A sound tuning cache of many pages at ``path``: 40 entries and 40 stored kernels (each
+    record over a page), to damage."""
+    cache = TuningCache(path)
+    problem = Identity.make("C[i,j]=A[i,k]*B[k,j]", {"i": 8, "j": 8, "k": 8}, "float32", "C")
+    for n in range(40):
+        cache.put(filled_key(n), {"n": n, "padding": "x" * 300})
+        cache.put_kernel(problem.generated("tiled", {"n": n}), "gen", {"n": n, "ir": "y" * 6000})
+    return cache

@@ -191,17 +191,19 @@ def test_an_output_file_that_is_a_folder_is_one_line_in_a_real_process(tmp_path)
                            "-s", "i=8", "--strategy", "thread_per_element", "-o", str(tmp_path)],
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and done.stdout == ""
-    assert done.stderr == f"treduda: error: {tmp_path}: Is a directory\n"
+    assert done.stderr == (f"treduda: error: cannot write {tmp_path}: it is a folder; give the "
+                           "path of a file in it\n")
 
 
 def test_a_warning_is_one_line_too(tmp_path, capsys):
     foreign = tmp_path / "notes.sqlite3"
     foreign.write_text("not a database")
-    assert main(["cache", "list", "--path", str(foreign)]) == 0
+    assert main(["cache", "list", "--path", str(foreign)]) == 1
     err = capsys.readouterr().err
-    assert err == (f"treduda: warning: {foreign} is not a treduda tuning cache (file is not a "
-                   "database); delete the file (treduda recreates it) or set $TREDUDA_CACHE to "
-                   "another path; treating the cache as empty\n")
+    assert err == (f"treduda: warning: cannot use the tuning cache {foreign} (it is damaged: "
+                   f"file is not a database); `treduda cache repair --path {foreign}` rebuilds "
+                   "it from what it still holds (or delete it: treduda starts a new one); until "
+                   "then this process keeps its tuning in memory\n")
 
 
 def test_compile_help_says_it_searches_and_takes_a_gpu(capsys):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import os
+import random
 import signal
 import sqlite3
 import subprocess
@@ -16,13 +17,20 @@ import sys
 import threading
 import time
 import warnings
+from collections.abc import Iterator
+from contextlib import closing, contextmanager, nullcontext
 from pathlib import Path
 
+import numpy as np
 import pytest
+from conftest import filled, filled_key
 
+import treduda
 from treduda.errors import ShapeMismatch, TredudaError
 from treduda.frontend.contraction import analyse
-from treduda.tuning.cache import CacheKey, CacheWarning, Entry, TuningCache, default_path
+from treduda.tuning import cache as cache_module
+from treduda.tuning.cache import CacheKey, CacheWarning, Entry, Health, TuningCache, default_path
+from treduda.tuning.policy import finish_background
 
 GEMM = "C[i,j]=A[i,k]*B[k,j]"
 SIZES = {"i": 64, "j": 32, "k": 16}
@@ -248,20 +256,18 @@ def test_unreadable_key_is_named_by_digest(cache: TuningCache):
         assert cache.entries() == []
 
 
-def test_foreign_file_is_reported_and_not_overwritten(tmp_path: Path):
+def test_foreign_file_is_reported_once_and_not_overwritten(tmp_path: Path):
     path = tmp_path / "random.bin"
     junk = os.urandom(8192)
     path.write_bytes(junk)
     cache = TuningCache(path)
-    with pytest.warns(CacheWarning, match="not a treduda tuning cache"):
+    with pytest.warns(CacheWarning, match=rf"cannot use the tuning cache {path} .*damaged.*"
+                                          "treduda cache repair"):
         assert cache.get(gemm_key()) is None
-    with pytest.warns(CacheWarning, match="not a treduda tuning cache"):
-        assert cache.entries() == []
-    with pytest.warns(CacheWarning, match="not a treduda tuning cache"):
-        assert len(cache) == 0
-    with pytest.raises(TredudaError, match=r"not a treduda tuning cache.*delete the file.*"
-                                           r"\$TREDUDA_CACHE"):
-        cache.put(gemm_key(), RESULT)
+    assert cache.entries() == [] and len(cache) == 0  # in memory now: no warning again
+    cache.put(gemm_key(), RESULT)
+    assert TuningCache(path).get(gemm_key()) == RESULT  # every cache of the file shares it
+    assert "damaged" in cache.degraded
     assert path.read_bytes() == junk
 
 
@@ -270,13 +276,112 @@ def test_foreign_sqlite_database_is_left_alone(tmp_path: Path):
     with sqlite3.connect(path) as conn:
         conn.execute("CREATE TABLE notes (text TEXT)")
     cache = TuningCache(path)
-    with pytest.warns(CacheWarning, match="another program.*notes"):
+    with pytest.warns(CacheWarning, match=r"another program.*notes.*\$TREDUDA_CACHE"):
         assert cache.get(gemm_key()) is None
-    with pytest.raises(TredudaError, match="not a treduda tuning cache"):
-        cache.put(gemm_key(), RESULT)
+    cache.put(gemm_key(), RESULT)
+    assert cache.get(gemm_key()) == RESULT
     with sqlite3.connect(path) as conn:
         tables = conn.execute("SELECT name FROM sqlite_master").fetchall()
     assert tables == [("notes",)]
+    assert cache.check().foreign and not cache.check().sound
+    with pytest.raises(TredudaError, match="not a treduda tuning cache.*leaves it alone"):
+        cache.repair()
+
+
+# --- a damaged, foreign or read-only file never costs a call its result ----------------------
+
+@contextmanager
+def read_only(path: Path) -> Iterator[None]:
+    """``path`` made read-only, for root too (which writes files without write permission):
+    immutable with chattr, or the test is skipped."""
+    path.chmod(0o444)
+    immutable = os.geteuid() == 0
+    if immutable and subprocess.run(["chattr", "+i", str(path)], capture_output=True,
+                                    check=False).returncode != 0:
+        pytest.skip("root here cannot make a file read-only (no chattr +i)")
+    try:
+        yield
+    finally:
+        if immutable:
+            subprocess.run(["chattr", "-i", str(path)], check=True)
+        path.chmod(0o644)
+
+
+def damage(path: Path, kind: str) -> None:
+    data = path.read_bytes()
+    if kind == "truncated":
+        path.write_bytes(data[:1000])
+    elif kind == "half-length":
+        path.write_bytes(data[:len(data) // 2])
+    elif kind == "garbage":
+        path.write_bytes(random.Random(kind).randbytes(len(data)))
+    elif kind == "wrong schema":
+        with closing(sqlite3.connect(path)) as conn:  # closed: its log merged into the file
+            conn.execute("ALTER TABLE tuning ADD COLUMN extra TEXT")
+            conn.commit()
+
+
+@pytest.mark.parametrize("kind", ["truncated", "half-length", "garbage", "wrong schema",
+                                  "read-only"])
+def test_contract_is_right_with_one_warning_whatever_the_cache_file(tmp_path, monkeypatch,
+                                                                     kind):
+    path = tmp_path / "tuning.sqlite3"
+    filled(path)
+    damage(path, kind)
+    before = path.read_bytes()
+    monkeypatch.setenv("TREDUDA_CACHE", str(path))
+    a, b = np.random.default_rng(3).random((6, 5)), np.random.default_rng(4).random((5, 7))
+    with warnings.catch_warnings(record=True) as caught, (
+            read_only(path) if kind == "read-only" else nullcontext()):
+        warnings.simplefilter("always")
+        result = treduda.contract("ik,kj->ij", a, b)
+        finish_background()  # the kernel store is written on the background thread
+    np.testing.assert_allclose(result, np.einsum("ik,kj->ij", a, b), rtol=1e-12)
+    [warning] = [str(w.message) for w in caught if issubclass(w.category, CacheWarning)]
+    assert f"cannot use the tuning cache {path} (" in warning
+    assert ("treduda cache repair" if kind != "read-only" else "can be written") in warning
+    assert path.read_bytes() == before  # a damaged or read-only file is never written
+    assert len(TuningCache(path)) >= 1  # the search's winner, kept in memory for the process
+
+
+def test_a_read_only_cache_is_still_read(tmp_path):
+    path = tmp_path / "tuning.sqlite3"
+    filled(path)
+    with read_only(path), pytest.warns(CacheWarning, match="readonly"):
+        cache = TuningCache(path)
+        assert cache.get(filled_key(7))["n"] == 7  # reading needs no writing
+        cache.put(gemm_key(), RESULT)  # the write fails, so the process goes on in memory
+        assert cache.get(gemm_key()) == RESULT and cache.get(filled_key(39))["n"] == 39
+        assert cache.kernels() == 40
+
+
+def test_a_cache_locked_too_long_is_kept_in_memory(tmp_path, monkeypatch):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    cache.put(gemm_key(), RESULT)
+    monkeypatch.setattr(cache_module, "BUSY_TIMEOUT", 0.1)
+    with closing(sqlite3.connect(cache.path, isolation_level=None)) as holder:
+        holder.execute("BEGIN EXCLUSIVE")  # another process writing, for too long
+        with pytest.warns(CacheWarning, match="database is locked.*no other process keeps it"):
+            cache.put(gemm_key(dtype="float64"), RESULT)
+        assert cache.get(gemm_key()) == RESULT == cache.get(gemm_key(dtype="float64"))
+        holder.execute("ROLLBACK")
+
+
+def test_a_page_damaged_file_is_checked_and_repaired_keeping_what_is_readable(tmp_path):
+    path = tmp_path / "tuning.sqlite3"
+    filled(path)
+    data = bytearray(path.read_bytes())
+    page = len(data) // 4096 // 2  # within the kernels' records
+    data[page * 4096:(page + 1) * 4096] = b"\xa5" * 4096
+    path.write_bytes(bytes(data))
+    health = TuningCache(path).check()
+    assert not health.sound and "damage" in health.problems[0]
+    assert health.entries + health.kernels >= 70, health
+    assert TuningCache(path).repair() == health
+    assert (tmp_path / "tuning.sqlite3.damaged").read_bytes() == data
+    repaired = TuningCache(path)
+    assert repaired.check() == Health(health.entries, health.kernels, ())
+    assert len(repaired.entries()) == health.entries and repaired.kernels() == health.kernels
 
 
 # --- where the cache lives -------------------------------------------------------------------
@@ -294,11 +399,13 @@ def test_default_path_follows_the_environment(tmp_path: Path, monkeypatch: pytes
     assert default_path() == tmp_path / "mine.db"
 
 
-def test_unusable_locations_are_treduda_errors(tmp_path: Path):
+def test_unusable_locations_are_kept_in_memory(tmp_path: Path):
     (tmp_path / "file").write_text("")
-    with pytest.raises(TredudaError, match="TREDUDA_CACHE"):
-        TuningCache(tmp_path / "file" / "tuning.sqlite3")
-    with pytest.raises(TredudaError, match="cannot"):
+    with pytest.warns(CacheWarning, match=r"cannot create its folder.*\$TREDUDA_CACHE"):
+        in_a_file = TuningCache(tmp_path / "file" / "tuning.sqlite3")
+    in_a_file.put(gemm_key(), RESULT)
+    assert in_a_file.get(gemm_key()) == RESULT
+    with pytest.warns(CacheWarning, match=f"cannot use the tuning cache {tmp_path} "):
         TuningCache(tmp_path).put(gemm_key(), RESULT)  # a directory
 
 

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
 import pytest
+from conftest import filled
 
 from treduda.app.cli import main
 from treduda.tuning.cache import TuningCache
@@ -157,3 +159,87 @@ def test_search_keeps_its_winner_and_a_rerun_answers_from_the_tuning_cache(tmp_p
     monkeypatch.setattr(treduda.tuning.policy, "search_program", search)
     assert main([*argv, "--fresh"]) == 0
     assert "bound ms" in capsys.readouterr().out  # searched again, the table with it
+
+
+TUNED_ROW = "id\texpression\tsizes\nrow\tC[i]=A[i,k]*B[k]\ti=6,k=5\n"
+
+
+@pytest.mark.parametrize("argv, fragment", [
+    (["tune", "--scheduler", "nonsense", "--file", "{tmp}/rows.tsv", "--cache",
+      "{tmp}/t.sqlite3"], "nonsense"),
+    (["compile"], "the following arguments are required: expression; see `treduda compile "
+                  "--help`"),
+    (["compile", "C[i]=A[i]", "--dtype", "float7"], "invalid choice: 'float7'"),
+    (["frobnicate"], "invalid choice: 'frobnicate'"),
+    (["compile", "C[i]=A[i]", "-s", "i=4", "-o", "/proc/version"], "cannot write /proc/version: "),
+    (["compile", "C[i]=A[i]", "-s", "i=4", "-o", "/dev/full"], "cannot write /dev/full: "),
+    (["compile", "C[i]=A[i]", "-s", "i=4", "-o", "{tmp}/rows.tsv/x.cu"],
+     "{tmp}/rows.tsv is a file, not a folder"),
+    (["compile", "C[i,j]=A[i,k]*B[k,j]", "--symbolic", "-s", "i=4"],
+     "give each one, e.g. -s j=64 -s k=64, or leave out -s"),
+    (["compile", "D[i,l]=A[i,j]*B[j,k]*C[k,l]", "-s", "i=4"], "e.g. -s l=64 -s j=64 -s k=64"),
+    (["tune", "--file", "{tmp}/headless.tsv", "--cache", "{tmp}/t.sqlite3"],
+     "--file {tmp}/headless.tsv, line 1: expected the header line"),
+], ids=lambda value: " ".join(value) if isinstance(value, list) else "")
+def test_every_error_is_one_line_naming_the_value_and_the_fix(argv, fragment, tmp_path, capsys):
+    (tmp_path / "rows.tsv").write_text(TUNED_ROW)
+    (tmp_path / "headless.tsv").write_text(TUNED_ROW.split("\n", 1)[1])
+    argv = [arg.format(tmp=tmp_path) for arg in argv]
+    if any(arg.startswith("/proc/") or arg.startswith("/dev/") for arg in argv) and not all(
+            os.path.exists(arg) for arg in argv if arg.startswith("/")):
+        pytest.skip("no such device here")
+    try:
+        status = main(argv)
+    except SystemExit as exit_:  # argparse's own errors
+        status = exit_.code
+    out, err = capsys.readouterr()
+    assert status == 2 and out == ""
+    assert err.startswith("treduda: error: ") and err.count("\n") == 1, err
+    assert fragment.format(tmp=tmp_path) in err, err
+    assert "sizes={" not in err
+
+
+def test_tune_help_says_the_file_needs_its_header(capsys):
+    with pytest.raises(SystemExit):
+        main(["tune", "--help"])
+    assert "first line is the header 'id expression sizes'" in " ".join(
+        capsys.readouterr().out.split())
+
+
+def test_cache_check_finds_damage_and_repair_keeps_what_is_readable(tmp_path, capsys):
+    path = tmp_path / "tuning.sqlite3"
+    filled(path)
+    data = bytearray(path.read_bytes())
+    page = len(data) // 4096 // 2  # within the kernels' records: one or a few are lost
+    data[page * 4096:(page + 1) * 4096] = b"\xa5" * 4096
+    path.write_bytes(bytes(data))
+    health = TuningCache(path).check()
+    assert health.kernels >= 30 and health.entries == 40, health
+    held = f"{health.entries} entries and {health.kernels} stored kernels"
+    assert main(["cache", "check", "--path", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert f"{path} is not a sound tuning cache: SQLite finds damage" in out
+    assert f"{held} can still be read; `treduda cache repair --path {path}`" in out
+    assert main(["cache", "list", "--kernels", "--path", str(path)]) == 1
+    out, err = capsys.readouterr()
+    assert f"{health.kernels} generated kernels in the kernel store" in out
+    assert out.count("tiled n=") == health.kernels
+    assert err.startswith(f"treduda: warning: cannot use the tuning cache {path} (")
+    assert main(["cache", "clear", "--path", str(path)]) == 2  # a damaged file is left alone
+    assert "is not a sound tuning cache" in capsys.readouterr().err
+    assert main(["cache", "repair", "--path", str(path)]) == 0
+    assert f"the damaged file is kept as {path}.damaged" in capsys.readouterr().out
+    assert main(["cache", "check", "--path", str(path)]) == 0
+    assert capsys.readouterr().out == f"{path} is sound: {held}\n"
+
+
+def test_a_search_with_an_unusable_cache_warns_once_and_says_its_winner_is_not_kept(
+        tmp_path, capsys, monkeypatch):
+    garbage = tmp_path / "tuning.sqlite3"
+    garbage.write_bytes(b"not a database " * 300)
+    monkeypatch.setenv("TREDUDA_CACHE", str(garbage))
+    assert main(["search", "C[i] = A[i,k]*B[k]", "-s", "i=16", "-s", "k=8", "--top", "1"]) == 0
+    out, err = capsys.readouterr()
+    assert f"NOT KEPT: the tuning cache {garbage} cannot be used (it is damaged" in out
+    assert err.count(f"treduda: warning: cannot use the tuning cache {garbage}") == 1, err
+    assert garbage.read_bytes() == b"not a database " * 300

@@ -9,6 +9,7 @@ import os
 import sys
 import threading
 import time
+from collections import Counter
 from contextlib import suppress
 
 import numpy as np
@@ -44,26 +45,36 @@ def _key(case: Case) -> CacheKey:
                        find_gpu("H100").name)
 
 
+def _finished(dask_scheduler) -> int:
+    """Jobs the scheduler holds finished: none once the client has taken their results."""
+    return sum(task.state == "memory" for task in dask_scheduler.tasks.values())
+
+
 @pytest.fixture(scope="module")
 def tuned(tmp_path_factory):
     """The four rows tuned on a cluster of two workers, one of which is killed (os._exit)
-    while it runs a job, right after the first result reaches the cache."""
+    while it runs a job, after it finished one whose result reached the cache; and how many
+    times each job finished on a worker, from the scheduler's log."""
     path = tmp_path_factory.mktemp("tune") / "tuning.sqlite3"
     cluster = distributed.LocalCluster(n_workers=WORKERS, threads_per_worker=1, processes=True,
                                        dashboard_address=None)
     killer = distributed.Client(cluster)
     killed: list[str] = []
 
-    def kill_a_busy_worker() -> None:
+    def kill_a_busy_worker_that_finished_a_job() -> None:
         watched = TuningCache(path)
         while not len(watched):
             time.sleep(0.1)
-        busy = [worker for worker, keys in killer.processing().items() if keys]
+        deadline = time.monotonic() + 3  # a result the client keeps stays on its worker
+        while killer.run_on_scheduler(_finished) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        ran = killer.run(lambda dask_worker: dask_worker.state.executed_count)
+        busy = [worker for worker, keys in killer.processing().items() if keys and ran[worker]]
         killed.extend(busy[:1])
         with suppress(distributed.comm.CommClosedError):  # the worker drops it as it dies
             killer.run(os._exit, 1, workers=busy[:1])
 
-    thread = threading.Thread(target=kill_a_busy_worker, daemon=True)
+    thread = threading.Thread(target=kill_a_busy_worker_that_finished_a_job, daemon=True)
     thread.start()
     log = io.StringIO()
     try:
@@ -71,14 +82,16 @@ def tuned(tmp_path_factory):
                       log=log)
         thread.join(timeout=10)
         workers = list(killer.scheduler_info()["workers"])  # the killed one was replaced
+        finished = Counter(t.key for t in cluster.scheduler.transition_log
+                           if str(t.key).startswith("tune_case") and t.finish == "memory")
     finally:
         killer.close()
         cluster.close()
-    return path, report, log.getvalue(), [w for w in killed if w not in workers]
+    return path, report, log.getvalue(), [w for w in killed if w not in workers], finished
 
 
 def test_a_killed_worker_loses_no_row(tuned):
-    path, report, bar, killed = tuned
+    path, report, bar, killed = tuned[:4]
     assert len(killed) == 1, "a worker running a job was killed (and replaced)"
     assert not report.failed, [o.error for o in report.failed]
     assert [o.id for o in report.outcomes] == [c.name for c in CASES]
@@ -92,6 +105,13 @@ def test_a_killed_worker_loses_no_row(tuned):
         assert value["seconds"] == outcome.predicted_seconds
         assert value["binding"] == outcome.binding and value["measured"] is None
     assert f"{len(CASES)}/{len(CASES)}" in bar and "failed 0" in bar, bar
+
+
+def test_a_killed_worker_recomputes_no_finished_row(tuned):
+    """The killed worker had finished a row before: the client took that result as it
+    finished and the cluster let it go, so only the row it was running runs again."""
+    finished = tuned[4]
+    assert len(finished) == len(CASES) and set(finished.values()) == {1}, finished
 
 
 def test_a_rerun_searches_nothing(tuned, capsys):
@@ -139,9 +159,11 @@ def test_compile_writes_what_tune_writes(tuned, tmp_path):
     (["--file", "{tmp}/missing.tsv"], "cannot read"),
     (["--file", "{tmp}/bad.tsv"], "expected the tab-separated columns id, expression, sizes"),
     (["--file", "{tmp}/bad.tsv", "--suite", "tc"], "not allowed with argument"),
+    (["--limit", "1", "--cache", "{tmp}/garbage.sqlite3"], "garbage.sqlite3 is not sound"),
 ])
 def test_cli_tune_reports_bad_arguments(arguments, message, tmp_path, capsys):
     (tmp_path / "bad.tsv").write_text("id\texpression\tsizes\nx\tC[i]=A[i]\ti:4\n")
+    (tmp_path / "garbage.sqlite3").write_bytes(b"x" * 5000)
     arguments = [a.format(tmp=tmp_path) for a in arguments]
     with suppress(SystemExit):  # argparse's own errors exit
         assert cli.main(["tune", *arguments]) == 2

@@ -41,6 +41,7 @@ from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
 from ..tuning.search_result import SearchResult
 from ..tuning.walk import launch
+from .files import write_text
 
 DEFAULT_MAX_NODES = 3000
 SUITE_CHOICES = (*SUITES, "all")
@@ -559,10 +560,10 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFA
     print(line, file=out)
     print(timing(outcomes, wall), file=out)
     if json_path:
-        with open(json_path, "w") as stream:
-            json.dump({"suite": title, "gpu": target.name, "max_nodes": max_nodes,
-                       "summary": line, "seconds": wall,
-                       "rows": [o.to_dict() for o in outcomes]}, stream, indent=1)
+        write_text(json_path, json.dumps({"suite": title, "gpu": target.name,
+                                          "max_nodes": max_nodes, "summary": line,
+                                          "seconds": wall,
+                                          "rows": [o.to_dict() for o in outcomes]}, indent=1))
         print(f"wrote {json_path}", file=log)
     if plot_path:
         plot(outcomes, plot_path, f"{title}: predicted fraction of peak on {target.name} "

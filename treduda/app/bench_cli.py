@@ -7,12 +7,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 
 from ..errors import TredudaError
 from ..frontend.dtypes import PRECISIONS
 from ..run.timing import REPEATS
 from . import bench, gpu_bench
+from .files import writable
 
 # The element types `treduda bench --dtype` offers: those the suites' baselines (cuBLAS through
 # cupy.einsum and torch.einsum) compute in.
@@ -28,14 +28,6 @@ def count(text: str) -> int:
     if not text.isdigit():
         raise argparse.ArgumentTypeError(f"expected a count such as 5, got {text!r}")
     return int(text)
-
-
-def writable(path: str | None) -> None:
-    """Refuse, before any work, an output file whose folder does not exist (a bench runs for
-    minutes before it writes)."""
-    folder = Path(path).parent if path else None
-    if folder is not None and not folder.is_dir():
-        raise TredudaError(f"cannot write {path}: the folder {folder} does not exist")
 
 
 def bench_arguments(parser: argparse.ArgumentParser) -> None:

@@ -8,11 +8,11 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from .. import strategies
 from ..api import compile, program, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
-from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
 from ..polyhedral.lower import plan
 from ..programs import statements
@@ -22,8 +22,9 @@ from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
 from ..tuning.paths import many_factors
 from ..tuning.policy import MEASURED
-from .bench_cli import bench_arguments, bench_command, count, writable
+from .bench_cli import bench_arguments, bench_command, count
 from .demo import demo
+from .files import writable, write_text
 from .tune_cli import tune_arguments, tune_command
 
 
@@ -50,9 +51,17 @@ def _param(text: str) -> tuple[str, object]:
     return name.strip(), booleans.get(value.lower(), value)
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse's parser (its subcommands' too), but a wrong argument is one line, as every
+    error of the command is: what is wrong, and where the help is."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"treduda: error: {message}; see `{self.prog} --help`\n")
+
+
 def parser() -> argparse.ArgumentParser:
-    main = argparse.ArgumentParser(prog="treduda", description="CUDA kernels for tensor "
-                                   "contractions written in Einstein notation.")
+    main = _Parser(prog="treduda", description="CUDA kernels for tensor contractions written "
+                   "in Einstein notation.")
     commands = main.add_subparsers(dest="command", required=True)
 
     c = commands.add_parser(
@@ -118,8 +127,13 @@ def parser() -> argparse.ArgumentParser:
 
     commands.add_parser("gpus", help="list the GPU descriptions the model knows")
 
-    k = commands.add_parser("cache", help="list or clear the tuning cache")
-    k.add_argument("action", choices=("list", "clear"))
+    k = commands.add_parser(
+        "cache", help="list, clear, check or repair the tuning cache",
+        description="list: its entries (and, with --kernels, its stored kernels); clear: "
+                    "remove them all; check: whether the file is sound (exit status 1 where it "
+                    "is damaged), and what it still holds; repair: rebuild a damaged file from "
+                    "what it still holds, keeping the old one as FILE.damaged.")
+    k.add_argument("action", choices=("list", "clear", "check", "repair"))
     k.add_argument("--path", help="the cache file (default: $TREDUDA_CACHE or the user's "
                                   "cache directory)")
     k.add_argument("--kernels", action="store_true",
@@ -216,25 +230,28 @@ def _run(args: argparse.Namespace) -> int:
 
 
 def _sizes(args: argparse.Namespace) -> dict[str, int]:
-    """The -s sizes, each index of the expression given one unless --symbolic makes them
-    kernel arguments (a missing one is said in the command line's words)."""
+    """The -s sizes, each index of the expression's statements given one unless --symbolic
+    makes them all kernel arguments (a missing one is said in the command line's words)."""
     sizes = dict(args.size)
-    contraction = analyse(args.expression)
-    unknown = [index for index in sizes if index not in contraction.indices]
+    parts = statements(args.expression)
+    indices = list(dict.fromkeys(index for part in parts for index in part.indices))
+    text = "; ".join(repr(part.tree) for part in parts)
+    unknown = [index for index in sizes if index not in indices]
     if unknown:
         raise ArgumentError(f"-s {unknown[0]}={sizes[unknown[0]]}: {unknown[0]} is not an index "
-                            f"of {contraction.tree!r}; its indices are "
-                            f"{', '.join(contraction.indices) or 'none'}")
-    if getattr(args, "symbolic", False):
+                            f"of {text}; its indices are {', '.join(indices) or 'none'}")
+    symbolic = getattr(args, "symbolic", False)
+    if symbolic and not sizes:
         return sizes
-    missing = [index for index in contraction.indices if index not in sizes]
+    missing = [index for index in indices if index not in sizes]
     if missing:
         noun = "index" if len(missing) == 1 else "indices"
         example = " ".join(f"-s {index}=64" for index in missing)
-        alternative = (", or --symbolic for one kernel for every size"
+        alternative = (", or leave out -s: --symbolic makes every size a kernel argument"
+                       if symbolic else ", or --symbolic for one kernel for every size"
                        if hasattr(args, "symbolic") else "")
-        raise MissingSize(f"no size for {noun} {', '.join(missing)} of {contraction.tree!r}; "
-                          f"give each one, e.g. {example}{alternative}")
+        raise MissingSize(f"no size for {noun} {', '.join(missing)} of {text}; give each one, "
+                          f"e.g. {example}{alternative}")
     return sizes
 
 
@@ -254,8 +271,7 @@ def _compile(args: argparse.Namespace) -> int:
 def _emit(text: str, path: str | None, made: object) -> int:
     """Write ``text`` to ``path`` and say what was ``made``, or print it."""
     if path:
-        with open(path, "w") as out:
-            out.write(text)
+        write_text(path, text)
         print(f"wrote {path}: {made!r}")
     else:
         print(text, end="")
@@ -268,7 +284,7 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
         raise ArgumentError("a program (several statements, or a product of three or more "
                             "tensors) is planned for fixed sizes and printed as CUDA; drop "
                             "--symbolic/--opencl, or pass --optimize false for one kernel")
-    planned = program(args.expression, dict(args.size), dtype=args.dtype, layout=args.layout,
+    planned = program(args.expression, _sizes(args), dtype=args.dtype, layout=args.layout,
                       strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
                       deterministic=args.deterministic, optimize=optimize,
                       precision=args.precision)
@@ -301,10 +317,11 @@ def _search(args: argparse.Namespace) -> int:
         print(f"measured {result.best.measured * 1e3:.4f} ms on {result.best.measured_on} "
               f"(the fastest of the best {MEASURED}, each checked against numpy.einsum)")
     if args.json:
-        with open(args.json, "w") as out:
-            out.write(result.to_json())
+        write_text(args.json, result.to_json())
+    unusable = TuningCache().degraded  # the warning said why and what to do
     print(f"kept in the tuning cache {default_path()}: `treduda compile` at these sizes and "
-          "this search again answer from it (--fresh searches again)")
+          "this search again answer from it (--fresh searches again)" if unusable is None else
+          f"NOT KEPT: the tuning cache {default_path()} cannot be used ({unusable})")
     return 0
 
 
@@ -351,11 +368,18 @@ def _cache(args: argparse.Namespace) -> int:
         print(f"0 entries: nothing is cached yet ({default_path()} does not exist)")
         return 0
     cache = TuningCache(args.path)
-    kernels = cache.stored_kernels()
+    if args.action in ("check", "repair"):
+        return _check(cache, args.action == "repair")
     if args.action == "clear":
-        print(f"removed {cache.clear()} entries and {len(kernels)} stored kernels from "
-              f"{cache.path}")
+        health = cache.check()
+        if not health.sound:
+            raise TredudaError(f"{cache.path} is not a sound tuning cache "
+                               f"({'; '.join(health.problems)}), so clear leaves it alone; "
+                               f"{health.advice(cache.path)}")
+        kernels = cache.kernels()
+        print(f"removed {cache.clear()} entries and {kernels} stored kernels from {cache.path}")
         return 0
+    kernels = cache.stored_kernels()
     entries = cache.entries()
     print(f"{len(entries)} entries in {cache.path}")
     for entry in entries:
@@ -374,7 +398,24 @@ def _cache(args: argparse.Namespace) -> int:
     if args.kernels:
         for kernel in kernels:
             print(f"  {kernel}")
-    return 0
+    return 1 if cache.degraded else 0  # the warning said why and what to do
+
+
+def _check(cache: TuningCache, repair: bool) -> int:
+    """`treduda cache check` (exit status 1 for a damaged file) or `repair`."""
+    health = cache.repair() if repair else cache.check()
+    held = f"{health.entries} entries and {health.kernels} stored kernels"
+    if health.sound:
+        print(f"{cache.path} is sound: {held}" + ("; nothing to repair" if repair else ""))
+        return 0
+    problems = "; ".join(health.problems)
+    if repair:
+        print(f"rebuilt {cache.path} with the {held} it still held ({problems}); the damaged "
+              f"file is kept as {cache.path}.damaged")
+        return 0
+    print(f"{cache.path} is not a sound tuning cache: {problems}\n{held} can still be read; "
+          f"{health.advice(cache.path)}")
+    return 1
 
 
 def _space(args: argparse.Namespace) -> int:

@@ -38,6 +38,7 @@ from ..run.timing import REPEATS
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
+from .files import write_text
 
 EXPRESSION_WIDTH = 36
 
@@ -167,10 +168,10 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
     if json_path:
         import json
 
-        with open(json_path, "w") as stream:
-            json.dump({"suite": title, "device": device, "model_gpu": target.name,
-                       "repeats": repeats, "summary": line,
-                       "rows": [o.to_dict() for o in outcomes]}, stream, indent=1)
+        write_text(json_path, json.dumps({"suite": title, "device": device,
+                                          "model_gpu": target.name, "repeats": repeats,
+                                          "summary": line,
+                                          "rows": [o.to_dict() for o in outcomes]}, indent=1))
         print(f"wrote {json_path}", file=log)
     if plot_path:
         plot(outcomes, plot_path, f"{title} on {device}", log)

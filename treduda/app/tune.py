@@ -3,8 +3,10 @@
 Each contraction not yet in the cache is one job (:func:`tune_case`): a worker runs the search
 :func:`treduda.compile` runs (:func:`treduda.api.tuning_search`) and checks the winner on PoCL
 at scaled-down sizes as ``treduda bench`` does (:func:`~treduda.app.bench.verify_scaled`). The
-client alone writes the cache, as each verified result arrives, under the key and with the
-value compile() uses, so a later compile() of the same problem searches nothing.
+client alone writes the cache, as each verified result arrives (streamed by
+:func:`~treduda.tuning.parallel.run_parallel`, which lets the cluster forget it then, so a
+worker killed later costs only its running row), under the key and with the value compile()
+uses, so a later compile() of the same problem searches nothing.
 """
 
 from __future__ import annotations
@@ -55,8 +57,10 @@ class Report:
 
     def summary(self, cache: TuningCache) -> str:
         tuned = len(self.outcomes) - len(self.failed)
-        return (f"{tuned} tuned and verified into {cache.path}, {len(self.skipped)} skipped "
-                f"(already in the cache), {len(self.failed)} FAILED")
+        lost = (f" (NOT KEPT: the file could not be written, {cache.degraded})"
+                if cache.degraded else "")
+        return (f"{tuned} tuned and verified into {cache.path}{lost}, {len(self.skipped)} "
+                f"skipped (already in the cache), {len(self.failed)} FAILED")
 
 
 def tune_case(job: Job) -> Tuned:
@@ -120,13 +124,18 @@ def tune(cases: Sequence[Case], *, gpu: str = "H100", workers: int = 2,
 def run(cases: Sequence[Case], *, cache: TuningCache | None = None, out: TextIO | None = None,
         **options: Any) -> int:
     """Tune ``cases`` into ``cache`` (other options as :func:`tune` takes them), print the
-    table of the rows searched and a summary; 1 if a row failed."""
+    table of the rows searched and a summary; 1 if a row failed or the cache file could not be
+    written. A damaged cache file is refused before any work: tuning is for keeping."""
     if not cases:
         raise TredudaError("no rows to tune (check --ids and --limit)")
     store = TuningCache() if cache is None else cache
+    health = store.check()
+    if not health.sound:
+        raise TredudaError(f"the tuning cache {store.path} is not sound "
+                           f"({'; '.join(health.problems)}); {health.advice(store.path)}")
     out = sys.stdout if out is None else out
     report = tune(cases, cache=store, **options)
     if report.outcomes:
         print(table(report.outcomes), file=out)
     print(report.summary(store), file=out)
-    return 1 if report.failed else 0
+    return 1 if report.failed or store.degraded else 0

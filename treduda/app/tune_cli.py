@@ -20,9 +20,11 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
     source.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
                         help="the suite to tune (as `treduda bench` runs it)")
     source.add_argument("--file", metavar="FILE",
-                        help="tune the rows of this tab-separated file instead: columns id, "
-                             "expression, sizes (i=64,j=32) and, optionally, source (a "
-                             "'col-major' there makes the row column-major)")
+                        help="tune the rows of this tab-separated file instead: its first "
+                             "line is the header 'id expression sizes' (and, optionally, "
+                             "'source'), each line after it a row: id, expression, sizes "
+                             "(i=64,j=32) and source (a 'col-major' there makes the row "
+                             "column-major)")
     parser.add_argument("--dtype", choices=DTYPES, default="float32",
                         help="the element type of --file's rows (a suite has its own)")
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="tune only these rows")
@@ -41,7 +43,10 @@ def tune_command(args: argparse.Namespace) -> int:
         try:
             found = rows(Path(args.file).read_text())
         except OSError as error:
-            raise TredudaError(f"cannot read {args.file}: {error}") from error
+            raise TredudaError(f"cannot read {args.file}: {error.strerror or error}; give the "
+                               "path of a tab-separated file of rows") from None
+        except TredudaError as error:
+            raise TredudaError(f"--file {args.file}, {error}") from None
         cases = chosen([Case(row, args.dtype, "file") for row in found], args.file, args.ids,
                        args.limit)
     else:

@@ -55,12 +55,22 @@ def load(suite: str) -> list[Row]:
     return rows(importlib.resources.files(__package__).joinpath(SUITES[suite].file).read_text())
 
 
+HEADER = ("id", "expression", "sizes")
+"""The columns the first line of a suite's text names (source may follow)."""
+
+
 def rows(text: str) -> list[Row]:
-    """The rows of a suite's tab-separated text: columns id, expression, sizes (``i=64,j=32``)
-    and source, whose "col-major" makes the row column-major (``treduda tune --file`` reads
-    files of this form; there the source may be left out)."""
+    """The rows of a suite's tab-separated text: a header line naming the columns, then id,
+    expression, sizes (``i=64,j=32``) and source, whose "col-major" makes the row
+    column-major (``treduda tune --file`` reads files of this form; there the source may be
+    left out). A text without the header is refused: its first row would be taken for it."""
+    reader = csv.DictReader(text.splitlines(), delimiter="\t")
+    if not set(HEADER) <= set(reader.fieldnames or ()):
+        raise TredudaError(f"line 1: expected the header line {'<TAB>'.join(HEADER)}[<TAB>"
+                           f"source], got {text.splitlines()[0] if text.strip() else 'nothing'!r}"
+                           "; add it as the first line")
     found = []
-    for record in csv.DictReader(text.splitlines(), delimiter="\t"):
+    for record in reader:
         try:
             sizes = {k: int(v) for k, v in (p.split("=") for p in record["sizes"].split(","))}
             source = record.get("source") or ""

@@ -5,7 +5,8 @@ everything that could change the answer: the normalised expression, the sizes (o
 dtype, layout, GPU and treduda's version. Storage is one SQLite file in WAL mode, so writers from
 several processes are atomic and never corrupt it, even if one is killed mid-write. A cache is only
 an optimisation: an entry that fails its checks is reported with :class:`CacheWarning`, removed and
-treated as a miss, never returned.
+treated as a miss, never returned; a file that cannot be used at all is reported once and the
+process goes on in memory.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import json
 import math
 import os
 import sqlite3
+import threading
 import time
 import warnings
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from treduda.errors import TredudaError
 from treduda.frontend.contraction import Contraction
@@ -39,7 +41,10 @@ APPLICATION_ID = int.from_bytes(b"TRDD", "big")
 """SQLite header field marking a file as a treduda cache, so we never write into a foreign one."""
 
 BUSY_TIMEOUT = 10.0
-"""Seconds to wait for another process's write lock before giving up."""
+"""Seconds to wait for another process's write lock before giving up on the file."""
+
+SALVAGE_TIMEOUT = 1.0
+"""Seconds to wait for a lock while reading what a damaged file still holds."""
 
 _TABLE = "tuning"
 _COLUMNS = ("digest", "key", "value", "checksum", "schema", "created")
@@ -69,6 +74,7 @@ CREATE TABLE IF NOT EXISTS {_KERNELS} (
 )"""
 
 Row = tuple[Any, ...]
+T = TypeVar("T")
 
 KERNEL_STORE_MB = 256
 """The kernel store's default size: once its kernels' records take more megabytes, the oldest
@@ -78,7 +84,8 @@ set another; 0 keeps none."""
 
 
 class CacheWarning(UserWarning):
-    """A cache entry (or the whole cache file) was corrupt or foreign and was ignored."""
+    """A cache entry was corrupt and was ignored, or the cache file cannot be used and the
+    process keeps its cache in memory (see :class:`TuningCache`)."""
 
 
 def _canonical(data: Any) -> str:
@@ -253,8 +260,21 @@ def _checksum(key_json: str, value_json: str) -> str:
     return hashlib.sha256(f"{key_json}\n{value_json}".encode()).hexdigest()
 
 
-class _NotACache(Exception):
-    """The file exists but is not a usable treduda cache (internal; carries the reason)."""
+# What to do about a cache file that cannot be used, by cause ({path}: the file).
+_REPAIR = ("`treduda cache repair --path {path}` rebuilds it from what it still holds (or "
+           "delete it: treduda starts a new one)")
+_ELSEWHERE = "set $TREDUDA_CACHE to another file"
+_WRITABLE = ("check that it and its folder can be written, that its disk has room and that no "
+             "other process keeps it locked, or set $TREDUDA_CACHE to another file")
+
+
+class _Unusable(Exception):
+    """The cache file cannot be used (internal): the reason, and what to do (a template of
+    ``path``)."""
+
+    def __init__(self, reason: str, advice: str):
+        super().__init__(reason)
+        self.reason, self.advice = reason, advice
 
 
 class _Corrupt(Exception):
@@ -329,37 +349,208 @@ def _describe(row: Row) -> str:
         return f"with digest {row[0]!r}"
 
 
+@dataclass(frozen=True)
+class Health:
+    """What ``treduda cache check`` finds in a cache file: the valid rows it still holds, and
+    each problem with it, in words (none for a sound file)."""
+
+    entries: int  # search results that can be read and pass their checks
+    kernels: int  # stored kernels likewise
+    problems: tuple[str, ...]
+    foreign: bool = False  # a database of another program: nothing of it is treduda's
+
+    @property
+    def sound(self) -> bool:
+        return not self.problems
+
+    def advice(self, path: Path) -> str:
+        """What to do about the file at ``path`` where it is not sound."""
+        return (_ELSEWHERE if self.foreign else _REPAIR).format(path=path)
+
+
+def _insert(table: str, columns: tuple[str, ...]) -> str:
+    return (f"INSERT OR REPLACE INTO {table} ({', '.join(columns)}) "
+            f"VALUES ({', '.join('?' * len(columns))})")
+
+
+def _is_ours(conn: sqlite3.Connection) -> bool:
+    """True if the cache table is there; False if the file is empty; else :class:`_Unusable`."""
+    application_id = conn.execute("PRAGMA application_id").fetchone()[0]
+    tables = [name for (name,) in conn.execute(
+        "SELECT name FROM sqlite_master WHERE type = 'table'")]
+    if application_id == 0 and not tables:
+        return False
+    if application_id != APPLICATION_ID:
+        raise _Unusable(f"it is an SQLite database of another program (application_id "
+                        f"{application_id}, tables: {', '.join(tables) or 'none'})", _ELSEWHERE)
+    columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})"))
+    if columns != _COLUMNS:
+        raise _Unusable(f"its table {_TABLE!r} has columns {columns}, expected {_COLUMNS}",
+                        _REPAIR)
+    return True
+
+
+def _prepare(conn: sqlite3.Connection) -> None:
+    """Check the file is ours, creating the tables in an empty one, and switch it to WAL."""
+    conn.execute("BEGIN")  # one snapshot for the checks, or a concurrent creation fools them
+    ours = _is_ours(conn)
+    conn.execute("COMMIT")
+    if not ours:
+        conn.execute("BEGIN IMMEDIATE")  # re-check under the lock: another process may race
+        if not _is_ours(conn):
+            conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+            conn.execute(_CREATE)
+        conn.execute("COMMIT")
+    if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
+                        (_KERNELS,)).fetchone():
+        conn.execute(_CREATE_KERNELS)  # a cache from before the kernel store had none
+    if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() not in ("wal", "memory"):
+        # Persistent; may stay "delete" on filesystems without shared memory, which is
+        # slower under contention but still atomic. The switch needs the file to itself and
+        # SQLite refuses it at once, without waiting, while another connection uses the
+        # file: a later connection switches it then (4 threads writing to a new cache hit
+        # this under load).
+        with suppress(sqlite3.OperationalError):
+            conn.execute("PRAGMA journal_mode = WAL")
+    # In WAL mode NORMAL survives a killed process; only power loss may drop the last commits.
+    conn.execute("PRAGMA synchronous = NORMAL")
+
+
+def _readable(conn: sqlite3.Connection, table: str, columns: tuple[str, ...]
+              ) -> tuple[list[Row], int]:
+    """The rows of ``table`` that can still be read, and how many cannot. Each row is read on
+    its own, so a damaged page loses only the rows on it; the rowids come from the table and
+    from its primary key's index, each scanned up to its first damaged page."""
+    rowids: set[int] = set()
+    for scan in (f"SELECT rowid FROM {table}",
+                 f"SELECT rowid FROM {table} INDEXED BY sqlite_autoindex_{table}_1"):
+        with suppress(sqlite3.DatabaseError):  # damaged, or no such table or index
+            for (rowid,) in conn.execute(scan):
+                rowids.add(rowid)
+    rows, unreadable = [], 0
+    select = f"SELECT {', '.join(columns)} FROM {table} WHERE rowid = ?"
+    for rowid in sorted(rowids):
+        try:
+            rows.append(conn.execute(select, (rowid,)).fetchone())
+        except sqlite3.DatabaseError:
+            unreadable += 1
+    return [row for row in rows if row is not None], unreadable
+
+
+def _passing(rows: list[Row], check: Callable[[Row], Any]) -> list[Row]:
+    """The ``rows`` that pass ``check`` (which raises :class:`_Corrupt` for the others)."""
+    kept = []
+    for row in rows:
+        with suppress(_Corrupt):
+            check(row)
+            kept.append(row)
+    return kept
+
+
+def _salvage(path: Path) -> tuple[list[Row], list[Row], Health]:
+    """The valid rows the cache file at ``path`` still holds (search results, stored kernels)
+    and its :class:`Health` (a file not made yet is a sound, empty cache). The file is opened
+    read-only: a damaged one is never written."""
+    if not path.exists():
+        return [], [], Health(0, 0, ())
+    try:
+        conn = sqlite3.connect(f"{path.absolute().as_uri()}?mode=ro", uri=True,
+                               timeout=SALVAGE_TIMEOUT, isolation_level=None)
+    except sqlite3.Error as e:
+        return [], [], Health(0, 0, (f"it cannot be opened ({e})",))
+    try:
+        if not _is_ours(conn):
+            return [], [], Health(0, 0, ())  # empty: a new cache
+        try:
+            found = [line for (message,) in conn.execute("PRAGMA quick_check(3)")
+                     for line in message.splitlines() if not line.startswith("***")]
+        except sqlite3.DatabaseError as e:
+            found = [str(e)]
+        problems = [f"SQLite finds damage ({'; '.join(found)})"] if found != ["ok"] else []
+        rows, unreadable = _readable(conn, _TABLE, _COLUMNS)
+        stored, lost = _readable(conn, _KERNELS, _KERNEL_COLUMNS)
+    except _Unusable as e:
+        return [], [], Health(0, 0, (e.reason,), foreign=e.advice == _ELSEWHERE)
+    except sqlite3.DatabaseError as e:
+        return [], [], Health(0, 0, (f"it is not a readable SQLite database ({e})",))
+    finally:
+        conn.close()
+    entries = _passing(rows, _validate)
+    kernels = _passing(stored, lambda row: _validate_kernel(row, row[2]))
+    failing = len(rows) + len(stored) - len(entries) - len(kernels)
+    if unreadable + lost:
+        problems.append(f"{unreadable + lost} rows cannot be read")
+    if failing:
+        problems.append(f"{failing} rows fail their checks (modified or damaged)")
+    return entries, kernels, Health(len(entries), len(kernels), tuple(problems))
+
+
+class _Memory:
+    """A process's stand-in for a cache file it cannot use: an in-memory database holding the
+    valid rows the file still held, one connection shared by the threads under a lock."""
+
+    def __init__(self, path: Path, reason: str):
+        self.reason = reason
+        self._lock = threading.Lock()
+        self._conn = sqlite3.connect(":memory:", isolation_level=None, check_same_thread=False)
+        _prepare(self._conn)
+        entries, kernels, _ = _salvage(path)
+        self._conn.executemany(_insert(_TABLE, _COLUMNS), entries)
+        self._conn.executemany(_insert(_KERNELS, _KERNEL_COLUMNS), kernels)
+
+    def run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        with self._lock:
+            try:
+                return work(self._conn)
+            finally:
+                if self._conn.in_transaction:  # work that failed midway leaves nothing behind
+                    self._conn.rollback()
+
+
+# The in-memory caches of the files this process cannot use, by absolute path: every
+# TuningCache of the file finds it (compile() makes one per call), and it is reported once.
+_FALLBACKS: dict[str, _Memory] = {}
+_FALLBACKS_LOCK = threading.Lock()
+
+
 class TuningCache:
     """Search results in one SQLite file, safe for concurrent processes and threads.
 
     Every operation opens its own short-lived connection: connections must not cross threads or
-    forks, and short transactions keep other writers waiting as briefly as possible.
+    forks, and short transactions keep other writers waiting as briefly as possible. The cache
+    only saves time, so a file that cannot be used (damaged, another program's or schema's,
+    read-only, on a full disk, locked too long) never fails a call: the first operation that
+    meets it reports it with one :class:`CacheWarning` saying what to do, and the process goes
+    on with an in-memory cache holding the valid rows the file still held (:attr:`degraded`).
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None,
                  kernel_store_mb: float | None = None):
         self.path = Path(default_path() if path is None else path)
+        self._where = os.path.abspath(self.path)
         # The kernel store's size (:data:`KERNEL_STORE_MB`): the oldest kernels go beyond it.
         self.kernel_store_bytes = int((default_kernel_store_mb() if kernel_store_mb is None
                                        else kernel_store_mb) * 1e6)
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as e:
-            raise TredudaError(f"cannot create the directory of the tuning cache {self.path} "
-                               f"({e}); set $TREDUDA_CACHE to a writable file path") from None
+            self._degrade(_Unusable(f"cannot create its folder: {e.strerror or e}", _ELSEWHERE))
 
     def __repr__(self) -> str:
         return f"TuningCache({str(self.path)!r})"
 
+    @property
+    def degraded(self) -> str | None:
+        """Why this process keeps the cache in memory instead of in its file; None while the
+        file is used."""
+        memory = _FALLBACKS.get(self._where)
+        return None if memory is None else memory.reason
+
     def get(self, key: CacheKey) -> dict | None:
         """The stored value for ``key``; None on a miss or if the entry fails its checks."""
-        try:
-            with self._connect() as conn:
-                row = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE digest = ?",
-                                   (key.digest(),)).fetchone()
-        except _NotACache as e:
-            self._warn_not_a_cache(e)
-            return None
+        row = self._run(lambda conn: conn.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} WHERE digest = ?",
+            (key.digest(),)).fetchone())
         if row is None:
             return None
         try:
@@ -382,24 +573,18 @@ class TuningCache:
         key_json = key.to_json()
         row = (key.digest(), key_json, value_json, _checksum(key_json, value_json),
                SCHEMA_VERSION, time.time())
-        try:
-            with self._connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute(f"INSERT OR REPLACE INTO {_TABLE} ({', '.join(_COLUMNS)}) "
-                             f"VALUES ({', '.join('?' * len(_COLUMNS))})", row)
-                conn.execute("COMMIT")
-        except _NotACache as e:
-            raise TredudaError(self._not_a_cache_message(e)) from None
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(_insert(_TABLE, _COLUMNS), row)
+            conn.execute("COMMIT")
+
+        self._run(write)
 
     def entries(self) -> list[Entry]:
         """Every valid entry, oldest first; corrupt ones are reported, removed and skipped."""
-        try:
-            with self._connect() as conn:
-                rows = conn.execute(f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} "
-                                    "ORDER BY created, digest").fetchall()
-        except _NotACache as e:
-            self._warn_not_a_cache(e)
-            return []
+        rows = self._run(lambda conn: conn.execute(
+            f"SELECT {', '.join(_COLUMNS)} FROM {_TABLE} ORDER BY created, digest").fetchall())
         valid, corrupt = [], []
         for row in rows:
             try:
@@ -431,17 +616,12 @@ class TuningCache:
 
     def get_kernel(self, identity: Identity, generator: str) -> dict | None:
         """The record of the kernel ``identity`` names, as ``generator`` made it; None on a
-        miss, or where the row fails its checks (reported and removed) or the store cannot
-        be read (reported): the kernel is generated again."""
+        miss, or where the row fails its checks (reported and removed): the kernel is
+        generated again."""
         key_json = _kernel_key(identity, generator)
-        try:
-            with self._connect() as conn:
-                row = conn.execute(f"SELECT {', '.join(_KERNEL_COLUMNS)} FROM {_KERNELS} "
-                                   "WHERE digest = ?", (_digest(key_json),)).fetchone()
-        except (_NotACache, TredudaError) as e:
-            warnings.warn(f"cannot read the kernel store in {self.path} ({e}); generating the "
-                          "kernel", CacheWarning, stacklevel=2)
-            return None
+        row = self._run(lambda conn: conn.execute(
+            f"SELECT {', '.join(_KERNEL_COLUMNS)} FROM {_KERNELS} WHERE digest = ?",
+            (_digest(key_json),)).fetchone())
         if row is None:
             return None
         try:
@@ -454,17 +634,14 @@ class TuningCache:
     def has_kernel(self, identity: Identity, generator: str) -> bool:
         """Whether the store holds the kernel ``identity`` names, as ``generator`` made it
         (its row is checked when read)."""
-        try:
-            with self._connect() as conn:
-                return conn.execute(f"SELECT 1 FROM {_KERNELS} WHERE digest = ?", (
-                    _digest(_kernel_key(identity, generator)),)).fetchone() is not None
-        except (_NotACache, TredudaError):
-            return False
+        digest = _digest(_kernel_key(identity, generator))
+        return self._run(lambda conn: conn.execute(
+            f"SELECT 1 FROM {_KERNELS} WHERE digest = ?", (digest,)).fetchone()) is not None
 
     def put_kernel(self, identity: Identity, generator: str, record: dict) -> None:
         """Keep ``record`` as the kernel ``identity`` names, made by ``generator``, in place of
-        any made by another; a store that cannot be written is reported, not raised: it only
-        saves time."""
+        any made by another; a record that is not JSON is reported, not raised: the store
+        only saves time."""
         try:
             key_json, value_json = _kernel_key(identity, generator), _canonical(record)
         except (TypeError, ValueError) as e:  # e.g. a parameter that is not JSON
@@ -473,31 +650,26 @@ class TuningCache:
             return
         row = (_digest(key_json), identity.digest(), key_json, value_json,
                _checksum(key_json, value_json), SCHEMA_VERSION, time.time())
-        try:
-            with self._connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute(f"DELETE FROM {_KERNELS} WHERE identity = ?", (row[1],))
-                conn.execute(f"INSERT OR REPLACE INTO {_KERNELS} ({', '.join(_KERNEL_COLUMNS)}) "
-                             f"VALUES ({', '.join('?' * len(_KERNEL_COLUMNS))})", row)
-                # The oldest kernels beyond the store's size go, from the newest kept down.
-                conn.execute(f"""DELETE FROM {_KERNELS} WHERE digest IN (
-                    SELECT digest FROM (SELECT digest, SUM(LENGTH(value)) OVER (
-                        ORDER BY created DESC, digest) AS total FROM {_KERNELS})
-                    WHERE total > ?)""", (self.kernel_store_bytes,))
-                conn.execute("COMMIT")
-        except (_NotACache, TredudaError) as e:
-            warnings.warn(f"cannot keep the kernel in {self.path} ({e})", CacheWarning,
-                          stacklevel=2)
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"DELETE FROM {_KERNELS} WHERE identity = ?", (row[1],))
+            conn.execute(_insert(_KERNELS, _KERNEL_COLUMNS), row)
+            # The oldest kernels beyond the store's size go, from the newest kept down.
+            conn.execute(f"""DELETE FROM {_KERNELS} WHERE digest IN (
+                SELECT digest FROM (SELECT digest, SUM(LENGTH(value)) OVER (
+                    ORDER BY created DESC, digest) AS total FROM {_KERNELS})
+                WHERE total > ?)""", (self.kernel_store_bytes,))
+            conn.execute("COMMIT")
+
+        self._run(write)
 
     def stored_kernels(self) -> list[StoredKernel]:
         """The kernel store's kernels, the newest first (rows whose key cannot be read are
         left out: reading the kernel checks and removes them)."""
-        try:
-            with self._connect() as conn:
-                rows = conn.execute(f"SELECT key, LENGTH(value), created FROM {_KERNELS} "
-                                    "ORDER BY created DESC").fetchall()
-        except (_NotACache, TredudaError):
-            return []
+        rows = self._run(lambda conn: conn.execute(
+            f"SELECT key, LENGTH(value), created FROM {_KERNELS} ORDER BY created DESC"
+        ).fetchall())
         kernels = []
         for key_json, size, created in rows:
             try:
@@ -514,96 +686,104 @@ class TuningCache:
 
     def kernels(self) -> int:
         """Kernels in the store."""
-        try:
-            with self._connect() as conn:
-                return conn.execute(f"SELECT COUNT(*) FROM {_KERNELS}").fetchone()[0]
-        except (_NotACache, TredudaError):
-            return 0
+        return self._run(lambda conn: conn.execute(
+            f"SELECT COUNT(*) FROM {_KERNELS}").fetchone()[0])
 
     def clear(self) -> int:
         """Remove every entry and every stored kernel; returns how many entries were
         removed."""
-        try:
-            with self._connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                conn.execute(f"DELETE FROM {_KERNELS}")
-                removed = conn.execute(f"DELETE FROM {_TABLE}").rowcount
-                conn.execute("COMMIT")
-        except _NotACache as e:
-            raise TredudaError(self._not_a_cache_message(e)) from None
-        return removed
+        def empty(conn: sqlite3.Connection) -> int:
+            conn.execute("BEGIN IMMEDIATE")
+            conn.execute(f"DELETE FROM {_KERNELS}")
+            removed = conn.execute(f"DELETE FROM {_TABLE}").rowcount
+            conn.execute("COMMIT")
+            return removed
+
+        return self._run(empty)
 
     def __len__(self) -> int:
         """Stored rows, counting corrupt ones that get() or entries() has not yet detected."""
+        return self._run(lambda conn: conn.execute(
+            f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0])
+
+    def check(self) -> Health:
+        """What the file still holds and what is wrong with it (``treduda cache check``);
+        read-only."""
+        return _salvage(self.path)[2]
+
+    def repair(self) -> Health:
+        """Rebuild the file from the valid rows it still holds (``treduda cache repair``),
+        keeping the damaged one beside it as ``<name>.damaged``; returns what was found (a
+        sound file is left as it is). A database of another program is left alone
+        (TredudaError). Run it while no other process uses the cache."""
+        entries, kernels, health = _salvage(self.path)
+        if health.sound:
+            return health
+        if health.foreign:
+            raise TredudaError(f"{self.path} is not a treduda tuning cache "
+                               f"({health.problems[0]}), so repair leaves it alone; "
+                               f"{_ELSEWHERE}")
+        building = self.path.with_name(f"{self.path.name}.repairing")
+        building.unlink(missing_ok=True)
+        conn = sqlite3.connect(building, isolation_level=None)
         try:
-            with self._connect() as conn:
-                return conn.execute(f"SELECT COUNT(*) FROM {_TABLE}").fetchone()[0]
-        except _NotACache as e:
-            self._warn_not_a_cache(e)
-            return 0
+            _prepare(conn)
+            conn.execute("BEGIN IMMEDIATE")
+            conn.executemany(_insert(_TABLE, _COLUMNS), entries)
+            conn.executemany(_insert(_KERNELS, _KERNEL_COLUMNS), kernels)
+            conn.execute("COMMIT")
+        finally:
+            conn.close()  # the last connection: its log is merged into the file and removed
+        for suffix in ("", "-wal", "-shm"):  # SQLite would apply the old log to the new file
+            with suppress(FileNotFoundError):
+                os.replace(f"{self.path}{suffix}", f"{self.path}.damaged{suffix}")
+        os.replace(building, self.path)
+        with _FALLBACKS_LOCK:
+            _FALLBACKS.pop(self._where, None)
+        return health
+
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """``work`` done on the file, or on the process's in-memory cache once the file
+        cannot be used (:meth:`_degrade`)."""
+        memory = _FALLBACKS.get(self._where)
+        if memory is None:
+            try:
+                with self._connect() as conn:
+                    return work(conn)
+            except _Unusable as error:
+                memory = self._degrade(error)
+        return memory.run(work)
+
+    def _degrade(self, error: _Unusable) -> _Memory:
+        """The process's in-memory cache for this file: made on the first failure, from the
+        valid rows the file still holds, and reported then with what to do; later calls use
+        it silently."""
+        with _FALLBACKS_LOCK:
+            memory = _FALLBACKS.get(self._where)
+            if memory is None:
+                memory = _FALLBACKS[self._where] = _Memory(self.path, error.reason)
+                warnings.warn(f"cannot use the tuning cache {self.path} ({error.reason}); "
+                              f"{error.advice.format(path=self.path)}; until then this process "
+                              "keeps its tuning in memory", CacheWarning, stacklevel=4)
+        return memory
 
     @contextmanager
     def _connect(self) -> Iterator[sqlite3.Connection]:
-        """A checked connection in autocommit mode; closing it rolls back anything uncommitted.
-
-        Raises :class:`_NotACache` for a foreign or damaged file and :class:`TredudaError` when
-        SQLite cannot use the file at all (permissions, a directory, a lock held too long).
-        """
+        """A checked connection to the file in autocommit mode; closing it rolls back anything
+        uncommitted. Raises :class:`_Unusable` where the file cannot be used."""
         try:
             conn = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT, isolation_level=None)
         except sqlite3.Error as e:
-            raise TredudaError(f"cannot open the tuning cache {self.path}: {e}") from None
+            raise _Unusable(str(e), _WRITABLE) from None
         try:
-            self._prepare(conn)
+            _prepare(conn)
             yield conn
-        except sqlite3.OperationalError as e:
-            raise TredudaError(f"cannot use the tuning cache {self.path}: {e}; check that the "
-                               "file is writable, or point $TREDUDA_CACHE elsewhere") from None
-        except sqlite3.DatabaseError as e:  # file is not a database, or it is malformed
-            raise _NotACache(str(e)) from None
+        except sqlite3.OperationalError as e:  # read-only, disk full, locked too long, a folder
+            raise _Unusable(str(e), _WRITABLE) from None
+        except sqlite3.DatabaseError as e:  # not a database, or a damaged one
+            raise _Unusable(f"it is damaged: {e}", _REPAIR) from None
         finally:
             conn.close()
-
-    def _prepare(self, conn: sqlite3.Connection) -> None:
-        """Check the file is ours, creating the table in an empty one, and switch it to WAL."""
-        conn.execute("BEGIN")  # one snapshot for the checks, or a concurrent creation fools them
-        ours = self._is_ours(conn)
-        conn.execute("COMMIT")
-        if not ours:
-            conn.execute("BEGIN IMMEDIATE")  # re-check under the lock: another process may race
-            if not self._is_ours(conn):
-                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-                conn.execute(_CREATE)
-            conn.execute("COMMIT")
-        if not conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = ?",
-                            (_KERNELS,)).fetchone():
-            with suppress(sqlite3.OperationalError):  # a read-only cache: no kernel store
-                conn.execute(_CREATE_KERNELS)  # a cache from before the kernel store had none
-        if conn.execute("PRAGMA journal_mode").fetchone()[0].lower() != "wal":
-            # Persistent; may stay "delete" on filesystems without shared memory, which is
-            # slower under contention but still atomic. The switch needs the file to itself and
-            # SQLite refuses it at once, without waiting, while another connection uses the
-            # file: a later connection switches it then (4 threads writing to a new cache hit
-            # this under load).
-            with suppress(sqlite3.OperationalError):
-                conn.execute("PRAGMA journal_mode = WAL")
-        # In WAL mode NORMAL survives a killed process; only power loss may drop the last commits.
-        conn.execute("PRAGMA synchronous = NORMAL")
-
-    def _is_ours(self, conn: sqlite3.Connection) -> bool:
-        """True if the cache table is there; False if the file is empty; else _NotACache."""
-        application_id = conn.execute("PRAGMA application_id").fetchone()[0]
-        tables = [name for (name,) in conn.execute(
-            "SELECT name FROM sqlite_master WHERE type = 'table'")]
-        if application_id == 0 and not tables:
-            return False
-        if application_id != APPLICATION_ID:
-            raise _NotACache(f"it is an SQLite database of another program (application_id "
-                             f"{application_id}, tables: {', '.join(tables) or 'none'})")
-        columns = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({_TABLE})"))
-        if columns != _COLUMNS:
-            raise _NotACache(f"its table {_TABLE!r} has columns {columns}, expected {_COLUMNS}")
-        return True
 
     def _discard(self, corrupt: list[tuple[Row, str]], table: str = _TABLE,
                  columns: tuple[str, ...] = _COLUMNS) -> None:
@@ -613,20 +793,12 @@ class TuningCache:
                           CacheWarning, stacklevel=3)
         if not corrupt:
             return
-        try:
-            with self._connect() as conn:
-                conn.execute("BEGIN IMMEDIATE")
-                for row, _ in corrupt:
-                    conn.execute(f"DELETE FROM {table} WHERE "
-                                 + " AND ".join(f"{column} IS ?" for column in columns), row)
-                conn.execute("COMMIT")
-        except (TredudaError, _NotACache):
-            pass  # e.g. a read-only cache: the entry stays ignored, and is reported again
 
-    def _not_a_cache_message(self, error: _NotACache) -> str:
-        return (f"{self.path} is not a treduda tuning cache ({error}); delete the file (treduda "
-                "recreates it) or set $TREDUDA_CACHE to another path")
+        def delete(conn: sqlite3.Connection) -> None:
+            conn.execute("BEGIN IMMEDIATE")
+            for row, _ in corrupt:
+                conn.execute(f"DELETE FROM {table} WHERE "
+                             + " AND ".join(f"{column} IS ?" for column in columns), row)
+            conn.execute("COMMIT")
 
-    def _warn_not_a_cache(self, error: _NotACache) -> None:
-        warnings.warn(f"{self._not_a_cache_message(error)}; treating the cache as empty",
-                      CacheWarning, stacklevel=3)
+        self._run(delete)

@@ -2,10 +2,12 @@
 
 ``treduda tune`` and ``treduda bench --workers`` search many contractions at once: each job is
 sent to a worker process (an embedded ``LocalCluster`` by default, or the scheduler of an
-existing cluster), so one search cannot slow or crash the others. A worker that dies loses only
-the job it was running, which the scheduler starts again on another worker; a job that raises is
-retried :data:`RETRIES` times. Jobs and results travel by pickle: plain data, and a function
-importable by the workers. Dask distributed is heavy, so it is an extra (``treduda[tune]``).
+existing cluster), so one search cannot slow or crash the others. Each result is taken from its
+worker as it finishes and the cluster forgets it then, so a worker that dies loses only the job
+it was running, which the scheduler starts again on another worker (a result left on the
+worker would be computed again too); a job that raises is retried :data:`RETRIES` times.
+Jobs and results travel by pickle: plain data, and a function importable by the workers. Dask
+distributed is heavy, so it is an extra (``treduda[tune]``).
 """
 
 from __future__ import annotations
@@ -55,11 +57,13 @@ def connected(workers: int, scheduler: str | None = None) -> Iterator[Any]:
             cluster = distributed.LocalCluster(n_workers=workers, threads_per_worker=1,
                                                processes=True, dashboard_address=None)
         client = distributed.Client(scheduler or cluster)
-    except OSError as error:
+    except (OSError, ValueError) as error:  # ValueError: not an address
         if cluster is not None:
             cluster.close()
-        where = scheduler or f"a local cluster of {workers} workers"
-        raise BackendUnavailable(f"cannot connect to {where}: {error}") from error
+        where = (f"the Dask scheduler {scheduler}: {error}; give its address as "
+                 "tcp://HOST:8786" if scheduler
+                 else f"a local cluster of {workers} workers: {error}")
+        raise BackendUnavailable(f"cannot connect to {where}") from None
     try:
         yield client
     finally:
@@ -81,9 +85,12 @@ def run_parallel(function: Callable[[Job], Any], jobs: Sequence[Job], *, workers
     if not jobs:
         return results
     with connected(workers, scheduler) as client:
-        futures = [client.submit(function, job, retries=RETRIES, pure=False) for job in jobs]
-        index = {future.key: n for n, future in enumerate(futures)}
-        finished = distributed.as_completed(futures)
+        finished, index = distributed.as_completed(), {}
+        for n, job in enumerate(jobs):  # no list of the futures: each is let go once done
+            future = client.submit(function, job, retries=RETRIES, pure=False)
+            index[future.key] = n
+            finished.add(future)
+        del future
         failed = 0
         with tqdm(total=len(jobs), desc=label, unit="job", file=log or sys.stderr,
                   dynamic_ncols=True) as bar:
@@ -97,6 +104,7 @@ def run_parallel(function: Callable[[Job], Any], jobs: Sequence[Job], *, workers
                         results[n] = Failed(f"{type(future.exception()).__name__}: "
                                             f"{future.exception()}")
                         failed += 1
+                    future.release()  # the cluster forgets it: a dying worker cannot lose it
                     if done is not None:
                         done(n, results[n])
                     bar.update(1)
