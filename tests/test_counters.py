@@ -4,10 +4,13 @@ core, whose global loads must be coalesced and whose padded tiles must be confli
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
 import treduda
+from treduda.app.cli import main
 from treduda.codegen import ir
 from treduda.run.counters import ASYNC_COPY, FRAGMENT_LOAD, LOAD, STORE, Region, count
 from treduda.run.launch import Launch
@@ -125,3 +128,18 @@ def test_tensor_core_fragments_read_padded_tiles_without_conflicts(pad, ways):
                        key=lambda t: t.array)  # td_sa (A), td_sb (B)
     assert tuple(t.ways for t in fragments) == ways
     assert all(t.ideal_per_request == 4 for t in fragments)  # an ldmatrix.x4: 4 wavefronts
+
+
+def test_treduda_profile_prints_the_counters_and_the_whole_grid_as_ncu_sums_it(capsys):
+    expression, sizes = "C[i,j] = A[j,k] * B[k,i]", {"i": 64, "j": 64, "k": 8}
+    assert main(["profile", expression, *(f"-s{i}={n}" for i, n in sizes.items()),
+                 "--strategy", "thread_per_element", "--steps", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio" in out
+    assert "SASS" in out  # the main loop's instructions, or why they cannot be read here
+    grid = out.split("whole grid")[1]
+    total = float(grid.split("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum = ")[1].split()[0])
+    kernel = treduda.compile(expression, sizes, strategy="thread_per_element")
+    every = itertools.product(*map(range, kernel.grid))
+    assert total == kernel.counters(blocks=list(every)).metrics()[
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"]

@@ -170,7 +170,6 @@ class Tally:
 
     def __init__(self, kernel: ir.KernelIR, steps: int | None = None):
         self.main, self.steps = main_loop(kernel), steps
-        self.where = Region.MAIN_LOOP if self.main is None else Region.BEFORE
         stored, computed = itemsize(kernel.dtype), itemsize(compute(kernel.dtype))
         self.places = {p.name: (GLOBAL, stored) for p in kernel.params
                        if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
@@ -182,6 +181,11 @@ class Tally:
         # per (region, array, operation): width, requests, transactions, ideal, lines, ways
         self.sums: dict[tuple[Region, str, str], list[int]] = {}
         self.seen: set[tuple] = set()  # loads a compiler would not repeat
+        self.begin()
+
+    def begin(self) -> None:
+        self.where = Region.MAIN_LOOP if self.main is None else Region.BEFORE
+        self.seen = set()
 
     def region(self, inside: bool) -> None:
         self.where = Region.MAIN_LOOP if inside else Region.AFTER

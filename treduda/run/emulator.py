@@ -118,6 +118,9 @@ class Observer(Protocol):
     main: ir.For | None
     steps: int | None
 
+    def begin(self) -> None:
+        """A block starts."""
+
     def region(self, inside: bool) -> None:
         """The main loop starts (``inside``) or ends."""
 
@@ -180,6 +183,7 @@ def observe(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...
     hazards left unreported (a main loop cut short leaves copies in flight)."""
     memory = {p.name: v for p, v in zip(kernel.params, launch.values, strict=True)}
     for block in blocks:
+        observer.begin()
         _Block(kernel, launch.block, block, memory, observer).run()
 
 
