@@ -5,6 +5,7 @@ core, whose global loads must be coalesced and whose padded tiles must be confli
 from __future__ import annotations
 
 import itertools
+import math
 
 import numpy as np
 import pytest
@@ -14,6 +15,7 @@ from treduda.app.cli import main
 from treduda.codegen import ir
 from treduda.run.counters import ASYNC_COPY, FRAGMENT_LOAD, LOAD, STORE, Region, count
 from treduda.run.launch import Launch
+from treduda.suites import load, scaled
 
 TX = ir.Index(ir.Builtin.THREAD_ID, 0)
 PARAMS = (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT))
@@ -143,3 +145,46 @@ def test_treduda_profile_prints_the_counters_and_the_whole_grid_as_ncu_sums_it(c
     every = itertools.product(*map(range, kernel.grid))
     assert total == kernel.counters(blocks=list(every)).metrics()[
         "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"]
+
+
+KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
+         ("float32", "3xtf32"), ("float64", "highest")]
+ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1, "pad": True}
+
+
+@pytest.mark.parametrize(("dtype", "precision"), KINDS)
+def test_every_tensor_core_kind_copies_coalesced_and_loads_fragments_by_its_rule(dtype,
+                                                                                   precision):
+    """One warp's GEMM in each kind: its copies read whole sectors (the ideal for their
+    width); 16-bit fragments come from padded tiles through ldmatrix without a conflict, 4
+    wavefronts (an .x4) a request; tf32 and fp64 ones a value per thread and load, 128 or 256
+    bytes (1 or 2 wavefronts) each."""
+    kernel = treduda.compile(GEMM, {"i": 32, "j": 32, "k": 64}, dtype=dtype,
+                             precision=precision, strategy="tensorcore", params=ONE_WARP)
+    counted = kernel.counters()
+    for name in "AB":
+        copies = counted.of(name, ASYNC_COPY) or counted.of(name)
+        assert copies.per_request == copies.ideal_per_request
+    tiles = ("td_sa", "td_sb")
+    if dtype in ("float16", "bfloat16"):
+        fragments = [counted.of(tile, FRAGMENT_LOAD) for tile in tiles]
+        assert all(t.ways == 1 and t.ideal_per_request == 4 for t in fragments)
+    else:
+        fragments = [counted.of(tile, LOAD) for tile in tiles]
+        assert all(t.ideal_per_request == np.dtype(dtype).itemsize // 4 for t in fragments)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("row", load("tccg_fp16"), ids=lambda row: row.id)
+def test_every_tccg_row_reads_every_operand_sector_once_at_least(row):
+    """Over the whole grid of a scaled TCCG row's tensor-core kernel, each operand's main-loop
+    sectors hold all of its bytes (no copy goes uncounted), and are no more than a sector per
+    value per block (no access counted twice)."""
+    kernel = treduda.compile(row.expression, scaled(row.sizes), dtype="float16",
+                             layout=row.layout, strategy="tensorcore")
+    counted = kernel.counters(blocks=list(itertools.product(*map(range, kernel.grid))))
+    for operand, indices in kernel.contraction.inputs.items():
+        loads = counted.of(operand, ASYNC_COPY) or counted.of(operand)
+        values = math.prod(kernel.sizes[i] for i in indices)
+        assert values * 2 <= loads.transactions * 32
+        assert loads.transactions <= values * math.prod(kernel.grid)

@@ -19,12 +19,14 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
   widely measured to serve LDS.64 and LDS.128; a phase takes as many wavefronts as the most
   distinct words any one bank holds in it (its bank-conflict *ways*). The ideal is
   ``ceil(threads x width / 128)``; Nsight Compute's bank conflicts are the wavefronts beyond it.
-* **Tensor-core fragments** from shared tiles are read as ``ldmatrix`` reads them (PTX ISA,
-  "ldmatrix"): the tile's memory-contiguous lines (rows, or columns for a column-major tile) in
-  16-byte pieces, each 8x8 matrix of 16-bit values (8 pieces of 8 consecutive lines) one phase,
-  four matrices one request (``.x4``). For 32- and 64-bit fragments (tf32, fp64), which the
-  WMMA headers read with plain loads, the same pieces stand for what a conflict-free layout
-  needs. Accumulators are stored (and loaded) as ``mma.sync`` holds them: per 8x8 piece, thread
+* **Tensor-core fragments** from shared tiles: 16-bit ones are read as ``ldmatrix`` reads
+  them (PTX ISA, "ldmatrix"): the tile's memory-contiguous lines (rows, or columns for a
+  column-major tile) in 16-byte pieces, each 8x8 matrix (8 pieces of 8 consecutive lines) one
+  phase, four matrices one request (``.x4``). 32- and 64-bit ones (tf32, fp64), for which there
+  is no ldmatrix, as ``mma.sync``'s fragments place their values (PTX ISA, "Matrix Fragments
+  for mma"): per load, thread ``t`` one value, at ``t / 4`` of M or N and ``t % 4`` of K. WMMA
+  does not document its own fragment layouts; these are the layouts the hardware's MMAs
+  take. Accumulators are stored (and loaded) as ``mma.sync`` holds them: per 8x8 piece, thread
   ``t`` its two adjacent values of row ``t / 4`` at column ``2 (t % 4)``, one access of twice
   the element size.
 * A compiler loads a value once: a load that repeats one since the last barrier or store to its
@@ -33,8 +35,8 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
 Counts are per region: before the kernel's main loop (the outermost loop that accumulates
 products), the main loop, and after it (the epilogue). Nsight Compute's names are kept:
 ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` and its requests, wavefronts and bank
-conflicts of shared loads (``op_ld``), stores (``op_st``), fragment loads (``op_ldsm``) and
-asynchronous copies (``op_ldgsts``).
+conflicts of shared loads (``op_ld``, tf32 and fp64 fragments too), stores (``op_st``),
+16-bit fragment loads (``op_ldsm``) and asynchronous copies (``op_ldgsts``).
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ LINE_BYTES = 128
 BANKS, BANK_BYTES = 32, 4
 WAVEFRONT_BYTES = BANKS * BANK_BYTES
 MATRIX_ROW_BYTES, MATRIX_ROWS = 16, 8  # ldmatrix: an 8x8 matrix of 16-bit values per phase
+MATRIX_VALUE_BYTES = 2
 PIECE = 8  # an accumulator is stored in 8x8 pieces (mma.sync's layout)
 
 GLOBAL, SHARED = "global", "shared"
@@ -216,14 +219,17 @@ class Tally:
             starts, lanes, width = _accumulator_accesses(grid, row_major)
             self._add(array, STORE if write else LOAD, starts * element, lanes, width * element)
             return
+        if element != MATRIX_VALUE_BYTES:  # tf32, fp64: loads of a value per thread
+            starts, lanes = _operand_accesses(grid, kind.use is ir.Use.A)
+            self._add(array, LOAD, starts * element, lanes, element)
+            return
         lines = grid if row_major else grid.T  # memory-contiguous lines, one per row here
-        per = max(1, MATRIX_ROW_BYTES // element)
-        starts = [lines[first:first + MATRIX_ROWS, piece]  # one 8x8 matrix: a phase
-                  for piece in range(0, lines.shape[1], per)
-                  for first in range(0, lines.shape[0], MATRIX_ROWS)]
-        starts = np.concatenate(starts)
+        per = MATRIX_ROW_BYTES // element
+        starts = np.concatenate([lines[first:first + MATRIX_ROWS, piece]  # an 8x8 matrix:
+                                 for piece in range(0, lines.shape[1], per)  # a phase
+                                 for first in range(0, lines.shape[0], MATRIX_ROWS)])
         self._add(array, FRAGMENT_LOAD, starts * element, np.arange(starts.size),
-                  per * element)
+                  MATRIX_ROW_BYTES)
 
     def _add(self, array: str, operation: str, starts: np.ndarray, lanes: np.ndarray,
              width: int) -> None:
@@ -312,6 +318,24 @@ def _shared(starts: np.ndarray, lanes: np.ndarray, warps: np.ndarray, width: int
     wavefronts = sum(worst.values())
     return (np.unique(warps).size, wavefronts, _per_warp(warps, width, WAVEFRONT_BYTES), 0,
             max(worst.values()))
+
+
+def _operand_accesses(grid: np.ndarray, a: bool) -> tuple[np.ndarray, np.ndarray]:
+    """The loads of a warp that reads an A (``a``) or B operand tile of 32- or 64-bit values
+    (offsets ``grid``, row by row) as mma.sync's fragments hold them (PTX ISA, "Matrix
+    Fragments for mma.m16n8k8" and ".m8n8k4" with .f64): per load, thread ``t`` one value,
+    at index ``t / 4`` of M (A's rows) or N (B's columns) and ``t % 4`` of K. Returns the
+    offsets and the lanes (one warp per load)."""
+    t = np.arange(ir.WARP)
+    outer, inner = t // 4, t % 4
+    rows, columns = grid.shape
+    if a:
+        blocks = [grid[r + outer, c + inner] for r in range(0, rows, 8)
+                  for c in range(0, columns, 4)]
+    else:
+        blocks = [grid[r + inner, c + outer] for r in range(0, rows, 4)
+                  for c in range(0, columns, 8)]
+    return np.concatenate(blocks), np.arange(len(blocks) * ir.WARP)
 
 
 def _accumulator_accesses(grid: np.ndarray, row_major: bool
