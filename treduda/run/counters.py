@@ -43,7 +43,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -181,14 +181,12 @@ class Tally:
                 self.places[local.name] = (SHARED, stored if local.stored else computed)
             elif local.space is ir.Space.GLOBAL:
                 self.places[local.name] = (GLOBAL, computed)
-        # per (region, array, operation): width, requests, transactions, ideal, lines, ways
-        self.sums: dict[tuple[Region, str, str], list[int]] = {}
-        self.seen: set[tuple] = set()  # loads a compiler would not repeat
+        self.sums: dict[tuple[Region, str, str], Traffic] = {}
         self.begin()
 
     def begin(self) -> None:
         self.where = Region.MAIN_LOOP if self.main is None else Region.BEFORE
-        self.seen = set()
+        self.seen: set[tuple] = set()  # loads a compiler would not repeat
 
     def region(self, inside: bool) -> None:
         self.where = Region.MAIN_LOOP if inside else Region.AFTER
@@ -207,7 +205,7 @@ class Tally:
             if key in self.seen:
                 return
             self.seen.add(key)
-        space, element = self.places[array]
+        element = self.places[array][1]
         operation = ASYNC_COPY if asynchronous else STORE if write else LOAD
         self._add(array, operation, offsets * element, lanes, width * element)
 
@@ -238,19 +236,23 @@ class Tally:
         space = self.places[array][0]
         warps = lanes // ir.WARP
         if space == GLOBAL:
-            counted = (*_global(starts, warps, width), 0)
+            requests, transactions, ideal, lines = _global(starts, warps, width)
+            ways = 0
         else:
-            counted = _shared(starts, lanes, warps, width)
-        sums = self.sums.setdefault((self.where, array, operation), [0] * 6)
-        sums[0] = max(sums[0], width)
-        for n, value in enumerate(counted, 1):
-            sums[n] = max(sums[n], value) if n == 5 else sums[n] + value
+            requests, transactions, ideal, ways = _shared(starts, lanes, warps, width)
+            lines = 0
+        key = (self.where, array, operation)
+        total = self.sums.get(key)
+        self.sums[key] = Traffic(*key[:2], space, operation, width, requests, transactions,
+                                 ideal, lines, ways) if total is None else replace(
+            total, width=max(total.width, width), requests=total.requests + requests,
+            transactions=total.transactions + transactions, ideal=total.ideal + ideal,
+            lines=total.lines + lines, ways=max(total.ways, ways))
 
     def counters(self, blocks: Sequence[tuple[int, ...]]) -> Counters:
         order = {region: n for n, region in enumerate(Region)}
-        traffic = [Traffic(region, array, self.places[array][0], operation, *sums)
-                   for (region, array, operation), sums in self.sums.items()]
-        traffic.sort(key=lambda t: (order[t.region], t.space, t.array, t.operation))
+        traffic = sorted(self.sums.values(),
+                         key=lambda t: (order[t.region], t.space, t.array, t.operation))
         return Counters(tuple(traffic), tuple(blocks), self.steps)
 
 
@@ -302,22 +304,21 @@ def _global(starts: np.ndarray, warps: np.ndarray, width: int) -> tuple[int, int
 
 
 def _shared(starts: np.ndarray, lanes: np.ndarray, warps: np.ndarray, width: int
-            ) -> tuple[int, int, int, int, int]:
-    """Requests, wavefronts, ideal wavefronts, 0 lines and the worst ways of one shared
-    instruction's warps: each phase of threads (32, 16 or 8 by the width) as many wavefronts
-    as the most distinct words one bank holds in it."""
+            ) -> tuple[int, int, int, int]:
+    """Requests, wavefronts, ideal wavefronts and the worst ways of one shared instruction's
+    warps: each phase of threads (32, 16 or 8 by the width) as many wavefronts as the most
+    distinct words one bank holds in it."""
     phase = WAVEFRONT_BYTES // max(width, BANK_BYTES)
     words = max(1, width // BANK_BYTES)
     groups = np.repeat(lanes // phase, words)
     addressed = (starts[:, None] // BANK_BYTES + np.arange(words)).ravel()
     groups, addressed = _distinct(groups, addressed)
     banks, held = np.unique(groups * BANKS + addressed % BANKS, return_counts=True)
-    worst: dict[int, int] = {}
-    for group, ways in zip((banks // BANKS).tolist(), held.tolist(), strict=True):
-        worst[group] = max(worst.get(group, 0), ways)
-    wavefronts = sum(worst.values())
-    return (np.unique(warps).size, wavefronts, _per_warp(warps, width, WAVEFRONT_BYTES), 0,
-            max(worst.values()))
+    phases, phase_of = np.unique(banks // BANKS, return_inverse=True)
+    worst = np.zeros(phases.size, dtype=np.int64)
+    np.maximum.at(worst, phase_of, held)
+    return (np.unique(warps).size, int(worst.sum()), _per_warp(warps, width, WAVEFRONT_BYTES),
+            int(worst.max()))
 
 
 def _operand_accesses(grid: np.ndarray, a: bool) -> tuple[np.ndarray, np.ndarray]:
