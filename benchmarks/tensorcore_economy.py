@@ -8,7 +8,7 @@ SASS main loop, the model's instructions per step beside the SASS loop's, and th
 time. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
-                                            [--gpu H100] [--steps 2]
+                                            [--gpu H100] [--steps 4]
 
 A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
 """
@@ -92,8 +92,9 @@ COLUMNS = ("row", "pick", "tiles", "stg", "regs", "smem B", "occ", "A sect/req",
 
 
 def fragments(f: dict) -> str:
-    """How the SASS main loop loads fragments: ldmatrix, generic loads (LD), or neither."""
-    if f.get("sass_mma") is None:
+    """How the SASS main loop loads fragments: ldmatrix, generic loads (LD) or LDS; "-"
+    where no loop holds an MMA (nvcc unrolled a short reduction whole)."""
+    if not f.get("sass_mma"):
         return "-"
     return "ldmatrix" if f["ldsm"] else "generic LD" if f["generic_loads"] else "LDS"
 
@@ -130,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
                                        "...); default all")
     parser.add_argument("--json", metavar="FILE", help="write every row's figures here")
     parser.add_argument("--gpu", default="H100", help="the GPU the search tunes for")
-    parser.add_argument("--steps", type=int, default=2,
-                        help="main-loop iterations the counters emulate (default 2)")
+    parser.add_argument("--steps", type=int, default=4,
+                        help="main-loop iterations the counters emulate (default 4: a "
+                             "pipeline's first iterations only copy)")
     args = parser.parse_args(argv)
     known = rows()
     wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
@@ -150,7 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
           + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))
     print("A/B sect/req: global sectors per warp request (ideal for the width in brackets), "
-          "one block at full size; ways: worst bank conflict in the main loop (1: none)")
+          "one block at full size; ways: worst bank conflict in the main loop (1: none); "
+          "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
     print(table(lines))
     if args.json:
         with open(args.json, "w") as out:
