@@ -13,7 +13,15 @@ import pytest
 import treduda
 from treduda.app.cli import main
 from treduda.codegen import ir
-from treduda.run.counters import ASYNC_COPY, FRAGMENT_LOAD, LOAD, STORE, Region, count
+from treduda.run.counters import (
+    ASYNC_COPY,
+    FRAGMENT_LOAD,
+    LOAD,
+    REDUCTION,
+    STORE,
+    Region,
+    count,
+)
 from treduda.run.launch import Launch
 from treduda.suites import load, scaled
 
@@ -50,6 +58,16 @@ def test_a_float4_load_costs_16_sectors_its_ideal():
     load = ir.VectorLoad("v", ir.Load("A", _times(4)), 4)
     a = _counted(load).of("A")
     assert (a.requests, a.transactions, a.ideal, a.width) == (1, 16, 16, 16)
+
+
+def test_a_float4_store_and_an_atomic_addition_count_as_one_request_each():
+    store = ir.VectorStore(ir.Load("C", _times(4)), (ir.Float(1.0),) * 4)
+    add = ir.Assign(ir.Load("C", TX), "+=", ir.Float(1.0), atomic=True)
+    counted = _counted(store, add)
+    stored, added = counted.of("C", STORE), counted.of("C", REDUCTION)
+    assert (stored.requests, stored.transactions, stored.ideal) == (1, 16, 16)
+    assert (added.requests, added.transactions) == (1, 4)
+    assert counted.of("C") is None  # an atomic addition loads nothing into a register
 
 
 def test_a_repeated_load_counts_once_until_a_store_or_barrier():

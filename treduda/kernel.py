@@ -364,7 +364,8 @@ class Kernel:
         request and shared wavefronts and bank-conflict ways, in the main loop and around it,
         named after Nsight Compute's metrics. Emulates ``blocks`` (the first by default),
         each for ``steps`` iterations of its main loop (None: all), on zeros that take no
-        memory but the output's, so full sizes are fine where steps are few."""
+        memory but the output's, so full sizes are fine where steps are few. A deterministic
+        split's second kernel (the sum of the parts) is not counted."""
         from .run.counters import count
 
         sizes = self._sizes(sizes)

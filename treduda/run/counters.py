@@ -36,7 +36,8 @@ Counts are per region: before the kernel's main loop (the outermost loop that ac
 products), the main loop, and after it (the epilogue). Nsight Compute's names are kept:
 ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` and its requests, wavefronts and bank
 conflicts of shared loads (``op_ld``, tf32 and fp64 fragments too), stores (``op_st``),
-16-bit fragment loads (``op_ldsm``) and asynchronous copies (``op_ldgsts``).
+16-bit fragment loads (``op_ldsm``), asynchronous copies (``op_ldgsts``) and atomic additions
+(``op_red``).
 """
 
 from __future__ import annotations
@@ -61,7 +62,8 @@ MATRIX_VALUE_BYTES = 2
 PIECE = 8  # an accumulator is stored in 8x8 pieces (mma.sync's layout)
 
 GLOBAL, SHARED = "global", "shared"
-LOAD, STORE, FRAGMENT_LOAD, ASYNC_COPY = "ld", "st", "ldsm", "ldgsts"  # Nsight Compute's ops
+# Nsight Compute's operations: loads, stores, ldmatrix, cp.async, atomic reductions
+LOAD, STORE, FRAGMENT_LOAD, ASYNC_COPY, REDUCTION = "ld", "st", "ldsm", "ldgsts", "red"
 
 
 class Region(enum.Enum):
@@ -79,7 +81,7 @@ class Traffic:
     region: Region
     array: str
     space: str  # GLOBAL or SHARED
-    operation: str  # LOAD, STORE, FRAGMENT_LOAD or ASYNC_COPY
+    operation: str  # LOAD, STORE, FRAGMENT_LOAD, ASYNC_COPY or REDUCTION
     width: int  # bytes per thread of its widest access
     requests: int
     transactions: int
@@ -195,7 +197,7 @@ class Tally:
         self.seen.clear()
 
     def access(self, array: str, offsets: np.ndarray, lanes: np.ndarray, width: int,
-               write: bool, asynchronous: bool = False) -> None:
+               write: bool, asynchronous: bool = False, atomic: bool = False) -> None:
         if array not in self.places or not lanes.size:
             return  # a register
         if write:
@@ -206,7 +208,8 @@ class Tally:
                 return
             self.seen.add(key)
         element = self.places[array][1]
-        operation = ASYNC_COPY if asynchronous else STORE if write else LOAD
+        operation = (ASYNC_COPY if asynchronous else REDUCTION if atomic else STORE if write
+                     else LOAD)
         self._add(array, operation, offsets * element, lanes, width * element)
 
     def tile(self, kind: ir.Fragment, array: str, offsets: np.ndarray, row_major: bool,

@@ -128,8 +128,9 @@ class Observer(Protocol):
         """The block passed a barrier."""
 
     def access(self, array: str, offsets: np.ndarray, lanes: np.ndarray, width: int,
-               write: bool, asynchronous: bool = False) -> None:
-        """Threads ``lanes`` access ``array[offsets .. offsets + width - 1]``, one instruction."""
+               write: bool, asynchronous: bool = False, atomic: bool = False) -> None:
+        """Threads ``lanes`` access ``array[offsets .. offsets + width - 1]``, one instruction
+        (an asynchronous copy's, an atomic update's)."""
 
     def tile(self, kind: ir.Fragment, array: str, offsets: np.ndarray, row_major: bool,
              write: bool) -> None:
@@ -327,7 +328,7 @@ class _Block:
         if isinstance(s.target, ir.Var):
             self.scalars[s.target.name] = np.where(active, value, self.scalars[s.target.name])
             return
-        found = self.locate(s.target, active, write=True)
+        found = self.locate(s.target, active, write=True, atomic=s.atomic)
         if found is not None:
             where, inside = found
             self.arrays[s.target.array][where] = value[active][inside]
@@ -464,13 +465,14 @@ class _Block:
         read[inside] = self.arrays[array][offsets[inside]]
         return read
 
-    def locate(self, e: ir.Load, active: np.ndarray, write: bool
+    def locate(self, e: ir.Load, active: np.ndarray, write: bool, atomic: bool = False
                ) -> tuple[tuple, np.ndarray] | None:
         """Where the active threads' access ``e`` falls inside its array (a numpy index) and
         which of the active threads that is; None if for none. Checks and records it."""
         offsets = self.index(e.offset, active)[active].astype(np.int64)
         if self.observer is not None and not self.widened:
-            self.observer.access(e.array, offsets, np.flatnonzero(active), 1, write)
+            self.observer.access(e.array, offsets, np.flatnonzero(active), 1, write,
+                                 atomic=atomic)
         return self.touch(e.array, offsets, np.flatnonzero(active), write)
 
     def observe(self, first: ir.Load, active: np.ndarray, width: int, write: bool,
