@@ -27,7 +27,8 @@ from treduda.errors import BackendUnavailable, TredudaError
 from treduda.suites import load
 from treduda.tuning.gpus import gpu as find_gpu
 from treduda.tuning.mma_model import model_of
-from treduda.tuning.walk import launch, shared_bytes
+from treduda.tuning.occupancy import blocks_per_sm
+from treduda.tuning.walk import shared_bytes
 
 GEMM = next(r for r in load("gemm") if r.id == "gemm_4096")
 KINDS = {"fp16": ("float16", "highest"), "bf16": ("bfloat16", "highest"),
@@ -76,7 +77,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
     except BackendUnavailable:
         return figures
     g = find_gpu(gpu)
-    resident = launch(kernel, g, use_nvcc=True).blocks_per_sm
+    resident = blocks_per_sm(g, figures["threads"], registers, figures["shared_bytes"])
     figures.update(registers=registers, blocks_per_sm=resident,
                    occupancy=resident * figures["threads"] / g.max_threads_per_sm,
                    non_mma_per_mma=report.non_mma_per_mma,
