@@ -103,6 +103,27 @@ def test_wide_shared_accesses_are_served_in_phases(ld, width, wavefronts):
     assert (s.transactions, s.ideal) == (wavefronts, width)
 
 
+@pytest.mark.parametrize(("dtype", "use", "shape", "ld", "ways"), [
+    ("float16", ir.Use.A, (16, 16, 16), 16, 2),  # ldmatrix: rows 32 bytes apart, r and r + 4
+    ("float16", ir.Use.A, (16, 16, 16), 24, 1),  # 48 bytes apart: 8 rows in 8 bank quarters
+    ("float16", ir.Use.A, (16, 16, 16), 64, 8),  # 128 bytes apart: all in the same banks
+    ("float32", ir.Use.B, (16, 16, 8), 16, 2),  # mma's B: 4 rows of 32 bytes, 64 apart
+    ("float32", ir.Use.B, (16, 16, 8), 24, 1),  # 96 bytes apart
+    ("float64", ir.Use.A, (8, 8, 4), 4, 1),  # DMMA's A: a half-warp reads 4 whole rows
+    ("float64", ir.Use.A, (8, 8, 4), 8, 2)])  # 64 bytes apart: rows r and r + 2
+def test_fragment_loads_by_hand(dtype, use, shape, ld, ways):
+    fragment = ir.Local("F", ir.Space.FRAGMENT, (1,), fragment=ir.Fragment(use, shape))
+    tile = ir.Local("S", ir.Space.SHARED, (WORDS,), stored=True)
+    load = ir.LoadFragment(ir.Load("F", ir.Int(0)), ir.Load("S", ir.Int(0)), ld)
+    kernel = ir.KernelIR("k", dtype, 32, PARAMS, (tile, fragment), ir.Block((load,)))
+    values = tuple(np.zeros(4 * WORDS, dtype) for _ in PARAMS)
+    counted = count(kernel, Launch("k", (1, 1, 1), (32, 1, 1), values, 0, (4 * WORDS,), "C"))
+    loads = counted.of("S", FRAGMENT_LOAD if dtype == "float16" else LOAD)
+    assert loads.ways == ways
+    assert loads.ideal == math.prod(ir.Fragment(use, shape).rows_columns) * np.dtype(
+        dtype).itemsize // 128  # 128 bytes a wavefront
+
+
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 SQUARE = {"i": 64, "j": 64, "k": 64}
 STAGED = {"block_x": 16, "block_y": 16, "reg_x": 4, "reg_y": 4, "step": 16, "stage": "A,B",
