@@ -29,6 +29,8 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
   take. Accumulators are stored (and loaded) as ``mma.sync`` holds them: per 8x8 piece, thread
   ``t`` its two adjacent values of row ``t / 4`` at column ``2 (t % 4)``, one access of twice
   the element size.
+* The shared side of an asynchronous copy (``cp.async``) is taken to be served as a store of
+  its width (NVIDIA documents no rule for it; ncu's ``op_ldgsts`` metrics will tell).
 * A compiler loads a value once: a load that repeats one since the last barrier or store to its
   array, by the same threads at the same addresses, is not counted again.
 
