@@ -104,6 +104,37 @@ loop_k:
 """
 
 
+# A tensor-core main loop as nvdisasm prints it: two ldmatrix.x4 (one transposed), a cp.async of
+# 16 bytes per thread, four MMAs and the loop's counter and branch.
+MMA_LOOP = """\
+//--------------------- .text.mma_k              --------------------------
+mma_k:
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   LDSM.16.M88.4 R4, [R2] ;
+        /*0020*/                   LDSM.16.MT88.4 R8, [R3] ;
+        /*0030*/                   LDGSTS.E.BYPASS.LTC128B.128 [R5], desc[UR4][R6.64] ;
+        /*0040*/                   HMMA.16816.F32 R12, R4, R8, R12 ;
+        /*0050*/                   HMMA.16816.F32 R16, R4, R10, R16 ;
+        /*0060*/                   HMMA.16816.F32 R20, R6, R8, R20 ;
+        /*0070*/                   HMMA.16816.F32 R24, R6, R10, R24 ;
+        /*0080*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0090*/              @P0 BRA `(.L_x_0) ;
+        /*00a0*/                   EXIT ;
+"""
+
+
+def test_a_tensor_core_loop_counts_instructions_and_shared_bytes_per_mma() -> None:
+    report = parse_sass(MMA_LOOP, "sm_90")[0]
+    assert (report.main_loop_instructions, report.main_loop_mma) == (9, 4)
+    assert report.non_mma_per_mma == pytest.approx(5 / 4)
+    assert report.shared_bytes_per_mma == (512 + 512 + 512) / 4  # two x4 matrices, one copy
+    assert report.non_fma_per_fma is None
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HMMA": 4} and kinds["shared memory"] == {"LDSM": 2}
+    assert kinds["async copy"] == {"LDGSTS": 1} and kinds["integer and other"] == {"IADD3": 1}
+
+
 def test_parse_listing_counts_the_whole_kernel() -> None:
     gemm, copy = parse_sass(LISTING, "sm_90")
     assert gemm.kernel == "gemm" and gemm.arch == "sm_90"

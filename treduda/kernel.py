@@ -7,7 +7,7 @@ import functools
 import hashlib
 import importlib.resources
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
@@ -355,6 +355,26 @@ class Kernel:
         zeros = {t: np.zeros([sizes[i] for i in idx]) for t, idx in c.inputs.items()}
         launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
         return emulate(self.built.kernel, launch, corners(launch.grid), self._later())[1]
+
+    def counters(self, sizes: Mapping[str, int] | None = None, *,
+                 blocks: Sequence[tuple[int, int, int]] | None = None,
+                 steps: int | None = None):
+        """What a profiler would count of this kernel's memory accesses, from its own
+        addresses on real warps (:mod:`treduda.run.counters`): per array, global sectors per
+        request and shared wavefronts and bank-conflict ways, in the main loop and around it,
+        named after Nsight Compute's metrics. Emulates ``blocks`` (the first by default),
+        each for ``steps`` iterations of its main loop (None: all), on zeros that take no
+        memory but the output's, so full sizes are fine where steps are few. A deterministic
+        split's second kernel (the sum of the parts) is not counted."""
+        from .run.counters import count
+
+        sizes = self._sizes(sizes)
+        c = self.contraction
+        dtype = np.dtype(self.dtype)  # np.zeros leaves pages unmapped until written
+        zeros = {t: np.zeros([sizes[i] for i in idx], dtype, order=self.layout)
+                 for t, idx in c.inputs.items()}
+        launch = self._prepare(sizes, zeros, dict.fromkeys(c.scalars, 0.0))
+        return count(self.built.kernel, launch, blocks, steps)
 
     def sass_report(self, arch: str = "sm_90"):
         """The compiled kernel's SASS at a glance: FFMA share of its main loop, the vector

@@ -25,6 +25,7 @@ from ..tuning.policy import MEASURED
 from .bench_cli import bench_arguments, bench_command, count
 from .demo import demo
 from .files import writable, write_text
+from .profile import profile_arguments, profile_command
 from .tune_cli import tune_arguments, tune_command
 
 
@@ -143,6 +144,15 @@ def parser() -> argparse.ArgumentParser:
                             "benchmark suite")
     bench_arguments(b)
 
+    r = commands.add_parser("profile", help="count a kernel's memory transactions and SASS "
+                            "instructions as Nsight Compute would, on the CPU")
+    _problem_arguments(r, symbolic=False)
+    r.add_argument("--strategy", default=None, metavar="NAME",
+                   help="as for compile; without it and -p, the kernel is searched for")
+    r.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V")
+    r.add_argument("--gpu", default="H100", help="the GPU a search tunes for")
+    profile_arguments(r)
+
     t = commands.add_parser("tune", help="search a suite's contractions in parallel on a Dask "
                             "cluster and keep the results in the tuning cache")
     tune_arguments(t)
@@ -226,6 +236,11 @@ def _run(args: argparse.Namespace) -> int:
         return _cache(args)
     if args.command == "tune":
         return tune_command(args)
+    if args.command == "profile":
+        return profile_command(args, compile(
+            args.expression, _sizes(args), dtype=args.dtype, layout=args.layout,
+            strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
+            precision=args.precision))
     return demo(args.out, args.source)
 
 

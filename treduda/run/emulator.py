@@ -33,6 +33,10 @@ accesses of the warp's threads (written: element ``e`` of the tile by thread ``e
 warp, as the OpenCL twin does; read: by every thread of the warp, as any may).
 
 It is slow (a Python step per IR statement executed), so it suits test sizes, not benchmarks.
+
+It is also where the CPU counts what a profiler would: an *observer*
+(:class:`treduda.run.counters.Tally`) sees every global and shared access of the warps as it is
+executed, and may stop the kernel's main loop after a few steps.
 """
 
 from __future__ import annotations
@@ -41,7 +45,7 @@ import itertools
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -106,6 +110,34 @@ class Hazard:
                 f"{', '.join(map(str, self.threads))})")
 
 
+class Observer(Protocol):
+    """What a counter of accesses sees of an emulated block (:mod:`treduda.run.counters`):
+    ``main``, the loop it calls the main loop (None: none), and ``steps``, how many of its
+    iterations to run (None: all)."""
+
+    main: ir.For | None
+    steps: int | None
+
+    def begin(self) -> None:
+        """A block starts."""
+
+    def region(self, inside: bool) -> None:
+        """The main loop starts (``inside``) or ends."""
+
+    def barrier(self) -> None:
+        """The block passed a barrier."""
+
+    def access(self, array: str, offsets: np.ndarray, lanes: np.ndarray, width: int,
+               write: bool, asynchronous: bool = False, atomic: bool = False) -> None:
+        """Threads ``lanes`` access ``array[offsets .. offsets + width - 1]``, one instruction
+        (an asynchronous copy's, an atomic update's)."""
+
+    def tile(self, kind: ir.Fragment, array: str, offsets: np.ndarray, row_major: bool,
+             write: bool) -> None:
+        """A warp loads or stores the fragment-shaped tile whose elements, row by row, are
+        ``array[offsets]``, its rows (``row_major``) or columns adjacent in memory."""
+
+
 def run_emulated(kernel: ir.KernelIR, launch: Launch,
                  then: Sequence[ir.KernelIR] = ()) -> np.ndarray:
     """Run every block of ``launch`` (and of the kernels ``then`` it runs after ``kernel``);
@@ -145,12 +177,25 @@ def emulate(kernel: ir.KernelIR, launch: Launch,
     return launch.result(memory[kernel.params[launch.output_position].name]), shown
 
 
+def observe(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...]],
+            observer: Observer) -> None:
+    """Run ``blocks`` of ``launch`` for ``observer``'s sake: on the launch's own arrays (the
+    output is written into its array; inputs are only read, so they may be read-only views),
+    hazards left unreported (a main loop cut short leaves copies in flight)."""
+    memory = {p.name: v for p, v in zip(kernel.params, launch.values, strict=True)}
+    for block in blocks:
+        observer.begin()
+        _Block(kernel, launch.block, block, memory, observer).run()
+
+
 class _Block:
     """The emulation of one block: every thread at once, a mask for the active ones."""
 
     def __init__(self, kernel: ir.KernelIR, shape: tuple[int, int, int],
-                 block: tuple[int, ...], memory: dict[str, Any]):
-        self.kernel, self.block = kernel, block
+                 block: tuple[int, ...], memory: dict[str, Any],
+                 observer: Observer | None = None):
+        self.kernel, self.block, self.observer = kernel, block, observer
+        self.widened = False  # in a vector access or copy, whose lanes the observer sees once
         bx, by, bz = shape
         self.count = bx * by * bz
         lane = np.arange(self.count)
@@ -217,6 +262,8 @@ class _Block:
             if not active.all():
                 self.hazards.append(Hazard("divergent barrier", self.block, epoch=self.epoch))
             self.end_epoch()
+            if self.observer is not None:
+                self.observer.barrier()
         elif isinstance(s, ir.If):
             taken = self.index(s.condition, active).astype(bool)
             self.walk(s.then, active & taken)
@@ -228,11 +275,15 @@ class _Block:
             for warp in np.unique(np.flatnonzero(active) // ir.WARP):
                 self.warp_statement(s, active, int(warp))
         elif isinstance(s, ir.VectorLoad):  # lane by lane: each element checked on its own
+            self.observe(s.first, active, s.width, False)
             self.vectors[s.vector] = np.stack([self.value(lane, active)
                                                for lane in ir.lanes(s.first, s.width)], axis=1)
+            self.widened = False
         elif isinstance(s, ir.VectorStore):
+            self.observe(s.first, active, len(s.values), True)
             for lane, value in zip(ir.lanes(s.first, len(s.values)), s.values, strict=True):
                 self.assign(ir.Assign(lane, "=", value), active)
+            self.widened = False
         elif isinstance(s, ir.AsyncCopy):
             self.start_copy(s, active)
         elif isinstance(s, ir.CommitCopies):
@@ -248,13 +299,20 @@ class _Block:
     def loop(self, s: ir.For, active: np.ndarray) -> None:
         outer = self.env.get(s.iterator)
         self.env[s.iterator] = self.index(s.start, active).copy()
-        while True:
+        main = self.observer is not None and s is self.observer.main
+        steps = self.observer.steps if main else None
+        if main:
+            self.observer.region(True)
+        while steps is None or steps > 0:
             running = active & self.index(s.condition, active).astype(bool)
             if not running.any():
                 break
             self.walk(s.body, running)
             self.env[s.iterator] = np.where(running, self.env[s.iterator]
                                             + self.index(s.step, active), self.env[s.iterator])
+            steps = None if steps is None else steps - 1
+        if main:
+            self.observer.region(False)
         if outer is None:
             del self.env[s.iterator]
         else:
@@ -264,11 +322,13 @@ class _Block:
         value = np.broadcast_to(self.value(s.value, active), active.shape)
         if s.op != "=":
             sign = 1 if s.op == "+=" else -1
-            value = self.value(s.target, active) + sign * value
+            widened, self.widened = self.widened, self.widened or s.atomic  # an atomic
+            value = self.value(s.target, active) + sign * value  # addition loads nothing
+            self.widened = widened
         if isinstance(s.target, ir.Var):
             self.scalars[s.target.name] = np.where(active, value, self.scalars[s.target.name])
             return
-        found = self.locate(s.target, active, write=True)
+        found = self.locate(s.target, active, write=True, atomic=s.atomic)
         if found is not None:
             where, inside = found
             self.arrays[s.target.array][where] = value[active][inside]
@@ -347,6 +407,9 @@ class _Block:
         its destination, which no access may touch until the copy is waited for, is marked in
         flight, and what it will write is kept for the wait."""
         threads = np.flatnonzero(active)
+        if not s.zero:  # a copy of src-size 0 reads nothing
+            self.observe(s.source, active, s.width, False, asynchronous=True)
+        self.observe(s.target, active, s.width, True, asynchronous=True)
         for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
                                   strict=True):
             values = (np.zeros(threads.size, self.compute) if s.zero
@@ -359,6 +422,7 @@ class _Block:
             np.add.at(self.in_flight[target.array], where, 1)
             self.copies.append((target.array, where, threads[inside], values[inside],
                                 np.full(where.size, -1)))
+        self.widened = False
 
     def finish_copies(self, pending: int, active: np.ndarray) -> None:
         """The copies of each active thread's groups but its ``pending`` most recent land in
@@ -386,6 +450,8 @@ class _Block:
         rows, columns = kind.rows_columns
         row, column = np.divmod(np.arange(rows * columns), columns)
         offsets = start + (row * ld + column if row_major else column * ld + row)
+        if self.observer is not None:
+            self.observer.tile(kind, array, offsets, row_major, write)
         if write:
             found = self.touch(array, offsets, lanes[np.arange(offsets.size) % lanes.size], True)
             if found is not None:
@@ -399,12 +465,25 @@ class _Block:
         read[inside] = self.arrays[array][offsets[inside]]
         return read
 
-    def locate(self, e: ir.Load, active: np.ndarray, write: bool
+    def locate(self, e: ir.Load, active: np.ndarray, write: bool, atomic: bool = False
                ) -> tuple[tuple, np.ndarray] | None:
         """Where the active threads' access ``e`` falls inside its array (a numpy index) and
         which of the active threads that is; None if for none. Checks and records it."""
         offsets = self.index(e.offset, active)[active].astype(np.int64)
+        if self.observer is not None and not self.widened:
+            self.observer.access(e.array, offsets, np.flatnonzero(active), 1, write,
+                                 atomic=atomic)
         return self.touch(e.array, offsets, np.flatnonzero(active), write)
+
+    def observe(self, first: ir.Load, active: np.ndarray, width: int, write: bool,
+                asynchronous: bool = False) -> None:
+        """Tell the observer of one access of ``width`` elements from ``first`` by the
+        active threads; its lanes, executed one by one, are not told of again."""
+        if self.observer is not None:
+            offsets = self.index(first.offset, active)[active].astype(np.int64)
+            self.observer.access(first.array, offsets, np.flatnonzero(active), width, write,
+                                 asynchronous)
+            self.widened = True
 
     def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
               started: bool = False) -> tuple[tuple, np.ndarray] | None:
@@ -456,3 +535,4 @@ class _Block:
                                            self.epoch, threads[:2]))
         self.accesses = []
         self.epoch += 1
+

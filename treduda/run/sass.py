@@ -16,6 +16,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from treduda.codegen.ir import WARP
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
     _demangle,
@@ -39,6 +40,15 @@ _FMA = {"FFMA", "DFMA"}
 _MMA = {"HMMA", "DMMA"}
 # cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
 _ASYNC_COPY = {"LDGSTS"}
+# What a warp moves through shared memory per instruction: LDS/STS/LDGSTS 32 threads of their
+# width; LDSM (ldmatrix) 128 bytes per 8x8 matrix of 16-bit values, .2 or .4 of them.
+_SHARED = {"LDS", "STS", "LDGSTS"}
+_MATRIX_BYTES = 128
+# The main loop's opcodes by what they do, to read beside a profiler's instruction mix.
+KINDS = {"tensor core": {"HMMA", "DMMA", "IMMA", "HGMMA"}, "FMA": {"FFMA", "DFMA", "HFMA2"},
+         "shared memory": {"LDS", "STS", "LDSM"}, "global memory": {"LDG", "STG", "LD", "ST"},
+         "async copy": {"LDGSTS", "LDGDEPBAR", "DEPBAR"}, "barrier": {"BAR"},
+         "branch": {"BRA", "BSSY", "BSYNC", "WARPSYNC", "EXIT", "NOP", "YIELD"}}
 _MEMORY = {"LDG": "global_load_widths", "LDS": "shared_load_widths",
            "STG": "global_store_widths", "STS": "shared_store_widths"}
 _SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
@@ -75,6 +85,36 @@ class SassReport:
     # the main loop's instructions by opcode without modifiers ("LDS", "IMAD", "BAR"), to see
     # what besides its FMAs takes issue slots
     main_loop_opcodes: dict[str, int] = field(default_factory=dict)
+    # bytes the main loop moves through shared memory per warp and pass (LDS, STS, LDSM, LDGSTS)
+    main_loop_shared_bytes: int = 0
+
+    @property
+    def non_mma_per_mma(self) -> float | None:
+        """Instructions beside each tensor-core MMA in the main loop (None: no MMA there)."""
+        mma = self.main_loop_mma
+        return (self.main_loop_instructions - mma) / mma if mma else None
+
+    @property
+    def non_fma_per_fma(self) -> float | None:
+        """Instructions beside each FFMA/DFMA in the main loop (None: no FMA there)."""
+        fma = self.main_loop_ffma
+        return (self.main_loop_instructions - fma) / fma if fma else None
+
+    @property
+    def shared_bytes_per_mma(self) -> float | None:
+        """Shared-memory bytes a warp moves per tensor-core MMA in the main loop."""
+        mma = self.main_loop_mma
+        return self.main_loop_shared_bytes / mma if mma else None
+
+    def main_loop_kinds(self) -> dict[str, dict[str, int]]:
+        """The main loop's opcodes grouped by :data:`KINDS` ("integer and other" the rest),
+        most frequent kind first."""
+        grouped: dict[str, dict[str, int]] = {}
+        for opcode, n in self.main_loop_opcodes.items():
+            kind = next((k for k, opcodes in KINDS.items() if opcode in opcodes),
+                        "integer and other")
+            grouped.setdefault(kind, {})[opcode] = n
+        return dict(sorted(grouped.items(), key=lambda item: -sum(item[1].values())))
 
     def __str__(self) -> str:
         def widths(counts: dict[int, int]) -> str:
@@ -179,6 +219,14 @@ def _count_fma(body: list[_Instruction]) -> int:
     return _count(body, _FMA)
 
 
+def _shared_bytes(opcode: str) -> int:
+    """Bytes a warp moves through shared memory with one instruction."""
+    parts = opcode.split(".")
+    if parts[0] == "LDSM":
+        return _MATRIX_BYTES * (int(parts[-1]) if parts[-1] in ("2", "4") else 1)
+    return WARP * _width(opcode) // 8 if parts[0] in _SHARED else 0
+
+
 def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
     widths: dict[str, Counter[int]] = {field: Counter() for field in _MEMORY.values()}
     for instruction in body:
@@ -203,6 +251,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         async_copies=_count(body, _ASYNC_COPY),
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
         main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
+        main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
     )
 
 

@@ -1,0 +1,166 @@
+"""Issue 37's economy table: how the tensor-core picks spend their instructions and memory
+transactions, read on the CPU, beside CUTLASS. For GEMM 4096^3 in fp16, bf16, tf32, 3xtf32 and
+fp64 and every TCCG row in fp16 (the search as `treduda bench` runs it, H100 model): the pick,
+its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sectors per warp
+request of A and B beside the ideal (the emulator, on one block at full size), the worst
+bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
+SASS main loop, the model's instructions per step beside the SASS loop's, and the predicted
+time. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
+
+    python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
+                                            [--gpu H100] [--steps 4]
+
+A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+
+import treduda
+from treduda.app.bench import DEFAULT_MAX_NODES
+from treduda.errors import BackendUnavailable, TredudaError
+from treduda.suites import load
+from treduda.tuning.gpus import gpu as find_gpu
+from treduda.tuning.mma_model import model_of
+from treduda.tuning.occupancy import blocks_per_sm
+from treduda.tuning.walk import shared_bytes
+
+GEMM = next(r for r in load("gemm") if r.id == "gemm_4096")
+KINDS = {"fp16": ("float16", "highest"), "bf16": ("bfloat16", "highest"),
+         "tf32": ("float32", "tf32"), "3xtf32": ("float32", "3xtf32"),
+         "fp64": ("float64", "highest")}
+# Read the same way from CUTLASS 2.x's SASS (sm_80; ../shared/tools/README.md): non-MMA
+# instructions per MMA and shared bytes per MMA.
+ANCHORS = (("CUTLASS 2.x fp16 128x128x32, 3 stages", 1.53, 198),
+           ("CUTLASS 2.x tf32 128x128x16, 4 stages", 3.53, 198))
+
+
+def rows() -> dict[str, tuple]:
+    """name -> (row, dtype, precision): the GEMM in every kind, then the TCCG rows in fp16."""
+    found = {f"gemm_{kind}": (GEMM, dtype, precision)
+             for kind, (dtype, precision) in KINDS.items()}
+    found.update({r.id: (r, "float16", "highest") for r in load("tccg_fp16")})
+    return found
+
+
+def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
+    """One row's figures (None where a figure does not apply or cannot be read here)."""
+    result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
+                            max_nodes=DEFAULT_MAX_NODES, precision=precision)
+    best = result.best
+    kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
+                             strategy=best.strategy, params=best.params, precision=precision)
+    p = kernel.params
+    figures = {"pick": best.strategy, "params": dict(p), "predicted_ms": best.prediction.seconds
+               * 1e3, "shared_bytes": shared_bytes(kernel), "threads": math.prod(kernel.block)}
+    if best.strategy == "tensorcore":
+        figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
+                            f"k{p['frags_k']}")
+        figures["stages"] = p.get("stages", 2 if p["double_buffer"] else 1)
+        figures["model_step"] = model_of(kernel.program, find_gpu(gpu),
+                                         best.strategy).step_instructions(p)
+    counted = kernel.counters(steps=steps)
+    for name, operand in zip("AB", kernel.contraction.inputs, strict=False):
+        loads = counted.of(operand, "ldgsts") or counted.of(operand)
+        if loads is not None:
+            figures[f"{name}_sectors"] = loads.per_request
+            figures[f"{name}_ideal"] = loads.ideal_per_request
+    figures["ways"] = counted.worst_ways()
+    try:
+        report = kernel.sass_report()
+        registers = kernel.compile_cuda().registers
+    except BackendUnavailable:
+        return figures
+    g = find_gpu(gpu)
+    resident = blocks_per_sm(g, figures["threads"], registers, figures["shared_bytes"])
+    figures.update(registers=registers, blocks_per_sm=resident,
+                   occupancy=resident * figures["threads"] / g.max_threads_per_sm,
+                   non_mma_per_mma=report.non_mma_per_mma,
+                   shared_per_mma=report.shared_bytes_per_mma,
+                   sass_loop=report.main_loop_instructions, sass_mma=report.main_loop_mma,
+                   ldsm=report.main_loop_opcodes.get("LDSM", 0),
+                   generic_loads=report.main_loop_opcodes.get("LD", 0))
+    return figures
+
+
+COLUMNS = ("row", "pick", "tiles", "stg", "regs", "smem B", "occ", "A sect/req", "B sect/req",
+           "ways", "frags", "nonMMA/MMA", "smem B/MMA", "model/SASS step", "pred ms")
+
+
+def fragments(f: dict) -> str:
+    """How the SASS main loop loads fragments: ldmatrix, generic loads (LD) or LDS; "-"
+    where no loop holds an MMA (nvcc unrolled a short reduction whole)."""
+    if not f.get("sass_mma"):
+        return "-"
+    return "ldmatrix" if f["ldsm"] else "generic LD" if f["generic_loads"] else "LDS"
+
+
+def cells(name: str, f: dict) -> list[str]:
+    def shown(key: str, form: str) -> str:
+        return "-" if f.get(key) is None else form.format(f[key])
+
+    def sectors(operand: str) -> str:
+        if f.get(f"{operand}_sectors") is None:
+            return "-"
+        return f"{f[f'{operand}_sectors']:.1f} ({f[f'{operand}_ideal']:.0f})"
+
+    step = (f"{f['model_step']:.0f}/{f['sass_loop']}" if f.get("model_step") is not None
+            and f.get("sass_loop") is not None else "-")
+    return [name, f["pick"], shown("tiles", "{}"), shown("stages", "{}"),
+            shown("registers", "{}"), str(f["shared_bytes"]), shown("occupancy", "{:.0%}"),
+            sectors("A"), sectors("B"), str(f["ways"]), fragments(f),
+            shown("non_mma_per_mma", "{:.2f}"),
+            shown("shared_per_mma", "{:.0f}"), step, f"{f['predicted_ms']:.3f}"]
+
+
+def table(lines: list[list[str]]) -> str:
+    header = list(COLUMNS)
+    widths = [max(len(r[n]) for r in [header, *lines]) for n in range(len(header))]
+    return "\n".join("  ".join(c.ljust(w) if n < 3 else c.rjust(w)
+                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
+                     for r in [header, *lines])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", help="comma-separated row names (gemm_fp16, ..., tccg_01, "
+                                       "...); default all")
+    parser.add_argument("--json", metavar="FILE", help="write every row's figures here")
+    parser.add_argument("--gpu", default="H100", help="the GPU the search tunes for")
+    parser.add_argument("--steps", type=int, default=4,
+                        help="main-loop iterations the counters emulate (default 4: a "
+                             "pipeline's first iterations only copy)")
+    args = parser.parse_args(argv)
+    known = rows()
+    wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
+    if unknown := [r for r in wanted if r not in known]:
+        parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
+    figures, lines = {}, []
+    for name in wanted:
+        started = time.perf_counter()
+        try:
+            figures[name] = economy(*known[name], args.gpu, args.steps)
+            lines.append(cells(name, figures[name]))
+        except TredudaError as error:  # one row's failure is its row's
+            figures[name] = {"error": f"{type(error).__name__}: {error}"}
+            lines.append([name, "FAILED", str(error)[:60], *["-"] * (len(COLUMNS) - 3)])
+        print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
+          + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))
+    print("A/B sect/req: global sectors per warp request (ideal for the width in brackets), "
+          "one block at full size; ways: worst bank conflict in the main loop (1: none); "
+          "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
+    print(table(lines))
+    if args.json:
+        with open(args.json, "w") as out:
+            json.dump(figures, out, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,229 @@
+"""The counters that stand in for a profiler (treduda.run.counters): hand-worked cases on
+kernels of one warp written for them (issue 40), then real generated kernels, SIMT and tensor
+core, whose global loads must be coalesced and whose padded tiles must be conflict-free."""
+
+from __future__ import annotations
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+import treduda
+from treduda.app.cli import main
+from treduda.codegen import ir
+from treduda.run.counters import (
+    ASYNC_COPY,
+    FRAGMENT_LOAD,
+    LOAD,
+    REDUCTION,
+    STORE,
+    Region,
+    count,
+)
+from treduda.run.launch import Launch
+from treduda.suites import load, scaled
+
+TX = ir.Index(ir.Builtin.THREAD_ID, 0)
+PARAMS = (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT))
+WORDS = 32 * 33  # a 32 x 32 tile of float32, room for a padded one
+
+
+def _times(k: int, e: ir.Expr = TX) -> ir.Expr:
+    return ir.Binary(ir.Op.MUL, ir.Int(k), e)
+
+
+def _counted(*body: ir.Stmt, locals_: tuple[ir.Local, ...] = ()):
+    """The counters of ``body`` run by one warp, A and C float32 arrays of 32 x 32 x 4."""
+    kernel = ir.KernelIR("k", "float32", 32, PARAMS, locals_, ir.Block(body))
+    values = (np.zeros(4 * WORDS, np.float32), np.zeros(4 * WORDS, np.float32))
+    return count(kernel, Launch("k", (1, 1, 1), (32, 1, 1), values, 0, (4 * WORDS,), "C"))
+
+
+def _copy(source: ir.Expr) -> ir.Assign:
+    return ir.Assign(ir.Load("C", TX), "=", ir.Load("A", source))
+
+
+@pytest.mark.parametrize(("offset", "sectors", "lines"), [
+    (TX, 4, 1), (_times(32), 32, 32), (_times(8), 32, 8), (_times(2), 8, 2)])
+def test_global_sectors_per_request(offset, sectors, lines):
+    """Consecutive threads on consecutive floats: 4 sectors of one line; 32 floats apart (a
+    transposed read): a sector and a line each; every other float: twice the ideal."""
+    a = _counted(_copy(offset)).of("A")
+    assert (a.requests, a.per_request, a.ideal_per_request, a.lines) == (1, sectors, 4, lines)
+
+
+def test_a_float4_load_costs_16_sectors_its_ideal():
+    load = ir.VectorLoad("v", ir.Load("A", _times(4)), 4)
+    a = _counted(load).of("A")
+    assert (a.requests, a.transactions, a.ideal, a.width) == (1, 16, 16, 16)
+
+
+def test_a_float4_store_and_an_atomic_addition_count_as_one_request_each():
+    store = ir.VectorStore(ir.Load("C", _times(4)), (ir.Float(1.0),) * 4)
+    add = ir.Assign(ir.Load("C", TX), "+=", ir.Float(1.0), atomic=True)
+    counted = _counted(store, add)
+    stored, added = counted.of("C", STORE), counted.of("C", REDUCTION)
+    assert (stored.requests, stored.transactions, stored.ideal) == (1, 16, 16)
+    assert (added.requests, added.transactions) == (1, 4)
+    assert counted.of("C") is None  # an atomic addition loads nothing into a register
+
+
+def test_a_repeated_load_counts_once_until_a_store_or_barrier():
+    again = _copy(TX)
+    assert _counted(again, again).of("A").requests == 1
+    assert _counted(again, ir.Barrier(), again).of("A").requests == 2
+
+
+def _shared_column(ld: int, width: int = 1):
+    """Every thread writes its row of a 32 x ``ld`` shared tile, then reads its column
+    ``width`` floats at a time: thread t reads row t."""
+    tile = (ir.Local("S", ir.Space.SHARED, (WORDS,)),)
+    write = ir.Assign(ir.Load("S", TX), "=", ir.Float(1.0))
+    if width == 1:
+        read = ir.Assign(ir.Load("C", TX), "=", ir.Load("S", _times(ld)))
+    else:
+        read = ir.VectorLoad("v", ir.Load("S", _times(ld)), width)
+    return _counted(write, ir.Barrier(), read, locals_=tile).of("S")
+
+
+def test_an_unpadded_column_read_has_32_ways_and_a_padded_one_none():
+    unpadded, padded = _shared_column(32), _shared_column(33)
+    assert (unpadded.ways, unpadded.transactions, unpadded.excess) == (32, 32, 31)
+    assert (padded.ways, padded.transactions, padded.excess) == (1, 1, 0)
+
+
+@pytest.mark.parametrize(("ld", "width", "wavefronts"), [(2, 2, 2), (4, 4, 4), (4, 2, 4),
+                                                        (8, 4, 8)])
+def test_wide_shared_accesses_are_served_in_phases(ld, width, wavefronts):
+    """float2: two half-warps of 128 bytes, float4: four quarter-warps; consecutive vectors
+    fill each phase's banks once, vectors twice as far apart twice."""
+    s = _shared_column(ld, width)
+    assert (s.transactions, s.ideal) == (wavefronts, width)
+
+
+@pytest.mark.parametrize(("dtype", "use", "shape", "ld", "ways"), [
+    ("float16", ir.Use.A, (16, 16, 16), 16, 2),  # ldmatrix: rows 32 bytes apart, r and r + 4
+    ("float16", ir.Use.A, (16, 16, 16), 24, 1),  # 48 bytes apart: 8 rows in 8 bank quarters
+    ("float16", ir.Use.A, (16, 16, 16), 64, 8),  # 128 bytes apart: all in the same banks
+    ("float32", ir.Use.B, (16, 16, 8), 16, 2),  # mma's B: 4 rows of 32 bytes, 64 apart
+    ("float32", ir.Use.B, (16, 16, 8), 24, 1),  # 96 bytes apart
+    ("float64", ir.Use.A, (8, 8, 4), 4, 1),  # DMMA's A: a half-warp reads 4 whole rows
+    ("float64", ir.Use.A, (8, 8, 4), 8, 2)])  # 64 bytes apart: rows r and r + 2
+def test_fragment_loads_by_hand(dtype, use, shape, ld, ways):
+    fragment = ir.Local("F", ir.Space.FRAGMENT, (1,), fragment=ir.Fragment(use, shape))
+    tile = ir.Local("S", ir.Space.SHARED, (WORDS,), stored=True)
+    load = ir.LoadFragment(ir.Load("F", ir.Int(0)), ir.Load("S", ir.Int(0)), ld)
+    kernel = ir.KernelIR("k", dtype, 32, PARAMS, (tile, fragment), ir.Block((load,)))
+    values = tuple(np.zeros(4 * WORDS, dtype) for _ in PARAMS)
+    counted = count(kernel, Launch("k", (1, 1, 1), (32, 1, 1), values, 0, (4 * WORDS,), "C"))
+    loads = counted.of("S", FRAGMENT_LOAD if dtype == "float16" else LOAD)
+    assert loads.ways == ways
+    assert loads.ideal == math.prod(ir.Fragment(use, shape).rows_columns) * np.dtype(
+        dtype).itemsize // 128  # 128 bytes a wavefront
+
+
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+SQUARE = {"i": 64, "j": 64, "k": 64}
+STAGED = {"block_x": 16, "block_y": 16, "reg_x": 4, "reg_y": 4, "step": 16, "stage": "A,B",
+          "pad": 1, "unroll": True}
+
+
+def test_a_staged_simt_gemm_reads_each_tile_once_coalesced_and_without_conflicts():
+    kernel = treduda.compile(GEMM, SQUARE, strategy="tiled+staged", params=STAGED)
+    counted = kernel.counters()
+    for name in "AB":  # the one block reads all of A and B, each sector once
+        loads = counted.of(name)
+        assert loads.per_request == loads.ideal_per_request == 4
+        assert loads.transactions == 64 * 64 * 4 // 32
+    tiles = [t for t in counted.traffic if t.space == "shared" and t.operation == LOAD]
+    assert len(tiles) == 2 and all(t.ways == 1 for t in tiles)
+    stores = counted.of("C", STORE, Region.AFTER)
+    assert stores.per_request == stores.ideal_per_request == 4
+    metrics = counted.metrics()
+    assert metrics["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"] == 2 * 512
+    assert metrics["l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"] == 0
+    assert kernel.counters(steps=1).of("A").transactions == 512 // 4  # of 4 steps
+
+
+def test_a_transposed_operand_read_by_consecutive_threads_costs_a_sector_each():
+    kernel = treduda.compile("C[i,j] = A[j,k] * B[k,i]", SQUARE, strategy="thread_per_element")
+    a = kernel.counters().of("A")
+    assert (a.per_request, a.ideal_per_request) == (32, 4)
+
+
+@pytest.mark.parametrize(("pad", "ways"), [(True, (1, 1)), (False, (4, 8))])
+def test_tensor_core_fragments_read_padded_tiles_without_conflicts(pad, ways):
+    """Unpadded, A's tile rows of 32 halves (64 bytes) put the eight rows of an 8x8 matrix in
+    the banks of four (4 ways), B's of 64 halves (128 bytes) all in the same (8 ways); padded
+    by 16 bytes, each row has banks of its own. The copies are coalesced either way."""
+    kernel = treduda.compile(GEMM, SQUARE, dtype="float16", strategy="tensorcore",
+                             params={"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2,
+                                     "frags_k": 2, "pad": pad, "async_copy": True})
+    counted = kernel.counters()
+    for name in "AB":
+        copies = counted.of(name, ASYNC_COPY)
+        assert copies.per_request == copies.ideal_per_request == 16
+    fragments = sorted((t for t in counted.traffic if t.operation == FRAGMENT_LOAD),
+                       key=lambda t: t.array)  # td_sa (A), td_sb (B)
+    assert tuple(t.ways for t in fragments) == ways
+    assert all(t.ideal_per_request == 4 for t in fragments)  # an ldmatrix.x4: 4 wavefronts
+
+
+def test_treduda_profile_prints_the_counters_and_the_whole_grid_as_ncu_sums_it(capsys):
+    expression, sizes = "C[i,j] = A[j,k] * B[k,i]", {"i": 64, "j": 64, "k": 8}
+    assert main(["profile", expression, *(f"-s{i}={n}" for i, n in sizes.items()),
+                 "--strategy", "thread_per_element", "--steps", "0"]) == 0
+    out = capsys.readouterr().out
+    assert "l1tex__average_t_sectors_per_request_pipe_lsu_mem_global_op_ld.ratio" in out
+    assert "SASS" in out  # the main loop's instructions, or why they cannot be read here
+    grid = out.split("whole grid")[1]
+    total = float(grid.split("l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum = ")[1].split()[0])
+    kernel = treduda.compile(expression, sizes, strategy="thread_per_element")
+    every = itertools.product(*map(range, kernel.grid))
+    assert total == kernel.counters(blocks=list(every)).metrics()[
+        "l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"]
+
+
+KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
+         ("float32", "3xtf32"), ("float64", "highest")]
+ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1, "pad": True}
+
+
+@pytest.mark.parametrize(("dtype", "precision"), KINDS)
+def test_every_tensor_core_kind_copies_coalesced_and_loads_fragments_by_its_rule(dtype,
+                                                                                   precision):
+    """One warp's GEMM in each kind: its copies read whole sectors (the ideal for their
+    width); 16-bit fragments come from padded tiles through ldmatrix without a conflict, 4
+    wavefronts (an .x4) a request; tf32 and fp64 ones a value per thread and load, 128 or 256
+    bytes (1 or 2 wavefronts) each."""
+    kernel = treduda.compile(GEMM, {"i": 32, "j": 32, "k": 64}, dtype=dtype,
+                             precision=precision, strategy="tensorcore", params=ONE_WARP)
+    counted = kernel.counters()
+    for name in "AB":
+        copies = counted.of(name, ASYNC_COPY) or counted.of(name)
+        assert copies.per_request == copies.ideal_per_request
+    tiles = ("td_sa", "td_sb")
+    if dtype in ("float16", "bfloat16"):
+        fragments = [counted.of(tile, FRAGMENT_LOAD) for tile in tiles]
+        assert all(t.ways == 1 and t.ideal_per_request == 4 for t in fragments)
+    else:
+        fragments = [counted.of(tile, LOAD) for tile in tiles]
+        assert all(t.ideal_per_request == np.dtype(dtype).itemsize // 4 for t in fragments)
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("row", load("tccg_fp16"), ids=lambda row: row.id)
+def test_every_tccg_row_reads_every_operand_sector_once_at_least(row):
+    """Over the whole grid of a scaled TCCG row's tensor-core kernel, each operand's main-loop
+    sectors hold all of its bytes (no copy goes uncounted), and are no more than a sector per
+    value per block (no access counted twice)."""
+    kernel = treduda.compile(row.expression, scaled(row.sizes), dtype="float16",
+                             layout=row.layout, strategy="tensorcore")
+    counted = kernel.counters(blocks=list(itertools.product(*map(range, kernel.grid))))
+    for operand, indices in kernel.contraction.inputs.items():
+        loads = counted.of(operand, ASYNC_COPY) or counted.of(operand)
+        values = math.prod(kernel.sizes[i] for i in indices)
+        assert values * 2 <= loads.transactions * 32
+        assert loads.transactions <= values * math.prod(kernel.grid)
