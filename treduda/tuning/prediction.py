@@ -62,7 +62,8 @@ def combined(seconds: Mapping[str, float], estimate: bool = True) -> tuple[str, 
 
 def unfit(flops: float) -> Prediction:
     """The prediction of a kernel whose block does not fit on an SM."""
-    return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM", flops)
+    return Prediction(math.inf, "occupancy", {}, "the block does not fit on an SM", flops,
+                      floor=math.inf)
 
 
 @dataclass(frozen=True)
