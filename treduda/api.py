@@ -40,6 +40,7 @@ from .frontend.dtypes import (
 from .frontend.identity import Identity
 from .frontend.optimize import AUTO, check_optimize
 from .kernel import BACKENDS, Kernel, generator_version
+from .once import once_per_key
 from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, check_layout, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
@@ -530,7 +531,7 @@ def _forget() -> None:
     _corrected.clear()
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_kernel(request: _Request) -> Kernel:
     """:func:`compile`'s work, once its arguments are checked, kept: ask the tuning policy
     for a strategy and parameters where none are given, then make the kernel (from the kernel
@@ -550,7 +551,7 @@ def _kept_kernel(request: _Request) -> Kernel:
     return generate.keep(generate(strategy, params), strategy, params)
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
     """The kernel of the searched ``request`` that tunes itself on its first calls on
     ``backend`` (:mod:`treduda.tuning.incremental`), kept for the process as
@@ -609,7 +610,7 @@ def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: 
     return compile_step
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_plan(request: _Request, backend: str, optimize: Any) -> Plan:
     """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
     (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable);

@@ -10,7 +10,7 @@ statement reads is a result (``+=`` reads the tensor it adds into). A statement 
 product of three or more tensors is split along the path :func:`treduda.tuning.paths.choose`
 picks, unless ``optimize=False``. The plan is made for the sizes of the first call (or of
 ``sizes=`` and shapes given up front); each kernel is compiled and tuned on its own, and the
-intermediates' arrays are allocated once per plan and reused by every call.
+intermediates are each call's own arrays, so one plan serves many threads at once.
 
 The class is :class:`Plan`, not "Program", which is the polyhedral program of one statement
 (:class:`treduda.polyhedral.lower.Program`).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -71,7 +72,10 @@ def _reads(c: Contraction) -> list[str]:
 class Plan:
     """A program planned for fixed sizes (see the module's docstring): call it with its
     inputs and scalars by name; it returns a dict of its results (``keep=`` names
-    intermediates to return too)."""
+    intermediates to return too).
+
+    Safe to call from many threads at once: a call keeps its intermediates in arrays of its
+    own, and a plan made at its first call is made once (the others wait for it)."""
 
     def __init__(self, source: str, compile_step: CompileStep, *, dtype: str = "float32",
                  layout: str = "C", backend: str = "opencl", gpu: str = "H100",
@@ -97,7 +101,7 @@ class Plan:
         self.steps: tuple[PlanStep, ...] = ()
         self.paths: tuple[PathChoice, ...] = ()  # one per statement split along a path
         self.shapes: dict[str, tuple[int, ...]] = {}  # every tensor's, once planned
-        self._workspace: dict[str, np.ndarray] = {}
+        self._planning = threading.Lock()
         if shapes is not None or self._sizes:
             self._plan(dict(shapes or {}))
 
@@ -162,8 +166,9 @@ class Plan:
             raise MissingArray(f"no value for {', '.join(missing)}: the program reads "
                                f"{'it' if len(missing) == 1 else 'them'} before writing")
         shapes = {k: tuple(np.shape(v)) for k, v in values.items() if k not in self._scalars}
-        if not self.steps:
-            self._plan(dict(shapes))
+        with self._planning:
+            if not self.steps:
+                self._plan(dict(shapes))
         changed = [f"{k} {shape} (planned for {self.shapes[k]})" for k, shape in shapes.items()
                    if shape != self.shapes.get(k, shape)]
         if changed:
@@ -178,18 +183,9 @@ class Plan:
         for step in self.steps:
             c = step.contraction
             arguments = {name: known[name] for name in _reads(c)}
-            known[c.output] = self._kept(c.output, step.kernel.run(
-                backend=self.backend, casting=casting, **arguments))
-        return {name: np.array(known[name]) if name in self._workspace else known[name]
-                for name in (*self.results, *keep)}
-
-    def _kept(self, tensor: str, result: Any) -> Any:
-        """An intermediate's result in its array, allocated once per plan; a result as is."""
-        if tensor in self.results or not isinstance(result, np.ndarray):
-            return result
-        buffer = self._workspace.setdefault(tensor, np.empty_like(result))
-        np.copyto(buffer, result)
-        return buffer
+            known[c.output] = step.kernel.run(backend=self.backend, casting=casting,
+                                              **arguments)
+        return {name: known[name] for name in (*self.results, *keep)}
 
     def run(self, *, backend: str | None = None, casting: str = DEFAULT_CASTING,
             **values: Any) -> Any:
