@@ -29,10 +29,11 @@ import numpy as np
 
 from .codegen.printer import CUDA, Printer
 from .errors import ArgumentError, MissingArray, ParseError, ShapeMismatch
-from .frontend.contraction import Contraction, analyse, infer_sizes, resolve_sizes
+from .frontend.contraction import Contraction, Shaped, analyse, infer_sizes, resolve_sizes
 from .frontend.dtypes import DEFAULT_CASTING, check_dtype
 from .frontend.optimize import AUTO, check_optimize
 from .kernel import Kernel
+from .run.launch import checked_operand
 from .tuning.paths import PathChoice, choose, estimate, many_factors, overlapped
 
 
@@ -140,8 +141,7 @@ class Plan:
         all its inputs have one, else from ``sizes`` and the shapes known."""
         explicit = {i: self._sizes[i] for i in c.indices if i in self._sizes}
         if all(t in shapes for t in c.inputs):
-            stand_ins = {t: np.broadcast_to(False, shapes[t]) for t in (*c.inputs, c.output)
-                         if t in shapes}
+            stand_ins = {t: Shaped(shapes[t]) for t in (*c.inputs, c.output) if t in shapes}
             return infer_sizes(c, stand_ins, explicit, old_output=False)
         known = {i: n for t, idx in c.inputs.items() if t in shapes
                  for i, n in zip(idx, shapes[t], strict=True)}
@@ -156,7 +156,9 @@ class Plan:
     def __call__(self, *, keep: tuple[str, ...] | list[str] = (),
                  casting: str = DEFAULT_CASTING, **values: Any) -> dict[str, Any]:
         """Run every step in order on ``backend``; returns the results (and ``keep``'s
-        intermediates) by name. ``casting`` is :meth:`Kernel.run`'s, for every step."""
+        intermediates) by name. ``casting`` is :meth:`Kernel.run`'s, for every step, and is
+        checked (as lists and numbers are converted, as numpy.asarray does) before a first
+        call plans."""
         unknown = sorted(set(values) - set(self.inputs))
         if unknown:
             raise ArgumentError(f"no input {unknown[0]!r} in this program; its inputs are "
@@ -165,6 +167,8 @@ class Plan:
         if missing:
             raise MissingArray(f"no value for {', '.join(missing)}: the program reads "
                                f"{'it' if len(missing) == 1 else 'them'} before writing")
+        values = {k: checked_operand(k, v, self.dtype, casting, scalar=k in self._scalars)
+                  for k, v in values.items()}  # before the first call plans
         shapes = {k: tuple(np.shape(v)) for k, v in values.items() if k not in self._scalars}
         with self._planning:
             if not self.steps:

@@ -137,6 +137,19 @@ def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
     return replace(launch, then=(*launch.then, Call(kernel.name, grid, block, arguments)))
 
 
+def checked_operand(name: str, value: object, dtype: str, casting: str,
+                    scalar: bool = False) -> object:
+    """A call's ``value`` for ``name`` as numpy.einsum takes it, checked before anything is
+    planned or run: a ``scalar`` as it is; an array on a GPU as it is (the kernel checks it);
+    anything else (an array, a list, a number) as ``numpy.asarray`` converts it. DtypeError
+    where numpy's ``casting`` rule does not convert it to ``dtype``."""
+    if not scalar and is_device_array(value):
+        return value
+    checked = value if scalar else to_numpy(value)
+    check_cast(name, checked, dtype, casting)
+    return checked
+
+
 def _array(name: str, value: object, dtype: str, casting: str) -> np.ndarray:
     """``value`` as an array, refused where numpy's ``casting`` rule does not convert it to
     the kernel's ``dtype``."""
