@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -182,8 +181,7 @@ class _Generator:
         self.contraction, self.problem, self.sizes, self.gpu = contraction, problem, sizes, gpu
         self.store = store
         self._made: dict[str, Kernel] = {}
-        if program is not None:
-            self.__dict__["program"] = program
+        self._program = program
 
     @classmethod
     def of(cls, program: Program, gpu: Gpu) -> _Generator:
@@ -191,16 +189,21 @@ class _Generator:
         return cls(program.original, program.identity, program.expression_sizes, gpu,
                    program=program)
 
-    @functools.cached_property
+    @property
     def program(self) -> Program:
-        """The problem's program, planned (with isl) and checked when first asked for."""
+        """The problem's program, planned (with isl) and checked when first asked for, once:
+        under the generation lock alone (a ``cached_property`` holds a lock of its own, for
+        every instance, which a thread waiting for the generation lock would hold)."""
         p = self.problem
         with policy.GENERATING:
-            program = plan(self.contraction, self.sizes, p.layout, p.dtype,
-                           symbolic=self.sizes is None, deterministic=p.deterministic,
-                           precision=p.precision)
-        check_grid(program, self.gpu.max_threads_per_block, self.gpu.max_registers_per_thread)
-        return program
+            if self._program is None:
+                program = plan(self.contraction, self.sizes, p.layout, p.dtype,
+                               symbolic=self.sizes is None, deterministic=p.deterministic,
+                               precision=p.precision)
+                check_grid(program, self.gpu.max_threads_per_block,
+                           self.gpu.max_registers_per_thread)
+                self._program = program
+            return self._program
 
     def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
         asked = self.problem.generated(strategy, params or {})
