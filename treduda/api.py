@@ -520,7 +520,9 @@ class _Request:
 
 
 def _kept(request: _Request) -> Kernel:
-    """The kernel of ``request``, kept for the process: the one place that says which calls
+    """The kernel of ``request``, kept for the process (made once however many threads ask
+    for it at the same time: :func:`~treduda.once.once_per_key`, as are the plans and
+    self-tuning kernels kept): the one place that says which calls
     of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`), or the
     one ptxas's check chose since (:data:`_corrected`); one kept for another spelling of the
     same tree is given the request's spelling."""
