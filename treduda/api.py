@@ -47,7 +47,7 @@ from .polyhedral.strategy import DEFAULT_STRATEGY
 from .programs import CompileStep, Plan
 from .run import reference
 from .run.device_arrays import to_numpy
-from .run.launch import bind, checked_operand
+from .run.launch import bind, checked_operand, require_scalars
 from .tuning import policy
 from .tuning.budgets import DEFAULT_BUDGET
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
@@ -327,7 +327,7 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     if dtype is not None:
         kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
     dtype = computed if dtype is None else np.dtype(dtype).name
-    sizes = infer_sizes(contraction, arrays, empty=True, old_output=False)
+    sizes = infer_sizes(contraction, arrays, empty=True, old_output=out is None)
     _call_values(contraction, values, out, dtype, casting, sizes)  # refused before planning
     planned = contract_expression(expr, dtype=dtype, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
@@ -663,8 +663,9 @@ def _call_values(c: Contraction, values: dict[str, Any], out: Any, dtype: str, c
     (:func:`~treduda.run.launch.checked_operand`: lists and numbers as ``numpy.asarray``
     converts them, refused where ``casting`` does not convert them to ``dtype``), with ``out``
     where ``c`` uses the old values of its output; ``out`` checked by numpy's rules
-    (:func:`_check_out`). contract() calls it before it plans, so that nothing is searched or
-    compiled for a call that is refused."""
+    (:func:`_check_out`); MissingArray for a scalar not given. contract() calls it before it
+    plans, so that nothing is searched or compiled for a call that is refused."""
+    require_scalars(c, values)
     if out is not None:
         if c.output in values:
             raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "

@@ -76,10 +76,7 @@ def bind(contraction: Contraction, dtype: str, fixed_sizes: Mapping[str, int] | 
     if contraction.output in values:
         arrays[contraction.output] = _array(contraction.output, values[contraction.output],
                                             dtype, casting)
-    missing = [s for s in contraction.scalars if s not in values]
-    if missing:
-        raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
-                          f"{missing[0]}=1.0")
+    require_scalars(contraction, values)
     for s in contraction.scalars:
         check_cast(s, values[s], dtype, casting)
     scalars = {s: np.asarray(values[s]).item() for s in contraction.scalars}
@@ -135,6 +132,14 @@ def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
     names = [p.name for p in first.params]
     arguments = tuple(names.index(p.name) for p in kernel.params)
     return replace(launch, then=(*launch.then, Call(kernel.name, grid, block, arguments)))
+
+
+def require_scalars(contraction: Contraction, values: Mapping[str, object]) -> None:
+    """Raise :class:`MissingArray` for a scalar of ``contraction`` that ``values`` lacks."""
+    missing = [s for s in contraction.scalars if s not in values]
+    if missing:
+        raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
+                           f"{missing[0]}=1.0")
 
 
 def checked_operand(name: str, value: object, dtype: str, casting: str,
