@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.once import once_per_key
 from treduda.tuning import incremental, policy
 
 THREADS = 8
@@ -131,3 +132,28 @@ def test_eight_threads_on_every_entry_point_get_numpys_results(quick):
             assert not wrong, wrong
     for planned in tuned:  # each timed its trials once, one call at a time, and chose
         assert planned.kernel.timed_calls == 2 and planned.kernel.winner is not None
+
+
+def test_a_kept_value_is_made_once_while_other_values_are_made_beside_it():
+    """What kernels, plans and self-tuning kernels are kept with (treduda.once): threads
+    asking for one value while it is made wait for it; one asking for another goes on."""
+    made, release, start = [], threading.Event(), threading.Barrier(4)
+
+    @once_per_key(None)
+    def value(key: str) -> object:
+        made.append(key)
+        if key == "slow":
+            assert release.wait(60)
+        return object()
+
+    def ask() -> object:
+        start.wait()
+        return value("slow")
+
+    with ThreadPoolExecutor(4) as pool:
+        slow = [pool.submit(ask) for _ in range(3)]
+        start.wait()  # the three are asking
+        assert pool.submit(value, "other").result(60) is not None  # not held up by "slow"
+        release.set()
+        assert len({id(f.result(60)) for f in slow}) == 1
+    assert made.count("slow") == 1 and value.cache_info().currsize == 2
