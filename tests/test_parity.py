@@ -182,6 +182,7 @@ def test_out_is_filled_like_numpys():
 # where numpy refuses, treduda refuses with its own error before it plans, searches or
 # compiles anything; where numpy computes, treduda computes the same.
 F64_A, F64_B = np.ones((7, 5)), np.ones((5, 9))
+F32_A, F32_B = F64_A.astype(np.float32), F64_B.astype(np.float32)
 REFUSED = {  # name: (numpy's call, treduda's call, treduda's error, what its message says)
     "out of the wrong shape": (
         lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 8))),
@@ -197,13 +198,19 @@ REFUSED = {  # name: (numpy's call, treduda's call, treduda's error, what its me
         lambda: treduda.contract("ik,kj->ij", F64_A, F64_B,
                                  out=np.zeros((7, 9), np.float32)),
         DtypeError, "pass an out of dtype float64 or wider, or casting='same_kind'"),
+    "out wider than dtype=": (  # numpy reads out in dtype too
+        lambda: np.einsum("ik,kj->ij", F32_A, F32_B, dtype="float32", out=np.zeros((7, 9))),
+        lambda: treduda.contract("ik,kj->ij", F32_A, F32_B, dtype="float32",
+                                 out=np.zeros((7, 9))),
+        DtypeError, r"out \(dtype float64\) does not cast to the kernel's float32 under "
+                    "casting='safe'; pass casting='same_kind'"),
     "out that is a list": (
         lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=[[0.0] * 9] * 7),
         lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, out=[[0.0] * 9] * 7),
         ArgumentError, "out must be an array, got list"),
     "casting='no' across float32 and float64": (
-        lambda: np.einsum("ik,kj->ij", F64_A.astype(np.float32), F64_B, casting="no"),
-        lambda: treduda.contract("ik,kj->ij", F64_A.astype(np.float32), F64_B, casting="no"),
+        lambda: np.einsum("ik,kj->ij", F32_A, F64_B, casting="no"),
+        lambda: treduda.contract("ik,kj->ij", F32_A, F64_B, casting="no"),
         DtypeError, "A \\(dtype float32\\) does not cast to the kernel's float64 under "
                     "casting='no'"),
     "casting='equiv' across int32 and int64": (

@@ -28,6 +28,7 @@ from .frontend.dtypes import (
     CASTINGS,
     DEFAULT_CASTING,
     HIGHEST,
+    check_cast,
     check_casting,
     check_dtype,
     check_precision,
@@ -685,8 +686,10 @@ def _out_array(out: Any) -> Any:
 
 
 def _check_out(out: Any, shape: tuple[int, ...], dtype: str, casting: str) -> None:
-    """numpy.einsum's rules for ``out``: an array of the output's shape, to which the
-    result's ``dtype`` casts under ``casting``."""
+    """numpy.einsum's rules for ``out``: an array of the output's shape whose dtype and the
+    result's ``dtype`` cast to each other under ``casting`` (numpy reads ``out`` in the
+    result's dtype and writes it back: with ``dtype=float32``, a float64 ``out`` needs
+    ``casting="same_kind"``)."""
     if tuple(_out_array(out).shape) != shape:
         raise ShapeMismatch(f"out has shape {tuple(out.shape)} but the output has shape {shape}")
     if not np.can_cast(dtype, out.dtype, casting):
@@ -694,6 +697,7 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str, casting: str) -> No
         raise DtypeError(f"out has dtype {out.dtype}, to which the result's {dtype} does not "
                          f"cast under casting={casting!r}; pass an out of dtype {dtype} or "
                          f"wider, or casting={needed!r} to convert it as numpy does")
+    check_cast("out", out, dtype, casting)  # numpy reads it in the result's dtype
 
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
