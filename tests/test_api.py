@@ -96,7 +96,7 @@ def test_out_holds_the_old_values_of_an_accumulation():
 
 @pytest.mark.parametrize(("out", "error", "message"), [
     (np.zeros((7, 8)), ShapeMismatch, r"out has shape \(7, 8\) but the output has shape \(7, 9\)"),
-    (np.zeros((7, 9), np.float32), DtypeError, "float64 does not cast safely"),
+    (np.zeros((7, 9), np.float32), DtypeError, "float64 does not cast under casting='safe'"),
     ([[0.0] * 9] * 7, ArgumentError, "out must be an array"),
 ])
 def test_a_wrong_out_is_refused_before_anything_runs(out, error, message):

@@ -15,6 +15,7 @@ from treduda.app.cli import main
 from treduda.errors import (
     ArgumentError,
     DtypeError,
+    MissingArray,
     MissingSize,
     ShapeMismatch,
     SizeLimit,
@@ -96,6 +97,10 @@ PYTHON_CASES = {
     "a scalar given as an array": (lambda: treduda.contract("C[i] = alpha*A[i]", A=a(3),
                                                             alpha=np.ones(2)),
                                    ArgumentError, "the scalar alpha must be one number"),
+    "a scalar not given": (lambda: treduda.contract("C[i] = alpha*A[i]", A=a(3)), MissingArray,
+                           "no value for scalar(s) alpha; pass e.g. alpha=1.0"),
+    "+= without the old output": (lambda: treduda.contract("C[i] += A[i]*B[i]", A=a(3), B=a(3)),
+                                  MissingArray, "no array for the output C"),
     "a shape that is not a tuple": (lambda: treduda.contract_expression("ik,kj", "ab", (5, 3)),
                                     ArgumentError, "the shape of A must be a tuple of ints"),
     "tensors past 64-bit indices (compile)": (

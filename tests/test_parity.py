@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.errors import ArgumentError, DtypeError, ShapeMismatch, SizeLimit
 
 RNG = np.random.default_rng(29)
 
@@ -175,3 +176,137 @@ def test_out_is_filled_like_numpys():
     result = treduda.contract("ij,jk->ik", a, b, out=out)
     assert result is out
     np.testing.assert_allclose(out, np.einsum("ij,jk->ik", a, b), rtol=1e-12)
+
+
+# The held-out corpus's 11 calls that numpy.einsum answered and treduda did not (issue 43):
+# where numpy refuses, treduda refuses with its own error before it plans, searches or
+# compiles anything; where numpy computes, treduda computes the same.
+F64_A, F64_B = np.ones((7, 5)), np.ones((5, 9))
+F32_A, F32_B = F64_A.astype(np.float32), F64_B.astype(np.float32)
+REFUSED = {  # name: (numpy's call, treduda's call, treduda's error, what its message says)
+    "out of the wrong shape": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 8))),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 8))),
+        ShapeMismatch, r"out has shape \(7, 8\) but the output has shape \(7, 9\)"),
+    "out of an integer dtype for a float result": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 9), np.int64)),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 9), np.int64)),
+        DtypeError, "out has dtype int64, to which the result's float64 does not cast under "
+                    "casting='safe'; .* casting='unsafe'"),
+    "out narrower than the result": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=np.zeros((7, 9), np.float32)),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B,
+                                 out=np.zeros((7, 9), np.float32)),
+        DtypeError, "pass an out of dtype float64 or wider, or casting='same_kind'"),
+    "out wider than dtype=": (  # numpy reads out in dtype too
+        lambda: np.einsum("ik,kj->ij", F32_A, F32_B, dtype="float32", out=np.zeros((7, 9))),
+        lambda: treduda.contract("ik,kj->ij", F32_A, F32_B, dtype="float32",
+                                 out=np.zeros((7, 9))),
+        DtypeError, r"out \(dtype float64\) does not cast to the kernel's float32 under "
+                    "casting='safe'; pass casting='same_kind'"),
+    "out that is a list": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, out=[[0.0] * 9] * 7),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, out=[[0.0] * 9] * 7),
+        ArgumentError, "out must be an array, got list"),
+    "casting='no' across float32 and float64": (
+        lambda: np.einsum("ik,kj->ij", F32_A, F64_B, casting="no"),
+        lambda: treduda.contract("ik,kj->ij", F32_A, F64_B, casting="no"),
+        DtypeError, "A \\(dtype float32\\) does not cast to the kernel's float64 under "
+                    "casting='no'"),
+    "casting='equiv' across int32 and int64": (
+        lambda: np.einsum("ik,kj->ij", F64_A.astype(np.int32), F64_B.astype(np.int64),
+                          casting="equiv"),
+        lambda: treduda.contract("ik,kj->ij", F64_A.astype(np.int32), F64_B.astype(np.int64),
+                                 casting="equiv"),
+        DtypeError, "casting='equiv'; pass casting='safe'"),
+    "a lossy dtype= (float64 arrays, float32 result)": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, dtype="float32"),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, dtype="float32"),
+        DtypeError, "A \\(dtype float64\\) does not cast to the kernel's float32 under "
+                    "casting='safe'; pass casting='same_kind'"),
+    "a lossy cast across kinds under same_kind": (
+        lambda: np.einsum("ik,kj->ij", F64_A, F64_B, dtype="int32", casting="same_kind"),
+        lambda: treduda.contract("ik,kj->ij", F64_A, F64_B, dtype="int32",
+                                 casting="same_kind"),
+        DtypeError, "pass casting='unsafe' to convert it anyway"),
+    "a 10^12 extent past 64-bit indices": (
+        lambda: np.empty((10**12, 10**12)),  # numpy has no array of that shape
+        lambda: treduda.contract_expression("ij,jk->ik", (10**12, 10**12), (10**12, 4)),
+        SizeLimit, r"A\[i,j\] would hold 1e\+24 elements"),
+}
+COMPUTED = {  # name: the subscripts and operands numpy.einsum computes with
+    "Python lists": ("i,i->", [1, 2], [3, 4]),
+    "nested Python lists": ("ij,jk->ik", [[1, 2], [3, 4]], [[0.5, 0], [0, 2]]),
+    "Python numbers": (",->", 2, 3),
+    "a Python number and a list": ("i,->i", [1.5, 2.0], 3),
+}
+
+
+@pytest.fixture
+def nothing_planned(monkeypatch, tmp_path):
+    """Spies on every step of the work a refused call must not reach: planning a path or a
+    kernel (with isl), the search, and the one place kernels are generated; a fresh tuning
+    cache and no kernels kept, so nothing is found made before either."""
+    monkeypatch.setenv("TREDUDA_CACHE", str(tmp_path / "tuning.sqlite3"))
+
+    def spy(what):
+        def reached(*args, **kwargs):
+            raise AssertionError(f"{what} was reached by a call that should have been refused")
+        return reached
+    for name, what in (("_kept", "planning a kernel"), ("_kept_plan", "planning a path"),
+                       ("_kept_incremental", "incremental tuning"), ("plan", "isl planning"),
+                       ("_generated", "kernel generation"), ("search_program", "the search")):
+        monkeypatch.setattr(treduda.api, name, spy(what))
+    monkeypatch.setattr(treduda.tuning.policy, "search_program", spy("the search"))
+
+
+@pytest.mark.parametrize("case", REFUSED)
+def test_what_numpy_refuses_is_refused_before_anything_is_planned(case, nothing_planned):
+    numpys, ours, error, message = REFUSED[case]
+    with pytest.raises((TypeError, ValueError)):
+        numpys()
+    with pytest.raises(error, match=message):
+        ours()
+
+
+@pytest.mark.parametrize("case", COMPUTED)
+def test_lists_and_numbers_are_operands_as_numpy_takes_them(case):
+    spec, *operands = COMPUTED[case]
+    _same_as_numpy(spec, *operands)
+
+
+def test_a_lossy_cast_into_a_program_is_refused_before_its_first_call_plans(nothing_planned):
+    plan = treduda.program("T[i,k] = A[i,j]*B[j,k]; D[i,l] = T[i,k]*C[k,l]")
+    with pytest.raises(DtypeError, match="A \\(dtype float64\\) does not cast to the kernel's "
+                                         "float32"):
+        plan(A=np.ones((3, 4)), B=np.ones((4, 5), np.float32),
+                         C=np.ones((5, 2), np.float32))
+
+
+@pytest.mark.parametrize(("inputs", "out"), [("int8", "int16"), ("float16", "float32"),
+                                             ("float32", "float64")])
+def test_out_of_a_wider_dtype_computes_in_it_as_numpy_does(inputs, out):
+    """numpy computes in the result type of the operands and out: int8 sums wrap in int16
+    (bit for bit), float16 and float32 inputs are summed in float32 and float64."""
+    rng = np.random.default_rng(43)
+    if inputs == "int8":
+        a, b = (rng.integers(-128, 128, shape).astype(np.int8) for shape in ((6, 40), (40, 5)))
+    else:
+        a, b = (rng.uniform(-1, 1, shape).astype(inputs) for shape in ((6, 40), (40, 5)))
+    expected = np.einsum("ik,kj->ij", a, b, out=np.zeros((6, 5), out))
+    result = np.full((6, 5), 7, out)
+    assert treduda.contract("ik,kj->ij", a, b, out=result) is result
+    if inputs == "int8":
+        np.testing.assert_array_equal(result, expected)
+    else:  # within the wider type's rounding, far below the narrower one's
+        exact = a.astype(np.float64) @ b.astype(np.float64)
+        scale = np.abs(a).astype(np.float64) @ np.abs(b).astype(np.float64)
+        unit = np.finfo(out).eps
+        assert np.all(np.abs(result - exact) <= 64 * unit * scale)
+        assert np.all(np.abs(expected - exact) <= 64 * unit * scale)
+
+
+def test_the_issues_int8_example_gives_numpys_minus_5536():
+    a, b = np.full((2, 6), 100, np.int8), np.full((6, 2), 100, np.int8)
+    result = treduda.contract("ik,kj->ij", a, b, out=np.zeros((2, 2), np.int16))
+    np.testing.assert_array_equal(result, np.full((2, 2), -5536, np.int16))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
@@ -19,12 +18,14 @@ from .frontend.broadcast import Broadcast
 from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import (
     Contraction,
+    Shaped,
     analyse,
     check_arguments,
     infer_sizes,
     resolve_sizes,
 )
 from .frontend.dtypes import (
+    CASTINGS,
     DEFAULT_CASTING,
     HIGHEST,
     check_cast,
@@ -40,13 +41,14 @@ from .frontend.dtypes import (
 from .frontend.identity import Identity
 from .frontend.optimize import AUTO, check_optimize
 from .kernel import BACKENDS, Kernel, generator_version
+from .once import once_per_key
 from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, check_layout, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
 from .programs import CompileStep, Plan
 from .run import reference
 from .run.device_arrays import to_numpy
-from .run.launch import bind
+from .run.launch import bind, checked_operand, require_scalars
 from .tuning import policy
 from .tuning.budgets import DEFAULT_BUDGET
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
@@ -180,8 +182,7 @@ class _Generator:
         self.contraction, self.problem, self.sizes, self.gpu = contraction, problem, sizes, gpu
         self.store = store
         self._made: dict[str, Kernel] = {}
-        if program is not None:
-            self.__dict__["program"] = program
+        self._program = program
 
     @classmethod
     def of(cls, program: Program, gpu: Gpu) -> _Generator:
@@ -189,16 +190,21 @@ class _Generator:
         return cls(program.original, program.identity, program.expression_sizes, gpu,
                    program=program)
 
-    @functools.cached_property
+    @property
     def program(self) -> Program:
-        """The problem's program, planned (with isl) and checked when first asked for."""
+        """The problem's program, planned (with isl) and checked when first asked for, once:
+        under the generation lock alone (a ``cached_property`` holds a lock of its own, for
+        every instance, which a thread waiting for the generation lock would hold)."""
         p = self.problem
         with policy.GENERATING:
-            program = plan(self.contraction, self.sizes, p.layout, p.dtype,
-                           symbolic=self.sizes is None, deterministic=p.deterministic,
-                           precision=p.precision)
-        check_grid(program, self.gpu.max_threads_per_block, self.gpu.max_registers_per_thread)
-        return program
+            if self._program is None:
+                program = plan(self.contraction, self.sizes, p.layout, p.dtype,
+                               symbolic=self.sizes is None, deterministic=p.deterministic,
+                               precision=p.precision)
+                check_grid(program, self.gpu.max_threads_per_block,
+                           self.gpu.max_registers_per_thread)
+                self._program = program
+            return self._program
 
     def __call__(self, strategy: str, params: Mapping[str, Any] | None) -> Kernel:
         asked = self.problem.generated(strategy, params or {})
@@ -281,13 +287,17 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
     appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
+    Operands are taken as ``numpy.asarray`` takes them: lists and numbers too.
 
     Sizes come from the arrays; the result's dtype is numpy.einsum's, ``np.result_type`` of
-    the arrays with scalars and fractional literals taken as Python numbers ("weak": an int32
-    array with ``alpha=0.5`` gives float64, a float32 one float32; float16 or bfloat16 arrays
-    give float16 or bfloat16, computed in float32), unless ``dtype`` says otherwise; arrays are
-    converted to it as numpy's ``casting`` rule allows (a refused conversion, such as float64
-    arrays with ``dtype="float32"``, raises DtypeError unless ``casting="same_kind"``).
+    the arrays (and of ``out``, as numpy computes in it: int8 arrays into an int16 ``out``
+    are summed in int16) with scalars and fractional literals taken as Python numbers
+    ("weak": an int32 array with ``alpha=0.5`` gives float64, a float32 one float32; float16
+    or bfloat16 arrays give float16 or bfloat16, computed in float32), unless ``dtype`` says
+    otherwise; arrays are converted to it, and it to ``out``'s dtype, as numpy's ``casting``
+    rule allows (a refused conversion, such as float64 arrays with ``dtype="float32"``, raises
+    DtypeError unless ``casting="same_kind"``). Every argument is checked before anything is
+    planned, searched or compiled.
     ``precision`` as for :func:`compile`. Without ``strategy`` or ``params``
     the kernel is searched for ``gpu``. It is kept for the process, so a repeated call costs
     the run, not its generation (see :func:`contract_expression`, which also says what
@@ -302,22 +312,30 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     whatever ``optimize`` says.
     """
     check_types(expr=expr)
+    check_casting(casting)
     broadcast = broadcast_of(expr, operands, values)
     if broadcast is not None:  # '...' expanded, broadcast axes of extent 1 dropped
         expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
-    values = _named(contraction, operands, values, CONTRACT_OPTIONS)
-    arrays = {k: to_numpy(v) for k, v in values.items() if k not in contraction.scalars}
-    computed = compute_dtype({name: array.dtype for name, array in arrays.items()},
-                             [v for k, v in values.items() if k in contraction.scalars]
+    values = {k: v if k in contraction.scalars else to_numpy(v)  # lists, numbers: as numpy's
+              for k, v in _named(contraction, operands, values, CONTRACT_OPTIONS).items()}
+    arrays = {k: v for k, v in values.items() if k not in contraction.scalars}
+    dtypes = {name: array.dtype for name, array in arrays.items()}
+    if out is not None:  # numpy computes in the result type of the operands and out
+        dtypes["out"] = _out_array(out).dtype
+    computed = compute_dtype(dtypes, [v for k, v in values.items() if k in contraction.scalars]
                              + literal_scalars(t.coefficient for t in contraction.terms))
-    shapes = {name: array.shape for name, array in arrays.items()}
-    planned = contract_expression(expr, dtype=dtype or computed, layout=layout,
+    if dtype is not None:
+        kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
+    dtype = computed if dtype is None else np.dtype(dtype).name
+    sizes = infer_sizes(contraction, arrays, empty=True, old_output=out is None)
+    _call_values(contraction, values, out, dtype, casting, sizes)  # refused before planning
+    planned = contract_expression(expr, dtype=dtype, layout=layout,
                                   backend=backend, strategy=strategy, params=params, gpu=gpu,
                                   deterministic=deterministic, optimize=optimize,
                                   casting=casting, precision=precision, tune=tune,
                                   budget=budget,
-                                  **shapes)
+                                  **{name: array.shape for name, array in arrays.items()})
     return planned(out=out, **values)
 
 
@@ -328,7 +346,12 @@ class ContractExpression:
 
     ``dtype`` is the result's; the kernel computes in :func:`~treduda.frontend.dtypes.
     kernel_dtype` of it (int32 for int8 or bool, cast back). Arrays are converted to ``dtype``
-    as numpy's ``casting`` rule allows (a call's ``casting=`` overrides the planned one)."""
+    as numpy's ``casting`` rule allows (a call's ``casting=`` overrides the planned one), and
+    the result to ``out``'s dtype.
+
+    Safe to call from many threads at once: each call has its own arrays, on the device too;
+    only a self-tuning kernel's trials are shared, under its lock
+    (:class:`~treduda.tuning.incremental.IncrementalKernel`)."""
 
     contraction: Contraction
     sizes: dict[str, int]
@@ -347,15 +370,9 @@ class ContractExpression:
         casting = check_casting(casting or self.casting)
         if self.broadcast is not None:
             operands, values = (), self.broadcast.reshape(operands, values)
-        values = _named(c, operands, values, CALL_OPTIONS)
-        if out is not None:
-            if c.output in values:
-                raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
-                                    "not both")
-            _check_out(out, tuple(self.sizes[i] for i in c.output_indices), self.dtype)
-            if c.reads_output or c.op != "=":
-                values[c.output] = out  # its old values are used
-        values = {name: self._converted(name, value, casting) for name, value in values.items()}
+        values = _call_values(c, _named(c, operands, values, CALL_OPTIONS), out, self.dtype,
+                              casting, self.sizes)
+        values = {name: self._converted(name, value) for name, value in values.items()}
         if self.kernel is not None:
             result = self.kernel.run(backend=self.backend, casting=casting, **values)
         else:
@@ -368,16 +385,14 @@ class ContractExpression:
         out[...] = result
         return out
 
-    def _converted(self, name: str, value: Any, casting: str) -> Any:
-        """A numpy array converted to :attr:`dtype` as ``casting`` allows (an int16 array
-        for int8 wraps first, as numpy's conversion does), then to the kernel's dtype, which
-        holds every value of it (uint32's bits as int32's); scalars checked; arrays on a GPU
-        are left to the kernel's own check."""
-        if name in self.contraction.scalars or isinstance(value, (np.ndarray, list, tuple)):
-            check_cast(name, value, self.dtype, casting)
-        if isinstance(value, (np.ndarray, list, tuple)):
-            converted = np.asarray(value).astype(self.dtype, copy=False)
-            return converted.astype(kernel_dtype(self.dtype), copy=False)
+    def _converted(self, name: str, value: Any) -> Any:
+        """A checked numpy array (:func:`_call_values`) converted to :attr:`dtype` (an int16
+        array for int8 wraps first, as numpy's conversion does), then to the kernel's dtype,
+        which holds every value of it (uint32's bits as int32's); scalars and arrays on a GPU
+        as they are."""
+        if name not in self.contraction.scalars and isinstance(value, np.ndarray):
+            return value.astype(self.dtype, copy=False).astype(kernel_dtype(self.dtype),
+                                                               copy=False)
         return value
 
     def __repr__(self) -> str:
@@ -440,8 +455,8 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     check_casting(casting)
     check_update(contraction.op, dtype)
     check_precision(precision, computed)
-    stand_ins = {name: np.broadcast_to(False, shape) for name, shape in named.items()}
-    sizes = infer_sizes(contraction, stand_ins, empty=True, old_output=False)
+    sizes = infer_sizes(contraction, {name: Shaped(tuple(shape)) for name, shape in
+                                      named.items()}, empty=True, old_output=False)
     gpu, deterministic = find_gpu(gpu), resolve(deterministic)
     if 0 in sizes.values():
         kernel = None
@@ -506,7 +521,9 @@ class _Request:
 
 
 def _kept(request: _Request) -> Kernel:
-    """The kernel of ``request``, kept for the process: the one place that says which calls
+    """The kernel of ``request``, kept for the process (made once however many threads ask
+    for it at the same time: :func:`~treduda.once.once_per_key`, as are the plans and
+    self-tuning kernels kept): the one place that says which calls
     of :func:`compile` and :func:`contract` get the same kernel (:class:`_Request`), or the
     one ptxas's check chose since (:data:`_corrected`); one kept for another spelling of the
     same tree is given the request's spelling."""
@@ -530,7 +547,7 @@ def _forget() -> None:
     _corrected.clear()
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_kernel(request: _Request) -> Kernel:
     """:func:`compile`'s work, once its arguments are checked, kept: ask the tuning policy
     for a strategy and parameters where none are given, then make the kernel (from the kernel
@@ -550,7 +567,7 @@ def _kept_kernel(request: _Request) -> Kernel:
     return generate.keep(generate(strategy, params), strategy, params)
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
     """The kernel of the searched ``request`` that tunes itself on its first calls on
     ``backend`` (:mod:`treduda.tuning.incremental`), kept for the process as
@@ -609,7 +626,7 @@ def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: 
     return compile_step
 
 
-@functools.lru_cache(maxsize=KERNELS_KEPT)
+@once_per_key(KERNELS_KEPT)
 def _kept_plan(request: _Request, backend: str, optimize: Any) -> Plan:
     """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
     (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable);
@@ -641,16 +658,46 @@ def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
     return {**named, **values}
 
 
-def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
-    """numpy.einsum's rules for ``out``: an array of the output's shape, to which the result's
-    dtype casts safely."""
+def _call_values(c: Contraction, values: dict[str, Any], out: Any, dtype: str, casting: str,
+                 sizes: Mapping[str, int]) -> dict[str, Any]:
+    """A call's ``values`` by name, each checked and converted as numpy.einsum takes it
+    (:func:`~treduda.run.launch.checked_operand`: lists and numbers as ``numpy.asarray``
+    converts them, refused where ``casting`` does not convert them to ``dtype``), with ``out``
+    where ``c`` uses the old values of its output; ``out`` checked by numpy's rules
+    (:func:`_check_out`); MissingArray for a scalar not given. contract() calls it before it
+    plans, so that nothing is searched or compiled for a call that is refused."""
+    require_scalars(c, values)
+    if out is not None:
+        if c.output in values:
+            raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
+                                "not both")
+        _check_out(out, tuple(sizes[i] for i in c.output_indices), dtype, casting)
+        if c.reads_output or c.op != "=":
+            values = {**values, c.output: out}  # its old values are used
+    return {name: checked_operand(name, value, dtype, casting, scalar=name in c.scalars)
+            for name, value in values.items()}
+
+
+def _out_array(out: Any) -> Any:
+    """``out`` if it is an array (numpy's, or one with a shape and a dtype)."""
     if not hasattr(out, "shape") or not hasattr(out, "dtype"):
         raise ArgumentError(f"out must be an array, got {type(out).__name__}")
-    if tuple(out.shape) != shape:
+    return out
+
+
+def _check_out(out: Any, shape: tuple[int, ...], dtype: str, casting: str) -> None:
+    """numpy.einsum's rules for ``out``: an array of the output's shape whose dtype and the
+    result's ``dtype`` cast to each other under ``casting`` (numpy reads ``out`` in the
+    result's dtype and writes it back: with ``dtype=float32``, a float64 ``out`` needs
+    ``casting="same_kind"``)."""
+    if tuple(_out_array(out).shape) != shape:
         raise ShapeMismatch(f"out has shape {tuple(out.shape)} but the output has shape {shape}")
-    if not np.can_cast(dtype, out.dtype, "safe"):
+    if not np.can_cast(dtype, out.dtype, casting):
+        needed = next(c for c in CASTINGS if np.can_cast(dtype, out.dtype, c))
         raise DtypeError(f"out has dtype {out.dtype}, to which the result's {dtype} does not "
-                         f"cast safely; pass an out of dtype {dtype} or wider")
+                         f"cast under casting={casting!r}; pass an out of dtype {dtype} or "
+                         f"wider, or casting={needed!r} to convert it as numpy does")
+    check_cast("out", out, dtype, casting)  # numpy reads it in the result's dtype
 
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,

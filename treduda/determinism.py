@@ -18,7 +18,9 @@ _enabled = False
 class use_deterministic:  # noqa: N801 - called as a function, as torch's switches are
     """Make ``deterministic=True`` the default of every later call (``False``: back to
     atomic splits where they pay). Used in a ``with`` statement it applies to the block
-    only, and the setting before it is restored on leaving::
+    only, and the setting before it is restored on leaving. It is the process's, as torch's
+    is: a block in one thread sets it for calls in every thread (pass ``deterministic=`` to
+    a call to fix it for that call alone)::
 
         treduda.use_deterministic(True)           # from now on
         with treduda.use_deterministic(True):     # in this block only

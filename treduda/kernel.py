@@ -51,7 +51,11 @@ class Kernel:
     from the kernel store (:meth:`from_record`), it holds its sources and what a launch needs
     (:attr:`signature`: geometry, parameters, locals); its IR's body is decoded when first
     asked for (:attr:`built`: the emulator, the walk) and its program planned, with isl, only
-    where something needs it (:attr:`program`)."""
+    where something needs it (:attr:`program`).
+
+    Safe to call from many threads at once: it is immutable, each run binds, uploads and
+    launches arrays of its own, and what it computes when first asked for (sources, IR,
+    program) is the same whichever thread computes it."""
 
     contraction: Contraction
     identity: Identity  # everything that shaped it: the problem, strategy and parameters

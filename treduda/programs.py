@@ -10,7 +10,7 @@ statement reads is a result (``+=`` reads the tensor it adds into). A statement 
 product of three or more tensors is split along the path :func:`treduda.tuning.paths.choose`
 picks, unless ``optimize=False``. The plan is made for the sizes of the first call (or of
 ``sizes=`` and shapes given up front); each kernel is compiled and tuned on its own, and the
-intermediates' arrays are allocated once per plan and reused by every call.
+intermediates are each call's own arrays, so one plan serves many threads at once.
 
 The class is :class:`Plan`, not "Program", which is the polyhedral program of one statement
 (:class:`treduda.polyhedral.lower.Program`).
@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -28,10 +29,11 @@ import numpy as np
 
 from .codegen.printer import CUDA, Printer
 from .errors import ArgumentError, MissingArray, ParseError, ShapeMismatch
-from .frontend.contraction import Contraction, analyse, infer_sizes, resolve_sizes
+from .frontend.contraction import Contraction, Shaped, analyse, infer_sizes, resolve_sizes
 from .frontend.dtypes import DEFAULT_CASTING, check_dtype
 from .frontend.optimize import AUTO, check_optimize
 from .kernel import Kernel
+from .run.launch import checked_operand
 from .tuning.paths import PathChoice, choose, estimate, many_factors, overlapped
 
 
@@ -71,7 +73,10 @@ def _reads(c: Contraction) -> list[str]:
 class Plan:
     """A program planned for fixed sizes (see the module's docstring): call it with its
     inputs and scalars by name; it returns a dict of its results (``keep=`` names
-    intermediates to return too)."""
+    intermediates to return too).
+
+    Safe to call from many threads at once: a call keeps its intermediates in arrays of its
+    own, and a plan made at its first call is made once (the others wait for it)."""
 
     def __init__(self, source: str, compile_step: CompileStep, *, dtype: str = "float32",
                  layout: str = "C", backend: str = "opencl", gpu: str = "H100",
@@ -97,7 +102,7 @@ class Plan:
         self.steps: tuple[PlanStep, ...] = ()
         self.paths: tuple[PathChoice, ...] = ()  # one per statement split along a path
         self.shapes: dict[str, tuple[int, ...]] = {}  # every tensor's, once planned
-        self._workspace: dict[str, np.ndarray] = {}
+        self._planning = threading.Lock()
         if shapes is not None or self._sizes:
             self._plan(dict(shapes or {}))
 
@@ -136,8 +141,7 @@ class Plan:
         all its inputs have one, else from ``sizes`` and the shapes known."""
         explicit = {i: self._sizes[i] for i in c.indices if i in self._sizes}
         if all(t in shapes for t in c.inputs):
-            stand_ins = {t: np.broadcast_to(False, shapes[t]) for t in (*c.inputs, c.output)
-                         if t in shapes}
+            stand_ins = {t: Shaped(shapes[t]) for t in (*c.inputs, c.output) if t in shapes}
             return infer_sizes(c, stand_ins, explicit, old_output=False)
         known = {i: n for t, idx in c.inputs.items() if t in shapes
                  for i, n in zip(idx, shapes[t], strict=True)}
@@ -152,7 +156,9 @@ class Plan:
     def __call__(self, *, keep: tuple[str, ...] | list[str] = (),
                  casting: str = DEFAULT_CASTING, **values: Any) -> dict[str, Any]:
         """Run every step in order on ``backend``; returns the results (and ``keep``'s
-        intermediates) by name. ``casting`` is :meth:`Kernel.run`'s, for every step."""
+        intermediates) by name. ``casting`` is :meth:`Kernel.run`'s, for every step, and is
+        checked (as lists and numbers are converted, as numpy.asarray does) before a first
+        call plans."""
         unknown = sorted(set(values) - set(self.inputs))
         if unknown:
             raise ArgumentError(f"no input {unknown[0]!r} in this program; its inputs are "
@@ -161,9 +167,12 @@ class Plan:
         if missing:
             raise MissingArray(f"no value for {', '.join(missing)}: the program reads "
                                f"{'it' if len(missing) == 1 else 'them'} before writing")
+        values = {k: checked_operand(k, v, self.dtype, casting, scalar=k in self._scalars)
+                  for k, v in values.items()}  # before the first call plans
         shapes = {k: tuple(np.shape(v)) for k, v in values.items() if k not in self._scalars}
-        if not self.steps:
-            self._plan(dict(shapes))
+        with self._planning:
+            if not self.steps:
+                self._plan(dict(shapes))
         changed = [f"{k} {shape} (planned for {self.shapes[k]})" for k, shape in shapes.items()
                    if shape != self.shapes.get(k, shape)]
         if changed:
@@ -178,18 +187,9 @@ class Plan:
         for step in self.steps:
             c = step.contraction
             arguments = {name: known[name] for name in _reads(c)}
-            known[c.output] = self._kept(c.output, step.kernel.run(
-                backend=self.backend, casting=casting, **arguments))
-        return {name: np.array(known[name]) if name in self._workspace else known[name]
-                for name in (*self.results, *keep)}
-
-    def _kept(self, tensor: str, result: Any) -> Any:
-        """An intermediate's result in its array, allocated once per plan; a result as is."""
-        if tensor in self.results or not isinstance(result, np.ndarray):
-            return result
-        buffer = self._workspace.setdefault(tensor, np.empty_like(result))
-        np.copyto(buffer, result)
-        return buffer
+            known[c.output] = step.kernel.run(backend=self.backend, casting=casting,
+                                              **arguments)
+        return {name: known[name] for name in (*self.results, *keep)}
 
     def run(self, *, backend: str | None = None, casting: str = DEFAULT_CASTING,
             **values: Any) -> Any:

@@ -318,6 +318,15 @@ def _checked_sizes(c: Contraction, sizes: Mapping[str, int], empty: bool = False
     return {index: int(size) for index, size in sizes.items()}
 
 
+@dataclass(frozen=True)
+class Shaped:
+    """What :func:`infer_sizes` reads of an array, where only its shape is known (planning
+    for shapes): no memory is asked for, so a shape past 64-bit indices reaches the size
+    checks (numpy's ``broadcast_to`` refuses it first: "iterator is too large")."""
+
+    shape: tuple[int, ...]
+
+
 def infer_sizes(c: Contraction, arrays: Mapping[str, Any],
                 sizes: Mapping[str, int] | None = None, *, empty: bool = False,
                 old_output: bool = True) -> dict[str, int]:

@@ -19,6 +19,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable
 from ..frontend.dtypes import BFLOAT16
+from ..once import once_per_key
 from .device_arrays import cupy_module
 from .launch import Call, Launch
 from .nvrtc import include_options
@@ -233,9 +234,10 @@ def time_calls(call: Callable[[], Any], repeats: int = REPEATS,
     return Timing.of(seconds, runtime.device)
 
 
-@functools.cache
+@once_per_key(None)
 def _cached(kind: type) -> Runtime:
-    """One runtime per process (a failed start is not cached: it raises every time)."""
+    """One runtime per process, made once however many threads ask first (a failed start
+    is not cached: it raises every time)."""
     return kind()
 
 

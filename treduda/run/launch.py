@@ -80,10 +80,7 @@ def bind(contraction: Contraction, dtype: str, fixed_sizes: Mapping[str, int] | 
     if contraction.output in values:
         arrays[contraction.output] = _array(contraction.output, values[contraction.output],
                                             dtype, casting)
-    missing = [s for s in contraction.scalars if s not in values]
-    if missing:
-        raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
-                          f"{missing[0]}=1.0")
+    require_scalars(contraction, values)
     for s in contraction.scalars:
         check_cast(s, values[s], dtype, casting)
     scalars = {s: np.asarray(values[s]).item() for s in contraction.scalars}
@@ -139,6 +136,27 @@ def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,
     names = [p.name for p in first.params]
     arguments = tuple(names.index(p.name) for p in kernel.params)
     return replace(launch, then=(*launch.then, Call(kernel.name, grid, block, arguments)))
+
+
+def require_scalars(contraction: Contraction, values: Mapping[str, object]) -> None:
+    """Raise :class:`MissingArray` for a scalar of ``contraction`` that ``values`` lacks."""
+    missing = [s for s in contraction.scalars if s not in values]
+    if missing:
+        raise MissingArray(f"no value for scalar(s) {', '.join(missing)}; pass e.g. "
+                           f"{missing[0]}=1.0")
+
+
+def checked_operand(name: str, value: object, dtype: str, casting: str,
+                    scalar: bool = False) -> object:
+    """A call's ``value`` for ``name`` as numpy.einsum takes it, checked before anything is
+    planned or run: a ``scalar`` as it is; an array on a GPU as it is (the kernel checks it);
+    anything else (an array, a list, a number) as ``numpy.asarray`` converts it. DtypeError
+    where numpy's ``casting`` rule does not convert it to ``dtype``."""
+    if not scalar and is_device_array(value):
+        return value
+    checked = value if scalar else to_numpy(value)
+    check_cast(name, checked, dtype, casting)
+    return checked
 
 
 def _array(name: str, value: object, dtype: str, casting: str) -> np.ndarray:

@@ -22,6 +22,7 @@ import numpy as np
 
 from ..errors import BackendUnavailable, CompileError, VerificationError
 from ..frontend.dtypes import poison
+from ..once import once_per_key
 from .launch import Launch
 from .timing import REPEATS, WARMUP, TimedRun, Timing
 
@@ -31,9 +32,10 @@ GUARD_ELEMENTS = 1024  # at least this many guard elements on each side of a ten
 SENTINEL = -7.25
 
 
-@functools.cache
+@once_per_key(None)
 def _queue():
-    """One command queue on PoCL's CPU device (or $PYOPENCL_CTX's choice when set)."""
+    """One command queue on PoCL's CPU device (or $PYOPENCL_CTX's choice when set), made once
+    however many threads ask for it first; OpenCL's queues take commands from many threads."""
     try:
         import pyopencl as cl
     except ImportError as error:  # pragma: no cover - pyopencl is a dependency

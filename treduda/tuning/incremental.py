@@ -156,7 +156,11 @@ class IncrementalKernel:
     docstring): :meth:`run` takes what :meth:`Kernel.run <treduda.kernel.Kernel.run>` takes.
 
     ``trials`` are the candidates in the order they run; ``last`` is the trial the latest
-    call ran; ``winner`` the fastest measured once every trial has run (None before)."""
+    call ran; ``winner`` the fastest measured once every trial has run (None before).
+
+    Safe to call from many threads at once: the trials' state is changed under a lock, and
+    while it tunes, its timed calls run one at a time, so that no trial is timed against
+    another (calls of the winner, once known, run side by side)."""
 
     def __init__(self, trials: list[Trial], generate: Generate, backend: str, device: str,
                  store: TuningCache | None, key: CacheKey, found: str):
@@ -170,7 +174,8 @@ class IncrementalKernel:
         self._key = key
         self.found = found  # where the trials came from: a search, or the tuning cache
         self._kernels: dict[str, Runnable] = {}
-        self._lock = threading.Lock()
+        self._lock = threading.Lock()  # guards the trials and their kernels
+        self._timing = threading.Lock()  # held by the one timed call at a time
         self.last: Trial | None = None
         self.timed_calls = 0  # calls of this process that ran a trial (timed)
 
@@ -231,20 +236,23 @@ class IncrementalKernel:
                                 f"cannot run on {backend!r}")
         options = {} if casting is None else {"casting": casting}
         while True:
-            with self._lock:
-                trial = self._choice()
+            trial = self.choice
             if trial.done:
                 self.last = trial
                 return self._kernel(trial).run(backend=self.backend, **options, **values)
-            try:
-                timed = self._kernel(trial).run_timed(backend=self.backend, **options,
-                                                      **values)
-            except CompileError as error:
-                self._record(trial, failed=str(error).splitlines()[0])
-                continue
-            self.timed_calls += 1
-            self.last = self._record(trial, seconds=timed.seconds)
-            return timed.result
+            with self._timing:
+                trial = self.choice  # what is left to time once the call before is timed
+                if trial.done:
+                    continue
+                try:
+                    timed = self._kernel(trial).run_timed(backend=self.backend, **options,
+                                                          **values)
+                except CompileError as error:
+                    self._record(trial, failed=str(error).splitlines()[0])
+                    continue
+                self.timed_calls += 1
+                self.last = self._record(trial, seconds=timed.seconds)
+                return timed.result
 
     def _choice(self) -> Trial:
         pending = [t for t in self._trials if not t.done]
@@ -260,9 +268,12 @@ class IncrementalKernel:
         """``trial``'s kernel, generated once; the others are let go once the winner is
         known."""
         name = identity(trial.params)
-        kernel = self._kernels.get(name)
-        if kernel is None:
-            kernel = self._kernels[name] = self._generate(trial.strategy, trial.params)
+        with self._lock:
+            kernel = self._kernels.get(name)
+        if kernel is None:  # generated outside the lock: the generator makes each once
+            kernel = self._generate(trial.strategy, trial.params)
+            with self._lock:
+                self._kernels.setdefault(name, kernel)
         return kernel
 
     def _record(self, trial: Trial, seconds: float | None = None,

@@ -75,6 +75,7 @@ GENERATING = threading.RLock()
 # work still reaches the tuning cache and the kernel store.
 _BACKGROUND = ThreadPoolExecutor(max_workers=1, thread_name_prefix="treduda-background")
 _pending: list[Future] = []
+_pending_lock = threading.Lock()  # calls on many threads leave work and wait for it
 
 
 class Generator(Protocol):
@@ -205,14 +206,19 @@ def check_later(result: SearchResult, generate: Generator, store: TuningCache | 
 def later(work: Callable[[], None]) -> None:
     """Run ``work`` on the background thread, after the work given before it. Work done
     without an error is forgotten; an error is raised by :func:`finish_background`."""
-    _pending[:] = [f for f in _pending if not f.done() or f.exception() is not None]
-    _pending.append(_BACKGROUND.submit(work))
+    with _pending_lock:
+        _pending[:] = [f for f in _pending if not f.done() or f.exception() is not None]
+        _pending.append(_BACKGROUND.submit(work))
 
 
 def finish_background() -> None:
     """Wait for the pending background work (:func:`check_later`, :func:`later`)."""
-    while _pending:
-        _pending.pop().result()
+    while True:
+        with _pending_lock:
+            if not _pending:
+                return
+            pending = _pending.pop()
+        pending.result()
 
 
 def reranked(result: SearchResult, refine: int, measure: bool, generate: Generator,
