@@ -142,9 +142,12 @@ class Builder:
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
-        self.widths = copy_widths(program, found) if params["async_copy"] else None
+        # each operand's cp.async width, None where it is copied through registers
+        self.widths = (copy_widths(program, found) if params["async_copy"]
+                       else dict.fromkeys((self.a, self.b)))
+        self.asynchronous = any(w is not None for w in self.widths.values())
         # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
-        self.ahead = params["async_copy"] and params["double_buffer"]
+        self.ahead = self.asynchronous and params["double_buffer"]
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
@@ -249,7 +252,7 @@ class Builder:
                       True)
         self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
         self.copy(self.b, B_TILE, "n", self.row_b, 1, copy_step)
-        if self.widths is None:
+        if not self.asynchronous:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
         else:
@@ -271,7 +274,7 @@ class Builder:
         extent_free, extent_k = self.tile[free], self.tile["k"]
         row_is_free = row_major == (tensor == self.a)
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
-        width = 1 if self.widths is None else self.widths[tensor]
+        width = self.widths[tensor] or 1
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         row, column = quotient(e, runs), times(width, remainder(e, runs))
@@ -296,7 +299,7 @@ class Builder:
         element, source = ir.Element(tile, ()), ir.Element(tensor, ())
         copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
         zero_accesses = [target]
-        if self.widths is not None:  # the zero-fill reads nothing, but names an address
+        if self.widths[tensor] is not None:  # the zero-fill reads nothing, but names an address
             copy = ir.AsyncCopy(element, source, width)
             zero = ir.AsyncCopy(element, source, width, zero=True)
             zero_accesses.append(ir.Element(tensor, tuple(ir.Int(0) for _ in indices)))

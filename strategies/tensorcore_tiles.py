@@ -35,9 +35,16 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
 
 
 def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
-    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first
-    (M and N in the output's memory order, K in A's), or None where ``program`` is not one
-    product of two distinct tensors summed into an output indexed by them."""
+    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first, or
+    None where ``program`` is not one product of two distinct tensors summed into an output
+    indexed by them.
+
+    A group is linearised in the memory order of the operand whose fastest index it holds
+    (M: A's, N: B's, K: A's or else B's), so that consecutive elements of the group are
+    consecutive in that operand and its tile's copies read them side by side (tccg_20's
+    ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per thread);
+    a group that holds no operand's fastest index keeps the output's order (M, N), which its
+    write through shared memory follows, or A's (K)."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     if program.sizes is None or len(reduces) != 1:
         return None
@@ -51,13 +58,22 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
         return None  # a diagonal: no 2-D tile
     output = fastest_first(program.output_indices, program.layout)
     summed = set(reduces[0].summed)
-    m = tuple(i for i in output if i in first and i not in second)
-    n = tuple(i for i in output if i in second and i not in first)
+    order_a, order_b = (fastest_first(inputs[t], program.layout) for t in (a, b))
+    m = _in_order(tuple(i for i in output if i in first and i not in second), order_a)
+    n = _in_order(tuple(i for i in output if i in second and i not in first), order_b)
     batch = tuple(i for i in program.output_indices if i in first and i in second)
-    k = tuple(i for i in fastest_first(inputs[a], program.layout) if i in summed)
+    k = tuple(i for i in order_a if i in summed)
+    if order_a[0] not in summed:
+        k = _in_order(k, order_b)
     if len(m) + len(n) + len(batch) != len(output) or set(k) != summed or not summed <= second:
         return None
     return (a,), (b,), m, n, k, batch
+
+
+def _in_order(group: tuple[str, ...], order: tuple[str, ...]) -> tuple[str, ...]:
+    """``group`` in the memory ``order`` of an operand (its indices fastest first) where it
+    holds the operand's fastest index; else as it is."""
+    return tuple(i for i in order if i in group) if order[0] in group else group
 
 
 def fastest_first(indices: Sequence[str], layout: str) -> tuple[str, ...]:
@@ -112,26 +128,34 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     return fastest_a not in m, fastest_b in n
 
 
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[str, int] | None:
-    """Elements of each operand one asynchronous copy moves, or None where an operand has no
-    such width: cp.async moves 4, 8 or 16 bytes, aligned to their size (PTX ISA, "cp.async").
-    The widest of those whose elements lie side by side in the tensor and in the tile's row:
-    one element where it is 4 or 8 bytes; more where the row runs along the tensor's fastest
-    index, starts at a multiple of the width there (tiles span multiples of 32 bytes), and
-    that index's extent is one too, so every other stride is, and a run is all inside or all
-    outside the tensor."""
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]
+                ) -> dict[str, int | None]:
+    """Elements of each operand one asynchronous copy moves, or None where the operand has no
+    such width (it is then copied through registers): cp.async moves 4, 8 or 16 bytes,
+    aligned to their size (PTX ISA, "cp.async"). The widest of those whose elements lie side
+    by side in the tensor and in the tile's row: one element where it is 4 or 8 bytes; more
+    where the row's group starts with the tensor's fastest indices, in its memory order
+    (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
+    the width: a run starts at a multiple of the width there (tiles span multiples of 32
+    bytes), every other stride is one, and a run is all inside or all outside the tensor."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
-    widths = {}
-    for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
-        fastest = fastest_first(program.contraction.inputs[tensor], program.layout)[0]
-        adjacent = along[0] == fastest
-        width = copy_width(size, (program.sizes[fastest],) if adjacent else (1,))
-        if width is None:
-            return None
-        widths[tensor] = width
-    return widths
+    return {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
+            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+
+
+def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
+    """Elements of ``group`` (linearised fastest first) that lie side by side in ``tensor``:
+    the extent of the group's first indices that are the tensor's fastest, in order (1
+    where the group does not start with its fastest)."""
+    order = fastest_first(program.contraction.inputs[tensor], program.layout)
+    run = 1
+    for index, fastest in zip(group, order, strict=False):
+        if index != fastest:
+            break
+        run *= program.sizes[index]
+    return run
 
 
 def padding(program: Program, pad: bool) -> int:
