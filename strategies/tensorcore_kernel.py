@@ -70,7 +70,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import plus, quotient, remainder, simplify, times
+from treduda.codegen.simplify import plus, quotient, remainder, simplify, times, value_range
 from treduda.frontend import dtypes
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
@@ -87,6 +87,7 @@ from .tensorcore_tiles import (
     operand_rows_major,
     padding,
     split_parts,
+    stepped_k,
     tile_extents,
 )
 from .tiling import PARTS, parts_workspace
@@ -108,6 +109,22 @@ def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[
     position = group.index(index)
     digit = quotient(value, math.prod(sizes[i] for i in group[:position]))
     return digit if position == len(group) - 1 else remainder(digit, sizes[index])
+
+
+def _all(conditions: Sequence[ir.Expr]) -> ir.Expr | None:
+    """The conjunction of ``conditions`` (None for none: always true)."""
+    if not conditions:
+        return None
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = ir.Binary(ir.Op.AND, result, condition)
+    return result
+
+
+def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]) -> bool:
+    """Whether ``e`` may be ``limit`` or more, given its variables' ``ranges``."""
+    span = value_range(e, ranges)
+    return span is None or span[1] >= limit
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -132,6 +149,8 @@ class Builder:
         self.tile = tile_extents(params, self.shape)
         self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
                        zip("mnk", (self.m, self.n, self.k), strict=True)}
+        # K's extents as the steps scan them (the fastest rounded up: see stepped_k)
+        self.k_sizes = stepped_k(program, found, self.tile["k"])
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         self.pad = padding(program, params["pad"])
@@ -228,7 +247,7 @@ class Builder:
                 f"and {self.threads}*c + t < {elements}")
 
     def steps(self) -> int:
-        return -(-self.extent["k"] // self.tile["k"])
+        return -(-math.prod(self.k_sizes.values()) // self.tile["k"])
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
              body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
@@ -289,24 +308,32 @@ class Builder:
                 indices.append(ir.Var(f"g_{index}"))
                 continue
             axis = free if index in groups[free] else "k"
-            indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
-        inside = (f"{isl_text(value[free])} < {self.extent[free]} and "
-                  f"{isl_text(value['k'])} < {self.extent['k']}")
+            indices.append(_decompose(index, groups[axis], value[axis],
+                                      self.sizes if axis == free else self.k_sizes))
+        limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
+        if self.k_sizes[self.k[0]] > self.sizes[self.k[0]]:  # the rounded-up values: zeros
+            limits.append((_decompose(self.k[0], self.k, value["k"], self.k_sizes),
+                           self.sizes[self.k[0]]))
+        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
         target = ir.Element(tile, (*self.buffer(), row, column))
         point = self.point("t", ["1", step, str(STAGE_COPY), "c", str(order), "0", "0"])
         element, source = ir.Element(tile, ()), ir.Element(tensor, ())
-        copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
-        zero_accesses = [target]
-        if self.widths[tensor] is not None:  # the zero-fill reads nothing, but names an address
-            copy = ir.AsyncCopy(element, source, width)
-            zero = ir.AsyncCopy(element, source, width, zero=True)
-            zero_accesses.append(ir.Element(tensor, tuple(ir.Int(0) for _ in indices)))
-        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}", copy,
-                 [target, ir.Element(tensor, tuple(indices))], point)
-        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})", zero,
-                 zero_accesses, point)
+        accesses = [target, ir.Element(tensor, tuple(indices))]
+        if self.widths[tensor] is not None:  # one cp.async, which zero-fills outside X
+            ranges = _ranges(isl.Set(f"{{ copy_{tensor}[{', '.join(names)}] : {domain} }}"),
+                             names)
+            simplified = [(simplify(v, ranges), limit) for v, limit in limits]
+            reads = [ir.Binary(ir.Op.LT, v, ir.Int(limit)) for v, limit in simplified
+                     if _may_reach(v, limit, ranges)]
+            self.add(f"copy_{tensor}", Kind.COPY, names, domain,
+                     ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
+            return
+        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
+                 ir.Assign(element, "=", source), accesses, point)
+        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
+                 ir.Assign(element, "=", ir.Float(0.0)), [target], point)
 
     def fragments(self) -> None:
         """Per fragment k-extent of the step: load A's and B's fragments of the warp, then
@@ -459,7 +486,7 @@ class Builder:
                  + (Role.GRID,) * (len(self.batch) + len(self.part()))
                  + (Role.PHASE, Role.STEP, Role.STAGE, Role.INNER)
                  + (Role.REGISTER,) * 3)
-        unroll = tuple(range(len(roles) - 3, len(roles)))
+        unroll = tuple(range(len(roles) - 4, len(roles)))
         return Scheduled(self.program, tuple(self.statements), self.schedule, roles,
                          (self.threads, 1, 1), tuple(self.locals().values()), unroll,
                          zeroed_output=(self.parts > 1 and not self.workspace

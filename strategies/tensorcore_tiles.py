@@ -22,6 +22,8 @@ SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16,
 # to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
 # rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
 LANES_M, LANES_N = 8, 4
+# At most this multiple of K's fastest extent its steps scan rounded up (see stepped_k)
+ROUNDED_K = 1.25
 
 
 def mma_shape(program: Program) -> tuple[int, int, int] | None:
@@ -102,6 +104,23 @@ def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, 
         tile[f"warps_{axis}"] = threads // lanes[axis]
         tile[f"frags_{axis}"] = values * lanes[axis] // extent[axis]
     return tile
+
+
+def stepped_k(program: Program, found: tuple[tuple[str, ...], ...], step: int
+              ) -> dict[str, int]:
+    """The extents of K's indices as reduction steps of ``step`` values scan them: their
+    sizes, the fastest rounded up to a multiple of ``step`` where K holds more indices and
+    that adds at most :data:`ROUNDED_K` of it. A step then spans one value of every other
+    index, so its copies' indices are the step's (``32 (ks mod 3) + r`` and ``ks / 3``,
+    computed once per step) plus the thread's, not a division per element; the rounded-up
+    values are zeros, tensor-core work spent (84 -> 96: 14%) to save the divisions
+    (tccg_20)."""
+    k = found[4]
+    extents = {i: program.sizes[i] for i in k}
+    rounded = -(-extents[k[0]] // step) * step
+    if len(k) > 1 and rounded <= ROUNDED_K * extents[k[0]]:
+        extents[k[0]] = rounded
+    return extents
 
 
 def split_parts(steps: int, split: int) -> tuple[int, int]:

@@ -319,12 +319,15 @@ class Printer:
         copies (or zeros), which end where it would once waited for."""
         if not self.dialect.copy_async:
             pairs = zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width), strict=True)
-            return [line for target, source in pairs for line in self.stmt(
-                ir.Assign(target, "=", ir.Float(0.0) if s.zero else source), depth)]
+            return [line for target, source in pairs for line in self.stmt(ir.Assign(
+                target, "=", ir.Float(0.0) if s.zero else source if s.reads is None
+                else ir.Select(s.reads, source, ir.Float(0.0))), depth)]
         size = s.width * itemsize(self.kernel.dtype)  # the stored type's, in shared and global
+        read = (0 if s.zero else size if s.reads is None
+                else f"{self._wrap(s.reads, _SELECT + 1)} ? {size} : 0")
         return [INDENT * depth + self.dialect.copy_async.format(
             bytes=size, target=self.address(s.target), source=self.address(s.source),
-            read=0 if s.zero else size)]
+            read=read)]
 
     def address(self, e: ir.Load) -> str:
         """The address of an element as it is held (a stored type's, without conversion)."""

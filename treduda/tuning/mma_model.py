@@ -250,7 +250,9 @@ class TensorCoreModel:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-self.extent["k"] // tile["k"])
+        steps = -(-math.prod(tensorcore_tiles.stepped_k(
+            self.program, tensorcore_tiles.gemm_groups(self.program), tile["k"]).values())
+            // tile["k"])
         # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
         chunk, parts = tensorcore_tiles.split_parts(steps, described["split"])
         blocks = tiles * parts
