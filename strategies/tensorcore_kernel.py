@@ -19,15 +19,38 @@ output. Schedule::
                               -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f]
 
 with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
-element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+element ``e = T c + t`` in iteration ``c`` (unrolled), so consecutive threads take consecutive
+elements.
+
+Copies follow the operand, not the output: each group of indices is linearised in the memory
+order of the operand whose fastest index it holds (:func:`.tensorcore_tiles.gemm_groups`), and
+a tile's rows run along that group, so the elements ``e`` numbers along a row are consecutive
+in the operand (tccg_20's ``B[d,f,c,e]``, read along the output's ``c``, had consecutive
+threads 8064 elements apart: 32 sectors per warp load where 2 do). The shared layout needs
+nothing else: the fragment layout of each operand (row- or column-major) is the one that reads
+its tile's rows (:func:`.tensorcore_tiles.operand_rows_major`). 16-bit values are copied as
+their bits (the printer's raw copy into a tile of the stored type), or by cp.async in runs of
+up to 8 where the row's group starts with the operand's contiguous indices; each operand takes
+cp.async or not on its own (:func:`.tensorcore_tiles.copy_widths`).
+
+No copy divides by a group's extents in the main loop: the free groups' indices depend on the
+block and the thread only, which nvcc computes once, and where K is a group the steps scan its
+fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
+step's K indices are ``BK (ks mod S) + r`` and ``ks / S``, once per step, plus the thread's
+row ``r``. An asynchronous copy zero-fills by its read size where its source lies outside the
+tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a copy and a
+zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
+534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
 
 With ``double_buffer`` each operand tile has two buffers, the step's parity choosing one: step
 ``k`` fills the buffer step ``k - 2`` read, which every thread finished before step ``k - 1``'s
 second barrier, so the first barrier goes (as in the staging strategy), and a step's copies
 are issued right after the previous step's MMAs.
 
-With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
-operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
+With ``async_copy`` an operand with a copy width (:func:`copy_widths`) is copied by cp.async
+runs (:class:`ir.AsyncCopy`) of that width, ``e`` numbering runs, in one statement ``copy_X``
+that reads where the source lies inside the tensor and zero-fills elsewhere (an operand
+without one is copied and zero-filled through registers); each thread commits them
 (``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
 buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
 stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
@@ -289,7 +312,8 @@ class Builder:
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
         tile's rows, scheduled at step position ``step``. A's row-major tile is M x K (``free``
         = "m"), B's is K x N ("n"). Asynchronous copies move a run of the operand's copy
-        width each, ``e`` numbering the runs."""
+        width each, ``e`` numbering the runs, in one statement that reads where the run lies
+        inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
         row_is_free = row_major == (tensor == self.a)
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)

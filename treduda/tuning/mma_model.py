@@ -5,13 +5,15 @@ threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fr
 step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
-               fragments; 3xTF32's three products) / what WMMA reaches of the GPU's tensor
-               cores for the dtype (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
+               fragments, a grouped K's fastest index to whole steps:
+               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
+               products) / what WMMA reaches of the GPU's tensor cores for the dtype
+               (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
-               copy width), fragment
-               loads (a 32-bit shared load per word a thread receives, TF32 roundings),
-               MMA instructions, and the write through shared memory / the warp schedulers
+               copy width, each operand on its own), fragment loads (a 32-bit shared
+               load per word a thread receives, TF32 roundings), MMA instructions, and
+               the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront, or a row per wavefront where an
                unpadded leading dimension puts every row in the same banks), the accumulators'
