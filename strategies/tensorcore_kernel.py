@@ -11,7 +11,7 @@ output. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
-    copy/zero_X[P, ks, c, t]  -> [.., t, .., batch, 1, ks, 1, c, X, 0, 0]
+    copy/zero_X[P, ks, c, t]  -> [.., t, .., batch, 1, ks, 1, 0, c, X, 0]
     sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
     load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
                               -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
@@ -19,8 +19,10 @@ output. Schedule::
                               -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f]
 
 with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
-element ``e = T c + t`` in iteration ``c`` (unrolled), so consecutive threads take consecutive
-elements.
+element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+The copies' ``c`` is in an unrolled dimension; where a thread copies more than
+:data:`UNROLLED_COPIES` runs of an operand per step, in the loop's (``[.., 1, ks, 1, c, 0, X,
+0]``).
 
 Copies follow the operand, not the output: each group of indices is linearised in the memory
 order of the operand whose fastest index it holds (:func:`.tensorcore_tiles.gemm_groups`), and
@@ -119,6 +121,9 @@ A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
+# At most this many copies per thread and operand are unrolled (straight-line code in the main
+# loop, their guards decided per copy); more stay a loop, as the write's do
+UNROLLED_COPIES = 16
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -342,7 +347,10 @@ class Builder:
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
         target = ir.Element(tile, (*self.buffer(), row, column))
-        point = self.point("t", ["1", step, str(STAGE_COPY), "c", str(order), "0", "0"])
+        # a thread's few copies unrolled (in the fragments' dimension, unlike the write's)
+        unrolled = -(-rows * runs // self.threads) <= UNROLLED_COPIES
+        point = self.point("t", ["1", step, str(STAGE_COPY), *(
+            ("0", "c") if unrolled else ("c", "0")), str(order), "0"])
         element, source = ir.Element(tile, ()), ir.Element(tensor, ())
         accesses = [target, ir.Element(tensor, tuple(indices))]
         if self.widths[tensor] is not None:  # one cp.async, which zero-fills outside X
@@ -510,7 +518,7 @@ class Builder:
                  + (Role.GRID,) * (len(self.batch) + len(self.part()))
                  + (Role.PHASE, Role.STEP, Role.STAGE, Role.INNER)
                  + (Role.REGISTER,) * 3)
-        unroll = tuple(range(len(roles) - 4, len(roles)))
+        unroll = tuple(range(len(roles) - 3, len(roles)))
         return Scheduled(self.program, tuple(self.statements), self.schedule, roles,
                          (self.threads, 1, 1), tuple(self.locals().values()), unroll,
                          zeroed_output=(self.parts > 1 and not self.workspace

@@ -82,18 +82,20 @@ def test_a_warp_copies_consecutive_elements_of_each_operand(expression, sizes, a
 
 
 @pytest.mark.parametrize("layout", ["F", "C"])
-@pytest.mark.parametrize(("async_copy", "double_buffer"), [(True, False), (True, True),
-                                                           (False, True)])
-def test_k_rounded_up_to_whole_steps_matches_einsum(layout, async_copy, double_buffer):
+@pytest.mark.parametrize(("async_copy", "double_buffer", "warps_n"), [
+    (True, False, 2), (True, True, 2), (False, True, 2), (False, False, 1)])
+def test_k_rounded_up_to_whole_steps_matches_einsum(layout, async_copy, double_buffer,
+                                                    warps_n):
     """K = (e, f) with e = 28 and steps of 32 values: each step spans one f, its rows of e
-    past 28 zeros (filled by the cp.async's read size, or by a zero-fill)."""
+    past 28 zeros (filled by the cp.async's read size, or by a zero-fill); one warp copies
+    32 elements of A per step, in a loop, not unrolled."""
     sizes = {"a": 20, "b": 5, "c": 6, "d": 24, "e": 28, "f": 3}
     program = plan(TCCG_20, sizes, layout, "float16")
     space = get("tensorcore").space(program)
     async_copy = async_copy and True in space.parameter("async_copy").values  # C: A's f = 3
     kernel = treduda.compile(TCCG_20, sizes, dtype="float16", layout=layout,
                              strategy="tensorcore", cache=False,
-                             params={**TILES, "async_copy": async_copy,
+                             params={**TILES, "async_copy": async_copy, "warps_n": warps_n,
                                      "double_buffer": double_buffer})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
