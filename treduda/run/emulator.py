@@ -347,12 +347,13 @@ class _Block:
         its destination, which no access may touch until the copy is waited for, is marked in
         flight, and what it will write is kept for the wait."""
         threads = np.flatnonzero(active)
-        reading = active & (not s.zero) & (
-            True if s.reads is None else self.index(s.reads, active).astype(bool))
+        reading = np.zeros_like(active) if s.zero else active.copy()
+        if s.reads is not None:  # the others zero-fill, their sources never read
+            reading &= self.index(s.reads, active).astype(bool)
         for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
                                   strict=True):
             values = np.zeros(self.count, self.compute)
-            if reading.any():  # a thread that zero-fills reads nothing, wherever its source
+            if reading.any():
                 values = np.where(reading, self.value(source, reading), values)
             values = values[threads]
             offsets = self.index(target.offset, active)[active].astype(np.int64)
