@@ -156,7 +156,8 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]
     where the row's group starts with the tensor's fastest indices, in its memory order
     (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
     the width: a run starts at a multiple of the width there (tiles span multiples of 32
-    bytes), every other stride is one, and a run is all inside or all outside the tensor."""
+    bytes), every other stride is a multiple of it, and a run is all inside or all outside
+    the tensor."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)

@@ -52,7 +52,7 @@ class Storage:
     # declares no half variables, only pointers to them)
     shared: Storage | None = None
     # A tensor element's bits, as a shared tile of the stored type holds them: what a copy
-    # into such a tile reads, unconverted (where empty, the tensor holds the bits already)
+    # into such a tile reads, unconverted (by default the tensor's type is the tile's)
     bits: str = "{array}[{offset}]"
 
 
