@@ -5,6 +5,7 @@ operand tiles' layouts and padding, asynchronous copy widths and shared bytes.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -24,6 +25,8 @@ SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16,
 LANES_M, LANES_N = 8, 4
 # At most this multiple of K's fastest extent its steps scan rounded up (see stepped_k)
 ROUNDED_K = 1.25
+# The largest M or N tile of a block: 4 warps of 4 fragments of 16 (strategies/tensorcore.py)
+LARGEST_TILE = 256
 
 
 def mma_shape(program: Program) -> tuple[int, int, int] | None:
@@ -46,7 +49,8 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     consecutive in that operand and its tile's copies read them side by side (tccg_20's
     ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per thread);
     a group that holds no operand's fastest index keeps the output's order (M, N), which its
-    write through shared memory follows, or A's (K)."""
+    write through shared memory follows, or A's (K), and so does a free group whose output's
+    writes outnumber its operand's reads (:func:`_read_order`)."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     if program.sizes is None or len(reduces) != 1:
         return None
@@ -61,21 +65,42 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     output = fastest_first(program.output_indices, program.layout)
     summed = set(reduces[0].summed)
     order_a, order_b = (fastest_first(inputs[t], program.layout) for t in (a, b))
-    m = _in_order(tuple(i for i in output if i in first and i not in second), order_a)
-    n = _in_order(tuple(i for i in output if i in second and i not in first), order_b)
+    m = tuple(i for i in output if i in first and i not in second)
+    n = tuple(i for i in output if i in second and i not in first)
     batch = tuple(i for i in program.output_indices if i in first and i in second)
     k = tuple(i for i in order_a if i in summed)
     if order_a[0] not in summed:
         k = _in_order(k, order_b)
     if len(m) + len(n) + len(batch) != len(output) or set(k) != summed or not summed <= second:
         return None
-    return (a,), (b,), m, n, k, batch
+    reduced = math.prod(program.sizes[i] for i in k)
+    return ((a,), (b,), _read_order(m, order_a, output, reduced, _extent(program, n)),
+            _read_order(n, order_b, output, reduced, _extent(program, m)), k, batch)
 
 
 def _in_order(group: tuple[str, ...], order: tuple[str, ...]) -> tuple[str, ...]:
     """``group`` in the memory ``order`` of an operand (its indices fastest first) where it
     holds the operand's fastest index; else as it is."""
     return tuple(i for i in order if i in group) if order[0] in group else group
+
+
+def _read_order(group: tuple[str, ...], order: tuple[str, ...], output: tuple[str, ...],
+                reduced: int, other: int) -> tuple[str, ...]:
+    """A free ``group`` (in the output's order) in its operand's memory ``order``
+    (:func:`_in_order`), unless that moves the output's fastest index from its lead while
+    the output's writes outnumber the operand's reads: each output element is written once,
+    the operand read ``reduced / BN`` times per output element (BN the other group's tile,
+    at most ``other`` and :data:`LARGEST_TILE`). tccg_31's ``A[d,e,g,a]`` read along ``d_e``
+    (K = 24) made its output, written along ``d_e`` too, 9600 elements apart per thread."""
+    ordered = _in_order(group, order)
+    if (output and group and group[0] == output[0] and ordered[0] != group[0]
+            and reduced < min(other, LARGEST_TILE)):
+        return group
+    return ordered
+
+
+def _extent(program: Program, group: Sequence[str]) -> int:
+    return math.prod(program.sizes[i] for i in group)
 
 
 def fastest_first(indices: Sequence[str], layout: str) -> tuple[str, ...]:
