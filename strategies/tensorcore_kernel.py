@@ -25,8 +25,9 @@ The copies' ``c`` is in an unrolled dimension; where a thread copies more than
 0]``).
 
 Copies follow the operand, not the output: each group of indices is linearised in the memory
-order of the operand whose fastest index it holds (:func:`.tensorcore_tiles.gemm_groups`), and
-a tile's rows run along that group, so the elements ``e`` numbers along a row are consecutive
+order of the operand whose fastest index it holds (:func:`.tensorcore_tiles.gemm_groups`;
+unless the output's writes, which then outnumber the reads, would lose their order), and a
+tile's rows run along that group, so the elements ``e`` numbers along a row are consecutive
 in the operand (tccg_20's ``B[d,f,c,e]``, read along the output's ``c``, had consecutive
 threads 8064 elements apart: 32 sectors per warp load where 2 do). The shared layout needs
 nothing else: the fragment layout of each operand (row- or column-major) is the one that reads
