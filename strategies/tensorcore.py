@@ -95,8 +95,10 @@ class TensorCore(Strategy):
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored and added in order in a "
                       "deterministic program)", priority=Priority.STEP),
-            Parameter("async_copy", (True, False) if copy_widths(program, found) else (False,),
-                      "operand tiles copied by cp.async (sm_80+), not through registers; "
+            Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
+                      else (False,),
+                      "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
+                      "not through registers; "
                       "double-buffered, a step's copies are issued before the previous "
                       "step's MMAs", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, shape, found)))

@@ -11,7 +11,7 @@ output. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
-    copy/zero_X[P, ks, c, t]  -> [.., t, .., batch, 1, ks, 1, c, X, 0, 0]
+    copy/zero_X[P, ks, c, t]  -> [.., t, .., batch, 1, ks, 1, 0, c, X, 0]
     sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
     load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
                               -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
@@ -20,14 +20,40 @@ output. Schedule::
 
 with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
 element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+The copies' ``c`` is in an unrolled dimension; where a thread copies more than
+:data:`UNROLLED_COPIES` runs of an operand per step, in the loop's (``[.., 1, ks, 1, c, 0, X,
+0]``).
+
+Copies follow the operand, not the output: each group of indices is linearised in the memory
+order of the operand whose fastest index it holds (:func:`.tensorcore_tiles.gemm_groups`;
+unless the output's writes, which then outnumber the reads, would lose their order), and a
+tile's rows run along that group, so the elements ``e`` numbers along a row are consecutive
+in the operand (tccg_20's ``B[d,f,c,e]``, read along the output's ``c``, had consecutive
+threads 8064 elements apart: 32 sectors per warp load where 2 do). The shared layout needs
+nothing else: the fragment layout of each operand (row- or column-major) is the one that reads
+its tile's rows (:func:`.tensorcore_tiles.operand_rows_major`). 16-bit values are copied as
+their bits (the printer's raw copy into a tile of the stored type), or by cp.async in runs of
+up to 8 where the row's group starts with the operand's contiguous indices; each operand takes
+cp.async or not on its own (:func:`.tensorcore_tiles.copy_widths`).
+
+No copy divides by a group's extents in the main loop: the free groups' indices depend on the
+block and the thread only, which nvcc computes once, and where K is a group the steps scan its
+fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
+step's K indices are ``BK (ks mod S) + r`` and ``ks / S``, once per step, plus the thread's
+row ``r``. An asynchronous copy zero-fills by its read size where its source lies outside the
+tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a copy and a
+zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
+534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
 
 With ``double_buffer`` each operand tile has two buffers, the step's parity choosing one: step
 ``k`` fills the buffer step ``k - 2`` read, which every thread finished before step ``k - 1``'s
 second barrier, so the first barrier goes (as in the staging strategy), and a step's copies
 are issued right after the previous step's MMAs.
 
-With ``async_copy`` the copies and zero-fills are cp.async runs (:class:`ir.AsyncCopy`) of the
-operand's copy width (:func:`copy_widths`), ``e`` numbering runs; each thread commits them
+With ``async_copy`` an operand with a copy width (:func:`copy_widths`) is copied by cp.async
+runs (:class:`ir.AsyncCopy`) of that width, ``e`` numbering runs, in one statement ``copy_X``
+that reads where the source lies inside the tensor and zero-fills elsewhere (an operand
+without one is copied and zero-filled through registers); each thread commits them
 (``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
 buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
 stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
@@ -70,7 +96,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import plus, quotient, remainder, simplify, times
+from treduda.codegen.simplify import plus, quotient, remainder, simplify, times, value_range
 from treduda.frontend import dtypes
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
@@ -87,6 +113,7 @@ from .tensorcore_tiles import (
     operand_rows_major,
     padding,
     split_parts,
+    stepped_k,
     tile_extents,
 )
 from .tiling import PARTS, parts_workspace
@@ -95,6 +122,9 @@ A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
+# At most this many copies per thread and operand are unrolled (straight-line code in the main
+# loop, their guards decided per copy); more stay a loop, as the write's do
+UNROLLED_COPIES = 16
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -108,6 +138,22 @@ def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[
     position = group.index(index)
     digit = quotient(value, math.prod(sizes[i] for i in group[:position]))
     return digit if position == len(group) - 1 else remainder(digit, sizes[index])
+
+
+def _all(conditions: Sequence[ir.Expr]) -> ir.Expr | None:
+    """The conjunction of ``conditions`` (None for none: always true)."""
+    if not conditions:
+        return None
+    result = conditions[0]
+    for condition in conditions[1:]:
+        result = ir.Binary(ir.Op.AND, result, condition)
+    return result
+
+
+def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]) -> bool:
+    """Whether ``e`` may be ``limit`` or more, given its variables' ``ranges``."""
+    span = value_range(e, ranges)
+    return span is None or span[1] >= limit
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -132,6 +178,8 @@ class Builder:
         self.tile = tile_extents(params, self.shape)
         self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
                        zip("mnk", (self.m, self.n, self.k), strict=True)}
+        # K's extents as the steps scan them (the fastest rounded up: see stepped_k)
+        self.k_sizes = stepped_k(program, found, self.tile["k"])
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         self.pad = padding(program, params["pad"])
@@ -142,9 +190,12 @@ class Builder:
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
-        self.widths = copy_widths(program, found) if params["async_copy"] else None
+        # each operand's cp.async width, None where it is copied through registers
+        self.widths = (copy_widths(program, found) if params["async_copy"]
+                       else dict.fromkeys((self.a, self.b)))
+        self.asynchronous = any(w is not None for w in self.widths.values())
         # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
-        self.ahead = params["async_copy"] and params["double_buffer"]
+        self.ahead = self.asynchronous and params["double_buffer"]
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
@@ -225,7 +276,7 @@ class Builder:
                 f"and {self.threads}*c + t < {elements}")
 
     def steps(self) -> int:
-        return -(-self.extent["k"] // self.tile["k"])
+        return -(-math.prod(self.k_sizes.values()) // self.tile["k"])
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
              body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
@@ -249,7 +300,7 @@ class Builder:
                       True)
         self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
         self.copy(self.b, B_TILE, "n", self.row_b, 1, copy_step)
-        if self.widths is None:
+        if not self.asynchronous:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
         else:
@@ -267,11 +318,12 @@ class Builder:
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
         tile's rows, scheduled at step position ``step``. A's row-major tile is M x K (``free``
         = "m"), B's is K x N ("n"). Asynchronous copies move a run of the operand's copy
-        width each, ``e`` numbering the runs."""
+        width each, ``e`` numbering the runs, in one statement that reads where the run lies
+        inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
         row_is_free = row_major == (tensor == self.a)
         rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
-        width = 1 if self.widths is None else self.widths[tensor]
+        width = self.widths[tensor] or 1
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         row, column = quotient(e, runs), times(width, remainder(e, runs))
@@ -286,24 +338,35 @@ class Builder:
                 indices.append(ir.Var(f"g_{index}"))
                 continue
             axis = free if index in groups[free] else "k"
-            indices.append(_decompose(index, groups[axis], value[axis], self.sizes))
-        inside = (f"{isl_text(value[free])} < {self.extent[free]} and "
-                  f"{isl_text(value['k'])} < {self.extent['k']}")
+            indices.append(_decompose(index, groups[axis], value[axis],
+                                      self.sizes if axis == free else self.k_sizes))
+        limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
+        if self.k_sizes[self.k[0]] > self.sizes[self.k[0]]:  # the rounded-up values: zeros
+            limits.append((_decompose(self.k[0], self.k, value["k"], self.k_sizes),
+                           self.sizes[self.k[0]]))
+        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
         target = ir.Element(tile, (*self.buffer(), row, column))
-        point = self.point("t", ["1", step, str(STAGE_COPY), "c", str(order), "0", "0"])
+        # a thread's few copies unrolled (in the fragments' dimension, unlike the write's)
+        unrolled = -(-rows * runs // self.threads) <= UNROLLED_COPIES
+        point = self.point("t", ["1", step, str(STAGE_COPY), *(
+            ("0", "c") if unrolled else ("c", "0")), str(order), "0"])
         element, source = ir.Element(tile, ()), ir.Element(tensor, ())
-        copy, zero = ir.Assign(element, "=", source), ir.Assign(element, "=", ir.Float(0.0))
-        zero_accesses = [target]
-        if self.widths is not None:  # the zero-fill reads nothing, but names an address
-            copy = ir.AsyncCopy(element, source, width)
-            zero = ir.AsyncCopy(element, source, width, zero=True)
-            zero_accesses.append(ir.Element(tensor, tuple(ir.Int(0) for _ in indices)))
-        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}", copy,
-                 [target, ir.Element(tensor, tuple(indices))], point)
-        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})", zero,
-                 zero_accesses, point)
+        accesses = [target, ir.Element(tensor, tuple(indices))]
+        if self.widths[tensor] is not None:  # one cp.async, which zero-fills outside X
+            ranges = _ranges(isl.Set(f"{{ copy_{tensor}[{', '.join(names)}] : {domain} }}"),
+                             names)
+            simplified = [(simplify(v, ranges), limit) for v, limit in limits]
+            reads = [ir.Binary(ir.Op.LT, v, ir.Int(limit)) for v, limit in simplified
+                     if _may_reach(v, limit, ranges)]
+            self.add(f"copy_{tensor}", Kind.COPY, names, domain,
+                     ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
+            return
+        self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
+                 ir.Assign(element, "=", source), accesses, point)
+        self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
+                 ir.Assign(element, "=", ir.Float(0.0)), [target], point)
 
     def fragments(self) -> None:
         """Per fragment k-extent of the step: load A's and B's fragments of the warp, then

@@ -5,6 +5,7 @@ operand tiles' layouts and padding, asynchronous copy widths and shared bytes.""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -22,6 +23,10 @@ SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16,
 # to (PTX ISA, "Matrix Fragments for mma.m16n8k*" and "for mma.m8n8k4 with .f64": lane l holds
 # rows of groupID = l/4 and columns of threadID_in_group = l mod 4).
 LANES_M, LANES_N = 8, 4
+# At most this multiple of K's fastest extent its steps scan rounded up (see stepped_k)
+ROUNDED_K = 1.25
+# The largest M or N tile of a block: 4 warps of 4 fragments of 16 (strategies/tensorcore.py)
+LARGEST_TILE = 256
 
 
 def mma_shape(program: Program) -> tuple[int, int, int] | None:
@@ -35,9 +40,17 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
 
 
 def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
-    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first
-    (M and N in the output's memory order, K in A's), or None where ``program`` is not one
-    product of two distinct tensors summed into an output indexed by them."""
+    """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first, or
+    None where ``program`` is not one product of two distinct tensors summed into an output
+    indexed by them.
+
+    A group is linearised in the memory order of the operand whose fastest index it holds
+    (M: A's, N: B's, K: A's or else B's), so that consecutive elements of the group are
+    consecutive in that operand and its tile's copies read them side by side (tccg_20's
+    ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per thread);
+    a group that holds no operand's fastest index keeps the output's order (M, N), which its
+    write through shared memory follows, or A's (K), and so does a free group whose output's
+    writes outnumber its operand's reads (:func:`_read_order`)."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     if program.sizes is None or len(reduces) != 1:
         return None
@@ -51,13 +64,43 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
         return None  # a diagonal: no 2-D tile
     output = fastest_first(program.output_indices, program.layout)
     summed = set(reduces[0].summed)
+    order_a, order_b = (fastest_first(inputs[t], program.layout) for t in (a, b))
     m = tuple(i for i in output if i in first and i not in second)
     n = tuple(i for i in output if i in second and i not in first)
     batch = tuple(i for i in program.output_indices if i in first and i in second)
-    k = tuple(i for i in fastest_first(inputs[a], program.layout) if i in summed)
+    k = tuple(i for i in order_a if i in summed)
+    if order_a[0] not in summed:
+        k = _in_order(k, order_b)
     if len(m) + len(n) + len(batch) != len(output) or set(k) != summed or not summed <= second:
         return None
-    return (a,), (b,), m, n, k, batch
+    reduced = math.prod(program.sizes[i] for i in k)
+    return ((a,), (b,), _read_order(m, order_a, output, reduced, _extent(program, n)),
+            _read_order(n, order_b, output, reduced, _extent(program, m)), k, batch)
+
+
+def _in_order(group: tuple[str, ...], order: tuple[str, ...]) -> tuple[str, ...]:
+    """``group`` in the memory ``order`` of an operand (its indices fastest first) where it
+    holds the operand's fastest index; else as it is."""
+    return tuple(i for i in order if i in group) if order[0] in group else group
+
+
+def _read_order(group: tuple[str, ...], order: tuple[str, ...], output: tuple[str, ...],
+                reduced: int, other: int) -> tuple[str, ...]:
+    """A free ``group`` (in the output's order) in its operand's memory ``order``
+    (:func:`_in_order`), unless that moves the output's fastest index from its lead while
+    the output's writes outnumber the operand's reads: each output element is written once,
+    the operand read ``reduced / BN`` times per output element (BN the other group's tile,
+    at most ``other`` and :data:`LARGEST_TILE`). tccg_31's ``A[d,e,g,a]`` read along ``d_e``
+    (K = 24) made its output, written along ``d_e`` too, 9600 elements apart per thread."""
+    ordered = _in_order(group, order)
+    if (output and group and group[0] == output[0] and ordered[0] != group[0]
+            and reduced < min(other, LARGEST_TILE)):
+        return group
+    return ordered
+
+
+def _extent(program: Program, group: Sequence[str]) -> int:
+    return math.prod(program.sizes[i] for i in group)
 
 
 def fastest_first(indices: Sequence[str], layout: str) -> tuple[str, ...]:
@@ -88,6 +131,23 @@ def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, 
     return tile
 
 
+def stepped_k(program: Program, found: tuple[tuple[str, ...], ...], step: int
+              ) -> dict[str, int]:
+    """The extents of K's indices as reduction steps of ``step`` values scan them: their
+    sizes, the fastest rounded up to a multiple of ``step`` where K holds more indices and
+    that adds at most :data:`ROUNDED_K` of it. A step then spans one value of every other
+    index, so its copies' indices are the step's (``32 (ks mod 3) + r`` and ``ks / 3``,
+    computed once per step) plus the thread's, not a division per element; the rounded-up
+    values are zeros, tensor-core work spent (84 -> 96: 14%) to save the divisions
+    (tccg_20)."""
+    k = found[4]
+    extents = {i: program.sizes[i] for i in k}
+    rounded = -(-extents[k[0]] // step) * step
+    if len(k) > 1 and rounded <= ROUNDED_K * extents[k[0]]:
+        extents[k[0]] = rounded
+    return extents
+
+
 def split_parts(steps: int, split: int) -> tuple[int, int]:
     """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
     most, fewer where ``split`` parts of whole steps cover the steps already."""
@@ -112,26 +172,35 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     return fastest_a not in m, fastest_b in n
 
 
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]) -> dict[str, int] | None:
-    """Elements of each operand one asynchronous copy moves, or None where an operand has no
-    such width: cp.async moves 4, 8 or 16 bytes, aligned to their size (PTX ISA, "cp.async").
-    The widest of those whose elements lie side by side in the tensor and in the tile's row:
-    one element where it is 4 or 8 bytes; more where the row runs along the tensor's fastest
-    index, starts at a multiple of the width there (tiles span multiples of 32 bytes), and
-    that index's extent is one too, so every other stride is, and a run is all inside or all
-    outside the tensor."""
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]
+                ) -> dict[str, int | None]:
+    """Elements of each operand one asynchronous copy moves, or None where the operand has no
+    such width (it is then copied through registers): cp.async moves 4, 8 or 16 bytes,
+    aligned to their size (PTX ISA, "cp.async"). The widest of those whose elements lie side
+    by side in the tensor and in the tile's row: one element where it is 4 or 8 bytes; more
+    where the row's group starts with the tensor's fastest indices, in its memory order
+    (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
+    the width: a run starts at a multiple of the width there (tiles span multiples of 32
+    bytes), every other stride is a multiple of it, and a run is all inside or all outside
+    the tensor."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
-    widths = {}
-    for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)):
-        fastest = fastest_first(program.contraction.inputs[tensor], program.layout)[0]
-        adjacent = along[0] == fastest
-        width = copy_width(size, (program.sizes[fastest],) if adjacent else (1,))
-        if width is None:
-            return None
-        widths[tensor] = width
-    return widths
+    return {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
+            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+
+
+def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
+    """Elements of ``group`` (linearised fastest first) that lie side by side in ``tensor``:
+    the extent of the group's first indices that are the tensor's fastest, in order (1
+    where the group does not start with its fastest)."""
+    order = fastest_first(program.contraction.inputs[tensor], program.layout)
+    run = 1
+    for index, fastest in zip(group, order, strict=False):
+        if index != fastest:
+            break
+        run *= program.sizes[index]
+    return run
 
 
 def padding(program: Program, pad: bool) -> int:

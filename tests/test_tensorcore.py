@@ -116,14 +116,19 @@ def test_a_deterministic_split_stores_its_parts_and_adds_them_in_order(expressio
     (*CASES["tccg_20"], "F", "float16", "highest", False, None),
     (*CASES["tccg_03"], "C", "float32", "3xtf32", False, {"double_buffer": True, "split": 2}),
     (CASES["update"][0], {"i": 33, "j": 17, "k": 150}, "F", "bfloat16", "highest", True,
-     {**ONE_WARP, "split": 4})], ids=["tccg_20", "tccg_03_3xtf32", "workspace"])
+     {**ONE_WARP, "split": 4}),
+    (CASES["tccg_20"][0], {"a": 20, "b": 5, "c": 6, "d": 24, "e": 28, "f": 3}, "F", "float16",
+     "highest", False, {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2,
+                        "async_copy": True, "double_buffer": True})],
+    ids=["tccg_20", "tccg_03_3xtf32", "workspace", "k_rounded_up"])
 def test_the_statements_formulas_name_their_relations(expression, sizes, layout, dtype,
                                                       precision, deterministic, params):
     """Every statement of a tensor-core kernel gives its index expressions in closed form,
     which the AST builder takes instead of composing its accesses with the schedule (isl
     took minutes for tccg_20's groups of indices): at every point of every access relation
     they name the same element (copies and zero-fills of grouped operands, two buffers, the
-    write of a grouped output, into the output or a split's workspace)."""
+    write of a grouped output, into the output or a split's workspace, cp.async runs of a K
+    rounded up to whole steps, whose sources past the tensor are named, never read)."""
     program = plan(expression, sizes, layout, dtype, deterministic=deterministic,
                    precision=precision)
     statements = get("tensorcore").apply(program, params).statements

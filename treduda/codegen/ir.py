@@ -289,12 +289,16 @@ class AsyncCopy:
     ``n < width``, one cp.async of ``width`` elements (4, 8 or 16 bytes; both addresses aligned
     to that size, which the strategy that emits it makes sure of). With ``zero`` it reads
     nothing and the ``width`` elements become zero, as cp.async does with a src-size of 0:
-    ``source`` is then only an address inside the tensor, which the instruction needs."""
+    ``source`` is then only an address, which the instruction needs and never reads (it may
+    lie outside the tensor). With ``reads`` (a condition of the thread's indices) it reads
+    only where that holds and zero-fills elsewhere: one instruction where a copy and a
+    zero-fill under complementary guards took two and the branches between them."""
 
     target: Load
     source: Load
     width: int = 1
     zero: bool = False
+    reads: Expr | None = None
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,9 @@ class Storage:
     # How a shared tile of the stored type is held and converted, where it differs (OpenCL
     # declares no half variables, only pointers to them)
     shared: Storage | None = None
+    # A tensor element's bits, as a shared tile of the stored type holds them: what a copy
+    # into such a tile reads, unconverted (by default the tensor's type is the tile's)
+    bits: str = "{array}[{offset}]"
 
 
 @dataclass(frozen=True)
@@ -153,7 +156,8 @@ OPENCL = Dialect(
                                shared=Storage("ushort",
                                               "vload_half({offset}, (__local half *){array})",
                                               "vstore_half_rte({value}, {offset}, "
-                                              "(__local half *){array});")),
+                                              "(__local half *){array});"),
+                               bits="((__global const ushort *){array})[{offset}]"),
             "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
@@ -270,6 +274,9 @@ class Printer:
             return [line for child in s.body for line in self.stmt(child, depth)]
         if isinstance(s, ir.Assign) and s.atomic:
             return self.atomic(s, pad)
+        if isinstance(s, ir.Assign) and self._copied_bits(s):
+            tensor = self.storage.bits.format(array=s.value.array, offset=self.expr(s.value.offset))
+            return [f"{pad}{s.target.array}[{self.expr(s.target.offset)}] = {tensor};"]
         if isinstance(s, ir.Assign) and self._stored(s.target):
             value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
             return [pad + self.storage_of(s.target.array).store.format(array=s.target.array,
@@ -328,12 +335,15 @@ class Printer:
         copies (or zeros), which end where it would once waited for."""
         if not self.dialect.copy_async:
             pairs = zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width), strict=True)
-            return [line for target, source in pairs for line in self.stmt(
-                ir.Assign(target, "=", ir.Float(0.0) if s.zero else source), depth)]
+            return [line for target, source in pairs for line in self.stmt(ir.Assign(
+                target, "=", ir.Float(0.0) if s.zero else source if s.reads is None
+                else ir.Select(s.reads, source, ir.Float(0.0))), depth)]
         size = s.width * itemsize(self.kernel.dtype)  # the stored type's, in shared and global
+        read = (0 if s.zero else size if s.reads is None
+                else f"{self._wrap(s.reads, _SELECT + 1)} ? {size} : 0")
         return [INDENT * depth + self.dialect.copy_async.format(
             bytes=size, target=self.address(s.target), source=self.address(s.source),
-            read=0 if s.zero else size)]
+            read=read)]
 
     def address(self, e: ir.Load) -> str:
         """The address of an element as it is held (a stored type's, without conversion)."""
@@ -425,6 +435,12 @@ class Printer:
         """Whether ``e`` is an element of a tensor stored in a type the kernel converts."""
         return (self.storage is not None and isinstance(e, ir.Load)
                 and (e.array in self.tensors or e.array in self.stored_shared))
+
+    def _copied_bits(self, s: ir.Assign) -> bool:
+        """Whether ``s`` copies a tensor element of a stored type into a shared tile of it,
+        which moves its 16 bits as they are, not through float32 and back."""
+        return (s.op == "=" and self._stored(s.target) and s.target.array in self.stored_shared
+                and self._stored(s.value) and s.value.array in self.tensors)
 
     def storage_of(self, array: str) -> Storage:
         """How ``array`` (a tensor or a shared tile of the stored type) is held."""

@@ -97,6 +97,10 @@ class _Unroller:
             return ir.VectorLoad(s.vector, e(s.first), s.width)
         if isinstance(s, ir.VectorStore):
             return ir.VectorStore(e(s.first), tuple(e(v) for v in s.values))
+        if isinstance(s, ir.AsyncCopy) and s.reads is not None:  # and the condition it reads on
+            reads = e(s.reads)
+            return replace(ir.map_operands(s, e), zero=reads == _FALSE,
+                           reads=None if reads in (_TRUE, _FALSE) else reads)
         if isinstance(s, ir.OPERAND_STATEMENTS):  # its fragment, tile and tensor operands
             return ir.map_operands(s, e)
         return s  # a barrier, a commit or a wait of asynchronous copies

@@ -18,7 +18,7 @@ by isl as loops and unrolled in the IR (:mod:`treduda.codegen.unroll`).
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import islpy as isl
 
@@ -355,6 +355,8 @@ class _Converter:
         self.program = scheduled.program
         self.locals = {local.name: local for local in scheduled.locals}
         self.found: list[list[ir.Expr]] = []
+        # each instance's coordinates, where its statement has formulas
+        self.coordinates: list[dict[str, ir.Expr]] = []
 
     def at_domain(self, node: isl.AstNode, build: isl.AstBuild) -> isl.AstNode:
         call = node.user_get_expr()
@@ -366,7 +368,11 @@ class _Converter:
                 self.element(access.get_tuple_name(isl.dim_type.out),
                              tuple(ir.substitute(f, coordinates) for f in formula))
                 for access, formula in zip(statement.accesses, statement.formulas, strict=True)])
+            self.coordinates.append(coordinates)
             return node.set_annotation(isl.Id(f"accesses{len(self.found) - 1}"))
+        if isinstance(statement.body, ir.AsyncCopy) and statement.body.reads is not None:
+            raise TredudaError(f"the copy {statement.name} reads on a condition of its "
+                               "coordinates, which only its formulas give the AST builder")
         iterators = build.get_schedule().reverse()
         elements = []
         for access in statement.accesses:  # the array is the range's name: strategies redirect
@@ -378,6 +384,7 @@ class _Converter:
                                 for d in range(call.get_op_n_arg() - 1))
             elements.append(self.element(access.get_tuple_name(isl.dim_type.out), indices))
         self.found.append(elements)
+        self.coordinates.append({})
         return node.set_annotation(isl.Id(f"accesses{len(self.found) - 1}"))
 
     def element(self, array: str, indices: tuple[ir.Expr, ...]) -> ir.Expr:
@@ -422,8 +429,10 @@ class _Converter:
         body = self.scheduled.statement(name).body
         if not isinstance(body, (ir.Assign, *ir.OPERAND_STATEMENTS)):  # a barrier, an anchor,
             return body  # a commit or a wait of asynchronous copies
-        found = self.found[int(node.get_annotation().get_name().removeprefix("accesses"))]
-        return ir.replace_elements(body, iter(found))
+        instance = int(node.get_annotation().get_name().removeprefix("accesses"))
+        if isinstance(body, ir.AsyncCopy) and body.reads is not None:
+            body = replace(body, reads=ir.substitute(body.reads, self.coordinates[instance]))
+        return ir.replace_elements(body, iter(self.found[instance]))
 
 
 def _dimension(iterator: str) -> int:

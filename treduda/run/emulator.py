@@ -407,13 +407,18 @@ class _Block:
         its destination, which no access may touch until the copy is waited for, is marked in
         flight, and what it will write is kept for the wait."""
         threads = np.flatnonzero(active)
-        if not s.zero:  # a copy of src-size 0 reads nothing
-            self.observe(s.source, active, s.width, False, asynchronous=True)
+        reading = np.zeros_like(active) if s.zero else active.copy()
+        if s.reads is not None:  # the others zero-fill, their sources never read
+            reading &= self.index(s.reads, active).astype(bool)
+        if reading.any():  # a copy of src-size 0 reads nothing
+            self.observe(s.source, reading, s.width, False, asynchronous=True)
         self.observe(s.target, active, s.width, True, asynchronous=True)
         for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
                                   strict=True):
-            values = (np.zeros(threads.size, self.compute) if s.zero
-                      else self.value(source, active)[threads])
+            values = np.zeros(self.count, self.compute)
+            if reading.any():
+                values = np.where(reading, self.value(source, reading), values)
+            values = values[threads]
             offsets = self.index(target.offset, active)[active].astype(np.int64)
             if self.touch(target.array, offsets, threads, True, started=True) is None:
                 continue

@@ -5,12 +5,15 @@ threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fr
 step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
-               fragments; 3xTF32's three products) / what WMMA reaches of the GPU's tensor
-               cores for the dtype (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
-* ``issue``    warp instructions: copies (address, load, convert, store per element; or an
-               address and one cp.async per run of the copy width), fragment
-               loads (a 32-bit shared load per word a thread receives, TF32 roundings),
-               MMA instructions, and the write through shared memory / the warp schedulers
+               fragments, a grouped K's fastest index to whole steps:
+               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
+               products) / what WMMA reaches of the GPU's tensor cores for the dtype
+               (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
+* ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
+               copied as they are; or an address and one cp.async per run of the operand's
+               copy width, each operand on its own), fragment loads (a 32-bit shared
+               load per word a thread receives, TF32 roundings), MMA instructions, and
+               the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront, or a row per wavefront where an
                unpadded leading dimension puts every row in the same banks), the accumulators'
@@ -69,7 +72,6 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # they took 80, 80, 122, every slice held); bfloat16 63, 63, 80; float64 56, 54, 62; 3xTF32
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
-STORED_COPY_INSTRUCTIONS = 2  # float16/bfloat16: converted to float32 and back on the way
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
@@ -116,7 +118,7 @@ class TensorCoreModel:
         self.row_a, self.row_b = tensorcore_tiles.operand_rows_major(
             program, tensorcore_tiles.gemm_groups(program))
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
-        self.widths = None if widths is None else (widths[a], widths[b])
+        self.widths = (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
@@ -199,12 +201,12 @@ class TensorCoreModel:
         its share of the block's copies, which are dealt to all the block's threads (counted
         once per warp, they made blocks of more warps look as many times dearer to copy)."""
         m, n, k = self.shape
-        if asynchronous:  # a cp.async per run of the operand's copy width
-            copies = ASYNC_COPY_INSTRUCTIONS * tile["k"] * (
-                tile["m"] / self.widths[0] + tile["n"] / self.widths[1])
-        else:
-            copies = (tile["m"] + tile["n"]) * tile["k"] * (COPY_INSTRUCTIONS + (
-                STORED_COPY_INSTRUCTIONS if self.program.dtype in dtypes.STORED else 0))
+        copies = 0.0
+        for free, width in zip((tile["m"], tile["n"]), self.widths, strict=True):
+            if asynchronous and width is not None:  # a cp.async per run of the copy width
+                copies += ASYNC_COPY_INSTRUCTIONS * tile["k"] * free / width
+            else:
+                copies += COPY_INSTRUCTIONS * tile["k"] * free
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
         rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
@@ -258,7 +260,9 @@ class TensorCoreModel:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-self.extent["k"] // tile["k"])
+        steps = -(-math.prod(tensorcore_tiles.stepped_k(
+            self.program, tensorcore_tiles.gemm_groups(self.program), tile["k"]).values())
+            // tile["k"])
         # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
         chunk, parts = tensorcore_tiles.split_parts(steps, described["split"])
         blocks = tiles * parts

@@ -1,0 +1,148 @@
+"""The tensor-core copies follow each operand, not the output (issue 37): a warp's copy of a
+permuted operand reads consecutive elements of it (sectors per request at most 1.25 times the
+ideal, from the copies' own access relations); K's fastest index rounded up to whole steps
+(zeros, no division per element), an operand copied by cp.async beside one copied through
+registers and 16-bit values copied as their bits all match numpy.einsum on PoCL and run
+hazard-free in the emulator; and the grouped TCCG rows' SASS main loops issue at most three
+other instructions per MMA (38 executed on tccg_20 before)."""
+
+from __future__ import annotations
+
+import math
+from collections import defaultdict
+
+import islpy as isl
+import numpy as np
+import pytest
+
+import treduda
+from treduda.codegen import ir
+from treduda.frontend import dtypes
+from treduda.polyhedral.lower import Program, Statement, plan
+from treduda.polyhedral.strategy import get
+from treduda.run.nvcc import nvcc_available
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load
+
+TCCG_20 = "C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]"
+TILES = {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2, "split": 1,
+         "pad": True}
+SECTOR = 32  # bytes
+
+
+def _sectors_per_request(program: Program, copy: Statement, sample: dict[str, list[int]]
+                         ) -> float:
+    """Sectors a warp's request of ``copy`` touches in its tensor, over the ideal (the
+    warp's bytes in whole sectors), at the coordinates ``sample`` (every thread)."""
+    tensor = copy.name.removeprefix("copy_")
+    indices = program.contraction.inputs[tensor]
+    order = range(len(indices)) if program.layout == "F" else reversed(range(len(indices)))
+    strides, stride = [0] * len(indices), 1
+    for d in order:
+        strides[d], stride = stride, stride * program.sizes[indices[d]]
+    width, reads = ((copy.body.width, copy.body.reads) if isinstance(copy.body, ir.AsyncCopy)
+                    else (1, None))
+    size = dtypes.itemsize(program.dtype)
+    fixed = " and ".join("(" + " or ".join(f"{name} = {v}" for v in values) + ")"
+                         for name, values in sample.items())
+    points: list[isl.Point] = []
+    copy.accesses[1].intersect_domain(isl.Set(
+        f"{{ {copy.name}[{', '.join(copy.indices)}] : {fixed} }}")).wrap().foreach_point(
+        points.append)
+    found, lanes = defaultdict(set), defaultdict(int)
+    for p in points:
+        values = [p.get_coordinate_val(isl.dim_type.set, d).to_python()
+                  for d in range(len(copy.indices) + len(indices))]
+        coordinates = dict(zip(copy.indices, values, strict=False))
+        if reads is not None and not ir.evaluate(reads, coordinates):
+            continue  # zero-fills: reads nothing
+        request = (*(v for n, v in coordinates.items() if n != "t"), coordinates["t"] // 32)
+        first = sum(i * s for i, s in zip(values[len(copy.indices):], strides, strict=True))
+        found[request] |= set(range(first * size // SECTOR,
+                                    ((first + width) * size - 1) // SECTOR + 1))
+        lanes[request] += 1
+    assert found
+    return (sum(len(s) for s in found.values())
+            / sum(math.ceil(n * width * size / SECTOR) for n in lanes.values()))
+
+
+@pytest.mark.parametrize("async_copy", [True, False], ids=["async", "registers"])
+@pytest.mark.parametrize(("expression", "sizes"), [
+    # B's fastest index d is N's second in the output's order: read along c, 96 apart
+    (TCCG_20, {"a": 32, "b": 3, "c": 3, "d": 32, "e": 17, "f": 3}),
+    # B's fastest index f is K's second in A's order
+    ("C[a,b,c,d]=A[a,e,d,f]*B[f,b,e,c]", {"a": 32, "b": 5, "c": 7, "d": 4, "e": 5, "f": 32})],
+    ids=["tccg_20", "tccg_25"])
+def test_a_warp_copies_consecutive_elements_of_each_operand(expression, sizes, async_copy):
+    program = plan(expression, sizes, "F", "float16")
+    params = {**TILES, "async_copy": async_copy, "double_buffer": False}
+    statements = get("tensorcore").apply(program, params).statements
+    sample = {"bm": [0, 1], "bn": [0, 1], "ks": [0, 1]}
+    copies = [s for s in statements if s.name.startswith("copy_")]
+    assert len(copies) == 2
+    for copy in copies:
+        assert _sectors_per_request(program, copy, sample) <= 1.25, copy.name
+
+
+@pytest.mark.parametrize("layout", ["F", "C"])
+@pytest.mark.parametrize(("async_copy", "double_buffer", "warps_n"), [
+    (True, False, 2), (True, True, 2), (False, True, 2), (False, False, 1)])
+def test_k_rounded_up_to_whole_steps_matches_einsum(layout, async_copy, double_buffer,
+                                                    warps_n):
+    """K = (e, f) with e = 28 and steps of 32 values: each step spans one f, its rows of e
+    past 28 zeros (filled by the cp.async's read size, or by a zero-fill); one warp copies
+    32 elements of A per step, in a loop, not unrolled."""
+    sizes = {"a": 20, "b": 5, "c": 6, "d": 24, "e": 28, "f": 3}
+    program = plan(TCCG_20, sizes, layout, "float16")
+    space = get("tensorcore").space(program)
+    async_copy = async_copy and True in space.parameter("async_copy").values  # C: A's f = 3
+    kernel = treduda.compile(TCCG_20, sizes, dtype="float16", layout=layout,
+                             strategy="tensorcore", cache=False,
+                             params={**TILES, "async_copy": async_copy, "warps_n": warps_n,
+                                     "double_buffer": double_buffer})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+@pytest.mark.parametrize("double_buffer", [False, True])
+def test_each_operand_takes_cp_async_on_its_own(double_buffer):
+    """A's rows run along k = 41, which no run of 16-bit pairs divides: A is copied through
+    registers (as 16-bit words), B by cp.async, in the same steps (as
+    tests/test_async_copy.py shows), without a hazard and without losing a bit."""
+    kernel = treduda.compile("C[i,j] = A[i,k] * B[k,j]", {"i": 40, "j": 48, "k": 41},
+                             dtype="float16", strategy="tensorcore", cache=False,
+                             params={**TILES, "async_copy": True,
+                                     "double_buffer": double_buffer})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+    values = {"A": np.full((40, 41), 65504.0), "B": np.full((41, 48), 2.0**-24)}
+    exact = np.asarray(kernel.run(**values, casting="unsafe"), dtype=np.float64)
+    assert np.all(exact == np.float16(41 * 65504.0 * 2.0**-24))  # no bits lost on the way
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize(("row", "params", "most"), [
+    ("tccg_20", {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 4}, 3.0),
+    ("tccg_25", {"warps_m": 4, "warps_n": 1, "frags_m": 2, "frags_n": 4}, 3.0),
+    ("gemm", {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 4}, 1.38)])
+def test_the_main_loop_issues_few_instructions_beside_its_mmas(row, params, most):
+    """The SASS main loop (sm_90) of full-size TCCG rows whose M, N and K are groups, at the
+    H100 search's tiles, issues at most ``most`` other instructions per MMA, in one body
+    without branches (tccg_20: 38 executed before: a copy per element through float, strided,
+    with a division per element and a branch per copy); GEMM's no more than before."""
+    if row == "gemm":
+        expression, sizes, layout = "C[i,j]=A[i,k]*B[k,j]", {"i": 4096, "j": 4096,
+                                                             "k": 4096}, "C"
+    else:
+        found = next(r for r in load("tccg_fp16") if r.id == row)
+        expression, sizes, layout = found.expression, found.sizes, found.layout
+    kernel = treduda.compile(expression, sizes, dtype="float16", layout=layout,
+                             strategy="tensorcore", cache=False,
+                             params={**params, "frags_k": 2, "pad": True, "split": 1,
+                                     "double_buffer": False, "async_copy": True})
+    report = sass_report(kernel.cuda_source, "sm_90")[0]
+    branches = report.main_loop_opcodes.get("BRA", 0)
+    assert branches == 1  # the loop's own
+    mma = report.main_loop_mma
+    assert (report.main_loop_instructions - mma) / mma <= most, report.main_loop_opcodes
