@@ -8,7 +8,11 @@ SASS main loop, the model's instructions per step beside the SASS loop's, and th
 time. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
-                                            [--gpu H100] [--steps 4]
+                                            [--gpu H100] [--steps 4] [--before FILE]
+
+``--before`` takes an earlier run's ``--json`` (benchmarks/data/tensorcore_economy_before.json
+holds the figures before issue 37's builder changes) and prints its sectors, ways and SASS
+figures of each row in a second table, beside the same columns now.
 
 A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
 """
@@ -126,6 +130,23 @@ def table(lines: list[list[str]]) -> str:
                      for r in [header, *lines])
 
 
+BESIDE = ("row", "A sect/req", "B sect/req", "ways", "frags", "nonMMA/MMA", "smem B/MMA")
+
+
+def beside(lines: list[list[str]], earlier: dict) -> str:
+    """The columns of :data:`BESIDE` for each row, then and now."""
+    picked = [COLUMNS.index(c) for c in BESIDE[1:]]
+    rows = []
+    for line in lines:
+        f = earlier.get(line[0])
+        then = (cells(line[0], f) if f and "error" not in f else [line[0], *["-"] * 14])
+        rows.append([line[0], *(f"{then[n]} -> {line[n]}" for n in picked)])
+    widths = [max(len(r[n]) for r in [list(BESIDE), *rows]) for n in range(len(BESIDE))]
+    return "\n".join("  ".join(c.ljust(w) if n == 0 else c.rjust(w)
+                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
+                     for r in [list(BESIDE), *rows])
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", help="comma-separated row names (gemm_fp16, ..., tccg_01, "
@@ -135,6 +156,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4,
                         help="main-loop iterations the counters emulate (default 4: a "
                              "pipeline's first iterations only copy)")
+    parser.add_argument("--before", metavar="FILE",
+                        help="an earlier --json, printed beside this run's figures")
     args = parser.parse_args(argv)
     known = rows()
     wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
@@ -156,6 +179,10 @@ def main(argv: list[str] | None = None) -> int:
           "one block at full size; ways: worst bank conflict in the main loop (1: none); "
           "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
     print(table(lines))
+    if args.before:
+        with open(args.before) as earlier:
+            print(f"\nbefore ({args.before}) -> now")
+            print(beside(lines, json.load(earlier)))
     if args.json:
         with open(args.json, "w") as out:
             json.dump(figures, out, indent=1)
