@@ -125,6 +125,7 @@ STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # At most this many copies per thread and operand are unrolled (straight-line code in the main
 # loop, their guards decided per copy); more stay a loop, as the write's do
 UNROLLED_COPIES = 16
+WAVEFRONT_BYTES = 128  # shared memory serves a request 128 bytes a cycle (32 banks of 4)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -154,6 +155,32 @@ def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]
     """Whether ``e`` may be ``limit`` or more, given its variables' ``ranges``."""
     span = value_range(e, ranges)
     return span is None or span[1] >= limit
+
+
+def _interleaved_row(e: ir.Expr, rows: int, runs: int, run_bytes: int, pitch: int) -> ir.Expr:
+    """The tile row that copy ``e`` (of ``runs`` runs a row) writes. Shared memory serves a
+    request 128 bytes (a wavefront) at a time, so a phase of ``128 / run_bytes`` threads
+    (eight of 16-byte cp.async runs) writes several short rows at once, which a padded pitch
+    can place on the same banks: rows of 64 bytes at a pitch of 80 share banks 0-3, two ways
+    (what ``Kernel.counters()`` counted on every GEMM pick's A tile), and no padding keeps
+    fragment loads free of conflicts too. So the rows a phase writes are ``S`` apart, ``S``
+    the least stride whose rows fall on distinct banks (4 at that pitch), in blocks of
+    ``R S`` rows (``R`` rows a phase): copy ``e`` of row ``q = e / runs`` writes row
+    ``R S (q / (R S)) + S (q % R) + (q / R) % S``, a permutation of each block. Rows as long
+    as a wavefront, or a tile whose rows no stride parts, keep ``q``."""
+    q = quotient(e, runs)
+    per_phase = min(ir.WARP, WAVEFRONT_BYTES // run_bytes) // runs  # R
+    if per_phase <= 1:
+        return q
+    row_bytes = runs * run_bytes
+    for stride in range(2, rows // per_phase + 1):
+        block = per_phase * stride
+        banks = [(i * stride * pitch + b) // 4 % 32 for i in range(per_phase)
+                 for b in range(0, row_bytes, 4)]
+        if rows % block == 0 and len(set(banks)) == len(banks):
+            return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
+                        remainder(quotient(q, per_phase), stride))
+    return q
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -326,7 +353,9 @@ class Builder:
         width = self.widths[tensor] or 1
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        row, column = quotient(e, runs), times(width, remainder(e, runs))
+        bytes_ = dtypes.itemsize(self.program.dtype)
+        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pad) * bytes_)
+        column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
