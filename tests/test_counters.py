@@ -171,6 +171,24 @@ def test_tensor_core_fragments_read_padded_tiles_without_conflicts(pad, ways):
     assert all(t.ideal_per_request == 4 for t in fragments)  # an ldmatrix.x4: 4 wavefronts
 
 
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
+    """16-byte cp.async runs into A's tile of 32 halves a row padded to 80 bytes: a phase of
+    eight runs writes two rows, which at that pitch share banks 0-3 (2 ways, every GEMM pick
+    before the copies interleaved their rows) unless they are four rows apart."""
+    kernel = treduda.compile(GEMM, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
+                             strategy="tensorcore",
+                             params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
+                                     "frags_k": 2, "pad": True, "double_buffer": True,
+                                     "async_copy": True})
+    counted = kernel.counters()
+    for tile in ("td_sa", "td_sb"):
+        copies = counted.of(tile, ASYNC_COPY)
+        assert (copies.ways, copies.per_request) == (1, copies.ideal_per_request)
+        assert counted.of(tile, FRAGMENT_LOAD).ways == 1
+    assert kernel.verify().ok
+
+
 def test_treduda_profile_prints_the_counters_and_the_whole_grid_as_ncu_sums_it(capsys):
     expression, sizes = "C[i,j] = A[j,k] * B[k,i]", {"i": 64, "j": 64, "k": 8}
     assert main(["profile", expression, *(f"-s{i}={n}" for i, n in sizes.items()),
