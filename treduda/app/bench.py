@@ -274,7 +274,8 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
     refuse that much of a tile left empty (the tensor-core mapping's: no whole fragment outside
     the tensors) and accept a tile or a step less one, each grows to that. Where the parameters
     need aligned extents (asynchronous copies of 16 bytes: 8 half-precision elements), the
-    sizes are rounded up to multiples of :data:`ALIGNED`. An index that merges several
+    sizes are rounded up to multiples of :data:`ALIGNED`, from a tile or step less
+    :data:`ALIGNED` where half of one is refused. An index that merges several
     (:mod:`~treduda.frontend.merge`) grows by its first one."""
     chosen = strategies.get(strategy)
     program = plan(expression, sizes, layout, dtype=dtype, precision=precision)
@@ -307,14 +308,16 @@ def fitted(expression: str, sizes: dict[str, int], strategy: str,
             return False
         return True
 
+    def aligned(tried: dict[str, int]) -> dict[str, int]:
+        return {index: -(-extent // ALIGNED) * ALIGNED for index, extent in tried.items()}
+
     half = grown(lambda extent: extent // 2 + 1)
-    nearly_whole = grown(lambda extent: extent - 1)
-    for tried in (half, nearly_whole):
-        for multiple in (1, ALIGNED):
-            candidate = {index: -(-extent // multiple) * multiple
-                         for index, extent in tried.items()}
-            if valid(candidate):
-                return candidate
+    # a tile less one, or aligned a tile less an aligned run (a tile less one, rounded up, is
+    # the whole tile: the last one would not be partial)
+    for candidate in (half, aligned(half), grown(lambda extent: extent - 1),
+                      aligned(grown(lambda extent: extent - ALIGNED))):
+        if valid(candidate):
+            return candidate
     return half
 
 
