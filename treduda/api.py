@@ -88,8 +88,10 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
-    ``budget`` is the search's time in seconds (None: the complete search, which can take
-    minutes; :func:`search` says how far a budgeted winner can be from the optimum).
+    ``budget`` is the search's budget in seconds, counted as work at a fixed rate
+    (:mod:`treduda.tuning.budgets`: the same pick on any machine and at any load; None: the
+    complete search, which can take minutes; :func:`search` says how far a budgeted winner can
+    be from the optimum).
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
     and so does :func:`contract` on arrays of these sizes. It is also kept in the tuning
     cache's kernel store (unless ``cache=False``): in a new process the same call loads it
@@ -133,9 +135,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
-    ``precision`` as for :func:`compile`. ``budget`` seconds bound the search (None: the
-    complete search); ``result.stats.lower`` and ``summary()`` say how far the winner can be
-    from the best estimate of the whole space.
+    ``precision`` as for :func:`compile`. ``budget`` seconds (as work, as for :func:`compile`)
+    bound the search (None: the complete search); ``result.stats.lower`` and ``summary()`` say
+    how far the winner can be from the best estimate of the whole space.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
                 measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,

@@ -59,7 +59,7 @@ def parser() -> argparse.ArgumentParser:
         "compile", help="print or write the CUDA kernel of an expression",
         description="Print or write the CUDA kernel of an expression. Without --strategy and "
                     "-p it searches for the fastest kernel on --gpu (as `treduda search` does, "
-                    "within a time budget), or takes the tuning cache's answer from an earlier "
+                    "within a budget), or takes the tuning cache's answer from an earlier "
                     "search; with --symbolic it takes the default strategy.")
     _problem_arguments(c)
     c.add_argument("--strategy", default=None, metavar="NAME",
@@ -110,7 +110,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--fresh", action="store_true",
                    help="search again even where the tuning cache has an answer (and replace it)")
     f.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
-                   help=f"CPU seconds of search (default {DEFAULT_BUDGET}); the summary says "
+                   help=f"seconds of search on the development machine, as a fixed amount of work "
+                        f"(default {DEFAULT_BUDGET}): the same pick anywhere; the summary says "
                         "how far from the best of the space the winner can be")
     f.add_argument("--complete", action="store_true",
                    help="search the whole space, however long it takes (minutes for a TCCG row)")

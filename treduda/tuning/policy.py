@@ -3,7 +3,7 @@
 :func:`tuned` is what ``compile`` asks. It looks the problem up in the tuning cache, trusts an
 entry whose kernel the kernel store holds (made by this code generator, so it passed the
 strategy's checks), re-checks any other against the parameter space, and otherwise searches
-within a time budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
+within a budget of work (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
 ptxas's check of a winner whose registers are near the cap takes a second or more (nvcc, and
@@ -42,14 +42,12 @@ from .search import search_program
 from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
-# microseconds): they stop early with the best found so far; others search within a time
-# budget (DEFAULT_BUDGET seconds, tuning/budgets.py).
-SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
+# microseconds): they stop early with the best found so far; others search within a budget
+# (DEFAULT_BUDGET seconds, as work: tuning/budgets.py).
+SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
-# ... and their time budget is only a backstop, so that the node budget alone decides: where
-# the clock stopped them (a loaded machine runs fewer nodes per CPU second) two processes
-# searched one problem to different winners.
+# ... and their budget (as work) is only a backstop, so that the node budget alone decides.
 SMALL_PROBLEM_SECONDS = 30.0
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it

@@ -34,8 +34,15 @@ from ..errors import StrategyError
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 from ..strategies import get as get_strategy
-from . import budgets, mma_model
-from .budgets import DEFAULT_BUDGET, SEARCH_SHARE, SUGGESTED_SHARE, expired
+from . import mma_model
+from .budgets import (
+    BOUND_WORK,
+    DEFAULT_BUDGET,
+    ESTIMATE_WORK,
+    SEARCH_SHARE,
+    SUGGESTED_SHARE,
+    Work,
+)
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .local_search import FINISH, LocalSearch
@@ -61,7 +68,8 @@ class Searcher(LocalSearch):
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = ()):
+                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = (),
+                 work: Work | None = None):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -96,6 +104,7 @@ class Searcher(LocalSearch):
             for p in self.space.parameters)
         names = {p.name for p in self.space.parameters}  # a search may rank several strategies
         self.seeds = tuple(dict(seed) for seed in seeds if set(seed) <= names)
+        self.work = Work() if work is None else work  # what a budget counts (budgets.py)
 
     def seeded(self, stats: SearchStats) -> list[Candidate]:
         """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
@@ -111,11 +120,13 @@ class Searcher(LocalSearch):
         return found
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
+        self.work.done += ESTIMATE_WORK + (BOUND_WORK if with_bound else 0)
         bound = self.model.bound(params).seconds if with_bound else None
         return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
 
     def _floor(self, params: Mapping[str, Any]) -> float:
         """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
+        self.work.done += BOUND_WORK
         bound = self.model.bound(params)
         return bound.seconds if bound.floor is None else bound.floor
 
@@ -133,8 +144,8 @@ class Searcher(LocalSearch):
     def branch_and_bound(self, progress: Progress | None = None,
                          max_nodes: int | None = None,
                          budget: float | None = None) -> SearchResult:
-        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` CPU seconds
-        (:data:`~treduda.tuning.budgets.clock`) stop it early
+        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` seconds (as work:
+        :func:`~treduda.tuning.budgets.work_of`) stop it early
         (the stats say so, and how far from the space's optimum its winner can be at most).
 
         Under a budget, :data:`SEARCH_SHARE` of it goes to the tree (over every declared value
@@ -142,20 +153,21 @@ class Searcher(LocalSearch):
         around the best candidates found (:meth:`_polish`). Without either, the search is
         complete; it starts from the winner of a search within :data:`DEFAULT_BUDGET`, whose
         estimate cuts most of the tree at once."""
-        started = budgets.clock()
+        started = time.perf_counter()
         if budget is not None and self._wider:
             return self._two_spaces(progress, max_nodes, budget)
-        deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
-        best, scored, stats, floors = self._tree(progress, max_nodes, deadline)
+        end = self.work.deadline(budget)
+        best, scored, stats, floors = self._tree(progress, max_nodes,
+                                                 self.work.deadline(budget, SEARCH_SHARE))
         if not stats.complete:
-            best = self._polish(best, scored, stats, self._limit(max_nodes),
-                                None if budget is None else started + budget)
+            best = self._polish(best, scored, stats, self._limit(max_nodes), end)
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _tree(self, progress: Progress | None, max_nodes: int | None,
-              deadline: float | None) -> tuple[Candidate, list[Candidate], SearchStats,
+              deadline: int | None) -> tuple[Candidate, list[Candidate], SearchStats,
                                                list[float]]:
-        """The branch and bound itself, until ``max_nodes`` nodes or ``deadline``: its best
+        """The branch and bound itself, until ``max_nodes`` nodes or the ``deadline`` of its
+        work (:class:`~treduda.tuning.budgets.Work`): its best
         candidate, every candidate it scored, its statistics, and the floors of the nodes it
         left open."""
         limited = max_nodes is not None or deadline is not None
@@ -187,7 +199,7 @@ class Searcher(LocalSearch):
                 break
             if limited and best is not None and (
                     max_nodes is not None and stats.nodes_visited >= max_nodes
-                    or expired(deadline, stats.nodes_visited)):
+                    or self.work.spent(deadline)):
                 stats.complete = False
                 heapq.heappush(heap, (key, tied, partial, floor))
                 break
@@ -223,7 +235,7 @@ class Searcher(LocalSearch):
     @staticmethod
     def _limit(max_nodes: int | None, trees: int = 1) -> int:
         """The candidates the local search may score after ``trees`` trees stopped by
-        ``max_nodes`` nodes each (as many as they visited), or by the clock alone (no count:
+        ``max_nodes`` nodes each (as many as they visited), or by their work alone (no count:
         its deadline stops it)."""
         return sys.maxsize if max_nodes is None else max(max_nodes * trees, 2)
 
@@ -234,7 +246,7 @@ class Searcher(LocalSearch):
         open."""
         stats.lower = min([best.prediction.seconds, *floors])
         stats.candidates_scored = len(scored)
-        stats.seconds = budgets.clock() - started
+        stats.seconds = time.perf_counter() - started
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
@@ -253,13 +265,13 @@ class Searcher(LocalSearch):
         with the wide search's proof of how far its winner can be: a climb within the
         suggested values alone ended 85% above tccg_03's best (block_x 1 and block_z 32 are
         not suggested), and the two local searches halved the time of each."""
-        started = budgets.clock()
-        tree = max(budget, 0.0) * SEARCH_SHARE
+        started = time.perf_counter()
+        end, tree = self.work.deadline(budget), self.work.deadline(budget, SEARCH_SHARE)
         best, scored, stats, floors = self._tree(
-            progress, max_nodes, started + tree * (1 - SUGGESTED_SHARE))
+            progress, max_nodes, self.work.deadline(budget, SEARCH_SHARE * (1 - SUGGESTED_SHARE)))
         if not stats.complete:
             try:
-                narrow = Searcher(*self._arguments)._tree(None, max_nodes, started + tree)
+                narrow = Searcher(*self._arguments, work=self.work)._tree(None, max_nodes, tree)
             except StrategyError:  # small extents rule out every suggested value
                 narrow = None
             trees = 1
@@ -268,8 +280,7 @@ class Searcher(LocalSearch):
                 scored += narrow[1]
                 stats.nodes_visited += narrow[2].nodes_visited
                 trees = 2
-            best = self._polish(best, scored, stats, self._limit(max_nodes, trees),
-                                started + budget)
+            best = self._polish(best, scored, stats, self._limit(max_nodes, trees), end)
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _later(self, name: str, value: Any) -> float:
@@ -279,7 +290,7 @@ class Searcher(LocalSearch):
         return 0.0 if suggested is None or value in suggested else 1e-12
 
     def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None,
-              max_nodes: int | None = None, deadline: float | None = None) -> Candidate | None:
+              max_nodes: int | None = None, deadline: int | None = None) -> Candidate | None:
         """Follow the child with the lowest floor from ``start`` (the root by default) down to
         a complete candidate, backing up out of dead ends: the classic first incumbent of a
         branch and bound, and under a budget, more incumbents from the most promising open
@@ -294,7 +305,7 @@ class Searcher(LocalSearch):
                 stack.pop()
                 continue
             if (max_nodes is not None and visited >= max_nodes
-                    or visited and expired(deadline, visited)):
+                    or visited and self.work.spent(deadline)):
                 return None
             visited += 1
             stats.nodes_visited += 1
