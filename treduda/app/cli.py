@@ -9,22 +9,18 @@ import warnings
 from collections.abc import Sequence
 from pathlib import Path
 
-from .. import strategies
-from ..api import compile, program, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
-from ..polyhedral.lower import plan
-from ..programs import statements
 from ..tuning.budgets import DEFAULT_BUDGET
 from ..tuning.cache import TuningCache, default_path
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.gpus import table
-from ..tuning.paths import many_factors
-from ..tuning.policy import MEASURED
 from .bench_cli import bench_arguments, bench_command, count, writable
-from .demo import demo
 from .tune_cli import tune_arguments, tune_command
+
+# The library's compiling parts (isl, the model, the strategies) are imported by the commands
+# that use them, so that `treduda --help` and `treduda cache list` start at once.
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -195,6 +191,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "compile":
         return _compile(args)
     if args.command == "strategies":
+        from .. import strategies
+
         for name, description in strategies.available().items():
             print(f"{name:20} {description}")
         print("\nChain a tiling with staging as tiled+staged; `treduda space EXPR -s ... "
@@ -213,6 +211,8 @@ def _run(args: argparse.Namespace) -> int:
         return _cache(args)
     if args.command == "tune":
         return tune_command(args)
+    from .demo import demo
+
     return demo(args.out, args.source)
 
 
@@ -240,6 +240,10 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ..api import compile
+    from ..programs import statements
+    from ..tuning.paths import many_factors
+
     writable(args.out)
     optimize = {"false": False, "true": True}.get(args.optimize.lower(), args.optimize)
     parts = statements(args.expression)
@@ -265,6 +269,8 @@ def _emit(text: str, path: str | None, made: object) -> int:
 
 def _compile_program(args: argparse.Namespace, optimize: object) -> int:
     """Several statements, or a product split along a path: one .cu file for all kernels."""
+    from ..api import program
+
     if args.symbolic or args.opencl:
         raise ArgumentError("a program (several statements, or a product of three or more "
                             "tensors) is planned for fixed sizes and printed as CUDA; drop "
@@ -278,6 +284,9 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from ..api import search, tuning_entry
+    from ..tuning.policy import MEASURED
+
     sizes = _sizes(args)
     writable(args.json)
     if not (args.fresh or args.json):
@@ -379,6 +388,9 @@ def _cache(args: argparse.Namespace) -> int:
 
 
 def _space(args: argparse.Namespace) -> int:
+    from .. import strategies
+    from ..polyhedral.lower import plan
+
     program = plan(args.expression, _sizes(args), args.layout, args.dtype,
                    symbolic=args.symbolic, precision=args.precision)
     strategy = strategies.get(args.strategy)

@@ -29,6 +29,9 @@ ESTIMATE_WORK = 3
 # CPU second of the searches above, idle (4200-5800 units a second; loaded, a third less).
 WORK_PER_SECOND = 5000
 
+# The node budget of each row's search in `treduda bench`, so that one row cannot run away.
+BENCH_MAX_NODES = 3000
+
 # Under a budget, the share of it the tree search takes; local search takes the rest. At 0.6
 # of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
 # of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
