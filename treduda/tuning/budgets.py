@@ -13,6 +13,9 @@ every declared value and then over the suggested ones, and the local search
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
 # The seconds of search compile(), contract() and search() spend by default (budget=None: the
 # complete search), as work (WORK_PER_SECOND). From 0.8 s to 1.0 s of CPU the picks on GEMM
 # 4096^3 and tccg_01/03/15/28/33 were within 1.5% of the best that minutes of search find (at
@@ -28,6 +31,17 @@ ESTIMATE_WORK = 3
 # The work a second of budget buys: what the development machine (2 cores, shared) did in a
 # CPU second of the searches above, idle (4200-5800 units a second; loaded, a third less).
 WORK_PER_SECOND = 5000
+
+# Problems of fewer points in their iteration space are small: their candidates differ by
+# microseconds, the model's first good candidate is taken at once (search.at_once), and a path
+# costs their steps by the floor of their whole space (paths.py).
+SMALL_PROBLEM = 10_000_000
+
+
+def small(sizes: Mapping[str, int]) -> bool:
+    """Whether a problem of these extents is small (:data:`SMALL_PROBLEM`)."""
+    return math.prod(sizes.values()) < SMALL_PROBLEM
+
 
 # The node budget of each row's search in `treduda bench`, so that one row cannot run away.
 BENCH_MAX_NODES = 3000

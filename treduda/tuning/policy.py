@@ -19,7 +19,6 @@ the program and for the kernels of candidates, which it may take from the kernel
 
 from __future__ import annotations
 
-import math
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -33,19 +32,19 @@ from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
+from . import budgets
 from .budgets import DEFAULT_BUDGET
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .mma_model import model_of
 from .prediction import Compiled
-from .search import search_program
+from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
 # microseconds): they stop early with the best found so far; others search within a budget
 # (DEFAULT_BUDGET seconds, as work: tuning/budgets.py).
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
-SMALL_PROBLEM = 10_000_000  # points in the iteration space
 SMALL_PROBLEM_BUDGET = 200
 # ... and their budget (as work) is only a backstop, so that the node budget alone decides.
 SMALL_PROBLEM_SECONDS = 30.0
@@ -149,8 +148,12 @@ def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Gen
 def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
              budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = ()
              ) -> SearchResult:
-    """:func:`tuning_search`'s search, before any check."""
+    """:func:`tuning_search`'s search, before any check: for a small problem the model's
+    first good candidate where no other can beat it by a launch's overhead
+    (:func:`~treduda.tuning.search.at_once`), else a search."""
     small = _small(program)
+    if small and max_nodes is None and (found := at_once(program, gpu)) is not None:
+        return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
     if small and budget is not None:
         budget = max(budget, SMALL_PROBLEM_SECONDS)
@@ -158,7 +161,7 @@ def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
 
 
 def _small(program: Program) -> bool:
-    return math.prod(program.sizes.values()) < SMALL_PROBLEM
+    return budgets.small(program.sizes)
 
 
 def worth_checking(program: Program, result: SearchResult) -> bool:

@@ -47,6 +47,7 @@ from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .local_search import FINISH, LocalSearch
 from .mma_model import model_of
+from .prediction import LAUNCH_SECONDS, Prediction
 from .search_result import TENSOR_CORES, Candidate, SearchResult, SearchStats, identity
 
 # Under a node budget, every this many nodes the search dives from the open node with the lowest
@@ -56,6 +57,12 @@ DIVE_INTERVAL = 250
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
+
+# What a small problem's kernel is first looked for among (at_once): the default strategy's
+# thread mapping without its staging and in one pass over the reduction, the kernels quickest
+# to generate and for PoCL to build (a ring step of extents 2-5: 0.2-0.4 s of generation
+# instead of 0.6-1.9 s; not unrolling would be quicker still, but it costs GEMM 64x80x48 7 us).
+QUICK = ("tiled", {"split": (1,)})
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -123,6 +130,12 @@ class Searcher(LocalSearch):
         self.work.done += ESTIMATE_WORK + (BOUND_WORK if with_bound else 0)
         bound = self.model.bound(params).seconds if with_bound else None
         return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
+
+    def least(self) -> Prediction:
+        """The root's bound with the least estimate any candidate of the space can have as its
+        seconds (its floor)."""
+        bound = self.model.bound({})
+        return bound if bound.floor is None else replace(bound, seconds=bound.floor)
 
     def _floor(self, params: Mapping[str, Any]) -> float:
         """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
@@ -386,19 +399,46 @@ def _merged(results: Sequence[SearchResult]) -> SearchResult:
                    candidates=tuple(c for r in results for c in r.candidates), stats=total)
 
 
-def first_candidate(program: Program, gpu: str | Gpu = "H100", *,
-                    max_nodes: int = 300) -> Candidate | None:
+def first_candidate(program: Program, gpu: str | Gpu = "H100", *, max_nodes: int = 300,
+                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
+                    stats: SearchStats | None = None) -> Candidate | None:
     """The search's first incumbent, one dive within ``max_nodes`` (over the searched values,
     then over all where those lead nowhere), or None: a step's cost for the path planner
     (:mod:`treduda.tuning.paths`), which compares hundreds of steps and cannot search each.
     A dive takes milliseconds; where small extents rule out the searched values, an
-    unbounded dive can take seconds backing out of dead ends."""
+    unbounded dive can take seconds backing out of dead ends. ``values`` narrows parameters
+    of ``strategy``; ``stats`` counts the nodes."""
     for restrict in (True, False):
         try:
-            searcher = Searcher(program, gpu, restrict=restrict)
+            searcher = Searcher(program, gpu, strategy, values, restrict=restrict)
         except StrategyError:
             continue
-        found = searcher._dive(SearchStats(0, False), max_nodes=max_nodes)
+        found = searcher._dive(stats or SearchStats(0, False), max_nodes=max_nodes)
         if found is not None:
             return found
+    return None
+
+
+def at_once(program: Program, gpu: str | Gpu = "H100", *,
+            max_nodes: int = 300) -> SearchResult | None:
+    """The model's first good candidate as the search's answer, where no candidate can beat
+    it by a launch's overhead: the first incumbent (:func:`first_candidate`), among the
+    kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
+    :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
+    have (the floor of their whole spaces). None where it is not, and a search must tell.
+    On small problems the first incumbent's estimate is within a microsecond or two of that
+    floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 1.9 us; AO->MO at n=16:
+    0.5 us), where the search took seconds to rank candidates that differ by less than a
+    launch."""
+    g = find_gpu(gpu)
+    started = time.perf_counter()
+    wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
+    stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
+                        candidates_scored=1, lower=min(w.least().seconds for w in wholes))
+    for strategy, values in (QUICK, (DEFAULT_STRATEGY, None)):
+        found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy,
+                                values=values, stats=stats)
+        if found is not None and found.prediction.seconds <= stats.lower + LAUNCH_SECONDS:
+            stats.seconds = time.perf_counter() - started
+            return Searcher(program, g, strategy, restrict=False)._result(found, [found], stats)
     return None
