@@ -1,6 +1,6 @@
 """What a search's budget counts, and how the search shares it.
 
-A budget is work, not time: the model's evaluations the search makes (:class:`Work`), so
+A budget is work, not time: the model's predictions the search makes (:class:`Work`), so
 that the same inputs give the same pick on any machine, at any load, in any process; a budget
 of CPU seconds bought less search on a loaded machine, and three idle processes picked GEMM
 4096^3's ``double_buffer`` differently. Users still give it in seconds (``budget=``): a fixed
@@ -23,14 +23,16 @@ from collections.abc import Mapping
 # over the suggested values cut short (benchmarks/search_budget.py).
 DEFAULT_BUDGET = 0.9
 
-# The work of one evaluation of the model's bound (a node's floor) and of its estimate (a
-# candidate's score): on the development machine a bound took 0.15-0.17 ms of CPU, an estimate
-# about three times that (GEMM 4096^3, tccg_01/03/28, in default searches).
+# The work of one prediction of the model's bound (a node's floor makes one for each order of
+# the indices it leaves open: an AO->MO step's shallow nodes, dozens) and of its estimate (a
+# candidate's score): in default searches on the development machine a bound's prediction
+# took 0.9-1.4 ms of profiled CPU, an estimate 1.9-3.0 ms (tccg_03, GEMM 4096^3).
 BOUND_WORK = 1
 ESTIMATE_WORK = 3
-# The work a second of budget buys: what the development machine (2 cores, shared) did in a
-# CPU second of the searches above, idle (4200-5800 units a second; loaded, a third less).
-WORK_PER_SECOND = 5000
+# The work a second of budget buys: what the development machine (2 cores, shared with other
+# jobs) did in a CPU second of default searches of GEMM 4096^3 and tccg_01/03/28 (3200-7100;
+# GEMM's estimates cost the most), so that GEMM 4096^3's search takes about the budget.
+WORK_PER_SECOND = 4000
 
 # Problems of fewer points in their iteration space are small: their candidates differ by
 # microseconds, the model's first good candidate is taken at once (search.at_once), and a path
@@ -61,7 +63,7 @@ def work_of(seconds: float) -> int:
 
 
 class Work:
-    """The work one search has done so far: the model's evaluations, weighted
+    """The work one search has done so far: the model's predictions, weighted
     (:data:`BOUND_WORK`, :data:`ESTIMATE_WORK`). The two tree searches of a budgeted search
     (:meth:`~treduda.tuning.search.Searcher._two_spaces`) count on one."""
 

@@ -118,6 +118,7 @@ class TensorCoreModel:
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = None if widths is None else (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+        self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
 
@@ -127,6 +128,7 @@ class TensorCoreModel:
         completions = [self._resources(tuple(sorted(p.items())))
                        for p in self.space.points(params)
                        if all(p[name] in self.values[name] for name in p)]
+        self.evaluations += len(completions)
         fitting = [r for r in completions if r is not None]
         if not fitting:
             return unfit(self.flops)
@@ -142,6 +144,7 @@ class TensorCoreModel:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
         the register estimate."""
         self.space.check(params)
+        self.evaluations += 1
         found = self._resources(tuple(sorted(params.items())),
                                 compiled.registers if compiled else None)
         if found is None:

@@ -42,12 +42,11 @@ from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
-# microseconds): they stop early with the best found so far; others search within a budget
-# (DEFAULT_BUDGET seconds, as work: tuning/budgets.py).
+# microseconds) where their first good candidate is not taken at once (search.at_once): they
+# stop early with the best found so far, within the budget (DEFAULT_BUDGET seconds, as work:
+# tuning/budgets.py) that others search within.
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
-# ... and their budget (as work) is only a backstop, so that the node budget alone decides.
-SMALL_PROBLEM_SECONDS = 30.0
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -155,8 +154,6 @@ def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
     if small and max_nodes is None and (found := at_once(program, gpu)) is not None:
         return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
-    if small and budget is not None:
-        budget = max(budget, SMALL_PROBLEM_SECONDS)
     return search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
 
 

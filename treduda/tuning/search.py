@@ -127,9 +127,19 @@ class Searcher(LocalSearch):
         return found
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
-        self.work.done += ESTIMATE_WORK + (BOUND_WORK if with_bound else 0)
-        bound = self.model.bound(params).seconds if with_bound else None
-        return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
+        bound = self._charged(BOUND_WORK, self.model.bound, params).seconds if with_bound \
+            else None
+        return Candidate(self.strategy.name, dict(params),
+                         self._charged(ESTIMATE_WORK, self.model.estimate, params), bound)
+
+    def _charged(self, weight: int, evaluate: Callable[[Mapping[str, Any]], Prediction],
+                 params: Mapping[str, Any]) -> Prediction:
+        """``evaluate(params)``, its predictions (``model.evaluations``: a bound makes one per
+        order it leaves open) counted as ``weight`` work each in :attr:`work`."""
+        before = self.model.evaluations
+        found = evaluate(params)
+        self.work.done += weight * max(1, self.model.evaluations - before)
+        return found
 
     def least(self) -> Prediction:
         """The root's bound with the least estimate any candidate of the space can have as its
@@ -139,8 +149,7 @@ class Searcher(LocalSearch):
 
     def _floor(self, params: Mapping[str, Any]) -> float:
         """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
-        self.work.done += BOUND_WORK
-        bound = self.model.bound(params)
+        bound = self._charged(BOUND_WORK, self.model.bound, params)
         return bound.seconds if bound.floor is None else bound.floor
 
     def exhaustive(self) -> SearchResult:
@@ -425,16 +434,19 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
     it by a launch's overhead: the first incumbent (:func:`first_candidate`), among the
     kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
     :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
-    have (the floor of their whole spaces). None where it is not, and a search must tell.
+    have: the floor of the default strategy's whole space, and where tensor cores are offered
+    too, the launch alone, which every kernel pays (their root's bound takes seconds).
+    None where it is not, and a search must tell.
     On small problems the first incumbent's estimate is within a microsecond or two of that
     floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 1.9 us; AO->MO at n=16:
     0.5 us), where the search took seconds to rank candidates that differ by less than a
     launch."""
     g = find_gpu(gpu)
     started = time.perf_counter()
-    wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
-    stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
-                        candidates_scored=1, lower=min(w.least().seconds for w in wholes))
+    whole = Searcher(program, g, restrict=False)
+    lower = whole.least().seconds if len(offered(program, g)) == 1 else LAUNCH_SECONDS
+    stats = SearchStats(whole.space.size(), False, complete=False, candidates_scored=1,
+                        lower=lower)
     for strategy, values in (QUICK, (DEFAULT_STRATEGY, None)):
         found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy,
                                 values=values, stats=stats)
