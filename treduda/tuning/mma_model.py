@@ -59,7 +59,7 @@ from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .model import Model
 from .occupancy import blocks_per_sm
-from .prediction import Compiled, Prediction, combined, unfit
+from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -138,6 +138,11 @@ class TensorCoreModel:
         return Prediction(seconds, binding, least,
                           f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
                           self.flops, floor=floor)
+
+    def least(self) -> float:
+        """A lower bound on every candidate's estimate, without enumerating them (the root's
+        bound does, in seconds): the launch and the compulsory DRAM traffic."""
+        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
 
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:

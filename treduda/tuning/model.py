@@ -97,6 +97,11 @@ class Model(Counts):
             return least
         return replace(least, floor=min(p.floor for p in bounds))
 
+    def least(self) -> float:
+        """The least estimate any candidate can have: the root's floor."""
+        bound = self.bound({})
+        return bound.seconds if bound.floor is None else bound.floor
+
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report, where nvcc

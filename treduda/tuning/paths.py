@@ -389,6 +389,7 @@ def _first(text: str, sizes: tuple[tuple[str, int], ...], dtype: str, layout: st
     small factors: 24 steps costed, 6.7 s of dives)."""
     program = plan(text, dict(sizes), layout, dtype)
     if small(program.sizes):
-        return Searcher(program, gpu, restrict=False).least()
+        model = Searcher(program, gpu, restrict=False).model
+        return replace(model.bound({}), seconds=model.least())
     found = first_candidate(program, gpu, max_nodes=DIVE_NODES)
     return None if found is None else found.prediction

@@ -43,10 +43,11 @@ from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
 # microseconds) where their first good candidate is not taken at once (search.at_once): they
-# stop early with the best found so far, within the budget (DEFAULT_BUDGET seconds, as work:
-# tuning/budgets.py) that others search within.
+# stop early with the best found so far, within at most SMALL_PROBLEM_SECONDS of budget (as
+# work: tuning/budgets.py), where others search within DEFAULT_BUDGET.
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
+SMALL_PROBLEM_SECONDS = 0.2  # AO->MO at n=16: two steps searched, 5 s each within 0.9 s
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -154,6 +155,8 @@ def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
     if small and max_nodes is None and (found := at_once(program, gpu)) is not None:
         return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
+    if small and budget is not None:
+        budget = min(budget, SMALL_PROBLEM_SECONDS)
     return search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
 
 

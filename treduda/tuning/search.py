@@ -62,7 +62,7 @@ NEAR = 0.01
 # thread mapping without its staging and in one pass over the reduction, the kernels quickest
 # to generate and for PoCL to build (a ring step of extents 2-5: 0.2-0.4 s of generation
 # instead of 0.6-1.9 s; not unrolling would be quicker still, but it costs GEMM 64x80x48 7 us).
-QUICK = ("tiled", {"split": (1,)})
+QUICK = ("tiled", None)
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -140,12 +140,6 @@ class Searcher(LocalSearch):
         found = evaluate(params)
         self.work.done += weight * max(1, self.model.evaluations - before)
         return found
-
-    def least(self) -> Prediction:
-        """The root's bound with the least estimate any candidate of the space can have as its
-        seconds (its floor)."""
-        bound = self.model.bound({})
-        return bound if bound.floor is None else replace(bound, seconds=bound.floor)
 
     def _floor(self, params: Mapping[str, Any]) -> float:
         """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
@@ -434,19 +428,16 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
     it by a launch's overhead: the first incumbent (:func:`first_candidate`), among the
     kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
     :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
-    have: the floor of the default strategy's whole space, and where tensor cores are offered
-    too, the launch alone, which every kernel pays (their root's bound takes seconds).
-    None where it is not, and a search must tell.
+    have (each model's ``least``). None where it is not, and a search must tell.
     On small problems the first incumbent's estimate is within a microsecond or two of that
     floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 1.9 us; AO->MO at n=16:
     0.5 us), where the search took seconds to rank candidates that differ by less than a
     launch."""
     g = find_gpu(gpu)
     started = time.perf_counter()
-    whole = Searcher(program, g, restrict=False)
-    lower = whole.least().seconds if len(offered(program, g)) == 1 else LAUNCH_SECONDS
-    stats = SearchStats(whole.space.size(), False, complete=False, candidates_scored=1,
-                        lower=lower)
+    wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
+    stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
+                        candidates_scored=1, lower=min(w.model.least() for w in wholes))
     for strategy, values in (QUICK, (DEFAULT_STRATEGY, None)):
         found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy,
                                 values=values, stats=stats)
