@@ -58,11 +58,10 @@ DIVE_INTERVAL = 250
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
 
-# What a small problem's kernel is first looked for among (at_once): the default strategy's
-# thread mapping without its staging and in one pass over the reduction, the kernels quickest
-# to generate and for PoCL to build (a ring step of extents 2-5: 0.2-0.4 s of generation
-# instead of 0.6-1.9 s; not unrolling would be quicker still, but it costs GEMM 64x80x48 7 us).
-QUICK = ("tiled", None)
+# The strategy a small problem's kernel is first looked for in (at_once): the default
+# strategy's thread mapping without its staging, the kernels quickest to generate and for PoCL
+# to build (a ring step of extents 2-5: 0.2-0.4 s of generation instead of 0.6-1.9 s).
+QUICK = "tiled"
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -403,17 +402,16 @@ def _merged(results: Sequence[SearchResult]) -> SearchResult:
 
 
 def first_candidate(program: Program, gpu: str | Gpu = "H100", *, max_nodes: int = 300,
-                    strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
+                    strategy: str = DEFAULT_STRATEGY,
                     stats: SearchStats | None = None) -> Candidate | None:
     """The search's first incumbent, one dive within ``max_nodes`` (over the searched values,
     then over all where those lead nowhere), or None: a step's cost for the path planner
     (:mod:`treduda.tuning.paths`), which compares hundreds of steps and cannot search each.
     A dive takes milliseconds; where small extents rule out the searched values, an
-    unbounded dive can take seconds backing out of dead ends. ``values`` narrows parameters
-    of ``strategy``; ``stats`` counts the nodes."""
+    unbounded dive can take seconds backing out of dead ends. ``stats`` counts the nodes."""
     for restrict in (True, False):
         try:
-            searcher = Searcher(program, gpu, strategy, values, restrict=restrict)
+            searcher = Searcher(program, gpu, strategy, restrict=restrict)
         except StrategyError:
             continue
         found = searcher._dive(stats or SearchStats(0, False), max_nodes=max_nodes)
@@ -429,18 +427,18 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
     kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
     :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
     have (each model's ``least``). None where it is not, and a search must tell.
-    On small problems the first incumbent's estimate is within a microsecond or two of that
-    floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 1.9 us; AO->MO at n=16:
-    0.5 us), where the search took seconds to rank candidates that differ by less than a
-    launch."""
+    On small problems the first incumbent's estimate is mostly within a microsecond of that
+    floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 0.5 us; AO->MO at n=16: 0.4
+    us), where the search took seconds to rank candidates that differ by less than a launch;
+    where a step's first incumbent reads across strides (AO->MO's middle index: 12 us against
+    a floor of 3.3), the search finds the good one."""
     g = find_gpu(gpu)
     started = time.perf_counter()
     wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
     stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
                         candidates_scored=1, lower=min(w.model.least() for w in wholes))
-    for strategy, values in (QUICK, (DEFAULT_STRATEGY, None)):
-        found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy,
-                                values=values, stats=stats)
+    for strategy in (QUICK, DEFAULT_STRATEGY):
+        found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy, stats=stats)
         if found is not None and found.prediction.seconds <= stats.lower + LAUNCH_SECONDS:
             stats.seconds = time.perf_counter() - started
             return Searcher(program, g, strategy, restrict=False)._result(found, [found], stats)
