@@ -20,26 +20,28 @@ HEAVY = ("islpy", "treduda.api", "treduda.tuning.model", "treduda.tuning.search"
          "pyopencl", "jinja2", "sympy")
 
 
-def loaded_by(code: str) -> list[str]:
-    """The modules of :data:`HEAVY` that a new process running ``code`` has imported."""
+def loaded_by(code: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    """The modules of ``heavy`` that a new process running ``code`` has imported."""
     done = subprocess.run(
         [sys.executable, "-c", f"{code}\nimport json, sys\nprint(json.dumps(sorted(sys.modules)))"],
         capture_output=True, text=True, check=True)
     modules = json.loads(done.stdout.splitlines()[-1])
-    return [m for m in modules if m.split(".")[0] in HEAVY or m.startswith(HEAVY)]
+    return [m for m in modules if m.split(".")[0] in heavy or m.startswith(heavy)]
 
 
-def test_import_treduda_loads_nothing_heavy():
-    assert loaded_by("import treduda") == []
+def test_import_treduda_and_the_command_lines_help_load_nothing_heavy():
+    assert loaded_by("import treduda", (*HEAVY, "numpy")) == []
+    help_ = ("import contextlib, io\nfrom treduda.app import cli\n"
+             "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+             "    cli.main(['--help'])")
+    assert loaded_by(help_, (*HEAVY, "numpy")) == []
 
 
-def test_the_command_lines_parser_and_cache_listing_load_nothing_heavy(tmp_path):
+def test_listing_the_tuning_cache_loads_nothing_heavy(tmp_path):
     path = tmp_path / "tuning.sqlite3"
     TuningCache(path).put(CacheKey.make("C[i]=A[i]", {"i": 4}, "float32", "C", "H100"),
                           {"strategy": "tiled", "params": {}, "seconds": 1e-6})
-    code = ("import contextlib, io\nfrom treduda.app import cli\n"
-            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
-            "    cli.main(['--help'])\n"
+    code = ("from treduda.app import cli\n"
             f"assert cli.main(['cache', 'list', '--path', {str(path)!r}]) == 0")
     assert loaded_by(code) == []
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from ..errors import TredudaError
-from ..frontend.dtypes import PRECISIONS
+from ..frontend.dtype_names import PRECISIONS
 from ..run.timing import REPEATS
 from ..suites import SUITE_CHOICES
 from ..tuning.budgets import BENCH_MAX_NODES

@@ -11,16 +11,13 @@ from pathlib import Path
 
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.contraction import analyse
-from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
+from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
 from ..tuning.budgets import DEFAULT_BUDGET
-from ..tuning.cache import TuningCache, default_path
-from ..tuning.gpus import gpu as find_gpu
-from ..tuning.gpus import table
 from .bench_cli import bench_arguments, bench_command, count, writable
 from .tune_cli import tune_arguments, tune_command
 
-# The library's compiling parts (isl, the model, the strategies) are imported by the commands
-# that use them, so that `treduda --help` and `treduda cache list` start at once.
+# The library's compiling parts (isl, the model, the strategies), and numpy, are imported by
+# the commands that use them, so that `treduda --help` and `treduda cache list` start at once.
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -203,6 +200,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "search":
         return _search(args)
     if args.command == "gpus":
+        from ..tuning.gpus import table
+
         print(table())
         return 0
     if args.command == "bench":
@@ -285,6 +284,7 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
 
 def _search(args: argparse.Namespace) -> int:
     from ..api import search, tuning_entry
+    from ..tuning.cache import default_path
     from ..tuning.policy import MEASURED
 
     sizes = _sizes(args)
@@ -320,6 +320,9 @@ def _search(args: argparse.Namespace) -> int:
 
 def _remembered(entry: dict, gpu: str) -> str:
     """A search's answer from the tuning cache: its winner alone, and where it came from."""
+    from ..tuning.cache import default_path
+    from ..tuning.gpus import gpu as find_gpu
+
     params = " ".join(f"{k}={v}" for k, v in entry["params"].items())
     measured = entry.get("measured") or {}
     timed = (f"; measured {measured['seconds'] * 1e3:.4f} ms on {measured.get('device')}"
@@ -354,6 +357,8 @@ class ProgressBar:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    from ..tuning.cache import TuningCache, default_path
+
     if args.path is not None and not Path(args.path).is_file():
         raise TredudaError(f"no tuning cache at {args.path}: the file does not exist (leave "
                            f"--path out for the default one, {default_path()})")

@@ -6,9 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import TredudaError
-from ..frontend.dtypes import DTYPES
+from ..frontend.dtype_names import DTYPES
 from ..suites import SUITE_CHOICES, rows
-from ..tuning.cache import TuningCache
 from .bench_cli import _ids, count, parallel_arguments
 
 
@@ -35,6 +34,7 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
 
 def tune_command(args: argparse.Namespace) -> int:
     """Run `treduda tune` from parsed arguments."""
+    from ..tuning.cache import TuningCache
     from . import tune  # the library's compiling parts: on use (cli.py)
     from .bench import Case, chosen, select
 

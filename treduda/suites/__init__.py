@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import TredudaError
-from ..frontend.dtypes import HIGHEST, TF32
+from ..frontend.dtype_names import HIGHEST, TF32
 
 
 @dataclass(frozen=True)
