@@ -7,8 +7,9 @@ Each case runs ``treduda.contract`` once, in a process of its own with a fresh t
 numpy arrays: the ring ``iab,jbc,kcd,lda`` (extents 2-5), the AO->MO transformation
 ``pqrs,pi,qj,rk,sl->ijkl`` at n=16, a chain of three matrices at n=40, GEMM 64x48x80, and every
 expression of opt_einsum's own test list (its ``tests/test_contract.py``, extents 2-7, as its
-``build_views`` makes them). It prints the first call's seconds (import apart) beside the same
-call on another checkout: ``--before DIR`` times it there (e.g. ``git archive 389b482 | tar -x
+``build_views`` makes them). It prints the first call's seconds, ``import treduda`` included
+(it loads the rest on first use, where it loaded everything before), beside the same call on
+another checkout: ``--before DIR`` times it there (e.g. ``git archive 389b482 | tar -x
 -C DIR``, the commit before issue 44, with ``DIR/treduda/strategies`` a link to
 ``DIR/strategies``), else the times come from ``benchmarks/data/first_call_before.json``,
 measured on the development machine (2 shared cores: compare the least of several runs).
@@ -36,17 +37,16 @@ NAMED = {
 # the result is numpy.einsum's).
 FIRST = r"""
 import json, sys, time
-started = time.perf_counter()
 import numpy as np
-import treduda
 from opt_einsum.testing import build_views
-imported = time.perf_counter() - started
 expr, extents = sys.argv[1], json.loads(sys.argv[2])
 letters = set(expr) - set(",->")
 dims = (None if extents is None else extents if isinstance(extents, dict)
         else dict.fromkeys(letters, extents))
 arrays = build_views(expr, dims)
 started = time.perf_counter()
+import treduda
+imported = time.perf_counter() - started
 result = treduda.contract(expr, *arrays)
 seconds = time.perf_counter() - started
 print(json.dumps({"import": imported, "first": seconds,
@@ -93,7 +93,8 @@ def main() -> None:
 
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     rows: dict = {}
-    print(f"{'case':40} {'first s':>8} {'before s':>8} {'import s':>8}  ok")
+    print(f"{'case':40} {'first s':>8} {'before s':>8} {'import s':>8}  ok  "
+          "(first: import treduda and the first call)")
     for name, (expr, extents) in cases(args.cases).items():
         if args.before:
             before[name] = min(first(expr, extents, args.before)["first"]

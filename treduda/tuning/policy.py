@@ -2,7 +2,8 @@
 
 :func:`tuned` is what ``compile`` asks. It looks the problem up in the tuning cache, trusts an
 entry whose kernel the kernel store holds (made by this code generator, so it passed the
-strategy's checks), re-checks any other against the parameter space, and otherwise searches
+strategy's checks), re-checks any other against the parameter space, and otherwise takes a
+small problem's first good candidate (:func:`~treduda.tuning.search.at_once`) or searches
 within a budget of work (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
@@ -112,7 +113,10 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
                                       if isinstance(value.get("params"), dict)]
     program = generate.program
-    result = searched(program, gpu, budget=budget, seeds=seeds)
+    # A small problem's first good candidate, where no other beats it by a launch's overhead
+    # (incremental tuning and measuring searches want rivals: they search).
+    quick = at_once(program, gpu) if _small(program) and not measure else None
+    result = quick or searched(program, gpu, budget=budget, seeds=seeds)
     check = needs_check(program, result)
     in_background = check and not measure
     if not in_background:
@@ -148,12 +152,8 @@ def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Gen
 def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
              budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = ()
              ) -> SearchResult:
-    """:func:`tuning_search`'s search, before any check: for a small problem the model's
-    first good candidate where no other can beat it by a launch's overhead
-    (:func:`~treduda.tuning.search.at_once`), else a search."""
+    """:func:`tuning_search`'s search, before any check."""
     small = _small(program)
-    if small and max_nodes is None and (found := at_once(program, gpu)) is not None:
-        return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
     if small and budget is not None:
         budget = min(budget, SMALL_PROBLEM_SECONDS)
