@@ -48,7 +48,7 @@ from .search_result import Candidate, SearchResult
 # work: tuning/budgets.py), where others search within DEFAULT_BUDGET.
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
-SMALL_PROBLEM_SECONDS = 0.2  # AO->MO at n=16: two steps searched, 5 s each within 0.9 s
+SMALL_PROBLEM_SECONDS = 0.2  # AO->MO at n=16: two steps searched, 5 s each in 0.9 s's work
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -114,8 +114,10 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
                                       if isinstance(value.get("params"), dict)]
     program = generate.program
     # A small problem's first good candidate, where no other beats it by a launch's overhead
-    # (incremental tuning and measuring searches want rivals: they search).
-    quick = at_once(program, gpu) if _small(program) and not measure else None
+    # (incremental tuning and measuring searches want rivals, and budget=None the complete
+    # search: they search).
+    quick = (at_once(program, gpu) if _small(program) and not measure and budget is not None
+             else None)
     result = quick or searched(program, gpu, budget=budget, seeds=seeds)
     check = needs_check(program, result)
     in_background = check and not measure
