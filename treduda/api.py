@@ -565,7 +565,8 @@ def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
     generate = _Generator(request.contraction, problem, request.sizes, gpu, store)
 
     def searched() -> tuple[SearchResult, dict[str, Any]]:
-        result = tuning_search(generate.program, gpu, generate=generate, budget=request.budget)
+        result = tuning_search(generate.program, gpu, generate=generate, budget=request.budget,
+                               rivals=True)
         return result, cache_value(result, "contract(tune='incremental')")
 
     def kept(strategy: str, params: Mapping[str, Any]) -> Kernel:
@@ -658,11 +659,11 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str) -> None:
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
                   generate: _Generator | None = None,
                   max_nodes: int | None = None,
-                  budget: float | None = DEFAULT_BUDGET) -> SearchResult:
+                  budget: float | None = DEFAULT_BUDGET, rivals: bool = False) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
     (``treduda tune`` runs the same one on a cluster): :func:`treduda.tuning.policy.
     tuning_search` within ``budget`` seconds (None: the complete search), its candidates'
-    kernels made here."""
+    kernels made here; ``rivals`` searches a small problem too."""
     gpu = find_gpu(gpu)
     return policy.tuning_search(program, gpu, measure, generate or _Generator.of(program, gpu),
-                                max_nodes, budget)
+                                max_nodes, budget, rivals=rivals)

@@ -113,12 +113,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
                                       if isinstance(value.get("params"), dict)]
     program = generate.program
-    # A small problem's first good candidate, where no other beats it by a launch's overhead
-    # (incremental tuning and measuring searches want rivals, and budget=None the complete
-    # search: they search).
-    quick = (at_once(program, gpu) if _small(program) and not measure and budget is not None
-             else None)
-    result = quick or searched(program, gpu, budget=budget, seeds=seeds)
+    result = searched(program, gpu, budget=budget, seeds=seeds, rivals=measure)
     check = needs_check(program, result)
     in_background = check and not measure
     if not in_background:
@@ -140,22 +135,30 @@ def _known(hit: dict, generate: Generator) -> bool:
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Generator,
                   max_nodes: int | None = None, budget: float | None = DEFAULT_BUDGET,
-                  seeds: Sequence[Mapping[str, Any]] = ()) -> SearchResult:
+                  seeds: Sequence[Mapping[str, Any]] = (), rivals: bool = False
+                  ) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
     (``treduda tune`` runs the same one on a cluster): within ``budget`` seconds (None: the
     complete search) and ``max_nodes`` nodes, :data:`SMALL_PROBLEM_BUDGET` for a small
     problem, starting from ``seeds`` too (the winners of similar sizes); ptxas checks the
     winner of a problem that is not small where its registers are near the cap
-    (:func:`worth_checking`)."""
-    result = searched(program, gpu, max_nodes, budget, seeds)
+    (:func:`worth_checking`). ``rivals`` (incremental tuning's) searches a small problem too,
+    for candidates to time."""
+    result = searched(program, gpu, max_nodes, budget, seeds, rivals or measure)
     return reranked(result, 0, measure, generate, check=needs_check(program, result))
 
 
 def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
-             budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = ()
-             ) -> SearchResult:
-    """:func:`tuning_search`'s search, before any check."""
+             budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = (),
+             rivals: bool = False) -> SearchResult:
+    """:func:`tuning_search`'s search, before any check: a small problem's first good
+    candidate where no other beats it by a launch's overhead
+    (:func:`~treduda.tuning.search.at_once`), unless ``rivals`` are wanted (to time them),
+    nodes are counted or the complete search (``budget=None``) is asked for."""
     small = _small(program)
+    if small and not rivals and max_nodes is None and budget is not None and (
+            found := at_once(program, gpu)) is not None:
+        return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
     if small and budget is not None:
         budget = min(budget, SMALL_PROBLEM_SECONDS)
