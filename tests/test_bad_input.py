@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.app import bench_cli
+from treduda.app import bench
 from treduda.app.cli import main
 from treduda.errors import (
     ArgumentError,
@@ -41,7 +41,7 @@ def nothing_runs(monkeypatch):
     monkeypatch.setattr(treduda.api, "build", ran("kernel generation"))
     monkeypatch.setattr(treduda.tuning.policy, "compile_cuda_batch", ran("nvcc"))
     monkeypatch.setattr(treduda.run.nvcc, "run_tool", ran("nvcc"))
-    monkeypatch.setattr(bench_cli.bench, "run", ran("the bench"))
+    monkeypatch.setattr(bench, "run", ran("the bench"))
 
 
 def a(*shape):

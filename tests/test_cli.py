@@ -120,16 +120,16 @@ def test_cache_lists_and_clears_tuned_entries(tmp_path, capsys):
     import treduda
 
     path = tmp_path / "tuning.sqlite3"
-    treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},
-                    cache=TuningCache(path))
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 30, "j": 20, "k": 10},
+                             cache=TuningCache(path))
     finish_background()  # the kernel store is written on the background thread
     assert main(["cache", "list", "--path", str(path)]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("1 entries") and "tiled+staged" in out and "i=30" in out
+    assert out.startswith("1 entries") and kernel.strategy in out and "i=30" in out
     assert "1 generated kernels in the kernel store" in out
     assert main(["cache", "list", "--kernels", "--path", str(path)]) == 0
     listed = capsys.readouterr().out.splitlines()[-1]
-    assert "tiled+staged" in listed and "i=30" in listed and "kB" in listed
+    assert kernel.strategy in listed and "i=30" in listed and "kB" in listed
     assert main(["cache", "clear", "--path", str(path)]) == 0
     assert "removed 1 entries and 1 stored kernels" in capsys.readouterr().out
     assert len(TuningCache(path)) == 0 and TuningCache(path).kernels() == 0

@@ -30,7 +30,7 @@ TRIED = 3  # candidates the tests try: few, each is generated and built on its f
 
 # What a new process reports after its first call (the cache named by $TREDUDA_CACHE).
 NEW_PROCESS = f"""
-import json, numpy as np, treduda
+import json, numpy as np, treduda, treduda.api, treduda.tuning.incremental
 treduda.tuning.incremental.SAMPLES = 1  # as the test that wrote the cache
 def unplanned(*args, **kwargs):
     raise AssertionError("planned with isl: the trials and the winner's kernel are stored")

@@ -76,6 +76,10 @@ def test_every_optimize_gives_numpy_einsums_result(optimize):
     assert np.allclose(planned(*arrays), np.einsum(expr, *arrays))
     if optimize is False:
         assert isinstance(planned.kernel, treduda.Kernel)
+    elif optimize == "auto":  # the model weighs one fused kernel against the split ones
+        (choice,) = planned.kernel.paths
+        assert len(planned.kernel.steps) == len(choice.chosen.steps)
+        assert {len(p.steps) for p in choice.considered} == {1, 2}
     else:
         assert len(planned.kernel.steps) == 2
 

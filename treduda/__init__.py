@@ -7,18 +7,48 @@
     gemm = treduda.contract_expression("ik,kj->ij", (64, 48), (48, 80)); C = gemm(a, b)
     plan = treduda.program("T[i,k] = A[i,j]*B[j,k]; D[i,l] = T[i,k]*C[k,l]"); plan(A=a, B=b, C=c)
     result = treduda.search("C[i,j] = A[i,k] * B[k,j]", sizes, gpu="H100")
+
+Names load on first use (isl, the model and the strategies take most of a second to import),
+so ``import treduda`` and the command line start at once.
 """
 
-from . import errors, strategies
-from .api import ContractExpression, compile, contract, contract_expression, program, search
-from .determinism import is_deterministic, use_deterministic
-from .frontend.contraction import analyse
-from .frontend.parse import parse
-from .kernel import Kernel
-from .polyhedral.strategy import ParamSpace, Strategy, register
-from .programs import Plan
-from .tuning.search_result import SearchResult
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+# Each public name and the module it comes from.
+_WHERE = {
+    "ContractExpression": "api", "compile": "api", "contract": "api",
+    "contract_expression": "api", "program": "api", "search": "api",
+    "is_deterministic": "determinism", "use_deterministic": "determinism",
+    "analyse": "frontend.contraction", "parse": "frontend.parse", "Kernel": "kernel",
+    "ParamSpace": "polyhedral.strategy", "Strategy": "polyhedral.strategy",
+    "register": "polyhedral.strategy", "Plan": "programs",
+    "SearchResult": "tuning.search_result",
+}
 
 __all__ = ["ContractExpression", "Kernel", "ParamSpace", "Plan", "SearchResult", "Strategy",
            "analyse", "compile", "contract", "contract_expression", "errors", "is_deterministic",
            "parse", "program", "register", "search", "strategies", "use_deterministic"]
+
+
+def __getattr__(name: str) -> Any:
+    """A public name (or a subpackage, such as ``treduda.strategies``), imported on first use."""
+    if name in _WHERE:
+        value = getattr(importlib.import_module(f".{_WHERE[name]}", __name__), name)
+    elif not name.startswith("__"):
+        try:
+            value = importlib.import_module(f".{name}", __name__)
+        except ModuleNotFoundError as error:
+            if error.name != f"{__name__}.{name}":
+                raise
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}") from None
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})

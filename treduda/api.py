@@ -90,8 +90,10 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     ``precision`` (float32 only) rounds the sums' inputs: ``"tf32"`` to TF32, ``"3xtf32"``
     into two TF32 pieces each (FP32 accuracy from TF32 products); ``"highest"`` is plain FP32.
     It fixes the numerics, not the unit: these kernels compute on FMA units.
-    ``budget`` is the search's time in seconds (None: the complete search, which can take
-    minutes; :func:`search` says how far a budgeted winner can be from the optimum).
+    ``budget`` is the search's budget in seconds, counted as work at a fixed rate
+    (:mod:`treduda.tuning.budgets`: the same pick on any machine and at any load; None: the
+    complete search, which can take minutes; :func:`search` says how far a budgeted winner can
+    be from the optimum).
     The kernel is kept for the process (:func:`_kept`): the same call again returns it at once,
     and so does :func:`contract` on arrays of these sizes. It is also kept in the tuning
     cache's kernel store (unless ``cache=False``): in a new process the same call loads it
@@ -135,9 +137,9 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
-    ``precision`` as for :func:`compile`. ``budget`` seconds bound the search (None: the
-    complete search); ``result.stats.lower`` and ``summary()`` say how far the winner can be
-    from the best estimate of the whole space.
+    ``precision`` as for :func:`compile`. ``budget`` seconds (as work, as for :func:`compile`)
+    bound the search (None: the complete search); ``result.stats.lower`` and ``summary()`` say
+    how far the winner can be from the best estimate of the whole space.
     """
     check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
                 measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
@@ -580,7 +582,8 @@ def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
     generate = _Generator(request.contraction, problem, request.sizes, gpu, store)
 
     def searched() -> tuple[SearchResult, dict[str, Any]]:
-        result = tuning_search(generate.program, gpu, generate=generate, budget=request.budget)
+        result = tuning_search(generate.program, gpu, generate=generate, budget=request.budget,
+                               rivals=True)
         return result, cache_value(result, "contract(tune='incremental')")
 
     def kept(strategy: str, params: Mapping[str, Any]) -> Kernel:
@@ -703,11 +706,11 @@ def _check_out(out: Any, shape: tuple[int, ...], dtype: str, casting: str) -> No
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
                   generate: _Generator | None = None,
                   max_nodes: int | None = None,
-                  budget: float | None = DEFAULT_BUDGET) -> SearchResult:
+                  budget: float | None = DEFAULT_BUDGET, rivals: bool = False) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
     (``treduda tune`` runs the same one on a cluster): :func:`treduda.tuning.policy.
     tuning_search` within ``budget`` seconds (None: the complete search), its candidates'
-    kernels made here."""
+    kernels made here; ``rivals`` searches a small problem too."""
     gpu = find_gpu(gpu)
     return policy.tuning_search(program, gpu, measure, generate or _Generator.of(program, gpu),
-                                max_nodes, budget)
+                                max_nodes, budget, rivals=rivals)

@@ -36,6 +36,7 @@ from ..polyhedral.geometry import AXES, decided, groups, split_index
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_supports
 from ..suites import SUITES, Row, load, scaled
+from ..tuning.budgets import BENCH_MAX_NODES
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
@@ -43,8 +44,6 @@ from ..tuning.search_result import SearchResult
 from ..tuning.walk import launch
 from .files import write_text
 
-DEFAULT_MAX_NODES = 3000
-SUITE_CHOICES = (*SUITES, "all")
 # Kernels per nvcc call: each call costs about a second of start-up, while one call for a whole
 # suite of large unrolled kernels could reach nvcc's time-out.
 NVCC_BATCH = 12
@@ -167,7 +166,7 @@ def chosen(cases: list[Case], where: str, ids: Sequence[str] | None = None,
 
 
 def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
-          max_nodes: int = DEFAULT_MAX_NODES, nvcc: bool | None = None,
+          max_nodes: int = BENCH_MAX_NODES, nvcc: bool | None = None,
           log: TextIO | None = None, rivals: int = 0, workers: int | None = None,
           scheduler: str | None = None) -> list[Outcome]:
     """Run every case (progress on ``log``), then ask nvcc about the full-size kernels.
@@ -543,7 +542,7 @@ def plot(outcomes: Sequence[Outcome], path: str, title: str, log: TextIO | None 
     return True
 
 
-def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = DEFAULT_MAX_NODES,
+def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int = BENCH_MAX_NODES,
         json_path: str | None = None, plot_path: str | None = None, title: str = "",
         nvcc: bool | None = None, out: TextIO | None = None, log: TextIO | None = None,
         rivals: int = 0, workers: int | None = None, scheduler: str | None = None) -> int:

@@ -9,9 +9,10 @@ import sys
 from collections.abc import Sequence
 
 from ..errors import TredudaError
-from ..frontend.dtypes import PRECISIONS
+from ..frontend.dtype_names import PRECISIONS
 from ..run.timing import REPEATS
-from . import bench, gpu_bench
+from ..suites import SUITE_CHOICES
+from ..tuning.budgets import BENCH_MAX_NODES
 from .files import writable
 
 # The element types `treduda bench --dtype` offers: those the suites' baselines (cuBLAS through
@@ -32,7 +33,7 @@ def count(text: str) -> int:
 
 def bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `treduda bench` (and of benchmarks/bench.py)."""
-    parser.add_argument("--suite", choices=bench.SUITE_CHOICES, default="tccg_fp32",
+    parser.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
                         help="the suite to run; all: every suite (rows named suite/id)")
     parser.add_argument("--gpu", default="H100", help="the GPU the model predicts for")
     parser.add_argument("--dtype", choices=BENCH_DTYPES,
@@ -46,7 +47,7 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", metavar="FILE", help="write a PNG bar plot (needs matplotlib)")
     parser.add_argument("--limit", type=count, metavar="N", help="run only the first N rows")
     parser.add_argument("--ids", type=_ids, metavar="ID,ID", help="run only these rows")
-    parser.add_argument("--max-nodes", type=count, default=bench.DEFAULT_MAX_NODES, metavar="N",
+    parser.add_argument("--max-nodes", type=count, default=BENCH_MAX_NODES, metavar="N",
                         help="the search's node budget per row (default %(default)s)")
     parser.add_argument("--gpu-time", action="store_true",
                         help="time each searched kernel on this machine's GPU beside "
@@ -77,6 +78,8 @@ def parallel_arguments(parser: argparse.ArgumentParser, what: str, workers: int 
 
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
+    from . import bench, gpu_bench  # the library's compiling parts: on use (cli.py)
+
     cases = bench.select(args.suite, args.ids, args.limit, args.dtype, args.precision)
     writable(args.json)
     writable(args.plot)
@@ -99,6 +102,8 @@ def bench_command(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    from . import bench
+
     parser = argparse.ArgumentParser(prog="bench", description=bench.__doc__.splitlines()[0])
     bench_arguments(parser)
     args = parser.parse_args(argv)

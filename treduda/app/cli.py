@@ -8,25 +8,21 @@ import sys
 import warnings
 from collections.abc import Sequence
 from pathlib import Path
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
-from .. import strategies
-from ..api import compile, program, search, tuning_entry
 from ..errors import ArgumentError, MissingSize, TredudaError
-from ..frontend.dtypes import DTYPES, HIGHEST, PRECISIONS
-from ..polyhedral.lower import plan
-from ..programs import statements
+from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
 from ..tuning.budgets import DEFAULT_BUDGET
-from ..tuning.cache import TuningCache, default_path
-from ..tuning.gpus import gpu as find_gpu
-from ..tuning.gpus import table
-from ..tuning.paths import many_factors
-from ..tuning.policy import MEASURED
 from .bench_cli import bench_arguments, bench_command, count
-from .demo import demo
 from .files import writable, write_text
 from .profile import profile_arguments, profile_command
 from .tune_cli import tune_arguments, tune_command
+
+if TYPE_CHECKING:
+    from ..tuning.cache import TuningCache
+
+# The library's compiling parts (isl, the model, the strategies), and numpy, are imported by
+# the commands that use them, so that `treduda --help` and `treduda cache list` start at once.
 
 
 def _size(text: str) -> tuple[str, int]:
@@ -69,7 +65,7 @@ def parser() -> argparse.ArgumentParser:
         "compile", help="print or write the CUDA kernel of an expression",
         description="Print or write the CUDA kernel of an expression. Without --strategy and "
                     "-p it searches for the fastest kernel on --gpu (as `treduda search` does, "
-                    "within a time budget), or takes the tuning cache's answer from an earlier "
+                    "within a budget), or takes the tuning cache's answer from an earlier "
                     "search; with --symbolic it takes the default strategy.")
     _problem_arguments(c)
     c.add_argument("--strategy", default=None, metavar="NAME",
@@ -120,7 +116,8 @@ def parser() -> argparse.ArgumentParser:
     f.add_argument("--fresh", action="store_true",
                    help="search again even where the tuning cache has an answer (and replace it)")
     f.add_argument("--budget", type=float, default=DEFAULT_BUDGET, metavar="SECONDS",
-                   help=f"CPU seconds of search (default {DEFAULT_BUDGET}); the summary says "
+                   help=f"seconds of search on the development machine, as a fixed amount of work "
+                        f"(default {DEFAULT_BUDGET}): the same pick anywhere; the summary says "
                         "how far from the best of the space the winner can be")
     f.add_argument("--complete", action="store_true",
                    help="search the whole space, however long it takes (minutes for a TCCG row)")
@@ -218,6 +215,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "compile":
         return _compile(args)
     if args.command == "strategies":
+        from .. import strategies
+
         for name, description in strategies.available().items():
             print(f"{name:20} {description}")
         print("\nChain a tiling with staging as tiled+staged; `treduda space EXPR -s ... "
@@ -228,6 +227,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "search":
         return _search(args)
     if args.command == "gpus":
+        from ..tuning.gpus import table
+
         print(table())
         return 0
     if args.command == "bench":
@@ -237,16 +238,22 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "tune":
         return tune_command(args)
     if args.command == "profile":
+        from ..api import compile
+
         return profile_command(args, compile(
             args.expression, _sizes(args), dtype=args.dtype, layout=args.layout,
             strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
             precision=args.precision))
+    from .demo import demo
+
     return demo(args.out, args.source)
 
 
 def _sizes(args: argparse.Namespace) -> dict[str, int]:
     """The -s sizes, each index of the expression's statements given one unless --symbolic
     makes them all kernel arguments (a missing one is said in the command line's words)."""
+    from ..programs import statements
+
     sizes = dict(args.size)
     parts = statements(args.expression)
     indices = list(dict.fromkeys(index for part in parts for index in part.indices))
@@ -271,6 +278,10 @@ def _sizes(args: argparse.Namespace) -> dict[str, int]:
 
 
 def _compile(args: argparse.Namespace) -> int:
+    from ..api import compile
+    from ..programs import statements
+    from ..tuning.paths import many_factors
+
     writable(args.out)
     optimize = {"false": False, "true": True}.get(args.optimize.lower(), args.optimize)
     parts = statements(args.expression)
@@ -295,6 +306,8 @@ def _emit(text: str, path: str | None, made: object) -> int:
 
 def _compile_program(args: argparse.Namespace, optimize: object) -> int:
     """Several statements, or a product split along a path: one .cu file for all kernels."""
+    from ..api import program
+
     if args.symbolic or args.opencl:
         raise ArgumentError("a program (several statements, or a product of three or more "
                             "tensors) is planned for fixed sizes and printed as CUDA; drop "
@@ -308,6 +321,10 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
 
 
 def _search(args: argparse.Namespace) -> int:
+    from ..api import search, tuning_entry
+    from ..tuning.cache import TuningCache, default_path
+    from ..tuning.policy import MEASURED
+
     sizes = _sizes(args)
     writable(args.json)
     if not (args.fresh or args.json):
@@ -342,6 +359,9 @@ def _search(args: argparse.Namespace) -> int:
 
 def _remembered(entry: dict, gpu: str) -> str:
     """A search's answer from the tuning cache: its winner alone, and where it came from."""
+    from ..tuning.cache import default_path
+    from ..tuning.gpus import gpu as find_gpu
+
     params = " ".join(f"{k}={v}" for k, v in entry["params"].items())
     measured = entry.get("measured") or {}
     timed = (f"; measured {measured['seconds'] * 1e3:.4f} ms on {measured.get('device')}"
@@ -376,6 +396,8 @@ class ProgressBar:
 
 
 def _cache(args: argparse.Namespace) -> int:
+    from ..tuning.cache import TuningCache, default_path
+
     if args.path is not None and not Path(args.path).is_file():
         raise TredudaError(f"no tuning cache at {args.path}: the file does not exist (leave "
                            f"--path out for the default one, {default_path()})")
@@ -434,6 +456,9 @@ def _check(cache: TuningCache, repair: bool) -> int:
 
 
 def _space(args: argparse.Namespace) -> int:
+    from .. import strategies
+    from ..polyhedral.lower import plan
+
     program = plan(args.expression, _sizes(args), args.layout, args.dtype,
                    symbolic=args.symbolic, precision=args.precision)
     strategy = strategies.get(args.strategy)

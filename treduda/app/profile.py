@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import argparse
 import math
+from typing import TYPE_CHECKING
 
 from ..errors import BackendUnavailable
-from ..kernel import Kernel
-from ..run.counters import Counters
 from .bench_cli import count
+
+if TYPE_CHECKING:  # the command line imports no compiler part before a command needs it
+    from ..kernel import Kernel
+    from ..run.counters import Counters
 
 DEFAULT_STEPS = 4  # main-loop iterations per emulated block: enough to see the pattern
 

@@ -6,11 +6,8 @@ import argparse
 from pathlib import Path
 
 from ..errors import TredudaError
-from ..frontend.dtypes import DTYPES
-from ..suites import rows
-from ..tuning.cache import TuningCache
-from . import tune
-from .bench import SUITE_CHOICES, Case, chosen, select
+from ..frontend.dtype_names import DTYPES
+from ..suites import SUITE_CHOICES, rows
 from .bench_cli import _ids, count, parallel_arguments
 
 
@@ -39,6 +36,10 @@ def tune_arguments(parser: argparse.ArgumentParser) -> None:
 
 def tune_command(args: argparse.Namespace) -> int:
     """Run `treduda tune` from parsed arguments."""
+    from ..tuning.cache import TuningCache
+    from . import tune  # the library's compiling parts: on use (cli.py)
+    from .bench import Case, chosen, select
+
     if args.file:
         try:
             found = rows(Path(args.file).read_text())

@@ -34,9 +34,8 @@ import ml_dtypes  # noqa: F401  registers numpy's "bfloat16"
 import numpy as np
 
 from ..errors import DtypeError
+from .dtype_names import DTYPES, HIGHEST, PRECISIONS, TF32, TF32X3
 
-DTYPES = ("float32", "float64", "complex64", "complex128", "int32", "int64", "float16",
-          "bfloat16")
 BFLOAT16 = np.dtype("bfloat16")  # ml_dtypes' type: numpy's arrays of it, and CuPy's (14 on)
 INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
 ARRAY_KINDS = "biufc"  # numpy dtype kinds an array may have: bool, integers, floats, complex
@@ -68,8 +67,6 @@ class Stored:
 STORED = {"float16": Stored("float32", 2.0**-11, 2.0**-24),
           "bfloat16": Stored("float32", 2.0**-8, 2.0**-133)}
 
-HIGHEST, TF32, TF32X3 = "highest", "tf32", "3xtf32"
-PRECISIONS = (HIGHEST, TF32, TF32X3)
 TF32_ROUNDOFF = 2.0**-11  # TF32 keeps 10 mantissa bits, as float16 does
 # Relative error of each input as a product sees it: TF32 rounds it; 3xTF32's two pieces hold
 # it but for the residual's own rounding (2^-11 of a residual at most 2^-11 of the value).

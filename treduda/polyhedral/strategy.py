@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import importlib
 import math
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -418,13 +419,21 @@ def register(cls: type[Strategy]) -> type[Strategy]:
     return cls
 
 
+def _built_in() -> None:
+    """Register the built-in strategies (``treduda.strategies``, which ``import treduda`` no
+    longer loads: it is loaded on first use)."""
+    importlib.import_module("treduda.strategies")
+
+
 def available() -> dict[str, str]:
     """Registered strategies: name -> one-line description. Chain them with '+'."""
+    _built_in()
     return {name: cls.description for name, cls in sorted(_REGISTRY.items())}
 
 
 def get(name: str, limits: Limits | None = None) -> Strategy:
     """A strategy by name; ``"a+b"`` composes registered strategies a and b."""
+    _built_in()
     parts = [p.strip() for p in name.split("+")]
     unknown = [p for p in parts if p not in _REGISTRY]
     if unknown:

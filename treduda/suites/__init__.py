@@ -12,7 +12,7 @@ import math
 from dataclasses import dataclass
 
 from ..errors import TredudaError
-from ..frontend.dtypes import HIGHEST, TF32
+from ..frontend.dtype_names import HIGHEST, TF32
 
 
 @dataclass(frozen=True)
@@ -37,6 +37,7 @@ SUITES = {
     "tccg_bf16": Suite("tccg_fp32.tsv", "bfloat16"),
     "tccg_tf32": Suite("tccg_fp32.tsv", "float32", TF32),
 }
+SUITE_CHOICES = (*SUITES, "all")  # what `treduda bench --suite` and `tune --suite` take
 
 
 @dataclass(frozen=True)

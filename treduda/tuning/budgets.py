@@ -1,43 +1,85 @@
-"""What a search's time budget counts, and how the search shares it.
+"""What a search's budget counts, and how the search shares it.
 
-A budget is CPU seconds of the searching thread (:data:`clock`), read every few nodes
-(:func:`expired`); the tree search (:mod:`treduda.tuning.search`) takes a share of it, first
-over every declared value and then over the suggested ones, and the local search
-(:mod:`treduda.tuning.local_search`) the rest. Both read the clock as ``budgets.clock`` so
-that a test can replace it in one place.
+A budget is work, not time: the model's predictions the search makes (:class:`Work`), so
+that the same inputs give the same pick on any machine, at any load, in any process; a budget
+of CPU seconds bought less search on a loaded machine, and three idle processes picked GEMM
+4096^3's ``double_buffer`` differently. Users still give it in seconds (``budget=``): a fixed
+rate (:data:`WORK_PER_SECOND`, measured once on the development machine, never at run time)
+turns seconds into work, so a budget takes about that long on that machine and the same work
+everywhere. The tree search (:mod:`treduda.tuning.search`) takes a share of it, first over
+every declared value and then over the suggested ones, and the local search
+(:mod:`treduda.tuning.local_search`) the rest.
 """
 
 from __future__ import annotations
 
-import time
+import math
+from collections.abc import Mapping
 
-# CPU seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search). From 0.8 s to 1.0 s the picks on GEMM 4096^3 and tccg_01/03/15/28/33 are
-# within 1.5% of the best that minutes of search find (at 0.9 s: 1.000, 1.010, 1.010, 1.007,
-# 1.007, 1.015); at 0.7 s tccg_28's is 17% off, its tree over the suggested values cut short
-# (benchmarks/search_budget.py). 0.9 s keeps GEMM 4096^3's first call under a second here
-# (its search ends at 0.70 s of 0.9, 0.76 of 1.0; generating its kernel takes 0.22 s).
+# The seconds of search compile(), contract() and search() spend by default (budget=None: the
+# complete search), as work (WORK_PER_SECOND). From 0.8 s to 1.0 s of CPU the picks on GEMM
+# 4096^3 and tccg_01/03/15/28/33 were within 1.5% of the best that minutes of search find (at
+# 0.9 s: 1.000, 1.010, 1.010, 1.007, 1.007, 1.015); at 0.7 s tccg_28's was 17% off, its tree
+# over the suggested values cut short (benchmarks/search_budget.py).
 DEFAULT_BUDGET = 0.9
 
-# What a budget counts: the CPU seconds of the thread that searches, so that a search finds the
-# same winner whatever else shares the cores (on two shared cores its wall time can be several
-# times more). time.process_time() took 64 us a call there, thread_time() under 1 us.
-clock = time.thread_time
+# The work of one prediction of the model's bound (a node's floor makes one for each order of
+# the indices it leaves open: an AO->MO step's shallow nodes, dozens) and of its estimate (a
+# candidate's score): in default searches on the development machine a bound's prediction
+# took 0.9-1.4 ms of profiled CPU, an estimate 1.9-3.0 ms (tccg_03, GEMM 4096^3).
+BOUND_WORK = 1
+ESTIMATE_WORK = 3
+# The work a second of budget buys: what the development machine (2 cores, shared with other
+# jobs) did in a CPU second of default searches of GEMM 4096^3 and tccg_01/03/28 (3200-7100;
+# GEMM's estimates cost the most), so that GEMM 4096^3's search takes about the budget.
+WORK_PER_SECOND = 4000
 
-# The clock is read every this many nodes (reading it can yield the core to another process).
-CLOCK_EVERY = 8
+# Problems of fewer points in their iteration space are small: their candidates differ by
+# microseconds, the model's first good candidate is taken at once (search.at_once), and a path
+# costs their steps by the floor of their whole space (paths.py).
+SMALL_PROBLEM = 10_000_000
 
 
-def expired(deadline: float | None, count: int) -> bool:
-    """Whether ``deadline`` (of :data:`clock`) has passed, read every :data:`CLOCK_EVERY`th
-    ``count``."""
-    return deadline is not None and count % CLOCK_EVERY == 0 and clock() >= deadline
+def small(sizes: Mapping[str, int]) -> bool:
+    """Whether a problem of these extents is small (:data:`SMALL_PROBLEM`)."""
+    return math.prod(sizes.values()) < SMALL_PROBLEM
 
 
-# Under a time budget, the share of it the tree search takes; local search takes the rest. At 0.6
+# The node budget of each row's search in `treduda bench`, so that one row cannot run away.
+BENCH_MAX_NODES = 3000
+
+# Under a budget, the share of it the tree search takes; local search takes the rest. At 0.6
 # of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
 # of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
 SEARCH_SHARE = 0.5
-# Under a time budget over every declared value, the share of the tree's time spent on the
+# Under a budget over every declared value, the share of the tree's work spent on the
 # values the strategies suggest (Searcher._two_spaces).
 SUGGESTED_SHARE = 0.7
+
+
+def work_of(seconds: float) -> int:
+    """The work ``seconds`` of budget buy (:data:`WORK_PER_SECOND`), the same everywhere."""
+    return round(max(seconds, 0.0) * WORK_PER_SECOND)
+
+
+class Work:
+    """The work one search has done so far: the model's predictions, weighted
+    (:data:`BOUND_WORK`, :data:`ESTIMATE_WORK`). The two tree searches of a budgeted search
+    (:meth:`~treduda.tuning.search.Searcher._two_spaces`) count on one."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        self.done = 0
+
+    def deadline(self, seconds: float | None, share: float = 1.0) -> int | None:
+        """When ``share`` of a budget of ``seconds`` (None: no budget) started now ends."""
+        return None if seconds is None else self.done + round(work_of(seconds) * share)
+
+    def halfway(self, deadline: int | None) -> int | None:
+        """Half way from now to ``deadline``."""
+        return None if deadline is None else self.done + max(deadline - self.done, 0) // 2
+
+    def spent(self, deadline: int | None) -> bool:
+        """Whether the work has reached ``deadline`` (never, for None)."""
+        return deadline is not None and self.done >= deadline

@@ -26,13 +26,15 @@ from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from treduda.errors import TredudaError
 from treduda.frontend.contraction import Contraction
 from treduda.frontend.dtypes import HIGHEST
 from treduda.frontend.identity import Identity
-from treduda.polyhedral.lower import Program
+
+if TYPE_CHECKING:
+    from treduda.polyhedral.lower import Program
 
 SCHEMA_VERSION = 1
 """Stored in every row; bump it when the meaning of keys or values changes."""

@@ -14,7 +14,6 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from ..polyhedral.geometry import AXES
-from . import budgets
 from .search_result import Candidate, SearchStats, identity
 
 # A dive scores every completion of a node with at most this many below it (the buffers and
@@ -25,11 +24,11 @@ FINISH = 128
 
 class LocalSearch:
     """The local search of :class:`~treduda.tuning.search.Searcher`, which mixes it in: it
-    reads the searcher's ``space`` and scores through its ``candidate``, ``_dive`` and
-    ``_below``."""
+    reads the searcher's ``space`` and ``work`` and scores through its ``candidate``, ``_dive``
+    and ``_below``."""
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
-                limit: int, deadline: float | None = None) -> Candidate:
+                limit: int, deadline: int | None = None) -> Candidate:
         """Local search after the tree, from the best candidate of every mapping (the first
         decision), within ``limit`` candidates and ``deadline``. First a race for half of
         them: the seed that is fastest now moves to a faster neighbour (one change, or the
@@ -46,8 +45,7 @@ class LocalSearch:
         seeds = self._seeds(scored, stats, deadline)
         cap = stats.polished + limit
         race = (stats.polished + limit // 2,  # half of what the seeds' dives left
-                None if deadline is None
-                else budgets.clock() + max(deadline - budgets.clock(), 0.0) / 2)
+                self.work.halfway(deadline))
         heap = [(c.key(), c) for c in seeds]
         heapq.heapify(heap)
         while heap:  # (key, candidate): keys differ (they end with the parameters' text)
@@ -63,7 +61,7 @@ class LocalSearch:
         return self._climb(best, scored, seen, stats, cap, deadline)
 
     def _seeds(self, scored: list[Candidate], stats: SearchStats,
-               deadline: float | None = None) -> list[Candidate]:
+               deadline: int | None = None) -> list[Candidate]:
         """The best scored candidate of every value of the first decision, a dive from it
         where none was scored."""
         first = self.space.parameters[0].name
@@ -80,7 +78,7 @@ class LocalSearch:
         return list(seeds.values())
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
-               stats: SearchStats, cap: int, deadline: float | None = None) -> Candidate:
+               stats: SearchStats, cap: int, deadline: int | None = None) -> Candidate:
         """Hill climbing: move to a faster neighbour (:meth:`_step`, up to two changes) until
         none is (a local optimum) or :attr:`SearchStats.polished` reaches ``cap``. On TCCG's
         rows the best kernels lie close to a good incumbent, in a few coupled changes (a
@@ -90,14 +88,14 @@ class LocalSearch:
             best = faster
         return best
 
-    @staticmethod
-    def _spent(stats: SearchStats, cap: int, deadline: float | None) -> bool:
-        """Whether the local search has scored ``cap`` candidates or reached ``deadline``."""
-        return stats.polished >= cap or deadline is not None and budgets.clock() >= deadline
+    def _spent(self, stats: SearchStats, cap: int, deadline: int | None) -> bool:
+        """Whether the local search has scored ``cap`` candidates or its work reached
+        ``deadline``."""
+        return stats.polished >= cap or self.work.spent(deadline)
 
     def _step(self, best: Candidate, scored: list[Candidate], seen: set[str],
               stats: SearchStats, level: int, cap: int,
-              deadline: float | None) -> Candidate | None:
+              deadline: int | None) -> Candidate | None:
         """The first neighbour of ``best`` not ``seen`` yet that is faster, scoring the
         neighbourhoods of :meth:`_neighbours` up to ``level`` in turn (one change or a trade,
         the last decisions together, two changes); None at a local optimum of those, or

@@ -61,7 +61,7 @@ from ..strategies.tensorcore import TensorCore
 from .gpus import Gpu
 from .model import Model
 from .occupancy import blocks_per_sm
-from .prediction import Compiled, Prediction, combined, unfit
+from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -120,6 +120,7 @@ class TensorCoreModel:
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = (widths[a], widths[b])
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+        self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
 
@@ -129,6 +130,7 @@ class TensorCoreModel:
         completions = [self._resources(tuple(sorted(p.items())))
                        for p in self.space.points(params)
                        if all(p[name] in self.values[name] for name in p)]
+        self.evaluations += len(completions)
         fitting = [r for r in completions if r is not None]
         if not fitting:
             return unfit(self.flops)
@@ -139,11 +141,17 @@ class TensorCoreModel:
                           f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
                           self.flops, floor=floor)
 
+    def least(self) -> float:
+        """A lower bound on every candidate's estimate, without enumerating them (the root's
+        bound does, in seconds): the launch and the compulsory DRAM traffic."""
+        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
+
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
         the register estimate."""
         self.space.check(params)
+        self.evaluations += 1
         found = self._resources(tuple(sorted(params.items())),
                                 compiled.registers if compiled else None)
         if found is None:

@@ -77,6 +77,9 @@ class Model(Counts):
         self.values = values
         self.strategy.geometry(program, {}, values)  # one that does not describe itself fails
         super().__init__(program, gpu)
+        # Predictions made (one per order a bound considers): the work a search's budget
+        # counts (treduda.tuning.budgets), the same in any process whatever is remembered.
+        self.evaluations = 0
 
     # -- the public face ---------------------------------------------------------------------
 
@@ -93,6 +96,11 @@ class Model(Counts):
         if len(bounds) == 1:
             return least
         return replace(least, floor=min(p.floor for p in bounds))
+
+    def least(self) -> float:
+        """The least estimate any candidate can have: the root's floor."""
+        bound = self.bound({})
+        return bound.seconds if bound.floor is None else bound.floor
 
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
@@ -121,6 +129,7 @@ class Model(Counts):
     # -- the resources -------------------------------------------------------------------------
 
     def _predict(self, o: _Optimist, exact: bool) -> Prediction:
+        self.evaluations += 1
         g = self.gpu
         clock = g.clock_ghz * 1e9
         per_output = self.iterations / 32  # warp multiply-adds per output element

@@ -2,8 +2,9 @@
 
 :func:`tuned` is what ``compile`` asks. It looks the problem up in the tuning cache, trusts an
 entry whose kernel the kernel store holds (made by this code generator, so it passed the
-strategy's checks), re-checks any other against the parameter space, and otherwise searches
-within a time budget (:func:`tuning_search`), re-ranks the winner by ptxas's registers
+strategy's checks), re-checks any other against the parameter space, and otherwise takes a
+small problem's first good candidate (:func:`~treduda.tuning.search.at_once`) or searches
+within a budget of work (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
 ptxas's check of a winner whose registers are near the cap takes a second or more (nvcc, and
@@ -19,7 +20,6 @@ the program and for the kernels of candidates, which it may take from the kernel
 
 from __future__ import annotations
 
-import math
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -33,24 +33,22 @@ from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
+from . import budgets
 from .budgets import DEFAULT_BUDGET
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .mma_model import model_of
 from .prediction import Compiled
-from .search import search_program
+from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
-# microseconds): they stop early with the best found so far; others search within a time
-# budget (DEFAULT_BUDGET seconds, tuning/budgets.py).
-SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its time budget (tests replay it)
-SMALL_PROBLEM = 10_000_000  # points in the iteration space
+# microseconds) where their first good candidate is not taken at once (search.at_once): they
+# stop early with the best found so far, within at most SMALL_PROBLEM_SECONDS of budget (as
+# work: tuning/budgets.py), where others search within DEFAULT_BUDGET.
+SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
-# ... and their time budget is only a backstop, so that the node budget alone decides: where
-# the clock stopped them (a loaded machine runs fewer nodes per CPU second) two processes
-# searched one problem to different winners.
-SMALL_PROBLEM_SECONDS = 30.0
+SMALL_PROBLEM_SECONDS = 0.2  # AO->MO at n=16: two steps searched, 5 s each in 0.9 s's work
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -116,7 +114,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
                                       if isinstance(value.get("params"), dict)]
     program = generate.program
-    result = searched(program, gpu, budget=budget, seeds=seeds)
+    result = searched(program, gpu, budget=budget, seeds=seeds, rivals=measure)
     check = needs_check(program, result)
     in_background = check and not measure
     if not in_background:
@@ -138,30 +136,38 @@ def _known(hit: dict, generate: Generator) -> bool:
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool, generate: Generator,
                   max_nodes: int | None = None, budget: float | None = DEFAULT_BUDGET,
-                  seeds: Sequence[Mapping[str, Any]] = ()) -> SearchResult:
+                  seeds: Sequence[Mapping[str, Any]] = (), rivals: bool = False
+                  ) -> SearchResult:
     """The search compile() runs for ``program`` when neither strategy nor params are given
     (``treduda tune`` runs the same one on a cluster): within ``budget`` seconds (None: the
     complete search) and ``max_nodes`` nodes, :data:`SMALL_PROBLEM_BUDGET` for a small
     problem, starting from ``seeds`` too (the winners of similar sizes); ptxas checks the
     winner of a problem that is not small where its registers are near the cap
-    (:func:`worth_checking`)."""
-    result = searched(program, gpu, max_nodes, budget, seeds)
+    (:func:`worth_checking`). ``rivals`` (incremental tuning's) searches a small problem too,
+    for candidates to time."""
+    result = searched(program, gpu, max_nodes, budget, seeds, rivals or measure)
     return reranked(result, 0, measure, generate, check=needs_check(program, result))
 
 
 def searched(program: Program, gpu: str | Gpu, max_nodes: int | None = None,
-             budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = ()
-             ) -> SearchResult:
-    """:func:`tuning_search`'s search, before any check."""
+             budget: float | None = DEFAULT_BUDGET, seeds: Sequence[Mapping[str, Any]] = (),
+             rivals: bool = False) -> SearchResult:
+    """:func:`tuning_search`'s search, before any check: a small problem's first good
+    candidate where no other beats it by a launch's overhead
+    (:func:`~treduda.tuning.search.at_once`), unless ``rivals`` are wanted (to time them),
+    nodes are counted or the complete search (``budget=None``) is asked for."""
     small = _small(program)
+    if small and not rivals and max_nodes is None and budget is not None and (
+            found := at_once(program, gpu)) is not None:
+        return found
     nodes = max_nodes or (SMALL_PROBLEM_BUDGET if small else None)
     if small and budget is not None:
-        budget = max(budget, SMALL_PROBLEM_SECONDS)
+        budget = min(budget, SMALL_PROBLEM_SECONDS)
     return search_program(program, gpu, max_nodes=nodes, budget=budget, seeds=seeds)
 
 
 def _small(program: Program) -> bool:
-    return math.prod(program.sizes.values()) < SMALL_PROBLEM
+    return budgets.small(program.sizes)
 
 
 def worth_checking(program: Program, result: SearchResult) -> bool:

@@ -34,12 +34,20 @@ from ..errors import StrategyError
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 from ..strategies import get as get_strategy
-from . import budgets, mma_model
-from .budgets import DEFAULT_BUDGET, SEARCH_SHARE, SUGGESTED_SHARE, expired
+from . import mma_model
+from .budgets import (
+    BOUND_WORK,
+    DEFAULT_BUDGET,
+    ESTIMATE_WORK,
+    SEARCH_SHARE,
+    SUGGESTED_SHARE,
+    Work,
+)
 from .gpus import Gpu
 from .gpus import gpu as find_gpu
 from .local_search import FINISH, LocalSearch
 from .mma_model import model_of
+from .prediction import LAUNCH_SECONDS, Prediction
 from .search_result import TENSOR_CORES, Candidate, SearchResult, SearchStats, identity
 
 # Under a node budget, every this many nodes the search dives from the open node with the lowest
@@ -49,6 +57,11 @@ DIVE_INTERVAL = 250
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
+
+# The strategy a small problem's kernel is first looked for in (at_once): the default
+# strategy's thread mapping without its staging, the kernels quickest to generate and for PoCL
+# to build (a ring step of extents 2-5: 0.2-0.4 s of generation instead of 0.6-1.9 s).
+QUICK = "tiled"
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -61,7 +74,8 @@ class Searcher(LocalSearch):
 
     def __init__(self, program: Program, gpu: str | Gpu = "H100",
                  strategy: str = DEFAULT_STRATEGY, values: Mapping[str, tuple] | None = None,
-                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = ()):
+                 restrict: bool = True, seeds: Sequence[Mapping[str, Any]] = (),
+                 work: Work | None = None):
         if program.symbolic:
             raise StrategyError("the search ranks kernels for fixed sizes; plan the program "
                                 "with sizes, not symbolic=True")
@@ -97,6 +111,7 @@ class Searcher(LocalSearch):
             for p in self.space.parameters)
         names = {p.name for p in self.space.parameters}  # a search may rank several strategies
         self.seeds = tuple(dict(seed) for seed in seeds if set(seed) <= names)
+        self.work = Work() if work is None else work  # what a budget counts (budgets.py)
 
     def seeded(self, stats: SearchStats) -> list[Candidate]:
         """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
@@ -112,12 +127,23 @@ class Searcher(LocalSearch):
         return found
 
     def candidate(self, params: Mapping[str, Any], with_bound: bool = True) -> Candidate:
-        bound = self.model.bound(params).seconds if with_bound else None
-        return Candidate(self.strategy.name, dict(params), self.model.estimate(params), bound)
+        bound = self._charged(BOUND_WORK, self.model.bound, params).seconds if with_bound \
+            else None
+        return Candidate(self.strategy.name, dict(params),
+                         self._charged(ESTIMATE_WORK, self.model.estimate, params), bound)
+
+    def _charged(self, weight: int, evaluate: Callable[[Mapping[str, Any]], Prediction],
+                 params: Mapping[str, Any]) -> Prediction:
+        """``evaluate(params)``, its predictions (``model.evaluations``: a bound makes one per
+        order it leaves open) counted as ``weight`` work each in :attr:`work`."""
+        before = self.model.evaluations
+        found = evaluate(params)
+        self.work.done += weight * max(1, self.model.evaluations - before)
+        return found
 
     def _floor(self, params: Mapping[str, Any]) -> float:
         """The least estimate of any completion of ``params`` (:attr:`Prediction.floor`)."""
-        bound = self.model.bound(params)
+        bound = self._charged(BOUND_WORK, self.model.bound, params)
         return bound.seconds if bound.floor is None else bound.floor
 
     def exhaustive(self) -> SearchResult:
@@ -134,8 +160,8 @@ class Searcher(LocalSearch):
     def branch_and_bound(self, progress: Progress | None = None,
                          max_nodes: int | None = None,
                          budget: float | None = None) -> SearchResult:
-        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` CPU seconds
-        (:data:`~treduda.tuning.budgets.clock`) stop it early
+        """Best-first branch and bound; ``max_nodes`` nodes or ``budget`` seconds (as work:
+        :func:`~treduda.tuning.budgets.work_of`) stop it early
         (the stats say so, and how far from the space's optimum its winner can be at most).
 
         Under a budget, :data:`SEARCH_SHARE` of it goes to the tree (over every declared value
@@ -143,20 +169,21 @@ class Searcher(LocalSearch):
         around the best candidates found (:meth:`_polish`). Without either, the search is
         complete; it starts from the winner of a search within :data:`DEFAULT_BUDGET`, whose
         estimate cuts most of the tree at once."""
-        started = budgets.clock()
+        started = time.perf_counter()
         if budget is not None and self._wider:
             return self._two_spaces(progress, max_nodes, budget)
-        deadline = None if budget is None else started + max(budget, 0.0) * SEARCH_SHARE
-        best, scored, stats, floors = self._tree(progress, max_nodes, deadline)
+        end = self.work.deadline(budget)
+        best, scored, stats, floors = self._tree(progress, max_nodes,
+                                                 self.work.deadline(budget, SEARCH_SHARE))
         if not stats.complete:
-            best = self._polish(best, scored, stats, self._limit(max_nodes),
-                                None if budget is None else started + budget)
+            best = self._polish(best, scored, stats, self._limit(max_nodes), end)
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _tree(self, progress: Progress | None, max_nodes: int | None,
-              deadline: float | None) -> tuple[Candidate, list[Candidate], SearchStats,
+              deadline: int | None) -> tuple[Candidate, list[Candidate], SearchStats,
                                                list[float]]:
-        """The branch and bound itself, until ``max_nodes`` nodes or ``deadline``: its best
+        """The branch and bound itself, until ``max_nodes`` nodes or the ``deadline`` of its
+        work (:class:`~treduda.tuning.budgets.Work`): its best
         candidate, every candidate it scored, its statistics, and the floors of the nodes it
         left open."""
         limited = max_nodes is not None or deadline is not None
@@ -188,7 +215,7 @@ class Searcher(LocalSearch):
                 break
             if limited and best is not None and (
                     max_nodes is not None and stats.nodes_visited >= max_nodes
-                    or expired(deadline, stats.nodes_visited)):
+                    or self.work.spent(deadline)):
                 stats.complete = False
                 heapq.heappush(heap, (key, tied, partial, floor))
                 break
@@ -224,7 +251,7 @@ class Searcher(LocalSearch):
     @staticmethod
     def _limit(max_nodes: int | None, trees: int = 1) -> int:
         """The candidates the local search may score after ``trees`` trees stopped by
-        ``max_nodes`` nodes each (as many as they visited), or by the clock alone (no count:
+        ``max_nodes`` nodes each (as many as they visited), or by their work alone (no count:
         its deadline stops it)."""
         return sys.maxsize if max_nodes is None else max(max_nodes * trees, 2)
 
@@ -235,7 +262,7 @@ class Searcher(LocalSearch):
         open."""
         stats.lower = min([best.prediction.seconds, *floors])
         stats.candidates_scored = len(scored)
-        stats.seconds = budgets.clock() - started
+        stats.seconds = time.perf_counter() - started
         if progress:
             progress(stats.nodes_visited, len(scored), best.prediction.seconds)
         return self._result(best, scored, stats)
@@ -254,13 +281,13 @@ class Searcher(LocalSearch):
         with the wide search's proof of how far its winner can be: a climb within the
         suggested values alone ended 85% above tccg_03's best (block_x 1 and block_z 32 are
         not suggested), and the two local searches halved the time of each."""
-        started = budgets.clock()
-        tree = max(budget, 0.0) * SEARCH_SHARE
+        started = time.perf_counter()
+        end, tree = self.work.deadline(budget), self.work.deadline(budget, SEARCH_SHARE)
         best, scored, stats, floors = self._tree(
-            progress, max_nodes, started + tree * (1 - SUGGESTED_SHARE))
+            progress, max_nodes, self.work.deadline(budget, SEARCH_SHARE * (1 - SUGGESTED_SHARE)))
         if not stats.complete:
             try:
-                narrow = Searcher(*self._arguments)._tree(None, max_nodes, started + tree)
+                narrow = Searcher(*self._arguments, work=self.work)._tree(None, max_nodes, tree)
             except StrategyError:  # small extents rule out every suggested value
                 narrow = None
             trees = 1
@@ -269,8 +296,7 @@ class Searcher(LocalSearch):
                 scored += narrow[1]
                 stats.nodes_visited += narrow[2].nodes_visited
                 trees = 2
-            best = self._polish(best, scored, stats, self._limit(max_nodes, trees),
-                                started + budget)
+            best = self._polish(best, scored, stats, self._limit(max_nodes, trees), end)
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _later(self, name: str, value: Any) -> float:
@@ -280,7 +306,7 @@ class Searcher(LocalSearch):
         return 0.0 if suggested is None or value in suggested else 1e-12
 
     def _dive(self, stats: SearchStats, start: Mapping[str, Any] | None = None,
-              max_nodes: int | None = None, deadline: float | None = None) -> Candidate | None:
+              max_nodes: int | None = None, deadline: int | None = None) -> Candidate | None:
         """Follow the child with the lowest floor from ``start`` (the root by default) down to
         a complete candidate, backing up out of dead ends: the classic first incumbent of a
         branch and bound, and under a budget, more incumbents from the most promising open
@@ -295,7 +321,7 @@ class Searcher(LocalSearch):
                 stack.pop()
                 continue
             if (max_nodes is not None and visited >= max_nodes
-                    or visited and expired(deadline, visited)):
+                    or visited and self.work.spent(deadline)):
                 return None
             visited += 1
             stats.nodes_visited += 1
@@ -376,19 +402,45 @@ def _merged(results: Sequence[SearchResult]) -> SearchResult:
                    candidates=tuple(c for r in results for c in r.candidates), stats=total)
 
 
-def first_candidate(program: Program, gpu: str | Gpu = "H100", *,
-                    max_nodes: int = 300) -> Candidate | None:
+def first_candidate(program: Program, gpu: str | Gpu = "H100", *, max_nodes: int = 300,
+                    strategy: str = DEFAULT_STRATEGY,
+                    stats: SearchStats | None = None) -> Candidate | None:
     """The search's first incumbent, one dive within ``max_nodes`` (over the searched values,
     then over all where those lead nowhere), or None: a step's cost for the path planner
     (:mod:`treduda.tuning.paths`), which compares hundreds of steps and cannot search each.
     A dive takes milliseconds; where small extents rule out the searched values, an
-    unbounded dive can take seconds backing out of dead ends."""
+    unbounded dive can take seconds backing out of dead ends. ``stats`` counts the nodes."""
     for restrict in (True, False):
         try:
-            searcher = Searcher(program, gpu, restrict=restrict)
+            searcher = Searcher(program, gpu, strategy, restrict=restrict)
         except StrategyError:
             continue
-        found = searcher._dive(SearchStats(0, False), max_nodes=max_nodes)
+        found = searcher._dive(stats or SearchStats(0, False), max_nodes=max_nodes)
         if found is not None:
             return found
+    return None
+
+
+def at_once(program: Program, gpu: str | Gpu = "H100", *,
+            max_nodes: int = 300) -> SearchResult | None:
+    """The model's first good candidate as the search's answer, where no candidate can beat
+    it by a launch's overhead: the first incumbent (:func:`first_candidate`), among the
+    kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
+    :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
+    have (each model's ``least``). None where it is not, and a search must tell.
+    On small problems the first incumbent's estimate is mostly within a microsecond of that
+    floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 0.5 us; AO->MO at n=16: 0.4
+    us), where the search took seconds to rank candidates that differ by less than a launch;
+    where a step's first incumbent reads across strides (AO->MO's middle index: 12 us against
+    a floor of 3.3), the search finds the good one."""
+    g = find_gpu(gpu)
+    started = time.perf_counter()
+    wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
+    stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
+                        candidates_scored=1, lower=min(w.model.least() for w in wholes))
+    for strategy in (QUICK, DEFAULT_STRATEGY):
+        found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy, stats=stats)
+        if found is not None and found.prediction.seconds <= stats.lower + LAUNCH_SECONDS:
+            stats.seconds = time.perf_counter() - started
+            return Searcher(program, g, strategy, restrict=False)._result(found, [found], stats)
     return None

@@ -1,0 +1,116 @@
+"""First calls of small contractions and programs in a new process with an empty cache (issue 44).
+
+    python benchmarks/first_call.py [--cases ring,aomo16,chain40,gemm,opt_einsum]
+                                    [--repeat 1] [--before DIR] [--json out.json]
+
+Each case runs ``treduda.contract`` once, in a process of its own with a fresh tuning cache, on
+numpy arrays: the ring ``iab,jbc,kcd,lda`` (extents 2-5), the AO->MO transformation
+``pqrs,pi,qj,rk,sl->ijkl`` at n=16, a chain of three matrices at n=40, GEMM 64x48x80, and every
+expression of opt_einsum's own test list (its ``tests/test_contract.py``, extents 2-7, as its
+``build_views`` makes them). It prints the first call's seconds, ``import treduda`` included
+(it loads the rest on first use, where it loaded everything before), beside the same call on
+another checkout: ``--before DIR`` times it there (e.g. ``git archive 389b482 | tar -x
+-C DIR``, the commit before issue 44, with ``DIR/treduda/strategies`` a link to
+``DIR/strategies``), else the times come from ``benchmarks/data/first_call_before.json``,
+measured on the development machine (2 shared cores: compare the least of several runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+BEFORE = Path(__file__).parent / "data" / "first_call_before.json"
+NAMED = {
+    "ring": ("iab,jbc,kcd,lda", None),
+    "aomo16": ("pqrs,pi,qj,rk,sl->ijkl", 16),
+    "chain40": ("ij,jk,kl->il", 40),
+    "gemm": ("ik,kj->ij", {"i": 64, "k": 48, "j": 80}),
+}
+
+# Run in a new process: one first call, printed as JSON (import and call seconds, and whether
+# the result is numpy.einsum's).
+FIRST = r"""
+import json, sys, time
+import numpy as np
+from opt_einsum.testing import build_views
+expr, extents = sys.argv[1], json.loads(sys.argv[2])
+letters = set(expr) - set(",->")
+dims = (None if extents is None else extents if isinstance(extents, dict)
+        else dict.fromkeys(letters, extents))
+arrays = build_views(expr, dims)
+started = time.perf_counter()
+import treduda
+imported = time.perf_counter() - started
+result = treduda.contract(expr, *arrays)
+seconds = time.perf_counter() - started
+print(json.dumps({"import": imported, "first": seconds,
+                  "ok": bool(np.allclose(result, np.einsum(expr, *arrays)))}))
+"""
+
+
+def cases(names: str) -> dict[str, tuple[str, object]]:
+    """The cases to time: named ones, and ``opt_einsum`` for its whole test list."""
+    chosen = {}
+    for name in names.split(","):
+        if name == "opt_einsum":
+            from opt_einsum.tests.test_contract import tests
+
+            chosen.update((expr, (expr, None)) for expr in dict.fromkeys(tests))
+        else:
+            chosen[name] = NAMED[name]
+    return chosen
+
+
+def first(expr: str, extents: object, tree: str | None = None) -> dict:
+    """One first call of ``expr`` in a new process with an empty tuning cache (on the
+    checkout ``tree`` when given)."""
+    with tempfile.TemporaryDirectory() as folder:
+        env = {**os.environ, "TREDUDA_CACHE": str(Path(folder) / "tuning.sqlite3")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's installation runs
+        if tree:
+            env["PYTHONPATH"] = tree
+        done = subprocess.run([sys.executable, "-c", FIRST, expr, json.dumps(extents)],
+                              env=env, cwd=folder, capture_output=True, text=True, check=True)
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default="ring,aomo16,chain40,gemm,opt_einsum")
+    parser.add_argument("--repeat", type=int, default=1, help="runs per case; the least counts")
+    parser.add_argument("--before", help="a checkout to time the same first calls on")
+    parser.add_argument("--only-before", action="store_true",
+                        help="time only the --before checkout (--json then writes its times, "
+                             "as benchmarks/data/first_call_before.json holds them)")
+    parser.add_argument("--json", help="also write the rows to this file")
+    args = parser.parse_args()
+
+    before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
+    rows: dict = {}
+    print(f"{'case':40} {'first s':>8} {'before s':>8} {'import s':>8}  ok  "
+          "(first: import treduda and the first call)")
+    for name, (expr, extents) in cases(args.cases).items():
+        if args.before:
+            before[name] = min(first(expr, extents, args.before)["first"]
+                               for _ in range(args.repeat))
+        now = None if args.only_before else min(
+            (first(expr, extents) for _ in range(args.repeat)), key=lambda r: r["first"])
+        rows[name] = before.get(name) if args.only_before else {
+            "expression": expr, "now": now, "before": before.get(name)}
+        shown = ("-", "-", "") if now is None else (
+            f"{now['first']:.2f}", f"{now['import']:.2f}", str(now["ok"]))
+        was = before.get(name)
+        print(f"{name:40} {shown[0]:>8} {'-' if was is None else f'{was:.2f}':>8} "
+              f"{shown[1]:>8}  {shown[2]}", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()

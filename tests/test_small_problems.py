@@ -1,0 +1,57 @@
+"""Small problems, small searches (issue 44): a small problem's kernel is the model's first
+good candidate, taken without a search where no candidate can beat it by a launch's overhead;
+a program of small steps is planned without diving into each step."""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+
+import treduda
+from treduda.polyhedral.lower import plan
+from treduda.tuning import paths, policy
+from treduda.tuning.prediction import LAUNCH_SECONDS
+from treduda.tuning.search import Searcher, at_once
+
+GEMM = "C[i,j] = A[i,k]*B[k,j]"
+
+
+def refused(what: str):
+    def spy(*args, **kwargs):
+        raise AssertionError(f"{what} ran for a small problem")
+    return spy
+
+
+def test_a_small_problem_takes_its_first_good_candidate_without_a_search(monkeypatch):
+    monkeypatch.setattr(policy, "search_program", refused("the search"))
+    sizes = {"i": 64, "j": 80, "k": 48}
+    kernel = treduda.compile(GEMM, sizes, cache=False)
+    assert kernel.verify().ok
+    # No candidate beats it by a launch: none of 200 sampled from the default strategy's
+    # whole space, whose floor it is checked against.
+    program = plan(GEMM, sizes)
+    searcher = Searcher(program, "H100", restrict=False)
+    rng = random.Random(44)
+    sampled = min(searcher.model.estimate(searcher.space.sample(rng)).seconds
+                  for _ in range(200))
+    pick = Searcher(program, "H100", kernel.strategy, restrict=False).model.estimate(
+        dict(kernel.params)).seconds
+    assert pick <= sampled + LAUNCH_SECONDS
+
+
+def test_a_first_candidate_far_from_the_floor_is_not_taken():
+    """GEMM 1024^3's first incumbent is 11 us above the floor of its space: searched."""
+    assert at_once(plan(GEMM, {"i": 1024, "j": 1024, "k": 1024})) is None
+
+
+@pytest.mark.parametrize("expr", ["iab,jbc,kcd,lda", "cd,bdhe,aidb,hgca,gc,hgibcd,hgac"])
+def test_a_program_of_small_steps_is_planned_without_dives_or_searches(monkeypatch, expr):
+    monkeypatch.setattr(policy, "search_program", refused("the search"))
+    monkeypatch.setattr(paths, "first_candidate", refused("a step's dive"))
+    sizes = dict(zip("abcdeghijkl", [2, 3, 4, 5, 4, 3, 2, 6, 5, 4, 3], strict=True))
+    rng = np.random.default_rng(44)
+    arrays = [rng.random([sizes[i] for i in term]) for term in expr.split(",")]
+    assert np.allclose(treduda.contract(expr, *arrays, dtype="float64"),
+                       np.einsum(expr, *arrays))
