@@ -28,11 +28,14 @@ from treduda.tuning.parallel import run_parallel
 
 distributed = pytest.importorskip("distributed", reason="pip install 'treduda[tune]'")
 
+# Sizes past a small problem's (whose first good candidate is taken at once, in a blink), so
+# that each row is searched and a worker is still busy with its second row when the first
+# result reaches the cache, where the fixture kills it
 SUITE = """id\texpression\tsizes\tsource
-gemm\tC[i,j]=A[i,k]*B[k,j]\ti=40,j=36,k=20\ttest
-tccg\tC[a,b,c]=A[b,d,a]*B[d,c]\ta=24,b=20,c=12,d=16\ttest, col-major
-batched\tC[b,i,j]=A[b,i,k]*B[b,k,j]\tb=4,i=17,j=32,k=9\ttest
-outer\tC[i,j]=x[i]*y[j]\ti=29,j=40\ttest
+gemm\tC[i,j]=A[i,k]*B[k,j]\ti=400,j=360,k=200\ttest
+tccg\tC[a,b,c]=A[b,d,a]*B[d,c]\ta=96,b=80,c=48,d=64\ttest, col-major
+batched\tC[b,i,j]=A[b,i,k]*B[b,k,j]\tb=16,i=170,j=128,k=90\ttest
+outer\tC[i,j]=x[i]*y[j]\ti=2900,j=4000\ttest
 """
 CASES = [Case(row, "float32", "test") for row in rows(SUITE)]
 WORKERS = 2
