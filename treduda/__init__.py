@@ -4,6 +4,7 @@
     k = treduda.compile("C[i,j] = A[i,k] * B[k,j]", sizes={"i": 512, "j": 512, "k": 512})
     print(k.cuda_source)
     C = treduda.contract("C[i,j] = A[i,k] * B[k,j]", A=a, B=b)
+    C = treduda.contract("ik,kj->ij", a, b, options=treduda.Options(precision="tf32"))
     gemm = treduda.contract_expression("ik,kj->ij", (64, 48), (48, 80)); C = gemm(a, b)
     plan = treduda.program("T[i,k] = A[i,j]*B[j,k]; D[i,l] = T[i,k]*C[k,l]"); plan(A=a, B=b, C=c)
     result = treduda.search("C[i,j] = A[i,k] * B[k,j]", sizes, gpu="H100")
@@ -25,10 +26,11 @@ _WHERE = {
     "analyse": "frontend.contraction", "parse": "frontend.parse", "Kernel": "kernel",
     "ParamSpace": "polyhedral.strategy", "Strategy": "polyhedral.strategy",
     "register": "polyhedral.strategy", "Plan": "programs",
-    "SearchResult": "tuning.search_result",
+    "SearchResult": "tuning.search_result", "Options": "options",
 }
 
-__all__ = ["ContractExpression", "Kernel", "ParamSpace", "Plan", "SearchResult", "Strategy",
+__all__ = ["ContractExpression", "Kernel", "Options", "ParamSpace", "Plan", "SearchResult",
+           "Strategy",
            "analyse", "compile", "contract", "contract_expression", "errors", "is_deterministic",
            "parse", "program", "register", "search", "strategies", "use_deterministic"]
 

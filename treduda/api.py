@@ -13,7 +13,7 @@ from . import strategies
 from .codegen.printer import check_identifiers
 from .determinism import resolve
 from .errors import ArgumentError, DtypeError, ShapeMismatch, StoredDataError, StrategyError
-from .frontend.arguments import check_choice, check_scalars, check_shapes, check_types
+from .frontend.arguments import check_scalars, check_shapes, check_types
 from .frontend.broadcast import Broadcast
 from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import (
@@ -27,7 +27,6 @@ from .frontend.contraction import (
 from .frontend.dtypes import (
     CASTINGS,
     DEFAULT_CASTING,
-    HIGHEST,
     check_cast,
     check_casting,
     check_dtype,
@@ -39,18 +38,18 @@ from .frontend.dtypes import (
     literal_scalars,
 )
 from .frontend.identity import Identity
-from .frontend.optimize import AUTO, check_optimize
-from .kernel import BACKENDS, Kernel, generator_version
+from .frontend.optimize import check_optimize
+from .kernel import Kernel, generator_version
 from .once import once_per_key
+from .options import DEFAULT_BUDGET, Options, check_tensor_names, merged_mapping, split_keywords
 from .polyhedral.ast_build import build, check_grid
-from .polyhedral.lower import Program, check_layout, plan
+from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
-from .programs import CompileStep, Plan
+from .programs import CompileStep, Plan, statements
 from .run import reference
 from .run.device_arrays import to_numpy
 from .run.launch import bind, checked_operand, require_scalars
 from .tuning import policy
-from .tuning.budgets import DEFAULT_BUDGET
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
 from .tuning.gpus import gpu as find_gpu
@@ -62,24 +61,34 @@ from .tuning.search_result import SearchResult
 
 BUILT_IN = strategies.__name__ + "."  # the modules of the built-in strategies
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
-PLAN_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu",
-                "deterministic", "optimize", "casting", "precision", "tune")
-CONTRACT_OPTIONS = ("out", *PLAN_OPTIONS)  # for did-you-mean
-CALL_OPTIONS = ("out", "casting")
+# The options (treduda.Options fields) each entry point takes as keywords.
+COMPILE_OPTIONS = ("dtype", "layout", "strategy", "params", "gpu", "measure", "deterministic",
+                   "precision", "budget")
+SEARCH_OPTIONS = ("dtype", "layout", "strategy", "gpu", "measure", "deterministic", "precision",
+                  "budget")
+ENTRY_OPTIONS = ("dtype", "layout", "gpu", "measure", "deterministic", "precision")
+CONTRACT_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu", "deterministic",
+                    "optimize", "casting", "precision", "tune", "budget")
+PROGRAM_OPTIONS = ("dtype", "layout", "backend", "strategy", "params", "gpu", "deterministic",
+                   "optimize", "precision", "budget")
+# Every keyword of an entry point that takes tensors: a tensor of one of these names is passed
+# by position or in the entry point's mapping.
+CONTRACT_KEYWORDS = ("out", "arrays", "options", *CONTRACT_OPTIONS)
+EXPRESSION_KEYWORDS = ("named_shapes", "options", *CONTRACT_OPTIONS)
+CALL_KEYWORDS = ("out", "casting", "arrays")  # a ContractExpression's call
 
 
-def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
-            layout: str = "C", strategy: str | None = None,
-            params: Mapping[str, Any] | None = None, symbolic: bool = False,
-            gpu: str = "H100", cache: TuningCache | bool = True,
-            measure: bool = False, deterministic: bool | None = None,
-            precision: str = HIGHEST, budget: float | None = DEFAULT_BUDGET) -> Kernel:
+def compile(expr: str, /, sizes: Mapping[str, int] | None = None, *,
+            options: Options | None = None, symbolic: bool = False,
+            cache: TuningCache | bool = True, **keywords: Any) -> Kernel:
     """Generate a kernel for ``expr`` (Einstein notation or ``"ik,kj->ij"``).
 
     ``sizes`` maps each index to its extent. With ``symbolic=True`` the extents become kernel
-    arguments, so one kernel serves every size (``sizes`` may then be omitted). ``layout`` is
-    ``"C"`` (row-major) or ``"F"`` (column-major); ``strategy`` and ``params`` choose how the
-    work is mapped onto the GPU (``treduda.strategies.available()`` lists them). Without either,
+    arguments, so one kernel serves every size (``sizes`` may then be omitted). The
+    :class:`~treduda.options.Options` (``options=``, with the keywords of
+    :data:`COMPILE_OPTIONS` on top) say how: ``dtype`` (float32 by default), ``layout``
+    (``"C"`` row-major or ``"F"`` column-major), ``strategy`` and ``params`` (how the work is
+    mapped onto the GPU: ``treduda.strategies.available()`` lists them). Without either,
     fixed sizes are tuned for ``gpu`` by :func:`treduda.search` and the result kept in the
     tuning cache (``cache=False`` skips it); symbolic kernels take the default strategy.
     ``measure=True`` has the search time its best candidates (on the GPU when one is here,
@@ -99,29 +108,29 @@ def compile(expr: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "
     cache's kernel store (unless ``cache=False``): in a new process the same call loads it
     from there and generates nothing.
     """
-    check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, params=params,
-                symbolic=symbolic, measure=measure)
-    check_dtype(dtype)
-    check_precision(precision, dtype)
+    options = Options.of(options, keywords, COMPILE_OPTIONS, "compile()")
+    check_types(expr=expr, sizes=sizes, symbolic=symbolic)
     if not isinstance(cache, (bool, TuningCache)):
         raise ArgumentError(f"cache must be True, False or a treduda.tuning.cache.TuningCache, "
                             f"got {type(cache).__name__} {cache!r}")
-    return _kept(_Request.make(analyse(expr), sizes, dtype=dtype, layout=layout,
-                               strategy=strategy, params=params, gpu=find_gpu(gpu), cache=cache,
-                               symbolic=symbolic, measure=measure,
-                               deterministic=resolve(deterministic), precision=precision,
-                               budget=budget))
+    planned = _fixed(options, check_dtype(options.dtype or "float32"))
+    return _kept(_Request.make(analyse(expr), sizes, planned, cache=cache, symbolic=symbolic))
 
 
-def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
-           dtype: str = "float32", layout: str = "C", strategy: str = DEFAULT_STRATEGY,
-           values: Mapping[str, tuple] | None = None, measure: bool = False,
+def _fixed(options: Options, dtype: str) -> Options:
+    """``options`` as the kernels are planned with them: the kernel's ``dtype``, the GPU
+    found (an unknown name refused), the process's ``deterministic=`` default taken now."""
+    return options.replace(dtype=dtype, gpu=find_gpu(options.gpu),
+                           deterministic=resolve(options.deterministic))
+
+
+def search(expr: str, /, sizes: Mapping[str, int], gpu: str | Gpu | None = None, *,
+           options: Options | None = None, values: Mapping[str, tuple] | None = None,
            progress: Progress | None = None, max_nodes: int | None = None,
            refine: int = 0, check: bool = False,
-           cache: TuningCache | bool = False,
-           deterministic: bool | None = None, precision: str = HIGHEST,
-           budget: float | None = DEFAULT_BUDGET) -> SearchResult:
-    """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu``.
+           cache: TuningCache | bool = False, **keywords: Any) -> SearchResult:
+    """Find the fastest predicted kernel for ``expr`` at ``sizes`` on ``gpu`` (an option
+    too, as are the others of :data:`SEARCH_OPTIONS`, given in ``options=`` or as keywords).
 
     With ``refine=k`` the k best candidates are generated and re-ranked by the estimate that
     walks their kernel IR (:func:`treduda.tuning.walk.estimate_kernel`), which sees what the
@@ -137,39 +146,53 @@ def search(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
     With ``cache`` (True: the default file, or a :class:`TuningCache`) the winner is also kept
     in the tuning cache, where :func:`compile` and :func:`tuning_entry` find it.
     ``deterministic`` is :func:`compile`'s: the model prices a split's second kernel then;
-    ``precision`` as for :func:`compile`. ``budget`` seconds (as work, as for :func:`compile`)
-    bound the search (None: the complete search); ``result.stats.lower`` and ``summary()`` say
-    how far the winner can be from the best estimate of the whole space.
+    ``precision`` as for :func:`compile`; ``strategy`` the one searched (the default one when
+    None). ``budget`` seconds (as work, as for :func:`compile`) bound the search (None: the
+    complete search); ``result.stats.lower`` and ``summary()`` say how far the winner can be
+    from the best estimate of the whole space.
     """
-    check_types(expr=expr, sizes=sizes, layout=layout, strategy=strategy, values=values,
-                measure=measure, progress=progress, max_nodes=max_nodes, refine=refine,
-                check=check)
-    gpu = find_gpu(gpu)
-    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic),
-                   precision=precision)
+    options = Options.of(options, _with_gpu(keywords, gpu), SEARCH_OPTIONS, "search()")
+    check_types(expr=expr, sizes=sizes, values=values, progress=progress, max_nodes=max_nodes,
+                refine=refine, check=check)
+    options = _fixed(options, options.dtype or "float32")
+    program = _planned(expr, sizes, options)
+    gpu = options.gpu
     check_grid(program, gpu.max_threads_per_block, gpu.max_registers_per_thread)
-    result = search_program(program, gpu, strategy=strategy or DEFAULT_STRATEGY, values=values,
-                            progress=progress, max_nodes=max_nodes, budget=budget)
-    result = policy.reranked(result, refine, measure, _Generator.of(program, gpu), check)
+    result = search_program(program, gpu, strategy=options.strategy or DEFAULT_STRATEGY,
+                            values=values, progress=progress, max_nodes=max_nodes,
+                            budget=options.budget)
+    result = policy.reranked(result, refine, options.measure, _Generator.of(program, gpu), check)
     policy.remember(policy.store_of(cache), program, result, "treduda.search()")
     return result
 
 
-def tuning_entry(expr: str, sizes: Mapping[str, int], gpu: str | Gpu = "H100", *,
-                 dtype: str = "float32", layout: str = "C", measure: bool = False,
-                 cache: TuningCache | bool = True, deterministic: bool | None = None,
-                 precision: str = HIGHEST) -> dict | None:
+def tuning_entry(expr: str, /, sizes: Mapping[str, int], gpu: str | Gpu | None = None, *,
+                 options: Options | None = None, cache: TuningCache | bool = True,
+                 **keywords: Any) -> dict | None:
     """The tuning cache's entry for ``expr`` at ``sizes`` on ``gpu``, as :func:`compile`
-    would use it (re-checked against the parameter space; with ``measure``, only a measured
-    one), or None: ``strategy``, ``params``, the predicted ``seconds`` and ``binding``,
-    ``measured`` and how it was ``found``."""
-    check_types(expr=expr, sizes=sizes, layout=layout, measure=measure)
+    would use it with these options (:data:`ENTRY_OPTIONS`; re-checked against the parameter
+    space; with ``measure``, only a measured one), or None: ``strategy``, ``params``, the
+    predicted ``seconds`` and ``binding``, ``measured`` and how it was ``found``."""
+    options = Options.of(options, _with_gpu(keywords, gpu), ENTRY_OPTIONS, "tuning_entry()")
+    check_types(expr=expr, sizes=sizes)
     store = policy.store_of(cache)
     if store is None:
         return None
-    program = plan(expr, sizes, layout, dtype, deterministic=resolve(deterministic),
-                   precision=precision)
-    return policy.cached(program, store, CacheKey.of(program, find_gpu(gpu).name), measure)
+    options = _fixed(options, options.dtype or "float32")
+    program = _planned(expr, sizes, options)
+    return policy.cached(program, store, CacheKey.of(program, options.gpu.name), options.measure)
+
+
+def _with_gpu(keywords: Mapping[str, Any], gpu: str | Gpu | None) -> dict[str, Any]:
+    """An entry point's option keywords with its positional ``gpu`` where one was given."""
+    return dict(keywords) if gpu is None else {**keywords, "gpu": gpu}
+
+
+def _planned(expr: str | Contraction, sizes: Mapping[str, int] | None, options: Options,
+             symbolic: bool = False) -> Program:
+    """``expr`` planned (with isl) as ``options`` (:func:`_fixed`) shape its kernels."""
+    return plan(expr, sizes, options.layout, options.dtype, symbolic=symbolic,
+                deterministic=options.deterministic, precision=options.precision)
 
 
 class _Generator:
@@ -279,17 +302,19 @@ def _storable(strategy: str) -> bool:
                for part in getattr(chosen, "parts", (chosen,)))
 
 
-def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = None,
-             layout: str = "C", backend: str = "opencl", strategy: str | None = None,
-             params: Mapping[str, Any] | None = None, gpu: str = "H100",
-             deterministic: bool | None = None, optimize: Any = AUTO,
-             casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-             tune: str | None = None, budget: float | None = DEFAULT_BUDGET,
-             **values: Any) -> np.ndarray:
-    """Compute ``expr`` on numpy arrays passed by tensor name (or positionally, in order of
-    appearance, for ``"ik,kj->ij"``) and scalars by name; returns the output array, which is
+def contract(expr: str, /, *operands: Any, out: Any = None,
+             arrays: Mapping[str, Any] | None = None, options: Options | None = None,
+             **keywords: Any) -> np.ndarray:
+    """Compute ``expr`` on numpy arrays passed positionally (in order of appearance, as
+    numpy.einsum takes them), in one mapping (``arrays={"A": a, ...}``, scalars too) or by
+    tensor name (``A=a``: only for names no option has); returns the output array, which is
     ``out`` when given (as numpy.einsum's ``out=``; it also holds the old values for ``+=``).
     Operands are taken as ``numpy.asarray`` takes them: lists and numbers too.
+
+    The options (:class:`~treduda.options.Options`) come in ``options=``, with the keywords
+    of :data:`CONTRACT_OPTIONS` on top (a keyword overrides the field it names). A tensor
+    named like an option or like ``out``, ``arrays`` or ``options`` goes by position or in
+    ``arrays=``: passed by keyword it would be the option, so the call is refused first.
 
     Sizes come from the arrays; the result's dtype is numpy.einsum's, ``np.result_type`` of
     the arrays (and of ``out``, as numpy computes in it: int8 arrays into an int16 ``out``
@@ -314,31 +339,41 @@ def contract(expr: str, *operands: Any, out: Any = None, dtype: str | None = Non
     whatever ``optimize`` says.
     """
     check_types(expr=expr)
-    check_casting(casting)
+    chosen, named = split_keywords(keywords, CONTRACT_OPTIONS)
+    values = merged_mapping(arrays, named, "arrays")
     broadcast = broadcast_of(expr, operands, values)
     if broadcast is not None:  # '...' expanded, broadcast axes of extent 1 dropped
         expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
+    _check_names(contraction, operands, values, CONTRACT_KEYWORDS, "contract()", "arrays")
+    options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract()")
     values = {k: v if k in contraction.scalars else to_numpy(v)  # lists, numbers: as numpy's
-              for k, v in _named(contraction, operands, values, CONTRACT_OPTIONS).items()}
+              for k, v in _named(contraction, operands, values,
+                                 ("out", *CONTRACT_OPTIONS)).items()}
     arrays = {k: v for k, v in values.items() if k not in contraction.scalars}
     dtypes = {name: array.dtype for name, array in arrays.items()}
     if out is not None:  # numpy computes in the result type of the operands and out
         dtypes["out"] = _out_array(out).dtype
     computed = compute_dtype(dtypes, [v for k, v in values.items() if k in contraction.scalars]
                              + literal_scalars(t.coefficient for t in contraction.terms))
-    if dtype is not None:
-        kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
-    dtype = computed if dtype is None else np.dtype(dtype).name
+    dtype = options.dtype or computed
     sizes = infer_sizes(contraction, arrays, empty=True, old_output=out is None)
-    _call_values(contraction, values, out, dtype, casting, sizes)  # refused before planning
-    planned = contract_expression(expr, dtype=dtype, layout=layout,
-                                  backend=backend, strategy=strategy, params=params, gpu=gpu,
-                                  deterministic=deterministic, optimize=optimize,
-                                  casting=casting, precision=precision, tune=tune,
-                                  budget=budget,
-                                  **{name: array.shape for name, array in arrays.items()})
-    return planned(out=out, **values)
+    _call_values(contraction, values, out, dtype, options.casting, sizes)  # refused now
+    planned = contract_expression(expr, named_shapes={name: array.shape for name, array
+                                                      in arrays.items()},
+                                  options=options.replace(dtype=dtype))
+    return planned(out=out, arrays=values)
+
+
+def _check_names(c: Contraction, operands: tuple, named: Mapping[str, Any],
+                 reserved: tuple[str, ...], where: str, mapping: str) -> None:
+    """Refuse, before any work, a tensor ``c`` needs that is named like one of the call's
+    keywords (``reserved``: an option, or ``out``...) unless it is among the ``operands``
+    given by position or those ``named`` (in the ``mapping`` argument: a keyword that names
+    an option never reaches ``named``); see :func:`~treduda.options.check_tensor_names`."""
+    needed = [*c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
+    given = [*list(c.inputs)[: len(operands)], *named]
+    check_tensor_names(needed, given, reserved, where, mapping, positional=True)
 
 
 @dataclass(frozen=True)
@@ -367,12 +402,17 @@ class ContractExpression:
     casting: str = DEFAULT_CASTING
 
     def __call__(self, *operands: Any, out: Any = None, casting: str | None = None,
-                 **values: Any) -> Any:
+                 arrays: Mapping[str, Any] | None = None, **values: Any) -> Any:
+        """The contraction of ``operands`` (positional), ``arrays`` (a mapping) and ``values``
+        (by name: names other than ``out``, ``casting`` and ``arrays``)."""
         c = self.contraction
         casting = check_casting(casting or self.casting)
+        values = merged_mapping(arrays, values, "arrays")
         if self.broadcast is not None:
             operands, values = (), self.broadcast.reshape(operands, values)
-        values = _call_values(c, _named(c, operands, values, CALL_OPTIONS), out, self.dtype,
+        _check_names(c, operands, values, CALL_KEYWORDS, "a ContractExpression's call",
+                     "arrays")
+        values = _call_values(c, _named(c, operands, values, CALL_KEYWORDS), out, self.dtype,
                               casting, self.sizes)
         values = {name: self._converted(name, value) for name, value in values.items()}
         if self.kernel is not None:
@@ -403,26 +443,24 @@ class ContractExpression:
                 f"{self.kernel if self.kernel is not None else 'empty: no kernel'})")
 
 
-def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float32",
-                        layout: str = "C", backend: str = "opencl", strategy: str | None = None,
-                        params: Mapping[str, Any] | None = None, gpu: str = "H100",
-                        deterministic: bool | None = None, optimize: Any = AUTO,
-                        casting: str = DEFAULT_CASTING, precision: str = HIGHEST,
-                        tune: str | None = None, budget: float | None = DEFAULT_BUDGET,
-                        **named_shapes: tuple[int, ...]) -> ContractExpression:
-    """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, or by
-    tensor name) and return a callable that contracts such arrays, as opt_einsum's
-    ``contract_expression`` does.
+def contract_expression(expr: str, /, *shapes: tuple[int, ...],
+                        named_shapes: Mapping[str, tuple[int, ...]] | None = None,
+                        options: Options | None = None, **keywords: Any) -> ContractExpression:
+    """Plan ``expr`` once for arrays of ``shapes`` (positional in order of appearance, in the
+    mapping ``named_shapes``, or by tensor name where no option has that name) and return a
+    callable that contracts such arrays, as opt_einsum's ``contract_expression`` does. The
+    options are :func:`contract`'s (``options=`` and the keywords of :data:`CONTRACT_OPTIONS`).
 
     The kernel (searched for ``gpu`` unless ``strategy`` or ``params`` say otherwise) is kept
     for the process, keyed by everything that shapes it, and its OpenCL program is built once.
     ``deterministic`` is :func:`compile`'s, the process-wide default taken now, when planning.
     ``...`` and broadcasting are as :func:`contract` takes them. ``dtype`` is the result's
-    (any integer type and bool too: see :class:`ContractExpression`); ``casting`` how the
-    callable converts arrays to it.
+    (float32 by default; any integer type and bool too: see :class:`ContractExpression`);
+    ``casting`` how the callable converts arrays to it.
 
     A product of three or more tensors is split into smaller contractions along a path
-    (:mod:`treduda.tuning.paths`), each a kernel of its own, run by a :class:`Plan`.
+    (:mod:`treduda.tuning.paths`), each a kernel of its own, run by a :class:`Plan`, the path
+    costed with these options (a tf32 product's steps at tf32).
     ``optimize`` (checked by :func:`~treduda.frontend.optimize.check_optimize`): ``"auto"``
     (the default) chooses by the model among opt_einsum's FLOP path, a path costed by the
     model and fused groups; ``False`` keeps one fused kernel; ``True`` (greedy, as
@@ -439,42 +477,43 @@ def contract_expression(expr: str, *shapes: tuple[int, ...], dtype: str = "float
     only. It applies to a contraction searched as one kernel (no ``strategy`` or ``params``);
     the steps of a path run their model's picks.
     """
-    check_types(expr=expr, layout=layout, strategy=strategy, params=params)
-    check_choice("backend", backend, BACKENDS)
-    incremental = resolve_tune(tune, backend) == INCREMENTAL
-    if tune == INCREMENTAL and (strategy is not None or params is not None):
-        raise ArgumentError("tune='incremental' times the search's candidates; leave "
-                            "strategy and params out, or pass tune='model'")
+    check_types(expr=expr)
+    chosen, by_keyword = split_keywords(keywords, CONTRACT_OPTIONS)
+    named_shapes = merged_mapping(named_shapes, by_keyword, "named_shapes")
     broadcast = broadcast_of(expr, shapes, named_shapes, shape_of=lambda shape: shape)
     if broadcast is not None:
         expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
-    optimize = check_optimize(optimize, contraction)
-    named = _named(contraction, shapes, named_shapes, PLAN_OPTIONS)
+    _check_names(contraction, shapes, named_shapes, EXPRESSION_KEYWORDS,
+                 "contract_expression()", "named_shapes")
+    options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract_expression()")
+    incremental = resolve_tune(options.tune, options.backend) == INCREMENTAL
+    if options.tune == INCREMENTAL and (options.strategy is not None
+                                        or options.params is not None):
+        raise ArgumentError("tune='incremental' times the search's candidates; leave "
+                            "strategy and params out, or pass tune='model'")
+    check_optimize(options.optimize, contraction)
+    named = _named(contraction, shapes, named_shapes, CONTRACT_OPTIONS)
     check_shapes(named)
-    computed = kernel_dtype(dtype)  # DtypeError for a dtype no kernel computes
-    dtype = np.dtype(dtype).name
-    check_casting(casting)
+    dtype = options.dtype or "float32"
+    computed = kernel_dtype(dtype)
     check_update(contraction.op, dtype)
-    check_precision(precision, computed)
+    check_precision(options.precision, computed)
     sizes = infer_sizes(contraction, {name: Shaped(tuple(shape)) for name, shape in
                                       named.items()}, empty=True, old_output=False)
-    gpu, deterministic = find_gpu(gpu), resolve(deterministic)
+    planned = _fixed(options, computed)
     if 0 in sizes.values():
         kernel = None
     else:
-        request = _Request.make(contraction, sizes, dtype=computed, layout=layout,
-                                strategy=strategy, params=params, gpu=gpu, cache=True,
-                                deterministic=deterministic, precision=precision,
-                                budget=budget)
-        if many_factors(contraction) and optimize is not False:
-            kernel = _kept_plan(request, backend, optimize)
+        request = _Request.make(contraction, sizes, planned, cache=True)
+        if many_factors(contraction) and options.optimize is not False:
+            kernel = _kept_plan(request, planned)
         elif incremental and request.tuned:
-            kernel = _kept_incremental(request, backend)
+            kernel = _kept_incremental(request, options.backend)
         else:
             kernel = _kept(request)
-    return ContractExpression(contraction, sizes, dtype, backend, kernel, broadcast=broadcast,
-                              casting=casting)
+    return ContractExpression(contraction, sizes, dtype, options.backend, kernel,
+                              broadcast=broadcast, casting=options.casting)
 
 
 @dataclass(frozen=True)
@@ -495,26 +534,26 @@ class _Request:
     sizes: dict[str, int] | None = field(compare=False)  # None: symbolic
 
     @classmethod
-    def make(cls, contraction: Contraction, sizes: Mapping[str, int] | None, *, dtype: str,
-             layout: str, strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
-             cache: TuningCache | bool | str | None, symbolic: bool = False,
-             measure: bool = False, deterministic: bool = False, precision: str = HIGHEST,
-             budget: float | None = DEFAULT_BUDGET) -> _Request:
-        """The request of checked arguments: searched on ``gpu`` (within ``budget``, in the
-        tuning cache ``cache``) unless a ``strategy``, ``params`` or ``symbolic`` say how
-        the kernel is made; ``cache`` False or None for none, True for the default file."""
-        check_layout(layout)
+    def make(cls, contraction: Contraction, sizes: Mapping[str, int] | None, options: Options,
+             *, cache: TuningCache | bool | str | None, symbolic: bool = False) -> _Request:
+        """The request of checked arguments and ``options`` as :func:`_fixed` makes them:
+        searched on their GPU (within their budget, in the tuning cache ``cache``) unless a
+        ``strategy``, ``params`` or ``symbolic`` say how the kernel is made; ``cache`` False
+        or None for none, True for the default file."""
         checked = None if sizes is None else resolve_sizes(contraction, sizes)
-        problem = Identity.make(contraction, None if symbolic else checked, dtype, layout,
-                                precision=precision, deterministic=deterministic)
-        tuned = strategy is None and params is None and not symbolic
-        identity = (problem.on(gpu.name) if tuned else
-                    problem.generated(strategy or DEFAULT_STRATEGY, params or {}))
+        problem = Identity.make(contraction, None if symbolic else checked, options.dtype,
+                                options.layout, precision=options.precision,
+                                deterministic=options.deterministic)
+        tuned = options.strategy is None and options.params is None and not symbolic
+        identity = (problem.on(options.gpu.name) if tuned else
+                    problem.generated(options.strategy or DEFAULT_STRATEGY,
+                                      options.params_mapping or {}))
         path = None if cache is None or cache is False else str(
             cache.path if isinstance(cache, TuningCache) else
             default_path() if cache is True else cache)
-        return cls(identity, gpu, path, measure and tuned, budget if tuned else None,
-                   contraction, None if symbolic else checked)
+        return cls(identity, options.gpu, path, options.measure and tuned,
+                   options.budget if tuned else None, contraction,
+                   None if symbolic else checked)
 
     @property
     def tuned(self) -> bool:
@@ -593,56 +632,50 @@ def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
                                    backend, searched, kept)
 
 
-def program(text: str, sizes: Mapping[str, int] | None = None, *, dtype: str = "float32",
-            layout: str = "C", backend: str = "opencl", strategy: str | None = None,
-            params: Mapping[str, Any] | None = None, gpu: str = "H100",
-            deterministic: bool | None = None, optimize: Any = AUTO,
-            precision: str = HIGHEST, **shapes: tuple[int, ...]) -> Plan:
+def program(text: str, /, sizes: Mapping[str, int] | None = None, *,
+            shapes: Mapping[str, tuple[int, ...]] | None = None,
+            options: Options | None = None, **keywords: Any) -> Plan:
     """Statements run in order (one per line or per ``;``), each compiled and tuned on its
-    own; calling the :class:`Plan` with its inputs by name returns a dict of its results.
+    own; calling the :class:`Plan` with its inputs by name (or in ``arrays=``) returns a dict
+    of its results.
 
-    It is planned for ``sizes`` and the inputs' ``shapes`` (by tensor name) when given, else
-    at its first call. Products of three or more tensors are split along a path
-    (``optimize``, as in :func:`contract_expression`); ``strategy``, ``params``,
-    ``deterministic`` and ``precision`` apply to every kernel."""
-    check_types(expr=text, sizes=sizes, layout=layout, strategy=strategy, params=params)
-    check_choice("backend", backend, BACKENDS)
-    check_precision(precision, kernel_dtype(dtype))
-    gpu = find_gpu(gpu)
-    return Plan(text, _step_compiler(strategy, params, gpu, resolve(deterministic), precision),
-                dtype=dtype, layout=layout, backend=backend, gpu=gpu.name, optimize=optimize,
-                sizes=sizes, shapes=shapes or None)
+    It is planned for ``sizes`` and the inputs' ``shapes`` (a mapping by tensor name; or
+    keywords named for tensors where no option has the name) when given, else at its first
+    call. The options are ``options=`` with the keywords of :data:`PROGRAM_OPTIONS` on top.
+    Products of three or more tensors are split along a path (``optimize``, as in
+    :func:`contract_expression`, costed with these options); ``strategy``, ``params``,
+    ``deterministic``, ``precision`` and ``budget`` apply to every kernel."""
+    check_types(expr=text, sizes=sizes)
+    chosen, by_keyword = split_keywords(keywords, PROGRAM_OPTIONS)
+    shapes = merged_mapping(shapes, by_keyword, "shapes")
+    read = {name for c in statements(text) for name in (*c.inputs, *c.scalars)}
+    check_tensor_names(read & set(chosen), shapes, PROGRAM_OPTIONS, "program()", "shapes",
+                       positional=False)
+    options = Options.of(options, chosen, PROGRAM_OPTIONS, "program()")
+    check_precision(options.precision, kernel_dtype(options.dtype or "float32"))
+    planned = _fixed(options, options.dtype or "float32")
+    return Plan(text, _step_compiler(planned), options=planned, sizes=sizes,
+                shapes=shapes or None)
 
 
-def _step_compiler(strategy: str | None, params: Mapping[str, Any] | None, gpu: Gpu,
-                   deterministic: bool, precision: str = HIGHEST,
-                   budget: float | None = DEFAULT_BUDGET) -> CompileStep:
+def _step_compiler(options: Options) -> CompileStep:
     """How a plan compiles each step: as contract() does, the kernels kept for the process
-    (:func:`_kept`)."""
+    (:func:`_kept`), with the plan's ``options`` (:func:`_fixed`)."""
 
-    def compile_step(expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
-        return _kept(_Request.make(analyse(expr), sizes, dtype=dtype, layout=layout,
-                                   strategy=strategy, params=params, gpu=gpu, cache=True,
-                                   deterministic=deterministic, precision=precision,
-                                   budget=budget))
+    def compile_step(expr: str, sizes: Mapping[str, int]) -> Kernel:
+        return _kept(_Request.make(analyse(expr), sizes, options, cache=True))
 
     return compile_step
 
 
 @once_per_key(KERNELS_KEPT)
-def _kept_plan(request: _Request, backend: str, optimize: Any) -> Plan:
-    """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels
-    (``optimize`` as :func:`~treduda.frontend.optimize.check_optimize` returns it, hashable);
-    the request's strategy and parameters, where asked for, apply to every step, and its
-    tuning cache is where the steps are searched otherwise."""
-    identity = request.identity
-    strategy = None if request.tuned else identity.strategy
-    params = None if request.tuned else dict(identity.params or ())
-    compile_step = _step_compiler(strategy, params, request.gpu, identity.deterministic,
-                                  identity.precision, request.budget)
-    return Plan(request.contraction.source, compile_step, dtype=identity.dtype,
-                layout=identity.layout, backend=backend, gpu=request.gpu.name,
-                optimize=optimize, sizes=request.sizes)
+def _kept_plan(request: _Request, options: Options) -> Plan:
+    """The plan of a product of many tensors, kept as :func:`_kept_kernel` keeps kernels,
+    with ``options`` as :func:`_fixed` makes them (hashable; their strategy and parameters,
+    where asked for, apply to every step, and their tuning cache is where the steps are
+    searched otherwise)."""
+    return Plan(request.contraction.source, _step_compiler(options), options=options,
+                sizes=request.sizes)
 
 
 def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],

@@ -29,6 +29,7 @@ from .frontend.contraction import Contraction
 from .frontend.dtypes import DEFAULT_CASTING, real, uniform
 from .frontend.identity import Identity
 from .frontend.merge import Merging, merge
+from .options import BACKENDS
 from .polyhedral.ast_build import INT32_LIMIT, Built
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import read_only
@@ -39,7 +40,6 @@ from .run.timing import REPEATS, WARMUP, TimedRun, Timing
 from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
-BACKENDS = ("opencl", "cuda", "emulator")
 RECORD_FORMAT = 1  # of Kernel.record(); the generator's version hashes this module too
 
 

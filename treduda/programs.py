@@ -31,16 +31,17 @@ from .codegen.printer import CUDA, Printer
 from .errors import ArgumentError, MissingArray, ParseError, ShapeMismatch
 from .frontend.contraction import Contraction, Shaped, analyse, infer_sizes, resolve_sizes
 from .frontend.dtypes import DEFAULT_CASTING, check_dtype
-from .frontend.optimize import AUTO, check_optimize
 from .kernel import Kernel
+from .options import Options, check_tensor_names, merged_mapping
 from .run.launch import checked_operand
 from .tuning.paths import PathChoice, choose, estimate, many_factors, overlapped
 
 
 class CompileStep(Protocol):
-    """How a plan gets the kernel of one statement: the API's compile, with its options."""
+    """How a plan gets the kernel of one statement: the API's compile, with the plan's
+    options."""
 
-    def __call__(self, expr: str, sizes: Mapping[str, int], dtype: str, layout: str) -> Kernel:
+    def __call__(self, expr: str, sizes: Mapping[str, int]) -> Kernel:
         ...
 
 
@@ -72,21 +73,22 @@ def _reads(c: Contraction) -> list[str]:
 
 class Plan:
     """A program planned for fixed sizes (see the module's docstring): call it with its
-    inputs and scalars by name; it returns a dict of its results (``keep=`` names
-    intermediates to return too).
+    inputs and scalars by name, or in one mapping (``arrays=``; an input named like a keyword
+    of the call, such as ``keep``, only there); it returns a dict of its results (``keep=``
+    names intermediates to return too). Its :class:`~treduda.options.Options` say the dtype,
+    layout, backend, and the GPU, precision and determinism its paths are costed for.
 
     Safe to call from many threads at once: a call keeps its intermediates in arrays of its
     own, and a plan made at its first call is made once (the others wait for it)."""
 
-    def __init__(self, source: str, compile_step: CompileStep, *, dtype: str = "float32",
-                 layout: str = "C", backend: str = "opencl", gpu: str = "H100",
-                 optimize: Any = AUTO, sizes: Mapping[str, int] | None = None,
+    def __init__(self, source: str, compile_step: CompileStep, *, options: Options | None = None,
+                 sizes: Mapping[str, int] | None = None,
                  shapes: Mapping[str, tuple[int, ...]] | None = None):
-        check_dtype(dtype)
+        self.options = options = options or Options()
+        self.dtype = check_dtype(options.dtype or "float32")
+        self.layout, self.backend = options.layout, options.backend
         self.source = source
         self.statements = tuple(statements(source))
-        self.dtype, self.layout, self.backend, self.gpu = dtype, layout, backend, gpu
-        self.optimize = check_optimize(optimize)  # each split product's path: at planning
         self._compile = compile_step
         self._sizes = dict(sizes or {})
         written: set[str] = set()
@@ -120,9 +122,8 @@ class Plan:
             sizes = self._statement_sizes(c, shapes)
             for tensor, indices in (*c.inputs.items(), (c.output, c.output_indices)):
                 shapes.setdefault(tensor, tuple(sizes[i] for i in indices))
-            if many_factors(c) and self.optimize is not False:
-                choice = choose(c, sizes, dtype=self.dtype, layout=self.layout, gpu=self.gpu,
-                                optimize=self.optimize, taken=sorted(taken))
+            if many_factors(c) and self.options.optimize is not False:
+                choice = choose(c, sizes, self.options, taken=sorted(taken))
                 paths.append(choice)
                 for step in choice.chosen.steps:
                     sub = analyse(step.text)
@@ -131,7 +132,7 @@ class Plan:
                     steps.append(self._step(sub, sizes, step.seconds, step.flops))
             else:
                 seconds, flops = estimate(c.source, {i: sizes[i] for i in c.indices},
-                                          self.dtype, self.layout, self.gpu)
+                                          self.options)
                 steps.append(self._step(c, sizes, seconds, flops))
         self.steps, self.paths, self.shapes = tuple(steps), tuple(paths), shapes
 
@@ -149,16 +150,19 @@ class Plan:
 
     def _step(self, c: Contraction, sizes: Mapping[str, int], seconds: float,
               flops: float) -> PlanStep:
-        kernel = self._compile(c.source, {i: sizes[i] for i in c.indices}, self.dtype,
-                               self.layout)
+        kernel = self._compile(c.source, {i: sizes[i] for i in c.indices})
         return PlanStep(c, kernel, seconds, flops)
 
     def __call__(self, *, keep: tuple[str, ...] | list[str] = (),
-                 casting: str = DEFAULT_CASTING, **values: Any) -> dict[str, Any]:
+                 casting: str = DEFAULT_CASTING, arrays: Mapping[str, Any] | None = None,
+                 **values: Any) -> dict[str, Any]:
         """Run every step in order on ``backend``; returns the results (and ``keep``'s
         intermediates) by name. ``casting`` is :meth:`Kernel.run`'s, for every step, and is
         checked (as lists and numbers are converted, as numpy.asarray does) before a first
         call plans."""
+        check_tensor_names(self.inputs, arrays or {}, ("keep", "casting", "arrays"),
+                           "a program's call", "arrays", positional=False)
+        values = merged_mapping(arrays, values, "arrays")
         unknown = sorted(set(values) - set(self.inputs))
         if unknown:
             raise ArgumentError(f"no input {unknown[0]!r} in this program; its inputs are "
@@ -192,15 +196,18 @@ class Plan:
         return {name: known[name] for name in (*self.results, *keep)}
 
     def run(self, *, backend: str | None = None, casting: str = DEFAULT_CASTING,
-            **values: Any) -> Any:
+            arrays: Mapping[str, Any] | None = None, **values: Any) -> Any:
         """The single result, as :meth:`Kernel.run` returns a kernel's output."""
+        check_tensor_names(self.inputs, arrays or {}, ("backend", "casting", "arrays"),
+                           "Plan.run()", "arrays", positional=False)
         if backend is not None and backend != self.backend:
             raise ArgumentError(f"this plan runs on {self.backend!r}; plan again for "
                                 f"backend={backend!r}")
         if len(self.results) != 1:
             raise ArgumentError(f"this program has results {', '.join(self.results)}; "
                                 "call it to get them all")
-        return self(casting=casting, **values)[self.results[0]]
+        return self(casting=casting, arrays=merged_mapping(arrays, values, "arrays")
+                    )[self.results[0]]
 
     def hazards(self) -> list[list]:
         """Each step's :meth:`Kernel.hazards` (empty lists where there are none)."""

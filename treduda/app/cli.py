@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
-from ..tuning.budgets import DEFAULT_BUDGET
+from ..options import DEFAULT_BUDGET
 from .bench_cli import bench_arguments, bench_command, count
 from .files import writable, write_text
 from .profile import profile_arguments, profile_command

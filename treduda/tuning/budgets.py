@@ -16,12 +16,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
-# The seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search), as work (WORK_PER_SECOND). From 0.8 s to 1.0 s of CPU the picks on GEMM
-# 4096^3 and tccg_01/03/15/28/33 were within 1.5% of the best that minutes of search find (at
-# 0.9 s: 1.000, 1.010, 1.010, 1.007, 1.007, 1.015); at 0.7 s tccg_28's was 17% off, its tree
-# over the suggested values cut short (benchmarks/search_budget.py).
-DEFAULT_BUDGET = 0.9
+from ..options import DEFAULT_BUDGET as DEFAULT_BUDGET  # the budget= option's default
 
 # The work of one prediction of the model's bound (a node's floor makes one for each order of
 # the indices it leaves open: an AO->MO step's shallow nodes, dozens) and of its estimate (a

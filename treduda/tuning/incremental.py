@@ -32,6 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..errors import ArgumentError, CompileError, StrategyError, TredudaError
+from ..options import INCREMENTAL, MODEL
 from ..run.timing import TimedRun
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
@@ -40,9 +41,6 @@ from .search_result import Candidate, SearchResult, identity
 
 CANDIDATES = 4  # distinct candidates the first calls try
 SAMPLES = 3  # timed calls of each candidate, taking turns; its fastest counts
-INCREMENTAL = "incremental"  # tune=: measure the best candidates on the first calls
-MODEL = "model"  # tune=: run the model's pick only (the search's winner)
-TUNES = (INCREMENTAL, MODEL)
 FIELD = "incremental"  # the tuning-cache entry's field that holds the trials
 TIMED_BACKENDS = ("cuda", "opencl")  # backends whose launches the device's events time
 
@@ -50,12 +48,10 @@ TIMED_BACKENDS = ("cuda", "opencl")  # backends whose launches the device's even
 def resolve_tune(tune: str | None, backend: str) -> str:
     """``tune`` as given, or its default for ``backend``: incremental on a GPU ("cuda"), the
     model's pick elsewhere (PoCL times a CPU; the emulator has no clock); ArgumentError for
-    an unknown value or incremental tuning on a backend that cannot time its launches."""
+    incremental tuning on a backend that cannot time its launches (:class:`~treduda.Options`
+    checked the value itself)."""
     if tune is None:
         return INCREMENTAL if backend == "cuda" else MODEL
-    if not isinstance(tune, str) or tune not in TUNES:
-        raise ArgumentError(f"tune must be one of {', '.join(TUNES)} or None (incremental on "
-                            f"backend='cuda', else model), got {tune!r}")
     if tune == INCREMENTAL and backend not in TIMED_BACKENDS:
         raise ArgumentError(f"tune='incremental' times launches with the device's events, "
                             f"which backend={backend!r} has not; use backend='cuda' or "

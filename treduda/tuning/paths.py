@@ -26,10 +26,12 @@ from typing import Any
 
 import opt_einsum
 
+from ..determinism import resolve
 from ..errors import BackendUnavailable
 from ..frontend import dtypes
 from ..frontend.contraction import Contraction
 from ..frontend.optimize import AUTO, check_optimize
+from ..options import Options
 from ..polyhedral.lower import plan
 from .budgets import small
 from .prediction import LAUNCH_SECONDS, Prediction
@@ -112,17 +114,20 @@ class PathChoice:
 
 @dataclass(frozen=True)
 class Costing:
-    """What a step's cost depends on besides its text."""
+    """What a step's cost depends on besides its text: the sizes, and the options that shape
+    its kernel (dtype, layout, precision, determinism) and the GPU it is costed on."""
 
     sizes: Mapping[str, int]
-    dtype: str
-    layout: str
-    gpu: str
+    options: Options
+
+    @property
+    def dtype(self) -> str:
+        return self.options.dtype or "float32"
 
     def seconds(self, step: Step) -> float:
         """The model's estimate of ``step``'s kernel (inf where no candidate was found)."""
         text, sizes = _canonical(step, self.sizes)
-        found = _first(text, sizes, self.dtype, self.layout, self.gpu)
+        found = _first(text, sizes, *_shaping(self.options))
         return math.inf if found is None else found.seconds
 
     def costed(self, step: Step) -> Step:
@@ -136,11 +141,10 @@ def overlapped(seconds: Sequence[float]) -> float:
     return sum(seconds) - LAUNCH_SECONDS * (len(seconds) - 1)
 
 
-def estimate(text: str, sizes: Mapping[str, int], dtype: str, layout: str, gpu: str
-             ) -> tuple[float, float]:
-    """Seconds and FLOPs the model predicts for any statement's kernel (the search's first
-    incumbent; inf seconds where none was found)."""
-    found = _first(text, tuple(sizes.items()), dtype, layout, gpu)
+def estimate(text: str, sizes: Mapping[str, int], options: Options) -> tuple[float, float]:
+    """Seconds and FLOPs the model predicts for any statement's kernel with ``options`` (the
+    search's first incumbent; inf seconds where none was found)."""
+    found = _first(text, tuple(sizes.items()), *_shaping(options))
     return (math.inf, 0.0) if found is None else (found.seconds, found.flops)
 
 
@@ -150,19 +154,22 @@ def many_factors(c: Contraction) -> bool:
     return len(c.terms) == 1 and len(c.terms[0].reads) >= 3 and not c.reads_output
 
 
-def choose(c: Contraction, sizes: Mapping[str, int], *, dtype: str = "float32",
-           layout: str = "C", gpu: str = "H100", optimize: Any = AUTO,
+def choose(c: Contraction, sizes: Mapping[str, int], options: Options | None = None, *,
            taken: Sequence[str] = ()) -> PathChoice:
-    """The path for the product ``c`` (see :func:`many_factors`) at ``sizes``.
+    """The path for the product ``c`` (see :func:`many_factors`) at ``sizes``, each step
+    costed as the kernel ``options`` make (dtype, layout, precision, determinism, on their
+    GPU: a tf32 step is costed at tf32).
 
-    ``optimize``: ``"auto"`` (the default) chooses by the model among opt_einsum's FLOP path,
+    ``options.optimize``: ``"auto"`` (the default) chooses by the model among opt_einsum's
+    FLOP path,
     the model-costed path and fusions of either; ``False`` keeps one fused kernel; ``True``
     (``"greedy"``, as numpy.einsum), ``"optimal"``, ``"dp"``, ``"cotengra"``, a path as a list
     of tuples, or an opt_einsum ``PathOptimizer`` follow opt_einsum's path as it is. Names of
     intermediates avoid ``c``'s names and ``taken``. ``optimize`` is checked as the API
     checks it (:func:`~treduda.frontend.optimize.check_optimize`)."""
-    optimize = check_optimize(optimize, c)
-    costing = Costing(dict(sizes), dtype, layout, gpu)
+    options = options or Options()
+    optimize = check_optimize(options.optimize, c)
+    costing = Costing(dict(sizes), options)
     fused = Path("one fused kernel", (costing.costed(_fused(c)),))
     if optimize is False:
         return PathChoice(fused, (fused,))
@@ -380,14 +387,22 @@ def _canonical(step: Step, sizes: Mapping[str, int]) -> tuple[str, tuple[tuple[s
     return renamed.text, tuple((index[i], sizes[i]) for i in step.all_indices)
 
 
+def _shaping(options: Options) -> tuple[str, str, Any, str, bool]:
+    """What of ``options`` a step's cost depends on, as :func:`_first` takes it: dtype,
+    layout, GPU, precision and determinism (the process's default where None)."""
+    return (options.dtype or "float32", options.layout, options.gpu, options.precision,
+            resolve(options.deterministic))
+
+
 @functools.lru_cache(maxsize=4096)
 def _first(text: str, sizes: tuple[tuple[str, int], ...], dtype: str, layout: str,
-           gpu: str) -> Prediction | None:
+           gpu: Any, precision: str, deterministic: bool) -> Prediction | None:
     """The cost of a step: the search's first incumbent, or for a small step (whose first
     incumbent lies within a fraction of a launch of it: :func:`~treduda.tuning.search.at_once`)
     the least estimate of its whole space, one bound where a dive takes hundreds (a ring of four
     small factors: 24 steps costed, 6.7 s of dives)."""
-    program = plan(text, dict(sizes), layout, dtype)
+    program = plan(text, dict(sizes), layout, dtype, deterministic=deterministic,
+                   precision=precision)
     if small(program.sizes):
         model = Searcher(program, gpu, restrict=False).model
         return replace(model.bound({}), seconds=model.least())

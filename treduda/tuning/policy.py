@@ -29,12 +29,12 @@ from typing import Any, Protocol
 
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
+from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
 from . import budgets
-from .budgets import DEFAULT_BUDGET
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
 from .mma_model import model_of
