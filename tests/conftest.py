@@ -1,4 +1,5 @@
-"""Shared test helpers: the example expressions, cached kernel generation, nvcc skipping."""
+"""Shared test helpers: the example expressions, cached kernel generation, nvcc skipping, and
+spies that prove a refused call does no work."""
 
 from __future__ import annotations
 
@@ -208,3 +209,22 @@ def filled(path) -> TuningCache:
         cache.put(filled_key(n), {"n": n, "padding": "x" * 300})
         cache.put_kernel(problem.generated("tiled", {"n": n}), "gen", {"n": n, "ir": "y" * 6000})
     return cache
+
+
+@pytest.fixture
+def nothing_planned(monkeypatch, tmp_path):
+    """Spies on every step of the work a refused call must not reach: planning a path or a
+    kernel (with isl), the search, and the one place kernels are generated; a fresh tuning
+    cache and no kernels kept, so nothing is found made before either."""
+    monkeypatch.setenv("TREDUDA_CACHE", str(tmp_path / "tuning.sqlite3"))
+
+    def spy(what):
+        def reached(*args, **kwargs):
+            raise AssertionError(f"{what} was reached by a call that should have been refused")
+        return reached
+    for name, what in (("_kept", "planning a kernel"), ("_kept_plan", "planning a path"),
+                       ("_kept_incremental", "incremental tuning"), ("plan", "isl planning"),
+                       ("_generated", "kernel generation"), ("search_program", "the search")):
+        monkeypatch.setattr(treduda.api, name, spy(what))
+    monkeypatch.setattr(treduda.tuning.policy, "search_program", spy("the search"))
+    monkeypatch.setattr(treduda.tuning.paths, "plan", spy("costing a path's step"))

@@ -242,24 +242,6 @@ COMPUTED = {  # name: the subscripts and operands numpy.einsum computes with
 }
 
 
-@pytest.fixture
-def nothing_planned(monkeypatch, tmp_path):
-    """Spies on every step of the work a refused call must not reach: planning a path or a
-    kernel (with isl), the search, and the one place kernels are generated; a fresh tuning
-    cache and no kernels kept, so nothing is found made before either."""
-    monkeypatch.setenv("TREDUDA_CACHE", str(tmp_path / "tuning.sqlite3"))
-
-    def spy(what):
-        def reached(*args, **kwargs):
-            raise AssertionError(f"{what} was reached by a call that should have been refused")
-        return reached
-    for name, what in (("_kept", "planning a kernel"), ("_kept_plan", "planning a path"),
-                       ("_kept_incremental", "incremental tuning"), ("plan", "isl planning"),
-                       ("_generated", "kernel generation"), ("search_program", "the search")):
-        monkeypatch.setattr(treduda.api, name, spy(what))
-    monkeypatch.setattr(treduda.tuning.policy, "search_program", spy("the search"))
-
-
 @pytest.mark.parametrize("case", REFUSED)
 def test_what_numpy_refuses_is_refused_before_anything_is_planned(case, nothing_planned):
     numpys, ours, error, message = REFUSED[case]

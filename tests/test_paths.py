@@ -212,14 +212,16 @@ def test_mistakes_in_a_program_call_are_named():
 
 def test_an_unknown_optimize_is_refused():
     with pytest.raises(StrategyError, match="got 'fastest'"):
-        choose(analyse("ij,jk,kl->il"), dict.fromkeys("ijkl", 4), optimize="fastest")
+        choose(analyse("ij,jk,kl->il"), dict.fromkeys("ijkl", 4),
+               treduda.Options(optimize="fastest"))
 
 
 @pytest.mark.skipif(importlib.util.find_spec("cotengra") is not None,
                     reason="cotengra is installed")
 def test_cotengra_without_cotengra_says_how_to_install_it():
     with pytest.raises(BackendUnavailable, match="treduda\\[cotengra\\]"):
-        choose(analyse("ij,jk,kl->il"), dict.fromkeys("ijkl", 4), optimize="cotengra")
+        choose(analyse("ij,jk,kl->il"), dict.fromkeys("ijkl", 4),
+               treduda.Options(optimize="cotengra"))
 
 
 def test_the_command_line_writes_one_cuda_file_for_a_program(tmp_path, capsys):

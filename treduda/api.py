@@ -366,12 +366,15 @@ def contract(expr: str, /, *operands: Any, out: Any = None,
 
 
 def _check_names(c: Contraction, operands: tuple, named: Mapping[str, Any],
-                 reserved: tuple[str, ...], where: str, mapping: str) -> None:
-    """Refuse, before any work, a tensor ``c`` needs that is named like one of the call's
-    keywords (``reserved``: an option, or ``out``...) unless it is among the ``operands``
-    given by position or those ``named`` (in the ``mapping`` argument: a keyword that names
-    an option never reaches ``named``); see :func:`~treduda.options.check_tensor_names`."""
-    needed = [*c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
+                 reserved: tuple[str, ...], where: str, mapping: str,
+                 shapes: bool = False) -> None:
+    """Refuse, before any work, a tensor ``c`` needs (its inputs' ``shapes``; else its
+    values, scalars and old output too) that is named like one of the call's keywords
+    (``reserved``: an option, or ``out``...) unless it is among the ``operands`` given by
+    position or those ``named`` (in the ``mapping`` argument: a keyword that names an option
+    never reaches ``named``); see :func:`~treduda.options.check_tensor_names`."""
+    needed = [*c.inputs] if shapes else [
+        *c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
     given = [*list(c.inputs)[: len(operands)], *named]
     check_tensor_names(needed, given, reserved, where, mapping, positional=True)
 
@@ -485,7 +488,7 @@ def contract_expression(expr: str, /, *shapes: tuple[int, ...],
         expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
     _check_names(contraction, shapes, named_shapes, EXPRESSION_KEYWORDS,
-                 "contract_expression()", "named_shapes")
+                 "contract_expression()", "named_shapes", shapes=True)
     options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract_expression()")
     incremental = resolve_tune(options.tune, options.backend) == INCREMENTAL
     if options.tune == INCREMENTAL and (options.strategy is not None
