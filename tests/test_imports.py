@@ -53,3 +53,9 @@ def test_the_public_names_load_on_first_use_and_compute():
     a, b = np.arange(12.0).reshape(3, 4), np.arange(8.0).reshape(4, 2)
     assert np.allclose(treduda.contract("C[i,j] = A[i,k]*B[k,j]", A=a, B=b), a @ b)
     assert "tiled" in treduda.strategies.available()
+
+
+def test_the_options_value_is_reached_without_loading_anything_heavy():
+    """treduda.Options is named at the top of a program; numpy comes when a value is made."""
+    assert loaded_by("import treduda\nassert treduda.Options.__name__ == 'Options'",
+                     (*HEAVY, "numpy")) == []

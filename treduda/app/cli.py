@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
-from ..options import DEFAULT_BUDGET
+from ..options import DEFAULT_BUDGET, Options
 from .bench_cli import bench_arguments, bench_command, count
 from .files import writable, write_text
 from .profile import profile_arguments, profile_command
@@ -240,10 +240,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "profile":
         from ..api import compile
 
-        return profile_command(args, compile(
-            args.expression, _sizes(args), dtype=args.dtype, layout=args.layout,
-            strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
-            precision=args.precision))
+        return profile_command(args, compile(args.expression, _sizes(args),
+                                             options=_options(args)))
     from .demo import demo
 
     return demo(args.out, args.source)
@@ -287,11 +285,22 @@ def _compile(args: argparse.Namespace) -> int:
     parts = statements(args.expression)
     if len(parts) > 1 or (many_factors(parts[0]) and optimize is not False):
         return _compile_program(args, optimize)
-    kernel = compile(args.expression, _sizes(args) or None, dtype=args.dtype,
-                     layout=args.layout, strategy=args.strategy, params=dict(args.param) or None,
-                     symbolic=args.symbolic, gpu=args.gpu, deterministic=args.deterministic,
-                     precision=args.precision)
+    kernel = compile(args.expression, _sizes(args) or None, options=_options(args),
+                     symbolic=args.symbolic)
     return _emit(kernel.opencl_source if args.opencl else kernel.cuda_source, args.out, kernel)
+
+
+def _options(args: argparse.Namespace) -> Options:
+    """The command's options as one value: those of its arguments that are options (its
+    parser's; --param as params, --complete as budget None)."""
+    fields = {name: getattr(args, name) for name in ("dtype", "layout", "precision", "gpu",
+                                                     "strategy", "deterministic", "measure",
+                                                     "budget") if hasattr(args, name)}
+    if getattr(args, "param", None):
+        fields["params"] = dict(args.param)
+    if getattr(args, "complete", False):
+        fields["budget"] = None
+    return Options(**fields)
 
 
 def _emit(text: str, path: str | None, made: object) -> int:
@@ -312,10 +321,8 @@ def _compile_program(args: argparse.Namespace, optimize: object) -> int:
         raise ArgumentError("a program (several statements, or a product of three or more "
                             "tensors) is planned for fixed sizes and printed as CUDA; drop "
                             "--symbolic/--opencl, or pass --optimize false for one kernel")
-    planned = program(args.expression, _sizes(args), dtype=args.dtype, layout=args.layout,
-                      strategy=args.strategy, params=dict(args.param) or None, gpu=args.gpu,
-                      deterministic=args.deterministic, optimize=optimize,
-                      precision=args.precision)
+    planned = program(args.expression, _sizes(args),
+                      options=_options(args).replace(optimize=optimize))
     return _emit(planned.explain() + "\n" if args.explain else planned.cuda_source, args.out,
                  planned)
 
@@ -328,18 +335,13 @@ def _search(args: argparse.Namespace) -> int:
     sizes = _sizes(args)
     writable(args.json)
     if not (args.fresh or args.json):
-        entry = tuning_entry(args.expression, sizes, args.gpu, dtype=args.dtype,
-                             layout=args.layout, measure=args.measure,
-                             deterministic=args.deterministic, precision=args.precision)
+        entry = tuning_entry(args.expression, sizes, options=_options(args))
         if entry is not None:
             print(_remembered(entry, args.gpu))
             return 0
     bar = ProgressBar(sys.stderr)
-    result = search(args.expression, sizes, args.gpu, dtype=args.dtype,
-                    layout=args.layout, measure=args.measure, progress=bar.update,
-                    refine=args.refine, check=args.ptxas, cache=True,
-                    deterministic=args.deterministic, precision=args.precision,
-                    budget=None if args.complete else args.budget)
+    result = search(args.expression, sizes, options=_options(args), progress=bar.update,
+                    refine=args.refine, check=args.ptxas, cache=True)
     bar.close()
     print(result.table(args.top))
     print(result.summary())
