@@ -184,3 +184,15 @@ def test_a_tf32_programs_small_steps_match_numpy_einsum():
     result = treduda.contract("ij,jk,kl->il", A, B, c, precision="tf32")
     np.testing.assert_allclose(result, np.einsum("ij,jk,kl->il", A, B, c), rtol=2e-2,
                                atol=2e-2)
+
+
+def test_a_kernel_runs_tensors_named_like_its_keywords_from_the_mapping():
+    kernel = treduda.compile("C[i,j] = backend[i,k]*casting[k,j]", {"i": 5, "j": 3, "k": 7},
+                             strategy="tiled")
+    np.testing.assert_allclose(kernel.run(arrays={"backend": A, "casting": B}), A @ B,
+                               rtol=1e-5)
+    with pytest.raises(ArgumentError, match=r"in arrays=\{'casting': ...\}"):
+        kernel.run(arrays={"backend": A}, casting=B)
+    planned = treduda.contract_expression("C[i,j] = backend[i,k]*casting[k,j]", A.shape,
+                                          B.shape, strategy="tiled")
+    np.testing.assert_allclose(planned(A, B), A @ B, rtol=1e-5)  # positional on every layer

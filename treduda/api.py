@@ -373,8 +373,7 @@ def _check_names(c: Contraction, operands: tuple, named: Mapping[str, Any],
     (``reserved``: an option, or ``out``...) unless it is among the ``operands`` given by
     position or those ``named`` (in the ``mapping`` argument: a keyword that names an option
     never reaches ``named``); see :func:`~treduda.options.check_tensor_names`."""
-    needed = [*c.inputs] if shapes else [
-        *c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
+    needed = c.inputs if shapes else c.read_names
     given = [*list(c.inputs)[: len(operands)], *named]
     check_tensor_names(needed, given, reserved, where, mapping, positional=True)
 
@@ -419,7 +418,7 @@ class ContractExpression:
                               casting, self.sizes)
         values = {name: self._converted(name, value) for name, value in values.items()}
         if self.kernel is not None:
-            result = self.kernel.run(backend=self.backend, casting=casting, **values)
+            result = self.kernel.run(backend=self.backend, casting=casting, arrays=values)
         else:
             sizes, arrays, scalars = bind(c, kernel_dtype(self.dtype), self.sizes, values,
                                           empty=True, casting=casting)

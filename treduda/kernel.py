@@ -29,7 +29,7 @@ from .frontend.contraction import Contraction
 from .frontend.dtypes import DEFAULT_CASTING, real, uniform
 from .frontend.identity import Identity
 from .frontend.merge import Merging, merge
-from .options import BACKENDS
+from .options import BACKENDS, check_tensor_names, merged_mapping
 from .polyhedral.ast_build import INT32_LIMIT, Built
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import read_only
@@ -40,6 +40,7 @@ from .run.timing import REPEATS, WARMUP, TimedRun, Timing
 from .tuning.cache import installed_version
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
+RUN_KEYWORDS = ("backend", "casting", "arrays")  # Kernel.run's; tensors so named: arrays=
 RECORD_FORMAT = 1  # of Kernel.record(); the generator's version hashes this module too
 
 
@@ -216,10 +217,12 @@ class Kernel:
         return source
 
     def run(self, *, backend: str = "opencl", casting: str = DEFAULT_CASTING,
-            **values: Any) -> Any:
+            arrays: Mapping[str, Any] | None = None, **values: Any) -> Any:
         """Run on ``backend`` ("opencl": PoCL on the CPU; "cuda": CuPy or pycuda on a GPU;
         "emulator": the kernel IR in numpy, slow but with hazard checks) with tensors and
-        scalars passed by name; returns the output array, of the kernel's dtype.
+        scalars passed by name or in one mapping (``arrays=``: the only way for a tensor
+        named ``backend``, ``casting`` or ``arrays``); returns the output array, of the
+        kernel's dtype.
 
         Values are converted to the kernel's dtype as numpy's ``casting`` rule allows ("no",
         "equiv", "safe", "same_kind", "unsafe"): by default a float64 array is refused by a
@@ -228,17 +231,25 @@ class Kernel:
         numpy in, numpy out. With ``backend="cuda"``, arrays already on the GPU (CuPy arrays,
         torch tensors, anything with ``__cuda_array_interface__`` or DLPack) are used where they
         are, and the output comes back as the same kind of array, still on the GPU."""
-        return self._run(backend, casting, values, timed=False).result
+        return self._run(backend, casting, self._values(arrays, values), timed=False).result
 
     def run_timed(self, *, backend: str = "opencl", casting: str = DEFAULT_CASTING,
-                  **values: Any) -> TimedRun:
+                  arrays: Mapping[str, Any] | None = None, **values: Any) -> TimedRun:
         """:meth:`run`, with the launch timed by the device's events around it ("cuda": a
         pair of CUDA events; "opencl": the kernels' OpenCL profiling events on PoCL, a CPU's
         time): one real launch, no warm-up (incremental tuning times the calls it serves)."""
         if backend not in ("cuda", "opencl"):
             raise BackendUnavailable(f"Kernel.run_timed() runs on backend 'cuda' or 'opencl', "
                                      f"not {backend!r}")
-        return self._run(backend, casting, values, timed=True)
+        return self._run(backend, casting, self._values(arrays, values), timed=True)
+
+    def _values(self, arrays: Mapping[str, Any] | None, values: Mapping[str, Any]
+                ) -> dict[str, Any]:
+        """A run's values by name, from ``arrays`` and the keywords; a value the contraction
+        reads under the name of a keyword of :meth:`run` must come in ``arrays``."""
+        check_tensor_names(self.contraction.read_names, arrays or {}, RUN_KEYWORDS,
+                           "Kernel.run()", "arrays", positional=False)
+        return merged_mapping(arrays, values, "arrays")
 
     def _run(self, backend: str, casting: str, values: Mapping[str, Any],
              timed: bool) -> TimedRun:

@@ -72,6 +72,13 @@ class Contraction:
         """Indices absent from the output, in order of first appearance."""
         return self.indices[len(self.output_indices):]
 
+    @property
+    def read_names(self) -> tuple[str, ...]:
+        """The names whose values a call needs: the inputs, the scalars, and the output where
+        its old values are used (``+=``, ``-=``, or read on the right)."""
+        old = (self.output,) if self.reads_output or self.op != "=" else ()
+        return (*self.inputs, *self.scalars, *old)
+
     def rank(self, tensor: str) -> int:
         """Number of indices of ``tensor`` (the output or an input)."""
         if tensor == self.output:

@@ -32,7 +32,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from ..errors import ArgumentError, CompileError, StrategyError, TredudaError
-from ..options import INCREMENTAL, MODEL
+from ..options import INCREMENTAL, MODEL, merged_mapping
 from ..run.timing import TimedRun
 from ..strategies import get as get_strategy
 from .cache import CacheKey, CacheWarning, TuningCache
@@ -127,9 +127,10 @@ def candidates(result: SearchResult, n: int = CANDIDATES) -> list[Trial]:
 class Runnable(Protocol):
     """What incremental tuning runs: a :class:`~treduda.kernel.Kernel`."""
 
-    def run(self, *, backend: str, casting: str, **values: Any) -> Any: ...
+    def run(self, *, backend: str, casting: str, arrays: Mapping[str, Any]) -> Any: ...
 
-    def run_timed(self, *, backend: str, casting: str, **values: Any) -> TimedRun: ...
+    def run_timed(self, *, backend: str, casting: str, arrays: Mapping[str, Any]
+                  ) -> TimedRun: ...
 
 
 Generate = Callable[[str, Mapping[str, Any]], Runnable]  # strategy, params -> kernel
@@ -222,7 +223,7 @@ class IncrementalKernel:
         return self._kernel(self.choice)
 
     def run(self, *, backend: str | None = None, casting: str | None = None,
-            **values: Any) -> Any:
+            arrays: Mapping[str, Any] | None = None, **values: Any) -> Any:
         """Run the next trial timed (recording its time here and in the tuning cache), or,
         once every trial has run, the fastest measured; returns the output, as
         :meth:`Kernel.run <treduda.kernel.Kernel.run>` does. A trial that does not compile is
@@ -231,18 +232,19 @@ class IncrementalKernel:
             raise ArgumentError(f"this kernel tunes itself on backend {self.backend!r}; it "
                                 f"cannot run on {backend!r}")
         options = {} if casting is None else {"casting": casting}
+        arrays = merged_mapping(arrays, values, "arrays")
         while True:
             trial = self.choice
             if trial.done:
                 self.last = trial
-                return self._kernel(trial).run(backend=self.backend, **options, **values)
+                return self._kernel(trial).run(backend=self.backend, **options, arrays=arrays)
             with self._timing:
                 trial = self.choice  # what is left to time once the call before is timed
                 if trial.done:
                     continue
                 try:
                     timed = self._kernel(trial).run_timed(backend=self.backend, **options,
-                                                          **values)
+                                                          arrays=arrays)
                 except CompileError as error:
                     self._record(trial, failed=str(error).splitlines()[0])
                     continue
