@@ -30,7 +30,6 @@ from .frontend.dtypes import (
     check_cast,
     check_casting,
     check_dtype,
-    check_precision,
     check_update,
     compute_dtype,
     finish,
@@ -188,10 +187,10 @@ def _with_gpu(keywords: Mapping[str, Any], gpu: str | Gpu | None) -> dict[str, A
     return dict(keywords) if gpu is None else {**keywords, "gpu": gpu}
 
 
-def _planned(expr: str | Contraction, sizes: Mapping[str, int] | None, options: Options,
-             symbolic: bool = False) -> Program:
-    """``expr`` planned (with isl) as ``options`` (:func:`_fixed`) shape its kernels."""
-    return plan(expr, sizes, options.layout, options.dtype, symbolic=symbolic,
+def _planned(expr: str, sizes: Mapping[str, int], options: Options) -> Program:
+    """``expr`` planned (with isl) at ``sizes`` as ``options`` (:func:`_fixed`) shape its
+    kernels."""
+    return plan(expr, sizes, options.layout, options.dtype,
                 deterministic=options.deterministic, precision=options.precision)
 
 
@@ -500,7 +499,6 @@ def contract_expression(expr: str, /, *shapes: tuple[int, ...],
     dtype = options.dtype or "float32"
     computed = kernel_dtype(dtype)
     check_update(contraction.op, dtype)
-    check_precision(options.precision, computed)
     sizes = infer_sizes(contraction, {name: Shaped(tuple(shape)) for name, shape in
                                       named.items()}, empty=True, old_output=False)
     planned = _fixed(options, computed)
@@ -654,7 +652,6 @@ def program(text: str, /, sizes: Mapping[str, int] | None = None, *,
     check_tensor_names(read & set(chosen), shapes, PROGRAM_OPTIONS, "program()", "shapes",
                        positional=False)
     options = Options.of(options, chosen, PROGRAM_OPTIONS, "program()")
-    check_precision(options.precision, kernel_dtype(options.dtype or "float32"))
     planned = _fixed(options, options.dtype or "float32")
     return Plan(text, _step_compiler(planned), options=planned, sizes=sizes,
                 shapes=shapes or None)
