@@ -44,6 +44,7 @@ def test_options_are_frozen_hashable_and_derived_with_replace():
     ({"backend": "cdua"}, ArgumentError, "did you mean 'cuda'"),
     ({"tune": "fastest"}, ArgumentError, "tune must be one of incremental, model"),
     ({"budget": -1}, ArgumentError, "budget must be a number of seconds > 0"),
+    ({"budget": "1"}, ArgumentError, "budget must be a number of seconds > 0"),
     ({"deterministic": "yes"}, ArgumentError, "deterministic must be True, False or None"),
     ({"layout": "K"}, ArgumentError, "layout must be 'C'"),
     ({"optimize": "fastest"}, ArgumentError, "optimize must be False, True"),

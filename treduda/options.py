@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .errors import ArgumentError, did_you_mean
-from .frontend.dtype_names import HIGHEST
+from .frontend.dtype_names import DEFAULT_CASTING, HIGHEST
 
 # The seconds of search compile(), contract() and search() spend by default (budget=None: the
 # complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). From 0.8 s to 1.0 s of
@@ -52,7 +52,7 @@ class Options:
     dtype: str | None = None  # the result's; None: numpy's result type (float32 with no arrays)
     layout: str = "C"  # "C": row-major, last index fastest; "F": column-major
     precision: str = HIGHEST  # float32 sums' inputs: "highest", "tf32" or "3xtf32"
-    casting: str = "safe"  # numpy's rule for converting the arrays to dtype
+    casting: str = DEFAULT_CASTING  # numpy's rule for converting the arrays to dtype
     deterministic: bool | None = None  # no atomic additions; None: treduda.is_deterministic()
     optimize: Any = "auto"  # a product of 3+ tensors' path (frontend.optimize.AUTO: the model's)
     tune: str | None = None  # "incremental" or "model"; None: incremental on backend="cuda"
@@ -70,7 +70,7 @@ class Options:
 
         params = dict(self.params) if isinstance(self.params, tuple) else self.params
         check_types(layout=self.layout, strategy=self.strategy, params=params,
-                    measure=self.measure)
+                    measure=self.measure, deterministic=self.deterministic, budget=self.budget)
         if self.dtype is not None:
             kernel_dtype(self.dtype)  # DtypeError for a dtype no kernel computes
             self._set("dtype", _dtype_name(self.dtype))
@@ -80,13 +80,8 @@ class Options:
         if self.tune is not None and self.tune not in TUNES:
             raise ArgumentError(f"tune must be one of {', '.join(TUNES)} or None (incremental "
                                 f"on backend='cuda', else model), got {self.tune!r}")
-        if self.deterministic is not None and not isinstance(self.deterministic, bool):
-            raise ArgumentError(f"deterministic must be True, False or None (the process's "
-                                f"default), got {self.deterministic!r}")
-        if self.budget is not None and (isinstance(self.budget, bool) or not isinstance(
-                self.budget, (int, float)) or not self.budget > 0):
-            raise ArgumentError(f"budget must be a number of seconds > 0, or None for the "
-                                f"complete search, got {self.budget!r}")
+        if self.deterministic is not None:
+            self._set("deterministic", bool(self.deterministic))  # numpy's bool too
         if params is not None:
             self._set("params", tuple(sorted(params.items())))
         self._set("optimize", check_optimize(self.optimize))

@@ -69,6 +69,10 @@ _RULES: dict[str, tuple[Callable[[Any], bool], str]] = {
     "refine": (lambda v: _is_int(v, 0), "an int >= 0 (how many candidates to re-rank)"),
     "progress": (_optional(callable), "a function of (nodes visited, candidates scored, best "
                                       "seconds), or None"),
+    "deterministic": (_optional(_is_bool), "True, False or None (the process's default: "
+                                           "treduda.use_deterministic)"),
+    "budget": (_optional(lambda v: isinstance(v, numbers.Real) and not _is_bool(v) and v > 0),
+               "a number of seconds > 0, or None for the complete search"),
 }
 
 

@@ -34,7 +34,7 @@ import ml_dtypes  # noqa: F401  registers numpy's "bfloat16"
 import numpy as np
 
 from ..errors import DtypeError
-from .dtype_names import DTYPES, HIGHEST, PRECISIONS, TF32, TF32X3
+from .dtype_names import CASTINGS, DEFAULT_CASTING, DTYPES, HIGHEST, PRECISIONS, TF32, TF32X3
 
 BFLOAT16 = np.dtype("bfloat16")  # ml_dtypes' type: numpy's arrays of it, and CuPy's (14 on)
 INTEGER_DTYPES = ("int32", "int64")  # exact kernels; other integers and bool compute in these
@@ -50,9 +50,6 @@ COMPLEX_CHAIN = 2
 # instructions", which ptxas emits as IMAD.WIDE.U32 (low halves, adding the 64-bit c) and two
 # IMADs adding the cross products into the high half, each after the one before.
 INTEGER_IMADS = {"int32": 1, "int64": 3}
-# casting= levels, weakest first, as numpy spells them (np.can_cast)
-CASTINGS = ("no", "equiv", "safe", "same_kind", "unsafe")
-DEFAULT_CASTING = "safe"
 
 
 @dataclass(frozen=True)
