@@ -6,16 +6,22 @@ from __future__ import annotations
 
 import importlib
 import inspect
+import re
 from pathlib import Path
 
 from mkdocs.config.defaults import MkDocsConfig
 from mkdocs.structure.files import File, Files
+from mkdocs.structure.pages import Page
 
 # Each public module, the folder its pages go in, and what its index says about it.
 MODULES = {
     "treduda": ("treduda", "the entry points, the kernel and plan they return, the errors"),
     "treduda.authoring": ("authoring", "what a strategy author needs"),
 }
+
+# A Sphinx role before code, as docstrings write :func:`name` or :class:`~path.Name`, which
+# Markdown leaves as text: the page shows the code alone.
+ROLE = re.compile(r":(?:attr|class|data|exc|func|meth|mod):(<code>)~?")
 
 
 def documented(module: str, name: str, root: Path) -> str:
@@ -43,3 +49,7 @@ def on_files(files: Files, config: MkDocsConfig) -> Files:
         index.append("")
     files.append(File.generated(config, "api/index.md", content="\n".join(index)))
     return files
+
+
+def on_page_content(html: str, page: Page, config: MkDocsConfig, files: Files) -> str:
+    return ROLE.sub(r"\1", html) if page.file.src_uri.startswith("api/") else html
