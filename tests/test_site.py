@@ -45,8 +45,9 @@ def site(tmp_path_factory) -> Path:
     if os.environ.get("TREDUDA_SITE_DIR"):
         return Path(os.environ["TREDUDA_SITE_DIR"]).resolve()
     built = tmp_path_factory.mktemp("site")
-    subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict",
-                    "--site-dir", str(built)], cwd=ROOT, check=True, capture_output=True)
+    done = subprocess.run([str(Path(sys.executable).parent / "mkdocs"), "build", "--strict",
+                           "--site-dir", str(built)], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-4000:]
     return built
 
 
