@@ -7,6 +7,7 @@ tests. It uses the tuning cache that ``conftest.py`` points this session to, not
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -41,6 +42,23 @@ def test_committed_without_outputs(path):
         if cell["cell_type"] == "code":
             assert cell["outputs"] == [], f"{path.name}: cell {n} has outputs; clear them"
             assert cell["execution_count"] is None, f"{path.name}: cell {n} has a count"
+
+
+# A notebook's reader sees the public API only: ``treduda`` and ``treduda.authoring``.
+PUBLIC = {"treduda", "treduda.authoring"}
+IMPORTED = re.compile(r"^\s*(?:from|import)\s+(treduda[\w.]*)", re.MULTILINE)
+INTERNAL = re.compile(r"treduda\.(?:api|app|codegen|frontend|kernel|polyhedral|programs|run|tuning)"
+                      r"\b|treduda\.strategies\.\w+_kernel")
+PRIVATE_SET = re.compile(r"\._\w+\s*=[^=]")  # a private attribute replaced: monkeypatching
+
+
+@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+def test_imports_only_the_public_api(path):
+    code = "\n".join("".join(cell["source"]) for cell in json.loads(path.read_text())["cells"]
+                     if cell["cell_type"] == "code")
+    assert set(IMPORTED.findall(code)) <= PUBLIC, f"{path.name} imports an internal module"
+    assert not INTERNAL.findall(code), f"{path.name} reaches an internal module"
+    assert not PRIVATE_SET.findall(code), f"{path.name} replaces a private attribute"
 
 
 @pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])

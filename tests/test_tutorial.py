@@ -15,19 +15,19 @@ import numpy as np
 from conftest import bound_paths_hold
 
 import treduda
-from treduda.polyhedral.lower import plan
-from treduda.polyhedral.strategy import (
+from treduda.authoring import (
     Constraint,
     Parameter,
     ParamSpace,
     Role,
+    Searcher,
     Strategy,
+    plan,
     reduction_schedule,
     register,
     schedule_space,
     transform_schedule,
 )
-from treduda.tuning.search import Searcher
 
 
 @register

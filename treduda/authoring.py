@@ -1,0 +1,40 @@
+"""What a strategy author needs, in one public place.
+
+A strategy (:class:`Strategy`) declares its parameters (:class:`Parameter`) and the rules on
+them (:class:`Constraint`, gathered in a :class:`ParamSpace`), and rewrites the initial
+schedule of a :class:`Program` into one whose dimensions have :class:`Role` s:
+:func:`schedule_space` names the initial schedule's dimensions, :func:`transform_schedule`
+applies an affine target to them, and :func:`reduction_schedule` is the tail that lets a
+mapping chain with shared-memory staging. :func:`register` makes it available by name.
+
+To look at what a strategy does, :func:`plan` lowers an expression to its program and
+:func:`initial` gives the schedule a strategy starts from. To check that the model's bound
+stays below its estimate over a strategy's space, :class:`Searcher` enumerates and searches
+that space on a GPU description (:func:`gpu`).
+
+Everything here is re-exported from the stage that defines it: the modules themselves are
+internal and may move, this list does not.
+"""
+
+from __future__ import annotations
+
+from treduda.polyhedral.lower import Program, Statement, plan
+from treduda.polyhedral.strategy import (
+    Constraint,
+    Parameter,
+    ParamSpace,
+    Role,
+    Scheduled,
+    Strategy,
+    initial,
+    reduction_schedule,
+    register,
+    schedule_space,
+    transform_schedule,
+)
+from treduda.tuning.gpus import Gpu, gpu
+from treduda.tuning.search import Searcher
+
+__all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Program", "Role", "Scheduled",
+           "Searcher", "Statement", "Strategy", "gpu", "initial", "plan", "reduction_schedule",
+           "register", "schedule_space", "transform_schedule"]
