@@ -64,7 +64,7 @@ def statements(text: str) -> list[Contraction]:
     return found
 
 
-def _reads(c: Contraction) -> list[str]:
+def reads(c: Contraction) -> list[str]:
     """The names ``c`` reads: its inputs, its scalars, its output where it uses the old values
     (``+=``, ``-=``, or read on the right)."""
     return [*c.inputs, *c.scalars, *([c.output] if c.reads_output or c.op != "=" else [])]
@@ -92,12 +92,12 @@ class Plan:
         written: set[str] = set()
         inputs: dict[str, None] = {}
         for c in self.statements:
-            inputs.update((name, None) for name in _reads(c) if name not in written)
+            inputs.update((name, None) for name in reads(c) if name not in written)
             written.add(c.output)
         self.inputs = tuple(inputs)
         self._scalars = {name for c in self.statements for name in c.scalars}
         self.results = tuple(c.output for n, c in enumerate(self.statements)
-                             if all(c.output not in _reads(later) and c.output != later.output
+                             if all(c.output not in reads(later) and c.output != later.output
                                     for later in self.statements[n + 1:]))
         self.steps: tuple[PlanStep, ...] = ()
         self.paths: tuple[PathChoice, ...] = ()  # one per statement split along a path
@@ -186,7 +186,7 @@ class Plan:
         known = dict(values)
         for step in self.steps:
             c = step.contraction
-            arguments = {name: known[name] for name in _reads(c)}
+            arguments = {name: known[name] for name in reads(c)}
             known[c.output] = step.kernel.run(backend=self.backend, casting=casting,
                                               **arguments)
         return {name: known[name] for name in (*self.results, *keep)}
