@@ -324,8 +324,8 @@ class Bundle(Mapping[str, "BundledKernel | BundledProgram"]):
         kind = DtypeError if any(m.holds({t: np.shape(v) for t, v in zip(_inputs(m), operands,
                                                                         strict=True)})
                                  for m in matches) else ShapeMismatch
-        raise kind(f"the bundle holds {expr!r} for other operands than {given}: "
-                   + "; ".join(m.held() for m in matches))
+        raise kind(f"the bundle holds no kernel for {expr!r} on {given}; it holds "
+                   + "; ".join(m.held() for m in matches) + " (export one for these)")
 
     def __repr__(self) -> str:
         return (f"Bundle({len(self.kernels)} kernel(s), {len(self.programs)} program(s), "
