@@ -98,6 +98,11 @@ class BundledKernel:
         return self.entry["layout"]
 
     @property
+    def precision(self) -> str:
+        """How its products round float32 inputs (treduda.compile's ``precision=``)."""
+        return self.entry["precision"]
+
+    @property
     def sizes(self) -> dict[str, int]:
         return dict(self.entry["sizes"])
 

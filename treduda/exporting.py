@@ -138,5 +138,5 @@ def _program(plan: Plan, kernels: dict[str, dict[str, Any]], files: dict[str, by
             "inputs": list(plan.inputs), "results": list(plan.results),
             "intermediates": list(plan.intermediates),
             "shapes": {t: list(s) for t, s in plan.shapes.items()}, "steps": steps,
-            "estimate": {"gpu": plan.gpu, "seconds": plan.seconds}}
+            "flops": plan.flops, "estimate": {"gpu": plan.gpu, "seconds": plan.seconds}}
 
