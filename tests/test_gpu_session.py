@@ -16,9 +16,10 @@ from pathlib import Path
 import pytest
 
 import treduda
-from treduda.app import fidelity
+from treduda.app import cli, fidelity
 from treduda.app.bench import Case
 from treduda.app.bench_export import export_suite
+from treduda.run.cuda import gpu_present
 from treduda.suites import Row
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -91,3 +92,18 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
     rows = fidelity.load(data)
     assert [r.id for r in rows] == ["gemm_small", "gemm_small~1"]
     assert rows[0].measured == pytest.approx(pick["treduda_ms"] / 1e3)
+
+
+def test_timing_a_bundle_needs_gpu_time_and_a_jsonl_file(bundles, tmp_path, capsys):
+    bundle = str(bundles / "01_mini.zip")
+    assert cli.main(["bench", "--bundle", bundle]) == 2
+    assert "add --gpu-time and --jsonl FILE" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(gpu_present(), reason="a GPU is here: the bundle would be timed on it")
+def test_timing_a_bundle_without_a_gpu_says_so_and_writes_nothing(bundles, tmp_path, capsys):
+    jsonl = tmp_path / "results.jsonl"
+    assert cli.main(["bench", "--bundle", str(bundles / "01_mini.zip"), "--gpu-time",
+                     "--jsonl", str(jsonl)]) == 0
+    assert "cannot time on a GPU here" in capsys.readouterr().out
+    assert not jsonl.exists()
