@@ -311,37 +311,37 @@ class Bundle(Mapping[str, "BundledKernel | BundledProgram"]):
                           | {p.source for p in self.programs.values()})
             raise ArgumentError(f"the bundle holds no kernel for {expr!r}; it holds "
                                 f"{'; '.join(held) or 'nothing'}")
+        dtypes = {str(v.dtype) for v in operands if hasattr(v, "dtype")}
+        shaped = False  # whether a kernel held has these shapes (but another dtype)
         for match in matches:
-            names = _inputs(match)
-            if len(names) != len(operands):
-                raise ArgumentError(f"{expr!r} reads {len(names)} tensors "
-                                    f"({', '.join(names)}), got {len(operands)}")
-            values = dict(zip(names, operands, strict=True))
-            dtypes = {str(getattr(v, "dtype", "")) for v in operands} - {""}
-            if match.holds({t: np.shape(v) for t, v in values.items()}) and (
-                    not dtypes or dtypes == {match.dtype}):
-                found = match(casting=casting, **values)
-                if isinstance(match, BundledProgram):
-                    return found[match.results[0]] if len(found) == 1 else found
-                return found
+            values = _named(match, expr, operands)
+            if match.holds({t: np.shape(v) for t, v in values.items()}):
+                if dtypes <= {match.dtype}:
+                    found = match(casting=casting, **values)
+                    if isinstance(match, BundledProgram) and len(found) == 1:
+                        return found[match.results[0]]
+                    return found
+                shaped = True
         given = ", ".join(f"{np.shape(v)} {getattr(v, 'dtype', type(v).__name__)}"
                           for v in operands)
-        kind = DtypeError if any(m.holds({t: np.shape(v) for t, v in zip(_inputs(m), operands,
-                                                                        strict=True)})
-                                 for m in matches) else ShapeMismatch
-        raise kind(f"the bundle holds no kernel for {expr!r} on {given}; it holds "
-                   + "; ".join(m.held() for m in matches) + " (export one for these)")
+        raise (DtypeError if shaped else ShapeMismatch)(
+            f"the bundle holds no kernel for {expr!r} on {given}; it holds "
+            + "; ".join(m.held() for m in matches) + " (export one for these)")
 
     def __repr__(self) -> str:
         return (f"Bundle({len(self.kernels)} kernel(s), {len(self.programs)} program(s), "
                 f"backend={self.backend!r})")
 
 
-def _inputs(entry: BundledKernel | BundledProgram) -> tuple[str, ...]:
-    """The tensors an entry reads, in the order :meth:`Bundle.contract` takes them."""
-    if isinstance(entry, BundledProgram):
-        return entry.inputs
-    return tuple(entry.contraction.inputs)
+def _named(entry: BundledKernel | BundledProgram, expr: str, operands: tuple) -> dict[str, Any]:
+    """``operands`` by the names of the tensors ``entry`` reads, in the order
+    :meth:`Bundle.contract` takes them."""
+    names = entry.inputs if isinstance(entry, BundledProgram) else tuple(
+        entry.contraction.inputs)
+    if len(names) != len(operands):
+        raise ArgumentError(f"{expr!r} reads {len(names)} tensors ({', '.join(names)}), got "
+                            f"{len(operands)}")
+    return dict(zip(names, operands, strict=True))
 
 
 def load(path: str | Path, backend: str = "opencl") -> Bundle:

@@ -104,11 +104,9 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes], targets: Sequenc
         with cubin(kernel.cuda_source, arch) as (binary, _):
             cubins[arch] = cubin_path(name, arch)
             files[cubins[arch]] = binary.read_bytes()
-    single = len(c.terms) == 1 and not c.terms[0].scalars and c.op == "=" and \
-        c.terms[0].coefficient == 1
     return {
         "expression": kernel.expression, "function": kernel.name,
-        "einsum": reference.einsum_spec(c.terms[0], c.output_indices) if single else None,
+        "einsum": reference.product_spec(c),
         "dtype": kernel.dtype, "precision": kernel.precision, "layout": kernel.layout,
         "sizes": sizes, "kernel_sizes": kernel.merging.sizes(sizes),
         "shapes": {t: [sizes[i] for i in idx]
