@@ -142,8 +142,7 @@ class BundledKernel:
 
     def holds(self, shapes: Mapping[str, tuple[int, ...]]) -> bool:
         """Whether this kernel runs on tensors of these ``shapes`` (by name)."""
-        held = self.shapes
-        return all(held.get(t) == tuple(s) for t, s in shapes.items())
+        return _fits(self.shapes, shapes)
 
     def held(self) -> str:
         """What this kernel runs on, for error messages."""
@@ -193,6 +192,11 @@ class BundledKernel:
             given = ", ".join(f"{t} {s}" for t, s in shapes.items())
             raise ShapeMismatch(f"the bundle holds no kernel for {given}; it holds "
                                 f"{self.held()} (export one at these sizes)")
+
+
+def _fits(held: Mapping[str, tuple[int, ...]], shapes: Mapping[str, tuple[int, ...]]) -> bool:
+    """Whether every tensor of ``shapes`` has the shape ``held`` gives it."""
+    return all(held.get(t) == tuple(s) for t, s in shapes.items())
 
 
 def run_launch(kernel: BundledKernel, launch) -> Any:
@@ -245,8 +249,8 @@ class BundledProgram:
         return dict(self.entry.get("metadata") or {})
 
     def holds(self, shapes: Mapping[str, tuple[int, ...]]) -> bool:
-        held = self.shapes
-        return all(held.get(t) == tuple(s) for t, s in shapes.items())
+        """Whether this program runs on tensors of these ``shapes`` (by name)."""
+        return _fits(self.shapes, shapes)
 
     def held(self) -> str:
         shapes = ", ".join(f"{t} {self.shapes[t]}" for t in self.inputs)
@@ -262,6 +266,11 @@ class BundledProgram:
             raise ArgumentError(f"no input {unknown[0]!r}{did_you_mean(unknown[0], self.inputs)}"
                                 f" in program {self.name}; its inputs are "
                                 f"{', '.join(self.inputs)}")
+        shapes = {t: np.shape(v) for t, v in values.items() if t in self.shapes}  # no scalars
+        if not self.holds(shapes):
+            given = ", ".join(f"{t} {s}" for t, s in shapes.items())
+            raise ShapeMismatch(f"the bundle holds no program for {given}; it holds "
+                                f"{self.held()} (export one at these sizes)")
         known = dict(values)
         for step, reads in zip(self.steps, self.entry["steps"], strict=True):
             arguments = {name: known[name] for name in reads["reads"]}
