@@ -92,6 +92,8 @@ def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
 
     started = time.perf_counter()
     kernels = list(bundle.kernels.values())
+    # Threads compile at once: CuPy calls nvrtcCompileProgram without holding the GIL
+    # (cupy_backends/cuda/libs/nvrtc.pyx, compileProgram's "with nogil").
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
         list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"]), kernels))
     seconds = time.perf_counter() - started
