@@ -11,6 +11,7 @@ import zipfile
 
 import numpy as np
 import pytest
+from conftest import needs_nvcc
 
 import treduda
 from treduda.app.cli import main
@@ -144,6 +145,16 @@ def test_a_bundle_refuses_shapes_and_dtypes_it_does_not_hold(gemm_bundle):
         bundle["td_nothing"]
     with pytest.raises(treduda.errors.ArgumentError, match="holds no kernel for"):
         bundle.contract("ij,jk->ki", a, b)
+
+
+@needs_nvcc
+def test_a_bundle_holds_a_cubin_for_each_target_unless_told_to_compile(gemm_bundle):
+    """nvcc here writes an sm_90 cubin, which a GPU of that architecture loads instead of
+    compiling the source with NVRTC (``cubins=False``: always NVRTC)."""
+    kernel, path = gemm_bundle
+    (arch, cubin), = load(path)[kernel.name].cubins.items()
+    assert arch == "sm_90" and cubin[:4] == b"\x7fELF"
+    assert load(path, cubins=False)[kernel.name].cubins == {}
 
 
 def test_a_symbolic_kernel_is_refused_with_what_to_do(tmp_path):

@@ -13,7 +13,8 @@ machine had nvcc, cubins for the targets asked for.
 
 The runtime needs numpy (and ml_dtypes, which treduda's dtypes use) and, to run, PoCL through
 pyopencl (``backend="opencl"``) or CuPy or pycuda on a GPU (``backend="cuda"``: NVRTC compiles the
-source there); never islpy, Jinja2, opt_einsum or sqlite. It launches through the same code as
+source there, unless the bundle holds a cubin for the GPU's architecture); never islpy, Jinja2,
+opt_einsum or sqlite. It launches through the same code as
 :class:`treduda.Kernel` (:func:`treduda.run.launch.prepare_all`, :mod:`treduda.run.opencl`,
 :mod:`treduda.run.cuda`), so a bundled kernel runs exactly as the kernel it was exported from.
 A bundle holds fixed shapes: a call with other shapes or another dtype is refused with an
@@ -82,7 +83,7 @@ class BundledKernel:
     entry: Mapping[str, Any] = field(repr=False)  # its manifest entry
     cuda_source: str = field(repr=False)
     opencl_source: str = field(repr=False)
-    cubins: Mapping[str, bytes] = field(repr=False)  # arch -> cubin
+    cubins: Mapping[str, bytes] = field(repr=False)  # arch -> cubin, loaded in place of NVRTC
     backend: str = "opencl"
 
     @property
@@ -207,7 +208,7 @@ def run_launch(kernel: BundledKernel, launch) -> Any:
         return run_opencl(kernel.opencl_source, launch)
     from .run.cuda import run_cuda
 
-    return run_cuda(kernel.cuda_source, launch)
+    return run_cuda(kernel.cuda_source, launch, kernel.cubins)
 
 
 @dataclass(frozen=True, eq=False)
@@ -353,9 +354,11 @@ def _named(entry: BundledKernel | BundledProgram, expr: str, operands: tuple) ->
     return dict(zip(names, operands, strict=True))
 
 
-def load(path: str | Path, backend: str = "opencl") -> Bundle:
+def load(path: str | Path, backend: str = "opencl", cubins: bool = True) -> Bundle:
     """The bundle in the zip file ``path``, to run on ``backend`` ("opencl": PoCL on the CPU,
-    as treduda's default; "cuda": CuPy or pycuda on a GPU)."""
+    as treduda's default; "cuda": CuPy or pycuda on a GPU, loading the cubin for its
+    architecture where the bundle holds one and ``cubins``, else compiling the source with
+    NVRTC)."""
     if backend not in BACKENDS:
         raise ArgumentError(f"unknown backend {backend!r}; a bundle runs on "
                             f"{' or '.join(BACKENDS)}")
@@ -365,7 +368,7 @@ def load(path: str | Path, backend: str = "opencl") -> Bundle:
             if manifest.get("format") != FORMAT:
                 raise StoredDataError(f"{path}: a bundle of format {manifest.get('format')!r}; "
                                       f"this treduda reads format {FORMAT}: export it again")
-            kernels = {name: _kernel(archive, name, entry, backend)
+            kernels = {name: _kernel(archive, name, entry, backend, cubins)
                        for name, entry in manifest["kernels"].items()}
     except (OSError, zipfile.BadZipFile) as error:
         raise StoredDataError(f"{path}: cannot read the bundle ({error})") from None
@@ -378,8 +381,9 @@ def load(path: str | Path, backend: str = "opencl") -> Bundle:
     return Bundle(manifest, kernels, programs, backend)
 
 
-def _kernel(archive: zipfile.ZipFile, name: str, entry: Mapping[str, Any],
-            backend: str) -> BundledKernel:
-    cubins = {arch: archive.read(member) for arch, member in entry.get("cubins", {}).items()}
+def _kernel(archive: zipfile.ZipFile, name: str, entry: Mapping[str, Any], backend: str,
+            cubins: bool) -> BundledKernel:
+    binaries = {arch: archive.read(member) for arch, member in entry["cubins"].items()
+                if cubins}
     return BundledKernel(name, entry, archive.read(entry["sources"]["cuda"]).decode(),
-                         archive.read(entry["sources"]["opencl"]).decode(), cubins, backend)
+                         archive.read(entry["sources"]["opencl"]).decode(), binaries, backend)

@@ -69,6 +69,9 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--jsonl", metavar="FILE", help="with --bundle: the JSON-lines file")
     parser.add_argument("--pocl", action="store_true",
                         help="with --bundle: run on PoCL instead of a GPU (a dry run)")
+    parser.add_argument("--nvrtc", action="store_true",
+                        help="with --bundle: compile every source with NVRTC, even where the "
+                             "bundle holds a cubin for this GPU")
     parser.add_argument("--stop-after", type=float, metavar="SECONDS",
                         help="with --bundle: start no entry after this many seconds")
     parser.add_argument("--rivals", type=count, default=None, metavar="N",
@@ -132,7 +135,8 @@ def _bundle_command(args: argparse.Namespace) -> int:
                            "--pocl to run it on PoCL without a GPU)")
     writable(args.jsonl)
     return bundle_bench.run(args.bundle, jsonl=args.jsonl, repeats=max(1, args.repeats),
-                            pocl=args.pocl, limit=args.limit, stop_after=args.stop_after)
+                            pocl=args.pocl, nvrtc=args.nvrtc, limit=args.limit,
+                            stop_after=args.stop_after)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

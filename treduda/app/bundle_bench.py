@@ -2,14 +2,15 @@
 machine's GPU beside torch.einsum and cupy.einsum, without the compiler (no isl, no search:
 the GPU session's machine has neither).
 
-First every kernel's CUDA source is compiled (NVRTC through CuPy, in parallel threads; the
-time is logged and written as the first JSON line). Then, entry by entry in the bundle's order
-(the order of value it was prepared in), the kernel runs on random operands, is checked
-against the libraries' einsum in a wide type, and is timed with CUDA events: treduda's kernel
-and each library in turn, :data:`ROUNDS` times interleaved, each timing the median of
-``repeats`` launches; a line gives the median of the rounds and their spread ((slowest -
-fastest) / median), since one library's time alone moved up to 4x between two sessions.
-Rivals (``role: rival`` in their metadata) are timed alone. One JSON line is appended per
+First every kernel is loaded: the bundle's cubin for this GPU's architecture where it holds
+one (``--nvrtc``: never), else its CUDA source compiled by NVRTC through CuPy, in parallel
+threads; the time is logged and written as the first JSON line. Then, entry by entry in the
+bundle's order (the order of value it was prepared in), the kernel runs on random operands, is
+checked against the libraries' einsum in a wide type, and is timed with CUDA events:
+treduda's kernel and each library in turn, :data:`ROUNDS` times interleaved, each timing the
+median of ``repeats`` launches; a line gives the median of the rounds and their spread
+((slowest - fastest) / median), since one library's time alone moved up to 4x between two
+sessions. Rivals (``role: rival`` in their metadata) are timed alone. One JSON line is appended per
 entry the moment it is measured, so a run cut short keeps every finished entry, and
 ``--stop-after`` ends the run cleanly before an entry that might not finish.
 
@@ -33,7 +34,7 @@ from typing import Any, TextIO
 import numpy as np
 
 from ..bundle import BundledKernel, BundledProgram, load
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import TF32, fmas
 from ..run.timing import REPEATS, Timing
@@ -44,14 +45,16 @@ TIMED = ("treduda", "torch", "cupy")
 
 
 def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
-        limit: int | None = None, stop_after: float | None = None, out: TextIO | None = None,
-        log: TextIO | None = None) -> int:
-    """Measure the bundle ``path`` entry by entry, appending a JSON line each to ``jsonl``;
-    0 without a GPU (nothing timed, unless ``pocl``), 1 if an entry failed."""
+        nvrtc: bool = False, limit: int | None = None, stop_after: float | None = None,
+        out: TextIO | None = None, log: TextIO | None = None) -> int:
+    """Measure the bundle ``path`` entry by entry, appending a JSON line each to ``jsonl``
+    (compiling every source with NVRTC where ``nvrtc``, else loading the cubins the bundle
+    holds for this GPU); 0 without a GPU (nothing timed, unless ``pocl``), 1 if an entry
+    failed, 3 if the kernels could not be compiled or loaded."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
     started = time.perf_counter()
-    bundle = load(path, backend="opencl" if pocl else "cuda")
+    bundle = load(path, backend="opencl" if pocl else "cuda", cubins=not nvrtc)
     try:
         xp, torch = (np, None) if pocl else _libraries()
     except BackendUnavailable as error:
@@ -60,7 +63,11 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
     in_programs = {k.name for p in bundle.programs.values() for k in p.steps}
     entries = [*(k for name, k in bundle.kernels.items() if name not in in_programs),
                *bundle.programs.values()][:limit]
-    device = _compile(bundle, pocl, jsonl, path, log)
+    try:
+        device = _compile(bundle, pocl, jsonl, path, log)
+    except TredudaError as error:  # e.g. a cubin this driver refuses: rerun with --nvrtc
+        print(f"{path}: the kernels could not be compiled or loaded: {error}", file=out)
+        return 3
     failed = 0
     for number, entry in enumerate(entries, 1):
         if stop_after is not None and time.perf_counter() - started > stop_after:
@@ -82,8 +89,9 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
 
 
 def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
-    """Compile every CUDA source with NVRTC, in parallel, and write how long it took as a
-    JSON line; returns what times the kernels. On PoCL each builds at its first run."""
+    """Load every kernel's cubin for this GPU where the bundle holds one, compile the other
+    sources with NVRTC, in parallel, and write how long it took as a JSON line; returns what
+    times the kernels. On PoCL each builds at its first run."""
     if pocl:
         from ..run.opencl import opencl_device
 
@@ -95,12 +103,16 @@ def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
     # Threads compile at once: CuPy calls nvrtcCompileProgram without holding the GIL
     # (cupy_backends/cuda/libs/nvrtc.pyx, compileProgram's "with nogil").
     with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"]), kernels))
+        list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"], k.cubins),
+                      kernels))
     seconds = time.perf_counter() - started
+    runtime = cuda_runtime()
+    loaded = sum(runtime.arch in k.cubins for k in kernels)
     _append(jsonl, {"kind": "compile", "bundle": Path(path).name, "kernels": len(kernels),
-                    "seconds": seconds})
-    print(f"NVRTC compiled {len(kernels)} kernels in {seconds:.1f} s", file=log, flush=True)
-    return cuda_runtime().device
+                    "cubins": loaded, "nvrtc": len(kernels) - loaded, "seconds": seconds})
+    print(f"{loaded} cubins loaded for {runtime.arch}, {len(kernels) - loaded} sources "
+          f"compiled with NVRTC, in {seconds:.1f} s", file=log, flush=True)
+    return runtime.device
 
 
 def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
@@ -133,7 +145,8 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
         if not pocl and entry is kernel:
             from ..run.cuda import registers_cuda
 
-            line["registers"] = registers_cuda(entry.cuda_source, entry.entry["function"])
+            line["registers"] = registers_cuda(entry.cuda_source, entry.entry["function"],
+                                               entry.cubins)
         timed = {"treduda": _ours(entry, operands, xp, repeats, pocl)}
         if not pocl and line.get("role") != "rival":
             timed.update(_baselines(kernel, operands, torch, repeats))
@@ -185,7 +198,7 @@ def _ours(entry: BundledKernel | BundledProgram, operands: dict[str, Any], xp, r
         return lambda: time_opencl(entry.opencl_source, launch, repeats)
     from ..run.cuda import time_cuda
 
-    return lambda: time_cuda(entry.cuda_source, launch, repeats)
+    return lambda: time_cuda(entry.cuda_source, launch, repeats, cubins=entry.cubins)
 
 
 def _baselines(kernel, operands: dict[str, Any], torch, repeats: int
