@@ -279,9 +279,10 @@ class BundledProgram:
         return {name: known[name] for name in self.results}
 
 
-class Bundle(Mapping[str, "BundledKernel | BundledProgram"]):
-    """A loaded bundle: its kernels and programs by name (``bundle[name]``), and
-    :meth:`contract`, which finds the one for an expression and the operands' shapes."""
+class Bundle:
+    """A loaded bundle: its kernels and programs by name (``bundle[name]``, ``name in
+    bundle``, ``list(bundle)``), and :meth:`contract`, which finds the one for an expression
+    and the operands' shapes."""
 
     def __init__(self, manifest: Mapping[str, Any], kernels: Mapping[str, BundledKernel],
                  programs: Mapping[str, BundledProgram], backend: str):
