@@ -3,6 +3,7 @@ benchmarks/gpu_session.sh) as Markdown tables, and as the input of the model's f
 
     python benchmarks/gpu_report.py results.jsonl [more.jsonl] [--markdown report.md]
                                     [--fidelity fidelity.json]
+    python benchmarks/gpu_report.py benchmarks/data/h200_measured_2026-11-26.json
 
 One table per group of picks (suite, dtype, precision): treduda's time and its spread over the
 interleaved rounds, torch.einsum's and cupy.einsum's likewise, the ratios (the library's time
@@ -26,16 +27,46 @@ PICK_COLUMNS = ("id", "expression", "ms", "spread", "torch ms", "spread", "cupy 
 
 
 def read(paths: Iterable[str]) -> list[dict[str, Any]]:
-    """Every line of the files, in order; a line cut off by a timeout is skipped."""
+    """Every line of the files, in order; a line cut off by a timeout is skipped. A file of
+    the earlier GPU benchmark (`treduda bench --gpu-time --json`, as benchmarks/data/ keeps
+    them) is read as the lines its rows would have been."""
     lines = []
     for path in paths:
         with open(path) as stream:
-            for text in stream:
-                try:
-                    lines.append(json.loads(text))
-                except json.JSONDecodeError:
-                    print(f"{path}: skipped a line cut short", file=sys.stderr)
+            text = stream.read()
+        try:
+            whole = json.loads(text)
+        except json.JSONDecodeError:
+            whole = None
+        if isinstance(whole, dict) and "rows" in whole:
+            lines += earlier(whole)
+            continue
+        for line in text.splitlines():
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                print(f"{path}: skipped a line cut short", file=sys.stderr)
     return lines
+
+
+def earlier(data: dict[str, Any]) -> list[dict[str, Any]]:
+    """The rows of a `treduda bench --gpu-time --json` file (one timing per kernel, no
+    rounds) as JSON lines: each pick, then its rivals (``id~n``)."""
+    lines = []
+    for row in data["rows"]:
+        for rank, timed in enumerate((row, *(row.get("rivals") or ()))):
+            lines.append({**timed, "kind": "kernel", "name": row["id"],
+                          "id": row["id"].partition("~")[0], "rank": rank,
+                          "role": "rival" if rank else "pick",
+                          "device": data.get("device", "?"), "bundle": data.get("suite", "?"),
+                          "precision": timed.get("precision", "highest"),
+                          "treduda_spread": timed.get("spread"),
+                          "predicted_seconds": _seconds(timed.get("predicted_ms"))})
+    return lines
+
+
+def _seconds(milliseconds: float | None) -> float | None:
+    return None if milliseconds is None else milliseconds / 1e3
 
 
 def number(value: float | None, form: str) -> str:
@@ -67,9 +98,12 @@ def markdown(lines: Sequence[dict[str, Any]]) -> str:
     measured = [x for x in lines if x.get("kind") in ("kernel", "program")]
     ok = [x for x in measured if x["status"] == "ok"]
     devices = sorted({x["device"] for x in measured})
+    method = ("median of 3 interleaved rounds; spread = (slowest - fastest) / median of the "
+              "rounds" if any("treduda_runs_ms" in x for x in measured) else
+              "one timing per kernel and library; spread = (slowest - fastest) / median of "
+              "treduda's launches")
     out = [f"Measured on {', '.join(devices) or 'nothing'}: {len(ok)} of {len(measured)} "
-           "entries verified and timed (median of 3 interleaved rounds; spread = (slowest - "
-           "fastest) / median of the rounds)."]
+           f"entries verified and timed ({method})."]
     picks = [x for x in ok if x["kind"] == "kernel" and x.get("role", "pick") == "pick"]
     groups: dict[tuple, list[dict[str, Any]]] = {}
     for line in picks:

@@ -107,3 +107,14 @@ def test_timing_a_bundle_without_a_gpu_says_so_and_writes_nothing(bundles, tmp_p
                      "--jsonl", str(jsonl)]) == 0
     assert "cannot time on a GPU here" in capsys.readouterr().out
     assert not jsonl.exists()
+
+
+def test_the_report_renders_the_earlier_gpu_benchmarks_data():
+    """benchmarks/data keeps `treduda bench --gpu-time --json` files: the report reads them
+    as it reads the session's JSON lines (each row, then its rivals)."""
+    data = ROOT / "benchmarks" / "data" / "h200_measured_2026-11-26.json"
+    done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "gpu_report.py"),
+                           str(data)], capture_output=True, text=True, check=True, timeout=60)
+    assert "### tccg_fp32 (float32)" in done.stdout
+    assert "Geometric mean: torch.einsum" in done.stdout
+    assert "| tccg_fp32/tccg_01~1 |" in done.stdout  # a rival beside its pick
