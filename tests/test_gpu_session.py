@@ -6,8 +6,10 @@ and into the fidelity tool's input."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -57,6 +59,23 @@ def test_bench_export_writes_picks_and_rivals_with_their_rows(bundles):
     rival = kernels["mini/gemm_small~1"]["metadata"]
     assert (rival["role"], rival["rank"], rival["id"]) == ("rival", 1, "gemm_small")
     assert rival["predicted_seconds"] > 0 and rival["sizes"] == ROWS[0].sizes
+
+
+def test_a_rerun_of_bench_export_takes_the_rows_it_holds_instead_of_searching(bundles,
+                                                                              tmp_path):
+    path = tmp_path / "again.zip"
+    shutil.copy(bundles / "01_mini.zip", path)
+    log = io.StringIO()
+    again = export_suite([Case(row, "float32", "mini") for row in ROWS], path, rivals=1,
+                         log=log)
+    assert "2 of 2 row(s) taken from" in log.getvalue()
+    with zipfile.ZipFile(bundles / "01_mini.zip") as archive:
+        first = json.loads(archive.read("manifest.json"))["kernels"]
+    assert {n: k["metadata"] for n, k in again["kernels"].items()} == \
+        {n: k["metadata"] for n, k in first.items()}
+    log = io.StringIO()  # searched on other terms (two rivals): searched again
+    export_suite([Case(ROWS[0], "float32", "mini")], path, rivals=2, log=log)
+    assert "0 of 1 row(s) taken from" in log.getvalue()
 
 
 def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):

@@ -17,7 +17,7 @@ from typing import Any
 from .bundle import FORMAT, MANIFEST, cubin_path, source_path
 from .codegen import ir, serial
 from .errors import ArgumentError, MissingSize
-from .kernel import Kernel
+from .kernel import Kernel, generator_version
 from .programs import Plan, reads
 from .run import reference
 from .run.nvcc import cubin, nvcc_available
@@ -56,6 +56,7 @@ def export(items: Exportable | Sequence[Exportable] | Mapping[str, Exportable],
                                 f"holds {', '.join([*kernels, *programs])}")
         entry["metadata"] = dict(extra)
     manifest = {"format": FORMAT, "treduda": installed_version(),
+                "generator": generator_version(),  # the code generator's sources, hashed
                 "targets": list(targets) if binaries else [], "kernels": kernels,
                 "programs": programs}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
