@@ -7,7 +7,9 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
+import os
 import zipfile
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -42,13 +44,17 @@ def export(items: Exportable | Sequence[Exportable] | Mapping[str, Exportable],
     kernels: dict[str, dict[str, Any]] = {}
     programs: dict[str, dict[str, Any]] = {}
     files: dict[str, bytes] = {}
-    binaries = nvcc_available()
+    pending: dict[str, tuple[str, str]] = {}  # cubins to compile: member -> (source, arch)
+    targets = tuple(targets) if nvcc_available() else ()
     for name, item in named.items():
         if isinstance(item, Plan):
-            programs[name] = _program(item, kernels, files, targets, binaries)
+            programs[name] = _program(item, kernels, files, pending, targets)
         else:
             seconds = None if gpu is None else item.estimate(gpu).seconds
-            kernels[name] = _kernel(name, item, files, targets, binaries, gpu, seconds)
+            kernels[name] = _kernel(name, item, files, pending, targets, gpu, seconds)
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:  # nvcc each
+        compiled = list(pool.map(lambda job: _cubin(*job), pending.values()))
+    files.update(zip(pending, compiled, strict=True))
     for name, extra in (metadata or {}).items():
         entry = programs.get(name) or kernels.get(name)
         if entry is None:
@@ -57,7 +63,7 @@ def export(items: Exportable | Sequence[Exportable] | Mapping[str, Exportable],
         entry["metadata"] = dict(extra)
     manifest = {"format": FORMAT, "treduda": installed_version(),
                 "generator": generator_version(),  # the code generator's sources, hashed
-                "targets": list(targets) if binaries else [], "kernels": kernels,
+                "targets": list(targets), "kernels": kernels,
                 "programs": programs}
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as archive:
         archive.writestr(MANIFEST, json.dumps(manifest, indent=1))
@@ -87,9 +93,11 @@ def _named(items: Exportable | Sequence[Exportable] | Mapping[str, Exportable]
     return named
 
 
-def _kernel(name: str, kernel: Kernel, files: dict[str, bytes], targets: Sequence[str],
-            binaries: bool, gpu: str | None, seconds: float | None) -> dict[str, Any]:
-    """``kernel``'s manifest entry, its sources and cubins added to ``files``."""
+def _kernel(name: str, kernel: Kernel, files: dict[str, bytes],
+            pending: dict[str, tuple[str, str]], targets: Sequence[str], gpu: str | None,
+            seconds: float | None) -> dict[str, Any]:
+    """``kernel``'s manifest entry; its sources added to ``files``, its cubins for
+    ``targets`` to ``pending``."""
     built = kernel.built
     c = kernel.contraction
     sizes = dict(kernel.sizes)
@@ -100,11 +108,8 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes], targets: Sequenc
     sources = {"cuda": source_path(name, "cuda"), "opencl": source_path(name, "opencl")}
     files[sources["cuda"]] = kernel.cuda_source.encode()
     files[sources["opencl"]] = kernel.opencl_source.encode()
-    cubins = {}
-    for arch in targets if binaries else ():
-        with cubin(kernel.cuda_source, arch) as (binary, _):
-            cubins[arch] = cubin_path(name, arch)
-            files[cubins[arch]] = binary.read_bytes()
+    cubins = {arch: cubin_path(name, arch) for arch in targets}
+    pending.update({member: (kernel.cuda_source, arch) for arch, member in cubins.items()})
     return {
         "expression": kernel.expression, "function": kernel.name,
         "einsum": reference.product_spec(c),
@@ -123,13 +128,13 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes], targets: Sequenc
 
 
 def _program(plan: Plan, kernels: dict[str, dict[str, Any]], files: dict[str, bytes],
-             targets: Sequence[str], binaries: bool) -> dict[str, Any]:
+             pending: dict[str, tuple[str, str]], targets: Sequence[str]) -> dict[str, Any]:
     """``plan``'s manifest entry; its steps' kernels join ``kernels`` under their names."""
     steps = []
     for step in plan.steps:
         name = step.kernel.name
         if name not in kernels:
-            kernels[name] = _kernel(name, step.kernel, files, targets, binaries, plan.gpu,
+            kernels[name] = _kernel(name, step.kernel, files, pending, targets, plan.gpu,
                                     step.seconds)
         steps.append({"kernel": name, "statement": step.contraction.source,
                       "reads": reads(step.contraction), "output": step.contraction.output})
@@ -139,3 +144,8 @@ def _program(plan: Plan, kernels: dict[str, dict[str, Any]], files: dict[str, by
             "shapes": {t: list(s) for t, s in plan.shapes.items()}, "steps": steps,
             "flops": plan.flops, "estimate": {"gpu": plan.gpu, "seconds": plan.seconds}}
 
+
+def _cubin(source: str, arch: str) -> bytes:
+    """``source`` compiled by nvcc for ``arch``."""
+    with cubin(source, arch) as (binary, _):
+        return binary.read_bytes()
