@@ -1,63 +1,121 @@
 #!/usr/bin/env bash
-# One GPU session's measurements, in the order they matter, each under its own time limit so
-# that a session cut short keeps what finished. Sessions get about 15 minutes of device time
-# in all, start included; this spends at most about 9 of them.
+# One GPU session's measurements on bundles (issue 41): everything is searched and generated
+# here, and the GPU machine (no islpy, no network, ~10 minutes a command, at most 8 files back)
+# only loads the bundles' sm_90 cubins (or compiles their CUDA sources with NVRTC, in
+# parallel, where a bundle holds none for its GPU) and times them beside
+# torch.einsum and cupy.einsum, appending a JSON line per kernel as it is measured.
 #
-# Here (this machine, with network), once:   benchmarks/gpu_session.sh prepare
-#   builds treduda's wheel and fetches islpy's for the device's Python (3.12) into .whl/
-#   (the device has CuPy, torch, nvcc and ml_dtypes, but no islpy and no network).
-# There (the device tool's `run`, carrying .whl):   bash benchmarks/gpu_session.sh
-#   writes under $OUT: tests.log, gemm*.json, tccg_fp16_N.json, tccg_fp32_N.json, session.log.
+# Here, once (searches on a local Dask cluster; a rerun reuses the tuning cache):
+#   benchmarks/gpu_session.sh prepare            # every suite -> .bundles/NN_name.zip
+#   benchmarks/gpu_session.sh prepare gemm tccg_fp16   # only the bundles named
+# There (the device tool's `run`, carrying .bundles; numpy, ml_dtypes, CuPy and torch are there):
+#   bash benchmarks/gpu_session.sh run
+#   -> $OUT/results.jsonl, $OUT/session.log, $OUT/report.md (3 files)
+# Without a GPU (CI: tests/test_gpu_session.py), a few entries of each bundle on PoCL:
+#   OUT=folder benchmarks/gpu_session.sh run --dry-run [BUNDLES]
+# Then, here: python benchmarks/gpu_report.py results.jsonl --markdown M --fidelity F
 set -uo pipefail
 cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+BUNDLES=$ROOT/.bundles
+PYTHON=${PYTHON:-python3}
 
-if [ "${1:-}" = prepare ]; then
-  set -e
-  grep -qx '/.whl/' .git/info/exclude || echo '/.whl/' >> .git/info/exclude
-  rm -rf .whl && mkdir .whl
-  python3 -m pip wheel -q --no-deps -w .whl .
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 \
-    --implementation cp --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 \
-    -d .whl islpy
-  ls -l .whl
-  exit 0
-fi
+# The bundles in the order of their value: name, then `treduda bench` options (one line each).
+# GEMM 4096^3 in every precision, TCCG in fp16 and fp32 (picks and 2 rivals: the model's
+# calibration), bf16, tf32, the CCSD rows in fp64, the tc and tapp suites; then the programs
+# (the AO->MO transform and a chain), exported with `treduda export`.
+plan() {
+  cat <<'EOF'
+gemm --suite gemm --ids gemm_4096
+gemm_fp16 --suite gemm_fp16 --ids gemm_4096
+gemm_bf16 --suite gemm_bf16 --ids gemm_4096
+gemm_tf32 --suite gemm_tf32 --ids gemm_4096
+gemm_3xtf32 --suite gemm --ids gemm_4096 --precision 3xtf32
+gemm_fp64 --suite gemm --ids gemm_4096 --dtype float64
+tccg_fp16 --suite tccg_fp16 --rivals 0
+tccg_fp32 --suite tccg_fp32 --rivals 2
+tccg_bf16 --suite tccg_bf16 --rivals 0
+tccg_tf32 --suite tccg_tf32 --rivals 0
+ccsd_fp64 --suite tccg_fp64 --rivals 0 --ids CCSD
+tc --suite tc --rivals 0
+tapp --suite tapp --rivals 0
+EOF
+}
 
-: "${OUT:?run this on the device machine, where \$OUT is set}"
-start=$(date +%s)
-left() { echo $(( ${1} - ($(date +%s) - start) )); }
-log() { echo "$(( $(date +%s) - start )) s: $*" | tee -a "$OUT/session.log"; }
-python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target /tmp/site \
-  .whl/*.whl || { echo "the wheels did not install: run 'prepare' here first"; exit 1; }
-export PYTHONPATH=/tmp/site TREDUDA_CACHE=/tmp/tuning.sqlite3 PYTHONUNBUFFERED=1
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv | tee "$OUT/session.log"
-python3 -c "import treduda, cupy, torch; print(treduda.__file__, 'cupy', cupy.__version__, 'torch', torch.__version__)" 2>&1 | tee -a "$OUT/session.log"
-R=$(pwd)
-cd /tmp  # the checkout's treduda/ (without strategies/ installed) must not shadow the wheel
+prepare() {
+  mkdir -p "$BUNDLES"
+  local number=0 name options workers=${WORKERS:-2}
+  while read -r name options; do
+    number=$((number + 1))
+    [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
+    local out
+    out=$BUNDLES/$(printf %02d $number)_$name.zip
+    if [[ $options == *"--ids CCSD"* ]]; then  # the rows whose source names CCSD
+      options=${options/--ids CCSD/--ids $(awk -F'\t' 'tolower($4) ~ /ccsd/ {print $1}' \
+        treduda/suites/tccg_fp64.tsv | paste -sd,)}
+    fi
+    local started=$SECONDS
+    # shellcheck disable=SC2086
+    "$PYTHON" -m treduda.app.cli bench $options --workers "$workers" --export "$out" \
+      || echo "prepare: $name FAILED (see above)"
+    echo "prepare: $name in $((SECONDS - started)) s"
+  done < <(plan)
+  if [ $# -eq 0 ] || [[ " $* " == *" programs "* ]]; then
+    "$PYTHON" -m treduda.app.cli export "pqrs,pi,qj,rk,sl->ijkl" "ij,jk,kl->il" \
+      -s p=96 -s q=96 -s r=96 -s s=96 -s i=64 -s j=64 -s k=64 -s l=64 \
+      -o "$BUNDLES/$(printf %02d $((number + 1)))_programs.zip"
+  fi
+  "$PYTHON" - "$BUNDLES" <<'EOF'
+import json, pathlib, sys, zipfile
+total = 0
+for path in sorted(pathlib.Path(sys.argv[1]).glob("*.zip")):
+    manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
+    size = path.stat().st_size
+    total += size
+    print(f"{path.name}: {len(manifest['kernels'])} kernels, {len(manifest['programs'])} "
+          f"programs, {size / 2**20:.2f} MiB")
+print(f"all bundles: {total / 2**20:.2f} MiB")
+EOF
+}
 
-# 1. The tests that only a GPU runs (device arrays, torch float16/bfloat16, the bench's rows).
-timeout "$(left 120)" python3 -m pytest -q -p no:cacheprovider "$R/tests/test_backends.py" \
-  "$R/tests/test_bench.py" -k "on_the_gpu or on_a_gpu or device_view" > "$OUT/tests.log" 2>&1
-log "GPU tests: $(tail -1 "$OUT/tests.log")"
-
-# 2. GEMM 4096^3 in each precision beside cuBLAS (issue 26's 0.7x targets; fp32 as before).
-for suite in gemm gemm_fp16 gemm_bf16 gemm_tf32; do
-  timeout "$(left 240)" python3 -m treduda.app.cli bench --suite "$suite" --ids gemm_4096 \
-    --gpu-time --json "$OUT/$suite.json" > "$OUT/$suite.log" 2>&1
-  log "$suite: $(grep 'verified on' "$OUT/$suite.log")"
-done
-
-# 3. TCCG in float16 (issue 26: geometric mean >= 1.0x torch.einsum in float16), then fp32
-#    (the SIMT kernels against the last run's 0.67x), 12 rows a file so that a timeout loses
-#    at most one chunk. benchmarks/model_fidelity.py --data reads the files.
-for suite in tccg_fp16 tccg_fp32; do
-  for chunk in 1 2 3 4; do
-    budget=$(left 540)
-    [ "$budget" -lt 30 ] && { log "no time left for $suite chunk $chunk"; break 2; }
-    ids=$(seq -f "tccg_%02g" $(( chunk * 12 - 11 )) $(( chunk * 12 )) | paste -sd,)
-    timeout "$budget" python3 -m treduda.app.cli bench --suite $suite --ids "$ids" --gpu-time \
-      --json "$OUT/${suite}_$chunk.json" > "$OUT/${suite}_$chunk.log" 2>&1
-    log "$suite chunk $chunk: $(grep 'verified on' "$OUT/${suite}_$chunk.log")"
+run() {
+  local dry=false
+  if [ "${1:-}" = --dry-run ]; then dry=true; shift; fi
+  local folder=${1:-$BUNDLES}
+  : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
+  local budget=${SESSION_SECONDS:-$($dry && echo 300 || echo 540)}
+  local jsonl=$OUT/results.jsonl log=$OUT/session.log
+  local options=(--gpu-time --jsonl "$jsonl")
+  $dry && options+=(--pocl --limit 2 --repeats 2)
+  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
+  { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv \
+      2>/dev/null || echo "no nvidia-smi"
+    "$PYTHON" -c "import numpy; print('numpy', numpy.__version__)"
+  } >> "$log" 2>&1
+  local bundle left
+  for bundle in "$folder"/*.zip; do
+    left=$((budget - SECONDS))
+    if [ "$left" -lt 30 ]; then echo "$SECONDS s: no time left for $bundle" >> "$log"; break; fi
+    echo "$SECONDS s: $bundle" >> "$log"
+    # --stop-after ends the bundle cleanly before an entry that might not finish; timeout is
+    # the backstop (the lines already appended stay).
+    timeout "$left" "$PYTHON" -m treduda.app.cli bench --bundle "$bundle" "${options[@]}" \
+      --stop-after $((left - 25)) >> "$log" 2>&1
+    local status=$?
+    echo "$SECONDS s: $(basename "$bundle") exit $status" >> "$log"
+    if [ "$status" = 3 ]; then  # its cubins did not load here: compile the sources instead
+      left=$((budget - SECONDS))
+      timeout "$left" "$PYTHON" -m treduda.app.cli bench --bundle "$bundle" "${options[@]}" \
+        --nvrtc --stop-after $((left - 25)) >> "$log" 2>&1
+      echo "$SECONDS s: $(basename "$bundle") with --nvrtc exit $?" >> "$log"
+    fi
   done
-done
-log "done"
+  "$PYTHON" benchmarks/gpu_report.py "$jsonl" --markdown "$OUT/report.md" >> "$log" 2>&1
+  echo "$SECONDS s: done" >> "$log"
+}
+
+case "${1:-}" in
+  prepare) shift; prepare "$@" ;;
+  run) shift; run "$@" ;;
+  *) echo "usage: $0 prepare [BUNDLE...] | run [--dry-run] [FOLDER]" >&2; exit 2 ;;
+esac

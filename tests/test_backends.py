@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.app.gpu_bench import widened
+from treduda.app.gpu_checks import widened
 from treduda.codegen import ir
 from treduda.errors import BackendUnavailable
 from treduda.kernel import BACKENDS

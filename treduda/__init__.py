@@ -7,6 +7,7 @@
     C = treduda.contract("ik,kj->ij", a, b, options=treduda.Options(precision="tf32"))
     gemm = treduda.contract_expression("ik,kj->ij", (64, 48), (48, 80)); C = gemm(a, b)
     plan = treduda.program("T[i,k] = A[i,j]*B[j,k]; D[i,l] = T[i,k]*C[k,l]"); plan(A=a, B=b, C=c)
+    treduda.export([k], "kernels.zip"); treduda.bundle.load("kernels.zip")["td_..."](A=a, B=b)
     result = treduda.search("C[i,j] = A[i,k] * B[k,j]", sizes, gpu="H100")
 
 Names load on first use (isl, the model and the strategies take most of a second to import),
@@ -22,7 +23,7 @@ from typing import Any
 _WHERE = {
     "ContractExpression": "api", "compile": "api", "contract": "api",
     "contract_expression": "api", "program": "api", "search": "api",
-    "is_deterministic": "determinism", "use_deterministic": "determinism",
+    "export": "exporting", "is_deterministic": "determinism", "use_deterministic": "determinism",
     "analyse": "frontend.contraction", "parse": "frontend.parse", "Kernel": "kernel",
     "ParamSpace": "polyhedral.strategy", "Strategy": "polyhedral.strategy",
     "register": "polyhedral.strategy", "Plan": "programs",
@@ -30,9 +31,9 @@ _WHERE = {
 }
 
 __all__ = ["ContractExpression", "Kernel", "Options", "ParamSpace", "Plan", "SearchResult",
-           "Strategy",
-           "analyse", "compile", "contract", "contract_expression", "errors", "is_deterministic",
-           "parse", "program", "register", "search", "strategies", "use_deterministic"]
+           "Strategy", "analyse", "bundle", "compile", "contract",
+           "contract_expression", "errors", "export", "is_deterministic", "parse", "program",
+           "register", "search", "strategies", "use_deterministic"]
 
 
 def __getattr__(name: str) -> Any:

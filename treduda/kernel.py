@@ -35,7 +35,7 @@ from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import read_only
 from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
-from .run.launch import Launch, bind, followed, prepare
+from .run.launch import Launch, bind, prepare_all
 from .run.timing import REPEATS, WARMUP, TimedRun, Timing
 from .tuning.cache import installed_version
 
@@ -399,13 +399,9 @@ class Kernel:
         return next(r for r in sass_report(self.cuda_source, arch) if r.kernel == self.name)
 
     def _prepare(self, sizes, arrays, scalars, xp=np) -> Launch:
-        first = self.signature.kernel  # the body is not needed to launch
-        launch = prepare(self.contraction, first, self.layout, self.grid_for(sizes),
-                         self.block, sizes, self.merging.sizes(sizes), arrays, scalars, xp)
-        then = self.signature.parts_sum
-        if then is None:
-            return launch
-        return followed(launch, first, then.kernel, then.grid, then.block)
+        return prepare_all(self.contraction, self.signature.kernel, self.signature.parts_sum,
+                           self.layout, self.grid_for(sizes), self.block, sizes,
+                           self.merging.sizes(sizes), arrays, scalars, xp)
 
     def _launch_timed(self, launch: Launch, backend: str, timed: bool) -> TimedRun:
         """Run on ``backend``, timed by the device where ``timed`` (else 0 seconds, no

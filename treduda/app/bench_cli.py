@@ -59,7 +59,22 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="with --gpu-time: time the kernels an earlier run chose (its --json "
                              "file) instead of searching again, and the rivals it recorded")
     parallel_arguments(parser, "rows", None)
-    parser.add_argument("--rivals", type=count, default=0, metavar="N",
+    parser.add_argument("--export", metavar="FILE",
+                        help="write the rows' picks and --rivals (default 2 here) into this "
+                             "bundle, with the rows' metadata, for --bundle on a GPU machine")
+    parser.add_argument("--bundle", metavar="FILE",
+                        help="with --gpu-time: time this bundle's kernels and programs (no "
+                             "search, no isl needed) beside torch.einsum and cupy.einsum, "
+                             "appending a JSON line per entry to --jsonl")
+    parser.add_argument("--jsonl", metavar="FILE", help="with --bundle: the JSON-lines file")
+    parser.add_argument("--pocl", action="store_true",
+                        help="with --bundle: run on PoCL instead of a GPU (a dry run)")
+    parser.add_argument("--nvrtc", action="store_true",
+                        help="with --bundle: compile every source with NVRTC, even where the "
+                             "bundle holds a cubin for this GPU")
+    parser.add_argument("--stop-after", type=float, metavar="SECONDS",
+                        help="with --bundle: start no entry after this many seconds")
+    parser.add_argument("--rivals", type=count, default=None, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "
                              "calibration data (benchmarks/model_fidelity.py --data reads it)")
@@ -78,6 +93,8 @@ def parallel_arguments(parser: argparse.ArgumentParser, what: str, workers: int 
 
 def bench_command(args: argparse.Namespace) -> int:
     """Run `treduda bench` from parsed arguments."""
+    if args.bundle:
+        return _bundle_command(args)
     from . import bench, gpu_bench  # the library's compiling parts: on use (cli.py)
 
     cases = bench.select(args.suite, args.ids, args.limit, args.dtype, args.precision)
@@ -91,14 +108,35 @@ def bench_command(args: argparse.Namespace) -> int:
     if args.gpu_time and (args.workers or args.scheduler):
         raise TredudaError("--gpu-time times on this machine's GPU, one kernel at a time: "
                            "leave out --workers and --scheduler")
+    if args.export:
+        from .bench_export import export_suite
+
+        writable(args.export)
+        export_suite(cases, args.export, gpu=args.gpu, max_nodes=args.max_nodes,
+                     rivals=2 if args.rivals is None else args.rivals, workers=args.workers,
+                     scheduler=args.scheduler)
+        return 0
     if args.gpu_time:
         picks = gpu_bench.load_picks(args.picks, cases) if args.picks else None
         return gpu_bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes,
                              repeats=max(1, args.repeats), json_path=args.json,
                              plot_path=args.plot, title=args.suite, picks=picks)
     return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
-                     plot_path=args.plot, title=args.suite, rivals=args.rivals,
+                     plot_path=args.plot, title=args.suite, rivals=args.rivals or 0,
                      workers=args.workers, scheduler=args.scheduler)
+
+
+def _bundle_command(args: argparse.Namespace) -> int:
+    """`treduda bench --bundle FILE --gpu-time`: without the compiler (the GPU machine's)."""
+    from . import bundle_bench
+
+    if not args.gpu_time or not args.jsonl:
+        raise TredudaError("--bundle times a bundle: add --gpu-time and --jsonl FILE (add "
+                           "--pocl to run it on PoCL without a GPU)")
+    writable(args.jsonl)
+    return bundle_bench.run(args.bundle, jsonl=args.jsonl, repeats=max(1, args.repeats),
+                            pocl=args.pocl, nvrtc=args.nvrtc, limit=args.limit,
+                            stop_after=args.stop_after)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
 from ..options import DEFAULT_BUDGET, Options
 from .bench_cli import bench_arguments, bench_command, count
+from .export_cli import export_arguments, export_command
 from .files import writable, write_text
 from .profile import profile_arguments, profile_command
 from .tune_cli import tune_arguments, tune_command
@@ -150,6 +151,15 @@ def parser() -> argparse.ArgumentParser:
     r.add_argument("--gpu", default="H100", help="the GPU a search tunes for")
     profile_arguments(r)
 
+    x = commands.add_parser(
+        "export", help="write kernels and programs into a bundle that runs without treduda's "
+                       "compiler (treduda.bundle)",
+        description="Search (or take from the tuning cache) each expression's kernel, or "
+                    "plan its program, and write them all into one zip file: CUDA sources, "
+                    "OpenCL twins, cubins where nvcc is installed, launch geometry. "
+                    "treduda.bundle.load(FILE) runs it with numpy and CuPy, pycuda or PoCL.")
+    export_arguments(x, _size)
+
     t = commands.add_parser("tune", help="search a suite's contractions in parallel on a Dask "
                             "cluster and keep the results in the tuning cache")
     tune_arguments(t)
@@ -237,6 +247,8 @@ def _run(args: argparse.Namespace) -> int:
         return _cache(args)
     if args.command == "tune":
         return tune_command(args)
+    if args.command == "export":
+        return export_command(args)
     if args.command == "profile":
         from ..api import compile
 

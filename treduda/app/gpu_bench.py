@@ -28,17 +28,16 @@ from dataclasses import asdict, dataclass, replace
 from typing import Any, TextIO
 
 from ..api import compile, search
-from ..errors import BackendUnavailable, TredudaError, VerificationError
-from ..frontend.dtypes import BFLOAT16, HIGHEST, TF32, fmas, uniform, wide
-from ..kernel import Kernel
-from ..run import reference
+from ..errors import BackendUnavailable, TredudaError
+from ..frontend.dtypes import HIGHEST, TF32, fmas
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
-from ..run.device_arrays import to_cupy, to_framework
+from ..run.device_arrays import to_framework
 from ..run.timing import REPEATS
 from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 from .files import write_text
+from .gpu_checks import check_result, einsum_spec, random_operands
 
 EXPRESSION_WIDTH = 36
 
@@ -224,8 +223,9 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
         outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
         operands = random_operands(kernel, cupy, torch)
-        spec = _spec(kernel)
-        outcome.max_error = verify_on_gpu(kernel, operands, spec, cupy, torch)
+        spec = einsum_spec(kernel)
+        outcome.max_error = check_result(kernel, operands, kernel.run(backend="cuda", **operands),
+                                         cupy, torch)
         outcome.verified = True
         stage = "time"
         outcome.registers = registers_cuda(kernel.cuda_source, kernel.name)
@@ -245,72 +245,6 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.stage, outcome.error = stage, f"{type(error).__name__}: {error}"
     return outcome
-
-
-def random_operands(kernel: Kernel, cupy, torch) -> dict[str, Any]:
-    """Every input uniform in [-0.5, 0.5) (each part, if complex), on the GPU, stored in the
-    kernel's layout. bfloat16 operands are rounded by torch (CuPy's bfloat16 is young: its
-    arrays come from torch's through their bits, :mod:`treduda.run.device_arrays`)."""
-    c = kernel.contraction
-    bfloat16 = kernel.dtype == "bfloat16"
-    if bfloat16 and torch is None:
-        raise TredudaError("the GPU benchmark makes bfloat16 operands with torch, which is "
-                           "not installed: pip install torch, or run the row in float16")
-    state = cupy.random.RandomState(seed=0)
-    arrays = {}
-    for tensor, indices in c.inputs.items():
-        shape = tuple(kernel.sizes[i] for i in indices)
-        values = uniform(state, -0.5, 0.5, shape, "float32" if bfloat16 else kernel.dtype)
-        if bfloat16:
-            values = to_cupy(tensor, torch.from_dlpack(values).to(torch.bfloat16))
-        arrays[tensor] = cupy.asfortranarray(values) if kernel.layout == "F" else values
-    return arrays
-
-
-def widened(array, dtype: str, xp):
-    """``array`` (of the array module ``xp``: CuPy, or numpy) converted to ``dtype`` (float64 or
-    complex128); bfloat16 through its bits, the upper half of a float32's, so exactly and
-    whether or not this CuPy knows the type."""
-    if array.dtype == BFLOAT16:
-        bits = array.view(xp.uint16).astype(xp.uint32) << 16
-        array = bits.view(xp.float32)
-    return array.astype(dtype)
-
-
-def verify_on_gpu(kernel: Kernel, operands: dict[str, Any], spec: str, cupy, torch) -> float:
-    """Run ``kernel`` on ``operands`` and compare with cupy.einsum and torch.einsum in float64
-    (complex128 for a complex kernel), within the rounding bound of :mod:`treduda.run.reference`;
-    returns the larger error."""
-    c = kernel.contraction
-    precise = wide(kernel.dtype)
-    result = widened(kernel.run(backend="cuda", **operands), precise, cupy)
-    wide_operands = {name: widened(array, precise, cupy) for name, array in operands.items()}
-    allowed = reference.tolerance(c, wide_operands, {}, kernel.sizes, kernel.dtype, xp=cupy,
-                                  precision=kernel.precision)
-    inputs = [wide_operands[r.tensor] for r in c.terms[0].reads]
-    expected = {"cupy.einsum": cupy.einsum(spec, *inputs)}
-    if torch is not None:
-        tensors = [torch.from_dlpack(a) for a in inputs]
-        expected["torch.einsum"] = cupy.from_dlpack(torch.einsum(spec, *tensors))
-    worst = 0.0
-    for library, value in expected.items():
-        error = cupy.abs(result - value)
-        if not bool(cupy.all(error <= allowed)) or not bool(cupy.all(cupy.isfinite(result))):
-            raise VerificationError(f"{kernel.name} ({kernel.expression}) differs from "
-                                    f"{library} in {precise}: largest error "
-                                    f"{float(error.max()):.3g}, allowed "
-                                    f"{float(allowed.max()):.3g}")
-        worst = max(worst, float(error.max()))
-    return worst
-
-
-def _spec(kernel: Kernel) -> str:
-    """The einsum a user would write for this row: its one product term."""
-    c = kernel.contraction
-    if len(c.terms) != 1 or c.terms[0].scalars or c.terms[0].coefficient != 1 or c.op != "=":
-        raise TredudaError(f"{kernel.expression}: the GPU benchmark times plain products "
-                           "(C = A*B) against einsum")
-    return reference.einsum_spec(c.terms[0], c.output_indices)
 
 
 def _libraries():

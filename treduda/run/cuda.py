@@ -4,15 +4,21 @@
 Both runtimes take the same :class:`~treduda.run.launch.Launch` as PoCL, so on a machine without
 a GPU everything up to the driver call is still exercised by the tests. They differ only in how
 they compile, move arrays and launch; running and timing are written once, here.
+
+Where the caller holds cubins (a bundle's, :mod:`treduda.bundle`), the one for this GPU's
+architecture is loaded instead of compiling the source.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
+import hashlib
 import importlib.util
-from collections.abc import Callable, Iterator
+import tempfile
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -44,13 +50,16 @@ class CupyRuntime:
             raise BackendUnavailable("CuPy found no CUDA device; use backend='opencl'")
         properties = self.cupy.cuda.runtime.getDeviceProperties(self.cupy.cuda.Device().id)
         self.device = f"{properties['name'].decode()} (CuPy, CUDA events)"
+        self.arch = f"sm_{properties['major']}{properties['minor']}"
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
         yield  # CuPy keeps a current device of its own
 
-    def function(self, source: str, name: str):
-        return _cupy_module(source).get_function(name)
+    def function(self, source: str, name: str, cubins: Mapping[str, bytes] | None = None):
+        binary = (cubins or {}).get(self.arch)
+        module = _cupy_module(source) if binary is None else _cupy_binary(binary)
+        return module.get_function(name)
 
     def upload(self, launch: Launch) -> list:
         return [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
@@ -80,6 +89,7 @@ class PycudaRuntime:
         self.driver = _pycuda_driver()
         self.context = _pycuda_context(self.driver)
         self.device = f"{self.context.get_device().name()} (pycuda, CUDA events)"
+        self.arch = "sm_{}{}".format(*self.context.get_device().compute_capability())
 
     @contextlib.contextmanager
     def active(self) -> Iterator[None]:
@@ -89,7 +99,10 @@ class PycudaRuntime:
         finally:
             self.context.pop()
 
-    def function(self, source: str, name: str):
+    def function(self, source: str, name: str, cubins: Mapping[str, bytes] | None = None):
+        binary = (cubins or {}).get(self.arch)
+        if binary is not None:
+            return self.driver.module_from_buffer(binary).get_function(name)
         from pycuda.compiler import SourceModule
 
         return SourceModule(source, no_extern_c=True).get_function(name)
@@ -145,10 +158,11 @@ def gpu_present() -> bool:
     return True
 
 
-def run_cuda(source: str, launch: Launch) -> Any:
-    """Compile ``source``, run ``launch`` and return the output: a numpy array when the launch
-    holds numpy arrays, a device array (CuPy) when it holds device arrays."""
-    return _run(source, launch, timed=False).result
+def run_cuda(source: str, launch: Launch, cubins: Mapping[str, bytes] | None = None) -> Any:
+    """Compile ``source`` (or load the cubin of ``cubins`` for this GPU), run ``launch`` and
+    return the output: a numpy array when the launch holds numpy arrays, a device array (CuPy)
+    when it holds device arrays."""
+    return _run(source, launch, timed=False, cubins=cubins).result
 
 
 def run_cuda_timed(source: str, launch: Launch) -> TimedRun:
@@ -157,13 +171,14 @@ def run_cuda_timed(source: str, launch: Launch) -> TimedRun:
     return _run(source, launch, timed=True)
 
 
-def _run(source: str, launch: Launch, timed: bool) -> TimedRun:
+def _run(source: str, launch: Launch, timed: bool,
+         cubins: Mapping[str, bytes] | None = None) -> TimedRun:
     """The output of ``launch`` and, when ``timed``, the seconds its kernels took (else 0)."""
     runtime = cuda_runtime()
     stored = launch.values[launch.output_position].dtype
     launch = _as_bits(launch)
     with runtime.active():
-        run = _launcher(runtime, source, launch)
+        run = _launcher(runtime, source, launch, cubins)
         arguments = runtime.upload(launch)
         seconds = 0.0
         if timed:
@@ -181,22 +196,23 @@ def _run(source: str, launch: Launch, timed: bool) -> TimedRun:
     return TimedRun(result, seconds, runtime.device)
 
 
-def time_cuda(source: str, launch: Launch, repeats: int = REPEATS,
-              warmup: int = WARMUP) -> Timing:
+def time_cuda(source: str, launch: Launch, repeats: int = REPEATS, warmup: int = WARMUP,
+              cubins: Mapping[str, bytes] | None = None) -> Timing:
     """Time ``launch`` with CUDA events (arguments uploaded once, outside the timing)."""
     runtime = cuda_runtime()
     launch = _as_bits(launch)
     with runtime.active():
-        run = _launcher(runtime, source, launch)
+        run = _launcher(runtime, source, launch, cubins)
         arguments = runtime.upload(launch)
         return time_calls(lambda: run(arguments), repeats, warmup)
 
 
-def _launcher(runtime: Runtime, source: str, launch: Launch) -> Callable[[list], None]:
+def _launcher(runtime: Runtime, source: str, launch: Launch,
+              cubins: Mapping[str, bytes] | None = None) -> Callable[[list], None]:
     """A function that launches every kernel of ``launch`` on uploaded ``arguments``, in order
     on one stream (the first, then those of ``launch.then`` on the values they name)."""
-    first = runtime.function(source, launch.name)
-    later = [(runtime.function(source, call.name), call) for call in launch.then]
+    first = runtime.function(source, launch.name, cubins)
+    later = [(runtime.function(source, call.name, cubins), call) for call in launch.then]
 
     def run(arguments: list) -> None:
         runtime.call(first, launch, arguments)
@@ -206,11 +222,11 @@ def _launcher(runtime: Runtime, source: str, launch: Launch) -> Callable[[list],
     return run
 
 
-def registers_cuda(source: str, name: str) -> int:
+def registers_cuda(source: str, name: str, cubins: Mapping[str, bytes] | None = None) -> int:
     """Registers per thread of kernel ``name`` as the driver loaded it (no nvcc needed)."""
     runtime = cuda_runtime()
     with runtime.active():
-        return runtime.registers(runtime.function(source, name))
+        return runtime.registers(runtime.function(source, name, cubins))
 
 
 def time_calls(call: Callable[[], Any], repeats: int = REPEATS,
@@ -246,6 +262,21 @@ def _cupy_module(source: str):
     """The NVRTC-compiled module of ``source`` (CuPy also keeps compiled binaries on disk)."""
     cupy = cupy_module()
     return cupy.RawModule(code=source, backend="nvrtc", options=tuple(include_options(source)))
+
+
+@functools.lru_cache(maxsize=256)
+def _cupy_binary(binary: bytes):
+    """The module of a cubin, loaded by CuPy from a file (``RawModule`` reads cubins from
+    files, when first asked for a function, so the file stays for the process)."""
+    path = Path(_binaries(), hashlib.sha256(binary).hexdigest()[:16] + ".cubin")
+    path.write_bytes(binary)
+    return cupy_module().RawModule(path=str(path))
+
+
+@functools.cache
+def _binaries() -> str:
+    """A folder of this process's cubin files."""
+    return tempfile.mkdtemp(prefix="treduda-cubins-")
 
 
 def _pycuda_driver():

@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..codegen import ir
+from ..codegen.parts import PartsSum
 from ..errors import MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
 from ..frontend.dtypes import DEFAULT_CASTING, check_cast, compute
@@ -127,6 +128,20 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
                        if p.kind == ir.ParamKind.WORKSPACE)
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout,
                   workspaces=workspaces, dynamic_shared=ir.dynamic_shared_bytes(kernel))
+
+
+def prepare_all(contraction: Contraction, first: ir.KernelIR, then: PartsSum | None, layout: str,
+                grid: tuple[int, int, int], block: tuple[int, int, int],
+                sizes: Mapping[str, int], kernel_sizes: Mapping[str, int],
+                arrays: Mapping[str, np.ndarray], scalars: Mapping[str, float], xp=np) -> Launch:
+    """:func:`prepare` for kernel ``first`` (its body is not needed), followed by ``then``,
+    the kernel that adds a deterministic split's parts, where there is one. A generated
+    kernel and a bundled one (:mod:`treduda.bundle`) launch through here alike."""
+    launch = prepare(contraction, first, layout, grid, block, sizes, kernel_sizes, arrays,
+                     scalars, xp)
+    if then is None:
+        return launch
+    return followed(launch, first, then.kernel, then.grid, then.block)
 
 
 def followed(launch: Launch, first: ir.KernelIR, kernel: ir.KernelIR,

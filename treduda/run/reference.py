@@ -122,6 +122,14 @@ def _exact(arrays: Mapping[str, np.ndarray], scalars: Mapping[str, object]) -> s
     return kernel_dtype(np.result_type(*[a.dtype for a in arrays.values()]).name)
 
 
+def product_spec(c: Contraction) -> str | None:
+    """The einsum a user would write for ``c`` where it is one plain product (``C = A*B``: no
+    scalar, coefficient, sum or update), e.g. ``"ab,bc->ac"``; None where it is more."""
+    if len(c.terms) != 1 or c.terms[0].scalars or c.terms[0].coefficient != 1 or c.op != "=":
+        return None
+    return einsum_spec(c.terms[0], c.output_indices)
+
+
 def einsum_spec(term, output_indices) -> str:
     """``term``'s reads as an einsum specification, e.g. ``"ab,bc->ac"``: its indices as
     letters, the output keeping those of ``output_indices`` the term has."""

@@ -1,0 +1,118 @@
+"""`treduda bench --export FILE`: a suite's picks and their rivals, searched here (as `treduda
+bench` searches them, in parallel with ``--workers``), written as one bundle whose entries
+carry their rows' metadata, for `treduda bench --bundle FILE --gpu-time` to time on a GPU
+machine without the compiler (:mod:`treduda.app.bundle_bench`).
+
+Each row's pick is named ``suite/id`` and its rivals ``suite/id~1``, ``suite/id~2``, ... in
+the order the search ranked them; a row whose search or check failed is left out and said.
+A rerun takes the rows the bundle already holds from it instead of searching them again.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, TextIO
+
+from ..api import compile
+from ..bundle import load
+from ..errors import TredudaError
+from ..exporting import export
+from ..kernel import Kernel, generator_version
+from ..tuning.budgets import BENCH_MAX_NODES
+from ..tuning.gpus import gpu as find_gpu
+from .bench import Case, Outcome, bench
+
+
+def export_suite(cases: Sequence[Case], path: str | Path, *, gpu: str = "H100",
+                 max_nodes: int = BENCH_MAX_NODES, rivals: int = 2,
+                 workers: int | None = None, scheduler: str | None = None,
+                 log: TextIO | None = None) -> dict[str, Any]:
+    """Search ``cases`` (with ``rivals`` rivals each), generate every pick and rival at the
+    rows' full sizes, and write them into the bundle ``path``; returns its manifest.
+
+    A row that the bundle already at ``path`` holds, searched by this code generator with
+    the same budget and rivals for the same GPU, is not searched again: its picks and rivals
+    are generated again (the kernel store has them) from what that bundle recorded."""
+    log = sys.stderr if log is None else log
+    target = find_gpu(gpu)
+    started = time.perf_counter()
+    chosen = _earlier(path, target.name, max_nodes, rivals)
+    fresh = [case for case in cases if _key(case) not in chosen]
+    print(f"{len(cases) - len(fresh)} of {len(cases)} row(s) taken from {path}, searched "
+          "before", file=log)
+    outcomes = bench(fresh, gpu=target, max_nodes=max_nodes, nvcc=False, log=log,
+                     rivals=rivals, workers=workers, scheduler=scheduler) if fresh else []
+    for case, outcome in zip(fresh, outcomes, strict=True):
+        if outcome.error:
+            print(f"{outcome.suite}/{outcome.id}: left out, FAILED at {outcome.stage}: "
+                  f"{outcome.error}", file=log)
+            continue
+        found = [(outcome.strategy, outcome.params, outcome.predicted_seconds),
+                 *((r["strategy"], r["params"], r["predicted_seconds"])
+                   for r in outcome.rivals or ())]
+        chosen[_key(case)] = [_row(outcome, rank, strategy, params, seconds, target.name,
+                                   max_nodes, rivals)
+                              for rank, (strategy, params, seconds) in enumerate(found)]
+    kernels: dict[str, Kernel] = {}
+    metadata: dict[str, dict[str, Any]] = {}
+    for case in cases:
+        row = case.row
+        for entry in chosen.get(_key(case), ()):
+            name = f"{case.suite}/{row.id}" + (f"~{entry['rank']}" if entry["rank"] else "")
+            kernels[name] = compile(row.expression, row.sizes, dtype=case.dtype,
+                                    layout=row.layout, strategy=entry["strategy"],
+                                    params=entry["params"], precision=case.precision)
+            metadata[name] = entry
+    manifest = export(kernels, path, gpu=None, metadata=metadata)
+    print(f"wrote {path}: {len(kernels)} kernel(s) of {len(cases)} row(s) in "
+          f"{time.perf_counter() - started:.0f} s, {Path(path).stat().st_size / 2**20:.2f} MiB",
+          file=log)
+    return manifest
+
+
+def _key(case: Case) -> tuple:
+    """What makes two rows the same problem: suite and id, expression, sizes, dtype,
+    precision, layout."""
+    row = case.row
+    return (case.suite, row.id, row.expression, tuple(sorted(row.sizes.items())), case.dtype,
+            case.precision, row.layout)
+
+
+def _earlier(path: str | Path, gpu: str, max_nodes: int, rivals: int
+             ) -> dict[tuple, list[dict[str, Any]]]:
+    """The picks and rivals per row (as :func:`_key` names it) of the bundle at ``path``, where
+    there is one written by this code generator, searched on the same terms; else none."""
+    try:
+        manifest = load(path).manifest
+    except TredudaError:  # no bundle there yet, or one this treduda cannot read
+        return {}
+    if manifest.get("generator") != generator_version():
+        return {}
+    found: dict[tuple, list[dict[str, Any]]] = {}
+    for entry in manifest["kernels"].values():
+        meta = entry.get("metadata") or {}
+        if (meta.get("model_gpu"), meta.get("max_nodes"), meta.get("rivals")) != (
+                gpu, max_nodes, rivals):
+            continue
+        key = (meta["suite"], meta["id"], meta["expression"],
+               tuple(sorted(meta["sizes"].items())), meta["dtype"], meta["precision"],
+               meta["layout"])
+        found.setdefault(key, []).append(meta)
+    return {key: sorted(metas, key=lambda m: m["rank"]) for key, metas in found.items()}
+
+
+def _row(outcome: Outcome, rank: int, strategy: str, params: dict[str, Any],
+         seconds: float | None, gpu: str, max_nodes: int, rivals: int) -> dict[str, Any]:
+    """What a GPU run reports beside a kernel's time: its row, the kernel the search chose
+    (``rank`` 0) or ranked behind it, the model's prediction, and the search's terms."""
+    return {"suite": outcome.suite, "id": outcome.id, "rank": rank,
+            "role": "rival" if rank else "pick", "expression": outcome.expression,
+            "sizes": outcome.sizes, "dtype": outcome.dtype, "precision": outcome.precision,
+            "layout": outcome.layout, "strategy": strategy, "params": params,
+            "predicted_seconds": seconds, "model_gpu": gpu, "max_nodes": max_nodes,
+            "rivals": rivals,
+            "search_seconds": outcome.search_seconds, "binding": outcome.binding,
+            "verified_scaled_on_pocl": outcome.verified}

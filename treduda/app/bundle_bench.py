@@ -1,0 +1,267 @@
+"""`treduda bench --bundle FILE --gpu-time`: time a bundle's kernels and programs on this
+machine's GPU beside torch.einsum and cupy.einsum, without the compiler (no isl, no search:
+the GPU session's machine has neither).
+
+First every kernel is loaded: the bundle's cubin for this GPU's architecture where it holds
+one (``--nvrtc``: never), else its CUDA source compiled by NVRTC through CuPy, in parallel
+threads; the time is logged and written as the first JSON line. Then, entry by entry in the
+bundle's order (the order of value it was prepared in), the kernel runs on random operands, is
+checked against the libraries' einsum in a wide type, and is timed with CUDA events:
+treduda's kernel and each library in turn, :data:`ROUNDS` times interleaved, each timing the
+median of ``repeats`` launches; a line gives the median of the rounds and their spread
+((slowest - fastest) / median), since one library's time alone moved up to 4x between two
+sessions. Rivals (``role: rival`` in their metadata) are timed alone. One JSON line is appended per
+entry the moment it is measured, so a run cut short keeps every finished entry, and
+``--stop-after`` ends the run cleanly before an entry that might not finish.
+
+With ``--pocl`` everything runs on PoCL instead (the session's dry run on a machine without
+a GPU): numpy.einsum checks, OpenCL profiling events time, and no library is timed.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import json
+import math
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from ..bundle import BundledKernel, BundledProgram, load
+from ..errors import BackendUnavailable, TredudaError
+from ..frontend.contraction import analyse
+from ..frontend.dtypes import TF32, fmas
+from ..run.timing import REPEATS, Timing
+from .gpu_checks import check_result, einsum_spec, random_operands
+
+ROUNDS = 3  # timings of each kernel and library, interleaved
+TIMED = ("treduda", "torch", "cupy")
+
+
+def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
+        nvrtc: bool = False, limit: int | None = None, stop_after: float | None = None,
+        out: TextIO | None = None, log: TextIO | None = None) -> int:
+    """Measure the bundle ``path`` entry by entry, appending a JSON line each to ``jsonl``
+    (compiling every source with NVRTC where ``nvrtc``, else loading the cubins the bundle
+    holds for this GPU); 0 without a GPU (nothing timed, unless ``pocl``), 1 if an entry
+    failed, 3 if the kernels could not be compiled or loaded."""
+    out = sys.stdout if out is None else out
+    log = sys.stderr if log is None else log
+    started = time.perf_counter()
+    bundle = load(path, backend="opencl" if pocl else "cuda", cubins=not nvrtc)
+    try:
+        xp, torch = (np, None) if pocl else _libraries()
+    except BackendUnavailable as error:
+        print(f"cannot time on a GPU here: {error}. Nothing was timed.", file=out)
+        return 0
+    in_programs = {k.name for p in bundle.programs.values() for k in p.steps}
+    entries = [*(k for name, k in bundle.kernels.items() if name not in in_programs),
+               *bundle.programs.values()][:limit]
+    try:
+        device = _compile(bundle, pocl, jsonl, path, log)
+    except TredudaError as error:  # e.g. a cubin this driver refuses: rerun with --nvrtc
+        print(f"{path}: the kernels could not be compiled or loaded: {error}", file=out)
+        return 3
+    failed = 0
+    for number, entry in enumerate(entries, 1):
+        if stop_after is not None and time.perf_counter() - started > stop_after:
+            print(f"stopped before {entry.name} ({len(entries) - number + 1} left): "
+                  f"--stop-after {stop_after:.0f} s reached", file=log, flush=True)
+            break
+        print(f"[{number}/{len(entries)}] {entry.name} ...", end="", file=log, flush=True)
+        begun = time.perf_counter()
+        line = measure(entry, xp, torch, repeats, pocl)
+        line.update(bundle=Path(path).name, device=device, seconds=time.perf_counter() - begun)
+        _append(jsonl, line)
+        failed += line["status"] != "ok"
+        verdict = f"FAILED at {line['stage']}" if line["status"] != "ok" else \
+            f"{_ms(line['treduda_ms'])} ms, torch {_ms(line.get('torch_ms'))} ms"
+        print(f" {verdict} ({line['seconds']:.1f} s)", file=log, flush=True)
+    print(f"{len(entries)} entries of {path} in {time.perf_counter() - started:.0f} s, "
+          f"{failed} FAILED; lines appended to {jsonl}", file=out)
+    return 1 if failed else 0
+
+
+def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
+    """Load every kernel's cubin for this GPU where the bundle holds one, compile the other
+    sources with NVRTC, in parallel, and write how long it took as a JSON line; returns what
+    times the kernels. On PoCL each builds at its first run."""
+    if pocl:
+        from ..run.opencl import opencl_device
+
+        return opencl_device()
+    from ..run.cuda import cuda_runtime, registers_cuda
+
+    started = time.perf_counter()
+    kernels = list(bundle.kernels.values())
+    # Threads compile at once: CuPy calls nvrtcCompileProgram without holding the GIL
+    # (cupy_backends/cuda/libs/nvrtc.pyx, compileProgram's "with nogil").
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"], k.cubins),
+                      kernels))
+    seconds = time.perf_counter() - started
+    runtime = cuda_runtime()
+    loaded = sum(runtime.arch in k.cubins for k in kernels)
+    _append(jsonl, {"kind": "compile", "bundle": Path(path).name, "kernels": len(kernels),
+                    "cubins": loaded, "nvrtc": len(kernels) - loaded, "seconds": seconds})
+    print(f"{loaded} cubins loaded for {runtime.arch}, {len(kernels) - loaded} sources "
+          f"compiled with NVRTC, in {seconds:.1f} s", file=log, flush=True)
+    return runtime.device
+
+
+def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
+            pocl: bool) -> dict[str, Any]:
+    """One entry's JSON line: what it is, whether it agrees with einsum, and its times."""
+    kernel = entry if isinstance(entry, BundledKernel) else _Statement(entry)
+    line: dict[str, Any] = {"kind": "kernel" if entry is kernel else "program",
+                            "name": entry.name, **entry.metadata,
+                            "expression": kernel.expression, "dtype": kernel.dtype,
+                            "precision": kernel.precision, "layout": kernel.layout,
+                            "sizes": kernel.sizes, "backend": "opencl" if pocl else "cuda",
+                            "status": "ok", "stage": None, "error": None,
+                            "verified": False, "max_error": None, "registers": None}
+    if entry is kernel:
+        line.update(strategy=entry.entry["strategy"], params=entry.entry["params"],
+                    grid=entry.entry["grid"], block=entry.entry["block"],
+                    flops=2 * fmas(entry.dtype) * math.prod(entry.sizes.values()))
+    else:
+        line.update(steps=[k.name for k in entry.steps], flops=entry.entry.get("flops"))
+    stage = "verify"
+    try:
+        operands = random_operands(kernel, xp, torch)
+        result = entry(**operands)
+        if entry is not kernel:
+            result = result[entry.results[0]]
+        steps = len(entry.steps) if isinstance(entry, BundledProgram) else 1
+        line["max_error"] = check_result(kernel, operands, result, xp, torch, steps)
+        line["verified"] = True
+        stage = "time"
+        if not pocl and entry is kernel:
+            from ..run.cuda import registers_cuda
+
+            line["registers"] = registers_cuda(entry.cuda_source, entry.entry["function"],
+                                               entry.cubins)
+        timed = {"treduda": _ours(entry, operands, xp, repeats, pocl)}
+        if not pocl and line.get("role") != "rival":
+            timed.update(_baselines(kernel, operands, torch, repeats))
+        measured = _interleaved(timed)
+        for name in TIMED:  # every line has every field: None where not timed
+            runs = measured.get(name, [])
+            line[f"{name}_ms"] = statistics.median(runs) * 1e3 if runs else None
+            line[f"{name}_runs_ms"] = [r * 1e3 for r in runs]
+            line[f"{name}_spread"] = (max(runs) - min(runs)) / statistics.median(runs) \
+                if runs else None
+        for library in ("torch", "cupy"):
+            theirs, ours = line.get(f"{library}_ms"), line["treduda_ms"]
+            line[f"ratio_{library}"] = theirs / ours if theirs and ours else None
+        line["gflops"] = line["flops"] / line["treduda_ms"] / 1e6 \
+            if line["flops"] and line["treduda_ms"] else None
+    except Exception as error:  # a failing entry is reported in its line; the others go on
+        line.update(status="FAILED", stage=stage, error=f"{type(error).__name__}: {error}")
+    return line
+
+
+class _Statement:
+    """A program of one statement (the AO->MO transform) seen as that statement, for the
+    operands, the einsum and the check (its kernels are the program's)."""
+
+    def __init__(self, program: BundledProgram):
+        self.name, self.program = program.name, program
+        self.contraction = analyse(program.source)
+        shapes = program.shapes
+        self.sizes = {i: n for t, idx in self.contraction.inputs.items()
+                      for i, n in zip(idx, shapes[t], strict=True)}
+        self.dtype, self.layout = program.dtype, program.entry["layout"]
+        self.precision, self.expression = "highest", program.source
+
+
+def _ours(entry: BundledKernel | BundledProgram, operands: dict[str, Any], xp, repeats: int,
+          pocl: bool) -> Callable[[], Timing | None]:
+    """Times ``entry`` when called: a kernel's launches alone (arguments placed once); a
+    program's whole calls, with its intermediates (on a GPU only)."""
+    if isinstance(entry, BundledProgram):
+        if pocl:
+            return lambda: None
+        from ..run.cuda import time_calls
+
+        return lambda: time_calls(lambda: entry(**operands), repeats)
+    launch = entry.launch(operands, xp=xp)
+    if pocl:
+        from ..run.opencl import time_opencl
+
+        return lambda: time_opencl(entry.opencl_source, launch, repeats)
+    from ..run.cuda import time_cuda
+
+    return lambda: time_cuda(entry.cuda_source, launch, repeats, cubins=entry.cubins)
+
+
+def _baselines(kernel, operands: dict[str, Any], torch, repeats: int
+               ) -> dict[str, Callable[[], Timing | None]]:
+    """torch.einsum (TF32 exactly where the row allows it) and cupy.einsum (not for bfloat16:
+    CuPy's einsum has no bfloat16 products) on the same operands."""
+    from ..run.cuda import time_calls
+    from ..run.device_arrays import cupy_module, to_framework
+
+    cupy = cupy_module()
+    spec = einsum_spec(kernel)
+    inputs = [operands[r.tensor] for r in kernel.contraction.terms[0].reads]
+    timed: dict[str, Callable[[], Timing | None]] = {}
+    if torch is not None:
+        tensors = [to_framework(torch, a) for a in inputs]
+
+        def torch_einsum() -> Timing:
+            torch.backends.cuda.matmul.allow_tf32 = kernel.precision == TF32
+            try:
+                return time_calls(lambda: torch.einsum(spec, *tensors), repeats)
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = False
+
+        timed["torch"] = torch_einsum
+    if kernel.dtype != "bfloat16":
+        timed["cupy"] = lambda: time_calls(lambda: cupy.einsum(spec, *inputs), repeats)
+    return timed
+
+
+def _interleaved(timed: dict[str, Callable[[], Timing | None]]) -> dict[str, list[float]]:
+    """Each timer's medians over :data:`ROUNDS` rounds, the timers taking turns in each."""
+    runs: dict[str, list[float]] = {name: [] for name in timed}
+    for _ in range(ROUNDS):
+        for name, timer in timed.items():
+            timing = timer()
+            if timing is not None:
+                runs[name].append(timing.seconds)
+    return runs
+
+
+def _libraries():
+    """CuPy (the reference, and a baseline) and torch where installed, TF32 off."""
+    from ..run.cuda import cuda_runtime
+    from ..run.device_arrays import cupy_module
+
+    cuda_runtime()  # BackendUnavailable where there is no GPU
+    cupy = cupy_module()
+    try:
+        import torch
+    except ImportError:
+        return cupy, None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return cupy, torch
+
+
+def _append(path: str, line: dict[str, Any]) -> None:
+    """Add ``line`` to the JSON-lines file ``path`` and flush it to disk at once."""
+    with open(path, "a") as stream:
+        stream.write(json.dumps(line) + "\n")
+        stream.flush()
+        os.fsync(stream.fileno())
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.4f}"
