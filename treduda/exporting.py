@@ -130,11 +130,13 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes],
 def _program(plan: Plan, kernels: dict[str, dict[str, Any]], files: dict[str, bytes],
              pending: dict[str, tuple[str, str]], targets: Sequence[str]) -> dict[str, Any]:
     """``plan``'s manifest entry; its steps' kernels join ``kernels`` under their names."""
+    gpu = plan.options.gpu  # a name, or a Gpu of the user's own
+    gpu = gpu if isinstance(gpu, str) else gpu.name
     steps = []
     for step in plan.steps:
         name = step.kernel.name
         if name not in kernels:
-            kernels[name] = _kernel(name, step.kernel, files, pending, targets, plan.options.gpu,
+            kernels[name] = _kernel(name, step.kernel, files, pending, targets, gpu,
                                     step.seconds)
         c = step.contraction
         steps.append({"kernel": name, "statement": c.source, "reads": list(c.read_names),
@@ -143,7 +145,7 @@ def _program(plan: Plan, kernels: dict[str, dict[str, Any]], files: dict[str, by
             "inputs": list(plan.inputs), "results": list(plan.results),
             "intermediates": list(plan.intermediates),
             "shapes": {t: list(s) for t, s in plan.shapes.items()}, "steps": steps,
-            "flops": plan.flops, "estimate": {"gpu": plan.options.gpu, "seconds": plan.seconds}}
+            "flops": plan.flops, "estimate": {"gpu": gpu, "seconds": plan.seconds}}
 
 
 def _cubin(source: str, arch: str) -> bytes:
