@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,7 +19,12 @@ from ..codegen.ir import VECTOR_BYTES
 from ..frontend import dtypes
 from ..polyhedral import geometry
 from ..polyhedral.lower import Kind, Program
+from ..run.counters import SECTOR_BYTES
 from .gpus import Gpu
+
+# Where a run of a tile's elements may start within a sector: tile origins and rows repeat
+# their offsets modulo 32 bytes after at most 8 steps of 4 bytes or more.
+SECTOR_PHASES = SECTOR_BYTES // 4
 
 
 @dataclass(frozen=True, eq=False)
@@ -97,6 +103,38 @@ class Counts:
         Access to Global Memory"), one LSU wavefront each."""
         line = self.gpu.cache_line_bytes
         return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+
+    def sectors(self, accesses: list[list[int]]) -> int:
+        """Distinct 32-byte sectors one warp request touches, given each lane's element
+        offsets: what it moves between L2 and L1 (Nsight Compute's ``l1tex__t_sectors``; CUDA
+        C++ Best Practices Guide, "Coalesced Access to Global Memory": 32-byte segments), so a
+        coalesced fp32 warp takes 4, a float4 warp 16, a transposed one 32."""
+        return max(1, len({byte // SECTOR_BYTES for lane in accesses for offset in lane
+                           for byte in (offset * self.bytes, (offset + 1) * self.bytes - 1)}))
+
+    def box_sectors(self, tensor: _Read, box: Mapping[str, int]) -> float:
+        """Sectors a block's box of ``tensor``'s elements covers (``box``: values per index,
+        from a tile's origin), averaged over where its tiles and rows start within a sector:
+        the box's contiguous runs (its fastest indices, as far as it spans them whole) each
+        take the sectors from their first byte to their last. What moves between L2 and the
+        SM when every warp of the block that needs a sector finds it there once."""
+        order = list(tensor.distinct if self.program.layout == "F" else
+                     reversed(tensor.distinct))
+        run, rows, first, tiled = 1, 1, None, 0
+        for index in order:
+            if first is None:
+                run *= box[index]
+                if box[index] < self.sizes[index]:  # the run ends here: tiles start apart
+                    first, tiled = index, box[index] * tensor.strides[index]
+            else:
+                rows *= box[index]
+        row = next((tensor.strides[i] for i in order if first is not None
+                    and order.index(i) > order.index(first)), 0)  # elements between rows
+        size = run * self.bytes
+        starts = {(t * tiled + r * row) * self.bytes % SECTOR_BYTES
+                  for t in range(SECTOR_PHASES) for r in range(SECTOR_PHASES)}
+        per_run = sum(-(-(start + size) // SECTOR_BYTES) for start in starts) / len(starts)
+        return rows * per_run
 
     def bank_conflicts(self, accesses: list[list[int]]) -> int:
         """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
