@@ -190,14 +190,13 @@ class _Accesses(_Tiles):
         return self.memo(key, lambda: self.m.box_sectors(tensor, box) * SECTOR_BYTES
                          / (math.prod(box.values()) * self.m.bytes))
 
-    def request_bytes(self, read: _Read) -> float:
-        """Per multiply-add of a thread, bytes warps request of the unstaged ``read`` from L2:
-        its loads (one per :meth:`reuse`), a warp's at :meth:`request_sectors` per request of
-        :meth:`request_values` values each; no reuse between requests is certain (no tile
-        holds the values), so none is counted. 0 while the warp is open."""
-        sectors = self.request_sectors(read)
-        return (sectors * SECTOR_BYTES / (self.m.gpu.warp_size * self.request_values(read))
-                / self.reuse(read))
+    def request_overhead(self, tensor: _Read) -> float:
+        """Bytes warps' global requests of ``tensor`` move between L2 and the SM per byte a
+        thread loads or stores: :meth:`request_sectors` per request of a warp's
+        :meth:`request_values` values each (below 1 where lanes share values); 0 while the
+        warp is open."""
+        values = self.m.gpu.warp_size * self.request_values(tensor)
+        return self.request_sectors(tensor) * SECTOR_BYTES / (values * self.m.bytes)
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""

@@ -208,14 +208,19 @@ class Model(Counts):
                       ) -> float:
         """Bytes moved between L2 and the SMs, in whole 32-byte sectors: each read's block
         footprint (:meth:`_Tiles.traffic`) and the output's writes, at the sectors their boxes
-        cover (:meth:`_Accesses.sector_overhead`); for the estimate, an unstaged read at least
-        what its warps request (:meth:`_Accesses.request_bytes`, ``multiply_adds`` of a
-        thread each), as no tile makes their reuse certain."""
-        total = self._output_traffic(split) * self.bytes * o.sector_overhead(self.output)
+        cover (:meth:`_Accesses.sector_overhead`); for the estimate, the output and each
+        unstaged read at least what their warps' requests move
+        (:meth:`_Accesses.request_overhead`, ``multiply_adds`` of a thread each), as no tile
+        makes their reuse certain, and a thread's stores to one sector are requests apart."""
+        written = self._output_traffic(split) * self.bytes
+        total = written * o.sector_overhead(self.output)
+        if exact:
+            total = max(total, written * o.request_overhead(self.output))
         for r in self.reads:
             footprint = o.traffic(r) * self.bytes * o.sector_overhead(r)
             if exact and o.staged(r) is False:
-                footprint = max(footprint, multiply_adds * self.iterations * o.request_bytes(r))
+                loaded = multiply_adds * self.iterations / o.reuse(r) * self.bytes
+                footprint = max(footprint, loaded * o.request_overhead(r))
             total += footprint
         return total
 
