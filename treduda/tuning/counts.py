@@ -22,10 +22,6 @@ from ..polyhedral.lower import Kind, Program
 from ..run.counters import SECTOR_BYTES
 from .gpus import Gpu
 
-# Where a run of a tile's elements may start within a sector: tile origins and rows repeat
-# their offsets modulo 32 bytes after at most 8 steps of 4 bytes or more.
-SECTOR_PHASES = SECTOR_BYTES // 4
-
 
 @dataclass(frozen=True, eq=False)
 class _Read:
@@ -120,19 +116,21 @@ class Counts:
         SM when every warp of the block that needs a sector finds it there once."""
         order = list(tensor.distinct if self.program.layout == "F" else
                      reversed(tensor.distinct))
-        run, rows, first, tiled = 1, 1, None, 0
-        for index in order:
-            if first is None:
-                run *= box[index]
-                if box[index] < self.sizes[index]:  # the run ends here: tiles start apart
-                    first, tiled = index, box[index] * tensor.strides[index]
-            else:
-                rows *= box[index]
-        row = next((tensor.strides[i] for i in order if first is not None
-                    and order.index(i) > order.index(first)), 0)  # elements between rows
+        if not order:  # a scalar: one element
+            return 1.0
+        # the run: the fastest indices the box spans whole, up to the first it does not
+        last = next((n for n, i in enumerate(order) if box[i] < self.sizes[i]), len(order) - 1)
+        run = math.prod(box[i] for i in order[:last + 1])
+        rows = math.prod(box[i] for i in order[last + 1:])
+        ends = order[last]
+        # elements between the runs of neighbouring tiles, and between the rows of one box
+        tiled = box[ends] * tensor.strides[ends] if box[ends] < self.sizes[ends] else 0
+        row = tensor.strides[order[last + 1]] if last + 1 < len(order) else 0
+        # offsets modulo a sector repeat after at most this many tiles or rows
+        phases = SECTOR_BYTES // math.gcd(self.bytes, SECTOR_BYTES)
+        starts = [(t * tiled + r * row) * self.bytes % SECTOR_BYTES
+                  for t in range(phases) for r in range(phases)]
         size = run * self.bytes
-        starts = {(t * tiled + r * row) * self.bytes % SECTOR_BYTES
-                  for t in range(SECTOR_PHASES) for r in range(SECTOR_PHASES)}
         per_run = sum(-(-(start + size) // SECTOR_BYTES) for start in starts) / len(starts)
         return rows * per_run
 
