@@ -1,11 +1,14 @@
 """The model beside real H100 times (issue #12): each calibration kernel regenerated from its
 expression, sizes, strategy and parameters; estimate vs measured per row, Spearman rho, median
 and worst error, bound violations, and the measured rank of the search's pick; rows whose
-kernel code generation has changed since they were measured are left out. No GPU needed
-(nvcc, when present, gives ptxas's registers and spills). See treduda/app/fidelity.py.
+kernel code generation has changed since they were measured are left out. Then the same
+figures on problems held out (leave one problem out, and halves; issue 40). No GPU needed
+(nvcc, when present, gives ptxas's registers and spills). See treduda/app/fidelity.py and
+docs/t40-fidelity.md.
 
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json]
-                                        [--gpu H100] [--json out.json]
+                                        [--gpu H100] [--json out.json] [--no-ptxas]
+                                        [--watch tccg_19,tccg_28,tccg_30]
 """
 
 from __future__ import annotations

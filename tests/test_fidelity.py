@@ -6,15 +6,17 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import warnings
 
 import pytest
 from conftest import needs_nvcc
 
-from treduda.app import fidelity
+from treduda.app import fidelity, held_out
 from treduda.polyhedral.lower import plan
 from treduda.tuning.gpus import gpu
 from treduda.tuning.model import Model
+from treduda.tuning.prediction import Prediction
 from treduda.tuning.search import Searcher
 from treduda.tuning.search_result import Candidate
 
@@ -126,3 +128,39 @@ def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
     tf32, tf32x3 = fidelity.evaluate(rows[:2], fidelity.regenerate(rows[:2], ptxas=False))
     assert tf32.left_out is None and tf32x3.left_out is None
     assert tf32x3.prediction.resources["mma"] > 2 * tf32.prediction.resources["mma"]
+
+
+def _measured(id_: str, expression: str, estimate: float, measured: float,
+              bound: float = 0.0) -> fidelity.Outcome:
+    """A kept row of problem ``expression``: its estimate, measured time and bound (seconds)."""
+    row = fidelity.Row(id_, expression, {"i": 8}, "float32", "C", "tiled+staged", {"z": id_},
+                       (1, 1, 1), (32, 1, 1), 32, measured)
+    prediction = Prediction(estimate, "fma", {"fma": estimate}, "", 1.0)
+    return fidelity.Outcome(row, prediction=prediction, bound=bound)
+
+
+def test_held_out_figures_fit_the_scale_on_the_other_problems_only():
+    # Three problems of two kernels; problem p1 runs 2x its estimate, p2 and p3 4x (|error|
+    # 50% and 75% unscaled). Held out, p1 is scaled by the others' 4x (|error| 100%), p2 and
+    # p3 by sqrt(2 x 4) (|error| 29%).
+    outcomes = [_measured(f"p{n}{'~1' if rival else ''}", f"C[i]=A{n}[i]", 1.0 + rival,
+                          (1.0 + rival) * (2 if n == 1 else 4), bound=0.5 + rival)
+                for n in (1, 2, 3) for rival in (0, 1)]
+    judged = held_out.judge(outcomes, held_out.LEAVE_ONE_OUT)
+    assert judged.rows == 6 and judged.raw_median_error == pytest.approx(0.75)
+    assert judged.median_error == pytest.approx(1 - math.sqrt(8) / 4)
+    assert judged.bounds_above == 0 and judged.picks_fastest == 3
+    assert judged.rho_within == {"p1": 1.0, "p2": 1.0, "p3": 1.0}
+    assert judged.ratios["p1"] == pytest.approx(1.0)
+    halves = held_out.judge(outcomes, held_out.HALVES)  # p1 scales p2 and p3 by 2: |error| 50%
+    assert halves.median_error == pytest.approx(0.5)
+    text = held_out.report(judged, ["p2", "tccg_28"])
+    assert "3 of 3 problems" in text and "tccg_28: the pick not in the data" in text
+
+
+def test_a_pick_slower_than_its_rival_counts_against_the_model():
+    outcomes = [_measured("q", "C[i]=A[i]", 1.0, 3.0, bound=3.5),
+                _measured("q~1", "C[i]=A[i]", 2.0, 1.0)]
+    judged = held_out.judge(outcomes)
+    assert judged.picks_fastest == 0 and judged.ratios == {"q": pytest.approx(3.0)}
+    assert judged.bounds_above == 1 and judged.rho_within["q"] == pytest.approx(-1.0)

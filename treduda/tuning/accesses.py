@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from ..codegen.ir import VECTOR_BYTES
 from ..polyhedral import geometry
 from ..polyhedral.geometry import AXES
+from ..run.counters import SECTOR_BYTES
 from .counts import _Read
 from .tiles import ASSIGN, BLOCK, REG, _Tiles
 
@@ -155,6 +156,47 @@ class _Accesses(_Tiles):
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
+
+    def request_values(self, tensor: _Read) -> int:
+        """Values one lane moves in one global request of ``tensor`` (outside a staged copy):
+        its registers along x merged into one aligned vector access
+        (:mod:`treduda.codegen.vectorize`) where they are adjacent along the tensor's fastest
+        index and it has that index on x, as many as fill 16 bytes and divide the registers;
+        else one."""
+        fastest = geometry.fastest(self.m.program, tensor.indices)
+        if not (self.m.vectorised and self.order and self.order[0][0] == fastest
+                and self.p["assign_x"] == "adjacent"):
+            return 1
+        return math.gcd(self.p["reg_x"], self.m.per_access(False))
+
+    def request_sectors(self, tensor: _Read) -> int:
+        """Sectors of warp 0's first global request of ``tensor`` (Counts.sectors): each lane
+        its :meth:`request_values` first registers along x; 0 while the warp is open."""
+        if self.lanes is None:
+            return 0
+        values = self.request_values(tensor)
+        key = ("request sectors", self.warp_shape, tensor, values)
+        return self.memo(key, lambda: self.m.sectors(self.offsets(tensor.strides, values)))
+
+    def sector_overhead(self, tensor: _Read) -> float:
+        """Bytes moved between L2 and the SM per byte of ``tensor``'s block footprint per step
+        (1 or more): the sectors of that box (Counts.box_sectors), each fetched once for the
+        whole block, as a staged copy or the block's warps sharing L1 fetch it; 1 while the
+        tiles are open, the least any completion moves."""
+        if not self.tiles_decided():
+            return 1.0
+        box = {i: self.tile[i] for i in tensor.distinct}
+        key = ("sector overhead", tensor, tuple(box.values()))
+        return self.memo(key, lambda: self.m.box_sectors(tensor, box) * SECTOR_BYTES
+                         / (math.prod(box.values()) * self.m.bytes))
+
+    def request_overhead(self, tensor: _Read) -> float:
+        """Bytes warps' global requests of ``tensor`` move between L2 and the SM per byte a
+        thread loads or stores: :meth:`request_sectors` per request of a warp's
+        :meth:`request_values` values each (below 1 where lanes share values); 0 while the
+        warp is open."""
+        values = self.m.gpu.warp_size * self.request_values(tensor)
+        return self.request_sectors(tensor) * SECTOR_BYTES / (values * self.m.bytes)
 
     def _aligned(self, read: _Read, pad: int) -> bool:
         """Whether the rows of ``read``'s staged tile start on 16-byte boundaries."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,6 +19,7 @@ from ..codegen.ir import VECTOR_BYTES
 from ..frontend import dtypes
 from ..polyhedral import geometry
 from ..polyhedral.lower import Kind, Program
+from ..run.counters import SECTOR_BYTES
 from .gpus import Gpu
 
 
@@ -97,6 +99,40 @@ class Counts:
         Access to Global Memory"), one LSU wavefront each."""
         line = self.gpu.cache_line_bytes
         return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+
+    def sectors(self, accesses: list[list[int]]) -> int:
+        """Distinct 32-byte sectors one warp request touches, given each lane's element
+        offsets: what it moves between L2 and L1 (Nsight Compute's ``l1tex__t_sectors``; CUDA
+        C++ Best Practices Guide, "Coalesced Access to Global Memory": 32-byte segments), so a
+        coalesced fp32 warp takes 4, a float4 warp 16, a transposed one 32."""
+        return max(1, len({byte // SECTOR_BYTES for lane in accesses for offset in lane
+                           for byte in (offset * self.bytes, (offset + 1) * self.bytes - 1)}))
+
+    def box_sectors(self, tensor: _Read, box: Mapping[str, int]) -> float:
+        """Sectors a block's box of ``tensor``'s elements covers (``box``: values per index,
+        from a tile's origin), averaged over where its tiles and rows start within a sector:
+        the box's contiguous runs (its fastest indices, as far as it spans them whole) each
+        take the sectors from their first byte to their last. What moves between L2 and the
+        SM when every warp of the block that needs a sector finds it there once."""
+        order = list(tensor.distinct if self.program.layout == "F" else
+                     reversed(tensor.distinct))
+        if not order:  # a scalar: one element
+            return 1.0
+        # the run: the fastest indices the box spans whole, up to the first it does not
+        last = next((n for n, i in enumerate(order) if box[i] < self.sizes[i]), len(order) - 1)
+        run = math.prod(box[i] for i in order[:last + 1])
+        rows = math.prod(box[i] for i in order[last + 1:])
+        ends = order[last]
+        # elements between the runs of neighbouring tiles, and between the rows of one box
+        tiled = box[ends] * tensor.strides[ends] if box[ends] < self.sizes[ends] else 0
+        row = tensor.strides[order[last + 1]] if last + 1 < len(order) else 0
+        # offsets modulo a sector repeat after at most this many tiles or rows
+        phases = SECTOR_BYTES // math.gcd(self.bytes, SECTOR_BYTES)
+        starts = [(t * tiled + r * row) * self.bytes % SECTOR_BYTES
+                  for t in range(phases) for r in range(phases)]
+        size = run * self.bytes
+        per_run = sum(-(-(start + size) // SECTOR_BYTES) for start in starts) / len(starts)
+        return rows * per_run
 
     def bank_conflicts(self, accesses: list[list[int]]) -> int:
         """Wavefronts of one warp's shared-memory access, given each lane's element offsets:

@@ -12,9 +12,10 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 * ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
                from the addresses warp 0 touches (global: distinct 128-byte lines, so
                coalescing in either layout; shared: the busiest bank, so padding and conflicts)
-* ``l2``       bytes each block pulls from L2 (its footprint, re-read per unmapped loop) and the
-               traffic of register spills (ptxas's, or predicted beyond the launch bounds'
-               register cap) / L2 BW
+* ``l2``       bytes each block pulls from L2 in whole 32-byte sectors (its footprint, re-read
+               per unmapped loop; an operand read without staging, what its warps' requests
+               touch) and the output's writes, and the traffic of register spills (ptxas's,
+               or predicted beyond the launch bounds' register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
                step's copy unless preloaded or copied asynchronously a step ahead; operands
@@ -119,6 +120,14 @@ class Model(Counts):
         o = _Optimist(self, self.describe(params))
         return o.registers(), o.spilled_registers()
 
+    def request_sectors(self, params: Mapping[str, Any]) -> dict[str, int]:
+        """Per tensor a complete candidate reads from global memory in its main loop (the
+        unstaged ones) and for its output's store: the 32-byte sectors of warp 0's first
+        request, as Nsight Compute (and :meth:`treduda.kernel.Kernel.counters`) counts them."""
+        o = _Optimist(self, self.describe(params))
+        return {t.tensor: o.request_sectors(t)
+                for t in (*(r for r in self.reads if o.staged(r) is False), self.output)}
+
     def register_pressure(self, params: Mapping[str, Any]) -> float:
         """What the main loop of a complete candidate holds at once (:meth:`_Optimist.
         live_registers`), as a share of the registers its launch bounds let ptxas give a
@@ -165,8 +174,8 @@ class Model(Counts):
             # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
             "memory": (padded * self.iterations * wavefronts + stores) * quantise
             / g.sm_count / clock,
-            "l2": ((sum(o.traffic(r) for r in self.reads) + self._output_traffic(least))
-                   * self.bytes + o.spill_bytes(exact)) / g.l2_bandwidth,
+            "l2": (self._sector_bytes(o, least, padded * warp_round, exact)
+                   + o.spill_bytes(exact)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
             "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / most / clock,
         }
@@ -194,6 +203,26 @@ class Model(Counts):
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
                           warps=warps, floor=floor)
+
+    def _sector_bytes(self, o: _Optimist, split: int, multiply_adds: float, exact: bool
+                      ) -> float:
+        """Bytes moved between L2 and the SMs, in whole 32-byte sectors: each read's block
+        footprint (:meth:`_Tiles.traffic`) and the output's writes, at the sectors their boxes
+        cover (:meth:`_Accesses.sector_overhead`); for the estimate, the output and each
+        unstaged read at least what their warps' requests move
+        (:meth:`_Accesses.request_overhead`, ``multiply_adds`` of a thread each), as no tile
+        makes their reuse certain, and a thread's stores to one sector are requests apart."""
+        written = self._output_traffic(split) * self.bytes
+        total = written * o.sector_overhead(self.output)
+        if exact:
+            total = max(total, written * o.request_overhead(self.output))
+        for r in self.reads:
+            footprint = o.traffic(r) * self.bytes * o.sector_overhead(r)
+            if exact and o.staged(r) is False:
+                loaded = multiply_adds * self.iterations / o.reuse(r) * self.bytes
+                footprint = max(footprint, loaded * o.request_overhead(r))
+            total += footprint
+        return total
 
     def _output_traffic(self, split: int) -> int:
         """Elements the output's writes move through L2: each once; split, an atomic addition
@@ -249,7 +278,9 @@ class Model(Counts):
             "memory": f"load/store units bind: {loads:.2f} operand loads per FMA at "
                       f"{fronts:.1f} wavefronts each (the register tile sets the loads, "
                       "coalescing and bank conflicts the wavefronts)",
-            "l2": "L2 bandwidth binds: blocks re-read their footprints (larger tiles reuse more)",
+            "l2": "L2 bandwidth binds: blocks re-read their footprints in whole sectors, and "
+                  "unstaged operands move what their warps' requests touch (larger tiles reuse "
+                  "more, coalesced reads waste less)",
             "dram": f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB must move at "
                     f"{g.dram_bandwidth / 1e9:.0f} GB/s",
             "latency": "latency binds: too few warps or too long dependent chains per thread "

@@ -1,0 +1,81 @@
+"""Ranks: Spearman's correlation of estimates with measured times, and where the model's pick
+among measured kernels ranks when they are timed (the fidelity tool and its held-out folds
+both ask)."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from ..tuning.prediction import Prediction
+from ..tuning.search_result import Candidate
+
+
+class Measured(Protocol):
+    """A measured kernel beside its prediction (the fidelity tool's ``Outcome``)."""
+
+    @property
+    def row(self) -> Any: ...  # its id, problem, params and measured seconds
+
+    @property
+    def left_out(self) -> str | None: ...  # why it is not predicted, if it is not
+
+    @property
+    def prediction(self) -> Prediction | None: ...
+
+    @property
+    def estimate(self) -> float: ...  # seconds
+
+    @property
+    def error(self) -> float: ...  # estimate / measured - 1
+
+    @property
+    def bound(self) -> float | None: ...  # seconds
+
+
+def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
+    """Spearman's rank correlation (ties get their average rank)."""
+    rx, ry = _ranks(xs), _ranks(ys)
+    mx, my = statistics.fmean(rx), statistics.fmean(ry)
+    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
+    spread = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
+    return cov / spread if spread else 0.0
+
+
+def _ranks(values: Sequence[float]) -> list[float]:
+    order = sorted(range(len(values)), key=lambda n: values[n])
+    ranks = [0.0] * len(values)
+    start = 0
+    while start < len(order):
+        end = start
+        while end + 1 < len(order) and values[order[end + 1]] == values[order[start]]:
+            end += 1
+        for n in order[start:end + 1]:
+            ranks[n] = (start + end) / 2 + 1
+        start = end + 1
+    return ranks
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The search's choice among the measured candidates of one search space."""
+
+    id: str
+    rank: int  # its measured rank among them, 1 = fastest
+    candidates: int
+    ratio: float  # its measured time over the fastest measured one
+
+
+def pick(members: Sequence[Measured]) -> Pick:
+    """The candidate the search ranks first (its order: estimate, then the tie-breaker)."""
+    def key(o: Measured) -> tuple:
+        params: Mapping[str, Any] = o.row.params
+        return Candidate.order(o.prediction, params)
+
+    chosen = min(members, key=key)
+    measured = sorted(o.row.measured for o in members)
+    return Pick(chosen.row.id, measured.index(chosen.row.measured) + 1, len(members),
+                chosen.row.measured / measured[0])
