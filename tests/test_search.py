@@ -283,11 +283,12 @@ def test_compile_seeds_its_search_with_the_cached_winners_of_similar_sizes(tmp_p
     def key(sizes: dict[str, int]) -> treduda.tuning.cache.CacheKey:
         return treduda.tuning.cache.CacheKey.make(expr, sizes, "float32", "C", H100.name)
 
-    nearest = store.similar(key({"i": 310, "j": 200, "k": 90}), 5)  # nearest sizes first
+    searched = {"i": 610, "j": 200, "k": 90}  # past a small problem's size: searched
+    nearest = store.similar(key(searched), 5)  # nearest sizes first
     assert [v["seconds"] for v in nearest] == [store.get(key(s))["seconds"] for s in (
         {"i": 300, "j": 200, "k": 90}, {"i": 40, "j": 30, "k": 20})]
-    kernel = treduda.compile(expr, {"i": 310, "j": 200, "k": 90}, cache=store)
-    entry = store.get(key({"i": 310, "j": 200, "k": 90}))
+    kernel = treduda.compile(expr, searched, cache=store)
+    entry = store.get(key(searched))
     assert "started from 2 winner(s) of similar sizes" in entry["found"]
     assert kernel.verify().ok
 
