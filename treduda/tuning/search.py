@@ -447,10 +447,10 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
         if found is not None and found.prediction.seconds <= stats.lower + LAUNCH_SECONDS:
             stats.seconds = time.perf_counter() - started
             return Searcher(program, g, strategy, restrict=False)._result(found, [found], stats)
-    quick = Searcher(program, g, QUICK, restrict=False)
     try:
-        searched = quick.branch_and_bound(budget=QUICK_SEARCH)
-    except StrategyError:  # no candidate of the quick strategy fits these extents
+        searched = Searcher(program, g, QUICK, restrict=False).branch_and_bound(
+            budget=QUICK_SEARCH)
+    except StrategyError:  # the quick strategy has no candidate that fits these extents
         return None
     if searched.best.prediction.seconds > stats.lower + LAUNCH_SECONDS:
         return None
