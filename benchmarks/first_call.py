@@ -2,6 +2,7 @@
 
     python benchmarks/first_call.py [--cases ring,aomo16,chain40,gemm,opt_einsum]
                                     [--repeat 1] [--before DIR] [--json out.json]
+    python benchmarks/first_call.py --stored
 
 Each case runs ``treduda.contract`` once, in a process of its own with a fresh tuning cache, on
 numpy arrays: the ring ``iab,jbc,kcd,lda`` (extents 2-5), the AO->MO transformation
@@ -13,6 +14,9 @@ another checkout: ``--before DIR`` times it there (e.g. ``git archive 389b482 | 
 -C DIR``, the commit before issue 44, with ``DIR/treduda/strategies`` a link to
 ``DIR/strategies``), else the times come from ``benchmarks/data/first_call_before.json``,
 measured on the development machine (2 shared cores: compare the least of several runs).
+Beside them stand the times after issue 44 (``benchmarks/data/first_call_after.json``, which
+``--json`` writes) and each run's counts, which do not depend on the machine's load: kernels
+generated, steps searched, and its CPU seconds. ``--stored`` prints the stored times alone.
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import tempfile
 from pathlib import Path
 
 BEFORE = Path(__file__).parent / "data" / "first_call_before.json"
+AFTER = Path(__file__).parent / "data" / "first_call_after.json"
 NAMED = {
     "ring": ("iab,jbc,kcd,lda", None),
     "aomo16": ("pqrs,pi,qj,rk,sl->ijkl", 16),
@@ -44,13 +49,25 @@ letters = set(expr) - set(",->")
 dims = (None if extents is None else extents if isinstance(extents, dict)
         else dict.fromkeys(letters, extents))
 arrays = build_views(expr, dims)
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 import treduda
 imported = time.perf_counter() - started
+from treduda import api
+from treduda.tuning import policy
+work = {"kernels": 0, "searches": 0}
+def counted(name, function):
+    def call(*args, **kwargs):
+        work[name] += 1
+        return function(*args, **kwargs)
+    return call
+for module, name, key in ((api, "_generated", "kernels"),  # each kernel made (isl, codegen)
+                          (policy, "search_program", "searches")):  # each search of a step
+    if hasattr(module, name):  # (an older checkout may lack them: no count then)
+        setattr(module, name, counted(key, getattr(module, name)))
 result = treduda.contract(expr, *arrays)
-seconds = time.perf_counter() - started
-print(json.dumps({"import": imported, "first": seconds,
-                  "ok": bool(np.allclose(result, np.einsum(expr, *arrays)))}))
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+print(json.dumps({"import": imported, "first": seconds, "cpu": cpu, **work,
+                  "ok": bool(np.allclose(result, np.einsum(expr, *arrays, optimize=True)))}))
 """
 
 
@@ -80,6 +97,30 @@ def first(expr: str, extents: object, tree: str | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
+def _seconds(value: float | None) -> str:
+    return f"{'-' if value is None else f'{value:.2f}':>8}"
+
+
+def header(timing: bool) -> None:
+    print(f"{'case':40} {'before s':>8} {'after s':>8}" + (f" {'now s':>8}" if timing else "")
+          + f" {'cpu s':>6} {'kernels':>7} {'searches':>8}  ok")
+
+
+def line(name: str, before: dict, after: dict, now: dict | None = None) -> None:
+    """A case's first call before issue 44, after it (as stored), and now (as just timed,
+    where given), with the counts of the run shown last (now's, else after's): kernels
+    generated and steps searched, which do not depend on the machine's load, and its CPU
+    seconds."""
+    stored = after.get(name)
+    row = (now if now is not None else stored) or {}
+    cells = [_seconds(before.get(name)), _seconds(stored["first"] if stored else None)]
+    if now is not None:
+        cells.append(_seconds(now["first"]))
+    counts = (f"{row['cpu']:>6.2f} {row['kernels']:>7} {row['searches']:>8}  {row['ok']}"
+              if "cpu" in row else "")
+    print(f"{name:40} {' '.join(cells)} {counts}", flush=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--cases", default="ring,aomo16,chain40,gemm,opt_einsum")
@@ -88,27 +129,31 @@ def main() -> None:
     parser.add_argument("--only-before", action="store_true",
                         help="time only the --before checkout (--json then writes its times, "
                              "as benchmarks/data/first_call_before.json holds them)")
-    parser.add_argument("--json", help="also write the rows to this file")
+    parser.add_argument("--stored", action="store_true",
+                        help="time nothing: print the stored times before and after issue 44")
+    parser.add_argument("--json", help="also write the rows to this file (as "
+                                       "benchmarks/data/first_call_after.json holds them)")
     args = parser.parse_args()
 
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
-    rows: dict = {}
-    print(f"{'case':40} {'first s':>8} {'before s':>8} {'import s':>8}  ok  "
-          "(first: import treduda and the first call)")
+    after = json.loads(AFTER.read_text()) if AFTER.exists() else {}
+    header(timing=not args.stored)
+    if args.stored:
+        for name in after:
+            if name != "note":
+                line(name, before, after)
+        return
+    now: dict = {}
     for name, (expr, extents) in cases(args.cases).items():
         if args.before:
             before[name] = min(first(expr, extents, args.before)["first"]
                                for _ in range(args.repeat))
-        now = None if args.only_before else min(
-            (first(expr, extents) for _ in range(args.repeat)), key=lambda r: r["first"])
-        rows[name] = before.get(name) if args.only_before else {
-            "expression": expr, "now": now, "before": before.get(name)}
-        shown = ("-", "-", "") if now is None else (
-            f"{now['first']:.2f}", f"{now['import']:.2f}", str(now["ok"]))
-        was = before.get(name)
-        print(f"{name:40} {shown[0]:>8} {'-' if was is None else f'{was:.2f}':>8} "
-              f"{shown[1]:>8}  {shown[2]}", flush=True)
+        if not args.only_before:
+            now[name] = min((first(expr, extents) for _ in range(args.repeat)),
+                            key=lambda r: r["first"])
+        line(name, before, after, now.get(name, {"first": None}))
     if args.json:
+        rows = ({name: before[name] for name in now or before} if args.only_before else now)
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n")
 
 

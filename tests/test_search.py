@@ -283,11 +283,12 @@ def test_compile_seeds_its_search_with_the_cached_winners_of_similar_sizes(tmp_p
     def key(sizes: dict[str, int]) -> treduda.tuning.cache.CacheKey:
         return treduda.tuning.cache.CacheKey.make(expr, sizes, "float32", "C", H100.name)
 
-    nearest = store.similar(key({"i": 310, "j": 200, "k": 90}), 5)  # nearest sizes first
+    searched = {"i": 610, "j": 200, "k": 90}  # past a small problem's size: searched
+    nearest = store.similar(key(searched), 5)  # nearest sizes first
     assert [v["seconds"] for v in nearest] == [store.get(key(s))["seconds"] for s in (
         {"i": 300, "j": 200, "k": 90}, {"i": 40, "j": 30, "k": 20})]
-    kernel = treduda.compile(expr, {"i": 310, "j": 200, "k": 90}, cache=store)
-    entry = store.get(key({"i": 310, "j": 200, "k": 90}))
+    kernel = treduda.compile(expr, searched, cache=store)
+    entry = store.get(key(searched))
     assert "started from 2 winner(s) of similar sizes" in entry["found"]
     assert kernel.verify().ok
 
@@ -397,3 +398,21 @@ def test_the_floor_is_below_the_estimate_of_sampled_candidates(expr, sizes, layo
             bound = searcher.model.bound({n: point[n] for n in names[:depth]})
             assert bound.seconds <= bound.floor <= estimate * (1 + 1e-12), (depth, point)
 
+
+
+def test_a_change_breaks_a_rule_exactly_where_the_changed_candidate_violates_one():
+    """The local search checks only the rules a change reads (ParamSpace.breaks): for changes
+    of one and two parameters of valid GEMM 4096^3 candidates, it agrees with checking every
+    rule (ParamSpace.violated)."""
+    space = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096}),
+                     "H100", restrict=False).space
+    rng = random.Random(44)
+    broken = 0
+    for _ in range(300):
+        valid = space.sample(rng)
+        changed = rng.sample(space.parameters, rng.choice((1, 2)))
+        changes = {p.name: rng.choice(p.values) for p in changed}
+        violates = bool(space.violated({**valid, **changes}))
+        assert space.breaks(valid, changes) == violates
+        broken += violates
+    assert 0 < broken < 300  # both outcomes were tried

@@ -13,7 +13,7 @@ import treduda
 from treduda.polyhedral.lower import plan
 from treduda.tuning import paths, policy
 from treduda.tuning.prediction import LAUNCH_SECONDS
-from treduda.tuning.search import Searcher, at_once
+from treduda.tuning.search import QUICK, Searcher, at_once, first_candidate
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 
@@ -39,6 +39,21 @@ def test_a_small_problem_takes_its_first_good_candidate_without_a_search(monkeyp
     pick = Searcher(program, "H100", kernel.strategy, restrict=False).model.estimate(
         dict(kernel.params)).seconds
     assert pick <= sampled + LAUNCH_SECONDS
+
+
+def test_a_small_step_whose_first_candidate_is_strided_takes_a_quick_search(monkeypatch):
+    """AO->MO's middle step at n=16: its first incumbent reads across strides (12 us against a
+    floor of 3.3 us), and a search of the quick strategy within QUICK_SEARCH finds one within a
+    launch of the floor, where the search of every strategy took ten times as long."""
+    monkeypatch.setattr(policy, "search_program", refused("the search"))
+    expr, sizes = "T3[k,p,q,s] = A[p,q,r,s]*D[r,k]", dict.fromkeys("kpqrs", 16)
+    program = plan(expr, sizes, dtype="float64")
+    assert first_candidate(program).prediction.seconds > (
+        Searcher(program, "H100", restrict=False).model.least() + LAUNCH_SECONDS)
+    kernel = treduda.compile(expr, sizes, dtype="float64", cache=False)
+    assert kernel.strategy == QUICK and kernel.verify().ok
+    found = at_once(program)
+    assert found.best.prediction.seconds <= found.stats.lower + LAUNCH_SECONDS
 
 
 def test_a_first_candidate_far_from_the_floor_is_not_taken():

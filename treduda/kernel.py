@@ -11,9 +11,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jinja2
 import numpy as np
 
 from .codegen import ir, parts, serial
@@ -38,6 +37,9 @@ from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare_all
 from .run.timing import REPEATS, WARMUP, TimedRun, Timing
 from .tuning.cache import installed_version
+
+if TYPE_CHECKING:
+    import jinja2
 
 LAYOUT_NOTES = {"C": "row-major, last index fastest", "F": "column-major, first index fastest"}
 RUN_KEYWORDS = ("backend", "casting", "arrays")  # Kernel.run's; tensors so named: arrays=
@@ -514,7 +516,11 @@ def generator_version() -> str:
 
 @functools.cache
 def _templates() -> jinja2.Environment:
-    """The templates of ``templates/``, installed as the package ``treduda.templates``."""
+    """The templates of ``templates/``, installed as the package ``treduda.templates``.
+    Jinja2 is imported here, when a first source is printed: it took a tenth of a second of
+    a cold compile(), whose kernel's sources are printed later (ptxas's check, a run)."""
+    import jinja2
+
     folder = importlib.resources.files("treduda.templates")
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(folder)),
                               keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True,

@@ -135,9 +135,8 @@ class LocalSearch:
                    itertools.chain.from_iterable(
                        itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
         for change in changes:
-            neighbour = {**params, **dict(change)}
-            if not self.space.violated(neighbour):
-                yield neighbour
+            if not self.space.breaks(params, dict(change)):
+                yield {**params, **dict(change)}
 
     def _finishes(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Every other choice of the last decisions (at most :data:`FINISH` of them: buffers,

@@ -48,7 +48,7 @@ from .search_result import Candidate, SearchResult
 # work: tuning/budgets.py), where others search within DEFAULT_BUDGET.
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
-SMALL_PROBLEM_SECONDS = 0.2  # AO->MO at n=16: two steps searched, 5 s each in 0.9 s's work
+SMALL_PROBLEM_SECONDS = 0.2  # AO->MO n=16's strided steps took 5 s each in 0.9 s's work
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
