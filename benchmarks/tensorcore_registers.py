@@ -39,11 +39,11 @@ def candidates() -> list[tuple[str, str, dict, str, str, str, dict | None]]:
             for double, copies in BUFFERING if n < 2 else BUFFERING[1:3]:
                 found.append(("gemm", GEMM, SIZES, "C", dtype, precision, {
                     "warps_m": wm, "warps_n": wn, "frags_m": fm, "frags_n": fn, "frags_k": 2,
-                    "pad": True, "double_buffer": double, "split": 1, "async_copy": copies}))
+                    "double_buffer": double, "split": 1, "async_copy": copies}))
         for depth in (1, 4):  # 2 x 2 warps of 2 x 2 fragments, single-buffered, cp.async
             found.append(("gemm", GEMM, SIZES, "C", dtype, precision, {
                 "warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": depth,
-                "pad": True, "double_buffer": False, "split": 1, "async_copy": True}))
+                "double_buffer": False, "split": 1, "async_copy": True}))
     rows = {r.id: r for r in load("tccg_fp32")}
     for name in TCCG:
         row = rows[name]

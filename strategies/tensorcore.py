@@ -38,13 +38,11 @@ from .tensorcore_kernel import Builder
 from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
-    PAD_BYTES,
     WARP,
     copy_widths,
     described_axes,
     gemm_groups,
     mma_shape,
-    padding,
     shared_bytes,
     tile_extents,
 )
@@ -86,8 +84,6 @@ class TensorCore(Strategy):
                       priority=Priority.TILES),
             Parameter("frags_k", STEPS, "fragment k-extents per reduction step",
                       priority=Priority.STEP),
-            Parameter("pad", (True, False), f"pad shared tiles' rows by {PAD_BYTES} bytes "
-                      "(other banks for consecutive rows)", priority=Priority.BUFFERS),
             Parameter("double_buffer", (False, True), "two buffers per operand tile, "
                       "alternating by step: one barrier per step, and a step's copy issued "
                       "right after the previous step's MMAs", priority=Priority.BUFFERS),
@@ -153,7 +149,7 @@ class TensorCore(Strategy):
                            {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad",
+                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k",
                         "double_buffer"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
@@ -172,8 +168,9 @@ class TensorCore(Strategy):
         no meaning for fragments and stays cyclic, as the write through the shared C tile
         stores (consecutive threads, consecutive elements). ``step`` is BK values of the
         linearised K, ``split`` as the tiled strategy's (:func:`split_parts` of the steps
-        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the operand
-        tiles' rows (16 bytes' worth) and ``shared`` the bytes of the A, B and C tiles."""
+        sharing a tile), ``stage`` both operands and ``shared`` the bytes of the A, B and C
+        tiles; ``pad`` stays neutral: each tile's rows are padded by their own amount
+        (:func:`.tensorcore_tiles.operand_pads`), which one quantity cannot say."""
         (a,), (b,), m, n, _, _ = gemm_groups(program)
         fm, fn, fk = mma_shape(program)
 
@@ -190,14 +187,13 @@ class TensorCore(Strategy):
                                         if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
-        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad", "double_buffer")
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "double_buffer")
         return {
             **described,
             "step": each(lambda f: f * fk, "frags_k"),
             "split": choices["split"],
             "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
             "stage": (f"{a},{b}",),
-            "pad": each(lambda pad: padding(program, pad), "pad"),
             "double_buffer": choices["double_buffer"],
             "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
                            *tiles),
@@ -206,7 +202,7 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "pad": True, "split": 1, "double_buffer": False, "async_copy": True}
+                     "split": 1, "double_buffer": False, "async_copy": True}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

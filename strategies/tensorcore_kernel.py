@@ -2,12 +2,12 @@
 
 Per reduction step of ``BK`` summed values the block copies the ``BM x BK`` tile of A and the
 ``BK x BN`` tile of B into shared memory, in a 2-D layout whose rows are the operand's fastest
-global index (so copies coalesce) and whose leading dimension is padded by 16 bytes (fragment
-loads accept multiples of 16 bytes; the padding moves consecutive rows to other banks).
-Elements outside the tensors are zero-filled, so partial tiles multiply zeros. The
-accumulators then go through a shared ``BM x BN`` tile to the output, in its own layout, by
-the program's own write statement (alpha, beta, ``+=``), which only covers elements inside the
-output. Schedule::
+global index (so copies coalesce) and whose leading dimension is padded, tile by tile, so that
+the rows a fragment load reads at once lie on distinct banks
+(:func:`.tensorcore_tiles.operand_pads`). Elements outside the tensors are zero-filled, so
+partial tiles multiply zeros. The accumulators then go through a shared ``BM x BN`` tile to
+the output, in its own layout, by the program's own write statement (alpha, beta, ``+=``),
+which only covers elements inside the output. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
@@ -103,15 +103,15 @@ from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
-    PAD_BYTES,
     WARP,
-    accumulator_dtype,
+    WAVEFRONT_BYTES,
+    accumulator_pad,
     copy_widths,
-    fastest_first,
     gemm_groups,
     mma_shape,
+    operand_pads,
     operand_rows_major,
-    padding,
+    output_along_n,
     split_parts,
     stepped_k,
     tile_extents,
@@ -125,7 +125,6 @@ STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # At most this many copies per thread and operand are unrolled (straight-line code in the main
 # loop, their guards decided per copy); more stay a loop, as the write's do
 UNROLLED_COPIES = 16
-WAVEFRONT_BYTES = 128  # shared memory serves a request 128 bytes a cycle (32 banks of 4)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -209,9 +208,8 @@ class Builder:
         self.k_sizes = stepped_k(program, found, self.tile["k"])
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
-        self.pad = padding(program, params["pad"])
-        self.pad_c = PAD_BYTES // dtypes.itemsize(accumulator_dtype(program)) if params[
-            "pad"] else 0
+        pad_a, pad_b = operand_pads(program, params)
+        self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
@@ -354,7 +352,7 @@ class Builder:
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         bytes_ = dtypes.itemsize(self.program.dtype)
-        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pad) * bytes_)
+        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pads[tile]) * bytes_)
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
@@ -457,8 +455,9 @@ class Builder:
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
         stored = self.program.dtype in dtypes.STORED
-        a_shape = (t["m"], t["k"] + self.pad) if self.row_a else (t["k"], t["m"] + self.pad)
-        b_shape = (t["k"], t["n"] + self.pad) if self.row_b else (t["n"], t["k"] + self.pad)
+        pad_a, pad_b = self.pads[A_TILE], self.pads[B_TILE]
+        a_shape = (t["m"], t["k"] + pad_a) if self.row_a else (t["k"], t["m"] + pad_a)
+        b_shape = (t["k"], t["n"] + pad_b) if self.row_b else (t["n"], t["k"] + pad_b)
         pieces = 2 if self.split else 1
         p = self.params
         buffers = (2,) if p["double_buffer"] else ()
@@ -467,7 +466,7 @@ class Builder:
             **({workspace.name: workspace} if workspace else {}),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pad_c)),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
             FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
@@ -513,8 +512,7 @@ class Builder:
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
-        output_fastest = fastest_first(self.program.output_indices, self.program.layout)
-        along_n = not output_fastest or output_fastest[0] not in self.m
+        along_n = output_along_n(self.program)
         m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if along_n
                             else (remainder(e, tile_m), quotient(e, tile_m)))
         value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),

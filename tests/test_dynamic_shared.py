@@ -20,7 +20,7 @@ from treduda.tuning.search import Searcher
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 150, "j": 140, "k": 100}  # no multiple of the 128x128x32 tile
 # a 128x128 block of 2x2 warps of 64x64, double-buffered: 105 KB of tiles in float16
-LARGE = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2, "pad": True,
+LARGE = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2,
          "double_buffer": True, "split": 1, "async_copy": True}
 
 

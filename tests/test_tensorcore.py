@@ -274,8 +274,7 @@ def test_the_models_step_is_what_a_warp_issues(warps, async_copy):
     once, 2.5x the SASS with 2x2 warps)."""
     program = plan(GEMM, {"i": 512, "j": 512, "k": 512}, dtype="float32", precision="tf32")
     params = {"warps_m": warps[0], "warps_n": warps[1], "frags_m": 2, "frags_n": 2,
-              "frags_k": 2, "async_copy": async_copy, "double_buffer": False, "split": 1,
-              "pad": True}
+              "frags_k": 2, "async_copy": async_copy, "double_buffer": False, "split": 1}
     kernel = treduda.compile(GEMM, dict(program.sizes), precision="tf32", strategy="tensorcore",
                              params=params, cache=False)
     found = sass_report(kernel.cuda_source, "sm_90")[0].main_loop_instructions

@@ -25,8 +25,7 @@ from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load
 
 TCCG_20 = "C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]"
-TILES = {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2, "split": 1,
-         "pad": True}
+TILES = {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2, "split": 1}
 SECTOR = 32  # bytes
 
 
@@ -139,7 +138,7 @@ def test_the_main_loop_issues_few_instructions_beside_its_mmas(row, params, most
         expression, sizes, layout = found.expression, found.sizes, found.layout
     kernel = treduda.compile(expression, sizes, dtype="float16", layout=layout,
                              strategy="tensorcore", cache=False,
-                             params={**params, "frags_k": 2, "pad": True, "split": 1,
+                             params={**params, "frags_k": 2, "split": 1,
                                      "double_buffer": False, "async_copy": True})
     report = sass_report(kernel.cuda_source, "sm_90")[0]
     branches = report.main_loop_opcodes.get("BRA", 0)

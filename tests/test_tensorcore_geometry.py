@@ -90,7 +90,7 @@ def test_an_open_description_holds_every_completion():
     choice include those of every complete one."""
     program = plan(GEMM, {"i": 40, "j": 50, "k": 70}, dtype="float16")
     strategy = strategies.get("tensorcore")
-    partial = {"warps_m": 2, "pad": True}
+    partial = {"warps_m": 2, "double_buffer": True}
     described = strategy.geometry(program, partial)
     points = list(strategy.space(program).points(partial))
     assert points
@@ -109,11 +109,12 @@ def test_tensorcore_then_staged_is_refused_and_tensorcore_alone_stages():
                 lambda: treduda.search(GEMM, sizes, dtype="float16",
                                        strategy="tensorcore+staged")):
         with pytest.raises(StrategyError, match="'tensorcore' stages A,B in shared memory "
-                           r"itself.*use 'tensorcore' alone \(its pad and double_buffer"):
+                           r"itself.*use 'tensorcore' alone \(its double_buffer"):
             ask()
-    for params in ({"double_buffer": True, "pad": False}, {"double_buffer": False, "pad": True}):
+    for double_buffer in (True, False):
         kernel = treduda.compile(GEMM, sizes, dtype="float16", strategy="tensorcore",
-                                 params={**ONE_WARP, "frags_k": 2, **params}, cache=False)
+                                 params={**ONE_WARP, "frags_k": 2,
+                                         "double_buffer": double_buffer}, cache=False)
         assert kernel.verify().ok
 
 
@@ -122,7 +123,7 @@ def test_fitted_sizes_take_the_tensor_core_tiles():
     strategy refuses: the sizes grow to a tile less one instead, and the kernel of exactly
     the given parameters verifies there."""
     params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 4,
-              "pad": True, "double_buffer": False, "split": 1,
+              "double_buffer": False, "split": 1,
               "async_copy": False}  # 64 x 64 tiles, steps of 64
     sizes = fitted(GEMM, {"i": 39, "j": 40, "k": 40}, "tensorcore", params, "float16")
     assert sizes == {"i": 63, "j": 63, "k": 63}
