@@ -7,7 +7,9 @@ the rows a fragment load reads at once lie on distinct banks
 (:func:`.tensorcore_tiles.operand_pads`). Elements outside the tensors are zero-filled, so
 partial tiles multiply zeros. The accumulators then go through a shared ``BM x BN`` tile to
 the output, in its own layout, by the program's own write statement (alpha, beta, ``+=``),
-which only covers elements inside the output. Schedule::
+which only covers elements inside the output. That tile takes over the operand tiles' memory
+(:attr:`ir.Local.reuses`): it is written after the barrier that follows the main loop, when
+no copy is in flight and no fragment is read any more. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
@@ -466,7 +468,8 @@ class Builder:
             **({workspace.name: workspace} if workspace else {}),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE]),
+                             reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
             FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
