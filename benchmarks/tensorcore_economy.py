@@ -26,9 +26,9 @@ import sys
 import time
 
 import treduda
-from treduda.app.bench import DEFAULT_MAX_NODES
 from treduda.errors import BackendUnavailable, TredudaError
 from treduda.suites import load
+from treduda.tuning.budgets import BENCH_MAX_NODES
 from treduda.tuning.gpus import gpu as find_gpu
 from treduda.tuning.mma_model import model_of
 from treduda.tuning.occupancy import blocks_per_sm
@@ -55,7 +55,7 @@ def rows() -> dict[str, tuple]:
 def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
     """One row's figures (None where a figure does not apply or cannot be read here)."""
     result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
-                            max_nodes=DEFAULT_MAX_NODES, precision=precision)
+                            max_nodes=BENCH_MAX_NODES, precision=precision)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              strategy=best.strategy, params=best.params, precision=precision)
@@ -65,7 +65,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
     if best.strategy == "tensorcore":
         figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
                             f"k{p['frags_k']}")
-        figures["stages"] = p.get("stages", 2 if p["double_buffer"] else 1)
+        figures["stages"] = p["stages"]
         figures["model_step"] = model_of(kernel.program, find_gpu(gpu),
                                          best.strategy).step_instructions(p)
     counted = kernel.counters(steps=steps)

@@ -47,19 +47,22 @@ tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a
 zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
 534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
 
-With ``double_buffer`` each operand tile has two buffers, the step's parity choosing one: step
-``k`` fills the buffer step ``k - 2`` read, which every thread finished before step ``k - 1``'s
-second barrier, so the first barrier goes (as in the staging strategy), and a step's copies
-are issued right after the previous step's MMAs.
+In ``stages`` S of two or more each operand tile has S buffers, step ``k`` taking buffer
+``k mod S``: it fills the buffer step ``k - S`` read, which every thread finished before the
+barrier of step ``k - S + 1``, so the first barrier goes (as in the staging strategy's double
+buffering), and a step's copies are issued right after an earlier step's barrier.
 
 With ``async_copy`` an operand with a copy width (:func:`copy_widths`) is copied by cp.async
 runs (:class:`ir.AsyncCopy`) of that width, ``e`` numbering runs, in one statement ``copy_X``
 that reads where the source lies inside the tensor and zero-fills elsewhere (an operand
 without one is copied and zero-filled through registers); each thread commits them
-(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
-buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
-stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
-read, before step ``ks - 1``'s MMAs, which they overlap.
+(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. In S
+stages they run ``S - 1`` steps ahead (``copy``, ``commit`` at position ``ks - S + 1``;
+``wait``, ``sync2`` at stage 0 of step ``ks``), issued after that position's barrier into the
+buffer step ``ks - S`` read, before its MMAs and those of the steps up to ``ks - 1``, which
+they overlap: the wait (cp.async.wait_group ``S - 2``) leaves the copies of the ``S - 2``
+later steps in flight. A commit at every position, empty ones after the last step's copies,
+keeps that count exact at the last steps (as CUTLASS's multistage main loop commits).
 
 With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
 steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
@@ -221,8 +224,10 @@ class Builder:
         self.widths = (copy_widths(program, found) if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
         self.asynchronous = any(w is not None for w in self.widths.values())
-        # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
-        self.ahead = self.asynchronous and params["double_buffer"]
+        self.stages = params["stages"]
+        # asynchronous copies into two or more buffers run ahead: step ks's at position
+        # ks - lead, ``stages - 1`` steps before its MMAs
+        self.lead = self.stages - 1 if self.asynchronous else 0
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
@@ -243,11 +248,11 @@ class Builder:
         parts += [f"0 <= {p} < {self.parts}" for p in self.part()]
         return " and ".join(parts)
 
-    def step_bounds(self) -> str:
-        """The steps ``ks`` a block sums: all, or its part's."""
-        bounds = f"0 <= ks < {self.steps()}"
+    def step_bounds(self, beyond: int = 0) -> str:
+        """The steps ``ks`` a block sums: all, or its part's; and ``beyond`` more after them."""
+        bounds = f"0 <= ks < {self.steps() + beyond}"
         if self.parts > 1:
-            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1)"
+            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1) + {beyond}"
         return bounds
 
     def point(self, thread: str, tail: Sequence[str], prefix: Sequence[str] | None = None
@@ -306,12 +311,13 @@ class Builder:
         return -(-math.prod(self.k_sizes.values()) // self.tile["k"])
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
-             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
+             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None,
+             beyond: int = 0) -> None:
         """A statement every thread executes (a barrier, or a commit or wait of its
-        asynchronous copies), once or per step."""
+        asynchronous copies), once or per step (and ``beyond`` steps more)."""
         body = body or ir.Barrier()
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
-        steps = f" and {self.step_bounds()}" if stepped else ""
+        steps = f" and {self.step_bounds(beyond)}" if stepped else ""
         self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
                  f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
                  body, [], self.point("t", tail))
@@ -319,10 +325,13 @@ class Builder:
     def reduction(self) -> None:
         """Per step: the copies of the operand tiles, a barrier, the fragments. Single-
         buffered, a barrier first (the previous step's fragments are read); asynchronous
-        copies are committed and waited for before the barrier, or, double-buffered, issued
-        a step ahead (after the barrier that follows the wait for the step's own copies)."""
-        copy_step = "ks - 1" if self.ahead else "ks"
-        if not self.params["double_buffer"]:  # else step k's buffer was last read at k - 2
+        copies are committed and waited for before the barrier, or, in ``S`` stages, issued
+        ``S - 1`` steps ahead (after the barrier that follows the wait for the step's own
+        copies). A thread then commits a group at every position, empty ones past the last
+        step's copies included, so that waiting until ``S - 2`` groups are pending leaves
+        exactly the later steps' in flight."""
+        copy_step = f"ks - {self.lead}" if self.lead else "ks"
+        if self.stages == 1:  # else step k's buffer was last read at k - S
             self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
                       True)
         self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
@@ -331,11 +340,11 @@ class Builder:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
         else:
-            wait = STAGE_SYNC_BEFORE if self.ahead else STAGE_SYNC_AFTER
+            wait = STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
             self.sync("commit", ["1", copy_step, str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
-                      True, ir.CommitCopies())
+                      True, ir.CommitCopies(), beyond=max(0, self.lead - 1))
             self.sync("wait", ["1", "ks", str(wait), "0", "1", "0", "0"], True,
-                      ir.WaitCopies(0))
+                      ir.WaitCopies(max(0, self.lead - 1)))
             self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
 
@@ -450,9 +459,9 @@ class Builder:
         return self.locals()[tile].shape[-1]
 
     def buffer(self) -> tuple[ir.Expr, ...]:
-        """The first coordinate of an operand tile's element: with double buffering, the
-        step's parity; else none."""
-        return (remainder(ir.Var("ks"), 2),) if self.params["double_buffer"] else ()
+        """The first coordinate of an operand tile's element: in ``S`` stages, the step
+        modulo ``S``; single-buffered, none."""
+        return (remainder(ir.Var("ks"), self.stages),) if self.stages > 1 else ()
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
@@ -462,7 +471,7 @@ class Builder:
         b_shape = (t["k"], t["n"] + pad_b) if self.row_b else (t["n"], t["k"] + pad_b)
         pieces = 2 if self.split else 1
         p = self.params
-        buffers = (2,) if p["double_buffer"] else ()
+        buffers = (self.stages,) if self.stages > 1 else ()
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
             **({workspace.name: workspace} if workspace else {}),

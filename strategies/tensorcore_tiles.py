@@ -286,7 +286,7 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     pad_a, pad_b = operand_pads(program, p)
     a = tile["m"] * (tile["k"] + pad_a) if row_a else tile["k"] * (tile["m"] + pad_a)
     b = tile["k"] * (tile["n"] + pad_b) if row_b else tile["n"] * (tile["k"] + pad_b)
-    buffers = 2 if p["double_buffer"] else 1
+    buffers = p["stages"]
     c = tile["m"] * (tile["n"] + accumulator_pad(program, p)) * accumulator
     return max((a + b) * operand * buffers, c)
 

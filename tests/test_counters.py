@@ -184,7 +184,7 @@ def test_tf32_and_fp64_fragments_and_copies_have_no_bank_conflict(dtype, precisi
     kernel = treduda.compile(expression, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
                              precision=precision, strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
-                                     "frags_k": frags_k, "double_buffer": True,
+                                     "frags_k": frags_k, "stages": 2,
                                      "async_copy": True, "split": 1})
     counted = kernel.counters(steps=2)
     for tile in ("td_sa", "td_sb"):
@@ -204,7 +204,7 @@ def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     kernel = treduda.compile(GEMM, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
                              strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
-                                     "frags_k": 2, "double_buffer": True,
+                                     "frags_k": 2, "stages": 2,
                                      "async_copy": True})
     counted = kernel.counters()
     for tile in ("td_sa", "td_sb"):

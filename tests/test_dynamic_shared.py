@@ -23,7 +23,7 @@ GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 150, "j": 140, "k": 100}  # no multiple of the 128x128x32 tile
 # a 128x128 block of 2x2 warps of 64x64, double-buffered: 105 KB of tiles in float16
 LARGE = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2,
-         "double_buffer": True, "split": 1, "async_copy": True}
+         "stages": 2, "split": 1, "async_copy": True}
 
 
 def _large(expression: str = GEMM, dtype: str = "float16") -> treduda.Kernel:
@@ -74,7 +74,7 @@ def test_operand_tiles_are_laid_out_apart_and_aligned_and_c_reuses_them():
 # GEMM 4096^3's fp16 pick before the C tile reused the operand tiles: 2x4 warps of 4x4
 # fragments, steps of 32, two buffers
 PICK = {"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4, "frags_k": 2,
-        "double_buffer": True, "split": 1, "async_copy": True}
+        "stages": 2, "split": 1, "async_copy": True}
 
 
 def test_reusing_the_operand_tiles_for_c_shrinks_the_blocks_shared_memory():

@@ -87,7 +87,7 @@ def test_pad_and_assignment_change_the_predicted_wavefronts():
     base = {"order": "j,i", "block_x": 32, "block_y": 8, "block_z": 1, "reg_x": 4, "reg_y": 4,
             "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic", "assign_z": "cyclic",
             "step": 32, "unroll": True, "stage": "A,B", "preload": False,
-            "double_buffer": False, "split": 1, "async_copy": False}
+            "stages": 1, "split": 1, "async_copy": False}
     # A warp reads a 32 x 32 tile of A (i on y) along k: adjacent i would conflict without pad.
     transposed = {**base, "order": "i,j", "assign_x": "adjacent"}
     unpadded = searcher.model.estimate({**transposed, "pad": 0})
@@ -111,7 +111,7 @@ def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
     # own precision (3xTF32: three products per MMA); a row that says none is "highest".
     sizes = {"i": 256, "j": 256, "k": 256}
     params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-              "double_buffer": False, "split": 1, "async_copy": True}
+              "stages": 1, "split": 1, "async_copy": True}
     records = [{"id": precision, "expression": "C[i,j]=A[i,k]*B[k,j]", "sizes": sizes,
                 "dtype": "float32", "precision": precision, "layout": "C",
                 "strategy": "tensorcore", "params": params, "grid": [4, 4, 1],

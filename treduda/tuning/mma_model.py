@@ -22,8 +22,9 @@ step of BK summed values):
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
-               fragment loads and MMAs (double-buffered: one barrier, and the copy's wait
-               overlapping the MMAs)
+               fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
+               the copies of S - 1 steps in flight, each step waiting for at least 1 / (S - 1)
+               of a copy's latency, after the first copy's whole)
 
 A candidate is read only through the strategy's description of itself
 (:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
@@ -290,9 +291,10 @@ class TensorCoreModel:
         mma_cycles = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
                          warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * occupancy
                          / self._mma_rate(clock) / g.schedulers_per_sm)
-        if described["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
-            chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
-                             + max(g.l2_latency_cycles, mma_cycles))
+        if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
+            chain = g.l2_latency_cycles + chunk * (
+                SYNC_CYCLES + g.shared_latency_cycles
+                + max(g.l2_latency_cycles / self._in_flight(p), mma_cycles))
         else:
             chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
                              + mma_cycles)
@@ -308,6 +310,12 @@ class TensorCoreModel:
         }
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
+
+    def _in_flight(self, p: Mapping[str, Any]) -> int:
+        """Steps whose copies are in flight while a step multiplies, in two or more stages:
+        asynchronous copies run ``stages - 1`` steps ahead, so a copy's latency is spread
+        over that many steps' MMAs; copies through registers wait within their step."""
+        return p["stages"] - 1 if p["async_copy"] and any(self.widths) else 1
 
     def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's
