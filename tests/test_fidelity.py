@@ -87,7 +87,7 @@ def test_pad_and_assignment_change_the_predicted_wavefronts():
     base = {"order": "j,i", "block_x": 32, "block_y": 8, "block_z": 1, "reg_x": 4, "reg_y": 4,
             "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic", "assign_z": "cyclic",
             "step": 32, "unroll": True, "stage": "A,B", "preload": False,
-            "stages": 1, "split": 1, "async_copy": False}
+            "double_buffer": False, "split": 1, "async_copy": False}
     # A warp reads a 32 x 32 tile of A (i on y) along k: adjacent i would conflict without pad.
     transposed = {**base, "order": "i,j", "assign_x": "adjacent"}
     unpadded = searcher.model.estimate({**transposed, "pad": 0})
