@@ -215,6 +215,8 @@ class Builder:
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         pad_a, pad_b = operand_pads(program, params)
         self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
+        # the C tile is laid out along what the output's write reads: N, or M (column-major)
+        self.along_n = output_along_n(program)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
@@ -477,7 +479,8 @@ class Builder:
             **({workspace.name: workspace} if workspace else {}),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE]),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])
+                             if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
@@ -509,8 +512,9 @@ class Builder:
                      self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
-                                  self.ld(C_TILE)),
-                 [ir.Element(C_TILE, (row, column)), ir.Element(FRAG_C, (f,))],
+                                  self.ld(C_TILE), row_major=self.along_n),
+                 [ir.Element(C_TILE, (row, column) if self.along_n else (column, row)),
+                  ir.Element(FRAG_C, (f,))],
                  self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
@@ -524,8 +528,7 @@ class Builder:
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
-        along_n = output_along_n(self.program)
-        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if along_n
+        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if self.along_n
                             else (remainder(e, tile_m), quotient(e, tile_m)))
         value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
                  "n": plus(times(tile_n, ir.Var("bn")), n_local)}
@@ -534,7 +537,8 @@ class Builder:
             output |= {i: _decompose(i, group, value[axis], self.sizes) for i in group}
         inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
                               for axis in "mn")
-        accesses = [ir.Element(C_TILE, (m_local, n_local))
+        accesses = [ir.Element(C_TILE, (m_local, n_local) if self.along_n
+                               else (n_local, m_local))
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
                                                          for i in element.indices))

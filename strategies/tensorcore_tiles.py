@@ -262,17 +262,17 @@ def output_along_n(program: Program) -> bool:
 
 
 def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
-    """Elements added to the rows of the C tile. The accumulators are stored into it as
-    mma.sync holds them, eight values of each of four rows a phase, free of conflicts at
-    the pitch :func:`conflict_free_pad` gives; but where the output's write reads the tile
-    down its columns (:func:`output_along_n`), a warp's 32 reads, a row apart, are the
-    more: 16 bytes keep them to 4 ways (the fewest a pitch of whole 16 bytes, as WMMA's
-    stores need, allows; that pitch put them at 8)."""
+    """Elements added to the rows of the C tile, which the output's write reads along them:
+    rows of N, or of M where the output's fastest index is M's (:func:`output_along_n`; the
+    tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
+    took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
+    eight values of each of four rows a phase; column-major, eight values (along M) of four
+    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`)."""
     size = dtypes.itemsize(accumulator_dtype(program))
+    tile = tile_extents(p, mma_shape(program))
     if not output_along_n(program):
-        return PAD_BYTES // size
-    row = tile_extents(p, mma_shape(program))["n"] * size
-    return conflict_free_pad(row, 2 * LANES_K * size) // size
+        return conflict_free_pad(tile["m"] * size, PAD_BYTES) // size
+    return conflict_free_pad(tile["n"] * size, 2 * LANES_K * size) // size
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
@@ -287,6 +287,7 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     a = tile["m"] * (tile["k"] + pad_a) if row_a else tile["k"] * (tile["m"] + pad_a)
     b = tile["k"] * (tile["n"] + pad_b) if row_b else tile["n"] * (tile["k"] + pad_b)
     buffers = p["stages"]
-    c = tile["m"] * (tile["n"] + accumulator_pad(program, p)) * accumulator
+    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
+    c = tile[rows] * (tile[columns] + accumulator_pad(program, p)) * accumulator
     return max((a + b) * operand * buffers, c)
 

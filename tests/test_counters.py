@@ -196,6 +196,28 @@ def test_tf32_and_fp64_fragments_and_copies_have_no_bank_conflict(dtype, precisi
     assert kernel.verify().ok
 
 
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"),
+                                                  ("float64", "highest")])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_the_c_tile_is_stored_and_read_without_conflicts(dtype, precision, layout):
+    """The output's write reads the C tile along the output's fastest index: N's in C order,
+    M's in F order, where it read the row-major tile down its columns, a row apart (4 ways,
+    and 2 on the accumulators' stores: tccg_31, 40 and seven more picks). That tile is now
+    stored column-major, padded for its stores; alpha, beta and partial tiles verify."""
+    kernel = treduda.compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
+                             {"i": 150, "j": 140, "k": 100}, dtype=dtype, precision=precision,
+                             layout=layout, strategy="tensorcore",
+                             params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
+                                     "frags_k": 1, "stages": 2, "async_copy": True,
+                                     "split": 1})
+    counted = kernel.counters(steps=2)
+    stores, reads = (counted.of("td_sc", op, Region.AFTER) for op in (STORE, LOAD))
+    assert (stores.ways, reads.ways) == (1, 1)
+    assert reads.transactions == reads.ideal
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     """16-byte cp.async runs into A's tile of 32 halves a row padded to 80 bytes: a phase of

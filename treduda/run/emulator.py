@@ -405,7 +405,7 @@ class _Block:
         else:
             kind = self.fragments[s.fragment.array][0].fragment
             values = self.fragment(*operands["fragment"], warp)
-            self.tile(kind, operands["first"], s.ld, True, lanes, True, values)
+            self.tile(kind, operands["first"], s.ld, s.row_major, lanes, True, values)
 
     def start_copy(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
         """Each active thread's copy starts: its source is read now (inputs are read-only),
