@@ -25,10 +25,12 @@ import math
 import sys
 import time
 
+from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
+
 import treduda
-from treduda.app.bench import DEFAULT_MAX_NODES
 from treduda.errors import BackendUnavailable, TredudaError
 from treduda.suites import load
+from treduda.tuning.budgets import BENCH_MAX_NODES
 from treduda.tuning.gpus import gpu as find_gpu
 from treduda.tuning.mma_model import model_of
 from treduda.tuning.occupancy import blocks_per_sm
@@ -55,7 +57,7 @@ def rows() -> dict[str, tuple]:
 def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
     """One row's figures (None where a figure does not apply or cannot be read here)."""
     result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
-                            max_nodes=DEFAULT_MAX_NODES, precision=precision)
+                            max_nodes=BENCH_MAX_NODES, precision=precision)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              strategy=best.strategy, params=best.params, precision=precision)
@@ -65,7 +67,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
     if best.strategy == "tensorcore":
         figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
                             f"k{p['frags_k']}")
-        figures["stages"] = p.get("stages", 2 if p["double_buffer"] else 1)
+        figures["stages"] = p["stages"]
         figures["model_step"] = model_of(kernel.program, find_gpu(gpu),
                                          best.strategy).step_instructions(p)
     counted = kernel.counters(steps=steps)
@@ -75,6 +77,9 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
             figures[f"{name}_sectors"] = loads.per_request
             figures[f"{name}_ideal"] = loads.ideal_per_request
     figures["ways"] = counted.worst_ways()
+    if best.strategy == "tensorcore":  # the operand tiles' fragment loads and copies alone
+        figures["tile_ways"] = max(t.ways for t in counted.traffic
+                                   if t.array in (A_TILE, B_TILE))
     try:
         report = kernel.sass_report()
         registers = kernel.compile_cuda().registers
@@ -93,7 +98,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
 
 
 COLUMNS = ("row", "pick", "tiles", "stg", "regs", "smem B", "occ", "A sect/req", "B sect/req",
-           "ways", "frags", "nonMMA/MMA", "smem B/MMA", "model/SASS step", "pred ms")
+           "ways", "tile ways", "frags", "nonMMA/MMA", "smem B/MMA", "model/SASS step", "pred ms")
 
 
 def fragments(f: dict) -> str:
@@ -117,7 +122,7 @@ def cells(name: str, f: dict) -> list[str]:
             and f.get("sass_loop") is not None else "-")
     return [name, f["pick"], shown("tiles", "{}"), shown("stages", "{}"),
             shown("registers", "{}"), str(f["shared_bytes"]), shown("occupancy", "{:.0%}"),
-            sectors("A"), sectors("B"), str(f["ways"]), fragments(f),
+            sectors("A"), sectors("B"), str(f["ways"]), shown("tile_ways", "{}"), fragments(f),
             shown("non_mma_per_mma", "{:.2f}"),
             shown("shared_per_mma", "{:.0f}"), step, f"{f['predicted_ms']:.3f}"]
 
@@ -130,7 +135,8 @@ def table(lines: list[list[str]]) -> str:
                      for r in [header, *lines])
 
 
-BESIDE = ("row", "A sect/req", "B sect/req", "ways", "frags", "nonMMA/MMA", "smem B/MMA")
+BESIDE = ("row", "A sect/req", "B sect/req", "ways", "tile ways", "frags", "nonMMA/MMA",
+          "smem B/MMA")
 
 
 def beside(lines: list[list[str]], earlier: dict) -> str:
@@ -139,7 +145,8 @@ def beside(lines: list[list[str]], earlier: dict) -> str:
     rows = []
     for line in lines:
         f = earlier.get(line[0])
-        then = (cells(line[0], f) if f and "error" not in f else [line[0], *["-"] * 14])
+        then = (cells(line[0], f) if f and "error" not in f
+                else [line[0], *["-"] * (len(COLUMNS) - 1)])
         rows.append([line[0], *(f"{then[n]} -> {line[n]}" for n in picked)])
     widths = [max(len(r[n]) for r in [list(BESIDE), *rows]) for n in range(len(BESIDE))]
     return "\n".join("  ".join(c.ljust(w) if n == 0 else c.rjust(w)
@@ -176,7 +183,9 @@ def main(argv: list[str] | None = None) -> int:
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
           + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))
     print("A/B sect/req: global sectors per warp request (ideal for the width in brackets), "
-          "one block at full size; ways: worst bank conflict in the main loop (1: none); "
+          "one block at full size; ways: worst bank conflict in the main loop (1: none; the "
+          "C tile's too where the main loop is inside a loop of blocks' work); tile ways: the "
+          "worst of the operand tiles' fragment loads and copies; "
           "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
     print(table(lines))
     if args.before:

@@ -1,5 +1,5 @@
 """The tensor-core model's registers per thread beside ptxas's: GEMM 1024^3 in float16,
-bfloat16, TF32, 3xTF32 and float64 over warp tilings, fragment depths, double buffering and
+bfloat16, TF32, 3xTF32 and float64 over warp tilings, fragment depths, stages and
 asynchronous copies, and TCCG rows 3, 9 and 19 at their default tiles. Needs nvcc, no GPU.
 
     python benchmarks/tensorcore_registers.py [--arch sm_90] [--gpu H100]
@@ -27,7 +27,7 @@ KINDS = (("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
          ("float32", "3xtf32"), ("float64", "highest"))
 # warps_m, warps_n, frags_m, frags_n; the first two with every buffering, the others with two
 TILINGS = ((2, 2, 2, 2), (1, 1, 4, 2), (1, 1, 1, 1), (2, 2, 2, 4), (4, 2, 2, 2), (2, 4, 1, 1))
-BUFFERING = ((False, False), (False, True), (True, False), (True, True))
+BUFFERING = ((1, False), (1, True), (2, False), (2, True))  # stages, async_copy
 TCCG = ("tccg_03", "tccg_09", "tccg_19")
 
 
@@ -36,14 +36,14 @@ def candidates() -> list[tuple[str, str, dict, str, str, str, dict | None]]:
     found = []
     for dtype, precision in KINDS:
         for n, (wm, wn, fm, fn) in enumerate(TILINGS):
-            for double, copies in BUFFERING if n < 2 else BUFFERING[1:3]:
+            for stages, copies in BUFFERING if n < 2 else BUFFERING[1:3]:
                 found.append(("gemm", GEMM, SIZES, "C", dtype, precision, {
                     "warps_m": wm, "warps_n": wn, "frags_m": fm, "frags_n": fn, "frags_k": 2,
-                    "pad": True, "double_buffer": double, "split": 1, "async_copy": copies}))
+                    "stages": stages, "split": 1, "async_copy": copies}))
         for depth in (1, 4):  # 2 x 2 warps of 2 x 2 fragments, single-buffered, cp.async
             found.append(("gemm", GEMM, SIZES, "C", dtype, precision, {
                 "warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": depth,
-                "pad": True, "double_buffer": False, "split": 1, "async_copy": True}))
+                "stages": 1, "split": 1, "async_copy": True}))
     rows = {r.id: r for r in load("tccg_fp32")}
     for name in TCCG:
         row = rows[name]
@@ -77,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
         errors.setdefault(kind, []).append(error)
         tiling = (f"{p['warps_m']}x{p['warps_n']} w {p['frags_m']}x{p['frags_n']} f "
                   f"k{p['frags_k']}")
-        buffers = ("double" if p["double_buffer"] else "single") + (
+        buffers = f"{p['stages']} st" + (
             " cp" if p["async_copy"] else "")
         spills = f"  ({compiled.spill_bytes} B spilled)" if compiled.spill_bytes else ""
         print(f"{name:8} {kind:9} {tiling:18} {buffers:9} {estimate:8d} "

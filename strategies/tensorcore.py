@@ -38,13 +38,11 @@ from .tensorcore_kernel import Builder
 from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
-    PAD_BYTES,
     WARP,
     copy_widths,
     described_axes,
     gemm_groups,
     mma_shape,
-    padding,
     shared_bytes,
     tile_extents,
 )
@@ -54,6 +52,7 @@ WARPS = (1, 2, 4)
 FRAGMENTS = (1, 2, 4)
 STEPS = (1, 2, 4)  # fragment k-extents per reduction step
 SPLITS = (1, 2, 4, 8)
+STAGES = (1, 2, 3, 4)  # buffers per operand tile (CUTLASS 2.x's sm_80 GEMMs take 3 to 5)
 # Accumulator fragments per warp: each 16x16 float fragment takes 8 registers of each thread,
 # so 16 (a 64x64 warp tile, as CUTLASS's GEMMs take) hold 128 of them; the model's register
 # count rules out what spills.
@@ -86,11 +85,10 @@ class TensorCore(Strategy):
                       priority=Priority.TILES),
             Parameter("frags_k", STEPS, "fragment k-extents per reduction step",
                       priority=Priority.STEP),
-            Parameter("pad", (True, False), f"pad shared tiles' rows by {PAD_BYTES} bytes "
-                      "(other banks for consecutive rows)", priority=Priority.BUFFERS),
-            Parameter("double_buffer", (False, True), "two buffers per operand tile, "
-                      "alternating by step: one barrier per step, and a step's copy issued "
-                      "right after the previous step's MMAs", priority=Priority.BUFFERS),
+            Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
+                      "steps: from two, one barrier per step, and asynchronous copies issued "
+                      "stages - 1 steps ahead (cp.async.wait_group stages - 2)",
+                      priority=Priority.BUFFERS),
             Parameter("split", SPLITS if splittable(program) else (1,),
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored and added in order in a "
@@ -99,8 +97,8 @@ class TensorCore(Strategy):
                       else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
-                      "double-buffered, a step's copies are issued before the previous "
-                      "step's MMAs", priority=Priority.BUFFERS))
+                      "in two or more stages, a step's copies are issued before earlier "
+                      "steps' MMAs", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, shape, found)))
 
     def _rules(self, program: Program, shape: tuple[int, int, int],
@@ -118,9 +116,13 @@ class TensorCore(Strategy):
             step = shape["mnk".index(axis)]
             return tile <= step or tile - step < extent[axis]
 
-        rules = [] if self.limits.async_copies else [
-            Constraint("asynchronous copies need compute capability 8.0 (cp.async)",
-                       ("async_copy",), lambda p: not p["async_copy"])]
+        rules = [Constraint("more than two stages need asynchronous copies (a copy through "
+                            "registers is not in flight beside the MMAs)",
+                            ("stages", "async_copy"),
+                            lambda p: p["stages"] <= 2 or p["async_copy"])]
+        if not self.limits.async_copies:
+            rules.append(Constraint("asynchronous copies need compute capability 8.0 "
+                                    "(cp.async)", ("async_copy",), lambda p: not p["async_copy"]))
         if self.limits.sm_count:  # as the tiled strategy's split: only to fill the GPU
             sms = self.limits.sm_count
 
@@ -153,8 +155,7 @@ class TensorCore(Strategy):
                            {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad",
-                        "double_buffer"),
+                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -172,8 +173,11 @@ class TensorCore(Strategy):
         no meaning for fragments and stays cyclic, as the write through the shared C tile
         stores (consecutive threads, consecutive elements). ``step`` is BK values of the
         linearised K, ``split`` as the tiled strategy's (:func:`split_parts` of the steps
-        sharing a tile), ``stage`` both operands, ``pad`` the elements added to the operand
-        tiles' rows (16 bytes' worth) and ``shared`` the bytes of the A, B and C tiles."""
+        sharing a tile), ``stage`` both operands, ``double_buffer`` whether the tiles have
+        more than one stage, and ``shared`` the bytes of the A, B and C tiles; ``pad`` stays
+        neutral: each tile's rows are padded by their own amount
+        (:func:`.tensorcore_tiles.operand_pads`), which one quantity cannot say; the model
+        reads ``stages`` from the parameters, as it reads ``async_copy``."""
         (a,), (b,), m, n, _, _ = gemm_groups(program)
         fm, fn, fk = mma_shape(program)
 
@@ -190,15 +194,14 @@ class TensorCore(Strategy):
                                         if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
-        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "pad", "double_buffer")
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages")
         return {
             **described,
             "step": each(lambda f: f * fk, "frags_k"),
             "split": choices["split"],
             "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
             "stage": (f"{a},{b}",),
-            "pad": each(lambda pad: padding(program, pad), "pad"),
-            "double_buffer": choices["double_buffer"],
+            "double_buffer": each(lambda stages: stages > 1, "stages"),
             "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
                            *tiles),
         }
@@ -206,7 +209,7 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "pad": True, "split": 1, "double_buffer": False, "async_copy": True}
+                     "split": 1, "stages": 1, "async_copy": True}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

@@ -2,12 +2,14 @@
 
 Per reduction step of ``BK`` summed values the block copies the ``BM x BK`` tile of A and the
 ``BK x BN`` tile of B into shared memory, in a 2-D layout whose rows are the operand's fastest
-global index (so copies coalesce) and whose leading dimension is padded by 16 bytes (fragment
-loads accept multiples of 16 bytes; the padding moves consecutive rows to other banks).
-Elements outside the tensors are zero-filled, so partial tiles multiply zeros. The
-accumulators then go through a shared ``BM x BN`` tile to the output, in its own layout, by
-the program's own write statement (alpha, beta, ``+=``), which only covers elements inside the
-output. Schedule::
+global index (so copies coalesce) and whose leading dimension is padded, tile by tile, so that
+the rows a fragment load reads at once lie on distinct banks
+(:func:`.tensorcore_tiles.operand_pads`). Elements outside the tensors are zero-filled, so
+partial tiles multiply zeros. The accumulators then go through a shared ``BM x BN`` tile to
+the output, in its own layout, by the program's own write statement (alpha, beta, ``+=``),
+which only covers elements inside the output. That tile takes over the operand tiles' memory
+(:attr:`ir.Local.reuses`): it is written after the barrier that follows the main loop, when
+no copy is in flight and no fragment is read any more. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
@@ -45,19 +47,22 @@ tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a
 zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
 534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
 
-With ``double_buffer`` each operand tile has two buffers, the step's parity choosing one: step
-``k`` fills the buffer step ``k - 2`` read, which every thread finished before step ``k - 1``'s
-second barrier, so the first barrier goes (as in the staging strategy), and a step's copies
-are issued right after the previous step's MMAs.
+In ``stages`` S of two or more each operand tile has S buffers, step ``k`` taking buffer
+``k mod S``: it fills the buffer step ``k - S`` read, which every thread finished before the
+barrier of step ``k - S + 1``, so the first barrier goes (as in the staging strategy's double
+buffering), and a step's copies are issued right after an earlier step's barrier.
 
 With ``async_copy`` an operand with a copy width (:func:`copy_widths`) is copied by cp.async
 runs (:class:`ir.AsyncCopy`) of that width, ``e`` numbering runs, in one statement ``copy_X``
 that reads where the source lies inside the tensor and zero-fills elsewhere (an operand
 without one is copied and zero-filled through registers); each thread commits them
-(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. Double-
-buffered they run a step ahead (``copy``, ``commit`` at step ``ks - 1``; ``wait``, ``sync2`` at
-stage 0 of step ``ks``), issued after step ``ks - 1``'s barrier into the buffer step ``ks - 2``
-read, before step ``ks - 1``'s MMAs, which they overlap.
+(``[.., 1, ks, 2, 0, 0, 0, 0]``) and waits for them right before the second barrier. In S
+stages they run ``S - 1`` steps ahead (``copy``, ``commit`` at position ``ks - S + 1``;
+``wait``, ``sync2`` at stage 0 of step ``ks``), issued after that position's barrier into the
+buffer step ``ks - S`` read, before its MMAs and those of the steps up to ``ks - 1``, which
+they overlap: the wait (cp.async.wait_group ``S - 2``) leaves the copies of the ``S - 2``
+later steps in flight. A commit at every position, empty ones after the last step's copies,
+keeps that count exact at the last steps (as CUTLASS's multistage main loop commits).
 
 With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
 steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
@@ -103,15 +108,15 @@ from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
-    PAD_BYTES,
     WARP,
-    accumulator_dtype,
+    WAVEFRONT_BYTES,
+    accumulator_pad,
     copy_widths,
-    fastest_first,
     gemm_groups,
     mma_shape,
+    operand_pads,
     operand_rows_major,
-    padding,
+    output_along_n,
     split_parts,
     stepped_k,
     tile_extents,
@@ -125,7 +130,6 @@ STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # At most this many copies per thread and operand are unrolled (straight-line code in the main
 # loop, their guards decided per copy); more stay a loop, as the write's do
 UNROLLED_COPIES = 16
-WAVEFRONT_BYTES = 128  # shared memory serves a request 128 bytes a cycle (32 banks of 4)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -209,9 +213,10 @@ class Builder:
         self.k_sizes = stepped_k(program, found, self.tile["k"])
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
-        self.pad = padding(program, params["pad"])
-        self.pad_c = PAD_BYTES // dtypes.itemsize(accumulator_dtype(program)) if params[
-            "pad"] else 0
+        pad_a, pad_b = operand_pads(program, params)
+        self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
+        # the C tile is laid out along what the output's write reads: N, or M (column-major)
+        self.along_n = output_along_n(program)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         # a split reduction: parts of `chunk` steps, a grid dimension for the part
         self.chunk, self.parts = split_parts(self.steps(), params["split"])
@@ -221,8 +226,10 @@ class Builder:
         self.widths = (copy_widths(program, found) if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
         self.asynchronous = any(w is not None for w in self.widths.values())
-        # asynchronous copies into two buffers run a step ahead: step ks's at position ks - 1
-        self.ahead = self.asynchronous and params["double_buffer"]
+        self.stages = params["stages"]
+        # asynchronous copies into two or more buffers run ahead: step ks's at position
+        # ks - lead, ``stages - 1`` steps before its MMAs
+        self.lead = self.stages - 1 if self.asynchronous else 0
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
 
@@ -243,11 +250,11 @@ class Builder:
         parts += [f"0 <= {p} < {self.parts}" for p in self.part()]
         return " and ".join(parts)
 
-    def step_bounds(self) -> str:
-        """The steps ``ks`` a block sums: all, or its part's."""
-        bounds = f"0 <= ks < {self.steps()}"
+    def step_bounds(self, beyond: int = 0) -> str:
+        """The steps ``ks`` a block sums: all, or its part's; and ``beyond`` more after them."""
+        bounds = f"0 <= ks < {self.steps() + beyond}"
         if self.parts > 1:
-            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1)"
+            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1) + {beyond}"
         return bounds
 
     def point(self, thread: str, tail: Sequence[str], prefix: Sequence[str] | None = None
@@ -306,12 +313,13 @@ class Builder:
         return -(-math.prod(self.k_sizes.values()) // self.tile["k"])
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
-             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None) -> None:
+             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None,
+             beyond: int = 0) -> None:
         """A statement every thread executes (a barrier, or a commit or wait of its
-        asynchronous copies), once or per step."""
+        asynchronous copies), once or per step (and ``beyond`` steps more)."""
         body = body or ir.Barrier()
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
-        steps = f" and {self.step_bounds()}" if stepped else ""
+        steps = f" and {self.step_bounds(beyond)}" if stepped else ""
         self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
                  f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
                  body, [], self.point("t", tail))
@@ -319,10 +327,13 @@ class Builder:
     def reduction(self) -> None:
         """Per step: the copies of the operand tiles, a barrier, the fragments. Single-
         buffered, a barrier first (the previous step's fragments are read); asynchronous
-        copies are committed and waited for before the barrier, or, double-buffered, issued
-        a step ahead (after the barrier that follows the wait for the step's own copies)."""
-        copy_step = "ks - 1" if self.ahead else "ks"
-        if not self.params["double_buffer"]:  # else step k's buffer was last read at k - 2
+        copies are committed and waited for before the barrier, or, in ``S`` stages, issued
+        ``S - 1`` steps ahead (after the barrier that follows the wait for the step's own
+        copies). A thread then commits a group at every position, empty ones past the last
+        step's copies included, so that waiting until ``S - 2`` groups are pending leaves
+        exactly the later steps' in flight."""
+        copy_step = f"ks - {self.lead}" if self.lead else "ks"
+        if self.stages == 1:  # else step k's buffer was last read at k - S
             self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
                       True)
         self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
@@ -331,11 +342,11 @@ class Builder:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
         else:
-            wait = STAGE_SYNC_BEFORE if self.ahead else STAGE_SYNC_AFTER
+            wait = STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
             self.sync("commit", ["1", copy_step, str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
-                      True, ir.CommitCopies())
+                      True, ir.CommitCopies(), beyond=max(0, self.lead - 1))
             self.sync("wait", ["1", "ks", str(wait), "0", "1", "0", "0"], True,
-                      ir.WaitCopies(0))
+                      ir.WaitCopies(max(0, self.lead - 1)))
             self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
 
@@ -354,7 +365,7 @@ class Builder:
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         bytes_ = dtypes.itemsize(self.program.dtype)
-        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pad) * bytes_)
+        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pads[tile]) * bytes_)
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
@@ -450,24 +461,27 @@ class Builder:
         return self.locals()[tile].shape[-1]
 
     def buffer(self) -> tuple[ir.Expr, ...]:
-        """The first coordinate of an operand tile's element: with double buffering, the
-        step's parity; else none."""
-        return (remainder(ir.Var("ks"), 2),) if self.params["double_buffer"] else ()
+        """The first coordinate of an operand tile's element: in ``S`` stages, the step
+        modulo ``S``; single-buffered, none."""
+        return (remainder(ir.Var("ks"), self.stages),) if self.stages > 1 else ()
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
         stored = self.program.dtype in dtypes.STORED
-        a_shape = (t["m"], t["k"] + self.pad) if self.row_a else (t["k"], t["m"] + self.pad)
-        b_shape = (t["k"], t["n"] + self.pad) if self.row_b else (t["n"], t["k"] + self.pad)
+        pad_a, pad_b = self.pads[A_TILE], self.pads[B_TILE]
+        a_shape = (t["m"], t["k"] + pad_a) if self.row_a else (t["k"], t["m"] + pad_a)
+        b_shape = (t["k"], t["n"] + pad_b) if self.row_b else (t["n"], t["k"] + pad_b)
         pieces = 2 if self.split else 1
         p = self.params
-        buffers = (2,) if p["double_buffer"] else ()
+        buffers = (self.stages,) if self.stages > 1 else ()
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
             **({workspace.name: workspace} if workspace else {}),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pad_c)),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])
+                             if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
+                             reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
             FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
@@ -498,8 +512,9 @@ class Builder:
                      self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
-                                  self.ld(C_TILE)),
-                 [ir.Element(C_TILE, (row, column)), ir.Element(FRAG_C, (f,))],
+                                  self.ld(C_TILE), row_major=self.along_n),
+                 [ir.Element(C_TILE, (row, column) if self.along_n else (column, row)),
+                  ir.Element(FRAG_C, (f,))],
                  self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
@@ -513,9 +528,7 @@ class Builder:
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
-        output_fastest = fastest_first(self.program.output_indices, self.program.layout)
-        along_n = not output_fastest or output_fastest[0] not in self.m
-        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if along_n
+        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if self.along_n
                             else (remainder(e, tile_m), quotient(e, tile_m)))
         value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
                  "n": plus(times(tile_n, ir.Var("bn")), n_local)}
@@ -524,7 +537,8 @@ class Builder:
             output |= {i: _decompose(i, group, value[axis], self.sizes) for i in group}
         inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
                               for axis in "mn")
-        accesses = [ir.Element(C_TILE, (m_local, n_local))
+        accesses = [ir.Element(C_TILE, (m_local, n_local) if self.along_n
+                               else (n_local, m_local))
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
                                                          for i in element.indices))

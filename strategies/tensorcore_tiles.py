@@ -17,6 +17,12 @@ from treduda.polyhedral.lower import Kind, Program
 WARP = ir.WARP
 PAD_BYTES = 16  # what a fragment load's leading dimension must be a multiple of (CUDA C++
 # Programming Guide, "Warp Matrix Functions": ldm a multiple of 8 for __half, 4 for float)
+WAVEFRONT_BYTES = 128  # shared memory serves a request 128 bytes a cycle (32 banks of 4)
+MATRIX_ROW_BYTES = 16  # ldmatrix reads an 8x8 matrix of 16-bit values as 8 rows of 16 bytes
+# Lanes of a warp along K in mma.sync's operand fragments of 32- and 64-bit values (PTX ISA,
+# "Matrix Fragments for mma.m16n8k8" and "for mma.m8n8k4 with .f64": lane l holds the value
+# at l / 4 of M or N and l mod 4 of K)
+LANES_K = 4
 SHAPES = {"float16": (16, 16, 16), "bfloat16": (16, 16, 16), "float32": (16, 16, 8),
           "float64": (8, 8, 4)}
 # Lanes of a warp along M and along N in the accumulator layout of mma.sync, which WMMA compiles
@@ -203,25 +209,85 @@ def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
     return run
 
 
-def padding(program: Program, pad: bool) -> int:
-    """Elements added to a shared tile's leading dimension."""
-    return PAD_BYTES // dtypes.itemsize(program.dtype) if pad else 0
+def conflict_free_pad(row_bytes: int, line_bytes: int) -> int:
+    """Bytes to add to a shared tile's rows of ``row_bytes`` so that a warp's phase that
+    reads ``line_bytes`` from each of ``128 / line_bytes`` consecutive rows, at one column,
+    finds every row on banks of its own: the fewest (a multiple of :data:`PAD_BYTES`, as
+    fragment loads and stores need) that make the rows' pitch an odd multiple of
+    ``line_bytes`` modulo a 128-byte wavefront. Row ``i`` then starts at ``i * odd`` lines
+    into the wavefront, distinct for the ``128 / line_bytes`` rows, a power of two."""
+    pad = 0
+    while ((row_bytes + pad) % line_bytes
+           or (row_bytes + pad) % WAVEFRONT_BYTES // line_bytes % 2 == 0):
+        pad += PAD_BYTES
+    return pad
+
+
+def _fragment_line_bytes(size: int, along_k: bool) -> int:
+    """Bytes one phase of a fragment load reads along a tile's row (memory-contiguous line):
+    ldmatrix's 16 of 16-bit values; for 32- and 64-bit values, loaded a value per lane in
+    phases of ``128 / size`` lanes, :data:`LANES_K` values of K or the rest of the phase's
+    lanes' values of M or N."""
+    if size == 2:
+        return MATRIX_ROW_BYTES
+    lanes = WAVEFRONT_BYTES // size
+    return size * (LANES_K if along_k else lanes // LANES_K)
+
+
+def operand_pads(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
+    """Elements added to the rows of A's and B's tiles so that their fragment loads are
+    free of bank conflicts (:func:`conflict_free_pad`): one padding for both put B's rows
+    of 32-bit values, read four rows of 32 bytes a phase, two ways into the same banks
+    (what ``Kernel.counters()`` counted on GEMM's TF32 and FP64 picks)."""
+    tile = tile_extents(p, mma_shape(program))
+    size = dtypes.itemsize(program.dtype)
+    row_a, row_b = operand_rows_major(program, gemm_groups(program))
+    pads = []
+    for along_k, row in ((row_a, tile["k"] if row_a else tile["m"]),
+                         (not row_b, tile["n"] if row_b else tile["k"])):
+        pads.append(conflict_free_pad(row * size, _fragment_line_bytes(size, along_k)) // size)
+    return pads[0], pads[1]
 
 
 def accumulator_dtype(program: Program) -> str:
     return "float64" if program.dtype == "float64" else "float32"
 
 
+def output_along_n(program: Program) -> bool:
+    """Whether the output's write reads the C tile along its rows (N), the output's fastest
+    index being N's or a batch index; else along its columns (M)."""
+    _, _, m, _, _, _ = gemm_groups(program)
+    fastest = fastest_first(program.output_indices, program.layout)
+    return not fastest or fastest[0] not in m
+
+
+def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
+    """Elements added to the rows of the C tile, which the output's write reads along them:
+    rows of N, or of M where the output's fastest index is M's (:func:`output_along_n`; the
+    tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
+    took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
+    eight values of each of four rows a phase; column-major, eight values (along M) of four
+    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`)."""
+    size = dtypes.itemsize(accumulator_dtype(program))
+    tile = tile_extents(p, mma_shape(program))
+    if not output_along_n(program):
+        return conflict_free_pad(tile["m"] * size, PAD_BYTES) // size
+    return conflict_free_pad(tile["n"] * size, 2 * LANES_K * size) // size
+
+
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
-    """Bytes of the A, B and C tiles (operands in their stored type, C in the accumulator's)."""
-    tile = tile_extents(p, SHAPES.get(program.dtype, SHAPES["float32"]))
+    """Bytes of the A, B and C tiles (operands in their stored type, C in the accumulator's):
+    the operand tiles' or the C tile's, which reuses their memory once the main loop is done
+    (:attr:`ir.Local.reuses`; it was 130 of GEMM fp16's pick's 183 KB)."""
+    tile = tile_extents(p, mma_shape(program))
     operand = dtypes.itemsize(program.dtype)
     accumulator = dtypes.itemsize(accumulator_dtype(program))
-    pad, pad_c = padding(program, p["pad"]), (PAD_BYTES // accumulator if p["pad"] else 0)
-    found = gemm_groups(program)
-    row_a, row_b = operand_rows_major(program, found) if found else (True, True)
-    a = tile["m"] * (tile["k"] + pad) if row_a else tile["k"] * (tile["m"] + pad)
-    b = tile["k"] * (tile["n"] + pad) if row_b else tile["n"] * (tile["k"] + pad)
-    buffers = 2 if p["double_buffer"] else 1
-    return (a + b) * operand * buffers + tile["m"] * (tile["n"] + pad_c) * accumulator
+    row_a, row_b = operand_rows_major(program, gemm_groups(program))
+    pad_a, pad_b = operand_pads(program, p)
+    a = tile["m"] * (tile["k"] + pad_a) if row_a else tile["k"] * (tile["m"] + pad_a)
+    b = tile["k"] * (tile["n"] + pad_b) if row_b else tile["n"] * (tile["k"] + pad_b)
+    buffers = p["stages"]
+    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
+    c = tile[rows] * (tile[columns] + accumulator_pad(program, p)) * accumulator
+    return max((a + b) * operand * buffers, c)
 

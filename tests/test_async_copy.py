@@ -47,11 +47,11 @@ def _statements(kernel: treduda.Kernel, kind: type) -> list:
 
 
 @pytest.mark.parametrize(("dtype", "precision"), KINDS)
-@pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
+@pytest.mark.parametrize("stages", [1, 2, 3])
 @pytest.mark.parametrize(("case", "layout"), [("gemm", "F"), ("batched", "C"),
                                               ("tccg_09", "F"), ("scaled", "C")])
-def test_async_copies_match_einsum(case, layout, dtype, precision, double_buffer):
-    kernel = _compile(case, dtype, precision, layout, double_buffer=double_buffer)
+def test_async_copies_match_einsum(case, layout, dtype, precision, stages):
+    kernel = _compile(case, dtype, precision, layout, stages=stages)
     copies = _statements(kernel, ir.AsyncCopy)
     # partial tiles: runs that zero-fill where they lie outside the tensor
     assert copies and any(c.zero or c.reads is not None for c in copies)
@@ -90,17 +90,16 @@ def test_float16_rows_of_odd_length_are_copied_through_registers():
 
 
 @pytest.mark.parametrize(("dtype", "precision"), [*KINDS, ("float32", "3xtf32")])
-@pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
-def test_emulator_finds_no_hazard_where_the_copies_are_waited_for(dtype, precision,
-                                                                   double_buffer):
-    kernel = _compile("scaled", dtype, precision, double_buffer=double_buffer, **SMALL)
+@pytest.mark.parametrize("stages", [1, 2, 4])
+def test_emulator_finds_no_hazard_where_the_copies_are_waited_for(dtype, precision, stages):
+    kernel = _compile("scaled", dtype, precision, stages=stages, **SMALL)
     assert kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
 
 
-@pytest.mark.parametrize("double_buffer", [False, True], ids=["single", "double"])
-def test_emulator_reports_reads_before_the_wait(double_buffer):
-    kernel = _compile("gemm", "float16", "highest", double_buffer=double_buffer, **SMALL)
+@pytest.mark.parametrize("stages", [1, 2, 3])
+def test_emulator_reports_reads_before_the_wait(stages):
+    kernel = _compile("gemm", "float16", "highest", stages=stages, **SMALL)
     assert kernel.hazards() == []
     # PoCL copies at once, so only the emulator can tell that the data arrive at the wait
     assert {h.kind for h in without(kernel, ir.WaitCopies).hazards()} >= {
@@ -134,7 +133,7 @@ def test_emulator_waits_for_all_but_the_pending_groups():
 
 
 def test_kernel_ir_with_async_copies_survives_storage():
-    body = _compile("gemm", "float32", "tf32", double_buffer=True).built.kernel
+    body = _compile("gemm", "float32", "tf32", stages=3).built.kernel
     assert serial.Decoder()(serial.encode(body)) == body
 
 
@@ -145,7 +144,7 @@ def test_kernel_ir_with_async_copies_survives_storage():
 def test_sass_copies_with_ldgsts(dtype, precision, arch):
     kernel = treduda.compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype=dtype,
                              precision=precision, strategy="tensorcore",
-                             params={"async_copy": True, "double_buffer": True})
+                             params={"async_copy": True, "stages": 3})
     report = sass_report(kernel.cuda_source, arch)[0]
     assert report.main_loop_async_copies > 0 and report.main_loop_mma > 0
     assert not report.global_load_widths  # every operand goes global -> shared directly
@@ -153,7 +152,7 @@ def test_sass_copies_with_ldgsts(dtype, precision, arch):
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
 def test_nvcc_compiles_async_copies_and_their_fallback():
-    sources = [_compile(case, dtype, precision, layout, double_buffer=True).cuda_source
+    sources = [_compile(case, dtype, precision, layout, stages=3).cuda_source
                for case, layout in (("gemm", "C"), ("tccg_09", "F"))
                for dtype, precision in KINDS]
     for arch in ("sm_80", "sm_90"):
@@ -166,10 +165,10 @@ def test_nvcc_compiles_async_copies_and_their_fallback():
 @pytest.mark.skipif(not (nvrtc_available() and toolkit_headers()),
                     reason="NVRTC or a CUDA toolkit's headers (mma.h) not installed")
 def test_nvrtc_compiles_cp_async_from_sm_80_only():
-    source = _compile("gemm", "float16", "highest", double_buffer=True).cuda_source
+    source = _compile("gemm", "float16", "highest", stages=3).cuda_source
     for arch in ("compute_80", "compute_90"):
         ptx = compile_nvrtc(source, arch)
-        assert "cp.async.ca.shared.global" in ptx and "cp.async.wait_group" in ptx
+        assert "cp.async.ca.shared.global" in ptx and "cp.async.wait_group 1" in ptx
     assert "cp.async" not in compile_nvrtc(source, "compute_75")
 
 

@@ -153,22 +153,69 @@ def test_a_transposed_operand_read_by_consecutive_threads_costs_a_sector_each():
     assert (a.per_request, a.ideal_per_request) == (32, 4)
 
 
-@pytest.mark.parametrize(("pad", "ways"), [(True, (1, 1)), (False, (4, 8))])
-def test_tensor_core_fragments_read_padded_tiles_without_conflicts(pad, ways):
-    """Unpadded, A's tile rows of 32 halves (64 bytes) put the eight rows of an 8x8 matrix in
-    the banks of four (4 ways), B's of 64 halves (128 bytes) all in the same (8 ways); padded
-    by 16 bytes, each row has banks of its own. The copies are coalesced either way."""
+def test_tensor_core_fragments_read_padded_tiles_without_conflicts():
+    """Unpadded, A's tile rows of 32 halves (64 bytes) would put the eight rows of an 8x8
+    matrix in the banks of four (4 ways), B's of 64 halves (128 bytes) all in the same (8
+    ways); padded by 16 bytes, each row has banks of its own. The copies are coalesced."""
     kernel = treduda.compile(GEMM, SQUARE, dtype="float16", strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2,
-                                     "frags_k": 2, "pad": pad, "async_copy": True})
+                                     "frags_k": 2, "async_copy": True})
     counted = kernel.counters()
     for name in "AB":
         copies = counted.of(name, ASYNC_COPY)
         assert copies.per_request == copies.ideal_per_request == 16
     fragments = sorted((t for t in counted.traffic if t.operation == FRAGMENT_LOAD),
                        key=lambda t: t.array)  # td_sa (A), td_sb (B)
-    assert tuple(t.ways for t in fragments) == ways
+    assert tuple(t.ways for t in fragments) == (1, 1)
     assert all(t.ideal_per_request == 4 for t in fragments)  # an ldmatrix.x4: 4 wavefronts
+
+
+@pytest.mark.parametrize(("dtype", "precision", "frags_k"),
+                         [("float32", "tf32", 2), ("float32", "tf32", 1),
+                          ("float64", "highest", 4), ("float64", "highest", 1)])
+@pytest.mark.parametrize("expression", [GEMM, "C[i,j] = A[k,i] * B[j,k]"])
+def test_tf32_and_fp64_fragments_and_copies_have_no_bank_conflict(dtype, precision, frags_k,
+                                                                   expression):
+    """GEMM's TF32 and FP64 picks padded both tiles by 16 bytes, and B's loads (4 rows of
+    32 bytes a phase) were two ways; each tile is now padded by its own fragment loads' rows
+    (FP64's A too reads 32 bytes a row; FP64's shortest step, rows of 32 bytes, needs no
+    padding), row- or column-major, and the accumulators are stored into C without a
+    conflict either. Partial tiles; PoCL verifies."""
+    kernel = treduda.compile(expression, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
+                             precision=precision, strategy="tensorcore",
+                             params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
+                                     "frags_k": frags_k, "stages": 2,
+                                     "async_copy": True, "split": 1})
+    counted = kernel.counters(steps=2)
+    for tile in ("td_sa", "td_sb"):
+        copies = counted.of(tile, ASYNC_COPY) or counted.of(tile, STORE)
+        loads = counted.of(tile, LOAD)
+        assert (copies.ways, loads.ways) == (1, 1), tile
+        assert loads.transactions == loads.ideal
+    assert counted.of("td_sc", STORE, Region.AFTER).ways == 1
+    assert kernel.verify().ok
+
+
+@pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"),
+                                                  ("float64", "highest")])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_the_c_tile_is_stored_and_read_without_conflicts(dtype, precision, layout):
+    """The output's write reads the C tile along the output's fastest index: N's in C order,
+    M's in F order, where it read the row-major tile down its columns, a row apart (4 ways,
+    and 2 on the accumulators' stores: tccg_31, 40 and seven more picks). That tile is now
+    stored column-major, padded for its stores; alpha, beta and partial tiles verify."""
+    kernel = treduda.compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
+                             {"i": 150, "j": 140, "k": 100}, dtype=dtype, precision=precision,
+                             layout=layout, strategy="tensorcore",
+                             params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
+                                     "frags_k": 1, "stages": 2, "async_copy": True,
+                                     "split": 1})
+    counted = kernel.counters(steps=2)
+    stores, reads = (counted.of("td_sc", op, Region.AFTER) for op in (STORE, LOAD))
+    assert (stores.ways, reads.ways) == (1, 1)
+    assert reads.transactions == reads.ideal
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
@@ -179,7 +226,7 @@ def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     kernel = treduda.compile(GEMM, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
                              strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
-                                     "frags_k": 2, "pad": True, "double_buffer": True,
+                                     "frags_k": 2, "stages": 2,
                                      "async_copy": True})
     counted = kernel.counters()
     for tile in ("td_sa", "td_sb"):
@@ -206,7 +253,7 @@ def test_treduda_profile_prints_the_counters_and_the_whole_grid_as_ncu_sums_it(c
 
 KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
          ("float32", "3xtf32"), ("float64", "highest")]
-ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1, "pad": True}
+ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1}
 
 
 @pytest.mark.parametrize(("dtype", "precision"), KINDS)

@@ -99,3 +99,23 @@ def _no_barrier(sync):
         statement, schedule = sync(self, *args, **kwargs)
         return dataclasses.replace(statement, body=ir.Block(())), schedule
     return without
+
+
+def _reusing(*body: ir.Stmt) -> ir.KernelIR:
+    """A kernel whose shared tile T takes over S's memory (as the tensor-core C tile takes
+    the operand tiles')."""
+    return ir.KernelIR("k", "float32", 32, (OUT,),
+                       (ir.Local("S", ir.Space.SHARED, (4,)),
+                        ir.Local("T", ir.Space.SHARED, (4,), reuses=("S",))), ir.Block(body))
+
+
+def test_a_tile_that_reuses_memory_is_written_a_barrier_after_the_last_access_of_it():
+    """Each thread reads its neighbour's S, then writes T over S's memory: without a barrier
+    between, a neighbour may still be reading; reading S after T was written reads T's
+    values. The correct order (S written, barrier, read, barrier, T written) has none."""
+    write, read = _store("S", TX), _store("C", TX, ir.Load("S", NEIGHBOUR))
+    reuse = _store("T", TX)
+    assert _hazards(_reusing(write, ir.Barrier(), read, reuse)) == {"reused memory"}
+    assert _hazards(_reusing(write, ir.Barrier(), read, ir.Barrier(), reuse, ir.Barrier(),
+                             read)) == {"reused memory"}
+    assert _hazards(_reusing(write, ir.Barrier(), read, ir.Barrier(), reuse)) == set()

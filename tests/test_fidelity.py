@@ -112,8 +112,8 @@ def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
     # GEMM in float32 on tensor cores, TF32 and 3xTF32: each row regenerated and modelled in its
     # own precision (3xTF32: three products per MMA); a row that says none is "highest".
     sizes = {"i": 256, "j": 256, "k": 256}
-    params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2, "pad": True,
-              "double_buffer": False, "split": 1, "async_copy": True}
+    params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
+              "stages": 1, "split": 1, "async_copy": True}
     records = [{"id": precision, "expression": "C[i,j]=A[i,k]*B[k,j]", "sizes": sizes,
                 "dtype": "float32", "precision": precision, "layout": "C",
                 "strategy": "tensorcore", "params": params, "grid": [4, 4, 1],

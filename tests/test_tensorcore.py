@@ -114,12 +114,12 @@ def test_a_deterministic_split_stores_its_parts_and_adds_them_in_order(expressio
 @pytest.mark.parametrize(("expression", "sizes", "layout", "dtype", "precision",
                           "deterministic", "params"), [
     (*CASES["tccg_20"], "F", "float16", "highest", False, None),
-    (*CASES["tccg_03"], "C", "float32", "3xtf32", False, {"double_buffer": True, "split": 2}),
+    (*CASES["tccg_03"], "C", "float32", "3xtf32", False, {"stages": 2, "split": 2}),
     (CASES["update"][0], {"i": 33, "j": 17, "k": 150}, "F", "bfloat16", "highest", True,
      {**ONE_WARP, "split": 4}),
     (CASES["tccg_20"][0], {"a": 20, "b": 5, "c": 6, "d": 24, "e": 28, "f": 3}, "F", "float16",
      "highest", False, {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2,
-                        "async_copy": True, "double_buffer": True})],
+                        "async_copy": True, "stages": 2})],
     ids=["tccg_20", "tccg_03_3xtf32", "workspace", "k_rounded_up"])
 def test_the_statements_formulas_name_their_relations(expression, sizes, layout, dtype,
                                                       precision, deterministic, params):
@@ -188,16 +188,44 @@ def test_emulator_runs_tensor_core_kernels_without_hazards(dtype, precision):
     assert kernel.hazards() == []
 
 
-@pytest.mark.parametrize(("dtype", "precision", "split"), [
-    ("float16", "highest", 1), ("float32", "3xtf32", 1), ("float32", "3xtf32", 2)])
-def test_double_buffered_kernels_match_without_hazards(dtype, precision, split):
-    params = {**ONE_WARP, "warps_m": 2, "frags_n": 2, "double_buffer": True}
+@pytest.mark.parametrize(("dtype", "precision", "split", "stages"), [
+    ("float16", "highest", 1, 2), ("float32", "3xtf32", 1, 2), ("float32", "3xtf32", 2, 2),
+    ("float16", "highest", 1, 3), ("bfloat16", "highest", 1, 4), ("float32", "tf32", 2, 4),
+    ("float64", "highest", 1, 3), ("float64", "highest", 8, 4)])
+def test_multistage_kernels_match_without_hazards(dtype, precision, split, stages):
+    """In S stages each step's copies are issued S - 1 steps ahead and waited for with
+    S - 2 groups left in flight; the emulator finds no read of a buffer before its copies
+    land nor a copy into a buffer still read. k = 150 is 38 steps of 4 (fp64): a split into
+    8 parts leaves parts of five steps and a last of three, as many as the copies in
+    flight."""
+    params = {**ONE_WARP, "warps_m": 2, "frags_n": 2, "stages": stages}
     kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]" if split == 1 else GEMM,
                       {"i": 40, "j": 50, "k": 150}, dtype, precision,
                       params={**params, "split": split})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
     assert kernel.cuda_source.count("__syncthreads") == 3  # one per step, two for the write
+    assert f"td_copy_wait<{stages - 2}>" in kernel.cuda_source
+
+
+@pytest.mark.parametrize("stages", [2, 3])
+def test_a_wait_that_leaves_too_many_groups_in_flight_is_a_hazard(stages):
+    """The emulator checks the pipeline, not only the result: waiting with one group more
+    left in flight than the stages allow reads a buffer whose copies have not landed."""
+    kernel = _compile(GEMM, {"i": 40, "j": 50, "k": 150}, "float16", "highest",
+                      params={**ONE_WARP, "warps_m": 2, "frags_n": 2, "stages": stages})
+    first = kernel.signature.kernel
+    broken = dataclasses.replace(kernel, signature=dataclasses.replace(
+        kernel.signature, kernel=dataclasses.replace(first, body=_waiting(first.body,
+                                                                          stages - 1))))
+    assert "unfinished async copy" in {h.kind for h in broken.hazards()}
+
+
+def _waiting(s: ir.Stmt, pending: int) -> ir.Stmt:
+    """``s`` with every wait for asynchronous copies leaving ``pending`` groups in flight."""
+    if isinstance(s, ir.WaitCopies):
+        return ir.WaitCopies(pending)
+    return ir.map_children(s, lambda child: _waiting(child, pending))
 
 
 def _without_barriers(s: ir.Stmt) -> ir.Stmt:
@@ -274,8 +302,7 @@ def test_the_models_step_is_what_a_warp_issues(warps, async_copy):
     once, 2.5x the SASS with 2x2 warps)."""
     program = plan(GEMM, {"i": 512, "j": 512, "k": 512}, dtype="float32", precision="tf32")
     params = {"warps_m": warps[0], "warps_n": warps[1], "frags_m": 2, "frags_n": 2,
-              "frags_k": 2, "async_copy": async_copy, "double_buffer": False, "split": 1,
-              "pad": True}
+              "frags_k": 2, "async_copy": async_copy, "stages": 1, "split": 1}
     kernel = treduda.compile(GEMM, dict(program.sizes), precision="tf32", strategy="tensorcore",
                              params=params, cache=False)
     found = sass_report(kernel.cuda_source, "sm_90")[0].main_loop_instructions

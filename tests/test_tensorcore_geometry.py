@@ -36,7 +36,7 @@ CASES = {
                 "bfloat16", "highest", None),
     "tccg_03": ("C[a,b,c,d]=A[d,b,e,a]*B[e,c]", {"a": 6, "b": 5, "c": 24, "d": 7, "e": 20},
                 "F", "float32", "tf32", {"warps_m": 2, "warps_n": 1, "frags_m": 2,
-                                         "frags_n": 2, "double_buffer": True}),
+                                         "frags_n": 2, "stages": 2}),
     # 5 steps of 16 in 4 parts: parts of 2 steps, so 3 parts, not 4
     "split_3xtf32": (GEMM, {"i": 40, "j": 50, "k": 70}, "C", "float32", "3xtf32",
                      {**ONE_WARP, "frags_k": 2, "split": 4}),
@@ -82,7 +82,7 @@ def test_the_description_is_what_the_kernel_does(case):
     assert described["shared"] == geometry.shared_bytes(program, described) == shared_bytes(
         kernel)
     assert described["stage"] == "A,B" and described["unroll"]
-    assert described["double_buffer"] == kernel.params["double_buffer"]
+    assert described["double_buffer"] == (kernel.params["stages"] > 1)
 
 
 def test_an_open_description_holds_every_completion():
@@ -90,7 +90,7 @@ def test_an_open_description_holds_every_completion():
     choice include those of every complete one."""
     program = plan(GEMM, {"i": 40, "j": 50, "k": 70}, dtype="float16")
     strategy = strategies.get("tensorcore")
-    partial = {"warps_m": 2, "pad": True}
+    partial = {"warps_m": 2, "stages": 2}
     described = strategy.geometry(program, partial)
     points = list(strategy.space(program).points(partial))
     assert points
@@ -109,11 +109,12 @@ def test_tensorcore_then_staged_is_refused_and_tensorcore_alone_stages():
                 lambda: treduda.search(GEMM, sizes, dtype="float16",
                                        strategy="tensorcore+staged")):
         with pytest.raises(StrategyError, match="'tensorcore' stages A,B in shared memory "
-                           r"itself.*use 'tensorcore' alone \(its pad and double_buffer"):
+                           r"itself.*use 'tensorcore' alone \(its async_copy"):
             ask()
-    for params in ({"double_buffer": True, "pad": False}, {"double_buffer": False, "pad": True}):
+    for stages in (2, 1):
         kernel = treduda.compile(GEMM, sizes, dtype="float16", strategy="tensorcore",
-                                 params={**ONE_WARP, "frags_k": 2, **params}, cache=False)
+                                 params={**ONE_WARP, "frags_k": 2, "stages": stages},
+                                 cache=False)
         assert kernel.verify().ok
 
 
@@ -122,7 +123,7 @@ def test_fitted_sizes_take_the_tensor_core_tiles():
     strategy refuses: the sizes grow to a tile less one instead, and the kernel of exactly
     the given parameters verifies there."""
     params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 4,
-              "pad": True, "double_buffer": False, "split": 1,
+              "stages": 1, "split": 1,
               "async_copy": False}  # 64 x 64 tiles, steps of 64
     sizes = fitted(GEMM, {"i": 39, "j": 40, "k": 40}, "tensorcore", params, "float16")
     assert sizes == {"i": 63, "j": 63, "k": 63}

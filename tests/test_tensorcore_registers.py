@@ -17,8 +17,8 @@ from treduda.tuning.mma_model import model_of
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 SIZES = {"i": 256, "j": 256, "k": 256}
 TOLERANCE = 0.25  # ptxas's own choices differ by more between float16 and bfloat16 tiles
-TILES = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2, "pad": True,
-         "double_buffer": False, "split": 1, "async_copy": True}
+TILES = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
+         "stages": 1, "split": 1, "async_copy": True}
 # dtype, precision, parameters
 CASES = [("float16", "highest", TILES),
          ("float32", "tf32", {**TILES, "frags_n": 4}),

@@ -129,8 +129,9 @@ class Wmma:
             return [f"{pad}for (int td_t = 0; td_t < {c}.num_elements; td_t++) "
                     f"{c}.x[td_t] += {self.expr(s.addend)}.x[td_t];"]
         if isinstance(s, ir.StoreFragment):
+            layout = "mem_row_major" if s.row_major else "mem_col_major"
             return [f"{pad}{w}store_matrix_sync({self.address(s.first)}, {self.expr(s.fragment)}, "
-                    f"{s.ld}, {w}mem_row_major);"]
+                    f"{s.ld}, {w}{layout});"]
         raise TypeError(f"cannot print statement {s!r}")
 
     def address(self, first: ir.Load) -> str:
@@ -182,7 +183,7 @@ class Twin:
         if isinstance(s, ir.StoreFragment):
             local, base = self._base(s.fragment)
             n = local.fragment.shape[1]
-            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, True)
+            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, s.row_major)
             return self._each(local, pad, f"{self.expr(target)} = "
                                           f"{s.fragment.array}[{base} + td_t];")
         raise TypeError(f"cannot print statement {s!r}")

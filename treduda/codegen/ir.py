@@ -263,12 +263,13 @@ class AddFragment:
 
 @dataclass(frozen=True)
 class StoreFragment:
-    """The tile of shared memory at ``first`` (``ld`` apart, row-major) = the accumulator
-    ``fragment``."""
+    """The tile of shared memory at ``first`` (``ld`` apart; row-major, or column-major where
+    not ``row_major``) = the accumulator ``fragment``."""
 
     first: Load
     fragment: Load
     ld: int
+    row_major: bool = True
 
 
 WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, AddFragment, StoreFragment)
@@ -391,6 +392,11 @@ class Local:
     # loads read it, rather than the type the kernel computes in.
     stored: bool = False
     fragment: Fragment | None = None  # the fragments' kind, for Space.FRAGMENT
+    # Shared tiles (declared before this one) whose memory this one takes over: the kernel
+    # accesses none of them once it writes this one, a barrier after their last access (the
+    # emulator checks both), so a block needs the larger of their bytes and its own, not the
+    # sum (the tensor-core C tile, written after the main loop's operand tiles are done).
+    reuses: tuple[str, ...] = ()
 
     @property
     def size(self) -> int:
@@ -424,17 +430,25 @@ SHARED_ALIGNMENT = 128  # bytes: where each tile starts in dynamic shared memory
 
 def shared_offsets(kernel: KernelIR) -> tuple[dict[str, int], int]:
     """Each shared tile's byte offset in one block's shared memory, laid out one after
-    another at :data:`SHARED_ALIGNMENT`, and the bytes they take: its tiles hold the type
-    the kernel computes in, or the tensors' stored type where they say so (the tensor-core
-    operand tiles of float16 and bfloat16, half the bytes)."""
+    another at :data:`SHARED_ALIGNMENT` (a tile that reuses others from the first of them:
+    :attr:`Local.reuses`), and the bytes they take: its tiles hold the type the kernel
+    computes in, or the tensors' stored type where they say so (the tensor-core operand
+    tiles of float16 and bfloat16, half the bytes)."""
     computed, stored = (itemsize(d) for d in (compute(kernel.dtype), kernel.dtype))
     offsets, end = {}, 0
     for local in kernel.locals:
         if local.space is Space.SHARED:
-            offsets[local.name] = end
+            start = min(offsets[name] for name in local.reuses) if local.reuses else end
+            offsets[local.name] = start
             size = local.size * (stored if local.stored else computed)
-            end += -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT
+            end = max(end, start + -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT)
     return offsets, end
+
+
+def reuses_shared(kernel: KernelIR) -> bool:
+    """Whether a shared tile of ``kernel`` takes over others' memory (:attr:`Local.reuses`):
+    its tiles then point into one pool of shared memory, as dynamic ones do."""
+    return any(local.reuses for local in kernel.locals)
 
 
 def dynamic_shared_bytes(kernel: KernelIR) -> int:

@@ -116,6 +116,11 @@ class Dialect:
     # it at its offset. Empty: tiles are declared as arrays, whatever their size (OpenCL's
     # local memory has no such split).
     dynamic_shared: str = ""
+    # The declaration of a pool of {bytes} of shared memory the tiles point into where one
+    # reuses others' memory (ir.reuses_shared) and the tiles fit the static limit, and how a
+    # tile points into a pool (dynamic or not): a {type} pointer {name} at byte {offset}.
+    shared_pool: str = ""
+    shared_pointer: str = ""
 
 
 CUDA = Dialect(
@@ -138,7 +143,9 @@ CUDA = Dialect(
     copy_async="td_copy_async{bytes}({target}, {source}, {read});",  # templates/copy_async.cu.j2
     commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();",
     copy_alignment=" __align__(16)",
-    dynamic_shared=f"extern __shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[];")
+    dynamic_shared=f"extern __shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[];",
+    shared_pool=f"__shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[{{bytes}}];",
+    shared_pointer="{type} *const {name} = reinterpret_cast<{type} *>(td_shared + {offset});")
 
 OPENCL = Dialect(
     name="opencl",
@@ -161,7 +168,10 @@ OPENCL = Dialect(
             "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
-    lane="(int)(get_local_id(0) % 32)")
+    lane="(int)(get_local_id(0) % 32)",
+    shared_pool=f"__local uchar td_shared[{{bytes}}] "
+                f"__attribute__((aligned({ir.SHARED_ALIGNMENT})));",
+    shared_pointer="__local {type} *const {name} = (__local {type} *)(td_shared + {offset});")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -243,9 +253,12 @@ class Printer:
     def function(self) -> str:
         lines = [self.signature() + " {"]
         dynamic = bool(self.dialect.dynamic_shared) and ir.dynamic_shared_bytes(self.kernel) > 0
-        if dynamic:
-            lines.append(f"{INDENT}{self.dialect.dynamic_shared}")
-            offsets = ir.shared_offsets(self.kernel)[0]
+        pooled = dynamic or ir.reuses_shared(self.kernel)
+        if pooled:
+            offsets, total = ir.shared_offsets(self.kernel)
+            pool = (self.dialect.dynamic_shared if dynamic
+                    else self.dialect.shared_pool.format(bytes=total))
+            lines.append(f"{INDENT}{pool}")
         for local in self.kernel.locals:
             if local.space is ir.Space.GLOBAL:
                 continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
@@ -253,9 +266,9 @@ class Printer:
                 lines.append(f"{INDENT}{self.fragments.declare(local)}")
                 continue
             held = self.storage_of(local.name).c_type if local.stored else self.value_type
-            if dynamic and local.space == ir.Space.SHARED:
-                lines.append(f"{INDENT}{held} *const {local.name} = reinterpret_cast<{held} *>("
-                             f"td_shared + {offsets[local.name]});")
+            if pooled and local.space == ir.Space.SHARED:
+                lines.append(INDENT + self.dialect.shared_pointer.format(
+                    type=held, name=local.name, offset=offsets[local.name]))
                 continue
             qualifier = ""
             if local.space == ir.Space.SHARED:

@@ -91,8 +91,10 @@ CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3,
 @dataclass(frozen=True)
 class Hazard:
     """One problem found in block ``block``: ``kind`` is "race", "out of bounds", "divergent
-    barrier", "uninitialised read", "divergent warp" or "unfinished async copy"; ``threads``
-    are linear thread ids (x fastest)."""
+    barrier", "uninitialised read", "divergent warp", "unfinished async copy" or "reused
+    memory" (a tile accessed after a tile that takes over its memory was written, or while
+    that was written: no barrier between; :attr:`ir.Local.reuses`); ``threads`` are linear
+    thread ids (x fastest)."""
 
     kind: str
     block: tuple[int, ...]
@@ -210,6 +212,9 @@ class _Block:
                        if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT,
                                      ir.ParamKind.WORKSPACE)}
         self.shared, self.registers = set(), set()
+        # tiles whose memory a later one takes over: reused tile -> the tile that takes it
+        self.taken_by = {name: local.name for local in kernel.locals for name in local.reuses}
+        self.taken: set[str] = set()  # tiles whose memory was taken over (written since)
         self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
         warps = -(-self.count // ir.WARP)
         for local in kernel.locals:
@@ -400,7 +405,7 @@ class _Block:
         else:
             kind = self.fragments[s.fragment.array][0].fragment
             values = self.fragment(*operands["fragment"], warp)
-            self.tile(kind, operands["first"], s.ld, True, lanes, True, values)
+            self.tile(kind, operands["first"], s.ld, s.row_major, lanes, True, values)
 
     def start_copy(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
         """Each active thread's copy starts: its source is read now (inputs are read-only),
@@ -505,6 +510,10 @@ class _Block:
             unfinished = self.in_flight[array][offsets] > 0
             if unfinished.any():
                 self.report("unfinished async copy", array, offsets, lanes, unfinished)
+        if array in self.taken:
+            self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
+        if write and array in self.taken_by.values():
+            self.take_over(array, offsets, lanes)
         where = (lanes, offsets) if array in self.registers else (offsets,)
         if array in self.written:
             written = self.written[array]
@@ -515,6 +524,18 @@ class _Block:
         if array in self.shared:
             self.accesses.append((array, offsets, lanes, write))
         return where, inside
+
+    def take_over(self, array: str, offsets: np.ndarray, lanes: np.ndarray) -> None:
+        """A write of ``array``, which takes over the memory of the tiles it reuses: none of
+        them may have been accessed since the last barrier, nor have copies in flight."""
+        for reused in (name for name, by in self.taken_by.items() if by == array):
+            if reused in self.taken:
+                continue
+            busy = (any(a == reused for a, *_ in self.accesses)
+                    or bool(self.in_flight[reused].any()))
+            if busy:
+                self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
+            self.taken.add(reused)
 
     def report(self, kind: str, array: str, offsets: np.ndarray, lanes: np.ndarray,
                which: np.ndarray) -> None:

@@ -15,19 +15,20 @@ step of BK summed values):
                load per word a thread receives, TF32 roundings), MMA instructions, and
                the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
-               (the tile's bytes per 128-byte wavefront, or a row per wavefront where an
-               unpadded leading dimension puts every row in the same banks), the accumulators'
-               round trip through shared memory and the output's lines / one per cycle and SM
+               (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
+               have no bank conflicts), the accumulators' round trip through shared memory
+               and the output's lines / one per cycle and SM
 * ``l2``       each block's A and B tiles over its steps, and the output (read and written by
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
-               fragment loads and MMAs (double-buffered: one barrier, and the copy's wait
-               overlapping the MMAs)
+               fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
+               the copies of S - 1 steps in flight, each step waiting for at least 1 / (S - 1)
+               of a copy's latency, after the first copy's whole)
 
 A candidate is read only through the strategy's description of itself
 (:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
-tests check against the generated kernels): its threads, tile, step, split, padding, buffers and
+tests check against the generated kernels): its threads, tile, step, split, buffers and
 shared bytes, and the warps and fragments the tile's axes imply
 (:func:`~treduda.strategies.tensorcore_tiles.described_tile`); and, from its parameters,
 whether its copies are asynchronous, which no quantity of the geometry says.
@@ -234,15 +235,6 @@ class TensorCoreModel:
             return math.ceil(elements * self.bytes / 4 / 32)
         return 2 * elements / 32
 
-    def _fragment_wavefronts(self, rows: int, columns: int, ld: int) -> int:
-        """Wavefronts of one warp's fragment load from a tile of ``ld`` elements per row: its
-        bytes in 128-byte wavefronts, or a wavefront per row where every row starts in the
-        same bank (an unpadded leading dimension of a multiple of 128 bytes)."""
-        row_bytes = columns * self.bytes
-        if ld * self.bytes % WAVEFRONT_BYTES == 0:
-            return rows * math.ceil(row_bytes / WAVEFRONT_BYTES)
-        return math.ceil(rows * row_bytes / WAVEFRONT_BYTES)
-
     def _resources(self, items: tuple, registers: int | None = None
                    ) -> tuple[dict[str, float], int, float] | None:
         """Every resource's seconds of a complete candidate (its items), its resident warps
@@ -284,12 +276,10 @@ class TensorCoreModel:
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
-        pad = described["pad"]
-        ld_a = (tile["k"] if self.row_a else tile["m"]) + pad
-        ld_b = (tile["n"] if self.row_b else tile["k"]) + pad
-        fragment_fronts = tile["frags_k"] * warps * (
-            frags_a * self._fragment_wavefronts(*((m, k) if self.row_a else (k, m)), ld_a)
-            + frags_b * self._fragment_wavefronts(*((k, n) if self.row_b else (n, k)), ld_b))
+        # the tiles' rows are padded so that fragment loads are free of bank conflicts
+        # (tensorcore_tiles.operand_pads): their bytes in 128-byte wavefronts
+        fragment_fronts = tile["frags_k"] * warps * self.bytes * (
+            frags_a * m * k + frags_b * k * n) / WAVEFRONT_BYTES
         copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
         write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
@@ -301,9 +291,10 @@ class TensorCoreModel:
         mma_cycles = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
                          warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * occupancy
                          / self._mma_rate(clock) / g.schedulers_per_sm)
-        if described["double_buffer"]:  # one barrier; the copy's loads wait beside the MMAs
-            chain = chunk * (SYNC_CYCLES + g.shared_latency_cycles
-                             + max(g.l2_latency_cycles, mma_cycles))
+        if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
+            chain = g.l2_latency_cycles + chunk * (
+                SYNC_CYCLES + g.shared_latency_cycles
+                + max(g.l2_latency_cycles / self._in_flight(p), mma_cycles))
         else:
             chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
                              + mma_cycles)
@@ -319,6 +310,12 @@ class TensorCoreModel:
         }
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma
+
+    def _in_flight(self, p: Mapping[str, Any]) -> int:
+        """Steps whose copies are in flight while a step multiplies, in two or more stages:
+        asynchronous copies run ``stages - 1`` steps ahead, so a copy's latency is spread
+        over that many steps' MMAs; copies through registers wait within their step."""
+        return p["stages"] - 1 if p["async_copy"] and any(self.widths) else 1
 
     def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's
