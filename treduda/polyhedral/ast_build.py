@@ -135,9 +135,13 @@ def build(scheduled: Scheduled, name: str) -> Built:
     full = _full_blocks(scheduled, block_range, folded) if program.sizes is not None else None
     if full is not None:  # the same scan where every guard of an edge block holds
         inside = full.intersect(blocks).params()
-        fast = scan(context.intersect(inside), "separate")
+        # Separated, the steps run without the tests of a pipeline's first and last ones,
+        # unless that gives threads barriers of their own (see "atomic" above).
+        fast = converter.node(scan(context.intersect(inside), "separate"))
+        if _divergent_barrier(fast):
+            fast = converter.node(scan(context.intersect(inside)))
         condition = isl.AstBuild.from_context(context).expr_from_set(inside)
-        body = ir.If(_expr(condition, names), converter.node(fast), body)
+        body = ir.If(_expr(condition, names), fast, body)
     grid_x = extents[0]
     for extent in [extents[axis] for axis in too_long] + extents[3:]:
         grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
@@ -182,6 +186,18 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
         lacking = lacking.union(every.subtract(points).domain())
     full = used.subtract(lacking).coalesce()
     return None if full.is_empty() or lacking.is_empty() else full
+
+
+def _divergent_barrier(s: ir.Stmt) -> bool:
+    """Whether some barrier in ``s`` lies under a test or in a loop whose bounds depend on the
+    thread ids, so that not every thread of a block may reach it."""
+    def by_thread(e: ir.Expr) -> bool:
+        return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.THREAD_ID
+                or any(by_thread(c) for c in ir.children(e)))
+
+    return any((isinstance(c, ir.If) and by_thread(c.condition)
+                or isinstance(c, ir.For) and (by_thread(c.start) or by_thread(c.condition)))
+               and ir.has_barrier(c) for c in ir.nested(s))
 
 
 def _unswitched_inside(kernel: ir.KernelIR) -> ir.KernelIR:
