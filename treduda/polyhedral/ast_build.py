@@ -132,7 +132,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
 
     root = scan(context)
     body = converter.node(root)
-    full = _full_blocks(scheduled, block_range, folded) if program.sizes is not None else None
+    full = (_full_blocks(scheduled, block_range, folded)
+            if program.sizes is not None and _guarded_loop(body) else None)
     if full is not None:  # the same scan where every guard of an edge block holds
         inside = full.intersect(blocks).params()
         # Separated, the steps run without the tests of a pipeline's first and last ones,
@@ -186,6 +187,13 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
         lacking = lacking.union(every.subtract(points).domain())
     full = used.subtract(lacking).coalesce()
     return None if full.is_empty() or lacking.is_empty() else full
+
+
+def _guarded_loop(s: ir.Stmt) -> bool:
+    """Whether a loop in ``s`` tests a condition inside: what a second scan for full blocks
+    saves (a guard around the whole body costs one test, wherever it is)."""
+    return any(isinstance(c, ir.For) and any(isinstance(d, ir.If) for d in ir.nested(c.body))
+               for c in ir.nested(s))
 
 
 def _divergent_barrier(s: ir.Stmt) -> bool:
