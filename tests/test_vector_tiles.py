@@ -3,8 +3,8 @@ holds ``4t .. 4t+3, 4(t + block_x) ..`` (float32), so its values of a staged til
 with one 128-bit load each (``ir.VectorLoad`` from shared memory) and a warp's loads cover
 whole banks. Checked on PoCL and in the emulator against numpy.einsum, on sizes the tiles do
 not divide (the x tile, 64 values, is not clipped to a dimension shorter than it: its rows
-would then be no multiple of a vector), both layouts, alpha/beta, ``+=`` and split reductions; the emulator's counters
-check the vector loads for bank conflicts."""
+would then be no multiple of a vector), both layouts, alpha/beta, ``+=`` and split
+reductions; the emulator's counters check the vector loads for bank conflicts."""
 
 from __future__ import annotations
 
