@@ -173,7 +173,7 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
     lacks some instance where ``{ [b] -> [q] : q of any block }`` minus it is not empty; a
     statement that some blocks do not run at all (zero-filling what lies outside a tensor)
     decides nothing, and the fast scan drops it where the others' bounds rule it out."""
-    lacking = used.subtract(used)
+    lacking = isl.Set.empty(used.get_space())
     coordinates = [*range(3), *range(MAPPED_DIMS, MAPPED_DIMS + folded)]
     maps: list[isl.Map] = []
     scheduled.schedule.foreach_map(maps.append)
