@@ -12,7 +12,8 @@ columns are left empty without them).
 ``--before`` takes an earlier run's ``--json`` (benchmarks/data/simt_economy_before.json holds
 the figures before issue 38's changes) and prints its figures beside this run's.
 
-A row takes several seconds (the search, then nvcc); all 49 take a few minutes.
+A row takes several seconds on idle cores (the search, then nvcc); all 49 take a few minutes
+there, an hour or more on busy ones. ``--json`` is written after every row.
 """
 
 from __future__ import annotations
@@ -142,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
             figures[name] = {"error": f"{type(error).__name__}: {error}"}
             lines.append([name, "FAILED", str(error)[:60], *["-"] * (len(COLUMNS) - 3)])
         print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+        if args.json:  # row by row, so that a long run interrupted keeps what it measured
+            with open(args.json, "w") as out:
+                json.dump(figures, out, indent=1)
     name, share, per_ffma = ANCHOR
     print(f"anchor: {name}: FFMA {share:.1%}, {1 / per_ffma:.0f} FFMA per LDS (all 128-bit)")
     print("FFMA %: FFMA share of the SASS main loop; FFMA/LDS, FFMA/LDG: FFMA per shared and "
@@ -152,9 +156,6 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.before) as earlier:
             print(f"\nbefore ({args.before}) -> now")
             print(beside(lines, json.load(earlier)))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=1)
     return 0
 
 
