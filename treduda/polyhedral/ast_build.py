@@ -193,10 +193,16 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
 
 
 def _guarded_loop(s: ir.Stmt) -> bool:
-    """Whether a loop in ``s`` tests a condition inside: what a second scan for full blocks
-    saves (a guard around the whole body costs one test, wherever it is)."""
-    return any(isinstance(c, ir.For) and any(isinstance(d, ir.If) for d in ir.nested(c.body))
-               for c in ir.nested(s))
+    """Whether a loop in ``s`` tests a condition inside, or holds a loop bounded by a min or
+    max (a register loop cut by a tensor's end): what a second scan for full blocks saves (a
+    guard around the whole body costs one test, wherever it is)."""
+    def cut(e: ir.Expr) -> bool:
+        return (isinstance(e, ir.Binary) and e.op in (ir.Op.MIN, ir.Op.MAX)
+                or any(cut(c) for c in ir.children(e)))
+
+    return any(isinstance(c, ir.For) and any(
+        isinstance(d, ir.If) or isinstance(d, ir.For) and d is not c
+        and (cut(d.start) or cut(d.condition)) for d in ir.nested(c)) for c in ir.nested(s))
 
 
 def _divergent_barrier(s: ir.Stmt) -> bool:
