@@ -56,6 +56,7 @@ from treduda.polyhedral.geometry import (
     on_axes,
     rolled_depth,
     split_index,
+    vector_run,
 )
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import (
@@ -75,7 +76,9 @@ from treduda.polyhedral.strategy import (
 
 BLOCK_EXTENTS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 REGISTER_EXTENTS = (1, 2, 4, 8)
-ASSIGNMENTS = ("cyclic", "adjacent")
+# "vector": runs of a 16-byte vector's values dealt cyclically, so that a thread's values of a
+# staged tile row are read with 128-bit loads, and a warp's loads of a run cover whole banks.
+ASSIGNMENTS = ("cyclic", "adjacent", "vector")
 STEPS = (0, 4, 8, 16, 32, 64)
 POWERS_OF_TWO = tuple(2**n for n in range(32))
 # An index joins the faster ones of a group only while those span fewer values than this (the
@@ -163,6 +166,8 @@ class Tiled(Strategy):
         summed = any(s.summed for s in program.statements)
         orders = mapping_orders(program)
         coalescing = fastest_first(program)[:2]  # x on one of the two fastest output indices
+        assignments = tuple(a for a in self.assignments
+                            if a != "vector" or vector_run(program) > 1)
         parameters = [Parameter("order", orders, "output indices mapped to x, y, z (comma "
                                 f"separated; '{GROUP}' joins a group on one axis, fastest "
                                 "first)", tuple(o for o in orders if not coalescing
@@ -173,7 +178,7 @@ class Tiled(Strategy):
                           SEARCHED[f"block_{a}"], Priority.TILES),
                 Parameter(f"reg_{a}", self.registers, f"elements per thread along {a}",
                           SEARCHED[f"reg_{a}"], Priority.TILES),
-                Parameter(f"assign_{a}", self.assignments,
+                Parameter(f"assign_{a}", assignments,
                           f"how the {a} tile's elements are dealt to threads",
                           SEARCHED.get(f"assign_{a}"), Priority.TILES)]
         parameters += [Parameter("step", self.steps if summed else (0,),
@@ -197,6 +202,7 @@ class Tiled(Strategy):
         limits = self.limits
         accumulators = max(1, len(program.accumulators))
         words = registers(program.dtype)
+        run = vector_run(program)
         rules = [
             Constraint(f"at most {limits.threads_per_block} threads per block",
                        ("block_x", "block_y", "block_z"),
@@ -225,6 +231,10 @@ class Tiled(Strategy):
                 Constraint(f"assign_{a} is cyclic when reg_{a} is 1 (both are the same then)",
                            (f"reg_{a}", f"assign_{a}"),
                            lambda p, a=a: p[f"reg_{a}"] > 1 or p[f"assign_{a}"] == "cyclic"),
+                Constraint(f"a vector assignment along {a} holds whole vectors of {run} "
+                           f"values (reg_{a} a multiple of {run})", (f"reg_{a}", f"assign_{a}"),
+                           lambda p, a=a: p[f"assign_{a}"] != "vector"
+                           or p[f"reg_{a}"] % run == 0),
             ]
         if program.sizes is not None:
             rules += self._fixed_size_rules(program)
@@ -316,7 +326,7 @@ class Tiled(Strategy):
             a = AXES[n]
             b, r = params[f"block_{a}"], params[f"reg_{a}"]
             blocks[n], threads[n], reg = _tile(_linear(group, position, program.sizes), b, r,
-                                               params[f"assign_{a}"])
+                                               params[f"assign_{a}"], vector_run(program))
             if r > 1:
                 registers.insert(0, reg)  # z, y, x: x innermost
         unmapped = [position[i] for i in program.output_indices
@@ -364,9 +374,14 @@ def _linear(group: Sequence[str], names: Mapping[str, str],
     return f"({' + '.join(terms)})"
 
 
-def _tile(o: str, threads: int, registers: int, assignment: str) -> tuple[str, str, str]:
-    """isl expressions of the block, thread and register coordinate of output value ``o``."""
+def _tile(o: str, threads: int, registers: int, assignment: str, run: int
+          ) -> tuple[str, str, str]:
+    """isl expressions of the block, thread and register coordinate of output value ``o``
+    (``run``: the values of a vector, for the ``vector`` assignment)."""
     tile = threads * registers
+    if assignment == "vector":
+        return (f"floor({o}/{tile})", f"floor({o}/{run}) mod {threads}",
+                f"{run}*floor(({o} mod {tile})/{run * threads}) + {o} mod {run}")
     if assignment == "cyclic":
         return f"floor({o}/{tile})", f"{o} mod {threads}", f"floor(({o} mod {tile})/{threads})"
     return f"floor({o}/{tile})", f"floor(({o} mod {tile})/{registers})", f"{o} mod {registers}"
@@ -386,7 +401,8 @@ def _register_tiles(scheduled: Scheduled, order: tuple[tuple[str, ...], ...],
         head = f"{s.name}[{', '.join(s.indices)}]"
         names = {i: i for i in program.output_indices}
         indices = [_tile(_linear(order[n], names, program.sizes), params[f"block_{AXES[n]}"],
-                         params[f"reg_{AXES[n]}"], params[f"assign_{AXES[n]}"])[2]
+                         params[f"reg_{AXES[n]}"], params[f"assign_{AXES[n]}"],
+                         vector_run(program))[2]
                    for n in axes]
         accesses = []
         for element, access in zip(ir.elements(s.body), s.accesses, strict=True):

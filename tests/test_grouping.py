@@ -70,7 +70,9 @@ def test_merged_kernels_match_einsum(layout, symbolic, strategy, params):
 
 
 def _output_stores(node: ir.Stmt, output: str, loops: int = 0) -> list[int]:
-    """For each element of ``output`` the kernel IR stores, how many loops enclose it."""
+    """For each element of ``output`` a thread stores, how many loops enclose it (of an
+    ``if`` with an ``else``, the branch with more stores: full blocks run a scan of their own,
+    issue 38)."""
     if isinstance(node, ir.Assign):
         return [loops] if getattr(node.target, "array", None) == output else []
     if isinstance(node, ir.VectorStore):
@@ -79,9 +81,9 @@ def _output_stores(node: ir.Stmt, output: str, loops: int = 0) -> list[int]:
         return [n for child in node.body for n in _output_stores(child, output, loops)]
     if isinstance(node, ir.For):
         return _output_stores(node.body, output, loops + 1)
-    if isinstance(node, ir.If):
+    if isinstance(node, ir.If):  # a thread runs one branch: the one with more stores
         branches = [node.then] + ([node.otherwise] if node.otherwise is not None else [])
-        return [n for branch in branches for n in _output_stores(branch, output, loops)]
+        return max((_output_stores(branch, output, loops) for branch in branches), key=len)
     return []
 
 

@@ -209,6 +209,10 @@ class Printer:
         self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
                           else Twin(kernel, self.expr, self.value_type, dialect.lane))
         self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
+        # tiles read in vectors (ir.VectorLoad): 16-byte aligned, as cp.async's widest copies
+        shared = {v.name for v in kernel.locals if v.space is ir.Space.SHARED}
+        self.vector_tiles = any(isinstance(c, ir.VectorLoad) and c.first.array in shared
+                                for c in ir.nested(kernel.body))
 
     def helpers(self) -> dict[str, str]:
         """What the helper templates need: the template of the stored type's conversions (empty
@@ -273,7 +277,8 @@ class Printer:
             qualifier = ""
             if local.space == ir.Space.SHARED:
                 aligned = (self.dialect.fragment_alignment if has_fragments(self.kernel)
-                           else self.dialect.copy_alignment if self.copies else "")
+                           else self.dialect.copy_alignment
+                           if self.copies or self.vector_tiles else "")
                 qualifier = f"{self.dialect.shared}{aligned} "
             extent = f"[{local.size}]" if local.shape else ""
             lines.append(f"{INDENT}{qualifier}{held} {local.name}{extent};")

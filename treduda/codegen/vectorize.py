@@ -12,6 +12,13 @@ aligned access: tensors start on :data:`ir.VECTOR_BYTES` boundaries (launches ma
 They are loaded once, at the start of the run (inputs are read-only), and read as lanes;
 ``w`` consecutive assignments to such a window of the output become one vector store.
 
+Shared tiles are read the same way (``LDS.128``): a register tile dealt in runs of a vector
+(the ``vector`` assignment of :mod:`treduda.strategies.tiling`) reads its values of a tile row
+side by side, and nvcc, which cannot tell the tile's alignment from the index arithmetic, would
+load them one by one. Shared tiles are declared 16-byte aligned where the kernel reads one in
+vectors; a run that stores into a tile reads none of it in vectors (hoisting must not move a
+read before a write).
+
 Real dtypes only: a complex element is a two-part vector already. Not for float16 and
 bfloat16 either: their elements are converted one by one on load and store (the printers have no
 vector conversions), so their accesses stay scalar.
@@ -38,7 +45,9 @@ def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
     widest = ir.VECTOR_BYTES // itemsize(kernel.dtype)
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
                for kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
-    merge = _Merger(widest, tensors[ir.ParamKind.INPUT], tensors[ir.ParamKind.OUTPUT])
+    tiles = {local.name for local in kernel.locals
+             if local.space is ir.Space.SHARED and not local.stored}
+    merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles, tensors[ir.ParamKind.OUTPUT])
     return replace(kernel, body=merge.stmt(kernel.body))
 
 
@@ -75,9 +84,11 @@ class _Merger:
     def load_windows(self, run: list[ir.Assign]) -> list[list[list[ir.Load]]]:
         """Aligned windows of input elements the run reads: per lane, the loads of it."""
         found: dict[tuple[str, frozenset], dict[int, list[ir.Load]]] = {}
+        written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
         for s in run:
             for load in _loads(s.value, conditional=False):  # hoisting must not add reads
-                affine = _affine(load.offset) if load.array in self.inputs else None
+                readable = load.array in self.inputs and load.array not in written
+                affine = _affine(load.offset) if readable else None
                 if affine is not None:
                     terms, constant = affine
                     found.setdefault((load.array, terms), {}).setdefault(constant, []).append(

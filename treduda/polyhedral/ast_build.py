@@ -114,7 +114,6 @@ def build(scheduled: Scheduled, name: str) -> Built:
     names = _decoded(extents[0], into_x + _memory_order(list(zip(grid_params, extents[3:],
                                                                   strict=True)), program.layout))
     converter = _Converter(scheduled, names)
-    builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
     # Barriers sit in the step loops, which every thread of a block must run alike. Left to
     # itself isl may scan a dimension in pieces, e.g. peel a short last step for the threads
     # that load nothing in it, and give those threads barriers of their own; "atomic" scans
@@ -123,25 +122,109 @@ def build(scheduled: Scheduled, name: str) -> Built:
     # The loops a strategy unrolls stay loops here and are unrolled in the kernel IR
     # (treduda.codegen.unroll): isl's own unrolling took most of a kernel's generation.
     steps = scheduled.positions(Role.STEP)
-    options = [f"[{', '.join(dims)}] -> atomic[{d}]" for d in range(max(steps, default=-1) + 1)]
-    if options:
-        builder = builder.set_options(isl.UnionMap(f"{{ {'; '.join(options)} }}"))
-    root = builder.node_from_schedule_map(schedule)
+
+    def scan(context: isl.Set, how: str = "atomic") -> isl.AstNode:
+        builder, _ = isl.AstBuild.from_context(context).set_at_each_domain(converter.at_domain)
+        if steps:
+            options = [f"[{', '.join(dims)}] -> {how}[{d}]" for d in range(max(steps) + 1)]
+            builder = builder.set_options(isl.UnionMap(f"{{ {'; '.join(options)} }}"))
+        return builder.node_from_schedule_map(schedule)
+
+    root = scan(context)
+    body = converter.node(root)
+    # Not for tensor-core kernels (fragments), whose builder zero-fills what lies outside
+    # the tensors and lays out its own pipeline.
+    fragments = any(local.space is ir.Space.FRAGMENT for local in scheduled.locals)
+    full = (_full_blocks(scheduled, block_range, folded)
+            if program.sizes is not None and not fragments and _guarded_loop(body) else None)
+    if full is not None:  # the same scan where every guard of an edge block holds
+        inside = full.intersect(blocks).params()
+        # Separated, the steps run without the tests of a pipeline's first and last ones,
+        # unless that gives threads barriers of their own (see "atomic" above).
+        fast = converter.node(scan(context.intersect(inside), "separate"))
+        if _divergent_barrier(fast):
+            fast = converter.node(scan(context.intersect(inside)))
+        condition = isl.AstBuild.from_context(context).expr_from_set(inside)
+        body = ir.If(_expr(condition, names), fast, body)
     grid_x = extents[0]
     for extent in [extents[axis] for axis in too_long] + extents[3:]:
         grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
     grid = (_folded_constants(grid_x), *(ir.Int(1) if axis in too_long else extents[axis]
                                          for axis in (1, 2)))
 
-    body = converter.node(root)
     kernel = ir.KernelIR(name=name, dtype=program.dtype,
                          index_bits=_index_bits(program, scheduled.locals),
                          params=_params(program, scheduled.locals), locals=scheduled.locals,
                          body=body, zeroed_output=scheduled.zeroed_output)
     kernel = unroll(kernel, _unrolled(scheduled, used), _id_ranges(grid, scheduled.block))
-    kernel = vectorize(unswitch(kernel))
+    kernel = vectorize(unswitch(kernel) if full is None else _unswitched_inside(kernel))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
+
+
+def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | None:
+    """``{ [b] }``: the blocks that run every instance any block runs (relative to the block:
+    the same threads, register and step coordinates), of all used ``{ [b] }`` (x, y, z and the
+    ``folded`` grid coordinates); None where every block does, or none.
+
+    isl guards the instances a block beyond a tensor's end lacks (sizes no tile divides), in
+    every block, inside the step loop: nvcc turns each guard into a branch between the FMAs of
+    the unrolled step (tccg_12's pick: 48 branches in its main loop). The kernel tests once
+    whether its block is one of these and runs a scan without guards if so (:func:`build`);
+    the test is the same for every thread of the block, so barriers stay uniform. Per
+    statement ``{ [b] -> [q] }`` (its schedule points, ``q`` the other coordinates), a block
+    lacks some instance where ``{ [b] -> [q] : q of any block }`` minus it is not empty; a
+    statement that some blocks do not run at all (zero-filling what lies outside a tensor)
+    decides nothing, and the fast scan drops it where the others' bounds rule it out."""
+    lacking = isl.Set.empty(used.get_space())
+    coordinates = [*range(3), *range(MAPPED_DIMS, MAPPED_DIMS + folded)]
+    maps: list[isl.Map] = []
+    scheduled.schedule.foreach_map(maps.append)
+    for m in maps:
+        points = isl.Map.from_range(m.range())  # { [] -> [d] }
+        for n, d in enumerate(coordinates):  # the block coordinates, into the domain
+            points = points.move_dims(isl.dim_type.in_, n, isl.dim_type.out, d - n, 1)
+        if not used.is_subset(points.domain()):
+            continue  # a statement of some blocks only (zero-filling a tile's part outside)
+        every = isl.Map.from_domain_and_range(used, points.range())
+        lacking = lacking.union(every.subtract(points).domain())
+    full = used.subtract(lacking).coalesce()
+    return None if full.is_empty() or lacking.is_empty() else full
+
+
+def _guarded_loop(s: ir.Stmt) -> bool:
+    """Whether a loop in ``s`` tests a condition inside, or holds a loop bounded by a min or
+    max (a register loop cut by a tensor's end): what a second scan for full blocks saves (a
+    guard around the whole body costs one test, wherever it is)."""
+    def cut(e: ir.Expr) -> bool:
+        return (isinstance(e, ir.Binary) and e.op in (ir.Op.MIN, ir.Op.MAX)
+                or any(cut(c) for c in ir.children(e)))
+
+    return any(isinstance(c, ir.For) and any(
+        isinstance(d, ir.If) or isinstance(d, ir.For) and d is not c
+        and (cut(d.start) or cut(d.condition)) for d in ir.nested(c)) for c in ir.nested(s))
+
+
+def _divergent_barrier(s: ir.Stmt) -> bool:
+    """Whether some barrier in ``s`` lies under a test or in a loop whose bounds depend on the
+    thread ids, so that not every thread of a block may reach it."""
+    def by_thread(e: ir.Expr) -> bool:
+        return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.THREAD_ID
+                or any(by_thread(c) for c in ir.children(e)))
+
+    return any((isinstance(c, ir.If) and by_thread(c.condition)
+                or isinstance(c, ir.For) and (by_thread(c.start) or by_thread(c.condition)))
+               and ir.has_barrier(c) for c in ir.nested(s))
+
+
+def _unswitched_inside(kernel: ir.KernelIR) -> ir.KernelIR:
+    """``kernel``, whose body is ``if (full block) fast else guarded``, with the fast scan's
+    loops unswitched (:mod:`treduda.codegen.unswitch`). The edge blocks' scan stays as isl
+    wrote it, guards inside its loops: a second copy of each for a few blocks would double its
+    size (and be the loop with the most FMAs, which the SASS report takes for the main one)."""
+    split = kernel.body
+    fast = unswitch(replace(kernel, body=split.then)).body
+    return replace(kernel, body=replace(split, then=fast))
 
 
 def check_grid(program: Program, threads_per_block: int, values_per_thread: int) -> None:

@@ -38,8 +38,10 @@ QUANTITIES: dict[str, str] = {
     **{f"block_{a}": f"threads per block along {a}" for a in AXES},
     **{f"reg_{a}": f"output values per thread along {a}, held in registers" for a in AXES},
     **{f"assign_{a}": f"how a thread's values along {a} are dealt: 'cyclic' (thread t holds t, "
-                      f"t + block_{a}, ..) or 'adjacent' (t * reg_{a}, t * reg_{a} + 1, ..)"
-       for a in AXES},
+                      f"t + block_{a}, ..), 'adjacent' (t * reg_{a}, t * reg_{a} + 1, ..) or "
+                      f"'vector' (runs of a 16-byte vector's v values dealt cyclically: v t .. "
+                      f"v t + v - 1, v (t + block_{a}) .., read from shared memory in vector "
+                      f"loads)" for a in AXES},
     "walk": "output indices every thread walks in a loop, comma separated: for an index on an "
             "axis, all its tiles; for another, all its values (an output index neither on an "
             "axis nor walked has a block per value)",
@@ -199,6 +201,26 @@ def padding(program: Program, indices: Sequence[str], pad: int) -> int:
 def vector_pad(program: Program) -> int:
     """The elements of one 16-byte vector: the padding that keeps a tile's rows aligned."""
     return max(1, VECTOR_BYTES // dtypes.itemsize(dtypes.compute(program.dtype)))
+
+
+def vector_run(program: Program) -> int:
+    """The values of a 16-byte vector a thread holds side by side under the ``vector``
+    assignment: 4 in float32, 2 in float64; 1 (no such assignment) where the kernel's elements
+    are not loaded in vectors (complex elements, float16 and bfloat16 converted one by one)."""
+    if dtypes.is_complex(program.dtype) or program.dtype in dtypes.STORED:
+        return 1
+    return max(1, VECTOR_BYTES // dtypes.itemsize(program.dtype))
+
+
+def dealt(assignment: str, thread: int, register: int, threads: int, registers: int,
+          run: int) -> int:
+    """Where in its axis's tile a thread's register lies (see ``assign_*`` in QUANTITIES; ``run``
+    the values of a vector, :func:`vector_run`)."""
+    if assignment == "adjacent":
+        return thread * registers + register
+    if assignment == "vector":
+        return (register // run * threads + thread) * run + register % run
+    return thread + register * threads
 
 
 # What one cp.async moves: 16, 8 or 4 bytes, widest first, both addresses aligned to the size

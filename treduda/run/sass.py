@@ -87,6 +87,9 @@ class SassReport:
     main_loop_opcodes: dict[str, int] = field(default_factory=dict)
     # bytes the main loop moves through shared memory per warp and pass (LDS, STS, LDSM, LDGSTS)
     main_loop_shared_bytes: int = 0
+    # the main loop's shared loads (LDS) by width in bits: 128-bit loads of register tiles
+    # take a quarter of the issue slots of 32-bit ones
+    main_loop_shared_load_widths: dict[int, int] = field(default_factory=dict)
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -252,6 +255,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
         main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
         main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
+        main_loop_shared_load_widths=dict(sorted(Counter(
+            _width(i.opcode) for i in loop if i.opcode.split(".")[0] == "LDS").items())),
     )
 
 

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 
 from ..codegen.ir import VECTOR_BYTES
 from ..polyhedral import geometry
-from ..polyhedral.geometry import AXES
+from ..polyhedral.geometry import AXES, dealt
 from ..run.counters import SECTOR_BYTES
 from .counts import _Read
 from .tiles import ASSIGN, BLOCK, REG, _Tiles
@@ -67,18 +67,20 @@ class _Accesses(_Tiles):
             spanned.append(n)
             lanes *= self.p[f"block_{a}"]
         result = []
+        run = geometry.vector_run(self.m.program)
         for lane in range(min(lanes, warp)):
             values, below = [], 1
             for n in spanned:
                 a = AXES[n]
                 t = lane // below % self.p[f"block_{a}"]
                 below *= self.p[f"block_{a}"]
-                values.append(t * (self.p[f"reg_{a}"] if self.p[f"assign_{a}"] == "adjacent"
-                                   else 1))
+                values.append(dealt(self.p[f"assign_{a}"], t, 0, self.p[f"block_{a}"],
+                                    self.p[f"reg_{a}"], run))
             registers = []
             for r in range(self.p["reg_x"]):
-                step = 1 if self.p["assign_x"] == "adjacent" else self.p["block_x"]
-                along = (values[0] + r * step, *values[1:]) if self.order else tuple(values)
+                x = dealt(self.p["assign_x"], lane % self.p["block_x"], r, self.p["block_x"],
+                          self.p["reg_x"], run)
+                along = (x, *values[1:]) if self.order else tuple(values)
                 registers.append(along)
             result.append(registers)
         return result

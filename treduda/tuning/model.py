@@ -258,7 +258,8 @@ class Model(Counts):
     def _issue(self, o: _Optimist) -> dict[str, float]:
         """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,
         their conversions, and the copies and loop of a step."""
-        loads = sum(1 / o.reuse(r) for r in self.reads)  # loads per multiply-add
+        # load instructions per multiply-add: one per value, or per vector of a tile row
+        loads = sum(o.load_share(r) / o.reuse(r) for r in self.reads)
         # each operand rounded once per load (precision); one read from global memory
         # converted (a staged one is converted by the copy); undecided staging counts as staged
         direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)

@@ -132,6 +132,21 @@ class _Optimist(_Accesses):
         fastest = geometry.fastest(self.m.program, read.indices)
         return max(1, min(self.m.per_access(True), self.footprint(read)[fastest]))
 
+    def load_share(self, read: _Read) -> float:
+        """Load instructions per value of ``read`` a thread loads: a vector's share of one
+        where the ``vector`` assignment along x puts the thread's values of a staged tile row
+        side by side (one ``LDS.128`` per four float32 values, issue 38; x's fastest index
+        is the tile's fastest, its rows 16-byte aligned), else one. While that is open, the
+        least it can be: a vector's share wherever the decisions made allow it."""
+        run = geometry.vector_run(self.m.program)
+        if (run == 1 or not self.order or self.staged(read) is False
+                or geometry.fastest(self.m.program, read.indices) != self.order[0][0]
+                or self.p.get("assign_x", "vector") != "vector"):
+            return 1.0
+        if not (self.tiles_decided() and self.staged(read) and self.decided("pad", "assign_x")):
+            return 1 / run
+        return 1 / run if self._aligned(read, self.p["pad"]) else 1.0
+
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
         step unless the next step is preloaded (or copied asynchronously into the other
