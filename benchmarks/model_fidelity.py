@@ -4,7 +4,7 @@ and worst error, bound violations, and the measured rank of the search's pick; r
 kernel code generation has changed since they were measured are left out. Then the same
 figures on problems held out (leave one problem out, and halves; issue 40). No GPU needed
 (nvcc, when present, gives ptxas's registers and spills). See treduda/app/fidelity.py and
-docs/t40-fidelity.md.
+docs/model-fidelity.md.
 
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json]
                                         [--gpu H100] [--json out.json] [--no-ptxas]
