@@ -156,9 +156,9 @@ def test_only_the_opencl_text_closes_loops_with_a_barrier():
         lines = [line.strip() for line in source.splitlines()]
         closing = [n for n, line in enumerate(lines) if line == barrier and lines[n + 1] == "}"
                    and lines[n - 1] == "}"]
-        # in OpenCL: one closing the step loop (c, the output index on no axis, is no loop
-        # around it: it has blocks of its own)
-        assert len(closing) == (0 if barrier.startswith("__") else 1)
+        # in OpenCL: one closing each scan's step loop, the full blocks' and the edge blocks'
+        # (c, the output index on no axis, is no loop around it: it has blocks of its own)
+        assert len(closing) == (0 if barrier.startswith("__") else 2)
 
 
 def test_tensors_reach_a_kernel_aligned_for_vector_accesses():

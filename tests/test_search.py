@@ -305,7 +305,8 @@ def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
     fixed = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 4, "block_y": 16,
              "reg_y": 8, "assign_y": "cyclic", "block_z": 2, "reg_z": 2, "assign_z": "cyclic",
              "step": 16, "preload": True, "double_buffer": True, "pad": 0, "unroll": True}
-    values = {name: (value,) for name, value in fixed.items()}
+    values = {**{name: (value,) for name, value in fixed.items()},
+              "assign_x": ("adjacent", "cyclic")}  # not vector: a third, no-spill rival
     plain = search(expr, sizes, layout="F", values=values)
     assert plain.best.compiled is None
     assert plain.top()[0].prediction == plain.top()[1].prediction

@@ -177,12 +177,13 @@ def test_bound_is_below_estimate_with_async_copies_in_float64():
 
 
 def test_the_search_picks_async_copies_for_gemm_4096_on_h100_and_its_kernel_verifies():
-    """Double-buffered asynchronous copies take the preloaded pick's place (3.03 ms predicted
-    against 3.07: a cp.async per 16-byte run issues fewer instructions than a load and a
-    store per element); its parameters compute GEMM right at sizes PoCL runs quickly."""
+    """Asynchronous copies take the preloaded pick's place (a cp.async per 16-byte run issues
+    fewer instructions than a load and a store per element); its parameters compute GEMM right
+    at sizes PoCL runs quickly. (Single-buffered since the model counts the double buffer's
+    index arithmetic, 2.96 ms against 3.03: a hypothesis no GPU has timed yet.)"""
     result = treduda.search(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "H100")
     best = result.best
-    assert best.params["async_copy"] and best.params["double_buffer"]
+    assert best.params["async_copy"] and not best.params["preload"]
     kernel = treduda.compile(GEMM, {"i": 264, "j": 136, "k": 40}, strategy=best.strategy,
                              params=best.params)
     assert _statements(kernel, ir.AsyncCopy) and kernel.verify().ok

@@ -164,7 +164,9 @@ class _Accesses(_Tiles):
         its registers along x merged into one aligned vector access
         (:mod:`treduda.codegen.vectorize`) where they are adjacent along the tensor's fastest
         index and it has that index on x, as many as fill 16 bytes and divide the registers;
-        else one."""
+        else one (a scalar: one)."""
+        if not tensor.indices:
+            return 1
         fastest = geometry.fastest(self.m.program, tensor.indices)
         if not (self.m.vectorised and self.order and self.order[0][0] == fastest
                 and self.p["assign_x"] == "adjacent"):
