@@ -19,12 +19,12 @@ there, an hour or more on busy ones. ``--json`` is written after every row.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
+
+from economy_tables import measure_rows, print_tables
 
 import treduda
-from treduda.errors import BackendUnavailable, TredudaError
+from treduda.errors import BackendUnavailable
 from treduda.suites import load
 from treduda.tuning.budgets import BENCH_MAX_NODES
 
@@ -95,29 +95,7 @@ def cells(name: str, f: dict) -> list[str]:
     return [name, f["pick"], tiles(f["params"]), *sass, f"{f['predicted_ms']:.3f}"]
 
 
-def table(lines: list[list[str]]) -> str:
-    header = list(COLUMNS)
-    widths = [max(len(r[n]) for r in [header, *lines]) for n in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) if n < 3 else c.rjust(w)
-                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in [header, *lines])
-
-
 BESIDE = ("row", "FFMA %", "FFMA/LDS", "LDS widths", "FFMA/LDG", "BRA", "int", "regs")
-
-
-def beside(lines: list[list[str]], earlier: dict) -> str:
-    """The columns of :data:`BESIDE` for each row, then and now."""
-    picked = [COLUMNS.index(c) for c in BESIDE[1:]]
-    rows_ = []
-    for line in lines:
-        f = earlier.get(line[0])
-        then = cells(line[0], f) if f and "error" not in f else [line[0], *["-"] * 11]
-        rows_.append([line[0], *(f"{then[n]} -> {line[n]}" for n in picked)])
-    widths = [max(len(r[n]) for r in [list(BESIDE), *rows_]) for n in range(len(BESIDE))]
-    return "\n".join("  ".join(c.ljust(w) if n == 0 else c.rjust(w)
-                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in [list(BESIDE), *rows_])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -133,29 +111,14 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
     if unknown := [r for r in wanted if r not in known]:
         parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
-    figures, lines = {}, []
-    for name in wanted:
-        started = time.perf_counter()
-        try:
-            figures[name] = economy(known[name], args.gpu)
-            lines.append(cells(name, figures[name]))
-        except TredudaError as error:  # one row's failure is its row's
-            figures[name] = {"error": f"{type(error).__name__}: {error}"}
-            lines.append([name, "FAILED", str(error)[:60], *["-"] * (len(COLUMNS) - 3)])
-        print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
-        if args.json:  # row by row, so that a long run interrupted keeps what it measured
-            with open(args.json, "w") as out:
-                json.dump(figures, out, indent=1)
+    lines = measure_rows(wanted, lambda name: economy(known[name], args.gpu), cells, COLUMNS,
+                         args.json)
     name, share, per_ffma = ANCHOR
     print(f"anchor: {name}: FFMA {share:.1%}, {1 / per_ffma:.0f} FFMA per LDS (all 128-bit)")
     print("FFMA %: FFMA share of the SASS main loop; FFMA/LDS, FFMA/LDG: FFMA per shared and "
           "global load instruction there ('none': no such load); LDS widths: count x bits; "
           "BRA, int: branches and integer instructions in the main loop")
-    print(table(lines))
-    if args.before:
-        with open(args.before) as earlier:
-            print(f"\nbefore ({args.before}) -> now")
-            print(beside(lines, json.load(earlier)))
+    print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 
 

@@ -20,15 +20,14 @@ A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
-import time
 
+from economy_tables import measure_rows, print_tables
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 
 import treduda
-from treduda.errors import BackendUnavailable, TredudaError
+from treduda.errors import BackendUnavailable
 from treduda.suites import load
 from treduda.tuning.budgets import BENCH_MAX_NODES
 from treduda.tuning.gpus import gpu as find_gpu
@@ -127,31 +126,8 @@ def cells(name: str, f: dict) -> list[str]:
             shown("shared_per_mma", "{:.0f}"), step, f"{f['predicted_ms']:.3f}"]
 
 
-def table(lines: list[list[str]]) -> str:
-    header = list(COLUMNS)
-    widths = [max(len(r[n]) for r in [header, *lines]) for n in range(len(header))]
-    return "\n".join("  ".join(c.ljust(w) if n < 3 else c.rjust(w)
-                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in [header, *lines])
-
-
 BESIDE = ("row", "A sect/req", "B sect/req", "ways", "tile ways", "frags", "nonMMA/MMA",
           "smem B/MMA")
-
-
-def beside(lines: list[list[str]], earlier: dict) -> str:
-    """The columns of :data:`BESIDE` for each row, then and now."""
-    picked = [COLUMNS.index(c) for c in BESIDE[1:]]
-    rows = []
-    for line in lines:
-        f = earlier.get(line[0])
-        then = (cells(line[0], f) if f and "error" not in f
-                else [line[0], *["-"] * (len(COLUMNS) - 1)])
-        rows.append([line[0], *(f"{then[n]} -> {line[n]}" for n in picked)])
-    widths = [max(len(r[n]) for r in [list(BESIDE), *rows]) for n in range(len(BESIDE))]
-    return "\n".join("  ".join(c.ljust(w) if n == 0 else c.rjust(w)
-                               for n, (c, w) in enumerate(zip(r, widths, strict=True)))
-                     for r in [list(BESIDE), *rows])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -170,16 +146,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
     if unknown := [r for r in wanted if r not in known]:
         parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
-    figures, lines = {}, []
-    for name in wanted:
-        started = time.perf_counter()
-        try:
-            figures[name] = economy(*known[name], args.gpu, args.steps)
-            lines.append(cells(name, figures[name]))
-        except TredudaError as error:  # one row's failure is its row's
-            figures[name] = {"error": f"{type(error).__name__}: {error}"}
-            lines.append([name, "FAILED", str(error)[:60], *["-"] * (len(COLUMNS) - 3)])
-        print(f"{name}: {time.perf_counter() - started:.1f} s", file=sys.stderr, flush=True)
+    lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, args.steps),
+                         cells, COLUMNS, args.json)
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
           + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))
     print("A/B sect/req: global sectors per warp request (ideal for the width in brackets), "
@@ -187,14 +155,7 @@ def main(argv: list[str] | None = None) -> int:
           "C tile's too where the main loop is inside a loop of blocks' work); tile ways: the "
           "worst of the operand tiles' fragment loads and copies; "
           "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
-    print(table(lines))
-    if args.before:
-        with open(args.before) as earlier:
-            print(f"\nbefore ({args.before}) -> now")
-            print(beside(lines, json.load(earlier)))
-    if args.json:
-        with open(args.json, "w") as out:
-            json.dump(figures, out, indent=1)
+    print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 
 

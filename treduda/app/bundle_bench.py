@@ -38,7 +38,7 @@ from ..errors import BackendUnavailable, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import TF32, fmas
 from ..run.timing import REPEATS, Timing
-from .gpu_checks import check_result, einsum_spec, random_operands
+from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands
 
 ROUNDS = 3  # timings of each kernel and library, interleaved
 TIMED = ("treduda", "torch", "cupy")
@@ -56,7 +56,7 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
     started = time.perf_counter()
     bundle = load(path, backend="opencl" if pocl else "cuda", cubins=not nvrtc)
     try:
-        xp, torch = (np, None) if pocl else _libraries()
+        xp, torch = (np, None) if pocl else gpu_libraries()
     except BackendUnavailable as error:
         print(f"cannot time on a GPU here: {error}. Nothing was timed.", file=out)
         return 0
@@ -238,21 +238,6 @@ def _interleaved(timed: dict[str, Callable[[], Timing | None]]) -> dict[str, lis
                 runs[name].append(timing.seconds)
     return runs
 
-
-def _libraries():
-    """CuPy (the reference, and a baseline) and torch where installed, TF32 off."""
-    from ..run.cuda import cuda_runtime
-    from ..run.device_arrays import cupy_module
-
-    cuda_runtime()  # BackendUnavailable where there is no GPU
-    cupy = cupy_module()
-    try:
-        import torch
-    except ImportError:
-        return cupy, None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return cupy, torch
 
 
 def _append(path: str, line: dict[str, Any]) -> None:

@@ -37,7 +37,7 @@ from ..tuning.gpus import Gpu
 from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 from .files import write_text
-from .gpu_checks import check_result, einsum_spec, random_operands
+from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands
 
 EXPRESSION_WIDTH = 36
 
@@ -139,7 +139,7 @@ def run(cases: Sequence[Case], *, gpu: str | Gpu = "H100", max_nodes: int,
     target = find_gpu(gpu)
     try:
         device = cuda_runtime().device
-        cupy, torch = _libraries()
+        cupy, torch = gpu_libraries()
     except BackendUnavailable as error:
         print(f"cannot time on a GPU here: {error}. Nothing was timed.", file=out)
         return 0
@@ -246,21 +246,6 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
         outcome.stage, outcome.error = stage, f"{type(error).__name__}: {error}"
     return outcome
 
-
-def _libraries():
-    """CuPy (needed: its einsum is the reference and a baseline), and torch if installed, with
-    TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do
-    (rows with precision="tf32" allow it while torch is timed: :func:`measure`)."""
-    from ..run.device_arrays import cupy_module
-
-    cupy = cupy_module()
-    try:
-        import torch
-    except ImportError:
-        return cupy, None
-    torch.backends.cuda.matmul.allow_tf32 = False
-    torch.backends.cudnn.allow_tf32 = False
-    return cupy, torch
 
 
 COLUMNS = ("id", "expression", "strategy", "ms", "GFLOP/s", "cupy ms", "torch ms", "x cupy",

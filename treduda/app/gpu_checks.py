@@ -1,7 +1,8 @@
 """What the GPU benchmarks share, for a generated kernel (:class:`treduda.Kernel`) and a bundled
-one (:class:`treduda.bundle.BundledKernel`) alike: the operands a row runs on, the einsum a
-user would write instead, and the check of a result against the libraries' einsum in a wide
-type. Without the compiler (no isl): the bundle's GPU session imports it on the device.
+one (:class:`treduda.bundle.BundledKernel`) alike: the libraries they are timed beside, the
+operands a row runs on, the einsum a user would write instead, and the check of a result
+against the libraries' einsum in a wide type. Without the compiler (no isl): the bundle's GPU
+session imports it on the device.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from ..errors import TredudaError, VerificationError
 from ..frontend.contraction import Contraction
 from ..frontend.dtypes import BFLOAT16, uniform, wide
 from ..run import reference
-from ..run.device_arrays import to_cupy
+from ..run.device_arrays import cupy_module, to_cupy
 
 
 class Runnable(Protocol):
@@ -27,6 +28,24 @@ class Runnable(Protocol):
     layout: str
     precision: str
     expression: str
+
+
+def gpu_libraries():
+    """CuPy (needed: its einsum is the reference and a baseline), and torch if installed, with
+    TF32 off so that float32 contractions take cuBLAS's FP32 path, as treduda's kernels do
+    (rows with precision="tf32" allow it while torch is timed). BackendUnavailable where
+    there is no GPU."""
+    from ..run.cuda import cuda_runtime
+
+    cuda_runtime()
+    cupy = cupy_module()
+    try:
+        import torch
+    except ImportError:
+        return cupy, None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    return cupy, torch
 
 
 def random_operands(kernel: Runnable, xp, torch=None) -> dict[str, Any]:
