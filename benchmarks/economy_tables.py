@@ -4,6 +4,7 @@ what it measured) and printing their figures as a table, and beside an earlier r
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import time
@@ -12,6 +13,27 @@ from collections.abc import Callable, Sequence
 from treduda.errors import TredudaError
 
 Cells = Callable[[str, dict], list[str]]  # a row's figures as the table's cells
+
+
+def arguments(doc: str, examples: str) -> argparse.ArgumentParser:
+    """The options both benchmarks take: --rows (``examples`` names some), --json, --gpu,
+    --before."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--rows", help=f"comma-separated row names ({examples}); default all")
+    parser.add_argument("--json", metavar="FILE", help="write every row's figures here")
+    parser.add_argument("--gpu", default="H100", help="the GPU the search tunes for")
+    parser.add_argument("--before", metavar="FILE",
+                        help="an earlier --json, printed beside this run's figures")
+    return parser
+
+
+def wanted_rows(parser: argparse.ArgumentParser, rows: str | None,
+                known: Sequence[str]) -> list[str]:
+    """The rows ``--rows`` names (all of ``known`` without it); an unknown one ends the run."""
+    wanted = [r.strip() for r in rows.split(",")] if rows else list(known)
+    if unknown := [r for r in wanted if r not in known]:
+        parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
+    return wanted
 
 
 def measure_rows(wanted: Sequence[str], measure: Callable[[str], dict], cells: Cells,

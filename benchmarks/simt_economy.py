@@ -18,10 +18,9 @@ there, an hour or more on busy ones. ``--json`` is written after every row.
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from economy_tables import measure_rows, print_tables
+from economy_tables import arguments, measure_rows, print_tables, wanted_rows
 
 import treduda
 from treduda.errors import BackendUnavailable
@@ -99,18 +98,10 @@ BESIDE = ("row", "FFMA %", "FFMA/LDS", "LDS widths", "FFMA/LDG", "BRA", "int", "
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", help="comma-separated row names (gemm_4096, tccg_01, ...); "
-                                       "default all")
-    parser.add_argument("--json", metavar="FILE", help="write every row's figures here")
-    parser.add_argument("--gpu", default="H100", help="the GPU the search tunes for")
-    parser.add_argument("--before", metavar="FILE",
-                        help="an earlier --json, printed beside this run's figures")
+    parser = arguments(__doc__, "gemm_4096, tccg_01, ...")
     args = parser.parse_args(argv)
     known = rows()
-    wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
-    if unknown := [r for r in wanted if r not in known]:
-        parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
+    wanted = wanted_rows(parser, args.rows, list(known))
     lines = measure_rows(wanted, lambda name: economy(known[name], args.gpu), cells, COLUMNS,
                          args.json)
     name, share, per_ffma = ANCHOR

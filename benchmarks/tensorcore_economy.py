@@ -19,11 +19,10 @@ A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
 
 from __future__ import annotations
 
-import argparse
 import math
 import sys
 
-from economy_tables import measure_rows, print_tables
+from economy_tables import arguments, measure_rows, print_tables, wanted_rows
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 
 import treduda
@@ -131,21 +130,13 @@ BESIDE = ("row", "A sect/req", "B sect/req", "ways", "tile ways", "frags", "nonM
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rows", help="comma-separated row names (gemm_fp16, ..., tccg_01, "
-                                       "...); default all")
-    parser.add_argument("--json", metavar="FILE", help="write every row's figures here")
-    parser.add_argument("--gpu", default="H100", help="the GPU the search tunes for")
+    parser = arguments(__doc__, "gemm_fp16, ..., tccg_01, ...")
     parser.add_argument("--steps", type=int, default=4,
                         help="main-loop iterations the counters emulate (default 4: a "
                              "pipeline's first iterations only copy)")
-    parser.add_argument("--before", metavar="FILE",
-                        help="an earlier --json, printed beside this run's figures")
     args = parser.parse_args(argv)
     known = rows()
-    wanted = [r.strip() for r in args.rows.split(",")] if args.rows else list(known)
-    if unknown := [r for r in wanted if r not in known]:
-        parser.error(f"no row {', '.join(unknown)}; rows are {', '.join(known)}")
+    wanted = wanted_rows(parser, args.rows, list(known))
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, args.steps),
                          cells, COLUMNS, args.json)
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
