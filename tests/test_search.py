@@ -17,7 +17,12 @@ from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.gpus import H100
-from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
+from treduda.tuning.policy import (
+    SEARCH_NODE_BUDGET,
+    SMALL_PROBLEM_BUDGET,
+    reranked,
+    search_version,
+)
 from treduda.tuning.search import QUICK, Searcher, search_program
 from treduda.tuning.search_result import Candidate, SearchStats
 
@@ -135,11 +140,29 @@ def test_a_stale_cache_entry_is_reported_and_searched_again(tmp_path):
     sizes = {"i": 50, "j": 40, "k": 30}
     kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     key = cache.entries()[0].key
-    cache.put(key, {"strategy": "tiled+staged", "params": {"block_x": 3}})
+    cache.put(key, {"strategy": "tiled+staged", "params": {"block_x": 3},
+                    "search": search_version()})
     treduda.api._forget()  # as a new process: this one keeps its kernel
     with pytest.warns(treduda.tuning.cache.CacheWarning, match="block_x=3"):
         again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
     assert again.name == kernel.name
+
+
+def test_a_pick_another_model_made_is_searched_again_unless_it_was_measured(tmp_path):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    sizes = {"i": 50, "j": 40, "k": 30}
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
+    [entry] = cache.entries()
+    assert entry.value["search"] == search_version()
+    other = {"strategy": "tiled", "params": {**kernel.params, "block_x": 1, "block_y": 1},
+             "seconds": 1.0, "measured": None}
+    for search_of, measured, kept in ((None, None, False), ("0.0.1+0123456789abcdef", None, False),
+                                      ("0.0.1+0123456789abcdef", {"seconds": 1e-3}, True)):
+        cache.put(entry.key, {**other, "search": search_of, "measured": measured})
+        treduda.api._forget()  # as a new process
+        again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
+        assert (again.params == other["params"]) is kept, (search_of, measured)
+        assert (cache.entries()[0].value["search"] == search_version()) is not kept
 
 
 def test_refining_re_ranks_by_walking_the_kernel_ir():

@@ -23,7 +23,7 @@ from .kernel import Kernel, generator_version
 from .programs import Plan
 from .run import reference
 from .run.nvcc import cubin, nvcc_available
-from .tuning.cache import installed_version
+from .versions import installed_version
 
 Exportable = Kernel | Plan
 DEFAULT_TARGETS = ("sm_90",)  # the H100 and H200 of the project's GPU sessions

@@ -4,7 +4,6 @@ it. Built by :func:`treduda.compile`; immutable afterwards."""
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.resources
 import math
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from .run import reference
 from .run.device_arrays import cupy_module, first_device_array, like
 from .run.launch import Launch, bind, prepare_all
 from .run.timing import REPEATS, WARMUP, TimedRun, Timing
-from .tuning.cache import installed_version
+from .versions import installed_version, sources_digest
 
 if TYPE_CHECKING:
     import jinja2
@@ -504,14 +503,7 @@ format) and treduda's version, are the code generator's version (:func:`generato
 def generator_version() -> str:
     """treduda's version and a hash of the code generator's sources: a stored kernel made by
     another generator is not found (no version constant to forget to bump)."""
-    digest = hashlib.sha256(Path(__file__).read_bytes())
-    for package in GENERATOR_PACKAGES:
-        folder = importlib.resources.files(package)
-        for source in sorted((f for f in folder.iterdir() if f.name.endswith((".py", ".j2"))),
-                             key=lambda f: f.name):
-            digest.update(f"{package}/{source.name}\n".encode())
-            digest.update(source.read_bytes())
-    return f"{installed_version()}+{digest.hexdigest()[:16]}"
+    return sources_digest(GENERATOR_PACKAGES, Path(__file__).read_bytes())
 
 
 @functools.cache

@@ -12,9 +12,7 @@ process goes on in memory.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import importlib.metadata
 import json
 import math
 import os
@@ -32,6 +30,7 @@ from treduda.errors import TredudaError
 from treduda.frontend.contraction import Contraction
 from treduda.frontend.dtypes import HIGHEST
 from treduda.frontend.identity import Identity
+from treduda.versions import installed_version
 
 if TYPE_CHECKING:
     from treduda.polyhedral.lower import Program
@@ -93,15 +92,6 @@ class CacheWarning(UserWarning):
 def _canonical(data: Any) -> str:
     """One JSON text per value, so equal keys hash equally on every platform and run."""
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
-@functools.cache
-def installed_version() -> str:
-    """treduda's version: kernels from another version may differ, so it is part of every key."""
-    try:
-        return importlib.metadata.version("treduda")
-    except importlib.metadata.PackageNotFoundError:
-        return "(not installed)"
 
 
 # Fields added after keys were first stored, with the value every earlier key meant: a key

@@ -20,6 +20,7 @@ the program and for the kernels of candidates, which it may take from the kernel
 
 from __future__ import annotations
 
+import functools
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +35,7 @@ from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
+from ..versions import sources_digest
 from . import budgets
 from .cache import CacheKey, CacheWarning, TuningCache
 from .gpus import Gpu
@@ -49,6 +51,9 @@ from .search_result import Candidate, SearchResult
 SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests replay it)
 SMALL_PROBLEM_BUDGET = 200
 SMALL_PROBLEM_SECONDS = 0.2  # AO->MO n=16's strided steps took 5 s each in 0.9 s's work
+# The packages whose code decides a search's pick (the model, the search, the strategies'
+# spaces): an unmeasured pick stored by other code is searched again (:func:`search_version`).
+SEARCH_PACKAGES = ("treduda.tuning", "treduda.strategies")
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -108,7 +113,7 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     different winner."""
     key = CacheKey.of_identity(problem.on(gpu.name))
     hit = store.get(key) if store is not None else None
-    if hit is not None and (not measure or hit.get("measured")):
+    if hit is not None and (hit.get("measured") or not measure and _same_search(hit)):
         if _known(hit, generate) or fits(generate.program, hit, key):
             return hit["strategy"], dict(hit["params"])
     seeds = [] if store is None else [value["params"] for value in store.similar(key, SEEDS)
@@ -123,6 +128,19 @@ def tuned(problem: Identity, gpu: Gpu, store: TuningCache | None, measure: bool,
     if in_background:
         check_later(result, generate, store, corrected)
     return result.best.strategy, dict(result.best.params)
+
+
+@functools.cache
+def search_version() -> str:
+    """treduda's version and a hash of the code that searched (:data:`SEARCH_PACKAGES`)."""
+    return sources_digest(SEARCH_PACKAGES)
+
+
+def _same_search(hit: dict) -> bool:
+    """Whether the model and search of this code made the entry ``hit``: a pick the model
+    of another version made is searched again, or a machine's tuning cache would answer with
+    the old model's picks forever (a measured pick is kept: a GPU's time outlives a model)."""
+    return hit.get("search") == search_version()
 
 
 def _known(hit: dict, generate: Generator) -> bool:
@@ -351,7 +369,7 @@ def cache_value(result: SearchResult, by: str, checking: bool = False) -> dict[s
              + (", ptxas's check running" if checking else ""))
     return {"strategy": best.strategy, "params": dict(best.params),
             "seconds": best.prediction.seconds, "binding": best.prediction.binding,
-            "measured": measured, "found": found}
+            "measured": measured, "found": found, "search": search_version()}
 
 
 def remember(store: TuningCache | None, program: Program, result: SearchResult,
