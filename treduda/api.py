@@ -12,22 +12,19 @@ import numpy as np
 from . import strategies
 from .codegen.printer import check_identifiers
 from .determinism import resolve
-from .errors import ArgumentError, DtypeError, ShapeMismatch, StoredDataError, StrategyError
-from .frontend.arguments import check_scalars, check_shapes, check_types
+from .errors import ArgumentError, StoredDataError, StrategyError
+from .frontend.arguments import check_shapes, check_types
 from .frontend.broadcast import Broadcast
 from .frontend.broadcast import resolve as broadcast_of
 from .frontend.contraction import (
     Contraction,
     Shaped,
     analyse,
-    check_arguments,
     infer_sizes,
     resolve_sizes,
 )
 from .frontend.dtypes import (
-    CASTINGS,
     DEFAULT_CASTING,
-    check_cast,
     check_casting,
     check_dtype,
     check_update,
@@ -40,6 +37,7 @@ from .frontend.identity import Identity
 from .frontend.optimize import check_optimize
 from .kernel import Kernel, generator_version
 from .once import once_per_key
+from .operands import call_values, check_names, named_operands, out_array
 from .options import DEFAULT_BUDGET, Options, check_tensor_names, merged_mapping, split_keywords
 from .polyhedral.ast_build import build, check_grid
 from .polyhedral.lower import Program, plan
@@ -47,7 +45,7 @@ from .polyhedral.strategy import DEFAULT_STRATEGY
 from .programs import CompileStep, Plan, statements
 from .run import reference
 from .run.device_arrays import to_numpy
-from .run.launch import bind, checked_operand, require_scalars
+from .run.launch import bind
 from .tuning import policy
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
 from .tuning.gpus import Gpu
@@ -344,37 +342,24 @@ def contract(expr: str, /, *operands: Any, out: Any = None,
     if broadcast is not None:  # '...' expanded, broadcast axes of extent 1 dropped
         expr, operands, values = broadcast.expr, (), broadcast.reshape(operands, values)
     contraction = analyse(expr)
-    _check_names(contraction, operands, values, CONTRACT_KEYWORDS, "contract()", "arrays")
+    check_names(contraction, operands, values, CONTRACT_KEYWORDS, "contract()", "arrays")
     options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract()")
     values = {k: v if k in contraction.scalars else to_numpy(v)  # lists, numbers: as numpy's
-              for k, v in _named(contraction, operands, values,
-                                 ("out", *CONTRACT_OPTIONS)).items()}
+              for k, v in named_operands(contraction, operands, values,
+                                         ("out", *CONTRACT_OPTIONS)).items()}
     arrays = {k: v for k, v in values.items() if k not in contraction.scalars}
     dtypes = {name: array.dtype for name, array in arrays.items()}
     if out is not None:  # numpy computes in the result type of the operands and out
-        dtypes["out"] = _out_array(out).dtype
+        dtypes["out"] = out_array(out).dtype
     computed = compute_dtype(dtypes, [v for k, v in values.items() if k in contraction.scalars]
                              + literal_scalars(t.coefficient for t in contraction.terms))
     dtype = options.dtype or computed
     sizes = infer_sizes(contraction, arrays, empty=True, old_output=out is None)
-    _call_values(contraction, values, out, dtype, options.casting, sizes)  # refused now
+    call_values(contraction, values, out, dtype, options.casting, sizes)  # refused now
     planned = contract_expression(expr, named_shapes={name: array.shape for name, array
                                                       in arrays.items()},
                                   options=options.replace(dtype=dtype))
     return planned(out=out, arrays=values)
-
-
-def _check_names(c: Contraction, operands: tuple, named: Mapping[str, Any],
-                 reserved: tuple[str, ...], where: str, mapping: str,
-                 shapes: bool = False) -> None:
-    """Refuse, before any work, a tensor ``c`` needs (its inputs' ``shapes``; else its
-    values, scalars and old output too) that is named like one of the call's keywords
-    (``reserved``: an option, or ``out``...) unless it is among the ``operands`` given by
-    position or those ``named`` (in the ``mapping`` argument: a keyword that names an option
-    never reaches ``named``); see :func:`~treduda.options.check_tensor_names`."""
-    needed = c.inputs if shapes else c.read_names
-    given = [*list(c.inputs)[: len(operands)], *named]
-    check_tensor_names(needed, given, reserved, where, mapping, positional=True)
 
 
 @dataclass(frozen=True)
@@ -411,10 +396,9 @@ class ContractExpression:
         values = merged_mapping(arrays, values, "arrays")
         if self.broadcast is not None:
             operands, values = (), self.broadcast.reshape(operands, values)
-        _check_names(c, operands, values, CALL_KEYWORDS, "a ContractExpression's call",
-                     "arrays")
-        values = _call_values(c, _named(c, operands, values, CALL_KEYWORDS), out, self.dtype,
-                              casting, self.sizes)
+        check_names(c, operands, values, CALL_KEYWORDS, "a ContractExpression's call", "arrays")
+        values = call_values(c, named_operands(c, operands, values, CALL_KEYWORDS), out,
+                             self.dtype, casting, self.sizes)
         values = {name: self._converted(name, value) for name, value in values.items()}
         if self.kernel is not None:
             result = self.kernel.run(backend=self.backend, casting=casting, arrays=values)
@@ -429,10 +413,10 @@ class ContractExpression:
         return out
 
     def _converted(self, name: str, value: Any) -> Any:
-        """A checked numpy array (:func:`_call_values`) converted to :attr:`dtype` (an int16
-        array for int8 wraps first, as numpy's conversion does), then to the kernel's dtype,
-        which holds every value of it (uint32's bits as int32's); scalars and arrays on a GPU
-        as they are."""
+        """A checked numpy array (:func:`~treduda.operands.call_values`) converted to
+        :attr:`dtype` (an int16 array for int8 wraps first, as numpy's conversion does), then
+        to the kernel's dtype, which holds every value of it (uint32's bits as int32's);
+        scalars and arrays on a GPU as they are."""
         if name not in self.contraction.scalars and isinstance(value, np.ndarray):
             return value.astype(self.dtype, copy=False).astype(kernel_dtype(self.dtype),
                                                                copy=False)
@@ -485,8 +469,8 @@ def contract_expression(expr: str, /, *shapes: tuple[int, ...],
     if broadcast is not None:
         expr, shapes, named_shapes = broadcast.expr, (), {**named_shapes, **broadcast.planned}
     contraction = analyse(expr)
-    _check_names(contraction, shapes, named_shapes, EXPRESSION_KEYWORDS,
-                 "contract_expression()", "named_shapes", shapes=True)
+    check_names(contraction, shapes, named_shapes, EXPRESSION_KEYWORDS,
+                "contract_expression()", "named_shapes", shapes=True)
     options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract_expression()")
     incremental = resolve_tune(options.tune, options.backend) == INCREMENTAL
     if options.tune == INCREMENTAL and (options.strategy is not None
@@ -494,7 +478,7 @@ def contract_expression(expr: str, /, *shapes: tuple[int, ...],
         raise ArgumentError("tune='incremental' times the search's candidates; leave "
                             "strategy and params out, or pass tune='model'")
     check_optimize(options.optimize, contraction)
-    named = _named(contraction, shapes, named_shapes, CONTRACT_OPTIONS)
+    named = named_operands(contraction, shapes, named_shapes, CONTRACT_OPTIONS)
     check_shapes(named)
     dtype = options.dtype or "float32"
     computed = kernel_dtype(dtype)
@@ -675,64 +659,6 @@ def _kept_plan(request: _Request, options: Options) -> Plan:
     searched otherwise)."""
     return Plan(request.contraction.source, _step_compiler(options), options=options,
                 sizes=request.sizes)
-
-
-def _named(contraction: Contraction, operands: tuple, values: dict[str, Any],
-           options: tuple[str, ...]) -> dict[str, Any]:
-    """Positional ``operands`` by their tensor's name, with ``values``, every name checked."""
-    names = list(contraction.inputs)
-    if len(operands) > len(names):
-        raise ArgumentError(f"{len(operands)} arrays given but the expression has "
-                            f"{len(names)} input tensor(s): {', '.join(names)}")
-    named = dict(zip(names[: len(operands)], operands, strict=True))
-    doubled = sorted(set(named) & set(values))
-    if doubled:
-        raise ArgumentError(f"{', '.join(doubled)} given both by position and by name")
-    check_arguments(contraction, values, options)
-    check_scalars(contraction.scalars, values)
-    return {**named, **values}
-
-
-def _call_values(c: Contraction, values: dict[str, Any], out: Any, dtype: str, casting: str,
-                 sizes: Mapping[str, int]) -> dict[str, Any]:
-    """A call's ``values`` by name, each checked and converted as numpy.einsum takes it
-    (:func:`~treduda.run.launch.checked_operand`: lists and numbers as ``numpy.asarray``
-    converts them, refused where ``casting`` does not convert them to ``dtype``), with ``out``
-    where ``c`` uses the old values of its output; ``out`` checked by numpy's rules
-    (:func:`_check_out`); MissingArray for a scalar not given. contract() calls it before it
-    plans, so that nothing is searched or compiled for a call that is refused."""
-    require_scalars(c, values)
-    if out is not None:
-        if c.output in values:
-            raise ArgumentError(f"pass the output {c.output} as {c.output}= or as out=, "
-                                "not both")
-        _check_out(out, tuple(sizes[i] for i in c.output_indices), dtype, casting)
-        if c.reads_output or c.op != "=":
-            values = {**values, c.output: out}  # its old values are used
-    return {name: checked_operand(name, value, dtype, casting, scalar=name in c.scalars)
-            for name, value in values.items()}
-
-
-def _out_array(out: Any) -> Any:
-    """``out`` if it is an array (numpy's, or one with a shape and a dtype)."""
-    if not hasattr(out, "shape") or not hasattr(out, "dtype"):
-        raise ArgumentError(f"out must be an array, got {type(out).__name__}")
-    return out
-
-
-def _check_out(out: Any, shape: tuple[int, ...], dtype: str, casting: str) -> None:
-    """numpy.einsum's rules for ``out``: an array of the output's shape whose dtype and the
-    result's ``dtype`` cast to each other under ``casting`` (numpy reads ``out`` in the
-    result's dtype and writes it back: with ``dtype=float32``, a float64 ``out`` needs
-    ``casting="same_kind"``)."""
-    if tuple(_out_array(out).shape) != shape:
-        raise ShapeMismatch(f"out has shape {tuple(out.shape)} but the output has shape {shape}")
-    if not np.can_cast(dtype, out.dtype, casting):
-        needed = next(c for c in CASTINGS if np.can_cast(dtype, out.dtype, c))
-        raise DtypeError(f"out has dtype {out.dtype}, to which the result's {dtype} does not "
-                         f"cast under casting={casting!r}; pass an out of dtype {dtype} or "
-                         f"wider, or casting={needed!r} to convert it as numpy does")
-    check_cast("out", out, dtype, casting)  # numpy reads it in the result's dtype
 
 
 def tuning_search(program: Program, gpu: str | Gpu, measure: bool = False,
