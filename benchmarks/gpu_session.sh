@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One GPU session's measurements on bundles (issue 41): everything is searched and generated
 # here, and the GPU machine (no islpy, no network, ~10 minutes a command, at most 8 files back)
-# only loads the bundles' sm_90 cubins (or compiles their CUDA sources with NVRTC, in
-# parallel, where a bundle holds none for its GPU) and times them beside
-# torch.einsum and cupy.einsum, appending a JSON line per kernel as it is measured.
+# only compiles the bundles' CUDA sources with NVRTC, in parallel (prepare leaves out cubins:
+# nvcc here cost 1.5-4 s a kernel on two shared cores; a bundle's cubins for the GPU's
+# architecture are loaded instead where it holds them), and times them beside torch.einsum
+# and cupy.einsum, appending a JSON line per kernel as it is measured.
 #
 # Here, once (searches on a local Dask cluster; a rerun reuses the tuning cache):
 #   benchmarks/gpu_session.sh prepare            # every suite -> .bundles/NN_name.zip
