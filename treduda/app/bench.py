@@ -96,6 +96,7 @@ class Outcome(RowRecord):
     nodes_visited: int | None = None
     search_complete: bool | None = None
     generate_seconds: float | None = None
+    rivals_seconds: float | None = None  # generating the rivals at full size
     kernel: str | None = None
     registers: int | None = None
     spill_bytes: int | None = None
@@ -127,6 +128,12 @@ class Outcome(RowRecord):
 
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
+
+    @property
+    def seconds(self) -> float:
+        """The row's time: search, generation of the pick and rivals, verification."""
+        return sum(t or 0.0 for t in (self.search_seconds, self.generate_seconds,
+                                      self.rivals_seconds, self.verify_seconds))
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -251,9 +258,11 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0,
         outcome.blocks, outcome.waves = launched.blocks, launched.waves
         outcome.points_per_thread = launched.output_points_per_thread
         stage = "generate rivals"
+        started = time.perf_counter()
         for rival in outcome.rivals or ():
             compile(row.expression, row.sizes, strategy=rival["strategy"],
                     params=rival["params"], **options)
+        outcome.rivals_seconds = time.perf_counter() - started if rivals else None
 
         if verify:
             stage = "verify"
