@@ -1,16 +1,19 @@
 """The GPU session's JSON lines (`treduda bench --bundle FILE --gpu-time --jsonl`, written by
-benchmarks/gpu_session.sh) as Markdown tables, and as the input of the model's fidelity tool.
+benchmarks/gpu_session.sh) as Markdown tables, and as the input of the model's fidelity tool;
+the one writer of the README's measured table.
 
     python benchmarks/gpu_report.py results.jsonl [more.jsonl] [--markdown report.md]
                                     [--fidelity fidelity.json]
-    python benchmarks/gpu_report.py benchmarks/data/h200_measured_2026-11-26.json
+    python benchmarks/gpu_report.py --readme benchmarks/data/h200_measured_2026-11-26.json
 
 One table per group of picks (suite, dtype, precision): treduda's time and its spread over the
 interleaved rounds, torch.einsum's and cupy.einsum's likewise, the ratios (the library's time
 over treduda's: above 1, treduda is faster) and GFLOP/s; then the rivals beside their picks
 (predicted and measured: the model's ranking), the programs, the NVRTC compile times and the
 failed entries. ``--fidelity`` writes the rows as ``benchmarks/model_fidelity.py --data``
-reads them. Needs only the standard library, so it runs on the GPU machine too.
+reads them. ``--readme`` prints the short table README.md holds between its ``gpu-table``
+markers (tests/test_readme.py checks that the two are the same). Needs only the standard
+library, so it runs on the GPU machine too.
 """
 
 from __future__ import annotations
@@ -51,18 +54,49 @@ def read(paths: Iterable[str]) -> list[dict[str, Any]]:
 
 def earlier(data: dict[str, Any]) -> list[dict[str, Any]]:
     """The rows of a `treduda bench --gpu-time --json` file (one timing per kernel, no
-    rounds) as JSON lines: each pick, then its rivals (``id~n``)."""
+    rounds) as JSON lines: the GEMM 4096³ kernels (``gemm4096``: the search's pick, then
+    variants), each row's pick, then its rivals (``id~n``), and the rows a run's log kept
+    (``rows_from_log``: the ratio to torch.einsum and the rivals' times), where it has them."""
+    common = {"kind": "kernel", "status": "ok", "device": data.get("device", "?"),
+              "date": data.get("date"), "bundle": data.get("suite", "?")}
     lines = []
+    for rank, timed in enumerate(data.get("gemm4096", ())):
+        lines.append({**common, **timed, "suite": "gemm", "id": "gemm_4096",
+                      "name": f"gemm_4096 ({timed['label']})", "rank": rank,
+                      "role": "variant" if rank else "pick",
+                      "precision": timed.get("precision") or "highest",
+                      "treduda_spread": timed.get("spread"),
+                      "predicted_seconds": _seconds(timed.get("predicted_ms"))})
     for row in data["rows"]:
         for rank, timed in enumerate((row, *(row.get("rivals") or ()))):
-            lines.append({**timed, "kind": "kernel", "name": row["id"],
-                          "id": row["id"].partition("~")[0], "rank": rank,
+            lines.append({**common, **_oldest(timed), "name": row["id"], "rank": rank,
+                          "id": row["id"].partition("~")[0],
                           "role": "rival" if rank else "pick",
-                          "device": data.get("device", "?"), "bundle": data.get("suite", "?"),
                           "precision": timed.get("precision", "highest"),
                           "treduda_spread": timed.get("spread"),
                           "predicted_seconds": _seconds(timed.get("predicted_ms"))})
+    first = data["rows"][0] if data["rows"] else {}  # the log's rows are the same suite's
+    for row in data.get("rows_from_log", ()):
+        known = {"suite": first.get("suite", "?"), "id": row["id"],
+                 "dtype": first.get("dtype", "?"),
+                 "precision": first.get("precision") or "highest", "from_log": True}
+        lines.append({**common, **known, "name": row["id"], "rank": 0, "role": "pick",
+                      "ratio_torch": row["ratio_torch"]})
+        lines += [{**common, **known, "name": f"{row['id']}~{rank}", "rank": rank,
+                   "role": "rival", "treduda_ms": ms}
+                  for rank, ms in enumerate(row.get("rival_ms") or (), 1)]
     return lines
+
+
+def _oldest(row: dict[str, Any]) -> dict[str, Any]:
+    """A row of the oldest such files (benchmarks/data/h100_measured.json: ``measured_ms``,
+    ``torch_einsum_ms``, no status) in the later fields."""
+    if "measured_ms" not in row:
+        return row
+    treduda, torch = row["measured_ms"], row.get("torch_einsum_ms")
+    return {"status": "ok" if row.get("verified") else "failed", "stage": "verify",
+            "error": "not verified", **row, "treduda_ms": treduda, "torch_ms": torch,
+            "ratio_torch": torch / treduda if torch and treduda else None}
 
 
 def _seconds(milliseconds: float | None) -> float | None:
@@ -84,12 +118,74 @@ def table(columns: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
 
 
 def _pick_cells(line: dict[str, Any]) -> list[str]:
-    return [line.get("id") or line["name"], f"`{line['expression']}`",
+    return [line.get("id") or line["name"], _code(line.get("expression")),
             number(line.get("treduda_ms"), ".4f"), number(line.get("treduda_spread"), ".1%"),
             number(line.get("torch_ms"), ".4f"), number(line.get("torch_spread"), ".1%"),
             number(line.get("cupy_ms"), ".4f"), number(line.get("cupy_spread"), ".1%"),
             number(line.get("ratio_torch"), ".2f"), number(line.get("ratio_cupy"), ".2f"),
             number(line.get("gflops"), ".0f")]
+
+
+def _code(expression: str | None) -> str:
+    return "-" if expression is None else f"`{expression}`"
+
+
+def timing(lines: Sequence[dict[str, Any]]) -> str:
+    """How the kernels were timed: the session's interleaved rounds or one timing each."""
+    return ("median of 3 interleaved rounds; spread = (slowest - fastest) / median of the "
+            "rounds" if any("treduda_runs_ms" in x for x in lines) else
+            "one timing per kernel and library; spread = (slowest - fastest) / median of "
+            "treduda's launches")
+
+
+def groups(lines: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
+    """The verified and timed picks by (suite, dtype, precision), in the order they came."""
+    found: dict[tuple, list[dict[str, Any]]] = {}
+    for line in lines:
+        if (line.get("kind"), line.get("status"), line.get("role", "pick")) == (
+                "kernel", "ok", "pick"):
+            key = (line.get("suite") or line["bundle"], line["dtype"], line["precision"])
+            found.setdefault(key, []).append(line)
+    return found
+
+
+def _title(suite: str, dtype: str, precision: str) -> str:
+    return f"{suite} ({dtype}{'' if precision == 'highest' else ', ' + precision})"
+
+
+def readme(lines: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
+    """The README's table: per group of picks beside torch.einsum (a ratio is torch.einsum's
+    time over treduda's: above 1, treduda is faster), its one row, or its best row and the
+    geometric means over the rows timed in full and over every row with a ratio."""
+    rows = [["contraction", "treduda ms", "torch.einsum ms", "torch / treduda"],
+            ["---", "---:", "---:", "---:"]]
+    for key, members in groups(lines).items():
+        title = _title(*key)
+        rated = [x for x in members if x.get("ratio_torch")]
+        timed = [x for x in rated if x.get("treduda_ms") is not None]
+        if len(members) == 1 and timed:
+            rows.append([f"{title} {members[0]['id']}", *_times(timed[0])])
+            continue
+        if not timed:
+            continue
+        best = max(timed, key=lambda x: x["ratio_torch"])
+        rows.append([f"{title} {best['id']} {_code(best.get('expression'))}, the best row",
+                     *_times(best)])
+        for label, chosen in (("timed in full", timed), ("with a ratio", rated)):
+            if chosen is timed or len(rated) > len(timed):
+                ratio = geometric_mean([x["ratio_torch"] for x in chosen])
+                rows.append([f"{title}: geometric mean of the {len(chosen)} rows {label}", "",
+                             "", f"{number(ratio, '.2f')}x"])
+    devices = sorted({x["device"].split(" (")[0] for x in lines if "device" in x})
+    dates = sorted({x["date"] for x in lines if x.get("date")})
+    return "\n".join(["| " + " | ".join(row) + " |" for row in rows] + [
+        "", f"{', '.join(devices)}, {', '.join(dates) or 'undated'}: {timing(lines)}; "
+        + ", ".join(f"`{source}`" for source in sources) + "."]) + "\n"
+
+
+def _times(line: dict[str, Any]) -> list[str]:
+    return [number(line.get("treduda_ms"), ".3f"), number(line.get("torch_ms"), ".3f"),
+            f"{number(line.get('ratio_torch'), '.2f')}x"]
 
 
 def markdown(lines: Sequence[dict[str, Any]]) -> str:
@@ -98,20 +194,11 @@ def markdown(lines: Sequence[dict[str, Any]]) -> str:
     measured = [x for x in lines if x.get("kind") in ("kernel", "program")]
     ok = [x for x in measured if x["status"] == "ok"]
     devices = sorted({x["device"] for x in measured})
-    method = ("median of 3 interleaved rounds; spread = (slowest - fastest) / median of the "
-              "rounds" if any("treduda_runs_ms" in x for x in measured) else
-              "one timing per kernel and library; spread = (slowest - fastest) / median of "
-              "treduda's launches")
     out = [f"Measured on {', '.join(devices) or 'nothing'}: {len(ok)} of {len(measured)} "
-           f"entries verified and timed ({method})."]
+           f"entries verified and timed ({timing(measured)})."]
     picks = [x for x in ok if x["kind"] == "kernel" and x.get("role", "pick") == "pick"]
-    groups: dict[tuple, list[dict[str, Any]]] = {}
-    for line in picks:
-        key = (line.get("suite") or line["bundle"], line["dtype"], line["precision"])
-        groups.setdefault(key, []).append(line)
-    for (suite, dtype, precision), members in groups.items():
-        out += ["", f"### {suite} ({dtype}{'' if precision == 'highest' else ', ' + precision})",
-                ""]
+    for key, members in groups(ok).items():
+        out += ["", f"### {_title(*key)}", ""]
         out += table(PICK_COLUMNS, [_pick_cells(x) for x in members])
         means = []
         for library in ("torch", "cupy"):
@@ -181,12 +268,18 @@ def fidelity(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("jsonl", nargs="+", help="JSON-lines files of the GPU session")
+    parser.add_argument("jsonl", nargs="+", help="JSON-lines files of the GPU session, or "
+                        "`treduda bench --gpu-time --json` files as benchmarks/data/ keeps them")
     parser.add_argument("--markdown", metavar="FILE", help="write the tables here (else print)")
     parser.add_argument("--fidelity", metavar="FILE",
                         help="write the input of benchmarks/model_fidelity.py --data here")
+    parser.add_argument("--readme", action="store_true",
+                        help="print only the README's table (between its gpu-table markers)")
     args = parser.parse_args(argv)
     lines = read(args.jsonl)
+    if args.readme:
+        print(readme(lines, args.jsonl), end="")
+        return 0
     text = markdown(lines)
     if args.markdown:
         with open(args.markdown, "w") as stream:

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One GPU session's measurements on bundles (issue 41): everything is searched and generated
 # here, and the GPU machine (no islpy, no network, ~10 minutes a command, at most 8 files back)
-# only loads the bundles' sm_90 cubins (or compiles their CUDA sources with NVRTC, in
-# parallel, where a bundle holds none for its GPU) and times them beside
-# torch.einsum and cupy.einsum, appending a JSON line per kernel as it is measured.
+# only compiles the bundles' CUDA sources with NVRTC, in parallel (prepare leaves out cubins:
+# nvcc here cost 1.5-4 s a kernel on two shared cores; a bundle's cubins for the GPU's
+# architecture are loaded instead where it holds them), and times them beside torch.einsum
+# and cupy.einsum, appending a JSON line per kernel as it is measured.
 #
 # Here, once (searches on a local Dask cluster; a rerun reuses the tuning cache):
 #   benchmarks/gpu_session.sh prepare            # every suite -> .bundles/NN_name.zip
-#   benchmarks/gpu_session.sh prepare gemm tccg_fp16   # only the bundles named
+#   benchmarks/gpu_session.sh prepare gemm tccg_fp16 programs  # only the bundles named
 # There (the device tool's `run`, carrying .bundles; numpy, ml_dtypes, CuPy and torch are there):
 #   bash benchmarks/gpu_session.sh run
 #   -> $OUT/results.jsonl, $OUT/session.log, $OUT/report.md (3 files)
@@ -20,51 +21,51 @@ ROOT=$(pwd)
 BUNDLES=$ROOT/.bundles
 PYTHON=${PYTHON:-python3}
 
-# The bundles in the order of their value: name, then `treduda bench` options (one line each).
-# GEMM 4096^3 in every precision, TCCG in fp16 and fp32 (picks and 2 rivals: the model's
+# The bundles in the order of their value: file name, then `treduda bench` options (one line
+# each). GEMM 4096^3 in every precision, TCCG in fp16 and fp32 (picks and 2 rivals: the model's
 # calibration), bf16, tf32, the CCSD rows in fp64, the tc and tapp suites; then the programs
 # (the AO->MO transform and a chain), exported with `treduda export`.
 plan() {
   cat <<'EOF'
-gemm --suite gemm --ids gemm_4096
-gemm_fp16 --suite gemm_fp16 --ids gemm_4096
-gemm_bf16 --suite gemm_bf16 --ids gemm_4096
-gemm_tf32 --suite gemm_tf32 --ids gemm_4096
-gemm_3xtf32 --suite gemm --ids gemm_4096 --precision 3xtf32
-gemm_fp64 --suite gemm --ids gemm_4096 --dtype float64
-tccg_fp16 --suite tccg_fp16 --rivals 0
-tccg_fp32 --suite tccg_fp32 --rivals 2
-tccg_bf16 --suite tccg_bf16 --rivals 0
-tccg_tf32 --suite tccg_tf32 --rivals 0
-ccsd_fp64 --suite tccg_fp64 --rivals 0 --ids CCSD
-tc --suite tc --rivals 0
-tapp --suite tapp --rivals 0
+01_gemm --suite gemm --ids gemm_4096
+02_gemm_fp16 --suite gemm_fp16 --ids gemm_4096
+03_gemm_bf16 --suite gemm_bf16 --ids gemm_4096
+04_gemm_tf32 --suite gemm_tf32 --ids gemm_4096
+05_gemm_3xtf32 --suite gemm --ids gemm_4096 --precision 3xtf32
+06_gemm_fp64 --suite gemm --ids gemm_4096 --dtype float64
+07_tccg_fp16 --suite tccg_fp16 --rivals 0
+08_tccg_fp32 --suite tccg_fp32 --rivals 2
+09_tccg_bf16 --suite tccg_bf16 --rivals 0
+10_tccg_tf32 --suite tccg_tf32 --rivals 0
+11_ccsd_fp64 --suite tccg_fp64 --rivals 0 --ids CCSD
+12_tc --suite tc --rivals 0
+13_tapp --suite tapp --rivals 0
 EOF
 }
 
+# Every bundle of the plan (or those named, by name without its number) in one
+# `treduda bench --export FOLDER --plan -`: all their rows searched together on one local
+# cluster of $WORKERS (2) processes, the picks not checked on PoCL here (the GPU run checks
+# every entry at full size) and no cubins (the GPU's machine compiles the sources with NVRTC,
+# in parallel, inside the session's time); a rerun takes every row a bundle holds from it.
+# It prints each bundle's kernels, size and time; then the programs, and the folder's sizes.
 prepare() {
   mkdir -p "$BUNDLES"
-  local number=0 name options workers=${WORKERS:-2}
-  while read -r name options; do
-    number=$((number + 1))
-    [ $# -gt 0 ] && [[ " $* " != *" $name "* ]] && continue
-    local out
-    out=$BUNDLES/$(printf %02d $number)_$name.zip
-    if [[ $options == *"--ids CCSD"* ]]; then  # the rows whose source names CCSD
-      options=${options/--ids CCSD/--ids $(awk -F'\t' 'tolower($4) ~ /ccsd/ {print $1}' \
-        treduda/suites/tccg_fp64.tsv | paste -sd,)}
-    fi
-    local started=$SECONDS
-    # shellcheck disable=SC2086
-    "$PYTHON" -m treduda.app.cli bench $options --workers "$workers" --export "$out" \
-      || echo "prepare: $name FAILED (see above)"
-    echo "prepare: $name in $((SECONDS - started)) s"
-  done < <(plan)
+  local ccsd started=$SECONDS
+  ccsd=$(awk -F'\t' 'tolower($4) ~ /ccsd/ {print $1}' treduda/suites/tccg_fp64.tsv | paste -sd,)
+  plan | while read -r name options; do
+    [ $# -gt 0 ] && [[ " $* " != *" ${name#*_} "* ]] && continue
+    echo "$name ${options/--ids CCSD/--ids $ccsd}"  # the rows whose source names CCSD
+  done | "$PYTHON" -m treduda.app.cli bench --export "$BUNDLES" --plan - \
+    --workers "${WORKERS:-2}" --no-verify || echo "prepare: FAILED (see above)"
   if [ $# -eq 0 ] || [[ " $* " == *" programs "* ]]; then
+    local begun=$SECONDS
     "$PYTHON" -m treduda.app.cli export "pqrs,pi,qj,rk,sl->ijkl" "ij,jk,kl->il" \
       -s p=96 -s q=96 -s r=96 -s s=96 -s i=64 -s j=64 -s k=64 -s l=64 \
-      -o "$BUNDLES/$(printf %02d $((number + 1)))_programs.zip"
+      -o "$BUNDLES/$(printf %02d $(($(plan | wc -l) + 1)))_programs.zip"
+    echo "prepare: programs in $((SECONDS - begun)) s"
   fi
+  echo "prepare: $((SECONDS - started)) s in all"
   "$PYTHON" - "$BUNDLES" <<'EOF'
 import json, pathlib, sys, zipfile
 total = 0

@@ -6,6 +6,7 @@ and into the fidelity tool's input."""
 
 from __future__ import annotations
 
+import importlib.util
 import io
 import json
 import os
@@ -20,7 +21,9 @@ import pytest
 import treduda
 from treduda.app import cli, fidelity
 from treduda.app.bench import Case
-from treduda.app.bench_export import export_suite
+from treduda.app.bench_cli import planned
+from treduda.app.bench_export import Planned, export_suite, export_suites
+from treduda.errors import TredudaError
 from treduda.run.cuda import gpu_present
 from treduda.suites import Row
 
@@ -137,3 +140,65 @@ def test_the_report_renders_the_earlier_gpu_benchmarks_data():
     assert "### tccg_fp32 (float32)" in done.stdout
     assert "Geometric mean: torch.einsum" in done.stdout
     assert "| tccg_fp32/tccg_01~1 |" in done.stdout  # a rival beside its pick
+
+
+def test_a_plan_names_each_bundle_and_its_rows_and_rivals(tmp_path):
+    bundles = planned(["# comment", "", "07_tccg_fp16 --suite tccg_fp16 --rivals 0 --limit 3",
+                       "08_tccg_fp32 --suite tccg_fp32 --ids tccg_02,tccg_05",
+                       "05_gemm_3xtf32 --suite gemm --ids gemm_4096 --precision 3xtf32"],
+                      tmp_path)
+    assert [b.path.name for b in bundles] == ["07_tccg_fp16.zip", "08_tccg_fp32.zip",
+                                              "05_gemm_3xtf32.zip"]
+    assert [b.rivals for b in bundles] == [0, 2, 2]  # --export's default: 2 rivals
+    assert [c.row.id for c in bundles[1].cases] == ["tccg_02", "tccg_05"]
+    assert {c.dtype for c in bundles[0].cases} == {"float16"} and len(bundles[0].cases) == 3
+    assert bundles[2].cases[0].precision == "3xtf32"
+    with pytest.raises(TredudaError, match="plan line 'x --suite nothing'"):
+        planned(["x --suite nothing"], tmp_path)
+
+
+def test_bundles_of_a_plan_are_searched_together_without_pocl_or_cubins(tmp_path):
+    """`--no-verify` leaves the check to the GPU run; without --cubins NVRTC compiles there."""
+    first, second = (Planned(tmp_path / f"{n}.zip", (Case(row, "float32", "mini"),), rivals)
+                     for n, row, rivals in (("a", ROWS[0], 1), ("b", ROWS[1], 0)))
+    log = io.StringIO()
+    manifests = export_suites([first, second], verify=False, log=log)
+    assert [sorted(m["kernels"]) for m in manifests] == [
+        ["mini/gemm_small", "mini/gemm_small~1"], ["mini/tccg_small"]]
+    assert all(m["targets"] == [] and not any(k["cubins"] for k in m["kernels"].values())
+               for m in manifests)
+    pick = manifests[0]["kernels"]["mini/gemm_small"]["metadata"]
+    assert pick["verified_scaled_on_pocl"] is False and pick["rivals"] == 1
+    assert "searched 2 row(s)" in log.getvalue() and "] gemm_small ... done" in \
+        log.getvalue()
+    assert f"wrote {second.path}: 1 kernel(s) of 1 row(s)" in log.getvalue()
+
+
+def test_the_readme_table_from_session_lines_shows_a_groups_one_row_or_best_and_means():
+    report = _gpu_report()
+    line = {"kind": "kernel", "status": "ok", "role": "pick", "device": "GPU X (driver 1)",
+            "dtype": "float16", "precision": "highest", "bundle": "b",
+            "treduda_runs_ms": [1.0]}
+    lines = [{**line, "suite": "gemm_fp16", "id": "gemm_4096", "treduda_ms": 2.0,
+              "expression": "C[i,j]=A[i,k]*B[k,j]", "torch_ms": 1.0, "ratio_torch": 0.5},
+             *({**line, "suite": "tccg_fp16", "id": f"tccg_0{n}", "expression": "E",
+                "treduda_ms": 1.0, "torch_ms": ratio, "ratio_torch": ratio}
+               for n, ratio in ((1, 4.0), (2, 1.0))),
+             {**line, "suite": "tccg_fp16", "id": "tccg_03", "status": "FAILED"},
+             {**line, "suite": "tccg_fp16", "id": "tccg_04", "role": "rival",
+              "treduda_ms": 9.0, "ratio_torch": 9.0}]
+    table = report.readme(lines, ["results.jsonl"]).splitlines()
+    assert table[2] == "| gemm_fp16 (float16) gemm_4096 | 2.000 | 1.000 | 0.50x |"
+    assert table[3].startswith("| tccg_fp16 (float16) tccg_01 `E`, the best row | 1.000 |")
+    assert table[4] == ("| tccg_fp16 (float16): geometric mean of the 2 rows timed in full "
+                        "|  |  | 2.00x |")
+    assert len(table) == 7 and table[6].startswith("GPU X, undated: median of 3 interleaved")
+    assert table[6].endswith("`results.jsonl`.")
+
+
+def _gpu_report():
+    spec = importlib.util.spec_from_file_location("gpu_report",
+                                                  ROOT / "benchmarks" / "gpu_report.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module

@@ -29,12 +29,18 @@ def test_the_two_commands_are_the_ones_ci_runs():
         assert command in ci
 
 
-def test_the_gpu_table_is_the_scripts_output():
-    table = re.search(r"<!-- gpu-table.*?-->\n(.*?)\n<!-- /gpu-table -->", README, re.DOTALL)
-    written = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "readme_table.py")],
-                             capture_output=True, text=True, check=True).stdout
-    assert table and table.group(1) == written.rstrip("\n"), \
-        "run `python benchmarks/readme_table.py` and paste its table into README.md"
+def test_the_gpu_table_is_the_reports_output_from_the_data_files_it_names():
+    """benchmarks/gpu_report.py is the one writer of the table, from the files in
+    benchmarks/data/ that the marker's command names."""
+    found = re.search(r"<!-- gpu-table: written by `python (benchmarks/gpu_report.py --readme "
+                      r"(?:benchmarks/data/\S+ ?)+)`.*?-->\n(.*?)\n<!-- /gpu-table -->", README,
+                      re.DOTALL)
+    assert found, "README.md's gpu-table marker names no gpu_report.py --readme command"
+    command, table = found.groups()
+    written = subprocess.run([sys.executable, *command.split()], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout
+    assert table == written.rstrip("\n"), f"run `python {command}` and paste its table"
+    assert "geometric mean" in table and "gemm_4096" in table
 
 
 def test_the_links_resolve():

@@ -96,6 +96,7 @@ class Outcome(RowRecord):
     nodes_visited: int | None = None
     search_complete: bool | None = None
     generate_seconds: float | None = None
+    rivals_seconds: float | None = None  # generating the rivals at full size
     kernel: str | None = None
     registers: int | None = None
     spill_bytes: int | None = None
@@ -127,6 +128,12 @@ class Outcome(RowRecord):
 
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
+
+    @property
+    def seconds(self) -> float:
+        """The row's time: search, generation of the pick and rivals, verification."""
+        return sum(t or 0.0 for t in (self.search_seconds, self.generate_seconds,
+                                      self.rivals_seconds, self.verify_seconds))
 
     def to_dict(self) -> dict[str, Any]:
         record = asdict(self)
@@ -167,37 +174,46 @@ def chosen(cases: list[Case], where: str, ids: Sequence[str] | None = None,
 
 def bench(cases: Sequence[Case], *, gpu: str | Gpu = "H100",
           max_nodes: int = BENCH_MAX_NODES, nvcc: bool | None = None,
-          log: TextIO | None = None, rivals: int = 0, workers: int | None = None,
-          scheduler: str | None = None) -> list[Outcome]:
+          log: TextIO | None = None, rivals: int | Sequence[int] = 0,
+          workers: int | None = None, scheduler: str | None = None,
+          verify: bool = True) -> list[Outcome]:
     """Run every case (progress on ``log``), then ask nvcc about the full-size kernels.
 
-    With ``workers`` or ``scheduler`` the cases run in parallel on a Dask cluster, as
-    ``treduda tune`` runs them (:func:`~treduda.tuning.parallel.run_parallel`)."""
+    ``rivals`` is one count for every case or a count per case. With ``workers`` or
+    ``scheduler`` the cases run in parallel on a Dask cluster, as ``treduda tune`` runs them
+    (:func:`~treduda.tuning.parallel.run_parallel`)."""
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
+    counts = [rivals] * len(cases) if isinstance(rivals, int) else list(rivals)
     if workers or scheduler:
-        job = functools.partial(run_case, gpu=target, max_nodes=max_nodes, rivals=rivals)
-        results = run_parallel(job, cases, workers=workers or 1, scheduler=scheduler,
-                               label="bench", log=log)
+        job = functools.partial(_run_job, gpu=target, max_nodes=max_nodes, verify=verify)
+        results = run_parallel(job, list(zip(cases, counts, strict=True)), workers=workers or 1,
+                               scheduler=scheduler, label="bench", log=log)
         outcomes = [o if isinstance(o, Outcome) else lost(c, o)
                     for c, o in zip(cases, results, strict=True)]
     else:
-        outcomes = [_run_logged(number, case, cases, target, max_nodes, rivals, log)
-                    for number, case in enumerate(cases, 1)]
+        outcomes = [_run_logged(number, case, cases, target, max_nodes, count, log, verify)
+                    for number, (case, count) in enumerate(zip(cases, counts, strict=True), 1)]
     if nvcc_available() if nvcc is None else nvcc:
         add_nvcc_reports(outcomes, target, log)
-    else:
+    elif nvcc is None:  # not asked for (nvcc=False) is no news
         print("nvcc is not installed: no registers or spills", file=log)
     return outcomes
 
 
+def _run_job(job: tuple[Case, int], gpu: Gpu, max_nodes: int, verify: bool) -> Outcome:
+    """:func:`run_case` of a (case, rivals) job on a cluster's worker."""
+    case, rivals = job
+    return run_case(case, gpu, max_nodes, rivals, verify)
+
+
 def _run_logged(number: int, case: Case, cases: Sequence[Case], target: Gpu, max_nodes: int,
-                rivals: int, log: TextIO) -> Outcome:
+                rivals: int, log: TextIO, verify: bool) -> Outcome:
     """:func:`run_case`, with a line on ``log`` that says which row it is and how it went."""
     print(f"[{number}/{len(cases)}] {case.name} ...", end="", file=log, flush=True)
     started = time.perf_counter()
-    outcome = run_case(case, target, max_nodes, rivals)
-    verdict = "FAILED" if outcome.error else "verified"
+    outcome = run_case(case, target, max_nodes, rivals, verify)
+    verdict = "FAILED" if outcome.error else "verified" if verify else "done"
     print(f" {verdict} ({time.perf_counter() - started:.1f} s)", file=log, flush=True)
     return outcome
 
@@ -207,18 +223,23 @@ def lost(case: Case, failed: Failed) -> Outcome:
     return Outcome.of(case, stage="worker", error=failed.error)
 
 
-def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
-    """Search at full size, generate the winner at full size, verify it scaled down; record
-    the winner's ``rivals`` best rivals (:meth:`~treduda.tuning.search_result.SearchResult.rivals`).
+def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0,
+             verify: bool = True) -> Outcome:
+    """Search at full size, generate the winner at full size, verify it scaled down (unless
+    not ``verify``); record the winner's ``rivals`` best rivals
+    (:meth:`~treduda.tuning.search_result.SearchResult.rivals`) and generate them at full size
+    too, here: the kernel store keeps them for whoever times or exports them next (another
+    process than this cluster worker, often).
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row
     outcome = Outcome.of(case)
     stage = "search"
+    options = {"dtype": case.dtype, "layout": row.layout, "precision": case.precision}
     try:
         started = time.perf_counter()
-        result = search(row.expression, row.sizes, gpu, dtype=case.dtype, layout=row.layout,
-                        max_nodes=max_nodes, check=True, precision=case.precision)
+        result = search(row.expression, row.sizes, gpu, max_nodes=max_nodes, check=True,
+                        **options)
         record_search(outcome, result, time.perf_counter() - started)
         best = result.best
         if rivals:
@@ -228,17 +249,24 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0) -> Outcome:
 
         stage = "generate"
         started = time.perf_counter()
-        kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
-                         strategy=best.strategy, params=best.params, precision=case.precision)
+        kernel = compile(row.expression, row.sizes, strategy=best.strategy, params=best.params,
+                         **options)
         outcome.cuda_source = kernel.cuda_source
         outcome.kernel = kernel.name
         outcome.generate_seconds = time.perf_counter() - started
         launched = launch(kernel, gpu)
         outcome.blocks, outcome.waves = launched.blocks, launched.waves
         outcome.points_per_thread = launched.output_points_per_thread
+        stage = "generate rivals"
+        started = time.perf_counter()
+        for rival in outcome.rivals or ():
+            compile(row.expression, row.sizes, strategy=rival["strategy"],
+                    params=rival["params"], **options)
+        outcome.rivals_seconds = time.perf_counter() - started if rivals else None
 
-        stage = "verify"
-        verify_scaled(outcome, result, row)
+        if verify:
+            stage = "verify"
+            verify_scaled(outcome, result, row)
     except Exception as error:  # a failing row is reported in its row; the others go on
         outcome.fail(stage, error)
     return outcome

@@ -5,8 +5,11 @@ which benchmark they run, the model and PoCL one (:mod:`.bench`) or the GPU one
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from ..errors import TredudaError
 from ..frontend.dtype_names import PRECISIONS
@@ -62,6 +65,16 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--export", metavar="FILE",
                         help="write the rows' picks and --rivals (default 2 here) into this "
                              "bundle, with the rows' metadata, for --bundle on a GPU machine")
+    parser.add_argument("--plan", metavar="FILE",
+                        help="with --export FOLDER: write one bundle per line of FILE (a name, "
+                             "then `treduda bench` options; '-': stdin) into FOLDER as "
+                             "name.zip, every bundle's rows searched together")
+    parser.add_argument("--no-verify", dest="verify", action="store_false",
+                        help="with --export: do not check each pick on PoCL here (the GPU run "
+                             "checks every entry at full size)")
+    parser.add_argument("--cubins", action="store_true",
+                        help="with --export: add sm_90 cubins (nvcc, here) instead of leaving "
+                             "the sources to NVRTC on the GPU's machine")
     parser.add_argument("--bundle", metavar="FILE",
                         help="with --gpu-time: time this bundle's kernels and programs (no "
                              "search, no isl needed) beside torch.einsum and cupy.einsum, "
@@ -109,12 +122,17 @@ def bench_command(args: argparse.Namespace) -> int:
         raise TredudaError("--gpu-time times on this machine's GPU, one kernel at a time: "
                            "leave out --workers and --scheduler")
     if args.export:
-        from .bench_export import export_suite
+        from .bench_export import Planned, export_suites
 
-        writable(args.export)
-        export_suite(cases, args.export, gpu=args.gpu, max_nodes=args.max_nodes,
-                     rivals=2 if args.rivals is None else args.rivals, workers=args.workers,
-                     scheduler=args.scheduler)
+        if args.plan:
+            folder = Path(args.export)
+            folder.mkdir(parents=True, exist_ok=True)
+            bundles = planned(_plan_lines(args.plan), folder)
+        else:
+            writable(args.export)
+            bundles = [Planned(Path(args.export), tuple(cases), _rivals(args))]
+        export_suites(bundles, gpu=args.gpu, max_nodes=args.max_nodes, workers=args.workers,
+                      scheduler=args.scheduler, verify=args.verify, cubins=args.cubins)
         return 0
     if args.gpu_time:
         picks = gpu_bench.load_picks(args.picks, cases) if args.picks else None
@@ -124,6 +142,39 @@ def bench_command(args: argparse.Namespace) -> int:
     return bench.run(cases, gpu=args.gpu, max_nodes=args.max_nodes, json_path=args.json,
                      plot_path=args.plot, title=args.suite, rivals=args.rivals or 0,
                      workers=args.workers, scheduler=args.scheduler)
+
+
+def _rivals(args: argparse.Namespace) -> int:
+    return 2 if args.rivals is None else args.rivals
+
+
+def _plan_lines(path: str) -> list[str]:
+    if path == "-":
+        return sys.stdin.read().splitlines()
+    return Path(path).read_text().splitlines()
+
+
+def planned(lines: Sequence[str], folder: Path) -> list[Any]:
+    """The bundles (:class:`~treduda.app.bench_export.Planned`) of a plan's ``lines``: a
+    name, then `treduda bench` options (blank lines and ``#`` comments skipped), each the file
+    ``folder/name.zip``."""
+    from .bench import select
+    from .bench_export import Planned
+
+    parser = argparse.ArgumentParser(prog="plan line", exit_on_error=False)
+    bench_arguments(parser)
+    bundles = []
+    for line in lines:
+        if not line.strip() or line.lstrip().startswith("#"):
+            continue
+        name, *options = shlex.split(line)
+        try:
+            args = parser.parse_args(options)
+        except argparse.ArgumentError as error:
+            raise TredudaError(f"plan line {line.strip()!r}: {error}") from None
+        cases = select(args.suite, args.ids, args.limit, args.dtype, args.precision)
+        bundles.append(Planned(folder / f"{name}.zip", tuple(cases), _rivals(args)))
+    return bundles
 
 
 def _bundle_command(args: argparse.Namespace) -> int:

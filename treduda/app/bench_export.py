@@ -6,6 +6,9 @@ machine without the compiler (:mod:`treduda.app.bundle_bench`).
 Each row's pick is named ``suite/id`` and its rivals ``suite/id~1``, ``suite/id~2``, ... in
 the order the search ranked them; a row whose search or check failed is left out and said.
 A rerun takes the rows the bundle already holds from it instead of searching them again.
+
+Several bundles are searched together, on one cluster (benchmarks/gpu_session.sh's
+``prepare``: `treduda bench --export FOLDER --plan FILE`, :func:`export_suites`).
 """
 
 from __future__ import annotations
@@ -13,39 +16,68 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
 from ..api import compile
 from ..bundle import load
 from ..errors import TredudaError
-from ..exporting import export
+from ..exporting import DEFAULT_TARGETS, export
 from ..kernel import Kernel, generator_version
 from ..tuning.budgets import BENCH_MAX_NODES
 from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, Outcome, bench
 
 
-def export_suite(cases: Sequence[Case], path: str | Path, *, gpu: str = "H100",
-                 max_nodes: int = BENCH_MAX_NODES, rivals: int = 2,
-                 workers: int | None = None, scheduler: str | None = None,
-                 log: TextIO | None = None) -> dict[str, Any]:
-    """Search ``cases`` (with ``rivals`` rivals each), generate every pick and rival at the
-    rows' full sizes, and write them into the bundle ``path``; returns its manifest.
+@dataclass(frozen=True)
+class Planned:
+    """One bundle to write: its file, its rows and how many rivals each row's pick brings."""
 
-    A row that the bundle already at ``path`` holds, searched by this code generator with
-    the same budget and rivals for the same GPU, is not searched again: its picks and rivals
-    are generated again (the kernel store has them) from what that bundle recorded."""
+    path: Path
+    cases: tuple[Case, ...]
+    rivals: int = 2
+
+
+def export_suite(cases: Sequence[Case], path: str | Path, *, rivals: int = 2,
+                 **options: Any) -> dict[str, Any]:
+    """Search ``cases`` (with ``rivals`` rivals each), generate every pick and rival at the
+    rows' full sizes, and write them into the bundle ``path``; returns its manifest
+    (``options``: :func:`export_suites`')."""
+    return export_suites([Planned(Path(path), tuple(cases), rivals)], **options)[0]
+
+
+def export_suites(bundles: Sequence[Planned], *, gpu: str = "H100",
+                  max_nodes: int = BENCH_MAX_NODES, workers: int | None = None,
+                  scheduler: str | None = None, verify: bool = True, cubins: bool = False,
+                  log: TextIO | None = None) -> list[dict[str, Any]]:
+    """Write each of ``bundles``; returns their manifests.
+
+    Every row of every bundle is searched in one go (on one cluster with ``workers``: no
+    worker waits for a bundle's last row), its pick verified on PoCL at scaled sizes where
+    ``verify`` (the GPU run checks every entry at full size again). A row that the bundle
+    already at its path holds, searched by this code generator with the same budget and
+    rivals for the same GPU, is not searched again: its picks and rivals are generated again
+    (the kernel store has them) from what that bundle recorded. Cubins for sm_90 are added
+    only where ``cubins``: otherwise the GPU's machine compiles the sources with NVRTC, in
+    parallel, when it loads the bundle."""
     log = sys.stderr if log is None else log
     target = find_gpu(gpu)
     started = time.perf_counter()
-    chosen = _earlier(path, target.name, max_nodes, rivals)
-    fresh = [case for case in cases if _key(case) not in chosen]
-    print(f"{len(cases) - len(fresh)} of {len(cases)} row(s) taken from {path}, searched "
-          "before", file=log)
-    outcomes = bench(fresh, gpu=target, max_nodes=max_nodes, nvcc=False, log=log,
-                     rivals=rivals, workers=workers, scheduler=scheduler) if fresh else []
-    for case, outcome in zip(fresh, outcomes, strict=True):
+    chosen: list[dict[tuple, list[dict[str, Any]]]] = []
+    fresh: list[tuple[Case, int, int]] = []  # (case, rivals, the bundle's number)
+    for number, bundle in enumerate(bundles):
+        chosen.append(_earlier(bundle.path, target.name, max_nodes, bundle.rivals))
+        missing = [case for case in bundle.cases if _key(case) not in chosen[number]]
+        fresh += [(case, bundle.rivals, number) for case in missing]
+        print(f"{len(bundle.cases) - len(missing)} of {len(bundle.cases)} row(s) taken from "
+              f"{bundle.path}, searched before", file=log)
+    outcomes = bench([case for case, _, _ in fresh], gpu=target, max_nodes=max_nodes,
+                     nvcc=False, log=log, rivals=[rivals for _, rivals, _ in fresh],
+                     workers=workers, scheduler=scheduler, verify=verify) if fresh else []
+    worked = [0.0] * len(bundles)  # each bundle's rows' seconds on the workers
+    for (case, rivals, number), outcome in zip(fresh, outcomes, strict=True):
+        worked[number] += outcome.seconds
         if outcome.error:
             print(f"{outcome.suite}/{outcome.id}: left out, FAILED at {outcome.stage}: "
                   f"{outcome.error}", file=log)
@@ -53,12 +85,30 @@ def export_suite(cases: Sequence[Case], path: str | Path, *, gpu: str = "H100",
         found = [(outcome.strategy, outcome.params, outcome.predicted_seconds),
                  *((r["strategy"], r["params"], r["predicted_seconds"])
                    for r in outcome.rivals or ())]
-        chosen[_key(case)] = [_row(outcome, rank, strategy, params, seconds, target.name,
-                                   max_nodes, rivals)
-                              for rank, (strategy, params, seconds) in enumerate(found)]
+        chosen[number][_key(case)] = [
+            _row(outcome, rank, strategy, params, seconds, target.name, max_nodes, rivals)
+            for rank, (strategy, params, seconds) in enumerate(found)]
+    searched = time.perf_counter() - started
+    print(f"searched {len(fresh)} row(s) in {searched:.0f} s", file=log)
+    manifests = []
+    for bundle, rows, seconds in zip(bundles, chosen, worked, strict=True):
+        begun = time.perf_counter()
+        manifests.append(_written(bundle, rows, cubins))
+        print(f"wrote {bundle.path}: {len(manifests[-1]['kernels'])} kernel(s) of "
+              f"{len(bundle.cases)} row(s), {bundle.path.stat().st_size / 2**20:.2f} MiB; its "
+              f"rows took {seconds:.0f} s of the workers' time, writing it "
+              f"{time.perf_counter() - begun:.0f} s", file=log)
+    print(f"{len(bundles)} bundle(s) in {time.perf_counter() - started:.0f} s", file=log)
+    return manifests
+
+
+def _written(bundle: Planned, chosen: dict[tuple, list[dict[str, Any]]], cubins: bool
+             ) -> dict[str, Any]:
+    """Generate (from the kernel store, mostly) the picks and rivals ``chosen`` for
+    ``bundle``'s rows and write them into its file; returns its manifest."""
     kernels: dict[str, Kernel] = {}
     metadata: dict[str, dict[str, Any]] = {}
-    for case in cases:
+    for case in bundle.cases:
         row = case.row
         for entry in chosen.get(_key(case), ()):
             name = f"{case.suite}/{row.id}" + (f"~{entry['rank']}" if entry["rank"] else "")
@@ -66,11 +116,8 @@ def export_suite(cases: Sequence[Case], path: str | Path, *, gpu: str = "H100",
                                     layout=row.layout, strategy=entry["strategy"],
                                     params=entry["params"], precision=case.precision)
             metadata[name] = entry
-    manifest = export(kernels, path, gpu=None, metadata=metadata)
-    print(f"wrote {path}: {len(kernels)} kernel(s) of {len(cases)} row(s) in "
-          f"{time.perf_counter() - started:.0f} s, {Path(path).stat().st_size / 2**20:.2f} MiB",
-          file=log)
-    return manifest
+    return export(kernels, bundle.path, gpu=None, metadata=metadata,
+                  targets=DEFAULT_TARGETS if cubins else ())
 
 
 def _key(case: Case) -> tuple:
@@ -116,3 +163,4 @@ def _row(outcome: Outcome, rank: int, strategy: str, params: dict[str, Any],
             "rivals": rivals,
             "search_seconds": outcome.search_seconds, "binding": outcome.binding,
             "verified_scaled_on_pocl": outcome.verified}
+

@@ -150,21 +150,29 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
         timed = {"treduda": _ours(entry, operands, xp, repeats, pocl)}
         if not pocl and line.get("role") != "rival":
             timed.update(_baselines(kernel, operands, torch, repeats))
-        measured = _interleaved(timed)
-        for name in TIMED:  # every line has every field: None where not timed
-            runs = measured.get(name, [])
-            line[f"{name}_ms"] = statistics.median(runs) * 1e3 if runs else None
-            line[f"{name}_runs_ms"] = [r * 1e3 for r in runs]
-            line[f"{name}_spread"] = (max(runs) - min(runs)) / statistics.median(runs) \
-                if runs else None
-        for library in ("torch", "cupy"):
-            theirs, ours = line.get(f"{library}_ms"), line["treduda_ms"]
-            line[f"ratio_{library}"] = theirs / ours if theirs and ours else None
-        line["gflops"] = line["flops"] / line["treduda_ms"] / 1e6 \
-            if line["flops"] and line["treduda_ms"] else None
+        line.update(summarised(_interleaved(timed), line["flops"]))
     except Exception as error:  # a failing entry is reported in its line; the others go on
         line.update(status="FAILED", stage=stage, error=f"{type(error).__name__}: {error}")
     return line
+
+
+def summarised(measured: dict[str, list[float]], flops: float | None) -> dict[str, Any]:
+    """A line's times from each timer's rounds (seconds): the median in ms, the rounds, the
+    spread ((slowest - fastest) / median), the libraries' ratios (theirs over treduda's) and
+    treduda's GFLOP/s; every field of every timer of :data:`TIMED`, None where not timed."""
+    fields: dict[str, Any] = {}
+    for name in TIMED:
+        runs = measured.get(name, [])
+        median = statistics.median(runs) if runs else None
+        fields[f"{name}_ms"] = None if median is None else median * 1e3
+        fields[f"{name}_runs_ms"] = [r * 1e3 for r in runs]
+        fields[f"{name}_spread"] = None if not median else (max(runs) - min(runs)) / median
+    ours = fields["treduda_ms"]
+    for library in ("torch", "cupy"):
+        theirs = fields[f"{library}_ms"]
+        fields[f"ratio_{library}"] = theirs / ours if theirs and ours else None
+    fields["gflops"] = flops / ours / 1e6 if flops and ours else None
+    return fields
 
 
 class _Statement:
@@ -237,7 +245,6 @@ def _interleaved(timed: dict[str, Callable[[], Timing | None]]) -> dict[str, lis
             if timing is not None:
                 runs[name].append(timing.seconds)
     return runs
-
 
 
 def _append(path: str, line: dict[str, Any]) -> None:
