@@ -1,0 +1,115 @@
+"""The warpgroup mapping (Hopper's wgmma): its OpenCL twin checked against numpy.einsum on
+PoCL (partial tiles, both layouts, alpha/beta, +=, a TCCG row), the emulator's run of its
+asynchrony (no hazard, and each of the hazards a removed guard leaves), nvcc's sm_90a build
+with HGMMA in the main loop, and no offer of it where the GPU has no wgmma."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+import treduda
+from treduda.codegen import ir, serial
+from treduda.errors import StrategyError
+from treduda.polyhedral.lower import plan
+from treduda.run.nvcc import nvcc_available
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.gpus import gpu
+from treduda.tuning.search import Searcher, offered
+
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+PARTIAL = {"i": 70, "j": 50, "k": 90}  # no multiple of 64, 16 or 32
+SMALL = {"warpgroups": 1, "frags_m": 1, "tile_n": 32, "frags_k": 1, "stages": 2,
+         "async_copy": True}
+TWO_GROUPS = {"warpgroups": 2, "frags_m": 1, "tile_n": 64, "frags_k": 2, "stages": 3,
+              "async_copy": True}
+
+
+def _compile(expression: str, sizes: dict, dtype: str = "float16", layout: str = "C",
+             params: dict | None = None) -> treduda.Kernel:
+    return treduda.compile(expression, sizes, dtype=dtype, layout=layout,
+                           strategy="warpgroup", params=params or SMALL)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_gemm_matches_einsum(dtype, layout):
+    assert _compile(GEMM, PARTIAL, dtype, layout).verify().ok
+
+
+@pytest.mark.parametrize("expression", [
+    "C[i,j] += alpha*A[i,k]*B[k,j]",
+    "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
+    "C[i,j] = A[k,i]*B[j,k]",  # both operands transposed: cp.async for B, A through registers
+    "C[a,b,c]=A[b,d,a]*B[d,c]",  # tccg_01, scaled down: M a group of two indices
+])
+def test_updates_layouts_and_groups_match_einsum(expression):
+    sizes = {"i": 33, "j": 40, "k": 41, "a": 9, "b": 8, "c": 36, "d": 30}
+    used = {i: n for i, n in sizes.items() if f"{i}," in expression or f"{i}]" in expression}
+    assert _compile(expression, used).verify().ok
+
+
+def test_two_warpgroups_in_three_stages_match_einsum_and_have_no_hazard():
+    kernel = _compile(GEMM, {"i": 150, "j": 70, "k": 100}, params=TWO_GROUPS)
+    assert kernel.verify().ok
+    assert kernel.hazards() == []
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("tile_n", [128, 256])
+def test_wide_tiles_match_einsum(tile_n):
+    params = {**TWO_GROUPS, "tile_n": tile_n, "frags_m": 256 // tile_n}
+    assert _compile(GEMM, {"i": 200, "j": 300, "k": 72}, params=params).verify().ok
+
+
+def _broken(kernel: treduda.Kernel, drop: type) -> treduda.Kernel:
+    """``kernel`` without its statements of type ``drop``."""
+    def without(s: ir.Stmt) -> ir.Stmt:
+        if isinstance(s, ir.Block):
+            s = ir.Block(tuple(c for c in s.body if not isinstance(c, drop)))
+        return ir.map_children(s, without)
+
+    first = kernel.signature.kernel
+    assert any(isinstance(s, drop) for s in ir.nested(first.body))
+    return dataclasses.replace(kernel, signature=dataclasses.replace(
+        kernel.signature, kernel=dataclasses.replace(first, body=without(first.body))))
+
+
+@pytest.mark.parametrize(("drop", "hazard"), [
+    (ir.WaitCopies, "unfinished async copy"),  # a tile read before its copies landed
+    (ir.WarpgroupWait, "unfinished wgmma"),  # a buffer overwritten while an MMA reads it
+    (ir.ProxyFence, "missing proxy fence"),
+])
+def test_emulator_reports_the_hazard_a_removed_guard_leaves(drop, hazard):
+    kernel = _compile(GEMM, {"i": 40, "j": 30, "k": 80})
+    assert kernel.hazards() == []
+    assert hazard in {h.kind for h in _broken(kernel, drop).hazards()}
+
+
+def test_kernel_ir_survives_storage():
+    body = _compile(GEMM, PARTIAL).built.kernel
+    assert serial.Decoder()(serial.encode(body)) == body
+    assert any(isinstance(s, ir.WarpgroupMultiply) for s in ir.nested(body.body))
+
+
+def test_a100_never_offers_the_mapping():
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype="float16")
+    assert "warpgroup" not in offered(program, gpu("A100"))
+    with pytest.raises(StrategyError, match="9.0"):
+        Searcher(program, "A100", strategy="warpgroup")
+
+
+def test_other_dtypes_are_refused():
+    with pytest.raises(StrategyError, match="float16"):
+        _compile(GEMM, PARTIAL, "float32")
+
+
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
+    kernel = _compile(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype,
+                      params={**TWO_GROUPS, "tile_n": 128, "frags_k": 4})
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    assert report.main_loop_kinds()["tensor core"] == {"HGMMA": 4}
