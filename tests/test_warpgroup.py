@@ -14,6 +14,7 @@ from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher, offered
@@ -113,3 +114,10 @@ def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
                       params={**TWO_GROUPS, "tile_n": 128, "frags_k": 4})
     report, = sass_report(kernel.cuda_source, "sm_90a")
     assert report.main_loop_kinds()["tensor core"] == {"HGMMA": 4}
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")
+def test_nvrtc_compiles_wgmma_for_sm_90a():
+    ptx = compile_nvrtc(_compile(GEMM, PARTIAL, "bfloat16").cuda_source, "sm_90a")
+    assert ".target sm_90a" in ptx
+    assert "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16" in ptx
