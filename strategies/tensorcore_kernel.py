@@ -404,7 +404,7 @@ class Builder:
                      ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
-                 ir.Assign(element, "=", source), accesses, point)
+                 ir.Assign(element, "=", self.copied(source)), accesses, point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
                  ir.Assign(element, "=", ir.Float(0.0)), [target], point)
 
@@ -456,6 +456,11 @@ class Builder:
                       ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
                      self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
                                              f"{len(products)}*f + {n}"]))
+
+    def copied(self, source: ir.Element) -> ir.Expr:
+        """What a copy through registers stores of the operand's element: the element (the
+        fragment loads round, where the precision asks)."""
+        return source
 
     def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
                    ) -> tuple[ir.Expr, ...]:

@@ -6,15 +6,16 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 (:mod:`.tensorcore`); a block of ``warpgroups`` warpgroups (128 threads each) holds a
 ``BM x BN`` tile of C, ``BM = 64 warpgroups frags_m`` and ``BN = tile_n``, each warpgroup
 ``frags_m`` accumulators of 64 x BN in registers. The kernel is built by
-:mod:`.warpgroup_kernel`. float16 and bfloat16 inputs (m64nNk16), accumulated in float32.
+:mod:`.warpgroup_kernel`. float16 and bfloat16 inputs (m64nNk16) and float32 with precision
+TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
+float32.
 
-What this first slice leaves for later, and says where it is refused: TF32 (m64nNk8 needs
-K-major operands of rounded values), operand tiles whose contiguous index is M's or N's
-copied by cp.async (they are copied through registers into the K-major layout; wgmma's
-transposed 16-bit layout would take cp.async), swizzled layouts, the tensor memory
-accelerator with mbarriers, warp specialisation, split reductions. The search offers it only
-where it is named (``strategy="warpgroup"``) and the target has wgmma (``gpu="H100"`` or
-``"H200"``); the model has no rates for it yet.
+What this first slice leaves for later, and says where it is refused: operand tiles whose
+contiguous index is M's or N's copied by cp.async (they are copied through registers into the
+K-major layout; wgmma's transposed 16-bit layout would take cp.async), swizzled layouts,
+the tensor memory accelerator with mbarriers, warp specialisation, split reductions. The
+search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
+(``gpu="H100"`` or ``"H200"``); the model has no rates for it yet.
 """
 
 from __future__ import annotations
@@ -52,15 +53,18 @@ class Warpgroup(Strategy):
     name = "warpgroup"
     description = ("GEMM-shaped tiles on Hopper's warpgroup tensor cores (wgmma, sm_90a): "
                    "operands in shared memory read through matrix descriptors, accumulators "
-                   "in registers written through shared memory (float16, bfloat16)")
+                   "in registers written through shared memory (float16, bfloat16, float32 "
+                   "with precision tf32)")
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         if not self.limits.warpgroup_mma:
             raise StrategyError("warpgroup MMAs (wgmma) need a compute capability 9.0 GPU "
                                 "(H100, H200) built for sm_90a; use 'tensorcore'")
-        if program.dtype not in DTYPES:
-            raise StrategyError(f"the warpgroup mapping computes {', '.join(DTYPES)}, not "
-                                f"{program.dtype}; use 'tensorcore'")
+        if program.dtype not in DTYPES and not (program.dtype == "float32"
+                                                and program.precision == dtypes.TF32):
+            raise StrategyError(f"the warpgroup mapping computes {', '.join(DTYPES)} and "
+                                f"float32 with precision='tf32', not {program.dtype} with "
+                                f"precision={program.precision!r}; use 'tensorcore'")
         found = gemm_groups(program)
         if found is None:
             raise StrategyError(f"{program.contraction.source!r} is not one product of two "

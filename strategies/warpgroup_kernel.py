@@ -94,8 +94,10 @@ class WarpgroupBuilder(Builder):
         rows = self.tile["n"] if output_along_n(program) else self.tile["m"]
         self.pads = {A_TILE: 0, B_TILE: 0,
                      C_TILE: conflict_free_pad(rows * size, CORE_ROW_BYTES) // size}
-        # cp.async only into K-major rows: where the copy's runs lie along K
-        widths = copy_widths(program, found) if params["async_copy"] else {}
+        # cp.async only into K-major rows, where the copy's runs lie along K, and not for
+        # TF32, whose values are rounded on their way (see copied)
+        widths = (copy_widths(program, found)
+                  if params["async_copy"] and program.dtype != "float32" else {})
         k_major = {self.a: self.row_a, self.b: not self.row_b}
         self.widths = {t: widths.get(t) if k_major[t] else None for t in (self.a, self.b)}
         self.asynchronous = any(w is not None for w in self.widths.values())
@@ -119,6 +121,14 @@ class WarpgroupBuilder(Builder):
         self.reduction()
         self.write()
         return self.scheduled()
+
+    def copied(self, source: ir.Element) -> ir.Expr:
+        """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied: a wgmma reads
+        float32 bits from shared memory as TF32 with no rounding of its own to ask for, so
+        the tiles hold values it takes exactly, as the twin and the WMMA path round them."""
+        if self.program.dtype == "float32":
+            return ir.Call(ir.Function.TF32, (source,))
+        return source
 
     def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
                    ) -> tuple[ir.Expr, ...]:
@@ -172,14 +182,14 @@ class WarpgroupBuilder(Builder):
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
         buffers = (self.stages,) if self.stages > 1 else ()
-        e = self.per_row
+        e, stored = self.per_row, self.program.dtype in dtypes.STORED
         along = (t["m"], t["n"] + self.pads[C_TILE]) if self.along_n else (
             t["n"], t["m"] + self.pads[C_TILE])
         return {
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, t["k"] // e, t["m"], e),
-                             stored=True),
+                             stored=stored),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, t["k"] // e, t["n"], e),
-                             stored=True),
+                             stored=stored),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),

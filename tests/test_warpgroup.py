@@ -29,11 +29,12 @@ TWO_GROUPS = {"warpgroups": 2, "frags_m": 1, "tile_n": 64, "frags_k": 2, "stages
 
 def _compile(expression: str, sizes: dict, dtype: str = "float16", layout: str = "C",
              params: dict | None = None) -> treduda.Kernel:
-    return treduda.compile(expression, sizes, dtype=dtype, layout=layout,
+    precision = "tf32" if dtype == "float32" else "highest"
+    return treduda.compile(expression, sizes, dtype=dtype, layout=layout, precision=precision,
                            strategy="warpgroup", params=params or SMALL)
 
 
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_gemm_matches_einsum(dtype, layout):
     assert _compile(GEMM, PARTIAL, dtype, layout).verify().ok
@@ -101,14 +102,16 @@ def test_a100_never_offers_the_mapping():
         Searcher(program, "A100", strategy="warpgroup")
 
 
-def test_other_dtypes_are_refused():
+def test_other_dtypes_and_precisions_are_refused():
+    with pytest.raises(StrategyError, match="tf32"):
+        treduda.compile(GEMM, PARTIAL, dtype="float32", strategy="warpgroup", params=SMALL)
     with pytest.raises(StrategyError, match="float16"):
-        _compile(GEMM, PARTIAL, "float32")
+        _compile(GEMM, PARTIAL, "float64")
 
 
 @pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
                     reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
-@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
 def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
     kernel = _compile(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype,
                       params={**TWO_GROUPS, "tile_n": 128, "frags_k": 4})

@@ -21,7 +21,7 @@ from collections.abc import Callable
 from . import ir
 from .simplify import plus, quotient, remainder, times
 
-WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 # the thread's number in its warpgroup, as the twin reads it
 GROUP_THREAD = "td_g"
 
@@ -83,7 +83,7 @@ class Warpgroup:
 
     def multiply(self, s: ir.WarpgroupMultiply, pad: str) -> list[str]:
         """One ``wgmma.mma_async``: scale-d 1 (the accumulators are added to), A and B
-        unscaled and K-major (no transpose)."""
+        unscaled and K-major (no transpose; TF32 takes no transpose operands)."""
         m, n, k = s.shape
         registers = n // 2
         start = self.expr(s.accumulator.offset)
@@ -91,8 +91,9 @@ class Warpgroup:
                             for i in range(registers))
         d = ", ".join(f"%{i}" for i in range(registers))
         kind = WGMMA_TYPES[self.kernel.dtype]
+        transposes = "" if kind == "tf32" else ", 0, 0"
         return [f"{pad}asm volatile(\"wgmma.mma_async.sync.aligned.m{m}n{n}k{k}.f32.{kind}.{kind} "
-                f"{{{d}}}, %{registers}, %{registers + 1}, 1, 1, 1, 0, 0;\"",
+                f"{{{d}}}, %{registers}, %{registers + 1}, 1, 1, 1{transposes};\"",
                 f"{pad}    : {outputs}",
                 f"{pad}    : \"l\"({self.descriptor(s.a, s.a_layout)}), "
                 f"\"l\"({self.descriptor(s.b, s.b_layout)}) : \"memory\");"]
