@@ -2,17 +2,19 @@
 tensor-core kernel's (:mod:`.tensorcore_kernel`) with Hopper's asynchronous MMAs.
 
 What stays: the grouping of indices, the copies of each step's operand tiles (cp.async where
-the operand's K is contiguous, else through registers), their zero fill outside the tensors,
-the stages and the write through the shared C tile in the output's own layout (alpha, beta,
-``+=``). What changes:
+the operand's layout allows), their zero fill outside the tensors, the stages and the write
+through the shared C tile in the output's own layout (alpha, beta, ``+=``). What changes:
 
 * The operand tiles are laid out as wgmma reads them without swizzle (PTX ISA, "Shared Memory
-  Matrix Layout", K-major): ``X[buffer][k / e][row][k % e]``, ``e`` the elements of 16 bytes,
-  so that 8 rows of a 16-byte slice of K are one 128-byte core matrix, core matrices along M
-  or N 128 bytes apart (the descriptor's stride) and along K a whole slice apart (its leading
-  offset: rows x 16 bytes). An operand whose contiguous index is M's or N's is copied element
-  by element (wgmma transposes 16-bit operands itself, ``imm-trans``; that layout is a next
-  step, see the strategy's doc).
+  Matrix Layout"; :class:`ir.CoreMatrices`), in core matrices of 128 contiguous bytes, each 8
+  rows of 16 bytes (``e`` elements) along the operand's contiguous index: K-major where that
+  is K (``X[buffer][k / e][row / 8][row % 8][k % e]``), MN-major where it is M's or N's
+  (``X[buffer][k / 8][row / e][k % 8][row % e]``, which wgmma reads transposed; 16-bit
+  operands only). Core matrices are 128 bytes apart along M or N (the descriptor's stride)
+  and a whole slice of the tile apart along K (its leading offset). So a copy's runs, along
+  the operand's contiguous index, land in a core matrix's row, and cp.async takes every
+  16-bit operand; TF32 operands, K-major only and rounded on their way (:meth:`copied`), are
+  copied through registers.
 * A block is ``warpgroups`` warpgroups of 128 threads, warpgroup ``g`` holding
   ``frags_m`` accumulators of 64 x BN, rows ``64 (frags_m g + f)`` on, each ``BN / 2`` float
   registers of a thread (:class:`ir.WarpgroupMultiply`'s layout), in one register array.
@@ -94,12 +96,10 @@ class WarpgroupBuilder(Builder):
         rows = self.tile["n"] if output_along_n(program) else self.tile["m"]
         self.pads = {A_TILE: 0, B_TILE: 0,
                      C_TILE: conflict_free_pad(rows * size, CORE_ROW_BYTES) // size}
-        # cp.async only into K-major rows, where the copy's runs lie along K, and not for
-        # TF32, whose values are rounded on their way (see copied)
-        widths = (copy_widths(program, found)
-                  if params["async_copy"] and program.dtype != "float32" else {})
-        k_major = {self.a: self.row_a, self.b: not self.row_b}
-        self.widths = {t: widths.get(t) if k_major[t] else None for t in (self.a, self.b)}
+        # not for TF32, whose values are rounded on their way (see copied)
+        self.tf32 = program.dtype == "float32"
+        widths = copy_widths(program, found) if params["async_copy"] and not self.tf32 else {}
+        self.widths = {t: widths.get(t) for t in (self.a, self.b)}
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.lead = self.stages - 1 if self.asynchronous else 0
 
@@ -126,16 +126,38 @@ class WarpgroupBuilder(Builder):
         """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied: a wgmma reads
         float32 bits from shared memory as TF32 with no rounding of its own to ask for, so
         the tiles hold values it takes exactly, as the twin and the WMMA path round them."""
-        if self.program.dtype == "float32":
+        if self.tf32:
             return ir.Call(ir.Function.TF32, (source,))
         return source
 
+    def blocking(self, k_major: bool) -> tuple[int, int]:
+        """Elements of K and of the rows (M or N) in one core matrix."""
+        return (self.per_row, CORE_ROWS) if k_major else (CORE_ROWS, self.per_row)
+
     def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
                    ) -> tuple[ir.Expr, ...]:
-        """``[k / e][row][k % e]`` of the core matrices: the free index is the 2-D tile's row
-        where its rows are free (K the column), else its column."""
+        """The core matrices' indices (see the module's doc): the 2-D tile's rows are the
+        operand's rows where they are free (K the column, the operand's contiguous index),
+        else K; TF32 tiles, copied through registers, are K-major either way."""
         free, k = (row, column) if row_is_free else (column, row)
-        return quotient(k, self.per_row), free, remainder(k, self.per_row)
+        k_major = row_is_free or self.tf32
+        along_k, along_rows = self.blocking(k_major)
+        return (quotient(k, along_k), quotient(free, along_rows),
+                *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
+                  else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
+
+    def k_major(self) -> tuple[bool, bool]:
+        """Whether A's and B's tiles are K-major (:meth:`tile_index`)."""
+        return self.row_a or self.tf32, not self.row_b or self.tf32
+
+    def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A's and B's tile shapes (after the buffer)."""
+        shapes = []
+        for rows, k_major in zip((self.tile["m"], self.tile["n"]), self.k_major(), strict=True):
+            along_k, along_rows = self.blocking(k_major)
+            shapes.append((self.tile["k"] // along_k, rows // along_rows, CORE_ROWS,
+                           self.per_row))
+        return shapes[0], shapes[1]
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
              body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None,
@@ -148,10 +170,13 @@ class WarpgroupBuilder(Builder):
         super().sync(name, tail, stepped, body, beyond)
 
     def layouts(self) -> tuple[ir.CoreMatrices, ir.CoreMatrices]:
-        """A's and B's descriptors: core matrices 128 bytes apart along M or N, a K slice
-        (the tile's rows of 16 bytes) apart along K."""
-        return (ir.CoreMatrices(self.tile["m"] * CORE_ROW_BYTES, CORE_ROWS * CORE_ROW_BYTES),
-                ir.CoreMatrices(self.tile["n"] * CORE_ROW_BYTES, CORE_ROWS * CORE_ROW_BYTES))
+        """A's and B's descriptors: core matrices 128 bytes apart along M or N, a slice of
+        the tile's K apart along K."""
+        layouts = []
+        for shape, k_major in zip(self.shapes(), self.k_major(), strict=True):
+            core = CORE_ROWS * CORE_ROW_BYTES
+            layouts.append(ir.CoreMatrices(shape[1] * core, core, k_major))
+        return layouts[0], layouts[1]
 
     def fragments(self) -> None:
         """Per step and warpgroup: a register fence, ``frags_k x frags_m`` MMAs, a commit and
@@ -167,29 +192,30 @@ class WarpgroupBuilder(Builder):
                      self.point("128*g + l", ["1", "ks", str(STAGE_MMA), position, "0", "0",
                                               "0"]))
         g, f, kf = ir.Var("g"), ir.Var("f"), ir.Var("kf")
-        slice_k = times(k // self.per_row, kf)
+        (along_k_a, along_m), (along_k_b, _) = (self.blocking(k) for k in self.k_major())
         a_layout, b_layout = self.layouts()
-        rows = times(WARPGROUP_M, plus(times(frags_m, g), f))
+        rows = times(WARPGROUP_M // along_m, plus(times(frags_m, g), f))
         self.add("mma", Kind.REDUCE, [*self.prefix(), "ks", "g", "kf", "f", "l"],
                  f"{domain} and 0 <= kf < {p['frags_k']} and 0 <= f < {frags_m}",
                  ir.WarpgroupMultiply(ir.Element(FRAG_C, ()), ir.Element(A_TILE, ()),
                                       ir.Element(B_TILE, ()), self.shape, a_layout, b_layout),
                  [ir.Element(FRAG_C, (times(self.registers(), f),)),
-                  ir.Element(A_TILE, (*self.buffer(), slice_k, rows, ir.Int(0))),
-                  ir.Element(B_TILE, (*self.buffer(), slice_k, ir.Int(0), ir.Int(0)))],
+                  ir.Element(A_TILE, (*self.buffer(), times(k // along_k_a, kf), rows,
+                                      ir.Int(0), ir.Int(0))),
+                  ir.Element(B_TILE, (*self.buffer(), times(k // along_k_b, kf),
+                                      *(ir.Int(0),) * 3))],
                  self.point("128*g + l", ["1", "ks", str(STAGE_MMA), "1", "kf", "0", "f"]))
 
     def locals(self) -> dict[str, ir.Local]:
         t = self.tile
         buffers = (self.stages,) if self.stages > 1 else ()
-        e, stored = self.per_row, self.program.dtype in dtypes.STORED
+        stored = self.program.dtype in dtypes.STORED
         along = (t["m"], t["n"] + self.pads[C_TILE]) if self.along_n else (
             t["n"], t["m"] + self.pads[C_TILE])
+        a, b = self.shapes()
         return {
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, t["k"] // e, t["m"], e),
-                             stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, t["k"] // e, t["n"], e),
-                             stored=stored),
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),

@@ -43,7 +43,7 @@ def test_gemm_matches_einsum(dtype, layout):
 @pytest.mark.parametrize("expression", [
     "C[i,j] += alpha*A[i,k]*B[k,j]",
     "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
-    "C[i,j] = A[k,i]*B[j,k]",  # both operands transposed: cp.async for B, A through registers
+    "C[i,j] = A[k,i]*B[j,k]",  # both operands transposed: A M-major, B K-major
     "C[a,b,c]=A[b,d,a]*B[d,c]",  # tccg_01, scaled down: M a group of two indices
 ])
 def test_updates_layouts_and_groups_match_einsum(expression):
@@ -116,7 +116,11 @@ def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
     kernel = _compile(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype,
                       params={**TWO_GROUPS, "tile_n": 128, "frags_k": 4})
     report, = sass_report(kernel.cuda_source, "sm_90a")
-    assert report.main_loop_kinds()["tensor core"] == {"HGMMA": 4}
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 4}
+    # 16-bit operands of either major move by cp.async only; TF32's are rounded on their way
+    assert ("LDG" in kinds.get("global memory", {})) == (dtype == "float32")
+    assert ("LDGSTS" in kinds.get("async copy", {})) == (dtype != "float32")
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")

@@ -328,24 +328,36 @@ WARPGROUP = 128  # threads: four warps
 
 @dataclass(frozen=True)
 class CoreMatrices:
-    """How a warpgroup MMA finds an operand's elements in shared memory: the "K-major" layout
+    """How a warpgroup MMA finds an operand's elements in shared memory: a canonical layout
     without swizzle of PTX ISA, "Shared Memory Matrix Layout" / "Matrix Descriptor Format"
-    (the descriptor's leading- and stride-dimension byte offsets, swizzle mode 0). The operand
-    (64 or n rows of M or N, k of K) is made of core matrices of 8 rows of 16 bytes, each 128
-    contiguous bytes, a row holding consecutive K; element (r, k) of an operand whose first
-    element is at byte 0 lies at ``(r % 8) 16 + (r / 8) stride + (k % e) s + (k / e) leading``
-    (``s`` bytes per element, ``e = 16 / s`` per core-matrix row)."""
+    (the descriptor's leading- and stride-dimension byte offsets, swizzle mode 0). The operand,
+    ``rows`` of M or N by k of K, is made of core matrices of 128 contiguous bytes: in the
+    K-major layout 8 rows of 16 bytes of consecutive K (``e = 16 / s`` elements of ``s``
+    bytes), ``stride`` bytes apart along M or N and ``leading`` bytes apart along K; in the
+    MN-major one (``k_major`` False, 16-bit operands only, wgmma's transpose) 8 K of 16 bytes
+    of consecutive rows, ``stride`` bytes apart along the rows and ``leading`` along K (CUTLASS
+    writes the two as ``((8,m),(T,2)):((1T,SBO),(1,LBO))`` and ``((T,1,m),(8,k)):((1,T,SBO),
+    (1T,LBO))`` in cute/atom/mma_traits_sm90_gmma.hpp, T = e)."""
 
     leading: int  # bytes between core matrices adjacent along K
     stride: int  # bytes between core matrices adjacent along M or N
+    k_major: bool = True
 
-    def offsets(self, rows: int, k: int, itemsize: int) -> np.ndarray:
-        """The element offsets (in elements of ``itemsize`` bytes, from the operand's first)
-        of its ``rows x k`` elements, row by row."""
-        r, kk = np.divmod(np.arange(rows * k), k)
-        per_row = 16 // itemsize
-        return ((r % 8) * 16 + (r // 8) * self.stride + (kk % per_row) * itemsize
-                + (kk // per_row) * self.leading) // itemsize
+    def offset(self, row: Expr, k: Expr, itemsize: int) -> Expr:
+        """The offset of element (``row``, ``k``) from the operand's first, in elements of
+        ``itemsize`` bytes, as an expression of ``row`` and ``k``."""
+        e = 16 // itemsize
+        fast, slow = (k, row) if self.k_major else (row, k)  # along a core matrix's rows
+
+        def term(value: Expr, divisor: int, scale: int, remainder: bool) -> Expr:
+            part = Binary(Op.MOD if remainder else Op.DIV, value, Int(divisor))
+            return Binary(Op.MUL, part, Int(scale))
+
+        return Binary(Op.ADD, Binary(Op.ADD, Binary(Op.MOD, fast, Int(e)),
+                                     term(slow, 8, e, True)),
+                      Binary(Op.ADD,
+                             term(row, 8 if self.k_major else e, self.stride // itemsize, False),
+                             term(k, e if self.k_major else 8, self.leading // itemsize, False)))
 
 
 @dataclass(frozen=True)

@@ -47,11 +47,7 @@ def operand_element(first: ir.Load, layout: ir.CoreMatrices, row: ir.Expr, k: ir
                     itemsize: int) -> ir.Load:
     """Element (``row``, ``k``) of the operand that starts at ``first``
     (:class:`ir.CoreMatrices`, in elements of ``itemsize`` bytes)."""
-    per_row = 16 // itemsize
-    return ir.Load(first.array, plus(
-        first.offset, times(per_row, remainder(row, 8)),
-        times(layout.stride // itemsize, quotient(row, 8)), remainder(k, per_row),
-        times(layout.leading // itemsize, quotient(k, per_row))))
+    return ir.Load(first.array, plus(first.offset, layout.offset(row, k, itemsize)))
 
 
 class Warpgroup:
@@ -83,7 +79,8 @@ class Warpgroup:
 
     def multiply(self, s: ir.WarpgroupMultiply, pad: str) -> list[str]:
         """One ``wgmma.mma_async``: scale-d 1 (the accumulators are added to), A and B
-        unscaled and K-major (no transpose; TF32 takes no transpose operands)."""
+        unscaled, each transposed where it is MN-major (imm-trans 1; TF32 takes no transpose
+        operands: K-major only)."""
         m, n, k = s.shape
         registers = n // 2
         start = self.expr(s.accumulator.offset)
@@ -91,7 +88,8 @@ class Warpgroup:
                             for i in range(registers))
         d = ", ".join(f"%{i}" for i in range(registers))
         kind = WGMMA_TYPES[self.kernel.dtype]
-        transposes = "" if kind == "tf32" else ", 0, 0"
+        transposes = "" if kind == "tf32" else "".join(
+            f", {int(not layout.k_major)}" for layout in (s.a_layout, s.b_layout))
         return [f"{pad}asm volatile(\"wgmma.mma_async.sync.aligned.m{m}n{n}k{k}.f32.{kind}.{kind} "
                 f"{{{d}}}, %{registers}, %{registers + 1}, 1, 1, 1{transposes};\"",
                 f"{pad}    : {outputs}",

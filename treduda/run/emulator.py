@@ -476,7 +476,9 @@ class _Block:
         operands = []
         for field, rows, layout in (("a", m, s.a_layout), ("b", n, s.b_layout)):
             array = getattr(s, field).array
-            offsets = starts[field] + layout.offsets(rows, k, size)
+            row, kk = np.divmod(np.arange(rows * k), k)
+            offsets = starts[field] + ir.evaluate(
+                layout.offset(ir.Var("row"), ir.Var("k"), size), {"row": row, "k": kk})
             unfenced = self.unfenced[array][offsets]
             if unfenced.any():
                 self.report("missing proxy fence", array, offsets,
