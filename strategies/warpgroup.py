@@ -121,7 +121,9 @@ class Warpgroup(Strategy):
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
-        preferred = {"warpgroups": 1, "frags_m": 1, "tile_n": 64, "frags_k": 1, "stages": 2,
+        # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
+        # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
+        preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
                      "async_copy": True}
         chosen = space.complete({}, preferred)
         if chosen is None:
