@@ -16,6 +16,7 @@ from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load, scaled
 from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher, offered
 
@@ -28,10 +29,11 @@ TWO_GROUPS = {"warpgroups": 2, "frags_m": 1, "tile_n": 64, "frags_k": 2, "stages
 
 
 def _compile(expression: str, sizes: dict, dtype: str = "float16", layout: str = "C",
-             params: dict | None = None) -> treduda.Kernel:
+             params: dict | None = SMALL) -> treduda.Kernel:
+    """The warpgroup kernel with ``params`` (None: the strategy's defaults)."""
     precision = "tf32" if dtype == "float32" else "highest"
     return treduda.compile(expression, sizes, dtype=dtype, layout=layout, precision=precision,
-                           strategy="warpgroup", params=params or SMALL)
+                           strategy="warpgroup", params=params)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32"])
@@ -154,3 +156,18 @@ def test_nvrtc_compiles_wgmma_for_sm_90a():
     ptx = compile_nvrtc(_compile(GEMM, PARTIAL, "bfloat16").cuda_source, "sm_90a")
     assert ".target sm_90a" in ptx
     assert "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16" in ptx
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("row", load("tccg_fp16"), ids=lambda row: row.id)
+def test_every_tccg_row_in_fp16_verifies_and_builds_hgmma(row):
+    """At the row's own sizes with the default tiles, HGMMA in the SASS (in the main loop
+    where K takes more steps than nvcc unrolls: rows of K 24 or 96 have none); verified at
+    scaled-down sizes."""
+    kernel = _compile(row.expression, row.sizes, layout=row.layout, params=None)
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    assert report.mma > 0
+    assert _compile(row.expression, scaled(row.sizes), layout=row.layout,
+                    params=None).verify().ok
