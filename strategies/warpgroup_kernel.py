@@ -20,14 +20,21 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   registers of a thread (:class:`ir.WarpgroupMultiply`'s layout), in one register array.
 * Per step, after the wait for its copies, each thread fences its writes to the async proxy
   (:class:`ir.ProxyFence`) before the barrier; then each warpgroup fences its registers, starts
-  ``frags_k x frags_m`` MMAs of m64nBNk16 (k8 for TF32), commits them and waits for them
-  (``wgmma.wait_group 0``) before the next step's barrier, after which copies may overwrite the
-  buffers they read. Schedule (``P`` the block prefix, ``g`` the warpgroup, ``l`` its thread)::
+  ``frags_k x frags_m`` MMAs of m64nBNk16 (k8 for TF32), commits them and waits until at most
+  ``P`` groups are in flight (``wgmma.wait_group P``), before the next step's barrier, after
+  which copies may overwrite the buffers that the MMAs retired by then read. In one or two
+  stages ``P`` is 0. From three stages with cp.async, ``P`` is 1, the previous step's MMAs
+  retired, and the copies issued at step ``p`` (after its barrier) fill the buffer of step
+  ``p - 2``, ``S - 2`` steps ahead (CUTLASS's Hopper main loops keep MMAs in flight alike);
+  every warpgroup waits for all of its MMAs after the main loop (``wg_drain``), before the
+  accumulators are stored. Schedule (``P`` the block prefix, ``g`` the warpgroup, ``l`` its
+  thread)::
 
     fill[P, g, l, r]              -> [.., 128g + l, .., 0, 0, 0, 0, 0, 0, r]
     fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after)
     fence/mma/commit/wait[P, ks, g, kf, f, l]
                                   -> [.., 128g + l, .., 1, ks, 3, 0 | 1 | 2 | 3, kf, 0, f]
+    wg_drain[P, g, l]             -> [.., 128g + l, .., 2, 0, 0, 0, 0, 0, 0]
     store[P, g, f, l, r]          -> [.., 128g + l, .., 2, 0, 1, 0, 0, f, r]
 
   and the rest as the tensor-core kernel's.
@@ -101,7 +108,10 @@ class WarpgroupBuilder(Builder):
         widths = copy_widths(program, found) if params["async_copy"] and not self.tf32 else {}
         self.widths = {t: widths.get(t) for t in (self.a, self.b)}
         self.asynchronous = any(w is not None for w in self.widths.values())
-        self.lead = self.stages - 1 if self.asynchronous else 0
+        # From three asynchronous stages one step's MMAs stay in flight while the next
+        # step's are issued, and the copies run a step less ahead (see the module's doc)
+        self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
+        self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
 
     def registers(self) -> int:
         """Accumulator registers of a thread per wgmma: ``BN / 2``."""
@@ -187,7 +197,7 @@ class WarpgroupBuilder(Builder):
         domain = f"{self.group_domain()} and {self.step_bounds()}"
         for name, body, position in (("wg_fence", ir.WarpgroupFence(), "0"),
                                      ("wg_commit", ir.WarpgroupCommit(), "2"),
-                                     ("wg_wait", ir.WarpgroupWait(0), "3")):
+                                     ("wg_wait", ir.WarpgroupWait(self.mma_pending), "3")):
             self.add(name, Kind.REDUCE, names, domain, body, [],
                      self.point("128*g + l", ["1", "ks", str(STAGE_MMA), position, "0", "0",
                                               "0"]))
@@ -224,7 +234,9 @@ class WarpgroupBuilder(Builder):
     def write(self) -> None:
         """Each thread stores its accumulator registers into the C tile where wgmma's layout
         puts them; then the program's write statement, as the tensor-core kernel's."""
-        self.sync("sync_store", ["2", "0", "0", "0", "0", "0", "0"], False)
+        self.add("wg_drain", Kind.WRITE, [*self.prefix(), "g", "l"], self.group_domain(),
+                 ir.WarpgroupWait(0), [], self.point("128*g + l", ["2"] + ["0"] * 6))
+        self.sync("sync_store", ["2", "0", "0", "1", "0", "0", "0"], False)
         frags_m = self.warpgroup_params["frags_m"]
         g, f, lane, r = ir.Var("g"), ir.Var("f"), ir.Var("l"), ir.Var("r")
         row = plus(times(WARPGROUP_M, plus(times(frags_m, g), f)), accumulator_row(lane, r))

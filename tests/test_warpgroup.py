@@ -93,17 +93,19 @@ def test_wide_tiles_match_einsum(tile_n):
     assert _compile(GEMM, {"i": 200, "j": 300, "k": 72}, params=params).verify().ok
 
 
-def _broken(kernel: treduda.Kernel, drop: type) -> treduda.Kernel:
-    """``kernel`` without its statements of type ``drop``."""
-    def without(s: ir.Stmt) -> ir.Stmt:
+def _rewritten(kernel: treduda.Kernel, kind: type, change) -> treduda.Kernel:
+    """``kernel`` with each statement of type ``kind`` replaced by ``change(statement)``
+    (None: dropped)."""
+    def rewrite(s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.Block):
-            s = ir.Block(tuple(c for c in s.body if not isinstance(c, drop)))
-        return ir.map_children(s, without)
+            changed = (change(c) if isinstance(c, kind) else c for c in s.body)
+            s = ir.Block(tuple(c for c in changed if c is not None))
+        return ir.map_children(s, rewrite)
 
     first = kernel.signature.kernel
-    assert any(isinstance(s, drop) for s in ir.nested(first.body))
+    assert any(isinstance(s, kind) for s in ir.nested(first.body))
     return dataclasses.replace(kernel, signature=dataclasses.replace(
-        kernel.signature, kernel=dataclasses.replace(first, body=without(first.body))))
+        kernel.signature, kernel=dataclasses.replace(first, body=rewrite(first.body))))
 
 
 @pytest.mark.parametrize(("drop", "hazard"), [
@@ -114,7 +116,18 @@ def _broken(kernel: treduda.Kernel, drop: type) -> treduda.Kernel:
 def test_emulator_reports_the_hazard_a_removed_guard_leaves(drop, hazard):
     kernel = _compile(GEMM, {"i": 40, "j": 30, "k": 80})
     assert kernel.hazards() == []
-    assert hazard in {h.kind for h in _broken(kernel, drop).hazards()}
+    assert hazard in {h.kind for h in _rewritten(kernel, drop, lambda s: None).hazards()}
+
+
+def test_mmas_left_in_flight_one_group_too_many_are_a_hazard():
+    """In three stages a step's MMAs stay in flight (wgmma.wait_group 1) while the copies
+    fill the buffer two steps back; leaving two groups in flight overwrites what they read."""
+    kernel = _compile(GEMM, {"i": 40, "j": 30, "k": 80}, params={**SMALL, "stages": 3})
+    source = kernel.cuda_source
+    assert '"n"(1)' in source and "td_copy_wait<0>" in source
+    too_many = _rewritten(kernel, ir.WarpgroupWait,
+                          lambda s: ir.WarpgroupWait(2) if s.pending else s)
+    assert "unfinished wgmma" in {h.kind for h in too_many.hazards()}
 
 
 def test_kernel_ir_survives_storage():
