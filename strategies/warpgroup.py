@@ -15,7 +15,7 @@ contiguous index is M's or N's copied by cp.async (they are copied through regis
 K-major layout; wgmma's transposed 16-bit layout would take cp.async), swizzled layouts,
 the tensor memory accelerator with mbarriers, warp specialisation, split reductions. The
 search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
-(``gpu="H100"`` or ``"H200"``); the model has no rates for it yet.
+(``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.tuning.wgmma_model`.
 """
 
 from __future__ import annotations
@@ -46,6 +46,16 @@ STAGES = (1, 2, 3, 4)
 # Accumulator registers of a thread: frags_m BN / 2 floats. 128 (a 64 x 256 or two 64 x 128
 # tiles, as CUTLASS's Hopper GEMMs take per warpgroup) leave the rest of 255 for addresses.
 REGISTER_BUDGET = 128
+
+
+def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
+    """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
+    padded by 16 bytes at most) that takes over their memory after the main loop."""
+    tile = warpgroup_tile(params, program)
+    operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
+    c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
+    rows = tile["m"] if output_along_n(program) else tile["n"]
+    return max(operands * params["stages"], c + 16 * rows)
 
 
 @register
@@ -81,8 +91,9 @@ class Warpgroup(Strategy):
                       priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
-            Parameter("async_copy", (True, False), "operand tiles whose K is contiguous "
-                      "copied by cp.async", priority=Priority.BUFFERS))
+            Parameter("async_copy", (False,) if program.dtype == "float32" else (True, False),
+                      "operand tiles copied by cp.async where their layout allows (not TF32's, "
+                      "rounded on their way)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -91,14 +102,6 @@ class Warpgroup(Strategy):
         _, _, m, n, _, _ = found
         extent = {"m": math.prod(sizes[i] for i in m), "n": math.prod(sizes[i] for i in n)}
         budget = self.limits.dynamic_shared_per_block
-
-        def shared(p: Mapping[str, Any]) -> int:
-            tile = warpgroup_tile(p, program)
-            operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
-            c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
-            return max(operands * p["stages"], c + 16 * (tile["m"] if output_along_n(program)
-                                                         else tile["n"]))
-
         return [
             Constraint("more than two stages need asynchronous copies", ("stages", "async_copy"),
                        lambda p: p["stages"] <= 2 or p["async_copy"]),
@@ -112,12 +115,14 @@ class Warpgroup(Strategy):
                        lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages"),
-                       lambda p: shared(p) <= budget),
+                       lambda p: shared_bytes(program, p) <= budget),
         ]
 
     def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
-        raise StrategyError("the warpgroup mapping has no model yet: name it with params, "
-                            "not in a search")
+        """Not in the geometry's quantities: its model (:mod:`treduda.tuning.wgmma_model`)
+        reads the parameters themselves."""
+        raise StrategyError("the warpgroup mapping describes itself by its parameters only "
+                            "(treduda.tuning.wgmma_model reads them)")
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
