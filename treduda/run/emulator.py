@@ -61,6 +61,7 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..codegen import ir
+from ..codegen.warpgroup import accumulator_column, accumulator_row
 from ..errors import HazardError
 from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
@@ -490,8 +491,9 @@ class _Block:
         product = operands[0] @ operands[1].T
         thread = np.repeat(np.arange(lanes.size), n // 2)
         register = np.tile(np.arange(n // 2), lanes.size)
-        rows = 16 * (thread // ir.WARP) + thread % ir.WARP // 4 + 8 * (register % 4 // 2)
-        columns = 8 * (register // 4) + 2 * (thread % 4) + register % 2
+        env = {"thread": thread, "register": register}
+        rows, columns = (ir.evaluate(place(ir.Var("thread"), ir.Var("register")), env)
+                         for place in (accumulator_row, accumulator_column))
         accumulator = s.accumulator.array
         where = (lanes[thread], starts["accumulator"] + register)
         self.touch(accumulator, where[1], where[0], False)
