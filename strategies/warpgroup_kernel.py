@@ -53,11 +53,12 @@ from treduda.polyhedral.lower import Kind, Program
 
 from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, STAGE_MMA, Builder
 from .tensorcore_tiles import (
+    LANES_K,
+    PAD_BYTES,
     accumulator_dtype,
     conflict_free_pad,
     copy_widths,
     output_along_n,
-    split_parts,
     stepped_k,
 )
 
@@ -95,14 +96,16 @@ class WarpgroupBuilder(Builder):
         self.per_row = CORE_ROW_BYTES // dtypes.itemsize(program.dtype)  # e
         self.shape = (WARPGROUP_M, params["tile_n"], wgmma_k(program))
         self.tile = warpgroup_tile(params, program)
-        found = (((self.a,), (self.b,), self.m, self.n, self.k, self.batch))
+        found = ((self.a,), (self.b,), self.m, self.n, self.k, self.batch)
         self.k_sizes = stepped_k(program, found, self.tile["k"])
         self.threads = ir.WARPGROUP * params["warpgroups"]
-        self.chunk, self.parts = split_parts(self.steps(), 1)
+        # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
+        # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
+        # two apart at a time
         size = dtypes.itemsize(accumulator_dtype(program))
-        rows = self.tile["n"] if output_along_n(program) else self.tile["m"]
-        self.pads = {A_TILE: 0, B_TILE: 0,
-                     C_TILE: conflict_free_pad(rows * size, CORE_ROW_BYTES) // size}
+        rows, line = ((self.tile["n"], 2 * LANES_K * size) if output_along_n(program)
+                      else (self.tile["m"], PAD_BYTES))
+        self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: conflict_free_pad(rows * size, line) // size}
         # not for TF32, whose values are rounded on their way (see copied)
         self.tf32 = program.dtype == "float32"
         widths = copy_widths(program, found) if params["async_copy"] and not self.tf32 else {}
