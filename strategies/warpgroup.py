@@ -10,10 +10,10 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
 float32.
 
-What this first slice leaves for later, and says where it is refused: operand tiles whose
-contiguous index is M's or N's copied by cp.async (they are copied through registers into the
-K-major layout; wgmma's transposed 16-bit layout would take cp.async), swizzled layouts,
-the tensor memory accelerator with mbarriers, warp specialisation, split reductions. The
+What this first slice leaves for later: the 128-byte swizzle (without it, the 16-byte runs a
+row's copies store are 128 bytes apart, on the same banks: ``Kernel.counters()`` counts 8
+ways on the operand tiles' shared stores), the tensor memory accelerator with mbarriers, warp
+specialisation, split reductions, cp.async for TF32 operands (rounded in registers). The
 search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
 (``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.tuning.wgmma_model`.
 """
