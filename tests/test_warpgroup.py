@@ -45,16 +45,18 @@ def test_gemm_matches_einsum(dtype, layout):
     assert _compile(GEMM, PARTIAL, dtype, layout).verify().ok
 
 
-@pytest.mark.parametrize("expression", [
-    "C[i,j] += alpha*A[i,k]*B[k,j]",
-    "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
-    "C[i,j] = A[k,i]*B[j,k]",  # both operands transposed: A M-major, B K-major
-    "C[a,b,c]=A[b,d,a]*B[d,c]",  # tccg_01, scaled down: M a group of two indices
+MATRIX = {"i": 33, "j": 40, "k": 41}
+
+
+@pytest.mark.parametrize(("expression", "sizes"), [
+    ("C[i,j] += alpha*A[i,k]*B[k,j]", MATRIX),
+    ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", MATRIX),
+    ("C[i,j] = A[k,i]*B[j,k]", MATRIX),  # both operands transposed: A M-major, B K-major
+    # tccg_01, scaled down: M a group of two indices
+    ("C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 9, "b": 8, "c": 36, "d": 30}),
 ])
-def test_updates_layouts_and_groups_match_einsum(expression):
-    sizes = {"i": 33, "j": 40, "k": 41, "a": 9, "b": 8, "c": 36, "d": 30}
-    used = {i: n for i, n in sizes.items() if f"{i}," in expression or f"{i}]" in expression}
-    assert _compile(expression, used).verify().ok
+def test_updates_layouts_and_groups_match_einsum(expression, sizes):
+    assert _compile(expression, sizes).verify().ok
 
 
 # Scaled-down TCCG rows (treduda/suites/tccg_fp32.tsv) and a batched GEMM
