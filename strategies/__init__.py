@@ -10,6 +10,7 @@ from treduda.polyhedral.strategy import Composite, Strategy, available, get, reg
 from .staging import Staged
 from .tensorcore import TensorCore
 from .tiling import ThreadPerElement, Tiled
+from .warpgroup import Warpgroup
 
 __all__ = ["Composite", "Staged", "Strategy", "TensorCore", "ThreadPerElement", "Tiled",
-           "available", "get", "register"]
+           "Warpgroup", "available", "get", "register"]

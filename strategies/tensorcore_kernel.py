@@ -387,7 +387,7 @@ class Builder:
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
-        target = ir.Element(tile, (*self.buffer(), row, column))
+        target = ir.Element(tile, (*self.buffer(), *self.tile_index(row, column, row_is_free)))
         # a thread's few copies unrolled (in the fragments' dimension, unlike the write's)
         unrolled = -(-rows * runs // self.threads) <= UNROLLED_COPIES
         point = self.point("t", ["1", step, str(STAGE_COPY), *(
@@ -404,7 +404,7 @@ class Builder:
                      ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
-                 ir.Assign(element, "=", source), accesses, point)
+                 ir.Assign(element, "=", self.copied(source)), accesses, point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
                  ir.Assign(element, "=", ir.Float(0.0)), [target], point)
 
@@ -456,6 +456,17 @@ class Builder:
                       ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
                      self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
                                              f"{len(products)}*f + {n}"]))
+
+    def copied(self, source: ir.Element) -> ir.Expr:
+        """What a copy through registers stores of the operand's element: the element (the
+        fragment loads round, where the precision asks)."""
+        return source
+
+    def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
+                   ) -> tuple[ir.Expr, ...]:
+        """The indices of an operand tile's element (``row``, ``column``) after its buffer:
+        here the 2-D tile's own (a mapping with another layout says its own)."""
+        return row, column
 
     def ld(self, tile: str) -> int:
         return self.locals()[tile].shape[-1]

@@ -317,12 +317,110 @@ class WaitCopies:
     pending: int = 0
 
 
+# Hopper's warpgroup tensor cores (PTX ISA, "Asynchronous Warpgroup Level Matrix Multiply-
+# Accumulate Instructions", sm_90a). A warpgroup is four consecutive warps, the first of a
+# number divisible by four; its 128 threads execute each warpgroup statement together. An
+# asynchronous MMA reads its operands from shared memory through matrix descriptors and adds
+# into registers of the warpgroup's threads; it completes in the background, so its operand
+# tiles may not be written and its accumulators not be touched until a wait covers its group.
+WARPGROUP = 128  # threads: four warps
+
+
+@dataclass(frozen=True)
+class CoreMatrices:
+    """How a warpgroup MMA finds an operand's elements in shared memory: a canonical layout
+    without swizzle of PTX ISA, "Shared Memory Matrix Layout" / "Matrix Descriptor Format"
+    (the descriptor's leading- and stride-dimension byte offsets, swizzle mode 0). The operand,
+    ``rows`` of M or N by k of K, is made of core matrices of 128 contiguous bytes: in the
+    K-major layout 8 rows of 16 bytes of consecutive K (``e = 16 / s`` elements of ``s``
+    bytes), ``stride`` bytes apart along M or N and ``leading`` bytes apart along K; in the
+    MN-major one (``k_major`` False, 16-bit operands only, wgmma's transpose) 8 K of 16 bytes
+    of consecutive rows, ``stride`` bytes apart along the rows and ``leading`` along K (CUTLASS
+    writes the two as ``((8,m),(T,2)):((1T,SBO),(1,LBO))`` and ``((T,1,m),(8,k)):((1,T,SBO),
+    (1T,LBO))`` in cute/atom/mma_traits_sm90_gmma.hpp, T = e)."""
+
+    leading: int  # bytes between core matrices adjacent along K
+    stride: int  # bytes between core matrices adjacent along M or N
+    k_major: bool = True
+
+    def offset(self, row: Expr, k: Expr, itemsize: int) -> Expr:
+        """The offset of element (``row``, ``k``) from the operand's first, in elements of
+        ``itemsize`` bytes, as an expression of ``row`` and ``k``."""
+        e = 16 // itemsize
+        fast, slow = (k, row) if self.k_major else (row, k)  # along a core matrix's rows
+
+        def term(value: Expr, divisor: int, scale: int, remainder: bool) -> Expr:
+            part = Binary(Op.MOD if remainder else Op.DIV, value, Int(divisor))
+            return Binary(Op.MUL, part, Int(scale))
+
+        return Binary(Op.ADD, Binary(Op.ADD, Binary(Op.MOD, fast, Int(e)),
+                                     term(slow, 8, e, True)),
+                      Binary(Op.ADD,
+                             term(row, 8 if self.k_major else e, self.stride // itemsize, False),
+                             term(k, e if self.k_major else 8, self.leading // itemsize, False)))
+
+
+@dataclass(frozen=True)
+class WarpgroupMultiply:
+    """``accumulator += a @ b.T`` started by the warpgroup, one ``wgmma.mma_async.sync.aligned
+    .m64nNk{16|8}`` (PTX ISA, "wgmma.mma_async"): ``a`` is the 64 x k operand at ``a``'s
+    element, ``b`` the n x k one at ``b``'s, both in shared memory as ``a_layout`` and
+    ``b_layout`` say (:class:`CoreMatrices`); products exact, added in float32 (``shape`` =
+    (64, n, k)). ``accumulator`` is the first of ``n / 2`` float registers of each thread of
+    the warpgroup, in the layout of "Matrix Fragments for wgmma.m64nNk16": register ``i`` of
+    thread ``t`` (warp ``w = t / 32``, lane ``l = t % 32``) holds row ``16 w + l / 4 + 8 ((i %
+    4) / 2)``, column ``8 (i / 4) + 2 (l % 4) + i % 2``. Until a :class:`WarpgroupWait` covers
+    its group, no thread may write its operand tiles nor touch its accumulators."""
+
+    accumulator: Load
+    a: Load
+    b: Load
+    shape: tuple[int, int, int]
+    a_layout: CoreMatrices
+    b_layout: CoreMatrices
+
+
+@dataclass(frozen=True)
+class WarpgroupFence:
+    """``wgmma.fence.sync.aligned`` (PTX ISA, "wgmma.fence"): orders the warpgroup's earlier
+    register accesses (the accumulators' zero fill) before the asynchronous MMAs that
+    follow; needed before the first MMA and after any other access of their registers."""
+
+
+@dataclass(frozen=True)
+class WarpgroupCommit:
+    """``wgmma.commit_group.sync.aligned`` (PTX ISA, "wgmma.commit_group"): the warpgroup's
+    MMAs started since its last commit become one group, which a :class:`WarpgroupWait`
+    waits for."""
+
+
+@dataclass(frozen=True)
+class WarpgroupWait:
+    """``wgmma.wait_group.sync.aligned pending`` (PTX ISA, "wgmma.wait_group"): the warpgroup
+    waits until at most ``pending`` of its committed groups, the most recent, are in flight:
+    every earlier group's MMAs have read their operands and written their accumulators."""
+
+    pending: int = 0
+
+
+@dataclass(frozen=True)
+class ProxyFence:
+    """``fence.proxy.async.shared::cta`` (PTX ISA, "Memory Consistency Model: Proxies" and
+    "membar/fence"): this thread's earlier writes of shared memory through the generic proxy
+    (ordinary stores, cp.async's data once waited for) become visible to the async proxy,
+    through which warpgroup MMAs read their operands. Each writing thread fences before the
+    barrier after which a warpgroup reads what it wrote."""
+
+
+WARPGROUP_STATEMENTS = (WarpgroupMultiply, WarpgroupFence, WarpgroupCommit, WarpgroupWait)
+
 # Statements with memory or fragment operands (Elements before the AST, Loads after), which
 # passes rewrite through map_operands.
-OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy)
+OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy, WarpgroupMultiply)
 Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
         | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment | AsyncCopy
-        | CommitCopies | WaitCopies)
+        | CommitCopies | WaitCopies | WarpgroupMultiply | WarpgroupFence | WarpgroupCommit
+        | WarpgroupWait | ProxyFence)
 
 
 class ParamKind(enum.Enum):

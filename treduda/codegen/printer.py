@@ -29,6 +29,7 @@ from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
 from .fragments import Twin, Wmma, has_fragments
+from .warpgroup import Warpgroup, has_warpgroups
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -208,6 +209,10 @@ class Printer:
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
         self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
                           else Twin(kernel, self.expr, self.value_type, dialect.lane))
+        thread = dialect.thread_id.format(axis=dialect.axes[0])
+        self.warpgroup = Warpgroup(kernel, self.expr, dialect.fragments == "wmma",
+                                   self.value_type, itemsize(kernel.dtype),
+                                   f"(int)({thread} % {ir.WARPGROUP})")
         self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
         # tiles read in vectors (ir.VectorLoad): 16-byte aligned, as cp.async's widest copies
         shared = {v.name for v in kernel.locals if v.space is ir.Space.SHARED}
@@ -226,6 +231,7 @@ class Printer:
                  "fragment_loads": (self.fragments.shared_loads()
                                     if isinstance(self.fragments, Wmma) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
+                 "warpgroup": d.fragments == "wmma" and has_warpgroups(self.kernel),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -309,6 +315,8 @@ class Printer:
             return [f"{pad}{self.dialect.barrier}"]
         if isinstance(s, ir.WARP_STATEMENTS):
             return self.fragments.stmt(s, pad)
+        if isinstance(s, (*ir.WARPGROUP_STATEMENTS, ir.ProxyFence)):
+            return self.warpgroup.stmt(s, pad)
         if isinstance(s, ir.AsyncCopy):
             return self.async_copy(s, depth)
         if isinstance(s, ir.CommitCopies):

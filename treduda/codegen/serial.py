@@ -21,7 +21,8 @@ IR_CLASSES: tuple[type, ...] = (
     ir.Int, ir.Float, ir.Var, ir.Index, ir.Binary, ir.Neg, ir.Select, ir.Element, ir.Load,
     ir.Lane, ir.Call, ir.Assign, ir.For, ir.If, ir.Block, ir.Barrier, ir.VectorLoad,
     ir.VectorStore, ir.FillFragment, ir.LoadFragment, ir.MultiplyAccumulate, ir.AddFragment,
-    ir.StoreFragment, ir.AsyncCopy, ir.CommitCopies, ir.WaitCopies,
+    ir.StoreFragment, ir.AsyncCopy, ir.CommitCopies, ir.WaitCopies, ir.WarpgroupMultiply,
+    ir.WarpgroupFence, ir.WarpgroupCommit, ir.WarpgroupWait, ir.ProxyFence, ir.CoreMatrices,
     ir.Fragment, ir.Param, ir.Local, ir.KernelIR, parts.PartsSum)
 IR_ENUMS: tuple[type[enum.Enum], ...] = (ir.Op, ir.Builtin, ir.Function, ir.Unroll,
                                          ir.ParamKind, ir.Space, ir.Use)

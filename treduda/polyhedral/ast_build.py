@@ -132,9 +132,10 @@ def build(scheduled: Scheduled, name: str) -> Built:
 
     root = scan(context)
     body = converter.node(root)
-    # Not for tensor-core kernels (fragments), whose builder zero-fills what lies outside
-    # the tensors and lays out its own pipeline.
-    fragments = any(local.space is ir.Space.FRAGMENT for local in scheduled.locals)
+    # Not for tensor-core kernels (fragments, warpgroup MMAs), whose builder zero-fills what
+    # lies outside the tensors and lays out its own pipeline.
+    fragments = (any(local.space is ir.Space.FRAGMENT for local in scheduled.locals)
+                 or any(isinstance(s.body, ir.WarpgroupMultiply) for s in scheduled.statements))
     full = (_full_blocks(scheduled, block_range, folded)
             if program.sizes is not None and not fragments and _guarded_loop(body) else None)
     if full is not None:  # the same scan where every guard of an edge block holds

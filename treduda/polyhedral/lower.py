@@ -66,7 +66,9 @@ class Statement:
     # a warp-collective statement (tensor cores) executes with the same operands in the
     # 32 threads of a warp; the lane is in its domain, not in its operands
     body: ir.Assign | ir.Barrier | ir.FillFragment | ir.LoadFragment | ir.MultiplyAccumulate \
-        | ir.AddFragment | ir.StoreFragment | ir.AsyncCopy | ir.CommitCopies | ir.WaitCopies
+        | ir.AddFragment | ir.StoreFragment | ir.AsyncCopy | ir.CommitCopies | ir.WaitCopies \
+        | ir.WarpgroupMultiply | ir.WarpgroupFence | ir.WarpgroupCommit | ir.WarpgroupWait \
+        | ir.ProxyFence
     accesses: tuple[isl.Map, ...] = ()
     summed: tuple[str, ...] = ()
     phase: int = 0

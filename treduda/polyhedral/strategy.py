@@ -78,6 +78,10 @@ class Limits:
     # with them still runs anywhere (the CUDA text copies at once below sm_80), so only a
     # search for an older GPU rules them out.
     async_copies: bool = True
+    # Whether the target has warpgroup MMAs (wgmma: compute capability 9.0 built for sm_90a,
+    # PTX ISA "Asynchronous Warpgroup Level Matrix Multiply-Accumulate Instructions"); without
+    # a GPU named, a kernel is generated for whatever its parameters say.
+    warpgroup_mma: bool = True
 
 
 class Priority(enum.IntEnum):

@@ -18,7 +18,18 @@ shared-memory access and reports, as :class:`Hazard`:
   warp reach, or whose operands differ between them;
 * an **unfinished async copy**: an access to a shared element that an asynchronous copy
   (:class:`ir.AsyncCopy`) writes, after the copy started and before the wait of its thread that
-  covers it has returned.
+  covers it has returned;
+* an **unfinished wgmma**: a write of a shared element that a warpgroup MMA
+  (:class:`ir.WarpgroupMultiply`) reads, after the MMA started and before a wait of its
+  warpgroup (:class:`ir.WarpgroupWait`) covers its group;
+* a **missing proxy fence**: a warpgroup MMA reads a shared element written through the
+  generic proxy (a store, a cp.async once waited for) whose writer has not executed
+  :class:`ir.ProxyFence` since.
+
+A warpgroup statement runs once per warpgroup (128 threads), which must all reach it with the
+same operands. An MMA computes its product when it starts and counts as its warpgroup's first
+thread reading its operand tiles; its reads stay pending, for the hazard above, until a wait
+retires its group.
 
 Asynchronous copies are modelled as the hardware allows them to behave, not as the OpenCL twin
 runs them: a copy reads its source when it starts, but its data land in shared memory only
@@ -50,8 +61,9 @@ from typing import Any, Protocol
 import numpy as np
 
 from ..codegen import ir
+from ..codegen.warpgroup import accumulator_column, accumulator_row
 from ..errors import HazardError
-from ..frontend.dtypes import compute, is_integer, poison
+from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
@@ -91,10 +103,10 @@ CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3,
 @dataclass(frozen=True)
 class Hazard:
     """One problem found in block ``block``: ``kind`` is "race", "out of bounds", "divergent
-    barrier", "uninitialised read", "divergent warp", "unfinished async copy" or "reused
-    memory" (a tile accessed after a tile that takes over its memory was written, or while
-    that was written: no barrier between; :attr:`ir.Local.reuses`); ``threads`` are linear
-    thread ids (x fastest)."""
+    barrier", "uninitialised read", "divergent warp", "unfinished async copy", "unfinished
+    wgmma", "missing proxy fence" or "reused memory" (a tile accessed after a tile that
+    takes over its memory was written, or while that was written: no barrier between;
+    :attr:`ir.Local.reuses`); ``threads`` are linear thread ids (x fastest)."""
 
     kind: str
     block: tuple[int, ...]
@@ -246,6 +258,18 @@ class _Block:
         self.committed = np.zeros(self.count, dtype=np.int64)
         self.in_flight = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
                           for name in self.shared}
+        # Warpgroup MMAs not yet waited for: their warpgroup, group (-1 until committed),
+        # array and the offsets they read; per warpgroup the groups it committed; per shared
+        # element the MMAs reading it.
+        self.mmas: list[tuple[int, int, str, np.ndarray]] = []
+        self.mma_groups = np.zeros(-(-self.count // ir.WARPGROUP), dtype=np.int64)
+        self.mma_reading = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
+                            for name in self.shared}
+        # per shared element: written through the generic proxy, its writer unfenced since
+        self.unfenced = {name: np.zeros(self.arrays[name].shape, dtype=bool)
+                         for name in self.shared}
+        self.writer = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
+                       for name in self.shared}
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
@@ -298,6 +322,12 @@ class _Block:
             self.committed[active] += 1
         elif isinstance(s, ir.WaitCopies):
             self.finish_copies(s.pending, active)
+        elif isinstance(s, ir.WARPGROUP_STATEMENTS):
+            for group in np.unique(np.flatnonzero(active) // ir.WARPGROUP):
+                self.warpgroup_statement(s, active, int(group))
+        elif isinstance(s, ir.ProxyFence):
+            for name, unfenced in self.unfenced.items():
+                unfenced &= ~active[self.writer[name]]
         else:
             self.assign(s, active)
 
@@ -407,6 +437,68 @@ class _Block:
             values = self.fragment(*operands["fragment"], warp)
             self.tile(kind, operands["first"], s.ld, s.row_major, lanes, True, values)
 
+    def warpgroup_statement(self, s: ir.Stmt, active: np.ndarray, group: int) -> None:
+        """One warpgroup statement for the threads of ``group``, which must all be active
+        and agree on its operands (:class:`ir.WarpgroupMultiply` for the MMA's meaning)."""
+        lanes = np.arange(group * ir.WARPGROUP, min((group + 1) * ir.WARPGROUP, self.count))
+        if not active[lanes].all():
+            self.hazards.append(Hazard("divergent warp", self.block, type(s).__name__, -1,
+                                       self.epoch, (int(lanes[0]),)))
+            return
+        if isinstance(s, ir.WarpgroupCommit):
+            opened = [n for n, mma in enumerate(self.mmas) if mma[0] == group and mma[1] < 0]
+            for n in opened:
+                self.mmas[n] = (group, int(self.mma_groups[group]), *self.mmas[n][2:])
+            self.mma_groups[group] += 1
+            return
+        if isinstance(s, ir.WarpgroupWait):
+            kept = []
+            for mma in self.mmas:
+                owner, number, array, offsets = mma
+                if owner == group and 0 <= number < self.mma_groups[group] - s.pending:
+                    np.subtract.at(self.mma_reading[array], offsets, 1)
+                else:
+                    kept.append(mma)
+            self.mmas = kept
+            return
+        if isinstance(s, ir.WarpgroupFence):
+            return
+        starts = {}
+        for field in ("accumulator", "a", "b"):
+            operand = getattr(s, field)
+            values = self.index(operand.offset, active)[lanes]
+            if not (values == values[0]).all():
+                self.hazards.append(Hazard("divergent warp", self.block, operand.array,
+                                           int(values[0]), self.epoch, (int(lanes[0]),)))
+                return
+            starts[field] = int(values[0])
+        m, n, k = s.shape
+        size = itemsize(self.kernel.dtype)
+        operands = []
+        for field, rows, layout in (("a", m, s.a_layout), ("b", n, s.b_layout)):
+            array = getattr(s, field).array
+            row, kk = np.divmod(np.arange(rows * k), k)
+            offsets = starts[field] + ir.evaluate(
+                layout.offset(ir.Var("row"), ir.Var("k"), size), {"row": row, "k": kk})
+            unfenced = self.unfenced[array][offsets]
+            if unfenced.any():
+                self.report("missing proxy fence", array, offsets,
+                            np.repeat(lanes[:1], offsets.size), unfenced)
+            self.touch(array, offsets, np.repeat(lanes[:1], offsets.size), False)
+            operands.append(self.arrays[array][offsets].reshape(rows, k).astype(np.float64))
+            np.add.at(self.mma_reading[array], offsets, 1)
+            self.mmas.append((group, -1, array, offsets))
+        product = operands[0] @ operands[1].T
+        thread = np.repeat(np.arange(lanes.size), n // 2)
+        register = np.tile(np.arange(n // 2), lanes.size)
+        env = {"thread": thread, "register": register}
+        rows, columns = (ir.evaluate(place(ir.Var("thread"), ir.Var("register")), env)
+                         for place in (accumulator_row, accumulator_column))
+        accumulator = s.accumulator.array
+        where = (lanes[thread], starts["accumulator"] + register)
+        self.touch(accumulator, where[1], where[0], False)
+        self.arrays[accumulator][where] += product[rows, columns]
+
     def start_copy(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
         """Each active thread's copy starts: its source is read now (inputs are read-only),
         its destination, which no access may touch until the copy is waited for, is marked in
@@ -510,6 +602,13 @@ class _Block:
             unfinished = self.in_flight[array][offsets] > 0
             if unfinished.any():
                 self.report("unfinished async copy", array, offsets, lanes, unfinished)
+            if write:
+                read = self.mma_reading[array][offsets] > 0
+                if read.any():
+                    self.report("unfinished wgmma", array, offsets, lanes, read)
+                if not started:
+                    self.unfenced[array][offsets] = True
+                    self.writer[array][offsets] = lanes
         if array in self.taken:
             self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
         if write and array in self.taken_by.values():

@@ -154,6 +154,17 @@ def parse_ptxas(log: str) -> list[CudaReport]:
     return [CudaReport(**row) for row in rows]
 
 
+def _target(arch: str) -> list[str]:
+    """nvcc's options for ``arch``: an architecture-specific one (``sm_90a``: wgmma,
+    setmaxnreg) as ``-gencode`` of its own virtual architecture, which nvcc 13's ``-arch``
+    shorthand was seen to follow with a plain sm_90 pass that rejects those instructions
+    (/work/.library/device/HOPPER.md)."""
+    if arch.endswith("a"):
+        number = arch.removeprefix("sm_")
+        return [f"-gencode=arch=compute_{number},code=sm_{number}"]
+    return [f"-arch={arch}"]
+
+
 @contextlib.contextmanager
 def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
     """Compile ``source`` into a temporary cubin; yields its path and ptxas's log.
@@ -175,7 +186,7 @@ def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
     with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
         cu, binary = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
         cu.write_text(source)
-        done = run_tool([nvcc, f"-arch={arch}", *NVCC_FLAGS, "-o", str(binary), str(cu)],
+        done = run_tool([nvcc, *_target(arch), *NVCC_FLAGS, "-o", str(binary), str(cu)],
                         failure)
         log = done.stdout + done.stderr
         # Warnings nvcc does not promote (its own driver messages) must fail too.

@@ -36,8 +36,9 @@ _LABEL = re.compile(r"^\s*(\.L\w+):")  # nvdisasm names branch targets instead o
 _TARGET = re.compile(r"`\((\.L\w+)\)|(0x[0-9a-fA-F]+)\s*$")
 # HFMA2 is not counted: sm_8x+ zero registers with "HFMA2.MMA R, -RZ, RZ, 0, 0".
 _FMA = {"FFMA", "DFMA"}
-# Tensor-core multiply-accumulates: HMMA (float16, bfloat16 and TF32 inputs), DMMA (float64).
-_MMA = {"HMMA", "DMMA"}
+# Tensor-core multiply-accumulates: HMMA (float16, bfloat16 and TF32 inputs), DMMA (float64),
+# HGMMA (a warpgroup's wgmma, sm_90a).
+_MMA = {"HMMA", "DMMA", "HGMMA"}
 # cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
 _ASYNC_COPY = {"LDGSTS"}
 # What a warp moves through shared memory per instruction: LDS/STS/LDGSTS 32 threads of their
@@ -78,7 +79,7 @@ class SassReport:
     # Global loads through the read-only path (LDG...CONSTANT): nvcc takes it where it knows
     # an input is never written (const __restrict__), and loses it where it cannot tell.
     read_only_loads: int = 0
-    mma: int = 0  # tensor-core instructions (HMMA, DMMA) in the kernel ...
+    mma: int = 0  # tensor-core instructions (HMMA, DMMA, HGMMA) in the kernel ...
     main_loop_mma: int = 0  # ... and in its main loop
     async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
     main_loop_async_copies: int = 0  # ... and in its main loop

@@ -164,6 +164,12 @@ class Gpu:
         capability 8.0, PTX ISA "Data Movement and Conversion Instructions: cp.async")."""
         return float(self.compute_capability) >= 8.0
 
+    @property
+    def warpgroup_mma(self) -> bool:
+        """Whether the GPU has warpgroup MMAs (wgmma, compute capability 9.0 only: PTX ISA,
+        "wgmma.mma_async" requires sm_90a, which no later architecture runs)."""
+        return self.compute_capability == "9.0"
+
     def peak_flops(self, dtype: object = "float32") -> float:
         """Peak FMA throughput in FLOP/s (an FMA counts as 2), without tensor cores."""
         return 2.0 * self.fma_lanes(dtype) * self.sm_count * self.clock_ghz * 1e9

@@ -59,10 +59,12 @@ from ..polyhedral.strategy import Strategy
 from ..strategies import get as get_strategy
 from ..strategies import tensorcore_tiles
 from ..strategies.tensorcore import TensorCore
+from ..strategies.warpgroup import Warpgroup
 from .gpus import Gpu
 from .model import Model
 from .occupancy import blocks_per_sm
 from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from .wgmma_model import WarpgroupModel
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -390,10 +392,13 @@ def applies(program: Program, gpu: Gpu) -> bool:
 
 
 def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
-             values: Mapping[str, tuple] | None = None) -> Model | TensorCoreModel:
-    """The model of ``strategy``: the tensor-core one's, or the analytic model of the SIMT
-    strategies."""
+             values: Mapping[str, tuple] | None = None
+             ) -> Model | TensorCoreModel | WarpgroupModel:
+    """The model of ``strategy``: the tensor-core one's, the warpgroup one's
+    (:mod:`.wgmma_model`), or the analytic model of the SIMT strategies."""
     chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
     if isinstance(chosen, TensorCore):
         return TensorCoreModel(program, gpu, chosen, values)
+    if isinstance(chosen, Warpgroup):
+        return WarpgroupModel(program, gpu, chosen, values)
     return Model(program, gpu, chosen, values)

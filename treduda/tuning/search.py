@@ -87,7 +87,8 @@ class Searcher(LocalSearch):
                         shared_per_block=self.gpu.shared_per_block,
                         dynamic_shared_per_block=self.gpu.shared_per_block_optin,
                         registers_per_thread=self.gpu.max_registers_per_thread,
-                        async_copies=self.gpu.async_copies)
+                        async_copies=self.gpu.async_copies,
+                        warpgroup_mma=self.gpu.warpgroup_mma)
         self.strategy = get_strategy(strategy, limits)
         full = self.strategy.space(self.program)
         unknown = sorted(set(values or {}) - {p.name for p in full.parameters})

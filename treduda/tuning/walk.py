@@ -284,7 +284,7 @@ class _Walker:
             self.active = active
             return tally
         tally: Counter = Counter()
-        if isinstance(s, ir.WARP_STATEMENTS):
+        if isinstance(s, (*ir.WARP_STATEMENTS, *ir.WARPGROUP_STATEMENTS, ir.ProxyFence)):
             return tally  # a warp's tensor-core work: the tensor-core model counts it
         if isinstance(s, (ir.CommitCopies, ir.WaitCopies)):
             return tally  # bookkeeping of the copies, which are counted where they start

@@ -1,0 +1,139 @@
+"""Hopper's warpgroup tensor cores: a block of one or two warpgroups computes a GEMM-shaped
+tile of the output with ``wgmma.mma_async`` (sm_90a), its operands read from shared memory
+through matrix descriptors.
+
+The contraction is grouped into a batched GEMM as the tensor-core strategy groups it
+(:mod:`.tensorcore`); a block of ``warpgroups`` warpgroups (128 threads each) holds a
+``BM x BN`` tile of C, ``BM = 64 warpgroups frags_m`` and ``BN = tile_n``, each warpgroup
+``frags_m`` accumulators of 64 x BN in registers. The kernel is built by
+:mod:`.warpgroup_kernel`. float16 and bfloat16 inputs (m64nNk16) and float32 with precision
+TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
+float32.
+
+What this first slice leaves for later: the 128-byte swizzle (without it, the 16-byte runs a
+row's copies store are 128 bytes apart, on the same banks: ``Kernel.counters()`` counts 8
+ways on the operand tiles' shared stores), the tensor memory accelerator with mbarriers, warp
+specialisation, split reductions, cp.async for TF32 operands (rounded in registers). The
+search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
+(``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.tuning.wgmma_model`.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from treduda.errors import StrategyError
+from treduda.frontend import dtypes
+from treduda.polyhedral.lower import Program
+from treduda.polyhedral.strategy import (
+    Constraint,
+    Parameter,
+    ParamSpace,
+    Priority,
+    Scheduled,
+    Strategy,
+    register,
+)
+
+from .tensorcore_tiles import accumulator_dtype, gemm_groups, output_along_n
+from .warpgroup_kernel import WarpgroupBuilder, warpgroup_tile
+
+DTYPES = ("float16", "bfloat16")
+TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
+STAGES = (1, 2, 3, 4)
+# Accumulator registers of a thread: frags_m BN / 2 floats. 128 (a 64 x 256 or two 64 x 128
+# tiles, as CUTLASS's Hopper GEMMs take per warpgroup) leave the rest of 255 for addresses.
+REGISTER_BUDGET = 128
+
+
+def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
+    """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
+    padded by 16 bytes at most) that takes over their memory after the main loop."""
+    tile = warpgroup_tile(params, program)
+    operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
+    c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
+    rows = tile["m"] if output_along_n(program) else tile["n"]
+    return max(operands * params["stages"], c + 16 * rows)
+
+
+@register
+class Warpgroup(Strategy):
+    name = "warpgroup"
+    description = ("GEMM-shaped tiles on Hopper's warpgroup tensor cores (wgmma, sm_90a): "
+                   "operands in shared memory read through matrix descriptors, accumulators "
+                   "in registers written through shared memory (float16, bfloat16, float32 "
+                   "with precision tf32)")
+
+    def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
+        if not self.limits.warpgroup_mma:
+            raise StrategyError("warpgroup MMAs (wgmma) need a compute capability 9.0 GPU "
+                                "(H100, H200) built for sm_90a; use 'tensorcore'")
+        if program.dtype not in DTYPES and not (program.dtype == "float32"
+                                                and program.precision == dtypes.TF32):
+            raise StrategyError(f"the warpgroup mapping computes {', '.join(DTYPES)} and "
+                                f"float32 with precision='tf32', not {program.dtype} with "
+                                f"precision={program.precision!r}; use 'tensorcore'")
+        found = gemm_groups(program)
+        if found is None:
+            raise StrategyError(f"{program.contraction.source!r} is not one product of two "
+                                "tensors with fixed sizes, which warpgroup MMAs compute as a "
+                                "(batched) GEMM; use 'tiled+staged'")
+        parameters = (
+            Parameter("warpgroups", (1, 2), "warpgroups per block along M",
+                      priority=Priority.TILES),
+            Parameter("frags_m", (1, 2), "64-row accumulators per warpgroup",
+                      priority=Priority.TILES),
+            Parameter("tile_n", TILE_N, "N of the block's tile, one wgmma's n",
+                      priority=Priority.TILES),
+            Parameter("frags_k", (1, 2, 4), "wgmma k-extents per reduction step",
+                      priority=Priority.STEP),
+            Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
+                      "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
+            Parameter("async_copy", (False,) if program.dtype == "float32" else (True, False),
+                      "operand tiles copied by cp.async where their layout allows (not TF32's, "
+                      "rounded on their way)", priority=Priority.BUFFERS))
+        return ParamSpace(parameters, tuple(self._rules(program, found)))
+
+    def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
+               ) -> list[Constraint]:
+        sizes = program.sizes
+        _, _, m, n, _, _ = found
+        extent = {"m": math.prod(sizes[i] for i in m), "n": math.prod(sizes[i] for i in n)}
+        budget = self.limits.dynamic_shared_per_block
+        return [
+            Constraint("more than two stages need asynchronous copies", ("stages", "async_copy"),
+                       lambda p: p["stages"] <= 2 or p["async_copy"]),
+            Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread",
+                       ("frags_m", "tile_n"),
+                       lambda p: p["frags_m"] * p["tile_n"] // 2 <= REGISTER_BUDGET),
+            Constraint("the M tile is no larger than M needs", ("warpgroups", "frags_m"),
+                       lambda p: p["warpgroups"] * p["frags_m"] == 1
+                       or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
+            Constraint("the N tile is no larger than N needs", ("tile_n",),
+                       lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
+            Constraint(f"shared tiles fit in {budget} bytes per block",
+                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages"),
+                       lambda p: shared_bytes(program, p) <= budget),
+        ]
+
+    def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
+        """Not in the geometry's quantities: its model (:mod:`treduda.tuning.wgmma_model`)
+        reads the parameters themselves."""
+        raise StrategyError("the warpgroup mapping describes itself by its parameters only "
+                            "(treduda.tuning.wgmma_model reads them)")
+
+    def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
+        space = self.space(program, before)
+        # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
+        # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
+        preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
+                     "async_copy": True}
+        chosen = space.complete({}, preferred)
+        if chosen is None:
+            raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")
+        return chosen
+
+    def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
+        return WarpgroupBuilder(scheduled.program, params).run()

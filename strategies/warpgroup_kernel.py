@@ -1,0 +1,255 @@
+"""The statements and schedule of a warpgroup kernel (:class:`.warpgroup.Warpgroup`): the
+tensor-core kernel's (:mod:`.tensorcore_kernel`) with Hopper's asynchronous MMAs.
+
+What stays: the grouping of indices, the copies of each step's operand tiles (cp.async where
+the operand's layout allows), their zero fill outside the tensors, the stages and the write
+through the shared C tile in the output's own layout (alpha, beta, ``+=``). What changes:
+
+* The operand tiles are laid out as wgmma reads them without swizzle (PTX ISA, "Shared Memory
+  Matrix Layout"; :class:`ir.CoreMatrices`), in core matrices of 128 contiguous bytes, each 8
+  rows of 16 bytes (``e`` elements) along the operand's contiguous index: K-major where that
+  is K (``X[buffer][k / e][row / 8][row % 8][k % e]``), MN-major where it is M's or N's
+  (``X[buffer][k / 8][row / e][k % 8][row % e]``, which wgmma reads transposed; 16-bit
+  operands only). Core matrices are 128 bytes apart along M or N (the descriptor's stride)
+  and a whole slice of the tile apart along K (its leading offset). So a copy's runs, along
+  the operand's contiguous index, land in a core matrix's row, and cp.async takes every
+  16-bit operand; TF32 operands, K-major only and rounded on their way (:meth:`copied`), are
+  copied through registers.
+* A block is ``warpgroups`` warpgroups of 128 threads, warpgroup ``g`` holding
+  ``frags_m`` accumulators of 64 x BN, rows ``64 (frags_m g + f)`` on, each ``BN / 2`` float
+  registers of a thread (:class:`ir.WarpgroupMultiply`'s layout), in one register array.
+* Per step, after the wait for its copies, each thread fences its writes to the async proxy
+  (:class:`ir.ProxyFence`) before the barrier; then each warpgroup fences its registers, starts
+  ``frags_k x frags_m`` MMAs of m64nBNk16 (k8 for TF32), commits them and waits until at most
+  ``P`` groups are in flight (``wgmma.wait_group P``), before the next step's barrier, after
+  which copies may overwrite the buffers that the MMAs retired by then read. In one or two
+  stages ``P`` is 0. From three stages with cp.async, ``P`` is 1, the previous step's MMAs
+  retired, and the copies issued at step ``p`` (after its barrier) fill the buffer of step
+  ``p - 2``, ``S - 2`` steps ahead (CUTLASS's Hopper main loops keep MMAs in flight alike);
+  every warpgroup waits for all of its MMAs after the main loop (``wg_drain``), before the
+  accumulators are stored. Schedule (``P`` the block prefix, ``g`` the warpgroup, ``l`` its
+  thread)::
+
+    fill[P, g, l, r]              -> [.., 128g + l, .., 0, 0, 0, 0, 0, 0, r]
+    fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after)
+    fence/mma/commit/wait[P, ks, g, kf, f, l]
+                                  -> [.., 128g + l, .., 1, ks, 3, 0 | 1 | 2 | 3, kf, 0, f]
+    wg_drain[P, g, l]             -> [.., 128g + l, .., 2, 0, 0, 0, 0, 0, 0]
+    store[P, g, f, l, r]          -> [.., 128g + l, .., 2, 0, 1, 0, 0, f, r]
+
+  and the rest as the tensor-core kernel's.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from treduda.codegen import ir
+from treduda.codegen.simplify import plus, quotient, remainder, times
+from treduda.codegen.warpgroup import accumulator_column, accumulator_row
+from treduda.frontend import dtypes
+from treduda.polyhedral.lower import Kind, Program
+
+from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, STAGE_MMA, Builder
+from .tensorcore_tiles import (
+    LANES_K,
+    PAD_BYTES,
+    accumulator_dtype,
+    conflict_free_pad,
+    copy_widths,
+    output_along_n,
+    stepped_k,
+)
+
+CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
+CORE_ROWS = 8
+WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
+
+
+def wgmma_k(program: Program) -> int:
+    """K of one wgmma: 16 for 16-bit inputs, 8 for TF32 (PTX ISA, "wgmma.mma_async")."""
+    return 32 // dtypes.itemsize(program.dtype)
+
+
+def warpgroup_tile(params: Mapping[str, Any], program: Program) -> dict[str, int]:
+    """The block's tile: BM, BN and the step BK, in elements."""
+    return {"m": WARPGROUP_M * params["warpgroups"] * params["frags_m"], "n": params["tile_n"],
+            "k": params["frags_k"] * wgmma_k(program)}
+
+
+def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
+    """The tensor-core builder's parameters that describe the same block: what it computes
+    from them (the grouping, the copy widths, the stages) holds for this kernel; the tile
+    and the threads are set again after."""
+    return {"warps_m": params["warpgroups"], "warps_n": 1, "frags_m": params["frags_m"],
+            "frags_n": 1, "frags_k": params["frags_k"], "stages": params["stages"],
+            "split": 1, "async_copy": params["async_copy"]}
+
+
+class WarpgroupBuilder(Builder):
+    """Builds one warpgroup kernel (see the module's doc)."""
+
+    def __init__(self, program: Program, params: Mapping[str, Any]):
+        super().__init__(program, tensorcore_params(params))
+        self.warpgroup_params = params
+        self.per_row = CORE_ROW_BYTES // dtypes.itemsize(program.dtype)  # e
+        self.shape = (WARPGROUP_M, params["tile_n"], wgmma_k(program))
+        self.tile = warpgroup_tile(params, program)
+        found = ((self.a,), (self.b,), self.m, self.n, self.k, self.batch)
+        self.k_sizes = stepped_k(program, found, self.tile["k"])
+        self.threads = ir.WARPGROUP * params["warpgroups"]
+        # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
+        # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
+        # two apart at a time
+        size = dtypes.itemsize(accumulator_dtype(program))
+        rows, line = ((self.tile["n"], 2 * LANES_K * size) if output_along_n(program)
+                      else (self.tile["m"], PAD_BYTES))
+        self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: conflict_free_pad(rows * size, line) // size}
+        # not for TF32, whose values are rounded on their way (see copied)
+        self.tf32 = program.dtype == "float32"
+        widths = copy_widths(program, found) if params["async_copy"] and not self.tf32 else {}
+        self.widths = {t: widths.get(t) for t in (self.a, self.b)}
+        self.asynchronous = any(w is not None for w in self.widths.values())
+        # From three asynchronous stages one step's MMAs stay in flight while the next
+        # step's are issued, and the copies run a step less ahead (see the module's doc)
+        self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
+        self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
+
+    def registers(self) -> int:
+        """Accumulator registers of a thread per wgmma: ``BN / 2``."""
+        return self.tile["n"] // 2
+
+    def group_domain(self) -> str:
+        return (f"{self.prefix_bounds()} and 0 <= g < {self.threads // ir.WARPGROUP} "
+                f"and 0 <= l < {ir.WARPGROUP}")
+
+    def run(self):
+        count = self.warpgroup_params["frags_m"] * self.registers()
+        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
+                 f"{self.group_domain()} and 0 <= r < {count}",
+                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
+                 [ir.Element(FRAG_C, (ir.Var("r"),))],
+                 self.point("128*g + l", ["0"] * 6 + ["r"]))
+        self.reduction()
+        self.write()
+        return self.scheduled()
+
+    def copied(self, source: ir.Element) -> ir.Expr:
+        """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied: a wgmma reads
+        float32 bits from shared memory as TF32 with no rounding of its own to ask for, so
+        the tiles hold values it takes exactly, as the twin and the WMMA path round them."""
+        if self.tf32:
+            return ir.Call(ir.Function.TF32, (source,))
+        return source
+
+    def blocking(self, k_major: bool) -> tuple[int, int]:
+        """Elements of K and of the rows (M or N) in one core matrix."""
+        return (self.per_row, CORE_ROWS) if k_major else (CORE_ROWS, self.per_row)
+
+    def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
+                   ) -> tuple[ir.Expr, ...]:
+        """The core matrices' indices (see the module's doc): the 2-D tile's rows are the
+        operand's rows where they are free (K the column, the operand's contiguous index),
+        else K; TF32 tiles, copied through registers, are K-major either way."""
+        free, k = (row, column) if row_is_free else (column, row)
+        k_major = row_is_free or self.tf32
+        along_k, along_rows = self.blocking(k_major)
+        return (quotient(k, along_k), quotient(free, along_rows),
+                *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
+                  else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
+
+    def k_major(self) -> tuple[bool, bool]:
+        """Whether A's and B's tiles are K-major (:meth:`tile_index`)."""
+        return self.row_a or self.tf32, not self.row_b or self.tf32
+
+    def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """A's and B's tile shapes (after the buffer)."""
+        shapes = []
+        for rows, k_major in zip((self.tile["m"], self.tile["n"]), self.k_major(), strict=True):
+            along_k, along_rows = self.blocking(k_major)
+            shapes.append((self.tile["k"] // along_k, rows // along_rows, CORE_ROWS,
+                           self.per_row))
+        return shapes[0], shapes[1]
+
+    def sync(self, name: str, tail: Sequence[str], stepped: bool,
+             body: ir.Barrier | ir.CommitCopies | ir.WaitCopies | None = None,
+             beyond: int = 0) -> None:
+        """Before the barrier after which the step's MMAs read the tiles, every thread
+        fences its writes of them to the async proxy."""
+        if name == "sync_after":
+            super().sync("fence_proxy", tail, stepped, ir.ProxyFence())
+            tail = [*tail[:-2], "1", tail[-1]]
+        super().sync(name, tail, stepped, body, beyond)
+
+    def layouts(self) -> tuple[ir.CoreMatrices, ir.CoreMatrices]:
+        """A's and B's descriptors: core matrices 128 bytes apart along M or N, a slice of
+        the tile's K apart along K."""
+        layouts = []
+        for shape, k_major in zip(self.shapes(), self.k_major(), strict=True):
+            core = CORE_ROWS * CORE_ROW_BYTES
+            layouts.append(ir.CoreMatrices(shape[1] * core, core, k_major))
+        return layouts[0], layouts[1]
+
+    def fragments(self) -> None:
+        """Per step and warpgroup: a register fence, ``frags_k x frags_m`` MMAs, a commit and
+        a wait for them."""
+        p = self.warpgroup_params
+        frags_m, k = p["frags_m"], self.shape[2]
+        names = [*self.prefix(), "ks", "g", "l"]
+        domain = f"{self.group_domain()} and {self.step_bounds()}"
+        for name, body, position in (("wg_fence", ir.WarpgroupFence(), "0"),
+                                     ("wg_commit", ir.WarpgroupCommit(), "2"),
+                                     ("wg_wait", ir.WarpgroupWait(self.mma_pending), "3")):
+            self.add(name, Kind.REDUCE, names, domain, body, [],
+                     self.point("128*g + l", ["1", "ks", str(STAGE_MMA), position, "0", "0",
+                                              "0"]))
+        g, f, kf = ir.Var("g"), ir.Var("f"), ir.Var("kf")
+        (along_k_a, along_m), (along_k_b, _) = (self.blocking(k) for k in self.k_major())
+        a_layout, b_layout = self.layouts()
+        rows = times(WARPGROUP_M // along_m, plus(times(frags_m, g), f))
+        self.add("mma", Kind.REDUCE, [*self.prefix(), "ks", "g", "kf", "f", "l"],
+                 f"{domain} and 0 <= kf < {p['frags_k']} and 0 <= f < {frags_m}",
+                 ir.WarpgroupMultiply(ir.Element(FRAG_C, ()), ir.Element(A_TILE, ()),
+                                      ir.Element(B_TILE, ()), self.shape, a_layout, b_layout),
+                 [ir.Element(FRAG_C, (times(self.registers(), f),)),
+                  ir.Element(A_TILE, (*self.buffer(), times(k // along_k_a, kf), rows,
+                                      ir.Int(0), ir.Int(0))),
+                  ir.Element(B_TILE, (*self.buffer(), times(k // along_k_b, kf),
+                                      *(ir.Int(0),) * 3))],
+                 self.point("128*g + l", ["1", "ks", str(STAGE_MMA), "1", "kf", "0", "f"]))
+
+    def locals(self) -> dict[str, ir.Local]:
+        t = self.tile
+        buffers = (self.stages,) if self.stages > 1 else ()
+        stored = self.program.dtype in dtypes.STORED
+        along = (t["m"], t["n"] + self.pads[C_TILE]) if self.along_n else (
+            t["n"], t["m"] + self.pads[C_TILE])
+        a, b = self.shapes()
+        return {
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
+            FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
+                             (self.warpgroup_params["frags_m"] * self.registers(),)),
+        }
+
+    def write(self) -> None:
+        """Each thread stores its accumulator registers into the C tile where wgmma's layout
+        puts them; then the program's write statement, as the tensor-core kernel's."""
+        self.add("wg_drain", Kind.WRITE, [*self.prefix(), "g", "l"], self.group_domain(),
+                 ir.WarpgroupWait(0), [], self.point("128*g + l", ["2"] + ["0"] * 6))
+        self.sync("sync_store", ["2", "0", "0", "1", "0", "0", "0"], False)
+        frags_m = self.warpgroup_params["frags_m"]
+        g, f, lane, r = ir.Var("g"), ir.Var("f"), ir.Var("l"), ir.Var("r")
+        row = plus(times(WARPGROUP_M, plus(times(frags_m, g), f)), accumulator_row(lane, r))
+        column = accumulator_column(lane, r)
+        self.add("store", Kind.WRITE, [*self.prefix(), "g", "f", "l", "r"],
+                 f"{self.group_domain()} and 0 <= f < {frags_m} "
+                 f"and 0 <= r < {self.registers()}",
+                 ir.Assign(ir.Element(C_TILE, ()), "=", ir.Element(FRAG_C, ())),
+                 [ir.Element(C_TILE, (row, column) if self.along_n else (column, row)),
+                  ir.Element(FRAG_C, (plus(times(self.registers(), f), r),))],
+                 self.point("128*g + l", ["2", "0", "1", "0", "0", "f", "r"]))
+        self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
+        self.output()

@@ -1,0 +1,200 @@
+"""The performance model of the warpgroup strategy (``strategies/warpgroup.py``): the
+tensor-core model's resources (:mod:`treduda.tuning.mma_model`) for Hopper's asynchronous
+MMAs, from a candidate's parameters.
+
+* ``mma``      the tiles' multiply-adds (partial tiles and steps padded) / the GPU's dense
+               tensor-core peak for the dtype (``Gpu.tensor_*_flops``: H100 SXM 989 TFLOP/s
+               fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
+               ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
+* ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
+               address, a load and a store per element), a wgmma per 64 x BN x k, and the
+               write through shared memory / the warp schedulers
+* ``memory``   LSU wavefronts: the copies' shared stores and the write's round trip; the
+               MMAs read their operands from shared memory through descriptors, not through
+               the LSU, as a warp's fragment loads do
+* ``l2``, ``dram`` as the tensor-core model's
+* ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
+               of the copy latency spread over the steps in flight and the step's MMAs at
+               the SM's rate; else two barriers, the copy's latency and the MMAs in turn
+
+Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
+model's overhead. A bound is exact per resource over a partial candidate's completions, as
+the tensor-core model's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ..frontend import dtypes
+from ..polyhedral.lower import Program
+from ..polyhedral.strategy import Strategy
+from ..strategies import tensorcore_tiles, warpgroup
+from ..strategies.warpgroup_kernel import warpgroup_tile
+from .gpus import Gpu
+from .occupancy import blocks_per_sm
+from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+
+RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
+OVERHEAD_REGISTERS = 32  # as the tensor-core model's: indices, addresses, loop counters
+WARPGROUP = 128
+COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
+ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share
+WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
+STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
+WAVEFRONT_BYTES = 128
+SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
+
+
+class WarpgroupModel:
+    """The model of one program on one GPU for the warpgroup strategy; ``values`` are the
+    values its open parameters may take."""
+
+    def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
+                 values: Mapping[str, tuple] | None = None):
+        self.program, self.gpu, self.strategy = program, gpu, strategy
+        self.space = strategy.space(program)
+        self.values = values or {p.name: p.values for p in self.space.parameters}
+        found = tensorcore_tiles.gemm_groups(program)
+        (a,), (b,), m, n, k, batch = found
+        sizes = program.sizes
+        self.extent = {axis: math.prod(sizes[i] for i in group)
+                       for axis, group in zip("mnk", (m, n, k), strict=True)}
+        self.batch = math.prod(sizes[i] for i in batch)
+        self.bytes = dtypes.itemsize(program.dtype)
+        self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
+                     "float32": gpu.tensor_tf32_flops}[program.dtype]
+        c = program.contraction
+        self.flops = 2.0 * self.batch * math.prod(self.extent.values())
+        touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
+        self.outputs = self.batch * self.extent["m"] * self.extent["n"]
+        self.compulsory = (touched + self.outputs * (2 if c.reads_output or c.op != "=" else 1)
+                           ) * self.bytes
+        widths = tensorcore_tiles.copy_widths(program, found)
+        self.widths = (None, None) if program.dtype == "float32" else (widths[a], widths[b])
+        self._found: dict[tuple, tuple[dict[str, float], int] | None] = {}
+        self.evaluations = 0
+
+    def bound(self, params: Mapping[str, Any]) -> Prediction:
+        """A lower bound on every completion of the partial ``params``: each resource at its
+        least over the completions."""
+        completions = [self._resources(tuple(sorted(p.items())))
+                       for p in self.space.points(params)
+                       if all(p[name] in self.values[name] for name in p)]
+        self.evaluations += len(completions)
+        fitting = [r for r in completions if r is not None]
+        if not fitting:
+            return unfit(self.flops)
+        least = {name: min(r[0][name] for r in fitting) for name in RESOURCES}
+        binding, seconds = combined(least, estimate=False)
+        floor = combined(least, estimate=True)[1]
+        return Prediction(seconds, binding, least,
+                          f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
+                          self.flops, floor=floor)
+
+    def least(self) -> float:
+        """The launch and the compulsory DRAM traffic: below every candidate's estimate."""
+        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
+
+    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
+                 ) -> Prediction:
+        """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
+        the register estimate."""
+        self.space.check(params)
+        self.evaluations += 1
+        found = self._resources(tuple(sorted(params.items())),
+                                compiled.registers if compiled else None)
+        if found is None:
+            return unfit(self.flops)
+        seconds, warps = found
+        binding, total = combined(seconds, estimate=True)
+        return Prediction(total, binding, seconds, self._because(binding, seconds),
+                          self.flops, warps=warps)
+
+    def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
+        """Registers per thread, and those beyond the launch bounds' cap."""
+        registers = self._registers(params)
+        cap = self.gpu.register_cap(WARPGROUP * params["warpgroups"])
+        return registers, max(0, registers - cap)
+
+    def register_pressure(self, params: Mapping[str, Any]) -> float:
+        return self._registers(params) / self.gpu.register_cap(
+            WARPGROUP * params["warpgroups"])
+
+    def parts_seconds(self, split: int) -> float:
+        """No split reduction: nothing to add."""
+        return 0.0
+
+    def _registers(self, p: Mapping[str, Any]) -> int:
+        return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
+
+    def _resources(self, items: tuple, registers: int | None = None
+                   ) -> tuple[dict[str, float], int] | None:
+        key = (items, registers)
+        if key not in self._found:
+            self._found[key] = self._compute(dict(items), registers)
+        return self._found[key]
+
+    def _compute(self, p: dict[str, Any], registers: int | None
+                 ) -> tuple[dict[str, float], int] | None:
+        g = self.gpu
+        clock = g.clock_ghz * 1e9
+        tile = warpgroup_tile(p, self.program)
+        threads = WARPGROUP * p["warpgroups"]
+        warps = threads // 32
+        occupancy = blocks_per_sm(g, threads, registers or self._registers(p),
+                                  warpgroup.shared_bytes(self.program, p))
+        if occupancy == 0 or self.rate == 0:
+            return None
+        tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
+                 * self.batch)
+        steps = -(-self.extent["k"] // tile["k"])
+        waves = math.ceil(tiles / (g.sm_count * occupancy))
+        quantise = math.ceil(tiles / g.sm_count) * g.sm_count / tiles
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
+        copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
+        copies = sum(elements / width * ASYNC_COPY_INSTRUCTIONS if width and p["async_copy"]
+                     else elements * COPY_INSTRUCTIONS
+                     for elements, width in zip(copied.values(), self.widths, strict=True))
+        mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
+        output = tile["m"] * tile["n"]
+        instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
+                                + output * WRITE_INSTRUCTIONS / 32)
+        wavefronts = tiles * (steps * sum(copied.values()) * self.bytes / WAVEFRONT_BYTES
+                              + output * (8 + self.bytes) / WAVEFRONT_BYTES)
+        # a step's MMAs at the SM's rate, shared by its resident blocks
+        mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
+        asynchronous = p["async_copy"] and any(self.widths)
+        if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
+            in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
+            chain = g.l2_latency_cycles + steps * (
+                SYNC_CYCLES + max(g.l2_latency_cycles / in_flight, mma_cycles))
+        else:  # each step copies, waits and multiplies in turn
+            chain = steps * (2 * SYNC_CYCLES + g.l2_latency_cycles + mma_cycles)
+        seconds = {
+            "mma": padded / self.rate * quantise,
+            "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
+            "memory": wavefronts * quantise / g.sm_count / clock,
+            "l2": (tiles * sum(copied.values()) * steps + self.outputs) * self.bytes
+            / g.l2_bandwidth,
+            "dram": self.compulsory / g.dram_bandwidth,
+            "latency": waves * chain / clock,
+        }
+        return seconds, occupancy * warps
+
+    def _because(self, binding: str, seconds: dict[str, float]) -> str:
+        g = self.gpu
+        reasons = {
+            "mma": f"tensor-core throughput binds: {self.flops / 1e9:.3g} GFLOP at "
+                   f"{self.rate / 1e12:.0f} TFLOP/s (wgmma's dense peak on {g.name})",
+            "issue": "instruction issue binds: the copies beside the MMAs",
+            "memory": "load/store units bind: the copies and the write through shared memory",
+            "l2": "L2 bandwidth binds: blocks re-read their operand tiles (larger tiles "
+                  "reuse more)",
+            "dram": f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB at "
+                    f"{g.dram_bandwidth / 1e9:.0f} GB/s",
+            "latency": "latency binds: each step waits for its copy, a barrier and its MMAs",
+        }
+        return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
