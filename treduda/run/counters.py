@@ -241,7 +241,7 @@ class Tally:
         space = self.places[array][0]
         warps = lanes // ir.WARP
         if space == GLOBAL:
-            requests, transactions, ideal, lines = _global(starts, warps, width)
+            requests, transactions, ideal, lines = global_requests(starts, warps, width)
             ways = 0
         else:
             requests, transactions, ideal, ways = _shared(starts, lanes, warps, width)
@@ -299,8 +299,13 @@ def _distinct(groups: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.nd
     return pairs[:, 0], pairs[:, 1]
 
 
-def _global(starts: np.ndarray, warps: np.ndarray, width: int) -> tuple[int, int, int, int]:
-    """Requests, sectors, ideal sectors and lines of one global instruction's warps."""
+def global_requests(starts: np.ndarray, warps: np.ndarray, width: int
+                    ) -> tuple[int, int, int, int]:
+    """Requests, sectors, ideal sectors and lines of the global accesses of ``width`` bytes
+    from byte ``starts`` that the requests ``warps`` make (one instruction's warps, or any
+    numbering of several instructions' warps): the rule the emulator counts by, and the
+    tensor-core model's count of its copies too
+    (:meth:`~treduda.tuning.mma_model.TensorCoreModel.copy_sectors`)."""
     ends = starts + width - 1
     both = np.concatenate([warps, warps])
     sectors = _distinct(both, np.concatenate([starts, ends]) // SECTOR_BYTES)[0].size

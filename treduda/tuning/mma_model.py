@@ -56,6 +56,7 @@ from ..frontend import dtypes
 from ..polyhedral.geometry import AXES, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Strategy
+from ..run.counters import global_requests
 from ..strategies import get as get_strategy
 from ..strategies import tensorcore_tiles
 from ..strategies.tensorcore import TensorCore
@@ -120,6 +121,7 @@ class TensorCoreModel:
             program, tensorcore_tiles.gemm_groups(program))
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = (widths[a], widths[b])
+        self.operands = (a, b)
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
@@ -204,6 +206,27 @@ class TensorCoreModel:
         described = self._described(params)
         return self._warp_step(self._tile(described), _threads(described),
                                params["async_copy"])
+
+    def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
+                     ) -> dict[str, tuple[int, int, int]]:
+        """Per operand, the global requests, 32-byte sectors and ideal sectors of the first
+        block's tile copies over its first ``steps`` steps (None: all), from the addresses
+        the kernel builder deals to the threads (:func:`tensorcore_tiles.copy_reads`)
+        counted by the emulator's rule (:func:`~treduda.run.counters.global_requests`): what
+        ``Kernel.counters()`` counts of the copies, not an assumption that they coalesce
+        (equal where the first block's tiles are whole; at a partial step isl's scan may
+        split a warp's copy into guarded pieces, each a request of its own)."""
+        warps = params["warps_m"] * params["warps_n"]  # a copy instruction's requests
+        found = {}
+        for tensor in self.operands:
+            instruction, thread, offset = tensorcore_tiles.copy_reads(
+                self.program, params, tensor, steps)
+            width = tensorcore_tiles.copy_shape(self.program, params, tensor)["width"]
+            requests, sectors, ideal, _ = global_requests(
+                offset * self.bytes, instruction * warps + thread // tensorcore_tiles.WARP,
+                width * self.bytes)
+            found[tensor] = (requests, sectors, ideal)
+        return found
 
     def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
