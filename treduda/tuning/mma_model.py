@@ -75,6 +75,9 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
+# A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
+# IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
+DIVISION_INSTRUCTIONS = 4
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
@@ -122,6 +125,7 @@ class TensorCoreModel:
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = (widths[a], widths[b])
         self.operands = (a, b)
+        self.groups = tensorcore_tiles.gemm_groups(program)
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
@@ -207,6 +211,25 @@ class TensorCoreModel:
         return self._warp_step(self._tile(described), _threads(described),
                                params["async_copy"])
 
+    def step_mmas(self, params: Mapping[str, Any]) -> int:
+        """The tensor-core instructions a warp issues per step: a SASS loop that holds
+        ``n`` times as many holds ``n`` steps (nvcc unrolled them)."""
+        tile = self._tile(self._described(params))
+        return (self.products * tile["frags_m"] * tile["frags_n"] * tile["frags_k"]
+                * MMA_INSTRUCTIONS[self.shape[2]])
+
+    def block_steps(self, params: Mapping[str, Any]) -> int:
+        """The steps one block sums (its part's, in a split reduction)."""
+        described = self._described(params)
+        return self._steps(self._tile(described), described["split"])[1]
+
+    def _steps(self, tile: Mapping[str, int], split: int) -> tuple[int, int, int]:
+        """The reduction's steps of the tile's ``k`` values, and, split in ``split``
+        parts at most, the steps each part sums and the parts."""
+        steps = -(-math.prod(tensorcore_tiles.stepped_k(
+            self.program, self.groups, tile["k"]).values()) // tile["k"])
+        return steps, *tensorcore_tiles.split_parts(steps, split)
+
     def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
                      ) -> dict[str, tuple[int, int, int]]:
         """Per operand, the global requests, 32-byte sectors and ideal sectors of the first
@@ -234,11 +257,19 @@ class TensorCoreModel:
         once per warp, they made blocks of more warps look as many times dearer to copy)."""
         m, n, k = self.shape
         copies = 0.0
-        for free, width in zip((tile["m"], tile["n"]), self.widths, strict=True):
+        divided, tail = self._k_addresses(tile["k"])
+        for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
+                                       (not self.row_a, self.row_b), strict=True):
             if asynchronous and width is not None:  # a cp.async per run of the copy width
-                copies += ASYNC_COPY_INSTRUCTIONS * tile["k"] * free / width
+                runs = tile["k"] * free / width
+                copies += ASYNC_COPY_INSTRUCTIONS * runs
             else:
-                copies += COPY_INSTRUCTIONS * tile["k"] * free
+                runs = tile["k"] * free
+                copies += COPY_INSTRUCTIONS * runs
+            if k_rows:  # each copy's own row of K: decomposed, compared with K's end
+                copies += runs * (divided + tail)
+            else:  # the thread's column of K, once per step
+                copies += threads * (divided + tail)
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
         rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
@@ -247,6 +278,20 @@ class TensorCoreModel:
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
         return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[k]) + copies / threads
+
+    def _k_addresses(self, step: int) -> tuple[int, int]:
+        """Instructions a copy spends on its value of K beyond a linear address: where K is
+        a group that a step of ``step`` values does not scan in whole values of its slower
+        indices (:func:`tensorcore_tiles.stepped_k` rounds the fastest up where it may), its
+        value is divided by the fastest extent (quotient and remainder, and the value
+        itself) and the digits folded into the address; where the steps do not divide K,
+        it is compared with K's end. tccg_20's SASS main loop: 12 copies, 8 more
+        instructions each than GEMM's (IMAD.HI, SHF, LEA.HI, IMAD, IADD3, two IMADs, ISETP)."""
+        extents = tensorcore_tiles.stepped_k(self.program, self.groups, step)
+        k = self.groups[4]
+        divided = (DIVISION_INSTRUCTIONS + 1 + len(k)
+                   if len(k) > 1 and extents[k[0]] % step else 0)
+        return divided, int(math.prod(extents.values()) % step != 0)
 
     def _load_instructions(self, elements: int) -> float:
         """A thread's instructions to load its share of a fragment of ``elements``: a word
@@ -283,11 +328,7 @@ class TensorCoreModel:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-math.prod(tensorcore_tiles.stepped_k(
-            self.program, tensorcore_tiles.gemm_groups(self.program), tile["k"]).values())
-            // tile["k"])
-        # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
-        chunk, parts = tensorcore_tiles.split_parts(steps, described["split"])
+        steps, chunk, parts = self._steps(tile, described["split"])
         blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
