@@ -72,7 +72,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
                        block_steps=model.block_steps(p))
         sectors = model.copy_sectors(p, steps)  # the model's count, beside the emulator's
         for name, operand in zip("AB", kernel.contraction.inputs, strict=False):
-            requests, transactions, _ = sectors[operand]
+            requests, transactions, _, _ = sectors[operand]
             figures[f"{name}_model_sectors"] = transactions / requests
     counted = kernel.counters(steps=steps)
     for name, operand in zip("AB", kernel.contraction.inputs, strict=False):

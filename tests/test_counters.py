@@ -317,7 +317,7 @@ def test_every_tccg_row_reads_every_operand_sector_once_at_least(row):
 def test_the_tensor_core_models_copy_sectors_are_the_emulators(expression, sizes, params,
                                                                 async_copy, stages):
     """The tensor-core model counts its copies' sectors from the addresses the kernel deals,
-    by the emulator's rule: requests, sectors and their ideal equal what Kernel.counters()
+    by the emulator's rule: requests, sectors, their ideal and lines equal what Kernel.counters()
     counts of the first block's copies over all its steps, in every region. (Where the
     first block's last step is a partial tile, isl's scan may split a warp's copy into
     pieces under guards, each a request of its own, which the model does not see: GEMM's K
@@ -333,4 +333,5 @@ def test_the_tensor_core_models_copy_sectors_are_the_emulators(expression, sizes
         assert found
         assert modelled[operand] == (sum(t.requests for t in found),
                                      sum(t.transactions for t in found),
-                                     sum(t.ideal for t in found)), operand
+                                     sum(t.ideal for t in found),
+                                     sum(t.lines for t in found)), operand

@@ -11,14 +11,20 @@ step of BK summed values):
                (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
-               copy width, each operand on its own), fragment loads (a 32-bit shared
+               copy width, each operand on its own; where a copy's K value is a group's
+               that the steps do not scan in whole values, its division, the digits folded
+               into the address and a compare with K's end), fragment loads (a 32-bit shared
                load per word a thread receives, TF32 roundings), MMA instructions, and
                the write through shared memory / the warp schedulers
-* ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
+* ``memory``   LSU wavefronts: the copies' global lines (counted from the addresses the
+               kernel deals to its warps, :meth:`TensorCoreModel.copy_sectors`, by the
+               emulator's rule) and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
                have no bank conflicts), the accumulators' round trip through shared memory
                and the output's lines / one per cycle and SM
-* ``l2``       each block's A and B tiles over its steps, and the output (read and written by
+* ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
+               ``memory``: a warp that reads a strided operand moves whole sectors of it),
+               and the output (read and written by
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
@@ -56,7 +62,7 @@ from ..frontend import dtypes
 from ..polyhedral.geometry import AXES, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Strategy
-from ..run.counters import global_requests
+from ..run.counters import SECTOR_BYTES, global_requests
 from ..strategies import get as get_strategy
 from ..strategies import tensorcore_tiles
 from ..strategies.tensorcore import TensorCore
@@ -78,6 +84,8 @@ ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop sh
 # A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
+# The parameters that decide which addresses a block's copies read in a step
+COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy")
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
@@ -127,6 +135,7 @@ class TensorCoreModel:
         self.operands = (a, b)
         self.groups = tensorcore_tiles.gemm_groups(program)
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+        self._traffic: dict[tuple, tuple[int, int]] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
@@ -231,8 +240,8 @@ class TensorCoreModel:
         return steps, *tensorcore_tiles.split_parts(steps, split)
 
     def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
-                     ) -> dict[str, tuple[int, int, int]]:
-        """Per operand, the global requests, 32-byte sectors and ideal sectors of the first
+                     ) -> dict[str, tuple[int, int, int, int]]:
+        """Per operand, the global requests, 32-byte sectors, ideal sectors and lines of the first
         block's tile copies over its first ``steps`` steps (None: all), from the addresses
         the kernel builder deals to the threads (:func:`tensorcore_tiles.copy_reads`)
         counted by the emulator's rule (:func:`~treduda.run.counters.global_requests`): what
@@ -245,11 +254,20 @@ class TensorCoreModel:
             instruction, thread, offset = tensorcore_tiles.copy_reads(
                 self.program, params, tensor, steps)
             width = tensorcore_tiles.copy_shape(self.program, params, tensor)["width"]
-            requests, sectors, ideal, _ = global_requests(
+            found[tensor] = global_requests(
                 offset * self.bytes, instruction * warps + thread // tensorcore_tiles.WARP,
                 width * self.bytes)
-            found[tensor] = (requests, sectors, ideal)
         return found
+
+    def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
+        operands, as :meth:`copy_sectors` counts its first step (remembered per tile: the
+        bound reads every completion)."""
+        key = tuple(p[name] for name in COPY_PARAMETERS)
+        if key not in self._traffic:
+            counted = self.copy_sectors(p, steps=1).values()
+            self._traffic[key] = (sum(c[1] for c in counted), sum(c[3] for c in counted))
+        return self._traffic[key]
 
     def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
@@ -344,7 +362,8 @@ class TensorCoreModel:
         # (tensorcore_tiles.operand_pads): their bytes in 128-byte wavefronts
         fragment_fronts = tile["frags_k"] * warps * self.bytes * (
             frags_a * m * k + frags_b * k * n) / WAVEFRONT_BYTES
-        copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
+        sectors, lines = self._copy_traffic(p)  # what the copies' addresses take
+        copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
         write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
@@ -367,7 +386,8 @@ class TensorCoreModel:
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
-            "l2": (tiles * copied * steps * self.bytes + self._split_l2(blocks * output, parts))
+            "l2": (tiles * steps * sectors * SECTOR_BYTES
+                   + self._split_l2(blocks * output, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
