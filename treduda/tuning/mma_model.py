@@ -37,7 +37,9 @@ A candidate is read only through the strategy's description of itself
 tests check against the generated kernels): its threads, tile, step, split, buffers and
 shared bytes, and the warps and fragments the tile's axes imply
 (:func:`~treduda.strategies.tensorcore_tiles.described_tile`); and, from its parameters,
-whether its copies are asynchronous, which no quantity of the geometry says.
+whether its copies are asynchronous, which no quantity of the geometry says, and the
+addresses its copies read (:meth:`TensorCoreModel.copy_sectors`: the parameters as the kernel
+builder deals them, which a test checks against the emulator's counts).
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each: the
 accumulators, and the operands of one k-slice of a step, as ptxas's counts show) and a fixed
