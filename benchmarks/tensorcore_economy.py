@@ -139,6 +139,8 @@ def step(f: dict) -> str:
     the two counts compare different things); "-" where no loop holds an MMA."""
     if f.get("model_step") is None or not f.get("sass_mma"):
         return "-"
+    if "model_mma" not in f:  # a run from before the model counted its MMAs per step
+        return f"{f['model_step']:.0f}/{f['sass_loop']}"
     steps, left = divmod(f["sass_mma"], f["model_mma"])
     if left or steps >= f["block_steps"] > 1:
         return f"{f['model_step']:.0f}/unrolled"

@@ -23,7 +23,9 @@ step of BK summed values):
                have no bank conflicts), the accumulators' round trip through shared memory
                and the output's lines / one per cycle and SM
 * ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
-               ``memory``: a warp that reads a strided operand moves whole sectors of it),
+               ``memory``: a warp that reads a strided operand moves whole sectors of it;
+               cp.async bypasses L1, and copies through registers are taken to find no
+               sector there either, an upper bound where later steps re-read them),
                and the output (read and written by
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
