@@ -4,8 +4,9 @@ fp64 and every TCCG row in fp16 (the search as `treduda bench` runs it, H100 mod
 its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sectors per warp
 request of A and B beside the ideal (the emulator, on one block at full size), the worst
 bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
-SASS main loop, the model's instructions per step beside the SASS loop's, and the predicted
-time. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
+SASS main loop, the model's instructions per step beside the SASS loop's (as many steps as
+nvcc unrolled into it; none where it unrolled the whole reduction), and the predicted time.
+Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
                                             [--gpu H100] [--steps 4] [--before FILE]
@@ -66,8 +67,13 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
         figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
                             f"k{p['frags_k']}")
         figures["stages"] = p["stages"]
-        figures["model_step"] = model_of(kernel.program, find_gpu(gpu),
-                                         best.strategy).step_instructions(p)
+        model = model_of(kernel.program, find_gpu(gpu), best.strategy)
+        figures.update(model_step=model.step_instructions(p), model_mma=model.step_mmas(p),
+                       block_steps=model.block_steps(p))
+        sectors = model.copy_sectors(p, steps)  # the model's count, beside the emulator's
+        for name, operand in zip("AB", kernel.contraction.inputs, strict=False):
+            requests, transactions, _, _ = sectors[operand]
+            figures[f"{name}_model_sectors"] = transactions / requests
     counted = kernel.counters(steps=steps)
     for name, operand in zip("AB", kernel.contraction.inputs, strict=False):
         loads = counted.of(operand, "ldgsts") or counted.of(operand)
@@ -114,15 +120,32 @@ def cells(name: str, f: dict) -> list[str]:
     def sectors(operand: str) -> str:
         if f.get(f"{operand}_sectors") is None:
             return "-"
-        return f"{f[f'{operand}_sectors']:.1f} ({f[f'{operand}_ideal']:.0f})"
+        counted = f"{f[f'{operand}_sectors']:.1f} ({f[f'{operand}_ideal']:.0f})"
+        model = f.get(f"{operand}_model_sectors")
+        differs = model is not None and abs(model - f[f"{operand}_sectors"]) > 1e-9
+        return f"{counted} model {model:.1f}" if differs else counted
 
-    step = (f"{f['model_step']:.0f}/{f['sass_loop']}" if f.get("model_step") is not None
-            and f.get("sass_loop") is not None else "-")
     return [name, f["pick"], shown("tiles", "{}"), shown("stages", "{}"),
             shown("registers", "{}"), str(f["shared_bytes"]), shown("occupancy", "{:.0%}"),
             sectors("A"), sectors("B"), str(f["ways"]), shown("tile_ways", "{}"), fragments(f),
             shown("non_mma_per_mma", "{:.2f}"),
-            shown("shared_per_mma", "{:.0f}"), step, f"{f['predicted_ms']:.3f}"]
+            shown("shared_per_mma", "{:.0f}"), step(f), f"{f['predicted_ms']:.3f}"]
+
+
+def step(f: dict) -> str:
+    """The model's instructions per step beside the SASS loop's: where the loop holds ``n``
+    steps' MMAs (nvcc unrolled them), the model's ``n`` steps ("xn"); "unrolled" where it
+    holds all of a block's steps (the reduction unrolled whole: the loop is another one, and
+    the two counts compare different things); "-" where no loop holds an MMA."""
+    if f.get("model_step") is None or not f.get("sass_mma"):
+        return "-"
+    if "model_mma" not in f:  # a run from before the model counted its MMAs per step
+        return f"{f['model_step']:.0f}/{f['sass_loop']}"
+    steps, left = divmod(f["sass_mma"], f["model_mma"])
+    if left or steps >= f["block_steps"] > 1:
+        return f"{f['model_step']:.0f}/unrolled"
+    times = f" (x{steps})" if steps > 1 else ""
+    return f"{steps * f['model_step']:.0f}/{f['sass_loop']}{times}"
 
 
 BESIDE = ("row", "A sect/req", "B sect/req", "ways", "tile ways", "frags", "nonMMA/MMA",
@@ -144,7 +167,10 @@ def main(argv: list[str] | None = None) -> int:
     print("A/B sect/req: global sectors per warp request (ideal for the width in brackets), "
           "one block at full size; ways: worst bank conflict in the main loop (1: none; the "
           "C tile's too where the main loop is inside a loop of blocks' work); tile ways: the "
-          "worst of the operand tiles' fragment loads and copies; "
+          "worst of the operand tiles' fragment loads and copies (the tensor-core model's "
+          "count of the copies' sectors is shown beside where it differs); model/SASS step: "
+          "the model's instructions per step beside the SASS loop's, (xn) where nvcc unrolled "
+          "n steps into it, 'unrolled' where it unrolled them all (no loop is the reduction's); "
           "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0

@@ -109,10 +109,11 @@ from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
     WARP,
-    WAVEFRONT_BYTES,
     accumulator_pad,
+    copy_shape,
     copy_widths,
     gemm_groups,
+    interleaving,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -173,18 +174,13 @@ def _interleaved_row(e: ir.Expr, rows: int, runs: int, run_bytes: int, pitch: in
     ``R S (q / (R S)) + S (q % R) + (q / R) % S``, a permutation of each block. Rows as long
     as a wavefront, or a tile whose rows no stride parts, keep ``q``."""
     q = quotient(e, runs)
-    per_phase = min(ir.WARP, WAVEFRONT_BYTES // run_bytes) // runs  # R
-    if per_phase <= 1:
+    found = interleaving(rows, runs, run_bytes, pitch)
+    if found is None:
         return q
-    row_bytes = runs * run_bytes
-    for stride in range(2, rows // per_phase + 1):
-        block = per_phase * stride
-        banks = [(i * stride * pitch + b) // 4 % 32 for i in range(per_phase)
-                 for b in range(0, row_bytes, 4)]
-        if rows % block == 0 and len(set(banks)) == len(banks):
-            return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
-                        remainder(quotient(q, per_phase), stride))
-    return q
+    per_phase, stride = found
+    block = per_phase * stride
+    return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
+                remainder(quotient(q, per_phase), stride))
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -336,8 +332,8 @@ class Builder:
         if self.stages == 1:  # else step k's buffer was last read at k - S
             self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
                       True)
-        self.copy(self.a, A_TILE, "m", self.row_a, 0, copy_step)
-        self.copy(self.b, B_TILE, "n", self.row_b, 1, copy_step)
+        self.copy(self.a, A_TILE, "m", 0, copy_step)
+        self.copy(self.b, B_TILE, "n", 1, copy_step)
         if not self.asynchronous:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
@@ -350,8 +346,7 @@ class Builder:
             self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
 
-    def copy(self, tensor: str, tile: str, free: str, row_major: bool, order: int,
-             step: str) -> None:
+    def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
         """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
         tile's rows, scheduled at step position ``step``. A's row-major tile is M x K (``free``
@@ -359,13 +354,12 @@ class Builder:
         width each, ``e`` numbering the runs, in one statement that reads where the run lies
         inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
-        row_is_free = row_major == (tensor == self.a)
-        rows, columns = (extent_free, extent_k) if row_is_free else (extent_k, extent_free)
-        width = self.widths[tensor] or 1
-        runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
+        shape = copy_shape(self.program, self.params, tensor)
+        row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
+        runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         bytes_ = dtypes.itemsize(self.program.dtype)
-        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pads[tile]) * bytes_)
+        row = _interleaved_row(e, rows, runs, width * bytes_, shape["pitch"])
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"

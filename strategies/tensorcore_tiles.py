@@ -9,6 +9,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
 from treduda.codegen import ir
 from treduda.frontend import dtypes
 from treduda.polyhedral.geometry import AXES, copy_width
@@ -291,3 +293,95 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     c = tile[rows] * (tile[columns] + accumulator_pad(program, p)) * accumulator
     return max((a + b) * operand * buffers, c)
 
+
+
+def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int, int] | None:
+    """How a tile's copies reorder its rows so that the rows one phase of a request writes
+    fall on distinct banks (the kernel builder's ``_interleaved_row``): ``(R, S)``, ``R`` rows
+    a phase, ``S`` apart; None where rows keep their order (rows as long as a wavefront, or
+    a tile whose rows no stride parts)."""
+    per_phase = min(WARP, WAVEFRONT_BYTES // run_bytes) // runs
+    if per_phase <= 1:
+        return None
+    row_bytes = runs * run_bytes
+    for stride in range(2, rows // per_phase + 1):
+        block = per_phase * stride
+        banks = [(i * stride * pitch + b) // 4 % 32 for i in range(per_phase)
+                 for b in range(0, row_bytes, 4)]
+        if rows % block == 0 and len(set(banks)) == len(banks):
+            return per_phase, stride
+    return None
+
+
+def copy_shape(program: Program, p: Mapping[str, Any], tensor: str) -> dict[str, Any]:
+    """How the block's copies of ``tensor``'s tile are dealt: the tile's ``rows`` and
+    ``columns``, whether its rows run along the free group (``row_is_free``: M for A, N
+    for B) or along K, the elements one copy moves (``width``: the cp.async width, else 1),
+    the ``runs`` of a row and the row ``pitch`` in bytes (padding included)."""
+    found = gemm_groups(program)
+    a = found[0][0]
+    tile = tile_extents(p, mma_shape(program))
+    free = "m" if tensor == a else "n"
+    row_a, row_b = operand_rows_major(program, found)
+    row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
+    rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
+    widths = copy_widths(program, found) if p["async_copy"] else {}
+    width = widths.get(tensor) or 1
+    pad = operand_pads(program, p)[0 if tensor == a else 1]
+    size = dtypes.itemsize(program.dtype)
+    return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
+            "width": width, "runs": columns // width, "pitch": (columns + pad) * size}
+
+
+def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int | None = None
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The global reads of ``tensor``'s tile by the copies of the first block (every group's
+    first tile, the first part of a split) in its first ``steps`` steps (None: all), as the
+    kernel builder deals them (:mod:`.tensorcore_kernel`: element ``e = T c + t`` of the tile
+    to thread ``t`` in iteration ``c``, the rows interleaved): per read the copy instruction
+    (a step's iteration), the thread and the element offset of the first element it moves
+    (:func:`copy_shape`'s ``width`` of them). Runs outside the tensor, which are zero-filled,
+    read nothing and are left out. What the tensor-core model counts sectors of."""
+    found = gemm_groups(program)
+    _, _, m, n, k, _ = found
+    sizes = program.sizes
+    shape = copy_shape(program, p, tensor)
+    tile = tile_extents(p, mma_shape(program))
+    threads = WARP * p["warps_m"] * p["warps_n"]
+    k_sizes = stepped_k(program, found, tile["k"])
+    total = -(-math.prod(k_sizes.values()) // tile["k"])
+    chunk, _ = split_parts(total, p["split"])
+    counted = chunk if steps is None else min(steps, chunk)
+    rows, runs, width = shape["rows"], shape["runs"], shape["width"]
+    e = np.arange(rows * runs)
+    q = e // runs
+    order = interleaving(rows, runs, width * dtypes.itemsize(program.dtype), shape["pitch"])
+    if order is not None:
+        per_phase, apart = order
+        block = per_phase * apart
+        q = block * (q // block) + apart * (q % per_phase) + q // per_phase % apart
+    column = width * (e % runs)
+    local_free, local_k = (q, column) if shape["row_is_free"] else (column, q)
+    ks = np.arange(counted)[:, None]
+    values = {shape["free"]: np.broadcast_to(local_free, (counted, e.size)),
+              "k": tile["k"] * ks + local_k}
+    groups = {"m": m, "n": n, "k": k}
+    extents = {shape["free"]: math.prod(sizes[i] for i in groups[shape["free"]]),
+               "k": math.prod(k_sizes.values())}
+    inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
+    offset = np.zeros((counted, e.size), dtype=np.int64)
+    stride = 1
+    for index in fastest_first(program.contraction.inputs[tensor], program.layout):
+        if index in groups[shape["free"]] or index in k:
+            axis = shape["free"] if index in groups[shape["free"]] else "k"
+            group, extent = groups[axis], sizes if axis == shape["free"] else k_sizes
+            digit = values[axis] // math.prod(extent[i] for i in group[:group.index(index)])
+            if index != group[-1]:
+                digit = digit % extent[index]
+            if axis == "k" and extent[index] > sizes[index]:  # the rounded-up values: zeros
+                inside &= digit < sizes[index]
+            offset += digit * stride
+        stride *= sizes[index]  # a batch index is 0 in the first block
+    instruction = ks * -(-e.size // threads) + e // threads
+    thread = np.broadcast_to(e % threads, (counted, e.size))
+    return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])

@@ -241,7 +241,7 @@ class Tally:
         space = self.places[array][0]
         warps = lanes // ir.WARP
         if space == GLOBAL:
-            requests, transactions, ideal, lines = _global(starts, warps, width)
+            requests, transactions, ideal, lines = global_requests(starts, warps, width)
             ways = 0
         else:
             requests, transactions, ideal, ways = _shared(starts, lanes, warps, width)
@@ -294,13 +294,22 @@ def _per_warp(warps: np.ndarray, width: int, unit: int) -> int:
 
 
 def _distinct(groups: np.ndarray, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The distinct (group, value) pairs, as two arrays."""
-    pairs = np.unique(np.stack([groups, values], axis=1), axis=0)
-    return pairs[:, 0], pairs[:, 1]
+    """The distinct (group, value) pairs of non-negative integers, as two arrays (one key
+    each: a 1-D unique is many times faster than one of rows, which the model's counts of
+    every candidate's copies felt)."""
+    groups, values = groups.astype(np.int64), values.astype(np.int64)
+    span = int(values.max(initial=0)) + 1
+    keys = np.unique(groups * span + values)
+    return keys // span, keys % span
 
 
-def _global(starts: np.ndarray, warps: np.ndarray, width: int) -> tuple[int, int, int, int]:
-    """Requests, sectors, ideal sectors and lines of one global instruction's warps."""
+def global_requests(starts: np.ndarray, warps: np.ndarray, width: int
+                    ) -> tuple[int, int, int, int]:
+    """Requests, sectors, ideal sectors and lines of the global accesses of ``width`` bytes
+    from byte ``starts`` that the requests ``warps`` make (one instruction's warps, or any
+    numbering of several instructions' warps): the rule the emulator counts by, and the
+    tensor-core model's count of its copies too
+    (:meth:`~treduda.tuning.mma_model.TensorCoreModel.copy_sectors`)."""
     ends = starts + width - 1
     both = np.concatenate([warps, warps])
     sectors = _distinct(both, np.concatenate([starts, ends]) // SECTOR_BYTES)[0].size

@@ -11,14 +11,22 @@ step of BK summed values):
                (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
-               copy width, each operand on its own), fragment loads (a 32-bit shared
+               copy width, each operand on its own; where a copy's K value is a group's
+               that the steps do not scan in whole values, its division, the digits folded
+               into the address and a compare with K's end), fragment loads (a 32-bit shared
                load per word a thread receives, TF32 roundings), MMA instructions, and
                the write through shared memory / the warp schedulers
-* ``memory``   LSU wavefronts: the copies' global lines and shared stores, the fragment loads
+* ``memory``   LSU wavefronts: the copies' global lines (counted from the addresses the
+               kernel deals to its warps, :meth:`TensorCoreModel.copy_sectors`, by the
+               emulator's rule) and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
                have no bank conflicts), the accumulators' round trip through shared memory
                and the output's lines / one per cycle and SM
-* ``l2``       each block's A and B tiles over its steps, and the output (read and written by
+* ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
+               ``memory``: a warp that reads a strided operand moves whole sectors of it;
+               cp.async bypasses L1, and copies through registers are taken to find no
+               sector there either, an upper bound where later steps re-read them),
+               and the output (read and written by
                each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
@@ -31,7 +39,9 @@ A candidate is read only through the strategy's description of itself
 tests check against the generated kernels): its threads, tile, step, split, buffers and
 shared bytes, and the warps and fragments the tile's axes imply
 (:func:`~treduda.strategies.tensorcore_tiles.described_tile`); and, from its parameters,
-whether its copies are asynchronous, which no quantity of the geometry says.
+whether its copies are asynchronous, which no quantity of the geometry says, and the
+addresses its copies read (:meth:`TensorCoreModel.copy_sectors`: the parameters as the kernel
+builder deals them, which a test checks against the emulator's counts).
 
 Registers per thread are the fragments' (a thread holds ``elements / 32`` of each: the
 accumulators, and the operands of one k-slice of a step, as ptxas's counts show) and a fixed
@@ -56,6 +66,7 @@ from ..frontend import dtypes
 from ..polyhedral.geometry import AXES, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Strategy
+from ..run.counters import SECTOR_BYTES, global_requests
 from ..strategies import get as get_strategy
 from ..strategies import tensorcore_tiles
 from ..strategies.tensorcore import TensorCore
@@ -76,6 +87,11 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
+# A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
+# IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
+DIVISION_INSTRUCTIONS = 4
+# The parameters that decide which addresses a block's copies read in a step
+COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy")
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
@@ -122,7 +138,10 @@ class TensorCoreModel:
             program, tensorcore_tiles.gemm_groups(program))
         widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
         self.widths = (widths[a], widths[b])
+        self.operands = (a, b)
+        self.groups = tensorcore_tiles.gemm_groups(program)
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+        self._traffic: dict[tuple, tuple[int, int]] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.tuning.model.Model's) --------------------------------
@@ -207,17 +226,74 @@ class TensorCoreModel:
         return self._warp_step(self._tile(described), _threads(described),
                                params["async_copy"])
 
+    def step_mmas(self, params: Mapping[str, Any]) -> int:
+        """The tensor-core instructions a warp issues per step: a SASS loop that holds
+        ``n`` times as many holds ``n`` steps (nvcc unrolled them)."""
+        tile = self._tile(self._described(params))
+        return (self.products * tile["frags_m"] * tile["frags_n"] * tile["frags_k"]
+                * MMA_INSTRUCTIONS[self.shape[2]])
+
+    def block_steps(self, params: Mapping[str, Any]) -> int:
+        """The steps one block sums (its part's, in a split reduction)."""
+        described = self._described(params)
+        return self._steps(self._tile(described), described["split"])[1]
+
+    def _steps(self, tile: Mapping[str, int], split: int) -> tuple[int, int, int]:
+        """The reduction's steps of the tile's ``k`` values, and, split in ``split``
+        parts at most, the steps each part sums and the parts."""
+        steps = -(-math.prod(tensorcore_tiles.stepped_k(
+            self.program, self.groups, tile["k"]).values()) // tile["k"])
+        return steps, *tensorcore_tiles.split_parts(steps, split)
+
+    def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
+                     ) -> dict[str, tuple[int, int, int, int]]:
+        """Per operand, the global requests, 32-byte sectors, ideal sectors and lines of the first
+        block's tile copies over its first ``steps`` steps (None: all), from the addresses
+        the kernel builder deals to the threads (:func:`tensorcore_tiles.copy_reads`)
+        counted by the emulator's rule (:func:`~treduda.run.counters.global_requests`): what
+        ``Kernel.counters()`` counts of the copies, not an assumption that they coalesce
+        (equal where the first block's tiles are whole; at a partial step isl's scan may
+        split a warp's copy into guarded pieces, each a request of its own)."""
+        warps = params["warps_m"] * params["warps_n"]  # a copy instruction's requests
+        found = {}
+        for tensor in self.operands:
+            instruction, thread, offset = tensorcore_tiles.copy_reads(
+                self.program, params, tensor, steps)
+            width = tensorcore_tiles.copy_shape(self.program, params, tensor)["width"]
+            found[tensor] = global_requests(
+                offset * self.bytes, instruction * warps + thread // tensorcore_tiles.WARP,
+                width * self.bytes)
+        return found
+
+    def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
+        """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
+        operands, as :meth:`copy_sectors` counts its first step (remembered per tile: the
+        bound reads every completion)."""
+        key = tuple(p[name] for name in COPY_PARAMETERS)
+        if key not in self._traffic:
+            counted = self.copy_sectors(p, steps=1).values()
+            self._traffic[key] = (sum(c[1] for c in counted), sum(c[3] for c in counted))
+        return self._traffic[key]
+
     def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
         its share of the block's copies, which are dealt to all the block's threads (counted
         once per warp, they made blocks of more warps look as many times dearer to copy)."""
         m, n, k = self.shape
         copies = 0.0
-        for free, width in zip((tile["m"], tile["n"]), self.widths, strict=True):
+        divided, tail = self._k_addresses(tile["k"])
+        for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
+                                       (not self.row_a, self.row_b), strict=True):
             if asynchronous and width is not None:  # a cp.async per run of the copy width
-                copies += ASYNC_COPY_INSTRUCTIONS * tile["k"] * free / width
+                runs = tile["k"] * free / width
+                copies += ASYNC_COPY_INSTRUCTIONS * runs
             else:
-                copies += COPY_INSTRUCTIONS * tile["k"] * free
+                runs = tile["k"] * free
+                copies += COPY_INSTRUCTIONS * runs
+            if k_rows:  # each copy's own row of K: decomposed, compared with K's end
+                copies += runs * (divided + tail)
+            else:  # the thread's column of K, once per step
+                copies += threads * (divided + tail)
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
         rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
@@ -226,6 +302,20 @@ class TensorCoreModel:
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
         return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[k]) + copies / threads
+
+    def _k_addresses(self, step: int) -> tuple[int, int]:
+        """Instructions a copy spends on its value of K beyond a linear address: where K is
+        a group that a step of ``step`` values does not scan in whole values of its slower
+        indices (:func:`tensorcore_tiles.stepped_k` rounds the fastest up where it may), its
+        value is divided by the fastest extent (quotient and remainder, and the value
+        itself) and the digits folded into the address; where the steps do not divide K,
+        it is compared with K's end. tccg_20's SASS main loop: 12 copies, 8 more
+        instructions each than GEMM's (IMAD.HI, SHF, LEA.HI, IMAD, IADD3, two IMADs, ISETP)."""
+        extents = tensorcore_tiles.stepped_k(self.program, self.groups, step)
+        k = self.groups[4]
+        divided = (DIVISION_INSTRUCTIONS + 1 + len(k)
+                   if len(k) > 1 and extents[k[0]] % step else 0)
+        return divided, int(math.prod(extents.values()) % step != 0)
 
     def _load_instructions(self, elements: int) -> float:
         """A thread's instructions to load its share of a fragment of ``elements``: a word
@@ -262,11 +352,7 @@ class TensorCoreModel:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-math.prod(tensorcore_tiles.stepped_k(
-            self.program, tensorcore_tiles.gemm_groups(self.program), tile["k"]).values())
-            // tile["k"])
-        # a split reduction: `parts` blocks per tile, each summing `chunk` steps at most
-        chunk, parts = tensorcore_tiles.split_parts(steps, described["split"])
+        steps, chunk, parts = self._steps(tile, described["split"])
         blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
@@ -282,7 +368,8 @@ class TensorCoreModel:
         # (tensorcore_tiles.operand_pads): their bytes in 128-byte wavefronts
         fragment_fronts = tile["frags_k"] * warps * self.bytes * (
             frags_a * m * k + frags_b * k * n) / WAVEFRONT_BYTES
-        copy_fronts = 2 * copied * self.bytes / WAVEFRONT_BYTES
+        sectors, lines = self._copy_traffic(p)  # what the copies' addresses take
+        copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
         write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
@@ -305,7 +392,8 @@ class TensorCoreModel:
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
-            "l2": (tiles * copied * steps * self.bytes + self._split_l2(blocks * output, parts))
+            "l2": (tiles * steps * sectors * SECTOR_BYTES
+                   + self._split_l2(blocks * output, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
