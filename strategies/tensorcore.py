@@ -42,6 +42,7 @@ from .tensorcore_tiles import (
     copy_widths,
     described_axes,
     gemm_groups,
+    mappings,
     mma_shape,
     shared_bytes,
     tile_extents,
@@ -93,6 +94,10 @@ class TensorCore(Strategy):
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored and added in order in a "
                       "deterministic program)", priority=Priority.STEP),
+            Parameter("mapping", mappings(program, self.limits.async_copies),
+                      "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
+                      "mma.sync.m16n8k16 fed by ldmatrix.x4 (float16 and bfloat16, sm_80+)",
+                      priority=Priority.CODE),
             Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
                       else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
@@ -209,7 +214,7 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "split": 1, "stages": 1, "async_copy": True}
+                     "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

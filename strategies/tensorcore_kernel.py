@@ -473,6 +473,7 @@ class Builder:
         b_shape = (t["k"], t["n"] + pad_b) if self.row_b else (t["n"], t["k"] + pad_b)
         pieces = 2 if self.split else 1
         p = self.params
+        mapping = p["mapping"]
         buffers = (self.stages,) if self.stages > 1 else ()
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
@@ -483,11 +484,12 @@ class Builder:
                              if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
-                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
+                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a, mapping)),
             FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b)),
+                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b, mapping)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.FRAGMENT, (pieces * p["frags_m"] * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape)),
+                             fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape,
+                                                  mapping=mapping)),
         }
 
     def write(self) -> None:

@@ -45,6 +45,13 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
     return SHAPES.get(program.dtype)
 
 
+def mappings(program: Program, ampere: bool) -> tuple[str, ...]:
+    """The forms CUDA may compute ``program``'s fragments in (:data:`ir.MAPPINGS`): WMMA, and
+    for float16 and bfloat16 on compute capability 8.0 or later (``ampere``: mma.sync's
+    m16n8k16 with bfloat16 needs it) mma.sync fed by ldmatrix."""
+    return ir.MAPPINGS if ampere and program.dtype in ("float16", "bfloat16") else ("wmma",)
+
+
 def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first, or
     None where ``program`` is not one product of two distinct tensors summed into an output

@@ -139,6 +139,92 @@ class Wmma:
         return f"&{first.array}[{self.expr(first.offset)}]"
 
 
+# mma.sync's operand types, per kernel dtype (the fragments the "mma" mapping computes)
+MMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+MMA_LANE = "(threadIdx.x & 31)"
+MMA_WORDS = {ir.Use.A: 4, ir.Use.B: 4, ir.Use.ACCUMULATOR: 8}  # a thread's, per fragment
+
+
+def mma_mapped(kernel: ir.KernelIR) -> bool:
+    """Whether the kernel's fragments are computed by mma.sync (:data:`ir.MAPPINGS`)."""
+    return any(local.fragment.mapping == "mma" for local in kernel.locals
+               if local.space is ir.Space.FRAGMENT)
+
+
+class MmaSync(Wmma):
+    """The CUDA spelling in inline PTX (``templates/mma_sync.cu.j2``): a 16x16x16 fragment
+    product is two ``mma.sync.aligned.m16n8k16.row.col.f32`` instructions, one per 8 columns
+    of the accumulator, fed by one ``ldmatrix.sync.aligned.m8n8.x4`` per operand fragment.
+    A thread holds, per fragment, the registers of the PTX ISA's layouts ("Matrix Fragments
+    for mma.m16n8k16 with floating point type"; groupID ``g = lane / 4``, threadID_in_group
+    ``i = lane % 4``):
+
+    * A (16x16): four 32-bit words of two 16-bit values, rows ``g`` and ``g + 8`` of columns
+      ``2i, 2i + 1`` (words 0, 1) and of ``2i + 8, 2i + 9`` (words 2, 3);
+    * B (16x16, two 16x8 halves): words 0, 1 of columns ``g``, rows ``2i, 2i + 1`` and
+      ``2i + 8, 2i + 9``; words 2, 3 the same of columns ``g + 8``;
+    * the accumulator (16x16, two 16x8 halves of four floats): values ``4h + v`` at row
+      ``g + 8 (v / 2)``, column ``8h + 2i + v % 2``.
+
+    ldmatrix's x4 loads four 8x8 matrices, lane ``l`` giving the address of row ``l % 8`` of
+    matrix ``l / 8`` and receiving in word ``j`` row ``l / 4``, columns ``2 (l % 4)`` and
+    ``2 (l % 4) + 1`` of matrix ``j`` (PTX ISA, "ldmatrix"), or with ``.trans`` those of its
+    transpose: matrix ``j`` is the 8x8 block of the fragment each word above holds, read
+    along the tile's memory rows, transposed where those run along the fragment's columns
+    (an A tile stored K-major by columns, a B tile stored with N adjacent)."""
+
+    def declare(self, local: ir.Local) -> str:
+        words = MMA_WORDS[local.fragment.use]
+        held = "float" if local.fragment.use is ir.Use.ACCUMULATOR else "unsigned"
+        return f"{held} {local.name}[{local.size}][{words}];"
+
+    def shared_loads(self) -> None:
+        return None
+
+    def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
+        if isinstance(s, ir.FillFragment):
+            value = f"{s.value.value!r}f"
+            return [f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
+                    f"{self.expr(s.fragment)}[td_t] = {value};"]
+        if isinstance(s, ir.LoadFragment):
+            return self.load(s, pad)
+        if isinstance(s, ir.MultiplyAccumulate):
+            c, a, b = self.expr(s.accumulator), self.expr(s.a), self.expr(s.b)
+            return [f"{pad}td_mma(&{c}[{4 * h}], {a}, &{b}[{2 * h}]);" for h in (0, 1)]
+        if isinstance(s, ir.AddFragment):
+            c = self.expr(s.accumulator)
+            return [f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
+                    f"{c}[td_t] += {self.expr(s.addend)}[td_t];"]
+        if isinstance(s, ir.StoreFragment):
+            lane = MMA_LANE
+            row = f"({lane} >> 2) + 8 * ((td_t >> 1) & 1)"
+            column = f"8 * (td_t >> 2) + 2 * ({lane} & 3) + (td_t & 1)"
+            major, minor = (row, column) if s.row_major else (column, row)
+            target = f"{s.first.array}[{self.expr(s.first.offset)} + ({major}) * {s.ld} + {minor}]"
+            return [f"{pad}#pragma unroll",
+                    f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
+                    f"{target} = {self.expr(s.fragment)}[td_t];"]
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def load(self, s: ir.LoadFragment, pad: str) -> list[str]:
+        """One ldmatrix.x4 (see the class's doc): the matrices' rows are the tile's memory
+        rows, 16 bytes each; where the fragment's rows are those (A row-major, B stored
+        along K), lane ``l`` reads memory row ``l % 16`` at column ``8 (l / 16)``, else memory
+        row ``8 (l / 16) + l % 8`` at column ``8 ((l / 8) % 2)``, transposed where the
+        memory rows run along K (A column-major, B row-major)."""
+        kind = next(local.fragment for local in self.kernel.locals
+                    if local.name == s.fragment.array)
+        lane = MMA_LANE
+        if kind.row_major:  # A: rows of M; B: rows of K
+            row, column = f"({lane} & 15)", f"8 * ({lane} >> 4)"
+        else:
+            row, column = f"(8 * ({lane} >> 4) + ({lane} & 7))", f"8 * (({lane} >> 3) & 1)"
+        trans = "_trans" if (kind.use is ir.Use.A) != kind.row_major else ""
+        address = (f"&{s.first.array}[{self.expr(s.first.offset)} + {row} * {s.ld} "
+                   f"+ {column}]")
+        return [f"{pad}td_ldmatrix{trans}({self.expr(s.fragment)}, {address});"]
+
+
 class Twin:
     """The OpenCL spelling: the same tile products in private memory (see the module doc)."""
 

@@ -349,6 +349,11 @@ class Space(enum.Enum):
 WARP = 32  # threads of a warp, which execute the warp-collective statements together
 
 
+# The CUDA forms of a fragment (:attr:`Fragment.mapping`): WMMA's fragments, or mma.sync
+# m16n8k16 instructions on registers in the PTX ISA's documented layouts
+MAPPINGS = ("wmma", "mma")
+
+
 class Use(enum.Enum):
     """Which operand of a multiply-accumulate a fragment is (``wmma::matrix_a`` ..)."""
 
@@ -366,6 +371,9 @@ class Fragment:
     use: Use
     shape: tuple[int, int, int]
     row_major: bool = True
+    # How CUDA computes it (:data:`MAPPINGS`): nvcuda::wmma, or inline PTX mma.sync fed by
+    # ldmatrix; the fragment's meaning (a tile of the shape) is the same in both
+    mapping: str = "wmma"
 
     @property
     def rows_columns(self) -> tuple[int, int]:

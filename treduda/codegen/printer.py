@@ -28,7 +28,7 @@ from ..errors import InvalidName
 from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
-from .fragments import Twin, Wmma, has_fragments
+from .fragments import MMA_TYPES, MmaSync, Twin, Wmma, has_fragments, mma_mapped
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -206,8 +206,10 @@ class Printer:
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
         # arrays holding the stored type: the tensors, and shared tiles fragments load from
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
-        self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
-                          else Twin(kernel, self.expr, self.value_type, dialect.lane))
+        self.fragments = (Twin(kernel, self.expr, self.value_type, dialect.lane)
+                          if dialect.fragments != "wmma"
+                          else MmaSync(kernel, self.expr) if mma_mapped(kernel)
+                          else Wmma(kernel, self.expr))
         self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
         # tiles read in vectors (ir.VectorLoad): 16-byte aligned, as cp.async's widest copies
         shared = {v.name for v in kernel.locals if v.space is ir.Space.SHARED}
@@ -225,6 +227,8 @@ class Printer:
                  "tensor_cores": has_fragments(self.kernel),
                  "fragment_loads": (self.fragments.shared_loads()
                                     if isinstance(self.fragments, Wmma) else None),
+                 "mma_sync": (MMA_TYPES[self.kernel.dtype]
+                              if isinstance(self.fragments, MmaSync) else ""),
                  "async_copies": bool(d.copy_async) and self.copies,
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
