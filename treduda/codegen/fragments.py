@@ -220,9 +220,9 @@ class MmaSync(Wmma):
         else:
             row, column = f"(8 * ({lane} >> 4) + ({lane} & 7))", f"8 * (({lane} >> 3) & 1)"
         trans = "_trans" if (kind.use is ir.Use.A) != kind.row_major else ""
-        address = (f"&{s.first.array}[{self.expr(s.first.offset)} + {row} * {s.ld} "
-                   f"+ {column}]")
-        return [f"{pad}td_ldmatrix{trans}({self.expr(s.fragment)}, {address});"]
+        offset, constant = _split_constant(s.first.offset)
+        return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
+                f"{s.first.array}, {self.expr(offset)} + {row} * {s.ld} + {column});"]
 
 
 class Twin:
