@@ -85,6 +85,12 @@ MMA_INSTRUCTIONS = {16: 2, 8: 4, 4: 1}
 # low bits left for the MMA to ignore (SASS, sm_90). The OpenCL helper's is longer
 # (dtypes.ROUNDING_OPERATIONS).
 WMMA_ROUNDING_INSTRUCTIONS = 2
+# Instructions per fragment load of the "mma" mapping (templates/mma_sync.cu.j2): the
+# ldmatrix.x4 and its share of the step's integer instructions (the loads share address
+# registers, their offsets immediates). GEMM 4096^3 fp16 and bf16, 2x4 warps of 4x4
+# fragments, 4 per step, 2 stages: the SASS main loop (sm_90) issues 259 instructions a step,
+# 32 LDSM and 128 HMMA among them, and the model 260; WMMA's 318 (fp16) and 262 (bf16)
+MMA_SYNC_LOAD_INSTRUCTIONS = 3
 MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et al. 2022)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 
@@ -203,12 +209,15 @@ class TensorCoreModel:
         loop."""
         described = self._described(params)
         return self._warp_step(self._tile(described), _threads(described),
-                               params["async_copy"])
+                               params["async_copy"], params["mapping"])
 
-    def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
+    def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool,
+                   mapping: str) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
         its share of the block's copies, which are dealt to all the block's threads (counted
-        once per warp, they made blocks of more warps look as many times dearer to copy)."""
+        once per warp, they made blocks of more warps look as many times dearer to copy).
+        The "mma" mapping loads a fragment by one ldmatrix.x4 and its address's share
+        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`)."""
         m, n, k = self.shape
         copies = 0.0
         for free, width in zip((tile["m"], tile["n"]), self.widths, strict=True):
@@ -217,7 +226,8 @@ class TensorCoreModel:
             else:
                 copies += COPY_INSTRUCTIONS * tile["k"] * free
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
+        words_a, words_b = ((MMA_SYNC_LOAD_INSTRUCTIONS,) * 2 if mapping == "mma" else
+                            (self._load_instructions(m * k), self._load_instructions(k * n)))
         rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
                                                  else 2 if self.pieces == 2 else 0)
         loads = (frags_a * (words_a + rounding * m * k // 32)
@@ -271,7 +281,7 @@ class TensorCoreModel:
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        warp_step = self._warp_step(tile, threads, p["async_copy"])
+        warp_step = self._warp_step(tile, threads, p["async_copy"], p["mapping"])
         mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
