@@ -143,6 +143,20 @@ class Wmma:
 MMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
 MMA_LANE = "(threadIdx.x & 31)"
 MMA_WORDS = {ir.Use.A: 4, ir.Use.B: 4, ir.Use.ACCUMULATOR: 8}  # a thread's, per fragment
+# The tile row and column whose address lane {l} gives ldmatrix.x4 (see MmaSync), where the
+# tile's memory rows are the fragment's rows (True: A row-major, B stored along K) or not;
+# and the tile element of a thread's accumulator value {t}. In C and Python alike, so that
+# tests/test_mma_sync.py runs them against the PTX ISA's layouts.
+LDMATRIX_LANES = {True: ("({l} & 15)", "8 * ({l} >> 4)"),
+                  False: ("(8 * ({l} >> 4) + ({l} & 7))", "8 * (({l} >> 3) & 1)")}
+ACCUMULATOR_LANES = ("({l} >> 2) + 8 * (({t} >> 1) & 1)",
+                     "8 * ({t} >> 2) + 2 * ({l} & 3) + ({t} & 1)")
+
+
+def ldmatrix_transposed(use: ir.Use, row_major: bool) -> bool:
+    """Whether ldmatrix reads the fragment's 8x8 matrices transposed (.trans): where the
+    tile's memory rows run along K, an A tile stored by columns or a B tile by rows."""
+    return (use is ir.Use.A) != row_major
 
 
 def mma_mapped(kernel: ir.KernelIR) -> bool:
@@ -196,9 +210,7 @@ class MmaSync(Wmma):
             return [f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
                     f"{c}[td_t] += {self.expr(s.addend)}[td_t];"]
         if isinstance(s, ir.StoreFragment):
-            lane = MMA_LANE
-            row = f"({lane} >> 2) + 8 * ((td_t >> 1) & 1)"
-            column = f"8 * (td_t >> 2) + 2 * ({lane} & 3) + (td_t & 1)"
+            row, column = (f.format(l=MMA_LANE, t="td_t") for f in ACCUMULATOR_LANES)
             major, minor = (row, column) if s.row_major else (column, row)
             target = f"{s.first.array}[{self.expr(s.first.offset)} + ({major}) * {s.ld} + {minor}]"
             return [f"{pad}#pragma unroll",
@@ -214,12 +226,8 @@ class MmaSync(Wmma):
         memory rows run along K (A column-major, B row-major)."""
         kind = next(local.fragment for local in self.kernel.locals
                     if local.name == s.fragment.array)
-        lane = MMA_LANE
-        if kind.row_major:  # A: rows of M; B: rows of K
-            row, column = f"({lane} & 15)", f"8 * ({lane} >> 4)"
-        else:
-            row, column = f"(8 * ({lane} >> 4) + ({lane} & 7))", f"8 * (({lane} >> 3) & 1)"
-        trans = "_trans" if (kind.use is ir.Use.A) != kind.row_major else ""
+        row, column = (f.format(l=MMA_LANE) for f in LDMATRIX_LANES[kind.row_major])
+        trans = "_trans" if ldmatrix_transposed(kind.use, kind.row_major) else ""
         offset, constant = _split_constant(s.first.offset)
         return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
                 f"{s.first.array}, {self.expr(offset)} + {row} * {s.ld} + {column});"]
