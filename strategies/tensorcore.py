@@ -98,6 +98,11 @@ class TensorCore(Strategy):
                       "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
                       "mma.sync.m16n8k16 fed by ldmatrix.x4 (float16 and bfloat16, sm_80+)",
                       priority=Priority.CODE),
+            Parameter("shared_layout", ("pad", "swizzle") if "mma" in mappings(
+                program, self.limits.async_copies) else ("pad",),
+                      "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
+                      "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
+                      "free of bank conflicts", priority=Priority.BUFFERS),
             Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
                       else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
@@ -121,7 +126,10 @@ class TensorCore(Strategy):
             step = shape["mnk".index(axis)]
             return tile <= step or tile - step < extent[axis]
 
-        rules = [Constraint("more than two stages need asynchronous copies (a copy through "
+        rules = [Constraint("swizzled tiles need the mma mapping (ldmatrix takes an address "
+                            "per lane, WMMA a pitch)", ("shared_layout", "mapping"),
+                            lambda p: p["shared_layout"] == "pad" or p["mapping"] == "mma"),
+                 Constraint("more than two stages need asynchronous copies (a copy through "
                             "registers is not in flight beside the MMAs)",
                             ("stages", "async_copy"),
                             lambda p: p["stages"] <= 2 or p["async_copy"])]
@@ -160,7 +168,8 @@ class TensorCore(Strategy):
                            {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages"),
+                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
+                        "shared_layout"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -199,7 +208,8 @@ class TensorCore(Strategy):
                                         if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
-        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages")
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
+                 "shared_layout")
         return {
             **described,
             "step": each(lambda f: f * fk, "frags_k"),
@@ -214,7 +224,8 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma"}
+                     "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma",
+                     "shared_layout": "pad"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

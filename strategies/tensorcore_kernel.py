@@ -119,6 +119,7 @@ from .tensorcore_tiles import (
     output_along_n,
     split_parts,
     stepped_k,
+    swizzle_shift,
     tile_extents,
 )
 from .tiling import PARTS, parts_workspace
@@ -215,6 +216,7 @@ class Builder:
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         pad_a, pad_b = operand_pads(program, params)
         self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
+        self.swizzled = params["shared_layout"] == "swizzle"
         # the C tile is laid out along what the output's write reads: N, or M (column-major)
         self.along_n = output_along_n(program)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
@@ -365,7 +367,10 @@ class Builder:
         runs = columns // width  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         bytes_ = dtypes.itemsize(self.program.dtype)
-        row = _interleaved_row(e, rows, runs, width * bytes_, (columns + self.pads[tile]) * bytes_)
+        # a swizzled tile places a phase's runs on distinct banks itself
+        pitch = (columns + self.pads[tile]) * bytes_
+        row = (quotient(e, runs) if self.swizzled
+               else _interleaved_row(e, rows, runs, width * bytes_, pitch))
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
@@ -478,8 +483,10 @@ class Builder:
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
             **({workspace.name: workspace} if workspace else {}),
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored,
+                             swizzle=swizzle_shift(a_shape[1]) if self.swizzled else 0),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored,
+                             swizzle=swizzle_shift(b_shape[1]) if self.swizzled else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])
                              if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),

@@ -45,6 +45,16 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
     return SHAPES.get(program.dtype)
 
 
+def swizzle_shift(row: int) -> int:
+    """The :attr:`ir.Local.swizzle` of an unpadded tile of 16-bit values whose rows hold
+    ``row`` elements (a power of two, 16 or more): the bit of the element offset where the
+    row number starts, or for rows shorter than a 128-byte wavefront (64 values) where the
+    wavefront's number does. Eight consecutive rows read at one column (an ldmatrix phase)
+    then fall on eight distinct 16-byte chunks of the 128 bytes of banks, and so do eight
+    16-byte copies along a row."""
+    return max(row.bit_length() - 1, (WAVEFRONT_BYTES // 2).bit_length() - 1)
+
+
 def mappings(program: Program, ampere: bool) -> tuple[str, ...]:
     """The forms CUDA may compute ``program``'s fragments in (:data:`ir.MAPPINGS`): WMMA, and
     for float16 and bfloat16 on compute capability 8.0 or later (``ampere``: mma.sync's
@@ -245,7 +255,10 @@ def operand_pads(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
     """Elements added to the rows of A's and B's tiles so that their fragment loads are
     free of bank conflicts (:func:`conflict_free_pad`): one padding for both put B's rows
     of 32-bit values, read four rows of 32 bytes a phase, two ways into the same banks
-    (what ``Kernel.counters()`` counted on GEMM's TF32 and FP64 picks)."""
+    (what ``Kernel.counters()`` counted on GEMM's TF32 and FP64 picks). Swizzled tiles
+    (``shared_layout`` "swizzle", :func:`swizzle_shift`) take none."""
+    if p.get("shared_layout", "pad") == "swizzle":
+        return 0, 0
     tile = tile_extents(p, mma_shape(program))
     size = dtypes.itemsize(program.dtype)
     row_a, row_b = operand_rows_major(program, gemm_groups(program))

@@ -229,8 +229,14 @@ class MmaSync(Wmma):
         row, column = (f.format(l=MMA_LANE) for f in LDMATRIX_LANES[kind.row_major])
         trans = "_trans" if ldmatrix_transposed(kind.use, kind.row_major) else ""
         offset, constant = _split_constant(s.first.offset)
+        lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"
+        shift = next(local.swizzle for local in self.kernel.locals
+                     if local.name == s.first.array)
+        if shift:  # the constant moves the chunk the XOR takes: no immediate
+            lane = f"td_swizzle({self.expr(s.first.offset)} + {row} * {s.ld} + {column}, {shift})"
+            constant = 0
         return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
-                f"{s.first.array}, {self.expr(offset)} + {row} * {s.ld} + {column});"]
+                f"{s.first.array}, {lane});"]
 
 
 class Twin:

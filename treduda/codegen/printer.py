@@ -206,6 +206,7 @@ class Printer:
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
         # arrays holding the stored type: the tensors, and shared tiles fragments load from
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
+        self.swizzles = {v.name: v.swizzle for v in kernel.locals if v.swizzle}
         self.fragments = (Twin(kernel, self.expr, self.value_type, dialect.lane)
                           if dialect.fragments != "wmma"
                           else MmaSync(kernel, self.expr) if mma_mapped(kernel)
@@ -297,12 +298,12 @@ class Printer:
         if isinstance(s, ir.Assign) and s.atomic:
             return self.atomic(s, pad)
         if isinstance(s, ir.Assign) and self._copied_bits(s):
-            tensor = self.storage.bits.format(array=s.value.array, offset=self.expr(s.value.offset))
-            return [f"{pad}{s.target.array}[{self.expr(s.target.offset)}] = {tensor};"]
+            tensor = self.storage.bits.format(array=s.value.array, offset=self.offset(s.value))
+            return [f"{pad}{s.target.array}[{self.offset(s.target)}] = {tensor};"]
         if isinstance(s, ir.Assign) and self._stored(s.target):
             value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
             return [pad + self.storage_of(s.target.array).store.format(array=s.target.array,
-                                                    offset=self.expr(s.target.offset),
+                                                    offset=self.offset(s.target),
                                                     value=self.expr(value))]
         if isinstance(s, ir.Assign):
             if not self.complex:
@@ -369,7 +370,14 @@ class Printer:
 
     def address(self, e: ir.Load) -> str:
         """The address of an element as it is held (a stored type's, without conversion)."""
-        return f"&{e.array}[{self.expr(e.offset)}]"
+        return f"&{e.array}[{self.offset(e)}]"
+
+    def offset(self, e: ir.Load) -> str:
+        """Where ``e.array`` holds the element ``e`` names: its offset, or where a swizzled
+        tile places it (:attr:`ir.Local.swizzle`)."""
+        shift = self.swizzles.get(e.array)
+        text = self.expr(e.offset)
+        return f"td_swizzle({text}, {shift})" if shift else text
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:
         """An atomic ``+=`` or ``-=`` of a global element: a real value in one atomic add, a
@@ -411,9 +419,9 @@ class Printer:
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
         if isinstance(e, ir.Load) and self._stored(e):
             return self.storage_of(e.array).load.format(array=e.array,
-                                                        offset=self.expr(e.offset)), _ATOM
+                                                        offset=self.offset(e)), _ATOM
         if isinstance(e, ir.Load):
-            return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+            return f"{e.array}[{self.offset(e)}]", _ATOM
         if isinstance(e, ir.Call):
             return f"{e.function.value}({', '.join(map(self.expr, e.args))})", _ATOM
         if isinstance(e, ir.Lane):
