@@ -38,12 +38,14 @@ from .tensorcore_kernel import Builder
 from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
+    SWIZZLED_ROW,
     WARP,
     copy_widths,
     described_axes,
     gemm_groups,
     mappings,
     mma_shape,
+    operand_rows,
     shared_bytes,
     tile_extents,
 )
@@ -129,6 +131,11 @@ class TensorCore(Strategy):
         rules = [Constraint("swizzled tiles need the mma mapping (ldmatrix takes an address "
                             "per lane, WMMA a pitch)", ("shared_layout", "mapping"),
                             lambda p: p["shared_layout"] == "pad" or p["mapping"] == "mma"),
+                 Constraint(f"swizzled tiles have rows of {SWIZZLED_ROW} elements or more",
+                            ("shared_layout", "warps_m", "warps_n", "frags_m", "frags_n",
+                             "frags_k"),
+                            lambda p: p["shared_layout"] == "pad"
+                            or min(operand_rows(program, p)) >= SWIZZLED_ROW),
                  Constraint("more than two stages need asynchronous copies (a copy through "
                             "registers is not in flight beside the MMAs)",
                             ("stages", "async_copy"),

@@ -45,6 +45,12 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
     return SHAPES.get(program.dtype)
 
 
+# The shortest row a swizzled tile takes, in elements (64 bytes): a fragment's 16 rows then
+# start at offsets whose bits swizzle_shift(row) to + 2 are zero, so the XOR of a lane's
+# element depends on the lane alone (MmaSync's loads hoist it out of the main loop)
+SWIZZLED_ROW = 32
+
+
 def swizzle_shift(row: int) -> int:
     """The :attr:`ir.Local.swizzle` of an unpadded tile of 16-bit values whose rows hold
     ``row`` elements (a power of two, 16 or more): the bit of the element offset where the
@@ -259,14 +265,20 @@ def operand_pads(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
     (``shared_layout`` "swizzle", :func:`swizzle_shift`) take none."""
     if p.get("shared_layout", "pad") == "swizzle":
         return 0, 0
-    tile = tile_extents(p, mma_shape(program))
     size = dtypes.itemsize(program.dtype)
     row_a, row_b = operand_rows_major(program, gemm_groups(program))
     pads = []
-    for along_k, row in ((row_a, tile["k"] if row_a else tile["m"]),
-                         (not row_b, tile["n"] if row_b else tile["k"])):
+    for along_k, row in zip((row_a, not row_b), operand_rows(program, p), strict=True):
         pads.append(conflict_free_pad(row * size, _fragment_line_bytes(size, along_k)) // size)
     return pads[0], pads[1]
+
+
+def operand_rows(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
+    """The elements of a row of A's tile and of B's, unpadded: K's step where the tile's
+    rows run along K, else the free group's tile."""
+    tile = tile_extents(p, mma_shape(program))
+    row_a, row_b = operand_rows_major(program, gemm_groups(program))
+    return tile["k"] if row_a else tile["m"], tile["n"] if row_b else tile["k"]
 
 
 def accumulator_dtype(program: Program) -> str:

@@ -228,13 +228,15 @@ class MmaSync(Wmma):
                     if local.name == s.fragment.array)
         row, column = (f.format(l=MMA_LANE) for f in LDMATRIX_LANES[kind.row_major])
         trans = "_trans" if ldmatrix_transposed(kind.use, kind.row_major) else ""
-        offset, constant = _split_constant(s.first.offset)
-        lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"
         shift = next(local.swizzle for local in self.kernel.locals
                      if local.name == s.first.array)
-        if shift:  # the constant moves the chunk the XOR takes: no immediate
-            lane = f"td_swizzle({self.expr(s.first.offset)} + {row} * {s.ld} + {column}, {shift})"
-            constant = 0
+        if shift:
+            rows, constant, columns = by_rows(s.first.offset, s.ld)
+            lane = (f"{self.expr(rows)} + {row} * {s.ld} + ({self.expr(columns)} ^ "
+                    f"(td_swizzle({row} * {s.ld} + {column}, {shift}) - {row} * {s.ld}))")
+        else:
+            offset, constant = _split_constant(s.first.offset)
+            lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"
         return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
                 f"{s.first.array}, {lane});"]
 
@@ -334,6 +336,33 @@ class Twin:
                 f"{s.a.array}[{a} + td_t * {k} + td_k], {s.b.array}[{b} + td_k], td_s);",
                 f"{pad}  {s.accumulator.array}[{c} + td_t] = td_s;",
                 f"{pad}}}"]
+
+
+def beside_swizzle(offset: ir.Expr, shift: int) -> tuple[ir.Expr, ir.Expr]:
+    """``offset`` in a tile swizzled by ``shift`` as ``high + low``, ``high`` its terms that
+    are multiples of ``2 ** (shift + 3)``: adding them moves no bit the swizzle reads or
+    changes, so ``swizzled(offset) = high + swizzled(low)`` and the XOR, of ``low`` alone,
+    stays out of what changes per step (a buffer's offset)."""
+    unit = 1 << (shift + 3)
+    terms, constant = ir.affine(offset)
+    high = [times(c, t) for t, c in terms.items() if c % unit == 0]
+    low = [times(c, t) for t, c in terms.items() if c % unit]
+    return (plus(*high, ir.Int(constant - constant % unit)),
+            plus(*low, ir.Int(constant % unit)))
+
+
+def by_rows(offset: ir.Expr, ld: int) -> tuple[ir.Expr, int, ir.Expr]:
+    """A fragment's first element ``offset`` in a tile of rows ``ld`` apart as the rows'
+    variable part, their constant (multiples of ``ld``) and the column: ``offset`` is their
+    sum. In a swizzled tile (:func:`ir.swizzled`, rows of 32 elements or more: the strategy's
+    ``SWIZZLED_ROW``) a fragment starts at a multiple of 16 rows and of 16 columns, so the
+    XOR of its lane's element depends on the lane's row alone and applies to the column:
+    ``swizzled(offset + r ld + c) = rows + constant + r ld + (column ^ (swizzled(r ld + c)
+    - r ld))``, every term but the rows' loop-invariant (tests/test_mma_sync.py checks it)."""
+    terms, constant = ir.affine(offset)
+    rows = [times(c, t) for t, c in terms.items() if c % ld == 0]
+    columns = [times(c, t) for t, c in terms.items() if c % ld]
+    return plus(*rows), constant - constant % ld, plus(ir.Int(constant % ld), *columns)
 
 
 def _split_constant(offset: ir.Expr) -> tuple[ir.Expr, int]:

@@ -28,7 +28,15 @@ from ..errors import InvalidName
 from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
-from .fragments import MMA_TYPES, MmaSync, Twin, Wmma, has_fragments, mma_mapped
+from .fragments import (
+    MMA_TYPES,
+    MmaSync,
+    Twin,
+    Wmma,
+    beside_swizzle,
+    has_fragments,
+    mma_mapped,
+)
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -376,8 +384,11 @@ class Printer:
         """Where ``e.array`` holds the element ``e`` names: its offset, or where a swizzled
         tile places it (:attr:`ir.Local.swizzle`)."""
         shift = self.swizzles.get(e.array)
-        text = self.expr(e.offset)
-        return f"td_swizzle({text}, {shift})" if shift else text
+        if not shift:
+            return self.expr(e.offset)
+        high, low = beside_swizzle(e.offset, shift)
+        swizzled = f"td_swizzle({self.expr(low)}, {shift})"
+        return swizzled if high == ir.Int(0) else f"{self.expr(high)} + {swizzled}"
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:
         """An atomic ``+=`` or ``-=`` of a global element: a real value in one atomic add, a
