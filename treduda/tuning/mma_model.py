@@ -91,6 +91,10 @@ WMMA_ROUNDING_INSTRUCTIONS = 2
 # fragments, 4 per step, 2 stages: the SASS main loop (sm_90) issues 259 instructions a step,
 # 32 LDSM and 128 HMMA among them, and the model 260; WMMA's 318 (fp16) and 262 (bf16)
 MMA_SYNC_LOAD_INSTRUCTIONS = 3
+# Instructions a swizzled tile (shared_layout "swizzle") adds to each copy into it and each
+# fragment load from it: the same GEMM, swizzled, issues 27 more a step (101 integer
+# instructions, 74 padded) for its 32 ldmatrix and 12 cp.async
+SWIZZLE_INSTRUCTIONS = 0.6
 MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et al. 2022)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 
@@ -209,25 +213,31 @@ class TensorCoreModel:
         loop."""
         described = self._described(params)
         return self._warp_step(self._tile(described), _threads(described),
-                               params["async_copy"], params["mapping"])
+                               params)
 
-    def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool,
-                   mapping: str) -> float:
+    def _warp_step(self, tile: Mapping[str, int], threads: int, p: Mapping[str, Any]
+                   ) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
         its share of the block's copies, which are dealt to all the block's threads (counted
         once per warp, they made blocks of more warps look as many times dearer to copy).
         The "mma" mapping loads a fragment by one ldmatrix.x4 and its address's share
-        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`)."""
+        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`); swizzled tiles add
+        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
         m, n, k = self.shape
-        copies = 0.0
+        copies = runs = 0.0
         for free, width in zip((tile["m"], tile["n"]), self.widths, strict=True):
-            if asynchronous and width is not None:  # a cp.async per run of the copy width
+            if p["async_copy"] and width is not None:  # a cp.async per run of the width
                 copies += ASYNC_COPY_INSTRUCTIONS * tile["k"] * free / width
+                runs += tile["k"] * free / width
             else:
                 copies += COPY_INSTRUCTIONS * tile["k"] * free
+                runs += tile["k"] * free
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = ((MMA_SYNC_LOAD_INSTRUCTIONS,) * 2 if mapping == "mma" else
+        words_a, words_b = ((MMA_SYNC_LOAD_INSTRUCTIONS,) * 2 if p["mapping"] == "mma" else
                             (self._load_instructions(m * k), self._load_instructions(k * n)))
+        if p["shared_layout"] == "swizzle":
+            words_a, words_b = words_a + SWIZZLE_INSTRUCTIONS, words_b + SWIZZLE_INSTRUCTIONS
+            copies += SWIZZLE_INSTRUCTIONS * runs
         rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
                                                  else 2 if self.pieces == 2 else 0)
         loads = (frags_a * (words_a + rounding * m * k // 32)
@@ -281,7 +291,7 @@ class TensorCoreModel:
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        warp_step = self._warp_step(tile, threads, p["async_copy"], p["mapping"])
+        warp_step = self._warp_step(tile, threads, p)
         mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
