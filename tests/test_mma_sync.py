@@ -6,17 +6,32 @@ instructions the mapping means to issue."""
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import subprocess
 
 import numpy as np
 import pytest
+from treduda.strategies.tensorcore_tiles import swizzle_shift
 
 import treduda
 from treduda.codegen import ir
-from treduda.codegen.fragments import ACCUMULATOR_LANES, LDMATRIX_LANES, ldmatrix_transposed
+from treduda.codegen.fragments import (
+    ACCUMULATOR_LANES,
+    LDMATRIX_LANES,
+    beside_swizzle,
+    by_rows,
+    ldmatrix_transposed,
+)
+from treduda.codegen.simplify import plus, times
 from treduda.errors import StrategyError
+from treduda.polyhedral.lower import plan
+from treduda.run.counters import count
 from treduda.run.nvcc import cubin, nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.gpus import gpu
+from treduda.tuning.mma_model import model_of
+from treduda.tuning.search import search_program
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 40, "j": 50, "k": 70}  # no multiple of a fragment's 16
@@ -154,3 +169,96 @@ def test_sass_multiplies_by_hmma_16816_fed_by_ldsm(dtype, arch):
     # A's tile is read as stored (M88), B's, whose rows run along N, transposed (MT88)
     assert "HMMA.16816.F32" in listing
     assert "LDSM.16.M88.4" in listing and "LDSM.16.MT88.4" in listing
+
+
+@pytest.mark.parametrize("ld", [32, 64, 128, 256])
+def test_ldmatrix_lanes_swizzle_as_the_tile_holds_them(ld):
+    """A fragment at a multiple of 16 rows and 16 columns (and a buffer's offset) of a
+    swizzled tile: the printer's split of the XOR (the rows outside it, the lane's XOR
+    applied to the column) is where the tile holds each lane's element."""
+    shift = swizzle_shift(ld)
+    buffer, warp = ir.Var("buffer"), ir.Var("warp")
+    first = plus(times(16 * ld * 3, buffer), times(16, warp), ir.Int(32 * ld + 16))
+    rows, constant, columns = by_rows(first, ld)
+    for b, w, along in itertools.product(range(3), range(ld // 16 - 1), (True, False)):
+        values = {"buffer": ir.Int(b), "warp": ir.Int(w)}
+        at = ir.affine(ir.substitute(first, values))[1]
+        row_part = ir.affine(ir.substitute(rows, values))[1] + constant
+        column = ir.affine(ir.substitute(columns, values))[1]
+        for lane in range(32):
+            r, c = (_lanes(f, l=lane) for f in LDMATRIX_LANES[along])
+            lane_xor = ir.swizzled(r * ld + c, shift) - r * ld
+            assert row_part + r * ld + (column ^ lane_xor) == ir.swizzled(at + r * ld + c, shift)
+
+
+def test_terms_beside_the_swizzle_move_no_bit_it_reads():
+    shift = swizzle_shift(64)
+    step, thread = ir.Var("step"), ir.Var("thread")
+    offset = plus(times(4096, step), times(72, thread), ir.Int(5000))
+    high, low = beside_swizzle(offset, shift)
+    for s, t in itertools.product(range(4), range(100)):
+        values = {"step": ir.Int(s), "thread": ir.Int(t)}
+        at = ir.affine(ir.substitute(offset, values))[1]
+        assert (ir.affine(ir.substitute(high, values))[1]
+                + ir.swizzled(ir.affine(ir.substitute(low, values))[1], shift)
+                == ir.swizzled(at, shift))
+
+
+def _shared_ways(counted) -> dict[tuple[str, str], int]:
+    return {(t.array, t.operation): t.ways for t in counted.traffic
+            if t.space == "shared" and t.region.name == "MAIN_LOOP"}
+
+
+SWIZZLED = {**SMALL, "shared_layout": "swizzle", "warps_n": 2, "frags_n": 2, "frags_k": 2}
+
+
+@pytest.mark.parametrize(("expression", "sizes", "params"), [
+    (GEMM, {"i": 40, "j": 150, "k": 140}, {"stages": 2}),
+    ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 70, "j": 66, "k": 100},
+     {"stages": 3}),
+    ("C[a,b,c] = A[b,d,a]*B[d,c]", {"a": 20, "b": 12, "c": 72, "d": 70}, {}),
+], ids=["gemm", "alpha_beta", "tccg_01"])
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_swizzled_tiles_match_einsum_without_bank_conflicts(expression, sizes, params, layout):
+    """Swizzled operand tiles: the same results (PoCL, emulator) and every copy and fragment
+    load of the main loop conflict-free (ways 1); the same kernel holding its tiles
+    unswizzled and unpadded has conflicts, so the counts see the swizzle."""
+    kernel = _compile(expression, sizes, layout=layout, params={**SWIZZLED, **params})
+    assert kernel.params["shared_layout"] == "swizzle"
+    assert "td_swizzle(" in kernel.opencl_source
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+    ways = _shared_ways(kernel.counters())
+    assert ways and set(ways.values()) == {1}, ways
+    plain = dataclasses.replace(kernel.built.kernel, locals=tuple(
+        dataclasses.replace(local, swizzle=0) for local in kernel.built.kernel.locals))
+    launch = kernel._prepare(sizes, {t: np.zeros([sizes[i] for i in idx], np.float16,
+                                                 order=layout)
+                                     for t, idx in kernel.contraction.inputs.items()},
+                             dict.fromkeys(kernel.contraction.scalars, 0.0))
+    assert max(_shared_ways(count(plain, launch)).values()) > 1
+
+
+def test_swizzled_tiles_need_the_mma_mapping_and_rows_of_32():
+    with pytest.raises(StrategyError, match="mma mapping"):
+        _compile(GEMM, PARTIAL, params={**SWIZZLED, "mapping": "wmma"})
+    with pytest.raises(StrategyError, match="rows of 32"):
+        _compile(GEMM, PARTIAL, params={**SWIZZLED, "frags_k": 1})
+
+
+def test_the_model_charges_the_swizzle_and_prefers_the_leaner_mapping():
+    """Per step, on GEMM 4096^3's tiles, the model counts what the SASS main loop issues
+    (sm_90: 318 WMMA fp16, 259 mma padded, 286 mma swizzled) within 10%, so the search
+    prefers the mma mapping and keeps padding where the swizzle's smaller tiles do not
+    pay."""
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype="float16")
+    model = model_of(program, gpu("H100"), "tensorcore")
+    tiles = {"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4, "frags_k": 4,
+             "stages": 2, "split": 1, "async_copy": True}
+    found = {(mapping, layout): model.step_instructions(
+        {**tiles, "mapping": mapping, "shared_layout": layout})
+        for mapping, layout in (("wmma", "pad"), ("mma", "pad"), ("mma", "swizzle"))}
+    sass = {("wmma", "pad"): 318, ("mma", "pad"): 259, ("mma", "swizzle"): 286}
+    assert all(abs(found[key] / sass[key] - 1) < 0.1 for key in sass), found
+    picked = search_program(program, gpu("H100")).best.params
+    assert picked["mapping"] == "mma" and picked["shared_layout"] == "pad", picked
