@@ -98,10 +98,11 @@ class TensorCore(Strategy):
                       "deterministic program)", priority=Priority.STEP),
             Parameter("mapping", mappings(program, self.limits.async_copies),
                       "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
-                      "mma.sync.m16n8k16 fed by ldmatrix.x4 (float16 and bfloat16, sm_80+)",
+                      "mma.sync (sm_80+): m16n8k16 fed by ldmatrix.x4 for float16 and bfloat16, "
+                      "m16n8k8 fed by shared loads rounded by cvt.rna for TF32",
                       priority=Priority.CODE),
             Parameter("shared_layout", ("pad", "swizzle") if "mma" in mappings(
-                program, self.limits.async_copies) else ("pad",),
+                program, self.limits.async_copies) and program.dtype != "float32" else ("pad",),
                       "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
                       "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
                       "free of bank conflicts", priority=Priority.BUFFERS),

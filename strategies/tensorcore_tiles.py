@@ -63,9 +63,10 @@ def swizzle_shift(row: int) -> int:
 
 def mappings(program: Program, ampere: bool) -> tuple[str, ...]:
     """The forms CUDA may compute ``program``'s fragments in (:data:`ir.MAPPINGS`): WMMA, and
-    for float16 and bfloat16 on compute capability 8.0 or later (``ampere``: mma.sync's
-    m16n8k16 with bfloat16 needs it) mma.sync fed by ldmatrix."""
-    return ir.MAPPINGS if ampere and program.dtype in ("float16", "bfloat16") else ("wmma",)
+    for float16, bfloat16 and TF32 on compute capability 8.0 or later (``ampere``:
+    mma.sync's m16n8k16 with bfloat16 and m16n8k8 with TF32 need it) mma.sync."""
+    return ir.MAPPINGS if ampere and program.dtype in ("float16", "bfloat16", "float32") else (
+        "wmma",)
 
 
 def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:

@@ -140,7 +140,17 @@ class Wmma:
 
 
 # mma.sync's operand types, per kernel dtype (the fragments the "mma" mapping computes)
-MMA_TYPES = {"float16": "f16", "bfloat16": "bf16"}
+MMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
+# How the "mma" mapping rounds a TF32 operand's value into its register: cvt.rna.tf32.f32
+# (templates/mma_sync.cu.j2), or 3xTF32's residual, rounded as templates/precision.j2 does
+MMA_ROUNDING = {ir.Function.TF32: "td_cvt_tf32({})",
+                ir.Function.TF32_RESIDUAL: "__float_as_uint(td_tf32_lo({}))"}
+# The tile element of word {w} of a thread's TF32 A and B fragments (PTX ISA, "Matrix
+# Fragments for mma.m16n8k8" with .tf32): A (16x8) a0..a3 at row g + 8 (w & 1), column
+# i + 4 (w >> 1); B (8x16, two 8x8 halves) b0, b1 of half w >> 1 at row i + 4 (w & 1),
+# column g + 8 (w >> 1); g = lane / 4, i = lane % 4. Rows and columns of the fragment.
+TF32_LANES = {ir.Use.A: ("({l} >> 2) + 8 * ({w} & 1)", "({l} & 3) + 4 * ({w} >> 1)"),
+              ir.Use.B: ("({l} & 3) + 4 * ({w} & 1)", "({l} >> 2) + 8 * ({w} >> 1)")}
 MMA_LANE = "(threadIdx.x & 31)"
 MMA_WORDS = {ir.Use.A: 4, ir.Use.B: 4, ir.Use.ACCUMULATOR: 8}  # a thread's, per fragment
 # The tile row and column whose address lane {l} gives ldmatrix.x4 (see MmaSync), where the
@@ -195,6 +205,11 @@ class MmaSync(Wmma):
     def shared_loads(self) -> None:
         return None
 
+    def helpers(self) -> dict[str, object]:
+        """What ``templates/mma_sync.cu.j2`` needs: the operands' PTX type and the MMA's k."""
+        return {"type": MMA_TYPES[self.kernel.dtype],
+                "k": 16 if self.kernel.dtype in ("float16", "bfloat16") else 8}
+
     def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
         if isinstance(s, ir.FillFragment):
             value = f"{s.value.value!r}f"
@@ -226,6 +241,8 @@ class MmaSync(Wmma):
         memory rows run along K (A column-major, B row-major)."""
         kind = next(local.fragment for local in self.kernel.locals
                     if local.name == s.fragment.array)
+        if s.rounding is not None:
+            return self.load_tf32(s, kind, pad)
         row, column = (f.format(l=MMA_LANE) for f in LDMATRIX_LANES[kind.row_major])
         trans = "_trans" if ldmatrix_transposed(kind.use, kind.row_major) else ""
         shift = next(local.swizzle for local in self.kernel.locals
@@ -239,6 +256,17 @@ class MmaSync(Wmma):
             lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"
         return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
                 f"{s.first.array}, {lane});"]
+
+    def load_tf32(self, s: ir.LoadFragment, kind: ir.Fragment, pad: str) -> list[str]:
+        """A TF32 fragment, a shared load per word (:data:`TF32_LANES`) rounded into its
+        register (:data:`MMA_ROUNDING`): ldmatrix moves 16-bit values only."""
+        fragment, lines = self.expr(s.fragment), []
+        for word in range(MMA_WORDS[kind.use]):
+            row, column = (f.format(l=MMA_LANE, w=word) for f in TF32_LANES[kind.use])
+            major, minor = (row, column) if kind.row_major else (column, row)
+            value = f"{s.first.array}[{self.expr(s.first.offset)} + ({major}) * {s.ld} + {minor}]"
+            lines.append(f"{pad}{fragment}[{word}] = {MMA_ROUNDING[s.rounding].format(value)};")
+        return lines
 
 
 class Twin:

@@ -29,7 +29,6 @@ from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
 from .fragments import (
-    MMA_TYPES,
     MmaSync,
     Twin,
     Wmma,
@@ -236,8 +235,8 @@ class Printer:
                  "tensor_cores": has_fragments(self.kernel),
                  "fragment_loads": (self.fragments.shared_loads()
                                     if isinstance(self.fragments, Wmma) else None),
-                 "mma_sync": (MMA_TYPES[self.kernel.dtype]
-                              if isinstance(self.fragments, MmaSync) else ""),
+                 "mma_sync": (self.fragments.helpers()
+                              if isinstance(self.fragments, MmaSync) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
