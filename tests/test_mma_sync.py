@@ -19,6 +19,7 @@ from treduda.codegen import ir
 from treduda.codegen.fragments import (
     ACCUMULATOR_LANES,
     LDMATRIX_LANES,
+    TF32_LANES,
     beside_swizzle,
     by_rows,
     ldmatrix_transposed,
@@ -88,9 +89,40 @@ def test_ldmatrix_lanes_deliver_the_fragment_mma_sync_reads(use, row_major):
     tile = np.zeros((16, ld))
     tile[:, :16] = fragment if row_major else fragment.T
     rows = [(_lanes(LDMATRIX_LANES[row_major][0], l=lane),
-             _lanes(LDMATRIX_LANES[row_major][1], l=lane)) for lane in range(32)]
+             _lanes(LDMATRIX_LANES[row_major][1], l=lane, c=8)) for lane in range(32)]
     words = _ldmatrix(tile, rows, ldmatrix_transposed(use, row_major))
     assert np.array_equal(_operand(words, use), fragment)
+
+
+@pytest.mark.parametrize("use", [ir.Use.A, ir.Use.B])
+def test_tf32_words_by_ldmatrix_and_by_shared_loads_are_the_operands_of_m16n8k8(use):
+    """TF32 operands: where the tile's memory rows are the fragment's rows (A row-major, B
+    stored along K... as N x K), ldmatrix of 16-bit pairs gives lane ``l`` in word ``j``
+    word ``l % 4`` of row ``l / 4`` of matrix ``j``; elsewhere each word is a shared load of
+    :data:`TF32_LANES`'s element. Both are the PTX ISA's m16n8k8 .tf32 layout: a0..a3 at
+    (g, i), (g + 8, i), (g, i + 4), (g + 8, i + 4); b0, b1 at (i, g), (i + 4, g) of each 8
+    columns."""
+    rng = np.random.default_rng(2)
+    shape = (16, 8) if use is ir.Use.A else (8, 16)
+    fragment = rng.standard_normal(shape)
+    ld = 12
+    memory = fragment if use is ir.Use.A else fragment.T  # rows of M, or of N
+    tile = np.zeros((16, ld))
+    tile[:, :8] = memory
+    row_major = use is ir.Use.A
+    assert not ldmatrix_transposed(use, row_major)
+    rows = [(_lanes(LDMATRIX_LANES[row_major][0], l=lane),
+             _lanes(LDMATRIX_LANES[row_major][1], l=lane, c=4)) for lane in range(32)]
+    matrices = np.array([[tile[r, c:c + 4] for r, c in rows[8 * j:8 * j + 8]]
+                         for j in range(4)])
+    for lane in range(32):
+        g, i = divmod(lane, 4)
+        expected = ([(g, i), (g + 8, i), (g, i + 4), (g + 8, i + 4)] if use is ir.Use.A
+                    else [(i, g), (i + 4, g), (i, g + 8), (i + 4, g + 8)])
+        for word, (row, column) in enumerate(expected):
+            assert matrices[word, lane // 4, lane % 4] == fragment[row, column]
+            assert (tuple(_lanes(f, l=lane, w=word) for f in TF32_LANES[use])
+                    == (row, column))
 
 
 def test_accumulator_values_land_where_mma_sync_puts_them():
@@ -186,7 +218,7 @@ def test_ldmatrix_lanes_swizzle_as_the_tile_holds_them(ld):
         row_part = ir.affine(ir.substitute(rows, values))[1] + constant
         column = ir.affine(ir.substitute(columns, values))[1]
         for lane in range(32):
-            r, c = (_lanes(f, l=lane) for f in LDMATRIX_LANES[along])
+            r, c = (_lanes(f, l=lane, c=8) for f in LDMATRIX_LANES[along])
             lane_xor = ir.swizzled(r * ld + c, shift) - r * ld
             assert row_part + r * ld + (column ^ lane_xor) == ir.swizzled(at + r * ld + c, shift)
 

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from ..frontend.dtypes import itemsize
 from . import ir
 from .simplify import plus, times
 
@@ -154,11 +155,13 @@ TF32_LANES = {ir.Use.A: ("({l} >> 2) + 8 * ({w} & 1)", "({l} & 3) + 4 * ({w} >> 
 MMA_LANE = "(threadIdx.x & 31)"
 MMA_WORDS = {ir.Use.A: 4, ir.Use.B: 4, ir.Use.ACCUMULATOR: 8}  # a thread's, per fragment
 # The tile row and column whose address lane {l} gives ldmatrix.x4 (see MmaSync), where the
-# tile's memory rows are the fragment's rows (True: A row-major, B stored along K) or not;
-# and the tile element of a thread's accumulator value {t}. In C and Python alike, so that
-# tests/test_mma_sync.py runs them against the PTX ISA's layouts.
-LDMATRIX_LANES = {True: ("({l} & 15)", "8 * ({l} >> 4)"),
-                  False: ("(8 * ({l} >> 4) + ({l} & 7))", "8 * (({l} >> 3) & 1)")}
+# tile's memory rows are the fragment's rows (True: A row-major, B stored along K) or not,
+# {c} values to a matrix row's 16 bytes (8, or 4 of TF32: an 8x8 matrix of 16-bit values is
+# 8x4 32-bit words, lane l receiving row l / 4, word l % 4, as mma.m16n8k8's TF32 operands
+# lie); and the tile element of a thread's accumulator value {t}. In C and Python alike, so
+# that tests/test_mma_sync.py runs them against the PTX ISA's layouts.
+LDMATRIX_LANES = {True: ("({l} & 15)", "{c} * ({l} >> 4)"),
+                  False: ("(8 * ({l} >> 4) + ({l} & 7))", "{c} * (({l} >> 3) & 1)")}
 ACCUMULATOR_LANES = ("({l} >> 2) + 8 * (({t} >> 1) & 1)",
                      "8 * ({t} >> 2) + 2 * ({l} & 3) + ({t} & 1)")
 
@@ -241,10 +244,12 @@ class MmaSync(Wmma):
         memory rows run along K (A column-major, B row-major)."""
         kind = next(local.fragment for local in self.kernel.locals
                     if local.name == s.fragment.array)
-        if s.rounding is not None:
+        transposed = ldmatrix_transposed(kind.use, kind.row_major)
+        if s.rounding is not None and transposed:
             return self.load_tf32(s, kind, pad)
-        row, column = (f.format(l=MMA_LANE) for f in LDMATRIX_LANES[kind.row_major])
-        trans = "_trans" if ldmatrix_transposed(kind.use, kind.row_major) else ""
+        values = 16 // itemsize(self.kernel.dtype)  # to 16 bytes
+        row, column = (f.format(l=MMA_LANE, c=values) for f in LDMATRIX_LANES[kind.row_major])
+        trans = "_trans" if transposed else ""
         shift = next(local.swizzle for local in self.kernel.locals
                      if local.name == s.first.array)
         if shift:
@@ -254,12 +259,21 @@ class MmaSync(Wmma):
         else:
             offset, constant = _split_constant(s.first.offset)
             lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"
-        return [f"{pad}td_ldmatrix{trans}<{2 * constant}>({self.expr(s.fragment)}, "
-                f"{s.first.array}, {lane});"]
+        fragment, scale = self.expr(s.fragment), 16 // values  # 16-bit units per value
+        if scale > 1:
+            lane = f"{scale} * ({lane})"
+        lines = [f"{pad}td_ldmatrix{trans}<{2 * scale * constant}>({fragment}, "
+                 f"{s.first.array}, {lane});"]
+        if s.rounding is not None:  # TF32: each word rounded where it is
+            rounded = MMA_ROUNDING[s.rounding].format(f"__uint_as_float({fragment}[td_t])")
+            lines.append(f"{pad}for (int td_t = 0; td_t < 4; td_t++) "
+                         f"{fragment}[td_t] = {rounded};")
+        return lines
 
     def load_tf32(self, s: ir.LoadFragment, kind: ir.Fragment, pad: str) -> list[str]:
         """A TF32 fragment, a shared load per word (:data:`TF32_LANES`) rounded into its
-        register (:data:`MMA_ROUNDING`): ldmatrix moves 16-bit values only."""
+        register (:data:`MMA_ROUNDING`), where ldmatrix would need to transpose 32-bit
+        values, which it cannot."""
         fragment, lines = self.expr(s.fragment), []
         for word in range(MMA_WORDS[kind.use]):
             row, column = (f.format(l=MMA_LANE, w=word) for f in TF32_LANES[kind.use])
