@@ -91,6 +91,13 @@ WMMA_ROUNDING_INSTRUCTIONS = 2
 # fragments, 4 per step, 2 stages: the SASS main loop (sm_90) issues 259 instructions a step,
 # 32 LDSM and 128 HMMA among them, and the model 260; WMMA's 318 (fp16) and 262 (bf16)
 MMA_SYNC_LOAD_INSTRUCTIONS = 3
+# Instructions per word of a TF32 fragment the "mma" mapping reads by shared loads (B's where
+# its tile's rows run along N: ldmatrix cannot transpose 32-bit values): the LDS and its
+# share of the addresses; and per word its rounding, one cvt.rna.tf32.f32 (3xTF32's two
+# pieces [EST] two on average). GEMM 4096^3 TF32, the tiles above: SASS 567 a step (67 LDS,
+# 16 LDSM, 128 HMMA.1688, 128 roundings), the model 564; WMMA 902 (256 HMMA.1684)
+MMA_SYNC_WORD_INSTRUCTIONS = 3.5
+MMA_SYNC_ROUNDING_INSTRUCTIONS = 1
 # Instructions a swizzled tile (shared_layout "swizzle") adds to each copy into it and each
 # fragment load from it: the same GEMM, swizzled, issues 27 more a step (101 integer
 # instructions, 74 padded) for its 32 ldmatrix and 12 cp.async
@@ -221,7 +228,9 @@ class TensorCoreModel:
         its share of the block's copies, which are dealt to all the block's threads (counted
         once per warp, they made blocks of more warps look as many times dearer to copy).
         The "mma" mapping loads a fragment by one ldmatrix.x4 and its address's share
-        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`); swizzled tiles add
+        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`), or a TF32 fragment that ldmatrix would have
+        to transpose by a shared load per word (:data:`MMA_SYNC_WORD_INSTRUCTIONS`), rounds
+        TF32 by cvt.rna and multiplies 16x16 fragments in two mma.sync; swizzled tiles add
         :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
         m, n, k = self.shape
         copies = runs = 0.0
@@ -233,17 +242,23 @@ class TensorCoreModel:
                 copies += COPY_INSTRUCTIONS * tile["k"] * free
                 runs += tile["k"] * free
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = ((MMA_SYNC_LOAD_INSTRUCTIONS,) * 2 if p["mapping"] == "mma" else
-                            (self._load_instructions(m * k), self._load_instructions(k * n)))
+        rounds = 1 if self.program.precision == dtypes.TF32 else 2 if self.pieces == 2 else 0
+        if p["mapping"] == "mma":
+            words_a, words_b = (
+                MMA_SYNC_LOAD_INSTRUCTIONS if self.bytes == 2 or direct
+                else MMA_SYNC_WORD_INSTRUCTIONS * m * k // 32
+                for direct in (self.row_a, not self.row_b))  # ldmatrix, not transposed
+            rounding, per_mma = MMA_SYNC_ROUNDING_INSTRUCTIONS * rounds, 2
+        else:
+            words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
+            rounding, per_mma = WMMA_ROUNDING_INSTRUCTIONS * rounds, MMA_INSTRUCTIONS[k]
         if p["shared_layout"] == "swizzle":
             words_a, words_b = words_a + SWIZZLE_INSTRUCTIONS, words_b + SWIZZLE_INSTRUCTIONS
             copies += SWIZZLE_INSTRUCTIONS * runs
-        rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
-                                                 else 2 if self.pieces == 2 else 0)
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
-        return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[k]) + copies / threads
+        return tile["frags_k"] * (loads + mmas * per_mma) + copies / threads
 
     def _load_instructions(self, elements: int) -> float:
         """A thread's instructions to load its share of a fragment of ``elements``: a word
