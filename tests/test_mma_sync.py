@@ -161,6 +161,19 @@ def test_mma_kernels_match_einsum(expression, sizes, params, layout, dtype):
     assert kernel.verify().ok
 
 
+@pytest.mark.parametrize("precision", ["tf32", "3xtf32"])
+@pytest.mark.parametrize("layout", ["C", "F"])
+@pytest.mark.parametrize(("expression", "sizes"), [
+    ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL), TCCG_20])
+def test_tf32_mma_kernels_match_einsum_without_hazards(expression, sizes, layout, precision):
+    kernel = treduda.compile(expression, sizes, dtype="float32", precision=precision,
+                             layout=layout, strategy="tensorcore",
+                             params={**SMALL, "frags_k": 1, "stages": 2})
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32" in kernel.cuda_source
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
 def test_a_split_mma_kernel_matches_einsum():
     """A deterministic split of float16 (no 16-bit atomics): the parts in a workspace."""
     kernel = treduda.compile(GEMM, {"i": 20, "j": 24, "k": 300}, dtype="float16",
@@ -177,7 +190,7 @@ def test_mma_kernels_run_without_hazards():
     assert kernel.hazards() == []
 
 
-def test_only_16_bit_types_have_the_mma_mapping():
+def test_float64_has_no_mma_mapping():
     with pytest.raises(StrategyError, match="mapping"):
         treduda.compile(GEMM, PARTIAL, dtype="float64", strategy="tensorcore", params=MMA)
 
@@ -201,6 +214,27 @@ def test_sass_multiplies_by_hmma_16816_fed_by_ldsm(dtype, arch):
     # A's tile is read as stored (M88), B's, whose rows run along N, transposed (MT88)
     assert "HMMA.16816.F32" in listing
     assert "LDSM.16.M88.4" in listing and "LDSM.16.MT88.4" in listing
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_tf32_sass_multiplies_by_hmma_1688_from_shared_memory(arch):
+    """TF32: HMMA.1688, A by ldmatrix, B (whose rows run along N) by shared loads, no
+    generic load in the main loop."""
+    kernel = treduda.compile(GEMM, {"i": 256, "j": 256, "k": 256}, dtype="float32",
+                             precision="tf32", strategy="tensorcore",
+                             params={**SMALL, "stages": 2})
+    report = sass_report(kernel.cuda_source, arch)[0]
+    opcodes = report.main_loop_opcodes
+    assert report.main_loop_mma > 0 and "LD" not in opcodes, opcodes
+    assert opcodes.get("LDSM", 0) > 0 and opcodes.get("LDS", 0) > 0, opcodes
+    disassembler = find_disassembler()
+    with cubin(kernel.cuda_source, arch) as (binary, _):
+        listing = subprocess.run([disassembler, "-c" if "nvdisasm" in disassembler
+                                  else "-sass", str(binary)],
+                                 capture_output=True, text=True, check=True).stdout
+    assert "HMMA.1688.F32.TF32" in listing and "HMMA.1684" not in listing
 
 
 @pytest.mark.parametrize("ld", [32, 64, 128, 256])
