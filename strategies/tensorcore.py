@@ -65,9 +65,10 @@ FRAGMENT_BUDGET = 16
 @register
 class TensorCore(Strategy):
     name = "tensorcore"
-    description = ("GEMM-shaped tiles on tensor cores: warps of MMA fragments (WMMA), operands "
-                   "staged in padded 2-D shared tiles, accumulators written through shared "
-                   "memory (float16, bfloat16, float64, float32 with precision tf32/3xtf32)")
+    description = ("GEMM-shaped tiles on tensor cores: warps of MMA fragments (WMMA, or "
+                   "mma.sync fed by ldmatrix), operands staged in padded or swizzled 2-D "
+                   "shared tiles, accumulators written through shared memory (float16, "
+                   "bfloat16, float64, float32 with precision tf32/3xtf32)")
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         shape, found = mma_shape(program), gemm_groups(program)

@@ -7,6 +7,10 @@ for float16 and bfloat16, TF32 HMMA, DMMA for float64). TF32 inputs are rounded 
 load by ``wmma::__float_to_tf32``, which is ``cvt.rna.tf32.f32`` (crt/mma.h), as the CUDA C++
 Programming Guide asks ("the elements of the fragment must be converted").
 
+With the "mma" mapping (:attr:`ir.Fragment.mapping`) CUDA says them in inline PTX instead
+(:class:`MmaSync`): ``mma.sync`` on registers in the PTX ISA's documented layouts, fed by
+``ldmatrix``; the fragments mean the same tiles, so the twin below serves both.
+
 OpenCL has no tensor cores, so it prints a *twin* that computes the same tile products from
 the same rounded inputs. Each thread keeps in private memory:
 
