@@ -174,6 +174,16 @@ def test_tf32_mma_kernels_match_einsum_without_hazards(expression, sizes, layout
     assert kernel.hazards() == []
 
 
+def test_tf32_fragments_count_as_ldmatrix_where_it_reads_them():
+    """GEMM's A tile (rows of M) is read by ldmatrix, B's (rows of N) a value per lane:
+    both conflict-free in the padded tiles."""
+    kernel = treduda.compile(GEMM, PARTIAL, dtype="float32", precision="tf32",
+                             strategy="tensorcore", params={**SMALL, "frags_k": 1})
+    ways = _shared_ways(kernel.counters())
+    assert ("td_sa", "ldsm") in ways and ("td_sb", "ld") in ways, ways
+    assert set(ways.values()) == {1}, ways
+
+
 def test_a_split_mma_kernel_matches_einsum():
     """A deterministic split of float16 (no 16-bit atomics): the parts in a workspace."""
     kernel = treduda.compile(GEMM, {"i": 20, "j": 24, "k": 300}, dtype="float16",
