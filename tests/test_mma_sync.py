@@ -29,6 +29,7 @@ from treduda.errors import StrategyError
 from treduda.polyhedral.lower import plan
 from treduda.run.counters import count
 from treduda.run.nvcc import cubin, nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.gpus import gpu
 from treduda.tuning.mma_model import model_of
@@ -338,3 +339,17 @@ def test_the_model_charges_the_swizzle_and_prefers_the_leaner_mapping():
     assert all(abs(found[key] / sass[key] - 1) < 0.1 for key in sass), found
     picked = search_program(program, gpu("H100")).best.params
     assert picked["mapping"] == "mma" and picked["shared_layout"] == "pad", picked
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+@pytest.mark.parametrize("arch", ["compute_80", "compute_90"])
+@pytest.mark.parametrize(("dtype", "precision", "layout"), [
+    ("float16", "highest", "swizzle"), ("bfloat16", "highest", "pad"),
+    ("float32", "tf32", "pad")])
+def test_nvrtc_compiles_mma_kernels(dtype, precision, layout, arch):
+    """No header: the mapping's PTX is inline (WMMA's needs mma.h)."""
+    kernel = treduda.compile(GEMM, PARTIAL, dtype=dtype, precision=precision,
+                             strategy="tensorcore", params={**SMALL, "shared_layout": layout})
+    assert "#include <mma.h>" not in kernel.cuda_source
+    ptx = compile_nvrtc(kernel.cuda_source, arch)
+    assert "mma.sync.aligned.m16n8k" in ptx and "ldmatrix.sync.aligned.m8n8.x4" in ptx
