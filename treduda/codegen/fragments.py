@@ -401,13 +401,14 @@ def by_rows(offset: ir.Expr, ld: int) -> tuple[ir.Expr, int, ir.Expr]:
     """A fragment's first element ``offset`` in a tile of rows ``ld`` apart as the rows'
     variable part, their constant (multiples of ``ld``) and the column: ``offset`` is their
     sum. In a swizzled tile (:func:`ir.swizzled`, rows of 32 elements or more: the strategy's
-    ``SWIZZLED_ROW``) a fragment starts at a multiple of 16 rows and of 16 columns, so the
-    XOR of its lane's element depends on the lane's row alone and applies to the column:
+    ``SWIZZLED_ROW``) a fragment starts at a multiple of 16 rows (its variable rows' terms
+    are multiples of ``16 ld``) and of 16 columns, so the XOR of its lane's element depends
+    on the lane's row alone and applies to the column:
     ``swizzled(offset + r ld + c) = rows + constant + r ld + (column ^ (swizzled(r ld + c)
     - r ld))``, every term but the rows' loop-invariant (tests/test_mma_sync.py checks it)."""
     terms, constant = ir.affine(offset)
-    rows = [times(c, t) for t, c in terms.items() if c % ld == 0]
-    columns = [times(c, t) for t, c in terms.items() if c % ld]
+    rows = [times(c, t) for t, c in terms.items() if c % (16 * ld) == 0]
+    columns = [times(c, t) for t, c in terms.items() if c % (16 * ld)]
     return plus(*rows), constant - constant % ld, plus(ir.Int(constant % ld), *columns)
 
 
