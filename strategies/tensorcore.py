@@ -38,11 +38,14 @@ from .tensorcore_kernel import Builder
 from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
+    SWIZZLED_ROW,
     WARP,
     copy_widths,
     described_axes,
     gemm_groups,
+    mappings,
     mma_shape,
+    operand_rows,
     shared_bytes,
     tile_extents,
 )
@@ -62,9 +65,10 @@ FRAGMENT_BUDGET = 16
 @register
 class TensorCore(Strategy):
     name = "tensorcore"
-    description = ("GEMM-shaped tiles on tensor cores: warps of MMA fragments (WMMA), operands "
-                   "staged in padded 2-D shared tiles, accumulators written through shared "
-                   "memory (float16, bfloat16, float64, float32 with precision tf32/3xtf32)")
+    description = ("GEMM-shaped tiles on tensor cores: warps of MMA fragments (WMMA, or "
+                   "mma.sync fed by ldmatrix), operands staged in padded or swizzled 2-D "
+                   "shared tiles, accumulators written through shared memory (float16, "
+                   "bfloat16, float64, float32 with precision tf32/3xtf32)")
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         shape, found = mma_shape(program), gemm_groups(program)
@@ -93,6 +97,16 @@ class TensorCore(Strategy):
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored and added in order in a "
                       "deterministic program)", priority=Priority.STEP),
+            Parameter("mapping", mappings(program, self.limits.async_copies),
+                      "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
+                      "mma.sync (sm_80+): m16n8k16 fed by ldmatrix.x4 for float16 and bfloat16, "
+                      "m16n8k8 fed by shared loads rounded by cvt.rna for TF32",
+                      priority=Priority.CODE),
+            Parameter("shared_layout", ("pad", "swizzle") if "mma" in mappings(
+                program, self.limits.async_copies) and program.dtype != "float32" else ("pad",),
+                      "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
+                      "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
+                      "free of bank conflicts", priority=Priority.BUFFERS),
             Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
                       else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
@@ -116,7 +130,15 @@ class TensorCore(Strategy):
             step = shape["mnk".index(axis)]
             return tile <= step or tile - step < extent[axis]
 
-        rules = [Constraint("more than two stages need asynchronous copies (a copy through "
+        rules = [Constraint("swizzled tiles need the mma mapping (ldmatrix takes an address "
+                            "per lane, WMMA a pitch)", ("shared_layout", "mapping"),
+                            lambda p: p["shared_layout"] == "pad" or p["mapping"] == "mma"),
+                 Constraint(f"swizzled tiles have rows of {SWIZZLED_ROW} elements or more",
+                            ("shared_layout", "warps_m", "warps_n", "frags_m", "frags_n",
+                             "frags_k"),
+                            lambda p: p["shared_layout"] == "pad"
+                            or min(operand_rows(program, p)) >= SWIZZLED_ROW),
+                 Constraint("more than two stages need asynchronous copies (a copy through "
                             "registers is not in flight beside the MMAs)",
                             ("stages", "async_copy"),
                             lambda p: p["stages"] <= 2 or p["async_copy"])]
@@ -155,7 +177,8 @@ class TensorCore(Strategy):
                            {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages"),
+                       ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
+                        "shared_layout"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -194,7 +217,8 @@ class TensorCore(Strategy):
                                         if along[axis][0]),)}
         for name, axis in zip(AXES, axes, strict=False):
             described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
-        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages")
+        tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
+                 "shared_layout")
         return {
             **described,
             "step": each(lambda f: f * fk, "frags_k"),
@@ -209,7 +233,8 @@ class TensorCore(Strategy):
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
-                     "split": 1, "stages": 1, "async_copy": True}
+                     "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma",
+                     "shared_layout": "pad"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

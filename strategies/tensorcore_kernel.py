@@ -120,6 +120,7 @@ from .tensorcore_tiles import (
     output_along_n,
     split_parts,
     stepped_k,
+    swizzle_shift,
     tile_extents,
 )
 from .tiling import PARTS, parts_workspace
@@ -211,6 +212,7 @@ class Builder:
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         pad_a, pad_b = operand_pads(program, params)
         self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
+        self.swizzled = params["shared_layout"] == "swizzle"
         # the C tile is laid out along what the output's write reads: N, or M (column-major)
         self.along_n = output_along_n(program)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
@@ -359,7 +361,9 @@ class Builder:
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         bytes_ = dtypes.itemsize(self.program.dtype)
-        row = _interleaved_row(e, rows, runs, width * bytes_, shape["pitch"])
+        # a swizzled tile places a phase's runs on distinct banks itself
+        row = (quotient(e, runs) if self.swizzled
+               else _interleaved_row(e, rows, runs, width * bytes_, shape["pitch"]))
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
@@ -478,21 +482,25 @@ class Builder:
         b_shape = (t["k"], t["n"] + pad_b) if self.row_b else (t["n"], t["k"] + pad_b)
         pieces = 2 if self.split else 1
         p = self.params
+        mapping = p["mapping"]
         buffers = (self.stages,) if self.stages > 1 else ()
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
             **({workspace.name: workspace} if workspace else {}),
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored),
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored,
+                             swizzle=swizzle_shift(a_shape[1]) if self.swizzled else 0),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored,
+                             swizzle=swizzle_shift(b_shape[1]) if self.swizzled else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])
                              if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
-                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a)),
+                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a, mapping)),
             FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b)),
+                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b, mapping)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.FRAGMENT, (pieces * p["frags_m"] * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape)),
+                             fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape,
+                                                  mapping=mapping)),
         }
 
     def write(self) -> None:

@@ -47,6 +47,30 @@ def mma_shape(program: Program) -> tuple[int, int, int] | None:
     return SHAPES.get(program.dtype)
 
 
+# The shortest row a swizzled tile takes, in elements (64 bytes): a fragment's 16 rows then
+# start at offsets whose bits swizzle_shift(row) to + 2 are zero, so the XOR of a lane's
+# element depends on the lane alone (MmaSync's loads hoist it out of the main loop)
+SWIZZLED_ROW = 32
+
+
+def swizzle_shift(row: int) -> int:
+    """The :attr:`ir.Local.swizzle` of an unpadded tile of 16-bit values whose rows hold
+    ``row`` elements (a power of two, 16 or more): the bit of the element offset where the
+    row number starts, or for rows shorter than a 128-byte wavefront (64 values) where the
+    wavefront's number does. Eight consecutive rows read at one column (an ldmatrix phase)
+    then fall on eight distinct 16-byte chunks of the 128 bytes of banks, and so do eight
+    16-byte copies along a row."""
+    return max(row.bit_length() - 1, (WAVEFRONT_BYTES // 2).bit_length() - 1)
+
+
+def mappings(program: Program, ampere: bool) -> tuple[str, ...]:
+    """The forms CUDA may compute ``program``'s fragments in (:data:`ir.MAPPINGS`): WMMA, and
+    for float16, bfloat16 and TF32 on compute capability 8.0 or later (``ampere``:
+    mma.sync's m16n8k16 with bfloat16 and m16n8k8 with TF32 need it) mma.sync."""
+    return ir.MAPPINGS if ampere and program.dtype in ("float16", "bfloat16", "float32") else (
+        "wmma",)
+
+
 def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     """``(A, B, M, N, K, batch)``: the two inputs and the index groups, each fastest first, or
     None where ``program`` is not one product of two distinct tensors summed into an output
@@ -240,15 +264,24 @@ def operand_pads(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
     """Elements added to the rows of A's and B's tiles so that their fragment loads are
     free of bank conflicts (:func:`conflict_free_pad`): one padding for both put B's rows
     of 32-bit values, read four rows of 32 bytes a phase, two ways into the same banks
-    (what ``Kernel.counters()`` counted on GEMM's TF32 and FP64 picks)."""
-    tile = tile_extents(p, mma_shape(program))
+    (what ``Kernel.counters()`` counted on GEMM's TF32 and FP64 picks). Swizzled tiles
+    (``shared_layout`` "swizzle", :func:`swizzle_shift`) take none."""
+    if p.get("shared_layout", "pad") == "swizzle":
+        return 0, 0
     size = dtypes.itemsize(program.dtype)
     row_a, row_b = operand_rows_major(program, gemm_groups(program))
     pads = []
-    for along_k, row in ((row_a, tile["k"] if row_a else tile["m"]),
-                         (not row_b, tile["n"] if row_b else tile["k"])):
+    for along_k, row in zip((row_a, not row_b), operand_rows(program, p), strict=True):
         pads.append(conflict_free_pad(row * size, _fragment_line_bytes(size, along_k)) // size)
     return pads[0], pads[1]
+
+
+def operand_rows(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
+    """The elements of a row of A's tile and of B's, unpadded: K's step where the tile's
+    rows run along K, else the free group's tile."""
+    tile = tile_extents(p, mma_shape(program))
+    row_a, row_b = operand_rows_major(program, gemm_groups(program))
+    return tile["k"] if row_a else tile["m"], tile["n"] if row_b else tile["k"]
 
 
 def accumulator_dtype(program: Program) -> str:
@@ -355,7 +388,10 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     rows, runs, width = shape["rows"], shape["runs"], shape["width"]
     e = np.arange(rows * runs)
     q = e // runs
-    order = interleaving(rows, runs, width * dtypes.itemsize(program.dtype), shape["pitch"])
+    # a swizzled tile places a phase's runs on distinct banks itself: its rows in order
+    order = (None if p.get("shared_layout", "pad") == "swizzle"
+             else interleaving(rows, runs, width * dtypes.itemsize(program.dtype),
+                               shape["pitch"]))
     if order is not None:
         per_phase, apart = order
         block = per_phase * apart

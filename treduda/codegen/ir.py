@@ -447,6 +447,11 @@ class Space(enum.Enum):
 WARP = 32  # threads of a warp, which execute the warp-collective statements together
 
 
+# The CUDA forms of a fragment (:attr:`Fragment.mapping`): WMMA's fragments, or mma.sync
+# m16n8k16 instructions on registers in the PTX ISA's documented layouts
+MAPPINGS = ("wmma", "mma")
+
+
 class Use(enum.Enum):
     """Which operand of a multiply-accumulate a fragment is (``wmma::matrix_a`` ..)."""
 
@@ -464,6 +469,9 @@ class Fragment:
     use: Use
     shape: tuple[int, int, int]
     row_major: bool = True
+    # How CUDA computes it (:data:`MAPPINGS`): nvcuda::wmma, or inline PTX mma.sync fed by
+    # ldmatrix; the fragment's meaning (a tile of the shape) is the same in both
+    mapping: str = "wmma"
 
     @property
     def rows_columns(self) -> tuple[int, int]:
@@ -495,6 +503,10 @@ class Local:
     # emulator checks both), so a block needs the larger of their bytes and its own, not the
     # sum (the tensor-core C tile, written after the main loop's operand tiles are done).
     reuses: tuple[str, ...] = ()
+    # A shared tile of 16-bit values held swizzled rather than padded: element ``o`` at
+    # :func:`swizzled` ``(o, swizzle)`` (0: at ``o``). Accesses name elements as if it were
+    # not; the printers and the bank counts place them.
+    swizzle: int = 0
 
     @property
     def size(self) -> int:
@@ -780,3 +792,14 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
         return np.where(condition, evaluate(expr.if_true, env, threads, blocks),
                         evaluate(expr.if_false, env, threads, blocks))
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
+
+
+def swizzled(offset: Any, shift: int) -> Any:
+    """Where a tile swizzled by ``shift`` (:attr:`Local.swizzle`) holds element ``offset`` (an
+    int or an integer array): its 16-byte chunk of 16-bit values (bits 3-5) XOR'd with bits
+    ``shift`` to ``shift + 2``, the row (or, for rows shorter than 128 bytes, the 128-byte line)
+    modulo 8, so that eight rows read at one column lie on eight distinct 16-byte bank groups
+    (as CUTLASS's swizzled shared layouts place them); a permutation of each 128 bytes, as
+    ``templates/helpers.j2``'s ``td_swizzle``."""
+    return offset ^ (((offset >> shift) & 7) << 3)
+

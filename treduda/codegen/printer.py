@@ -28,7 +28,14 @@ from ..errors import InvalidName
 from ..frontend.dtypes import compute, is_complex, is_integer, itemsize, real
 from ..frontend.names import RESERVED
 from . import ir
-from .fragments import Twin, Wmma, has_fragments
+from .fragments import (
+    MmaSync,
+    Twin,
+    Wmma,
+    beside_swizzle,
+    has_fragments,
+    mma_mapped,
+)
 from .warpgroup import Warpgroup, has_warpgroups
 
 INDENT = "  "
@@ -207,8 +214,11 @@ class Printer:
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
         # arrays holding the stored type: the tensors, and shared tiles fragments load from
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
-        self.fragments = (Wmma(kernel, self.expr) if dialect.fragments == "wmma"
-                          else Twin(kernel, self.expr, self.value_type, dialect.lane))
+        self.swizzles = {v.name: v.swizzle for v in kernel.locals if v.swizzle}
+        self.fragments = (Twin(kernel, self.expr, self.value_type, dialect.lane)
+                          if dialect.fragments != "wmma"
+                          else MmaSync(kernel, self.expr) if mma_mapped(kernel)
+                          else Wmma(kernel, self.expr))
         thread = dialect.thread_id.format(axis=dialect.axes[0])
         self.warpgroup = Warpgroup(kernel, self.expr, dialect.fragments == "wmma",
                                    self.value_type, itemsize(kernel.dtype),
@@ -230,6 +240,8 @@ class Printer:
                  "tensor_cores": has_fragments(self.kernel),
                  "fragment_loads": (self.fragments.shared_loads()
                                     if isinstance(self.fragments, Wmma) else None),
+                 "mma_sync": (self.fragments.helpers()
+                              if isinstance(self.fragments, MmaSync) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
                  "warpgroup": d.fragments == "wmma" and has_warpgroups(self.kernel),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
@@ -299,12 +311,12 @@ class Printer:
         if isinstance(s, ir.Assign) and s.atomic:
             return self.atomic(s, pad)
         if isinstance(s, ir.Assign) and self._copied_bits(s):
-            tensor = self.storage.bits.format(array=s.value.array, offset=self.expr(s.value.offset))
-            return [f"{pad}{s.target.array}[{self.expr(s.target.offset)}] = {tensor};"]
+            tensor = self.storage.bits.format(array=s.value.array, offset=self.offset(s.value))
+            return [f"{pad}{s.target.array}[{self.offset(s.target)}] = {tensor};"]
         if isinstance(s, ir.Assign) and self._stored(s.target):
             value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
             return [pad + self.storage_of(s.target.array).store.format(array=s.target.array,
-                                                    offset=self.expr(s.target.offset),
+                                                    offset=self.offset(s.target),
                                                     value=self.expr(value))]
         if isinstance(s, ir.Assign):
             if not self.complex:
@@ -373,7 +385,17 @@ class Printer:
 
     def address(self, e: ir.Load) -> str:
         """The address of an element as it is held (a stored type's, without conversion)."""
-        return f"&{e.array}[{self.expr(e.offset)}]"
+        return f"&{e.array}[{self.offset(e)}]"
+
+    def offset(self, e: ir.Load) -> str:
+        """Where ``e.array`` holds the element ``e`` names: its offset, or where a swizzled
+        tile places it (:attr:`ir.Local.swizzle`)."""
+        shift = self.swizzles.get(e.array)
+        if not shift:
+            return self.expr(e.offset)
+        high, low = beside_swizzle(e.offset, shift)
+        swizzled = f"td_swizzle({self.expr(low)}, {shift})"
+        return swizzled if high == ir.Int(0) else f"{self.expr(high)} + {swizzled}"
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:
         """An atomic ``+=`` or ``-=`` of a global element: a real value in one atomic add, a
@@ -415,9 +437,9 @@ class Printer:
             return f"(({self.index_type}){spelling.format(axis=self.dialect.axes[e.axis])})", _ATOM
         if isinstance(e, ir.Load) and self._stored(e):
             return self.storage_of(e.array).load.format(array=e.array,
-                                                        offset=self.expr(e.offset)), _ATOM
+                                                        offset=self.offset(e)), _ATOM
         if isinstance(e, ir.Load):
-            return f"{e.array}[{self.expr(e.offset)}]", _ATOM
+            return f"{e.array}[{self.offset(e)}]", _ATOM
         if isinstance(e, ir.Call):
             return f"{e.function.value}({', '.join(map(self.expr, e.args))})", _ATOM
         if isinstance(e, ir.Lane):

@@ -22,8 +22,10 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
 * **Tensor-core fragments** from shared tiles: 16-bit ones are read as ``ldmatrix`` reads
   them (PTX ISA, "ldmatrix"): the tile's memory-contiguous lines (rows, or columns for a
   column-major tile) in 16-byte pieces, each 8x8 matrix (8 pieces of 8 consecutive lines) one
-  phase, four matrices one request (``.x4``). 32- and 64-bit ones (tf32, fp64), for which there
-  is no ldmatrix, as ``mma.sync``'s fragments place their values (PTX ISA, "Matrix Fragments
+  phase, four matrices one request (``.x4``); so are TF32 ones of the "mma" mapping where
+  ldmatrix reads them untransposed (:func:`~treduda.codegen.fragments.ldmatrix_transposed`),
+  four values a piece. Other 32- and 64-bit ones (tf32, fp64) as ``mma.sync``'s fragments
+  place their values (PTX ISA, "Matrix Fragments
   for mma"): per load, thread ``t`` one value, at ``t / 4`` of M or N and ``t % 4`` of K. WMMA
   does not document its own fragment layouts; these are the layouts the hardware's MMAs
   take. Accumulators are stored (and loaded) as ``mma.sync`` holds them: per 8x8 piece, thread
@@ -51,6 +53,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from ..codegen import ir
+from ..codegen.fragments import ldmatrix_transposed
 from ..frontend.dtypes import compute, itemsize
 from .emulator import observe
 from .launch import Launch
@@ -222,7 +225,9 @@ class Tally:
             starts, lanes, width = _accumulator_accesses(grid, row_major)
             self._add(array, STORE if write else LOAD, starts * element, lanes, width * element)
             return
-        if element != MATRIX_VALUE_BYTES:  # tf32, fp64: loads of a value per thread
+        by_ldmatrix = element == MATRIX_VALUE_BYTES or (
+            kind.mapping == "mma" and not ldmatrix_transposed(kind.use, row_major))
+        if not by_ldmatrix:  # tf32, fp64: loads of a value per thread
             starts, lanes = _operand_accesses(grid, kind.use is ir.Use.A)
             self._add(array, LOAD, starts * element, lanes, element)
             return

@@ -228,6 +228,7 @@ class _Block:
         self.taken_by = {name: local.name for local in kernel.locals for name in local.reuses}
         self.taken: set[str] = set()  # tiles whose memory was taken over (written since)
         self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
+        self.swizzles = {local.name: local.swizzle for local in kernel.locals if local.swizzle}
         warps = -(-self.count // ir.WARP)
         for local in kernel.locals:
             if local.space is ir.Space.GLOBAL:
@@ -553,7 +554,7 @@ class _Block:
         row, column = np.divmod(np.arange(rows * columns), columns)
         offsets = start + (row * ld + column if row_major else column * ld + row)
         if self.observer is not None:
-            self.observer.tile(kind, array, offsets, row_major, write)
+            self.observer.tile(kind, array, self.held(array, offsets), row_major, write)
         if write:
             found = self.touch(array, offsets, lanes[np.arange(offsets.size) % lanes.size], True)
             if found is not None:
@@ -573,8 +574,8 @@ class _Block:
         which of the active threads that is; None if for none. Checks and records it."""
         offsets = self.index(e.offset, active)[active].astype(np.int64)
         if self.observer is not None and not self.widened:
-            self.observer.access(e.array, offsets, np.flatnonzero(active), 1, write,
-                                 atomic=atomic)
+            self.observer.access(e.array, self.held(e.array, offsets), np.flatnonzero(active),
+                                 1, write, atomic=atomic)
         return self.touch(e.array, offsets, np.flatnonzero(active), write)
 
     def observe(self, first: ir.Load, active: np.ndarray, width: int, write: bool,
@@ -583,9 +584,16 @@ class _Block:
         active threads; its lanes, executed one by one, are not told of again."""
         if self.observer is not None:
             offsets = self.index(first.offset, active)[active].astype(np.int64)
-            self.observer.access(first.array, offsets, np.flatnonzero(active), width, write,
-                                 asynchronous)
+            self.observer.access(first.array, self.held(first.array, offsets),
+                                 np.flatnonzero(active), width, write, asynchronous)
             self.widened = True
+
+    def held(self, array: str, offsets: np.ndarray) -> np.ndarray:
+        """Where ``array`` holds the elements ``offsets`` (a swizzled tile moves them,
+        :attr:`ir.Local.swizzle`): what the observer's bank counts read. The hazard checks
+        keep the elements' own offsets, a swizzle being a permutation."""
+        shift = self.swizzles.get(array)
+        return ir.swizzled(offsets, shift) if shift else offsets
 
     def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
               started: bool = False) -> tuple[tuple, np.ndarray] | None:

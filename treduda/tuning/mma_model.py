@@ -91,7 +91,8 @@ ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop sh
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
 # The parameters that decide which addresses a block's copies read in a step
-COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy")
+COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy",
+                   "shared_layout")
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
@@ -103,6 +104,23 @@ MMA_INSTRUCTIONS = {16: 2, 8: 4, 4: 1}
 # low bits left for the MMA to ignore (SASS, sm_90). The OpenCL helper's is longer
 # (dtypes.ROUNDING_OPERATIONS).
 WMMA_ROUNDING_INSTRUCTIONS = 2
+# Instructions per fragment load of the "mma" mapping (templates/mma_sync.cu.j2): the
+# ldmatrix.x4 and its share of the step's integer instructions (the loads share address
+# registers, their offsets immediates). GEMM 4096^3 fp16 and bf16, 2x4 warps of 4x4
+# fragments, 4 per step, 2 stages: the SASS main loop (sm_90) issues 259 instructions a step,
+# 32 LDSM and 128 HMMA among them, and the model 260; WMMA's 318 (fp16) and 262 (bf16)
+MMA_SYNC_LOAD_INSTRUCTIONS = 3
+# Instructions per word of a TF32 fragment the "mma" mapping reads by shared loads (B's where
+# its tile's rows run along N: ldmatrix cannot transpose 32-bit values): the LDS and its
+# share of the addresses; and per word its rounding, one cvt.rna.tf32.f32 (3xTF32's two
+# pieces [EST] two on average). GEMM 4096^3 TF32, the tiles above: SASS 567 a step (67 LDS,
+# 16 LDSM, 128 HMMA.1688, 128 roundings), the model 564; WMMA 902 (256 HMMA.1684)
+MMA_SYNC_WORD_INSTRUCTIONS = 3.5
+MMA_SYNC_ROUNDING_INSTRUCTIONS = 1
+# Instructions a swizzled tile (shared_layout "swizzle") adds to each copy into it and each
+# fragment load from it: the same GEMM, swizzled, issues 27 more a step (101 integer
+# instructions, 74 padded) for its 32 ldmatrix and 12 cp.async
+SWIZZLE_INSTRUCTIONS = 0.6
 MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et al. 2022)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 
@@ -224,7 +242,7 @@ class TensorCoreModel:
         loop."""
         described = self._described(params)
         return self._warp_step(self._tile(described), _threads(described),
-                               params["async_copy"])
+                               params)
 
     def step_mmas(self, params: Mapping[str, Any]) -> int:
         """The tensor-core instructions a warp issues per step: a SASS loop that holds
@@ -275,33 +293,50 @@ class TensorCoreModel:
             self._traffic[key] = (sum(c[1] for c in counted), sum(c[3] for c in counted))
         return self._traffic[key]
 
-    def _warp_step(self, tile: Mapping[str, int], threads: int, asynchronous: bool) -> float:
+    def _warp_step(self, tile: Mapping[str, int], threads: int, p: Mapping[str, Any]
+                   ) -> float:
         """A warp's instructions per step: its fragment loads (and roundings) and MMAs, and
         its share of the block's copies, which are dealt to all the block's threads (counted
-        once per warp, they made blocks of more warps look as many times dearer to copy)."""
+        once per warp, they made blocks of more warps look as many times dearer to copy).
+        The "mma" mapping loads a fragment by one ldmatrix.x4 and its address's share
+        (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`), or a TF32 fragment that ldmatrix would have
+        to transpose by a shared load per word (:data:`MMA_SYNC_WORD_INSTRUCTIONS`), rounds
+        TF32 by cvt.rna and multiplies 16x16 fragments in two mma.sync; swizzled tiles add
+        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
         m, n, k = self.shape
-        copies = 0.0
+        copies = runs = 0.0
         divided, tail = self._k_addresses(tile["k"])
         for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
                                        (not self.row_a, self.row_b), strict=True):
-            if asynchronous and width is not None:  # a cp.async per run of the copy width
-                runs = tile["k"] * free / width
-                copies += ASYNC_COPY_INSTRUCTIONS * runs
+            if p["async_copy"] and width is not None:  # a cp.async per run of the width
+                copy_runs = tile["k"] * free / width
+                copies += ASYNC_COPY_INSTRUCTIONS * copy_runs
             else:
-                runs = tile["k"] * free
-                copies += COPY_INSTRUCTIONS * runs
+                copy_runs = tile["k"] * free
+                copies += COPY_INSTRUCTIONS * copy_runs
+            runs += copy_runs
             if k_rows:  # each copy's own row of K: decomposed, compared with K's end
-                copies += runs * (divided + tail)
+                copies += copy_runs * (divided + tail)
             else:  # the thread's column of K, once per step
                 copies += threads * (divided + tail)
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
-        words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
-        rounding = WMMA_ROUNDING_INSTRUCTIONS * (1 if self.program.precision == dtypes.TF32
-                                                 else 2 if self.pieces == 2 else 0)
+        rounds = 1 if self.program.precision == dtypes.TF32 else 2 if self.pieces == 2 else 0
+        if p["mapping"] == "mma":
+            words_a, words_b = (
+                MMA_SYNC_LOAD_INSTRUCTIONS if self.bytes == 2 or direct
+                else MMA_SYNC_WORD_INSTRUCTIONS * m * k // 32
+                for direct in (self.row_a, not self.row_b))  # ldmatrix, not transposed
+            rounding, per_mma = MMA_SYNC_ROUNDING_INSTRUCTIONS * rounds, 2
+        else:
+            words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
+            rounding, per_mma = WMMA_ROUNDING_INSTRUCTIONS * rounds, MMA_INSTRUCTIONS[k]
+        if p["shared_layout"] == "swizzle":
+            words_a, words_b = words_a + SWIZZLE_INSTRUCTIONS, words_b + SWIZZLE_INSTRUCTIONS
+            copies += SWIZZLE_INSTRUCTIONS * runs
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
-        return tile["frags_k"] * (loads + mmas * MMA_INSTRUCTIONS[k]) + copies / threads
+        return tile["frags_k"] * (loads + mmas * per_mma) + copies / threads
 
     def _k_addresses(self, step: int) -> tuple[int, int]:
         """Instructions a copy spends on its value of K beyond a linear address: where K is
@@ -359,7 +394,7 @@ class TensorCoreModel:
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
-        warp_step = self._warp_step(tile, threads, p["async_copy"])
+        warp_step = self._warp_step(tile, threads, p)
         mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
