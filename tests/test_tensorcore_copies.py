@@ -166,7 +166,8 @@ def test_the_models_step_counts_the_divisions_of_a_grouped_k(row):
         found = next(r for r in load("tccg_fp16") if r.id == row)
         expression, sizes, layout = found.expression, found.sizes, found.layout
     params = {"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4, "frags_k": 4,
-              "split": 1, "stages": 2, "async_copy": True}
+              "split": 1, "stages": 2, "async_copy": True, "mapping": "wmma",
+              "shared_layout": "pad"}
     kernel = treduda.compile(expression, sizes, dtype="float16", layout=layout,
                              strategy="tensorcore", cache=False, params=params)
     report = sass_report(kernel.cuda_source, "sm_90")[0]
