@@ -14,7 +14,7 @@ checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) 
 measured on the development machine (2 shared cores). Timings are noisy there: compare medians,
 and CPU seconds. A complete search of a TCCG row takes five to ten CPU minutes: its best comes
 from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again
-(a row it lacks has no ratio then).
+(and stores them there; a row it lacks has no ratio then).
 """
 
 from __future__ import annotations
@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 ROWS = "gemm,tccg_01,tccg_03,tccg_15,tccg_28,tccg_33"
@@ -89,15 +90,17 @@ def cold(name: str, budget: str, tree: str | None = None) -> dict:
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def complete(name: str) -> tuple[float, float]:
-    """The best estimate of the complete search over the declared ranges, and its CPU
-    seconds."""
+def complete(name: str) -> dict:
+    """The complete search over the declared ranges: its best estimate, its CPU seconds and
+    its best parameters (an entry of ``search_budget_complete.json``)."""
     from treduda.polyhedral.lower import plan
     from treduda.tuning.search import search_program
 
     expr, sizes, layout = case(name)
+    started = time.process_time()
     result = search_program(plan(expr, sizes, layout), "H100", budget=None)
-    return result.best.prediction.seconds, result.stats.seconds
+    return {"complete": result.best.prediction.seconds,
+            "cpu": round(time.process_time() - started, 2), "params": dict(result.best.params)}
 
 
 def main() -> None:
@@ -111,7 +114,7 @@ def main() -> None:
                         help="time only the --before checkout (and write --json)")
     parser.add_argument("--complete", action="store_true",
                         help="run the complete searches (minutes per row) instead of reading "
-                             "their results from benchmarks/data")
+                             "their results from benchmarks/data, and store them there")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
 
@@ -139,8 +142,10 @@ def main() -> None:
         checking = statistics.median(r["check"] for r in runs)
         used = statistics.median(r["cpu"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
+        if args.complete:
+            known[name] = complete(name)
         best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
-                          else complete(name) if args.complete else (None, None))
+                          else (None, None))
         old = before.get(name, {})
         row.update(cold=seconds, check=checking, cpu=used, runs=[r["compile"] for r in runs],
                    pick=pick,
@@ -156,6 +161,9 @@ def main() -> None:
               f"{olds}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
+    if args.complete:  # the rows searched again replace theirs in the stored file
+        stored = json.loads(COMPLETE.read_text()) if COMPLETE.exists() else {}
+        COMPLETE.write_text(json.dumps({**stored, **known}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

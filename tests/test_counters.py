@@ -183,7 +183,7 @@ def test_tf32_and_fp64_fragments_and_copies_have_no_bank_conflict(dtype, precisi
     (FP64's A too reads 32 bytes a row; FP64's shortest step, rows of 32 bytes, needs no
     padding), row- or column-major, and the accumulators are stored into C without a
     conflict either. Partial tiles; PoCL verifies."""
-    kernel = treduda.compile(expression, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
+    kernel = treduda.compile(expression, {"i": 150, "j": 140, "k": 40}, dtype=dtype,
                              precision=precision, strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
                                      "frags_k": frags_k, "stages": 2,
@@ -207,7 +207,7 @@ def test_the_c_tile_is_stored_and_read_without_conflicts(dtype, precision, layou
     and 2 on the accumulators' stores: tccg_31, 40 and seven more picks). That tile is now
     stored column-major, padded for its stores; alpha, beta and partial tiles verify."""
     kernel = treduda.compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]",
-                             {"i": 150, "j": 140, "k": 100}, dtype=dtype, precision=precision,
+                             {"i": 150, "j": 140, "k": 40}, dtype=dtype, precision=precision,
                              layout=layout, strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
                                      "frags_k": 1, "stages": 2, "async_copy": True,
@@ -225,7 +225,7 @@ def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     """16-byte cp.async runs into A's tile of 32 halves a row padded to 80 bytes: a phase of
     eight runs writes two rows, which at that pitch share banks 0-3 (2 ways, every GEMM pick
     before the copies interleaved their rows) unless they are four rows apart."""
-    kernel = treduda.compile(GEMM, {"i": 150, "j": 140, "k": 100}, dtype=dtype,
+    kernel = treduda.compile(GEMM, {"i": 150, "j": 140, "k": 40}, dtype=dtype,
                              strategy="tensorcore",
                              params={"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4,
                                      "frags_k": 2, "stages": 2,
