@@ -12,11 +12,11 @@ import pytest
 
 import treduda
 from treduda.api import _Generator, search
+from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
-from treduda.tuning.gpus import H100
 from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
 from treduda.tuning.search import QUICK, Searcher, search_program
 from treduda.tuning.search_result import Candidate, SearchStats

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.model.prediction import LAUNCH_SECONDS
 from treduda.polyhedral.lower import plan
 from treduda.tuning import paths, policy
-from treduda.tuning.prediction import LAUNCH_SECONDS
 from treduda.tuning.search import QUICK, Searcher, at_once, first_candidate
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"

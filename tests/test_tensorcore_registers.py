@@ -8,11 +8,11 @@ from __future__ import annotations
 
 import pytest
 from conftest import needs_nvcc
+from treduda.strategies.tensorcore_model import model_of
 
 import treduda
+from treduda.model.gpus import gpu
 from treduda.run.nvcc import compile_cuda_batch
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 SIZES = {"i": 256, "j": 256, "k": 256}

@@ -18,6 +18,7 @@ internal and may move, this list does not.
 
 from __future__ import annotations
 
+from treduda.model.gpus import Gpu, gpu
 from treduda.polyhedral.lower import Program, Statement, plan
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -32,7 +33,6 @@ from treduda.polyhedral.strategy import (
     schedule_space,
     transform_schedule,
 )
-from treduda.tuning.gpus import Gpu, gpu
 from treduda.tuning.search import Searcher
 
 __all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Program", "Role", "Scheduled",

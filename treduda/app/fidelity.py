@@ -33,13 +33,13 @@ from typing import Any
 from ..api import compile
 from ..errors import StrategyError, TredudaError
 from ..frontend.dtypes import HIGHEST
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.model import Model
+from ..model.prediction import Compiled, Prediction
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
-from ..tuning.gpus import Gpu
-from ..tuning.gpus import gpu as find_gpu
-from ..tuning.mma_model import TensorCoreModel, model_of
-from ..tuning.model import Model
-from ..tuning.prediction import Compiled, Prediction
+from ..strategies.tensorcore_model import TensorCoreModel, model_of
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
 from .ranking import Pick, pick, spearman

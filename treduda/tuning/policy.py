@@ -29,16 +29,16 @@ from typing import Any, Protocol
 
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
+from ..model.gpus import Gpu
+from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
+from ..strategies.tensorcore_model import model_of
 from . import budgets
 from .cache import CacheKey, CacheWarning, TuningCache
-from .gpus import Gpu
-from .mma_model import model_of
-from .prediction import Compiled
 from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
 

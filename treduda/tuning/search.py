@@ -31,10 +31,14 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import StrategyError
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.prediction import LAUNCH_SECONDS, Prediction
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
 from ..strategies import get as get_strategy
-from . import mma_model
+from ..strategies import tensorcore_model as mma_model
+from ..strategies.tensorcore_model import model_of
 from .budgets import (
     BOUND_WORK,
     DEFAULT_BUDGET,
@@ -44,11 +48,7 @@ from .budgets import (
     SUGGESTED_SHARE,
     Work,
 )
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
 from .local_search import FINISH, LocalSearch
-from .mma_model import model_of
-from .prediction import LAUNCH_SECONDS, Prediction
 from .search_result import TENSOR_CORES, Candidate, SearchResult, SearchStats, identity
 
 # Under a node budget, every this many nodes the search dives from the open node with the lowest

@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..frontend.identity import params_text
+from ..model.gpus import Gpu
+from ..model.prediction import Compiled, Prediction
 from ..polyhedral.strategy import read_only
 from ..strategies.tensorcore import TensorCore
-from .gpus import Gpu
-from .prediction import Compiled, Prediction
 
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01

@@ -1,6 +1,6 @@
 """What each thread of a compiled kernel executes, counted by walking its IR (SAAKE-style).
 
-The analytic model (:mod:`treduda.tuning.model`) predicts from the strategy's parameters; this
+The analytic model (:mod:`treduda.model.model`) predicts from the strategy's parameters; this
 module reads the code instead (issue #4), so it sees what the parameters do not say: the actual
 index expressions, copies, guards and barriers. The walk makes these choices:
 
@@ -32,15 +32,15 @@ import numpy as np
 from ..codegen import ir
 from ..errors import CompileError, MissingSize, StrategyError
 from ..frontend import dtypes
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.model import Model
+from ..model.occupancy import blocks_per_sm
+from ..model.prediction import Compiled, Prediction, combined, unfit
 from ..polyhedral.lower import accumulator_name, plan
 from ..run.nvcc import nvcc_available
 from ..strategies.tensorcore import TensorCore
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .mma_model import model_of
-from .model import Model
-from .occupancy import blocks_per_sm
-from .prediction import Compiled, Prediction, combined, unfit
+from ..strategies.tensorcore_model import model_of
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")

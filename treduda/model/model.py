@@ -34,10 +34,10 @@ imperfect overlap, in the spirit of SAAKE's latency/gap emulation (Beaugnon et a
 enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurements.
 
 This module times the resources and combines them (:class:`Model`). The rest lives beside
-it: the program's counts in :mod:`treduda.tuning.counts`, each candidate's quantities in
-:mod:`treduda.tuning.optimist` (built on :mod:`treduda.tuning.tiles` and
-:mod:`treduda.tuning.accesses`), and the prediction every model returns in
-:mod:`treduda.tuning.prediction`.
+it: the program's counts in :mod:`treduda.model.counts`, each candidate's quantities in
+:mod:`treduda.model.optimist` (built on :mod:`treduda.model.tiles` and
+:mod:`treduda.model.accesses`), and the prediction every model returns in
+:mod:`treduda.model.prediction`.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ class Model(Counts):
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
         if isinstance(self.strategy, TensorCore):  # it describes itself, but in warps of MMAs
             raise StrategyError("the tensor-core strategy has a model of its own: use "
-                                "treduda.tuning.mma_model.model_of")
+                                "treduda.strategies.tensorcore_model.model_of")
         if values is None:
             values = {p.name: p.values for p in self.strategy.space(program).parameters}
         self.values = values

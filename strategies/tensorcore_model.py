@@ -1,6 +1,6 @@
 """The performance model of the tensor-core strategy (``strategies/tensorcore.py``).
 
-The same resources as :mod:`treduda.tuning.model`, seen from warps of fragments rather than
+The same resources as :mod:`treduda.model.model`, seen from warps of fragments rather than
 threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fragments, a
 step of BK summed values):
 
@@ -8,7 +8,7 @@ step of BK summed values):
                fragments, a grouped K's fastest index to whole steps:
                :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
                products) / what WMMA reaches of the GPU's tensor cores for the dtype
-               (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
+               (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
                copy width, each operand on its own), fragment loads (a 32-bit shared
@@ -52,17 +52,18 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..frontend import dtypes
-from ..polyhedral.geometry import AXES, decided
-from ..polyhedral.lower import Program
-from ..polyhedral.strategy import Strategy
-from ..strategies import get as get_strategy
-from ..strategies import tensorcore_tiles
-from ..strategies.tensorcore import TensorCore
-from .gpus import Gpu
-from .model import Model
-from .occupancy import blocks_per_sm
-from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.frontend import dtypes
+from treduda.model.gpus import Gpu
+from treduda.model.model import Model
+from treduda.model.occupancy import blocks_per_sm
+from treduda.model.prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.polyhedral.geometry import AXES, decided
+from treduda.polyhedral.lower import Program
+from treduda.polyhedral.strategy import Strategy
+from treduda.polyhedral.strategy import get as get_strategy
+
+from . import tensorcore_tiles
+from .tensorcore import TensorCore
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -123,7 +124,7 @@ class TensorCoreModel:
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
-    # -- the public face (as treduda.tuning.model.Model's) --------------------------------
+    # -- the public face (as treduda.model.model.Model's) --------------------------------
 
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on every completion of the partial ``params``: each resource at its

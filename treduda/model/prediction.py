@@ -1,6 +1,6 @@
 """What every model of the kernel's time returns, and how it adds resources up.
 
-The analytic model (:mod:`treduda.tuning.model`), the tensor cores' (:mod:`treduda.tuning.
+The analytic model (:mod:`treduda.model.model`), the tensor cores' (:mod:`treduda.tuning.
 mma_model`) and the walk over a generated kernel (:mod:`treduda.tuning.walk`) each time a
 kernel per resource; they share the :class:`Prediction` they return, the one rule that combines
 the resources' seconds into a time (:func:`combined`: the bound's and the estimate's), and
