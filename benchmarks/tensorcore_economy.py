@@ -24,11 +24,11 @@ import sys
 
 from economy_tables import arguments, measure_rows, print_tables, wanted_rows
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
-from treduda.strategies.tensorcore_model import model_of
 
 import treduda
 from treduda.errors import BackendUnavailable
 from treduda.model.gpus import gpu as find_gpu
+from treduda.model.model import model_of
 from treduda.model.occupancy import blocks_per_sm
 from treduda.suites import load
 from treduda.tuning.budgets import BENCH_MAX_NODES

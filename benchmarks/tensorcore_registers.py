@@ -15,11 +15,10 @@ import argparse
 import statistics
 import sys
 
-from treduda.strategies.tensorcore_model import model_of
-
 import treduda
 from treduda.errors import StrategyError
 from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.suites import load
 

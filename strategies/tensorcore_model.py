@@ -54,16 +54,20 @@ from typing import Any
 
 from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
-from treduda.model.model import Model
 from treduda.model.occupancy import blocks_per_sm
-from treduda.model.prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.model.prediction import (
+    LAUNCH_SECONDS,
+    Compiled,
+    Prediction,
+    combined,
+    ptxas_report,
+    unfit,
+)
 from treduda.polyhedral.geometry import AXES, decided
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
-from treduda.polyhedral.strategy import get as get_strategy
 
 from . import tensorcore_tiles
-from .tensorcore import TensorCore
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -93,6 +97,8 @@ SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 class TensorCoreModel:
     """The model of one program on one GPU for the tensor-core strategy; ``values`` are the
     values its open parameters may take."""
+
+    walkable = False  # a warp's fragment statements have no per-thread counts to walk
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -174,6 +180,10 @@ class TensorCoreModel:
         described = self._described(params)
         return (self._registers(self._tile(described))
                 / self.gpu.register_cap(_threads(described)))
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program with ptxas's registers."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     # -- the resources ------------------------------------------------------------------
 
@@ -380,21 +390,3 @@ class TensorCoreModel:
 
 def _threads(described: Mapping[str, Any]) -> int:
     return math.prod(described[f"block_{axis}"] for axis in AXES)
-
-
-def applies(program: Program, gpu: Gpu) -> bool:
-    """Whether the tensor-core strategy computes ``program`` and ``gpu`` has tensor cores for
-    its dtype and precision."""
-    return (program.sizes is not None and tensorcore_tiles.mma_shape(program) is not None
-            and tensorcore_tiles.gemm_groups(program) is not None
-            and gpu.mma_flops(program.dtype, program.precision) > 0)
-
-
-def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
-             values: Mapping[str, tuple] | None = None) -> Model | TensorCoreModel:
-    """The model of ``strategy``: the tensor-core one's, or the analytic model of the SIMT
-    strategies."""
-    chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    if isinstance(chosen, TensorCore):
-        return TensorCoreModel(program, gpu, chosen, values)
-    return Model(program, gpu, chosen, values)

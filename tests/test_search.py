@@ -18,7 +18,7 @@ from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.policy import SEARCH_NODE_BUDGET, SMALL_PROBLEM_BUDGET, reranked
-from treduda.tuning.search import QUICK, Searcher, search_program
+from treduda.tuning.search import Searcher, quick, search_program
 from treduda.tuning.search_result import Candidate, SearchStats
 
 # Spaces small enough to enumerate (tens of thousands of candidates). CI enumerates the GEMM;
@@ -121,7 +121,7 @@ def test_compile_tunes_once_then_reuses_the_cache(tmp_path):
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     sizes = {"i": 96, "j": 80, "k": 33}
     first = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
-    assert len(cache) == 1 and first.strategy == QUICK  # small: the first good candidate
+    assert len(cache) == 1 and first.strategy == quick()  # small: the first good candidate
     entry = cache.entries()[0]
     assert entry.value["params"] == first.params
     again = treduda.compile("C[i, j] = A[i,k] * B[k,j]", sizes, cache=cache)  # same tree

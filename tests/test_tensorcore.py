@@ -11,13 +11,13 @@ import math
 import numpy as np
 import pytest
 from conftest import bound_paths_hold, formulas_name_their_relations
-from treduda.strategies.tensorcore_model import model_of
 from treduda.strategies.tensorcore_tiles import gemm_groups, mma_shape
 
 import treduda
 from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
 from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available

@@ -10,7 +10,6 @@ import math
 
 import pytest
 from treduda.strategies.tensorcore import TensorCore
-from treduda.strategies.tensorcore_model import model_of
 
 import treduda
 from treduda import strategies
@@ -19,7 +18,7 @@ from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
 from treduda.model.gpus import gpu
-from treduda.model.model import Model
+from treduda.model.model import Model, model_of
 from treduda.polyhedral import geometry
 from treduda.polyhedral.geometry import AXES, decided, group_extent, groups, on_axes
 from treduda.polyhedral.lower import plan

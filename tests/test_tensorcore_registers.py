@@ -8,10 +8,10 @@ from __future__ import annotations
 
 import pytest
 from conftest import needs_nvcc
-from treduda.strategies.tensorcore_model import model_of
 
 import treduda
 from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.run.nvcc import compile_cuda_batch
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

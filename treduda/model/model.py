@@ -51,13 +51,20 @@ from ..errors import StrategyError
 from ..polyhedral.geometry import Description
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
-from ..strategies import get as get_strategy
-from ..strategies.tensorcore import TensorCore
+from ..polyhedral.strategy import get as get_strategy
 from .counts import Counts
 from .gpus import Gpu
+from .interface import CostModel
 from .occupancy import blocks_per_sm
 from .optimist import _Optimist
-from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from .prediction import (
+    LAUNCH_SECONDS,
+    Compiled,
+    Prediction,
+    combined,
+    ptxas_report,
+    unfit,
+)
 from .tiles import BLOCK, REG
 
 
@@ -65,14 +72,16 @@ class Model(Counts):
     """The model of one program on one GPU for one strategy; ``values`` are the values its
     open parameters may take (by default all of the strategy's)."""
 
+    walkable = True  # its kernels' per-thread statements are what the walk counts
+
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy | str = DEFAULT_STRATEGY,
                  values: Mapping[str, tuple] | None = None):
         if program.sizes is None:
             raise ValueError("the model needs fixed sizes")
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
-        if isinstance(self.strategy, TensorCore):  # it describes itself, but in warps of MMAs
-            raise StrategyError("the tensor-core strategy has a model of its own: use "
-                                "treduda.strategies.tensorcore_model.model_of")
+        if type(self.strategy).model is not Strategy.model:  # it may describe itself otherwise
+            raise StrategyError(f"strategy '{self.strategy.name}' supplies a model of its own "
+                                "(Strategy.model): use treduda.model.model.model_of")
         if values is None:
             values = {p.name: p.values for p in self.strategy.space(program).parameters}
         self.values = values
@@ -113,6 +122,12 @@ class Model(Counts):
             raise StrategyError(f"an estimate needs a complete candidate of "
                                 f"'{self.strategy.name}'; still open: {', '.join(open_)}")
         return self._predict(_Optimist(self, described, compiled), exact=True)
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program (its parameters), with ptxas's
+        registers and spills where nvcc is present: what the search's check of its finalists
+        computes (:func:`treduda.tuning.policy.refined`), so the two agree."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """A complete candidate's registers per thread and registers ptxas will spill beyond
@@ -288,3 +303,11 @@ class Model(Counts):
                        "(exposed load latency per step, waves of blocks)",
         }
         return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
+
+
+def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
+             values: Mapping[str, tuple] | None = None) -> CostModel:
+    """The cost model of ``strategy``: the one it supplies (:meth:`Strategy.model`), else the
+    analytic model, which reads the strategy's description of itself."""
+    chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    return chosen.model(program, gpu, values) or Model(program, gpu, chosen, values)

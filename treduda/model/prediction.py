@@ -14,7 +14,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..run.nvcc import CudaReport
+from ..errors import CompileError
+from ..run.nvcc import CudaReport, nvcc_available
 
 LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
@@ -78,3 +79,15 @@ class Compiled:
     def of(cls, report: CudaReport) -> Compiled:
         return cls(report.registers, report.spill_bytes)
 
+
+def ptxas_report(kernel, gpu, use_nvcc: bool = True) -> Compiled | None:
+    """What ptxas says of a generated ``kernel`` (a :class:`treduda.kernel.Kernel`) on
+    ``gpu``'s architecture, as the search's check reads it (:func:`treduda.tuning.policy.
+    refined`): what a model's ``refine`` adds to its estimate. None without nvcc, or where
+    this nvcc no longer knows the architecture."""
+    if not (use_nvcc and nvcc_available()):
+        return None
+    try:
+        return Compiled.of(kernel.compile_cuda(gpu.arch))
+    except CompileError:
+        return None

@@ -30,17 +30,18 @@ from typing import Any, Protocol
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
 from ..model.gpus import Gpu
+from ..model.model import model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
 from ..run.nvcc import compile_cuda_batch, nvcc_supports
 from ..strategies import get as get_strategy
-from ..strategies.tensorcore_model import model_of
 from . import budgets
 from .cache import CacheKey, CacheWarning, TuningCache
 from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
+from .walk import estimate_kernel
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
 # microseconds) where their first good candidate is not taken at once (search.at_once): they
@@ -294,7 +295,7 @@ def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> 
     if bound is None:
         model = model_of(generate.program, result.gpu, candidate.strategy)
         bound = model.bound(candidate.params).seconds
-    return replace(candidate, walked=kernel.estimate(result.gpu), bound=bound)
+    return replace(candidate, walked=estimate_kernel(kernel, result.gpu), bound=bound)
 
 
 def _measured(candidate: Candidate, backend: str, generate: Generator) -> Candidate:
