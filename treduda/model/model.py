@@ -48,7 +48,7 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import StrategyError
-from ..polyhedral.geometry import Description
+from ..polyhedral.geometry import Description, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
 from ..polyhedral.strategy import get as get_strategy
@@ -126,8 +126,18 @@ class Model(Counts):
     def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
         """The estimate of a generated kernel of this program (its parameters), with ptxas's
         registers and spills where nvcc is present: what the search's check of its finalists
-        computes (:func:`treduda.tuning.policy.refined`), so the two agree."""
+        computes (:func:`treduda.tuning.policy.checked`), so the two agree."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+    def formulas(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[Any, int]]:
+        """A complete candidate's DRAM bytes and each read's L2 traffic as sympy formulas of
+        the sizes and tile parameters (:mod:`treduda.model.formulas`), and every symbol's
+        value for ``params``."""
+        from . import formulas
+
+        described = decided(self.describe(params))
+        return (formulas.formulas(self, described["order"]),
+                formulas.values(self, described))
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """A complete candidate's registers per thread and registers ptxas will spill beyond

@@ -82,9 +82,9 @@ class Compiled:
 
 def ptxas_report(kernel, gpu, use_nvcc: bool = True) -> Compiled | None:
     """What ptxas says of a generated ``kernel`` (a :class:`treduda.kernel.Kernel`) on
-    ``gpu``'s architecture, as the search's check reads it (:func:`treduda.tuning.policy.
-    refined`): what a model's ``refine`` adds to its estimate. None without nvcc, or where
-    this nvcc no longer knows the architecture."""
+    ``gpu``'s architecture, as the search's check of its finalists reads it
+    (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds to its estimate.
+    None without nvcc, or where this nvcc no longer knows the architecture."""
     if not (use_nvcc and nvcc_available()):
         return None
     try:
