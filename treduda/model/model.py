@@ -36,8 +36,11 @@ enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurement
 This module times the resources and combines them (:class:`Model`). The rest lives beside
 it: the program's counts in :mod:`treduda.model.counts`, each candidate's quantities in
 :mod:`treduda.model.optimist` (built on :mod:`treduda.model.tiles` and
-:mod:`treduda.model.accesses`), and the prediction every model returns in
-:mod:`treduda.model.prediction`.
+:mod:`treduda.model.accesses`), the prediction every model returns in
+:mod:`treduda.model.prediction`, and what the search asks of a model in
+:mod:`treduda.model.interface`. This is the model of every strategy that describes itself in
+the geometry's quantities and supplies none of its own (:func:`model_of`); the counts read as
+formulas of the sizes and tile parameters in :mod:`treduda.model.formulas`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,12 @@
 """What every model of the kernel's time returns, and how it adds resources up.
 
-The analytic model (:mod:`treduda.model.model`), the tensor cores' (:mod:`treduda.tuning.
-mma_model`) and the walk over a generated kernel (:mod:`treduda.tuning.walk`) each time a
-kernel per resource; they share the :class:`Prediction` they return, the one rule that combines
-the resources' seconds into a time (:func:`combined`: the bound's and the estimate's), and
-ptxas's report that refines them (:class:`Compiled`). The search and the path planner rank
-candidates by these predictions.
+The analytic model (:mod:`treduda.model.model`), the tensor cores'
+(:mod:`treduda.strategies.tensorcore_model`) and the walk over a generated kernel
+(:mod:`treduda.tuning.walk`) each time a kernel per resource; they share the
+:class:`Prediction` they return, the one rule that combines the resources' seconds into a
+time (:func:`combined`: the bound's and the estimate's), and ptxas's report that refines them
+(:class:`Compiled`, :func:`ptxas_report`). The search and the path planner rank candidates by
+these predictions.
 """
 
 from __future__ import annotations
