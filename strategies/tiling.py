@@ -557,7 +557,6 @@ class ThreadPerElement(Tiled):
     name = "thread_per_element"
     description = ("one output element per thread, sums in registers; up to three output "
                    "dimensions on the grid (thesis strategy 3)")
-    quick = False
     registers = (1,)
     assignments = ("cyclic",)
     steps = (0,)

@@ -474,9 +474,10 @@ def get(name: str, limits: Limits | None = None) -> Strategy:
 
 def marked(mark: str) -> tuple[str, ...]:
     """The registered strategies whose class sets ``mark`` (:attr:`Strategy.quick`,
-    :attr:`Strategy.offered`), by name."""
+    :attr:`Strategy.offered`) itself, by name: a subclass is another strategy, which a mark
+    of its base does not describe."""
     _built_in()
-    return tuple(name for name, cls in sorted(_REGISTRY.items()) if getattr(cls, mark))
+    return tuple(name for name, cls in sorted(_REGISTRY.items()) if vars(cls).get(mark))
 
 
 def schedule_space(program: Program) -> list[str]:
