@@ -12,10 +12,21 @@ from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.optimist import _Optimist
 from treduda.polyhedral.lower import plan
-from treduda.tuning.search import search_program
+from treduda.polyhedral.strategy import marked
+from treduda.tuning.search import offered, quick, search_program
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 SIZES = {"i": 300, "j": 200, "k": 260}  # no multiple of any tile
+
+
+def test_the_search_reads_the_strategies_marks_not_their_names():
+    """The quick strategy and those offered beside the default come from marks that
+    registered strategies set on their own class (a subclass does not inherit them)."""
+    assert quick() == "tiled" and "thread_per_element" not in marked("quick")
+    h100 = gpu("H100")
+    assert offered(plan(GEMM, SIZES, dtype="float16"), h100) == ("tiled+staged", "tensorcore")
+    assert offered(plan(GEMM, SIZES), h100) == ("tiled+staged",)  # no tensor cores for FP32
+    assert offered(plan(GEMM, SIZES, dtype="float16"), h100, "tiled") == ("tiled",)
 
 
 @pytest.mark.parametrize(("dtype", "strategy"), [("float32", "tiled+staged"),
