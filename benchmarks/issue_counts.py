@@ -1,5 +1,5 @@
 """The model's issue count beside the SASS: per FMA, the warp instructions the ``issue``
-resource charges (:meth:`treduda.tuning.model.Model.issue_instructions`) and the instructions
+resource charges (:meth:`treduda.model.model.Model.issue_instructions`) and the instructions
 of the compiled kernel's main loop (``Kernel.sass_report``). Needs nvcc; no GPU.
 
     python benchmarks/issue_counts.py [--only gemm,tccg_12] [--json out.json] [--jobs 2]
@@ -109,9 +109,9 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
     """The model's issue instructions per FMA and the SASS main loop's, for one candidate."""
     import treduda
     from treduda.errors import TredudaError
+    from treduda.model.gpus import gpu
+    from treduda.model.model import Model
     from treduda.polyhedral.lower import plan
-    from treduda.tuning.gpus import gpu
-    from treduda.tuning.model import Model
 
     out = {k: case[k] for k in ("problem", "variant", "layout", "dtype")}
     try:

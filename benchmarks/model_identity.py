@@ -50,9 +50,9 @@ def prediction(p) -> dict[str, Any]:
 
 def dump(nodes: int, names: list[str]) -> dict[str, Any]:
     """This checkout's numbers for every case, and the CPU seconds each search took."""
+    from treduda.model.prediction import Compiled
     from treduda.polyhedral.lower import plan
     from treduda.suites import load
-    from treduda.tuning.prediction import Compiled
     from treduda.tuning.search import Searcher, search_program
     from treduda.tuning.search_result import identity
 

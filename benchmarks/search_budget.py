@@ -41,8 +41,8 @@ started = time.perf_counter()
 import treduda
 from treduda.polyhedral.lower import plan
 from treduda.suites import load
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.tuning.policy import finish_background
 imported = time.perf_counter() - started
 name = sys.argv[1]

@@ -28,11 +28,11 @@ from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 
 import treduda
 from treduda.errors import BackendUnavailable
+from treduda.model.gpus import gpu as find_gpu
+from treduda.model.model import model_of
+from treduda.model.occupancy import blocks_per_sm
 from treduda.suites import load
 from treduda.tuning.budgets import BENCH_MAX_NODES
-from treduda.tuning.gpus import gpu as find_gpu
-from treduda.tuning.mma_model import model_of
-from treduda.tuning.occupancy import blocks_per_sm
 from treduda.tuning.walk import shared_bytes
 
 GEMM = next(r for r in load("gemm") if r.id == "gemm_4096")

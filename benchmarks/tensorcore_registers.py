@@ -17,10 +17,10 @@ import sys
 
 import treduda
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.suites import load
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 
 GEMM, SIZES = "C[i,j] = A[i,k] * B[k,j]", {"i": 1024, "j": 1024, "k": 1024}
 KINDS = (("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),

@@ -35,6 +35,7 @@ from treduda.polyhedral.strategy import (
 )
 
 from .tensorcore_kernel import Builder
+from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
@@ -69,6 +70,19 @@ class TensorCore(Strategy):
                    "mma.sync fed by ldmatrix), operands staged in padded or swizzled 2-D "
                    "shared tiles, accumulators written through shared memory (float16, "
                    "bfloat16, float64, float32 with precision tf32/3xtf32)")
+    offered = True  # ranked beside the default strategy; its space is a few hundred points
+
+    def applies(self, program: Program, gpu: Any) -> bool:
+        """Whether it computes ``program`` and ``gpu`` has tensor cores for its dtype and
+        precision."""
+        return (program.sizes is not None and mma_shape(program) is not None
+                and gemm_groups(program) is not None
+                and gpu.mma_flops(program.dtype, program.precision) > 0)
+
+    def model(self, program: Program, gpu: Any, values: Mapping[str, tuple] | None = None
+              ) -> TensorCoreModel:
+        """Its own model (:mod:`.tensorcore_model`): the resources seen from warps of MMAs."""
+        return TensorCoreModel(program, gpu, self, values)
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         shape, found = mma_shape(program), gemm_groups(program)

@@ -1,5 +1,5 @@
 """The tile quantities of the tensor-core strategy (:mod:`.tensorcore`) that its kernel builder
-(:mod:`.tensorcore_kernel`) and the tensor-core model (:mod:`treduda.tuning.mma_model`) share:
+(:mod:`.tensorcore_kernel`) and the tensor-core model (:mod:`.tensorcore_model`) share:
 the multiply-accumulate shape, the GEMM grouping of a contraction, the block's tile, the
 operand tiles' layouts and padding, asynchronous copy widths and shared bytes."""
 

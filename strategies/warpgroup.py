@@ -15,7 +15,7 @@ row's copies store are 128 bytes apart, on the same banks: ``Kernel.counters()``
 ways on the operand tiles' shared stores), the tensor memory accelerator with mbarriers, warp
 specialisation, split reductions, cp.async for TF32 operands (rounded in registers). The
 search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
-(``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.tuning.wgmma_model`.
+(``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.strategies.warpgroup_model`.
 """
 
 from __future__ import annotations
@@ -37,8 +37,9 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
-from .tensorcore_tiles import accumulator_dtype, gemm_groups, output_along_n
-from .warpgroup_kernel import WarpgroupBuilder, warpgroup_tile
+from .tensorcore_tiles import gemm_groups
+from .warpgroup_kernel import WarpgroupBuilder, shared_bytes
+from .warpgroup_model import WarpgroupModel
 
 DTYPES = ("float16", "bfloat16")
 TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
@@ -48,16 +49,6 @@ STAGES = (1, 2, 3, 4)
 REGISTER_BUDGET = 128
 
 
-def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
-    """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
-    padded by 16 bytes at most) that takes over their memory after the main loop."""
-    tile = warpgroup_tile(params, program)
-    operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
-    c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
-    rows = tile["m"] if output_along_n(program) else tile["n"]
-    return max(operands * params["stages"], c + 16 * rows)
-
-
 @register
 class Warpgroup(Strategy):
     name = "warpgroup"
@@ -65,6 +56,11 @@ class Warpgroup(Strategy):
                    "operands in shared memory read through matrix descriptors, accumulators "
                    "in registers written through shared memory (float16, bfloat16, float32 "
                    "with precision tf32)")
+
+    def model(self, program: Program, gpu: Any, values: Mapping[str, tuple] | None = None
+              ) -> WarpgroupModel:
+        """Its own model (:mod:`.warpgroup_model`): the tensor cores fed by descriptors."""
+        return WarpgroupModel(program, gpu, self, values)
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         if not self.limits.warpgroup_mma:
@@ -119,10 +115,10 @@ class Warpgroup(Strategy):
         ]
 
     def describe(self, program: Program, choices: Mapping[str, tuple]) -> dict[str, tuple]:
-        """Not in the geometry's quantities: its model (:mod:`treduda.tuning.wgmma_model`)
+        """Not in the geometry's quantities: its model (:mod:`treduda.strategies.warpgroup_model`)
         reads the parameters themselves."""
         raise StrategyError("the warpgroup mapping describes itself by its parameters only "
-                            "(treduda.tuning.wgmma_model reads them)")
+                            "(treduda.strategies.warpgroup_model reads them)")
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)

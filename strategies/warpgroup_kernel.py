@@ -253,3 +253,13 @@ class WarpgroupBuilder(Builder):
                  self.point("128*g + l", ["2", "0", "1", "0", "0", "f", "r"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
+
+
+def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
+    """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
+    padded by 16 bytes at most) that takes over their memory after the main loop."""
+    tile = warpgroup_tile(params, program)
+    operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
+    c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
+    rows = tile["m"] if output_along_n(program) else tile["n"]
+    return max(operands * params["stages"], c + 16 * rows)

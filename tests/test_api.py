@@ -28,7 +28,7 @@ from treduda.polyhedral import lower
 from treduda.polyhedral.lower import plan
 from treduda.run import opencl
 from treduda.tuning import policy
-from treduda.tuning.search import QUICK, Searcher
+from treduda.tuning.search import Searcher, quick
 
 RANK0 = [("s[] = A[i]*B[i]", {"i": 37}), ("s[] = alpha*A[i,j]*B[j,i] + beta*s[]",
                                           {"i": 13, "j": 29})]
@@ -164,7 +164,7 @@ def _counted(monkeypatch, function) -> list:
 def test_an_uncached_searched_compile_parses_once_and_lowers_once(monkeypatch):
     parses, lowers = _counted(monkeypatch, parse.parse), _counted(monkeypatch, lower.lower)
     kernel = treduda.compile("C[a,b] = A[a,k]*B[k,b]", {"a": 40, "b": 24, "k": 16}, cache=False)
-    assert kernel.strategy == QUICK  # searched (small: its first good candidate)
+    assert kernel.strategy == quick()  # searched (small: its first good candidate)
     assert (len(parses), len(lowers)) == (1, 1)
 
 

@@ -9,9 +9,11 @@ import numpy as np
 import pytest
 from conftest import without
 from treduda.strategies import get as get_strategy
+from treduda.strategies.tensorcore_model import TensorCoreModel
 
 import treduda
 from treduda.codegen import ir, serial
+from treduda.model.gpus import gpu
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import Limits
 from treduda.run.emulator import emulate
@@ -19,8 +21,6 @@ from treduda.run.launch import Launch
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import TensorCoreModel
 from treduda.tuning.walk import count
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

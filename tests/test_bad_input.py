@@ -69,7 +69,7 @@ PYTHON_CASES = {
                                                            strategy="tiled"),
                                    ArgumentError, "unknown GPU 'nope'"),
     "gpu=3 to search": (lambda: treduda.search(GEMM, SIZES, gpu=3), ArgumentError,
-                        "a GPU is a name or a treduda.tuning.gpus.Gpu"),
+                        "a GPU is a name or a treduda.model.gpus.Gpu"),
     "strategy=5": (lambda: treduda.compile(GEMM, SIZES, strategy=5), ArgumentError,
                    "strategy must be a strategy's name such as 'tiled+staged'"),
     "an unknown strategy": (lambda: treduda.compile(GEMM, SIZES, strategy="tiled+magic"),

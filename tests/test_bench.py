@@ -284,7 +284,7 @@ def test_a_bfloat16_row_is_verified_and_timed_beside_torch_on_the_gpu():
     """bfloat16 rows: torch makes the operands, the kernel is checked against both libraries
     in float64 and timed beside torch.einsum (CuPy's einsum has no bfloat16 products)."""
     from treduda.app.gpu_bench import _libraries, run_row
-    from treduda.tuning.gpus import gpu
+    from treduda.model.gpus import gpu
 
     row = Row("gemm_small", "C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 200, "k": 170}, "C", "")
     cupy, torch = _libraries()

@@ -17,14 +17,14 @@ from treduda.app.bench import run, select
 from treduda.errors import ShapeMismatch
 from treduda.frontend import dtypes
 from treduda.frontend.contraction import analyse
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import lower
 from treduda.run import reference
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvrtc_view
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler
 from treduda.suites import SUITES, load
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]"
 CCSD = load("tapp")

@@ -14,11 +14,11 @@ from treduda.strategies.staging_kernel import copy_coordinate
 
 import treduda
 from treduda.codegen import ir
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.geometry import copy_extents
 from treduda.polyhedral.lower import Kind, plan
 from treduda.polyhedral.strategy import get
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 # The whole reduction (k = 24) is one step: the tiles of A and B are 24 wide along k.

@@ -13,6 +13,8 @@ import pytest
 import treduda
 from treduda.app.cli import main
 from treduda.codegen import ir
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.run.counters import (
     ASYNC_COPY,
     FRAGMENT_LOAD,
@@ -24,8 +26,6 @@ from treduda.run.counters import (
 )
 from treduda.run.launch import Launch
 from treduda.suites import load, scaled
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 
 TX = ir.Index(ir.Builtin.THREAD_ID, 0)
 PARAMS = (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT))

@@ -11,12 +11,12 @@ from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
 from treduda.app.cli import main
+from treduda.model.gpus import gpu as find_gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.tuning.cache import CacheKey, TuningCache
-from treduda.tuning.gpus import gpu as find_gpu
-from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
 from treduda.tuning.walk import estimate_kernel
 

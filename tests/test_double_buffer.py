@@ -11,10 +11,10 @@ from treduda.strategies import staging_kernel
 
 import treduda
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral import geometry
 from treduda.polyhedral.strategy import Limits
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 from treduda.tuning.walk import count
 
 TILES = {"block_x": 8, "block_y": 4, "reg_x": 2, "reg_y": 2, "step": 4, "unroll": True}

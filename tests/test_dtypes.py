@@ -10,10 +10,10 @@ from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
 from treduda.errors import DtypeError
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
 
 GEMM = "ik,kj->ij"

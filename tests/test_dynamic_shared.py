@@ -13,10 +13,10 @@ from treduda.strategies.tensorcore_tiles import shared_bytes
 
 import treduda
 from treduda.codegen import ir
+from treduda.model.gpus import gpu
+from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import plan
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.gpus import gpu
-from treduda.tuning.occupancy import blocks_per_sm
 from treduda.tuning.search import Searcher
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

@@ -13,10 +13,10 @@ import pytest
 from conftest import needs_nvcc
 
 from treduda.app import fidelity, held_out
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
+from treduda.model.prediction import Prediction
 from treduda.polyhedral.lower import plan
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
-from treduda.tuning.prediction import Prediction
 from treduda.tuning.search import Searcher
 from treduda.tuning.search_result import Candidate
 

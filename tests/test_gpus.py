@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from treduda.errors import TredudaError
-from treduda.tuning import gpus
-from treduda.tuning.gpus import GPUS, Gpu, custom, gpu, table
+from treduda.model import gpus
+from treduda.model.gpus import GPUS, Gpu, custom, gpu, table
 
 TFLOP = 1e12
 

@@ -15,12 +15,12 @@ from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend.contraction import analyse
 from treduda.frontend.merge import merge
+from treduda.model.gpus import gpu
 from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
 from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
 from treduda.suites import SUITES, load, scaled
-from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher
 
 

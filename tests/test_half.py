@@ -11,12 +11,12 @@ from conftest import bound_paths_hold, needs_nvcc
 import treduda
 from treduda.app.cli import main
 from treduda.errors import DtypeError
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.tuning.cache import TuningCache
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
 
 GEMM = ("C[i,j] = A[i,k]*B[k,j]", {"i": 37, "j": 29, "k": 23})

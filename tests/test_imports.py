@@ -15,7 +15,7 @@ from treduda.tuning.cache import CacheKey, TuningCache
 
 # What a start must not import: isl, the model, the search, the strategies, code generation,
 # and the optional heavy packages.
-HEAVY = ("islpy", "treduda.api", "treduda.tuning.model", "treduda.tuning.search",
+HEAVY = ("islpy", "treduda.api", "treduda.model.model", "treduda.tuning.search",
          "treduda.strategies", "treduda.codegen", "treduda.polyhedral", "dask", "matplotlib",
          "pyopencl", "jinja2", "sympy")
 

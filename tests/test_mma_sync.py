@@ -26,13 +26,13 @@ from treduda.codegen.fragments import (
 )
 from treduda.codegen.simplify import plus, times
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.run.counters import count
 from treduda.run.nvcc import cubin, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 from treduda.tuning.search import search_program
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

@@ -10,11 +10,11 @@ import pytest
 from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
+from treduda.model.optimist import REGISTER_BYTES
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
-from treduda.tuning.optimist import REGISTER_BYTES
 from treduda.tuning.search import Searcher
 
 # Small spaces, enumerated completely: a GEMM, a transposed 4-index contraction in

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from treduda.errors import BackendUnavailable, CompileError
+from treduda.model.gpus import gpu
 from treduda.run import nvcc
 from treduda.run.nvcc import (
     CudaReport,
@@ -15,7 +16,6 @@ from treduda.run.nvcc import (
     nvcc_available,
     parse_ptxas,
 )
-from treduda.tuning.gpus import gpu
 
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc (CUDA toolkit) not installed")
 

@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from treduda.tuning.gpus import GPUS
-from treduda.tuning.occupancy import blocks_per_sm
+from treduda.model.gpus import GPUS
+from treduda.model.occupancy import blocks_per_sm
 
 
 @pytest.mark.parametrize("name", sorted(GPUS))

@@ -9,11 +9,11 @@ import pytest
 
 import treduda
 from treduda.codegen import ir
+from treduda.model.optimist import _Optimist
 from treduda.polyhedral import geometry
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.optimist import _Optimist
 from treduda.tuning.search import Searcher
 
 # tccg_28: A's fastest index e is summed but rolled (f is the one unrolled); B's fastest is f.

@@ -12,18 +12,18 @@ import pytest
 
 import treduda
 from treduda.api import _Generator, search
+from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import TuningCache
-from treduda.tuning.gpus import H100
 from treduda.tuning.policy import (
     SEARCH_NODE_BUDGET,
     SMALL_PROBLEM_BUDGET,
     reranked,
     search_version,
 )
-from treduda.tuning.search import QUICK, Searcher, search_program
+from treduda.tuning.search import Searcher, quick, search_program
 from treduda.tuning.search_result import Candidate, SearchStats
 
 # Spaces small enough to enumerate (tens of thousands of candidates). CI enumerates the GEMM;
@@ -126,7 +126,7 @@ def test_compile_tunes_once_then_reuses_the_cache(tmp_path):
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     sizes = {"i": 96, "j": 80, "k": 33}
     first = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache)
-    assert len(cache) == 1 and first.strategy == QUICK  # small: the first good candidate
+    assert len(cache) == 1 and first.strategy == quick()  # small: the first good candidate
     entry = cache.entries()[0]
     assert entry.value["params"] == first.params
     again = treduda.compile("C[i, j] = A[i,k] * B[k,j]", sizes, cache=cache)  # same tree

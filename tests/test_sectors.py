@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 
 from treduda.api import compile
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
 from treduda.run.counters import Region
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 # Not multiples of the tiles; rows of B and C of 136 floats are 17 sectors, so every row

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 import treduda
+from treduda.model.prediction import LAUNCH_SECONDS
 from treduda.polyhedral.lower import plan
 from treduda.tuning import paths, policy
-from treduda.tuning.prediction import LAUNCH_SECONDS
-from treduda.tuning.search import QUICK, Searcher, at_once, first_candidate
+from treduda.tuning.search import Searcher, at_once, first_candidate, quick
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 
@@ -51,7 +51,7 @@ def test_a_small_step_whose_first_candidate_is_strided_takes_a_quick_search(monk
     assert first_candidate(program).prediction.seconds > (
         Searcher(program, "H100", restrict=False).model.least() + LAUNCH_SECONDS)
     kernel = treduda.compile(expr, sizes, dtype="float64", cache=False)
-    assert kernel.strategy == QUICK and kernel.verify().ok
+    assert kernel.strategy == quick() and kernel.verify().ok
     found = at_once(program)
     assert found.best.prediction.seconds <= found.stats.lower + LAUNCH_SECONDS
 

@@ -14,12 +14,12 @@ from treduda.strategies import get as get_strategy
 import treduda
 from treduda.codegen import ir
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import Limits
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"

@@ -16,13 +16,13 @@ from treduda.strategies.tensorcore_tiles import gemm_groups, mma_shape
 import treduda
 from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 from treduda.tuning.search import Searcher, offered, search_program
 
 KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),

@@ -18,13 +18,13 @@ import pytest
 import treduda
 from treduda.codegen import ir
 from treduda.frontend import dtypes
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import Program, Statement, plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 
 TCCG_20 = "C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]"
 TILES = {"warps_m": 1, "warps_n": 2, "frags_m": 2, "frags_n": 1, "frags_k": 2, "split": 1}

@@ -17,12 +17,11 @@ from treduda.app.bench import fitted, run_case, select
 from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
+from treduda.model.gpus import gpu
+from treduda.model.model import Model, model_of
 from treduda.polyhedral import geometry
 from treduda.polyhedral.geometry import AXES, decided, group_extent, groups, on_axes
 from treduda.polyhedral.lower import plan
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
-from treduda.tuning.model import Model
 from treduda.tuning.walk import shared_bytes
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

@@ -10,9 +10,9 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.run.nvcc import compile_cuda_batch
-from treduda.tuning.gpus import gpu
-from treduda.tuning.mma_model import model_of
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 SIZES = {"i": 256, "j": 256, "k": 256}

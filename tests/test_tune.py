@@ -20,10 +20,10 @@ from treduda.app import bench, cli
 from treduda.app.bench import Case
 from treduda.app.tune import tune
 from treduda.errors import BackendUnavailable
+from treduda.model.gpus import gpu as find_gpu
 from treduda.polyhedral.lower import plan
 from treduda.suites import Row, rows
 from treduda.tuning.cache import CacheKey, TuningCache
-from treduda.tuning.gpus import gpu as find_gpu
 from treduda.tuning.parallel import run_parallel
 
 distributed = pytest.importorskip("distributed", reason="pip install 'treduda[tune]'")

@@ -19,6 +19,7 @@ from treduda.authoring import (
     Constraint,
     Parameter,
     ParamSpace,
+    Prediction,
     Role,
     Searcher,
     Strategy,
@@ -124,3 +125,66 @@ def test_the_model_sees_what_the_new_mapping_does():
     # Four blocks walk 4096 / threads strips each, one after the other: wider blocks walk
     # fewer of them, and latency (few warps, long chains) binds either way.
     assert narrow.binding == wide.binding == "latency" and wide.seconds < narrow.seconds
+
+
+class OwnModel:
+    """A cost model of the strategy's own: what the search asks of one
+    (:class:`treduda.model.interface.CostModel`). This one is made up: 64 threads and steps
+    of 16 values are best, each step away a millisecond dearer."""
+
+    walkable = True
+
+    def __init__(self, program, strategy, values):
+        self.space, self.evaluations = strategy.space(program), 0
+        self.values = values or {p.name: p.values for p in self.space.parameters}
+        self.flops = 2.0 * np.prod(list(program.sizes.values()))
+
+    def _prediction(self, params):
+        seconds = 1e-3 * (1 + abs(params["threads"] - 64) / 32 + (params["step"] != 16))
+        return Prediction(seconds, "own", {"own": seconds}, "the strategy's own model",
+                          self.flops, floor=seconds)
+
+    def bound(self, params):
+        completions = [self._prediction(p) for p in self.space.points(params)
+                       if all(p[name] in self.values[name] for name in p)]
+        self.evaluations += len(completions)
+        return min(completions, key=lambda p: p.seconds)
+
+    def least(self):
+        return self.bound({}).seconds
+
+    def estimate(self, params, compiled=None):
+        self.evaluations += 1
+        return self._prediction(params)
+
+    def refine(self, kernel, use_nvcc=True):
+        return self.estimate(kernel.params)
+
+    def registers(self, params):
+        return 32, 0
+
+    def register_pressure(self, params):
+        return 0.25
+
+
+@register
+class ModelledRows(RowPerBlock):
+    name = "row_per_block_modelled"
+    description = "row_per_block, with a cost model of its own"
+
+    def model(self, program, gpu, values=None):
+        return OwnModel(program, self, values)
+
+
+def test_a_strategy_supplies_its_own_model_and_the_search_uses_it():
+    result = treduda.search(GEMM, SIZES, strategy="row_per_block_modelled")
+    best = result.best
+    # the analytic model of the same mapping picks otherwise: the search asked the own model
+    assert best.params == {"threads": 64, "step": 16}
+    assert treduda.search(GEMM, SIZES, strategy="row_per_block").best.params != best.params
+    assert best.prediction.because == "the strategy's own model"
+    assert best.prediction.seconds == 1e-3
+    kernel = treduda.compile(GEMM, SIZES, strategy="row_per_block_modelled",
+                             params=best.params)
+    assert kernel.estimate().seconds == best.prediction.seconds  # one estimator answers
+

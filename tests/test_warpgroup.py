@@ -12,12 +12,12 @@ import pytest
 import treduda
 from treduda.codegen import ir, serial
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load, scaled
-from treduda.tuning.gpus import gpu
 from treduda.tuning.search import Searcher, offered, search_program
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"

@@ -36,6 +36,8 @@ from .frontend.dtypes import (
 from .frontend.identity import Identity
 from .frontend.optimize import check_optimize
 from .kernel import Kernel, generator_version
+from .model.gpus import Gpu
+from .model.gpus import gpu as find_gpu
 from .once import once_per_key
 from .operands import call_values, check_names, named_operands, out_array
 from .options import DEFAULT_BUDGET, Options, check_tensor_names, merged_mapping, split_keywords
@@ -48,8 +50,6 @@ from .run.device_arrays import to_numpy
 from .run.launch import bind
 from .tuning import policy
 from .tuning.cache import CacheKey, CacheWarning, TuningCache, default_path
-from .tuning.gpus import Gpu
-from .tuning.gpus import gpu as find_gpu
 from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
 from .tuning.paths import many_factors
 from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps

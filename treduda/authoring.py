@@ -10,7 +10,9 @@ mapping chain with shared-memory staging. :func:`register` makes it available by
 To look at what a strategy does, :func:`plan` lowers an expression to its program and
 :func:`initial` gives the schedule a strategy starts from. To check that the model's bound
 stays below its estimate over a strategy's space, :class:`Searcher` enumerates and searches
-that space on a GPU description (:func:`gpu`).
+that space on a GPU description (:func:`gpu`). A strategy that the analytic model does not
+describe well supplies a model of its own (:meth:`Strategy.model`), whose answers are
+:class:`Prediction` s.
 
 Everything here is re-exported from the stage that defines it: the modules themselves are
 internal and may move, this list does not.
@@ -18,6 +20,8 @@ internal and may move, this list does not.
 
 from __future__ import annotations
 
+from treduda.model.gpus import Gpu, gpu
+from treduda.model.prediction import Prediction
 from treduda.polyhedral.lower import Program, Statement, plan
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -32,9 +36,9 @@ from treduda.polyhedral.strategy import (
     schedule_space,
     transform_schedule,
 )
-from treduda.tuning.gpus import Gpu, gpu
 from treduda.tuning.search import Searcher
 
-__all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Program", "Role", "Scheduled",
+__all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Prediction", "Program", "Role",
+           "Scheduled",
            "Searcher", "Statement", "Strategy", "gpu", "initial", "plan", "reduction_schedule",
            "register", "schedule_space", "transform_schedule"]

@@ -353,12 +353,15 @@ class Kernel:
 
         return next(r for r in compile_cuda(self.cuda_source, arch) if r.kernel == self.name)
 
-    def estimate(self, gpu: str = "H100", sizes: Mapping[str, int] | None = None):
-        """Predicted time on ``gpu`` from a walk over this kernel's IR (SAAKE-style): what each
-        thread executes, its coalescing and bank conflicts, registers from ptxas if present."""
-        from .tuning.walk import estimate_kernel
+    def estimate(self, gpu: str = "H100", sizes: Mapping[str, int] | None = None,
+                 use_nvcc: bool = True):
+        """Predicted time on ``gpu``: its strategy's model of these parameters, refined by
+        what ptxas says of this kernel (registers, spills) where nvcc is present and
+        ``use_nvcc``, the same number the search gives them; for a strategy without a model,
+        a walk over this kernel's IR (:func:`treduda.tuning.walk.estimate_kernel`)."""
+        from .tuning.walk import estimate
 
-        return estimate_kernel(self, gpu, sizes=sizes)
+        return estimate(self, gpu, sizes=sizes, use_nvcc=use_nvcc)
 
     def hazards(self, sizes: Mapping[str, int] | None = None) -> list:
         """Races, out-of-bounds accesses, uninitialised reads and divergent barriers, found by

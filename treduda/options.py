@@ -58,7 +58,7 @@ class Options:
     deterministic: bool | None = None  # no atomic additions; None: treduda.is_deterministic()
     optimize: Any = "auto"  # a product of 3+ tensors' path (frontend.optimize.AUTO: the model's)
     tune: str | None = None  # "incremental" or "model"; None: incremental on backend="cuda"
-    gpu: Any = "H100"  # the GPU tuned for: a name or a Gpu (checked by treduda.tuning.gpus.gpu)
+    gpu: Any = "H100"  # the GPU tuned for: a name or a Gpu (checked by treduda.model.gpus.gpu)
     backend: str = "opencl"  # where kernels run: "opencl" (PoCL), "cuda" or "emulator"
     budget: float | None = DEFAULT_BUDGET  # the search's seconds, counted as work; None: all
     strategy: str | None = None  # a strategy's name; None with params None: searched

@@ -32,13 +32,13 @@ from .. import strategies
 from ..api import compile, search
 from ..errors import CompileError, StrategyError, TredudaError
 from ..frontend.dtypes import HIGHEST, check_dtype, check_precision
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
 from ..polyhedral.geometry import AXES, decided, groups, split_index
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available, nvcc_supports
 from ..suites import SUITES, Row, load, scaled
 from ..tuning.budgets import BENCH_MAX_NODES
-from ..tuning.gpus import Gpu
-from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
 from ..tuning.search_result import SearchResult
 from ..tuning.walk import launch

@@ -25,8 +25,8 @@ from ..bundle import load
 from ..errors import TredudaError
 from ..exporting import DEFAULT_TARGETS, export
 from ..kernel import Kernel, generator_version
+from ..model.gpus import gpu as find_gpu
 from ..tuning.budgets import BENCH_MAX_NODES
-from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, Outcome, bench
 
 

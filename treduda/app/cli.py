@@ -237,7 +237,7 @@ def _run(args: argparse.Namespace) -> int:
     if args.command == "search":
         return _search(args)
     if args.command == "gpus":
-        from ..tuning.gpus import table
+        from ..model.gpus import table
 
         print(table())
         return 0
@@ -373,8 +373,8 @@ def _search(args: argparse.Namespace) -> int:
 
 def _remembered(entry: dict, gpu: str) -> str:
     """A search's answer from the tuning cache: its winner alone, and where it came from."""
+    from ..model.gpus import gpu as find_gpu
     from ..tuning.cache import default_path
-    from ..tuning.gpus import gpu as find_gpu
 
     params = " ".join(f"{k}={v}" for k, v in entry["params"].items())
     measured = entry.get("measured") or {}

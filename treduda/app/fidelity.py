@@ -33,13 +33,13 @@ from typing import Any
 from ..api import compile
 from ..errors import StrategyError, TredudaError
 from ..frontend.dtypes import HIGHEST
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.interface import CostModel
+from ..model.model import model_of
+from ..model.prediction import Compiled, Prediction
 from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
-from ..tuning.gpus import Gpu
-from ..tuning.gpus import gpu as find_gpu
-from ..tuning.mma_model import TensorCoreModel, model_of
-from ..tuning.model import Model
-from ..tuning.prediction import Compiled, Prediction
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
 from .ranking import Pick, pick, spearman
@@ -181,7 +181,7 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
              gpu: str | Gpu = "H100") -> list[Outcome]:
     """Each row left out or predicted by the model of ``gpu``."""
     target = find_gpu(gpu)
-    models: dict[tuple, Model | TensorCoreModel] = {}
+    models: dict[tuple, CostModel] = {}
     outcomes = []
     for row, again in zip(rows, regenerated, strict=True):
         reason = changed(row, again)

@@ -30,11 +30,11 @@ from typing import Any, TextIO
 from ..api import compile, search
 from ..errors import BackendUnavailable, TredudaError
 from ..frontend.dtypes import HIGHEST, TF32, fmas
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
 from ..run.device_arrays import to_framework
 from ..run.timing import REPEATS
-from ..tuning.gpus import Gpu
-from ..tuning.gpus import gpu as find_gpu
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 from .files import write_text
 from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands

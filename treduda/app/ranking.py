@@ -10,7 +10,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from ..tuning.prediction import Prediction
+from ..model.prediction import Prediction
 from ..tuning.search_result import Candidate
 
 

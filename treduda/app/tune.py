@@ -19,9 +19,9 @@ from typing import Any, TextIO
 
 from ..api import cache_value, tuning_search
 from ..errors import TredudaError
+from ..model.gpus import gpu as find_gpu
 from ..polyhedral.lower import plan
 from ..tuning.cache import CacheKey, TuningCache
-from ..tuning.gpus import gpu as find_gpu
 from ..tuning.parallel import Failed, run_parallel
 from .bench import Case, Outcome, lost, record_search, table, verify_scaled
 

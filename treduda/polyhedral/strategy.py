@@ -308,9 +308,29 @@ class Strategy:
 
     name: ClassVar[str] = ""
     description: ClassVar[str] = ""
+    # Marks the search reads (:func:`marked`), so that it names no strategy: ``quick``, its
+    # kernels are the quickest to generate and build (a small problem's kernel is looked for
+    # in it first); ``offered``, a search of the default strategy ranks it too wherever it
+    # :meth:`applies`.
+    quick: ClassVar[bool] = False
+    offered: ClassVar[bool] = False
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
+
+    def applies(self, program: Program, gpu: Any) -> bool:
+        """Whether it computes ``program`` well on ``gpu`` (a :class:`treduda.model.gpus.Gpu`),
+        so that a search of the default strategy ranks it where it is :attr:`offered`."""
+        return True
+
+    def model(self, program: Program, gpu: Any, values: Mapping[str, tuple] | None = None
+              ) -> Any:
+        """Its cost model of the fixed-size ``program`` on ``gpu``, ``values`` the values its
+        open parameters may take: an object with ``bound``, ``estimate`` and ``refine(kernel)``
+        (:class:`treduda.model.interface.CostModel`), which the search, the policy and
+        :meth:`treduda.kernel.Kernel.estimate` ask. None, the default: the analytic model
+        (:class:`treduda.model.model.Model`), which reads the strategy through :meth:`describe`."""
+        return None
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         """The parameters and rules; ``before`` are the strategies applied earlier in a chain."""
@@ -454,6 +474,14 @@ def get(name: str, limits: Limits | None = None) -> Strategy:
     if len(parts) == 1:
         return _REGISTRY[parts[0]](limits)
     return Composite([_REGISTRY[p](limits) for p in parts], limits)
+
+
+def marked(mark: str) -> tuple[str, ...]:
+    """The registered strategies whose class sets ``mark`` (:attr:`Strategy.quick`,
+    :attr:`Strategy.offered`) itself, by name: a subclass is another strategy, which a mark
+    of its base does not describe."""
+    _built_in()
+    return tuple(name for name, cls in sorted(_REGISTRY.items()) if vars(cls).get(mark))
 
 
 def schedule_space(program: Program) -> list[str]:

@@ -314,7 +314,7 @@ def global_requests(starts: np.ndarray, warps: np.ndarray, width: int
     from byte ``starts`` that the requests ``warps`` make (one instruction's warps, or any
     numbering of several instructions' warps): the rule the emulator counts by, and the
     tensor-core model's count of its copies too
-    (:meth:`~treduda.tuning.mma_model.TensorCoreModel.copy_sectors`)."""
+    (:meth:`~treduda.strategies.tensorcore_model.TensorCoreModel.copy_sectors`)."""
     ends = starts + width - 1
     both = np.concatenate([warps, warps])
     sectors = _distinct(both, np.concatenate([starts, ends]) // SECTOR_BYTES)[0].size

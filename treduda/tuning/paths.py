@@ -31,10 +31,10 @@ from ..errors import BackendUnavailable
 from ..frontend import dtypes
 from ..frontend.contraction import Contraction
 from ..frontend.optimize import AUTO, check_optimize
+from ..model.prediction import LAUNCH_SECONDS, Prediction
 from ..options import Options
 from ..polyhedral.lower import plan
 from .budgets import small
-from .prediction import LAUNCH_SECONDS, Prediction
 from .search import Searcher, first_candidate
 
 MODEL_SEARCHED = 6  # products of up to this many factors get a path search costed by the model

@@ -30,6 +30,9 @@ from typing import Any, Protocol
 
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
+from ..model.gpus import Gpu
+from ..model.model import model_of
+from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
@@ -38,11 +41,9 @@ from ..strategies import get as get_strategy
 from ..versions import sources_digest
 from . import budgets
 from .cache import CacheKey, CacheWarning, TuningCache
-from .gpus import Gpu
-from .mma_model import model_of
-from .prediction import Compiled
 from .search import at_once, search_program
 from .search_result import Candidate, SearchResult
+from .walk import estimate_kernel
 
 # The node budget of the search compile() runs for small problems (whose candidates differ by
 # microseconds) where their first good candidate is not taken at once (search.at_once): they
@@ -52,8 +53,9 @@ SEARCH_NODE_BUDGET = 5000  # compile()'s node budget before its budget (tests re
 SMALL_PROBLEM_BUDGET = 200
 SMALL_PROBLEM_SECONDS = 0.2  # AO->MO n=16's strided steps took 5 s each in 0.9 s's work
 # The packages whose code decides a search's pick (the model, the search, the strategies'
-# spaces): an unmeasured pick stored by other code is searched again (:func:`search_version`).
-SEARCH_PACKAGES = ("treduda.tuning", "treduda.strategies")
+# spaces and models): an unmeasured pick stored by other code is searched again
+# (:func:`search_version`).
+SEARCH_PACKAGES = ("treduda.model", "treduda.tuning", "treduda.strategies")
 MEASURED = 5  # candidates search(measure=True) generates, checks and times
 CHECKED = 4  # candidates ptxas reports on at a time when the winner's report upsets it
 CHECKED_MOST = 16  # ... and at most in all
@@ -312,7 +314,7 @@ def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> 
     if bound is None:
         model = model_of(generate.program, result.gpu, candidate.strategy)
         bound = model.bound(candidate.params).seconds
-    return replace(candidate, walked=kernel.estimate(result.gpu), bound=bound)
+    return replace(candidate, walked=estimate_kernel(kernel, result.gpu), bound=bound)
 
 
 def _measured(candidate: Candidate, backend: str, generate: Generator) -> Candidate:

@@ -31,10 +31,13 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import StrategyError
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.model import model_of
+from ..model.prediction import LAUNCH_SECONDS, Prediction
 from ..polyhedral.lower import Program
-from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace
+from ..polyhedral.strategy import DEFAULT_STRATEGY, Limits, Parameter, ParamSpace, marked
 from ..strategies import get as get_strategy
-from . import mma_model
 from .budgets import (
     BOUND_WORK,
     DEFAULT_BUDGET,
@@ -44,12 +47,8 @@ from .budgets import (
     SUGGESTED_SHARE,
     Work,
 )
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
 from .local_search import FINISH, LocalSearch
-from .mma_model import model_of
-from .prediction import LAUNCH_SECONDS, Prediction
-from .search_result import TENSOR_CORES, Candidate, SearchResult, SearchStats, identity
+from .search_result import Candidate, SearchResult, SearchStats, identity
 
 # Under a node budget, every this many nodes the search dives from the open node with the lowest
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
@@ -58,11 +57,6 @@ DIVE_INTERVAL = 250
 # A dive takes the values a strategy suggests first among children whose floors are within
 # this share of the lowest: early floors barely separate tiles, and the suggestions are sound.
 NEAR = 0.01
-
-# The strategy a small problem's kernel is first looked for in (at_once): the default
-# strategy's thread mapping without its staging, the kernels quickest to generate and for PoCL
-# to build (a ring step of extents 2-5: 0.2-0.4 s of generation instead of 0.6-1.9 s).
-QUICK = "tiled"
 
 Progress = Callable[[int, int, float], None]  # nodes visited, candidates scored, best seconds
 
@@ -376,11 +370,20 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
 def offered(program: Program, gpu: Gpu, strategy: str = DEFAULT_STRATEGY,
             values: Mapping[str, tuple] | None = None) -> tuple[str, ...]:
     """The strategies a search for ``strategy`` ranks: it, and beside the default (where no
-    ``values`` narrow it) the tensor-core mapping wherever ``gpu`` has tensor cores for the
-    program's dtype and precision. Its space is a few hundred points, searched completely."""
-    if strategy == DEFAULT_STRATEGY and not values and mma_model.applies(program, gpu):
-        return strategy, TENSOR_CORES
-    return (strategy,)
+    ``values`` narrow it) every registered strategy marked :attr:`~treduda.polyhedral.
+    strategy.Strategy.offered` that :meth:`~treduda.polyhedral.strategy.Strategy.applies`
+    (the tensor-core mapping, wherever ``gpu`` has tensor cores for the program's dtype and
+    precision: its space is a few hundred points, searched completely)."""
+    if strategy != DEFAULT_STRATEGY or values:
+        return (strategy,)
+    return strategy, *(name for name in marked("offered")
+                       if get_strategy(name).applies(program, gpu))
+
+
+def quick() -> str:
+    """The strategy a small problem's kernel is first looked for in (:func:`at_once`): the
+    registered one marked :attr:`~treduda.polyhedral.strategy.Strategy.quick`."""
+    return marked("quick")[0]
 
 
 def _merged(results: Sequence[SearchResult]) -> SearchResult:
@@ -427,7 +430,7 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
             max_nodes: int = 300) -> SearchResult | None:
     """The model's first good candidate as the search's answer, where no candidate can beat
     it by a launch's overhead: the first incumbent (:func:`first_candidate`), among the
-    kernels quickest to make first (:data:`QUICK`), taken where its estimate is within
+    kernels quickest to make first (:func:`quick`), taken where its estimate is within
     :data:`LAUNCH_SECONDS` of the least estimate any candidate of the strategies offered can
     have (each model's ``least``). None where it is not, and a search must tell.
     On small problems the first incumbent's estimate is mostly within a microsecond of that
@@ -443,13 +446,13 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
     wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
     stats = SearchStats(sum(w.space.size() for w in wholes), False, complete=False,
                         candidates_scored=1, lower=min(w.model.least() for w in wholes))
-    for strategy in (QUICK, DEFAULT_STRATEGY):
+    for strategy in (quick(), DEFAULT_STRATEGY):
         found = first_candidate(program, g, max_nodes=max_nodes, strategy=strategy, stats=stats)
         if found is not None and found.prediction.seconds <= stats.lower + LAUNCH_SECONDS:
             stats.seconds = time.perf_counter() - started
             return Searcher(program, g, strategy, restrict=False)._result(found, [found], stats)
     try:
-        searched = Searcher(program, g, QUICK, restrict=False).branch_and_bound(
+        searched = Searcher(program, g, quick(), restrict=False).branch_and_bound(
             budget=QUICK_SEARCH)
     except StrategyError:  # the quick strategy has no candidate that fits these extents
         return None

@@ -15,14 +15,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..frontend.identity import params_text
+from ..model.gpus import Gpu
+from ..model.prediction import Compiled, Prediction
 from ..polyhedral.strategy import read_only
-from ..strategies.tensorcore import TensorCore
-from .gpus import Gpu
-from .prediction import Compiled, Prediction
 
 # Rivals (SearchResult.rivals) differ from each other in predicted time by at least this share.
 DISTINCT = 0.01
-TENSOR_CORES = TensorCore.name  # offered beside the default strategy (search.offered())
 
 
 def identity(params: Mapping[str, Any]) -> str:
@@ -149,10 +147,11 @@ class SearchResult:
 
     def fraction_of_peak(self) -> float:
         """The winner's predicted FLOP/s as a share of its units' peak: the tensor cores'
-        (dense, as the datasheet gives it) for a tensor-core kernel, else the FMA units'."""
+        (dense, as the datasheet gives it) for a kernel its model times on them (an ``mma``
+        resource), else the FMA units'."""
         g = self.gpu
         peak = (g.mma_flops(self.dtype, self.precision) / g.mma_share
-                if self.best.strategy == TENSOR_CORES else g.peak_flops(self.dtype))
+                if "mma" in self.best.prediction.resources else g.peak_flops(self.dtype))
         return self.best.prediction.gflops * 1e9 / peak
 
     def table(self, n: int = 10) -> str:

@@ -1,6 +1,6 @@
 """What each thread of a compiled kernel executes, counted by walking its IR (SAAKE-style).
 
-The analytic model (:mod:`treduda.tuning.model`) predicts from the strategy's parameters; this
+The analytic model (:mod:`treduda.model.model`) predicts from the strategy's parameters; this
 module reads the code instead (issue #4), so it sees what the parameters do not say: the actual
 index expressions, copies, guards and barriers. The walk makes these choices:
 
@@ -32,15 +32,13 @@ import numpy as np
 from ..codegen import ir
 from ..errors import CompileError, MissingSize, StrategyError
 from ..frontend import dtypes
+from ..model.gpus import Gpu
+from ..model.gpus import gpu as find_gpu
+from ..model.model import Model, model_of
+from ..model.occupancy import blocks_per_sm
+from ..model.prediction import Prediction, combined, unfit
 from ..polyhedral.lower import accumulator_name, plan
 from ..run.nvcc import nvcc_available
-from ..strategies.tensorcore import TensorCore
-from .gpus import Gpu
-from .gpus import gpu as find_gpu
-from .mma_model import model_of
-from .model import Model
-from .occupancy import blocks_per_sm
-from .prediction import Compiled, Prediction, combined, unfit
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")
@@ -79,29 +77,43 @@ def count(kernel, use_nvcc: bool = True, *, sizes: Mapping[str, int] | None = No
                   registers=_registers(kernel, use_nvcc, arch))
 
 
+def estimate(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
+             use_nvcc: bool = True) -> Prediction:
+    """What :meth:`treduda.kernel.Kernel.estimate` answers: its strategy's model of the
+    kernel refined by ptxas's report (``refine``), the number the search's check of its
+    finalists gives the same parameters; for a strategy without a model (one that does not
+    describe itself), the walk's estimate (:func:`estimate_kernel`)."""
+    g = find_gpu(gpu)
+    try:
+        model = model_of(_program(kernel, _sizes(kernel, sizes)), g, kernel.strategy)
+    except StrategyError:
+        return estimate_kernel(kernel, g, sizes=sizes, use_nvcc=use_nvcc)
+    return model.refine(kernel, use_nvcc)
+
+
 def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None = None,
                     use_nvcc: bool = True) -> Prediction:
     """The model's resources with ``fma``, ``issue`` and ``memory`` from the walked counts and
-    occupancy from the counted registers. For strategies the model describes, its bound is a
-    floor per resource, so ``estimate_kernel >= Model.bound`` as branch and bound needs."""
+    occupancy from the counted registers: a cross-check of the model on the generated code.
+    For strategies the model describes, its bound is a floor per resource, so
+    ``estimate_kernel >= Model.bound`` as branch and bound needs."""
     g = find_gpu(gpu)
     sizes = _sizes(kernel, sizes)
-    program = plan(kernel.contraction, sizes, kernel.layout, kernel.dtype,
-                   precision=kernel.precision) if (
-        kernel.symbolic) else kernel.program
-    if kernel.strategy == TensorCore.name:
-        # A warp's fragment statements have no per-thread counts to walk: the tensor-core
-        # model, with ptxas's registers where nvcc is present.
-        compiled = Compiled(_ptxas_registers(kernel.cuda_source, kernel.name, g.arch)) if (
-            use_nvcc and nvcc_available()) else None
-        return model_of(program, g, kernel.strategy).estimate(kernel.params, compiled)
+    program = _program(kernel, sizes)
+    try:  # the strategy's model, where it has one
+        model = model_of(program, g, kernel.strategy)
+    except StrategyError:  # one that does not describe itself: the walk alone
+        model = None
+    if model is not None and not model.walkable:
+        # A warp's fragment statements have no per-thread counts to walk: its model, with
+        # ptxas's registers where nvcc is present.
+        return model.refine(kernel, use_nvcc)
     c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
-    try:  # the analytic model, for a strategy that describes itself to it
-        model = Model(program, g, kernel.strategy)
+    if model is None:
+        model, analytic, floor = Model(program, g), {}, {}
+    else:
         analytic = model.estimate(kernel.params).resources
         floor = model.bound(kernel.params).resources
-    except StrategyError:
-        model, analytic, floor = Model(program, g), {}, {}
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     occupancy = blocks_per_sm(g, threads, c.registers, shared_bytes(kernel))
     if occupancy == 0:
@@ -177,6 +189,14 @@ def _sizes(kernel, sizes: Mapping[str, int] | None) -> dict[str, int]:
     if sizes is None and kernel.symbolic:
         raise MissingSize("this kernel has symbolic sizes; pass sizes={...} to walk it")
     return dict(kernel.sizes if sizes is None else sizes)
+
+
+def _program(kernel, sizes: Mapping[str, int]):
+    """The kernel's program at ``sizes``: its own, or a symbolic kernel's planned there."""
+    if not kernel.symbolic:
+        return kernel.program
+    return plan(kernel.contraction, sizes, kernel.layout, kernel.dtype,
+                precision=kernel.precision)
 
 
 def shared_bytes(kernel) -> int:

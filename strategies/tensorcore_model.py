@@ -1,6 +1,6 @@
 """The performance model of the tensor-core strategy (``strategies/tensorcore.py``).
 
-The same resources as :mod:`treduda.tuning.model`, seen from warps of fragments rather than
+The same resources as :mod:`treduda.model.model`, seen from warps of fragments rather than
 threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fragments, a
 step of BK summed values):
 
@@ -8,7 +8,7 @@ step of BK summed values):
                fragments, a grouped K's fastest index to whole steps:
                :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
                products) / what WMMA reaches of the GPU's tensor cores for the dtype
-               (:meth:`~treduda.tuning.gpus.Gpu.mma_flops`)
+               (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
                copy width, each operand on its own; where a copy's K value is a group's
@@ -62,20 +62,23 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..frontend import dtypes
-from ..polyhedral.geometry import AXES, decided
-from ..polyhedral.lower import Program
-from ..polyhedral.strategy import Strategy
-from ..run.counters import SECTOR_BYTES, global_requests
-from ..strategies import get as get_strategy
-from ..strategies import tensorcore_tiles
-from ..strategies.tensorcore import TensorCore
-from ..strategies.warpgroup import Warpgroup
-from .gpus import Gpu
-from .model import Model
-from .occupancy import blocks_per_sm
-from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
-from .wgmma_model import WarpgroupModel
+from treduda.frontend import dtypes
+from treduda.model.gpus import Gpu
+from treduda.model.occupancy import blocks_per_sm
+from treduda.model.prediction import (
+    LAUNCH_SECONDS,
+    Compiled,
+    Prediction,
+    combined,
+    ptxas_report,
+    unfit,
+)
+from treduda.polyhedral.geometry import AXES, decided
+from treduda.polyhedral.lower import Program
+from treduda.polyhedral.strategy import Strategy
+from treduda.run.counters import SECTOR_BYTES, global_requests
+
+from . import tensorcore_tiles
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -129,6 +132,8 @@ class TensorCoreModel:
     """The model of one program on one GPU for the tensor-core strategy; ``values`` are the
     values its open parameters may take."""
 
+    walkable = False  # a warp's fragment statements have no per-thread counts to walk
+
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
         self.program, self.gpu, self.strategy = program, gpu, strategy
@@ -162,7 +167,7 @@ class TensorCoreModel:
         self._traffic: dict[tuple, tuple[int, int]] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
-    # -- the public face (as treduda.tuning.model.Model's) --------------------------------
+    # -- the public face (as treduda.model.model.Model's) --------------------------------
 
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on every completion of the partial ``params``: each resource at its
@@ -212,6 +217,10 @@ class TensorCoreModel:
         described = self._described(params)
         return (self._registers(self._tile(described))
                 / self.gpu.register_cap(_threads(described)))
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program with ptxas's registers."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     # -- the resources ------------------------------------------------------------------
 
@@ -504,24 +513,3 @@ class TensorCoreModel:
 
 def _threads(described: Mapping[str, Any]) -> int:
     return math.prod(described[f"block_{axis}"] for axis in AXES)
-
-
-def applies(program: Program, gpu: Gpu) -> bool:
-    """Whether the tensor-core strategy computes ``program`` and ``gpu`` has tensor cores for
-    its dtype and precision."""
-    return (program.sizes is not None and tensorcore_tiles.mma_shape(program) is not None
-            and tensorcore_tiles.gemm_groups(program) is not None
-            and gpu.mma_flops(program.dtype, program.precision) > 0)
-
-
-def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
-             values: Mapping[str, tuple] | None = None
-             ) -> Model | TensorCoreModel | WarpgroupModel:
-    """The model of ``strategy``: the tensor-core one's, the warpgroup one's
-    (:mod:`.wgmma_model`), or the analytic model of the SIMT strategies."""
-    chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    if isinstance(chosen, TensorCore):
-        return TensorCoreModel(program, gpu, chosen, values)
-    if isinstance(chosen, Warpgroup):
-        return WarpgroupModel(program, gpu, chosen, values)
-    return Model(program, gpu, chosen, values)

@@ -1,11 +1,11 @@
 """The optimist: every quantity of a (partial) candidate the model reads, at its best.
 
-:class:`_Optimist` is what :class:`~treduda.tuning.model.Model` asks, for its bound (open
+:class:`_Optimist` is what :class:`~treduda.model.model.Model` asks, for its bound (open
 decisions at their most optimistic values, factor by factor, so every result is a valid
 lower bound) and for its estimate (a complete candidate, counted exactly). It stacks three
 layers, each in a module of its own: tiles, blocks, steps and traffic
-(:mod:`treduda.tuning.tiles`); the wavefronts of warp 0's accesses
-(:mod:`treduda.tuning.accesses`); and, here, what a thread holds and waits for: its
+(:mod:`treduda.model.tiles`); the wavefronts of warp 0's accesses
+(:mod:`treduda.model.accesses`); and, here, what a thread holds and waits for: its
 registers, what ptxas spills, and the chain of dependent work with its exposed loads.
 """
 

@@ -34,10 +34,13 @@ imperfect overlap, in the spirit of SAAKE's latency/gap emulation (Beaugnon et a
 enumeration, and ``tests/test_fidelity.py`` checks both against H100 measurements.
 
 This module times the resources and combines them (:class:`Model`). The rest lives beside
-it: the program's counts in :mod:`treduda.tuning.counts`, each candidate's quantities in
-:mod:`treduda.tuning.optimist` (built on :mod:`treduda.tuning.tiles` and
-:mod:`treduda.tuning.accesses`), and the prediction every model returns in
-:mod:`treduda.tuning.prediction`.
+it: the program's counts in :mod:`treduda.model.counts`, each candidate's quantities in
+:mod:`treduda.model.optimist` (built on :mod:`treduda.model.tiles` and
+:mod:`treduda.model.accesses`), the prediction every model returns in
+:mod:`treduda.model.prediction`, and what the search asks of a model in
+:mod:`treduda.model.interface`. This is the model of every strategy that describes itself in
+the geometry's quantities and supplies none of its own (:func:`model_of`); the counts read as
+formulas of the sizes and tile parameters in :mod:`treduda.model.formulas`.
 """
 
 from __future__ import annotations
@@ -48,16 +51,23 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import StrategyError
-from ..polyhedral.geometry import Description
+from ..polyhedral.geometry import Description, decided
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
-from ..strategies import get as get_strategy
-from ..strategies.tensorcore import TensorCore
+from ..polyhedral.strategy import get as get_strategy
 from .counts import Counts
 from .gpus import Gpu
+from .interface import CostModel
 from .occupancy import blocks_per_sm
 from .optimist import _Optimist
-from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from .prediction import (
+    LAUNCH_SECONDS,
+    Compiled,
+    Prediction,
+    combined,
+    ptxas_report,
+    unfit,
+)
 from .tiles import BLOCK, REG
 
 
@@ -65,14 +75,16 @@ class Model(Counts):
     """The model of one program on one GPU for one strategy; ``values`` are the values its
     open parameters may take (by default all of the strategy's)."""
 
+    walkable = True  # its kernels' per-thread statements are what the walk counts
+
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy | str = DEFAULT_STRATEGY,
                  values: Mapping[str, tuple] | None = None):
         if program.sizes is None:
             raise ValueError("the model needs fixed sizes")
         self.strategy = get_strategy(strategy) if isinstance(strategy, str) else strategy
-        if isinstance(self.strategy, TensorCore):  # it describes itself, but in warps of MMAs
-            raise StrategyError("the tensor-core strategy has a model of its own: use "
-                                "treduda.tuning.mma_model.model_of")
+        if type(self.strategy).model is not Strategy.model:  # it may describe itself otherwise
+            raise StrategyError(f"strategy '{self.strategy.name}' supplies a model of its own "
+                                "(Strategy.model): use treduda.model.model.model_of")
         if values is None:
             values = {p.name: p.values for p in self.strategy.space(program).parameters}
         self.values = values
@@ -113,6 +125,22 @@ class Model(Counts):
             raise StrategyError(f"an estimate needs a complete candidate of "
                                 f"'{self.strategy.name}'; still open: {', '.join(open_)}")
         return self._predict(_Optimist(self, described, compiled), exact=True)
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program (its parameters), with ptxas's
+        registers and spills where nvcc is present: what the search's check of its finalists
+        computes (:func:`treduda.tuning.policy.checked`), so the two agree."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+    def formulas(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[Any, int]]:
+        """A complete candidate's DRAM bytes and each read's L2 traffic as sympy formulas of
+        the sizes and tile parameters (:mod:`treduda.model.formulas`), and every symbol's
+        value for ``params``."""
+        from . import formulas
+
+        described = decided(self.describe(params))
+        return (formulas.formulas(self, described["order"]),
+                formulas.values(self, described))
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """A complete candidate's registers per thread and registers ptxas will spill beyond
@@ -288,3 +316,11 @@ class Model(Counts):
                        "(exposed load latency per step, waves of blocks)",
         }
         return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
+
+
+def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
+             values: Mapping[str, tuple] | None = None) -> CostModel:
+    """The cost model of ``strategy``: the one it supplies (:meth:`Strategy.model`), else the
+    analytic model, which reads the strategy's description of itself."""
+    chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
+    return chosen.model(program, gpu, values) or Model(program, gpu, chosen, values)

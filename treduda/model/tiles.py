@@ -6,8 +6,8 @@ may still take. From them it counts what the tiles set: blocks launched and the 
 pad, threads, steps and multiply-adds per block and step, each read's footprint and L2
 traffic, shared memory and the copies' instructions. Each term the search asks for at many
 nodes is remembered per model under the decisions it depends on (:meth:`_Tiles.memo`). The
-warps' accesses (:mod:`treduda.tuning.accesses`) and the registers and latency
-(:mod:`treduda.tuning.optimist`) are counted on top of these.
+warps' accesses (:mod:`treduda.model.accesses`) and the registers and latency
+(:mod:`treduda.model.optimist`) are counted on top of these.
 """
 
 from __future__ import annotations

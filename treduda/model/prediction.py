@@ -1,11 +1,12 @@
 """What every model of the kernel's time returns, and how it adds resources up.
 
-The analytic model (:mod:`treduda.tuning.model`), the tensor cores' (:mod:`treduda.tuning.
-mma_model`) and the walk over a generated kernel (:mod:`treduda.tuning.walk`) each time a
-kernel per resource; they share the :class:`Prediction` they return, the one rule that combines
-the resources' seconds into a time (:func:`combined`: the bound's and the estimate's), and
-ptxas's report that refines them (:class:`Compiled`). The search and the path planner rank
-candidates by these predictions.
+The analytic model (:mod:`treduda.model.model`), the tensor cores'
+(:mod:`treduda.strategies.tensorcore_model`) and the walk over a generated kernel
+(:mod:`treduda.tuning.walk`) each time a kernel per resource; they share the
+:class:`Prediction` they return, the one rule that combines the resources' seconds into a
+time (:func:`combined`: the bound's and the estimate's), and ptxas's report that refines them
+(:class:`Compiled`, :func:`ptxas_report`). The search and the path planner rank candidates by
+these predictions.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from ..run.nvcc import CudaReport
+from ..errors import CompileError
+from ..run.nvcc import CudaReport, nvcc_available
 
 LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
@@ -78,3 +80,15 @@ class Compiled:
     def of(cls, report: CudaReport) -> Compiled:
         return cls(report.registers, report.spill_bytes)
 
+
+def ptxas_report(kernel, gpu, use_nvcc: bool = True) -> Compiled | None:
+    """What ptxas says of a generated ``kernel`` (a :class:`treduda.kernel.Kernel`) on
+    ``gpu``'s architecture, as the search's check of its finalists reads it
+    (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds to its estimate.
+    None without nvcc, or where this nvcc no longer knows the architecture."""
+    if not (use_nvcc and nvcc_available()):
+        return None
+    try:
+        return Compiled.of(kernel.compile_cuda(gpu.arch))
+    except CompileError:
+        return None

@@ -3,8 +3,8 @@
 A program's sizes, its multiply-adds and FLOPs, its reads and their strides in global memory,
 the bytes every tensor moves at least, and how the addresses of one warp's access fall on
 cache lines and shared-memory banks. :class:`Counts` holds them once per program and GPU;
-each candidate's quantities (:class:`~treduda.tuning.optimist._Optimist`) are counted from
-them, and :class:`~treduda.tuning.model.Model` adds the strategy and its predictions.
+each candidate's quantities (:class:`~treduda.model.optimist._Optimist`) are counted from
+them, and :class:`~treduda.model.model.Model` adds the strategy and its predictions.
 """
 
 from __future__ import annotations
@@ -69,7 +69,7 @@ class Counts:
                       for r in geometry.summed_reads(program)]
         self.output = _Read(c.output, self.outputs, self._strides(self.outputs))
         # Terms the search asks for at many nodes, each remembered under the decisions it
-        # depends on (see _Tiles.memo in treduda.tuning.tiles).
+        # depends on (see _Tiles.memo in treduda.model.tiles).
         self._known: dict[tuple, Any] = {}
         self.groups = max(1, len(program.accumulators))
         # the least LSU wavefronts a value loaded can cost: a 16-byte vector's share of one

@@ -6,7 +6,7 @@ comes from (see :data:`SOURCES`). Numbers that are our own estimate rather than 
 cite ``[EST]`` and say how they were derived; ``tests/test_gpus.py`` checks that no number is
 left uncited.
 
-    from treduda.tuning.gpus import gpu, table
+    from treduda.model.gpus import gpu, table
     h100 = gpu("h100")
     h100.peak_flops("float32")      # 6.69e13
     print(table())
@@ -555,12 +555,12 @@ def gpu(name_or_gpu: str | Gpu) -> Gpu:
     if isinstance(name_or_gpu, Gpu):
         return name_or_gpu
     if not isinstance(name_or_gpu, str):
-        raise ArgumentError(f"a GPU is a name or a treduda.tuning.gpus.Gpu, not {name_or_gpu!r}")
+        raise ArgumentError(f"a GPU is a name or a treduda.model.gpus.Gpu, not {name_or_gpu!r}")
     short = _ALIASES.get(_key(name_or_gpu))
     if short is None:
         raise ArgumentError(
             f"unknown GPU {name_or_gpu!r}; known GPUs: {', '.join(GPUS)} "
-            "(describe another one with treduda.tuning.gpus.custom(...))")
+            "(describe another one with treduda.model.gpus.custom(...))")
     return GPUS[short]
 
 

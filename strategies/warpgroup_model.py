@@ -1,5 +1,5 @@
 """The performance model of the warpgroup strategy (``strategies/warpgroup.py``): the
-tensor-core model's resources (:mod:`treduda.tuning.mma_model`) for Hopper's asynchronous
+tensor-core model's resources (:mod:`treduda.strategies.tensorcore_model`) for Hopper's asynchronous
 MMAs, from a candidate's parameters.
 
 * ``mma``      the tiles' multiply-adds (partial tiles and steps padded) / the GPU's dense
@@ -28,14 +28,15 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from ..frontend import dtypes
-from ..polyhedral.lower import Program
-from ..polyhedral.strategy import Strategy
-from ..strategies import tensorcore_tiles, warpgroup
-from ..strategies.warpgroup_kernel import warpgroup_tile
-from .gpus import Gpu
-from .occupancy import blocks_per_sm
-from .prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.frontend import dtypes
+from treduda.model.gpus import Gpu
+from treduda.model.occupancy import blocks_per_sm
+from treduda.model.prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.polyhedral.lower import Program
+from treduda.polyhedral.strategy import Strategy
+
+from . import tensorcore_tiles
+from .warpgroup_kernel import shared_bytes, warpgroup_tile
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # as the tensor-core model's: indices, addresses, loop counters
@@ -145,7 +146,7 @@ class WarpgroupModel:
         threads = WARPGROUP * p["warpgroups"]
         warps = threads // 32
         occupancy = blocks_per_sm(g, threads, registers or self._registers(p),
-                                  warpgroup.shared_bytes(self.program, p))
+                                  shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])

@@ -5,7 +5,7 @@ lays out warp 0's lanes and the element offsets each touches, then counts an acc
 wavefronts: distinct 128-byte lines in global memory (coalescing), the busiest bank's
 distinct words in shared memory (padding, conflicts), shared by a 16-byte vector's values
 where the kernel's loads merge. Open decisions take their cheapest value, as in
-:class:`~treduda.tuning.tiles._Tiles`, whose tiles and footprints these build on.
+:class:`~treduda.model.tiles._Tiles`, whose tiles and footprints these build on.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from .tiles import ASSIGN, BLOCK, REG, _Tiles
 
 
 class _Accesses(_Tiles):
-    """A candidate's tiles (:class:`~treduda.tuning.tiles._Tiles`) and the wavefronts of its
+    """A candidate's tiles (:class:`~treduda.model.tiles._Tiles`) and the wavefronts of its
     warps' accesses."""
 
     @functools.cached_property
