@@ -213,6 +213,22 @@ def test_a_budgeted_search_ends_at_a_local_optimum():
     assert kernel.verify().ok
 
 
+def test_a_stopped_climb_still_settles_the_winners_last_decisions():
+    # GEMM 4096^3's climb stopped at a single-buffered winner whose double-buffered twin, one
+    # change of the last decisions away and faster by the model, it had not scored (ptxas
+    # spills 16 bytes of the first): whatever stops the climb, no completion of the winner's
+    # last decisions is faster than the winner.
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 260, "k": 90}), "H100")
+    result = searcher.branch_and_bound(max_nodes=10)
+    assert not result.stats.complete
+    best = result.best
+    finishes = list(searcher._finishes(best.params))
+    assert len(finishes) > 1
+    for change in finishes:
+        params = {**best.params, **dict(change)}
+        assert searcher.candidate(params, with_bound=False).key() >= best.key()
+
+
 def test_a_budgeted_search_climbs_from_every_mapping():
     # tccg_34: best-first spent its budget under mappings with b_c on x, which leave the
     # output's stride-1 index a on z and every store uncoalesced (0.320 ms predicted). The
