@@ -236,6 +236,22 @@ def test_a_budgeted_search_ends_at_a_local_optimum():
     assert kernel.verify().ok
 
 
+def test_a_stopped_climb_still_settles_the_winners_last_decisions():
+    # GEMM 4096^3's climb stopped at a single-buffered winner whose double-buffered twin, one
+    # change of the last decisions away and faster by the model, it had not scored (ptxas
+    # spills 16 bytes of the first): whatever stops the climb, no completion of the winner's
+    # last decisions is faster than the winner.
+    searcher = Searcher(plan("C[i,j] = A[i,k]*B[k,j]", {"i": 300, "j": 260, "k": 90}), "H100")
+    result = searcher.branch_and_bound(max_nodes=10)
+    assert not result.stats.complete
+    best = result.best
+    finishes = list(searcher._finishes(best.params))
+    assert len(finishes) > 1
+    for change in finishes:
+        params = {**best.params, **dict(change)}
+        assert searcher.candidate(params, with_bound=False).key() >= best.key()
+
+
 def test_a_budgeted_search_climbs_from_every_mapping():
     # tccg_34: best-first spent its budget under mappings with b_c on x, which leave the
     # output's stride-1 index a on z and every store uncoalesced (0.320 ms predicted). The
@@ -318,11 +334,12 @@ def test_compile_seeds_its_search_with_the_cached_winners_of_similar_sizes(tmp_p
 
 @pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed")
 def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
-    # tccg_15: the model predicts both register assignments along x to fit 128 registers, and
-    # they tie; ptxas (CUDA 13) spills 32 bytes per thread of the adjacent one (its vector
-    # loads hold four values at once) and 16 of the cyclic one. The winner's report makes it
-    # slower than the runner-up's prediction, so the runner-up is compiled and re-estimated
-    # too, and the one that spills less wins.
+    # tccg_15: the model predicts both register assignments along x to fit 128 registers
+    # (the adjacent one a little faster: its four values along x are one vector load); ptxas
+    # (CUDA 13) spills 32 bytes per thread of the adjacent one (its vector loads hold four
+    # values at once) and 16 of the cyclic one. The winner's report makes it slower than the
+    # runner-up's prediction, so the runner-up is compiled and re-estimated too, and the
+    # faster re-estimate wins.
     expr = "C[a,b,c]=A[a,c,d]*B[d,b]"
     sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
     fixed = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 4, "block_y": 16,
@@ -332,7 +349,7 @@ def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
               "assign_x": ("adjacent", "cyclic")}  # not vector: a third, no-spill rival
     plain = search(expr, sizes, layout="F", values=values)
     assert plain.best.compiled is None
-    assert plain.top()[0].prediction == plain.top()[1].prediction
+    assert plain.best.params["assign_x"] == "adjacent"
     checked = search(expr, sizes, layout="F", values=values, check=True)
     reported = [c for c in checked.top() if c.compiled is not None]
     assert {c.params["assign_x"] for c in reported} == {"adjacent", "cyclic"}
@@ -340,7 +357,7 @@ def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
     assert checked.best.prediction.seconds > plain.best.prediction.seconds
     spills = {c.params["assign_x"]: c.compiled.spill_bytes for c in reported}
     assert spills["adjacent"] != spills["cyclic"]
-    assert checked.best.params["assign_x"] == min(spills, key=spills.get)
+    assert checked.best.prediction.seconds == min(c.prediction.seconds for c in reported)
     model = Searcher(plan(expr, sizes, "F"), "H100").model
     assert checked.best.prediction == model.estimate(checked.best.params, checked.best.compiled)
 
@@ -385,7 +402,6 @@ def test_a_search_without_budget_is_complete_over_the_declared_values():
     reference = Searcher(program, "H100", values=DECLARED, restrict=False).exhaustive()
     assert found.stats.complete and found.gap == 0.0
     assert found.best.params == reference.best.params
-    assert found.best.params["reg_x"] == 8  # outside the values the strategy suggests
     assert found.stats.candidates_scored < 0.2 * reference.stats.space_size
 
 

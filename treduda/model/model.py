@@ -285,7 +285,7 @@ class Model(Counts):
 
     def _issue(self, o: _Optimist) -> dict[str, float]:
         """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,
-        their conversions, and the copies and loop of a step."""
+        their conversions, the copies and loop of a step, and a rolled step loop's own."""
         # load instructions per multiply-add: one per value, or per vector of a tile row
         loads = sum(o.load_share(r) / o.reuse(r) for r in self.reads)
         # each operand rounded once per load (precision); one read from global memory
@@ -293,7 +293,7 @@ class Model(Counts):
         direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)
         converted = loads * self.operand_ops + direct * self.conversions
         return {"fp": self.fp_ops, "loads": loads, "converted": converted,
-                "copies": o.copy_instructions()}
+                "copies": o.copy_instructions(), "loop": o.loop_instructions(loads)}
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         g = self.gpu

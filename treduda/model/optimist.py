@@ -133,19 +133,48 @@ class _Optimist(_Accesses):
         return max(1, min(self.m.per_access(True), self.footprint(read)[fastest]))
 
     def load_share(self, read: _Read) -> float:
-        """Load instructions per value of ``read`` a thread loads: a vector's share of one
-        where the ``vector`` assignment along x puts the thread's values of a staged tile row
-        side by side (one ``LDS.128`` per four float32 values, issue 38; x's fastest index
-        is the tile's fastest, its rows 16-byte aligned), else one. While that is open, the
-        least it can be: a vector's share wherever the decisions made allow it."""
+        """Load instructions per value of ``read`` a thread loads: one per run of its values
+        that sit side by side in an aligned vector (:mod:`~treduda.codegen.vectorize` merges
+        each such run of an unrolled tile into one ``LDS.128`` or ``LDG.128``), else one per
+        value. The runs lie along ``read``'s fastest index: x's index where x deals a thread
+        whole vectors (:meth:`x_runs`), or the summed index an unrolled step walks, a step's
+        values at a time (:meth:`reduction_runs`); staged, where the tile's rows are 16-byte
+        aligned, else where the tensor's strides are. Counted one per value, tccg_25's pick
+        read a staged tile four values at a time where the model saw one, and a direct read
+        of A four where it saw one, and it staged A at step 4 (70.9% FFMA in the SASS, 136
+        integer instructions) instead of its 91.6% kernel. While that is open, the least it
+        can be: a vector's share wherever the decisions made allow it."""
         run = geometry.vector_run(self.m.program)
-        if (run == 1 or not self.order or self.staged(read) is False
-                or geometry.fastest(self.m.program, read.indices) != self.order[0][0]
-                or self.p.get("assign_x", "vector") != "vector"):
+        fastest = geometry.fastest(self.m.program, read.indices)
+        along_x = bool(self.order) and fastest == self.order[0][0]
+        if run == 1 or not (along_x or fastest in self.m.unrolled):
             return 1.0
-        if not (self.tiles_decided() and self.staged(read) and self.decided("pad", "assign_x")):
+        if not (self.tiles_decided() and self.decided("stage", "pad", "assign_x", "unroll")):
             return 1 / run
-        return 1 / run if self._aligned(read, self.p["pad"]) else 1.0
+        staged = self.staged(read)
+        aligned = (self._aligned(read, self.p["pad"]) if staged else
+                   all(s % run == 0 for i, s in read.strides.items() if i != fastest))
+        if not aligned:
+            return 1.0
+        values = self.x_runs(run) if along_x else self.reduction_runs(read, run)
+        return 1 / values
+
+    def x_runs(self, run: int) -> int:
+        """Values a thread holds side by side along x: a vector's under the ``vector``
+        assignment, and under ``adjacent`` where its registers along x are whole vectors (the
+        same code then); one, cyclic."""
+        assignment, registers = self.p["assign_x"], self.p["reg_x"]
+        whole = assignment == "vector" or assignment == "adjacent" and registers % run == 0
+        return run if whole else 1
+
+    def reduction_runs(self, read: _Read, run: int) -> int:
+        """Values of ``read`` a thread loads side by side along its fastest index, a summed
+        one: as many of a vector as an unrolled step holds (all of them where it holds whole
+        vectors), else one."""
+        if not self.p["unroll"] or not self.p["step"]:
+            return 1
+        extent = self.footprint(read)[geometry.fastest(self.m.program, read.indices)]
+        return run if extent % run == 0 else 1
 
     def chain(self, exact: bool = True) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per

@@ -25,6 +25,11 @@ from .prediction import Compiled
 
 STEP_OVERHEAD = 4  # instructions per thread and step for the loop itself
 ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a commit and a wait
+# Integer instructions beside each cp.async (LDGSTS) of a step: its global address (64-bit, two)
+# and its shared one, which move with the step and the buffer. In the SASS of tccg_25's
+# pick (nvcc 13, sm_90; A and B staged at step 4) a step issues 10 LDGSTS beside about 45
+# integer instructions, 8 of them the loops'.
+ASYNC_ADDRESS_INSTRUCTIONS = 3
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -220,20 +225,37 @@ class _Tiles:
         per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
         return per_block_step / self.fmas_per_block_step()
 
+    def loop_instructions(self, loads: float) -> float:
+        """Per FMA, what a rolled step loop (``unroll`` False) issues in every iteration, one
+        reduction point each: the loop's own :data:`STEP_OVERHEAD`, and an address update
+        per operand load (``loads`` per FMA), which an unrolled step folds into the loads'
+        constant offsets. 0 unrolled, or while that is open. tccg_16's pick, rolled, spent
+        98 integer instructions and 15 branches on 128 FFMA in the SASS (45.6% FFMA), where
+        the model counted nothing; unrolled it issues 82.3% FFMA."""
+        if self.p.get("unroll", True) is not False or not self.p.get("step"):
+            return 0.0
+        return STEP_OVERHEAD / math.prod(self.p[r] for r in REG) + loads
+
     def _copies(self, staged: list[_Read]) -> float:
         """Instructions of a block's copies per step through registers: a load, (a
-        conversion,) and a store per element."""
-        return sum((2 + self.m.conversions) * math.prod(self.copy_extents(r)) for r in staged)
+        conversion,) and a store per element, with the arithmetic of their addresses as for
+        an asynchronous copy (:data:`ASYNC_ADDRESS_INSTRUCTIONS`): counted for cp.async
+        alone, seven TCCG rows moved to preloaded copies through registers at steps of 8
+        (tccg_31: 50.0% FFMA, 10 LDG and 48 integer instructions per 128 FFMA)."""
+        per_element = 2 + self.m.conversions + ASYNC_ADDRESS_INSTRUCTIONS
+        return sum(per_element * math.prod(self.copy_extents(r)) for r in staged)
 
     def _async_copies(self, staged: list[_Read], threads: int) -> float:
         """Instructions of a block's asynchronous copies per step: one cp.async (LDGSTS) per
         run the copy numbers (:func:`~treduda.polyhedral.geometry.async_width`; the fewest
-        while the padding is open), as the tensor-core model counts them, and a commit and a
+        while the padding is open), as the tensor-core model counts them, each with the
+        arithmetic of its addresses (:data:`ASYNC_ADDRESS_INSTRUCTIONS`), and a commit and a
         wait per thread."""
         runs = sum(min(math.prod(self.copy_extents(r, geometry.async_width(
             self.m.program, r.indices, self.footprint(r), pad))) for pad in self.options("pad"))
             for r in staged)
-        return runs + ASYNC_SYNC_INSTRUCTIONS * threads if staged else 0.0
+        return (runs * (1 + ASYNC_ADDRESS_INSTRUCTIONS) + ASYNC_SYNC_INSTRUCTIONS * threads
+                if staged else 0.0)
 
     def fastest_first(self, read: _Read) -> list[str]:
         """``read``'s distinct indices in memory order, the fastest first."""

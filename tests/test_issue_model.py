@@ -1,0 +1,84 @@
+"""The model's issue counts follow what the SASS of the main loop issues (issue 38): one load
+per aligned vector run of a thread's values (along x, or along an unrolled step's summed
+index; staged or read directly), the address arithmetic of each cp.async, and a rolled step
+loop's own instructions; and the local search trades threads between two axes at once."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import needs_nvcc
+
+import treduda
+from treduda.polyhedral.lower import plan
+from treduda.tuning.gpus import gpu
+from treduda.tuning.model import Model
+from treduda.tuning.search import Searcher
+
+# tccg_25 (F layout): A[a,e,d,f] is read along a, its fastest index, which x deals 4 values
+# per thread; B[f,b,e,c] along f, a summed index the step unrolls.
+TCCG_25 = ("C[a,b,c,d]=A[a,e,d,f]*B[f,b,e,c]",
+           {"a": 96, "b": 84, "c": 84, "d": 84, "e": 84, "f": 96})
+PICK = {"order": "a,b,d", "stage": "B", "block_x": 8, "reg_x": 4, "assign_x": "adjacent",
+        "block_y": 4, "reg_y": 8, "assign_y": "cyclic", "block_z": 2, "reg_z": 2,
+        "assign_z": "adjacent", "step": 8, "split": 1, "preload": False,
+        "double_buffer": True, "pad": 0, "async_copy": True, "unroll": True}
+
+
+@pytest.fixture(scope="module")
+def model() -> Model:
+    expr, sizes = TCCG_25
+    return Model(plan(expr, sizes, layout="F"), gpu("H100"))
+
+
+def test_a_thread_loads_each_aligned_vector_run_once(model):
+    # A: 4 adjacent values along a per thread, read from global memory as one LDG.128 (A's
+    # strides are multiples of 4); B: 8 values along y, each run of 4 along f in one LDS.128.
+    # Per reduction point the thread's 64 FMAs need 2 + 2 loads (the SASS: 26 LDG.128 and
+    # 26 LDS.128 for 832 FFMA).
+    assert model.issue_instructions(PICK)["loads"] == pytest.approx(4 / 64)
+    cyclic = model.issue_instructions({**PICK, "assign_x": "cyclic"})["loads"]
+    assert cyclic == pytest.approx((8 + 2) / 64)  # A value by value
+    rolled = model.issue_instructions({**PICK, "unroll": False})["loads"]
+    assert rolled == pytest.approx((2 + 8) / 64)  # B value by value
+
+
+def test_a_rolled_step_loop_costs_its_own_instructions_each_point(model):
+    unrolled = model.issue_instructions(PICK)
+    rolled = model.issue_instructions({**PICK, "unroll": False})
+    assert unrolled["loop"] == 0
+    assert rolled["loop"] > rolled["loads"]  # the loop's overhead and an address per load
+    assert model.estimate({**PICK, "unroll": False}).seconds > model.estimate(PICK).seconds
+
+
+def test_each_async_copy_counts_its_address_arithmetic(model):
+    both = {**PICK, "stage": "A,B", "step": 4}
+    copies = model.issue_instructions(both)["copies"]
+    synchronous = model.issue_instructions({**both, "async_copy": False})["copies"]
+    assert 0 < copies < synchronous  # fewer instructions than a load and a store per value
+    # 10 cp.async per thread and step (A 8, B 2), 1024 FMAs: with their addresses at least
+    # 4 instructions each
+    assert copies >= 10 * 4 / 1024
+
+
+def test_the_local_search_trades_threads_between_two_axes():
+    expr, sizes = TCCG_25
+    searcher = Searcher(plan(expr, sizes, layout="F"), "H100", restrict=False)
+    start = {**PICK, "block_x": 4, "reg_x": 8, "block_y": 8, "reg_y": 4}
+    trades = [dict(change) for change in searcher._trades(start)]
+    both = {"block_x": 8, "reg_x": 4, "block_y": 4, "reg_y": 8}
+    assert both in trades  # x gains the threads y gives up; every tile and register stays
+    for change in trades:
+        moved = {**start, **change}
+        assert (moved["block_x"] * moved["block_y"] * moved["block_z"]
+                * moved["reg_x"] * moved["reg_y"] * moved["reg_z"]) == 4 * 8 * 8 * 4 * 2 * 2
+
+
+@needs_nvcc
+@pytest.mark.matrix
+def test_the_counted_loads_match_the_sass_of_the_main_loop(model):
+    expr, sizes = TCCG_25
+    kernel = treduda.compile(expr, sizes, layout="F", strategy="tiled+staged", params=PICK)
+    report = kernel.sass_report()
+    loads = report.main_loop_opcodes.get("LDS", 0) + report.main_loop_opcodes.get("LDG", 0)
+    predicted = model.issue_instructions(PICK)["loads"] * report.main_loop_ffma
+    assert loads == pytest.approx(predicted, rel=0.1)
