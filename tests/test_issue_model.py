@@ -9,9 +9,9 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
+from treduda.model.gpus import gpu
+from treduda.model.model import Model
 from treduda.polyhedral.lower import plan
-from treduda.tuning.gpus import gpu
-from treduda.tuning.model import Model
 from treduda.tuning.search import Searcher
 
 # tccg_25 (F layout): A[a,e,d,f] is read along a, its fastest index, which x deals 4 values
