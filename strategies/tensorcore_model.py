@@ -102,6 +102,9 @@ WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # is two HMMA.16816, 16x16x8 TF32 four HMMA.1684 (m16n8k4, not two m16n8k8), 8x8x4 one DMMA.884,
 # as nvcc 13 compiles them for sm_80 and sm_90 (read from the SASS).
 MMA_INSTRUCTIONS = {16: 2, 8: 4, 4: 1}
+# mma.sync instructions per 16x16xk fragment product of the "mma" mapping: two m16n8k16
+# (16-bit) or m16n8k8 (TF32), PTX ISA "Warp-level matrix multiply-accumulate: mma".
+MMA_SYNC_PER_FRAGMENT = 2
 # Instructions of one TF32 rounding of a fragment element, wmma::__float_to_tf32
 # (cvt.rna.tf32.f32): ptxas issues FSETP (Inf or NaN?) and an integer add of half a unit, the
 # low bits left for the MMA to ignore (SASS, sm_90). The OpenCL helper's is longer
@@ -258,7 +261,12 @@ class TensorCoreModel:
         ``n`` times as many holds ``n`` steps (nvcc unrolled them)."""
         tile = self._tile(self._described(params))
         return (self.products * tile["frags_m"] * tile["frags_n"] * tile["frags_k"]
-                * MMA_INSTRUCTIONS[self.shape[2]])
+                * self._mma_instructions(params))
+
+    def _mma_instructions(self, p: Mapping[str, Any]) -> int:
+        """Tensor-core instructions per fragment product: two mma.sync (m16n8k16 or m16n8k8)
+        on the "mma" mapping, else what WMMA's 16x16xk compiles to (:data:`MMA_INSTRUCTIONS`)."""
+        return MMA_SYNC_PER_FRAGMENT if p["mapping"] == "mma" else MMA_INSTRUCTIONS[self.shape[2]]
 
     def block_steps(self, params: Mapping[str, Any]) -> int:
         """The steps one block sums (its part's, in a split reduction)."""
@@ -335,17 +343,18 @@ class TensorCoreModel:
                 MMA_SYNC_LOAD_INSTRUCTIONS if self.bytes == 2 or direct
                 else MMA_SYNC_WORD_INSTRUCTIONS * m * k // 32
                 for direct in (self.row_a, not self.row_b))  # ldmatrix, not transposed
-            rounding, per_mma = MMA_SYNC_ROUNDING_INSTRUCTIONS * rounds, 2
+            rounding = MMA_SYNC_ROUNDING_INSTRUCTIONS * rounds
         else:
             words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
-            rounding, per_mma = WMMA_ROUNDING_INSTRUCTIONS * rounds, MMA_INSTRUCTIONS[k]
+            rounding = WMMA_ROUNDING_INSTRUCTIONS * rounds
         if p["shared_layout"] == "swizzle":
             words_a, words_b = words_a + SWIZZLE_INSTRUCTIONS, words_b + SWIZZLE_INSTRUCTIONS
             copies += SWIZZLE_INSTRUCTIONS * runs
         loads = (frags_a * (words_a + rounding * m * k // 32)
                  + frags_b * (words_b + rounding * k * n // 32))
         mmas = self.products * tile["frags_m"] * tile["frags_n"]
-        return tile["frags_k"] * (loads + mmas * per_mma) + copies / threads
+        return (tile["frags_k"] * (loads + mmas * self._mma_instructions(p))
+                + copies / threads)
 
     def _k_addresses(self, step: int) -> tuple[int, int]:
         """Instructions a copy spends on its value of K beyond a linear address: where K is
