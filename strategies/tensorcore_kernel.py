@@ -356,7 +356,7 @@ class Builder:
         width each, ``e`` numbering the runs, in one statement that reads where the run lies
         inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
-        shape = copy_shape(self.program, self.params, tensor)
+        shape = copy_shape(self.program, self.params, tensor, self.tile, self.pads[tile])
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))

@@ -346,21 +346,25 @@ def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int,
     return None
 
 
-def copy_shape(program: Program, p: Mapping[str, Any], tensor: str) -> dict[str, Any]:
+def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
+               tile: Mapping[str, int] | None = None, pad: int | None = None
+               ) -> dict[str, Any]:
     """How the block's copies of ``tensor``'s tile are dealt: the tile's ``rows`` and
     ``columns``, whether its rows run along the free group (``row_is_free``: M for A, N
     for B) or along K, the elements one copy moves (``width``: the cp.async width, else 1),
-    the ``runs`` of a row and the row ``pitch`` in bytes (padding included)."""
+    the ``runs`` of a row and the row ``pitch`` in bytes (padding included). A builder whose
+    block is not the parameters' own (the warpgroup one's) gives its ``tile`` extents and
+    the operand tile's ``pad``."""
     found = gemm_groups(program)
     a = found[0][0]
-    tile = tile_extents(p, mma_shape(program))
+    tile = tile_extents(p, mma_shape(program)) if tile is None else tile
     free = "m" if tensor == a else "n"
     row_a, row_b = operand_rows_major(program, found)
     row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
     rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
     widths = copy_widths(program, found) if p["async_copy"] else {}
     width = widths.get(tensor) or 1
-    pad = operand_pads(program, p)[0 if tensor == a else 1]
+    pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
     size = dtypes.itemsize(program.dtype)
     return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
             "width": width, "runs": columns // width, "pitch": (columns + pad) * size}

@@ -84,7 +84,8 @@ def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
     and the threads are set again after."""
     return {"warps_m": params["warpgroups"], "warps_n": 1, "frags_m": params["frags_m"],
             "frags_n": 1, "frags_k": params["frags_k"], "stages": params["stages"],
-            "split": 1, "async_copy": params["async_copy"]}
+            "split": 1, "async_copy": params["async_copy"],
+            "mapping": "wmma", "shared_layout": "pad"}  # the builder's own tiles, unswizzled
 
 
 class WarpgroupBuilder(Builder):

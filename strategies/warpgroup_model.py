@@ -31,7 +31,14 @@ from typing import Any
 from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
-from treduda.model.prediction import LAUNCH_SECONDS, Compiled, Prediction, combined, unfit
+from treduda.model.prediction import (
+    LAUNCH_SECONDS,
+    Compiled,
+    Prediction,
+    combined,
+    ptxas_report,
+    unfit,
+)
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
@@ -52,6 +59,8 @@ SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 class WarpgroupModel:
     """The model of one program on one GPU for the warpgroup strategy; ``values`` are the
     values its open parameters may take."""
+
+    walkable = False  # a warpgroup's MMAs have no per-thread counts to walk
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -123,6 +132,10 @@ class WarpgroupModel:
     def register_pressure(self, params: Mapping[str, Any]) -> float:
         return self._registers(params) / self.gpu.register_cap(
             WARPGROUP * params["warpgroups"])
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program with ptxas's registers."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     def parts_seconds(self, split: int) -> float:
         """No split reduction: nothing to add."""
