@@ -234,7 +234,8 @@ class _Tiles:
         the model counted nothing; unrolled it issues 82.3% FFMA."""
         if self.p.get("unroll", True) is not False or not self.p.get("step"):
             return 0.0
-        return STEP_OVERHEAD / math.prod(self.p[r] for r in REG) + loads
+        registers = [self.p.get(r) for r in REG]  # while one is open, the overhead's least: 0
+        return (0.0 if None in registers else STEP_OVERHEAD / math.prod(registers)) + loads
 
     def _copies(self, staged: list[_Read]) -> float:
         """Instructions of a block's copies per step through registers: a load, (a
