@@ -43,10 +43,9 @@ from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
 from . import tensorcore_tiles
+from .tensorcore_model import OVERHEAD_REGISTERS, RESOURCES
 from .warpgroup_kernel import shared_bytes, warpgroup_tile
 
-RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
-OVERHEAD_REGISTERS = 32  # as the tensor-core model's: indices, addresses, loop counters
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share

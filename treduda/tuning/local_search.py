@@ -70,17 +70,23 @@ class LocalSearch:
         double-buffered twin (2.835 ms) it had not scored; ptxas spills 16 bytes of the
         first and none of the second."""
         for change in self._finishes(best.params):
-            params = {**best.params, **dict(change)}
-            if identity(params) in seen:
-                continue
-            seen.add(identity(params))
-            candidate = self.candidate(params, with_bound=False)
-            scored.append(candidate)
-            stats.polished += 1
-            if candidate.key() < best.key():
+            candidate = self._scored({**best.params, **dict(change)}, scored, seen, stats)
+            if candidate is not None and candidate.key() < best.key():
                 stats.improvements += 1
                 best = candidate
         return best
+
+    def _scored(self, params: dict[str, Any], scored: list[Candidate], seen: set[str],
+                stats: SearchStats) -> Candidate | None:
+        """``params`` scored (kept in ``scored`` and ``seen``, counted as polished), or None
+        where it was ``seen`` already."""
+        if identity(params) in seen:
+            return None
+        seen.add(identity(params))
+        candidate = self.candidate(params, with_bound=False)
+        scored.append(candidate)
+        stats.polished += 1
+        return candidate
 
     def _seeds(self, scored: list[Candidate], stats: SearchStats,
                deadline: int | None = None) -> list[Candidate]:
@@ -126,13 +132,8 @@ class LocalSearch:
                 self._neighbours(best.params, n) for n in range(level + 1)):
             if self._spent(stats, cap, deadline):
                 return None
-            if identity(params) in seen:
-                continue
-            seen.add(identity(params))
-            candidate = self.candidate(params, with_bound=False)
-            scored.append(candidate)
-            stats.polished += 1
-            if candidate.key() < best.key():
+            candidate = self._scored(params, scored, seen, stats)
+            if candidate is not None and candidate.key() < best.key():
                 stats.improvements += 1
                 return candidate
         return None
