@@ -131,11 +131,46 @@ MMA_LATENCY_CYCLES = 33  # [EST] an HMMA.16816 result on Ampere (Abdelkhalik et 
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps
 
 
-class TensorCoreModel:
+class EnumeratingModel:
+    """What the models of the MMA strategies share (the tensor-core one, the warpgroup one in
+    :mod:`.warpgroup_model`): a space small enough to enumerate, so a bound is each resource at
+    its least over the completions, and a kernel's estimate is the candidate's with ptxas's
+    registers. A subclass sets ``space``, ``values``, ``gpu``, ``flops``, ``compulsory`` and
+    ``evaluations`` and gives ``_resources(items, registers)``, whose first item is the
+    seconds of each of :data:`RESOURCES`, and ``estimate``."""
+
+    walkable = False  # a warp's MMA statements have no per-thread counts to walk
+
+    def bound(self, params: Mapping[str, Any]) -> Prediction:
+        """A lower bound on every completion of the partial ``params``: each resource at its
+        least over the completions; ``floor`` the least estimate any completion can have."""
+        completions = [self._resources(tuple(sorted(p.items())))
+                       for p in self.space.points(params)
+                       if all(p[name] in self.values[name] for name in p)]
+        self.evaluations += len(completions)
+        fitting = [r for r in completions if r is not None]
+        if not fitting:
+            return unfit(self.flops)
+        least = {name: min(r[0][name] for r in fitting) for name in RESOURCES}
+        binding, seconds = combined(least, estimate=False)
+        floor = combined(least, estimate=True)[1]
+        return Prediction(seconds, binding, least,
+                          f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
+                          self.flops, floor=floor)
+
+    def least(self) -> float:
+        """A lower bound on every candidate's estimate, without enumerating them (the root's
+        bound does, in seconds): the launch and the compulsory DRAM traffic."""
+        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
+
+    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
+        """The estimate of a generated kernel of this program with ptxas's registers."""
+        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+
+class TensorCoreModel(EnumeratingModel):
     """The model of one program on one GPU for the tensor-core strategy; ``values`` are the
     values its open parameters may take."""
-
-    walkable = False  # a warp's fragment statements have no per-thread counts to walk
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -172,28 +207,6 @@ class TensorCoreModel:
 
     # -- the public face (as treduda.model.model.Model's) --------------------------------
 
-    def bound(self, params: Mapping[str, Any]) -> Prediction:
-        """A lower bound on every completion of the partial ``params``: each resource at its
-        least over the completions; ``floor`` the least estimate any completion can have."""
-        completions = [self._resources(tuple(sorted(p.items())))
-                       for p in self.space.points(params)
-                       if all(p[name] in self.values[name] for name in p)]
-        self.evaluations += len(completions)
-        fitting = [r for r in completions if r is not None]
-        if not fitting:
-            return unfit(self.flops)
-        least = {name: min(r[0][name] for r in fitting) for name in RESOURCES}
-        binding, seconds = combined(least, estimate=False)
-        floor = combined(least, estimate=True)[1]
-        return Prediction(seconds, binding, least,
-                          f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
-                          self.flops, floor=floor)
-
-    def least(self) -> float:
-        """A lower bound on every candidate's estimate, without enumerating them (the root's
-        bound does, in seconds): the launch and the compulsory DRAM traffic."""
-        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
-
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
@@ -220,10 +233,6 @@ class TensorCoreModel:
         described = self._described(params)
         return (self._registers(self._tile(described))
                 / self.gpu.register_cap(_threads(described)))
-
-    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
-        """The estimate of a generated kernel of this program with ptxas's registers."""
-        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     # -- the resources ------------------------------------------------------------------
 

@@ -32,18 +32,16 @@ from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
 from treduda.model.prediction import (
-    LAUNCH_SECONDS,
     Compiled,
     Prediction,
     combined,
-    ptxas_report,
     unfit,
 )
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
 from . import tensorcore_tiles
-from .tensorcore_model import OVERHEAD_REGISTERS, RESOURCES
+from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
 from .warpgroup_kernel import shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
@@ -55,11 +53,9 @@ WAVEFRONT_BYTES = 128
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 
 
-class WarpgroupModel:
+class WarpgroupModel(EnumeratingModel):
     """The model of one program on one GPU for the warpgroup strategy; ``values`` are the
     values its open parameters may take."""
-
-    walkable = False  # a warpgroup's MMAs have no per-thread counts to walk
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -86,27 +82,6 @@ class WarpgroupModel:
         self._found: dict[tuple, tuple[dict[str, float], int] | None] = {}
         self.evaluations = 0
 
-    def bound(self, params: Mapping[str, Any]) -> Prediction:
-        """A lower bound on every completion of the partial ``params``: each resource at its
-        least over the completions."""
-        completions = [self._resources(tuple(sorted(p.items())))
-                       for p in self.space.points(params)
-                       if all(p[name] in self.values[name] for name in p)]
-        self.evaluations += len(completions)
-        fitting = [r for r in completions if r is not None]
-        if not fitting:
-            return unfit(self.flops)
-        least = {name: min(r[0][name] for r in fitting) for name in RESOURCES}
-        binding, seconds = combined(least, estimate=False)
-        floor = combined(least, estimate=True)[1]
-        return Prediction(seconds, binding, least,
-                          f"{binding} {least[binding] * 1e3:.3g} ms at least (a lower bound)",
-                          self.flops, floor=floor)
-
-    def least(self) -> float:
-        """The launch and the compulsory DRAM traffic: below every candidate's estimate."""
-        return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
-
     def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
                  ) -> Prediction:
         """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
@@ -131,10 +106,6 @@ class WarpgroupModel:
     def register_pressure(self, params: Mapping[str, Any]) -> float:
         return self._registers(params) / self.gpu.register_cap(
             WARPGROUP * params["warpgroups"])
-
-    def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
-        """The estimate of a generated kernel of this program with ptxas's registers."""
-        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     def parts_seconds(self, split: int) -> float:
         """No split reduction: nothing to add."""
