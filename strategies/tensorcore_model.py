@@ -135,9 +135,11 @@ class EnumeratingModel:
     """What the models of the MMA strategies share (the tensor-core one, the warpgroup one in
     :mod:`.warpgroup_model`): a space small enough to enumerate, so a bound is each resource at
     its least over the completions, and a kernel's estimate is the candidate's with ptxas's
-    registers. A subclass sets ``space``, ``values``, ``gpu``, ``flops``, ``compulsory`` and
-    ``evaluations`` and gives ``_resources(items, registers)``, whose first item is the
-    seconds of each of :data:`RESOURCES`, and ``estimate``."""
+    registers. A subclass sets ``space``, ``values``, ``gpu``, ``flops``, ``compulsory``,
+    ``evaluations`` and ``_found`` (a dict) and gives ``_compute(params, registers)``: a
+    complete candidate's seconds of each of :data:`RESOURCES`, its resident warps per SM and
+    its LSU wavefronts per MMA, or None where a block does not fit an SM; and
+    ``_because(binding, seconds)``."""
 
     walkable = False  # a warp's MMA statements have no per-thread counts to walk
 
@@ -163,9 +165,33 @@ class EnumeratingModel:
         bound does, in seconds): the launch and the compulsory DRAM traffic."""
         return LAUNCH_SECONDS + self.compulsory / self.gpu.dram_bandwidth
 
+    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
+                 ) -> Prediction:
+        """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
+        the register estimate."""
+        self.space.check(params)
+        self.evaluations += 1
+        found = self._resources(tuple(sorted(params.items())),
+                                compiled.registers if compiled else None)
+        if found is None:
+            return unfit(self.flops)
+        seconds, warps, wavefronts = found
+        binding, total = combined(seconds, estimate=True)
+        return Prediction(total, binding, seconds, self._because(binding, seconds), self.flops,
+                          wavefronts=wavefronts, warps=warps)
+
     def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
         """The estimate of a generated kernel of this program with ptxas's registers."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+    def _resources(self, items: tuple, registers: int | None = None
+                   ) -> tuple[dict[str, float], int, float] | None:
+        """:meth:`_compute` of a complete candidate (its items), remembered: a bound reads
+        every completion of its node."""
+        key = (items, registers)
+        if key not in self._found:
+            self._found[key] = self._compute(dict(items), registers)
+        return self._found[key]
 
 
 class TensorCoreModel(EnumeratingModel):
@@ -206,21 +232,6 @@ class TensorCoreModel(EnumeratingModel):
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.model.model.Model's) --------------------------------
-
-    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
-                 ) -> Prediction:
-        """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
-        the register estimate."""
-        self.space.check(params)
-        self.evaluations += 1
-        found = self._resources(tuple(sorted(params.items())),
-                                compiled.registers if compiled else None)
-        if found is None:
-            return unfit(self.flops)
-        seconds, warps, wavefronts = found
-        binding, total = combined(seconds, estimate=True)
-        return Prediction(total, binding, seconds, self._because(binding, seconds), self.flops,
-                          wavefronts=wavefronts, warps=warps)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -388,16 +399,6 @@ class TensorCoreModel(EnumeratingModel):
         if self.bytes < 4:
             return math.ceil(elements * self.bytes / 4 / 32)
         return 2 * elements / 32
-
-    def _resources(self, items: tuple, registers: int | None = None
-                   ) -> tuple[dict[str, float], int, float] | None:
-        """Every resource's seconds of a complete candidate (its items), its resident warps
-        per SM and its LSU wavefronts per MMA; None where a block does not fit an SM.
-        Remembered: a bound reads every completion of its node."""
-        key = (items, registers)
-        if key not in self._found:
-            self._found[key] = self._compute(dict(items), registers)
-        return self._found[key]
 
     def _compute(self, p: dict[str, Any], registers: int | None
                  ) -> tuple[dict[str, float], int, float] | None:

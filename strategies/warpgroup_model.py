@@ -31,12 +31,6 @@ from typing import Any
 from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
-from treduda.model.prediction import (
-    Compiled,
-    Prediction,
-    combined,
-    unfit,
-)
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
@@ -79,23 +73,8 @@ class WarpgroupModel(EnumeratingModel):
                            ) * self.bytes
         widths = tensorcore_tiles.copy_widths(program, found)
         self.widths = (None, None) if program.dtype == "float32" else (widths[a], widths[b])
-        self._found: dict[tuple, tuple[dict[str, float], int] | None] = {}
+        self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0
-
-    def estimate(self, params: Mapping[str, Any], compiled: Compiled | None = None
-                 ) -> Prediction:
-        """The predicted time of a complete candidate; ``compiled`` (ptxas's report) replaces
-        the register estimate."""
-        self.space.check(params)
-        self.evaluations += 1
-        found = self._resources(tuple(sorted(params.items())),
-                                compiled.registers if compiled else None)
-        if found is None:
-            return unfit(self.flops)
-        seconds, warps = found
-        binding, total = combined(seconds, estimate=True)
-        return Prediction(total, binding, seconds, self._because(binding, seconds),
-                          self.flops, warps=warps)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -114,15 +93,8 @@ class WarpgroupModel(EnumeratingModel):
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
 
-    def _resources(self, items: tuple, registers: int | None = None
-                   ) -> tuple[dict[str, float], int] | None:
-        key = (items, registers)
-        if key not in self._found:
-            self._found[key] = self._compute(dict(items), registers)
-        return self._found[key]
-
     def _compute(self, p: dict[str, Any], registers: int | None
-                 ) -> tuple[dict[str, float], int] | None:
+                 ) -> tuple[dict[str, float], int, float] | None:
         g = self.gpu
         clock = g.clock_ghz * 1e9
         tile = warpgroup_tile(p, self.program)
@@ -166,7 +138,7 @@ class WarpgroupModel(EnumeratingModel):
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
-        return seconds, occupancy * warps
+        return seconds, occupancy * warps, 0.0  # the tensor cores read the operands, not the LSUs
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu
