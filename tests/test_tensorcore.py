@@ -10,7 +10,7 @@ import math
 
 import numpy as np
 import pytest
-from conftest import bound_paths_hold, formulas_name_their_relations
+from conftest import MMA_CASES, bound_paths_hold, formulas_name_their_relations
 from treduda.strategies.tensorcore_tiles import gemm_groups, mma_shape
 
 import treduda
@@ -30,17 +30,9 @@ KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 40, "j": 50, "k": 70}  # no multiple of any fragment shape
 ONE_WARP = {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, "frags_k": 1}
-# Scaled-down TCCG rows (treduda/suites/tccg_fp32.tsv), a batched GEMM and updates
+# The shared GEMM-shaped cases (conftest.MMA_CASES) and two updates
 CASES = {
-    "tccg_01": ("C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 20, "b": 12, "c": 24, "d": 18}),
-    "tccg_03": ("C[a,b,c,d]=A[d,b,e,a]*B[e,c]", {"a": 6, "b": 5, "c": 24, "d": 7, "e": 20}),
-    "tccg_05": ("C[a,b,c,d]=A[e,b,a,d]*B[c,e]", {"a": 4, "b": 6, "c": 20, "d": 5, "e": 19}),
-    "tccg_09": ("C[a,b,c,d]=A[e,a]*B[e,b,c,d]", {"a": 18, "b": 5, "c": 4, "d": 3, "e": 22}),
-    "tccg_10": ("C[a,b,c,d]=A[e,b]*B[a,e,c,d]", {"a": 3, "b": 17, "c": 4, "d": 5, "e": 20}),
-    # M, N and K each a group of two indices
-    "tccg_20": ("C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]",
-                {"a": 7, "b": 5, "c": 6, "d": 4, "e": 5, "f": 3}),
-    "batched": ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 3, "i": 20, "j": 18, "k": 24}),
+    **MMA_CASES,
     "update": ("C[i,j] += alpha*A[i,k]*B[k,j]", {"i": 33, "j": 17, "k": 41}),
     "scaled": ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 33, "j": 17, "k": 41}),
 }

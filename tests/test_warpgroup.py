@@ -8,6 +8,7 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import MMA_CASES
 
 import treduda
 from treduda.codegen import ir, serial
@@ -59,17 +60,8 @@ def test_updates_layouts_and_groups_match_einsum(expression, sizes):
     assert _compile(expression, sizes).verify().ok
 
 
-# Scaled-down TCCG rows (treduda/suites/tccg_fp32.tsv) and a batched GEMM
-CASES = {
-    "tccg_03": ("C[a,b,c,d]=A[d,b,e,a]*B[e,c]", {"a": 6, "b": 5, "c": 24, "d": 7, "e": 20}),
-    "tccg_05": ("C[a,b,c,d]=A[e,b,a,d]*B[c,e]", {"a": 4, "b": 6, "c": 20, "d": 5, "e": 19}),
-    "tccg_09": ("C[a,b,c,d]=A[e,a]*B[e,b,c,d]", {"a": 18, "b": 5, "c": 4, "d": 3, "e": 22}),
-    "tccg_10": ("C[a,b,c,d]=A[e,b]*B[a,e,c,d]", {"a": 3, "b": 17, "c": 4, "d": 5, "e": 20}),
-    # M, N and K each a group of two indices
-    "tccg_20": ("C[a,b,c,d]=A[a,e,b,f]*B[d,f,c,e]",
-                {"a": 7, "b": 5, "c": 6, "d": 4, "e": 5, "f": 3}),
-    "batched": ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {"b": 3, "i": 20, "j": 18, "k": 24}),
-}
+CASES = {name: MMA_CASES[name]
+         for name in ("tccg_03", "tccg_05", "tccg_09", "tccg_10", "tccg_20", "batched")}
 
 
 def test_grouped_indices_match_einsum():
