@@ -113,7 +113,6 @@ from .tensorcore_tiles import (
     copy_shape,
     copy_widths,
     gemm_groups,
-    interleaving,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -163,7 +162,7 @@ def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]
     return span is None or span[1] >= limit
 
 
-def _interleaved_row(e: ir.Expr, rows: int, runs: int, run_bytes: int, pitch: int) -> ir.Expr:
+def _interleaved_row(e: ir.Expr, runs: int, order: tuple[int, int] | None) -> ir.Expr:
     """The tile row that copy ``e`` (of ``runs`` runs a row) writes. Shared memory serves a
     request 128 bytes (a wavefront) at a time, so a phase of ``128 / run_bytes`` threads
     (eight of 16-byte cp.async runs) writes several short rows at once, which a padded pitch
@@ -171,14 +170,14 @@ def _interleaved_row(e: ir.Expr, rows: int, runs: int, run_bytes: int, pitch: in
     (what ``Kernel.counters()`` counted on every GEMM pick's A tile), and no padding keeps
     fragment loads free of conflicts too. So the rows a phase writes are ``S`` apart, ``S``
     the least stride whose rows fall on distinct banks (4 at that pitch), in blocks of
-    ``R S`` rows (``R`` rows a phase): copy ``e`` of row ``q = e / runs`` writes row
-    ``R S (q / (R S)) + S (q % R) + (q / R) % S``, a permutation of each block. Rows as long
-    as a wavefront, or a tile whose rows no stride parts, keep ``q``."""
+    ``R S`` rows (``R`` rows a phase, ``order`` = ``(R, S)``, :func:`copy_shape`'s): copy
+    ``e`` of row ``q = e / runs`` writes row ``R S (q / (R S)) + S (q % R) + (q / R) % S``,
+    a permutation of each block. Without an ``order`` (rows as long as a wavefront, a tile
+    whose rows no stride parts, a swizzled tile) it keeps ``q``."""
     q = quotient(e, runs)
-    found = interleaving(rows, runs, run_bytes, pitch)
-    if found is None:
+    if order is None:
         return q
-    per_phase, stride = found
+    per_phase, stride = order
     block = per_phase * stride
     return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
                 remainder(quotient(q, per_phase), stride))
@@ -360,10 +359,7 @@ class Builder:
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        bytes_ = dtypes.itemsize(self.program.dtype)
-        # a swizzled tile places a phase's runs on distinct banks itself
-        row = (quotient(e, runs) if self.swizzled
-               else _interleaved_row(e, rows, runs, width * bytes_, shape["pitch"]))
+        row = _interleaved_row(e, runs, shape["order"])
         column = times(width, remainder(e, runs))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"

@@ -352,9 +352,11 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     """How the block's copies of ``tensor``'s tile are dealt: the tile's ``rows`` and
     ``columns``, whether its rows run along the free group (``row_is_free``: M for A, N
     for B) or along K, the elements one copy moves (``width``: the cp.async width, else 1),
-    the ``runs`` of a row and the row ``pitch`` in bytes (padding included). A builder whose
-    block is not the parameters' own (the warpgroup one's) gives its ``tile`` extents and
-    the operand tile's ``pad``."""
+    the ``runs`` of a row, the row ``pitch`` in bytes (padding included) and the ``order``
+    of the rows a phase writes (:func:`interleaving`'s, or None: in turn, as in a swizzled
+    tile, which places a phase's runs on distinct banks itself). A builder whose block is not
+    the parameters' own (the warpgroup one's) gives its ``tile`` extents and the operand
+    tile's ``pad``."""
     found = gemm_groups(program)
     a = found[0][0]
     tile = tile_extents(p, mma_shape(program)) if tile is None else tile
@@ -366,8 +368,11 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     width = widths.get(tensor) or 1
     pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
     size = dtypes.itemsize(program.dtype)
+    runs, pitch = columns // width, (columns + pad) * size
+    order = (None if p.get("shared_layout", "pad") == "swizzle"
+             else interleaving(rows, runs, width * size, pitch))
     return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
-            "width": width, "runs": columns // width, "pitch": (columns + pad) * size}
+            "width": width, "runs": runs, "pitch": pitch, "order": order}
 
 
 def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int | None = None
@@ -392,10 +397,7 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     rows, runs, width = shape["rows"], shape["runs"], shape["width"]
     e = np.arange(rows * runs)
     q = e // runs
-    # a swizzled tile places a phase's runs on distinct banks itself: its rows in order
-    order = (None if p.get("shared_layout", "pad") == "swizzle"
-             else interleaving(rows, runs, width * dtypes.itemsize(program.dtype),
-                               shape["pitch"]))
+    order = shape["order"]
     if order is not None:
         per_phase, apart = order
         block = per_phase * apart
