@@ -48,6 +48,7 @@ import islpy as isl
 
 from treduda.codegen import ir
 from treduda.frontend.dtypes import STORED, registers
+from treduda.polyhedral.ast_build import GRID_YZ_LIMIT, INT32_LIMIT
 from treduda.polyhedral.geometry import (
     AXES,
     GROUP,
@@ -257,6 +258,13 @@ class Tiled(Strategy):
                 return tile <= covering(group_extent(axes[n], sizes), POWERS_OF_TWO)
             rules.append(Constraint(f"the {a} tile is no larger than its dimension needs",
                                     ("order", f"block_{a}", f"reg_{a}"), fits))
+        # Only an output of more values than the x axis holds blocks can need more blocks.
+        if math.prod(sizes[i] for i in program.output_indices) > INT32_LIMIT:
+            rules.append(Constraint(
+                f"the grid holds the tiles: at most {INT32_LIMIT} blocks along x (with the y and z "
+                f"axes' blocks folded into it where they exceed {GRID_YZ_LIMIT})",
+                ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES)),
+                lambda p: grid_x_blocks(program, p) <= INT32_LIMIT))
         if self.limits.sm_count:
             rules.append(self._filling_rule(program, self.limits.sm_count))
         longest = max((sizes[i] for s in program.statements for i in s.summed), default=0)
@@ -464,6 +472,22 @@ def tile_blocks(program: Program, p: Mapping[str, Any]) -> int:
         tile = p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]
         extent = group_extent(group, sizes)
         blocks = blocks // extent * -(-extent // tile)
+    return blocks
+
+
+def grid_x_blocks(program: Program, p: Mapping[str, Any]) -> int:
+    """Blocks along the grid's x axis (without a split, which only small grids take): the x
+    tiles, times the y or z tiles where those exceed what their own axis holds, times one
+    block per value of every output index not on an axis (all folded into x, see
+    :mod:`treduda.polyhedral.ast_build`)."""
+    sizes = program.sizes
+    on_axes = groups(p["order"])
+    blocks = math.prod(sizes[i] for i in program.output_indices
+                       if not any(i in group for group in on_axes))
+    for n, group in enumerate(on_axes):
+        tiles = -(-group_extent(group, sizes) // (p[f"block_{AXES[n]}"] * p[f"reg_{AXES[n]}"]))
+        if n == 0 or tiles > GRID_YZ_LIMIT:
+            blocks *= tiles
     return blocks
 
 

@@ -16,7 +16,7 @@ from treduda.errors import StrategyError
 from treduda.frontend.contraction import analyse
 from treduda.frontend.merge import merge
 from treduda.model.gpus import gpu
-from treduda.polyhedral.ast_build import GRID_YZ_LIMIT
+from treduda.polyhedral.ast_build import GRID_YZ_LIMIT, INT32_LIMIT
 from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda
@@ -112,6 +112,18 @@ def test_y_beyond_the_grid_limit_is_folded_into_x():
                              params={"order": "j,i", "block_x": 4, "block_y": 1})
     assert kernel.grid == (GRID_YZ_LIMIT + 2, 1, 1)
     assert kernel.verify().ok
+
+
+def test_search_takes_tiles_a_grid_can_hold():
+    """A 10^12-row GEMM fits a grid only with tiles of 466 rows or more (or with i folded
+    into x beside a short axis): the search's rule on blocks along x finds such tiles instead
+    of choosing small ones that no launch allows."""
+    expression = treduda.contract_expression("ij,jk->ik", (10**12, 2), (2, 3))
+    kernel = expression.kernel
+    assert kernel.grid[0] <= INT32_LIMIT
+    with pytest.raises(StrategyError, match="grid holds the tiles"):
+        treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 10**12, "j": 3, "k": 2},
+                        strategy="tiled", params={"order": "i,j", "block_x": 32, "reg_x": 4})
 
 
 def test_symbolic_kernel_refuses_a_grid_no_gpu_launches():
