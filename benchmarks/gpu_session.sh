@@ -51,7 +51,8 @@ EOF
 # It prints each bundle's kernels, size and time; then the programs, and the folder's sizes.
 prepare() {
   mkdir -p "$BUNDLES"
-  local ccsd started=$SECONDS
+  local ccsd started=$SECONDS load
+  load=$(cut -d' ' -f1 /proc/loadavg 2>/dev/null)  # a time on shared cores needs the load beside it
   ccsd=$(awk -F'\t' 'tolower($4) ~ /ccsd/ {print $1}' treduda/suites/tccg_fp64.tsv | paste -sd,)
   plan | while read -r name options; do
     [ $# -gt 0 ] && [[ " $* " != *" ${name#*_} "* ]] && continue
@@ -65,7 +66,8 @@ prepare() {
       -o "$BUNDLES/$(printf %02d $(($(plan | wc -l) + 1)))_programs.zip"
     echo "prepare: programs in $((SECONDS - begun)) s"
   fi
-  echo "prepare: $((SECONDS - started)) s in all"
+  echo "prepare: $((SECONDS - started)) s in all (load average $load at the start," \
+    "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null) at the end, on $(nproc) cores)"
   "$PYTHON" - "$BUNDLES" <<'EOF'
 import json, pathlib, sys, zipfile
 total = 0

@@ -82,7 +82,12 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per thread);
     a group that holds no operand's fastest index keeps the output's order (M, N), which its
     write through shared memory follows, or A's (K), and so does a free group whose output's
-    writes outnumber its operand's reads (:func:`_read_order`)."""
+    writes outnumber its operand's reads (:func:`_read_order`). Worked out once per program
+    (:meth:`~treduda.polyhedral.lower.Program.derived`)."""
+    return program.derived("gemm_groups", _gemm_groups)
+
+
+def _gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     if program.sizes is None or len(reduces) != 1:
         return None

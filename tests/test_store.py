@@ -18,6 +18,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import needs_nvcc
 
 import treduda
 from treduda import api
@@ -249,3 +250,27 @@ def test_a_kernel_store_size_that_is_not_a_number_is_refused(monkeypatch):
     monkeypatch.setenv("TREDUDA_KERNEL_STORE_MB", "lots")
     with pytest.raises(treduda.errors.TredudaError, match="TREDUDA_KERNEL_STORE_MB"):
         TuningCache()
+
+
+@needs_nvcc
+def test_a_checked_search_keeps_its_winner_for_compile_to_load(tmp_path):
+    """search(check=True) generates its winner for ptxas; with a cache, compile() of that
+    winner (treduda bench's next step) loads it instead of generating it again."""
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    result = treduda.search(GEMM, SIZES, "H100", check=True, cache=cache)
+    assert result.best.compiled is not None  # ptxas reported on it: it was generated
+    assert cache.kernels() >= 1
+    kernel = treduda.compile(GEMM, SIZES, strategy=result.best.strategy,
+                             params=result.best.params, cache=cache)
+    assert kernel.stored is not None
+    a, b = _gemm_operands(4)
+    np.testing.assert_allclose(kernel.run(A=a, B=b), a @ b, rtol=1e-4, atol=1e-4)
+
+
+@needs_nvcc
+def test_a_checked_search_without_a_cache_stores_nothing(tmp_path):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    result = treduda.search(GEMM, SIZES, "H100", check=True)
+    kernel = treduda.compile(GEMM, SIZES, strategy=result.best.strategy,
+                             params=result.best.params, cache=cache)
+    assert kernel.stored is None

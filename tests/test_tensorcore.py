@@ -387,3 +387,17 @@ def test_every_tccg_tensor_core_kernel_multiplies_on_tensor_cores():
             assert report.main_loop_mma > 0, kernel.expression
             looped += 1
     assert looped >= 40
+
+
+def test_the_index_groups_are_worked_out_once_per_program():
+    """A search asks the program's index groups for each candidate: they are derived once
+    (Program.derived), and again for a program replaced by another."""
+    program = plan("C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 24, "b": 40, "c": 16, "d": 32},
+                   dtype="float16")
+    assert gemm_groups(program) is gemm_groups(program)
+    calls = []
+    assert program.derived("probe", lambda p: calls.append(p) or len(calls)) == 1
+    assert program.derived("probe", lambda p: calls.append(p) or len(calls)) == 1
+    replaced = dataclasses.replace(program, layout="F")
+    assert replaced.derived("probe", lambda p: calls.append(p) or len(calls)) == 2
+    assert calls == [program, replaced]

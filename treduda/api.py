@@ -158,8 +158,11 @@ def search(expr: str, /, sizes: Mapping[str, int], gpu: str | Gpu | None = None,
     result = search_program(program, gpu, strategy=options.strategy or DEFAULT_STRATEGY,
                             values=values, progress=progress, max_nodes=max_nodes,
                             budget=options.budget)
-    result = policy.reranked(result, refine, options.measure, _Generator.of(program, gpu), check)
-    policy.remember(policy.store_of(cache), program, result, "treduda.search()")
+    store = policy.store_of(cache)
+    generate = _Generator.of(program, gpu, store)
+    result = policy.reranked(result, refine, options.measure, generate, check)
+    policy.remember(store, program, result, "treduda.search()")
+    generate.keep_made()
     return result
 
 
@@ -204,12 +207,13 @@ class _Generator:
         self.contraction, self.problem, self.sizes, self.gpu = contraction, problem, sizes, gpu
         self.store = store
         self._made: dict[str, Kernel] = {}
+        self._asked: dict[str, tuple[str, dict[str, Any]]] = {}  # how each was asked for
         self._program = program
 
     @classmethod
-    def of(cls, program: Program, gpu: Gpu) -> _Generator:
-        """The kernels of a planned ``program``, none stored."""
-        return cls(program.original, program.identity, program.expression_sizes, gpu,
+    def of(cls, program: Program, gpu: Gpu, store: TuningCache | None = None) -> _Generator:
+        """The kernels of a planned ``program``, kept in ``store`` where given."""
+        return cls(program.original, program.identity, program.expression_sizes, gpu, store,
                    program=program)
 
     @property
@@ -235,6 +239,7 @@ class _Generator:
             if key not in self._made:
                 self._made[key] = (self._stored(asked)
                                    or _generated(self.program, strategy, params))
+                self._asked[key] = (strategy, dict(params or {}))
             return self._made[key]
 
     def known(self, strategy: str, params: Mapping[str, Any]) -> bool:
@@ -262,6 +267,16 @@ class _Generator:
 
         policy.later(write)
         return kernel
+
+    def keep_made(self) -> None:
+        """Keep every kernel made here in the kernel store (:meth:`keep`), and return once they
+        are written: search()'s check generates its winner, which compile() then loads instead
+        of generating it again (a second or more at full size)."""
+        if self.store is None:
+            return
+        for key, kernel in self._made.items():
+            self.keep(kernel, *self._asked[key])
+        policy.finish_background()
 
     def _stored(self, asked: Identity) -> Kernel | None:
         """The kernel store's kernel ``asked`` names, or None (a damaged one is reported)."""

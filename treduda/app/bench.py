@@ -229,7 +229,9 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0,
     not ``verify``); record the winner's ``rivals`` best rivals
     (:meth:`~treduda.tuning.search_result.SearchResult.rivals`) and generate them at full size
     too, here: the kernel store keeps them for whoever times or exports them next (another
-    process than this cluster worker, often).
+    process than this cluster worker, often). The search keeps its winner in the tuning cache
+    and the kernels ptxas's check generated (the winner's among them) in the kernel store,
+    from which the winner is loaded instead of generated again.
 
     Any exception fails this row only, recorded with the stage it happened in."""
     row = case.row
@@ -239,7 +241,7 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0,
     try:
         started = time.perf_counter()
         result = search(row.expression, row.sizes, gpu, max_nodes=max_nodes, check=True,
-                        **options)
+                        cache=True, **options)
         record_search(outcome, result, time.perf_counter() - started)
         best = result.best
         if rivals:

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any, TypeVar
 
 import islpy as isl
 
@@ -75,6 +76,9 @@ class Statement:
     formulas: tuple[tuple[ir.Expr, ...], ...] | None = None
 
 
+Derived = TypeVar("Derived")
+
+
 @dataclass(frozen=True)
 class Program:
     """The polyhedral program of a contraction, before any strategy has touched it.
@@ -99,6 +103,18 @@ class Program:
     # parts to a workspace that a second kernel adds up in a fixed order).
     deterministic: bool = False
     precision: str = HIGHEST  # how the sums' products round their inputs (dtypes.PRECISIONS)
+    # what was derived from the program alone, by name (:meth:`derived`); a replaced program
+    # starts empty
+    _derived: dict[str, Any] = field(default_factory=dict, init=False, repr=False,
+                                     compare=False)
+
+    def derived(self, name: str, compute: Callable[[Program], Derived]) -> Derived:
+        """``compute(self)``, remembered under ``name``: a search asks the same of the program
+        for each of its many thousand candidates (the tensor-core model's index groups took a
+        fifth of a TCCG row's search)."""
+        if name not in self._derived:
+            self._derived[name] = compute(self)
+        return self._derived[name]
 
     @property
     def identity(self) -> Identity:
