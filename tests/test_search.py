@@ -122,6 +122,18 @@ def test_the_cache_keeps_measured_times_apart_from_predicted_ones(tmp_path):
     assert entry.value["params"] == kernel.params and entry.value["seconds"] > 0
 
 
+def test_a_search_without_timings_leaves_a_measured_entry_alone(tmp_path):
+    cache = TuningCache(tmp_path / "tuning.sqlite3")
+    sizes = {"i": 40, "j": 24, "k": 17}
+    treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache, measure=True)
+    [before] = cache.entries()
+    assert before.value["measured"] is not None
+    found = search("C[i,j] = A[i,k]*B[k,j]", sizes, cache=cache, max_nodes=BUDGET)
+    assert found.best.measured is None
+    [after] = cache.entries()
+    assert after.value == before.value
+
+
 def test_compile_tunes_once_then_reuses_the_cache(tmp_path):
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     sizes = {"i": 96, "j": 80, "k": 33}

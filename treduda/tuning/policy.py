@@ -377,6 +377,14 @@ def cache_value(result: SearchResult, by: str, checking: bool = False) -> dict[s
 def remember(store: TuningCache | None, program: Program, result: SearchResult,
              by: str, checking: bool = False) -> None:
     """Keep ``result``, the search of ``program``, in the tuning cache ``store`` (if any), as
-    found ``by`` whom (:func:`cache_value`), ``checking`` where ptxas's check is running."""
-    if store is not None:
-        store.put(CacheKey.of(program, result.gpu.name), cache_value(result, by, checking))
+    found ``by`` whom (:func:`cache_value`), ``checking`` where ptxas's check is running. A
+    measured entry is never replaced by an unmeasured result: a prediction does not overrule
+    a timing (``treduda bench`` searches every row it runs with the cache)."""
+    if store is None:
+        return
+    key = CacheKey.of(program, result.gpu.name)
+    if result.best.measured is None:
+        kept = store.get(key)
+        if kept is not None and kept.get("measured"):
+            return
+    store.put(key, cache_value(result, by, checking))
