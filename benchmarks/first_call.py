@@ -60,7 +60,9 @@ def counted(name, function):
         work[name] += 1
         return function(*args, **kwargs)
     return call
+generation = getattr(treduda, "generation", api)  # an older checkout made kernels in api
 for module, name, key in ((api, "_generated", "kernels"),  # each kernel made (isl, codegen)
+                          (generation, "generated", "kernels"),
                           (policy, "search_program", "searches")):  # each search of a step
     if hasattr(module, name):  # (an older checkout may lack them: no count then)
         setattr(module, name, counted(key, getattr(module, name)))

@@ -238,7 +238,9 @@ def nothing_planned(monkeypatch, tmp_path):
         return reached
     for name, what in (("_kept", "planning a kernel"), ("_kept_plan", "planning a path"),
                        ("_kept_incremental", "incremental tuning"), ("plan", "isl planning"),
-                       ("_generated", "kernel generation"), ("search_program", "the search")):
+                       ("search_program", "the search")):
         monkeypatch.setattr(treduda.api, name, spy(what))
+    monkeypatch.setattr(treduda.generation, "generated", spy("kernel generation"))
+    monkeypatch.setattr(treduda.generation, "plan", spy("isl planning"))
     monkeypatch.setattr(treduda.tuning.policy, "search_program", spy("the search"))
     monkeypatch.setattr(treduda.tuning.paths, "plan", spy("costing a path's step"))

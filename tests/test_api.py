@@ -13,7 +13,7 @@ import pytest
 from conftest import needs_nvcc, strategy_names
 
 import treduda
-from treduda import api
+from treduda import api, generation
 from treduda.errors import (
     ArgumentError,
     DtypeError,
@@ -111,8 +111,8 @@ def test_out_and_the_output_name_together_are_refused():
 
 
 def test_a_repeated_contract_generates_and_builds_its_kernel_once(monkeypatch):
-    build, builds = api.build, []
-    monkeypatch.setattr(api, "build", lambda *args: builds.append(args) or build(*args))
+    build, builds = generation.build, []
+    monkeypatch.setattr(generation, "build", lambda *args: builds.append(args) or build(*args))
     rng = np.random.default_rng(3)
     a, b = rng.standard_normal((23, 17)), rng.standard_normal((17, 29))  # sizes no test shares
     programs = opencl._program.cache_info().misses
@@ -133,7 +133,8 @@ def test_compile_keeps_its_kernel_and_contract_after_it_reuses_it(monkeypatch):
     chosen = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes, strategy="tiled",
                              params={"block_x": 8, "reg_x": 2})
     searched = treduda.compile("C[i,j] = A[i,k]*B[k,j]", sizes)
-    for owner, name in ((api, "build"), (policy, "search_program"), (api.TuningCache, "get")):
+    for owner, name in ((generation, "build"), (policy, "search_program"),
+                        (api.TuningCache, "get")):
         monkeypatch.setattr(owner, name, lambda *args, name=name, **kwargs: pytest.fail(name))
     again = treduda.compile("C[i,j] = A[i,k]*B[k,j]", dict(reversed(sizes.items())),
                             strategy="tiled", params={"reg_x": 2, "block_x": 8})

@@ -30,11 +30,11 @@ TRIED = 3  # candidates the tests try: few, each is generated and built on its f
 
 # What a new process reports after its first call (the cache named by $TREDUDA_CACHE).
 NEW_PROCESS = f"""
-import json, numpy as np, treduda, treduda.api, treduda.tuning.incremental
+import json, numpy as np, treduda, treduda.api, treduda.generation, treduda.tuning.incremental
 treduda.tuning.incremental.SAMPLES = 1  # as the test that wrote the cache
 def unplanned(*args, **kwargs):
     raise AssertionError("planned with isl: the trials and the winner's kernel are stored")
-treduda.api.plan = unplanned
+treduda.api.plan = treduda.generation.plan = unplanned
 rng = np.random.default_rng(1)
 a, b = (rng.standard_normal(s).astype(np.float32) for s in {SHAPES!r})
 planned = treduda.contract_expression({EXPR!r}, a.shape, b.shape, tune="incremental")

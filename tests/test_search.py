@@ -11,7 +11,8 @@ import numpy as np
 import pytest
 
 import treduda
-from treduda.api import _Generator, search
+from treduda.api import search
+from treduda.generation import Generator
 from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
@@ -101,7 +102,7 @@ def test_re_ranking_returns_a_new_result_and_leaves_the_searched_one_alone():
     program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 40})
     found = search_program(program, "A100", max_nodes=BUDGET)
     before = (found.best, found.candidates)
-    walked = reranked(found, 2, False, _Generator.of(program, found.gpu))
+    walked = reranked(found, 2, False, Generator.of(program, found.gpu))
     assert walked.best.walked is not None and walked.candidates == found.candidates
     assert (found.best, found.candidates) == before and found.best.walked is None
     assert isinstance(found.candidates, tuple)

@@ -21,7 +21,7 @@ import pytest
 from conftest import needs_nvcc
 
 import treduda
-from treduda import api
+from treduda import api, generation
 from treduda.frontend.identity import Identity
 from treduda.polyhedral.lower import plan
 from treduda.tuning.cache import CacheKey, CacheWarning, TuningCache
@@ -49,7 +49,7 @@ SCRIPT = r"""
 import json, sys
 import islpy, numpy as np
 import treduda
-from treduda import api
+from treduda import api, generation
 from treduda.polyhedral import lower
 
 def refuse(name):
@@ -61,7 +61,7 @@ if sys.argv[2] == "refuse":
     for name in ("Set", "Map", "UnionSet", "UnionMap", "BasicSet", "BasicMap", "AstBuild"):
         setattr(islpy, name, refuse("islpy." + name))
     lower.lower = refuse("the lowering")
-    api.build = refuse("the AST build")
+    generation.build = refuse("the AST build")
     api.policy.search_program = refuse("the search")
 seen = []
 for case in json.loads(sys.argv[1]):
@@ -162,7 +162,7 @@ def test_a_record_that_does_not_decode_is_reported_and_generated_again(tmp_path)
     generated, cache = _fresh(tmp_path)
     record = generated.record()
     record["signature"]["@"] = "Subprocess"  # a class the decoder does not build
-    cache.put_kernel(generated.identity, api.generator_version(), record)
+    cache.put_kernel(generated.identity, generation.generator_version(), record)
     with pytest.warns(CacheWarning, match="unknown class 'Subprocess'"):
         again = treduda.compile(GEMM, SIZES, cache=cache)
     assert again.stored is None and again.verify().ok
@@ -172,9 +172,9 @@ def test_a_kernel_of_another_code_generator_is_replaced(tmp_path, monkeypatch):
     _, cache = _fresh(tmp_path)
     kept = cache.kernels()
     builds = []
-    build = api.build
-    monkeypatch.setattr(api, "build", lambda *args: builds.append(args) or build(*args))
-    monkeypatch.setattr(api, "generator_version", lambda: "another generator")
+    build = generation.build
+    monkeypatch.setattr(generation, "build", lambda *args: builds.append(args) or build(*args))
+    monkeypatch.setattr(generation, "generator_version", lambda: "another generator")
     again = treduda.compile(GEMM, SIZES, cache=cache)
     finish_background()
     assert again.stored is None and len(builds) == 1 and cache.kernels() == kept  # replaced
