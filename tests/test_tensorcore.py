@@ -405,3 +405,17 @@ def test_short_rows_side_by_side_in_memory_are_copied_in_whole_sectors():
     assert gemm_groups(kernel.program)[3] == ("f", "b_c")
     loads = kernel.counters(steps=2).of("B", "ldgsts")
     assert loads.per_request == loads.ideal_per_request == 12
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_a_free_group_in_its_operands_order_runs_without_hazards_on_tensor_cores(arch):
+    """The short rows' case, N in B's memory order (f before b_c, against the output's):
+    the emulator computes einsum's result without a hazard and nvcc multiplies on HMMA."""
+    expression, sizes = CASES["short_rows"]
+    kernel = _compile(expression, sizes, "float16", "highest", "F",
+                      params={"stages": 2, "async_copy": True, "mapping": "mma"})
+    assert gemm_groups(kernel.program)[3] == ("f", "b_c")
+    assert kernel.verify(backend="emulator").ok and kernel.hazards() == []
+    assert sass_report(kernel.cuda_source, arch)[0].mma > 0
