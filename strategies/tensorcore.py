@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from treduda.errors import StrategyError
+from treduda.frontend import dtypes
 from treduda.polyhedral.geometry import AXES, GROUP
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import (
@@ -59,7 +60,9 @@ SPLITS = (1, 2, 4, 8)
 STAGES = (1, 2, 3, 4)  # buffers per operand tile (CUTLASS 2.x's sm_80 GEMMs take 3 to 5)
 # Accumulator fragments per warp: each 16x16 float fragment takes 8 registers of each thread,
 # so 16 (a 64x64 warp tile, as CUTLASS's GEMMs take) hold 128 of them; the model's register
-# count rules out what spills.
+# count rules out what spills. 3xTF32 holds two per fragment product (its small products sum
+# apart): its 4x4 fragments took ptxas's 255 registers and 581 spill loads and stores a step
+# (GEMM 4096^3, 2x2 warps, sm_90), its 4x2 174 registers and none.
 FRAGMENT_BUDGET = 16
 
 
@@ -136,6 +139,7 @@ class TensorCore(Strategy):
         extent = {axis: math.prod(sizes[i] for i in group)
                   for axis, group in zip("mnk", (m, n, k), strict=True)}
         budget = self.limits.dynamic_shared_per_block  # the printer goes dynamic past 48 KB
+        pieces = 2 if program.precision == dtypes.TF32X3 else 1  # accumulators per product
 
         def covers(axis: str, p: Mapping[str, Any]) -> bool:
             """No more tile than the extent needs: one fragment, or the tile without its
@@ -178,7 +182,7 @@ class TensorCore(Strategy):
                        <= self.limits.threads_per_block),
             Constraint(f"at most {FRAGMENT_BUDGET} accumulator fragments per warp",
                        ("frags_m", "frags_n"),
-                       lambda p: p["frags_m"] * p["frags_n"] <= FRAGMENT_BUDGET),
+                       lambda p: pieces * p["frags_m"] * p["frags_n"] <= FRAGMENT_BUDGET),
             Constraint("the M tile is no larger than M needs", ("warps_m", "frags_m"),
                        lambda p: covers("m", {**p, "warps_n": 1, "frags_n": 1, "frags_k": 1})),
             Constraint("the N tile is no larger than N needs", ("warps_n", "frags_n"),

@@ -118,11 +118,19 @@ WMMA_ROUNDING_INSTRUCTIONS = 2
 MMA_SYNC_LOAD_INSTRUCTIONS = 3
 # Instructions per word of a TF32 fragment the "mma" mapping reads by shared loads (B's where
 # its tile's rows run along N: ldmatrix cannot transpose 32-bit values): the LDS and its
-# share of the addresses; and per word its rounding, one cvt.rna.tf32.f32 (3xTF32's two
-# pieces [EST] two on average). GEMM 4096^3 TF32, the tiles above: SASS 567 a step (67 LDS,
-# 16 LDSM, 128 HMMA.1688, 128 roundings), the model 564; WMMA 902 (256 HMMA.1684)
+# share of the addresses; and per word its rounding, one cvt.rna.tf32.f32 (3xTF32's residual
+# piece: :data:`MMA_SYNC_RESIDUAL_INSTRUCTIONS` more). GEMM 4096^3 TF32, the tiles above:
+# SASS 567 a step (67 LDS, 16 LDSM, 128 HMMA.1688, 128 roundings), the model 564; WMMA 902
+# (256 HMMA.1684)
 MMA_SYNC_WORD_INSTRUCTIONS = 3.5
 MMA_SYNC_ROUNDING_INSTRUCTIONS = 1
+# Instructions per word of 3xTF32's residual piece on the "mma" mapping, which rounds the
+# values its high piece loaded (ptxas loads them once): td_tf32_lo (templates/precision.j2)
+# subtracts the value's TF32 rounding, done again in software as cvt.rna's is not shared, and
+# rounds the difference (two LOP3, VIADD, ISETP and SEL or FSEL each, and an FADD). GEMM
+# 4096^3 3xTF32, 2x2 warps of 4x4 fragments, 4 per step: its SASS main loop (sm_90) issues
+# 1408 more instructions a step than TF32's for its 128 words, and the same LDS and LDSM
+MMA_SYNC_RESIDUAL_INSTRUCTIONS = 11
 # Instructions a swizzled tile (shared_layout "swizzle") adds to each copy into it and each
 # fragment load from it: the same GEMM, swizzled, issues 27 more a step (101 integer
 # instructions, 74 padded) for its 32 ldmatrix and 12 cp.async
@@ -338,7 +346,9 @@ class TensorCoreModel(EnumeratingModel):
         The "mma" mapping loads a fragment by one ldmatrix.x4 and its address's share
         (:data:`MMA_SYNC_LOAD_INSTRUCTIONS`), or a TF32 fragment that ldmatrix would have
         to transpose by a shared load per word (:data:`MMA_SYNC_WORD_INSTRUCTIONS`), rounds
-        TF32 by cvt.rna and multiplies 16x16 fragments in two mma.sync; swizzled tiles add
+        TF32 by cvt.rna (3xTF32's residual, from the same loaded values, by
+        :data:`MMA_SYNC_RESIDUAL_INSTRUCTIONS` more) and multiplies 16x16 fragments in two
+        mma.sync; swizzled tiles add
         :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
         m, n, k = self.shape
         copies = runs = 0.0
@@ -363,7 +373,9 @@ class TensorCoreModel(EnumeratingModel):
                 MMA_SYNC_LOAD_INSTRUCTIONS if self.bytes == 2 or direct
                 else MMA_SYNC_WORD_INSTRUCTIONS * m * k // 32
                 for direct in (self.row_a, not self.row_b))  # ldmatrix, not transposed
-            rounding = MMA_SYNC_ROUNDING_INSTRUCTIONS * rounds
+            frags_a, frags_b = tile["frags_m"], tile["frags_n"]  # the pieces share the loads
+            rounding = (MMA_SYNC_ROUNDING_INSTRUCTIONS
+                        + (self.pieces - 1) * MMA_SYNC_RESIDUAL_INSTRUCTIONS) if rounds else 0
         else:
             words_a, words_b = self._load_instructions(m * k), self._load_instructions(k * n)
             rounding = WMMA_ROUNDING_INSTRUCTIONS * rounds

@@ -76,13 +76,12 @@ def gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     None where ``program`` is not one product of two distinct tensors summed into an output
     indexed by them.
 
-    A group is linearised in the memory order of the operand whose fastest index it holds
-    (M: A's, N: B's, K: A's or else B's), so that consecutive elements of the group are
-    consecutive in that operand and its tile's copies read them side by side (tccg_20's
-    ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per thread);
-    a group that holds no operand's fastest index keeps the output's order (M, N), which its
-    write through shared memory follows, or A's (K), and so does a free group whose output's
-    writes outnumber its operand's reads (:func:`_read_order`). Worked out once per program
+    A group is linearised in the memory order of its operand (M: A's, N: B's; K: A's, or
+    B's where it holds B's fastest index and not A's), so that consecutive elements of the
+    group are as close as the operand holds them and its tile's copies read them side by side
+    (tccg_20's ``B[d,f,c,e]`` read along the output's ``c`` was 8064 elements apart per
+    thread); a free group whose output's writes outnumber its operand's reads keeps the
+    output's order (:func:`_read_order`). Worked out once per program
     (:meth:`~treduda.polyhedral.lower.Program.derived`)."""
     return program.derived("gemm_groups", _gemm_groups)
 
@@ -123,13 +122,17 @@ def _in_order(group: tuple[str, ...], order: tuple[str, ...]) -> tuple[str, ...]
 
 def _read_order(group: tuple[str, ...], order: tuple[str, ...], output: tuple[str, ...],
                 reduced: int, other: int) -> tuple[str, ...]:
-    """A free ``group`` (in the output's order) in its operand's memory ``order``
-    (:func:`_in_order`), unless that moves the output's fastest index from its lead while
-    the output's writes outnumber the operand's reads: each output element is written once,
-    the operand read ``reduced / BN`` times per output element (BN the other group's tile,
-    at most ``other`` and :data:`LARGEST_TILE`). tccg_31's ``A[d,e,g,a]`` read along ``d_e``
-    (K = 24) made its output, written along ``d_e`` too, 9600 elements apart per thread."""
-    ordered = _in_order(group, order)
+    """A free ``group`` (in the output's order) in its operand's memory ``order``, whether or
+    not it holds the operand's fastest index: where K's indices come first in memory, the
+    tile's rows (one value of the group each) then lie side by side in the tensor and a warp's
+    copies of short rows read whole sectors (tccg_31's ``B[g,f,b_c]``, rows of 24 values of
+    ``g``, read along ``b_c`` took 16 sectors a request where 12 hold them); unless that moves
+    the output's fastest index from its lead while the output's writes outnumber the
+    operand's reads: each output element is written once, the operand read ``reduced / BN``
+    times per output element (BN the other group's tile, at most ``other`` and
+    :data:`LARGEST_TILE`). tccg_31's ``A[d,e,g,a]`` read along ``d_e`` (K = 24) made its
+    output, written along ``d_e`` too, 9600 elements apart per thread."""
+    ordered = tuple(i for i in order if i in group)
     if (output and group and group[0] == output[0] and ordered[0] != group[0]
             and reduced < min(other, LARGEST_TILE)):
         return group

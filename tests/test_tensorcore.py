@@ -23,6 +23,7 @@ from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load
 from treduda.tuning.search import Searcher, offered, search_program
 
 KINDS = [("float16", "highest"), ("bfloat16", "highest"), ("float32", "tf32"),
@@ -35,6 +36,9 @@ CASES = {
     **MMA_CASES,
     "update": ("C[i,j] += alpha*A[i,k]*B[k,j]", {"i": 33, "j": 17, "k": 41}),
     "scaled": ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 33, "j": 17, "k": 41}),
+    # B's N group holds no fastest index of B, whose K comes first: N in B's memory order
+    "short_rows": ("C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]",
+                   {"a": 3, "b": 2, "c": 3, "d": 4, "e": 3, "f": 5, "g": 12}),
 }
 
 
@@ -401,3 +405,31 @@ def test_the_index_groups_are_worked_out_once_per_program():
     replaced = dataclasses.replace(program, layout="F")
     assert replaced.derived("probe", lambda p: calls.append(p) or len(calls)) == 2
     assert calls == [program, replaced]
+
+
+def test_short_rows_side_by_side_in_memory_are_copied_in_whole_sectors():
+    """tccg_31's B[g,f,b,c] (K = g, 24 values, 48 bytes) in B's memory order along N: the
+    tile's rows lie side by side in B, so a request of eight rows reads the 12 sectors that
+    hold them (16 when N followed the output's order and each row started a sector)."""
+    row = next(r for r in load("tccg_fp16") if r.id == "tccg_31")
+    kernel = _compile(row.expression, row.sizes, "float16", "highest", row.layout,
+                      params={"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4,
+                              "frags_k": 2, "split": 1, "stages": 2, "shared_layout": "pad",
+                              "async_copy": True, "mapping": "mma"})
+    assert gemm_groups(kernel.program)[3] == ("f", "b_c")
+    loads = kernel.counters(steps=2).of("B", "ldgsts")
+    assert loads.per_request == loads.ideal_per_request == 12
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+def test_a_free_group_in_its_operands_order_runs_without_hazards_on_tensor_cores(arch):
+    """The short rows' case, N in B's memory order (f before b_c, against the output's):
+    the emulator computes einsum's result without a hazard and nvcc multiplies on HMMA."""
+    expression, sizes = CASES["short_rows"]
+    kernel = _compile(expression, sizes, "float16", "highest", "F",
+                      params={"stages": 2, "async_copy": True, "mapping": "mma"})
+    assert gemm_groups(kernel.program)[3] == ("f", "b_c")
+    assert kernel.verify(backend="emulator").ok and kernel.hazards() == []
+    assert sass_report(kernel.cuda_source, arch)[0].mma > 0
