@@ -167,6 +167,29 @@ def test_without_a_loop_the_share_is_over_the_whole_kernel() -> None:
     assert parse_sass("", "sm_90") == []
 
 
+# A single-step reduction as nvdisasm prints it: a copy loop with no FFMA, then the unrolled
+# FFMAs outside every loop.
+ONE_STEP = """\
+//--------------------- .text.one_step           --------------------------
+one_step:
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   LDG.E R6, desc[UR4][R8.64] ;
+        /*0020*/                   STS [R0], R6 ;
+        /*0030*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0040*/              @P0 BRA `(.L_x_0) ;
+        /*0050*/                   FFMA R2, R3, R4, R2 ;
+        /*0060*/                   FFMA R5, R3, R4, R5 ;
+        /*0070*/                   EXIT ;
+"""
+
+
+def test_a_loop_without_fmas_is_not_the_main_loop() -> None:
+    (report,) = parse_sass(ONE_STEP, "sm_90")
+    assert (report.main_loop_instructions, report.main_loop_ffma) == (8, 2)
+    assert report.ffma_share == pytest.approx(2 / 8)
+
+
 def test_nvdisasm_labels_delimit_loops() -> None:
     (report,) = parse_sass(NVDISASM, "sm_80")
     assert (report.kernel, report.arch, report.instructions) == ("loop_k", "sm_80", 6)

@@ -202,13 +202,18 @@ def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
     the whole kernel.
 
     A loop is ``[target, branch]`` for a branch backwards; several branches back to one
-    target (``continue``) close the same loop, so the last of them delimits it.
+    target (``continue``) close the same loop, so the last of them delimits it. A loop with
+    no FMA or MMA is no main loop: where the reduction takes a single step, its unrolled
+    FFMAs lie outside every loop (a copy or epilogue loop may remain), so the share is over
+    the whole kernel.
     """
     ends: dict[int, int] = {}
     for instruction in body:
         if instruction.target is not None and instruction.target < instruction.address:
             ends[instruction.target] = max(ends.get(instruction.target, 0), instruction.address)
-    loops = [[i for i in body if start <= i.address <= end] for start, end in ends.items()]
+    loops = [loop for start, end in ends.items()
+             if _count_fma(loop := [i for i in body if start <= i.address <= end])
+             + _count(loop, _MMA)]
     if not loops:
         return body
     return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
