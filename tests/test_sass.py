@@ -168,7 +168,7 @@ def test_without_a_loop_the_share_is_over_the_whole_kernel() -> None:
 
 
 # A single-step reduction as nvdisasm prints it: a copy loop with no FFMA, then the unrolled
-# FFMAs outside every loop.
+# FFMAs outside every loop, for full blocks and (after the branch) for edge blocks.
 ONE_STEP = """\
 //--------------------- .text.one_step           --------------------------
 one_step:
@@ -178,16 +178,23 @@ one_step:
         /*0020*/                   STS [R0], R6 ;
         /*0030*/                   IADD3 R0, R0, 0x1, RZ ;
         /*0040*/              @P0 BRA `(.L_x_0) ;
-        /*0050*/                   FFMA R2, R3, R4, R2 ;
-        /*0060*/                   FFMA R5, R3, R4, R5 ;
-        /*0070*/                   EXIT ;
+        /*0050*/              @P1 BRA `(.L_x_1) ;
+        /*0060*/                   LDS R3, [R0] ;
+        /*0070*/                   FFMA R2, R3, R4, R2 ;
+        /*0080*/                   FFMA R5, R3, R4, R5 ;
+        /*0090*/                   EXIT ;
+.L_x_1:
+        /*00a0*/                   FFMA R2, R3, R4, R2 ;
+        /*00b0*/                   EXIT ;
 """
 
 
-def test_a_loop_without_fmas_is_not_the_main_loop() -> None:
+def test_without_an_fma_loop_the_main_code_is_the_straight_run_with_the_most_fmas() -> None:
+    # The copy loop holds no FFMA; of the straight runs, the full blocks' one (no test
+    # inside) has 2 FFMAs, the edge blocks' one 1.
     (report,) = parse_sass(ONE_STEP, "sm_90")
-    assert (report.main_loop_instructions, report.main_loop_ffma) == (8, 2)
-    assert report.ffma_share == pytest.approx(2 / 8)
+    assert (report.main_loop_instructions, report.main_loop_ffma) == (4, 2)
+    assert report.ffma_share == pytest.approx(2 / 4)
 
 
 def test_nvdisasm_labels_delimit_loops() -> None:
