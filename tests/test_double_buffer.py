@@ -99,15 +99,13 @@ def test_double_buffered_gemm_compiles_without_spills():
     assert kernel.cuda_source.count("__syncthreads()") == 2  # before the first step, per step
 
 
-def test_the_model_prices_the_barrier_saved_and_the_buffers_bookkeeping():
+def test_the_model_prices_the_barriers_saved():
     program = compiled("gemm").program
     model = Model(program, gpu("H100"))
     single = model.estimate({**COMPLETE, "double_buffer": False})
     double = model.estimate({**COMPLETE, "double_buffer": True})
-    # one barrier a step fewer, but the alternating buffers' addresses cost more
-    # (tests/test_issue_model.py says by how much)
-    assert double.resources["issue"] > single.resources["issue"]
-    # one step (k = 23 <= 32) needs two barriers either way, and alternates nothing
+    assert double.resources["issue"] < single.resources["issue"]
+    # one step (k = 23 <= 32) needs two barriers either way: nothing saved
     one_step = {**COMPLETE, "step": 32}
     assert (model.estimate({**one_step, "double_buffer": True}).resources["issue"]
             == model.estimate({**one_step, "double_buffer": False}).resources["issue"])

@@ -63,7 +63,7 @@ def test_each_async_copy_counts_its_address_arithmetic(model):
 
 def test_a_double_buffer_costs_its_bookkeeping_each_step(model, monkeypatch):
     # One barrier a step fewer, but the alternating buffers' addresses and the pipeline's
-    # tests: tccg_31's SASS spent 17 to 51 more instructions an iteration double-buffered.
+    # tests: tccg_31's SASS spent 17 to 51 more instructions a step double-buffered.
     def copies(double_buffer: bool) -> float:
         return model.issue_instructions({**PICK, "double_buffer": double_buffer})["copies"]
 

@@ -30,14 +30,13 @@ ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a com
 # pick (nvcc 13, sm_90; A and B staged at step 4) a step issues 10 LDGSTS beside about 45
 # integer instructions, 8 of them the loops'.
 ASYNC_ADDRESS_INSTRUCTIONS = 3
-# Integer instructions per thread and iteration of the step loop that a double buffer adds: the
-# shared addresses of the buffer a step reads and the one it fills alternate, and the
-# pipeline's first and last steps are tested inside the loop. In the SASS of tccg_31's step-8
-# candidates (nvcc 13, sm_90) double buffering added 51 instructions an iteration to the
-# cp.async copies and 17 to the copies through registers (this is between them); counting
-# none, the model picked the double-buffered cp.async kernel (76.5% FFMA) over its
-# single-buffered twin (82.8%) and a single step of 32 (87.0%).
-DOUBLE_BUFFER_INSTRUCTIONS = 36
+# Integer instructions per thread and step that a double buffer adds: the shared addresses of
+# the buffer a step reads and the one it fills alternate, and the pipeline's first and last
+# steps are tested inside the loop. In the SASS of tccg_31's step-8 candidates (nvcc 13, sm_90)
+# double buffering added 51 instructions a step to the cp.async copies and 17 to the copies
+# through registers; counting none, the model picked the double-buffered cp.async kernel (76.5%
+# FFMA) over its single-buffered twin (82.8%) and a single step of 32 (87.0%).
+DOUBLE_BUFFER_INSTRUCTIONS = 24
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -299,12 +298,9 @@ class _Tiles:
 
     def pipeline_per_step(self, double_buffer: bool) -> float:
         """Instructions per thread and step of the staging's pipeline: its barriers and, double
-        buffered, the alternating buffers' bookkeeping (:data:`DOUBLE_BUFFER_INSTRUCTIONS`) on
-        the steps that follow another in the same loop (none with a single step)."""
-        barriers = self.barriers_per_step(double_buffer)
-        if not double_buffer:
-            return barriers
-        return barriers + DOUBLE_BUFFER_INSTRUCTIONS * (2 - barriers)
+        buffered, the alternating buffers' bookkeeping (:data:`DOUBLE_BUFFER_INSTRUCTIONS`)."""
+        extra = DOUBLE_BUFFER_INSTRUCTIONS if double_buffer and self.p["step"] else 0
+        return self.barriers_per_step(double_buffer) + extra
 
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
