@@ -167,6 +167,36 @@ def test_without_a_loop_the_share_is_over_the_whole_kernel() -> None:
     assert parse_sass("", "sm_90") == []
 
 
+# A single-step reduction as nvdisasm prints it: a copy loop with no FFMA, then the unrolled
+# FFMAs outside every loop, for full blocks and (after the branch) for edge blocks.
+ONE_STEP = """\
+//--------------------- .text.one_step           --------------------------
+one_step:
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   LDG.E R6, desc[UR4][R8.64] ;
+        /*0020*/                   STS [R0], R6 ;
+        /*0030*/                   IADD3 R0, R0, 0x1, RZ ;
+        /*0040*/              @P0 BRA `(.L_x_0) ;
+        /*0050*/              @P1 BRA `(.L_x_1) ;
+        /*0060*/                   LDS R3, [R0] ;
+        /*0070*/                   FFMA R2, R3, R4, R2 ;
+        /*0080*/                   FFMA R5, R3, R4, R5 ;
+        /*0090*/                   EXIT ;
+.L_x_1:
+        /*00a0*/                   FFMA R2, R3, R4, R2 ;
+        /*00b0*/                   EXIT ;
+"""
+
+
+def test_without_an_fma_loop_the_main_code_is_the_straight_run_with_the_most_fmas() -> None:
+    # The copy loop holds no FFMA; of the straight runs, the full blocks' one (no test
+    # inside) has 2 FFMAs, the edge blocks' one 1.
+    (report,) = parse_sass(ONE_STEP, "sm_90")
+    assert (report.main_loop_instructions, report.main_loop_ffma) == (4, 2)
+    assert report.ffma_share == pytest.approx(2 / 4)
+
+
 def test_nvdisasm_labels_delimit_loops() -> None:
     (report,) = parse_sass(NVDISASM, "sm_80")
     assert (report.kernel, report.arch, report.instructions) == ("loop_k", "sm_80", 6)

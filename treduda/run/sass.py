@@ -41,6 +41,7 @@ _FMA = {"FFMA", "DFMA"}
 _MMA = {"HMMA", "DMMA", "HGMMA"}
 # cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
 _ASYNC_COPY = {"LDGSTS"}
+_JUMPS = {"BRA", "BRX", "JMP", "JMX", "RET", "EXIT"}  # end a basic block
 # What a warp moves through shared memory per instruction: LDS/STS/LDGSTS 32 threads of their
 # width; LDSM (ldmatrix) 128 bytes per 8x8 matrix of 16-bit values, .2 or .4 of them.
 _SHARED = {"LDS", "STS", "LDGSTS"}
@@ -202,17 +203,35 @@ def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
     the whole kernel.
 
     A loop is ``[target, branch]`` for a branch backwards; several branches back to one
-    target (``continue``) close the same loop, so the last of them delimits it.
+    target (``continue``) close the same loop, so the last of them delimits it. A loop with
+    no FMA or MMA is no main loop: where the reduction takes a single step, its unrolled
+    FFMAs lie outside every loop (a copy loop may remain), and the straight run of code
+    holding the most of them (the full blocks' scan, which tests nothing) stands for it.
     """
     ends: dict[int, int] = {}
     for instruction in body:
         if instruction.target is not None and instruction.target < instruction.address:
             ends[instruction.target] = max(ends.get(instruction.target, 0), instruction.address)
-    loops = [[i for i in body if start <= i.address <= end] for start, end in ends.items()]
+    loops = [loop for start, end in ends.items()
+             if _count_fma(loop := [i for i in body if start <= i.address <= end])
+             + _count(loop, _MMA)]
     if not loops:
-        return body
+        loops = _straight_runs(body) if _count_fma(body) + _count(body, _MMA) else [body]
     return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
                                         loop[0].address))
+
+
+def _straight_runs(body: list[_Instruction]) -> list[list[_Instruction]]:
+    """The kernel cut into basic blocks: each ends at a branch and starts at a branch target."""
+    targets = {i.target for i in body if i.target is not None}
+    runs: list[list[_Instruction]] = [[]]
+    for instruction in body:
+        if instruction.address in targets and runs[-1]:
+            runs.append([])
+        runs[-1].append(instruction)
+        if instruction.opcode.split(".")[0] in _JUMPS:
+            runs.append([])
+    return [run for run in runs if run] or [body]
 
 
 def _count(body: list[_Instruction], opcodes: set[str]) -> int:
