@@ -36,7 +36,8 @@ from .fragments import (
     has_fragments,
     mma_mapped,
 )
-from .warpgroup import Warpgroup, has_warpgroups
+from .targets import specific_guard
+from .warpgroup import WARPGROUP_ARCH, Warpgroup, has_warpgroups
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -243,7 +244,8 @@ class Printer:
                  "mma_sync": (self.fragments.helpers()
                               if isinstance(self.fragments, MmaSync) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
-                 "warpgroup": d.fragments == "wmma" and has_warpgroups(self.kernel),
+                 "warpgroup": (specific_guard(WARPGROUP_ARCH)
+                               if d.fragments == "wmma" and has_warpgroups(self.kernel) else ""),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from . import ir
 from .simplify import plus, quotient, remainder, times
 
+WARPGROUP_ARCH = "sm_90"  # whose "a" variant has wgmma (:mod:`.targets`)
 WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 # the thread's number in its warpgroup, as the twin reads it
 GROUP_THREAD = "td_g"
