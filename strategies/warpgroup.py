@@ -10,10 +10,11 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
 float32.
 
-What this first slice leaves for later: the 128-byte swizzle (without it, the 16-byte runs a
-row's copies store are 128 bytes apart, on the same banks: ``Kernel.counters()`` counts 8
-ways on the operand tiles' shared stores), the tensor memory accelerator with mbarriers, warp
-specialisation, split reductions, cp.async for TF32 operands (rounded in registers). A search
+16-bit operand tiles whose lines can be 128 bytes are held in the 128-byte swizzle (see
+:mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their shared stores, where
+unswizzled core matrices take 8. What this slice leaves for later: the tensor memory
+accelerator with mbarriers, warp specialisation, split reductions, cp.async and the swizzle
+for TF32 operands (rounded in registers). A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is

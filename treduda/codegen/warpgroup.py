@@ -75,8 +75,11 @@ class Warpgroup:
         raise TypeError(f"cannot print statement {s!r}")
 
     def descriptor(self, first: ir.Load, layout: ir.CoreMatrices) -> str:
+        """The operand's descriptor; its start, a line's first element (not moved by the
+        swizzle), as the tile names it."""
+        leading, stride, swizzle = layout.descriptor()
         return (f"td_wgmma_descriptor(&{first.array}[{self.expr(first.offset)}], "
-                f"{layout.leading}, {layout.stride})")
+                f"{leading}, {stride}, {swizzle})")
 
     def multiply(self, s: ir.WarpgroupMultiply, pad: str) -> list[str]:
         """One ``wgmma.mma_async``: scale-d 1 (the accumulators are added to), A and B
