@@ -381,7 +381,8 @@ class Builder:
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
-        target = ir.Element(tile, (*self.buffer(), *self.tile_index(row, column, row_is_free)))
+        target = ir.Element(tile, (*self.buffer(),
+                                   *self.tile_index(tile, row, column, row_is_free)))
         # a thread's few copies unrolled (in the fragments' dimension, unlike the write's)
         unrolled = -(-rows * runs // self.threads) <= UNROLLED_COPIES
         point = self.point("t", ["1", step, str(STAGE_COPY), *(
@@ -456,9 +457,9 @@ class Builder:
         fragment loads round, where the precision asks)."""
         return source
 
-    def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
+    def tile_index(self, tile: str, row: ir.Expr, column: ir.Expr, row_is_free: bool
                    ) -> tuple[ir.Expr, ...]:
-        """The indices of an operand tile's element (``row``, ``column``) after its buffer:
+        """The indices of ``tile``'s element (``row``, ``column``) after its buffer:
         here the 2-D tile's own (a mapping with another layout says its own)."""
         return row, column
 

@@ -10,12 +10,15 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
 float32.
 
-What this first slice leaves for later: the 128-byte swizzle (without it, the 16-byte runs a
-row's copies store are 128 bytes apart, on the same banks: ``Kernel.counters()`` counts 8
-ways on the operand tiles' shared stores), the tensor memory accelerator with mbarriers, warp
-specialisation, split reductions, cp.async for TF32 operands (rounded in registers). The
-search offers it only where it is named (``strategy="warpgroup"``) and the target has wgmma
-(``gpu="H100"`` or ``"H200"``); its model is :mod:`treduda.strategies.warpgroup_model`.
+16-bit operand tiles whose lines can be 128 bytes are held in the 128-byte swizzle (see
+:mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their shared stores, where
+unswizzled core matrices take 8. What this slice leaves for later: the tensor memory
+accelerator with mbarriers, warp specialisation, split reductions, cp.async and the swizzle
+for TF32 operands (rounded in registers). A search
+of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
+never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
+(:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is
+:mod:`treduda.strategies.warpgroup_model`.
 """
 
 from __future__ import annotations
@@ -56,6 +59,16 @@ class Warpgroup(Strategy):
                    "operands in shared memory read through matrix descriptors, accumulators "
                    "in registers written through shared memory (float16, bfloat16, float32 "
                    "with precision tf32)")
+
+    offered = True  # ranked beside the default strategy; its space is a few hundred points
+
+    def applies(self, program: Program, gpu: Any) -> bool:
+        """Whether ``gpu`` has wgmma and it computes ``program``'s dtype and precision as
+        one (batched) GEMM of fixed sizes."""
+        return (gpu.warpgroup_mma and program.sizes is not None
+                and (program.dtype in DTYPES or program.dtype == "float32"
+                     and program.precision == dtypes.TF32)
+                and gemm_groups(program) is not None)
 
     def model(self, program: Program, gpu: Any, values: Mapping[str, tuple] | None = None
               ) -> WarpgroupModel:

@@ -5,16 +5,21 @@ What stays: the grouping of indices, the copies of each step's operand tiles (cp
 the operand's layout allows), their zero fill outside the tensors, the stages and the write
 through the shared C tile in the output's own layout (alpha, beta, ``+=``). What changes:
 
-* The operand tiles are laid out as wgmma reads them without swizzle (PTX ISA, "Shared Memory
-  Matrix Layout"; :class:`ir.CoreMatrices`), in core matrices of 128 contiguous bytes, each 8
-  rows of 16 bytes (``e`` elements) along the operand's contiguous index: K-major where that
-  is K (``X[buffer][k / e][row / 8][row % 8][k % e]``), MN-major where it is M's or N's
-  (``X[buffer][k / 8][row / e][k % 8][row % e]``, which wgmma reads transposed; 16-bit
-  operands only). Core matrices are 128 bytes apart along M or N (the descriptor's stride)
-  and a whole slice of the tile apart along K (its leading offset). So a copy's runs, along
-  the operand's contiguous index, land in a core matrix's row, and cp.async takes every
-  16-bit operand; TF32 operands, K-major only and rounded on their way (:meth:`copied`), are
-  copied through registers.
+* The operand tiles are laid out as wgmma reads them (PTX ISA, "Shared Memory Matrix
+  Layout"; :class:`ir.CoreMatrices`), in blocks of 8 lines along the operand's contiguous
+  index: K-major where that is K (``X[buffer][k / w][row / 8][row % 8][k % w]``), MN-major
+  where it is M's or N's (``X[buffer][k / 8][row / w][k % 8][row % w]``, which wgmma reads
+  transposed; 16-bit operands only). A 16-bit tile whose lines can be 128 bytes (``w = 64``:
+  K-major where a step is 64 values, ``frags_k`` 4; MN-major where its rows are a multiple
+  of 64) takes the 128-byte swizzle: each 1024-byte atom of 8 lines holds line ``r``'s
+  16-byte chunk ``c`` at chunk ``c ^ r`` (:attr:`ir.Local.swizzle`, the descriptor's
+  layout type 1), so that a warp's 16-byte copies along a line, and the MMA's reads of 8
+  lines at one chunk, fall on distinct banks; the pool of tiles starts at 1024 bytes
+  (:func:`ir.shared_alignment`). Other tiles keep core matrices of 16-byte lines (``w = e``,
+  no swizzle), whose copies store 128 bytes apart, on the same banks (8 ways). Blocks are
+  one block's bytes apart along M or N and a whole slice of the tile apart along K. So a
+  copy's runs land in a line, and cp.async takes every 16-bit operand; TF32 operands,
+  K-major only and rounded on their way (:meth:`copied`), are copied through registers.
 * A block is ``warpgroups`` warpgroups of 128 threads, warpgroup ``g`` holding
   ``frags_m`` accumulators of 64 x BN, rows ``64 (frags_m g + f)`` on, each ``BN / 2`` float
   registers of a thread (:class:`ir.WarpgroupMultiply`'s layout), in one register array.
@@ -65,6 +70,10 @@ from .tensorcore_tiles import (
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
 WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
+# ir.Local.swizzle of a swizzled tile of 16-bit values: the line number (bits 6-8 of an
+# element's offset, lines of 64) XOR'd into its 16-byte chunk's (bits 3-5), CUTLASS's
+# Swizzle<3,4,3> of byte addresses that the descriptor's 128-byte swizzle names
+SWIZZLE_SHIFT = 6
 
 
 def wgmma_k(program: Program) -> int:
@@ -114,6 +123,14 @@ class WarpgroupBuilder(Builder):
         self.asynchronous = any(w is not None for w in self.widths.values())
         # From three asynchronous stages one step's MMAs stay in flight while the next
         # step's are issued, and the copies run a step less ahead (see the module's doc)
+        # 16-bit tiles whose lines (along the contiguous index) can be 128 bytes are held in
+        # the 128-byte swizzle (see the module's doc)
+        line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
+        self.swizzled = {tile: not self.tf32 and (self.tile["k"] == line if k_major
+                                                  else rows % line == 0)
+                         for tile, rows, k_major in zip((A_TILE, B_TILE),
+                                                        (self.tile["m"], self.tile["n"]),
+                                                        self.k_major(), strict=True)}
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
 
@@ -144,18 +161,24 @@ class WarpgroupBuilder(Builder):
             return ir.Call(ir.Function.TF32, (source,))
         return source
 
-    def blocking(self, k_major: bool) -> tuple[int, int]:
-        """Elements of K and of the rows (M or N) in one core matrix."""
-        return (self.per_row, CORE_ROWS) if k_major else (CORE_ROWS, self.per_row)
+    def line(self, tile: str) -> int:
+        """Elements of a line of ``tile``'s blocks: 16 bytes, or 128 where it is swizzled."""
+        return (ir.SWIZZLE_BYTES if self.swizzled[tile] else CORE_ROW_BYTES
+                ) // dtypes.itemsize(self.program.dtype)
 
-    def tile_index(self, row: ir.Expr, column: ir.Expr, row_is_free: bool
+    def blocking(self, tile: str, k_major: bool) -> tuple[int, int]:
+        """Elements of K and of the rows (M or N) in one block of ``tile``."""
+        line = self.line(tile)
+        return (line, CORE_ROWS) if k_major else (CORE_ROWS, line)
+
+    def tile_index(self, tile: str, row: ir.Expr, column: ir.Expr, row_is_free: bool
                    ) -> tuple[ir.Expr, ...]:
-        """The core matrices' indices (see the module's doc): the 2-D tile's rows are the
-        operand's rows where they are free (K the column, the operand's contiguous index),
-        else K; TF32 tiles, copied through registers, are K-major either way."""
+        """The blocks' indices (see the module's doc): the 2-D tile's rows are the operand's
+        rows where they are free (K the column, the operand's contiguous index), else K;
+        TF32 tiles, copied through registers, are K-major either way."""
         free, k = (row, column) if row_is_free else (column, row)
         k_major = row_is_free or self.tf32
-        along_k, along_rows = self.blocking(k_major)
+        along_k, along_rows = self.blocking(tile, k_major)
         return (quotient(k, along_k), quotient(free, along_rows),
                 *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
                   else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
@@ -167,10 +190,11 @@ class WarpgroupBuilder(Builder):
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A's and B's tile shapes (after the buffer)."""
         shapes = []
-        for rows, k_major in zip((self.tile["m"], self.tile["n"]), self.k_major(), strict=True):
-            along_k, along_rows = self.blocking(k_major)
+        for tile, rows, k_major in zip((A_TILE, B_TILE), (self.tile["m"], self.tile["n"]),
+                                       self.k_major(), strict=True):
+            along_k, along_rows = self.blocking(tile, k_major)
             shapes.append((self.tile["k"] // along_k, rows // along_rows, CORE_ROWS,
-                           self.per_row))
+                           self.line(tile)))
         return shapes[0], shapes[1]
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
@@ -184,12 +208,15 @@ class WarpgroupBuilder(Builder):
         super().sync(name, tail, stepped, body, beyond)
 
     def layouts(self) -> tuple[ir.CoreMatrices, ir.CoreMatrices]:
-        """A's and B's descriptors: core matrices 128 bytes apart along M or N, a slice of
-        the tile's K apart along K."""
+        """A's and B's descriptors: blocks of 8 lines one block apart along M or N, a slice
+        of the tile's K apart along K."""
         layouts = []
-        for shape, k_major in zip(self.shapes(), self.k_major(), strict=True):
-            core = CORE_ROWS * CORE_ROW_BYTES
-            layouts.append(ir.CoreMatrices(shape[1] * core, core, k_major))
+        size = dtypes.itemsize(self.program.dtype)
+        for tile, shape, k_major in zip((A_TILE, B_TILE), self.shapes(), self.k_major(),
+                                        strict=True):
+            block = CORE_ROWS * self.line(tile) * size
+            layouts.append(ir.CoreMatrices(shape[1] * block, block, k_major,
+                                           self.swizzled[tile]))
         return layouts[0], layouts[1]
 
     def fragments(self) -> None:
@@ -206,18 +233,29 @@ class WarpgroupBuilder(Builder):
                      self.point("128*g + l", ["1", "ks", str(STAGE_MMA), position, "0", "0",
                                               "0"]))
         g, f, kf = ir.Var("g"), ir.Var("f"), ir.Var("kf")
-        (along_k_a, along_m), (along_k_b, _) = (self.blocking(k) for k in self.k_major())
+        (along_k_a, along_m), (along_k_b, _) = (
+            self.blocking(tile, k)
+            for tile, k in zip((A_TILE, B_TILE), self.k_major(), strict=True))
         a_layout, b_layout = self.layouts()
         rows = times(WARPGROUP_M // along_m, plus(times(frags_m, g), f))
+
+        def k_start(along_k: int) -> tuple[ir.Expr, ir.Expr]:
+            """Block and place in a line where the MMA's K slice starts: a slice of a
+            swizzled K-major line starts inside it, where the hardware's XOR of the line's
+            address finds it as the copies placed it."""
+            if k >= along_k:
+                return times(k // along_k, kf), ir.Int(0)
+            return ir.Int(0), times(k, kf)
+
+        (a_block, a_line), (b_block, b_line) = k_start(along_k_a), k_start(along_k_b)
+
         self.add("mma", Kind.REDUCE, [*self.prefix(), "ks", "g", "kf", "f", "l"],
                  f"{domain} and 0 <= kf < {p['frags_k']} and 0 <= f < {frags_m}",
                  ir.WarpgroupMultiply(ir.Element(FRAG_C, ()), ir.Element(A_TILE, ()),
                                       ir.Element(B_TILE, ()), self.shape, a_layout, b_layout),
                  [ir.Element(FRAG_C, (times(self.registers(), f),)),
-                  ir.Element(A_TILE, (*self.buffer(), times(k // along_k_a, kf), rows,
-                                      ir.Int(0), ir.Int(0))),
-                  ir.Element(B_TILE, (*self.buffer(), times(k // along_k_b, kf),
-                                      *(ir.Int(0),) * 3))],
+                  ir.Element(A_TILE, (*self.buffer(), a_block, rows, ir.Int(0), a_line)),
+                  ir.Element(B_TILE, (*self.buffer(), b_block, ir.Int(0), ir.Int(0), b_line))],
                  self.point("128*g + l", ["1", "ks", str(STAGE_MMA), "1", "kf", "0", "f"]))
 
     def locals(self) -> dict[str, ir.Local]:
@@ -228,8 +266,10 @@ class WarpgroupBuilder(Builder):
             t["n"], t["m"] + self.pads[C_TILE])
         a, b = self.shapes()
         return {
-            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored),
-            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored),
+            A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
+                             swizzle=SWIZZLE_SHIFT if self.swizzled[A_TILE] else 0),
+            B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
+                             swizzle=SWIZZLE_SHIFT if self.swizzled[B_TILE] else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),

@@ -24,7 +24,8 @@ def test_the_search_reads_the_strategies_marks_not_their_names():
     registered strategies set on their own class (a subclass does not inherit them)."""
     assert quick() == "tiled" and "thread_per_element" not in marked("quick")
     h100 = gpu("H100")
-    assert offered(plan(GEMM, SIZES, dtype="float16"), h100) == ("tiled+staged", "tensorcore")
+    assert offered(plan(GEMM, SIZES, dtype="float16"), h100) == ("tiled+staged", "tensorcore",
+                                                                  "warpgroup")
     assert offered(plan(GEMM, SIZES), h100) == ("tiled+staged",)  # no tensor cores for FP32
     assert offered(plan(GEMM, SIZES, dtype="float16"), h100, "tiled") == ("tiled",)
 

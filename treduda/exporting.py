@@ -18,6 +18,7 @@ from typing import Any
 
 from .bundle import FORMAT, MANIFEST, cubin_path, source_path
 from .codegen import ir, serial
+from .codegen.targets import cuda_target
 from .errors import ArgumentError, MissingSize
 from .kernel import Kernel, generator_version
 from .programs import Plan
@@ -108,7 +109,9 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes],
     sources = {"cuda": source_path(name, "cuda"), "opencl": source_path(name, "opencl")}
     files[sources["cuda"]] = kernel.cuda_source.encode()
     files[sources["opencl"]] = kernel.opencl_source.encode()
-    cubins = {arch: cubin_path(name, arch) for arch in targets}
+    # keyed by the GPU's architecture, which the runtime looks up; named for what nvcc built
+    # (sm_90a for a warpgroup kernel: codegen.targets)
+    cubins = {arch: cubin_path(name, cuda_target(kernel.cuda_source, arch)) for arch in targets}
     pending.update({member: (kernel.cuda_source, arch) for arch, member in cubins.items()})
     return {
         "expression": kernel.expression, "function": kernel.name,

@@ -329,35 +329,51 @@ WARPGROUP = 128  # threads: four warps
 @dataclass(frozen=True)
 class CoreMatrices:
     """How a warpgroup MMA finds an operand's elements in shared memory: a canonical layout
-    without swizzle of PTX ISA, "Shared Memory Matrix Layout" / "Matrix Descriptor Format"
-    (the descriptor's leading- and stride-dimension byte offsets, swizzle mode 0). The operand,
-    ``rows`` of M or N by k of K, is made of core matrices of 128 contiguous bytes: in the
-    K-major layout 8 rows of 16 bytes of consecutive K (``e = 16 / s`` elements of ``s``
-    bytes), ``stride`` bytes apart along M or N and ``leading`` bytes apart along K; in the
-    MN-major one (``k_major`` False, 16-bit operands only, wgmma's transpose) 8 K of 16 bytes
-    of consecutive rows, ``stride`` bytes apart along the rows and ``leading`` along K (CUTLASS
-    writes the two as ``((8,m),(T,2)):((1T,SBO),(1,LBO))`` and ``((T,1,m),(8,k)):((1,T,SBO),
-    (1T,LBO))`` in cute/atom/mma_traits_sm90_gmma.hpp, T = e)."""
+    of PTX ISA, "Shared Memory Matrix Layout" / "Matrix Descriptor Format" (the descriptor's
+    leading- and stride-dimension byte offsets and its swizzle mode). The operand, ``rows`` of
+    M or N by k of K, is made of blocks of 8 lines of ``w`` elements, contiguous: without
+    swizzle, core matrices of 16-byte lines (``w = e = 16 / s`` elements of ``s`` bytes); with
+    the 128-byte swizzle (``swizzled``), atoms of 128-byte lines (``w = 128 / s``), whose
+    16-byte chunks the tile's :attr:`Local.swizzle` places (line modulo 8 XOR'd into the
+    chunk's number, as the hardware reads them from a 1024-byte aligned atom). In the K-major
+    layout a line holds consecutive K of one row, ``stride`` bytes apart along M or N and
+    ``leading`` bytes apart along K; in the MN-major one (``k_major`` False, 16-bit operands
+    only, wgmma's transpose) consecutive rows at one K, ``stride`` bytes apart along the rows
+    and ``leading`` along K. CUTLASS writes them, in 16-byte units, as
+    ``((8,m),(T,2)):((1T,SBO),(1,LBO))`` and ``((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))`` without
+    swizzle, ``((8,n),2):((8,SBO),1)`` and ``((8,n),(8,k)):((1,LBO),(8,SBO))`` with it (cute/
+    atom/mma_traits_sm90_gmma.hpp): swizzled MN-major atoms take LBO along the rows and SBO
+    along K (:meth:`descriptor`), and K-major ones no LBO."""
 
-    leading: int  # bytes between core matrices adjacent along K
-    stride: int  # bytes between core matrices adjacent along M or N
+    leading: int  # bytes between blocks adjacent along K
+    stride: int  # bytes between blocks adjacent along M or N
     k_major: bool = True
+    swizzled: bool = False
 
     def offset(self, row: Expr, k: Expr, itemsize: int) -> Expr:
         """The offset of element (``row``, ``k``) from the operand's first, in elements of
-        ``itemsize`` bytes, as an expression of ``row`` and ``k``."""
-        e = 16 // itemsize
-        fast, slow = (k, row) if self.k_major else (row, k)  # along a core matrix's rows
+        ``itemsize`` bytes (before a swizzled tile places it), as an expression of ``row``
+        and ``k``."""
+        w = (SWIZZLE_BYTES if self.swizzled else 16) // itemsize
+        fast, slow = (k, row) if self.k_major else (row, k)  # along a line, across lines
 
         def term(value: Expr, divisor: int, scale: int, remainder: bool) -> Expr:
             part = Binary(Op.MOD if remainder else Op.DIV, value, Int(divisor))
             return Binary(Op.MUL, part, Int(scale))
 
-        return Binary(Op.ADD, Binary(Op.ADD, Binary(Op.MOD, fast, Int(e)),
-                                     term(slow, 8, e, True)),
+        return Binary(Op.ADD, Binary(Op.ADD, Binary(Op.MOD, fast, Int(w)),
+                                     term(slow, 8, w, True)),
                       Binary(Op.ADD,
-                             term(row, 8 if self.k_major else e, self.stride // itemsize, False),
-                             term(k, e if self.k_major else 8, self.leading // itemsize, False)))
+                             term(row, 8 if self.k_major else w, self.stride // itemsize, False),
+                             term(k, w if self.k_major else 8, self.leading // itemsize, False)))
+
+    def descriptor(self) -> tuple[int, int, int]:
+        """The descriptor's leading- and stride-dimension byte offsets and its layout type
+        (0 no swizzle, 1 the 128-byte swizzle): a swizzled K-major operand's K fits one line,
+        so its leading offset is unused (16, as CUTLASS sets it)."""
+        if not self.swizzled:
+            return self.leading, self.stride, 0
+        return (16, self.stride, 1) if self.k_major else (self.stride, self.leading, 1)
 
 
 @dataclass(frozen=True)
@@ -536,6 +552,21 @@ class KernelIR:
 # specific, must use dynamic shared memory ... and require an explicit opt-in").
 STATIC_SHARED_BYTES = 48 * 1024
 SHARED_ALIGNMENT = 128  # bytes: where each tile starts in dynamic shared memory
+# wgmma's 128-byte swizzle: the width of its lines, and the alignment of the 8-line atoms
+# whose line bits it XORs into the chunk bits of an address (PTX ISA, "Matrix Descriptor
+# Format": base offset 0 where the pattern starts at a 1024-byte boundary)
+SWIZZLE_BYTES = 128
+SWIZZLE_ALIGNMENT = 1024
+
+
+def shared_alignment(kernel: KernelIR) -> int:
+    """Where a block's pool of shared tiles starts: at :data:`SWIZZLE_ALIGNMENT` where a
+    warpgroup MMA reads a swizzled operand (its tiles' offsets in the pool are multiples of
+    it, their atoms' XOR then the hardware's), else :data:`SHARED_ALIGNMENT`."""
+    swizzled = any(isinstance(s, WarpgroupMultiply) and (s.a_layout.swizzled
+                                                         or s.b_layout.swizzled)
+                   for s in nested(kernel.body))
+    return SWIZZLE_ALIGNMENT if swizzled else SHARED_ALIGNMENT
 
 
 def shared_offsets(kernel: KernelIR) -> tuple[dict[str, int], int]:

@@ -36,7 +36,8 @@ from .fragments import (
     has_fragments,
     mma_mapped,
 )
-from .warpgroup import Warpgroup, has_warpgroups
+from .targets import specific_guard
+from .warpgroup import WARPGROUP_ARCH, Warpgroup, has_warpgroups
 
 INDENT = "  "
 LANES = "xyzw"  # the components of a vector of up to four, in both dialects
@@ -151,8 +152,8 @@ CUDA = Dialect(
     copy_async="td_copy_async{bytes}({target}, {source}, {read});",  # templates/copy_async.cu.j2
     commit_copies="td_copy_commit();", wait_copies="td_copy_wait<{pending}>();",
     copy_alignment=" __align__(16)",
-    dynamic_shared=f"extern __shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[];",
-    shared_pool=f"__shared__ __align__({ir.SHARED_ALIGNMENT}) unsigned char td_shared[{{bytes}}];",
+    dynamic_shared="extern __shared__ __align__({alignment}) unsigned char td_shared[];",
+    shared_pool="__shared__ __align__({alignment}) unsigned char td_shared[{bytes}];",
     shared_pointer="{type} *const {name} = reinterpret_cast<{type} *>(td_shared + {offset});")
 
 OPENCL = Dialect(
@@ -177,8 +178,7 @@ OPENCL = Dialect(
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
     lane="(int)(get_local_id(0) % 32)",
-    shared_pool=f"__local uchar td_shared[{{bytes}}] "
-                f"__attribute__((aligned({ir.SHARED_ALIGNMENT})));",
+    shared_pool="__local uchar td_shared[{bytes}] __attribute__((aligned({alignment})));",
     shared_pointer="__local {type} *const {name} = (__local {type} *)(td_shared + {offset});")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
@@ -243,7 +243,8 @@ class Printer:
                  "mma_sync": (self.fragments.helpers()
                               if isinstance(self.fragments, MmaSync) else None),
                  "async_copies": bool(d.copy_async) and self.copies,
-                 "warpgroup": d.fragments == "wmma" and has_warpgroups(self.kernel),
+                 "warpgroup": (specific_guard(WARPGROUP_ARCH)
+                               if d.fragments == "wmma" and has_warpgroups(self.kernel) else ""),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -278,8 +279,8 @@ class Printer:
         pooled = dynamic or ir.reuses_shared(self.kernel)
         if pooled:
             offsets, total = ir.shared_offsets(self.kernel)
-            pool = (self.dialect.dynamic_shared if dynamic
-                    else self.dialect.shared_pool.format(bytes=total))
+            pool = (self.dialect.dynamic_shared if dynamic else self.dialect.shared_pool).format(
+                bytes=total, alignment=ir.shared_alignment(self.kernel))
             lines.append(f"{INDENT}{pool}")
         for local in self.kernel.locals:
             if local.space is ir.Space.GLOBAL:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from . import ir
 from .simplify import plus, quotient, remainder, times
 
+WARPGROUP_ARCH = "sm_90"  # whose "a" variant has wgmma (:mod:`.targets`)
 WGMMA_TYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "tf32"}
 # the thread's number in its warpgroup, as the twin reads it
 GROUP_THREAD = "td_g"
@@ -74,8 +75,11 @@ class Warpgroup:
         raise TypeError(f"cannot print statement {s!r}")
 
     def descriptor(self, first: ir.Load, layout: ir.CoreMatrices) -> str:
+        """The operand's descriptor; its start, a line's first element (not moved by the
+        swizzle), as the tile names it."""
+        leading, stride, swizzle = layout.descriptor()
         return (f"td_wgmma_descriptor(&{first.array}[{self.expr(first.offset)}], "
-                f"{layout.leading}, {layout.stride})")
+                f"{leading}, {stride}, {swizzle})")
 
     def multiply(self, s: ir.WarpgroupMultiply, pad: str) -> list[str]:
         """One ``wgmma.mma_async``: scale-d 1 (the accumulators are added to), A and B

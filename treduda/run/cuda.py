@@ -23,12 +23,13 @@ from typing import Any
 
 import numpy as np
 
+from ..codegen.targets import cuda_target
 from ..errors import BackendUnavailable
 from ..frontend.dtypes import BFLOAT16
 from ..once import once_per_key
 from .device_arrays import cupy_module
 from .launch import Call, Launch
-from .nvrtc import include_options
+from .nvrtc import compile_nvrtc, include_options
 from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
@@ -57,7 +58,7 @@ class CupyRuntime:
         yield  # CuPy keeps a current device of its own
 
     def function(self, source: str, name: str, cubins: Mapping[str, bytes] | None = None):
-        binary = (cubins or {}).get(self.arch)
+        binary = _binary(source, self.arch, cubins)
         module = _cupy_module(source) if binary is None else _cupy_binary(binary)
         return module.get_function(name)
 
@@ -100,7 +101,7 @@ class PycudaRuntime:
             self.context.pop()
 
     def function(self, source: str, name: str, cubins: Mapping[str, bytes] | None = None):
-        binary = (cubins or {}).get(self.arch)
+        binary = _binary(source, self.arch, cubins)
         if binary is not None:
             return self.driver.module_from_buffer(binary).get_function(name)
         from pycuda.compiler import SourceModule
@@ -255,6 +256,24 @@ def _cached(kind: type) -> Runtime:
     """One runtime per process, made once however many threads ask first (a failed start
     is not cached: it raises every time)."""
     return kind()
+
+
+def _binary(source: str, arch: str, cubins: Mapping[str, bytes] | None) -> bytes | None:
+    """What the runtime loads in place of compiling ``source`` its own way: the caller's cubin
+    for ``arch``, else for a source that needs an architecture-specific target (wgmma:
+    sm_90a, :func:`~treduda.codegen.targets.cuda_target`), which neither runtime asks for
+    by itself, its PTX from NVRTC for that target (the driver loads PTX as it loads cubins);
+    None where the runtime compiles the source."""
+    binary = (cubins or {}).get(arch)
+    if binary is None and cuda_target(source, arch) != arch:
+        return _specific_ptx(source, arch)
+    return binary
+
+
+@functools.lru_cache(maxsize=256)
+def _specific_ptx(source: str, arch: str) -> bytes:
+    """NVRTC's PTX of ``source`` for ``arch``'s specific variant, compiled once."""
+    return compile_nvrtc(source, arch).encode()
 
 
 @functools.lru_cache(maxsize=256)

@@ -21,6 +21,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
 
 TIMEOUT_SECONDS = 300
@@ -167,9 +168,12 @@ def _target(arch: str) -> list[str]:
 
 @contextlib.contextmanager
 def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
-    """Compile ``source`` into a temporary cubin; yields its path and ptxas's log.
+    """Compile ``source`` into a temporary cubin for ``arch``, or its architecture-specific
+    variant where the source needs it (:func:`~treduda.codegen.targets.cuda_target`); yields
+    its path and ptxas's log.
 
     Any warning is an error. The cubin disappears when the ``with`` block ends."""
+    arch = cuda_target(source, arch)
     if not _ARCH.fullmatch(arch):
         raise CompileError(
             f"invalid CUDA architecture {arch!r}: expected 'sm_' and a compute capability, "
@@ -250,8 +254,14 @@ def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list
     if not unique:
         return []
     calls = min(len(unique), os.cpu_count() or 1)
-    groups = [unique[n::calls] for n in range(calls)]
-    with concurrent.futures.ThreadPoolExecutor(calls) as pool:
+    # a source that needs an architecture-specific target (wgmma: sm_90a) is compiled apart
+    # from the others, which keep ``arch``
+    targets: dict[str, list[str]] = {}
+    for source in unique:
+        targets.setdefault(cuda_target(source, arch), []).append(source)
+    groups = [group for same in targets.values() for n in range(calls)
+              if (group := same[n::calls])]
+    with concurrent.futures.ThreadPoolExecutor(min(len(groups), calls)) as pool:
         reports = list(pool.map(lambda group: _batch(group, arch), groups))
     found = {source: report for group, got in zip(groups, reports, strict=True)
              for source, report in zip(group, got, strict=True)}

@@ -14,6 +14,7 @@ import importlib.util
 import os
 from pathlib import Path
 
+from ..codegen.targets import cuda_target
 from ..errors import BackendUnavailable, CompileError
 
 # Where the pip packages put the library (CUDA 13: nvidia/cu13/lib; CUDA 12:
@@ -82,8 +83,10 @@ def include_options(source: str) -> list[str]:
 
 
 def compile_nvrtc(source: str, arch: str = "compute_90", name: str = "treduda.cu") -> str:
-    """Compile ``source`` to PTX for ``arch``; returns the PTX. Any warning in NVRTC's log is
-    an error, as with nvcc (:data:`treduda.run.nvcc.NVCC_FLAGS`)."""
+    """Compile ``source`` to PTX for ``arch``, or its architecture-specific variant where the
+    source needs it (:func:`~treduda.codegen.targets.cuda_target`); returns the PTX. Any
+    warning in NVRTC's log is an error, as with nvcc (:data:`treduda.run.nvcc.NVCC_FLAGS`)."""
+    arch = cuda_target(source, arch)
     nvrtc = _library()
     program = ctypes.c_void_p()
     _check(nvrtc.nvrtcCreateProgram(ctypes.byref(program), source.encode(), name.encode(), 0,

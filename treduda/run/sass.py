@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from treduda.codegen.ir import WARP
+from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
     _demangle,
@@ -324,4 +325,5 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
         names = ", ".join(kernel_names(source))
         raise CompileError(f"{tool} failed to disassemble kernel {names}", log=listing.stderr)
     entries = {report.kernel for report in parse_ptxas(log)}
-    return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]
+    return [report for report in parse_sass(listing.stdout, cuda_target(source, arch))
+            if report.kernel in entries]

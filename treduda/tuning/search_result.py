@@ -172,7 +172,23 @@ class SearchResult:
                   f"\nat most {gap:.1%} slower than the best of the whole space: no candidate "
                   f"is estimated below {self.stats.lower * 1e3:.4g} ms (the bound's floor)")
         return (f"best on {self.gpu.name}: {p.seconds * 1e3:.4f} ms, {p.gflops:.0f} GFLOP/s "
-                f"({self.fraction_of_peak():.0%} of peak); {p.because}\n{self.stats}{proven}")
+                f"({self.fraction_of_peak():.0%} of peak); {p.because}"
+                f"{self._against()}\n{self.stats}{proven}")
+
+    def strategy_bests(self) -> dict[str, Candidate]:
+        """The best candidate of each strategy the search ranked, fastest first."""
+        bests: dict[str, Candidate] = {}
+        for c in sorted(self.candidates, key=Candidate.key):
+            bests.setdefault(c.strategy, c)
+        return bests
+
+    def _against(self) -> str:
+        """Why the winner's strategy won where several were ranked: each other one's best."""
+        others = [c for name, c in self.strategy_bests().items()
+                  if name != self.best.strategy]
+        return "".join(f"\nagainst {c.strategy}'s best: {c.prediction.seconds * 1e3:.4f} ms "
+                       f"({self.best.prediction.seconds / c.prediction.seconds:.2f}x its "
+                       f"time); {c.prediction.because}" for c in others)
 
     def to_json(self) -> str:
         """The winner and statistics, replayable: compile(strategy=..., params=...,
