@@ -61,7 +61,16 @@ def test_imports_only_the_public_api(path):
     assert not PRIVATE_SET.findall(code), f"{path.name} replaces a private attribute"
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
+# The notebooks that take a minute of CPU or more to run (03 searches three strategies on a
+# large problem, 04 enumerates a space and bounds every prefix of it) run with `-m matrix`:
+# by default, `.ci/run`'s `mkdocs build --strict` executes every notebook with errors not
+# allowed (mkdocs.yml), and tests/test_site.py finds each cell's outputs on its page.
+HEAVY = {"03_writing_a_strategy", "04_search_and_model"}
+
+
+@pytest.mark.parametrize("path", [
+    pytest.param(f, id=f.stem, marks=pytest.mark.matrix if f.stem in HEAVY else ())
+    for f in FILES])
 def test_runs_top_to_bottom(path, this_python):
     import nbformat
     from nbclient import NotebookClient
