@@ -188,9 +188,11 @@ class Model(Counts):
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
-        # costs a whole one), and copies (counted per warp already)
-        wavefronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / 32
-                      * warp_round + o.copy_wavefronts(exact))
+        # costs a whole one), and copies (counted per warp already); the estimate charges a
+        # load from global memory the GPU's global_load_wavefronts per line (the bound one,
+        # which the L1's data stage costs at least)
+        wavefronts = (sum(o.wavefronts(r) / o.reuse(r) * self._global_cost(o, r, exact)
+                          for r in self.reads) / 32 * warp_round + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
             "fma": padded * per_output * self.fp_ops * warp_round * quantise
@@ -231,6 +233,13 @@ class Model(Counts):
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
                           warps=warps, floor=floor)
+
+    def _global_cost(self, o: _Optimist, read: Any, exact: bool) -> float:
+        """What one wavefront of ``read``'s operand loads costs the LSU: a read from global
+        memory (not staged) in an estimate ``gpu.global_load_wavefronts``, else one. The H200
+        data (issue 40) measured kernels that read an operand directly 1.3-4x slower than
+        their rivals that stage it, where one wavefront per line had them equal."""
+        return self.gpu.global_load_wavefronts if exact and o.staged(read) is False else 1.0
 
     def _sector_bytes(self, o: _Optimist, split: int, multiply_adds: float, exact: bool
                       ) -> float:
