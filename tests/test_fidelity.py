@@ -179,6 +179,6 @@ def test_a_fitted_constant_is_chosen_on_the_fitting_problems_only():
     judged = held_out.judge(fitted[1.0], held_out.LEAVE_ONE_OUT, fitted)
     assert judged.fitted == [2.0] * 4
     assert judged.picks_fastest == 3 and judged.ratios["p1"] == pytest.approx(1.5)
-    assert "global_load_wavefronts fitted per held-out problem: 2 for 4" in held_out.report(
+    assert "global_request_wavefronts fitted per held-out problem: 2 for 4" in held_out.report(
         judged)
     assert held_out.judge(fitted[1.0]).picks_fastest == 1  # nothing fitted: value 1's picks

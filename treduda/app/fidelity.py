@@ -52,8 +52,8 @@ DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measu
 # tccg_31: 59 vs 64), so only a larger difference says the kernel itself changed.
 REGISTER_TOLERANCE = 0.10
 MIN_RANKED = 6  # fewer rows than this make a rank correlation meaningless
-# the values of Gpu.global_load_wavefronts each held-out fold chooses among
-GLOBAL_LOAD_WAVEFRONTS = (1.0, 1.5, 2.0, 2.5, 3.0)
+# the values of Gpu.global_request_wavefronts each held-out fold chooses among
+GLOBAL_REQUEST_WAVEFRONTS = (0.0, 1.0, 2.0, 3.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -203,10 +203,10 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
 def variants(rows: Sequence[Row], regenerated: Sequence[Regenerated], gpu: Gpu
              ) -> dict[float, list[Outcome]]:
     """The rows predicted under each value the held-out folds may fit of the GPU's
-    ``global_load_wavefronts`` (:func:`treduda.app.held_out.judge`): its own and the others
-    of :data:`GLOBAL_LOAD_WAVEFRONTS`."""
-    values = sorted({gpu.global_load_wavefronts, *GLOBAL_LOAD_WAVEFRONTS})
-    return {v: evaluate(rows, regenerated, replace(gpu, global_load_wavefronts=v))
+    ``global_request_wavefronts`` (:func:`treduda.app.held_out.judge`): its own and the others
+    of :data:`GLOBAL_REQUEST_WAVEFRONTS`."""
+    values = sorted({gpu.global_request_wavefronts, *GLOBAL_REQUEST_WAVEFRONTS})
+    return {v: evaluate(rows, regenerated, replace(gpu, global_request_wavefronts=v))
             for v in values}
 
 

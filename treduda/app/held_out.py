@@ -14,7 +14,7 @@ measured / estimate over the fitting rows, by which the held-out estimates are m
 the search never uses it, so the raw error is reported beside the calibrated one, and it
 changes no order within a problem); and, where the caller gives the rows predicted under
 each value of a model constant the search does use (the fidelity tool: the GPU's
-``global_load_wavefronts``), that constant, so that the picks and rank correlations are
+``global_request_wavefronts``), that constant, so that the picks and rank correlations are
 judged on problems it was not fitted on. Lower bounds are never scaled.
 
 The issue's targets (issue 40) are printed beside the figures, each holding or not
@@ -133,12 +133,14 @@ def judge(outcomes: Sequence[Measured], scheme: str = LEAVE_ONE_OUT,
 
 def best(candidates: Mapping[float, Sequence[Problem]]) -> float:
     """Of a constant's values, each with the fitting problems predicted under it, the one whose
-    pick is the fastest measured in the most problems, then the least median |error| (the
-    smallest value where they tie)."""
+    pick is the fastest measured in the most problems, then the least median |error| with
+    their own scale (:func:`scale`; the smallest value where they tie)."""
     def score(value: float) -> tuple:
         found = candidates[value]
         fastest = sum(pick(p.members).rank == 1 for p in found if len(p.members) > 1)
-        errors = [abs(o.error) for p in found for o in p.members]
+        rows = [o for p in found for o in p.members]
+        factor = scale(rows)
+        errors = [abs(o.estimate * factor / o.row.measured - 1) for o in rows]
         return -fastest, statistics.median(errors) if errors else 0.0, value
 
     return min(candidates, key=score)
@@ -173,7 +175,7 @@ def report(judged: HeldOut, watched: Sequence[str] = ()) -> str:
              f"geometric mean {_geometric_mean(j.ratios.values()):.2f}"]
     if j.fitted:
         counts = {v: j.fitted.count(v) for v in sorted(set(j.fitted))}
-        lines.append("  global_load_wavefronts fitted per held-out problem: "
+        lines.append("  global_request_wavefronts fitted per held-out problem: "
                      + ", ".join(f"{v:g} for {n}" for v, n in counts.items()))
     for name in watched:
         ratio = j.ratios.get(name)
