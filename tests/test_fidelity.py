@@ -164,3 +164,21 @@ def test_a_pick_slower_than_its_rival_counts_against_the_model():
     judged = held_out.judge(outcomes)
     assert judged.picks_fastest == 0 and judged.ratios == {"q": pytest.approx(3.0)}
     assert judged.bounds_above == 1 and judged.rho_within["q"] == pytest.approx(-1.0)
+
+
+def test_a_fitted_constant_is_chosen_on_the_fitting_problems_only():
+    # Under a constant's value 1 only p1's pick (lowest estimate) is its fastest kernel; under
+    # 2, p2-p4's are and p1's is not. Every fold but p1's fits 2 and gets its problem right;
+    # p1's fold fits 2 on the others, so p1, held out, is predicted under 2 and gets it wrong.
+    def problem(n: int, right: bool) -> list[fidelity.Outcome]:
+        return [_measured(f"p{n}", f"C[i]=A{n}[i]", 1.0, 1.0 if right else 3.0),
+                _measured(f"p{n}~1", f"C[i]=A{n}[i]", 2.0, 2.0)]
+
+    fitted = {value: [o for n in (1, 2, 3, 4) for o in problem(n, (n == 1) == (value == 1))]
+              for value in (1.0, 2.0)}
+    judged = held_out.judge(fitted[1.0], held_out.LEAVE_ONE_OUT, fitted)
+    assert judged.fitted == [2.0] * 4
+    assert judged.picks_fastest == 3 and judged.ratios["p1"] == pytest.approx(1.5)
+    assert "global_request_wavefronts fitted per held-out problem: 2 for 4" in held_out.report(
+        judged)
+    assert held_out.judge(fitted[1.0]).picks_fastest == 1  # nothing fitted: value 1's picks

@@ -26,7 +26,7 @@ import json
 import statistics
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -52,6 +52,8 @@ DATA = Path(__file__).resolve().parents[2] / "benchmarks" / "data" / "h100_measu
 # tccg_31: 59 vs 64), so only a larger difference says the kernel itself changed.
 REGISTER_TOLERANCE = 0.10
 MIN_RANKED = 6  # fewer rows than this make a rank correlation meaningless
+# the values of Gpu.global_request_wavefronts each held-out fold chooses among
+GLOBAL_REQUEST_WAVEFRONTS = (0.0, 1.0, 2.0, 3.0, 4.0)
 
 
 @dataclass(frozen=True)
@@ -198,6 +200,16 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
     return outcomes
 
 
+def variants(rows: Sequence[Row], regenerated: Sequence[Regenerated], gpu: Gpu
+             ) -> dict[float, list[Outcome]]:
+    """The rows predicted under each value the held-out folds may fit of the GPU's
+    ``global_request_wavefronts`` (:func:`treduda.app.held_out.judge`): its own and the others
+    of :data:`GLOBAL_REQUEST_WAVEFRONTS`."""
+    values = sorted({gpu.global_request_wavefronts, *GLOBAL_REQUEST_WAVEFRONTS})
+    return {v: evaluate(rows, regenerated, replace(gpu, global_request_wavefronts=v))
+            for v in values}
+
+
 @dataclass(frozen=True)
 class Summary:
     spaces: dict[str, float]  # problem -> Spearman rho over its candidates
@@ -304,9 +316,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                         help="problems (first row ids) whose pick's ratio to the fastest to print")
     args = parser.parse_args(argv)
     rows = load(args.data)
-    outcomes = evaluate(rows, regenerate(rows, args.ptxas), args.gpu)
+    again = regenerate(rows, args.ptxas)
+    outcomes = evaluate(rows, again, args.gpu)
     summary = summarise(outcomes)
-    held_out = {scheme: judge(outcomes, scheme) for scheme in (LEAVE_ONE_OUT, HALVES)}
+    fitted = variants(rows, again, find_gpu(args.gpu))
+    held_out = {scheme: judge(outcomes, scheme, fitted) for scheme in (LEAVE_ONE_OUT, HALVES)}
     print(report(outcomes, summary, args.ptxas))
     for judged in held_out.values():
         print(held_out_report(judged, [w for w in args.watch.split(",") if w]))

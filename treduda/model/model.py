@@ -11,7 +11,9 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 * ``issue``    all warp instructions (FMAs, operand loads, copies) / the warp schedulers
 * ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
                from the addresses warp 0 touches (global: distinct 128-byte lines, so
-               coalescing in either layout; shared: the busiest bank, so padding and conflicts)
+               coalescing in either layout, and for the estimate no fewer than the GPU's
+               ``global_request_wavefronts`` per request; shared: the busiest bank, so
+               padding and conflicts)
 * ``l2``       bytes each block pulls from L2 in whole 32-byte sectors (its footprint, re-read
                per unmapped loop; an operand read without staging, what its warps' requests
                touch) and the output's writes, and the traffic of register spills (ptxas's,
@@ -188,9 +190,11 @@ class Model(Counts):
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
-        # costs a whole one), and copies (counted per warp already)
-        wavefronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / 32
-                      * warp_round + o.copy_wavefronts(exact))
+        # costs a whole one) with, in the estimate, each global request's own
+        # (:meth:`_request_wavefronts`), and copies (counted per warp already)
+        wavefronts = (sum(max(o.wavefronts(r), self._request_wavefronts(o, r, exact))
+                          / o.reuse(r) for r in self.reads) / 32 * warp_round
+                      + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
             "fma": padded * per_output * self.fp_ops * warp_round * quantise
@@ -231,6 +235,20 @@ class Model(Counts):
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
                           warps=warps, floor=floor)
+
+    def _request_wavefronts(self, o: _Optimist, read: Any, exact: bool) -> float:
+        """Per value of ``read`` a thread loads, the fewest LSU cycles its warp's global load
+        requests cost, whatever lines they touch: ``gpu.global_request_wavefronts`` per load
+        instruction (:meth:`_Optimist.load_share`) of an operand read from global memory (not
+        staged), in an estimate only (the bound counts lines, which the L1's data stage costs
+        at least). The H200 data (issue 40) measured kernels that read an operand directly,
+        a line or less per request, 1.3-4x slower than rivals that stage it, where the lines
+        alone rated them equal; the H100 GEMM rows whose direct reads touch many lines per
+        request were right with the lines alone (a per-line charge tripled their error), so
+        a request costs its lines or this, whichever is more."""
+        if not exact or o.staged(read) is not False:
+            return 0.0
+        return self.gpu.global_request_wavefronts * o.load_share(read)
 
     def _sector_bytes(self, o: _Optimist, split: int, multiply_adds: float, exact: bool
                       ) -> float:
