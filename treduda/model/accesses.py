@@ -59,7 +59,7 @@ class _Accesses(_Tiles):
         shape = self.warp_shape
         if None in shape:  # an axis the warp spans is open
             return None
-        return _warp_lanes(self.m.gpu.warp_size, geometry.vector_run(self.m.program),
+        return _warp_lanes(self.m.gpu.warp_size, self.m.vector_run,
                            bool(self.order), shape[1:])
 
     def offsets(self, strides: Mapping[str, int], group: int) -> np.ndarray:

@@ -71,6 +71,7 @@ class Counts:
         # float16 and bfloat16 elements are converted one by one: no vector accesses
         # (treduda.codegen.vectorize)
         self.vectorised = program.dtype not in dtypes.STORED
+        self.vector_run = geometry.vector_run(program)  # values of a `vector` assignment's run
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]

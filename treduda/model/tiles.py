@@ -237,6 +237,11 @@ class _Tiles:
         barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
+        key = ("copy instructions", self.tile_decisions, self.p["stage"],
+               *(self.options(q) for q in ("async_copy", "double_buffer", "pad")))
+        return self.memo(key, self._copy_instructions)
+
+    def _copy_instructions(self) -> float:
         staged = [r for r in self.m.reads if self.staged(r)]
         threads = math.prod(self.p[b] for b in BLOCK)
         per_block_step = min(self._async_copies(staged, threads) if copied
