@@ -10,13 +10,13 @@ where the kernel's loads merge. Open decisions take their cheapest value, as in
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 
 import numpy as np
 
 from ..codegen.ir import VECTOR_BYTES
+from ..once import once_per_key
 from ..polyhedral import geometry
 from ..polyhedral.geometry import dealt
 from ..run.counters import SECTOR_BYTES
@@ -272,14 +272,14 @@ class _Accesses(_Tiles):
         return self.m.lines(self.offsets(out.strides, len(group))) / len(group)
 
 
-@functools.lru_cache(maxsize=4096)
+@once_per_key(4096)
 def _warp_lanes(warp: int, run: int, ordered: bool, shape: tuple) -> np.ndarray:
     """Warp 0's lanes x registers along x x values along each axis the warp spans
     (:attr:`_Accesses.lanes`), for ``shape``: the threads, registers and assignment of each
     spanned axis, x first (``run``: :func:`~treduda.polyhedral.geometry.vector_run`; not
     ``ordered``, no axis: every register at its thread's values). The same for every model
-    with a warp of that shape, so remembered per process (read-only, bounded, and
-    ``lru_cache`` is safe to call from several threads)."""
+    with a warp of that shape, so remembered per process: read-only, the last 4096 shapes,
+    each made once however many threads ask (:func:`~treduda.once.once_per_key`)."""
     axes = [shape[n:n + 3] for n in range(0, len(shape), 3)]
     count = min(math.prod(block for block, _, _ in axes), warp)
     lane = np.arange(count)
