@@ -93,8 +93,9 @@ class _Optimist(_Accesses):
         the preloaded next step (each element as many registers as its dtype needs), and
         bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead.
         Remembered per model for the values still open of the quantities it reads."""
-        key = ("live", hoisted, *(self.options(q) for q in LIVE_QUANTITIES))
-        return self.memo(key, lambda: self._live_registers(hoisted))
+        return self.once(("live", hoisted), lambda: self.memo(
+            ("live", hoisted, *(self.options(q) for q in LIVE_QUANTITIES)),
+            lambda: self._live_registers(hoisted)))
 
     def _live_registers(self, hoisted: bool) -> int:
         elements = self.m.groups * self.registers_tile()

@@ -34,6 +34,7 @@ BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", 
 # The decisions of a block's tile per step (geometry.tile_extents).
 TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
 T = TypeVar("T")
+_MISSING = object()  # what memo and once find for a term not computed yet
 
 
 class candidate_property(Generic[T]):
@@ -80,10 +81,10 @@ class _Tiles:
         """``compute()``, remembered per model under ``key``: the term's name and every
         decision (or option) it depends on, no more, so that the many nodes of a search that
         agree on those compute it once."""
-        known = self.m._known
-        if key not in known:
-            known[key] = compute()
-        return known[key]
+        found = self.m._known.get(key, _MISSING)  # one lookup: the keys are long tuples
+        if found is _MISSING:
+            found = self.m._known[key] = compute()
+        return found
 
     def options(self, name: str) -> tuple:
         """The values quantity ``name`` can still take."""
@@ -154,10 +155,10 @@ class _Tiles:
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``, remembered for this candidate (several terms ask for it)."""
-        known = self._once
-        if key not in known:
-            known[key] = compute()
-        return known[key]
+        found = self._once.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._once[key] = compute()
+        return found
 
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
