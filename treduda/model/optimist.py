@@ -150,6 +150,8 @@ class _Optimist(_Accesses):
         integer instructions) instead of its 91.6% kernel. While that is open, the least it
         can be: a vector's share wherever the decisions made allow it."""
         run = self.m.vector_run
+        if not read.indices:  # a scalar read inside a reduction: one load per value
+            return 1.0
         fastest = geometry.fastest(self.m.program, read.indices)
         along_x = bool(self.order) and fastest == self.order[0][0]
         if run == 1 or not (along_x or fastest in self.m.unrolled):
