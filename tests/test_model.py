@@ -171,3 +171,35 @@ def test_what_the_model_remembers_does_not_depend_on_what_it_was_asked_before(sp
         for depth in (3, 9, len(names)):
             partial = {n: candidate.params[n] for n in names[:depth]}
             assert fresh.bound(partial) == searcher.model.bound(partial)
+
+
+def test_warp_lanes_are_dealt_as_the_kernel_deals_them_and_shared_read_only_by_models():
+    # Warp 0's lanes (lanes x registers along x x axes) come from one bounded per-process
+    # cache: two models of one shape get the same read-only array, whichever thread asks.
+    from concurrent.futures import ThreadPoolExecutor
+
+    from treduda.model.accesses import _warp_lanes
+    from treduda.model.optimist import _Optimist
+    from treduda.polyhedral.geometry import dealt
+
+    program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 200, "j": 120, "k": 72}, "C")
+    searcher = Searcher(program, "H100")
+    params = next(p for p in searcher.space.points()
+                  if p["block_x"] == 16 and p["reg_x"] == 4 and p["block_y"] > 1)
+
+    def lanes():
+        model = Model(program, searcher.gpu, searcher.strategy, searcher.model.values)
+        return _Optimist(model, model.describe(params)).lanes
+
+    with ThreadPoolExecutor(4) as pool:
+        found = list(pool.map(lambda _: lanes(), range(8)))
+    assert all(f is found[0] for f in found) and not found[0].flags.writeable
+    assert _warp_lanes.cache_info().maxsize is not None
+    run = 4  # float32: a vector's values
+    assert found[0].shape == (32, 4, 2)
+    for lane in range(32):
+        for r in range(4):
+            x, y = found[0][lane, r]
+            assert x == dealt(params["assign_x"], lane % 16, r, 16, 4, run)
+            assert y == dealt(params["assign_y"], lane // 16 % params["block_y"], 0,
+                              params["block_y"], params["reg_y"], run)

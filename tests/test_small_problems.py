@@ -70,3 +70,12 @@ def test_a_program_of_small_steps_is_planned_without_dives_or_searches(monkeypat
     arrays = [rng.random([sizes[i] for i in term]) for term in expr.split(",")]
     assert np.allclose(treduda.contract(expr, *arrays, dtype="float64"),
                        np.einsum(expr, *arrays))
+
+
+def test_a_step_that_sums_a_scalar_read_is_modelled_and_computes_einsum():
+    # opt_einsum's 'ab,ab,c->': a step multiplies by c's sum, a read without indices inside
+    # a reduction, whose load share the model took along a fastest index it does not have.
+    rng = np.random.default_rng(4)
+    a, b, c = rng.random((3, 5)), rng.random((3, 5)), rng.random(4)
+    result = treduda.contract("ab,ab,c->", a, b, c)
+    np.testing.assert_allclose(result, np.einsum("ab,ab,c->", a, b, c), rtol=1e-5)

@@ -10,23 +10,25 @@ where the kernel's loads merge. Open decisions take their cheapest value, as in
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from ..codegen.ir import VECTOR_BYTES
+from ..once import once_per_key
 from ..polyhedral import geometry
-from ..polyhedral.geometry import AXES, dealt
+from ..polyhedral.geometry import dealt
 from ..run.counters import SECTOR_BYTES
 from .counts import _Read
-from .tiles import ASSIGN, BLOCK, REG, _Tiles
+from .tiles import ASSIGN, BLOCK, REG, _Tiles, candidate_property
 
 
 class _Accesses(_Tiles):
     """A candidate's tiles (:class:`~treduda.model.tiles._Tiles`) and the wavefronts of its
     warps' accesses."""
 
-    @functools.cached_property
+    @candidate_property
     def warp_shape(self) -> tuple:
         """The decisions warp 0's lanes (:attr:`lanes`) depend on: the order, and the threads,
         registers and assignment of each axis the warp spans (x, then y and z while fewer
@@ -43,71 +45,41 @@ class _Accesses(_Tiles):
             lanes *= axis[0]
         return shape
 
-    @functools.cached_property
-    def lanes(self) -> list[list[tuple[int, ...]]] | None:
+    @candidate_property
+    def lanes(self) -> np.ndarray | None:
         """Warp 0's lanes, each as its registers along x, each register as its values along
-        the axes the warp spans (x first, relative to the tile's origin); None while a
-        decision the warp's shape depends on is open.
+        the axes the warp spans (x first, relative to the tile's origin): an array of lanes x
+        registers x axes; None while a decision the warp's shape depends on is open.
 
         Lanes are threads in x-fastest order; a thread's coordinate along an axis is ``t``
         (cyclic, register ``r`` at ``t + r * block``) or ``t * reg`` (adjacent, ``+ r``); along
         a group it is decoded into the group's indices (:meth:`offsets`): block 0's tile starts
         at 0, so warp 0 sees where its values wrap from one index to the next. Remembered per
-        model for the decisions they depend on (the search asks at many nodes)."""
-        return self.memo(("lanes", self.warp_shape), self._lanes)
+        process for the decisions they depend on (:func:`_warp_lanes`)."""
+        shape = self.warp_shape
+        if None in shape:  # an axis the warp spans is open
+            return None
+        return _warp_lanes(self.m.gpu.warp_size, self.m.vector_run,
+                           bool(self.order), shape[1:])
 
-    def _lanes(self) -> list[list[tuple[int, ...]]] | None:
-        warp = self.m.gpu.warp_size
-        spanned, lanes = [], 1
-        for n, a in enumerate(AXES):
-            if lanes >= warp:
-                break
-            if not self.decided(f"block_{a}", f"reg_{a}", f"assign_{a}"):
-                return None
-            spanned.append(n)
-            lanes *= self.p[f"block_{a}"]
-        result = []
-        run = geometry.vector_run(self.m.program)
-        for lane in range(min(lanes, warp)):
-            values, below = [], 1
-            for n in spanned:
-                a = AXES[n]
-                t = lane // below % self.p[f"block_{a}"]
-                below *= self.p[f"block_{a}"]
-                values.append(dealt(self.p[f"assign_{a}"], t, 0, self.p[f"block_{a}"],
-                                    self.p[f"reg_{a}"], run))
-            registers = []
-            for r in range(self.p["reg_x"]):
-                x = dealt(self.p["assign_x"], lane % self.p["block_x"], r, self.p["block_x"],
-                          self.p["reg_x"], run)
-                along = (x, *values[1:]) if self.order else tuple(values)
-                registers.append(along)
-            result.append(registers)
-        return result
-
-    def offsets(self, strides: Mapping[str, int], group: int) -> list[list[int]]:
+    def offsets(self, strides: Mapping[str, int], group: int) -> np.ndarray:
         """The element offsets, at ``strides`` (a read's, indexed by its indices), of the first
-        ``group`` registers of each lane of warp 0 (:attr:`lanes`): a group's value X along
-        its axis is c + S_c * (a + S_a * ..), its indices found by div and mod as the kernel
-        does; an index the strides lack, or on an axis the warp does not span, adds nothing."""
-        # per axis: the extent and stride of each index but the slowest, the slowest's stride
-        axes = [([(self.m.sizes[i], strides.get(i, 0)) for i in g[:-1]], strides.get(g[-1], 0))
-                for g in self.order]
-
-        def along(n: int, value: int) -> int:  # what axis n's value adds to the offset
-            faster, slowest = axes[n]
-            offset = 0
-            for size, stride in faster:
-                offset += value % size * stride
-                value //= size
-            return offset + value * slowest
-
-        if not axes:
-            return [[0] * len(lane[:group]) for lane in self.lanes]
-        found = []
-        for lane in self.lanes:  # a lane's registers differ along x alone
-            others = sum(along(n, v) for n, v in enumerate(lane[0][1:len(axes)], 1))
-            found.append([along(0, values[0]) + others for values in lane[:group]])
+        ``group`` registers of each lane of warp 0 (:attr:`lanes`; lanes x registers): a
+        group's value X along its axis is c + S_c * (a + S_a * ..), its indices found by div
+        and mod as the kernel does; an index the strides lack, or on an axis the warp does not
+        span, adds nothing."""
+        lanes = self.lanes[:, :group]
+        if not self.order:
+            return np.zeros(lanes.shape[:2], dtype=np.int64)
+        found = 0
+        for n in range(min(len(self.order), lanes.shape[2])):
+            # a lane's registers differ along x alone: the other axes' values of its first
+            values = lanes[:, :, 0] if n == 0 else lanes[:, :1, n]
+            *faster, slowest = self.order[n]
+            for i in faster:
+                found = found + values % self.m.sizes[i] * strides.get(i, 0)
+                values = values // self.m.sizes[i]
+            found = found + values * strides.get(slowest, 0)
         return found
 
     def wavefronts(self, read: _Read) -> float:
@@ -216,13 +188,6 @@ class _Accesses(_Tiles):
         fastest = geometry.fastest(self.m.program, read.indices)
         return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
 
-    @staticmethod
-    def _offset(read: _Read, point: Mapping[str, int], strides: Mapping[str, int]) -> int:
-        offset = 0
-        for i in read.distinct:
-            offset += point.get(i, 0) * strides.get(i, 0)
-        return offset
-
     def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
         """Elements between neighbours along each index in the staged (padded) tile;
         remembered per model for the tile's extents and the padding."""
@@ -270,16 +235,23 @@ class _Accesses(_Tiles):
         extents = self.footprint(r)
         padded = dict(zip(self.fastest_first(r), self.copy_extents(r), strict=True))
         volume = math.prod(padded.values())
-        elements = []
-        for e in range(min(lanes, volume)):
-            point = {}
-            for i, extent in padded.items():
-                point[i], e = e % extent, e // extent
-            if all(point[i] < extents[i] for i in point):  # not the padding's
-                elements.append(point)
-        read = self.m.lines([[self._offset(r, p, r.strides)] for p in elements])
-        write = min(self.m.bank_conflicts([[self._offset(r, p, strides)] for p in elements])
-                    for strides in (self.tile_strides(r, pad) for pad in self.options("pad")))
+        # warp 0's elements, the fastest index first, but for the padding's
+        element = np.arange(min(lanes, volume))
+        point, kept = {}, np.ones(element.size, dtype=bool)
+        for i, extent in padded.items():
+            point[i], element = element % extent, element // extent
+            kept &= point[i] < extents[i]
+
+        def offsets(strides: Mapping[str, int]) -> np.ndarray:
+            found = np.zeros(int(kept.sum()), dtype=np.int64)
+            for i in r.distinct:
+                if i in point:
+                    found += point[i][kept] * strides.get(i, 0)
+            return found.reshape(-1, 1)
+
+        read = self.m.lines(offsets(r.strides))
+        write = min(self.m.bank_conflicts(offsets(self.tile_strides(r, pad)))
+                    for pad in self.options("pad"))
         return math.ceil(volume / threads) * math.ceil(threads / lanes) * (read + write)
 
     def store_wavefronts(self, exact: bool = True) -> float:
@@ -298,3 +270,29 @@ class _Accesses(_Tiles):
         out = self.m.output
         group = warp[0] if self.order else warp[0][:1]
         return self.m.lines(self.offsets(out.strides, len(group))) / len(group)
+
+
+@once_per_key(4096)
+def _warp_lanes(warp: int, run: int, ordered: bool, shape: tuple) -> np.ndarray:
+    """Warp 0's lanes x registers along x x values along each axis the warp spans
+    (:attr:`_Accesses.lanes`), for ``shape``: the threads, registers and assignment of each
+    spanned axis, x first (``run``: :func:`~treduda.polyhedral.geometry.vector_run`; not
+    ``ordered``, no axis: every register at its thread's values). The same for every model
+    with a warp of that shape, so remembered per process: read-only, the last 4096 shapes,
+    each made once however many threads ask (:func:`~treduda.once.once_per_key`)."""
+    axes = [shape[n:n + 3] for n in range(0, len(shape), 3)]
+    count = min(math.prod(block for block, _, _ in axes), warp)
+    lane = np.arange(count)
+    values, below = [], 1
+    for block, reg, assign in axes:
+        values.append(dealt(assign, lane // below % block, 0, block, reg, run))
+        below *= block
+    block_x, reg_x, assign_x = axes[0]
+    registers = np.arange(reg_x)
+    x = dealt(assign_x, (lane % block_x)[:, None], registers[None, :], block_x, reg_x, run)
+    found = np.empty((count, reg_x, len(axes)), dtype=np.int64)
+    found[:, :, 0] = x if ordered else values[0][:, None]
+    for n, along in enumerate(values[1:], 1):
+        found[:, :, n] = along[:, None]
+    found.flags.writeable = False
+    return found

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from ..codegen.ir import VECTOR_BYTES
 from ..frontend import dtypes
@@ -21,6 +23,17 @@ from ..polyhedral import geometry
 from ..polyhedral.lower import Kind, Program
 from ..run.counters import SECTOR_BYTES
 from .gpus import Gpu
+
+# Each lane's element offsets in one warp access: a lane per row, as lists or an array.
+Offsets = Sequence[Sequence[int]] | np.ndarray
+
+
+def _flat(accesses: Offsets) -> list[int]:
+    """Every lane's offsets in one list (an array's, converted at once: counting them in
+    Python sets beats numpy's sorting at a warp's few hundred values)."""
+    if isinstance(accesses, np.ndarray):
+        return accesses.ravel().tolist()
+    return [offset for lane in accesses for offset in lane]
 
 
 @dataclass(frozen=True, eq=False)
@@ -58,6 +71,7 @@ class Counts:
         # float16 and bfloat16 elements are converted one by one: no vector accesses
         # (treduda.codegen.vectorize)
         self.vectorised = program.dtype not in dtypes.STORED
+        self.vector_run = geometry.vector_run(program)  # values of a `vector` assignment's run
         self.outputs = c.output_indices
         self.elements = math.prod(self.sizes[i] for i in self.outputs)
         reductions = [s for s in program.statements if s.kind == Kind.REDUCE]
@@ -93,19 +107,19 @@ class Counts:
         size = self.shared_value if staged else self.bytes
         return max(1, VECTOR_BYTES // size) if self.vectorised else 1
 
-    def lines(self, accesses: list[list[int]]) -> int:
+    def lines(self, accesses: Offsets) -> int:
         """Distinct cache lines one warp access touches, given each lane's element offsets:
         global loads are served per 128-byte line (CUDA C++ Best Practices Guide, "Coalesced
         Access to Global Memory"), one LSU wavefront each."""
         line = self.gpu.cache_line_bytes
-        return max(1, len({offset * self.bytes // line for lane in accesses for offset in lane}))
+        return max(1, len({offset * self.bytes // line for offset in _flat(accesses)}))
 
-    def sectors(self, accesses: list[list[int]]) -> int:
+    def sectors(self, accesses: Offsets) -> int:
         """Distinct 32-byte sectors one warp request touches, given each lane's element
         offsets: what it moves between L2 and L1 (Nsight Compute's ``l1tex__t_sectors``; CUDA
         C++ Best Practices Guide, "Coalesced Access to Global Memory": 32-byte segments), so a
         coalesced fp32 warp takes 4, a float4 warp 16, a transposed one 32."""
-        return max(1, len({byte // SECTOR_BYTES for lane in accesses for offset in lane
+        return max(1, len({byte // SECTOR_BYTES for offset in _flat(accesses)
                            for byte in (offset * self.bytes, (offset + 1) * self.bytes - 1)}))
 
     def box_sectors(self, tensor: _Read, box: Mapping[str, int]) -> float:
@@ -134,16 +148,18 @@ class Counts:
         per_run = sum(-(-(start + size) // SECTOR_BYTES) for start in starts) / len(starts)
         return rows * per_run
 
-    def bank_conflicts(self, accesses: list[list[int]]) -> int:
+    def bank_conflicts(self, accesses: Offsets) -> int:
         """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
         the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
         Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
         distinct words in one bank are serialised)."""
         g = self.gpu
         words_per_value = max(1, self.shared_value // g.shared_bank_bytes)
-        banks: dict[int, set[int]] = {}
-        for lane in accesses:
-            for offset in lane:
-                for w in range(offset * words_per_value, (offset + 1) * words_per_value):
-                    banks.setdefault(w % g.shared_banks, set()).add(w)
-        return max((len(words) for words in banks.values()), default=1)
+        offsets = set(_flat(accesses))
+        words = offsets if words_per_value == 1 else {
+            w for offset in offsets
+            for w in range(offset * words_per_value, (offset + 1) * words_per_value)}
+        per_bank: dict[int, int] = {}
+        for w in words:
+            per_bank[w % g.shared_banks] = per_bank.get(w % g.shared_banks, 0) + 1
+        return max(per_bank.values(), default=1)

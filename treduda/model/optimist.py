@@ -22,6 +22,8 @@ from .tiles import BLOCK, REG
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
+# The quantities live_registers reads (the tile, staging, padding, unrolling, preloading).
+LIVE_QUANTITIES = ("order", "step", *BLOCK, *REG, "stage", "pad", "unroll", "preload")
 
 
 class _Optimist(_Accesses):
@@ -89,8 +91,11 @@ class _Optimist(_Accesses):
     def live_registers(self, hoisted: bool = False) -> int:
         """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
         the preloaded next step (each element as many registers as its dtype needs), and
-        bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead."""
-        return self.once(("live", hoisted), lambda: self._live_registers(hoisted))
+        bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead.
+        Remembered per model for the values still open of the quantities it reads."""
+        return self.once(("live", hoisted), lambda: self.memo(
+            ("live", hoisted, *(self.options(q) for q in LIVE_QUANTITIES)),
+            lambda: self._live_registers(hoisted)))
 
     def _live_registers(self, hoisted: bool) -> int:
         elements = self.m.groups * self.registers_tile()
@@ -144,7 +149,9 @@ class _Optimist(_Accesses):
         of A four where it saw one, and it staged A at step 4 (70.9% FFMA in the SASS, 136
         integer instructions) instead of its 91.6% kernel. While that is open, the least it
         can be: a vector's share wherever the decisions made allow it."""
-        run = geometry.vector_run(self.m.program)
+        run = self.m.vector_run
+        if not read.indices:  # a scalar read inside a reduction: one load per value
+            return 1.0
         fastest = geometry.fastest(self.m.program, read.indices)
         along_x = bool(self.order) and fastest == self.order[0][0]
         if run == 1 or not (along_x or fastest in self.m.unrolled):

@@ -12,11 +12,10 @@ warps' accesses (:mod:`treduda.model.accesses`) and the registers and latency
 
 from __future__ import annotations
 
-import functools
 import itertools
 import math
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from ..polyhedral import geometry
 from ..polyhedral.geometry import AXES, Description
@@ -34,6 +33,28 @@ ASYNC_ADDRESS_INSTRUCTIONS = 3
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
 TILE_DECISIONS = ("order", "step", *BLOCK, *REG)
+T = TypeVar("T")
+_MISSING = object()  # what memo and once find for a term not computed yet
+
+
+class candidate_property(Generic[T]):
+    """``functools.cached_property`` without its lock: before Python 3.12 the first read of
+    each instance's value takes a lock shared by every instance (a few percent of GEMM
+    4096^3's search, whose thousands of candidates read a dozen quantities once each). A
+    candidate is read only by the thread that made it (one prediction), so no value is
+    computed twice."""
+
+    def __init__(self, compute: Callable[[Any], T]):
+        self.compute, self.__doc__ = compute, compute.__doc__
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> T:
+        if instance is None:
+            return self  # type: ignore[return-value]
+        value = instance.__dict__[self.name] = self.compute(instance)
+        return value
 
 
 class _Tiles:
@@ -60,10 +81,10 @@ class _Tiles:
         """``compute()``, remembered per model under ``key``: the term's name and every
         decision (or option) it depends on, no more, so that the many nodes of a search that
         agree on those compute it once."""
-        known = self.m._known
-        if key not in known:
-            known[key] = compute()
-        return known[key]
+        found = self.m._known.get(key, _MISSING)  # one lookup: the keys are long tuples
+        if found is _MISSING:
+            found = self.m._known[key] = compute()
+        return found
 
     def options(self, name: str) -> tuple:
         """The values quantity ``name`` can still take."""
@@ -73,7 +94,7 @@ class _Tiles:
         """The tiles axis ``n`` can still have (threads times registers), each once."""
         return self._tiles[n]
 
-    @functools.cached_property
+    @candidate_property
     def _tiles(self) -> list[tuple[int, ...]]:
         found = []
         for block, reg in zip(BLOCK, REG, strict=True):
@@ -82,7 +103,7 @@ class _Tiles:
                 sorted({x * y for x, y in itertools.product(b, r)}))))
         return found
 
-    @functools.cached_property
+    @candidate_property
     def axis_tiles(self) -> tuple:
         """The order and the tiles each of its axes can still have: what the blocks, the
         padded output and the traffic depend on (their keys, :meth:`memo`)."""
@@ -125,7 +146,7 @@ class _Tiles:
     def threads(self) -> int:
         return self._threads
 
-    @functools.cached_property
+    @candidate_property
     def _threads(self) -> int:
         return math.prod(min(self.options(b)) for b in BLOCK)
 
@@ -134,17 +155,17 @@ class _Tiles:
 
     def once(self, key: tuple, compute: Callable[[], Any]) -> Any:
         """``compute()``, remembered for this candidate (several terms ask for it)."""
-        known = self._once
-        if key not in known:
-            known[key] = compute()
-        return known[key]
+        found = self._once.get(key, _MISSING)
+        if found is _MISSING:
+            found = self._once[key] = compute()
+        return found
 
     def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
         along the axes ``read`` does not depend on (on none of a group's indices)."""
         return self._reuse[read]
 
-    @functools.cached_property
+    @candidate_property
     def _reuse(self) -> dict[_Read, int]:
         return {read: math.prod(max(self.options(REG[n])) for n, group in enumerate(self.order)
                                 if not any(i in read.indices for i in group))
@@ -154,7 +175,7 @@ class _Tiles:
         """True or False once decided, None while open."""
         return None if self._stage is None else read.tensor in self._stage
 
-    @functools.cached_property
+    @candidate_property
     def _stage(self) -> tuple[str, ...] | None:
         """The staged tensors, None while open."""
         return geometry.indices(self.p["stage"]) if "stage" in self.p else None
@@ -165,11 +186,11 @@ class _Tiles:
     def tiles_decided(self) -> bool:
         return self._tiles_decided
 
-    @functools.cached_property
+    @candidate_property
     def _tiles_decided(self) -> bool:
         return self.decided("step", *BLOCK, *REG)
 
-    @functools.cached_property
+    @candidate_property
     def tile_decisions(self) -> tuple:
         """The decided values of :data:`TILE_DECISIONS` (once :meth:`tiles_decided`): what the
         block's tile per step (:attr:`tile`) depends on."""
@@ -179,7 +200,7 @@ class _Tiles:
         """Per block and step, how many values of each of its indices ``read`` touches."""
         return self.once(("footprint", read), lambda: {i: self.tile[i] for i in read.indices})
 
-    @functools.cached_property
+    @candidate_property
     def tile(self) -> dict[str, int | None]:
         return self.memo(("tile", self.tile_decisions),
                          lambda: geometry.tile_extents(self.m.program, self.p))
@@ -217,6 +238,11 @@ class _Tiles:
         barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
+        key = ("copy instructions", self.tile_decisions, self.p["stage"],
+               *(self.options(q) for q in ("async_copy", "double_buffer", "pad")))
+        return self.memo(key, self._copy_instructions)
+
+    def _copy_instructions(self) -> float:
         staged = [r for r in self.m.reads if self.staged(r)]
         threads = math.prod(self.p[b] for b in BLOCK)
         per_block_step = min(self._async_copies(staged, threads) if copied

@@ -80,9 +80,10 @@ class LocalSearch:
                 stats: SearchStats) -> Candidate | None:
         """``params`` scored (kept in ``scored`` and ``seen``, counted as polished), or None
         where it was ``seen`` already."""
-        if identity(params) in seen:
+        known = identity(params)
+        if known in seen:
             return None
-        seen.add(identity(params))
+        seen.add(known)
         candidate = self.candidate(params, with_bound=False)
         scored.append(candidate)
         stats.polished += 1
