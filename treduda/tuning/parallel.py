@@ -92,8 +92,11 @@ def run_parallel(function: Callable[[Job], Any], jobs: Sequence[Job], *, workers
             finished.add(future)
         del future
         failed = 0
-        with tqdm(total=len(jobs), desc=label, unit="job", file=log or sys.stderr,
-                  dynamic_ncols=True) as bar:
+        stream = log or sys.stderr
+        # a line every half minute into a file or a pipe (a log of updates, not of frames)
+        calm = not (hasattr(stream, "isatty") and stream.isatty())
+        with tqdm(total=len(jobs), desc=label, unit="job", file=stream, dynamic_ncols=True,
+                  mininterval=30 if calm else 0.1) as bar:
             while not finished.is_empty():
                 batch = finished.next_batch(block=False)
                 for future in batch:
@@ -110,7 +113,7 @@ def run_parallel(function: Callable[[Job], Any], jobs: Sequence[Job], *, workers
                     bar.update(1)
                 threads = sum(client.nthreads().values())  # the workers' threads, each busy
                 bar.set_postfix_str(f"running {min(len(jobs) - bar.n, threads)}, "  # with a job
-                                    f"failed {failed}")
+                                    f"failed {failed}", refresh=False)
                 if not batch:
                     time.sleep(REFRESH)
     return results
