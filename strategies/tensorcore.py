@@ -16,14 +16,12 @@ use, as the tensor-core model does, are in :mod:`.tensorcore_tiles`.
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
-from treduda.polyhedral.geometry import AXES, GROUP
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -43,7 +41,8 @@ from .tensorcore_tiles import (
     SWIZZLED_ROW,
     WARP,
     copy_widths,
-    described_axes,
+    described_gemm,
+    each,
     gemm_groups,
     mappings,
     mma_shape,
@@ -219,34 +218,16 @@ class TensorCore(Strategy):
         neutral: each tile's rows are padded by their own amount
         (:func:`.tensorcore_tiles.operand_pads`), which one quantity cannot say; the model
         reads ``stages`` from the parameters, as it reads ``async_copy``."""
-        (a,), (b,), m, n, _, _ = gemm_groups(program)
         fm, fn, fk = mma_shape(program)
-
-        def each(quantity: Callable[..., Any], *names: str) -> tuple:
-            return tuple(sorted({quantity(*values)
-                                 for values in itertools.product(*(choices[n] for n in names))}))
-
-        along = {"n": (n, each(lambda w: LANES_N * w, "warps_n"),
-                       each(lambda f: f * fn // LANES_N, "frags_n")),
-                 "m": (m, each(lambda w: LANES_M * w, "warps_m"),
-                       each(lambda f: f * fm // LANES_M, "frags_m"))}
-        axes = described_axes(m, n)
-        described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
-                                        if along[axis][0]),)}
-        for name, axis in zip(AXES, axes, strict=False):
-            described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
+        along = {"n": (each(choices, lambda w: LANES_N * w, "warps_n"),
+                       each(choices, lambda f: f * fn // LANES_N, "frags_n")),
+                 "m": (each(choices, lambda w: LANES_M * w, "warps_m"),
+                       each(choices, lambda f: f * fm // LANES_M, "frags_m"))}
         tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
                  "shared_layout")
-        return {
-            **described,
-            "step": each(lambda f: f * fk, "frags_k"),
-            "split": choices["split"],
-            "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
-            "stage": (f"{a},{b}",),
-            "double_buffer": each(lambda stages: stages > 1, "stages"),
-            "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
-                           *tiles),
-        }
+        return described_gemm(program, choices, along,
+                              each(choices, lambda f: f * fk, "frags_k"), choices["split"],
+                              tiles, shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)

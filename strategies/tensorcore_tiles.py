@@ -5,15 +5,16 @@ operand tiles' layouts and padding, asynchronous copy widths and shared bytes.""
 
 from __future__ import annotations
 
+import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from treduda.codegen import ir
 from treduda.frontend import dtypes
-from treduda.polyhedral.geometry import AXES, copy_width
+from treduda.polyhedral.geometry import AXES, GROUP, copy_width
 from treduda.polyhedral.lower import Kind, Program
 
 WARP = ir.WARP
@@ -152,6 +153,41 @@ def described_axes(m: Sequence[str], n: Sequence[str]) -> tuple[str, str]:
     """The groups x and y hold in a description: N and M, as the grid's axes, or M first where
     N is empty (an axis of ``order`` needs indices)."""
     return ("n", "m") if n or not m else ("m", "n")
+
+
+def each(choices: Mapping[str, tuple], quantity: Callable[..., Any], *names: str) -> tuple:
+    """Every value ``quantity`` takes over the parameters ``names`` may still take, sorted."""
+    return tuple(sorted({quantity(*values)
+                         for values in itertools.product(*(choices[n] for n in names))}))
+
+
+def described_gemm(program: Program, choices: Mapping[str, tuple],
+                   along: Mapping[str, tuple[tuple, tuple]], step: tuple, split: tuple,
+                   tiles: tuple[str, ...], shared: Callable[[Program, dict], int]
+                   ) -> dict[str, tuple]:
+    """A GEMM-shaped mapping in the geometry's quantities (the tensor-core and warpgroup
+    mappings' ``describe``): N's group on x and M's on y, as the grid's axes are (an empty
+    group goes last), each with the ``block_*`` and ``reg_*`` values ``along`` gives for
+    ``"m"`` and ``"n"``; the step and split as given; both operands staged, the fragment loops
+    unrolled, a double buffer where there is more than one stage, and ``shared`` bytes of the
+    ``tiles`` parameters' values."""
+    (a,), (b,), m, n, _, _ = gemm_groups(program)
+    groups = {"m": m, "n": n}
+    axes = described_axes(m, n)
+    described = {"order": (",".join(GROUP.join(groups[axis]) for axis in axes
+                                    if groups[axis]),)}
+    for name, axis in zip(AXES, axes, strict=False):
+        described[f"block_{name}"], described[f"reg_{name}"] = along[axis]
+    return {
+        **described,
+        "step": step,
+        "split": split,
+        "unroll": (True,),  # the fragment loops within a step are unrolled in the IR
+        "stage": (f"{a},{b}",),
+        "double_buffer": each(choices, lambda stages: stages > 1, "stages"),
+        "shared": each(choices, lambda *p: shared(program, dict(zip(tiles, p, strict=True))),
+                       *tiles),
+    }
 
 
 def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, int]:

@@ -23,14 +23,12 @@ never ``"A100"``) and the dtype and precision allow; its kernels alone are built
 
 from __future__ import annotations
 
-import itertools
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from treduda.errors import StrategyError
 from treduda.frontend import dtypes
-from treduda.polyhedral.geometry import AXES, GROUP
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import (
     Constraint,
@@ -42,7 +40,7 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
-from .tensorcore_tiles import LANES_M, LANES_N, described_axes, gemm_groups
+from .tensorcore_tiles import LANES_M, LANES_N, described_gemm, each, gemm_groups
 from .warpgroup_kernel import WARPGROUP_M, WarpgroupBuilder, shared_bytes, wgmma_k
 from .warpgroup_model import WarpgroupModel
 
@@ -138,33 +136,14 @@ class Warpgroup(Strategy):
         warp's lanes 8 along M and 4 along N: "wgmma.mma_async" register fragments), so
         ``block_y`` is 32 per warpgroup and ``block_x`` 4, and ``reg_*`` fill the tile; the
         step is ``frags_k`` wgmma k-extents, never split."""
-        (a,), (b,), m, n, _, _ = gemm_groups(program)
         k = wgmma_k(program)
-
-        def each(quantity: Callable[..., Any], *names: str) -> tuple:
-            return tuple(sorted({quantity(*values)
-                                 for values in itertools.product(*(choices[n] for n in names))}))
-
         lanes_m = LANES_M * WARPS_PER_WARPGROUP  # a warpgroup's threads along M
-        along = {"n": (n, (LANES_N,), each(lambda t: t // LANES_N, "tile_n")),
-                 "m": (m, each(lambda w: lanes_m * w, "warpgroups"),
-                       each(lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
-        axes = described_axes(m, n)
-        described = {"order": (",".join(GROUP.join(along[axis][0]) for axis in axes
-                                        if along[axis][0]),)}
-        for name, axis in zip(AXES, axes, strict=False):
-            described[f"block_{name}"], described[f"reg_{name}"] = along[axis][1:]
-        tiles = ("warpgroups", "frags_m", "tile_n", "frags_k", "stages")
-        return {
-            **described,
-            "step": each(lambda f: f * k, "frags_k"),
-            "split": (1,),
-            "unroll": (True,),
-            "stage": (f"{a},{b}",),
-            "double_buffer": each(lambda stages: stages > 1, "stages"),
-            "shared": each(lambda *p: shared_bytes(program, dict(zip(tiles, p, strict=True))),
-                           *tiles),
-        }
+        along = {"n": ((LANES_N,), each(choices, lambda t: t // LANES_N, "tile_n")),
+                 "m": (each(choices, lambda w: lanes_m * w, "warpgroups"),
+                       each(choices, lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
+        return described_gemm(program, choices, along, each(choices, lambda f: f * k, "frags_k"),
+                              (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages"),
+                              shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
