@@ -143,13 +143,36 @@ class EnumeratingModel:
     """What the models of the MMA strategies share (the tensor-core one, the warpgroup one in
     :mod:`.warpgroup_model`): a space small enough to enumerate, so a bound is each resource at
     its least over the completions, and a kernel's estimate is the candidate's with ptxas's
-    registers. A subclass sets ``space``, ``values``, ``gpu``, ``flops``, ``compulsory``,
-    ``evaluations`` and ``_found`` (a dict) and gives ``_compute(params, registers)``: a
+    registers. It holds what both read of the GEMM-shaped program (its groups, the extents of
+    M, N and K, the batch, the FLOPs and the compulsory bytes); a subclass sets its own
+    ``rate`` and gives ``_compute(params, registers)``: a
     complete candidate's seconds of each of :data:`RESOURCES`, its resident warps per SM and
     its LSU wavefronts per MMA, or None where a block does not fit an SM; and
     ``_because(binding, seconds)``."""
 
     walkable = False  # a warp's MMA statements have no per-thread counts to walk
+
+    def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
+                 values: Mapping[str, tuple] | None = None):
+        self.program, self.gpu, self.strategy = program, gpu, strategy
+        self.space = strategy.space(program)
+        self.values = values or {p.name: p.values for p in self.space.parameters}
+        self.groups = tensorcore_tiles.gemm_groups(program)
+        (a,), (b,), m, n, k, batch = self.groups
+        self.operands = (a, b)
+        sizes = program.sizes
+        self.extent = {axis: math.prod(sizes[i] for i in group)
+                       for axis, group in zip("mnk", (m, n, k), strict=True)}
+        self.batch = math.prod(sizes[i] for i in batch)
+        self.bytes = dtypes.itemsize(program.dtype)
+        c = program.contraction
+        self.flops = 2.0 * self.batch * math.prod(self.extent.values())
+        touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
+        self.outputs = self.batch * self.extent["m"] * self.extent["n"]
+        self.compulsory = (touched + self.outputs * (2 if c.reads_output or c.op != "=" else 1)
+                           ) * self.bytes
+        self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
+        self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     def bound(self, params: Mapping[str, Any]) -> Prediction:
         """A lower bound on every completion of the partial ``params``: each resource at its
@@ -208,36 +231,17 @@ class TensorCoreModel(EnumeratingModel):
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
-        self.program, self.gpu, self.strategy = program, gpu, strategy
-        self.space = strategy.space(program)
-        self.values = values or {p.name: p.values for p in self.space.parameters}
+        super().__init__(program, gpu, strategy, values)
         self.shape = tensorcore_tiles.mma_shape(program)
-        (a,), (b,), m, n, k, batch = tensorcore_tiles.gemm_groups(program)
-        sizes = program.sizes
-        self.extent = {axis: math.prod(sizes[i] for i in group)
-                       for axis, group in zip("mnk", (m, n, k), strict=True)}
-        self.batch = math.prod(sizes[i] for i in batch)
-        self.bytes = dtypes.itemsize(program.dtype)
+        a, b = self.operands
         self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self.pieces = 2 if program.precision == dtypes.TF32X3 else 1
         self.products = 3 if program.precision == dtypes.TF32X3 else 1
         self.rate = gpu.mma_flops(program.dtype, program.precision)
-        c = program.contraction
-        self.flops = 2.0 * self.batch * math.prod(self.extent.values())
-        touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
-        outputs = self.batch * self.extent["m"] * self.extent["n"]
-        self.outputs = outputs
-        self.compulsory = (touched + outputs * (2 if c.reads_output or c.op != "=" else 1)
-                           ) * self.bytes
-        self.row_a, self.row_b = tensorcore_tiles.operand_rows_major(
-            program, tensorcore_tiles.gemm_groups(program))
-        widths = tensorcore_tiles.copy_widths(program, tensorcore_tiles.gemm_groups(program))
+        self.row_a, self.row_b = tensorcore_tiles.operand_rows_major(program, self.groups)
+        widths = tensorcore_tiles.copy_widths(program, self.groups)
         self.widths = (widths[a], widths[b])
-        self.operands = (a, b)
-        self.groups = tensorcore_tiles.gemm_groups(program)
-        self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self._traffic: dict[tuple, tuple[int, int]] = {}
-        self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
     # -- the public face (as treduda.model.model.Model's) --------------------------------
 

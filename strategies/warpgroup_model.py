@@ -28,7 +28,6 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
@@ -53,28 +52,12 @@ class WarpgroupModel(EnumeratingModel):
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
-        self.program, self.gpu, self.strategy = program, gpu, strategy
-        self.space = strategy.space(program)
-        self.values = values or {p.name: p.values for p in self.space.parameters}
-        found = tensorcore_tiles.gemm_groups(program)
-        (a,), (b,), m, n, k, batch = found
-        sizes = program.sizes
-        self.extent = {axis: math.prod(sizes[i] for i in group)
-                       for axis, group in zip("mnk", (m, n, k), strict=True)}
-        self.batch = math.prod(sizes[i] for i in batch)
-        self.bytes = dtypes.itemsize(program.dtype)
+        super().__init__(program, gpu, strategy, values)
+        a, b = self.operands
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
-        c = program.contraction
-        self.flops = 2.0 * self.batch * math.prod(self.extent.values())
-        touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
-        self.outputs = self.batch * self.extent["m"] * self.extent["n"]
-        self.compulsory = (touched + self.outputs * (2 if c.reads_output or c.op != "=" else 1)
-                           ) * self.bytes
-        widths = tensorcore_tiles.copy_widths(program, found)
+        widths = tensorcore_tiles.copy_widths(program, self.groups)
         self.widths = (None, None) if program.dtype == "float32" else (widths[a], widths[b])
-        self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
-        self.evaluations = 0
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
