@@ -174,7 +174,11 @@ def test_killed_writer_leaves_a_sound_cache(tmp_path: Path):
     assert writer.stdout.readline().strip() == "ready"
     committed = [int(writer.stdout.readline()) for _ in range(30)]
     writer.kill()  # SIGKILL on POSIX: no cleanup, possibly in the middle of a transaction
-    committed += [int(line) for line in writer.communicate(timeout=30)[0].split()]
+    # Read the rest through the same text stream: communicate(timeout=...) reads the pipe
+    # itself and would miss lines readline() had already buffered (a loaded machine lets the
+    # writer run ahead, so the buffer holds more than the 30 lines read).
+    committed += [int(line) for line in writer.stdout.read().split()]
+    writer.wait(timeout=30)
     if hasattr(signal, "SIGKILL"):
         assert writer.returncode == -signal.SIGKILL
     with sqlite3.connect(path) as conn:
