@@ -1,6 +1,8 @@
 """Issue 37's economy table: how the tensor-core picks spend their instructions and memory
 transactions, read on the CPU, beside CUTLASS. For GEMM 4096^3 in fp16, bf16, tf32, 3xtf32 and
-fp64 and every TCCG row in fp16 (the search as `treduda bench` runs it, H100 model): the pick,
+fp64 and every TCCG row in fp16 (the search as `treduda bench` runs it, H100 model, over
+``--strategy``: "tensorcore" by default, the mma.sync mapping issue 37 is about, since the
+H100's default search picks the warpgroup one for GEMM and most TCCG rows): the pick,
 its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sectors per warp
 request of A and B beside the ideal (the emulator, on one block at full size), the worst
 bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
@@ -15,7 +17,7 @@ Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 holds the figures before issue 37's builder changes) and prints its sectors, ways and SASS
 figures of each row in a second table, beside the same columns now.
 
-A row takes a few seconds to ten (nvcc mostly); all 53 take several minutes.
+A row took 12-50 s on two shared cores (the search, then nvcc); all 53 about 21 minutes.
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ def rows() -> dict[str, tuple]:
     return found
 
 
-def economy(row, dtype: str, precision: str, gpu: str, steps: int) -> dict:
-    """One row's figures (None where a figure does not apply or cannot be read here)."""
+def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str | None
+            ) -> dict:
+    """One row's figures (None where a figure does not apply or cannot be read here), the
+    search held to ``strategy`` (None: every strategy)."""
     result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
-                            max_nodes=BENCH_MAX_NODES, precision=precision)
+                            max_nodes=BENCH_MAX_NODES, precision=precision,
+                            strategy=strategy)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              strategy=best.strategy, params=best.params, precision=precision)
@@ -158,10 +163,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--steps", type=int, default=4,
                         help="main-loop iterations the counters emulate (default 4: a "
                              "pipeline's first iterations only copy)")
+    parser.add_argument("--strategy", default="tensorcore",
+                        help="the strategy searched (default tensorcore: the mma.sync picks; "
+                             "'default' searches them all, as treduda bench does)")
     args = parser.parse_args(argv)
+    strategy = None if args.strategy == "default" else args.strategy
     known = rows()
     wanted = wanted_rows(parser, args.rows, list(known))
-    lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, args.steps),
+    lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, args.steps,
+                                                     strategy),
                          cells, COLUMNS, args.json)
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
           + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))
