@@ -5,6 +5,7 @@ themselves; without nvcc it predicts the registers and spills ptxas reports."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from conftest import bound_paths_hold, needs_nvcc
@@ -12,7 +13,7 @@ from conftest import bound_paths_hold, needs_nvcc
 import treduda
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
-from treduda.model.optimist import REGISTER_BYTES
+from treduda.model.optimist import REGISTER_BYTES, _Optimist
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.search import Searcher
@@ -156,6 +157,35 @@ def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
     small = model.estimate({**TCCG15_PICK, "block_y": 4})
     assert small.resources["latency"] < unstaged.resources["latency"] / 4
     assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds
+
+
+TCCG19 = ("C[a,b,c] = A[a,d,e,c]*B[e,b,d]", {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96})
+# tccg_19's pick on the H200 (2026-11-26): 2.35 ms; with block_z 2 (c's tile 4 divides 84) 0.57
+TCCG19_PICK = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 2, "assign_x": "adjacent",
+               "block_y": 4, "reg_y": 8, "assign_y": "cyclic", "block_z": 4, "reg_z": 2,
+               "assign_z": "cyclic", "step": 16, "split": 4, "preload": False,
+               "double_buffer": False, "pad": 0, "unroll": True, "async_copy": False}
+
+
+def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
+    program = plan(*TCCG19, layout="F")
+    model = Model(program, gpu("H200"))
+    rival = {**TCCG19_PICK, "block_z": 2}
+    # b (84 on tiles of 32) and c (84 on 8) are both partial: the blocks last along y and not
+    # along z (10 of 33) run z's second register under a guard, those last along z and not
+    # along y (2 of 33) y's last three; the corner (1 of 33) runs neither. With c's tile 4,
+    # only y is partial, and its guarded registers run in no edge block.
+    assert _Optimist(model, model.describe(TCCG19_PICK)).guarded_share() == pytest.approx(12 / 33)
+    assert _Optimist(model, model.describe(rival)).guarded_share() == 0
+    # the kernels say so: a direct load of A inside a guard inside the unrolled step's loop
+    source = treduda.compile(*TCCG19, layout="F", params=TCCG19_PICK).cuda_source
+    guarded = source.split("} else {")[1]
+    assert re.search(r"if \(\(\(int\)blockIdx\.z\) <= 9\) \{\s+const float2 \w+ = "
+                     r"\*\(const float2 \*\)&A\[", guarded)
+    pick, other = model.estimate(TCCG19_PICK), model.estimate(rival)
+    assert pick.binding == "latency" and other.binding != "latency"
+    assert pick.seconds > 2 * other.seconds
+    assert model.bound(TCCG19_PICK).seconds <= pick.seconds
 
 
 @pytest.mark.parametrize("space", [SPACES[0], SPACES[3]], ids=["gemm", "grouped"])
