@@ -159,6 +159,20 @@ def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
     assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds
 
 
+def _guarded_direct_loads(source: str, tensor: str) -> int:
+    """Loads of ``tensor`` from global memory inside a guard inside a loop of a kernel."""
+    stack, found = [], 0
+    for line in (text.strip() for text in source.split("// Host glue")[0].splitlines()):
+        if line.startswith("}") and stack:
+            stack.pop()
+        if re.search(rf"(?<![A-Za-z_]){tensor}\[", line) and "for" in stack:
+            innermost = len(stack) - 1 - stack[::-1].index("for")
+            found += "if" in stack[innermost + 1:]
+        if line.endswith("{"):
+            stack.append(line.split(" ")[0].lstrip("}").strip() or "else")
+    return found
+
+
 TCCG19 = ("C[a,b,c] = A[a,d,e,c]*B[e,b,d]", {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96})
 # tccg_19's pick on the H200 (2026-11-26): 2.35 ms; with block_z 2 (c's tile 4 divides 84) 0.57
 TCCG19_PICK = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 2, "assign_x": "adjacent",
@@ -177,15 +191,30 @@ def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
     # only y is partial, and its guarded registers run in no edge block.
     assert _Optimist(model, model.describe(TCCG19_PICK)).guarded_share() == pytest.approx(12 / 33)
     assert _Optimist(model, model.describe(rival)).guarded_share() == 0
-    # the kernels say so: a direct load of A inside a guard inside the unrolled step's loop
+    # the kernels say so: direct loads of A inside guards inside the step's loops
     source = treduda.compile(*TCCG19, layout="F", params=TCCG19_PICK).cuda_source
-    guarded = source.split("} else {")[1]
-    assert re.search(r"if \(\(\(int\)blockIdx\.z\) <= 9\) \{\s+const float2 \w+ = "
-                     r"\*\(const float2 \*\)&A\[", guarded)
+    assert _guarded_direct_loads(source, "A")
     pick, other = model.estimate(TCCG19_PICK), model.estimate(rival)
     assert pick.binding == "latency" and other.binding != "latency"
     assert pick.seconds > 2 * other.seconds
     assert model.bound(TCCG19_PICK).seconds <= pick.seconds
+
+
+@pytest.mark.parametrize("sizes, share", [
+    ({"i": 90, "j": 64}, 1 / 2),  # x's last tile: threads 0-6 hold registers 0-1, 0-5 2-3
+    ({"i": 88, "j": 64}, 0),  # threads 0-5 hold all four: one guard, outside the loops
+    ({"i": 90, "j": 60}, 5 / 8),  # y's last tile too: its last register runs nowhere there
+], ids=["x", "one-guard", "x-and-y"])
+def test_the_guarded_share_is_what_the_kernel_guards(sizes, share):
+    expr, sizes = "C[i,j] = A[i,k]*B[k,j]", {**sizes, "k": 64}
+    params = {"order": "i,j", "stage": "B", "block_x": 16, "reg_x": 4, "assign_x": "adjacent",
+              "block_y": 4, "reg_y": 4, "assign_y": "cyclic", "block_z": 1, "reg_z": 1,
+              "assign_z": "cyclic", "step": 16, "split": 1, "preload": False,
+              "double_buffer": False, "pad": 0, "unroll": True}
+    model = Model(plan(expr, sizes, "F"), gpu("H200"))
+    assert _Optimist(model, model.describe(params)).guarded_share() == pytest.approx(share)
+    source = treduda.compile(expr, sizes, layout="F", params=params).cuda_source
+    assert bool(_guarded_direct_loads(source, "A")) == bool(share)
 
 
 @pytest.mark.parametrize("space", [SPACES[0], SPACES[3]], ids=["gemm", "grouped"])
