@@ -196,6 +196,7 @@ def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
     assert _guarded_direct_loads(source, "A")
     pick, other = model.estimate(TCCG19_PICK), model.estimate(rival)
     assert pick.binding == "latency" and other.binding != "latency"
+    assert "36% of the blocks, at the output's edge" in pick.because
     assert pick.seconds > 2 * other.seconds
     assert model.bound(TCCG19_PICK).seconds <= pick.seconds
 

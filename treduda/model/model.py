@@ -348,6 +348,11 @@ class Model(Counts):
             "latency": "latency binds: too few warps or too long dependent chains per thread "
                        "(exposed load latency per step, waves of blocks)",
         }
+        if binding == "latency" and (share := o.guarded_share()):
+            reasons["latency"] += (f"; {share:.0%} of the blocks, at the output's edge, load a "
+                                   "direct operand under guards of their own and wait for it at "
+                                   "every reduction point (tiles that divide the extents, or "
+                                   "staging it, avoid that)")
         return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
 
 
