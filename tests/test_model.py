@@ -5,6 +5,7 @@ themselves; without nvcc it predicts the registers and spills ptxas reports."""
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 from conftest import bound_paths_hold, needs_nvcc
@@ -12,7 +13,7 @@ from conftest import bound_paths_hold, needs_nvcc
 import treduda
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
-from treduda.model.optimist import REGISTER_BYTES
+from treduda.model.optimist import REGISTER_BYTES, _Optimist
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.search import Searcher
@@ -156,6 +157,65 @@ def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
     small = model.estimate({**TCCG15_PICK, "block_y": 4})
     assert small.resources["latency"] < unstaged.resources["latency"] / 4
     assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds
+
+
+def _guarded_direct_loads(source: str, tensor: str) -> int:
+    """Loads of ``tensor`` from global memory inside a guard inside a loop of a kernel."""
+    stack, found = [], 0
+    for line in (text.strip() for text in source.split("// Host glue")[0].splitlines()):
+        if line.startswith("}") and stack:
+            stack.pop()
+        if re.search(rf"(?<![A-Za-z_]){tensor}\[", line) and "for" in stack:
+            innermost = len(stack) - 1 - stack[::-1].index("for")
+            found += "if" in stack[innermost + 1:]
+        if line.endswith("{"):
+            stack.append(line.split(" ")[0].lstrip("}").strip() or "else")
+    return found
+
+
+TCCG19 = ("C[a,b,c] = A[a,d,e,c]*B[e,b,d]", {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96})
+# tccg_19's pick on the H200 (2026-11-26): 2.35 ms; with block_z 2 (c's tile 4 divides 84) 0.57
+TCCG19_PICK = {"order": "a,b,c", "stage": "B", "block_x": 16, "reg_x": 2, "assign_x": "adjacent",
+               "block_y": 4, "reg_y": 8, "assign_y": "cyclic", "block_z": 4, "reg_z": 2,
+               "assign_z": "cyclic", "step": 16, "split": 4, "preload": False,
+               "double_buffer": False, "pad": 0, "unroll": True, "async_copy": False}
+
+
+def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
+    program = plan(*TCCG19, layout="F")
+    model = Model(program, gpu("H200"))
+    rival = {**TCCG19_PICK, "block_z": 2}
+    # b (84 on tiles of 32) and c (84 on 8) are both partial: the blocks last along y and not
+    # along z (10 of 33) run z's second register under a guard, those last along z and not
+    # along y (2 of 33) y's last three; the corner (1 of 33) runs neither. With c's tile 4,
+    # only y is partial, and its guarded registers run in no edge block.
+    assert _Optimist(model, model.describe(TCCG19_PICK)).guarded_share() == pytest.approx(12 / 33)
+    assert _Optimist(model, model.describe(rival)).guarded_share() == 0
+    # the kernels say so: direct loads of A inside guards inside the step's loops
+    source = treduda.compile(*TCCG19, layout="F", params=TCCG19_PICK).cuda_source
+    assert _guarded_direct_loads(source, "A")
+    pick, other = model.estimate(TCCG19_PICK), model.estimate(rival)
+    assert pick.binding == "latency" and other.binding != "latency"
+    assert "36% of the blocks, at the output's edge" in pick.because
+    assert pick.seconds > 2 * other.seconds
+    assert model.bound(TCCG19_PICK).seconds <= pick.seconds
+
+
+@pytest.mark.parametrize("sizes, share", [
+    ({"i": 90, "j": 64}, 1 / 2),  # x's last tile: threads 0-6 hold registers 0-1, 0-5 2-3
+    ({"i": 88, "j": 64}, 0),  # threads 0-5 hold all four: one guard, outside the loops
+    ({"i": 90, "j": 60}, 5 / 8),  # y's last tile too: its last register runs nowhere there
+], ids=["x", "one-guard", "x-and-y"])
+def test_the_guarded_share_is_what_the_kernel_guards(sizes, share):
+    expr, sizes = "C[i,j] = A[i,k]*B[k,j]", {**sizes, "k": 64}
+    params = {"order": "i,j", "stage": "B", "block_x": 16, "reg_x": 4, "assign_x": "adjacent",
+              "block_y": 4, "reg_y": 4, "assign_y": "cyclic", "block_z": 1, "reg_z": 1,
+              "assign_z": "cyclic", "step": 16, "split": 1, "preload": False,
+              "double_buffer": False, "pad": 0, "unroll": True}
+    model = Model(plan(expr, sizes, "F"), gpu("H200"))
+    assert _Optimist(model, model.describe(params)).guarded_share() == pytest.approx(share)
+    source = treduda.compile(expr, sizes, layout="F", params=params).cuda_source
+    assert bool(_guarded_direct_loads(source, "A")) == bool(share)
 
 
 @pytest.mark.parametrize("space", [SPACES[0], SPACES[3]], ids=["gemm", "grouped"])

@@ -209,7 +209,7 @@ class Model(Counts):
             "l2": (self._sector_bytes(o, least, padded * warp_round, exact)
                    + o.spill_bytes(exact)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
-            "latency": (math.ceil(waves) if exact else waves) * o.chain(exact) / most / clock,
+            "latency": self._latency(o, waves, exact) / most / clock,
         }
         warps = occupancy * math.ceil(threads / 32)
         # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
@@ -240,6 +240,21 @@ class Model(Counts):
                         f"{least} parts in a fixed order (deterministic)")
         return Prediction(total, binding, seconds, because, self.flops, wavefronts=wavefronts,
                           warps=warps, floor=floor)
+
+    def _latency(self, o: _Optimist, waves: float, exact: bool) -> float:
+        """Cycles of the chains of dependent work one after the other on the busiest SM: a
+        thread's chain (:meth:`_Optimist.chain`) per wave of blocks; where some blocks at the
+        output's edge wait longer (:meth:`_Optimist.guarded_share`), no less than one of
+        theirs, nor than every block's chain shared among the SMs' slots for blocks."""
+        chain = o.chain(exact)
+        if not exact:
+            return waves * chain
+        latency = math.ceil(waves) * chain
+        share = o.guarded_share()
+        if share:
+            edge = o.chain(exact, guarded=True)
+            latency = max(latency, edge, waves * (share * edge + (1 - share) * chain))
+        return latency
 
     def _request_wavefronts(self, o: _Optimist, read: Any, exact: bool) -> float:
         """Per value of ``read`` a thread loads, the fewest LSU cycles its warp's global load
@@ -338,6 +353,11 @@ class Model(Counts):
             "latency": "latency binds: too few warps or too long dependent chains per thread "
                        "(exposed load latency per step, waves of blocks)",
         }
+        if binding == "latency" and (share := o.guarded_share()):
+            reasons["latency"] += (f"; {share:.0%} of the blocks, at the output's edge, load a "
+                                   "direct operand under guards of their own and wait for it at "
+                                   "every reduction point (tiles that divide the extents, or "
+                                   "staging it, avoid that)")
         return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
 
 

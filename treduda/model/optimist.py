@@ -11,13 +11,14 @@ registers, what ptxas spills, and the chain of dependent work with its exposed l
 
 from __future__ import annotations
 
+import itertools
 import math
 
 from ..frontend import dtypes
 from ..polyhedral import geometry
 from .accesses import _Accesses
 from .counts import _Read
-from .tiles import BLOCK, REG
+from .tiles import ASSIGN, BLOCK, REG
 
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
@@ -183,11 +184,12 @@ class _Optimist(_Accesses):
         extent = self.footprint(read)[geometry.fastest(self.m.program, read.indices)]
         return run if extent % run == 0 else 1
 
-    def chain(self, exact: bool = True) -> float:
+    def chain(self, exact: bool = True, guarded: bool = False) -> float:
         """Cycles of one thread's dependent work: its FMA chains, one exposed L2 latency per
         step unless the next step is preloaded (or copied asynchronously into the other
         buffer, a step ahead), and the waits on operands read from global memory
-        (:meth:`global_wait`); not for the bound: nvcc may pipeline the loads of later
+        (:meth:`global_wait`; ``guarded``, in a block that loads them under guards of its
+        own, :meth:`guarded_share`); not for the bound: nvcc may pipeline the loads of later
         iterations."""
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
@@ -195,7 +197,7 @@ class _Optimist(_Accesses):
         if exact and self.decided("step", "preload") and not self.copies_ahead():
             exposed = self.steps() * g.l2_latency_cycles
         if exact and self.p.get("step"):
-            exposed += self.m.iterations * self.global_wait()
+            exposed += self.m.iterations * self.global_wait(guarded)
         return (fmas + exposed) * self.walks()
 
     def copies_ahead(self) -> bool:
@@ -221,7 +223,7 @@ class _Optimist(_Accesses):
                        / g.warp_size / g.schedulers_per_sm)
         return max(0.0, g.l2_latency_cycles - (resident - 1) * step_cycles)
 
-    def global_wait(self) -> float:
+    def global_wait(self, guarded: bool = False) -> float:
         """Cycles per reduction point a thread waits on the operands it reads from global
         memory (those not staged), in a strip-mined loop.
 
@@ -230,7 +232,8 @@ class _Optimist(_Accesses):
         the tensor is larger than L2 (no earlier block can have left its lines there). ptxas
         issues the loads of later points early only as far as registers allow: each value held
         ahead costs about two (its address arithmetic stays live too), and one wait covers the
-        points whose loads are in flight at once (:meth:`hoisted_points`).
+        points whose loads are in flight at once (:meth:`hoisted_points`); ``guarded``, loads
+        in branches of their own, none ahead (:meth:`guarded_share`).
         The H100 measurements of tccg_15-18 (a 4 x 8 x 2 register tile reading A, or A and B,
         along a slow index; 1.0 ms predicted without this, 2.7-2.9 ms measured; their SASS
         loads one point ahead) fit this to within 32%; an operand read along its fastest index
@@ -243,7 +246,70 @@ class _Optimist(_Accesses):
                 tensor = math.prod(m.sizes[i] for i in dict.fromkeys(read.indices)) * m.bytes
                 latency = g.dram_latency_cycles if tensor > g.l2_bytes else g.l2_latency_cycles
                 wait = max(wait, lines * latency)
-        return wait / self.hoisted_points() if wait else 0.0
+        if not wait or guarded:
+            return wait
+        return wait / self.hoisted_points()
+
+    def guarded_share(self) -> float:
+        """The share of a complete candidate's blocks, at the output's edge, that load its
+        direct operands at every reduction point under a guard of its own, which ptxas does
+        not load ahead of its branch: their threads wait for each point's operands
+        (:meth:`global_wait`), and the kernel for them (the estimate's latency).
+
+        Where a tile is partial (an axis's extent is no multiple of its threads times
+        registers), the code generator separates the edge blocks' code from the full tiles',
+        and in it guards each register position by where it may lie: a position along a
+        partial axis that is not valid for every thread of the last tile runs only in blocks
+        before it (a guard on the block index) or for the threads it is valid for. One guard
+        shared by every position is hoisted out of the loops; several stay inside the unrolled
+        step, around each load of a direct operand. They cost a wait in the edge blocks where
+        one holds: a position guarded along one partial axis, in the blocks at the end of
+        another (not last along it), or valid for some threads of its own last tile.
+        tccg_19's pick on the H200 (c 84 on 8 of z and b 84 on 32 of y both partial; A read
+        directly) ran 2.35 ms, its rival with z full 0.57 ms; the pick's edge path in the SASS
+        (nvcc 13, sm_90) issues each guarded LDG.64 inside its branch, 16 FFMAs after it."""
+        if (not self.tiles_decided() or not self.decided(*ASSIGN[:len(self.extents)])
+                or all(self.staged(r) is not False for r in self.m.reads)):
+            return 0.0
+        key = ("guarded", self.p["order"], *(self.p[k] for k in (*BLOCK, *REG)),
+               *(self.p[k] for k in ASSIGN[:len(self.extents)]))
+        return self.memo(key, self._guarded_share)
+
+    def _guarded_share(self) -> float:
+        # per partial axis: each register's threads valid in the last tile (None: all), and
+        # its tiles
+        partial = []
+        for n, extent in enumerate(self.extents):
+            threads, registers = self.p[BLOCK[n]], self.p[REG[n]]
+            rest = extent % (threads * registers)
+            if not rest:
+                continue
+            valid = []
+            for r in range(registers):
+                found = frozenset(t for t in range(threads) if geometry.dealt(
+                    self.p[ASSIGN[n]], t, r, threads, registers, self.m.vector_run) < rest)
+                valid.append(None if len(found) == threads else found)
+            partial.append((valid, math.ceil(extent / (threads * registers))))
+        # every position's guard, but those that hold nowhere (the code leaves them out):
+        # invalid for every thread of the last tile of an axis that has no blocks before it
+        guards = {g for g in itertools.product(*(valid for valid, _ in partial))
+                  if all(v is None or v or tiles > 1
+                         for v, (_, tiles) in zip(g, partial, strict=True))}
+        if len(guards) < 2:  # none, or one shared by every position: outside the loops
+            return 0.0
+        share = 0.0
+        # edge blocks, by the partial axes they are last along (one at least); each such
+        # kind is a share of the blocks, and waits where one of the guards holds for a thread
+        for edge in itertools.product((False, True), repeat=len(partial)):
+            if not any(edge):
+                continue
+            if any(any(v is not None for v in g) and all(
+                    (v is None or bool(v)) if last else tiles > 1
+                    for v, last, (_, tiles) in zip(g, edge, partial, strict=True))
+                   for g in guards):
+                share += math.prod(1 / tiles if last else (tiles - 1) / tiles
+                                   for last, (_, tiles) in zip(edge, partial, strict=True))
+        return share
 
     def hoisted_points(self) -> int:
         """Reduction points whose global operand loads ptxas has in flight at once: one, and
