@@ -35,11 +35,8 @@ TWO_GROUPS = {"warpgroups": 2, "frags_m": 1, "tile_n": 64, "frags_k": 2, "stages
 
 def _compile(expression: str, sizes: dict, dtype: str = "float16", layout: str = "C",
              params: dict | None = SMALL) -> treduda.Kernel:
-    """The warpgroup kernel with ``params`` (None: the strategy's defaults); TF32's
-    operands are copied through registers, in two stages at most."""
+    """The warpgroup kernel with ``params`` (None: the strategy's defaults)."""
     precision = "tf32" if dtype == "float32" else "highest"
-    if dtype == "float32" and params:
-        params = {**params, "async_copy": False, "stages": min(params["stages"], 2)}
     return treduda.compile(expression, sizes, dtype=dtype, layout=layout, precision=precision,
                            strategy="warpgroup", params=params)
 
@@ -148,6 +145,43 @@ def test_swizzled_tiles_take_copies_without_bank_conflicts(layout):
     assert "__align__(128) unsigned char td_shared[" in plain.cuda_source
 
 
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_tf32_tiles_copied_by_cp_async_are_rounded_in_place(layout):
+    """C = A*B with B's single row all ones: each element is A's rounded as cvt.rna.tf32.f32
+    rounds it (ties away from zero; Inf and NaN kept), on PoCL and in the emulator, where
+    wgmma itself would drop the low 13 bits. A is copied by cp.async in runs along K in
+    layout C and a word at a time along M in layout F, both into K-major tiles."""
+    ulp = 2.0**-10  # of TF32 at 1.0
+    values = np.array([1 + ulp / 2, -(1 + ulp / 2), 1 + ulp / 4, 1 + 3 * ulp / 4, 1 + ulp * 1.5,
+                       1 + ulp * 0.9, np.inf, -np.inf, np.nan], np.float32)
+    expected = np.array([1 + ulp, -(1 + ulp), 1.0, 1 + ulp, 1 + 2 * ulp, 1 + ulp, np.inf,
+                         -np.inf, np.nan], np.float32)
+    kernel = _compile(GEMM, {"i": values.size, "j": 3, "k": 1}, "float32", layout)
+    assert "td_copy_async" in kernel.cuda_source and "td_tf32(td_sa[" in kernel.cuda_source
+    a = np.asfortranarray(values[:, None]) if layout == "F" else values[:, None]
+    ones = np.ones((1, 3), np.float32, order=layout)
+    for backend in ("opencl", "emulator"):
+        got = kernel.run(A=a, B=ones, backend=backend)
+        np.testing.assert_array_equal(got, np.repeat(expected[:, None], 3, axis=1))
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_swizzled_tf32_tiles_take_copies_and_roundings_without_bank_conflicts(layout):
+    """Steps of 32 TF32 values: K-major tiles in the 128-byte swizzle; runs copied along K
+    and their rounding in place take 1 way; an operand copied a word at a time along M or
+    N (B in layout C, A in F) 4, as its unswizzled tile does. The twin reads the swizzled
+    tiles (PoCL verifies), the emulator finds no hazard. (K 92, whose runs along K are 16
+    bytes wide: of 90 they would be 8, two wavefronts a warp.)"""
+    kernel = _compile(GEMM, {**PARTIAL, "k": 92}, "float32", layout,
+                      params={**TWO_GROUPS, "frags_k": 4})
+    assert kernel.verify().ok and kernel.hazards() == []
+    assert "__align__(1024) unsigned char td_shared[]" in kernel.cuda_source
+    ways = {tile: {t.ways for t in kernel.counters().traffic if t.array == tile}
+            for tile in ("td_sa", "td_sb")}
+    assert ways == ({"td_sa": {1}, "td_sb": {4}} if layout == "C"
+                    else {"td_sa": {4}, "td_sb": {1}})
+
+
 def test_kernel_ir_survives_storage():
     body = _compile(GEMM, PARTIAL).built.kernel
     assert serial.Decoder()(serial.encode(body)) == body
@@ -197,9 +231,8 @@ def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
     assert report.arch == "sm_90a"
     kinds = report.main_loop_kinds()
     assert kinds["tensor core"] == {"HGMMA": 4}
-    # 16-bit operands of either major move by cp.async only; TF32's are rounded on their way
-    assert ("LDG" in kinds.get("global memory", {})) == (dtype == "float32")
-    assert ("LDGSTS" in kinds.get("async copy", {})) == (dtype != "float32")
+    # operands of either major move by cp.async only (TF32's then rounded in place)
+    assert "LDG" not in kinds.get("global memory", {}) and "LDGSTS" in kinds["async copy"]
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")
