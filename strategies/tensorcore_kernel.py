@@ -347,6 +347,13 @@ class Builder:
             self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
 
+    def dealt_run(self, e: ir.Expr, shape: Mapping[str, Any]) -> tuple[ir.Expr, ir.Expr]:
+        """The row of the 2-D tile and the first column of copy ``e``'s run (a tile of
+        :func:`copy_shape` ``shape``): along the rows in turn, the rows interleaved as the
+        shape's ``order`` says."""
+        return (_interleaved_row(e, shape["runs"], shape["order"]),
+                times(shape["width"], remainder(e, shape["runs"])))
+
     def wait_stage(self) -> int:
         """The stage of a step where its asynchronous copies are waited for: its first where
         they were issued steps ahead, else after them."""
@@ -364,9 +371,7 @@ class Builder:
                            self.widths)
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
-        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        row = _interleaved_row(e, runs, shape["order"])
-        column = times(width, remainder(e, runs))
+        row, column = self.dealt_run(plus(times(self.threads, ir.Var("c")), ir.Var("t")), shape)
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),

@@ -77,6 +77,7 @@ from .tensorcore_tiles import (
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
 WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
+WARP_ROWS = 8  # rows of M or N a warp's word copies of TF32 take at once (dealt_run)
 
 
 def wgmma_k(program: Program) -> int:
@@ -161,6 +162,19 @@ class WarpgroupBuilder(Builder):
         if self.tf32:
             return ir.Call(ir.Function.TF32, (source,))
         return source
+
+    def dealt_run(self, e: ir.Expr, shape: Mapping[str, Any]) -> tuple[ir.Expr, ir.Expr]:
+        """TF32 words copied one at a time into K-major tiles (an operand contiguous along M
+        or N, :func:`operand_widths`): a warp's 32 copies take 8 consecutive rows of M or N
+        (the operand's contiguous index, the 2-D tile's columns) at 4 consecutive K, so that
+        their stores, 8 lines by 4 words of one chunk, fall on 32 distinct banks (32 rows at
+        one K take 8 banks, 4 ways) and their loads still fill whole 32-byte sectors."""
+        if not (self.tf32 and shape["width"] == 1 and not shape["row_is_free"]):
+            return super().dealt_run(e, shape)
+        rows, groups = WARP_ROWS, shape["runs"] // WARP_ROWS  # runs of M or N: a multiple of 32
+        lane, group = remainder(e, ir.WARP), quotient(e, ir.WARP)
+        return (plus(times(ir.WARP // rows, quotient(group, groups)), quotient(lane, rows)),
+                plus(times(rows, remainder(group, groups)), remainder(lane, rows)))
 
     def landed(self, tile: str, names: Sequence[str], domain: str, order: int, width: int,
                place: Callable[[ir.Expr], ir.Element]) -> None:

@@ -167,19 +167,21 @@ def test_tf32_tiles_copied_by_cp_async_are_rounded_in_place(layout):
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_swizzled_tf32_tiles_take_copies_and_roundings_without_bank_conflicts(layout):
-    """Steps of 32 TF32 values: K-major tiles in the 128-byte swizzle; runs copied along K
-    and their rounding in place take 1 way; an operand copied a word at a time along M or
-    N (B in layout C, A in F) 4, as its unswizzled tile does. The twin reads the swizzled
-    tiles (PoCL verifies), the emulator finds no hazard. (K 92, whose runs along K are 16
-    bytes wide: of 90 they would be 8, two wavefronts a warp.)"""
-    kernel = _compile(GEMM, {**PARTIAL, "k": 92}, "float32", layout,
+    """Steps of 32 TF32 values: K-major tiles in the 128-byte swizzle; runs copied along K,
+    words copied along M or N (B in layout C, A in F: a warp's 32 take 8 rows at 4 K, where
+    32 rows at one K took 4 ways) and their rounding in place take 1 way, and the word
+    copies' loads fill whole sectors. The twin reads the swizzled tiles (PoCL verifies),
+    the emulator finds no hazard. (Sizes that are multiples of 8 but of no tile: runs along
+    K 16 bytes wide, of 90 they would be 8, two wavefronts a warp; rows of M or N starting
+    on sector boundaries, where a warp's 4 rows of 32 bytes would straddle 8 sectors.)"""
+    kernel = _compile(GEMM, {"i": 72, "j": 56, "k": 92}, "float32", layout,
                       params={**TWO_GROUPS, "frags_k": 4})
     assert kernel.verify().ok and kernel.hazards() == []
     assert "__align__(1024) unsigned char td_shared[]" in kernel.cuda_source
-    ways = {tile: {t.ways for t in kernel.counters().traffic if t.array == tile}
-            for tile in ("td_sa", "td_sb")}
-    assert ways == ({"td_sa": {1}, "td_sb": {4}} if layout == "C"
-                    else {"td_sa": {4}, "td_sb": {1}})
+    counters = kernel.counters()
+    assert {t.ways for t in counters.traffic if t.array in ("td_sa", "td_sb")} == {1}
+    words = counters.of("B" if layout == "C" else "A", ASYNC_COPY)
+    assert words.per_request == words.ideal_per_request
 
 
 def test_kernel_ir_survives_storage():
