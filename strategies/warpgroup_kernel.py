@@ -123,13 +123,8 @@ class WarpgroupBuilder(Builder):
         self.tf32 = program.dtype == "float32"
         self.widths = operand_widths(program, found, params["async_copy"])
         self.asynchronous = any(w is not None for w in self.widths.values())
-        # Tiles whose lines (along the contiguous index) can be 128 bytes are held in the
-        # 128-byte swizzle (see the module's doc)
-        line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
-        self.swizzled = {tile: self.tile["k"] == line if k_major else rows % line == 0
-                         for tile, rows, k_major in zip((A_TILE, B_TILE),
-                                                        (self.tile["m"], self.tile["n"]),
-                                                        self.k_major(), strict=True)}
+        self.swizzled = dict(zip((A_TILE, B_TILE), swizzled_tiles(program, params, found),
+                                 strict=True))
         # From three asynchronous stages one step's MMAs stay in flight while the next
         # step's are issued, and the copies run a step less ahead (see the module's doc)
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
@@ -218,7 +213,7 @@ class WarpgroupBuilder(Builder):
 
     def k_major(self) -> tuple[bool, bool]:
         """Whether A's and B's tiles are K-major (:meth:`tile_index`)."""
-        return self.row_a or self.tf32, not self.row_b or self.tf32
+        return k_major_tiles(self.program, (self.row_a, self.row_b))
 
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A's and B's tile shapes (after the buffer)."""
@@ -347,6 +342,49 @@ def operand_widths(program: Program, found: tuple[tuple[str, ...], ...], asynchr
         return widths
     row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
     return {a: widths[a] if row_a else 1, b: widths[b] if not row_b else 1}
+
+
+def k_major_tiles(program: Program, rows_major: tuple[bool, bool]) -> tuple[bool, bool]:
+    """Whether A's and B's tiles are K-major, given whether their tiles' rows are the
+    operands' rows (:func:`operand_rows_major`): where K is the operand's contiguous index,
+    and always for TF32 (wgmma transposes 16-bit operands only)."""
+    tf32 = program.dtype == "float32"
+    return rows_major[0] or tf32, not rows_major[1] or tf32
+
+
+def swizzled_tiles(program: Program, params: Mapping[str, Any],
+                   found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:
+    """Whether A's and B's tiles are held in the 128-byte swizzle: where their lines can be
+    128 bytes (see the module's doc)."""
+    tile = warpgroup_tile(params, program)
+    line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
+    majors = k_major_tiles(program, operand_rows_major(program, found))
+    a, b = (tile["k"] == line if k_major else rows % line == 0
+            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
+    return a, b
+
+
+def copy_ways(program: Program, params: Mapping[str, Any],
+              found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
+    """Bank-conflict ways of A's and B's copy stores, as ``Kernel.counters()`` counts them:
+    1 in the swizzle; 16-byte cp.async runs into core matrices of 16-byte lines land a
+    block (a multiple of 128 bytes) apart, on the same banks, as many ways as a line of the
+    operand's contiguous index has runs (up to 8); others 1 (TF32 words dealt 8 rows at 4 K,
+    :meth:`WarpgroupBuilder.dealt_run`; copies through registers are not counted)."""
+    (a,), (b,), *_ = found
+    tile = warpgroup_tile(params, program)
+    size = dtypes.itemsize(program.dtype)
+    widths = operand_widths(program, found, params["async_copy"])
+    row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
+    ways = []
+    for tensor, rows, along_k, swizzled in zip(
+            (a, b), (tile["m"], tile["n"]), (row_a, not row_b),
+            swizzled_tiles(program, params, found), strict=True):
+        run = (widths[tensor] or 0) * size
+        line = (tile["k"] if along_k else rows) * size  # bytes along the contiguous index
+        ways.append(1 if swizzled or run != CORE_ROW_BYTES
+                    else min(CORE_ROWS, line // CORE_ROW_BYTES))
+    return ways[0], ways[1]
 
 
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:

@@ -10,8 +10,9 @@ MMAs, from a candidate's parameters.
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
-* ``memory``   LSU wavefronts: the copies' shared stores (and TF32's rounding in place) and
-               the write's round trip; the
+* ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
+               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place) and the
+               write's round trip (the accumulators' stores 2 ways into a C tile along N); the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
 * ``l2``, ``dram`` as the tensor-core model's
@@ -36,7 +37,8 @@ from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
 from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
-from .warpgroup_kernel import operand_widths, shared_bytes, warpgroup_tile
+from .tensorcore_tiles import output_along_n
+from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -63,6 +65,10 @@ class WarpgroupModel(EnumeratingModel):
         widths = operand_widths(program, self.groups, True)
         self.widths = (widths[a], widths[b])
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
+        # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
+        # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
+        # at best, whatever the pitch; along M (its rows M) 1
+        self.store_ways = 2 if output_along_n(program) else 1
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -109,9 +115,11 @@ class WarpgroupModel(EnumeratingModel):
         output = tile["m"] * tile["n"]
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
-        wavefronts = tiles * (steps * (sum(copied.values()) + 2 * rounded) * self.bytes
-                              / WAVEFRONT_BYTES
-                              + output * (8 + self.bytes) / WAVEFRONT_BYTES)
+        ways_a, ways_b = copy_ways(self.program, p, self.groups)
+        stored = copied["a"] * ways_a + copied["b"] * ways_b
+        wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                              + output * (4 * self.store_ways + 4 + self.bytes)
+                              / WAVEFRONT_BYTES)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)

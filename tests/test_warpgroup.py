@@ -10,6 +10,8 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import MMA_CASES
+from treduda.strategies.tensorcore_tiles import gemm_groups
+from treduda.strategies.warpgroup_kernel import copy_ways
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -17,6 +19,7 @@ from treduda.codegen import ir, serial
 from treduda.codegen.targets import cuda_target
 from treduda.errors import CompileError, StrategyError
 from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.run.counters import ASYNC_COPY
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
@@ -182,6 +185,22 @@ def test_swizzled_tf32_tiles_take_copies_and_roundings_without_bank_conflicts(la
     assert {t.ways for t in counters.traffic if t.array in ("td_sa", "td_sb")} == {1}
     words = counters.of("B" if layout == "C" else "A", ASYNC_COPY)
     assert words.per_request == words.ideal_per_request
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_the_model_counts_the_bank_conflicts_the_emulator_counts(layout):
+    """The model's ways (copy_ways; the accumulators' stores, 2 into a C tile along N)
+    are those ``Kernel.counters()`` counts, for unswizzled core matrices of 2 and 4 runs a
+    line and swizzled tiles, 16-bit and TF32."""
+    for dtype, frags_k in (("float16", 1), ("float16", 2), ("float16", 4), ("float32", 2)):
+        kernel = _compile(GEMM, {"i": 128, "j": 64, "k": 128}, dtype, layout,
+                          params={**SMALL, "frags_k": frags_k})
+        counted = {(t.array, t.operation): t.ways for t in kernel.counters(steps=2).traffic}
+        program = kernel.program
+        model = model_of(program, gpu("H100"), "warpgroup")
+        assert (counted["td_sa", ASYNC_COPY], counted["td_sb", ASYNC_COPY]) == copy_ways(
+            program, kernel.params, gemm_groups(program)), (dtype, frags_k)
+        assert counted["td_sc", "st"] == model.store_ways == (2 if layout == "C" else 1)
 
 
 def test_kernel_ir_survives_storage():
