@@ -2,8 +2,12 @@
 read on the CPU. For GEMM 4096^3 in fp16, bf16 and tf32 and every TCCG row in fp16, the
 search named 'warpgroup' and the one named 'tensorcore' on the H100 model: each pick's tiles,
 its predicted time and binding resource, and from the warpgroup kernel's SASS (sm_90a) the
-main loop's HGMMA, instructions beside each MMA, LDG of operands and LDGSTS. Needs nvcc and
-nvdisasm for the SASS columns (left empty without them).
+main body's HGMMA, instructions beside each MMA, LDG of operands and LDGSTS; and from the
+emulator's count of its first block's first steps the worst bank-conflict ways, of all
+shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
+nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
+run of code holding them, which is then the kernel's body: the per-HGMMA figures read either
+alike. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
                                            [--gpu H100] [--before FILE]
@@ -16,6 +20,7 @@ from __future__ import annotations
 import sys
 
 from economy_tables import arguments, measure_rows, print_tables, wanted_rows
+from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 
 import treduda
 from treduda.errors import BackendUnavailable
@@ -23,6 +28,7 @@ from treduda.run.sass import sass_report
 from treduda.suites import load
 
 GEMM = next(r for r in load("gemm") if r.id == "gemm_4096")
+COUNTED_STEPS = 2  # the emulator's steps of the first block: the copies' and MMAs' pattern
 KINDS = {"fp16": ("float16", "highest"), "bf16": ("bfloat16", "highest"),
          "tf32": ("float32", "tf32")}
 
@@ -51,20 +57,23 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
                "wmma_ms": picks["tensorcore"].prediction.seconds * 1e3}
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              precision=precision, strategy="warpgroup", params=p)
+    counted = kernel.counters(steps=COUNTED_STEPS)
+    figures.update(ways=counted.worst_ways(),
+                   tile_ways=max(t.ways for t in counted.traffic if t.array in (A_TILE, B_TILE)))
     try:
         report, = sass_report(kernel.cuda_source, "sm_90a")
     except BackendUnavailable:
         return figures
     kinds = report.main_loop_kinds()
-    figures.update(hgmma=report.mma, loop_hgmma=report.main_loop_mma,
+    figures.update(hgmma=report.mma, loop_hgmma=report.main_loop_mma, looped=report.looped,
                    non_mma_per_mma=report.non_mma_per_mma,
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0))
     return figures
 
 
-COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "loop HGMMA",
-           "nonMMA/MMA", "loop LDG", "loop LDGSTS")
+COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
+           "body HGMMA", "nonMMA/MMA", "body LDG", "body LDGSTS", "ways", "tile ways")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -72,11 +81,20 @@ def cells(name: str, f: dict) -> list[str]:
         return "-" if f.get(key) is None else form.format(f[key])
 
     return [name, f["tiles"], str(f["stages"]), f"{f['predicted_ms']:.3f}", f["binding"],
-            f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), shown("loop_hgmma", "{}"),
-            shown("non_mma_per_mma", "{:.2f}"), shown("ldg", "{}"), shown("ldgsts", "{}")]
+            f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
+            shown("non_mma_per_mma", "{:.2f}"), shown("ldg", "{}"), shown("ldgsts", "{}"),
+            shown("ways", "{}"), shown("tile_ways", "{}")]
 
 
-BESIDE = ("row", "pred ms", "nonMMA/MMA", "loop LDG")
+def body(f: dict) -> str:
+    """Where the HGMMAs sit: in a loop, or in the straight run nvcc unrolled the reduction
+    into ("-": no SASS; "loop" for a run from before the report said)."""
+    if f.get("hgmma") is None:
+        return "-"
+    return "loop" if f.get("looped", True) else "straight"
+
+
+BESIDE = ("row", "pred ms", "nonMMA/MMA", "body LDG")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -87,8 +105,10 @@ def main(argv: list[str] | None = None) -> int:
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu), cells,
                          COLUMNS, args.json)
     print("tiles: BM x BN x wgmma k-extents per step; WMMA ms: the tensor-core search's pick "
-          "on the same model; loop columns: the SASS main loop ('-' or 0 HGMMA there: the "
-          "reduction unrolled whole)")
+          "on the same model; body: where the HGMMAs sit in the SASS, a loop or the straight "
+          "run nvcc unrolled a reduction of one or two steps into; body columns: that code; "
+          f"ways: the worst bank-conflict ways in the first block's first {COUNTED_STEPS} "
+          "steps, of every shared access and of the operand tiles'")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

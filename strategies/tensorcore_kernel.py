@@ -95,7 +95,7 @@ here).
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import islpy as isl
@@ -330,6 +330,7 @@ class Builder:
         step's copies included, so that waiting until ``S - 2`` groups are pending leaves
         exactly the later steps' in flight."""
         copy_step = f"ks - {self.lead}" if self.lead else "ks"
+        wait = self.wait_stage()
         if self.stages == 1:  # else step k's buffer was last read at k - S
             self.sync("sync_before", ["1", "ks", str(STAGE_SYNC_BEFORE), "0", "0", "0", "0"],
                       True)
@@ -339,13 +340,24 @@ class Builder:
             self.sync("sync_after", ["1", "ks", str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True)
         else:
-            wait = STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
             self.sync("commit", ["1", copy_step, str(STAGE_SYNC_AFTER), "0", "0", "0", "0"],
                       True, ir.CommitCopies(), beyond=max(0, self.lead - 1))
             self.sync("wait", ["1", "ks", str(wait), "0", "1", "0", "0"], True,
                       ir.WaitCopies(max(0, self.lead - 1)))
             self.sync("sync_after", ["1", "ks", str(wait), "0", "2", "0", "0"], True)
         self.fragments()
+
+    def dealt_run(self, e: ir.Expr, shape: Mapping[str, Any]) -> tuple[ir.Expr, ir.Expr]:
+        """The row of the 2-D tile and the first column of copy ``e``'s run (a tile of
+        :func:`copy_shape` ``shape``): along the rows in turn, the rows interleaved as the
+        shape's ``order`` says."""
+        return (_interleaved_row(e, shape["runs"], shape["order"]),
+                times(shape["width"], remainder(e, shape["runs"])))
+
+    def wait_stage(self) -> int:
+        """The stage of a step where its asynchronous copies are waited for: its first where
+        they were issued steps ahead, else after them."""
+        return STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
 
     def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
         """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
@@ -355,12 +367,11 @@ class Builder:
         width each, ``e`` numbering the runs, in one statement that reads where the run lies
         inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
-        shape = copy_shape(self.program, self.params, tensor, self.tile, self.pads[tile])
+        shape = copy_shape(self.program, self.params, tensor, self.tile, self.pads[tile],
+                           self.widths)
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
-        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        row = _interleaved_row(e, runs, shape["order"])
-        column = times(width, remainder(e, runs))
+        row, column = self.dealt_run(plus(times(self.threads, ir.Var("c")), ir.Var("t")), shape)
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
@@ -397,11 +408,20 @@ class Builder:
                      if _may_reach(v, limit, ranges)]
             self.add(f"copy_{tensor}", Kind.COPY, names, domain,
                      ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
+            self.landed(tile, names, domain, order, width, lambda j: ir.Element(
+                tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, j),
+                                                        row_is_free))))
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
                  ir.Assign(element, "=", self.copied(source)), accesses, point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
                  ir.Assign(element, "=", ir.Float(0.0)), [target], point)
+
+    def landed(self, tile: str, names: Sequence[str], domain: str, order: int, width: int,
+               place: Callable[[ir.Expr], ir.Element]) -> None:
+        """What a thread does with the run ``copy_X[names]`` copied asynchronously into
+        ``tile`` (``place(j)`` its element ``j`` of ``width``) once it landed: nothing here
+        (a mapping whose tiles must change in place says what)."""
 
     def fragments(self) -> None:
         """Per fragment k-extent of the step: load A's and B's fragments of the warp, then

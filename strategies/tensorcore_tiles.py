@@ -391,16 +391,16 @@ def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int,
 
 
 def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
-               tile: Mapping[str, int] | None = None, pad: int | None = None
-               ) -> dict[str, Any]:
+               tile: Mapping[str, int] | None = None, pad: int | None = None,
+               widths: Mapping[str, int | None] | None = None) -> dict[str, Any]:
     """How the block's copies of ``tensor``'s tile are dealt: the tile's ``rows`` and
     ``columns``, whether its rows run along the free group (``row_is_free``: M for A, N
     for B) or along K, the elements one copy moves (``width``: the cp.async width, else 1),
     the ``runs`` of a row, the row ``pitch`` in bytes (padding included) and the ``order``
     of the rows a phase writes (:func:`interleaving`'s, or None: in turn, as in a swizzled
     tile, which places a phase's runs on distinct banks itself). A builder whose block is not
-    the parameters' own (the warpgroup one's) gives its ``tile`` extents and the operand
-    tile's ``pad``."""
+    the parameters' own (the warpgroup one's) gives its ``tile`` extents, the operand
+    tile's ``pad`` and its copy ``widths`` (:func:`copy_widths`'s by default)."""
     found = gemm_groups(program)
     a = found[0][0]
     tile = tile_extents(p, mma_shape(program)) if tile is None else tile
@@ -408,7 +408,8 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     row_a, row_b = operand_rows_major(program, found)
     row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
     rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
-    widths = copy_widths(program, found) if p["async_copy"] else {}
+    if widths is None:
+        widths = copy_widths(program, found) if p["async_copy"] else {}
     width = widths.get(tensor) or 1
     pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
     size = dtypes.itemsize(program.dtype)

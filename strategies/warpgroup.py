@@ -7,14 +7,13 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 ``BM x BN`` tile of C, ``BM = 64 warpgroups frags_m`` and ``BN = tile_n``, each warpgroup
 ``frags_m`` accumulators of 64 x BN in registers. The kernel is built by
 :mod:`.warpgroup_kernel`. float16 and bfloat16 inputs (m64nNk16) and float32 with precision
-TF32 (m64nNk8, its operands rounded as they are copied through registers), accumulated in
-float32.
+TF32 (m64nNk8, its operands copied by cp.async and rounded in place in shared memory, or
+rounded as they are copied through registers), accumulated in float32.
 
-16-bit operand tiles whose lines can be 128 bytes are held in the 128-byte swizzle (see
+Operand tiles whose lines can be 128 bytes are held in the 128-byte swizzle (see
 :mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their shared stores, where
 unswizzled core matrices take 8. What this slice leaves for later: the tensor memory
-accelerator with mbarriers, warp specialisation, split reductions, cp.async and the swizzle
-for TF32 operands (rounded in registers). A search
+accelerator with mbarriers, warp specialisation, split reductions. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is
@@ -101,9 +100,9 @@ class Warpgroup(Strategy):
                       priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
-            Parameter("async_copy", (False,) if program.dtype == "float32" else (True, False),
-                      "operand tiles copied by cp.async where their layout allows (not TF32's, "
-                      "rounded on their way)", priority=Priority.BUFFERS))
+            Parameter("async_copy", (True, False),
+                      "operand tiles copied by cp.async where their layout allows (TF32's "
+                      "then rounded in place)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]

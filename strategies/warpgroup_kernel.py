@@ -9,17 +9,22 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   Layout"; :class:`ir.CoreMatrices`), in blocks of 8 lines along the operand's contiguous
   index: K-major where that is K (``X[buffer][k / w][row / 8][row % 8][k % w]``), MN-major
   where it is M's or N's (``X[buffer][k / 8][row / w][k % 8][row % w]``, which wgmma reads
-  transposed; 16-bit operands only). A 16-bit tile whose lines can be 128 bytes (``w = 64``:
-  K-major where a step is 64 values, ``frags_k`` 4; MN-major where its rows are a multiple
-  of 64) takes the 128-byte swizzle: each 1024-byte atom of 8 lines holds line ``r``'s
-  16-byte chunk ``c`` at chunk ``c ^ r`` (:attr:`ir.Local.swizzle`, the descriptor's
-  layout type 1), so that a warp's 16-byte copies along a line, and the MMA's reads of 8
-  lines at one chunk, fall on distinct banks; the pool of tiles starts at 1024 bytes
-  (:func:`ir.shared_alignment`). Other tiles keep core matrices of 16-byte lines (``w = e``,
-  no swizzle), whose copies store 128 bytes apart, on the same banks (8 ways). Blocks are
-  one block's bytes apart along M or N and a whole slice of the tile apart along K. So a
-  copy's runs land in a line, and cp.async takes every 16-bit operand; TF32 operands,
-  K-major only and rounded on their way (:meth:`copied`), are copied through registers.
+  transposed; 16-bit operands only: TF32 tiles are K-major whatever the operand's layout).
+  A tile whose lines can be 128 bytes (``w = 128 / s``: K-major where a step is 64 16-bit
+  or 32 TF32 values, ``frags_k`` 4; MN-major where its rows are a multiple of 64) takes the
+  128-byte swizzle: each 1024-byte atom of 8 lines holds line ``r``'s 16-byte chunk ``c``
+  at chunk ``c ^ r`` (:attr:`ir.Local.swizzle`, the descriptor's layout type 1), so that a
+  warp's 16-byte copies along a line, and the MMA's reads of 8 lines at one chunk, fall on
+  distinct banks; the pool of tiles starts at 1024 bytes (:func:`ir.shared_alignment`).
+  Other tiles keep core matrices of 16-byte lines (``w = e``, no swizzle), whose copies
+  store 128 bytes apart, on the same banks (8 ways). Blocks are one block's bytes apart
+  along M or N and a whole slice of the tile apart along K. So a copy's runs land in a
+  line, and cp.async takes every 16-bit operand; a TF32 operand whose contiguous index is
+  M's or N's moves a word per cp.async (:func:`operand_widths`; 4 ways on its stores).
+* TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
+  them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
+  way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
+  once its wait returned, before its fence to the async proxy (:meth:`landed`).
 * A block is ``warpgroups`` warpgroups of 128 threads, warpgroup ``g`` holding
   ``frags_m`` accumulators of 64 x BN, rows ``64 (frags_m g + f)`` on, each ``BN / 2`` float
   registers of a thread (:class:`ir.WarpgroupMultiply`'s layout), in one register array.
@@ -36,6 +41,7 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   thread)::
 
     fill[P, g, l, r]              -> [.., 128g + l, .., 0, 0, 0, 0, 0, 0, r]
+    round_X[P, ks, c, t, j]       -> [.., t, .., 1, ks, wait, 0, 1, 1 + X, width c + j]
     fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after)
     fence/mma/commit/wait[P, ks, g, kf, f, l]
                                   -> [.., 128g + l, .., 1, ks, 3, 0 | 1 | 2 | 3, kf, 0, f]
@@ -47,7 +53,7 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from treduda.codegen import ir
@@ -63,6 +69,7 @@ from .tensorcore_tiles import (
     accumulator_dtype,
     conflict_free_pad,
     copy_widths,
+    operand_rows_major,
     output_along_n,
     stepped_k,
 )
@@ -70,10 +77,7 @@ from .tensorcore_tiles import (
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
 WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
-# ir.Local.swizzle of a swizzled tile of 16-bit values: the line number (bits 6-8 of an
-# element's offset, lines of 64) XOR'd into its 16-byte chunk's (bits 3-5), CUTLASS's
-# Swizzle<3,4,3> of byte addresses that the descriptor's 128-byte swizzle names
-SWIZZLE_SHIFT = 6
+WARP_ROWS = 8  # rows of M or N a warp's word copies of TF32 take at once (dealt_run)
 
 
 def wgmma_k(program: Program) -> int:
@@ -116,21 +120,13 @@ class WarpgroupBuilder(Builder):
         rows, line = ((self.tile["n"], 2 * LANES_K * size) if output_along_n(program)
                       else (self.tile["m"], PAD_BYTES))
         self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: conflict_free_pad(rows * size, line) // size}
-        # not for TF32, whose values are rounded on their way (see copied)
         self.tf32 = program.dtype == "float32"
-        widths = copy_widths(program, found) if params["async_copy"] and not self.tf32 else {}
-        self.widths = {t: widths.get(t) for t in (self.a, self.b)}
+        self.widths = operand_widths(program, found, params["async_copy"])
         self.asynchronous = any(w is not None for w in self.widths.values())
+        self.swizzled = dict(zip((A_TILE, B_TILE), swizzled_tiles(program, params, found),
+                                 strict=True))
         # From three asynchronous stages one step's MMAs stay in flight while the next
         # step's are issued, and the copies run a step less ahead (see the module's doc)
-        # 16-bit tiles whose lines (along the contiguous index) can be 128 bytes are held in
-        # the 128-byte swizzle (see the module's doc)
-        line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
-        self.swizzled = {tile: not self.tf32 and (self.tile["k"] == line if k_major
-                                                  else rows % line == 0)
-                         for tile, rows, k_major in zip((A_TILE, B_TILE),
-                                                        (self.tile["m"], self.tile["n"]),
-                                                        self.k_major(), strict=True)}
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
 
@@ -154,12 +150,44 @@ class WarpgroupBuilder(Builder):
         return self.scheduled()
 
     def copied(self, source: ir.Element) -> ir.Expr:
-        """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied: a wgmma reads
-        float32 bits from shared memory as TF32 with no rounding of its own to ask for, so
-        the tiles hold values it takes exactly, as the twin and the WMMA path round them."""
+        """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied through registers:
+        a wgmma reads float32 bits from shared memory as TF32 with no rounding of its own to
+        ask for (it ignores the low 13 bits), so the tiles hold values it takes exactly, as
+        the twin and the WMMA path round them."""
         if self.tf32:
             return ir.Call(ir.Function.TF32, (source,))
         return source
+
+    def dealt_run(self, e: ir.Expr, shape: Mapping[str, Any]) -> tuple[ir.Expr, ir.Expr]:
+        """TF32 words copied one at a time into K-major tiles (an operand contiguous along M
+        or N, :func:`operand_widths`): a warp's 32 copies take 8 consecutive rows of M or N
+        (the operand's contiguous index, the 2-D tile's columns) at 4 consecutive K, so that
+        their stores, 8 lines by 4 words of one chunk, fall on 32 distinct banks (32 rows at
+        one K take 8 banks, 4 ways) and their loads still fill whole 32-byte sectors."""
+        if not (self.tf32 and shape["width"] == 1 and not shape["row_is_free"]):
+            return super().dealt_run(e, shape)
+        rows, groups = WARP_ROWS, shape["runs"] // WARP_ROWS  # runs of M or N: a multiple of 32
+        lane, group = remainder(e, ir.WARP), quotient(e, ir.WARP)
+        return (plus(times(ir.WARP // rows, quotient(group, groups)), quotient(lane, rows)),
+                plus(times(rows, remainder(group, groups)), remainder(lane, rows)))
+
+    def landed(self, tile: str, names: Sequence[str], domain: str, order: int, width: int,
+               place: Callable[[ir.Expr], ir.Element]) -> None:
+        """TF32 tiles copied by cp.async are rounded in place, as :meth:`copied` rounds them
+        on their way: ``round_X[names, j]``, each thread its own run's words once its wait
+        for them returned, before its fence to the async proxy and the barrier after which
+        the MMAs read them (``[.., 1, ks, wait, 0, 1, 1 + X, width c + j]``). Thread ``t``
+        takes its run's words from word ``t mod width`` on, so that the threads of a warp,
+        whose runs lie on the same banks word by word, round words on distinct ones."""
+        if not self.tf32:
+            return
+        element = place(remainder(plus(ir.Var("j"), ir.Var("t")), width))
+        self.add(f"round_{tile}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {width}",
+                 ir.Assign(ir.Element(tile, ()), "=",
+                           ir.Call(ir.Function.TF32, (ir.Element(tile, ()),))),
+                 [element, element],
+                 self.point("t", ["1", "ks", str(self.wait_stage()), "0", "1", str(1 + order),
+                                  f"{width}*c + j"]))
 
     def line(self, tile: str) -> int:
         """Elements of a line of ``tile``'s blocks: 16 bytes, or 128 where it is swizzled."""
@@ -185,7 +213,7 @@ class WarpgroupBuilder(Builder):
 
     def k_major(self) -> tuple[bool, bool]:
         """Whether A's and B's tiles are K-major (:meth:`tile_index`)."""
-        return self.row_a or self.tf32, not self.row_b or self.tf32
+        return k_major_tiles(self.program, (self.row_a, self.row_b))
 
     def shapes(self) -> tuple[tuple[int, ...], tuple[int, ...]]:
         """A's and B's tile shapes (after the buffer)."""
@@ -265,11 +293,15 @@ class WarpgroupBuilder(Builder):
         along = (t["m"], t["n"] + self.pads[C_TILE]) if self.along_n else (
             t["n"], t["m"] + self.pads[C_TILE])
         a, b = self.shapes()
+        # the line number (bits 6-8 of a 16-bit element's offset, lines of 64; 5-7 of a
+        # float32's, lines of 32) XOR'd into its 16-byte chunk's (ir.swizzled): CUTLASS's
+        # Swizzle<3,4,3> of byte addresses, which the descriptor's 128-byte swizzle names
+        shift = (ir.SWIZZLE_BYTES // dtypes.itemsize(self.program.dtype)).bit_length() - 1
         return {
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
-                             swizzle=SWIZZLE_SHIFT if self.swizzled[A_TILE] else 0),
+                             swizzle=shift if self.swizzled[A_TILE] else 0),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
-                             swizzle=SWIZZLE_SHIFT if self.swizzled[B_TILE] else 0),
+                             swizzle=shift if self.swizzled[B_TILE] else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
@@ -294,6 +326,65 @@ class WarpgroupBuilder(Builder):
                  self.point("128*g + l", ["2", "0", "1", "0", "0", "f", "r"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
+
+
+def operand_widths(program: Program, found: tuple[tuple[str, ...], ...], asynchronous: bool
+                   ) -> dict[str, int | None]:
+    """Each operand's cp.async width in elements (:func:`copy_widths`; None everywhere
+    without ``asynchronous`` copies: through registers). TF32 tiles are K-major whatever the
+    operand's layout (wgmma transposes 16-bit operands only), so an operand whose contiguous
+    index is M's or N's moves a word per cp.async, each into a line of its own."""
+    (a,), (b,), *_ = found
+    if not asynchronous:
+        return dict.fromkeys((a, b))
+    widths = copy_widths(program, found)
+    if program.dtype != "float32":
+        return widths
+    row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
+    return {a: widths[a] if row_a else 1, b: widths[b] if not row_b else 1}
+
+
+def k_major_tiles(program: Program, rows_major: tuple[bool, bool]) -> tuple[bool, bool]:
+    """Whether A's and B's tiles are K-major, given whether their tiles' rows are the
+    operands' rows (:func:`operand_rows_major`): where K is the operand's contiguous index,
+    and always for TF32 (wgmma transposes 16-bit operands only)."""
+    tf32 = program.dtype == "float32"
+    return rows_major[0] or tf32, not rows_major[1] or tf32
+
+
+def swizzled_tiles(program: Program, params: Mapping[str, Any],
+                   found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:
+    """Whether A's and B's tiles are held in the 128-byte swizzle: where their lines can be
+    128 bytes (see the module's doc)."""
+    tile = warpgroup_tile(params, program)
+    line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
+    majors = k_major_tiles(program, operand_rows_major(program, found))
+    a, b = (tile["k"] == line if k_major else rows % line == 0
+            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
+    return a, b
+
+
+def copy_ways(program: Program, params: Mapping[str, Any],
+              found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
+    """Bank-conflict ways of A's and B's copy stores, as ``Kernel.counters()`` counts them:
+    1 in the swizzle; 16-byte cp.async runs into core matrices of 16-byte lines land a
+    block (a multiple of 128 bytes) apart, on the same banks, as many ways as a line of the
+    operand's contiguous index has runs (up to 8); others 1 (TF32 words dealt 8 rows at 4 K,
+    :meth:`WarpgroupBuilder.dealt_run`; copies through registers are not counted)."""
+    (a,), (b,), *_ = found
+    tile = warpgroup_tile(params, program)
+    size = dtypes.itemsize(program.dtype)
+    widths = operand_widths(program, found, params["async_copy"])
+    row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
+    ways = []
+    for tensor, rows, along_k, swizzled in zip(
+            (a, b), (tile["m"], tile["n"]), (row_a, not row_b),
+            swizzled_tiles(program, params, found), strict=True):
+        run = (widths[tensor] or 0) * size
+        line = (tile["k"] if along_k else rows) * size  # bytes along the contiguous index
+        ways.append(1 if swizzled or run != CORE_ROW_BYTES
+                    else min(CORE_ROWS, line // CORE_ROW_BYTES))
+    return ways[0], ways[1]
 
 
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:

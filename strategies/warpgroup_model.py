@@ -7,9 +7,12 @@ MMAs, from a candidate's parameters.
                fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
-               address, a load and a store per element), a wgmma per 64 x BN x k, and the
-               write through shared memory / the warp schedulers
-* ``memory``   LSU wavefronts: the copies' shared stores and the write's round trip; the
+               address, a load and a store per element; TF32's cp.async runs then rounded
+               in place, a shared load, the rounding and a store per element), a wgmma per
+               64 x BN x k, and the write through shared memory / the warp schedulers
+* ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
+               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place) and the
+               write's round trip (the accumulators' stores 2 ways into a C tile along N); the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
 * ``l2``, ``dram`` as the tensor-core model's
@@ -33,13 +36,16 @@ from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
-from . import tensorcore_tiles
 from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
-from .warpgroup_kernel import shared_bytes, warpgroup_tile
+from .tensorcore_tiles import output_along_n
+from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share
+# per TF32 element a cp.async copied, rounded in place: a shared load and store, td_tf32's
+# four (add, mask, compare, select) and an address (the SASS of GEMM 4096^3's tf32 pick)
+ROUND_INSTRUCTIONS = 7
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -56,8 +62,13 @@ class WarpgroupModel(EnumeratingModel):
         a, b = self.operands
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
-        widths = tensorcore_tiles.copy_widths(program, self.groups)
-        self.widths = (None, None) if program.dtype == "float32" else (widths[a], widths[b])
+        widths = operand_widths(program, self.groups, True)
+        self.widths = (widths[a], widths[b])
+        self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
+        # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
+        # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
+        # at best, whatever the pitch; along M (its rows M) 1
+        self.store_ways = 2 if output_along_n(program) else 1
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -94,18 +105,23 @@ class WarpgroupModel(EnumeratingModel):
         quantise = math.ceil(tiles / g.sm_count) * g.sm_count / tiles
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
+        asynchronous = p["async_copy"] and any(self.widths)
         copies = sum(elements / width * ASYNC_COPY_INSTRUCTIONS if width and p["async_copy"]
                      else elements * COPY_INSTRUCTIONS
                      for elements, width in zip(copied.values(), self.widths, strict=True))
+        rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
+        copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
-        wavefronts = tiles * (steps * sum(copied.values()) * self.bytes / WAVEFRONT_BYTES
-                              + output * (8 + self.bytes) / WAVEFRONT_BYTES)
+        ways_a, ways_b = copy_ways(self.program, p, self.groups)
+        stored = copied["a"] * ways_a + copied["b"] * ways_b
+        wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                              + output * (4 * self.store_ways + 4 + self.bytes)
+                              / WAVEFRONT_BYTES)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
-        asynchronous = p["async_copy"] and any(self.widths)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
             chain = g.l2_latency_cycles + steps * (

@@ -207,7 +207,9 @@ def test_str_summarises() -> None:
     text = str(parse_sass(LISTING, "sm_90")[0])
     assert text.splitlines()[0] == "gemm (sm_90): 23 SASS instructions, 3 FFMA/DFMA, 2 barriers"
     assert "38% FMA" in text and "1 x 32-bit, 1 x 128-bit (2 read-only)" in text
-    assert "no loop" in str(parse_sass(LISTING, "sm_90")[1])
+    assert "main loop" in text and parse_sass(LISTING, "sm_90")[0].looped
+    second = parse_sass(LISTING, "sm_90")[1]
+    assert "main body" in str(second) and not second.looped
 
 
 def test_missing_tools_raise_backend_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:

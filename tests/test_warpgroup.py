@@ -10,6 +10,8 @@ import dataclasses
 import numpy as np
 import pytest
 from conftest import MMA_CASES
+from treduda.strategies.tensorcore_tiles import gemm_groups
+from treduda.strategies.warpgroup_kernel import copy_ways
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -17,6 +19,7 @@ from treduda.codegen import ir, serial
 from treduda.codegen.targets import cuda_target
 from treduda.errors import CompileError, StrategyError
 from treduda.model.gpus import gpu
+from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.run.counters import ASYNC_COPY
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
@@ -35,11 +38,8 @@ TWO_GROUPS = {"warpgroups": 2, "frags_m": 1, "tile_n": 64, "frags_k": 2, "stages
 
 def _compile(expression: str, sizes: dict, dtype: str = "float16", layout: str = "C",
              params: dict | None = SMALL) -> treduda.Kernel:
-    """The warpgroup kernel with ``params`` (None: the strategy's defaults); TF32's
-    operands are copied through registers, in two stages at most."""
+    """The warpgroup kernel with ``params`` (None: the strategy's defaults)."""
     precision = "tf32" if dtype == "float32" else "highest"
-    if dtype == "float32" and params:
-        params = {**params, "async_copy": False, "stages": min(params["stages"], 2)}
     return treduda.compile(expression, sizes, dtype=dtype, layout=layout, precision=precision,
                            strategy="warpgroup", params=params)
 
@@ -114,8 +114,9 @@ def _rewritten(kernel: treduda.Kernel, kind: type, change) -> treduda.Kernel:
     (ir.WarpgroupWait, "unfinished wgmma"),  # a buffer overwritten while an MMA reads it
     (ir.ProxyFence, "missing proxy fence"),
 ])
-def test_emulator_reports_the_hazard_a_removed_guard_leaves(drop, hazard):
-    kernel = _compile(GEMM, {"i": 40, "j": 30, "k": 80})
+@pytest.mark.parametrize("dtype", ["float16", "float32"])  # TF32 tiles rounded in place
+def test_emulator_reports_the_hazard_a_removed_guard_leaves(drop, hazard, dtype):
+    kernel = _compile(GEMM, {"i": 40, "j": 30, "k": 80}, dtype)
     assert kernel.hazards() == []
     assert hazard in {h.kind for h in _rewritten(kernel, drop, lambda s: None).hazards()}
 
@@ -146,6 +147,61 @@ def test_swizzled_tiles_take_copies_without_bank_conflicts(layout):
     plain = _compile(GEMM, PARTIAL, params={**TWO_GROUPS, "tile_n": 32, "frags_k": 2})
     assert [plain.counters().of(tile, ASYNC_COPY).ways for tile in ("td_sa", "td_sb")] == [4, 4]
     assert "__align__(128) unsigned char td_shared[" in plain.cuda_source
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_tf32_tiles_copied_by_cp_async_are_rounded_in_place(layout):
+    """C = A*B with B's single row all ones: each element is A's rounded as cvt.rna.tf32.f32
+    rounds it (ties away from zero; Inf and NaN kept), on PoCL and in the emulator, where
+    wgmma itself would drop the low 13 bits. A is copied by cp.async in runs along K in
+    layout C and a word at a time along M in layout F, both into K-major tiles."""
+    ulp = 2.0**-10  # of TF32 at 1.0
+    values = np.array([1 + ulp / 2, -(1 + ulp / 2), 1 + ulp / 4, 1 + 3 * ulp / 4, 1 + ulp * 1.5,
+                       1 + ulp * 0.9, np.inf, -np.inf, np.nan], np.float32)
+    expected = np.array([1 + ulp, -(1 + ulp), 1.0, 1 + ulp, 1 + 2 * ulp, 1 + ulp, np.inf,
+                         -np.inf, np.nan], np.float32)
+    kernel = _compile(GEMM, {"i": values.size, "j": 3, "k": 1}, "float32", layout)
+    assert "td_copy_async" in kernel.cuda_source and "td_tf32(td_sa[" in kernel.cuda_source
+    a = np.asfortranarray(values[:, None]) if layout == "F" else values[:, None]
+    ones = np.ones((1, 3), np.float32, order=layout)
+    for backend in ("opencl", "emulator"):
+        got = kernel.run(A=a, B=ones, backend=backend)
+        np.testing.assert_array_equal(got, np.repeat(expected[:, None], 3, axis=1))
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_swizzled_tf32_tiles_take_copies_and_roundings_without_bank_conflicts(layout):
+    """Steps of 32 TF32 values: K-major tiles in the 128-byte swizzle; runs copied along K,
+    words copied along M or N (B in layout C, A in F: a warp's 32 take 8 rows at 4 K, where
+    32 rows at one K took 4 ways) and their rounding in place take 1 way, and the word
+    copies' loads fill whole sectors. The twin reads the swizzled tiles (PoCL verifies),
+    the emulator finds no hazard. (Sizes that are multiples of 8 but of no tile: runs along
+    K 16 bytes wide, of 90 they would be 8, two wavefronts a warp; rows of M or N starting
+    on sector boundaries, where a warp's 4 rows of 32 bytes would straddle 8 sectors.)"""
+    kernel = _compile(GEMM, {"i": 72, "j": 56, "k": 92}, "float32", layout,
+                      params={**TWO_GROUPS, "frags_k": 4})
+    assert kernel.verify().ok and kernel.hazards() == []
+    assert "__align__(1024) unsigned char td_shared[]" in kernel.cuda_source
+    counters = kernel.counters()
+    assert {t.ways for t in counters.traffic if t.array in ("td_sa", "td_sb")} == {1}
+    words = counters.of("B" if layout == "C" else "A", ASYNC_COPY)
+    assert words.per_request == words.ideal_per_request
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])
+def test_the_model_counts_the_bank_conflicts_the_emulator_counts(layout):
+    """The model's ways (copy_ways; the accumulators' stores, 2 into a C tile along N)
+    are those ``Kernel.counters()`` counts, for unswizzled core matrices of 2 and 4 runs a
+    line and swizzled tiles, 16-bit and TF32."""
+    for dtype, frags_k in (("float16", 1), ("float16", 2), ("float16", 4), ("float32", 2)):
+        kernel = _compile(GEMM, {"i": 128, "j": 64, "k": 128}, dtype, layout,
+                          params={**SMALL, "frags_k": frags_k})
+        counted = {(t.array, t.operation): t.ways for t in kernel.counters(steps=2).traffic}
+        program = kernel.program
+        model = model_of(program, gpu("H100"), "warpgroup")
+        assert (counted["td_sa", ASYNC_COPY], counted["td_sb", ASYNC_COPY]) == copy_ways(
+            program, kernel.params, gemm_groups(program)), (dtype, frags_k)
+        assert counted["td_sc", "st"] == model.store_ways == (2 if layout == "C" else 1)
 
 
 def test_kernel_ir_survives_storage():
@@ -197,9 +253,8 @@ def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
     assert report.arch == "sm_90a"
     kinds = report.main_loop_kinds()
     assert kinds["tensor core"] == {"HGMMA": 4}
-    # 16-bit operands of either major move by cp.async only; TF32's are rounded on their way
-    assert ("LDG" in kinds.get("global memory", {})) == (dtype == "float32")
-    assert ("LDGSTS" in kinds.get("async copy", {})) == (dtype != "float32")
+    # operands of either major move by cp.async only (TF32's then rounded in place)
+    assert "LDG" not in kinds.get("global memory", {}) and "LDGSTS" in kinds["async copy"]
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")
@@ -231,12 +286,13 @@ def test_only_warpgroup_kernels_are_built_for_sm_90a():
                     reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
 @pytest.mark.parametrize("row", load("tccg_fp16"), ids=lambda row: row.id)
 def test_every_tccg_row_in_fp16_verifies_and_builds_hgmma(row):
-    """At the row's own sizes with the default tiles, HGMMA in the SASS (in the main loop
-    where K takes more steps than nvcc unrolls: rows of K 24 or 96 have none); verified at
-    scaled-down sizes."""
+    """At the row's own sizes with the default tiles, HGMMA in the SASS main body: its
+    main loop, or where nvcc unrolled a reduction of few steps whole (rows of K 24 or 96),
+    the straight run holding them, which is then the kernel's body (SassReport.looped);
+    verified at scaled-down sizes."""
     kernel = _compile(row.expression, row.sizes, layout=row.layout, params=None)
     report, = sass_report(kernel.cuda_source, "sm_90a")
-    assert report.mma > 0
+    assert report.main_loop_mma > 0
     assert _compile(row.expression, scaled(row.sizes), layout=row.layout,
                     params=None).verify().ok
 

@@ -259,7 +259,8 @@ class MmaSync(Wmma):
         if shift:
             rows, constant, columns = by_rows(s.first.offset, s.ld)
             lane = (f"{self.expr(rows)} + {row} * {s.ld} + ({self.expr(columns)} ^ "
-                    f"(td_swizzle({row} * {s.ld} + {column}, {shift}) - {row} * {s.ld}))")
+                    f"(td_swizzle({row} * {s.ld} + {column}, {shift}, {ir.swizzle_chunk(2)}) "
+                    f"- {row} * {s.ld}))")
         else:
             offset, constant = _split_constant(s.first.offset)
             lane = f"{self.expr(offset)} + {row} * {s.ld} + {column}"

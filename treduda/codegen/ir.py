@@ -519,9 +519,10 @@ class Local:
     # emulator checks both), so a block needs the larger of their bytes and its own, not the
     # sum (the tensor-core C tile, written after the main loop's operand tiles are done).
     reuses: tuple[str, ...] = ()
-    # A shared tile of 16-bit values held swizzled rather than padded: element ``o`` at
-    # :func:`swizzled` ``(o, swizzle)`` (0: at ``o``). Accesses name elements as if it were
-    # not; the printers and the bank counts place them.
+    # A shared tile held swizzled rather than padded: element ``o`` at :func:`swizzled`
+    # ``(o, swizzle, size)`` (0: at ``o``), ``size`` the kernel dtype's bytes (16-bit values,
+    # or TF32's float32). Accesses name elements as if it were not; the printers and the
+    # bank counts place them.
     swizzle: int = 0
 
     @property
@@ -825,12 +826,18 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
 
 
-def swizzled(offset: Any, shift: int) -> Any:
-    """Where a tile swizzled by ``shift`` (:attr:`Local.swizzle`) holds element ``offset`` (an
-    int or an integer array): its 16-byte chunk of 16-bit values (bits 3-5) XOR'd with bits
-    ``shift`` to ``shift + 2``, the row (or, for rows shorter than 128 bytes, the 128-byte line)
-    modulo 8, so that eight rows read at one column lie on eight distinct 16-byte bank groups
-    (as CUTLASS's swizzled shared layouts place them); a permutation of each 128 bytes, as
-    ``templates/helpers.j2``'s ``td_swizzle``."""
-    return offset ^ (((offset >> shift) & 7) << 3)
+def swizzled(offset: Any, shift: int, size: int = 2) -> Any:
+    """Where a tile of ``size``-byte values swizzled by ``shift`` (:attr:`Local.swizzle`)
+    holds element ``offset`` (an int or an integer array): its 16-byte chunk (bits 3-5 of
+    16-bit values, :func:`swizzle_chunk`) XOR'd with bits ``shift`` to ``shift + 2``, the row
+    (or, for rows shorter than 128 bytes, the 128-byte line) modulo 8, so that eight rows read
+    at one column lie on eight distinct 16-byte bank groups (as CUTLASS's swizzled shared
+    layouts place them); a permutation of each 128 bytes, as ``templates/helpers.j2``'s
+    ``td_swizzle``."""
+    return offset ^ (((offset >> shift) & 7) << swizzle_chunk(size))
+
+
+def swizzle_chunk(size: int) -> int:
+    """The lowest bit of a 16-byte chunk's number in an offset of ``size``-byte elements."""
+    return (16 // size).bit_length() - 1
 

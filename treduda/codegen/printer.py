@@ -395,7 +395,8 @@ class Printer:
         if not shift:
             return self.expr(e.offset)
         high, low = beside_swizzle(e.offset, shift)
-        swizzled = f"td_swizzle({self.expr(low)}, {shift})"
+        swizzled = (f"td_swizzle({self.expr(low)}, {shift}, "
+                    f"{ir.swizzle_chunk(itemsize(self.kernel.dtype))})")
         return swizzled if high == ir.Int(0) else f"{self.expr(high)} + {swizzled}"
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:

@@ -593,7 +593,7 @@ class _Block:
         :attr:`ir.Local.swizzle`): what the observer's bank counts read. The hazard checks
         keep the elements' own offsets, a swizzle being a permutation."""
         shift = self.swizzles.get(array)
-        return ir.swizzled(offsets, shift) if shift else offsets
+        return ir.swizzled(offsets, shift, itemsize(self.kernel.dtype)) if shift else offsets
 
     def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
               started: bool = False) -> tuple[tuple, np.ndarray] | None:

@@ -93,6 +93,10 @@ class SassReport:
     # the main loop's shared loads (LDS) by width in bits: 128-bit loads of register tiles
     # take a quarter of the issue slots of 32-bit ones
     main_loop_shared_load_widths: dict[int, int] = field(default_factory=dict)
+    # whether the main loop is a loop, or (a reduction of one or two steps that nvcc unrolled
+    # whole) the straight run of code holding the most FMAs and MMAs, which is the kernel's
+    # main body then: the per-MMA figures read it alike
+    looped: bool = True
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -126,8 +130,7 @@ class SassReport:
         def widths(counts: dict[int, int]) -> str:
             return ", ".join(f"{n} x {bits}-bit" for bits, n in sorted(counts.items())) or "none"
 
-        looped = self.main_loop_instructions < self.instructions
-        loop = "main loop:    " if looped else "no loop:      "
+        loop = "main loop:    " if self.looped else "main body:    "
         return "\n".join([
             f"{self.kernel} ({self.arch}): {self.instructions} SASS instructions, "
             f"{self.ffma} FFMA/DFMA, {self.barriers} barriers",
@@ -199,7 +202,7 @@ def _strip_padding(body: list[_Instruction]) -> list[_Instruction]:
     return body[:end]
 
 
-def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
+def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
     """The loop holding the most FMAs and tensor-core MMAs (the innermost one on a tie), else
     the whole kernel.
 
@@ -207,7 +210,8 @@ def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
     target (``continue``) close the same loop, so the last of them delimits it. A loop with
     no FMA or MMA is no main loop: where the reduction takes a single step, its unrolled
     FFMAs lie outside every loop (a copy loop may remain), and the straight run of code
-    holding the most of them (the full blocks' scan, which tests nothing) stands for it.
+    holding the most of them (the full blocks' scan, which tests nothing) stands for it;
+    and whether it is a loop.
     """
     ends: dict[int, int] = {}
     for instruction in body:
@@ -216,10 +220,11 @@ def _main_loop(body: list[_Instruction]) -> list[_Instruction]:
     loops = [loop for start, end in ends.items()
              if _count_fma(loop := [i for i in body if start <= i.address <= end])
              + _count(loop, _MMA)]
-    if not loops:
+    looped = bool(loops)
+    if not looped:
         loops = _straight_runs(body) if _count_fma(body) + _count(body, _MMA) else [body]
     return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
-                                        loop[0].address))
+                                        loop[0].address)), looped
 
 
 def _straight_runs(body: list[_Instruction]) -> list[list[_Instruction]]:
@@ -256,7 +261,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
     for instruction in body:
         if field := _MEMORY.get(instruction.opcode.split(".")[0]):
             widths[field][_width(instruction.opcode)] += 1
-    loop = _main_loop(body)
+    loop, looped = _main_loop(body)
     loop_fma = _count_fma(loop)
     return SassReport(
         kernel=_demangle(name),
@@ -278,6 +283,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
         main_loop_shared_load_widths=dict(sorted(Counter(
             _width(i.opcode) for i in loop if i.opcode.split(".")[0] == "LDS").items())),
+        looped=looped,
     )
 
 
