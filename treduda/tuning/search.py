@@ -48,7 +48,7 @@ from .budgets import (
     Work,
 )
 from .local_search import FINISH, LocalSearch
-from .search_result import Candidate, SearchResult, SearchStats, identity
+from .search_result import Candidate, SearchResult, SearchStats
 
 # Under a node budget, every this many nodes the search dives from the open node with the lowest
 # bound to a complete candidate: best-first alone, with a loose bound, may spend a whole budget
@@ -341,8 +341,7 @@ class Searcher(LocalSearch):
     def _result(self, best, scored, stats) -> SearchResult:
         if best.bound is None:  # found by the local search, which scores estimates alone
             best = replace(best, bound=self.model.bound(best.params).seconds)
-            winner = identity(best.params)
-            scored = [best if identity(c.params) == winner else c for c in scored]
+            scored = [best if c.text == best.text else c for c in scored]
         p = self.program
         return SearchResult(p.original.source, dict(p.expression_sizes), p.dtype, p.layout,
                             self.gpu, best, tuple(scored), stats, p.precision)
