@@ -31,7 +31,6 @@ from dataclasses import replace
 from typing import Any
 
 from ..errors import StrategyError
-from ..frontend.identity import params_text
 from ..model.gpus import Gpu
 from ..model.gpus import gpu as find_gpu
 from ..model.model import model_of
@@ -115,7 +114,7 @@ class Searcher(LocalSearch):
         # The latest predictions by kind and parameters, with the work each counted: a dive
         # and the tree, or a seed and the local search, ask for some twice (GEMM 4096^3: 124
         # of 2079). A searcher searches on one thread.
-        self._predicted: dict[tuple[str, str], tuple[Prediction, int]] = {}
+        self._predicted: dict[tuple[str, tuple], tuple[Prediction, int]] = {}
 
     def seeded(self, stats: SearchStats) -> list[Candidate]:
         """The candidates of :attr:`seeds` (the winners of similar problems), scored: first
@@ -141,7 +140,7 @@ class Searcher(LocalSearch):
         """``evaluate(params)``, its predictions (``model.evaluations``: a bound makes one per
         order it leaves open) counted as ``weight`` work each in :attr:`work`, also where
         it was remembered (:attr:`_predicted`), so that the budget buys the same search."""
-        key = (evaluate.__name__, params_text(params))
+        key = (evaluate.__name__, tuple(params.items()))  # a dict of another order: recomputed
         known = self._predicted.get(key)
         if known is None:
             before = self.model.evaluations
