@@ -91,12 +91,14 @@ class Staged(Strategy):
                 geometries[key] = geometry.decided(mapping.geometry(program, p, values))
             return geometries[key]
 
-        def fits(p: Mapping[str, Any]) -> bool:
-            staging = {q: p[q] for q in ("stage", "pad", "double_buffer")}
-            key = (*(p[n] for n in tile_names), *staging.values())
-            if key not in known:
-                known[key] = geometry.shared_bytes(program, {**described(p), **staging}) <= budget
-            return known[key]
+        def fits(p: Mapping[str, Any], pad: int, double_buffer: bool) -> bool:
+            key = (*(p[n] for n in tile_names), p["stage"], pad, double_buffer)
+            found = known.get(key)
+            if found is None:
+                staging = {"stage": p["stage"], "pad": pad, "double_buffer": double_buffer}
+                found = known[key] = geometry.shared_bytes(
+                    program, {**described(p), **staging}) <= budget
+            return found
 
         rules = (() if self.limits.async_copies else (
             Constraint("asynchronous copies need compute capability 8.0 (cp.async)",
@@ -105,9 +107,10 @@ class Staged(Strategy):
             # meets no dead end at the last decisions: padding and a second buffer only add.
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block "
                        "(unpadded, one buffer)", (*tile_names, "stage"),
-                       lambda p: fits({**p, "pad": 0, "double_buffer": False})),
+                       lambda p: fits(p, 0, False)),
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                       (*tile_names, "stage", "pad", "double_buffer"), fits),
+                       (*tile_names, "stage", "pad", "double_buffer"),
+                       lambda p: fits(p, p["pad"], p["double_buffer"])),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("a vector's padding needs a staged tile read in vectors (elsewhere it "

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -31,7 +31,6 @@ from .frontend.dtypes import (
     literal_scalars,
 )
 from .frontend.identity import Identity
-from .frontend.optimize import check_optimize
 from .generation import Generator
 from .kernel import Kernel
 from .model.gpus import Gpu
@@ -42,17 +41,21 @@ from .options import DEFAULT_BUDGET, Options, check_tensor_names, merged_mapping
 from .polyhedral.ast_build import check_grid
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import DEFAULT_STRATEGY
-from .programs import CompileStep, Plan, statements
 from .run import reference
 from .run.device_arrays import to_numpy
 from .run.launch import bind
 from .tuning import policy
 from .tuning.cache import CacheKey, TuningCache, default_path
-from .tuning.incremental import INCREMENTAL, IncrementalKernel, resolve_tune
-from .tuning.paths import many_factors
 from .tuning.policy import cache_value as cache_value  # public: what the tuning cache keeps
 from .tuning.search import Progress, search_program
 from .tuning.search_result import SearchResult
+
+if TYPE_CHECKING:
+    from .programs import CompileStep, Plan
+    from .tuning.incremental import IncrementalKernel
+
+# Loaded where they are used: the path planner (opt_einsum), programs and incremental tuning,
+# which compile()'s first call in a process does not need (0.02 s of it).
 
 KERNELS_KEPT = 256  # kernels (and plans) compile(), contract() and contract_expression() keep
 # The options (treduda.Options fields) each entry point takes as keywords.
@@ -364,6 +367,10 @@ def contract_expression(expr: str, /, *shapes: tuple[int, ...],
     contraction = analyse(expr)
     check_names(contraction, shapes, named_shapes, EXPRESSION_KEYWORDS,
                 "contract_expression()", "named_shapes", shapes=True)
+    from .frontend.optimize import check_optimize
+    from .tuning.incremental import INCREMENTAL, resolve_tune
+    from .tuning.paths import many_factors
+
     options = Options.of(options, chosen, CONTRACT_OPTIONS, "contract_expression()")
     incremental = resolve_tune(options.tune, options.backend) == INCREMENTAL
     if options.tune == INCREMENTAL and (options.strategy is not None
@@ -493,6 +500,8 @@ def _kept_incremental(request: _Request, backend: str) -> IncrementalKernel:
     the last one stopped; its trials come from the tuning cache or from :func:`tuning_search`
     (within the request's budget), and their kernels from the kernel store where it holds
     them (each is kept there once generated)."""
+    from .tuning.incremental import IncrementalKernel
+
     problem, gpu = request.identity.problem, request.gpu
     store = TuningCache(request.cache)
     generate = Generator(request.contraction, problem, request.sizes, gpu, store)
@@ -522,6 +531,8 @@ def program(text: str, /, sizes: Mapping[str, int] | None = None, *,
     Products of three or more tensors are split along a path (``optimize``, as in
     :func:`contract_expression`, costed with these options); ``strategy``, ``params``,
     ``deterministic``, ``precision`` and ``budget`` apply to every kernel."""
+    from .programs import Plan, statements
+
     check_types(expr=text, sizes=sizes)
     chosen, by_keyword = split_keywords(keywords, PROGRAM_OPTIONS)
     shapes = merged_mapping(shapes, by_keyword, "shapes")
@@ -550,6 +561,8 @@ def _kept_plan(request: _Request, options: Options) -> Plan:
     with ``options`` as :func:`_fixed` makes them (hashable; their strategy and parameters,
     where asked for, apply to every step, and their tuning cache is where the steps are
     searched otherwise)."""
+    from .programs import Plan
+
     return Plan(request.contraction.source, _step_compiler(options), options=options,
                 sizes=request.sizes)
 

@@ -29,10 +29,14 @@ SYMBOLIC = "symbolic"
 LATER_PARAMETERS: dict[str, dict[str, Any]] = {"staged": {"async_copy": False}}
 
 
+# json.dumps(..., sort_keys=True) builds an encoder per call; a search asks thousands of times.
+_PARAMS_TEXT = json.JSONEncoder(sort_keys=True)
+
+
 def params_text(params: Mapping[str, Any]) -> str:
     """Parameters as text: equal for equal parameters, in any order (how a search tells its
     candidates apart: within one problem, a candidate's identity is its parameters)."""
-    return json.dumps(dict(params), sort_keys=True)
+    return _PARAMS_TEXT.encode(dict(params))
 
 
 @dataclass(frozen=True)

@@ -12,29 +12,42 @@ kernel. A contraction of one or two operands is one kernel, whatever it says.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
-
-import opt_einsum
 
 from treduda.errors import ArgumentError
 from treduda.frontend.contraction import Contraction
 
 AUTO = "auto"  # the model chooses; every other name is opt_einsum's (its own "auto" is not)
-NAMES = (AUTO, *(name for name in opt_einsum.paths._PATH_OPTIONS if name != AUTO), "cotengra")
+
+
+@functools.cache
+def names() -> tuple[str, ...]:
+    """Every name ``optimize`` may be: :data:`AUTO`, opt_einsum's and ``"cotengra"``
+    (opt_einsum is imported here, on first use: every Options checks its default, ``"auto"``,
+    and compile() needs no path planner)."""
+    import opt_einsum
+
+    return (AUTO, *(name for name in opt_einsum.paths._PATH_OPTIONS if name != AUTO),
+            "cotengra")
 
 
 def check_optimize(optimize: Any, contraction: Contraction | None = None) -> Any:
     """``optimize`` as the path planner takes it (a path as a tuple of tuples, numpy's
     ``"einsum_path"`` dropped), or :class:`ArgumentError` unless it is a value numpy.einsum,
-    opt_einsum or :data:`NAMES` take. A path must contract the operands of ``contraction``'s
+    opt_einsum or :func:`names` take. A path must contract the operands of ``contraction``'s
     product into one (where it is a single product), each step naming distinct operands
     among those left by the steps before."""
-    if (isinstance(optimize, bool) or isinstance(optimize, str) and optimize in NAMES
+    if isinstance(optimize, bool) or isinstance(optimize, str) and optimize == AUTO:
+        return optimize
+    import opt_einsum
+
+    if (isinstance(optimize, str) and optimize in names()
             or isinstance(optimize, opt_einsum.paths.PathOptimizer)):
         return optimize
     if not isinstance(optimize, (list, tuple)):
         raise ArgumentError(f"optimize must be False, True, 'auto' (the model chooses), one of "
-                            f"{', '.join(map(repr, NAMES[1:]))}, an opt_einsum PathOptimizer "
+                            f"{', '.join(map(repr, names()[1:]))}, an opt_einsum PathOptimizer "
                             f"or a contraction path such as [(0, 1)]; got {optimize!r}")
     steps = optimize[1:] if optimize and optimize[0] == "einsum_path" else optimize
     left = None  # operands not yet contracted, where ``contraction`` is one product

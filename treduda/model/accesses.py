@@ -59,8 +59,9 @@ class _Accesses(_Tiles):
         shape = self.warp_shape
         if None in shape:  # an axis the warp spans is open
             return None
-        return _warp_lanes(self.m.gpu.warp_size, self.m.vector_run,
-                           bool(self.order), shape[1:])
+        # the model's own memo first: the process's takes locks, for thousands of candidates
+        return self.memo(("lanes", shape), lambda: _warp_lanes(
+            self.m.gpu.warp_size, self.m.vector_run, bool(self.order), shape[1:]))
 
     def offsets(self, strides: Mapping[str, int], group: int) -> np.ndarray:
         """The element offsets, at ``strides`` (a read's, indexed by its indices), of the first

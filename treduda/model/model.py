@@ -334,31 +334,38 @@ class Model(Counts):
                 "copies": o.copy_instructions(), "loop": o.loop_instructions(loads)}
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
+        """Why ``binding`` binds, in words: only its reason is written (an estimate is made
+        for every candidate scored, and formatting the six took a few percent of a search)."""
         g = self.gpu
-        loads = sum(1 / o.reuse(r) for r in self.reads)
-        fronts = sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / loads if loads else 1
-        reasons = {
-            "fma": f"FMA throughput binds: {self.flops / 1e9:.3g} GFLOP on {g.sm_count} SMs x "
-                   f"{self.lanes} lanes",
-            "issue": "instruction issue binds: operand loads and copies cost issue slots next to "
-                     "the FMAs (a larger register tile reuses operands more)",
-            "memory": f"load/store units bind: {loads:.2f} operand loads per FMA at "
+        if binding == "fma":
+            reason = (f"FMA throughput binds: {self.flops / 1e9:.3g} GFLOP on {g.sm_count} SMs "
+                      f"x {self.lanes} lanes")
+        elif binding == "issue":
+            reason = ("instruction issue binds: operand loads and copies cost issue slots next "
+                      "to the FMAs (a larger register tile reuses operands more)")
+        elif binding == "memory":
+            loads = sum(1 / o.reuse(r) for r in self.reads)
+            fronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / loads if loads
+                      else 1)
+            reason = (f"load/store units bind: {loads:.2f} operand loads per FMA at "
                       f"{fronts:.1f} wavefronts each (the register tile sets the loads, "
-                      "coalescing and bank conflicts the wavefronts)",
-            "l2": "L2 bandwidth binds: blocks re-read their footprints in whole sectors, and "
-                  "unstaged operands move what their warps' requests touch (larger tiles reuse "
-                  "more, coalesced reads waste less)",
-            "dram": f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB must move at "
-                    f"{g.dram_bandwidth / 1e9:.0f} GB/s",
-            "latency": "latency binds: too few warps or too long dependent chains per thread "
-                       "(exposed load latency per step, waves of blocks)",
-        }
-        if binding == "latency" and (share := o.guarded_share()):
-            reasons["latency"] += (f"; {share:.0%} of the blocks, at the output's edge, load a "
-                                   "direct operand under guards of their own and wait for it at "
-                                   "every reduction point (tiles that divide the extents, or "
-                                   "staging it, avoid that)")
-        return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reasons[binding]}"
+                      "coalescing and bank conflicts the wavefronts)")
+        elif binding == "l2":
+            reason = ("L2 bandwidth binds: blocks re-read their footprints in whole sectors, "
+                      "and unstaged operands move what their warps' requests touch (larger "
+                      "tiles reuse more, coalesced reads waste less)")
+        elif binding == "dram":
+            reason = (f"DRAM bandwidth binds: {self.compulsory / 1e6:.3g} MB must move at "
+                      f"{g.dram_bandwidth / 1e9:.0f} GB/s")
+        else:
+            reason = ("latency binds: too few warps or too long dependent chains per thread "
+                      "(exposed load latency per step, waves of blocks)")
+            if share := o.guarded_share():
+                reason += (f"; {share:.0%} of the blocks, at the output's edge, load a direct "
+                           "operand under guards of their own and wait for it at every "
+                           "reduction point (tiles that divide the extents, or staging it, "
+                           "avoid that)")
+        return f"{binding} {seconds[binding] * 1e3:.3g} ms: {reason}"
 
 
 def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,

@@ -270,9 +270,9 @@ def copy_runs(box: Sequence[int], width: int) -> list[int]:
 
 def summed_reads(program: Program) -> tuple[Read, ...]:
     """The distinct reads inside reductions: the operands a staging strategy may stage, one
-    tile each."""
-    return tuple(dict.fromkeys(r for t in program.contraction.terms
-                               if t.summed(program.output_indices) for r in t.reads))
+    tile each (remembered per program: a search's rules ask at most of its nodes)."""
+    return program.derived("summed_reads", lambda p: tuple(dict.fromkeys(
+        r for t in p.contraction.terms if t.summed(p.output_indices) for r in t.reads)))
 
 
 def copy_extents(box: Sequence[int], threads: int) -> list[int]:

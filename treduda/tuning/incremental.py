@@ -114,13 +114,13 @@ def candidates(result: SearchResult, n: int = CANDIDATES) -> list[Trial]:
     from each other's (:meth:`SearchResult.rivals`: kernels that differ, not look-alikes of
     the winner), then, where there are fewer than ``n``, the next best distinct parameters."""
     chosen = [result.best, *result.rivals(n - 1)]
-    seen = {identity(c.params) for c in chosen}
+    seen = {c.text for c in chosen}
     for candidate in result.top(len(result.candidates)):
         if len(chosen) >= n:
             break
-        if identity(candidate.params) not in seen:
+        if candidate.text not in seen:
             chosen.append(candidate)
-            seen.add(identity(candidate.params))
+            seen.add(candidate.text)
     return [Trial.of(c) for c in chosen[:n]]
 
 

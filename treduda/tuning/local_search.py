@@ -41,7 +41,7 @@ class LocalSearch:
         (about 100 candidates on tccg_03), where rounds of successive halving compared
         seeds after equal shares of 2 to 20 candidates: tccg_03's "a,c,d" seed, 22% above
         the best at first, 1.9% once climbed, lost to seeds that ended 2.6-2.8% above it."""
-        seen = {identity(c.params) for c in scored}
+        seen = {c.text for c in scored}
         seeds = self._seeds(scored, stats, deadline)
         cap = stats.polished + limit
         race = (stats.polished + limit // 2,  # half of what the seeds' dives left

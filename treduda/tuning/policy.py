@@ -300,9 +300,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
                                        > top[len(checked)].prediction.seconds * (1 + gain)):
         checked += with_reports(top[len(checked):len(checked) + CHECKED])
         gain = CHECK_GAIN
-    by_params = {params_text(c.params): c for c in checked}
+    by_params = {c.text: c for c in checked}
     return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
-        by_params.get(params_text(c.params), c) for c in result.candidates))
+        by_params.get(c.text, c) for c in result.candidates))
 
 
 def _walked(result: SearchResult, candidate: Candidate, generate: Generator) -> Candidate:

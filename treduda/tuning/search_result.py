@@ -49,9 +49,13 @@ class Candidate:
     measured_on: str | None = None  # that device, e.g. "NVIDIA H100 ... (CuPy, CUDA events)"
     walked: Prediction | None = None  # the estimate from a walk over the generated kernel IR
     compiled: Compiled | None = None  # ptxas's report, where it re-estimated this candidate
+    # Its parameters' identity (:func:`identity`), made once: a search orders and tells
+    # apart its candidates by it thousands of times.
+    text: str = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", read_only(self.params))
+        object.__setattr__(self, "text", identity(self.params))
 
     @property
     def decisions(self) -> tuple[Decision, ...]:
@@ -59,7 +63,7 @@ class Candidate:
 
     def key(self) -> tuple:
         """The search's order of candidates (see :meth:`order`)."""
-        return self.order(self.prediction, self.params)
+        return _ordered(self.prediction, self.text)
 
     @staticmethod
     def order(prediction: Prediction, params: Mapping[str, Any]) -> tuple:
@@ -67,7 +71,12 @@ class Candidate:
         conflicts, uncoalesced loads: the cost a model is least sure of), then by more
         resident warps (more latency hidden); the parameters' text only makes the order
         deterministic where even those agree."""
-        return (prediction.seconds, prediction.wavefronts, -prediction.warps, identity(params))
+        return _ordered(prediction, identity(params))
+
+
+def _ordered(prediction: Prediction, text: str) -> tuple:
+    """:meth:`Candidate.order` of the parameters whose identity is ``text``."""
+    return (prediction.seconds, prediction.wavefronts, -prediction.warps, text)
 
 
 @dataclass
@@ -116,7 +125,7 @@ class SearchResult:
 
     def top(self, n: int = 10) -> list[Candidate]:
         """The ``n`` best distinct candidates (a dive and the search may score one twice)."""
-        distinct = {identity(c.params): c
+        distinct = {c.text: c
                     for c in sorted(self.candidates, key=Candidate.key, reverse=True)}
         return sorted(distinct.values(), key=Candidate.key)[:n]
 
