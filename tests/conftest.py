@@ -53,6 +53,14 @@ os.environ["TREDUDA_CACHE"] = os.path.join(tempfile.mkdtemp(prefix="treduda-test
 needs_nvcc = pytest.mark.skipif(not nvcc_available(), reason="nvcc is not installed here")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked ``slow`` run first, in their order: pytest-xdist hands tests out in
+    collection order, so a minute-long test collected last keeps one worker busy while the
+    other has nothing left to do. A module whose tests share a module-scoped fixture marks
+    all of them or none, so that the fixture is still made once."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 @pytest.fixture(autouse=True)
 def _unkept_when_patched(request):
     """A test that patches code (monkeypatch) must get kernels generated with the patch, and

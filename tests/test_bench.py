@@ -29,6 +29,7 @@ BAD = Row("bad_expression", "C[i,j] = A[i,k) * B[k,j]", {"i": 64, "j": 64, "k": 
           "test: a parse error")
 
 
+@pytest.mark.slow
 def test_bench_reports_rows_summary_json_and_plot(tmp_path):
     # One test for the one expensive run: pytest-xdist would repeat a module fixture per worker.
     cases = [*select("tccg_fp32", FP32_IDS), *select("tc", [TC_ID]), Case(BAD, suite="test")]
@@ -248,6 +249,7 @@ def test_the_gpu_benchmarks_rows_record_their_precision(tmp_path):
     assert [(r.dtype, r.precision) for r in fidelity.load(path)] == [("float32", "tf32")] * 2
 
 
+@pytest.mark.slow
 def test_the_tensor_core_suites_run_in_their_dtype_and_precision():
     """gemm_fp16, tccg_tf32 and their kin: the GEMM and TCCG rows in the dtype and precision
     torch.einsum would run them in on tensor cores (issue 26); --dtype and --precision set

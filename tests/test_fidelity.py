@@ -23,6 +23,7 @@ from treduda.tuning.search_result import Candidate
 GEMM = "C[i,j]=A[i,k]*B[k,j] 4096x4096x4096"
 
 
+@pytest.mark.slow
 @needs_nvcc
 def test_the_model_ranks_and_bounds_the_measured_kernels():
     # One test for the one expensive run (regenerating 71 kernels and compiling them with

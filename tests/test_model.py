@@ -37,6 +37,7 @@ VALUES = {"block_x": (16, 32), "block_y": (1, 4, 8), "block_z": (1, 2), "reg_x":
 
 # The GEMM's space is the largest (35 s of the default run); the grouped case covers the same
 # GPU, dtype and layout, so the GEMM's is enumerated with `pytest -m matrix`.
+@pytest.mark.slow
 @pytest.mark.parametrize(("expr", "sizes", "layout", "dtype", "target", "orders"),
                          [pytest.param(*SPACES[0], marks=pytest.mark.matrix), *SPACES[1:]],
                          ids=["gemm", "tccg3-f64", "two-summed", "grouped"])

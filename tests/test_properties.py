@@ -130,6 +130,7 @@ def test_random_contraction_matches_einsum(problem):
     check(problem)
 
 
+@pytest.mark.slow
 @settings(max_examples=12, **SETTINGS)
 @given(problem=problems(grouped=True))
 def test_random_grouped_contraction_matches_einsum(problem):

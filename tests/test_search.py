@@ -42,6 +42,7 @@ VALUES = {"block_y": (1, 4, 16), "reg_y": (1, 4, 8), "block_z": (1, 2), "reg_z":
 BUDGET = SMALL_PROBLEM_BUDGET
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("expr", "sizes", "layout", "target"), SPACES)
 def test_search_agrees_with_exhaustive_enumeration(expr, sizes, layout, target):
     searcher = Searcher(plan(expr, sizes, layout), target, values=VALUES)

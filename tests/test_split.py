@@ -52,6 +52,7 @@ def test_split_kernels_add_into_the_output_as_the_operator_says(op):
     assert ("must be zero before the launch" in kernel.cuda_source) == (op == "=")
 
 
+@pytest.mark.slow
 def test_the_emulator_finds_no_race_in_a_split_staged_kernel():
     kernel = treduda.compile(SHORT_AND_DEEP, SIZES, layout="F", strategy="tiled+staged",
                              params={**TILES, "split": 4, "double_buffer": True})

@@ -182,6 +182,7 @@ def test_a_row_that_does_not_parse_fails_alone(tuned):
     assert "ParseError" in report.failed[0].error
 
 
+@pytest.mark.slow
 def test_bench_runs_its_rows_on_workers():
     out, log = io.StringIO(), io.StringIO()
     code = bench.run(CASES[:2], max_nodes=BUDGET, nvcc=False, out=out, log=log, workers=WORKERS)

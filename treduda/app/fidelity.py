@@ -158,13 +158,16 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
         except StrategyError as error:
             reason = str(error).splitlines()[0].split("; choose one of")[0]
             refused[n] = f"its parameters no longer apply: {reason}"
-    reports: dict[int, Compiled] = {}
-    if ptxas and nvcc_available() and kernels:
-        batch = compile_cuda_batch([k.cuda_source for k in kernels.values()])
-        reports = {n: Compiled.of(r[0]) for n, r in zip(kernels, batch, strict=True)}
-    return [Regenerated(None, None, None, refused[n]) if n in refused else
-            Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block),
-                        reports.get(n), params=kernels[n].params) for n, r in enumerate(rows)]
+    again = [Regenerated(None, None, None, refused[n]) if n in refused else
+             Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block), None,
+                         params=kernels[n].params) for n, r in enumerate(rows)]
+    # ptxas reports on the rows still kept: one whose launch moved is left out whatever it says
+    kept = [n for n, (r, a) in enumerate(zip(rows, again, strict=True)) if changed(r, a) is None]
+    if ptxas and nvcc_available() and kept:
+        batch = compile_cuda_batch([kernels[n].cuda_source for n in kept])
+        for n, reports in zip(kept, batch, strict=True):
+            again[n] = replace(again[n], compiled=Compiled.of(reports[0]))
+    return again
 
 
 def changed(row: Row, again: Regenerated) -> str | None:

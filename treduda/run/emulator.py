@@ -655,16 +655,19 @@ class _Block:
         for array in dict.fromkeys(a for a, *_ in self.accesses):
             parts = [(o, t, np.full(o.size, w)) for a, o, t, w in self.accesses if a == array]
             offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
+            if not writes.any():  # reads alone never race
+                continue
             pairs, inverse = np.unique(offsets * self.count + lanes, return_inverse=True)
-            written = np.zeros(pairs.size, dtype=bool)
-            np.logical_or.at(written, inverse, writes)
-            elements, owner, touching = np.unique(pairs // self.count, return_inverse=True,
-                                                  return_counts=True)
-            element_written = np.zeros(elements.size, dtype=bool)
-            np.logical_or.at(element_written, owner, written)
+            written = np.bincount(inverse.ravel(), weights=writes, minlength=pairs.size) > 0
+            # the pairs are sorted: each element's threads are one run of them
+            elements = pairs // self.count
+            starts = np.flatnonzero(np.r_[True, elements[1:] != elements[:-1]])
+            touching = np.diff(np.r_[starts, elements.size])
+            element_written = np.logical_or.reduceat(written, starts)
             for n in np.flatnonzero(element_written & (touching > 1))[:SHOWN]:
-                threads = tuple(int(t) for t in pairs[owner == n] % self.count)
-                self.hazards.append(Hazard("race", self.block, array, int(elements[n]),
+                run = pairs[starts[n]:starts[n] + touching[n]]
+                threads = tuple(int(t) for t in run % self.count)
+                self.hazards.append(Hazard("race", self.block, array, int(elements[starts[n]]),
                                            self.epoch, threads[:2]))
         self.accesses = []
         self.epoch += 1
