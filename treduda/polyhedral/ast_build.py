@@ -91,11 +91,12 @@ def build(scheduled: Scheduled, name: str) -> Built:
     schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(
         isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")))
 
-    # { [block x, y, z, folded dims] } used by some statement instance
+    # { [block x, y, z, folded dims] } used by some statement instance (coalesced: the
+    # projection leaves pieces that one box often covers, which every later step pays for)
     used = scheduled.schedule.range().as_set()
     block_range = (used.project_out(isl.dim_type.set, MAPPED_DIMS + folded,
                                     n_dims - MAPPED_DIMS - folded)
-                   .project_out(isl.dim_type.set, 3, 3))
+                   .project_out(isl.dim_type.set, 3, 3)).coalesce()
     coordinates = [f"b{n}" for n in range(3 + folded)]
     equal = " and ".join(f"{b} = {p}" for b, p in
                          zip(coordinates, BLOCK_PARAMS + grid_params, strict=True))
