@@ -215,7 +215,8 @@ class Stager:
         boxed = (origin.product(offsets)
                  .apply_range(_sum(len(box), tensor)).flatten_domain())  # { [P, c, t] -> X[..] }
         element = boxed.intersect_range(_bounds(self.program, tensor))
-        domain = element.domain()
+        # coalesced: a group's box is a union of pieces, each scanned by isl's AST generator
+        domain = element.domain().coalesce()
         tile = f"{name}[{', '.join(self._buffered(unflatten))}]"
         tile_formula = self._buffered(coordinates, formulas=True)
         corners = isl.PwMultiAff.from_map(origin)
