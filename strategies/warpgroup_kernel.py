@@ -20,7 +20,8 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   store 128 bytes apart, on the same banks (8 ways). Blocks are one block's bytes apart
   along M or N and a whole slice of the tile apart along K. So a copy's runs land in a
   line, and cp.async takes every 16-bit operand; a TF32 operand whose contiguous index is
-  M's or N's moves a word per cp.async (:func:`operand_widths`; 4 ways on its stores).
+  M's or N's moves a word per cp.async (:func:`operand_widths`), a warp's 32 words dealt
+  8 rows at 4 K so that their stores take 1 way (:meth:`WarpgroupBuilder.dealt_run`).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
