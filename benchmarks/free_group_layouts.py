@@ -158,7 +158,9 @@ class Row:
         return self.kernel.program.sizes  # the merged indices' (tccg_31's d_e: 480)
 
     def layouts(self) -> list[Layout]:
-        """``today``, ``operand`` and the boxes of one or two power-of-two tiles' values."""
+        """``today``, ``operand`` and the boxes of the pick's tile (P x Q its values, P and Q
+        powers of two, P dividing the operand's contiguous values, Q padding the output's
+        fastest index by at most a third)."""
         group = self.groups[self.free]
         program = self.kernel.program
         order = fastest_first(program.contraction.inputs[self.tensor], program.layout)
@@ -184,8 +186,9 @@ class Row:
         other = "n" if self.free == "m" else "m"
         found = {self.free: layout.digits,
                  other: tuple(((i,), self.sizes[i]) for i in self.groups[other])}
-        k = self.groups["k"]
-        found["k"] = tuple(((i,), self.sizes[i]) for i in k)
+        # K as its sizes: one index on every row here (a grouped K's steps would round its
+        # fastest index up, as stepped_k does)
+        found["k"] = tuple(((i,), self.sizes[i]) for i in self.groups["k"])
         return found
 
     def operand(self, layout: Layout, tensor: str) -> dict[str, int]:
@@ -195,7 +198,7 @@ class Row:
         free = "m" if tensor == next(iter(kernel.program.contraction.inputs)) else "n"
         shape = copy_shape(kernel.program, kernel.params, tensor)
         rows, runs = shape["rows"], shape["runs"]
-        order = fastest_first(kernel.program.contraction.inputs[tensor], self.kernel.program.layout)
+        order = fastest_first(kernel.program.contraction.inputs[tensor], kernel.program.layout)
         row_axis = "k" if shape["row_is_free"] else free  # what a row runs along
         first = digits[row_axis][0]
         run = first[1] if first[0] == tuple(order[:len(first[0])]) else 1
