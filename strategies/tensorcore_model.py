@@ -21,13 +21,15 @@ step of BK summed values):
                emulator's rule) and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
                have no bank conflicts), the accumulators' round trip through shared memory
-               and the output's lines / one per cycle and SM
+               and the output's lines (counted from the addresses the write deals to its
+               warps, :meth:`EnumeratingModel.output_sectors`; twice where the output is
+               read too) / one per cycle and SM
 * ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
                ``memory``: a warp that reads a strided operand moves whole sectors of it;
                cp.async bypasses L1, and copies through registers are taken to find no
                sector there either, an upper bound where later steps re-read them),
-               and the output (read and written by
-               each part of a split reduction's atomic additions) / L2 BW
+               and the output's sectors as its write's addresses take them (read and
+               written by each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
                fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
@@ -169,8 +171,11 @@ class EnumeratingModel:
         self.flops = 2.0 * self.batch * math.prod(self.extent.values())
         touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
         self.outputs = self.batch * self.extent["m"] * self.extent["n"]
-        self.compulsory = (touched + self.outputs * (2 if c.reads_output or c.op != "=" else 1)
-                           ) * self.bytes
+        # the output's accesses per element: its write, and its read where beta or an
+        # update (+=) reads it (at the same addresses)
+        self.output_accesses = 2 if c.reads_output or c.op != "=" else 1
+        self.compulsory = (touched + self.outputs * self.output_accesses) * self.bytes
+        self._writes: dict[tuple, tuple[int, int, int, int]] = {}
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
@@ -214,6 +219,26 @@ class EnumeratingModel:
     def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
         """The estimate of a generated kernel of this program with ptxas's registers."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+    def output_sectors(self, tile: Mapping[str, int], threads: int, size: int | None = None
+                       ) -> tuple[int, int, int, int]:
+        """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of the first
+        block's writes of its ``tile["m"] x tile["n"]`` output tile by ``threads`` threads,
+        of ``size`` bytes each (the program's; a deterministic split's workspace holds the
+        accumulator's), from the addresses the kernel builder deals
+        (:func:`tensorcore_tiles.output_writes`) counted by the emulator's rule: what
+        ``Kernel.counters()`` counts of the write, where the models took it to be ideal
+        (half a line a request in 16 bits; tccg_31's pick takes 2.25 lines). Remembered per
+        tile: the bound reads every completion."""
+        size = size or self.bytes
+        key = (tile["m"], tile["n"], threads, size)
+        if key not in self._writes:
+            iteration, thread, offset = tensorcore_tiles.output_writes(
+                self.program, tile, threads)
+            warps = threads // tensorcore_tiles.WARP
+            self._writes[key] = global_requests(
+                offset * size, iteration * warps + thread // tensorcore_tiles.WARP, size)
+        return self._writes[key]
 
     def _resources(self, items: tuple, registers: int | None = None
                    ) -> tuple[dict[str, float], int, float] | None:
@@ -332,6 +357,19 @@ class TensorCoreModel(EnumeratingModel):
                 width * self.bytes)
         return found
 
+    def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        """Requests, sectors, ideal sectors and lines of a complete candidate's first block's
+        output writes (:meth:`output_sectors`)."""
+        described = self._described(params)
+        tile = self._tile(described)
+        return self.output_sectors(tile, _threads(described), self._written_bytes(
+            self._steps(tile, described["split"])[2]))
+
+    def _written_bytes(self, parts: int) -> int:
+        """Bytes of an element the write stores: the output's, or, in a deterministic split,
+        the workspace's accumulator."""
+        return self.accumulator_bytes if parts > 1 and self.program.deterministic else self.bytes
+
     def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
         operands, as :meth:`copy_sectors` counts its first step (remembered per tile: the
@@ -449,7 +487,12 @@ class TensorCoreModel(EnumeratingModel):
             frags_a * m * k + frags_b * k * n) / WAVEFRONT_BYTES
         sectors, lines = self._copy_traffic(p)  # what the copies' addresses take
         copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
-        write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
+        # the accumulators' round trip through the C tile, and the lines the output's
+        # addresses take (read too where the output is, without a split)
+        _, written, _, written_lines = self.output_sectors(tile, threads,
+                                                           self._written_bytes(parts))
+        write_fronts = (output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES
+                        + written_lines * (self.output_accesses if parts == 1 else 1))
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = self._hidden(resident, tile, clock)
@@ -472,7 +515,7 @@ class TensorCoreModel(EnumeratingModel):
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
             "l2": (tiles * steps * sectors * SECTOR_BYTES
-                   + self._split_l2(blocks * output, parts))
+                   + self._split_l2(blocks * written * SECTOR_BYTES, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
@@ -509,16 +552,17 @@ class TensorCoreModel(EnumeratingModel):
         return self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
 
     def _split_l2(self, written: int, parts: int) -> float:
-        """Bytes the ``written`` output elements of every block move through L2: each once;
-        split, an atomic addition reads and writes its element; deterministic, each part
-        stores its sum into the workspace, which the second kernel reads with the output it
-        writes (counted here, overlapped, though it runs after: the estimate is low by at
-        most that kernel's time)."""
+        """Bytes the sectors of every block's output writes (``written`` bytes) move
+        through L2: each once, and again where the output is read (beta, ``+=``); split, an
+        atomic addition reads and writes its sector; deterministic, each part stores its
+        sum into the workspace, which the second kernel reads with the output it writes
+        (counted here, overlapped, though it runs after: the estimate is low by at most that
+        kernel's time)."""
         if parts == 1:
-            return written * self.bytes
+            return written * self.output_accesses
         if not self.program.deterministic:
-            return 2 * written * self.bytes
-        return (written + (parts + 1) * self.outputs) * self.accumulator_bytes
+            return 2 * written
+        return written + (parts + 1) * self.outputs * self.accumulator_bytes
 
     def _split_dram(self, parts: int) -> float:
         """Bytes a split adds to DRAM's traffic: the output zeroed first, or the workspace of

@@ -456,19 +456,59 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     extents = {shape["free"]: math.prod(sizes[i] for i in groups[shape["free"]]),
                "k": math.prod(k_sizes.values())}
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
-    offset = np.zeros((counted, e.size), dtype=np.int64)
-    stride = 1
-    for index in fastest_first(program.contraction.inputs[tensor], program.layout):
-        if index in groups[shape["free"]] or index in k:
-            axis = shape["free"] if index in groups[shape["free"]] else "k"
-            group, extent = groups[axis], sizes if axis == shape["free"] else k_sizes
-            digit = values[axis] // math.prod(extent[i] for i in group[:group.index(index)])
-            if index != group[-1]:
-                digit = digit % extent[index]
-            if axis == "k" and extent[index] > sizes[index]:  # the rounded-up values: zeros
-                inside &= digit < sizes[index]
-            offset += digit * stride
-        stride *= sizes[index]  # a batch index is 0 in the first block
+    offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
+                            {axis: groups[axis] for axis in values},
+                            {shape["free"]: sizes, "k": k_sizes})
+    inside &= fits
     instruction = ks * -(-e.size // threads) + e // threads
     thread = np.broadcast_to(e % threads, (counted, e.size))
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
+
+
+def output_writes(program: Program, tile: Mapping[str, int], threads: int
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The output's writes by the first block (every group's first tile, the first batch
+    value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
+    the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
+    numbered along the output's fastest group, to thread ``t`` of ``threads`` in iteration
+    ``c``): per write the iteration, the thread and the output element's offset. Elements
+    outside the output write nothing and are left out. What the MMA models count the write's
+    sectors and lines of, as :func:`copy_reads` the copies'."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    sizes = program.sizes
+    e = np.arange(tile["m"] * tile["n"])
+    values = ({"m": e // tile["n"], "n": e % tile["n"]} if output_along_n(program)
+              else {"m": e % tile["m"], "n": e // tile["m"]})
+    groups = {"m": m, "n": n}
+    inside = np.logical_and.reduce([values[axis] < math.prod(sizes[i] for i in groups[axis])
+                                    for axis in groups])
+    offset, _ = _offsets(program, program.output_indices, values, groups,
+                         dict.fromkeys(groups, sizes))
+    return (e // threads)[inside], (e % threads)[inside], offset[inside]
+
+
+def _offsets(program: Program, indices: Sequence[str], values: Mapping[str, np.ndarray],
+             groups: Mapping[str, Sequence[str]], extents: Mapping[str, Mapping[str, int]]
+             ) -> tuple[np.ndarray, np.ndarray]:
+    """The element offsets in a tensor of ``indices`` (its written order) of the groups'
+    linear ``values`` (per axis, each group fastest first, its indices' digits taken at the
+    axis's ``extents``: K's fastest may be rounded up, :func:`stepped_k`), other indices at
+    0 (a batch index in the first block); and whether each value's digits lie inside the
+    tensor's sizes (a rounded-up digit's extra values do not: they are zeros)."""
+    sizes = program.sizes
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
+    offset = np.zeros(shape, dtype=np.int64)
+    inside = np.ones(shape, dtype=bool)
+    stride = 1
+    for index in fastest_first(indices, program.layout):
+        axis = next((a for a, group in groups.items() if index in group), None)
+        if axis is not None:
+            group, extent = groups[axis], extents[axis]
+            digit = values[axis] // math.prod(extent[i] for i in group[:group.index(index)])
+            if index != group[-1]:
+                digit = digit % extent[index]
+            if extent[index] > sizes[index]:
+                inside &= digit < sizes[index]
+            offset += digit * stride
+        stride *= sizes[index]
+    return offset, inside

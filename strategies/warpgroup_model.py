@@ -11,11 +11,12 @@ MMAs, from a candidate's parameters.
                in place, a shared load, the rounding and a store per element), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
-               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place) and the
-               write's round trip (the accumulators' stores 2 ways into a C tile along N); the
+               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place), the
+               write's round trip (the accumulators' stores 2 ways into a C tile along N) and
+               the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
-* ``l2``, ``dram`` as the tensor-core model's
+* ``l2``, ``dram`` as the tensor-core model's (no split)
 * ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn
@@ -36,7 +37,7 @@ from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
-from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
+from .tensorcore_model import OVERHEAD_REGISTERS, SECTOR_BYTES, EnumeratingModel
 from .tensorcore_tiles import output_along_n
 from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
@@ -84,6 +85,12 @@ class WarpgroupModel(EnumeratingModel):
         """No split reduction: nothing to add."""
         return 0.0
 
+    def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        """Requests, sectors, ideal sectors and lines of a candidate's first block's output
+        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`)."""
+        return self.output_sectors(warpgroup_tile(params, self.program),
+                                   WARPGROUP * params["warpgroups"])
+
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
 
@@ -117,9 +124,11 @@ class WarpgroupModel(EnumeratingModel):
                                 + output * WRITE_INSTRUCTIONS / 32)
         ways_a, ways_b = copy_ways(self.program, p, self.groups)
         stored = copied["a"] * ways_a + copied["b"] * ways_b
+        # the output's sectors and lines as the write's addresses take them
+        _, written, _, written_lines = self.output_sectors(tile, threads)
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                              + output * (4 * self.store_ways + 4 + self.bytes)
-                              / WAVEFRONT_BYTES)
+                              + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
+                              + written_lines * self.output_accesses)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
@@ -132,8 +141,8 @@ class WarpgroupModel(EnumeratingModel):
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             "memory": wavefronts * quantise / g.sm_count / clock,
-            "l2": (tiles * sum(copied.values()) * steps + self.outputs) * self.bytes
-            / g.l2_bandwidth,
+            "l2": (tiles * sum(copied.values()) * steps * self.bytes
+                   + tiles * written * SECTOR_BYTES * self.output_accesses) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }

@@ -335,3 +335,50 @@ def test_the_tensor_core_models_copy_sectors_are_the_emulators(expression, sizes
                                      sum(t.transactions for t in found),
                                      sum(t.ideal for t in found),
                                      sum(t.lines for t in found)), operand
+
+
+# The output's writes: GEMM with beta (the write reads the output where it stores), a first
+# tile partial along N; tccg_01, its M linearised in A's order (b, a) while the output
+# leads with a (a warp's writes a whole b apart in F); tccg_31, the output's fastest index
+# leading M, K = 24 (rows of 48 bytes in the output)
+WRITES = [("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 40, "j": 72, "k": 48}),
+          ("C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 40, "b": 24, "c": 40, "d": 48}),
+          ("C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]",
+           {"a": 24, "b": 3, "c": 2, "d": 24, "e": 2, "f": 3, "g": 24})]
+
+
+def _written(kernel: treduda.Kernel) -> dict[str, tuple[int, int, int, int]]:
+    """Per operation on the output (its stores, and its loads where the write reads it), the
+    requests, sectors, ideal sectors and lines ``Kernel.counters()`` counts of the first
+    block over all its steps, every region."""
+    found: dict[str, list] = {}
+    for t in kernel.counters().traffic:
+        if t.array == "C":
+            found.setdefault(t.operation, []).append(t)
+    return {operation: (sum(t.requests for t in ts), sum(t.transactions for t in ts),
+                        sum(t.ideal for t in ts), sum(t.lines for t in ts))
+            for operation, ts in found.items()}
+
+
+@pytest.mark.parametrize(("expression", "sizes"), WRITES, ids=["gemm_beta", "tccg_01", "tccg_31"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_the_mma_models_count_the_output_writes_sectors_as_the_emulator(expression, sizes,
+                                                                       layout):
+    """The tensor-core and warpgroup models count the output's write from the addresses
+    the kernels deal to their threads, by the emulator's rule: its requests, sectors, ideal
+    and lines equal what Kernel.counters() counts of the first block's stores (and of its
+    loads, where beta reads the output), in both layouts. The models took every write to be
+    ideal (tccg_01's in F takes 32 sectors a request where 2 would do)."""
+    for strategy, params in (
+            ("tensorcore", {"warps_m": 2, "warps_n": 1, "frags_m": 1, "frags_n": 2,
+                            "frags_k": 1, "split": 1, "async_copy": True, "stages": 2}),
+            ("warpgroup", {"warpgroups": 1, "frags_m": 1, "tile_n": 32, "frags_k": 1,
+                           "stages": 2, "async_copy": True})):
+        kernel = treduda.compile(expression, sizes, dtype="float16", layout=layout,
+                                 strategy=strategy, params=params)
+        modelled = model_of(kernel.program, gpu("H100"), strategy).write_sectors(params)
+        counted = _written(kernel)
+        assert counted[STORE] == modelled, strategy
+        if "beta" in expression:
+            assert counted[LOAD] == modelled, strategy
+        assert modelled[1] >= modelled[2]
