@@ -220,24 +220,20 @@ class EnumeratingModel:
         """The estimate of a generated kernel of this program with ptxas's registers."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
-    def output_sectors(self, tile: Mapping[str, int], threads: int, size: int | None = None
+    def output_sectors(self, tile: Mapping[str, int], size: int | None = None
                        ) -> tuple[int, int, int, int]:
         """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of the first
-        block's writes of its ``tile["m"] x tile["n"]`` output tile by ``threads`` threads,
-        of ``size`` bytes each (the program's; a deterministic split's workspace holds the
-        accumulator's), from the addresses the kernel builder deals
-        (:func:`tensorcore_tiles.output_writes`) counted by the emulator's rule: what
-        ``Kernel.counters()`` counts of the write, where the models took it to be ideal
-        (half a line a request in 16 bits; tccg_31's pick takes 2.25 lines). Remembered per
-        tile: the bound reads every completion."""
+        block's writes of its ``tile["m"] x tile["n"]`` output tile, of ``size`` bytes each
+        (the program's; a deterministic split's workspace holds the accumulator's), from the
+        addresses the kernel builder deals (:func:`tensorcore_tiles.output_writes`) counted
+        by the emulator's rule: what ``Kernel.counters()`` counts of the write, where the
+        models took it to be ideal (half a line a request in 16 bits; tccg_31's pick takes
+        2.25 lines, tccg_01's 32). Remembered per tile: the bound reads every completion."""
         size = size or self.bytes
-        key = (tile["m"], tile["n"], threads, size)
+        key = (tile["m"], tile["n"], size)
         if key not in self._writes:
-            iteration, thread, offset = tensorcore_tiles.output_writes(
-                self.program, tile, threads)
-            warps = threads // tensorcore_tiles.WARP
-            self._writes[key] = global_requests(
-                offset * size, iteration * warps + thread // tensorcore_tiles.WARP, size)
+            request, offset = tensorcore_tiles.output_writes(self.program, tile)
+            self._writes[key] = global_requests(offset * size, request, size)
         return self._writes[key]
 
     def _resources(self, items: tuple, registers: int | None = None
@@ -362,7 +358,7 @@ class TensorCoreModel(EnumeratingModel):
         output writes (:meth:`output_sectors`)."""
         described = self._described(params)
         tile = self._tile(described)
-        return self.output_sectors(tile, _threads(described), self._written_bytes(
+        return self.output_sectors(tile, self._written_bytes(
             self._steps(tile, described["split"])[2]))
 
     def _written_bytes(self, parts: int) -> int:
@@ -489,8 +485,7 @@ class TensorCoreModel(EnumeratingModel):
         copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
         # the accumulators' round trip through the C tile, and the lines the output's
         # addresses take (read too where the output is, without a split)
-        _, written, _, written_lines = self.output_sectors(tile, threads,
-                                                           self._written_bytes(parts))
+        _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts))
         write_fronts = (output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES
                         + written_lines * (self.output_accesses if parts == 1 else 1))
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)

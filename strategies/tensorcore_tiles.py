@@ -465,15 +465,15 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
 
 
-def output_writes(program: Program, tile: Mapping[str, int], threads: int
-                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def output_writes(program: Program, tile: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """The output's writes by the first block (every group's first tile, the first batch
     value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
     the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
-    numbered along the output's fastest group, to thread ``t`` of ``threads`` in iteration
-    ``c``): per write the iteration, the thread and the output element's offset. Elements
-    outside the output write nothing and are left out. What the MMA models count the write's
-    sectors and lines of, as :func:`copy_reads` the copies'."""
+    numbered along the output's fastest group, to thread ``t`` of ``T`` in iteration ``c``):
+    per write its warp's request, ``e / 32`` whatever ``T`` (a multiple of 32: warp
+    ``t / 32`` of iteration ``c`` is request ``c T / 32 + t / 32``), and the output element's
+    offset. Elements outside the output write nothing and are left out. What the MMA models
+    count the write's sectors and lines of, as :func:`copy_reads` the copies'."""
     _, _, m, n, _, _ = gemm_groups(program)
     sizes = program.sizes
     e = np.arange(tile["m"] * tile["n"])
@@ -484,7 +484,7 @@ def output_writes(program: Program, tile: Mapping[str, int], threads: int
                                     for axis in groups])
     offset, _ = _offsets(program, program.output_indices, values, groups,
                          dict.fromkeys(groups, sizes))
-    return (e // threads)[inside], (e % threads)[inside], offset[inside]
+    return (e // WARP)[inside], offset[inside]
 
 
 def _offsets(program: Program, indices: Sequence[str], values: Mapping[str, np.ndarray],

@@ -88,8 +88,7 @@ class WarpgroupModel(EnumeratingModel):
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's first block's output
         writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`)."""
-        return self.output_sectors(warpgroup_tile(params, self.program),
-                                   WARPGROUP * params["warpgroups"])
+        return self.output_sectors(warpgroup_tile(params, self.program))
 
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
@@ -125,7 +124,7 @@ class WarpgroupModel(EnumeratingModel):
         ways_a, ways_b = copy_ways(self.program, p, self.groups)
         stored = copied["a"] * ways_a + copied["b"] * ways_b
         # the output's sectors and lines as the write's addresses take them
-        _, written, _, written_lines = self.output_sectors(tile, threads)
+        _, written, _, written_lines = self.output_sectors(tile)
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
                               + written_lines * self.output_accesses)
