@@ -826,6 +826,69 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
 
 
+def _once(function: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]], Any]:
+    """``function``, called at most once: later calls return its first value."""
+    value = []
+
+    def first(env: Mapping[str, Any]) -> Any:
+        if not value:
+            value.append(function(env))
+        return value[0]
+
+    return first
+
+
+def evaluator(expr: Expr, fixed: Mapping[str, Any], threads: Sequence, blocks: Sequence
+              ) -> tuple[Callable[[Mapping[str, Any]], Any], bool]:
+    """:func:`evaluate` of ``expr`` for threads ``threads`` of block ``blocks`` as a function
+    of the values of the variables not in ``fixed`` (loop iterators), and whether it depends
+    on them (if not, one call gives its value): what the emulator calls on every statement it
+    executes. Its parts that depend on ``fixed``, thread and block ids only are evaluated
+    once, at their first use, and the dispatch on node types is done here once, so a call does
+    only the arithmetic left; it returns what :func:`evaluate` would."""
+    if isinstance(expr, Int):
+        value = expr.value
+        return (lambda env: value), False
+    if isinstance(expr, Index):
+        value = (threads if expr.builtin is Builtin.THREAD_ID else blocks)[expr.axis]
+        return (lambda env: value), False
+    if isinstance(expr, Var):
+        name = expr.name
+        if name in fixed:
+            value = fixed[name]
+            return (lambda env: value), False
+
+        def variable(env: Mapping[str, Any]) -> Any:
+            if name not in env:
+                raise TredudaError(f"no value for '{name}' in an index expression (a "
+                                   "symbolic kernel needs every size)")
+            return env[name]
+
+        return variable, True
+    if isinstance(expr, Binary | Neg | Select):
+        parts = [evaluator(child, fixed, threads, blocks) for child in children(expr)]
+        if not any(varies for _, varies in parts):  # evaluated once by the caller
+            return _once(lambda env: evaluate(expr, fixed, threads, blocks)), False
+        functions = [function for function, _ in parts]
+        if isinstance(expr, Neg):
+            (operand,) = functions
+            return (lambda env: -operand(env)), True
+        if isinstance(expr, Binary):
+            left, right = functions
+            operation = _OPERATIONS[expr.op]
+            return (lambda env: operation(left(env), right(env))), True
+        condition, if_true, if_false = functions
+
+        def select(env: Mapping[str, Any]) -> Any:
+            taken = condition(env)
+            if np.ndim(taken) == 0:
+                return (if_true if taken else if_false)(env)
+            return np.where(taken, if_true(env), if_false(env))
+
+        return select, True
+    raise TredudaError(f"cannot evaluate {expr!r} on the host")
+
+
 def swizzled(offset: Any, shift: int, size: int = 2) -> Any:
     """Where a tile of ``size``-byte values swizzled by ``shift`` (:attr:`Local.swizzle`)
     holds element ``offset`` (an int or an integer array): its 16-byte chunk (bits 3-5 of

@@ -216,8 +216,15 @@ class _Block:
         self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
         dtype = self.compute = np.dtype(compute(kernel.dtype))  # tensors may be stored narrower
         unset = poison(kernel.dtype)  # NaN, or an integer type's most negative value
+        self.unread = poison(self.compute.name)  # what a thread reads where it reads nothing
+        self.integer = is_integer(self.compute.name)
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
+        iterators = {s.iterator for s in ir.nested(kernel.body) if isinstance(s, ir.For)}
+        # the sizes no loop iterator shadows: what an index expression folds with thread ids
+        self.fixed = {name: v for name, v in self.env.items() if name not in iterators}
+        self.evaluators: dict[int, tuple[ir.Expr, Any]] = {}  # id(expression) -> its function
+        self.mask: tuple[np.ndarray, np.ndarray, bool] | None = None  # see lanes_of
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
                         if p.kind is ir.ParamKind.SCALAR}
         self.arrays = {p.name: memory[p.name] for p in kernel.params
@@ -227,6 +234,7 @@ class _Block:
         # tiles whose memory a later one takes over: reused tile -> the tile that takes it
         self.taken_by = {name: local.name for local in kernel.locals for name in local.reuses}
         self.taken: set[str] = set()  # tiles whose memory was taken over (written since)
+        self.takers = set(self.taken_by.values())
         self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
         self.swizzles = {local.name: local.swizzle for local in kernel.locals if local.swizzle}
         warps = -(-self.count // ir.WARP)
@@ -267,10 +275,12 @@ class _Block:
         self.mma_reading = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
                             for name in self.shared}
         # per shared element: written through the generic proxy, its writer unfenced since
+        # (asked only by warpgroup MMAs, so kept only in kernels that have them)
+        proxied = any(isinstance(s, ir.WarpgroupMultiply) for s in ir.nested(kernel.body))
         self.unfenced = {name: np.zeros(self.arrays[name].shape, dtype=bool)
-                         for name in self.shared}
+                         for name in self.shared if proxied}
         self.writer = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
-                       for name in self.shared}
+                       for name in self.shared if proxied}
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
@@ -280,12 +290,33 @@ class _Block:
         return self.hazards
 
     def index(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(ir.evaluate(e, self.env, self.threads, self.block), active.shape)
+        """The value of integer expression ``e`` per thread (:func:`ir.evaluate`), read-only
+        where it depends on no loop iterator (computed once, at its first use)."""
+        found = self.evaluators.get(id(e))
+        if found is None:
+            function, varies = ir.evaluator(e, self.fixed, self.threads, self.block)
+            if not varies:
+                value = np.broadcast_to(function(self.env), active.shape)
+                function = lambda env: value  # noqa: E731
+            found = self.evaluators[id(e)] = (e, function)  # e kept: its id stays its own
+        value = found[1](self.env)
+        if type(value) is np.ndarray and value.shape == active.shape:
+            return value
+        return np.broadcast_to(value, active.shape)
+
+    def lanes_of(self, active: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The threads of mask ``active`` and whether it holds all of them, remembered for
+        the last mask asked about (masks are never changed in place)."""
+        if self.mask is None or self.mask[0] is not active:
+            self.mask = (active, np.flatnonzero(active), bool(active.all()))
+        return self.mask[1], self.mask[2]
 
     def walk(self, s: ir.Stmt, active: np.ndarray) -> None:
         if not active.any():
             return
-        if isinstance(s, ir.Block):
+        if type(s) is ir.Assign:  # the most frequent statement first
+            self.assign(s, active)
+        elif isinstance(s, ir.Block):
             for child in s.body:
                 self.walk(child, active)
         elif isinstance(s, ir.Barrier):
@@ -374,13 +405,13 @@ class _Block:
         value, where a thread reads nothing); integer arithmetic wraps as the kernel's does."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
-            read = np.full(self.count, poison(self.compute.name), self.compute)  # converted
+            read = np.full(self.count, self.unread, self.compute)  # converted
             if found is not None:
                 where, inside = found
-                read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
+                read[self.lanes_of(active)[0][inside]] = self.arrays[e.array][where]
             return read
         if isinstance(e, ir.Float):
-            return self.compute.type(e.value) if is_integer(self.compute.name) else e.value
+            return self.compute.type(e.value) if self.integer else e.value
         if isinstance(e, ir.Lane):
             return self.vectors[e.vector][:, e.lane]
         if isinstance(e, ir.Var) and e.name in self.scalars:
@@ -564,7 +595,7 @@ class _Block:
         # any thread of the warp may read any element: each is checked as read by all
         self.touch(array, np.tile(offsets, lanes.size), np.repeat(lanes, offsets.size), False)
         inside = (offsets >= 0) & (offsets < self.arrays[array].shape[-1])
-        read = np.full(offsets.size, poison(self.compute.name), self.compute)
+        read = np.full(offsets.size, self.unread, self.compute)
         read[inside] = self.arrays[array][offsets[inside]]
         return read
 
@@ -572,20 +603,28 @@ class _Block:
                ) -> tuple[tuple, np.ndarray] | None:
         """Where the active threads' access ``e`` falls inside its array (a numpy index) and
         which of the active threads that is; None if for none. Checks and records it."""
-        offsets = self.index(e.offset, active)[active].astype(np.int64)
+        offsets = self.offsets(e.offset, active)
+        threads = self.lanes_of(active)[0]
         if self.observer is not None and not self.widened:
-            self.observer.access(e.array, self.held(e.array, offsets), np.flatnonzero(active),
-                                 1, write, atomic=atomic)
-        return self.touch(e.array, offsets, np.flatnonzero(active), write)
+            self.observer.access(e.array, self.held(e.array, offsets), threads, 1, write,
+                                 atomic=atomic)
+        return self.touch(e.array, offsets, threads, write)
+
+    def offsets(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
+        """The offsets ``e`` of the active threads, as 64-bit integers."""
+        offsets = self.index(e, active)
+        if not self.lanes_of(active)[1]:
+            offsets = offsets[active]
+        return offsets if offsets.dtype == np.int64 else offsets.astype(np.int64)
 
     def observe(self, first: ir.Load, active: np.ndarray, width: int, write: bool,
                 asynchronous: bool = False) -> None:
         """Tell the observer of one access of ``width`` elements from ``first`` by the
         active threads; its lanes, executed one by one, are not told of again."""
         if self.observer is not None:
-            offsets = self.index(first.offset, active)[active].astype(np.int64)
+            offsets = self.offsets(first.offset, active)
             self.observer.access(first.array, self.held(first.array, offsets),
-                                 np.flatnonzero(active), width, write, asynchronous)
+                                 self.lanes_of(active)[0], width, write, asynchronous)
             self.widened = True
 
     def held(self, array: str, offsets: np.ndarray) -> np.ndarray:
@@ -603,23 +642,24 @@ class _Block:
         inside = (offsets >= 0) & (offsets < size)
         if not inside.all():
             self.report("out of bounds", array, offsets, lanes, ~inside)
-        offsets, lanes = offsets[inside], lanes[inside]
+            offsets, lanes = offsets[inside], lanes[inside]
         if not offsets.size:
             return None
         if array in self.in_flight:
-            unfinished = self.in_flight[array][offsets] > 0
-            if unfinished.any():
-                self.report("unfinished async copy", array, offsets, lanes, unfinished)
-            if write:
+            if self.copies:  # else no element is in flight
+                unfinished = self.in_flight[array][offsets] > 0
+                if unfinished.any():
+                    self.report("unfinished async copy", array, offsets, lanes, unfinished)
+            if write and self.mmas:  # else no element is read by an MMA
                 read = self.mma_reading[array][offsets] > 0
                 if read.any():
                     self.report("unfinished wgmma", array, offsets, lanes, read)
-                if not started:
-                    self.unfenced[array][offsets] = True
-                    self.writer[array][offsets] = lanes
+            if write and not started and array in self.unfenced:
+                self.unfenced[array][offsets] = True
+                self.writer[array][offsets] = lanes
         if array in self.taken:
             self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
-        if write and array in self.taken_by.values():
+        if write and array in self.takers:
             self.take_over(array, offsets, lanes)
         where = (lanes, offsets) if array in self.registers else (offsets,)
         if array in self.written:
