@@ -5,7 +5,10 @@ it finds and the counters it tallies, with their CPU time; then, run again after
 compares all of it exactly with the record.
 
     python benchmarks/emulator_equality.py record /tmp/before.pickle
-    python benchmarks/emulator_equality.py compare /tmp/before.pickle
+    python benchmarks/emulator_equality.py compare /tmp/before.pickle [REPEATS [CASE,...]]
+
+CPU times on a loaded machine vary by a fifth from run to run: the comparison takes each
+case's fastest of REPEATS runs (1 by default).
 
 The kernels' IR and launches are pickled with the record, so the comparison runs the same
 kernels whatever the code generation does meanwhile.
@@ -150,7 +153,7 @@ def _same(a: object, b: object) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    mode, path = argv
+    mode, path, *more = argv
     if mode == "record":
         cases = {name: _case(name) for name in CASES}
         record = {}
@@ -163,10 +166,14 @@ def main(argv: list[str]) -> int:
         return 0
     with open(path, "rb") as f:
         record = pickle.load(f)
+    repeats = int(more[0]) if more else 1
+    chosen = more[1].split(",") if len(more) > 1 else list(record)
     failed = 0
     before_total = after_total = 0.0
-    for name, (case, before, before_seconds) in record.items():
-        after, seconds = _run(case)
+    for name in chosen:
+        case, before, before_seconds = record[name]
+        runs = [_run(case) for _ in range(repeats)]
+        after, seconds = runs[0][0], min(s for _, s in runs)
         differ = [key for key in before if not _same(before[key], after[key])]
         failed += bool(differ)
         before_total, after_total = before_total + before_seconds, after_total + seconds

@@ -151,21 +151,24 @@ def _random_expression(rng: np.random.Generator, depth: int) -> ir.Expr:
 
 def test_an_evaluator_computes_what_evaluate_does():
     """The emulator's evaluators (:func:`ir.evaluator`: what depends on no loop iterator
-    folded once) give the values, types and shapes of :func:`ir.evaluate`, iterator by
-    iterator."""
+    computed once per block) give the values, types and shapes of :func:`ir.evaluate`,
+    iterator by iterator, block by block."""
     rng = np.random.default_rng(7)
     lane = np.arange(24)
-    threads, block = (lane % 4, lane // 4 % 3, lane // 12), (1, 0, 2)
+    threads = (lane % 4, lane // 4 % 3, lane // 12)
     sizes = {"n": 13, "m": 6}
-    for _ in range(400):
+    for _ in range(300):
         expr = _random_expression(rng, 4)
-        function, varies = ir.evaluator(expr, sizes, threads, block)
-        for i, j in ((0, 3), (5, -2), (lane - 7, 4)):  # iterators: scalars or per thread
-            env = {**sizes, "i": i, "j": j}
-            expected, got = ir.evaluate(expr, env, threads, block), function(env)
-            assert type(got) is type(expected)
-            assert np.array_equal(got, expected) and np.shape(got) == np.shape(expected)
-            assert np.result_type(got) == np.result_type(expected)
+        function, varies = ir.evaluator(expr, sizes)
+        for block in ((1, 0, 2), (0, 3, 1)):
+            memo = {}
+            for i, j in ((0, 3), (5, -2), (lane - 7, 4)):  # iterators: scalars or per thread
+                env = {**sizes, "i": i, "j": j}
+                expected = ir.evaluate(expr, env, threads, block)
+                got = function(env, threads, block, memo)
+                assert type(got) is type(expected)
+                assert np.array_equal(got, expected) and np.shape(got) == np.shape(expected)
+                assert np.result_type(got) == np.result_type(expected)
         assert varies == any(isinstance(e, ir.Var) and e.name in "ij" for e in _nodes(expr))
 
 

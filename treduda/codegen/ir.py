@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -826,64 +826,66 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
 
 
-def _once(function: Callable[[Mapping[str, Any]], Any]) -> Callable[[Mapping[str, Any]], Any]:
-    """``function``, called at most once: later calls return its first value."""
-    value = []
-
-    def first(env: Mapping[str, Any]) -> Any:
-        if not value:
-            value.append(function(env))
-        return value[0]
-
-    return first
+Evaluator = Callable[[Mapping[str, Any], Sequence, Sequence, dict], Any]
 
 
-def evaluator(expr: Expr, fixed: Mapping[str, Any], threads: Sequence, blocks: Sequence
-              ) -> tuple[Callable[[Mapping[str, Any]], Any], bool]:
-    """:func:`evaluate` of ``expr`` for threads ``threads`` of block ``blocks`` as a function
-    of the values of the variables not in ``fixed`` (loop iterators), and whether it depends
-    on them (if not, one call gives its value): what the emulator calls on every statement it
-    executes. Its parts that depend on ``fixed``, thread and block ids only are evaluated
-    once, at their first use, and the dispatch on node types is done here once, so a call does
-    only the arithmetic left; it returns what :func:`evaluate` would."""
+def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
+    """:func:`evaluate` of ``expr`` as a function of ``(env, threads, blocks, memo)``, and
+    whether it depends on variables not in ``fixed`` (loop iterators; if not, one call per
+    thread block gives its value): what the emulator calls on every statement it executes.
+    The dispatch on node types is done here, once; a part that depends on ``fixed``, thread
+    and block ids only is evaluated once per ``memo`` (one per block), at its first use. It
+    returns what :func:`evaluate` would."""
     if isinstance(expr, Int):
         value = expr.value
-        return (lambda env: value), False
+        return (lambda env, threads, blocks, memo: value), False
     if isinstance(expr, Index):
-        value = (threads if expr.builtin is Builtin.THREAD_ID else blocks)[expr.axis]
-        return (lambda env: value), False
+        axis = expr.axis
+        if expr.builtin is Builtin.THREAD_ID:
+            return (lambda env, threads, blocks, memo: threads[axis]), False
+        return (lambda env, threads, blocks, memo: blocks[axis]), False
     if isinstance(expr, Var):
         name = expr.name
-        if name in fixed:
-            value = fixed[name]
-            return (lambda env: value), False
 
-        def variable(env: Mapping[str, Any]) -> Any:
+        def variable(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                     memo: dict) -> Any:
             if name not in env:
                 raise TredudaError(f"no value for '{name}' in an index expression (a "
                                    "symbolic kernel needs every size)")
             return env[name]
 
-        return variable, True
+        return variable, name not in fixed
     if isinstance(expr, Binary | Neg | Select):
-        parts = [evaluator(child, fixed, threads, blocks) for child in children(expr)]
-        if not any(varies for _, varies in parts):  # evaluated once by the caller
-            return _once(lambda env: evaluate(expr, fixed, threads, blocks)), False
+        parts = [evaluator(child, fixed) for child in children(expr)]
+        if not any(varies for _, varies in parts):
+            key = id(expr)  # expr lives as long as this function: its id is its own
+
+            def once(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                     memo: dict) -> Any:
+                if key not in memo:
+                    memo[key] = evaluate(expr, env, threads, blocks)
+                return memo[key]
+
+            return once, False
         functions = [function for function, _ in parts]
         if isinstance(expr, Neg):
             (operand,) = functions
-            return (lambda env: -operand(env)), True
+            return (lambda env, threads, blocks, memo:
+                    -operand(env, threads, blocks, memo)), True
         if isinstance(expr, Binary):
             left, right = functions
             operation = _OPERATIONS[expr.op]
-            return (lambda env: operation(left(env), right(env))), True
+            return (lambda env, threads, blocks, memo: operation(
+                left(env, threads, blocks, memo), right(env, threads, blocks, memo))), True
         condition, if_true, if_false = functions
 
-        def select(env: Mapping[str, Any]) -> Any:
-            taken = condition(env)
+        def select(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                   memo: dict) -> Any:
+            taken = condition(env, threads, blocks, memo)
             if np.ndim(taken) == 0:
-                return (if_true if taken else if_false)(env)
-            return np.where(taken, if_true(env), if_false(env))
+                return (if_true if taken else if_false)(env, threads, blocks, memo)
+            return np.where(taken, if_true(env, threads, blocks, memo),
+                            if_false(env, threads, blocks, memo))
 
         return select, True
     raise TredudaError(f"cannot evaluate {expr!r} on the host")

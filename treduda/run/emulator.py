@@ -67,6 +67,7 @@ from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
+ALL = slice(None)  # an index of every element: where an access falls inside its array
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -179,10 +180,14 @@ def emulate(kernel: ir.KernelIR, launch: Launch,
     every = blocks is None
     if every:
         blocks = itertools.product(*map(range, launch.grid))
-    found = [h for b in blocks for h in _Block(kernel, launch.block, b, memory).run()]
+    compiled = {}
+    found = [h for b in blocks
+             for h in _Block(kernel, launch.block, b, memory, compiled=compiled).run()]
     for later, call in zip(then, launch.then, strict=True):
         grid = itertools.product(*map(range, call.grid)) if every else corners(call.grid)
-        found += [h for b in grid for h in _Block(later, call.block, b, memory).run()]
+        compiled = {}
+        found += [h for b in grid
+                  for h in _Block(later, call.block, b, memory, compiled=compiled).run()]
     shown, per_kind = [], Counter()
     for hazard in found:
         per_kind[hazard.kind] += 1
@@ -197,9 +202,10 @@ def observe(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...
     output is written into its array; inputs are only read, so they may be read-only views),
     hazards left unreported (a main loop cut short leaves copies in flight)."""
     memory = {p.name: v for p, v in zip(kernel.params, launch.values, strict=True)}
+    compiled = {}
     for block in blocks:
         observer.begin()
-        _Block(kernel, launch.block, block, memory, observer).run()
+        _Block(kernel, launch.block, block, memory, observer, compiled).run()
 
 
 class _Block:
@@ -207,7 +213,10 @@ class _Block:
 
     def __init__(self, kernel: ir.KernelIR, shape: tuple[int, int, int],
                  block: tuple[int, ...], memory: dict[str, Any],
-                 observer: Observer | None = None):
+                 observer: Observer | None = None,
+                 compiled: dict[int, tuple[ir.Expr, ir.Evaluator, bool]] | None = None):
+        """``compiled``: the index expressions' evaluators (:func:`ir.evaluator`), by id, that
+        the blocks of one kernel share."""
         self.kernel, self.block, self.observer = kernel, block, observer
         self.widened = False  # in a vector access or copy, whose lanes the observer sees once
         bx, by, bz = shape
@@ -221,9 +230,11 @@ class _Block:
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
         iterators = {s.iterator for s in ir.nested(kernel.body) if isinstance(s, ir.For)}
-        # the sizes no loop iterator shadows: what an index expression folds with thread ids
-        self.fixed = {name: v for name, v in self.env.items() if name not in iterators}
-        self.evaluators: dict[int, tuple[ir.Expr, Any]] = {}  # id(expression) -> its function
+        # the sizes no loop iterator shadows: fixed in a block, as thread ids are
+        self.fixed = set(self.env) - iterators
+        self.compiled = {} if compiled is None else compiled
+        self.memo: dict[int, Any] = {}  # the values of the parts fixed in this block
+        self.statics: dict[int, np.ndarray] = {}  # index expressions fixed in this block
         self.mask: tuple[np.ndarray, np.ndarray, bool] | None = None  # see lanes_of
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
                         if p.kind is ir.ParamKind.SCALAR}
@@ -256,6 +267,7 @@ class _Block:
         # Which elements hold a value: shared ones for the block, registers for each thread.
         self.written = {name: np.zeros(self.arrays[name].shape, dtype=bool)
                         for name in self.shared | self.registers}
+        self.sizes = {name: np.uint64(array.shape[-1]) for name, array in self.arrays.items()}
         self.vectors: dict[str, np.ndarray] = {}  # per thread, the lanes of a VectorLoad
         self.epoch = 0
         self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
@@ -292,14 +304,17 @@ class _Block:
     def index(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
         """The value of integer expression ``e`` per thread (:func:`ir.evaluate`), read-only
         where it depends on no loop iterator (computed once, at its first use)."""
-        found = self.evaluators.get(id(e))
-        if found is None:
-            function, varies = ir.evaluator(e, self.fixed, self.threads, self.block)
-            if not varies:
-                value = np.broadcast_to(function(self.env), active.shape)
-                function = lambda env: value  # noqa: E731
-            found = self.evaluators[id(e)] = (e, function)  # e kept: its id stays its own
-        value = found[1](self.env)
+        found = self.compiled.get(id(e))
+        if found is None:  # e kept with it: its id stays its own
+            found = self.compiled[id(e)] = (e, *ir.evaluator(e, self.fixed))
+        _, function, varies = found
+        if not varies:
+            value = self.statics.get(id(e))
+            if value is None:
+                value = self.statics[id(e)] = np.broadcast_to(
+                    function(self.env, self.threads, self.block, self.memo), active.shape)
+            return value
+        value = function(self.env, self.threads, self.block, self.memo)
         if type(value) is np.ndarray and value.shape == active.shape:
             return value
         return np.broadcast_to(value, active.shape)
@@ -386,7 +401,9 @@ class _Block:
             self.env[s.iterator] = outer
 
     def assign(self, s: ir.Assign, active: np.ndarray) -> None:
-        value = np.broadcast_to(self.value(s.value, active), active.shape)
+        value = self.value(s.value, active)
+        if not (type(value) is np.ndarray and value.shape == active.shape):
+            value = np.broadcast_to(value, active.shape)
         if s.op != "=":
             sign = 1 if s.op == "+=" else -1
             widened, self.widened = self.widened, self.widened or s.atomic  # an atomic
@@ -398,17 +415,23 @@ class _Block:
         found = self.locate(s.target, active, write=True, atomic=s.atomic)
         if found is not None:
             where, inside = found
-            self.arrays[s.target.array][where] = value[active][inside]
+            if not self.lanes_of(active)[1]:
+                value = value[active]
+            self.arrays[s.target.array][where] = value[inside]
 
     def value(self, e: ir.Expr, active: np.ndarray) -> Any:
         """A value of the kernel's dtype, per thread (NaN, or an integer type's most negative
         value, where a thread reads nothing); integer arithmetic wraps as the kernel's does."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
+            if found is None:
+                return np.full(self.count, self.unread, self.compute)
+            where, inside = found
+            threads, every = self.lanes_of(active)
+            if every and inside is ALL:  # every thread reads: nothing left unread
+                return self.arrays[e.array][where].astype(self.compute, copy=False)
             read = np.full(self.count, self.unread, self.compute)  # converted
-            if found is not None:
-                where, inside = found
-                read[self.lanes_of(active)[0][inside]] = self.arrays[e.array][where]
+            read[threads[inside]] = self.arrays[e.array][where]
             return read
         if isinstance(e, ir.Float):
             return self.compute.type(e.value) if self.integer else e.value
@@ -638,9 +661,11 @@ class _Block:
               started: bool = False) -> tuple[tuple, np.ndarray] | None:
         """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``; ``started``: the
         write of an asynchronous copy that started, which gives the element no value yet."""
-        size = self.arrays[array].shape[-1]
-        inside = (offsets >= 0) & (offsets < size)
-        if not inside.all():
+        # negative offsets, seen as unsigned, lie beyond any array's end too
+        inside = offsets.astype(np.int64, copy=False).view(np.uint64) < self.sizes[array]
+        if inside.all():
+            inside = ALL
+        else:
             self.report("out of bounds", array, offsets, lanes, ~inside)
             offsets, lanes = offsets[inside], lanes[inside]
         if not offsets.size:
