@@ -304,10 +304,7 @@ class _Block:
     def index(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
         """The value of integer expression ``e`` per thread (:func:`ir.evaluate`), read-only
         where it depends on no loop iterator (computed once, at its first use)."""
-        found = self.compiled.get(id(e))
-        if found is None:  # e kept with it: its id stays its own
-            found = self.compiled[id(e)] = (e, *ir.evaluator(e, self.fixed))
-        _, function, varies = found
+        _, function, varies = self.evaluator(e)
         if not varies:
             value = self.statics.get(id(e))
             if value is None:
@@ -318,6 +315,20 @@ class _Block:
         if type(value) is np.ndarray and value.shape == active.shape:
             return value
         return np.broadcast_to(value, active.shape)
+
+    def uniform(self, e: ir.Expr) -> Any:
+        """The value of integer expression ``e`` where it is one integer for every thread
+        (it depends on no thread id, and loop iterators it reads are integers); else None."""
+        value = self.evaluator(e)[1](self.env, self.threads, self.block, self.memo)
+        return value if np.ndim(value) == 0 else None
+
+    def evaluator(self, e: ir.Expr) -> tuple[ir.Expr, ir.Evaluator, bool]:
+        """``e``, its evaluator and whether it varies in a block (:func:`ir.evaluator`),
+        made once for the kernel."""
+        found = self.compiled.get(id(e))
+        if found is None:  # e kept with it: its id stays its own
+            found = self.compiled[id(e)] = (e, *ir.evaluator(e, self.fixed))
+        return found
 
     def lanes_of(self, active: np.ndarray) -> tuple[np.ndarray, bool]:
         """The threads of mask ``active`` and whether it holds all of them, remembered for
@@ -380,7 +391,11 @@ class _Block:
 
     def loop(self, s: ir.For, active: np.ndarray) -> None:
         outer = self.env.get(s.iterator)
-        self.env[s.iterator] = self.index(s.start, active).copy()
+        # An iterator the same for every thread is one integer (its arithmetic then costs no
+        # array operation), until the threads part ways.
+        start = self.uniform(s.start)
+        self.env[s.iterator] = start if start is not None else self.index(s.start,
+                                                                            active).copy()
         main = self.observer is not None and s is self.observer.main
         steps = self.observer.steps if main else None
         if main:
@@ -390,8 +405,11 @@ class _Block:
             if not running.any():
                 break
             self.walk(s.body, running)
-            self.env[s.iterator] = np.where(running, self.env[s.iterator]
-                                            + self.index(s.step, active), self.env[s.iterator])
+            at, step = self.env[s.iterator], self.uniform(s.step)
+            if np.ndim(at) == 0 and step is not None and np.array_equal(running, active):
+                self.env[s.iterator] = at + step
+            else:
+                self.env[s.iterator] = np.where(running, at + self.index(s.step, active), at)
             steps = None if steps is None else steps - 1
         if main:
             self.observer.region(False)
