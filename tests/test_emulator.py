@@ -152,7 +152,8 @@ def _random_expression(rng: np.random.Generator, depth: int) -> ir.Expr:
 def test_an_evaluator_computes_what_evaluate_does():
     """The emulator's evaluators (:func:`ir.evaluator`: what depends on no loop iterator
     computed once per block) give the values, types and shapes of :func:`ir.evaluate`,
-    iterator by iterator, block by block."""
+    iterator by iterator, block by block; an iterator as one integer gives every thread
+    what the same iterator as an array does."""
     rng = np.random.default_rng(7)
     lane = np.arange(24)
     threads = (lane % 4, lane // 4 % 3, lane // 12)
@@ -169,6 +170,10 @@ def test_an_evaluator_computes_what_evaluate_does():
                 assert type(got) is type(expected)
                 assert np.array_equal(got, expected) and np.shape(got) == np.shape(expected)
                 assert np.result_type(got) == np.result_type(expected)
+                # an iterator the emulator keeps as one integer: the values of an array of it
+                spread = {**env, "i": np.broadcast_to(i, lane.shape).copy()}
+                assert np.array_equal(np.broadcast_to(got, lane.shape), np.broadcast_to(
+                    ir.evaluate(expr, spread, threads, block), lane.shape))
         assert varies == any(isinstance(e, ir.Var) and e.name in "ij" for e in _nodes(expr))
 
 
