@@ -708,7 +708,8 @@ class _Block:
         if array in self.written:
             written = self.written[array]
             if write:
-                written[where] |= not started
+                if not started:  # a copy that started gives its elements no value yet
+                    written[where] = True
             elif not written[where].all():
                 self.report("uninitialised read", array, offsets, lanes, ~written[where])
         if array in self.shared:
