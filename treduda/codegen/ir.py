@@ -836,14 +836,35 @@ def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
     The dispatch on node types is done here, once; a part that depends on ``fixed``, thread
     and block ids only is evaluated once per ``memo`` (one per block), at its first use. It
     returns what :func:`evaluate` would."""
+    varying: dict[int, bool] = {}  # by id: the nodes of expr live as long as its evaluator
+
+    def mark(e: Expr) -> bool:
+        if isinstance(e, Var):
+            varying[id(e)] = e.name not in fixed
+        else:
+            varying[id(e)] = any([mark(child) for child in children(e)])
+        return varying[id(e)]
+
+    mark(expr)
+    return _evaluator(expr, varying), varying[id(expr)]
+
+
+def _evaluator(expr: Expr, varying: Mapping[int, bool]) -> Evaluator:
+    """:func:`evaluator`'s function of ``expr``, whose nodes vary with the loop iterators
+    where ``varying`` (by id) says so."""
     if isinstance(expr, Int):
         value = expr.value
-        return (lambda env, threads, blocks, memo: value), False
-    if isinstance(expr, Index):
-        axis = expr.axis
-        if expr.builtin is Builtin.THREAD_ID:
-            return (lambda env, threads, blocks, memo: threads[axis]), False
-        return (lambda env, threads, blocks, memo: blocks[axis]), False
+        return lambda env, threads, blocks, memo: value
+    if not varying[id(expr)]:  # evaluated once per block
+        key = id(expr)
+
+        def once(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                 memo: dict) -> Any:
+            if key not in memo:
+                memo[key] = evaluate(expr, env, threads, blocks)
+            return memo[key]
+
+        return once
     if isinstance(expr, Var):
         name = expr.name
 
@@ -854,29 +875,17 @@ def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
                                    "symbolic kernel needs every size)")
             return env[name]
 
-        return variable, name not in fixed
-    if isinstance(expr, Binary | Neg | Select):
-        parts = [evaluator(child, fixed) for child in children(expr)]
-        if not any(varies for _, varies in parts):
-            key = id(expr)  # expr lives as long as this function: its id is its own
-
-            def once(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
-                     memo: dict) -> Any:
-                if key not in memo:
-                    memo[key] = evaluate(expr, env, threads, blocks)
-                return memo[key]
-
-            return once, False
-        functions = [function for function, _ in parts]
-        if isinstance(expr, Neg):
-            (operand,) = functions
-            return (lambda env, threads, blocks, memo:
-                    -operand(env, threads, blocks, memo)), True
-        if isinstance(expr, Binary):
-            left, right = functions
-            operation = _OPERATIONS[expr.op]
-            return (lambda env, threads, blocks, memo: operation(
-                left(env, threads, blocks, memo), right(env, threads, blocks, memo))), True
+        return variable
+    functions = [_evaluator(child, varying) for child in children(expr)]
+    if isinstance(expr, Neg):
+        (operand,) = functions
+        return lambda env, threads, blocks, memo: -operand(env, threads, blocks, memo)
+    if isinstance(expr, Binary):
+        left, right = functions
+        operation = _OPERATIONS[expr.op]
+        return lambda env, threads, blocks, memo: operation(
+            left(env, threads, blocks, memo), right(env, threads, blocks, memo))
+    if isinstance(expr, Select):
         condition, if_true, if_false = functions
 
         def select(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
@@ -887,8 +896,8 @@ def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
             return np.where(taken, if_true(env, threads, blocks, memo),
                             if_false(env, threads, blocks, memo))
 
-        return select, True
-    raise TredudaError(f"cannot evaluate {expr!r} on the host")
+        return select
+    return lambda env, threads, blocks, memo: evaluate(expr, env, threads, blocks)  # raises
 
 
 def swizzled(offset: Any, shift: int, size: int = 2) -> Any:
