@@ -270,7 +270,8 @@ class _Block:
         self.sizes = {name: np.uint64(array.shape[-1]) for name, array in self.arrays.items()}
         self.vectors: dict[str, np.ndarray] = {}  # per thread, the lanes of a VectorLoad
         self.epoch = 0
-        self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
+        # the shared accesses since the last barrier, by array: offsets, threads, write
+        self.accesses: dict[str, list[tuple[np.ndarray, np.ndarray, bool]]] = {}
         self.hazards: list[Hazard] = []
         # Asynchronous copies in flight: per copy its array, offsets, threads, values and each
         # element's group (-1 until its thread commits); per thread the groups it committed;
@@ -713,7 +714,7 @@ class _Block:
             elif not written[where].all():
                 self.report("uninitialised read", array, offsets, lanes, ~written[where])
         if array in self.shared:
-            self.accesses.append((array, offsets, lanes, write))
+            self.accesses.setdefault(array, []).append((offsets, lanes, write))
         return where, inside
 
     def take_over(self, array: str, offsets: np.ndarray, lanes: np.ndarray) -> None:
@@ -722,7 +723,7 @@ class _Block:
         for reused in (name for name, by in self.taken_by.items() if by == array):
             if reused in self.taken:
                 continue
-            busy = (any(a == reused for a, *_ in self.accesses)
+            busy = (reused in self.accesses
                     or bool(self.in_flight[reused].any()))
             if busy:
                 self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
@@ -736,11 +737,11 @@ class _Block:
 
     def end_epoch(self) -> None:
         """Report the elements that one thread wrote and another touched since the barrier."""
-        for array in dict.fromkeys(a for a, *_ in self.accesses):
-            parts = [(o, t, np.full(o.size, w)) for a, o, t, w in self.accesses if a == array]
-            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
-            if not writes.any():  # reads alone never race
+        for array, accesses in self.accesses.items():
+            if not any(w and o.size for o, _, w in accesses):  # reads alone never race
                 continue
+            parts = [(o, t, np.full(o.size, w)) for o, t, w in accesses]
+            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
             pairs, inverse = np.unique(offsets * self.count + lanes, return_inverse=True)
             written = np.bincount(inverse.ravel(), weights=writes, minlength=pairs.size) > 0
             # the pairs are sorted: each element's threads are one run of them
@@ -753,6 +754,6 @@ class _Block:
                 threads = tuple(int(t) for t in run % self.count)
                 self.hazards.append(Hazard("race", self.block, array, int(elements[starts[n]]),
                                            self.epoch, threads[:2]))
-        self.accesses = []
+        self.accesses = {}
         self.epoch += 1
 
