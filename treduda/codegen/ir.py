@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -824,6 +824,80 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
         return np.where(condition, evaluate(expr.if_true, env, threads, blocks),
                         evaluate(expr.if_false, env, threads, blocks))
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
+
+
+Evaluator = Callable[[Mapping[str, Any], Sequence, Sequence, dict], Any]
+
+
+def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
+    """:func:`evaluate` of ``expr`` as a function of ``(env, threads, blocks, memo)``, and
+    whether it depends on variables not in ``fixed`` (loop iterators; if not, one call per
+    thread block gives its value): what the emulator calls on every statement it executes.
+    The dispatch on node types is done here, once; a part that depends on ``fixed``, thread
+    and block ids only is evaluated once per ``memo`` (one per block), at its first use. It
+    returns what :func:`evaluate` would."""
+    varying: dict[int, bool] = {}  # by id: the nodes of expr live as long as its evaluator
+
+    def mark(e: Expr) -> bool:
+        if isinstance(e, Var):
+            varying[id(e)] = e.name not in fixed
+        else:
+            varying[id(e)] = any([mark(child) for child in children(e)])
+        return varying[id(e)]
+
+    mark(expr)
+    return _evaluator(expr, varying), varying[id(expr)]
+
+
+def _evaluator(expr: Expr, varying: Mapping[int, bool]) -> Evaluator:
+    """:func:`evaluator`'s function of ``expr``, whose nodes vary with the loop iterators
+    where ``varying`` (by id) says so."""
+    if isinstance(expr, Int):
+        value = expr.value
+        return lambda env, threads, blocks, memo: value
+    if not varying[id(expr)]:  # evaluated once per block
+        key = id(expr)
+
+        def once(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                 memo: dict) -> Any:
+            if key not in memo:
+                memo[key] = evaluate(expr, env, threads, blocks)
+            return memo[key]
+
+        return once
+    if isinstance(expr, Var):
+        name = expr.name
+
+        def variable(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                     memo: dict) -> Any:
+            if name not in env:
+                raise TredudaError(f"no value for '{name}' in an index expression (a "
+                                   "symbolic kernel needs every size)")
+            return env[name]
+
+        return variable
+    functions = [_evaluator(child, varying) for child in children(expr)]
+    if isinstance(expr, Neg):
+        (operand,) = functions
+        return lambda env, threads, blocks, memo: -operand(env, threads, blocks, memo)
+    if isinstance(expr, Binary):
+        left, right = functions
+        operation = _OPERATIONS[expr.op]
+        return lambda env, threads, blocks, memo: operation(
+            left(env, threads, blocks, memo), right(env, threads, blocks, memo))
+    if isinstance(expr, Select):
+        condition, if_true, if_false = functions
+
+        def select(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                   memo: dict) -> Any:
+            taken = condition(env, threads, blocks, memo)
+            if np.ndim(taken) == 0:
+                return (if_true if taken else if_false)(env, threads, blocks, memo)
+            return np.where(taken, if_true(env, threads, blocks, memo),
+                            if_false(env, threads, blocks, memo))
+
+        return select
+    return lambda env, threads, blocks, memo: evaluate(expr, env, threads, blocks)  # raises
 
 
 def swizzled(offset: Any, shift: int, size: int = 2) -> Any:
