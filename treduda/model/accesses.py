@@ -88,19 +88,18 @@ class _Accesses(_Tiles):
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access of up to 16
         bytes where they sit side by side (the kernel IR merges such neighbours into vector
-        loads, :mod:`treduda.codegen.vectorize`); ``exact`` (the estimate), registers that do
-        not are accesses of their own, each with its conflicts (:meth:`_side_by_side`), unless
-        the read's fastest index is an unrolled summed one, along which ptxas merges a
-        thread's loads as far as their alignment allows (GEMM 4096^3 on the H100 with A's
-        tile read by 4 adjacent registers along i at 4 ways in Kernel.counters: 19.3 ms
-        measured, 19.6 predicted with them merged, 44 without; its SASS loads A by LDS.128
-        and LDS.32 mixed); the bound counts them as one, the fewest any schedule costs. In a
-        staged tile
-        whose rows are 16-byte aligned, neighbours along the reduction merge too (see
-        :meth:`vectorisable`). An access's wavefronts are shared by its values, no fewer than
-        a 16-byte vector's. While what decides it is open, the least any access costs: a
-        wavefront shared by a 16-byte vector (for an open padding, the better of its
-        values)."""
+        loads, :mod:`treduda.codegen.vectorize`). ``exact`` (the estimate), those that do not
+        in a staged tile are accesses of their own, each with its conflicts
+        (:meth:`_side_by_side`), unless the tile's fastest index is an unrolled summed one,
+        along which ptxas merges a thread's loads as far as their alignment allows (GEMM
+        4096^3 on the H100, A's tile read by 4 adjacent registers along i at 4 ways in
+        Kernel.counters: 19.3 ms measured, 19.6 predicted with them merged, 44 apart; its SASS
+        loads A by LDS.128 and LDS.32 mixed); the bound counts them as one, the fewest any
+        schedule costs. In a staged tile whose rows are 16-byte aligned, neighbours along the
+        reduction merge too (see :meth:`vectorisable`). An access's wavefronts are shared by
+        its values, no fewer than a 16-byte vector's. While what decides it is open, the least
+        any access costs: a wavefront shared by a 16-byte vector (for an open padding, the
+        better of its values)."""
         staged = self.staged(read)
         if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
             return self.m.least_wavefronts
@@ -114,9 +113,10 @@ class _Accesses(_Tiles):
         warp = self.lanes
         values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
-        # ptxas merges a thread's neighbours along an unrolled reduction itself, as far as
-        # their alignment allows (vectorisable): accesses that merge partly, left merged
-        separate = exact and not self.vectorisable(read)
+        # a staged tile's registers whose loads stay apart: not where ptxas merges a thread's
+        # neighbours along an unrolled reduction itself, as far as their alignment allows
+        # (vectorisable); global reads pay per request (Model._request_wavefronts)
+        separate = exact and staged and not self.vectorisable(read)
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
             group = len(warp[0][:values]) if grouped else 1
