@@ -39,11 +39,13 @@ from .tensorcore_tiles import (
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
+    BOX_FRAGMENTS,
     WARP,
     copy_widths,
     described_gemm,
     each,
     gemm_groups,
+    k_box,
     mappings,
     mma_shape,
     operand_rows,
@@ -103,7 +105,10 @@ class TensorCore(Strategy):
                       priority=Priority.TILES),
             Parameter("frags_n", FRAGMENTS, "fragments per warp along N",
                       priority=Priority.TILES),
-            Parameter("frags_k", STEPS, "fragment k-extents per reduction step",
+            Parameter("frags_k", STEPS + ((BOX_FRAGMENTS,) if k_box(program) else ()),
+                      f"fragment k-extents per reduction step; {BOX_FRAGMENTS} (where A and B "
+                      "lead with different summed indices) a K box: 16 values of each of "
+                      "those two a step, so that both are read in whole sectors",
                       priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps: from two, one barrier per step, and asynchronous copies issued "

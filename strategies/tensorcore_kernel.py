@@ -110,6 +110,9 @@ from treduda.polyhedral.strategy import Role, Scheduled
 from .tensorcore_tiles import (
     WARP,
     accumulator_pad,
+    box_dealt,
+    box_indices,
+    boxed,
     copy_shape,
     copy_widths,
     gemm_groups,
@@ -128,6 +131,8 @@ A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
+# The kernel IR's integer operators, in which the tile formulas shared with the model are written
+OPERATORS = (quotient, remainder, plus, times)
 # At most this many copies per thread and operand are unrolled (straight-line code in the main
 # loop, their guards decided per copy); more stay a loop, as the write's do
 UNROLLED_COPIES = 16
@@ -205,8 +210,10 @@ class Builder:
         self.tile = tile_extents(params, self.shape)
         self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
                        zip("mnk", (self.m, self.n, self.k), strict=True)}
+        # a K box (k_box): steps of 16 x 16 values of A's and B's leading summed indices
+        self.box = boxed(program, params)
         # K's extents as the steps scan them (the fastest rounded up: see stepped_k)
-        self.k_sizes = stepped_k(program, found, self.tile["k"])
+        self.k_sizes = stepped_k(program, found, self.tile["k"], self.box)
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         pad_a, pad_b = operand_pads(program, params)
@@ -220,7 +227,7 @@ class Builder:
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
         # each operand's cp.async width, None where it is copied through registers
-        self.widths = (copy_widths(program, found) if params["async_copy"]
+        self.widths = (copy_widths(program, found, self.box) if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.stages = params["stages"]
@@ -371,24 +378,27 @@ class Builder:
                            self.widths)
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
-        row, column = self.dealt_run(plus(times(self.threads, ir.Var("c")), ir.Var("t")), shape)
+        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
+        row, column = (box_dealt(e, width, OPERATORS) if shape["dealt"]
+                       else self.dealt_run(e, shape))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
                  "k": plus(times(extent_k, ir.Var("ks")), local_k)}
-        groups = {"m": self.m, "n": self.n, "k": self.k}
+        summed = (box_indices(self.program, ir.Var("ks"), local_k, OPERATORS) if self.box
+                  else {i: _decompose(i, self.k, value["k"], self.k_sizes) for i in self.k})
         indices = []
         for index in self.program.contraction.inputs[tensor]:
             if index in self.batch:
                 indices.append(ir.Var(f"g_{index}"))
-                continue
-            axis = free if index in groups[free] else "k"
-            indices.append(_decompose(index, groups[axis], value[axis],
-                                      self.sizes if axis == free else self.k_sizes))
+            elif index in summed:
+                indices.append(summed[index])
+            else:
+                indices.append(_decompose(index, self.m if free == "m" else self.n,
+                                          value[free], self.sizes))
         limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
-        if self.k_sizes[self.k[0]] > self.sizes[self.k[0]]:  # the rounded-up values: zeros
-            limits.append((_decompose(self.k[0], self.k, value["k"], self.k_sizes),
-                           self.sizes[self.k[0]]))
+        limits += [(summed[i], self.sizes[i]) for i in self.k  # the rounded-up values: zeros
+                   if self.k_sizes[i] > self.sizes[i]]
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
@@ -406,10 +416,12 @@ class Builder:
             simplified = [(simplify(v, ranges), limit) for v, limit in limits]
             reads = [ir.Binary(ir.Op.LT, v, ir.Int(limit)) for v, limit in simplified
                      if _may_reach(v, limit, ranges)]
+            stride = shape["stride"]
             self.add(f"copy_{tensor}", Kind.COPY, names, domain,
-                     ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
+                     ir.AsyncCopy(element, source, width, reads=_all(reads), stride=stride),
+                     accesses, point)
             self.landed(tile, names, domain, order, width, lambda j: ir.Element(
-                tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, j),
+                tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, times(stride, j)),
                                                         row_is_free))))
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
