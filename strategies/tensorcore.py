@@ -36,10 +36,10 @@ from treduda.polyhedral.strategy import (
 from .tensorcore_kernel import Builder
 from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
+    BOX_FRAGMENTS,
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
-    BOX_FRAGMENTS,
     WARP,
     copy_widths,
     described_gemm,

@@ -90,6 +90,9 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
+# per copy of a K box's B (tensorcore_tiles.box_indices): the address, an LDG.64, a shift for
+# each word's high half and four STS.U16
+BOXED_COPY_INSTRUCTIONS = 8
 # A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
@@ -309,7 +312,8 @@ class TensorCoreModel(EnumeratingModel):
         """The reduction's steps of the tile's ``k`` values, and, split in ``split``
         parts at most, the steps each part sums and the parts."""
         steps = -(-math.prod(tensorcore_tiles.stepped_k(
-            self.program, self.groups, tile["k"]).values()) // tile["k"])
+            self.program, self.groups, tile["k"], tensorcore_tiles.boxed(self.program, tile)
+        ).values()) // tile["k"])
         return steps, *tensorcore_tiles.split_parts(steps, split)
 
     def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
@@ -356,12 +360,18 @@ class TensorCoreModel(EnumeratingModel):
         :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
         m, n, k = self.shape
         copies = runs = 0.0
-        divided, tail = self._k_addresses(tile["k"])
-        for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
-                                       (not self.row_a, self.row_b), strict=True):
+        box = tensorcore_tiles.boxed(self.program, p)
+        # a box's K values are the step's, divided once a step, plus the thread's column's
+        divided, tail = (DIVISION_INSTRUCTIONS, 0) if box else self._k_addresses(tile["k"])
+        widths = tensorcore_tiles.copy_widths(self.program, self.groups, box)
+        for operand, free, k_rows in zip(self.operands, (tile["m"], tile["n"]),
+                                         (not self.row_a, self.row_b), strict=True):
+            width = widths[operand]
             if p["async_copy"] and width is not None:  # a cp.async per run of the width
                 copy_runs = tile["k"] * free / width
-                copies += ASYNC_COPY_INSTRUCTIONS * copy_runs
+                strided = box and operand == self.operands[1]
+                copies += (BOXED_COPY_INSTRUCTIONS if strided
+                           else ASYNC_COPY_INSTRUCTIONS) * copy_runs
             else:
                 copy_runs = tile["k"] * free
                 copies += COPY_INSTRUCTIONS * copy_runs
