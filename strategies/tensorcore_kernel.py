@@ -38,6 +38,18 @@ their bits (the printer's raw copy into a tile of the stored type), or by cp.asy
 up to 8 where the row's group starts with the operand's contiguous indices; each operand takes
 cp.async or not on its own (:func:`.tensorcore_tiles.copy_widths`).
 
+Where A and B lead with different summed indices (tccg_14's ``A[c,a,d]`` and ``B[d,c,b]``),
+no order of K reads both along their rows: steps along ``c`` read B a value per row, 32
+sectors a warp request where 2 do. A K box (``frags_k`` 16, :func:`.tensorcore_tiles.k_box`)
+steps over 16 values of ``c`` by 16 of ``d`` instead, both tiles' rows holding them in one
+order (:func:`.tensorcore_tiles.box_indices`: a fragment's 16 columns are 16 values of ``c``
+at one ``d``). A's copies move runs of ``c`` as before; B's read four values of ``d`` at once
+(8 bytes: four copies a sector) and store them 64 columns apart (:attr:`ir.AsyncCopy.stride`,
+no cp.async: it cannot transpose), dealt so that a warp's stores fill the 32 banks once
+(:func:`.tensorcore_tiles.box_dealt`). ldmatrix cannot take B's tile as it lands instead: its
+rows must be 16 bytes of the MMA's K (or of N, transposed), and B's contiguous values are
+``d``, one per fragment k-extent.
+
 No copy divides by a group's extents in the main loop: the free groups' indices depend on the
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
