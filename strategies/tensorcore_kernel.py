@@ -120,6 +120,7 @@ from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
+    UNROLLED_COPIES,
     WARP,
     accumulator_pad,
     box_dealt,
@@ -145,9 +146,6 @@ FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # The kernel IR's integer operators, in which the tile formulas shared with the model are written
 OPERATORS = (quotient, remainder, plus, times)
-# At most this many copies per thread and operand are unrolled (straight-line code in the main
-# loop, their guards decided per copy); more stay a loop, as the write's do
-UNROLLED_COPIES = 16
 
 
 def _isl_element(element: ir.Element) -> str:

@@ -90,9 +90,10 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
-# per copy of a K box's B (tensorcore_tiles.box_indices): the address, an LDG.64, a shift for
-# each word's high half and four STS.U16
-BOXED_COPY_INSTRUCTIONS = 8
+# Per copy of a K box's B (tensorcore_tiles.box_indices): the address and its guard (the
+# zeros, CS2R, where it reads none), an LDG.64, a shift for each word's high half and four
+# STS.U16: 12 in the SASS of tccg_14's pick (sm_90)
+BOXED_COPY_INSTRUCTIONS = 12
 # A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
@@ -357,7 +358,11 @@ class TensorCoreModel(EnumeratingModel):
         TF32 by cvt.rna (3xTF32's residual, from the same loaded values, by
         :data:`MMA_SYNC_RESIDUAL_INSTRUCTIONS` more) and multiplies 16x16 fragments in two
         mma.sync; swizzled tiles add
-        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
+        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load. Copies that stay a loop
+        (more than :data:`~.tensorcore_tiles.UNROLLED_COPIES` a thread) decompose their row's
+        free group each, where it holds several indices: nvcc computes it once only for
+        unrolled ones (tccg_28's K box pick: 2220 instructions a step executed, 42 IMAD in
+        its copy loop of 4 copies)."""
         m, n, k = self.shape
         copies = runs = 0.0
         box = tensorcore_tiles.boxed(self.program, p)
@@ -380,6 +385,9 @@ class TensorCoreModel(EnumeratingModel):
                 copies += copy_runs * (divided + tail)
             else:  # the thread's column of K, once per step
                 copies += threads * (divided + tail)
+                group = self.groups[2 if operand == self.operands[0] else 3]
+                if copy_runs > tensorcore_tiles.UNROLLED_COPIES * threads and len(group) > 1:
+                    copies += copy_runs * (DIVISION_INSTRUCTIONS + len(group))  # in a loop
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         rounds = 1 if self.program.precision == dtypes.TF32 else 2 if self.pieces == 2 else 0
         if p["mapping"] == "mma":

@@ -37,6 +37,10 @@ LANES_M, LANES_N = 8, 4
 ROUNDED_K = 1.25
 # The largest M or N tile of a block: 4 warps of 4 fragments of 16 (strategies/tensorcore.py)
 LARGEST_TILE = 256
+# At most this many copies per thread and operand are unrolled (straight-line code in the main
+# loop, their guards decided per copy, their rows' addresses computed once); more stay a loop,
+# as the write's do
+UNROLLED_COPIES = 16
 
 
 # A K box: where A and B lead in memory with different summed indices (tccg_14's A[c,a,d] and

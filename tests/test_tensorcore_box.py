@@ -109,10 +109,10 @@ def test_box_kernels_match_einsum_without_hazards(layout):
     ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", PARTIAL, {"stages": 3}),
     ("C[a,b] += A[c,a,d]*B[d,c,b]", PARTIAL, {"stages": 1}),
     (TCCG_14, PARTIAL, {"async_copy": False}),  # both through registers, element by element
-    (TCCG_14, PARTIAL, {"shared_layout": "swizzle", "frags_m": 2}),
-    (TCCG_14, {"a": 20, "b": 12, "c": 16, "d": 60}, {"split": 2, "deterministic": True}),
+    (TCCG_14, PARTIAL, {"shared_layout": "swizzle", "warps_m": 1, "frags_m": 2}),
+    (TCCG_14, {"a": 20, "b": 20, "c": 16, "d": 60}, {"split": 2, "deterministic": True}),
     (TCCG_14, PARTIAL, {"dtype": "bfloat16"}),
-    (TCCG_28, {"a": 5, "b": 3, "c": 4, "d": 6, "e": 16, "f": 40}, {}),
+    (TCCG_28, {"a": 5, "b": 4, "c": 4, "d": 6, "e": 16, "f": 40}, {}),
 ], ids=["alpha_beta", "update", "registers", "swizzle", "split", "bf16", "tccg_28"])
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, layout):
