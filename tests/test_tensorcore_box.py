@@ -9,6 +9,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import bound_paths_hold
 from treduda.strategies import tensorcore_tiles as tiles
 
 import treduda
@@ -19,6 +20,7 @@ from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.search import Searcher
 
 TCCG_14 = "C[a,b]=A[c,a,d]*B[d,c,b]"
 TCCG_28 = "C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]"
@@ -92,6 +94,16 @@ def test_box_copies_read_whole_sectors_and_store_without_conflicts():
         requests, sectors, _, _ = model[tensor]
         assert sectors / requests == loads.per_request, tensor
     assert counted.worst_ways() == 1
+
+
+def test_the_bound_stays_below_every_estimate_where_boxes_are_offered():
+    """The space with K boxes, searched without regrets: branch and bound finds the best
+    the exhaustive enumeration does."""
+    searcher = Searcher(plan(TCCG_14, {"a": 96, "b": 64, "c": 48, "d": 64}, "F", "float16"),
+                        "H100", "tensorcore")
+    assert bound_paths_hold(searcher) > 100
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
 
 
 @pytest.mark.parametrize("layout", ["F", "C"])
