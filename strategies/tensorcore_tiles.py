@@ -133,8 +133,8 @@ def _gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
 
 
 def k_box(program: Program) -> tuple[str, str] | None:
-    """The summed indices a K box spans (A's fastest, B's fastest), or None where the operands
-    are 16-bit, lead with two different summed indices and each of those rounded up to a
+    """The summed indices a K box spans (A's fastest, B's fastest) where the operands are
+    16-bit, lead with two different summed indices, and each of those rounded up to a
     multiple of :data:`BOX` adds at most :data:`ROUNDED_K` of it; else None. Worked out once
     per program."""
     return program.derived("k_box", _k_box)
