@@ -13,12 +13,13 @@ from conftest import bound_paths_hold
 from treduda.strategies import tensorcore_tiles as tiles
 
 import treduda
-from treduda.codegen import ir
+from treduda.codegen import ir, serial
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available, toolkit_headers
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.tuning.search import Searcher
 
@@ -112,6 +113,7 @@ def test_box_kernels_match_einsum_without_hazards(layout):
     kernel = _compile(TCCG_14 if layout == "F" else _mirrored(TCCG_14), PARTIAL, layout)
     copies = [s for s in ir.nested(kernel.built.kernel.body) if isinstance(s, ir.AsyncCopy)]
     assert {c.stride for c in copies} == {1, tiles.BOXED_STRIDE}
+    assert serial.Decoder()(serial.encode(kernel.built.kernel)) == kernel.built.kernel
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
 
@@ -145,3 +147,6 @@ def test_box_kernels_compile_to_mma_fed_by_ldmatrix(arch):
     report = sass_report(kernel.cuda_source, arch)[0]
     assert report.main_loop_opcodes.get("HMMA", 0) > 0
     assert report.main_loop_opcodes.get("LDSM", 0) > 0
+    assert report.main_loop_opcodes.get("LDG", 0) > 0  # B's vector loads
+    if nvrtc_available() and toolkit_headers():  # as CuPy compiles them on a GPU
+        assert "mma.sync" in compile_nvrtc(kernel.cuda_source, arch.replace("sm", "compute"))
