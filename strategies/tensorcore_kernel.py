@@ -376,6 +376,11 @@ class Builder:
         they were issued steps ahead, else after them."""
         return STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
 
+    def held_apart(self, tile: str, columns: int) -> int:
+        """Elements of ``tile`` as it is held between two places ``columns`` apart along a
+        row of the 2-D tile: as many here, its rows held whole (padded after)."""
+        return columns
+
     def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
         """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
@@ -428,7 +433,8 @@ class Builder:
                      if _may_reach(v, limit, ranges)]
             stride = shape["stride"]
             self.add(f"copy_{tensor}", Kind.COPY, names, domain,
-                     ir.AsyncCopy(element, source, width, reads=_all(reads), stride=stride),
+                     ir.AsyncCopy(element, source, width, reads=_all(reads),
+                                  stride=self.held_apart(tile, stride)),
                      accesses, point)
             self.landed(tile, names, domain, order, width, lambda j: ir.Element(
                 tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, times(stride, j)),
