@@ -8,7 +8,8 @@ MMAs, from a candidate's parameters.
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
-               in place, a shared load, the rounding and a store per element), a wgmma per
+               in place, a shared load, the rounding and a store per element; a K box's
+               B a vector load and four 16-bit stores per copy), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
                (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place) and the
@@ -36,8 +37,8 @@ from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
-from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
-from .tensorcore_tiles import output_along_n
+from .tensorcore_model import BOXED_COPY_INSTRUCTIONS, OVERHEAD_REGISTERS, EnumeratingModel
+from .tensorcore_tiles import boxed, output_along_n, stepped_k
 from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
@@ -62,8 +63,8 @@ class WarpgroupModel(EnumeratingModel):
         a, b = self.operands
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
-        widths = operand_widths(program, self.groups, True)
-        self.widths = (widths[a], widths[b])
+        self.widths = {box: tuple(operand_widths(program, self.groups, True, box)[t]
+                                  for t in (a, b)) for box in (False, True)}
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
         # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
         # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
@@ -100,15 +101,20 @@ class WarpgroupModel(EnumeratingModel):
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-self.extent["k"] // tile["k"])
+        box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
+        widths = self.widths[box]
+        steps = (math.prod(stepped_k(self.program, self.groups, tile["k"], box).values())
+                 // tile["k"] if box else -(-self.extent["k"] // tile["k"]))
         waves = math.ceil(tiles / (g.sm_count * occupancy))
         quantise = math.ceil(tiles / g.sm_count) * g.sm_count / tiles
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
-        asynchronous = p["async_copy"] and any(self.widths)
-        copies = sum(elements / width * ASYNC_COPY_INSTRUCTIONS if width and p["async_copy"]
-                     else elements * COPY_INSTRUCTIONS
-                     for elements, width in zip(copied.values(), self.widths, strict=True))
+        asynchronous = p["async_copy"] and any(widths)
+        strided = box and p["async_copy"] and widths[1] is not None
+        copies = sum(elements / width * (BOXED_COPY_INSTRUCTIONS if operand == "b" and strided
+                                         else ASYNC_COPY_INSTRUCTIONS)
+                     if width and p["async_copy"] else elements * COPY_INSTRUCTIONS
+                     for (operand, elements), width in zip(copied.items(), widths, strict=True))
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -116,7 +122,9 @@ class WarpgroupModel(EnumeratingModel):
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
         ways_a, ways_b = copy_ways(self.program, p, self.groups)
-        stored = copied["a"] * ways_a + copied["b"] * ways_b
+        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128
+        stored = (copied["a"] * ways_a + copied["b"] * ways_b * (
+            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1))
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
                               + output * (4 * self.store_ways + 4 + self.bytes)
                               / WAVEFRONT_BYTES)
