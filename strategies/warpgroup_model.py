@@ -38,7 +38,7 @@ from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
 from .tensorcore_model import BOXED_COPY_INSTRUCTIONS, OVERHEAD_REGISTERS, EnumeratingModel
-from .tensorcore_tiles import boxed, output_along_n, stepped_k
+from .tensorcore_tiles import boxed, k_box, output_along_n, stepped_k
 from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
@@ -64,7 +64,8 @@ class WarpgroupModel(EnumeratingModel):
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
         self.widths = {box: tuple(operand_widths(program, self.groups, True, box)[t]
-                                  for t in (a, b)) for box in (False, True)}
+                                  for t in (a, b))
+                       for box in (False, True) if not box or k_box(program)}
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
         # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
         # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
