@@ -175,10 +175,10 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
     ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", BOX_SIZES, {"stages": 3}),
     ("C[a,b] += A[c,a,d]*B[d,c,b]", BOX_SIZES, {"stages": 1}),
     (TCCG_14, BOX_SIZES, {"async_copy": False}),  # both through registers
-    (TCCG_14, {"a": 150, "b": 70, "c": 16, "d": 20},
+    (TCCG_14, {"a": 150, "b": 70, "c": 16, "d": 30},
      {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "stages": 1}),
     ("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]", {"a": 5, "b": 4, "c": 4, "d": 6, "e": 16, "f": 40},
-     {}),
+     {"tile_n": 32}),
 ], ids=["alpha_beta", "update", "registers", "two_groups", "tccg_28"])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["F", "C"])
