@@ -16,7 +16,9 @@ MMAs, from a candidate's parameters.
                write's round trip (the accumulators' stores 2 ways into a C tile along N); the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
-* ``l2``, ``dram`` as the tensor-core model's
+* ``l2``       the operand tiles' bytes each step, a 32-byte sector per element where a
+               16-bit operand is copied element by element across its fastest index;
+* ``dram``     as the tensor-core model's
 * ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn
@@ -36,9 +38,17 @@ from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
+from treduda.run.counters import SECTOR_BYTES
 
 from .tensorcore_model import BOXED_COPY_INSTRUCTIONS, OVERHEAD_REGISTERS, EnumeratingModel
-from .tensorcore_tiles import boxed, k_box, output_along_n, stepped_k
+from .tensorcore_tiles import (
+    boxed,
+    contiguous_run,
+    k_box,
+    operand_rows_major,
+    output_along_n,
+    stepped_k,
+)
 from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
@@ -67,6 +77,14 @@ class WarpgroupModel(EnumeratingModel):
                                   for t in (a, b))
                        for box in (False, True) if not box or k_box(program)}
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
+        # 16-bit operands whose tile rows do not run along their fastest index: a warp's
+        # element copies through registers read a 32-byte sector each (tccg_28's B on steps
+        # along e, where f leads it: no cp.async width either); TF32's are dealt 8 rows at 4 K
+        row_a, row_b = operand_rows_major(program, self.groups)
+        _, _, m, n, k, _ = self.groups
+        self.scattered = tuple(
+            not self.tf32 and contiguous_run(program, tensor, along) == 1
+            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)))
         # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
         # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
         # at best, whatever the pitch; along M (its rows M) 1
@@ -141,8 +159,12 @@ class WarpgroupModel(EnumeratingModel):
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             "memory": wavefronts * quantise / g.sm_count / clock,
-            "l2": (tiles * sum(copied.values()) * steps + self.outputs) * self.bytes
-            / g.l2_bandwidth,
+            "l2": (tiles * steps * sum(
+                elements * (SECTOR_BYTES if scattered and not (width and p["async_copy"])
+                            else self.bytes)
+                for elements, width, scattered in zip(copied.values(), widths,
+                                                      self.scattered, strict=True))
+                   + self.outputs * self.bytes) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
