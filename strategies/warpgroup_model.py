@@ -38,9 +38,13 @@ from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
-from treduda.run.counters import SECTOR_BYTES
 
-from .tensorcore_model import BOXED_COPY_INSTRUCTIONS, OVERHEAD_REGISTERS, EnumeratingModel
+from .tensorcore_model import (
+    BOXED_COPY_INSTRUCTIONS,
+    OVERHEAD_REGISTERS,
+    SECTOR_BYTES,
+    EnumeratingModel,
+)
 from .tensorcore_tiles import (
     boxed,
     contiguous_run,
