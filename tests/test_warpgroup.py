@@ -10,7 +10,7 @@ import re
 
 import numpy as np
 import pytest
-from conftest import MMA_CASES
+from conftest import MMA_CASES, bound_paths_hold
 from treduda.strategies.tensorcore_kernel import B_TILE
 from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, gemm_groups
 from treduda.strategies.warpgroup_kernel import copy_ways
@@ -188,6 +188,19 @@ def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params
     kernel = _compile(expression, sizes, dtype, layout, {**BOX, **params})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
+
+
+def test_the_h100_search_takes_a_box_where_steps_along_one_index_read_sectors_per_value():
+    """tccg_28's B leads with f, A with e: steps along e copy B a value per 32-byte sector
+    through registers, and the model's L2 charge for them makes the box the pick; branch and
+    bound finds the best the exhaustive enumeration does in the space with boxes."""
+    searcher = Searcher(plan("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]",
+                             {"a": 24, "b": 20, "c": 20, "d": 24, "e": 48, "f": 48}, "F",
+                             "float16"), "H100", "warpgroup")
+    assert bound_paths_hold(searcher) > 50
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
+    assert best.params["frags_k"] == BOX_FRAGMENTS
 
 
 @pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
