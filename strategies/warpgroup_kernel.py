@@ -22,6 +22,15 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   line, and cp.async takes every 16-bit operand; a TF32 operand whose contiguous index is
   M's or N's moves a word per cp.async (:func:`operand_widths`), a warp's 32 words dealt
   8 rows at 4 K so that their stores take 1 way (:meth:`WarpgroupBuilder.dealt_run`).
+* A K box (``frags_k`` 16, where A and B lead with different summed indices:
+  :func:`.tensorcore_tiles.k_box`) steps over 16 x 16 values of those two, 256 of K: both
+  tiles K-major, four 128-byte swizzled lines of K a row, a wgmma's k16 one 16-column block
+  of a line (:func:`.tensorcore_tiles.box_indices`). A moves by 16-byte cp.async; B by an
+  8-byte vector load into registers whose four values are stored a line of K apart, a block
+  of the tile's rows further on (:meth:`WarpgroupBuilder.held_apart`; the swizzle's XOR
+  repeats there), as the tensor-core kernel's box copies B (cp.async cannot transpose).
+  Those stores are the generic proxy's, as cp.async's are: the same fence to the async
+  proxy before the barrier orders them before the MMAs' reads.
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
