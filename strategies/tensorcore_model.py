@@ -92,6 +92,10 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
+# Per copy of a K box's B (tensorcore_tiles.box_indices): the address and its guard (the
+# zeros, CS2R, where it reads none), an LDG.64, a shift for each word's high half and four
+# STS.U16: 12 in the SASS of tccg_14's pick (sm_90)
+BOXED_COPY_INSTRUCTIONS = 12
 # A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
@@ -330,7 +334,8 @@ class TensorCoreModel(EnumeratingModel):
         """The reduction's steps of the tile's ``k`` values, and, split in ``split``
         parts at most, the steps each part sums and the parts."""
         steps = -(-math.prod(tensorcore_tiles.stepped_k(
-            self.program, self.groups, tile["k"]).values()) // tile["k"])
+            self.program, self.groups, tile["k"], tensorcore_tiles.boxed(self.program, tile)
+        ).values()) // tile["k"])
         return steps, *tensorcore_tiles.split_parts(steps, split)
 
     def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
@@ -387,15 +392,25 @@ class TensorCoreModel(EnumeratingModel):
         TF32 by cvt.rna (3xTF32's residual, from the same loaded values, by
         :data:`MMA_SYNC_RESIDUAL_INSTRUCTIONS` more) and multiplies 16x16 fragments in two
         mma.sync; swizzled tiles add
-        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
+        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load. Copies that stay a loop
+        (more than :data:`~.tensorcore_tiles.UNROLLED_COPIES` a thread) decompose their row's
+        free group each, where it holds several indices: nvcc computes it once only for
+        unrolled ones (tccg_28's K box pick: 2220 instructions a step executed, 42 IMAD in
+        its copy loop of 4 copies)."""
         m, n, k = self.shape
         copies = runs = 0.0
-        divided, tail = self._k_addresses(tile["k"])
-        for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
-                                       (not self.row_a, self.row_b), strict=True):
+        box = tensorcore_tiles.boxed(self.program, p)
+        # a box's K values are the step's, divided once a step, plus the thread's column's
+        divided, tail = (DIVISION_INSTRUCTIONS, 0) if box else self._k_addresses(tile["k"])
+        widths = tensorcore_tiles.copy_widths(self.program, self.groups, box)
+        for operand, free, k_rows in zip(self.operands, (tile["m"], tile["n"]),
+                                         (not self.row_a, self.row_b), strict=True):
+            width = widths[operand]
             if p["async_copy"] and width is not None:  # a cp.async per run of the width
                 copy_runs = tile["k"] * free / width
-                copies += ASYNC_COPY_INSTRUCTIONS * copy_runs
+                strided = box and operand == self.operands[1]
+                copies += (BOXED_COPY_INSTRUCTIONS if strided
+                           else ASYNC_COPY_INSTRUCTIONS) * copy_runs
             else:
                 copy_runs = tile["k"] * free
                 copies += COPY_INSTRUCTIONS * copy_runs
@@ -404,6 +419,9 @@ class TensorCoreModel(EnumeratingModel):
                 copies += copy_runs * (divided + tail)
             else:  # the thread's column of K, once per step
                 copies += threads * (divided + tail)
+                group = self.groups[2 if operand == self.operands[0] else 3]
+                if copy_runs > tensorcore_tiles.UNROLLED_COPIES * threads and len(group) > 1:
+                    copies += copy_runs * (DIVISION_INSTRUCTIONS + len(group))  # in a loop
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         rounds = 1 if self.program.precision == dtypes.TF32 else 2 if self.pieces == 2 else 0
         if p["mapping"] == "mma":

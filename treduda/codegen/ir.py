@@ -293,13 +293,19 @@ class AsyncCopy:
     ``source`` is then only an address, which the instruction needs and never reads (it may
     lie outside the tensor). With ``reads`` (a condition of the thread's indices) it reads
     only where that holds and zero-fills elsewhere: one instruction where a copy and a
-    zero-fill under complementary guards took two and the branches between them."""
+    zero-fill under complementary guards took two and the branches between them. With a
+    ``stride`` other than 1 the elements land ``stride`` apart in the target (the transposing
+    copy of a tile whose rows run along another index than the tensor's fastest: a K box of
+    :mod:`treduda.strategies.tensorcore_kernel`), which no cp.async can do: the source is read
+    in one aligned vector load into registers and its elements are stored one by one, at once,
+    as where the hardware has no cp.async."""
 
     target: Load
     source: Load
     width: int = 1
     zero: bool = False
     reads: Expr | None = None
+    stride: int = 1
 
 
 @dataclass(frozen=True)
@@ -655,10 +661,11 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return (e.condition, e.if_true, e.if_false) if isinstance(e, Select) else ()
 
 
-def lanes(first: Load, width: int) -> list[Load]:
+def lanes(first: Load, width: int, stride: int = 1) -> list[Load]:
     """The elements of a vector access (:class:`VectorLoad`, :class:`VectorStore`) that
-    starts at ``first``, one per lane."""
-    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(n)))
+    starts at ``first``, one per lane, or of the target of a copy whose elements land
+    ``stride`` apart (:attr:`AsyncCopy.stride`)."""
+    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(stride * n)))
                       for n in range(1, width)]
 
 

@@ -581,11 +581,14 @@ class _Block:
         reading = np.zeros_like(active) if s.zero else active.copy()
         if s.reads is not None:  # the others zero-fill, their sources never read
             reading &= self.index(s.reads, active).astype(bool)
+        asynchronous = s.stride == 1  # else a vector load, its elements stored one by one
         if reading.any():  # a copy of src-size 0 reads nothing
-            self.observe(s.source, reading, s.width, False, asynchronous=True)
-        self.observe(s.target, active, s.width, True, asynchronous=True)
-        for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
-                                  strict=True):
+            self.observe(s.source, reading, s.width, False, asynchronous=asynchronous)
+        targets = ir.lanes(s.target, s.width, s.stride)
+        for target in targets if not asynchronous else targets[:1]:
+            self.observe(target, active, s.width if asynchronous else 1, True,
+                         asynchronous=asynchronous)
+        for target, source in zip(targets, ir.lanes(s.source, s.width), strict=True):
             values = np.zeros(self.count, self.compute)
             if reading.any():
                 values = np.where(reading, self.value(source, reading), values)
