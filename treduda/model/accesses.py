@@ -221,7 +221,9 @@ class _Accesses(_Tiles):
     def vectorisable(self, read: _Read) -> bool:
         """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
         index in memory (and in its tile) is a summed index the step's loop unrolls (or the
-        unrolling is still open)."""
+        unrolling is still open); a scalar (no index) has no neighbours."""
+        if not read.indices:
+            return False
         fastest = geometry.fastest(self.m.program, read.indices)
         return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
 
