@@ -11,7 +11,7 @@ from conftest import EXAMPLES
 
 import treduda
 from treduda.codegen import ir
-from treduda.errors import HazardError
+from treduda.errors import HazardError, TredudaError
 from treduda.run.emulator import emulate
 from treduda.run.launch import Launch
 
@@ -175,6 +175,15 @@ def test_an_evaluator_computes_what_evaluate_does():
                 assert np.array_equal(np.broadcast_to(got, lane.shape), np.broadcast_to(
                     ir.evaluate(expr, spread, threads, block), lane.shape))
         assert varies == any(isinstance(e, ir.Var) and e.name in "ij" for e in _nodes(expr))
+
+
+def test_an_evaluator_without_a_value_raises_what_evaluate_raises():
+    """An index expression of a size the kernel was not given (a symbolic kernel) fails in
+    the emulator's evaluator with :func:`ir.evaluate`'s message, naming the variable."""
+    expr = ir.Binary(ir.Op.ADD, ir.Var("i"), ir.Var("n"))
+    function, _ = ir.evaluator(expr, {"m"})
+    with pytest.raises(TredudaError, match="no value for 'n'"):
+        function({"i": 1}, (0, 0, 0), (0, 0, 0), {})
 
 
 def _nodes(e: ir.Expr):

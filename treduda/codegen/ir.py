@@ -877,9 +877,8 @@ def _evaluator(expr: Expr, varying: Mapping[int, bool]) -> Evaluator:
 
         def variable(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
                      memo: dict) -> Any:
-            if name not in env:
-                raise TredudaError(f"no value for '{name}' in an index expression (a "
-                                   "symbolic kernel needs every size)")
+            if name not in env:  # evaluate's error: no value for it
+                return evaluate(expr, env, threads, blocks)
             return env[name]
 
         return variable
