@@ -165,6 +165,7 @@ def test_a_pick_slower_than_its_rival_counts_against_the_model():
     judged = held_out.judge(outcomes)
     assert judged.picks_fastest == 0 and judged.ratios == {"q": pytest.approx(3.0)}
     assert judged.bounds_above == 1 and judged.rho_within["q"] == pytest.approx(-1.0)
+    assert "picks slower than the fastest: q 3.00x" in held_out.report(judged)
 
 
 def test_a_fitted_constant_is_chosen_on_the_fitting_problems_only():

@@ -173,6 +173,10 @@ def report(judged: HeldOut, watched: Sequence[str] = ()) -> str:
              f"{len(j.ratios)} problems (target >= {TARGETS['picks']}: "
              f"{held(j.picks_fastest >= TARGETS['picks'])}); its time over the fastest: "
              f"geometric mean {_geometric_mean(j.ratios.values()):.2f}"]
+    # which problems the misses are, so that a change's effect on them reads off the report
+    slower = [f"{name} {ratio:.2f}x" for name, ratio in j.ratios.items() if ratio > 1]
+    if slower:
+        lines.append("  picks slower than the fastest: " + ", ".join(slower))
     if j.fitted:
         counts = {v: j.fitted.count(v) for v in sorted(set(j.fitted))}
         lines.append("  global_request_wavefronts fitted per held-out problem: "
