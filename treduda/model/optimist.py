@@ -23,6 +23,13 @@ from .tiles import ASSIGN, BLOCK, REG
 OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
+# Instructions by which ptxas issues a direct operand's load ahead of its first use: in the
+# SASS (nvcc 13, sm_90) of 14 kernels reading an operand straight from global memory (the
+# H200 rows tccg_01/02/04/11/13/16/18/19 and the H100 GEMM rows rand3/rand8/top1), the median
+# distances from each load to its use run 12-159 instructions, their median 62; the registers
+# left free do not set it (tccg_16's pick holds 116 of 255 and loads one point, 74
+# instructions, ahead; gemm4096-rand8 17 points of 4 FMAs).
+LOAD_WINDOW = 64
 # The quantities live_registers reads (the tile, staging, padding, unrolling, preloading).
 LIVE_QUANTITIES = ("order", "step", *BLOCK, *REG, "stage", "pad", "unroll", "preload")
 
@@ -289,12 +296,21 @@ class _Optimist(_Accesses):
                                    for last, (_, tiles) in zip(edge, partial, strict=True))
         return share
 
-    def hoisted_points(self) -> int:
+    def hoisted_points(self) -> float:
         """Reduction points whose global operand loads ptxas has in flight at once: one, and
-        as many more of an unrolled step as the registers the launch bounds leave beside
-        what the loop holds (:meth:`live_registers`) take, two per value loaded."""
+        as many more of an unrolled step as both its scheduling window
+        (:data:`LOAD_WINDOW` instructions before the first use, :meth:`point_instructions`
+        each) and the registers the launch bounds leave beside what the loop holds
+        (:meth:`live_registers`, two per value loaded) allow."""
         loads = sum(self.tile_values(r) for r in self.m.reads if self.staged(r) is False)
         if not loads or not self.p.get("unroll"):
             return 1
         spare = self.m.gpu.register_cap(self.threads()) - self.live_registers()
-        return max(1, min(self.p["step"], spare // (HOISTED_REGISTERS * loads)))
+        window = 1 + LOAD_WINDOW / self.point_instructions()
+        return max(1, min(self.p["step"], spare // (HOISTED_REGISTERS * loads), window))
+
+    def point_instructions(self) -> float:
+        """Instructions a thread issues per reduction point in its main loop: an FMA per
+        register of its tile and its operands' loads (:meth:`load_share`)."""
+        return self.registers_tile() + sum(self.tile_values(r) * self.load_share(r)
+                                           for r in self.m.reads)
