@@ -215,9 +215,9 @@ class _Optimist(_Accesses):
         An operand whose innermost summed index is not its fastest in memory touches a new
         line at every reduction point: the load misses L1 and waits for L2, or for DRAM where
         the tensor is larger than L2 (no earlier block can have left its lines there). ptxas
-        issues the loads of later points early only as far as registers allow: each value held
-        ahead costs about two (its address arithmetic stays live too), and one wait covers the
-        points whose loads are in flight at once (:meth:`hoisted_points`); ``guarded``, loads
+        issues the loads of later points early, a window of instructions ahead of their use and
+        no further than registers allow, and one wait covers the points whose loads are in
+        flight at once (:meth:`hoisted_points`); ``guarded``, loads
         in branches of their own, none ahead (:meth:`guarded_share`).
         The H100 measurements of tccg_15-18 (a 4 x 8 x 2 register tile reading A, or A and B,
         along a slow index; 1.0 ms predicted without this, 2.7-2.9 ms measured; their SASS
