@@ -47,6 +47,7 @@ from .tensorcore_tiles import (
     copy_widths,
     described_gemm,
     each,
+    free_box,
     gemm_groups,
     k_box,
     mappings,
@@ -131,8 +132,14 @@ class TensorCore(Strategy):
                       "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
                       "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
                       "free of bank conflicts", priority=Priority.BUFFERS),
-            Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
-                      else (False,),
+            Parameter("free_layout", ("group", "box") if free_box(program) else ("group",),
+                      "the output's fastest group linearised in its order, or (where its "
+                      "operand holds another of its indices before it, and the sizes allow) as "
+                      "a box of P of that index by Q of the output's fastest, so that both the "
+                      "operand's copies and the output's writes take whole runs",
+                      priority=Priority.MAPPING),
+            Parameter("async_copy", (True, False) if any(
+                copy_widths(program, found, free=free_box(program)).values()) else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
                       "in two or more stages, a step's copies are issued before earlier "
@@ -203,7 +210,7 @@ class TensorCore(Strategy):
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                        "shared_layout"),
+                        "shared_layout", "free_layout"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -232,7 +239,7 @@ class TensorCore(Strategy):
                  "m": (each(choices, lambda w: LANES_M * w, "warps_m"),
                        each(choices, lambda f: f * fm // LANES_M, "frags_m"))}
         tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                 "shared_layout")
+                 "shared_layout", "free_layout")
         return described_gemm(program, choices, along,
                               each(choices, lambda f: f * fk, "frags_k"), choices["split"],
                               tiles, shared_bytes)
@@ -241,7 +248,7 @@ class TensorCore(Strategy):
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
                      "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma",
-                     "shared_layout": "pad"}
+                     "shared_layout": "pad", "free_layout": "group"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

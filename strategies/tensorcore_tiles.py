@@ -9,6 +9,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -159,6 +160,147 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
     """Whether the tensor-core parameters ``p`` take a K box (``frags_k`` of
     :data:`BOX_FRAGMENTS`, offered where :func:`k_box` finds one)."""
     return p.get("frags_k") == BOX_FRAGMENTS and k_box(program) is not None
+
+
+# A free box (issue 37): where the output's fastest index ``o`` lies in a free group whose
+# operand holds one other index of the group, ``c``, before ``o`` in memory (tccg_31's
+# ``A[d,e,g,a]`` with ``d_e`` before ``a``, output ``C[a,...]``), the group linearised in the
+# output's order reads the operand a value of ``a`` per element (24 sectors a request where 2
+# do) and in the operand's order scatters the output's writes. A box of P values of ``c`` by Q
+# of ``o``, then the rest of each, serves both: the operand in runs of P, the output in runs
+# of Q (benchmarks/free_group_layouts.py counted it on tccg_31-48). P at most a sector of the
+# operand's values, Q at most a warp's; both exact divisors of their index's size (a padded
+# box spends MMA work on zeros: not offered).
+FREE_BOX_P = (16, 8, 4, 2)
+FREE_BOX_Q = (32, 16, 8, 4)
+SECTOR_BYTES = 32
+# The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: one
+# word of skew after every SKEWED accumulators of the row spreads them over the banks
+# (:func:`skewed`)
+SKEWED = 32
+
+# One digit of a linearised free group: an index and how many of its values the digit takes
+Digit = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class FreeBox:
+    """A free box (see :data:`FREE_BOX_P`): the group's ``axis`` ("m" or "n"), the operand's
+    index before the output's fastest (``contiguous``), the output's fastest (``output``),
+    and the box's sides ``p`` and ``q``."""
+
+    axis: str
+    contiguous: str
+    output: str
+    p: int
+    q: int
+
+
+def free_box(program: Program) -> FreeBox | None:
+    """The free box ``program``'s output's fastest group takes, or None where none is exact:
+    the group's operand holds exactly one of the group's other indices before the output's
+    fastest index in memory, and sides dividing both indices' sizes exist. Worked out once
+    per program."""
+    return program.derived("free_box", _free_box)
+
+
+def _free_box(program: Program) -> FreeBox | None:
+    found = gemm_groups(program)
+    output = fastest_first(program.output_indices, program.layout) if found else ()
+    if not output:
+        return None
+    (a,), (b,), m, n, _, _ = found
+    o = output[0]
+    axis, tensor, group = ("m", a, m) if o in m else ("n", b, n)
+    if o not in group:
+        return None  # a batch index leads the output
+    order = fastest_first(program.contraction.inputs[tensor], program.layout)
+    mine = [i for i in order if i in group]
+    before = mine[:mine.index(o)]
+    if len(before) != 1:
+        return None
+    sizes = program.sizes
+    most = SECTOR_BYTES // dtypes.itemsize(program.dtype)
+    p = next((p for p in FREE_BOX_P if p <= most and sizes[before[0]] % p == 0), None)
+    q = next((q for q in FREE_BOX_Q if sizes[o] % q == 0), None)
+    return None if p is None or q is None else FreeBox(axis, before[0], o, p, q)
+
+
+def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
+    """The free box the parameters ``p`` take (``free_layout`` "box"), or None."""
+    return free_box(program) if p.get("free_layout", "group") == "box" else None
+
+
+def group_digits(program: Program, axis: str, box: FreeBox | None = None
+                 ) -> tuple[Digit, ...]:
+    """The digits of free group ``axis`` ("m" or "n"), fastest first: its indices in the
+    order :func:`gemm_groups` gives, or, where ``box`` is on the axis, ``(c, P), (o, Q),
+    (c, S_c / P), (o, S_o / Q)`` and the group's other indices (digits of one value left
+    out)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    group, sizes = (m if axis == "m" else n), program.sizes
+    if box is None or box.axis != axis:
+        return tuple((i, sizes[i]) for i in group)
+    c, o = box.contiguous, box.output
+    digits = ((c, box.p), (o, box.q), (c, sizes[c] // box.p), (o, sizes[o] // box.q),
+              *((i, sizes[i]) for i in group if i not in (c, o)))
+    return tuple(d for d in digits if d[1] > 1)
+
+
+def free_digits(program: Program, p: Mapping[str, Any], axis: str) -> tuple[Digit, ...]:
+    """The digits of free group ``axis`` under the parameters ``p`` (:func:`group_digits`)."""
+    return group_digits(program, axis, free_boxed(program, p))
+
+
+def digit_values(digits: Sequence[Digit], value: Any, ops: Operators) -> dict[str, Any]:
+    """Each index's value at the linear ``value`` of a group of ``digits`` (fastest first;
+    ``value`` below the group's extent, so the slowest digit takes no remainder): digit
+    ``j`` is ``value / (s_0 ... s_j-1) mod s_j``, and an index of several digits sums them,
+    each times the slots of its faster ones."""
+    quotient, remainder, plus, times = ops
+    terms: dict[str, list[Any]] = {}
+    radix: dict[str, int] = {}
+    below = 1
+    for n, (index, slots) in enumerate(digits):
+        digit = quotient(value, below)
+        if n < len(digits) - 1:
+            digit = remainder(digit, slots)
+        step = radix.get(index, 1)
+        terms.setdefault(index, []).append(digit if step == 1 else times(step, digit))
+        radix[index] = step * slots
+        below *= slots
+    return {index: parts[0] if len(parts) == 1 else plus(*parts)
+            for index, parts in terms.items()}
+
+
+def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
+                 ops: Operators) -> tuple[Any, Any]:
+    """The C tile's (M, N) element that element ``e`` of the output's write stands for:
+    along the tile's rows of N (``along_n``) or its columns of M, or, in a free ``box``,
+    Q' values of ``o`` (the box's, or the tile's share of them), then the other group's
+    tile, then the rest of the box's group, so that consecutive threads write consecutive
+    values of the output's fastest index (along the tile's group they wrote runs of P
+    values 16 times apart: 16 sectors a request on tccg_31)."""
+    quotient, remainder, plus, times = ops
+    if box is None:
+        return ((quotient(e, tile["n"]), remainder(e, tile["n"])) if along_n
+                else (remainder(e, tile["m"]), quotient(e, tile["m"])))
+    other = "n" if box.axis == "m" else "m"
+    q = min(box.q, tile[box.axis] // box.p)
+    across = remainder(quotient(e, q), tile[other])
+    rest = quotient(e, q * tile[other])
+    local = plus(remainder(rest, box.p), times(box.p, remainder(e, q)),
+                 times(box.p * q, quotient(rest, box.p)))
+    return (local, across) if box.axis == "m" else (across, local)
+
+
+def skewed(position: Any, box: FreeBox | None, ops: Operators) -> Any:
+    """Where the C tile holds the element ``position`` along its rows: there, or in a free
+    ``box`` one word later per :data:`SKEWED` before it, so that the write's reads of a
+    warp, Q values P apart (P a power of two: 4-way conflicts unskewed), fall on 32 banks
+    (with a pitch of 4 words modulo 8). A fragment's 16 (or 8) elements stay side by side."""
+    quotient, _, plus, _ = ops
+    return position if box is None else plus(position, quotient(position, SKEWED))
 
 
 # The integer operators a formula is written with: quotient, remainder, sum, multiple (numpy's
@@ -330,8 +472,8 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     return fastest_a not in m, fastest_b in n
 
 
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool = False
-                ) -> dict[str, int | None]:
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool = False,
+                free: FreeBox | None = None) -> dict[str, int | None]:
     """Elements of each operand one asynchronous copy moves, or None where the operand has no
     such width (it is then copied through registers): cp.async moves 4, 8 or 16 bytes,
     aligned to their size (PTX ISA, "cp.async"). The widest of those whose elements lie side
@@ -341,12 +483,16 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
     the width: a run starts at a multiple of the width there (tiles span multiples of 32
     bytes), every other stride is a multiple of it, and a run is all inside or all outside
     the tensor. In a K ``box`` B's copies read :data:`BOXED_WIDTH` values of its leading
-    index where its extent is a multiple of that, and store them apart (no cp.async)."""
+    index where its extent is a multiple of that, and store them apart (no cp.async). A
+    ``free`` box's group runs along its digits (:func:`group_digits`)."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
-    widths = {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
-              for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+    sizes = program.sizes
+    along = {a: tuple((i, sizes[i]) for i in k) if row_a else group_digits(program, "m", free),
+             b: group_digits(program, "n", free) if row_b else tuple((i, sizes[i]) for i in k)}
+    widths = {tensor: copy_width(size, (digits_run(program, tensor, digits),))
+              for tensor, digits in along.items()}
     if box:
         widths[b] = BOXED_WIDTH if program.sizes[k_box(program)[1]] % BOXED_WIDTH == 0 else None
     return widths
@@ -356,12 +502,21 @@ def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
     """Elements of ``group`` (linearised fastest first) that lie side by side in ``tensor``:
     the extent of the group's first indices that are the tensor's fastest, in order (1
     where the group does not start with its fastest)."""
+    return digits_run(program, tensor, tuple((i, program.sizes[i]) for i in group))
+
+
+def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
+    """Values of a group of ``digits`` (fastest first) that lie side by side in ``tensor``:
+    the slots of its first digits that are the tensor's fastest indices in order, up to and
+    including the first that takes only part of its index (a free box's P)."""
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
     run = 1
-    for index, fastest in zip(group, order, strict=False):
+    for (index, slots), fastest in zip(digits, order, strict=False):
         if index != fastest:
             break
-        run *= program.sizes[index]
+        run *= slots
+        if slots < program.sizes[index]:
+            break
     return run
 
 
@@ -432,12 +587,23 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
     took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
     eight values of each of four rows a phase; column-major, eight values (along M) of four
-    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`)."""
+    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
+    A free box's rows are skewed (:func:`skewed`); column-major, their pitch of 4 words
+    modulo 8 serves its write's reads too."""
     size = dtypes.itemsize(accumulator_dtype(program))
+    _, columns = accumulator_extents(program, p)
+    aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES  # a skewed row's words rounded up
+    line = PAD_BYTES if not output_along_n(program) else 2 * LANES_K * size
+    return (aligned + conflict_free_pad(aligned, line)) // size - columns
+
+
+def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
+    """The C tile's rows and the elements of a row, unpadded: M x N, or N x M where the
+    write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
-    if not output_along_n(program):
-        return conflict_free_pad(tile["m"] * size, PAD_BYTES) // size
-    return conflict_free_pad(tile["n"] * size, 2 * LANES_K * size) // size
+    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
+    box = free_boxed(program, p)
+    return tile[rows], tile[columns] + (tile[columns] // SKEWED if box else 0)
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
@@ -452,8 +618,8 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     a = tile["m"] * (tile["k"] + pad_a) if row_a else tile["k"] * (tile["m"] + pad_a)
     b = tile["k"] * (tile["n"] + pad_b) if row_b else tile["n"] * (tile["k"] + pad_b)
     buffers = p["stages"]
-    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    c = tile[rows] * (tile[columns] + accumulator_pad(program, p)) * accumulator
+    rows, columns = accumulator_extents(program, p)
+    c = rows * (columns + accumulator_pad(program, p)) * accumulator
     return max((a + b) * operand * buffers, c)
 
 
@@ -498,7 +664,8 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
     rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
     if widths is None:
-        widths = copy_widths(program, found, box) if p["async_copy"] else {}
+        widths = (copy_widths(program, found, box, free_boxed(program, p)) if p["async_copy"]
+                  else {})
     width = widths.get(tensor) or 1
     dealt = box and tensor != a
     pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
@@ -565,6 +732,7 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
     digits = (box_indices(program, ks, np.broadcast_to(local_k, (counted, e.size)), NUMPY)
               if shape["boxed"] else {})
+    digits |= digit_values(free_digits(program, p, shape["free"]), values[shape["free"]], NUMPY)
     offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
                             {axis: groups[axis] for axis in values},
                             {shape["free"]: sizes, "k": k_sizes}, digits)
@@ -574,25 +742,31 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
 
 
-def output_writes(program: Program, tile: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """The output's writes by the first block (every group's first tile, the first batch
     value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
     the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
     numbered along the output's fastest group, to thread ``t`` of ``T`` in iteration ``c``):
     per write its warp's request, ``e / 32`` whatever ``T`` (a multiple of 32: warp
     ``t / 32`` of iteration ``c`` is request ``c T / 32 + t / 32``), and the output element's
-    offset. Elements outside the output write nothing and are left out. What the MMA models
-    count the write's sectors and lines of, as :func:`copy_reads` the copies'."""
+    offset; in a free ``box`` the tile numbered and its group linearised as the box's
+    (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
+    and are left out. What the MMA models count the write's sectors and lines of, as
+    :func:`copy_reads` the copies'."""
     _, _, m, n, _, _ = gemm_groups(program)
     sizes = program.sizes
     e = np.arange(tile["m"] * tile["n"])
-    values = ({"m": e // tile["n"], "n": e % tile["n"]} if output_along_n(program)
-              else {"m": e % tile["m"], "n": e // tile["m"]})
+    values = dict(zip("mn", output_local(e, tile, output_along_n(program), box, NUMPY),
+                      strict=True))
     groups = {"m": m, "n": n}
     inside = np.logical_and.reduce([values[axis] < math.prod(sizes[i] for i in groups[axis])
                                     for axis in groups])
+    digits = {}
+    if box is not None:
+        digits = digit_values(group_digits(program, box.axis, box), values[box.axis], NUMPY)
     offset, _ = _offsets(program, program.output_indices, values, groups,
-                         dict.fromkeys(groups, sizes))
+                         dict.fromkeys(groups, sizes), digits)
     return (e // WARP)[inside], offset[inside]
 
 
