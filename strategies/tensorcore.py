@@ -40,6 +40,7 @@ from .tensorcore_kernel import Builder
 from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
+    FREE_LAYOUT_HELP,
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
@@ -48,6 +49,7 @@ from .tensorcore_tiles import (
     described_gemm,
     each,
     free_box,
+    free_layouts,
     gemm_groups,
     k_box,
     mappings,
@@ -132,11 +134,7 @@ class TensorCore(Strategy):
                       "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
                       "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
                       "free of bank conflicts", priority=Priority.BUFFERS),
-            Parameter("free_layout", ("group", "box") if free_box(program) else ("group",),
-                      "the output's fastest group linearised in its order, or (where its "
-                      "operand holds another of its indices before it, and the sizes allow) as "
-                      "a box of P of that index by Q of the output's fastest, so that both the "
-                      "operand's copies and the output's writes take whole runs",
+            Parameter("free_layout", free_layouts(program), FREE_LAYOUT_HELP,
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False) if any(
                 copy_widths(program, found, free=free_box(program)).values()) else (False,),

@@ -226,6 +226,17 @@ def _free_box(program: Program) -> FreeBox | None:
     return None if p is None or q is None else FreeBox(axis, before[0], o, p, q)
 
 
+FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (where its "
+                    "operand holds another of its indices before it, and the sizes allow) as a "
+                    "box of P of that index by Q of the output's fastest, so that both the "
+                    "operand's copies and the output's writes take whole runs")
+
+
+def free_layouts(program: Program) -> tuple[str, ...]:
+    """The ``free_layout`` values a mapping offers: "box" where :func:`free_box` finds one."""
+    return ("group", "box") if free_box(program) else ("group",)
+
+
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
     """The free box the parameters ``p`` take (``free_layout`` "box"), or None."""
     return free_box(program) if p.get("free_layout", "group") == "box" else None
@@ -479,7 +490,7 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
     aligned to their size (PTX ISA, "cp.async"). The widest of those whose elements lie side
     by side in the tensor and in the tile's row: one element where it is 4 or 8 bytes; more
     where the row's group starts with the tensor's fastest indices, in its memory order
-    (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
+    (:func:`gemm_groups`), and the extent of those (:func:`digits_run`) is a multiple of
     the width: a run starts at a multiple of the width there (tiles span multiples of 32
     bytes), every other stride is a multiple of it, and a run is all inside or all outside
     the tensor. In a K ``box`` B's copies read :data:`BOXED_WIDTH` values of its leading
@@ -496,13 +507,6 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
     if box:
         widths[b] = BOXED_WIDTH if program.sizes[k_box(program)[1]] % BOXED_WIDTH == 0 else None
     return widths
-
-
-def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
-    """Elements of ``group`` (linearised fastest first) that lie side by side in ``tensor``:
-    the extent of the group's first indices that are the tensor's fastest, in order (1
-    where the group does not start with its fastest)."""
-    return digits_run(program, tensor, tuple((i, program.sizes[i]) for i in group))
 
 
 def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
@@ -590,10 +594,17 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
     A free box's rows are skewed (:func:`skewed`); column-major, their pitch of 4 words
     modulo 8 serves its write's reads too."""
-    size = dtypes.itemsize(accumulator_dtype(program))
     _, columns = accumulator_extents(program, p)
-    aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES  # a skewed row's words rounded up
-    line = PAD_BYTES if not output_along_n(program) else 2 * LANES_K * size
+    return accumulator_row_pad(program, columns)
+
+
+def accumulator_row_pad(program: Program, columns: int) -> int:
+    """Elements added to a C tile's row of ``columns`` accumulators (skewed or not) so
+    that its pitch is :func:`conflict_free_pad`'s for the stores along it
+    (:func:`accumulator_pad`), a skewed row's words rounded up to :data:`PAD_BYTES` first."""
+    size = dtypes.itemsize(accumulator_dtype(program))
+    aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES
+    line = 2 * LANES_K * size if output_along_n(program) else PAD_BYTES
     return (aligned + conflict_free_pad(aligned, line)) // size - columns
 
 
@@ -602,8 +613,12 @@ def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, in
     write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
     rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    box = free_boxed(program, p)
-    return tile[rows], tile[columns] + (tile[columns] // SKEWED if box else 0)
+    return tile[rows], skewed_extent(tile[columns], free_boxed(program, p))
+
+
+def skewed_extent(columns: int, box: FreeBox | None) -> int:
+    """Elements a C tile's row of ``columns`` spans once skewed (:func:`skewed`)."""
+    return columns + (columns // SKEWED if box else 0)
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:

@@ -18,6 +18,7 @@ from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
@@ -35,6 +36,11 @@ def _mirrored(expression: str) -> str:
     layout."""
     return re.sub(r"\[([a-z,]+)\]", lambda m: "[" + ",".join(reversed(m[1].split(","))) + "]",
                   expression)
+
+
+TCCG_31_SIZES = {"a": 24, "b": 20, "c": 20, "d": 24, "e": 20, "f": 20, "g": 24}
+WARPGROUP = {"warpgroups": 1, "frags_m": 1, "tile_n": 64, "frags_k": 1, "stages": 2,
+             "async_copy": True, "free_layout": "box"}
 
 
 def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
@@ -118,8 +124,8 @@ def test_box_kernels_match_einsum_without_hazards(expression, sizes, layout):
     ("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", SMALL_31, {"stages": 1}),
     (TCCG_31, SMALL_31, {"async_copy": False}),  # through registers
     (TCCG_31, SMALL_31, {"mapping": "wmma"}),
-    (TCCG_31, SMALL_31, {"shared_layout": "swizzle", "frags_k": 2, "frags_m": 2,
-                         "frags_n": 2}),
+    (TCCG_31, SMALL_31 | {"g": 40}, {"shared_layout": "swizzle", "frags_k": 2, "frags_m": 2,
+                                      "frags_n": 2}),
     (TCCG_31, SMALL_31 | {"g": 40}, {"split": 2, "deterministic": True}),
     (TCCG_31, SMALL_31, {"dtype": "bfloat16", "warps_n": 2, "frags_m": 4}),
     (TCCG_33, SMALL_33, {"warps_m": 1, "warps_n": 2}),
@@ -143,10 +149,47 @@ def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params
 def test_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     """tccg_31's box at its size: HMMA fed by ldmatrix, both operands by cp.async (A was
     copied through registers, a value of ``a`` per element)."""
-    kernel = _compile(TCCG_31, {"a": 24, "b": 20, "c": 20, "d": 24, "e": 20, "f": 20, "g": 24},
-                      warps_n=4, frags_m=4, frags_n=4, frags_k=2)
+    kernel = _compile(TCCG_31, TCCG_31_SIZES, warps_n=4, frags_m=4, frags_n=4, frags_k=2)
     report = sass_report(kernel.cuda_source, arch)[0]
     assert report.main_loop_opcodes.get("HMMA", 0) > 0
     assert report.main_loop_opcodes.get("LDSM", 0) > 0
     assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
     assert report.main_loop_opcodes.get("LDG", 0) == 0
+
+
+def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
+    return treduda.compile(expression, sizes, dtype="float16", layout=layout,
+                           strategy="warpgroup", cache=False, gpu="H100",
+                           params={**WARPGROUP, **params})
+
+
+@pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
+    (TCCG_31, SMALL_31, "F", {}),
+    pytest.param(_mirrored(TCCG_33), SMALL_33, "C", {"tile_n": 128},
+                 marks=pytest.mark.matrix),
+    pytest.param("C[a,b,c,d,e,f] = alpha*A[d,e,g,a]*B[g,f,b,c] + beta*C[a,b,c,d,e,f]",
+                 SMALL_31, "F", {"warpgroups": 2, "stages": 3}, marks=pytest.mark.matrix),
+    pytest.param(_mirrored("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]"), SMALL_31, "C",
+                 {"stages": 1}, marks=pytest.mark.matrix)])
+def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
+    """The warpgroup mapping takes the box as the tensor-core one does (its copies and write
+    are the tensor-core builder's)."""
+    kernel = _warpgroup(expression, sizes, layout, **params)
+    assert tiles.free_boxed(kernel.program, kernel.params) is not None
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_warpgroup_box_kernels_copy_both_operands_by_cp_async():
+    """tccg_31 at its size (issue 39: no LDG of operands in the main loop): with the box A's
+    tile is copied by cp.async in 16-byte runs too, not through registers."""
+    kernel = _warpgroup(TCCG_31, TCCG_31_SIZES, warpgroups=2, tile_n=128, frags_k=2)
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"].get("HGMMA", 0) > 0
+    assert "LDGSTS" in kinds["async copy"]
+    assert report.main_loop_opcodes.get("LDG", 0) == 0
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
