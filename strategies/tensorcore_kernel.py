@@ -133,6 +133,7 @@ from .tensorcore_tiles import (
     free_boxed,
     free_digits,
     gemm_groups,
+    index_digits,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -401,10 +402,10 @@ class Builder:
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
                  "k": plus(times(extent_k, ir.Var("ks")), local_k)}
         summed = (box_indices(self.program, ir.Var("ks"), local_k, OPERATORS) if self.box
-                  else digit_values(tuple((i, self.k_sizes[i]) for i in self.k), value["k"],
-                                    OPERATORS))
+                  else digit_values(index_digits(self.k, self.k_sizes), value["k"],
+                                    self.k_sizes, OPERATORS))
         held = digit_values(free_digits(self.program, self.params, free), value[free],
-                            OPERATORS)
+                            self.sizes, OPERATORS)
         indices = [ir.Var(f"g_{index}") if index in self.batch
                    else summed[index] if index in summed else held[index]
                    for index in self.program.contraction.inputs[tensor]]
@@ -595,7 +596,7 @@ class Builder:
         output = {i: ir.Var(f"g_{i}") for i in self.batch}
         for axis in "mn":
             output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
-                                   OPERATORS)
+                                   self.sizes, OPERATORS)
         inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
                               for axis in "mn")
         accesses = [self.accumulator(m_local, n_local)

@@ -179,18 +179,24 @@ SECTOR_BYTES = 32
 # (:func:`skewed`)
 SKEWED = 32
 
-# One digit of a linearised free group: an index and how many of its values the digit takes
-Digit = tuple[str, int]
+# One digit of a linearised group: its indices (several where they are fused: side by side in
+# the operand, fastest first, one linear value) and how many of their values it takes
+Digit = tuple[tuple[str, ...], int]
+
+
+def index_digits(indices: Sequence[str], sizes: Mapping[str, int]) -> tuple[Digit, ...]:
+    """A digit per index of ``indices`` (fastest first), each taking all its ``sizes``."""
+    return tuple(((i,), sizes[i]) for i in indices)
 
 
 @dataclass(frozen=True)
 class FreeBox:
     """A free box (see :data:`FREE_BOX_P`): the group's ``axis`` ("m" or "n"), the operand's
-    index before the output's fastest (``contiguous``), the output's fastest (``output``),
-    and the box's sides ``p`` and ``q``."""
+    indices before the output's fastest (``contiguous``, side by side in the operand, fastest
+    first: fused), the output's fastest (``output``), and the box's sides ``p`` and ``q``."""
 
     axis: str
-    contiguous: str
+    contiguous: tuple[str, ...]
     output: str
     p: int
     q: int
@@ -198,9 +204,10 @@ class FreeBox:
 
 def free_box(program: Program) -> FreeBox | None:
     """The free box ``program``'s output's fastest group takes, or None where none is exact:
-    the group's operand holds exactly one of the group's other indices before the output's
-    fastest index in memory, and sides dividing both indices' sizes exist. Worked out once
-    per program."""
+    the group's other indices that its operand holds before the output's fastest index lie
+    side by side in it (tccg_34's ``A[d,f,g,a]``: ``d`` and ``f``, fused), and sides
+    dividing their extent and the output's fastest index's size exist. Worked out once per
+    program."""
     return program.derived("free_box", _free_box)
 
 
@@ -216,14 +223,15 @@ def _free_box(program: Program) -> FreeBox | None:
         return None  # a batch index leads the output
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
     mine = [i for i in order if i in group]
-    before = mine[:mine.index(o)]
-    if len(before) != 1:
+    before = tuple(mine[:mine.index(o)])
+    if not before or before != order[order.index(before[0]):][:len(before)]:
         return None
     sizes = program.sizes
     most = SECTOR_BYTES // dtypes.itemsize(program.dtype)
-    p = next((p for p in FREE_BOX_P if p <= most and sizes[before[0]] % p == 0), None)
+    span = math.prod(sizes[i] for i in before)
+    p = next((p for p in FREE_BOX_P if p <= most and span % p == 0), None)
     q = next((q for q in FREE_BOX_Q if sizes[o] % q == 0), None)
-    return None if p is None or q is None else FreeBox(axis, before[0], o, p, q)
+    return None if p is None or q is None else FreeBox(axis, before, o, p, q)
 
 
 FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (where its "
@@ -246,15 +254,16 @@ def group_digits(program: Program, axis: str, box: FreeBox | None = None
                  ) -> tuple[Digit, ...]:
     """The digits of free group ``axis`` ("m" or "n"), fastest first: its indices in the
     order :func:`gemm_groups` gives, or, where ``box`` is on the axis, ``(c, P), (o, Q),
-    (c, S_c / P), (o, S_o / Q)`` and the group's other indices (digits of one value left
-    out)."""
+    (c, S_c / P), (o, S_o / Q)`` (``c`` the box's fused contiguous indices) and the group's
+    other indices (digits of one value left out)."""
     _, _, m, n, _, _ = gemm_groups(program)
     group, sizes = (m if axis == "m" else n), program.sizes
     if box is None or box.axis != axis:
-        return tuple((i, sizes[i]) for i in group)
-    c, o = box.contiguous, box.output
-    digits = ((c, box.p), (o, box.q), (c, sizes[c] // box.p), (o, sizes[o] // box.q),
-              *((i, sizes[i]) for i in group if i not in (c, o)))
+        return index_digits(group, sizes)
+    c, o = box.contiguous, (box.output,)
+    span = math.prod(sizes[i] for i in c)
+    digits = ((c, box.p), (o, box.q), (c, span // box.p), (o, sizes[box.output] // box.q),
+              *index_digits([i for i in group if i not in (*c, *o)], sizes))
     return tuple(d for d in digits if d[1] > 1)
 
 
@@ -263,25 +272,33 @@ def free_digits(program: Program, p: Mapping[str, Any], axis: str) -> tuple[Digi
     return group_digits(program, axis, free_boxed(program, p))
 
 
-def digit_values(digits: Sequence[Digit], value: Any, ops: Operators) -> dict[str, Any]:
+def digit_values(digits: Sequence[Digit], value: Any, sizes: Mapping[str, int],
+                 ops: Operators) -> dict[str, Any]:
     """Each index's value at the linear ``value`` of a group of ``digits`` (fastest first;
     ``value`` below the group's extent, so the slowest digit takes no remainder): digit
-    ``j`` is ``value / (s_0 ... s_j-1) mod s_j``, and an index of several digits sums them,
-    each times the slots of its faster ones."""
+    ``j`` is ``value / (s_0 ... s_j-1) mod s_j``; indices of several digits sum them, each
+    times the slots of its faster ones, and fused indices split that sum by their
+    ``sizes``, as a group of their own."""
     quotient, remainder, plus, times = ops
-    terms: dict[str, list[Any]] = {}
-    radix: dict[str, int] = {}
+    terms: dict[tuple[str, ...], list[Any]] = {}
+    radix: dict[tuple[str, ...], int] = {}
     below = 1
-    for n, (index, slots) in enumerate(digits):
+    for n, (indices, slots) in enumerate(digits):
         digit = quotient(value, below)
         if n < len(digits) - 1:
             digit = remainder(digit, slots)
-        step = radix.get(index, 1)
-        terms.setdefault(index, []).append(digit if step == 1 else times(step, digit))
-        radix[index] = step * slots
+        step = radix.get(indices, 1)
+        terms.setdefault(indices, []).append(digit if step == 1 else times(step, digit))
+        radix[indices] = step * slots
         below *= slots
-    return {index: parts[0] if len(parts) == 1 else plus(*parts)
-            for index, parts in terms.items()}
+    values = {}
+    for indices, parts in terms.items():
+        total = parts[0] if len(parts) == 1 else plus(*parts)
+        if len(indices) == 1:
+            values[indices[0]] = total
+        else:
+            values |= digit_values(index_digits(indices, sizes), total, sizes, ops)
+    return values
 
 
 def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
@@ -500,8 +517,8 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
     sizes = program.sizes
-    along = {a: tuple((i, sizes[i]) for i in k) if row_a else group_digits(program, "m", free),
-             b: group_digits(program, "n", free) if row_b else tuple((i, sizes[i]) for i in k)}
+    along = {a: index_digits(k, sizes) if row_a else group_digits(program, "m", free),
+             b: group_digits(program, "n", free) if row_b else index_digits(k, sizes)}
     widths = {tensor: copy_width(size, (digits_run(program, tensor, digits),))
               for tensor, digits in along.items()}
     if box:
@@ -512,15 +529,16 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
 def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
     """Values of a group of ``digits`` (fastest first) that lie side by side in ``tensor``:
     the slots of its first digits that are the tensor's fastest indices in order, up to and
-    including the first that takes only part of its index (a free box's P)."""
+    including the first that takes only part of its indices (a free box's P)."""
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
-    run = 1
-    for (index, slots), fastest in zip(digits, order, strict=False):
-        if index != fastest:
+    run, at = 1, 0
+    for indices, slots in digits:
+        if indices != order[at:at + len(indices)]:
             break
         run *= slots
-        if slots < program.sizes[index]:
+        if slots < math.prod(program.sizes[i] for i in indices):
             break
+        at += len(indices)
     return run
 
 
@@ -747,7 +765,8 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
     digits = (box_indices(program, ks, np.broadcast_to(local_k, (counted, e.size)), NUMPY)
               if shape["boxed"] else {})
-    digits |= digit_values(free_digits(program, p, shape["free"]), values[shape["free"]], NUMPY)
+    digits |= digit_values(free_digits(program, p, shape["free"]), values[shape["free"]], sizes,
+                           NUMPY)
     offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
                             {axis: groups[axis] for axis in values},
                             {shape["free"]: sizes, "k": k_sizes}, digits)
@@ -779,7 +798,8 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
                                     for axis in groups])
     digits = {}
     if box is not None:
-        digits = digit_values(group_digits(program, box.axis, box), values[box.axis], NUMPY)
+        digits = digit_values(group_digits(program, box.axis, box), values[box.axis], sizes,
+                              NUMPY)
     offset, _ = _offsets(program, program.output_indices, values, groups,
                          dict.fromkeys(groups, sizes), digits)
     return (e // WARP)[inside], offset[inside]

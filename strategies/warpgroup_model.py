@@ -53,6 +53,7 @@ from .tensorcore_tiles import (
     free_box,
     free_boxed,
     group_digits,
+    index_digits,
     k_box,
     operand_rows_major,
     output_along_n,
@@ -92,7 +93,7 @@ class WarpgroupModel(EnumeratingModel):
         # element copies through registers read a 32-byte sector each (tccg_28's B on steps
         # along e, where f leads it: no cp.async width either); TF32's are dealt 8 rows at 4 K
         row_a, row_b = operand_rows_major(program, self.groups)
-        k = tuple((i, program.sizes[i]) for i in self.groups[4])
+        k = index_digits(self.groups[4], program.sizes)
         self.scattered = {f: tuple(
             not self.tf32 and digits_run(program, tensor, along) == 1
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),

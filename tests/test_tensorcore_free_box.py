@@ -23,9 +23,11 @@ from treduda.run.sass import find_disassembler, sass_report
 
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
 TCCG_33 = "C[a,b,c,d,e,f]=A[d,e,g,c]*B[g,f,a,b]"  # on B's N: f by a_b (rows along K)
+TCCG_34 = "C[a,b,c,d,e,f]=A[d,f,g,a]*B[g,e,b,c]"  # on A's M: d and f fused by a
 # partial tiles everywhere: M = 12 x 24, N = 5 x 3 x 7 (tccg_31); P = 8 of d_e, Q = 4 of a
 SMALL_31 = {"a": 12, "b": 5, "c": 3, "d": 6, "e": 4, "f": 7, "g": 10}
 SMALL_33 = {"a": 4, "b": 6, "c": 5, "d": 3, "e": 2, "f": 6, "g": 9}
+SMALL_34 = {"a": 12, "b": 5, "c": 3, "d": 4, "e": 7, "f": 6, "g": 10}  # d, f: 24, P = 8
 PARAMS = {"warps_m": 2, "warps_n": 1, "frags_m": 1, "frags_n": 2, "frags_k": 1, "split": 1,
           "stages": 2, "mapping": "mma", "shared_layout": "pad", "async_copy": True,
           "free_layout": "box"}
@@ -51,9 +53,11 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
 
 
 @pytest.mark.parametrize(("expression", "box"), [
-    (TCCG_31, tiles.FreeBox("m", "d_e", "a", 16, 8)),
-    (TCCG_33, tiles.FreeBox("n", "f", "a_b", 4, 32)),
-    ("C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]", tiles.FreeBox("n", "f", "a", 4, 8)),
+    (TCCG_31, tiles.FreeBox("m", ("d_e",), "a", 16, 8)),
+    (TCCG_33, tiles.FreeBox("n", ("f",), "a_b", 4, 32)),
+    (TCCG_34, tiles.FreeBox("m", ("d", "f"), "a", 16, 8)),  # d and f fused
+    ("C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]", tiles.FreeBox("n", ("f",), "a", 4, 8)),
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", None),  # b and c apart in A: no run of both
     ("C[a,b,c]=A[a,d,b]*B[d,c]", None),  # A's order keeps a first: nothing to box
     ("C[i,j] = A[i,k] * B[k,j]", None)])
 def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, box):
@@ -73,9 +77,9 @@ def test_box_digits_and_the_writes_order_number_every_element_once():
     box = tiles.free_box(program)
     assert (box.p, box.q) == (8, 4)
     digits = tiles.group_digits(program, "m", box)
-    assert digits == (("d_e", 8), ("a", 4), ("d_e", 3), ("a", 3))
+    assert digits == ((("d_e",), 8), (("a",), 4), (("d_e",), 3), (("a",), 3))
     v = np.arange(12 * 24)
-    values = tiles.digit_values(digits, v, tiles.NUMPY)
+    values = tiles.digit_values(digits, v, program.sizes, tiles.NUMPY)
     assert len({(int(x), int(y)) for x, y in zip(values["d_e"], values["a"], strict=True)}) \
         == v.size
     assert values["d_e"][:8].tolist() == list(range(8)) and values["a"][8] == 1
@@ -84,7 +88,7 @@ def test_box_digits_and_the_writes_order_number_every_element_once():
     m, n = tiles.output_local(e, tile, False, box, tiles.NUMPY)
     assert len(set(zip(m.tolist(), n.tolist(), strict=True))) == e.size
     assert np.all((m < 64) & (n < 32))
-    a = tiles.digit_values(digits, m[:4], tiles.NUMPY)["a"]
+    a = tiles.digit_values(digits, m[:4], program.sizes, tiles.NUMPY)["a"]
     assert a.tolist() == [0, 1, 2, 3] and len(set(n[:4].tolist())) == 1
 
 
@@ -109,7 +113,7 @@ def test_the_box_reads_and_writes_whole_runs_without_conflicts():
 
 
 @pytest.mark.parametrize(("expression", "sizes", "layout"), [
-    (TCCG_31, SMALL_31, "F"), (_mirrored(TCCG_33), SMALL_33, "C")])
+    (TCCG_34, SMALL_34, "F"), (_mirrored(TCCG_33), SMALL_33, "C")])
 def test_box_kernels_match_einsum_without_hazards(expression, sizes, layout):
     kernel = _compile(expression, sizes, layout)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
@@ -124,14 +128,15 @@ def test_box_kernels_match_einsum_without_hazards(expression, sizes, layout):
     ("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", SMALL_31, {"stages": 1}),
     (TCCG_31, SMALL_31, {"async_copy": False}),  # through registers
     (TCCG_31, SMALL_31, {"mapping": "wmma"}),
+    (TCCG_31, SMALL_31, {}),
     (TCCG_31, SMALL_31 | {"g": 40}, {"shared_layout": "swizzle", "frags_k": 2, "frags_m": 2,
                                       "frags_n": 2}),
     (TCCG_31, SMALL_31 | {"g": 40}, {"split": 2, "deterministic": True}),
     (TCCG_31, SMALL_31, {"dtype": "bfloat16", "warps_n": 2, "frags_m": 4}),
     (TCCG_33, SMALL_33, {"warps_m": 1, "warps_n": 2}),
     ("C[a,b,c,d,e,f] = alpha*A[d,e,g,c]*B[g,f,a,b] + beta*C[a,b,c,d,e,f]", SMALL_33, {}),
-], ids=["alpha_beta", "update", "registers", "wmma", "swizzle", "split", "bf16", "tccg_33",
-       "tccg_33_beta"])
+], ids=["alpha_beta", "update", "registers", "wmma", "tccg_31", "swizzle", "split", "bf16",
+       "tccg_33", "tccg_33_beta"])
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, layout):
     """Each form, in column-major layout and mirrored (every tensor's indices reversed) in
