@@ -139,6 +139,7 @@ from .tensorcore_tiles import (
     operand_rows_major,
     output_along_n,
     output_local,
+    skew_words,
     skewed,
     split_parts,
     stepped_k,
@@ -577,9 +578,10 @@ class Builder:
     def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
         """The C tile's element (``m``, ``n``): rows of N, or of M (column-major), the free
         box's skewed (:func:`.tensorcore_tiles.skewed`)."""
+        words = skew_words(self.free_box, self.tile)
         if self.along_n:
-            return ir.Element(C_TILE, (m, skewed(n, self.free_box, OPERATORS)))
-        return ir.Element(C_TILE, (n, skewed(m, self.free_box, OPERATORS)))
+            return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS)))
+        return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))
 
     def output(self) -> None:
         """The program's write statement over ``write[P, c, t]``, element ``e = T c + t`` of

@@ -174,9 +174,8 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
 FREE_BOX_P = (16, 8, 4, 2)
 FREE_BOX_Q = (32, 16, 8, 4)
 SECTOR_BYTES = 32
-# The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: one
-# word of skew after every SKEWED accumulators of the row spreads them over the banks
-# (:func:`skewed`)
+# The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
+# of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
 SKEWED = 32
 
 # One digit of a linearised group: its indices (several where they are fused: side by side in
@@ -301,34 +300,49 @@ def digit_values(digits: Sequence[Digit], value: Any, sizes: Mapping[str, int],
     return values
 
 
+def box_q(box: FreeBox, tile: Mapping[str, int]) -> int:
+    """Values of ``o`` a C tile's box takes side by side: the box's Q, or as many as the
+    tile's group holds boxes of P (a power of two, so they divide it)."""
+    return min(box.q, tile[box.axis] // box.p)
+
+
 def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
                  ops: Operators) -> tuple[Any, Any]:
     """The C tile's (M, N) element that element ``e`` of the output's write stands for:
     along the tile's rows of N (``along_n``) or its columns of M, or, in a free ``box``,
-    Q' values of ``o`` (the box's, or the tile's share of them), then the other group's
-    tile, then the rest of the box's group, so that consecutive threads write consecutive
-    values of the output's fastest index (along the tile's group they wrote runs of P
-    values 16 times apart: 16 sectors a request on tccg_31)."""
+    Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the other group's tile,
+    then the rest of the box's group, so that consecutive threads write consecutive values
+    of the output's fastest index (along the tile's group they wrote runs of P values 16
+    times apart: 16 sectors a request on tccg_31), and a warp reads one row of the C tile
+    (:func:`skew_words`)."""
     quotient, remainder, plus, times = ops
     if box is None:
         return ((quotient(e, tile["n"]), remainder(e, tile["n"])) if along_n
                 else (remainder(e, tile["m"]), quotient(e, tile["m"])))
     other = "n" if box.axis == "m" else "m"
-    q = min(box.q, tile[box.axis] // box.p)
-    across = remainder(quotient(e, q), tile[other])
-    rest = quotient(e, q * tile[other])
-    local = plus(remainder(rest, box.p), times(box.p, remainder(e, q)),
-                 times(box.p * q, quotient(rest, box.p)))
+    q = box_q(box, tile)
+    runs = q * box.p  # elements of a box
+    across = remainder(quotient(e, runs), tile[other])
+    local = plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q)),
+                 times(runs, quotient(e, runs * tile[other])))
     return (local, across) if box.axis == "m" else (across, local)
 
 
-def skewed(position: Any, box: FreeBox | None, ops: Operators) -> Any:
-    """Where the C tile holds the element ``position`` along its rows: there, or in a free
-    ``box`` one word later per :data:`SKEWED` before it, so that the write's reads of a
-    warp, Q values P apart (P a power of two: 4-way conflicts unskewed), fall on 32 banks
-    (with a pitch of 4 words modulo 8). A fragment's 16 (or 8) elements stay side by side."""
-    quotient, _, plus, _ = ops
-    return position if box is None else plus(position, quotient(position, SKEWED))
+def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
+    """Words of skew after every :data:`SKEWED` accumulators of a C tile's row (0 without a
+    free ``box``). A warp's reads of the write (:func:`output_local`) take ``Q'`` values of
+    ``o``, P apart, at ``32 / Q'`` values of ``c``: positions ``c + P o`` of one row, 2 to 4
+    ways on the banks unskewed (P a power of two); skewed by ``32 / Q'`` words per 32, each
+    bank once (tccg_31's 16 x 8: ``16 o + 4 (o / 2) + c``; tccg_33's 4 x 32: ``4 o + o / 8``).
+    A fragment's 16 (or 8) elements stay side by side."""
+    return 0 if box is None else max(1, WARP // min(box_q(box, tile), WARP))
+
+
+def skewed(position: Any, words: int, ops: Operators) -> Any:
+    """Where a C tile's row holds its element ``position``, ``words`` of skew after every
+    :data:`SKEWED` (:func:`skew_words`)."""
+    quotient, _, plus, times = ops
+    return position if not words else plus(position, times(words, quotient(position, SKEWED)))
 
 
 # The integer operators a formula is written with: quotient, remainder, sum, multiple (numpy's
@@ -610,8 +624,7 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
     eight values of each of four rows a phase; column-major, eight values (along M) of four
     columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
-    A free box's rows are skewed (:func:`skewed`); column-major, their pitch of 4 words
-    modulo 8 serves its write's reads too."""
+    A free box's rows are skewed (:func:`skewed`), the write reading a row at a time."""
     _, columns = accumulator_extents(program, p)
     return accumulator_row_pad(program, columns)
 
@@ -631,12 +644,13 @@ def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, in
     write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
     rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    return tile[rows], skewed_extent(tile[columns], free_boxed(program, p))
+    return tile[rows], skewed_extent(tile[columns], skew_words(free_boxed(program, p), tile))
 
 
-def skewed_extent(columns: int, box: FreeBox | None) -> int:
-    """Elements a C tile's row of ``columns`` spans once skewed (:func:`skewed`)."""
-    return columns + (columns // SKEWED if box else 0)
+def skewed_extent(columns: int, words: int) -> int:
+    """Elements a C tile's row of ``columns`` spans once skewed by ``words``
+    (:func:`skewed`)."""
+    return columns + words * (columns // SKEWED)
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:

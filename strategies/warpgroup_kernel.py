@@ -82,6 +82,7 @@ from .tensorcore_tiles import (
     free_boxed,
     operand_rows_major,
     output_along_n,
+    skew_words,
     skewed_extent,
     stepped_k,
 )
@@ -332,7 +333,8 @@ class WarpgroupBuilder(Builder):
     def c_columns(self) -> int:
         """Elements of a row of the C tile, unpadded: N, or M where the write reads along
         M, a free box's skewed."""
-        return skewed_extent(self.tile["n"] if self.along_n else self.tile["m"], self.free_box)
+        return skewed_extent(self.tile["n"] if self.along_n else self.tile["m"],
+                             skew_words(self.free_box, self.tile))
 
     def write(self) -> None:
         """Each thread stores its accumulator registers into the C tile where wgmma's layout
@@ -425,7 +427,7 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
     rows, along = (("m", "n") if output_along_n(program) else ("n", "m"))
     box = free_boxed(program, params)
-    columns = skewed_extent(tile[along], box)
+    columns = skewed_extent(tile[along], skew_words(box, tile))
     size = dtypes.itemsize(accumulator_dtype(program))
     # a free box's skewed rows padded as the builder pads them
     pad = accumulator_row_pad(program, columns) * size if box else 16
