@@ -137,7 +137,8 @@ class TensorCore(Strategy):
             Parameter("free_layout", free_layouts(program), FREE_LAYOUT_HELP,
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False) if any(
-                copy_widths(program, found, free=free_box(program)).values()) else (False,),
+                any(copy_widths(program, found, free=free).values())
+                for free in (None, free_box(program))) else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
                       "in two or more stages, a step's copies are issued before earlier "
