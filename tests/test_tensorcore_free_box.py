@@ -10,6 +10,7 @@ import re
 
 import numpy as np
 import pytest
+from conftest import bound_paths_hold
 from treduda.strategies import tensorcore_tiles as tiles
 
 import treduda
@@ -20,6 +21,7 @@ from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.tuning.search import Searcher
 
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
 TCCG_33 = "C[a,b,c,d,e,f]=A[d,e,g,c]*B[g,f,a,b]"  # on B's N: f by a_b (rows along K)
@@ -110,6 +112,17 @@ def test_the_box_reads_and_writes_whole_runs_without_conflicts():
     written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
     assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
     assert written.transactions == 2 * written.ideal  # runs of 8 values (16 bytes)
+
+
+@pytest.mark.matrix  # about 40 s here: an exhaustive enumeration
+def test_the_bound_stays_below_every_estimate_where_boxes_are_offered():
+    """The space with free boxes, searched without regrets: branch and bound finds the best
+    the exhaustive enumeration does."""
+    searcher = Searcher(plan(TCCG_31, SMALL_31 | {"a": 48, "g": 24}, "F", "float16"), "H100",
+                        "tensorcore")
+    assert bound_paths_hold(searcher) > 100
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
 
 
 @pytest.mark.parametrize(("expression", "sizes", "layout"), [
