@@ -50,6 +50,15 @@ no cp.async: it cannot transpose), dealt so that a warp's stores fill the 32 ban
 rows must be 16 bytes of the MMA's K (or of N, transposed), and B's contiguous values are
 ``d``, one per fragment k-extent.
 
+Where the output's fastest index ``o`` follows other indices ``c`` of its group in the
+operand (tccg_31's ``A[d,e,g,a]``, output ``C[a,...]``), neither order of the group serves
+both the operand's copies and the output's writes. A free box (``free_layout`` "box",
+:func:`.tensorcore_tiles.free_box`) linearises it as P values of ``c`` by Q of ``o``, then the
+rest (:func:`.tensorcore_tiles.group_digits`): the copies move runs of P (cp.async where the
+operand's rows run along the group), the write takes Q values of ``o`` at a time
+(:func:`.tensorcore_tiles.output_local`) from C tile rows skewed so that a warp's reads, P
+apart, take each bank once (:func:`.tensorcore_tiles.skew_words`).
+
 No copy divides by a group's extents in the main loop: the free groups' indices depend on the
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
