@@ -433,12 +433,21 @@ def described_gemm(program: Program, choices: Mapping[str, tuple],
     group goes last), each with the ``block_*`` and ``reg_*`` values ``along`` gives for
     ``"m"`` and ``"n"``; the step and split as given; both operands staged, the fragment loops
     unrolled, a double buffer where there is more than one stage, and ``shared`` bytes of the
-    ``tiles`` parameters' values."""
+    ``tiles`` parameters' values. Where ``free_layout`` may be "box", ``order`` says so: the
+    boxed group's entry lists the box's contiguous indices first, then the output's fastest,
+    as the operand holds them (tccg_31's M ``d_e*a``, not ``a*d_e``)."""
     (a,), (b,), m, n, _, _ = gemm_groups(program)
-    groups = {"m": m, "n": n}
     axes = described_axes(m, n)
-    described = {"order": (",".join(GROUP.join(groups[axis]) for axis in axes
-                                    if groups[axis]),)}
+
+    def order(layout: str) -> str:
+        groups = {"m": m, "n": n}
+        box = free_boxed(program, {"free_layout": layout})
+        if box is not None:
+            led = (*box.contiguous, box.output)
+            groups[box.axis] = (*led, *(i for i in groups[box.axis] if i not in led))
+        return ",".join(GROUP.join(groups[axis]) for axis in axes if groups[axis])
+
+    described = {"order": each(choices, order, "free_layout")}
     for name, axis in zip(AXES, axes, strict=False):
         described[f"block_{name}"], described[f"reg_{name}"] = along[axis]
     return {

@@ -71,6 +71,18 @@ def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression
     assert offered == (("group", "box") if box else ("group",))
 
 
+@pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
+def test_the_description_says_where_a_group_is_boxed(strategy):
+    """``order`` (what a user reads of the kernel) lists a boxed group from its contiguous
+    indices (``d_e`` before ``a``); an open ``free_layout`` leaves both orders open."""
+    program = plan(TCCG_31, SMALL_31, "F", "float16")
+    mapping = get(strategy)
+    orders = {layout: mapping.geometry(program, {"free_layout": layout})["order"]
+              for layout in ("group", "box")}
+    assert orders == {"group": ("f*b_c,a*d_e",), "box": ("f*b_c,d_e*a",)}
+    assert mapping.geometry(program, {})["order"] == ("f*b_c,a*d_e", "f*b_c,d_e*a")
+
+
 def test_box_digits_and_the_writes_order_number_every_element_once():
     """The box's digits take every value of the group once, P values of ``c`` side by side
     then Q of ``o``; the write's order takes every element of the C tile once, consecutive
@@ -163,7 +175,7 @@ def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
-@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
 def test_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     """tccg_31's box at its size: HMMA fed by ldmatrix, both operands by cp.async (A was
     copied through registers, a value of ``a`` per element)."""
