@@ -137,10 +137,14 @@ def test_the_bound_stays_below_every_estimate_where_boxes_are_offered():
     assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
 
 
-@pytest.mark.parametrize(("expression", "sizes", "layout"), [
-    (TCCG_34, SMALL_34, "F"), (_mirrored(TCCG_33), SMALL_33, "C")])
-def test_box_kernels_match_einsum_without_hazards(expression, sizes, layout):
-    kernel = _compile(expression, sizes, layout)
+@pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
+    (TCCG_34, SMALL_34, "F", {}),  # on A, fused
+    (_mirrored(TCCG_33), SMALL_33, "C", {}),  # on B
+    ("C[a,b,c,d,e,f] += alpha*A[d,e,g,a]*B[g,f,b,c]", SMALL_31, "F", {"stages": 3})])
+def test_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
+    """One kernel per path in the default run: the box on A (fused), on B, and a scaled
+    update, whose write reads C through the box's order (the other forms: ``-m matrix``)."""
+    kernel = _compile(expression, sizes, layout, **params)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     assert kernel.hazards() == []
