@@ -71,7 +71,8 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
     if best.strategy == "tensorcore":
         figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
                             f"k{p['frags_k']} {p['mapping']}"
-                            + (" swizzled" if p["shared_layout"] == "swizzle" else ""))
+                            + (" swizzled" if p["shared_layout"] == "swizzle" else "")
+                            + (" box" if p.get("free_layout") == "box" else ""))
         figures["stages"] = p["stages"]
         model = model_of(kernel.program, find_gpu(gpu), best.strategy)
         figures.update(model_step=model.step_instructions(p), model_mma=model.step_mmas(p),

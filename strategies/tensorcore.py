@@ -40,6 +40,7 @@ from .tensorcore_kernel import Builder
 from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
+    FREE_LAYOUT_HELP,
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
@@ -47,6 +48,8 @@ from .tensorcore_tiles import (
     copy_widths,
     described_gemm,
     each,
+    free_box,
+    free_layouts,
     gemm_groups,
     k_box,
     mappings,
@@ -131,8 +134,11 @@ class TensorCore(Strategy):
                       "the operand tiles' rows padded, or unpadded with their 16-byte chunks "
                       "XOR'd by the row (mma mapping only: WMMA's loads take a pitch), each "
                       "free of bank conflicts", priority=Priority.BUFFERS),
-            Parameter("async_copy", (True, False) if any(copy_widths(program, found).values())
-                      else (False,),
+            Parameter("free_layout", free_layouts(program), FREE_LAYOUT_HELP,
+                      priority=Priority.MAPPING),
+            Parameter("async_copy", (True, False) if any(
+                any(copy_widths(program, found, free=free).values())
+                for free in (None, free_box(program))) else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
                       "in two or more stages, a step's copies are issued before earlier "
@@ -203,7 +209,7 @@ class TensorCore(Strategy):
                            shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                        "shared_layout"),
+                        "shared_layout", "free_layout"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -232,7 +238,7 @@ class TensorCore(Strategy):
                  "m": (each(choices, lambda w: LANES_M * w, "warps_m"),
                        each(choices, lambda f: f * fm // LANES_M, "frags_m"))}
         tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                 "shared_layout")
+                 "shared_layout", "free_layout")
         return described_gemm(program, choices, along,
                               each(choices, lambda f: f * fk, "frags_k"), choices["split"],
                               tiles, shared_bytes)
@@ -241,7 +247,7 @@ class TensorCore(Strategy):
         space = self.space(program, before)
         preferred = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
                      "split": 1, "stages": 1, "async_copy": True, "mapping": "wmma",
-                     "shared_layout": "pad"}
+                     "shared_layout": "pad", "free_layout": "group"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no tensor-core tile fits {program.contraction.source!r}")

@@ -50,6 +50,15 @@ no cp.async: it cannot transpose), dealt so that a warp's stores fill the 32 ban
 rows must be 16 bytes of the MMA's K (or of N, transposed), and B's contiguous values are
 ``d``, one per fragment k-extent.
 
+Where the output's fastest index ``o`` follows other indices ``c`` of its group in the
+operand (tccg_31's ``A[d,e,g,a]``, output ``C[a,...]``), neither order of the group serves
+both the operand's copies and the output's writes. A free box (``free_layout`` "box",
+:func:`.tensorcore_tiles.free_box`) linearises it as P values of ``c`` by Q of ``o``, then the
+rest (:func:`.tensorcore_tiles.group_digits`): the copies move runs of P (cp.async where the
+operand's rows run along the group), the write takes Q values of ``o`` at a time
+(:func:`.tensorcore_tiles.output_local`) from C tile rows skewed so that a warp's reads, P
+apart, take each bank once (:func:`.tensorcore_tiles.skew_words`).
+
 No copy divides by a group's extents in the main loop: the free groups' indices depend on the
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
@@ -122,17 +131,25 @@ from treduda.polyhedral.strategy import Role, Scheduled
 from .tensorcore_tiles import (
     UNROLLED_COPIES,
     WARP,
+    accumulator_extents,
     accumulator_pad,
     box_dealt,
     box_indices,
     boxed,
     copy_shape,
     copy_widths,
+    digit_values,
+    free_boxed,
+    free_digits,
     gemm_groups,
+    index_digits,
     mma_shape,
     operand_pads,
     operand_rows_major,
     output_along_n,
+    output_local,
+    skew_words,
+    skewed,
     split_parts,
     stepped_k,
     swizzle_shift,
@@ -150,15 +167,6 @@ OPERATORS = (quotient, remainder, plus, times)
 
 def _isl_element(element: ir.Element) -> str:
     return f"{element.array}[{', '.join(isl_text(i) for i in element.indices)}]"
-
-
-def _decompose(index: str, group: Sequence[str], value: ir.Expr, sizes: Mapping[str, int]
-               ) -> ir.Expr:
-    """``index`` of ``group`` given the group's linear ``value`` (below the group's extent:
-    the slowest index takes no remainder)."""
-    position = group.index(index)
-    digit = quotient(value, math.prod(sizes[i] for i in group[:position]))
-    return digit if position == len(group) - 1 else remainder(digit, sizes[index])
 
 
 def _all(conditions: Sequence[ir.Expr]) -> ir.Expr | None:
@@ -237,7 +245,10 @@ class Builder:
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
         # each operand's cp.async width, None where it is copied through registers
-        self.widths = (copy_widths(program, found, self.box) if params["async_copy"]
+        # a free box (free_box): the output's fastest group linearised as its digits
+        self.free_box = free_boxed(program, params)
+        self.widths = (copy_widths(program, found, self.box, self.free_box)
+                       if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.stages = params["stages"]
@@ -401,16 +412,13 @@ class Builder:
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
                  "k": plus(times(extent_k, ir.Var("ks")), local_k)}
         summed = (box_indices(self.program, ir.Var("ks"), local_k, OPERATORS) if self.box
-                  else {i: _decompose(i, self.k, value["k"], self.k_sizes) for i in self.k})
-        indices = []
-        for index in self.program.contraction.inputs[tensor]:
-            if index in self.batch:
-                indices.append(ir.Var(f"g_{index}"))
-            elif index in summed:
-                indices.append(summed[index])
-            else:
-                indices.append(_decompose(index, self.m if free == "m" else self.n,
-                                          value[free], self.sizes))
+                  else digit_values(index_digits(self.k, self.k_sizes), value["k"],
+                                    self.k_sizes, OPERATORS))
+        held = digit_values(free_digits(self.program, self.params, free), value[free],
+                            self.sizes, OPERATORS)
+        indices = [ir.Var(f"g_{index}") if index in self.batch
+                   else summed[index] if index in summed else held[index]
+                   for index in self.program.contraction.inputs[tensor]]
         limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
         limits += [(summed[i], self.sizes[i]) for i in self.k  # the rounded-up values: zeros
                    if self.k_sizes[i] > self.sizes[i]]
@@ -528,6 +536,7 @@ class Builder:
         pieces = 2 if self.split else 1
         p = self.params
         mapping = p["mapping"]
+        rows, columns = accumulator_extents(self.program, p)
         buffers = (self.stages,) if self.stages > 1 else ()
         workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
@@ -536,8 +545,7 @@ class Builder:
                              swizzle=swizzle_shift(a_shape[1]) if self.swizzled else 0),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored,
                              swizzle=swizzle_shift(b_shape[1]) if self.swizzled else 0),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (t["m"], t["n"] + self.pads[C_TILE])
-                             if self.along_n else (t["n"], t["m"] + self.pads[C_TILE]),
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (rows, columns + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),
             FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
                              fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a, mapping)),
@@ -571,11 +579,18 @@ class Builder:
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
                                   self.ld(C_TILE), row_major=self.along_n),
-                 [ir.Element(C_TILE, (row, column) if self.along_n else (column, row)),
-                  ir.Element(FRAG_C, (f,))],
+                 [self.accumulator(row, column), ir.Element(FRAG_C, (f,))],
                  self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
+
+    def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
+        """The C tile's element (``m``, ``n``): rows of N, or of M (column-major), the free
+        box's skewed (:func:`.tensorcore_tiles.skewed`)."""
+        words = skew_words(self.free_box, self.tile)
+        if self.along_n:
+            return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS)))
+        return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))
 
     def output(self) -> None:
         """The program's write statement over ``write[P, c, t]``, element ``e = T c + t`` of
@@ -586,17 +601,16 @@ class Builder:
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
         tile_m, tile_n = self.tile["m"], self.tile["n"]
-        m_local, n_local = ((quotient(e, tile_n), remainder(e, tile_n)) if self.along_n
-                            else (remainder(e, tile_m), quotient(e, tile_m)))
+        m_local, n_local = output_local(e, self.tile, self.along_n, self.free_box, OPERATORS)
         value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
                  "n": plus(times(tile_n, ir.Var("bn")), n_local)}
         output = {i: ir.Var(f"g_{i}") for i in self.batch}
-        for axis, group in (("m", self.m), ("n", self.n)):
-            output |= {i: _decompose(i, group, value[axis], self.sizes) for i in group}
+        for axis in "mn":
+            output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
+                                   self.sizes, OPERATORS)
         inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
                               for axis in "mn")
-        accesses = [ir.Element(C_TILE, (m_local, n_local) if self.along_n
-                               else (n_local, m_local))
+        accesses = [self.accumulator(m_local, n_local)
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
                                                          for i in element.indices))

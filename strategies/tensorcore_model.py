@@ -101,7 +101,7 @@ BOXED_COPY_INSTRUCTIONS = 12
 DIVISION_INSTRUCTIONS = 4
 # The parameters that decide which addresses a block's copies read in a step
 COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy",
-                   "shared_layout")
+                   "shared_layout", "free_layout")
 WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
@@ -224,19 +224,20 @@ class EnumeratingModel:
         """The estimate of a generated kernel of this program with ptxas's registers."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
-    def output_sectors(self, tile: Mapping[str, int], size: int | None = None
-                       ) -> tuple[int, int, int, int]:
+    def output_sectors(self, tile: Mapping[str, int], size: int | None = None,
+                       box: tensorcore_tiles.FreeBox | None = None) -> tuple[int, int, int, int]:
         """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of the first
         block's writes of its ``tile["m"] x tile["n"]`` output tile, of ``size`` bytes each
         (the program's; a deterministic split's workspace holds the accumulator's), from the
         addresses the kernel builder deals (:func:`tensorcore_tiles.output_writes`) counted
         by the emulator's rule: what ``Kernel.counters()`` counts of the write, where the
         models took it to be ideal (half a line a request in 16 bits; tccg_31's pick takes
-        2.25 lines, tccg_01's 32). Remembered per tile: the bound reads every completion."""
+        2.25 lines, tccg_01's 32), in a free ``box``'s order. Remembered per tile: the bound
+        reads every completion."""
         size = size or self.bytes
-        key = (tile["m"], tile["n"], size)
+        key = (tile["m"], tile["n"], size, box)
         if key not in self._writes:
-            request, offset = tensorcore_tiles.output_writes(self.program, tile)
+            request, offset = tensorcore_tiles.output_writes(self.program, tile, box)
             self._writes[key] = global_requests(offset * size, request, size)
         return self._writes[key]
 
@@ -258,14 +259,11 @@ class TensorCoreModel(EnumeratingModel):
                  values: Mapping[str, tuple] | None = None):
         super().__init__(program, gpu, strategy, values)
         self.shape = tensorcore_tiles.mma_shape(program)
-        a, b = self.operands
         self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self.pieces = 2 if program.precision == dtypes.TF32X3 else 1
         self.products = 3 if program.precision == dtypes.TF32X3 else 1
         self.rate = gpu.mma_flops(program.dtype, program.precision)
         self.row_a, self.row_b = tensorcore_tiles.operand_rows_major(program, self.groups)
-        widths = tensorcore_tiles.copy_widths(program, self.groups)
-        self.widths = (widths[a], widths[b])
         self._traffic: dict[tuple, tuple[int, int]] = {}
 
     # -- the public face (as treduda.model.model.Model's) --------------------------------
@@ -364,7 +362,8 @@ class TensorCoreModel(EnumeratingModel):
         described = self._described(params)
         tile = self._tile(described)
         return self.output_sectors(tile, self._written_bytes(
-            self._steps(tile, described["split"])[2]))
+            self._steps(tile, described["split"])[2]),
+            tensorcore_tiles.free_boxed(self.program, params))
 
     def _written_bytes(self, parts: int) -> int:
         """Bytes of an element the write stores: the output's, or, in a deterministic split,
@@ -375,7 +374,7 @@ class TensorCoreModel(EnumeratingModel):
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
         operands, as :meth:`copy_sectors` counts its first step (remembered per tile: the
         bound reads every completion)."""
-        key = tuple(p[name] for name in COPY_PARAMETERS)
+        key = tuple(p.get(name) for name in COPY_PARAMETERS)
         if key not in self._traffic:
             counted = self.copy_sectors(p, steps=1).values()
             self._traffic[key] = (sum(c[1] for c in counted), sum(c[3] for c in counted))
@@ -402,7 +401,8 @@ class TensorCoreModel(EnumeratingModel):
         box = tensorcore_tiles.boxed(self.program, p)
         # a box's K values are the step's, divided once a step, plus the thread's column's
         divided, tail = (DIVISION_INSTRUCTIONS, 0) if box else self._k_addresses(tile["k"])
-        widths = tensorcore_tiles.copy_widths(self.program, self.groups, box)
+        widths = tensorcore_tiles.copy_widths(self.program, self.groups, box,
+                                              tensorcore_tiles.free_boxed(self.program, p))
         for operand, free, k_rows in zip(self.operands, (tile["m"], tile["n"]),
                                          (not self.row_a, self.row_b), strict=True):
             width = widths[operand]
@@ -503,7 +503,8 @@ class TensorCoreModel(EnumeratingModel):
         copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
         # the accumulators' round trip through the C tile, and the lines the output's
         # addresses take (read too where the output is, without a split)
-        _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts))
+        _, written, _, written_lines = self.output_sectors(
+            tile, self._written_bytes(parts), tensorcore_tiles.free_boxed(self.program, p))
         write_fronts = (output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES
                         + written_lines * (self.output_accesses if parts == 1 else 1))
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
@@ -540,7 +541,9 @@ class TensorCoreModel(EnumeratingModel):
         """Steps whose copies are in flight while a step multiplies, in two or more stages:
         asynchronous copies run ``stages - 1`` steps ahead, so a copy's latency is spread
         over that many steps' MMAs; copies through registers wait within their step."""
-        return p["stages"] - 1 if p["async_copy"] and any(self.widths) else 1
+        widths = tensorcore_tiles.copy_widths(self.program, self.groups,
+                                              free=tensorcore_tiles.free_boxed(self.program, p))
+        return p["stages"] - 1 if p["async_copy"] and any(widths.values()) else 1
 
     def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's

@@ -9,6 +9,7 @@ import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -161,6 +162,189 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
     return p.get("frags_k") == BOX_FRAGMENTS and k_box(program) is not None
 
 
+# A free box (issue 37): where the output's fastest index ``o`` lies in a free group whose
+# operand holds one other index of the group, ``c``, before ``o`` in memory (tccg_31's
+# ``A[d,e,g,a]`` with ``d_e`` before ``a``, output ``C[a,...]``), the group linearised in the
+# output's order reads the operand a value of ``a`` per element (24 sectors a request where 2
+# do) and in the operand's order scatters the output's writes. A box of P values of ``c`` by Q
+# of ``o``, then the rest of each, serves both: the operand in runs of P, the output in runs
+# of Q (benchmarks/free_group_layouts.py counted it on tccg_31-48). P at most a sector of the
+# operand's values, Q at most a warp's; both exact divisors of their index's size (a padded
+# box spends MMA work on zeros: not offered).
+FREE_BOX_P = (16, 8, 4, 2)
+FREE_BOX_Q = (32, 16, 8, 4)
+SECTOR_BYTES = 32
+# The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
+# of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
+SKEWED = 32
+
+# One digit of a linearised group: its indices (several where they are fused: side by side in
+# the operand, fastest first, one linear value) and how many of their values it takes
+Digit = tuple[tuple[str, ...], int]
+
+
+def index_digits(indices: Sequence[str], sizes: Mapping[str, int]) -> tuple[Digit, ...]:
+    """A digit per index of ``indices`` (fastest first), each taking all its ``sizes``."""
+    return tuple(((i,), sizes[i]) for i in indices)
+
+
+@dataclass(frozen=True)
+class FreeBox:
+    """A free box (see :data:`FREE_BOX_P`): the group's ``axis`` ("m" or "n"), the operand's
+    indices before the output's fastest (``contiguous``, side by side in the operand, fastest
+    first: fused), the output's fastest (``output``), and the box's sides ``p`` and ``q``."""
+
+    axis: str
+    contiguous: tuple[str, ...]
+    output: str
+    p: int
+    q: int
+
+
+def free_box(program: Program) -> FreeBox | None:
+    """The free box ``program``'s output's fastest group takes, or None where none is exact:
+    the group's other indices that its operand holds before the output's fastest index lie
+    side by side in it (tccg_34's ``A[d,f,g,a]``: ``d`` and ``f``, fused), and sides
+    dividing their extent and the output's fastest index's size exist. Worked out once per
+    program."""
+    return program.derived("free_box", _free_box)
+
+
+def _free_box(program: Program) -> FreeBox | None:
+    found = gemm_groups(program)
+    output = fastest_first(program.output_indices, program.layout) if found else ()
+    if not output:
+        return None
+    (a,), (b,), m, n, _, _ = found
+    o = output[0]
+    axis, tensor, group = ("m", a, m) if o in m else ("n", b, n)
+    if o not in group:
+        return None  # a batch index leads the output
+    order = fastest_first(program.contraction.inputs[tensor], program.layout)
+    mine = [i for i in order if i in group]
+    before = tuple(mine[:mine.index(o)])
+    if not before or before != order[order.index(before[0]):][:len(before)]:
+        return None
+    sizes = program.sizes
+    most = SECTOR_BYTES // dtypes.itemsize(program.dtype)
+    span = math.prod(sizes[i] for i in before)
+    p = next((p for p in FREE_BOX_P if p <= most and span % p == 0), None)
+    q = next((q for q in FREE_BOX_Q if sizes[o] % q == 0), None)
+    return None if p is None or q is None else FreeBox(axis, before, o, p, q)
+
+
+FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (where its "
+                    "operand holds another of its indices before it, and the sizes allow) as a "
+                    "box of P of that index by Q of the output's fastest, so that both the "
+                    "operand's copies and the output's writes take whole runs")
+
+
+def free_layouts(program: Program) -> tuple[str, ...]:
+    """The ``free_layout`` values a mapping offers: "box" where :func:`free_box` finds one."""
+    return ("group", "box") if free_box(program) else ("group",)
+
+
+def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
+    """The free box the parameters ``p`` take (``free_layout`` "box"), or None."""
+    return free_box(program) if p.get("free_layout", "group") == "box" else None
+
+
+def group_digits(program: Program, axis: str, box: FreeBox | None = None
+                 ) -> tuple[Digit, ...]:
+    """The digits of free group ``axis`` ("m" or "n"), fastest first: its indices in the
+    order :func:`gemm_groups` gives, or, where ``box`` is on the axis, ``(c, P), (o, Q),
+    (c, S_c / P), (o, S_o / Q)`` (``c`` the box's fused contiguous indices) and the group's
+    other indices (digits of one value left out)."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    group, sizes = (m if axis == "m" else n), program.sizes
+    if box is None or box.axis != axis:
+        return index_digits(group, sizes)
+    c, o = box.contiguous, (box.output,)
+    span = math.prod(sizes[i] for i in c)
+    digits = ((c, box.p), (o, box.q), (c, span // box.p), (o, sizes[box.output] // box.q),
+              *index_digits([i for i in group if i not in (*c, *o)], sizes))
+    return tuple(d for d in digits if d[1] > 1)
+
+
+def free_digits(program: Program, p: Mapping[str, Any], axis: str) -> tuple[Digit, ...]:
+    """The digits of free group ``axis`` under the parameters ``p`` (:func:`group_digits`)."""
+    return group_digits(program, axis, free_boxed(program, p))
+
+
+def digit_values(digits: Sequence[Digit], value: Any, sizes: Mapping[str, int],
+                 ops: Operators) -> dict[str, Any]:
+    """Each index's value at the linear ``value`` of a group of ``digits`` (fastest first;
+    ``value`` below the group's extent, so the slowest digit takes no remainder): digit
+    ``j`` is ``value / (s_0 ... s_j-1) mod s_j``; indices of several digits sum them, each
+    times the slots of its faster ones, and fused indices split that sum by their
+    ``sizes``, as a group of their own."""
+    quotient, remainder, plus, times = ops
+    terms: dict[tuple[str, ...], list[Any]] = {}
+    radix: dict[tuple[str, ...], int] = {}
+    below = 1
+    for n, (indices, slots) in enumerate(digits):
+        digit = quotient(value, below)
+        if n < len(digits) - 1:
+            digit = remainder(digit, slots)
+        step = radix.get(indices, 1)
+        terms.setdefault(indices, []).append(digit if step == 1 else times(step, digit))
+        radix[indices] = step * slots
+        below *= slots
+    values = {}
+    for indices, parts in terms.items():
+        total = parts[0] if len(parts) == 1 else plus(*parts)
+        if len(indices) == 1:
+            values[indices[0]] = total
+        else:
+            values |= digit_values(index_digits(indices, sizes), total, sizes, ops)
+    return values
+
+
+def box_q(box: FreeBox, tile: Mapping[str, int]) -> int:
+    """Values of ``o`` a C tile's box takes side by side: the box's Q, or as many as the
+    tile's group holds boxes of P (a power of two, so they divide it)."""
+    return min(box.q, tile[box.axis] // box.p)
+
+
+def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
+                 ops: Operators) -> tuple[Any, Any]:
+    """The C tile's (M, N) element that element ``e`` of the output's write stands for:
+    along the tile's rows of N (``along_n``) or its columns of M, or, in a free ``box``,
+    Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the other group's tile,
+    then the rest of the box's group, so that consecutive threads write consecutive values
+    of the output's fastest index (along the tile's group they wrote runs of P values 16
+    times apart: 16 sectors a request on tccg_31), and a warp reads one row of the C tile
+    (:func:`skew_words`)."""
+    quotient, remainder, plus, times = ops
+    if box is None:
+        return ((quotient(e, tile["n"]), remainder(e, tile["n"])) if along_n
+                else (remainder(e, tile["m"]), quotient(e, tile["m"])))
+    other = "n" if box.axis == "m" else "m"
+    q = box_q(box, tile)
+    runs = q * box.p  # elements of a box
+    across = remainder(quotient(e, runs), tile[other])
+    local = plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q)),
+                 times(runs, quotient(e, runs * tile[other])))
+    return (local, across) if box.axis == "m" else (across, local)
+
+
+def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
+    """Words of skew after every :data:`SKEWED` accumulators of a C tile's row (0 without a
+    free ``box``). A warp's reads of the write (:func:`output_local`) take ``Q'`` values of
+    ``o``, P apart, at ``32 / Q'`` values of ``c``: positions ``c + P o`` of one row, 2 to 4
+    ways on the banks unskewed (P a power of two); skewed by ``32 / Q'`` words per 32, each
+    bank once (tccg_31's 16 x 8: ``16 o + 4 (o / 2) + c``; tccg_33's 4 x 32: ``4 o + o / 8``).
+    A fragment's 16 (or 8) elements stay side by side."""
+    return 0 if box is None else max(1, WARP // min(box_q(box, tile), WARP))
+
+
+def skewed(position: Any, words: int, ops: Operators) -> Any:
+    """Where a C tile's row holds its element ``position``, ``words`` of skew after every
+    :data:`SKEWED` (:func:`skew_words`)."""
+    quotient, _, plus, times = ops
+    return position if not words else plus(position, times(words, quotient(position, SKEWED)))
+
+
 # The integer operators a formula is written with: quotient, remainder, sum, multiple (numpy's
 # or the kernel IR's, so that the model's addresses and the kernel's come from one formula)
 Operators = tuple[Callable[[Any, int], Any], Callable[[Any, int], Any], Callable[..., Any],
@@ -249,12 +433,21 @@ def described_gemm(program: Program, choices: Mapping[str, tuple],
     group goes last), each with the ``block_*`` and ``reg_*`` values ``along`` gives for
     ``"m"`` and ``"n"``; the step and split as given; both operands staged, the fragment loops
     unrolled, a double buffer where there is more than one stage, and ``shared`` bytes of the
-    ``tiles`` parameters' values."""
+    ``tiles`` parameters' values. Where ``free_layout`` may be "box", ``order`` says so: the
+    boxed group's entry lists the box's contiguous indices first, then the output's fastest,
+    as the operand holds them (tccg_31's M ``d_e*a``, not ``a*d_e``)."""
     (a,), (b,), m, n, _, _ = gemm_groups(program)
-    groups = {"m": m, "n": n}
     axes = described_axes(m, n)
-    described = {"order": (",".join(GROUP.join(groups[axis]) for axis in axes
-                                    if groups[axis]),)}
+
+    def order(layout: str) -> str:
+        groups = {"m": m, "n": n}
+        box = free_boxed(program, {"free_layout": layout})
+        if box is not None:
+            led = (*box.contiguous, box.output)
+            groups[box.axis] = (*led, *(i for i in groups[box.axis] if i not in led))
+        return ",".join(GROUP.join(groups[axis]) for axis in axes if groups[axis])
+
+    described = {"order": each(choices, order, "free_layout")}
     for name, axis in zip(AXES, axes, strict=False):
         described[f"block_{name}"], described[f"reg_{name}"] = along[axis]
     return {
@@ -330,38 +523,45 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     return fastest_a not in m, fastest_b in n
 
 
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool = False
-                ) -> dict[str, int | None]:
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool = False,
+                free: FreeBox | None = None) -> dict[str, int | None]:
     """Elements of each operand one asynchronous copy moves, or None where the operand has no
     such width (it is then copied through registers): cp.async moves 4, 8 or 16 bytes,
     aligned to their size (PTX ISA, "cp.async"). The widest of those whose elements lie side
     by side in the tensor and in the tile's row: one element where it is 4 or 8 bytes; more
     where the row's group starts with the tensor's fastest indices, in its memory order
-    (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
+    (:func:`gemm_groups`), and the extent of those (:func:`digits_run`) is a multiple of
     the width: a run starts at a multiple of the width there (tiles span multiples of 32
     bytes), every other stride is a multiple of it, and a run is all inside or all outside
     the tensor. In a K ``box`` B's copies read :data:`BOXED_WIDTH` values of its leading
-    index where its extent is a multiple of that, and store them apart (no cp.async)."""
+    index where its extent is a multiple of that, and store them apart (no cp.async). A
+    ``free`` box's group runs along its digits (:func:`group_digits`)."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
-    widths = {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
-              for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+    sizes = program.sizes
+    along = {a: index_digits(k, sizes) if row_a else group_digits(program, "m", free),
+             b: group_digits(program, "n", free) if row_b else index_digits(k, sizes)}
+    widths = {tensor: copy_width(size, (digits_run(program, tensor, digits),))
+              for tensor, digits in along.items()}
     if box:
         widths[b] = BOXED_WIDTH if program.sizes[k_box(program)[1]] % BOXED_WIDTH == 0 else None
     return widths
 
 
-def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
-    """Elements of ``group`` (linearised fastest first) that lie side by side in ``tensor``:
-    the extent of the group's first indices that are the tensor's fastest, in order (1
-    where the group does not start with its fastest)."""
+def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
+    """Values of a group of ``digits`` (fastest first) that lie side by side in ``tensor``:
+    the slots of its first digits that are the tensor's fastest indices in order, up to and
+    including the first that takes only part of its indices (a free box's P)."""
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
-    run = 1
-    for index, fastest in zip(group, order, strict=False):
-        if index != fastest:
+    run, at = 1, 0
+    for indices, slots in digits:
+        if indices != order[at:at + len(indices)]:
             break
-        run *= program.sizes[index]
+        run *= slots
+        if slots < math.prod(program.sizes[i] for i in indices):
+            break
+        at += len(indices)
     return run
 
 
@@ -432,12 +632,34 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
     took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
     eight values of each of four rows a phase; column-major, eight values (along M) of four
-    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`)."""
+    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
+    A free box's rows are skewed (:func:`skewed`), the write reading a row at a time."""
+    _, columns = accumulator_extents(program, p)
+    return accumulator_row_pad(program, columns)
+
+
+def accumulator_row_pad(program: Program, columns: int) -> int:
+    """Elements added to a C tile's row of ``columns`` accumulators (skewed or not) so
+    that its pitch is :func:`conflict_free_pad`'s for the stores along it
+    (:func:`accumulator_pad`), a skewed row's words rounded up to :data:`PAD_BYTES` first."""
     size = dtypes.itemsize(accumulator_dtype(program))
+    aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES
+    line = 2 * LANES_K * size if output_along_n(program) else PAD_BYTES
+    return (aligned + conflict_free_pad(aligned, line)) // size - columns
+
+
+def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, int]:
+    """The C tile's rows and the elements of a row, unpadded: M x N, or N x M where the
+    write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
-    if not output_along_n(program):
-        return conflict_free_pad(tile["m"] * size, PAD_BYTES) // size
-    return conflict_free_pad(tile["n"] * size, 2 * LANES_K * size) // size
+    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
+    return tile[rows], skewed_extent(tile[columns], skew_words(free_boxed(program, p), tile))
+
+
+def skewed_extent(columns: int, words: int) -> int:
+    """Elements a C tile's row of ``columns`` spans once skewed by ``words``
+    (:func:`skewed`)."""
+    return columns + words * (columns // SKEWED)
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
@@ -452,8 +674,8 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
     a = tile["m"] * (tile["k"] + pad_a) if row_a else tile["k"] * (tile["m"] + pad_a)
     b = tile["k"] * (tile["n"] + pad_b) if row_b else tile["n"] * (tile["k"] + pad_b)
     buffers = p["stages"]
-    rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    c = tile[rows] * (tile[columns] + accumulator_pad(program, p)) * accumulator
+    rows, columns = accumulator_extents(program, p)
+    c = rows * (columns + accumulator_pad(program, p)) * accumulator
     return max((a + b) * operand * buffers, c)
 
 
@@ -498,7 +720,8 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
     rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
     if widths is None:
-        widths = copy_widths(program, found, box) if p["async_copy"] else {}
+        widths = (copy_widths(program, found, box, free_boxed(program, p)) if p["async_copy"]
+                  else {})
     width = widths.get(tensor) or 1
     dealt = box and tensor != a
     pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
@@ -565,6 +788,8 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
     digits = (box_indices(program, ks, np.broadcast_to(local_k, (counted, e.size)), NUMPY)
               if shape["boxed"] else {})
+    digits |= digit_values(free_digits(program, p, shape["free"]), values[shape["free"]], sizes,
+                           NUMPY)
     offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
                             {axis: groups[axis] for axis in values},
                             {shape["free"]: sizes, "k": k_sizes}, digits)
@@ -574,25 +799,32 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
 
 
-def output_writes(program: Program, tile: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """The output's writes by the first block (every group's first tile, the first batch
     value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
     the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
     numbered along the output's fastest group, to thread ``t`` of ``T`` in iteration ``c``):
     per write its warp's request, ``e / 32`` whatever ``T`` (a multiple of 32: warp
     ``t / 32`` of iteration ``c`` is request ``c T / 32 + t / 32``), and the output element's
-    offset. Elements outside the output write nothing and are left out. What the MMA models
-    count the write's sectors and lines of, as :func:`copy_reads` the copies'."""
+    offset; in a free ``box`` the tile numbered and its group linearised as the box's
+    (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
+    and are left out. What the MMA models count the write's sectors and lines of, as
+    :func:`copy_reads` the copies'."""
     _, _, m, n, _, _ = gemm_groups(program)
     sizes = program.sizes
     e = np.arange(tile["m"] * tile["n"])
-    values = ({"m": e // tile["n"], "n": e % tile["n"]} if output_along_n(program)
-              else {"m": e % tile["m"], "n": e // tile["m"]})
+    values = dict(zip("mn", output_local(e, tile, output_along_n(program), box, NUMPY),
+                      strict=True))
     groups = {"m": m, "n": n}
     inside = np.logical_and.reduce([values[axis] < math.prod(sizes[i] for i in groups[axis])
                                     for axis in groups])
+    digits = {}
+    if box is not None:
+        digits = digit_values(group_digits(program, box.axis, box), values[box.axis], sizes,
+                              NUMPY)
     offset, _ = _offsets(program, program.output_indices, values, groups,
-                         dict.fromkeys(groups, sizes))
+                         dict.fromkeys(groups, sizes), digits)
     return (e // WARP)[inside], offset[inside]
 
 

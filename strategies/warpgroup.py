@@ -41,10 +41,12 @@ from treduda.polyhedral.strategy import (
 
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
+    FREE_LAYOUT_HELP,
     LANES_M,
     LANES_N,
     described_gemm,
     each,
+    free_layouts,
     gemm_groups,
     k_box,
 )
@@ -110,6 +112,8 @@ class Warpgroup(Strategy):
                       "mapping's", priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
+            Parameter("free_layout", free_layouts(program), FREE_LAYOUT_HELP,
+                      priority=Priority.MAPPING),
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
                       "then rounded in place)", priority=Priority.BUFFERS))
@@ -133,7 +137,7 @@ class Warpgroup(Strategy):
             Constraint("the N tile is no larger than N needs", ("tile_n",),
                        lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages"),
+                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -151,15 +155,15 @@ class Warpgroup(Strategy):
                  "m": (each(choices, lambda w: lanes_m * w, "warpgroups"),
                        each(choices, lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
         return described_gemm(program, choices, along, each(choices, lambda f: f * k, "frags_k"),
-                              (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages"),
-                              shared_bytes)
+                              (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages",
+                                     "free_layout"), shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
-                     "async_copy": True}
+                     "async_copy": True, "free_layout": "group"}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")

@@ -74,14 +74,16 @@ from treduda.polyhedral.lower import Kind, Program
 
 from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, STAGE_MMA, Builder
 from .tensorcore_tiles import (
-    LANES_K,
-    PAD_BYTES,
+    FreeBox,
     accumulator_dtype,
+    accumulator_row_pad,
     boxed,
-    conflict_free_pad,
     copy_widths,
+    free_boxed,
     operand_rows_major,
     output_along_n,
+    skew_words,
+    skewed_extent,
     stepped_k,
 )
 
@@ -109,6 +111,7 @@ def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
     return {"warps_m": params["warpgroups"], "warps_n": 1, "frags_m": params["frags_m"],
             "frags_n": 1, "frags_k": params["frags_k"], "stages": params["stages"],
             "split": 1, "async_copy": params["async_copy"],
+            "free_layout": params.get("free_layout", "group"),
             "mapping": "wmma", "shared_layout": "pad"}  # the builder's own tiles, unswizzled
 
 
@@ -127,12 +130,11 @@ class WarpgroupBuilder(Builder):
         # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
         # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
         # two apart at a time
-        size = dtypes.itemsize(accumulator_dtype(program))
-        rows, line = ((self.tile["n"], 2 * LANES_K * size) if output_along_n(program)
-                      else (self.tile["m"], PAD_BYTES))
-        self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: conflict_free_pad(rows * size, line) // size}
+        self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: accumulator_row_pad(
+            program, self.c_columns())}
         self.tf32 = program.dtype == "float32"
-        self.widths = operand_widths(program, found, params["async_copy"], self.box)
+        self.widths = operand_widths(program, found, params["async_copy"], self.box,
+                                     self.free_box)
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.swizzled = dict(zip((A_TILE, B_TILE), swizzled_tiles(program, params, found),
                                  strict=True))
@@ -312,8 +314,7 @@ class WarpgroupBuilder(Builder):
         t = self.tile
         buffers = (self.stages,) if self.stages > 1 else ()
         stored = self.program.dtype in dtypes.STORED
-        along = (t["m"], t["n"] + self.pads[C_TILE]) if self.along_n else (
-            t["n"], t["m"] + self.pads[C_TILE])
+        along = (t["m"] if self.along_n else t["n"], self.c_columns() + self.pads[C_TILE])
         a, b = self.shapes()
         # the line number (bits 6-8 of a 16-bit element's offset, lines of 64; 5-7 of a
         # float32's, lines of 32) XOR'd into its 16-byte chunk's (ir.swizzled): CUTLASS's
@@ -329,6 +330,12 @@ class WarpgroupBuilder(Builder):
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
         }
 
+    def c_columns(self) -> int:
+        """Elements of a row of the C tile, unpadded: N, or M where the write reads along
+        M, a free box's skewed."""
+        return skewed_extent(self.tile["n"] if self.along_n else self.tile["m"],
+                             skew_words(self.free_box, self.tile))
+
     def write(self) -> None:
         """Each thread stores its accumulator registers into the C tile where wgmma's layout
         puts them; then the program's write statement, as the tensor-core kernel's."""
@@ -343,7 +350,7 @@ class WarpgroupBuilder(Builder):
                  f"{self.group_domain()} and 0 <= f < {frags_m} "
                  f"and 0 <= r < {self.registers()}",
                  ir.Assign(ir.Element(C_TILE, ()), "=", ir.Element(FRAG_C, ())),
-                 [ir.Element(C_TILE, (row, column) if self.along_n else (column, row)),
+                 [self.accumulator(row, column),
                   ir.Element(FRAG_C, (plus(times(self.registers(), f), r),))],
                  self.point("128*g + l", ["2", "0", "1", "0", "0", "f", "r"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
@@ -351,16 +358,17 @@ class WarpgroupBuilder(Builder):
 
 
 def operand_widths(program: Program, found: tuple[tuple[str, ...], ...], asynchronous: bool,
-                   box: bool = False) -> dict[str, int | None]:
+                   box: bool = False, free: FreeBox | None = None) -> dict[str, int | None]:
     """Each operand's cp.async width in elements (:func:`copy_widths`, B's a vector load's
-    in a K ``box``; None everywhere without ``asynchronous`` copies: through registers).
+    in a K ``box``, a ``free`` box's runs; None everywhere without ``asynchronous`` copies:
+    through registers).
     TF32 tiles are K-major whatever the operand's layout (wgmma transposes 16-bit operands
     only), so an operand whose contiguous index is M's or N's moves a word per cp.async,
     each into a line of its own."""
     (a,), (b,), *_ = found
     if not asynchronous:
         return dict.fromkeys((a, b))
-    widths = copy_widths(program, found, box)
+    widths = copy_widths(program, found, box, free)
     if program.dtype != "float32":
         return widths
     row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
@@ -397,7 +405,8 @@ def copy_ways(program: Program, params: Mapping[str, Any],
     (a,), (b,), *_ = found
     tile = warpgroup_tile(params, program)
     size = dtypes.itemsize(program.dtype)
-    widths = operand_widths(program, found, params["async_copy"], boxed(program, params))
+    widths = operand_widths(program, found, params["async_copy"], boxed(program, params),
+                            free_boxed(program, params))
     row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
     ways = []
     for tensor, rows, along_k, swizzled in zip(
@@ -412,9 +421,14 @@ def copy_ways(program: Program, params: Mapping[str, Any],
 
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
-    padded by 16 bytes at most) that takes over their memory after the main loop."""
+    padded by 16 bytes at most, a free box's as they are) that takes over their memory after
+    the main loop."""
     tile = warpgroup_tile(params, program)
     operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
-    c = tile["m"] * tile["n"] * dtypes.itemsize(accumulator_dtype(program))
-    rows = tile["m"] if output_along_n(program) else tile["n"]
-    return max(operands * params["stages"], c + 16 * rows)
+    rows, along = (("m", "n") if output_along_n(program) else ("n", "m"))
+    box = free_boxed(program, params)
+    columns = skewed_extent(tile[along], skew_words(box, tile))
+    size = dtypes.itemsize(accumulator_dtype(program))
+    # a free box's skewed rows padded as the builder pads them
+    pad = accumulator_row_pad(program, columns) * size if box else 16
+    return max(operands * params["stages"], tile[rows] * (columns * size + pad))

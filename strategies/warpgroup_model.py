@@ -49,7 +49,11 @@ from .tensorcore_model import (
 )
 from .tensorcore_tiles import (
     boxed,
-    contiguous_run,
+    digits_run,
+    free_box,
+    free_boxed,
+    group_digits,
+    index_digits,
     k_box,
     operand_rows_major,
     output_along_n,
@@ -79,18 +83,22 @@ class WarpgroupModel(EnumeratingModel):
         a, b = self.operands
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
-        self.widths = {box: tuple(operand_widths(program, self.groups, True, box)[t]
-                                  for t in (a, b))
-                       for box in (False, True) if not box or k_box(program)}
+        # per K box and free box (or none)
+        free = [None, free_box(program)] if free_box(program) else [None]
+        self.widths = {(box, f): tuple(operand_widths(program, self.groups, True, box, f)[t]
+                                       for t in (a, b))
+                       for box in (False, True) if not box or k_box(program) for f in free}
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
         # 16-bit operands whose tile rows do not run along their fastest index: a warp's
         # element copies through registers read a 32-byte sector each (tccg_28's B on steps
         # along e, where f leads it: no cp.async width either); TF32's are dealt 8 rows at 4 K
         row_a, row_b = operand_rows_major(program, self.groups)
-        _, _, m, n, k, _ = self.groups
-        self.scattered = tuple(
-            not self.tf32 and contiguous_run(program, tensor, along) == 1
-            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)))
+        k = index_digits(self.groups[4], program.sizes)
+        self.scattered = {f: tuple(
+            not self.tf32 and digits_run(program, tensor, along) == 1
+            for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
+                                  (b, group_digits(program, "n", f) if row_b else k)))
+            for f in free}
         # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
         # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
         # at best, whatever the pitch; along M (its rows M) 1
@@ -113,7 +121,8 @@ class WarpgroupModel(EnumeratingModel):
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's first block's output
         writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`)."""
-        return self.output_sectors(warpgroup_tile(params, self.program))
+        return self.output_sectors(warpgroup_tile(params, self.program), None,
+                                   free_boxed(self.program, params))
 
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
@@ -132,7 +141,8 @@ class WarpgroupModel(EnumeratingModel):
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
         box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
-        widths = self.widths[box]
+        free = free_boxed(self.program, p)
+        widths = self.widths[box, free]
         steps = (math.prod(stepped_k(self.program, self.groups, tile["k"], box).values())
                  // tile["k"] if box else -(-self.extent["k"] // tile["k"]))
         waves = math.ceil(tiles / (g.sm_count * occupancy))
@@ -156,7 +166,7 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] * ways_a + copied["b"] * ways_b * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1))
         # the output's sectors and lines as the write's addresses take them
-        _, written, _, written_lines = self.output_sectors(tile)
+        _, written, _, written_lines = self.output_sectors(tile, None, free)
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
                               + written_lines * self.output_accesses)
@@ -176,7 +186,7 @@ class WarpgroupModel(EnumeratingModel):
                 elements * (SECTOR_BYTES if scattered and not (width and p["async_copy"])
                             else self.bytes)
                 for elements, width, scattered in zip(copied.values(), widths,
-                                                      self.scattered, strict=True))
+                                                      self.scattered[free], strict=True))
                    + tiles * written * SECTOR_BYTES * self.output_accesses) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": waves * chain / clock,

@@ -123,7 +123,7 @@ def test_fitted_sizes_take_the_tensor_core_tiles():
     the given parameters verifies there."""
     params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 4,
               "stages": 1, "split": 1, "mapping": "wmma", "shared_layout": "pad",
-              "async_copy": False}  # 64 x 64 tiles, steps of 64
+              "async_copy": False, "free_layout": "group"}  # 64 x 64 tiles, steps of 64
     sizes = fitted(GEMM, {"i": 39, "j": 40, "k": 40}, "tensorcore", params, "float16")
     assert sizes == {"i": 63, "j": 63, "k": 63}
     kernel = treduda.compile(GEMM, sizes, dtype="float16", strategy="tensorcore",
