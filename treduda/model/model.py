@@ -220,6 +220,11 @@ class Model(Counts):
             hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
+        if exact:  # the steps' copies the SM waits for with nothing to issue
+            stalls = waves * o.steps() * o.walks() / most * o.step_stall(
+                occupancy, sum(self._issue(o).values()))
+            for name in ("fma", "issue", "memory"):
+                seconds[name] += stalls / clock
         binding, total = combined(seconds, exact)
         parts = self.parts_seconds(least)
         total += parts

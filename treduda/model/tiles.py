@@ -29,6 +29,13 @@ ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a com
 # pick (nvcc 13, sm_90; A and B staged at step 4) a step issues 10 LDGSTS beside about 45
 # integer instructions, 8 of them the loops'.
 ASYNC_ADDRESS_INSTRUCTIONS = 3
+# Integer instructions per thread and step that a double buffer adds: the shared addresses of
+# the buffer a step reads and the one it fills alternate, and the pipeline's first and last
+# steps are tested inside the loop. In the SASS of tccg_31's step-8 candidates (nvcc 13, sm_90)
+# double buffering added 51 instructions a step to the cp.async copies and 17 to the copies
+# through registers; counting none, the model picked the double-buffered cp.async kernel (76.5%
+# FFMA) over its single-buffered twin (82.8%) and a single step of 32 (87.0%).
+DOUBLE_BUFFER_INSTRUCTIONS = 24
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -234,8 +241,8 @@ class _Tiles:
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per element the copy numbers, the
         padding's included: :meth:`copy_extents`; asynchronous, one cp.async per run instead,
-        and a commit and a wait per thread) and the step's overhead (the loop and its
-        barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
+        and a commit and a wait per thread) and the step's overhead (the loop, its barriers, a
+        double buffer's bookkeeping), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         key = ("copy instructions", self.tile_decisions, self.p["stage"],
@@ -247,8 +254,8 @@ class _Tiles:
         threads = math.prod(self.p[b] for b in BLOCK)
         per_block_step = min(self._async_copies(staged, threads) if copied
                              else self._copies(staged) for copied in self.options("async_copy"))
-        barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
-        per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
+        pipeline = min(self.pipeline_per_step(double) for double in self.options("double_buffer"))
+        per_block_step += threads * (STEP_OVERHEAD + (pipeline if staged else 0))
         return per_block_step / self.fmas_per_block_step()
 
     def loop_instructions(self, loads: float) -> float:
@@ -314,6 +321,12 @@ class _Tiles:
         tccg_13-30 by up to a factor of ``step``)."""
         tile = math.prod(self.p[b] * self.p[r] for b, r in zip(BLOCK, REG, strict=True))
         return tile * max(self.m.iterations, 1) / self.steps()
+
+    def pipeline_per_step(self, double_buffer: bool) -> float:
+        """Instructions per thread and step of the staging's pipeline: its barriers and, double
+        buffered, the alternating buffers' bookkeeping (:data:`DOUBLE_BUFFER_INSTRUCTIONS`)."""
+        extra = DOUBLE_BUFFER_INSTRUCTIONS if double_buffer and self.p["step"] else 0
+        return self.barriers_per_step(double_buffer) + extra
 
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost
