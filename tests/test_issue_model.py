@@ -118,3 +118,29 @@ def test_a_single_buffered_step_idles_the_sm_its_block_has_alone():
     assert o.step_stall(1, 1.0) == model.gpu.l2_latency_cycles
     assert o.step_stall(2, 1.0) == 0.0
     assert _Optimist(model, model.describe(ALONE)).step_stall(1, 1.0) == 0.0  # copied ahead
+
+
+def test_a_step_shorter_than_the_others_costs_its_guarded_copy():
+    # c = 96 in steps of 64: the second step holds 32 values, a third of the reduction points,
+    # and runs the unrolled step's guarded copy (tccg_10's rival: a 64-step over e = 96); in
+    # steps of 32 (or 96) every step is full. Two summed indices of 12 in steps of 8: 64 of
+    # the 144 points lie in a full step along both.
+    model = Model(plan("C[a,b]=A[a,c]*B[c,b]", {"a": 64, "b": 64, "c": 96}, layout="F"),
+                  gpu("H100"))
+    gemm = {"order": "a,b", "stage": "A,B", "block_x": 16, "reg_x": 4, "assign_x": "adjacent",
+            "block_y": 16, "reg_y": 4, "assign_y": "adjacent", "block_z": 1, "reg_z": 1,
+            "assign_z": "cyclic", "split": 1, "preload": False, "double_buffer": False,
+            "pad": 0, "async_copy": True, "unroll": True}
+    partial = model.issue_instructions({**gemm, "step": 64})["partial step"]
+    assert partial == pytest.approx(tiles.GUARDED_STEP_INSTRUCTIONS / 3)
+    for step in (32, 96):
+        assert model.issue_instructions({**gemm, "step": step})["partial step"] == 0
+    # rolled, every step runs the same loop (its own cost: loop_instructions)
+    assert model.issue_instructions({**gemm, "step": 64, "unroll": False})["partial step"] == 0
+    two = Model(plan("C[a]=A[a,c,d]*B[d,c]", {"a": 64, "c": 12, "d": 12}, layout="F"),
+                gpu("H100"))
+    direct = {"order": "a", "stage": "", "block_x": 32, "reg_x": 2, "assign_x": "adjacent",
+              "block_y": 1, "reg_y": 1, "assign_y": "cyclic", "block_z": 1, "reg_z": 1,
+              "assign_z": "cyclic", "split": 1, "step": 8, "unroll": True}
+    assert two._issue(_Optimist(two, two.describe(direct)))["partial step"] == pytest.approx(
+        tiles.GUARDED_STEP_INSTRUCTIONS * (1 - 64 / 144))

@@ -36,6 +36,13 @@ ASYNC_ADDRESS_INSTRUCTIONS = 3
 # through registers; counting none, the model picked the double-buffered cp.async kernel (76.5%
 # FFMA) over its single-buffered twin (82.8%) and a single step of 32 (87.0%).
 DOUBLE_BUFFER_INSTRUCTIONS = 24
+# Instructions per multiply-add that an unrolled step's guarded copy issues beyond its unguarded
+# one: a step shorter than the others (the last, where the step does not divide a summed extent)
+# runs the copy with each register position under a guard and its operands loaded one value at a
+# time. In the SASS of tccg_12's step-32 candidate (c = 7248, nvcc 13, sm_90) the step loop holds
+# both copies: 6914 instructions for 4096 FFMA, where the step-16 twin (no partial step) issues
+# 1114 for 1024; the guarded copy, 2.3 per FFMA, issues 1.2 more than the unguarded one.
+GUARDED_STEP_INSTRUCTIONS = 1.2
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -269,6 +276,19 @@ class _Tiles:
             return 0.0
         registers = [self.p.get(r) for r in REG]  # while one is open, the overhead's least: 0
         return (0.0 if None in registers else STEP_OVERHEAD / math.prod(registers)) + loads
+
+    def partial_step_instructions(self) -> float:
+        """Per multiply-add, what the guarded copy of an unrolled step loop adds
+        (:data:`GUARDED_STEP_INSTRUCTIONS`) to the share of reduction points that lie in a
+        step shorter than the others: where the step does not divide a summed extent, the last
+        step of that index runs the guarded copy in every block (96 values in steps of 64:
+        a third of the points). 0 rolled, without steps, or while the step or unrolling is
+        open."""
+        step = self.p.get("step")
+        if not step or not self.m.iterations or self.p.get("unroll") is not True:
+            return 0.0
+        full = sum(math.prod(e // step * step for e in extents) for extents in self.m.summed)
+        return GUARDED_STEP_INSTRUCTIONS * (1 - full / self.m.iterations)
 
     def _copies(self, staged: list[_Read]) -> float:
         """Instructions of a block's copies per step through registers: a load, (a
