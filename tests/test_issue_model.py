@@ -123,8 +123,8 @@ def test_a_single_buffered_step_idles_the_sm_its_block_has_alone():
 def test_a_step_shorter_than_the_others_costs_its_guarded_copy():
     # c = 96 in steps of 64: the second step holds 32 values, a third of the reduction points,
     # and runs the unrolled step's guarded copy (tccg_10's rival: a 64-step over e = 96); in
-    # steps of 32 (or 96) every step is full. Two summed indices of 12 in steps of 8: 64 of
-    # the 144 points lie in a full step along both.
+    # steps of 32 (or 96, or 128: one step) every step is full. Two summed indices of 12 in
+    # steps of 8: 64 of the 144 points lie in a full step along both.
     model = Model(plan("C[a,b]=A[a,c]*B[c,b]", {"a": 64, "b": 64, "c": 96}, layout="F"),
                   gpu("H100"))
     gemm = {"order": "a,b", "stage": "A,B", "block_x": 16, "reg_x": 4, "assign_x": "adjacent",
@@ -133,7 +133,7 @@ def test_a_step_shorter_than_the_others_costs_its_guarded_copy():
             "pad": 0, "async_copy": True, "unroll": True}
     partial = model.issue_instructions({**gemm, "step": 64})["partial step"]
     assert partial == pytest.approx(tiles.GUARDED_STEP_INSTRUCTIONS / 3)
-    for step in (32, 96):
+    for step in (32, 96, 128):  # 128: one step of all 96 values, of constant length
         assert model.issue_instructions({**gemm, "step": step})["partial step"] == 0
     # rolled, every step runs the same loop (its own cost: loop_instructions)
     assert model.issue_instructions({**gemm, "step": 64, "unroll": False})["partial step"] == 0
