@@ -5,7 +5,8 @@
 
 For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the
 time of a cold ``treduda.compile`` (search and generation of the kernel; the median of
-``--repeat`` runs), how long ptxas's check (where nvcc is installed) goes on after it returned,
+``--repeat`` runs; importing treduda and the modules its first call loads is timed apart, the
+``import s`` column), how long ptxas's check (where nvcc is installed) goes on after it returned,
 the model's estimate of its pick, the best estimate a complete search over the parameters'
 *declared* ranges finds
 (``budget=None``), and their ratio. ``--before DIR`` times the same cold compile on another
@@ -38,7 +39,7 @@ COMPLETE = DATA / "search_budget_complete.json"  # the complete searches' best, 
 COLD = r"""
 import json, os, resource, sys, time
 started = time.perf_counter()
-import treduda
+import treduda, treduda.api  # what compile's first call loads (import treduda alone: nothing)
 from treduda.polyhedral.lower import plan
 from treduda.suites import load
 from treduda.model.gpus import gpu
@@ -83,6 +84,7 @@ def cold(name: str, budget: str, tree: str | None = None) -> dict:
     checkout ``tree`` when given)."""
     with tempfile.TemporaryDirectory() as folder:
         env = {**os.environ, "TREDUDA_CACHE": str(Path(folder) / "tuning.sqlite3")}
+        env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's installation runs
         if tree:
             env["PYTHONPATH"] = tree
         done = subprocess.run([sys.executable, "-c", COLD, name, budget], env=env, cwd=folder,
@@ -121,7 +123,7 @@ def main() -> None:
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
     rows = []
-    print(f"{'row':8} {'cold s':>6} {'check s':>7} {'cpu s':>6} {'pick ms':>8} "
+    print(f"{'row':8} {'import s':>8} {'cold s':>6} {'check s':>7} {'cpu s':>6} {'pick ms':>8} "
           f"{'complete ms':>11} {'ratio':>6} {'complete cpu s':>14} {'before s':>8} {'cpu s':>6} "
           f"{'before pick ms':>14}")
     for name in args.rows.split(","):
@@ -141,14 +143,15 @@ def main() -> None:
         seconds = statistics.median(r["compile"] for r in runs)
         checking = statistics.median(r["check"] for r in runs)
         used = statistics.median(r["cpu"] for r in runs)
+        imported = statistics.median(r["import"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
         if args.complete:
             known[name] = complete(name)
         best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
                           else (None, None))
         old = before.get(name, {})
-        row.update(cold=seconds, check=checking, cpu=used, runs=[r["compile"] for r in runs],
-                   pick=pick,
+        row.update(imported=imported, cold=seconds, check=checking, cpu=used,
+                   runs=[r["compile"] for r in runs], pick=pick,
                    complete=best, ratio=pick / best if best else None, complete_cpu=searched,
                    before=old,
                    params=runs[0]["params"])
@@ -157,8 +160,8 @@ def main() -> None:
                 else f"{'-':>8} {'-':>6} {'-':>14}")
         versus = (f"{best * 1e3:11.4f} {pick / best:6.3f} {searched:14.1f}" if best else
                   f"{'-':>11} {'-':>6} {'-':>14}")
-        print(f"{name:8} {seconds:6.2f} {checking:7.2f} {used:6.2f} {pick * 1e3:8.4f} {versus} "
-              f"{olds}", flush=True)
+        print(f"{name:8} {imported:8.2f} {seconds:6.2f} {checking:7.2f} {used:6.2f} "
+              f"{pick * 1e3:8.4f} {versus} {olds}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.complete:  # the rows searched again replace theirs in the stored file

@@ -8,10 +8,13 @@ linearised, fastest first (``m = a + S_a * b``), so a group of any length is one
 
 A block of ``warps_m x warps_n`` warps holds a ``BM x BN`` tile of C, each warp
 ``frags_m x frags_n`` accumulator fragments of the multiply-accumulate shape (16x16x16 for
-float16 and bfloat16, 16x16x8 for TF32, 8x8x4 for float64). The kernel's statements and
-schedule (the shared tiles, the write through shared memory, double buffering, asynchronous
-copies, split reductions) are built by :mod:`.tensorcore_kernel`; the tile quantities both
-use, as the tensor-core model does, are in :mod:`.tensorcore_tiles`.
+float16 and bfloat16, 16x16x8 for TF32, 8x8x4 for float64); a step spans ``frags_k`` fragment
+k-extents of K, or, where A and B lead with different summed indices, 16 fragments' worth
+of a K box (16 values of each of those two: :func:`.tensorcore_tiles.k_box`). The kernel's
+statements and schedule (the shared tiles, the write through shared memory, double
+buffering, asynchronous copies, split reductions) are built by :mod:`.tensorcore_kernel`;
+the tile quantities both use, as the tensor-core model does, are in
+:mod:`.tensorcore_tiles`.
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from treduda.polyhedral.strategy import (
 from .tensorcore_kernel import Builder
 from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
+    BOX_FRAGMENTS,
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
@@ -44,6 +48,7 @@ from .tensorcore_tiles import (
     described_gemm,
     each,
     gemm_groups,
+    k_box,
     mappings,
     mma_shape,
     operand_rows,
@@ -103,7 +108,10 @@ class TensorCore(Strategy):
                       priority=Priority.TILES),
             Parameter("frags_n", FRAGMENTS, "fragments per warp along N",
                       priority=Priority.TILES),
-            Parameter("frags_k", STEPS, "fragment k-extents per reduction step",
+            Parameter("frags_k", STEPS + ((BOX_FRAGMENTS,) if k_box(program) else ()),
+                      f"fragment k-extents per reduction step; {BOX_FRAGMENTS} (where A and B "
+                      "lead with different summed indices) a K box: 16 values of each of "
+                      "those two a step, so that both are read in whole sectors",
                       priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps: from two, one barrier per step, and asynchronous copies issued "

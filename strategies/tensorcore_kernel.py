@@ -38,6 +38,18 @@ their bits (the printer's raw copy into a tile of the stored type), or by cp.asy
 up to 8 where the row's group starts with the operand's contiguous indices; each operand takes
 cp.async or not on its own (:func:`.tensorcore_tiles.copy_widths`).
 
+Where A and B lead with different summed indices (tccg_14's ``A[c,a,d]`` and ``B[d,c,b]``),
+no order of K reads both along their rows: steps along ``c`` read B a value per row, 32
+sectors a warp request where 2 do. A K box (``frags_k`` 16, :func:`.tensorcore_tiles.k_box`)
+steps over 16 values of ``c`` by 16 of ``d`` instead, both tiles' rows holding them in one
+order (:func:`.tensorcore_tiles.box_indices`: a fragment's 16 columns are 16 values of ``c``
+at one ``d``). A's copies move runs of ``c`` as before; B's read four values of ``d`` at once
+(8 bytes: four copies a sector) and store them 64 columns apart (:attr:`ir.AsyncCopy.stride`,
+no cp.async: it cannot transpose), dealt so that a warp's stores fill the 32 banks once
+(:func:`.tensorcore_tiles.box_dealt`). ldmatrix cannot take B's tile as it lands instead: its
+rows must be 16 bytes of the MMA's K (or of N, transposed), and B's contiguous values are
+``d``, one per fragment k-extent.
+
 No copy divides by a group's extents in the main loop: the free groups' indices depend on the
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
@@ -108,8 +120,12 @@ from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
 
 from .tensorcore_tiles import (
+    UNROLLED_COPIES,
     WARP,
     accumulator_pad,
+    box_dealt,
+    box_indices,
+    boxed,
     copy_shape,
     copy_widths,
     gemm_groups,
@@ -128,9 +144,8 @@ A_TILE, B_TILE, C_TILE = "td_sa", "td_sb", "td_sc"
 FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 # Schedule positions after the phase: step, stage, loop, kf, operand, fragment.
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
-# At most this many copies per thread and operand are unrolled (straight-line code in the main
-# loop, their guards decided per copy); more stay a loop, as the write's do
-UNROLLED_COPIES = 16
+# The kernel IR's integer operators, in which the tile formulas shared with the model are written
+OPERATORS = (quotient, remainder, plus, times)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -205,8 +220,10 @@ class Builder:
         self.tile = tile_extents(params, self.shape)
         self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
                        zip("mnk", (self.m, self.n, self.k), strict=True)}
+        # a K box (k_box): steps of 16 x 16 values of A's and B's leading summed indices
+        self.box = boxed(program, params)
         # K's extents as the steps scan them (the fastest rounded up: see stepped_k)
-        self.k_sizes = stepped_k(program, found, self.tile["k"])
+        self.k_sizes = stepped_k(program, found, self.tile["k"], self.box)
         self.warps_n = params["warps_n"]
         self.threads = WARP * params["warps_m"] * params["warps_n"]
         pad_a, pad_b = operand_pads(program, params)
@@ -220,7 +237,7 @@ class Builder:
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
         # each operand's cp.async width, None where it is copied through registers
-        self.widths = (copy_widths(program, found) if params["async_copy"]
+        self.widths = (copy_widths(program, found, self.box) if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.stages = params["stages"]
@@ -359,6 +376,11 @@ class Builder:
         they were issued steps ahead, else after them."""
         return STAGE_SYNC_BEFORE if self.lead else STAGE_SYNC_AFTER
 
+    def held_apart(self, tile: str, columns: int) -> int:
+        """Elements of ``tile`` as it is held between two places ``columns`` apart along a
+        row of the 2-D tile: as many here, its rows held whole (padded after)."""
+        return columns
+
     def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
         """``copy_X[P, ks, e]: X_sh[..] = X[..]`` for the step's tile elements inside X and
         ``zero_X[P, ks, e]: X_sh[..] = 0`` for those outside, element ``e`` numbered along the
@@ -371,24 +393,27 @@ class Builder:
                            self.widths)
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
-        row, column = self.dealt_run(plus(times(self.threads, ir.Var("c")), ir.Var("t")), shape)
+        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
+        row, column = (box_dealt(e, width, OPERATORS) if shape["dealt"]
+                       else self.dealt_run(e, shape))
         local_free, local_k = (row, column) if row_is_free else (column, row)
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
                  "k": plus(times(extent_k, ir.Var("ks")), local_k)}
-        groups = {"m": self.m, "n": self.n, "k": self.k}
+        summed = (box_indices(self.program, ir.Var("ks"), local_k, OPERATORS) if self.box
+                  else {i: _decompose(i, self.k, value["k"], self.k_sizes) for i in self.k})
         indices = []
         for index in self.program.contraction.inputs[tensor]:
             if index in self.batch:
                 indices.append(ir.Var(f"g_{index}"))
-                continue
-            axis = free if index in groups[free] else "k"
-            indices.append(_decompose(index, groups[axis], value[axis],
-                                      self.sizes if axis == free else self.k_sizes))
+            elif index in summed:
+                indices.append(summed[index])
+            else:
+                indices.append(_decompose(index, self.m if free == "m" else self.n,
+                                          value[free], self.sizes))
         limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
-        if self.k_sizes[self.k[0]] > self.sizes[self.k[0]]:  # the rounded-up values: zeros
-            limits.append((_decompose(self.k[0], self.k, value["k"], self.k_sizes),
-                           self.sizes[self.k[0]]))
+        limits += [(summed[i], self.sizes[i]) for i in self.k  # the rounded-up values: zeros
+                   if self.k_sizes[i] > self.sizes[i]]
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
@@ -406,10 +431,13 @@ class Builder:
             simplified = [(simplify(v, ranges), limit) for v, limit in limits]
             reads = [ir.Binary(ir.Op.LT, v, ir.Int(limit)) for v, limit in simplified
                      if _may_reach(v, limit, ranges)]
+            stride = shape["stride"]
             self.add(f"copy_{tensor}", Kind.COPY, names, domain,
-                     ir.AsyncCopy(element, source, width, reads=_all(reads)), accesses, point)
+                     ir.AsyncCopy(element, source, width, reads=_all(reads),
+                                  stride=self.held_apart(tile, stride)),
+                     accesses, point)
             self.landed(tile, names, domain, order, width, lambda j: ir.Element(
-                tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, j),
+                tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, times(stride, j)),
                                                         row_is_free))))
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",

@@ -21,13 +21,15 @@ step of BK summed values):
                emulator's rule) and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
                have no bank conflicts), the accumulators' round trip through shared memory
-               and the output's lines / one per cycle and SM
+               and the output's lines (counted from the addresses the write deals to its
+               warps, :meth:`EnumeratingModel.output_sectors`; twice where the output is
+               read too) / one per cycle and SM
 * ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
                ``memory``: a warp that reads a strided operand moves whole sectors of it;
                cp.async bypasses L1, and copies through registers are taken to find no
                sector there either, an upper bound where later steps re-read them),
-               and the output (read and written by
-               each part of a split reduction's atomic additions) / L2 BW
+               and the output's sectors as its write's addresses take them (read and
+               written by each part of a split reduction's atomic additions) / L2 BW
 * ``dram``     every tensor once (and the output zeroed before a split) / DRAM bandwidth
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
                fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
@@ -90,6 +92,10 @@ OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragm
 # 114, 126, 128. benchmarks/tensorcore_registers.py prints the whole table.
 COPY_INSTRUCTIONS = 4  # per element copied: address, load, store, loop share
 ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, the copy (LDGSTS), loop share
+# Per copy of a K box's B (tensorcore_tiles.box_indices): the address and its guard (the
+# zeros, CS2R, where it reads none), an LDG.64, a shift for each word's high half and four
+# STS.U16: 12 in the SASS of tccg_14's pick (sm_90)
+BOXED_COPY_INSTRUCTIONS = 12
 # A signed int's quotient and remainder by a constant, as nvcc 13 compiles them for sm_90:
 # IMAD.HI, SHF.R.U32.HI, LEA.HI.SX32 (the quotient) and IMAD (the remainder)
 DIVISION_INSTRUCTIONS = 4
@@ -169,8 +175,11 @@ class EnumeratingModel:
         self.flops = 2.0 * self.batch * math.prod(self.extent.values())
         touched = sum(math.prod(sizes[i] for i in idx) for idx in c.inputs.values())
         self.outputs = self.batch * self.extent["m"] * self.extent["n"]
-        self.compulsory = (touched + self.outputs * (2 if c.reads_output or c.op != "=" else 1)
-                           ) * self.bytes
+        # the output's accesses per element: its write, and its read where beta or an
+        # update (+=) reads it (at the same addresses)
+        self.output_accesses = 2 if c.reads_output or c.op != "=" else 1
+        self.compulsory = (touched + self.outputs * self.output_accesses) * self.bytes
+        self._writes: dict[tuple, tuple[int, int, int, int]] = {}
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
 
@@ -214,6 +223,22 @@ class EnumeratingModel:
     def refine(self, kernel: Any, use_nvcc: bool = True) -> Prediction:
         """The estimate of a generated kernel of this program with ptxas's registers."""
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+
+    def output_sectors(self, tile: Mapping[str, int], size: int | None = None
+                       ) -> tuple[int, int, int, int]:
+        """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of the first
+        block's writes of its ``tile["m"] x tile["n"]`` output tile, of ``size`` bytes each
+        (the program's; a deterministic split's workspace holds the accumulator's), from the
+        addresses the kernel builder deals (:func:`tensorcore_tiles.output_writes`) counted
+        by the emulator's rule: what ``Kernel.counters()`` counts of the write, where the
+        models took it to be ideal (half a line a request in 16 bits; tccg_31's pick takes
+        2.25 lines, tccg_01's 32). Remembered per tile: the bound reads every completion."""
+        size = size or self.bytes
+        key = (tile["m"], tile["n"], size)
+        if key not in self._writes:
+            request, offset = tensorcore_tiles.output_writes(self.program, tile)
+            self._writes[key] = global_requests(offset * size, request, size)
+        return self._writes[key]
 
     def _resources(self, items: tuple, registers: int | None = None
                    ) -> tuple[dict[str, float], int, float] | None:
@@ -309,7 +334,8 @@ class TensorCoreModel(EnumeratingModel):
         """The reduction's steps of the tile's ``k`` values, and, split in ``split``
         parts at most, the steps each part sums and the parts."""
         steps = -(-math.prod(tensorcore_tiles.stepped_k(
-            self.program, self.groups, tile["k"]).values()) // tile["k"])
+            self.program, self.groups, tile["k"], tensorcore_tiles.boxed(self.program, tile)
+        ).values()) // tile["k"])
         return steps, *tensorcore_tiles.split_parts(steps, split)
 
     def copy_sectors(self, params: Mapping[str, Any], steps: int | None = None
@@ -332,6 +358,19 @@ class TensorCoreModel(EnumeratingModel):
                 width * self.bytes)
         return found
 
+    def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        """Requests, sectors, ideal sectors and lines of a complete candidate's first block's
+        output writes (:meth:`output_sectors`)."""
+        described = self._described(params)
+        tile = self._tile(described)
+        return self.output_sectors(tile, self._written_bytes(
+            self._steps(tile, described["split"])[2]))
+
+    def _written_bytes(self, parts: int) -> int:
+        """Bytes of an element the write stores: the output's, or, in a deterministic split,
+        the workspace's accumulator."""
+        return self.accumulator_bytes if parts > 1 and self.program.deterministic else self.bytes
+
     def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
         operands, as :meth:`copy_sectors` counts its first step (remembered per tile: the
@@ -353,15 +392,25 @@ class TensorCoreModel(EnumeratingModel):
         TF32 by cvt.rna (3xTF32's residual, from the same loaded values, by
         :data:`MMA_SYNC_RESIDUAL_INSTRUCTIONS` more) and multiplies 16x16 fragments in two
         mma.sync; swizzled tiles add
-        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load."""
+        :data:`SWIZZLE_INSTRUCTIONS` to each copy and fragment load. Copies that stay a loop
+        (more than :data:`~.tensorcore_tiles.UNROLLED_COPIES` a thread) decompose their row's
+        free group each, where it holds several indices: nvcc computes it once only for
+        unrolled ones (tccg_28's K box pick: 2220 instructions a step executed, 42 IMAD in
+        its copy loop of 4 copies)."""
         m, n, k = self.shape
         copies = runs = 0.0
-        divided, tail = self._k_addresses(tile["k"])
-        for free, width, k_rows in zip((tile["m"], tile["n"]), self.widths,
-                                       (not self.row_a, self.row_b), strict=True):
+        box = tensorcore_tiles.boxed(self.program, p)
+        # a box's K values are the step's, divided once a step, plus the thread's column's
+        divided, tail = (DIVISION_INSTRUCTIONS, 0) if box else self._k_addresses(tile["k"])
+        widths = tensorcore_tiles.copy_widths(self.program, self.groups, box)
+        for operand, free, k_rows in zip(self.operands, (tile["m"], tile["n"]),
+                                         (not self.row_a, self.row_b), strict=True):
+            width = widths[operand]
             if p["async_copy"] and width is not None:  # a cp.async per run of the width
                 copy_runs = tile["k"] * free / width
-                copies += ASYNC_COPY_INSTRUCTIONS * copy_runs
+                strided = box and operand == self.operands[1]
+                copies += (BOXED_COPY_INSTRUCTIONS if strided
+                           else ASYNC_COPY_INSTRUCTIONS) * copy_runs
             else:
                 copy_runs = tile["k"] * free
                 copies += COPY_INSTRUCTIONS * copy_runs
@@ -370,6 +419,9 @@ class TensorCoreModel(EnumeratingModel):
                 copies += copy_runs * (divided + tail)
             else:  # the thread's column of K, once per step
                 copies += threads * (divided + tail)
+                group = self.groups[2 if operand == self.operands[0] else 3]
+                if copy_runs > tensorcore_tiles.UNROLLED_COPIES * threads and len(group) > 1:
+                    copies += copy_runs * (DIVISION_INSTRUCTIONS + len(group))  # in a loop
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         rounds = 1 if self.program.precision == dtypes.TF32 else 2 if self.pieces == 2 else 0
         if p["mapping"] == "mma":
@@ -449,7 +501,11 @@ class TensorCoreModel(EnumeratingModel):
             frags_a * m * k + frags_b * k * n) / WAVEFRONT_BYTES
         sectors, lines = self._copy_traffic(p)  # what the copies' addresses take
         copy_fronts = lines + copied * self.bytes / WAVEFRONT_BYTES  # and the shared stores
-        write_fronts = output * (2 * self.accumulator_bytes + self.bytes) / WAVEFRONT_BYTES
+        # the accumulators' round trip through the C tile, and the lines the output's
+        # addresses take (read too where the output is, without a split)
+        _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts))
+        write_fronts = (output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES
+                        + written_lines * (self.output_accesses if parts == 1 else 1))
         wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
         resident = occupancy * warps
         hidden = self._hidden(resident, tile, clock)
@@ -472,7 +528,7 @@ class TensorCoreModel(EnumeratingModel):
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
             "l2": (tiles * steps * sectors * SECTOR_BYTES
-                   + self._split_l2(blocks * output, parts))
+                   + self._split_l2(blocks * written * SECTOR_BYTES, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
@@ -509,16 +565,17 @@ class TensorCoreModel(EnumeratingModel):
         return self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
 
     def _split_l2(self, written: int, parts: int) -> float:
-        """Bytes the ``written`` output elements of every block move through L2: each once;
-        split, an atomic addition reads and writes its element; deterministic, each part
-        stores its sum into the workspace, which the second kernel reads with the output it
-        writes (counted here, overlapped, though it runs after: the estimate is low by at
-        most that kernel's time)."""
+        """Bytes the sectors of every block's output writes (``written`` bytes) move
+        through L2: each once, and again where the output is read (beta, ``+=``); split, an
+        atomic addition reads and writes its sector; deterministic, each part stores its
+        sum into the workspace, which the second kernel reads with the output it writes
+        (counted here, overlapped, though it runs after: the estimate is low by at most that
+        kernel's time)."""
         if parts == 1:
-            return written * self.bytes
+            return written * self.output_accesses
         if not self.program.deterministic:
-            return 2 * written * self.bytes
-        return (written + (parts + 1) * self.outputs) * self.accumulator_bytes
+            return 2 * written
+        return written + (parts + 1) * self.outputs * self.accumulator_bytes
 
     def _split_dram(self, parts: int) -> float:
         """Bytes a split adds to DRAM's traffic: the output zeroed first, or the workspace of

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -36,6 +37,22 @@ LANES_M, LANES_N = 8, 4
 ROUNDED_K = 1.25
 # The largest M or N tile of a block: 4 warps of 4 fragments of 16 (strategies/tensorcore.py)
 LARGEST_TILE = 256
+# At most this many copies per thread and operand are unrolled (straight-line code in the main
+# loop, their guards decided per copy, their rows' addresses computed once); more stay a loop,
+# as the write's do
+UNROLLED_COPIES = 16
+
+
+# A K box: where A and B lead in memory with different summed indices (tccg_14's A[c,a,d] and
+# B[d,c,b]), a step of one index's values reads one operand a value per row, 32 sectors a warp
+# request where 2 would do. A step of BOX x BOX values, BOX of each of the two, reads both in
+# runs of BOX (32 bytes of 16-bit values: whole sectors): BOX_FRAGMENTS fragment k-extents of
+# 16. Its B copies read BOXED_WIDTH of B's fastest index at once and store them into B's tile
+# BOXED_STRIDE apart (:func:`box_indices`)
+BOX = 16
+BOX_FRAGMENTS = BOX * BOX // 16
+BOXED_WIDTH = 4
+BOXED_STRIDE = BOX * BOX // BOXED_WIDTH
 
 
 def mma_shape(program: Program) -> tuple[int, int, int] | None:
@@ -113,6 +130,68 @@ def _gemm_groups(program: Program) -> tuple[tuple[str, ...], ...] | None:
     reduced = math.prod(program.sizes[i] for i in k)
     return ((a,), (b,), _read_order(m, order_a, output, reduced, _extent(program, n)),
             _read_order(n, order_b, output, reduced, _extent(program, m)), k, batch)
+
+
+def k_box(program: Program) -> tuple[str, str] | None:
+    """The summed indices a K box spans (A's fastest, B's fastest) where the operands are
+    16-bit, lead with two different summed indices, and each of those rounded up to a
+    multiple of :data:`BOX` adds at most :data:`ROUNDED_K` of it; else None. Worked out once
+    per program."""
+    return program.derived("k_box", _k_box)
+
+
+def _k_box(program: Program) -> tuple[str, str] | None:
+    found = gemm_groups(program)
+    if found is None or dtypes.itemsize(program.dtype) != 2:
+        return None
+    (a,), (b,), _, _, k, _ = found
+    inputs = program.contraction.inputs
+    first, second = (fastest_first(inputs[t], program.layout)[0] for t in (a, b))
+    if first == second or first not in k or second not in k:
+        return None
+    if any(-(-program.sizes[i] // BOX) * BOX > ROUNDED_K * program.sizes[i]
+           for i in (first, second)):
+        return None
+    return first, second
+
+
+def boxed(program: Program, p: Mapping[str, Any]) -> bool:
+    """Whether the tensor-core parameters ``p`` take a K box (``frags_k`` of
+    :data:`BOX_FRAGMENTS`, offered where :func:`k_box` finds one)."""
+    return p.get("frags_k") == BOX_FRAGMENTS and k_box(program) is not None
+
+
+# The integer operators a formula is written with: quotient, remainder, sum, multiple (numpy's
+# or the kernel IR's, so that the model's addresses and the kernel's come from one formula)
+Operators = tuple[Callable[[Any, int], Any], Callable[[Any, int], Any], Callable[..., Any],
+                  Callable[[int, Any], Any]]
+NUMPY = (operator.floordiv, operator.mod, lambda *terms: sum(terms), operator.mul)
+
+
+def box_indices(program: Program, ks: Any, column: Any, ops: Operators) -> dict[str, Any]:
+    """Each summed index's value at column ``column`` of a K box step ``ks``'s tiles
+    (:func:`k_box`): the step takes the next box of A's leading index ``c`` (fastest) and
+    B's ``d``, then the next value of the other summed indices. The tile's 16-column block
+    ``s`` holds one value of ``d``, ``4 (s mod 4) + s / 4``, and its columns 16 of ``c``: a
+    fragment's k-extent, 16 values of ``c``, is one block, and B's copies' four values of
+    ``d`` at once (``4 q .. 4 q + 3``) land in blocks ``q, q + 4, q + 8, q + 12``,
+    :data:`BOXED_STRIDE` columns apart, so a warp's stores of eight values of ``c`` at four of
+    ``q`` fill 32 banks once (with the blocks in the order of ``d`` they took 8: four ways)."""
+    quotient, remainder, plus, times = ops
+    first, second = k_box(program)
+    boxes = {i: -(-program.sizes[i] // BOX) for i in (first, second)}
+    block = quotient(column, BOX)
+    values = {first: plus(times(BOX, remainder(ks, boxes[first])), remainder(column, BOX)),
+              second: plus(times(BOX, remainder(quotient(ks, boxes[first]), boxes[second])),
+                           times(4, remainder(block, 4)), quotient(block, 4))}
+    others = [i for i in gemm_groups(program)[4] if i not in values]
+    rest, below = quotient(ks, boxes[first] * boxes[second]), 1
+    for n, index in enumerate(others):
+        digit = quotient(rest, below)
+        values[index] = digit if n == len(others) - 1 else remainder(digit,
+                                                                     program.sizes[index])
+        below *= program.sizes[index]
+    return values
 
 
 def _in_order(group: tuple[str, ...], order: tuple[str, ...]) -> tuple[str, ...]:
@@ -207,17 +286,20 @@ def described_tile(program: Program, described: Mapping[str, Any]) -> dict[str, 
     return tile
 
 
-def stepped_k(program: Program, found: tuple[tuple[str, ...], ...], step: int
-              ) -> dict[str, int]:
+def stepped_k(program: Program, found: tuple[tuple[str, ...], ...], step: int,
+              box: bool = False) -> dict[str, int]:
     """The extents of K's indices as reduction steps of ``step`` values scan them: their
     sizes, the fastest rounded up to a multiple of ``step`` where K holds more indices and
     that adds at most :data:`ROUNDED_K` of it. A step then spans one value of every other
     index, so its copies' indices are the step's (``32 (ks mod 3) + r`` and ``ks / 3``,
     computed once per step) plus the thread's, not a division per element; the rounded-up
     values are zeros, tensor-core work spent (84 -> 96: 14%) to save the divisions
-    (tccg_20)."""
+    (tccg_20). In a K ``box`` (:func:`k_box`) the two indices it spans are rounded up to
+    multiples of :data:`BOX`."""
     k = found[4]
     extents = {i: program.sizes[i] for i in k}
+    if box:
+        return extents | {i: -(-extents[i] // BOX) * BOX for i in k_box(program)}
     rounded = -(-extents[k[0]] // step) * step
     if len(k) > 1 and rounded <= ROUNDED_K * extents[k[0]]:
         extents[k[0]] = rounded
@@ -248,7 +330,7 @@ def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> 
     return fastest_a not in m, fastest_b in n
 
 
-def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]
+def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool = False
                 ) -> dict[str, int | None]:
     """Elements of each operand one asynchronous copy moves, or None where the operand has no
     such width (it is then copied through registers): cp.async moves 4, 8 or 16 bytes,
@@ -258,12 +340,16 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...]
     (:func:`gemm_groups`), and the extent of those (:func:`contiguous_run`) is a multiple of
     the width: a run starts at a multiple of the width there (tiles span multiples of 32
     bytes), every other stride is a multiple of it, and a run is all inside or all outside
-    the tensor."""
+    the tensor. In a K ``box`` B's copies read :data:`BOXED_WIDTH` values of its leading
+    index where its extent is a multiple of that, and store them apart (no cp.async)."""
     (a,), (b,), m, n, k, _ = found
     row_a, row_b = operand_rows_major(program, found)
     size = dtypes.itemsize(program.dtype)
-    return {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
-            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+    widths = {tensor: copy_width(size, (contiguous_run(program, tensor, along),))
+              for tensor, along in ((a, k if row_a else m), (b, n if row_b else k))}
+    if box:
+        widths[b] = BOXED_WIDTH if program.sizes[k_box(program)[1]] % BOXED_WIDTH == 0 else None
+    return widths
 
 
 def contiguous_run(program: Program, tensor: str, group: Sequence[str]) -> int:
@@ -400,24 +486,42 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     of the rows a phase writes (:func:`interleaving`'s, or None: in turn, as in a swizzled
     tile, which places a phase's runs on distinct banks itself). A builder whose block is not
     the parameters' own (the warpgroup one's) gives its ``tile`` extents, the operand
-    tile's ``pad`` and its copy ``widths`` (:func:`copy_widths`'s by default)."""
+    tile's ``pad`` and its copy ``widths`` (:func:`copy_widths`'s by default). B's copies in
+    a K box (``boxed``) are dealt by :func:`box_dealt`, each storing its elements ``stride``
+    columns apart (1 elsewhere)."""
     found = gemm_groups(program)
     a = found[0][0]
+    box = boxed(program, p)
     tile = tile_extents(p, mma_shape(program)) if tile is None else tile
     free = "m" if tensor == a else "n"
     row_a, row_b = operand_rows_major(program, found)
     row_is_free = (row_a if tensor == a else row_b) == (tensor == a)
     rows, columns = ((tile[free], tile["k"]) if row_is_free else (tile["k"], tile[free]))
     if widths is None:
-        widths = copy_widths(program, found) if p["async_copy"] else {}
+        widths = copy_widths(program, found, box) if p["async_copy"] else {}
     width = widths.get(tensor) or 1
+    dealt = box and tensor != a
     pad = operand_pads(program, p)[0 if tensor == a else 1] if pad is None else pad
     size = dtypes.itemsize(program.dtype)
     runs, pitch = columns // width, (columns + pad) * size
-    order = (None if p.get("shared_layout", "pad") == "swizzle"
+    order = (None if p.get("shared_layout", "pad") == "swizzle" or dealt
              else interleaving(rows, runs, width * size, pitch))
     return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
-            "width": width, "runs": runs, "pitch": pitch, "order": order}
+            "width": width, "runs": runs, "pitch": pitch, "order": order, "boxed": box,
+            "dealt": dealt, "stride": BOXED_STRIDE if dealt and width > 1 else 1}
+
+
+def box_dealt(e: Any, width: int, ops: Operators) -> tuple[Any, Any]:
+    """The row of B's tile and the first column that B's copy ``e`` of a K box step writes
+    (:func:`box_indices`'s columns): ``width`` consecutive values of B's leading index ``d``
+    fastest, then the 16 of A's ``c``, then the rows, so that a warp reads whole sectors
+    (four copies of 8 bytes a sector) and stores into 32 banks once."""
+    quotient, remainder, plus, times = ops
+    runs = BOX // width
+    d = times(width, remainder(e, runs))
+    return (quotient(e, BOX * runs),
+            plus(times(4 * BOX, remainder(d, 4)), times(BOX, quotient(d, 4)),
+                 remainder(quotient(e, runs), BOX)))
 
 
 def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int | None = None
@@ -435,19 +539,22 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     shape = copy_shape(program, p, tensor)
     tile = tile_extents(p, mma_shape(program))
     threads = WARP * p["warps_m"] * p["warps_n"]
-    k_sizes = stepped_k(program, found, tile["k"])
+    k_sizes = stepped_k(program, found, tile["k"], shape["boxed"])
     total = -(-math.prod(k_sizes.values()) // tile["k"])
     chunk, _ = split_parts(total, p["split"])
     counted = chunk if steps is None else min(steps, chunk)
     rows, runs, width = shape["rows"], shape["runs"], shape["width"]
     e = np.arange(rows * runs)
-    q = e // runs
-    order = shape["order"]
-    if order is not None:
-        per_phase, apart = order
-        block = per_phase * apart
-        q = block * (q // block) + apart * (q % per_phase) + q // per_phase % apart
-    column = width * (e % runs)
+    if shape["dealt"]:
+        q, column = box_dealt(e, width, NUMPY)
+    else:
+        q = e // runs
+        order = shape["order"]
+        if order is not None:
+            per_phase, apart = order
+            block = per_phase * apart
+            q = block * (q // block) + apart * (q % per_phase) + q // per_phase % apart
+        column = width * (e % runs)
     local_free, local_k = (q, column) if shape["row_is_free"] else (column, q)
     ks = np.arange(counted)[:, None]
     values = {shape["free"]: np.broadcast_to(local_free, (counted, e.size)),
@@ -456,19 +563,65 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     extents = {shape["free"]: math.prod(sizes[i] for i in groups[shape["free"]]),
                "k": math.prod(k_sizes.values())}
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
-    offset = np.zeros((counted, e.size), dtype=np.int64)
-    stride = 1
-    for index in fastest_first(program.contraction.inputs[tensor], program.layout):
-        if index in groups[shape["free"]] or index in k:
-            axis = shape["free"] if index in groups[shape["free"]] else "k"
-            group, extent = groups[axis], sizes if axis == shape["free"] else k_sizes
-            digit = values[axis] // math.prod(extent[i] for i in group[:group.index(index)])
-            if index != group[-1]:
-                digit = digit % extent[index]
-            if axis == "k" and extent[index] > sizes[index]:  # the rounded-up values: zeros
-                inside &= digit < sizes[index]
-            offset += digit * stride
-        stride *= sizes[index]  # a batch index is 0 in the first block
+    digits = (box_indices(program, ks, np.broadcast_to(local_k, (counted, e.size)), NUMPY)
+              if shape["boxed"] else {})
+    offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
+                            {axis: groups[axis] for axis in values},
+                            {shape["free"]: sizes, "k": k_sizes}, digits)
+    inside &= fits
     instruction = ks * -(-e.size // threads) + e // threads
     thread = np.broadcast_to(e % threads, (counted, e.size))
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
+
+
+def output_writes(program: Program, tile: Mapping[str, int]) -> tuple[np.ndarray, np.ndarray]:
+    """The output's writes by the first block (every group's first tile, the first batch
+    value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
+    the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
+    numbered along the output's fastest group, to thread ``t`` of ``T`` in iteration ``c``):
+    per write its warp's request, ``e / 32`` whatever ``T`` (a multiple of 32: warp
+    ``t / 32`` of iteration ``c`` is request ``c T / 32 + t / 32``), and the output element's
+    offset. Elements outside the output write nothing and are left out. What the MMA models
+    count the write's sectors and lines of, as :func:`copy_reads` the copies'."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    sizes = program.sizes
+    e = np.arange(tile["m"] * tile["n"])
+    values = ({"m": e // tile["n"], "n": e % tile["n"]} if output_along_n(program)
+              else {"m": e % tile["m"], "n": e // tile["m"]})
+    groups = {"m": m, "n": n}
+    inside = np.logical_and.reduce([values[axis] < math.prod(sizes[i] for i in groups[axis])
+                                    for axis in groups])
+    offset, _ = _offsets(program, program.output_indices, values, groups,
+                         dict.fromkeys(groups, sizes))
+    return (e // WARP)[inside], offset[inside]
+
+
+def _offsets(program: Program, indices: Sequence[str], values: Mapping[str, np.ndarray],
+             groups: Mapping[str, Sequence[str]], extents: Mapping[str, Mapping[str, int]],
+             digits: Mapping[str, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """The element offsets in a tensor of ``indices`` (its written order) of the groups'
+    linear ``values`` (per axis, each group fastest first, its indices' digits taken at the
+    axis's ``extents``: K's fastest may be rounded up, :func:`stepped_k`), other indices at
+    0 (a batch index in the first block); and whether each value's digits lie inside the
+    tensor's sizes (a rounded-up digit's extra values do not: they are zeros). ``digits``
+    gives some indices' digits outright (a K box's, :func:`box_indices`)."""
+    sizes = program.sizes
+    shape = np.broadcast_shapes(*(np.shape(v) for v in values.values()))
+    offset = np.zeros(shape, dtype=np.int64)
+    inside = np.ones(shape, dtype=bool)
+    stride = 1
+    for index in fastest_first(indices, program.layout):
+        axis = next((a for a, group in groups.items() if index in group), None)
+        if axis is not None:
+            group, extent = groups[axis], extents[axis]
+            if digits and index in digits:
+                digit = digits[index]
+            else:
+                digit = values[axis] // math.prod(extent[i] for i in group[:group.index(index)])
+                if index != group[-1]:
+                    digit = digit % extent[index]
+            if extent[index] > sizes[index]:
+                inside &= digit < sizes[index]
+            offset += digit * stride
+        stride *= sizes[index]
+    return offset, inside

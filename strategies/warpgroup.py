@@ -39,7 +39,15 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
-from .tensorcore_tiles import LANES_M, LANES_N, described_gemm, each, gemm_groups
+from .tensorcore_tiles import (
+    BOX_FRAGMENTS,
+    LANES_M,
+    LANES_N,
+    described_gemm,
+    each,
+    gemm_groups,
+    k_box,
+)
 from .warpgroup_kernel import WARPGROUP_M, WarpgroupBuilder, shared_bytes, wgmma_k
 from .warpgroup_model import WarpgroupModel
 
@@ -96,8 +104,10 @@ class Warpgroup(Strategy):
                       priority=Priority.TILES),
             Parameter("tile_n", TILE_N, "N of the block's tile, one wgmma's n",
                       priority=Priority.TILES),
-            Parameter("frags_k", (1, 2, 4), "wgmma k-extents per reduction step",
-                      priority=Priority.STEP),
+            Parameter("frags_k", (1, 2, 4) + ((BOX_FRAGMENTS,) if k_box(program) else ()),
+                      f"wgmma k-extents per reduction step; {BOX_FRAGMENTS} (where A and B "
+                      "lead with different summed indices) a K box, as the tensor-core "
+                      "mapping's", priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
             Parameter("async_copy", (True, False),

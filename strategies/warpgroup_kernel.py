@@ -22,6 +22,15 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   line, and cp.async takes every 16-bit operand; a TF32 operand whose contiguous index is
   M's or N's moves a word per cp.async (:func:`operand_widths`), a warp's 32 words dealt
   8 rows at 4 K so that their stores take 1 way (:meth:`WarpgroupBuilder.dealt_run`).
+* A K box (``frags_k`` 16, where A and B lead with different summed indices:
+  :func:`.tensorcore_tiles.k_box`) steps over 16 x 16 values of those two, 256 of K: both
+  tiles K-major, four 128-byte swizzled lines of K a row, a wgmma's k16 one 16-column block
+  of a line (:func:`.tensorcore_tiles.box_indices`). A moves by 16-byte cp.async; B by an
+  8-byte vector load into registers whose four values are stored a line of K apart, a block
+  of the tile's rows further on (:meth:`WarpgroupBuilder.held_apart`; the swizzle's XOR
+  repeats there), as the tensor-core kernel's box copies B (cp.async cannot transpose).
+  Those stores are the generic proxy's, as cp.async's are: the same fence to the async
+  proxy before the barrier orders them before the MMAs' reads.
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -68,6 +77,7 @@ from .tensorcore_tiles import (
     LANES_K,
     PAD_BYTES,
     accumulator_dtype,
+    boxed,
     conflict_free_pad,
     copy_widths,
     operand_rows_major,
@@ -112,7 +122,7 @@ class WarpgroupBuilder(Builder):
         self.shape = (WARPGROUP_M, params["tile_n"], wgmma_k(program))
         self.tile = warpgroup_tile(params, program)
         found = ((self.a,), (self.b,), self.m, self.n, self.k, self.batch)
-        self.k_sizes = stepped_k(program, found, self.tile["k"])
+        self.k_sizes = stepped_k(program, found, self.tile["k"], self.box)
         self.threads = ir.WARPGROUP * params["warpgroups"]
         # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
         # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
@@ -122,7 +132,7 @@ class WarpgroupBuilder(Builder):
                       else (self.tile["m"], PAD_BYTES))
         self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: conflict_free_pad(rows * size, line) // size}
         self.tf32 = program.dtype == "float32"
-        self.widths = operand_widths(program, found, params["async_copy"])
+        self.widths = operand_widths(program, found, params["async_copy"], self.box)
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.swizzled = dict(zip((A_TILE, B_TILE), swizzled_tiles(program, params, found),
                                  strict=True))
@@ -212,6 +222,16 @@ class WarpgroupBuilder(Builder):
                 *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
                   else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
 
+    def held_apart(self, tile: str, columns: int) -> int:
+        """Elements between two places ``columns`` of K apart in a row of a K-major tile
+        held in blocks: whole lines of K apart (a K box's B copies, 64 apart: one line of
+        the 128-byte swizzle, a block of the tile's rows further on, where the swizzle's
+        XOR pattern repeats)."""
+        if columns == 1:
+            return 1
+        _, rows, *_ = self.shapes()[tile == B_TILE]
+        return columns // self.line(tile) * rows * CORE_ROWS * self.line(tile)
+
     def k_major(self) -> tuple[bool, bool]:
         """Whether A's and B's tiles are K-major (:meth:`tile_index`)."""
         return k_major_tiles(self.program, (self.row_a, self.row_b))
@@ -271,10 +291,11 @@ class WarpgroupBuilder(Builder):
         def k_start(along_k: int) -> tuple[ir.Expr, ir.Expr]:
             """Block and place in a line where the MMA's K slice starts: a slice of a
             swizzled K-major line starts inside it, where the hardware's XOR of the line's
-            address finds it as the copies placed it."""
+            address finds it as the copies placed it (a K box's 256 values span four
+            lines: blocks along K)."""
             if k >= along_k:
                 return times(k // along_k, kf), ir.Int(0)
-            return ir.Int(0), times(k, kf)
+            return quotient(kf, along_k // k), times(k, remainder(kf, along_k // k))
 
         (a_block, a_line), (b_block, b_line) = k_start(along_k_a), k_start(along_k_b)
 
@@ -329,16 +350,17 @@ class WarpgroupBuilder(Builder):
         self.output()
 
 
-def operand_widths(program: Program, found: tuple[tuple[str, ...], ...], asynchronous: bool
-                   ) -> dict[str, int | None]:
-    """Each operand's cp.async width in elements (:func:`copy_widths`; None everywhere
-    without ``asynchronous`` copies: through registers). TF32 tiles are K-major whatever the
-    operand's layout (wgmma transposes 16-bit operands only), so an operand whose contiguous
-    index is M's or N's moves a word per cp.async, each into a line of its own."""
+def operand_widths(program: Program, found: tuple[tuple[str, ...], ...], asynchronous: bool,
+                   box: bool = False) -> dict[str, int | None]:
+    """Each operand's cp.async width in elements (:func:`copy_widths`, B's a vector load's
+    in a K ``box``; None everywhere without ``asynchronous`` copies: through registers).
+    TF32 tiles are K-major whatever the operand's layout (wgmma transposes 16-bit operands
+    only), so an operand whose contiguous index is M's or N's moves a word per cp.async,
+    each into a line of its own."""
     (a,), (b,), *_ = found
     if not asynchronous:
         return dict.fromkeys((a, b))
-    widths = copy_widths(program, found)
+    widths = copy_widths(program, found, box)
     if program.dtype != "float32":
         return widths
     row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
@@ -360,7 +382,7 @@ def swizzled_tiles(program: Program, params: Mapping[str, Any],
     tile = warpgroup_tile(params, program)
     line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
     majors = k_major_tiles(program, operand_rows_major(program, found))
-    a, b = (tile["k"] == line if k_major else rows % line == 0
+    a, b = (tile["k"] % line == 0 if k_major else rows % line == 0
             for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
     return a, b
 
@@ -375,7 +397,7 @@ def copy_ways(program: Program, params: Mapping[str, Any],
     (a,), (b,), *_ = found
     tile = warpgroup_tile(params, program)
     size = dtypes.itemsize(program.dtype)
-    widths = operand_widths(program, found, params["async_copy"])
+    widths = operand_widths(program, found, params["async_copy"], boxed(program, params))
     row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
     ways = []
     for tensor, rows, along_k, swizzled in zip(

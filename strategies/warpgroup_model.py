@@ -8,14 +8,19 @@ MMAs, from a candidate's parameters.
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
-               in place, a shared load, the rounding and a store per element), a wgmma per
+               in place, a shared load, the rounding and a store per element; a K box's
+               B a vector load and four 16-bit stores per copy), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
-               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place) and the
-               write's round trip (the accumulators' stores 2 ways into a C tile along N); the
+               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place), the
+               write's round trip (the accumulators' stores 2 ways into a C tile along N) and
+               the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
-* ``l2``, ``dram`` as the tensor-core model's
+* ``l2``       the operand tiles' bytes each step, a 32-byte sector per element where a
+               16-bit operand is copied element by element across its fastest index, and
+               the output's sectors as the write's addresses take them;
+* ``dram``     as the tensor-core model's (no split)
 * ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn
@@ -36,8 +41,20 @@ from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
-from .tensorcore_model import OVERHEAD_REGISTERS, EnumeratingModel
-from .tensorcore_tiles import output_along_n
+from .tensorcore_model import (
+    BOXED_COPY_INSTRUCTIONS,
+    OVERHEAD_REGISTERS,
+    SECTOR_BYTES,
+    EnumeratingModel,
+)
+from .tensorcore_tiles import (
+    boxed,
+    contiguous_run,
+    k_box,
+    operand_rows_major,
+    output_along_n,
+    stepped_k,
+)
 from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
@@ -62,9 +79,18 @@ class WarpgroupModel(EnumeratingModel):
         a, b = self.operands
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
-        widths = operand_widths(program, self.groups, True)
-        self.widths = (widths[a], widths[b])
+        self.widths = {box: tuple(operand_widths(program, self.groups, True, box)[t]
+                                  for t in (a, b))
+                       for box in (False, True) if not box or k_box(program)}
         self.tf32 = program.dtype == "float32"  # tiles copied by cp.async are rounded in place
+        # 16-bit operands whose tile rows do not run along their fastest index: a warp's
+        # element copies through registers read a 32-byte sector each (tccg_28's B on steps
+        # along e, where f leads it: no cp.async width either); TF32's are dealt 8 rows at 4 K
+        row_a, row_b = operand_rows_major(program, self.groups)
+        _, _, m, n, k, _ = self.groups
+        self.scattered = tuple(
+            not self.tf32 and contiguous_run(program, tensor, along) == 1
+            for tensor, along in ((a, k if row_a else m), (b, n if row_b else k)))
         # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
         # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
         # at best, whatever the pitch; along M (its rows M) 1
@@ -84,6 +110,11 @@ class WarpgroupModel(EnumeratingModel):
         """No split reduction: nothing to add."""
         return 0.0
 
+    def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
+        """Requests, sectors, ideal sectors and lines of a candidate's first block's output
+        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`)."""
+        return self.output_sectors(warpgroup_tile(params, self.program))
+
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
 
@@ -100,15 +131,20 @@ class WarpgroupModel(EnumeratingModel):
             return None
         tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
                  * self.batch)
-        steps = -(-self.extent["k"] // tile["k"])
+        box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
+        widths = self.widths[box]
+        steps = (math.prod(stepped_k(self.program, self.groups, tile["k"], box).values())
+                 // tile["k"] if box else -(-self.extent["k"] // tile["k"]))
         waves = math.ceil(tiles / (g.sm_count * occupancy))
         quantise = math.ceil(tiles / g.sm_count) * g.sm_count / tiles
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
-        asynchronous = p["async_copy"] and any(self.widths)
-        copies = sum(elements / width * ASYNC_COPY_INSTRUCTIONS if width and p["async_copy"]
-                     else elements * COPY_INSTRUCTIONS
-                     for elements, width in zip(copied.values(), self.widths, strict=True))
+        asynchronous = p["async_copy"] and any(widths)
+        strided = box and p["async_copy"] and widths[1] is not None
+        copies = sum(elements / width * (BOXED_COPY_INSTRUCTIONS if operand == "b" and strided
+                                         else ASYNC_COPY_INSTRUCTIONS)
+                     if width and p["async_copy"] else elements * COPY_INSTRUCTIONS
+                     for (operand, elements), width in zip(copied.items(), widths, strict=True))
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -116,10 +152,14 @@ class WarpgroupModel(EnumeratingModel):
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
         ways_a, ways_b = copy_ways(self.program, p, self.groups)
-        stored = copied["a"] * ways_a + copied["b"] * ways_b
+        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128
+        stored = (copied["a"] * ways_a + copied["b"] * ways_b * (
+            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1))
+        # the output's sectors and lines as the write's addresses take them
+        _, written, _, written_lines = self.output_sectors(tile)
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                              + output * (4 * self.store_ways + 4 + self.bytes)
-                              / WAVEFRONT_BYTES)
+                              + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
+                              + written_lines * self.output_accesses)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
@@ -132,8 +172,12 @@ class WarpgroupModel(EnumeratingModel):
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             "memory": wavefronts * quantise / g.sm_count / clock,
-            "l2": (tiles * sum(copied.values()) * steps + self.outputs) * self.bytes
-            / g.l2_bandwidth,
+            "l2": (tiles * steps * sum(
+                elements * (SECTOR_BYTES if scattered and not (width and p["async_copy"])
+                            else self.bytes)
+                for elements, width, scattered in zip(copied.values(), widths,
+                                                      self.scattered, strict=True))
+                   + tiles * written * SECTOR_BYTES * self.output_accesses) / g.l2_bandwidth,
             "dram": self.compulsory / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }

@@ -11,7 +11,7 @@ from conftest import EXAMPLES
 
 import treduda
 from treduda.codegen import ir
-from treduda.errors import HazardError
+from treduda.errors import HazardError, TredudaError
 from treduda.run.emulator import emulate
 from treduda.run.launch import Launch
 
@@ -119,3 +119,74 @@ def test_a_tile_that_reuses_memory_is_written_a_barrier_after_the_last_access_of
     assert _hazards(_reusing(write, ir.Barrier(), read, ir.Barrier(), reuse, ir.Barrier(),
                              read)) == {"reused memory"}
     assert _hazards(_reusing(write, ir.Barrier(), read, ir.Barrier(), reuse)) == set()
+
+
+def _random_expression(rng: np.random.Generator, depth: int) -> ir.Expr:
+    """An integer expression of sizes ``n``, ``m``, iterators ``i``, ``j``, thread and block
+    ids: every operator (comparisons in conditions), divisions by nonzero constants only (as
+    kernels divide)."""
+    if depth == 0 or rng.random() < 0.2:
+        leaves = [ir.Int(int(rng.integers(-9, 10))), ir.Var("n"), ir.Var("m"), ir.Var("i"),
+                  ir.Var("j"), ir.Index(ir.Builtin.THREAD_ID, int(rng.integers(3))),
+                  ir.Index(ir.Builtin.BLOCK_ID, int(rng.integers(3)))]
+        return leaves[rng.integers(len(leaves))]
+    kind = rng.integers(6)
+    if kind == 0:
+        return ir.Neg(_random_expression(rng, depth - 1))
+    if kind == 1:
+        compare = [ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT]
+        first, second = (ir.Binary(compare[rng.integers(len(compare))],
+                                   *(_random_expression(rng, depth - 1) for _ in "lr"))
+                         for _ in "ab")
+        condition = ir.Binary(ir.Op.AND if rng.random() < 0.5 else ir.Op.OR, first, second)
+        return ir.Select(condition, *(_random_expression(rng, depth - 1) for _ in "tf"))
+    arithmetic = [ir.Op.ADD, ir.Op.SUB, ir.Op.MUL, ir.Op.DIV, ir.Op.MOD, ir.Op.FLOOR_DIV,
+                  ir.Op.MIN, ir.Op.MAX]
+    op = arithmetic[rng.integers(len(arithmetic))]
+    if op in (ir.Op.DIV, ir.Op.MOD, ir.Op.FLOOR_DIV):
+        divisor = int(rng.choice([-7, -3, 1, 2, 4, 5, 16]))
+        return ir.Binary(op, _random_expression(rng, depth - 1), ir.Int(divisor))
+    return ir.Binary(op, *(_random_expression(rng, depth - 1) for _ in "lr"))
+
+
+def test_an_evaluator_computes_what_evaluate_does():
+    """The emulator's evaluators (:func:`ir.evaluator`: what depends on no loop iterator
+    computed once per block) give the values, types and shapes of :func:`ir.evaluate`,
+    iterator by iterator, block by block; an iterator as one integer gives every thread
+    what the same iterator as an array does."""
+    rng = np.random.default_rng(7)
+    lane = np.arange(24)
+    threads = (lane % 4, lane // 4 % 3, lane // 12)
+    sizes = {"n": 13, "m": 6}
+    for _ in range(300):
+        expr = _random_expression(rng, 4)
+        function, varies = ir.evaluator(expr, sizes)
+        for block in ((1, 0, 2), (0, 3, 1)):
+            memo = {}
+            for i, j in ((0, 3), (5, -2), (lane - 7, 4)):  # iterators: scalars or per thread
+                env = {**sizes, "i": i, "j": j}
+                expected = ir.evaluate(expr, env, threads, block)
+                got = function(env, threads, block, memo)
+                assert type(got) is type(expected)
+                assert np.array_equal(got, expected) and np.shape(got) == np.shape(expected)
+                assert np.result_type(got) == np.result_type(expected)
+                # an iterator the emulator keeps as one integer: the values of an array of it
+                spread = {**env, "i": np.broadcast_to(i, lane.shape).copy()}
+                assert np.array_equal(np.broadcast_to(got, lane.shape), np.broadcast_to(
+                    ir.evaluate(expr, spread, threads, block), lane.shape))
+        assert varies == any(isinstance(e, ir.Var) and e.name in "ij" for e in _nodes(expr))
+
+
+def test_an_evaluator_without_a_value_raises_what_evaluate_raises():
+    """An index expression of a size the kernel was not given (a symbolic kernel) fails in
+    the emulator's evaluator with :func:`ir.evaluate`'s message, naming the variable."""
+    expr = ir.Binary(ir.Op.ADD, ir.Var("i"), ir.Var("n"))
+    function, _ = ir.evaluator(expr, {"m"})
+    with pytest.raises(TredudaError, match="no value for 'n'"):
+        function({"i": 1}, (0, 0, 0), (0, 0, 0), {})
+
+
+def _nodes(e: ir.Expr):
+    yield e
+    for child in ir.children(e):
+        yield from _nodes(child)

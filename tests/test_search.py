@@ -268,9 +268,11 @@ def test_a_stopped_climb_still_settles_the_winners_last_decisions():
 
 def test_a_budgeted_search_climbs_from_every_mapping():
     # tccg_34: best-first spent its budget under mappings with b_c on x, which leave the
-    # output's stride-1 index a on z and every store uncoalesced (0.320 ms predicted). The
-    # local search, seeded with the best candidate of every mapping, reaches the GETT grouping
-    # a*b_c on x (0.234 ms).
+    # output's stride-1 index a on z and every store uncoalesced (0.330 ms predicted). The
+    # local search, seeded with the best candidate of every mapping, reaches one with a on x
+    # (0.320 ms: a,b_c,d). The GETT grouping a*b_c on x it reached before (0.234 ms) read A's
+    # tile by 4 cyclic registers at 6 ways each (Kernel.counters), where the model merged
+    # them into one access at 1.5; counted apart, it is 0.536 ms.
     expression = "C[a,b,c,d,e,f] = A[d,f,g,a]*B[g,e,b,c]"
     sizes = {"a": 24, "b": 20, "c": 20, "d": 24, "e": 20, "f": 20, "g": 24}
     searcher = Searcher(plan(expression, sizes, layout="F"), "H100")
@@ -278,10 +280,10 @@ def test_a_budgeted_search_climbs_from_every_mapping():
     orders = searcher.space.parameters[0]
     assert orders.name == "order"
     assert {c.params["order"] for c in result.candidates} == set(orders.values)
-    assert result.best.params["order"].startswith("a*b_c,")
+    assert result.best.params["order"].startswith("a,")
     b_c_on_x = min(c.prediction.seconds for c in result.candidates
                    if c.params["order"].startswith("b_c,"))
-    assert result.best.prediction.seconds < 0.8 * b_c_on_x
+    assert result.best.prediction.seconds < b_c_on_x
 
 
 def test_the_local_search_climbs_the_fastest_seed_first_and_moves_its_mapping_last():

@@ -72,10 +72,14 @@ def test_a_program_of_small_steps_is_planned_without_dives_or_searches(monkeypat
                        np.einsum(expr, *arrays))
 
 
-def test_a_step_that_sums_a_scalar_read_is_modelled_and_computes_einsum():
+@pytest.mark.parametrize("expr", ["ab,ab,c->", "ab,ab,cd,cd->"])
+def test_a_step_that_sums_a_scalar_read_is_modelled_and_computes_einsum(expr):
     # opt_einsum's 'ab,ab,c->': a step multiplies by c's sum, a read without indices inside
-    # a reduction, whose load share the model took along a fastest index it does not have.
+    # a reduction, whose load share the model took along a fastest index it does not have;
+    # 'ab,ab,cd,cd->' multiplies two such sums, whose reads the model asked for their
+    # fastest index (an IndexError) before it could tell they have none.
     rng = np.random.default_rng(4)
-    a, b, c = rng.random((3, 5)), rng.random((3, 5)), rng.random(4)
-    result = treduda.contract("ab,ab,c->", a, b, c)
-    np.testing.assert_allclose(result, np.einsum("ab,ab,c->", a, b, c), rtol=1e-5)
+    sizes = {"a": 3, "b": 5, "c": 4, "d": 2}
+    arrays = [rng.random([sizes[i] for i in term]) for term in expr.split("->")[0].split(",")]
+    result = treduda.contract(expr, *arrays)
+    np.testing.assert_allclose(result, np.einsum(expr, *arrays), rtol=1e-5)

@@ -109,3 +109,36 @@ def test_unswitched_kernels_match_numpy(layout, strategy, params, symbolic):
         assert not any(isinstance(c, ir.If) for c in ir.nested(s))
     k.verify(SIZES)
     assert not k.hazards(SIZES)
+
+
+@pytest.mark.parametrize(("sizes", "divergent"), [
+    ({"i": 37, "j": 35, "k": 30}, True),  # the short last step: some threads copy no A
+    ({"i": 37, "j": 35, "k": 32}, False),  # every step alike: the steps separated
+])
+def test_the_separate_scan_is_skipped_only_where_it_would_be_thrown_away(
+        monkeypatch, sizes, divergent):
+    """The scan of full blocks with its steps separated gives barriers to some threads only
+    where some thread runs a statement in steps that others skip; foreseen, that scan is not
+    made, and the kernel is the one made when it was (and then thrown away)."""
+    from treduda.polyhedral import ast_build
+
+    params = {"block_x": 8, "block_y": 4, "reg_x": 2, "reg_y": 2, "step": 4, "stage": "A,B"}
+    found = []
+    split = ast_build._split_by_thread
+    monkeypatch.setattr(ast_build, "_split_by_thread",
+                        lambda *args: found.append(split(*args)) or False)
+    monkeypatch.setattr(ast_build, "_divergent_barrier",
+                        lambda s, check=ast_build._divergent_barrier: found.append(check(s))
+                        or found[-1])
+    scanned = treduda.compile(GEMM, sizes, strategy="tiled+staged", params=params,
+                              cache=False).cuda_source
+    assert found == [divergent, divergent]  # foreseen, then found by the scan
+    monkeypatch.undo()
+    treduda.api._forget()  # as a new process: this one keeps its kernel
+    del found[:]
+    monkeypatch.setattr(ast_build, "_divergent_barrier",
+                        lambda s, check=ast_build._divergent_barrier: found.append(check(s))
+                        or found[-1])
+    assert treduda.compile(GEMM, sizes, strategy="tiled+staged", params=params,
+                           cache=False).cuda_source == scanned
+    assert found == ([] if divergent else [False])  # made again, with no scan thrown away

@@ -6,11 +6,13 @@ with HGMMA in the main loop, and no offer of it where the GPU has no wgmma."""
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import numpy as np
 import pytest
-from conftest import MMA_CASES
-from treduda.strategies.tensorcore_tiles import gemm_groups
+from conftest import MMA_CASES, bound_paths_hold
+from treduda.strategies.tensorcore_kernel import B_TILE
+from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, gemm_groups
 from treduda.strategies.warpgroup_kernel import copy_ways
 
 import treduda
@@ -130,6 +132,92 @@ def test_mmas_left_in_flight_one_group_too_many_are_a_hazard():
     too_many = _rewritten(kernel, ir.WarpgroupWait,
                           lambda s: ir.WarpgroupWait(2) if s.pending else s)
     assert "unfinished wgmma" in {h.kind for h in too_many.hazards()}
+
+
+TCCG_14 = "C[a,b]=A[c,a,d]*B[d,c,b]"
+BOX_SIZES = {"a": 40, "b": 36, "c": 40, "d": 40}  # c and d rounded up to 48, partial tiles
+BOX = {**SMALL, "tile_n": 64, "frags_k": BOX_FRAGMENTS}
+
+
+def _mirrored(expression: str) -> str:
+    """``expression`` with every tensor's indices reversed: the same memory order in the other
+    layout."""
+    return re.sub(r"\[([a-z,]+)\]", lambda m: "[" + ",".join(reversed(m[1].split(","))) + "]",
+                  expression)
+
+
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layout):
+    """A K box (tccg_14's c and d, 256 values a step: four 128-byte swizzled lines of K a
+    row): A by 16-byte cp.async, B by 8-byte vector loads whose four values land a line of
+    K (64 rows of 64 values) apart; partial tiles and boxes, in column-major layout and
+    mirrored in row-major."""
+    expression = TCCG_14 if layout == "F" else _mirrored(TCCG_14)
+    kernel = _compile(expression, BOX_SIZES, layout=layout, params=BOX)
+    copies = {(s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
+              if isinstance(s, ir.AsyncCopy)}
+    assert copies == {(8, 1), (4, 64 * 64)}
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+    assert kernel.counters(steps=2).worst_ways() == 1
+
+
+def test_box_tiles_stored_through_registers_need_the_proxy_fence():
+    """B's tile, stored by generic-proxy stores from registers, is read by the MMAs only
+    after the async-proxy fence: without it the emulator reports B's elements."""
+    kernel = _compile(TCCG_14, BOX_SIZES, layout="F", params=BOX)
+    unfenced = _rewritten(kernel, ir.ProxyFence, lambda s: None).hazards()
+    assert B_TILE in {h.array for h in unfenced if h.kind == "missing proxy fence"}
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "sizes", "params"), [
+    ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", BOX_SIZES, {"stages": 3}),
+    ("C[a,b] += A[c,a,d]*B[d,c,b]", BOX_SIZES, {"stages": 1}),
+    (TCCG_14, BOX_SIZES, {"async_copy": False}),  # both through registers
+    (TCCG_14, {"a": 150, "b": 70, "c": 16, "d": 30},
+     {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "stages": 1}),
+    ("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]", {"a": 5, "b": 4, "c": 4, "d": 6, "e": 16, "f": 40},
+     {"tile_n": 32}),
+], ids=["alpha_beta", "update", "registers", "two_groups", "tccg_28"])
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, dtype, layout):
+    if layout == "C":
+        expression = _mirrored(expression)
+    kernel = _compile(expression, sizes, dtype, layout, {**BOX, **params})
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.hazards() == []
+
+
+def test_the_h100_search_takes_a_box_where_steps_along_one_index_read_sectors_per_value():
+    """tccg_28's B leads with f, A with e: steps along e copy B a value per 32-byte sector
+    through registers, and the model's L2 charge for them makes the box the pick; branch and
+    bound finds the best the exhaustive enumeration does in the space with boxes."""
+    searcher = Searcher(plan("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]",
+                             {"a": 24, "b": 20, "c": 20, "d": 24, "e": 48, "f": 48}, "F",
+                             "float16"), "H100", "warpgroup")
+    assert bound_paths_hold(searcher) > 50
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
+    assert best.params["frags_k"] == BOX_FRAGMENTS
+
+
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_box_kernels_build_hgmma_fed_by_cp_async_and_the_boxs_vector_loads():
+    """tccg_14 at its size: the main loop's global reads are A's LDGSTS and B's 8-byte
+    LDG (the box's transposing copy through registers: cp.async cannot scatter), no
+    other LDG; NVRTC builds it for sm_90a too."""
+    kernel = _compile(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, layout="F",
+                      params={**BOX, "warpgroups": 2, "tile_n": 128, "stages": 1})
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 16}
+    assert "LDGSTS" in kinds["async copy"]
+    assert report.main_loop_opcodes["LDG"] > 0 and set(report.global_load_widths) == {64}
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])

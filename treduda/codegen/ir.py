@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -293,13 +293,19 @@ class AsyncCopy:
     ``source`` is then only an address, which the instruction needs and never reads (it may
     lie outside the tensor). With ``reads`` (a condition of the thread's indices) it reads
     only where that holds and zero-fills elsewhere: one instruction where a copy and a
-    zero-fill under complementary guards took two and the branches between them."""
+    zero-fill under complementary guards took two and the branches between them. With a
+    ``stride`` other than 1 the elements land ``stride`` apart in the target (the transposing
+    copy of a tile whose rows run along another index than the tensor's fastest: a K box of
+    :mod:`treduda.strategies.tensorcore_kernel`), which no cp.async can do: the source is read
+    in one aligned vector load into registers and its elements are stored one by one, at once,
+    as where the hardware has no cp.async."""
 
     target: Load
     source: Load
     width: int = 1
     zero: bool = False
     reads: Expr | None = None
+    stride: int = 1
 
 
 @dataclass(frozen=True)
@@ -655,10 +661,11 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return (e.condition, e.if_true, e.if_false) if isinstance(e, Select) else ()
 
 
-def lanes(first: Load, width: int) -> list[Load]:
+def lanes(first: Load, width: int, stride: int = 1) -> list[Load]:
     """The elements of a vector access (:class:`VectorLoad`, :class:`VectorStore`) that
-    starts at ``first``, one per lane."""
-    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(n)))
+    starts at ``first``, one per lane, or of the target of a copy whose elements land
+    ``stride`` apart (:attr:`AsyncCopy.stride`)."""
+    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(stride * n)))
                       for n in range(1, width)]
 
 
@@ -824,6 +831,79 @@ def evaluate(expr: Expr, env: Mapping[str, Any], threads: Sequence | None = None
         return np.where(condition, evaluate(expr.if_true, env, threads, blocks),
                         evaluate(expr.if_false, env, threads, blocks))
     raise TredudaError(f"cannot evaluate {expr!r} on the host")
+
+
+Evaluator = Callable[[Mapping[str, Any], Sequence, Sequence, dict], Any]
+
+
+def evaluator(expr: Expr, fixed: Collection[str]) -> tuple[Evaluator, bool]:
+    """:func:`evaluate` of ``expr`` as a function of ``(env, threads, blocks, memo)``, and
+    whether it depends on variables not in ``fixed`` (loop iterators; if not, one call per
+    thread block gives its value): what the emulator calls on every statement it executes.
+    The dispatch on node types is done here, once; a part that depends on ``fixed``, thread
+    and block ids only is evaluated once per ``memo`` (one per block), at its first use. It
+    returns what :func:`evaluate` would."""
+    varying: dict[int, bool] = {}  # by id: the nodes of expr live as long as its evaluator
+
+    def mark(e: Expr) -> bool:
+        if isinstance(e, Var):
+            varying[id(e)] = e.name not in fixed
+        else:
+            varying[id(e)] = any([mark(child) for child in children(e)])
+        return varying[id(e)]
+
+    mark(expr)
+    return _evaluator(expr, varying), varying[id(expr)]
+
+
+def _evaluator(expr: Expr, varying: Mapping[int, bool]) -> Evaluator:
+    """:func:`evaluator`'s function of ``expr``, whose nodes vary with the loop iterators
+    where ``varying`` (by id) says so."""
+    if isinstance(expr, Int):
+        value = expr.value
+        return lambda env, threads, blocks, memo: value
+    if not varying[id(expr)]:  # evaluated once per block
+        key = id(expr)
+
+        def once(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                 memo: dict) -> Any:
+            if key not in memo:
+                memo[key] = evaluate(expr, env, threads, blocks)
+            return memo[key]
+
+        return once
+    if isinstance(expr, Var):
+        name = expr.name
+
+        def variable(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                     memo: dict) -> Any:
+            if name not in env:  # evaluate's error: no value for it
+                return evaluate(expr, env, threads, blocks)
+            return env[name]
+
+        return variable
+    functions = [_evaluator(child, varying) for child in children(expr)]
+    if isinstance(expr, Neg):
+        (operand,) = functions
+        return lambda env, threads, blocks, memo: -operand(env, threads, blocks, memo)
+    if isinstance(expr, Binary):
+        left, right = functions
+        operation = _OPERATIONS[expr.op]
+        return lambda env, threads, blocks, memo: operation(
+            left(env, threads, blocks, memo), right(env, threads, blocks, memo))
+    if isinstance(expr, Select):
+        condition, if_true, if_false = functions
+
+        def select(env: Mapping[str, Any], threads: Sequence, blocks: Sequence,
+                   memo: dict) -> Any:
+            taken = condition(env, threads, blocks, memo)
+            if np.ndim(taken) == 0:
+                return (if_true if taken else if_false)(env, threads, blocks, memo)
+            return np.where(taken, if_true(env, threads, blocks, memo),
+                            if_false(env, threads, blocks, memo))
+
+        return select
+    return lambda env, threads, blocks, memo: evaluate(expr, env, threads, blocks)  # raises
 
 
 def swizzled(offset: Any, shift: int, size: int = 2) -> Any:

@@ -371,7 +371,10 @@ class Printer:
 
     def async_copy(self, s: ir.AsyncCopy, depth: int) -> list[str]:
         """One cp.async; where the dialect has none, the assignments of the elements it
-        copies (or zeros), which end where it would once waited for."""
+        copies (or zeros), which end where it would once waited for; a strided one
+        (:meth:`strided_copy`) in both dialects."""
+        if s.stride != 1:
+            return self.strided_copy(s, depth)
         if not self.dialect.copy_async:
             pairs = zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width), strict=True)
             return [line for target, source in pairs for line in self.stmt(ir.Assign(
@@ -383,6 +386,28 @@ class Printer:
         return [INDENT * depth + self.dialect.copy_async.format(
             bytes=size, target=self.address(s.target), source=self.address(s.source),
             read=read)]
+
+    def strided_copy(self, s: ir.AsyncCopy, depth: int) -> list[str]:
+        """A copy whose elements land :attr:`ir.AsyncCopy.stride` apart: its 8 or 16 bytes
+        read as 32-bit words in one vector load (``LDG.64``/``LDG.128``; zeros where it
+        does not read), each 16-bit element stored from its half of a word, the first in
+        the low half (both targets are little-endian)."""
+        d, pad = self.dialect, INDENT * depth
+        words = s.width * itemsize(self.kernel.dtype) // 4
+        if itemsize(self.kernel.dtype) != 2 or words not in (2, 4):
+            raise TypeError(f"a strided copy moves 8 or 16 bytes of 16-bit values, not {s!r}")
+        vector = f"{d.integer_types['int32'][1]}{words}"
+        zeros = d.vector.format(type=vector, values=", ".join(["0u"] * words))
+        load = d.vector_load.format(type=vector, width=words, address=(
+            f"({d.global_pointer}const {d.uint} *){self.address(s.source)}"))
+        value = (zeros if s.zero else load if s.reads is None
+                 else f"{self._wrap(s.reads, _SELECT + 1)} ? {load} : {zeros}")
+        lines = [f"{pad}{{", f"{pad}{INDENT}const {vector} td_run = {value};"]
+        for n, target in enumerate(ir.lanes(s.target, s.width, s.stride)):
+            half = f"td_run.{LANES[n // 2]}" + (" >> 16" if n % 2 else "")
+            lines.append(f"{pad}{INDENT}{target.array}[{self.offset(target)}] = "
+                         f"({d.ushort})({half});")
+        return [*lines, f"{pad}}}"]
 
     def address(self, e: ir.Load) -> str:
         """The address of an element as it is held (a stored type's, without conversion)."""

@@ -83,42 +83,78 @@ class _Accesses(_Tiles):
             found = found + values * strides.get(slowest, 0)
         return found
 
-    def wavefronts(self, read: _Read) -> float:
+    def wavefronts(self, read: _Read, exact: bool = False) -> float:
         """LSU wavefronts per value a thread loads of ``read`` in the compute statement, from
         the addresses warp 0 loads: distinct cache lines (global) or the busiest bank's
         distinct words (shared). A thread's registers along x count as one access of up to 16
-        bytes (the kernel IR merges neighbours into vector loads where it proves them aligned,
-        :mod:`treduda.codegen.vectorize`; the measured H100 times, of kernels from before it,
-        show no more conflicts where nothing merged them), and in a staged tile whose rows are
-        16-byte aligned,
-        so do neighbours along the reduction (see :meth:`vectorisable`). An access's
-        wavefronts are shared by its values, no fewer than a 16-byte vector's.
-        While what decides it is open, the least any access costs: a wavefront shared by a
-        16-byte vector (for an open padding, the better of its values)."""
+        bytes where they sit side by side (the kernel IR merges such neighbours into vector
+        loads, :mod:`treduda.codegen.vectorize`). ``exact`` (the estimate), those that do not
+        in a staged tile are accesses of their own, each with its conflicts
+        (:meth:`_side_by_side`), unless the tile's fastest index is an unrolled summed one,
+        along which ptxas merges a thread's loads as far as their alignment allows (GEMM
+        4096^3 on the H100, A's tile read by 4 adjacent registers along i at 4 ways in
+        Kernel.counters: 19.3 ms measured, 19.6 predicted with them merged, 44 apart; its SASS
+        loads A by LDS.128 and LDS.32 mixed); the bound counts them as one, the fewest any
+        schedule costs. In a staged tile whose rows are 16-byte aligned, neighbours along the
+        reduction merge too (see :meth:`vectorisable`). An access's wavefronts are shared by
+        its values, no fewer than a 16-byte vector's. While what decides it is open, the least
+        any access costs: a wavefront shared by a 16-byte vector (for an open padding, the
+        better of its values)."""
         staged = self.staged(read)
         if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
             return self.m.least_wavefronts
-        key = ("read", read, self.warp_shape, staged)
-        if staged:  # its tile, its padding, its vector loads along the reduction
-            key += (self.tile_decisions, self.options("pad"), self.vectorisable(read))
-        return self.memo(key, lambda: self._wavefronts(read, staged))
+        key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read))
+        if staged:  # its tile, its padding
+            key += (self.tile_decisions, self.options("pad"))
+        return self.memo(key, lambda: self._wavefronts(read, staged, exact))
 
-    def _wavefronts(self, read: _Read, staged: bool) -> float:
+    def _wavefronts(self, read: _Read, staged: bool, exact: bool) -> float:
         least = self.m.least_wavefronts
         warp = self.lanes
         values = self.m.per_access(staged)
         grouped = bool(self.order) and self.order[0][0] in read.indices
+        # a staged tile's registers whose loads stay apart: not where ptxas merges a thread's
+        # neighbours along an unrolled reduction itself, as far as their alignment allows
+        # (vectorisable); global reads pay per request (Model._request_wavefronts)
+        separate = exact and staged and not self.vectorisable(read)
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
-            group = warp[0][:values] if grouped else warp[0][:1]
-            return max(least, self._fronts(read, strides, staged, len(group)) / len(group)
-                       * (least if reduction_vector else 1.0))
+            group = len(warp[0][:values]) if grouped else 1
+            fronts = self._fronts(read, strides, staged, group) / group
+            if separate and not self._side_by_side(strides, group):
+                fronts = max(fronts, self._fronts(read, strides, staged, 1))
+            return max(least, fronts * (least if reduction_vector else 1.0))
 
         if not staged:
             return cost(read.strides, False)
         vector = self.vectorisable(read)
         return min(cost(self.tile_strides(read, pad), vector and self._aligned(read, pad))
                    for pad in self.options("pad"))
+
+    def _inside(self, group: int) -> np.ndarray:
+        """Which of the first ``group`` registers of warp 0's lanes (:attr:`lanes`) lie inside
+        the output along every axis the warp spans: where an axis's extent is less than its
+        tile, the others load nothing (tccg_07's rival: a of 48 on tiles of 64, 12 of x's 16
+        threads load, 12-way conflicts in Kernel.counters where all 16 would make 16)."""
+        lanes = self.lanes[:, :group]
+        inside = np.ones(lanes.shape[:2], dtype=bool)
+        for n in range(min(len(self.order), lanes.shape[2])):
+            inside &= (lanes[:, :, 0] if n == 0 else lanes[:, :1, n]) < self.extents[n]
+        return inside
+
+    def _side_by_side(self, strides: Mapping[str, int], group: int) -> bool:
+        """Whether each lane's first ``group`` registers along x sit side by side at
+        ``strides``, so that one vector access loads them (:mod:`~treduda.codegen.vectorize`
+        merges only such runs); else each register is an access of its own, with its own
+        conflicts (one register's: the others' are its addresses shifted). tccg_07's rivals
+        on the H200 read a staged tile of A by 4 adjacent registers along a, not the tile's
+        fastest index: their SASS loads each by a scalar LDS, and their warps meet 12-way
+        conflicts (Kernel.counters; 4 in the pick). They ran 1.33 ms, the pick 0.59 ms, where
+        a merged access rated all three within 18%."""
+        if group == 1:
+            return True
+        offsets = self.offsets(strides, group)
+        return bool(np.all(offsets - offsets[:, :1] == np.arange(group)))
 
     def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
@@ -127,7 +163,7 @@ class _Accesses(_Tiles):
         key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
 
         def fronts() -> int:
-            offsets = self.offsets(strides, group)
+            offsets = self.offsets(strides, group)[self._inside(group)]
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
@@ -185,7 +221,9 @@ class _Accesses(_Tiles):
     def vectorisable(self, read: _Read) -> bool:
         """Whether a thread may read neighbours of ``read`` in one vector access: its fastest
         index in memory (and in its tile) is a summed index the step's loop unrolls (or the
-        unrolling is still open)."""
+        unrolling is still open); a scalar (no index) has no neighbours."""
+        if not read.indices:
+            return False
         fastest = geometry.fastest(self.m.program, read.indices)
         return fastest in self.m.unrolled and self.p.get("unroll", True) is not False
 

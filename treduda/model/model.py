@@ -192,7 +192,7 @@ class Model(Counts):
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one) with, in the estimate, each global request's own
         # (:meth:`_request_wavefronts`), and copies (counted per warp already)
-        wavefronts = (sum(max(o.wavefronts(r), self._request_wavefronts(o, r, exact))
+        wavefronts = (sum(max(o.wavefronts(r, exact), self._request_wavefronts(o, r, exact))
                           / o.reuse(r) for r in self.reads) / 32 * warp_round
                       + o.copy_wavefronts(exact))
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
@@ -347,7 +347,7 @@ class Model(Counts):
                       "to the FMAs (a larger register tile reuses operands more)")
         elif binding == "memory":
             loads = sum(1 / o.reuse(r) for r in self.reads)
-            fronts = (sum(o.wavefronts(r) / o.reuse(r) for r in self.reads) / loads if loads
+            fronts = (sum(o.wavefronts(r, True) / o.reuse(r) for r in self.reads) / loads if loads
                       else 1)
             reason = (f"load/store units bind: {loads:.2f} operand loads per FMA at "
                       f"{fronts:.1f} wavefronts each (the register tile sets the loads, "

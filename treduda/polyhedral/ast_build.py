@@ -154,9 +154,14 @@ def build(scheduled: Scheduled, name: str) -> Built:
     if full is not None:  # the same scan where every guard of an edge block holds
         inside = full.intersect(blocks).params()
         # Separated, the steps run without the tests of a pipeline's first and last ones,
-        # unless that gives threads barriers of their own (see "atomic" above).
-        fast = converter.node(scan(context.intersect(inside), "separate"))
-        if _divergent_barrier(fast):
+        # unless that gives threads barriers of their own (see "atomic" above): foreseen
+        # where the steps hold barriers and some thread runs a statement in steps that
+        # others skip, found afterwards otherwise.
+        barriers = any(ir.has_barrier(s.body) for s in scheduled.statements)
+        separate = not (steps and barriers and _split_by_thread(
+            scanned, context.intersect(inside), max(steps) - len(pinned)))
+        fast = converter.node(scan(context.intersect(inside), "separate")) if separate else None
+        if fast is None or _divergent_barrier(fast):
             fast = converter.node(scan(context.intersect(inside)))
         condition = isl.AstBuild.from_context(context).expr_from_set(inside)
         body = ir.If(_expr(condition, names), fast, body)
@@ -212,6 +217,30 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
         lacking = lacking.union(every.subtract(points).domain())
     full = used.subtract(lacking).coalesce()
     return None if full.is_empty() or lacking.is_empty() else full
+
+
+def _split_by_thread(schedule: isl.UnionMap, context: isl.Set, last: int) -> bool:
+    """Whether, in ``context``, the scan coordinates up to ``last`` (the innermost step) at
+    which some statement of ``schedule`` (``{ S[...] -> [c...] }``) runs differ between the
+    threads of a block that run it: isl's "separate" then splits the step loop where they
+    do, into loops and tests of thread ids around barriers (:func:`_divergent_barrier`)."""
+    maps: list[isl.Map] = []
+    schedule.foreach_map(maps.append)
+    for m in maps:
+        points = m.intersect_params(context).range()
+        n = points.dim(isl.dim_type.set)
+        outer = points.project_out(isl.dim_type.set, last + 1, n - last - 1)
+        anyone = outer
+        for name in THREAD_PARAMS:  # { [c] : some thread runs S at c }
+            position = anyone.find_dim_by_name(isl.dim_type.param, name)
+            if position >= 0:
+                anyone = anyone.project_out(isl.dim_type.param, position, 1)
+        # the threads that run S at all (others skip it in every step: a test of thread ids
+        # around S alone, no barrier in it)
+        anyone = anyone.align_params(outer.get_space()).intersect_params(outer.params())
+        if not anyone.is_subset(outer):
+            return True
+    return False
 
 
 def _guarded_loop(s: ir.Stmt) -> bool:

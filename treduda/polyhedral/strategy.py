@@ -17,6 +17,7 @@ import enum
 import functools
 import importlib
 import math
+import operator
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -118,6 +119,10 @@ class Constraint:
     holds: Callable[[Mapping[str, Any]], bool]
 
 
+# The rules' outcomes a parameter space remembers (ParamSpace._holds), all forgotten beyond.
+RULES_KEPT = 1 << 16
+
+
 @dataclass(frozen=True)
 class ParamSpace:
     """The parameters of a strategy for one program, in decision order, and their rules."""
@@ -143,7 +148,39 @@ class ParamSpace:
         local search checks thousands of neighbours a change or two away from a candidate,
         and checking every rule of each took a sixth of GEMM 4096^3's search)."""
         changed = {**valid, **changes}
-        return any(not c.holds(changed) for name in changes for c, _ in self._rules_of[name])
+        return any(not self._holds(rule, changed) for name in changes
+                   for rule in self._checks_of[name])
+
+    def _holds(self, rule: tuple[int, Callable[[Mapping[str, Any]], Any], Constraint],
+               fixed: Mapping[str, Any]) -> bool:
+        """Whether ``rule`` (its number, what reads its parameters' values, the rule) holds
+        for ``fixed``, remembered by the values of the parameters it reads, which are all it
+        may read: a local search checks the same rules for the same few values thousands of
+        times (the shared-memory rules of GEMM 4096^3's staging, a sixth of its neighbours'
+        checks)."""
+        number, read, constraint = rule
+        key = (number, read(fixed))
+        found = self._outcomes.get(key)
+        if found is None:
+            found = bool(constraint.holds(fixed))
+            if len(self._outcomes) >= RULES_KEPT:
+                self._outcomes.clear()
+            self._outcomes[key] = found
+        return found
+
+    @functools.cached_property
+    def _outcomes(self) -> dict[tuple, bool]:
+        """The rules' outcomes by their parameters' values (:meth:`_holds`)."""
+        return {}
+
+    @functools.cached_property
+    def _checks_of(self) -> dict[str, tuple[tuple[int, Callable[[Mapping[str, Any]], Any],
+                                                  Constraint], ...]]:
+        """For each parameter, the rules that read it, as :meth:`_holds` takes them."""
+        numbers = {id(c): n for n, c in enumerate(self.constraints)}
+        return {name: tuple((numbers[id(c)], operator.itemgetter(*c.needs), c)
+                            for c, _ in rules)
+                for name, rules in self._rules_of.items()}
 
     @functools.cached_property
     def _needs(self) -> tuple[tuple[Constraint, frozenset[str]], ...]:
@@ -167,10 +204,18 @@ class ParamSpace:
         names = fixed.keys()
         for p in self.parameters:
             if p.name not in fixed:
-                rules = [c for c, others in self._rules_of[p.name] if others <= names]
-                return p, tuple(v for v in p.values if not any(
-                    not c.holds({**fixed, p.name: v}) for c in rules))
+                rules = [rule for rule, (_, others) in zip(self._checks_of[p.name],
+                                                           self._rules_of[p.name], strict=True)
+                         if others <= names]
+                return p, tuple(v for v in p.values if self._allowed(rules, fixed, p.name, v))
         return None
+
+    def _allowed(self, rules: list, fixed: Mapping[str, Any], name: str, value: Any) -> bool:
+        """Whether ``fixed`` with ``name`` at ``value`` keeps every rule of ``rules``."""
+        if not rules:
+            return True
+        chosen = {**fixed, name: value}
+        return all(self._holds(rule, chosen) for rule in rules)
 
     def points(self, fixed: Mapping[str, Any] | None = None) -> Iterator[dict[str, Any]]:
         """Every complete, valid assignment that extends ``fixed``."""

@@ -189,6 +189,7 @@ class Tally:
             elif local.space is ir.Space.GLOBAL:
                 self.places[local.name] = (GLOBAL, computed)
         self.sums: dict[tuple[Region, str, str], Traffic] = {}
+        self.patterns: dict[tuple, tuple[int, int, int, int, int]] = {}  # see _add
         self.begin()
 
     def begin(self) -> None:
@@ -244,13 +245,21 @@ class Tally:
         """One instruction: threads ``lanes`` each access ``width`` bytes from byte
         ``starts`` of ``array``."""
         space = self.places[array][0]
-        warps = lanes // ir.WARP
-        if space == GLOBAL:
-            requests, transactions, ideal, lines = global_requests(starts, warps, width)
-            ways = 0
-        else:
-            requests, transactions, ideal, ways = _shared(starts, lanes, warps, width)
-            lines = 0
+        # The counts are the same for starts moved by whole lines (a loop's steps through a
+        # tile repeat the same patterns): computed once per pattern.
+        moved = starts - int(starts.min()) // LINE_BYTES * LINE_BYTES
+        pattern = (space, width, lanes.size, lanes.tobytes(), moved.tobytes())
+        counted = self.patterns.get(pattern)
+        if counted is None:
+            warps = lanes // ir.WARP
+            if space == GLOBAL:
+                requests, transactions, ideal, lines = global_requests(moved, warps, width)
+                counted = requests, transactions, ideal, lines, 0
+            else:
+                requests, transactions, ideal, ways = _shared(moved, lanes, warps, width)
+                counted = requests, transactions, ideal, 0, ways
+            self.patterns[pattern] = counted
+        requests, transactions, ideal, lines, ways = counted
         key = (self.where, array, operation)
         total = self.sums.get(key)
         self.sums[key] = Traffic(*key[:2], space, operation, width, requests, transactions,

@@ -67,6 +67,7 @@ from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
+ALL = slice(None)  # an index of every element: where an access falls inside its array
 
 
 def _tf32(x: np.ndarray) -> np.ndarray:
@@ -179,10 +180,14 @@ def emulate(kernel: ir.KernelIR, launch: Launch,
     every = blocks is None
     if every:
         blocks = itertools.product(*map(range, launch.grid))
-    found = [h for b in blocks for h in _Block(kernel, launch.block, b, memory).run()]
+    compiled = {}
+    found = [h for b in blocks
+             for h in _Block(kernel, launch.block, b, memory, compiled=compiled).run()]
     for later, call in zip(then, launch.then, strict=True):
         grid = itertools.product(*map(range, call.grid)) if every else corners(call.grid)
-        found += [h for b in grid for h in _Block(later, call.block, b, memory).run()]
+        compiled = {}
+        found += [h for b in grid
+                  for h in _Block(later, call.block, b, memory, compiled=compiled).run()]
     shown, per_kind = [], Counter()
     for hazard in found:
         per_kind[hazard.kind] += 1
@@ -197,9 +202,10 @@ def observe(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...
     output is written into its array; inputs are only read, so they may be read-only views),
     hazards left unreported (a main loop cut short leaves copies in flight)."""
     memory = {p.name: v for p, v in zip(kernel.params, launch.values, strict=True)}
+    compiled = {}
     for block in blocks:
         observer.begin()
-        _Block(kernel, launch.block, block, memory, observer).run()
+        _Block(kernel, launch.block, block, memory, observer, compiled).run()
 
 
 class _Block:
@@ -207,7 +213,10 @@ class _Block:
 
     def __init__(self, kernel: ir.KernelIR, shape: tuple[int, int, int],
                  block: tuple[int, ...], memory: dict[str, Any],
-                 observer: Observer | None = None):
+                 observer: Observer | None = None,
+                 compiled: dict[int, tuple[ir.Expr, ir.Evaluator, bool]] | None = None):
+        """``compiled``: the index expressions' evaluators (:func:`ir.evaluator`), by id, that
+        the blocks of one kernel share."""
         self.kernel, self.block, self.observer = kernel, block, observer
         self.widened = False  # in a vector access or copy, whose lanes the observer sees once
         bx, by, bz = shape
@@ -216,8 +225,17 @@ class _Block:
         self.threads = (lane % bx, lane // bx % by, lane // (bx * by))
         dtype = self.compute = np.dtype(compute(kernel.dtype))  # tensors may be stored narrower
         unset = poison(kernel.dtype)  # NaN, or an integer type's most negative value
+        self.unread = poison(self.compute.name)  # what a thread reads where it reads nothing
+        self.integer = is_integer(self.compute.name)
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
+        iterators = {s.iterator for s in ir.nested(kernel.body) if isinstance(s, ir.For)}
+        # the sizes no loop iterator shadows: fixed in a block, as thread ids are
+        self.fixed = set(self.env) - iterators
+        self.compiled = {} if compiled is None else compiled
+        self.memo: dict[int, Any] = {}  # the values of the parts fixed in this block
+        self.statics: dict[int, np.ndarray] = {}  # index expressions fixed in this block
+        self.mask: tuple[np.ndarray, np.ndarray, bool] | None = None  # see lanes_of
         self.scalars = {p.name: dtype.type(memory[p.name]) for p in kernel.params
                         if p.kind is ir.ParamKind.SCALAR}
         self.arrays = {p.name: memory[p.name] for p in kernel.params
@@ -227,6 +245,7 @@ class _Block:
         # tiles whose memory a later one takes over: reused tile -> the tile that takes it
         self.taken_by = {name: local.name for local in kernel.locals for name in local.reuses}
         self.taken: set[str] = set()  # tiles whose memory was taken over (written since)
+        self.takers = set(self.taken_by.values())
         self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
         self.swizzles = {local.name: local.swizzle for local in kernel.locals if local.swizzle}
         warps = -(-self.count // ir.WARP)
@@ -248,9 +267,11 @@ class _Block:
         # Which elements hold a value: shared ones for the block, registers for each thread.
         self.written = {name: np.zeros(self.arrays[name].shape, dtype=bool)
                         for name in self.shared | self.registers}
+        self.sizes = {name: np.uint64(array.shape[-1]) for name, array in self.arrays.items()}
         self.vectors: dict[str, np.ndarray] = {}  # per thread, the lanes of a VectorLoad
         self.epoch = 0
-        self.accesses: list[tuple[str, np.ndarray, np.ndarray, bool]] = []
+        # the shared accesses since the last barrier, by array: offsets, threads, write
+        self.accesses: dict[str, list[tuple[np.ndarray, np.ndarray, bool]]] = {}
         self.hazards: list[Hazard] = []
         # Asynchronous copies in flight: per copy its array, offsets, threads, values and each
         # element's group (-1 until its thread commits); per thread the groups it committed;
@@ -267,10 +288,12 @@ class _Block:
         self.mma_reading = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
                             for name in self.shared}
         # per shared element: written through the generic proxy, its writer unfenced since
+        # (asked only by warpgroup MMAs, so kept only in kernels that have them)
+        proxied = any(isinstance(s, ir.WarpgroupMultiply) for s in ir.nested(kernel.body))
         self.unfenced = {name: np.zeros(self.arrays[name].shape, dtype=bool)
-                         for name in self.shared}
+                         for name in self.shared if proxied}
         self.writer = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
-                       for name in self.shared}
+                       for name in self.shared if proxied}
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
@@ -280,12 +303,47 @@ class _Block:
         return self.hazards
 
     def index(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
-        return np.broadcast_to(ir.evaluate(e, self.env, self.threads, self.block), active.shape)
+        """The value of integer expression ``e`` per thread (:func:`ir.evaluate`), read-only
+        where it depends on no loop iterator (computed once, at its first use)."""
+        _, function, varies = self.evaluator(e)
+        if not varies:
+            value = self.statics.get(id(e))
+            if value is None:
+                value = self.statics[id(e)] = np.broadcast_to(
+                    function(self.env, self.threads, self.block, self.memo), active.shape)
+            return value
+        value = function(self.env, self.threads, self.block, self.memo)
+        if type(value) is np.ndarray and value.shape == active.shape:
+            return value
+        return np.broadcast_to(value, active.shape)
+
+    def uniform(self, e: ir.Expr) -> Any:
+        """The value of integer expression ``e`` where it is one integer for every thread
+        (it depends on no thread id, and loop iterators it reads are integers); else None."""
+        value = self.evaluator(e)[1](self.env, self.threads, self.block, self.memo)
+        return value if np.ndim(value) == 0 else None
+
+    def evaluator(self, e: ir.Expr) -> tuple[ir.Expr, ir.Evaluator, bool]:
+        """``e``, its evaluator and whether it varies in a block (:func:`ir.evaluator`),
+        made once for the kernel."""
+        found = self.compiled.get(id(e))
+        if found is None:  # e kept with it: its id stays its own
+            found = self.compiled[id(e)] = (e, *ir.evaluator(e, self.fixed))
+        return found
+
+    def lanes_of(self, active: np.ndarray) -> tuple[np.ndarray, bool]:
+        """The threads of mask ``active`` and whether it holds all of them, remembered for
+        the last mask asked about (masks are never changed in place)."""
+        if self.mask is None or self.mask[0] is not active:
+            self.mask = (active, np.flatnonzero(active), bool(active.all()))
+        return self.mask[1], self.mask[2]
 
     def walk(self, s: ir.Stmt, active: np.ndarray) -> None:
         if not active.any():
             return
-        if isinstance(s, ir.Block):
+        if type(s) is ir.Assign:  # the most frequent statement first
+            self.assign(s, active)
+        elif isinstance(s, ir.Block):
             for child in s.body:
                 self.walk(child, active)
         elif isinstance(s, ir.Barrier):
@@ -334,7 +392,11 @@ class _Block:
 
     def loop(self, s: ir.For, active: np.ndarray) -> None:
         outer = self.env.get(s.iterator)
-        self.env[s.iterator] = self.index(s.start, active).copy()
+        # An iterator the same for every thread is one integer (its arithmetic then costs no
+        # array operation), until the threads part ways.
+        start = self.uniform(s.start)
+        self.env[s.iterator] = start if start is not None else self.index(s.start,
+                                                                            active).copy()
         main = self.observer is not None and s is self.observer.main
         steps = self.observer.steps if main else None
         if main:
@@ -344,8 +406,11 @@ class _Block:
             if not running.any():
                 break
             self.walk(s.body, running)
-            self.env[s.iterator] = np.where(running, self.env[s.iterator]
-                                            + self.index(s.step, active), self.env[s.iterator])
+            at, step = self.env[s.iterator], self.uniform(s.step)
+            if np.ndim(at) == 0 and step is not None and np.array_equal(running, active):
+                self.env[s.iterator] = at + step
+            else:
+                self.env[s.iterator] = np.where(running, at + self.index(s.step, active), at)
             steps = None if steps is None else steps - 1
         if main:
             self.observer.region(False)
@@ -355,7 +420,9 @@ class _Block:
             self.env[s.iterator] = outer
 
     def assign(self, s: ir.Assign, active: np.ndarray) -> None:
-        value = np.broadcast_to(self.value(s.value, active), active.shape)
+        value = self.value(s.value, active)
+        if not (type(value) is np.ndarray and value.shape == active.shape):
+            value = np.broadcast_to(value, active.shape)
         if s.op != "=":
             sign = 1 if s.op == "+=" else -1
             widened, self.widened = self.widened, self.widened or s.atomic  # an atomic
@@ -367,20 +434,26 @@ class _Block:
         found = self.locate(s.target, active, write=True, atomic=s.atomic)
         if found is not None:
             where, inside = found
-            self.arrays[s.target.array][where] = value[active][inside]
+            if not self.lanes_of(active)[1]:
+                value = value[active]
+            self.arrays[s.target.array][where] = value[inside]
 
     def value(self, e: ir.Expr, active: np.ndarray) -> Any:
         """A value of the kernel's dtype, per thread (NaN, or an integer type's most negative
         value, where a thread reads nothing); integer arithmetic wraps as the kernel's does."""
         if isinstance(e, ir.Load):
             found = self.locate(e, active, write=False)
-            read = np.full(self.count, poison(self.compute.name), self.compute)  # converted
-            if found is not None:
-                where, inside = found
-                read[np.flatnonzero(active)[inside]] = self.arrays[e.array][where]
+            if found is None:
+                return np.full(self.count, self.unread, self.compute)
+            where, inside = found
+            threads, every = self.lanes_of(active)
+            if every and inside is ALL:  # every thread reads: nothing left unread
+                return self.arrays[e.array][where].astype(self.compute, copy=False)
+            read = np.full(self.count, self.unread, self.compute)  # converted
+            read[threads[inside]] = self.arrays[e.array][where]
             return read
         if isinstance(e, ir.Float):
-            return self.compute.type(e.value) if is_integer(self.compute.name) else e.value
+            return self.compute.type(e.value) if self.integer else e.value
         if isinstance(e, ir.Lane):
             return self.vectors[e.vector][:, e.lane]
         if isinstance(e, ir.Var) and e.name in self.scalars:
@@ -508,11 +581,14 @@ class _Block:
         reading = np.zeros_like(active) if s.zero else active.copy()
         if s.reads is not None:  # the others zero-fill, their sources never read
             reading &= self.index(s.reads, active).astype(bool)
+        asynchronous = s.stride == 1  # else a vector load, its elements stored one by one
         if reading.any():  # a copy of src-size 0 reads nothing
-            self.observe(s.source, reading, s.width, False, asynchronous=True)
-        self.observe(s.target, active, s.width, True, asynchronous=True)
-        for target, source in zip(ir.lanes(s.target, s.width), ir.lanes(s.source, s.width),
-                                  strict=True):
+            self.observe(s.source, reading, s.width, False, asynchronous=asynchronous)
+        targets = ir.lanes(s.target, s.width, s.stride)
+        for target in targets if not asynchronous else targets[:1]:
+            self.observe(target, active, s.width if asynchronous else 1, True,
+                         asynchronous=asynchronous)
+        for target, source in zip(targets, ir.lanes(s.source, s.width), strict=True):
             values = np.zeros(self.count, self.compute)
             if reading.any():
                 values = np.where(reading, self.value(source, reading), values)
@@ -564,7 +640,7 @@ class _Block:
         # any thread of the warp may read any element: each is checked as read by all
         self.touch(array, np.tile(offsets, lanes.size), np.repeat(lanes, offsets.size), False)
         inside = (offsets >= 0) & (offsets < self.arrays[array].shape[-1])
-        read = np.full(offsets.size, poison(self.compute.name), self.compute)
+        read = np.full(offsets.size, self.unread, self.compute)
         read[inside] = self.arrays[array][offsets[inside]]
         return read
 
@@ -572,20 +648,28 @@ class _Block:
                ) -> tuple[tuple, np.ndarray] | None:
         """Where the active threads' access ``e`` falls inside its array (a numpy index) and
         which of the active threads that is; None if for none. Checks and records it."""
-        offsets = self.index(e.offset, active)[active].astype(np.int64)
+        offsets = self.offsets(e.offset, active)
+        threads = self.lanes_of(active)[0]
         if self.observer is not None and not self.widened:
-            self.observer.access(e.array, self.held(e.array, offsets), np.flatnonzero(active),
-                                 1, write, atomic=atomic)
-        return self.touch(e.array, offsets, np.flatnonzero(active), write)
+            self.observer.access(e.array, self.held(e.array, offsets), threads, 1, write,
+                                 atomic=atomic)
+        return self.touch(e.array, offsets, threads, write)
+
+    def offsets(self, e: ir.Expr, active: np.ndarray) -> np.ndarray:
+        """The offsets ``e`` of the active threads, as 64-bit integers."""
+        offsets = self.index(e, active)
+        if not self.lanes_of(active)[1]:
+            offsets = offsets[active]
+        return offsets if offsets.dtype == np.int64 else offsets.astype(np.int64)
 
     def observe(self, first: ir.Load, active: np.ndarray, width: int, write: bool,
                 asynchronous: bool = False) -> None:
         """Tell the observer of one access of ``width`` elements from ``first`` by the
         active threads; its lanes, executed one by one, are not told of again."""
         if self.observer is not None:
-            offsets = self.index(first.offset, active)[active].astype(np.int64)
+            offsets = self.offsets(first.offset, active)
             self.observer.access(first.array, self.held(first.array, offsets),
-                                 np.flatnonzero(active), width, write, asynchronous)
+                                 self.lanes_of(active)[0], width, write, asynchronous)
             self.widened = True
 
     def held(self, array: str, offsets: np.ndarray) -> np.ndarray:
@@ -599,37 +683,41 @@ class _Block:
               started: bool = False) -> tuple[tuple, np.ndarray] | None:
         """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``; ``started``: the
         write of an asynchronous copy that started, which gives the element no value yet."""
-        size = self.arrays[array].shape[-1]
-        inside = (offsets >= 0) & (offsets < size)
-        if not inside.all():
+        # negative offsets, seen as unsigned, lie beyond any array's end too
+        inside = offsets.astype(np.int64, copy=False).view(np.uint64) < self.sizes[array]
+        if inside.all():
+            inside = ALL
+        else:
             self.report("out of bounds", array, offsets, lanes, ~inside)
-        offsets, lanes = offsets[inside], lanes[inside]
+            offsets, lanes = offsets[inside], lanes[inside]
         if not offsets.size:
             return None
         if array in self.in_flight:
-            unfinished = self.in_flight[array][offsets] > 0
-            if unfinished.any():
-                self.report("unfinished async copy", array, offsets, lanes, unfinished)
-            if write:
+            if self.copies:  # else no element is in flight
+                unfinished = self.in_flight[array][offsets] > 0
+                if unfinished.any():
+                    self.report("unfinished async copy", array, offsets, lanes, unfinished)
+            if write and self.mmas:  # else no element is read by an MMA
                 read = self.mma_reading[array][offsets] > 0
                 if read.any():
                     self.report("unfinished wgmma", array, offsets, lanes, read)
-                if not started:
-                    self.unfenced[array][offsets] = True
-                    self.writer[array][offsets] = lanes
+            if write and not started and array in self.unfenced:
+                self.unfenced[array][offsets] = True
+                self.writer[array][offsets] = lanes
         if array in self.taken:
             self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
-        if write and array in self.taken_by.values():
+        if write and array in self.takers:
             self.take_over(array, offsets, lanes)
         where = (lanes, offsets) if array in self.registers else (offsets,)
         if array in self.written:
             written = self.written[array]
             if write:
-                written[where] |= not started
+                if not started:  # a copy that started gives its elements no value yet
+                    written[where] = True
             elif not written[where].all():
                 self.report("uninitialised read", array, offsets, lanes, ~written[where])
         if array in self.shared:
-            self.accesses.append((array, offsets, lanes, write))
+            self.accesses.setdefault(array, []).append((offsets, lanes, write))
         return where, inside
 
     def take_over(self, array: str, offsets: np.ndarray, lanes: np.ndarray) -> None:
@@ -638,7 +726,7 @@ class _Block:
         for reused in (name for name, by in self.taken_by.items() if by == array):
             if reused in self.taken:
                 continue
-            busy = (any(a == reused for a, *_ in self.accesses)
+            busy = (reused in self.accesses
                     or bool(self.in_flight[reused].any()))
             if busy:
                 self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
@@ -652,11 +740,11 @@ class _Block:
 
     def end_epoch(self) -> None:
         """Report the elements that one thread wrote and another touched since the barrier."""
-        for array in dict.fromkeys(a for a, *_ in self.accesses):
-            parts = [(o, t, np.full(o.size, w)) for a, o, t, w in self.accesses if a == array]
-            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
-            if not writes.any():  # reads alone never race
+        for array, accesses in self.accesses.items():
+            if not any(w and o.size for o, _, w in accesses):  # reads alone never race
                 continue
+            parts = [(o, t, np.full(o.size, w)) for o, t, w in accesses]
+            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
             pairs, inverse = np.unique(offsets * self.count + lanes, return_inverse=True)
             written = np.bincount(inverse.ravel(), weights=writes, minlength=pairs.size) > 0
             # the pairs are sorted: each element's threads are one run of them
@@ -669,6 +757,6 @@ class _Block:
                 threads = tuple(int(t) for t in run % self.count)
                 self.hazards.append(Hazard("race", self.block, array, int(elements[starts[n]]),
                                            self.epoch, threads[:2]))
-        self.accesses = []
+        self.accesses = {}
         self.epoch += 1
 

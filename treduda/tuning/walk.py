@@ -311,7 +311,11 @@ class _Walker:
         if isinstance(s, ir.AsyncCopy):  # a global load into a shared store, in one access
             if not s.zero:
                 self._access(s.source, tally, store=False, width=s.width)
-            self._access(s.target, tally, store=True, width=s.width)
+            if s.stride == 1:
+                self._access(s.target, tally, store=True, width=s.width)
+            else:  # its elements stored one by one
+                for target in ir.lanes(s.target, s.width, s.stride):
+                    self._access(target, tally, store=True)
             return tally
         if isinstance(s, ir.VectorLoad):
             self._access(s.first, tally, store=False, width=s.width)
