@@ -45,34 +45,49 @@ def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Ke
     return replace(kernel, body=_peeled(kernel.body, known))
 
 
+# Iterations peeled off each end of a step loop at most: a pipeline that copies a step ahead
+# guards the copy of the short step in the step before it, and the short step itself.
+PEELED = 2
+
+
 def _peeled(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
     s = ir.map_children(s, lambda child: _peeled(child, known))
     if isinstance(s, ir.Block):
         return _flat(s.body)
-    bounds = _constant_bounds(s) if isinstance(s, ir.For) and ir.has_barrier(s.body) else None
-    if bounds is None or bounds[1] - bounds[0] < 2:
-        return s
+    if isinstance(s, ir.For) and ir.has_barrier(s.body):
+        return _peel_loop(s, known, PEELED) or s
+    return s
+
+
+def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: int
+               ) -> ir.Stmt | None:
+    """``loop`` with up to ``rounds`` iterations peeled off each end, each where that decides
+    a guard in the iterations left; None where none does."""
+    bounds = _constant_bounds(loop)
+    if bounds is None or bounds[0] == bounds[1] or not rounds:
+        return None
     first, last = bounds
-    name = s.iterator
+    name = loop.iterator
 
     def over(low: int, high: int) -> ir.Stmt:  # the body where the iterator lies in [low, high]
         ranges = {**known, ir.Var(name): (low, high)}
-        return _Unroller({}, ranges).substituted_stmt(s.body, name, ir.Var(name))
+        return _Unroller({}, ranges).substituted_stmt(loop.body, name, ir.Var(name))
 
     whole = over(first, last)
     low = first + (over(first + 1, last) != whole)
     high = last - (over(first, last - 1) != whole)
     if (low, high) == (first, last):
-        return s
-    steps = [replace(s, start=ir.Int(low), condition=ir.Binary(ir.Op.LE, ir.Var(name),
-                                                                ir.Int(high)),
-                     body=over(low, high))]
+        return None
     once = _Unroller({}, known)
-    if low > first:
-        steps.insert(0, once.substituted_stmt(s.body, name, ir.Int(first)))
+    parts = [once.substituted_stmt(loop.body, name, ir.Int(first))] if low > first else []
+    if low <= high:
+        middle = replace(loop, start=ir.Int(low),
+                         condition=ir.Binary(ir.Op.LE, ir.Var(name), ir.Int(high)))
+        parts.append(_peel_loop(middle, known, rounds - 1)
+                     or replace(middle, body=over(low, high)))
     if high < last:
-        steps.append(once.substituted_stmt(s.body, name, ir.Int(last)))
-    return _flat(tuple(steps))
+        parts.append(once.substituted_stmt(loop.body, name, ir.Int(last)))
+    return _flat(tuple(parts))
 
 
 def _constant_bounds(loop: ir.For) -> tuple[int, int] | None:
