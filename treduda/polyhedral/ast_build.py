@@ -177,8 +177,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
                          body=body, zeroed_output=scheduled.zeroed_output)
     ids = _id_ranges(grid, scheduled.block)
     kernel = unroll(kernel, _unrolled(scheduled, used), ids)
-    kernel = vectorize(peel(unswitch(kernel) if full is None else _unswitched_inside(kernel),
-                            ids))
+    kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)
+    kernel = vectorize(kernel if fragments else peel(kernel, ids))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
 
