@@ -52,8 +52,6 @@ PEELED = 2
 
 def _peeled(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
     s = ir.map_children(s, lambda child: _peeled(child, known))
-    if isinstance(s, ir.Block):
-        return _flat(s.body)
     if isinstance(s, ir.For) and ir.has_barrier(s.body):
         return _peel_loop(s, known, PEELED) or s
     return s
