@@ -94,13 +94,20 @@ def unpeeled(expression, sizes, layout, order, copies) -> ir.For:
     return main_loop(kernel.built.kernel)
 
 
-@pytest.mark.parametrize("copies", [{}, {"async_copy": True}, {"async_copy": True,
-                                                               "double_buffer": True}],
-                         ids=["plain", "async", "double"])
-@pytest.mark.parametrize("layout", ["C", "F"])
-@pytest.mark.parametrize("name", CONTRACTIONS)
-def test_peeled_kernels_match_einsum(name, layout, copies):
+COPIES = {"plain": {}, "async": {"async_copy": True},
+          "double": {"async_copy": True, "double_buffer": True}}
+# by default each contraction, layout and way of copying once; the rest under the matrix marker
+SAMPLE = {("gemm", "C", "async"), ("gemm", "F", "double"), ("scaled", "F", "plain"),
+          ("scaled", "C", "double"), ("accumulate", "C", "plain"), ("accumulate", "F", "async")}
+
+
+@pytest.mark.parametrize(("name", "layout", "how"), [
+    pytest.param(name, layout, how, marks=() if (name, layout, how) in SAMPLE
+                 else pytest.mark.matrix)
+    for name in CONTRACTIONS for layout in "CF" for how in COPIES])
+def test_peeled_kernels_match_einsum(name, layout, how):
     expression, sizes = CONTRACTIONS[name]
+    copies = COPIES[how]
     order = "j,i" if layout == "C" else "i,j"
     kernel = treduda.compile(expression, sizes, layout=layout, strategy="tiled+staged",
                              cache=False, params={**TILES, "order": order, **copies})
