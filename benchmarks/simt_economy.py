@@ -1,10 +1,11 @@
 """Issue 38's economy table: how the float32 SIMT picks spend the issue slots of their main
 loop, read on the CPU from the SASS (nvcc, sm_90), beside a hand-written SGEMM. For GEMM 4096^3
 and every TCCG fp32 row (the search as `treduda bench` runs it, H100 model, but with no time
-budget, so the pick does not depend on the machine's load): the pick, the FFMA share of the
-SASS main loop, shared loads per FFMA and their widths, global loads per FFMA, branches and
-integer instructions in the main loop, ptxas's registers. Needs nvcc and nvdisasm (the SASS
-columns are left empty without them).
+budget, so the pick does not depend on the machine's load; ptxas checks the winner, as bench
+and compile()'s background check do): the pick, the FFMA share of the SASS main loop, shared
+loads per FFMA and their widths, global loads per FFMA, branches and integer instructions in the
+main loop, ptxas's registers. Needs nvcc and nvdisasm (the SASS columns are left empty without
+them).
 
     python benchmarks/simt_economy.py [--rows gemm_4096,tccg_12] [--json FILE]
                                       [--gpu H100] [--before FILE]
@@ -45,7 +46,7 @@ def rows() -> dict[str, object]:
 def economy(row, gpu: str) -> dict:
     """One row's figures (the SASS ones absent where nvcc or nvdisasm is missing)."""
     result = treduda.search(row.expression, row.sizes, gpu, layout=row.layout,
-                            max_nodes=BENCH_MAX_NODES, budget=None)
+                            max_nodes=BENCH_MAX_NODES, budget=None, check=True)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, layout=row.layout,
                              strategy=best.strategy, params=best.params)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import threading
+import types
 
 import pytest
 from conftest import needs_nvcc
@@ -13,9 +14,13 @@ from conftest import needs_nvcc
 import treduda
 from treduda.errors import CompileError
 from treduda.frontend.identity import params_text
+from treduda.model.gpus import gpu
+from treduda.model.model import model_of
+from treduda.polyhedral.lower import plan
 from treduda.run import nvcc
 from treduda.tuning import policy
 from treduda.tuning.cache import CacheWarning, TuningCache
+from treduda.tuning.search_result import Candidate
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
 SIZES = {"i": 4096, "j": 4096, "k": 4096}  # its winner's registers reach the cap: checked
@@ -86,3 +91,34 @@ def test_a_failing_check_leaves_the_models_pick_and_says_so(tmp_path, monkeypatc
         policy.finish_background()
     assert entry(cache)["params"] == dict(kernel.params)
     assert treduda.compile(GEMM, SIZES, cache=cache).params == kernel.params
+
+
+# GEMM 4096^3's 8 x 8 register tiles in 256 threads, single-buffered: 109 registers by the
+# model, 155 by ptxas (nvcc 13, sm_90), one block per SM where the model saw two.
+EIGHT_BY_EIGHT = {"order": "j,i", "stage": "A,B", "block_x": 16, "reg_x": 8,
+                  "assign_x": "vector", "block_y": 16, "reg_y": 8, "assign_y": "cyclic",
+                  "block_z": 1, "reg_z": 1, "assign_z": "cyclic", "step": 16, "split": 1,
+                  "preload": False, "double_buffer": False, "pad": 0, "async_copy": True,
+                  "unroll": True}
+
+
+def winner(program, params: dict) -> types.SimpleNamespace:
+    """A search result as worth_checking reads it: its GPU and its winner."""
+    h100 = gpu("H100")
+    model = model_of(program, h100, "tiled+staged")
+    return types.SimpleNamespace(gpu=h100, best=Candidate("tiled+staged", params,
+                                                          model.estimate(params)))
+
+
+def test_a_winner_whose_occupancy_rests_on_its_registers_is_checked_far_below_the_cap():
+    program = plan(GEMM, SIZES)
+    model = model_of(program, gpu("H100"), "tiled+staged")
+    assert model.register_pressure(EIGHT_BY_EIGHT) < policy.CHECK_REGISTERS  # 109 of 255
+    assert policy.worth_checking(program, winner(program, EIGHT_BY_EIGHT))
+    # 4 x 4 tiles in 64 threads, a 64-step: 16 KB of staged tiles hold an SM to 14 blocks,
+    # at the 45 registers predicted as at 1.6 times as many
+    shared_bound = {**EIGHT_BY_EIGHT, "block_x": 8, "block_y": 8, "reg_x": 4, "reg_y": 4,
+                    "step": 64}
+    assert not policy.worth_checking(program, winner(program, shared_bound))
+    # ... where a 32-step holds it to 21 by its registers: checked
+    assert policy.worth_checking(program, winner(program, {**shared_bound, "step": 32}))

@@ -14,6 +14,7 @@ import treduda
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.optimist import LOAD_WINDOW, REGISTER_BYTES, _Optimist
+from treduda.polyhedral import ast_build
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 from treduda.tuning.search import Searcher
@@ -102,7 +103,14 @@ def test_the_model_predicts_spills_without_ptxas():
 
 
 @needs_nvcc
-def test_register_and_spill_estimates_follow_ptxas():
+def test_register_and_spill_estimates_follow_ptxas(monkeypatch, request):
+    # ptxas's spills are counted over the whole kernel: the steps peeled off the step loop
+    # (codegen.unroll.peel) add spill code of their own, which runs once (SPILLING: 2444 bytes
+    # peeled, 1504 not; its main loop 232 STL and LDL peeled, 181 not, nvcc 13 sm_90). The model
+    # predicts the step loop's, measured here on the kernels without the peeled steps.
+    monkeypatch.setattr(ast_build, "peel", lambda kernel, known: kernel)
+    treduda.api._forget()  # kernels made here are not kept for later tests, nor earlier ones
+    request.addfinalizer(treduda.api._forget)
     model = gemm4096().model
     variants = [SPILLING, {**SPILLING, "stage": "A,B", "double_buffer": False}, *NOT_SPILLING]
     kernels = [treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 4096, "j": 4096, "k": 4096},

@@ -220,6 +220,11 @@ class Model(Counts):
             hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
+        if exact:  # the steps' copies the SM waits for with nothing to issue
+            stalls = waves * o.steps() * o.walks() / most * o.step_stall(
+                occupancy, sum(self._issue(o).values()))
+            for name in ("fma", "issue", "memory"):
+                seconds[name] += stalls / clock
         binding, total = combined(seconds, exact)
         parts = self.parts_seconds(least)
         total += parts
@@ -318,7 +323,8 @@ class Model(Counts):
 
     def _issue(self, o: _Optimist) -> dict[str, float]:
         """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,
-        their conversions, the copies and loop of a step, and a rolled step loop's own."""
+        their conversions, the copies and loop of a step, a rolled step loop's own, and the
+        guarded copy of a step shorter than the others."""
         # load instructions per multiply-add: one per value, or per vector of a tile row
         loads = sum(o.load_share(r) / o.reuse(r) for r in self.reads)
         # each operand rounded once per load (precision); one read from global memory
@@ -326,7 +332,8 @@ class Model(Counts):
         direct = sum(1 / o.reuse(r) for r in self.reads if o.staged(r) is False)
         converted = loads * self.operand_ops + direct * self.conversions
         return {"fp": self.fp_ops, "loads": loads, "converted": converted,
-                "copies": o.copy_instructions(), "loop": o.loop_instructions(loads)}
+                "copies": o.copy_instructions(), "loop": o.loop_instructions(loads),
+                "partial step": o.partial_step_instructions()}
 
     def _because(self, binding: str, seconds: dict[str, float], o: _Optimist) -> str:
         """Why ``binding`` binds, in words: only its reason is written (an estimate is made

@@ -201,12 +201,34 @@ class _Optimist(_Accesses):
         g = self.m.gpu
         fmas = self.m.iterations * dtypes.chain(self.m.program.dtype) * g.fma_latency_cycles
         exposed = 0.0
-        ahead = self.p.get("preload") or self.p.get("async_copy") and self.p.get("double_buffer")
-        if exact and self.decided("step", "preload") and not ahead:
+        if exact and self.decided("step", "preload") and not self.copies_ahead():
             exposed = self.steps() * g.l2_latency_cycles
         if exact and self.p.get("step"):
             exposed += self.m.iterations * self.global_wait(guarded)
         return (fmas + exposed) * self.walks()
+
+    def copies_ahead(self) -> bool:
+        """Whether the next step's operands are on their way while a step computes: preloaded
+        into registers, or copied asynchronously into the other buffer."""
+        return bool(self.p.get("preload")
+                    or self.p.get("async_copy") and self.p.get("double_buffer"))
+
+    def step_stall(self, resident: int, issue_per_fma: float) -> float:
+        """Cycles an SM idles per step of its blocks, a complete candidate's: a block whose
+        staged step is not copied ahead (:meth:`copies_ahead`) waits for it at the barrier,
+        every warp at once, for an L2 latency; the ``resident - 1`` other blocks of the SM
+        issue meanwhile, each a step's instructions (``issue_per_fma`` warp instructions per
+        multiply-add over the SM's schedulers). Unlike the chain (:meth:`chain`), which other
+        blocks' work overlaps, this idles the SM itself: with GEMM 4096^3's block of 512
+        threads and 128 registers alone on its SM, its single-buffered twin idles 291 cycles
+        in each step's 4400."""
+        staged = any(self.staged(r) for r in self.m.reads)
+        if not (self.p.get("step") and staged) or self.copies_ahead():
+            return 0.0
+        g = self.m.gpu
+        step_cycles = (self.fmas_per_block_step() * issue_per_fma
+                       / g.warp_size / g.schedulers_per_sm)
+        return max(0.0, g.l2_latency_cycles - (resident - 1) * step_cycles)
 
     def global_wait(self, guarded: bool = False) -> float:
         """Cycles per reduction point a thread waits on the operands it reads from global

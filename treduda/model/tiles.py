@@ -29,6 +29,20 @@ ASYNC_SYNC_INSTRUCTIONS = 2  # per thread and step of asynchronous copies: a com
 # pick (nvcc 13, sm_90; A and B staged at step 4) a step issues 10 LDGSTS beside about 45
 # integer instructions, 8 of them the loops'.
 ASYNC_ADDRESS_INSTRUCTIONS = 3
+# Integer instructions per thread and step that a double buffer adds: the shared addresses of
+# the buffer a step reads and the one it fills alternate, and the pipeline's first and last
+# steps are tested inside the loop. In the SASS of tccg_31's step-8 candidates (nvcc 13, sm_90)
+# double buffering added 51 instructions a step to the cp.async copies and 17 to the copies
+# through registers; counting none, the model picked the double-buffered cp.async kernel (76.5%
+# FFMA) over its single-buffered twin (82.8%) and a single step of 32 (87.0%).
+DOUBLE_BUFFER_INSTRUCTIONS = 24
+# Instructions per multiply-add that an unrolled step's guarded copy issues beyond its unguarded
+# one: a step shorter than the others (the last, where the step does not divide a summed extent)
+# runs the copy with each register position under a guard and its operands loaded one value at a
+# time. In the SASS of tccg_12's step-32 candidate (c = 7248, nvcc 13, sm_90) the step loop holds
+# both copies: 6914 instructions for 4096 FFMA, where the step-16 twin (no partial step) issues
+# 1114 for 1024; the guarded copy, 2.3 per FFMA, issues 1.2 more than the unguarded one.
+GUARDED_STEP_INSTRUCTIONS = 1.2
 # Per axis (x, y, z): the names of its threads, registers and their assignment.
 BLOCK, REG, ASSIGN = (tuple(f"{k}_{a}" for a in AXES) for k in ("block", "reg", "assign"))
 # The decisions of a block's tile per step (geometry.tile_extents).
@@ -234,8 +248,8 @@ class _Tiles:
     def copy_instructions(self) -> float:
         """Per FMA: copy instructions (a load and a store per element the copy numbers, the
         padding's included: :meth:`copy_extents`; asynchronous, one cp.async per run instead,
-        and a commit and a wait per thread) and the step's overhead (the loop and its
-        barriers), 0 while undecided; while ``async_copy`` is open, the fewer."""
+        and a commit and a wait per thread) and the step's overhead (the loop, its barriers, a
+        double buffer's bookkeeping), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
         key = ("copy instructions", self.tile_decisions, self.p["stage"],
@@ -247,8 +261,8 @@ class _Tiles:
         threads = math.prod(self.p[b] for b in BLOCK)
         per_block_step = min(self._async_copies(staged, threads) if copied
                              else self._copies(staged) for copied in self.options("async_copy"))
-        barriers = min(self.barriers_per_step(double) for double in self.options("double_buffer"))
-        per_block_step += threads * (STEP_OVERHEAD + (barriers if staged else 0))
+        pipeline = min(self.pipeline_per_step(double) for double in self.options("double_buffer"))
+        per_block_step += threads * (STEP_OVERHEAD + (pipeline if staged else 0))
         return per_block_step / self.fmas_per_block_step()
 
     def loop_instructions(self, loads: float) -> float:
@@ -262,6 +276,22 @@ class _Tiles:
             return 0.0
         registers = [self.p.get(r) for r in REG]  # while one is open, the overhead's least: 0
         return (0.0 if None in registers else STEP_OVERHEAD / math.prod(registers)) + loads
+
+    def partial_step_instructions(self) -> float:
+        """Per multiply-add, what the guarded copy of an unrolled step loop adds
+        (:data:`GUARDED_STEP_INSTRUCTIONS`) to the share of reduction points that lie in a
+        step shorter than the others: where the step does not divide a summed extent, the last
+        step of that index runs the guarded copy in every block (96 values in steps of 64:
+        a third of the points); a step longer than its extent is one full step. 0 rolled,
+        without steps, or while the step or unrolling is open."""
+        step = self.p.get("step")
+        if not step or not self.m.iterations or self.p.get("unroll") is not True:
+            return 0.0
+        # a step no shorter than its extent is one step, of constant length (tccg_35's 32-step
+        # over g = 24: 80.1% FFMA, no branch in its main loop)
+        full = sum(math.prod(e // min(step, e) * min(step, e) for e in extents)
+                   for extents in self.m.summed)
+        return GUARDED_STEP_INSTRUCTIONS * (1 - full / self.m.iterations)
 
     def _copies(self, staged: list[_Read]) -> float:
         """Instructions of a block's copies per step through registers: a load, (a
@@ -314,6 +344,12 @@ class _Tiles:
         tccg_13-30 by up to a factor of ``step``)."""
         tile = math.prod(self.p[b] * self.p[r] for b, r in zip(BLOCK, REG, strict=True))
         return tile * max(self.m.iterations, 1) / self.steps()
+
+    def pipeline_per_step(self, double_buffer: bool) -> float:
+        """Instructions per thread and step of the staging's pipeline: its barriers and, double
+        buffered, the alternating buffers' bookkeeping (:data:`DOUBLE_BUFFER_INSTRUCTIONS`)."""
+        extra = DOUBLE_BUFFER_INSTRUCTIONS if double_buffer and self.p["step"] else 0
+        return self.barriers_per_step(double_buffer) + extra
 
     def barriers_per_step(self, double_buffer: bool) -> float:
         """Two barriers per step; double-buffered, one, and one more wherever the innermost

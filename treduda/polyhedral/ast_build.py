@@ -24,7 +24,7 @@ import islpy as isl
 
 from ..codegen import ir
 from ..codegen.parts import PartsSum, parts_sum
-from ..codegen.unroll import unroll
+from ..codegen.unroll import peel, unroll
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import SizeLimit, TredudaError
@@ -175,8 +175,10 @@ def build(scheduled: Scheduled, name: str) -> Built:
                          index_bits=_index_bits(program, scheduled.locals),
                          params=_params(program, scheduled.locals), locals=scheduled.locals,
                          body=body, zeroed_output=scheduled.zeroed_output)
-    kernel = unroll(kernel, _unrolled(scheduled, used), _id_ranges(grid, scheduled.block))
-    kernel = vectorize(unswitch(kernel) if full is None else _unswitched_inside(kernel))
+    ids = _id_ranges(grid, scheduled.block)
+    kernel = unroll(kernel, _unrolled(scheduled, used), ids)
+    kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)
+    kernel = vectorize(kernel if fragments else peel(kernel, ids))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
 
@@ -211,12 +213,19 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
         points = isl.Map.from_range(m.range())  # { [] -> [d] }
         for n, d in enumerate(coordinates):  # the block coordinates, into the domain
             points = points.move_dims(isl.dim_type.in_, n, isl.dim_type.out, d - n, 1)
-        if not used.is_subset(points.domain()):
-            continue  # a statement of some blocks only (zero-filling a tile's part outside)
+        if not used.is_subset(points.domain()) or _zero_fill(scheduled, m):
+            continue  # zero-filling a tile's part outside a tensor: more of it at the edges
         every = isl.Map.from_domain_and_range(used, points.range())
         lacking = lacking.union(every.subtract(points).domain())
     full = used.subtract(lacking).coalesce()
     return None if full.is_empty() or lacking.is_empty() else full
+
+
+def _zero_fill(scheduled: Scheduled, m: isl.Map) -> bool:
+    """Whether ``m`` schedules a statement that zero-fills part of a shared tile: it covers
+    what lies outside a tensor, in edge blocks and in a short last step alike."""
+    body = scheduled.statement(m.get_tuple_name(isl.dim_type.in_)).body
+    return isinstance(body, ir.AsyncCopy) and body.zero
 
 
 def _split_by_thread(schedule: isl.UnionMap, context: isl.Set, last: int) -> bool:

@@ -287,7 +287,8 @@ def count(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...]]
 
 def main_loop(kernel: ir.KernelIR) -> ir.For | None:
     """The outermost loop that accumulates products (a multiply-accumulate of fragments, or an
-    update of a register), where a kernel spends its time; None where no loop does."""
+    update of a register), where a kernel spends its time, a step loop (with barriers) first:
+    a step peeled off before it holds loops that accumulate; None where no loop does."""
     registers = {local.name for local in kernel.locals if local.space is ir.Space.REGISTER}
 
     def accumulates(s: ir.Stmt) -> bool:
@@ -296,8 +297,9 @@ def main_loop(kernel: ir.KernelIR) -> ir.For | None:
                 isinstance(s.target, ir.Var)
                 or isinstance(s.target, ir.Load) and s.target.array in registers))
 
-    return next((s for s in ir.nested(kernel.body) if isinstance(s, ir.For)
-                 and any(accumulates(inner) for inner in ir.nested(s.body))), None)
+    loops = [s for s in ir.nested(kernel.body) if isinstance(s, ir.For)
+             and any(accumulates(inner) for inner in ir.nested(s.body))]
+    return next((s for s in loops if ir.has_barrier(s.body)), next(iter(loops), None))
 
 
 def _per_warp(warps: np.ndarray, width: int, unit: int) -> int:

@@ -7,12 +7,12 @@ small problem's first good candidate (:func:`~treduda.tuning.search.at_once`) or
 within a budget of work (:func:`tuning_search`), re-ranks the winner by ptxas's registers
 (:func:`reranked`), measures the best few where asked, and remembers the result.
 
-ptxas's check of a winner whose registers are near the cap takes a second or more (nvcc, and
-rivals' kernels where the report upsets the winner), as long as the rest of a first call: for
-``compile()`` it runs on a background thread (:func:`check_later`). The call returns the
-model's pick at once; when the check picks another, later calls in the process get that one
-(``corrected``) and the tuning cache holds it for new processes. The interpreter waits for a
-pending check at exit (:func:`finish_background` waits earlier).
+ptxas's check of a winner whose registers are near the cap (or decide its occupancy) takes a
+second or more (nvcc, and rivals' kernels where the report upsets the winner), as long as the
+rest of a first call: for ``compile()`` it runs on a background thread (:func:`check_later`).
+The call returns the model's pick at once; when the check picks another, later calls in the
+process get that one (``corrected``) and the tuning cache holds it for new processes. The
+interpreter waits for a pending check at exit (:func:`finish_background` waits earlier).
 
 The policy decides; it makes no kernels. It asks a :class:`Generator` (``treduda.api``'s) for
 the program and for the kernels of candidates, which it may take from the kernel store.
@@ -21,6 +21,7 @@ the program and for the kernels of candidates, which it may take from the kernel
 from __future__ import annotations
 
 import functools
+import math
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -66,6 +67,13 @@ CHECK_GAIN = 0.05
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
 # in the cases measured, the estimate (nvcc costs a second per batch, generation more).
 CHECK_REGISTERS = 0.75
+# ptxas's registers over the model's prediction, at most, where the launch bounds leave it room
+# (nvcc 13, sm_90, GEMM 4096^3 in blocks of 256 threads, step 16, cp.async or not, single or
+# double buffer, preloaded or not): 8 x 8 register tiles 125-177 for 109-125 predicted
+# (128, its cap, in blocks of 512), 8 x 4 80-105 for 61-73, 4 x 8 87-115 for 77-89, 4 x 4
+# 63-67 for 45-53. ptxas loads operands ahead into the room it has, which the main loop's
+# count does not see; the largest ratio is 1.59.
+REGISTER_ERROR = 1.6
 # A search of a new problem starts from the cached winners of this many of its nearest sizes
 # (the same expression, dtype, layout and GPU): at a budget of 0.5 s they brought GEMM 4096^3's
 # pick from 6% to 2% and tccg_01's from 13% to 1-3% above the complete search's best, seeded
@@ -194,15 +202,22 @@ def worth_checking(program: Program, result: SearchResult) -> bool:
     """Whether ptxas's report on ``result``'s winner can change its estimate: where the
     registers the model predicts reach :data:`CHECK_REGISTERS` of the launch bounds' cap
     (tccg_28's winner: 126 of 128 predicted, ptxas spilled; tccg_15's: 113 of 128, 16 bytes
-    spilled), or spill already. Well below the cap, ptxas's count moves neither."""
+    spilled), or spill already; or where its occupancy depends on them: the estimate is slower
+    with :data:`REGISTER_ERROR` times the predicted registers (GEMM 4096^3's 256-thread
+    8 x 8 winner: 109 predicted, two blocks per SM; ptxas gives it 155, one)."""
     best = result.best
-    return model_of(program, result.gpu, best.strategy).register_pressure(
-        best.params) >= CHECK_REGISTERS
+    model = model_of(program, result.gpu, best.strategy)
+    if model.register_pressure(best.params) >= CHECK_REGISTERS:
+        return True
+    predicted, _ = model.registers(best.params)
+    more = min(result.gpu.max_registers_per_thread, math.ceil(predicted * REGISTER_ERROR))
+    return (model.estimate(best.params, Compiled(more)).seconds
+            > model.estimate(best.params).seconds)
 
 
 def needs_check(program: Program, result: SearchResult) -> bool:
     """Whether ptxas should check ``result``'s winner: a problem that is not small, whose
-    winner's registers are near the cap (:func:`worth_checking`),
+    winner's registers are near the cap or decide its occupancy (:func:`worth_checking`),
     for a GPU nvcc here compiles for."""
     return (not _small(program) and worth_checking(program, result)
             and nvcc_supports(result.gpu.arch))
