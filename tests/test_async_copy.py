@@ -93,8 +93,7 @@ def test_float16_rows_of_odd_length_are_copied_through_registers():
 @pytest.mark.parametrize("stages", [1, 2, 4])
 def test_emulator_finds_no_hazard_where_the_copies_are_waited_for(dtype, precision, stages):
     kernel = _compile("scaled", dtype, precision, stages=stages, **SMALL)
-    assert kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    assert kernel.verify(backend="emulator").ok  # every block: a hazard raises
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])

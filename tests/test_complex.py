@@ -96,8 +96,7 @@ def test_staged_complex_kernels_match_einsum_on_pocl_and_in_the_emulator(dtype, 
     assert kernel.params["stage"] == params["stage"]
     assert f"__shared__ {'float2' if dtype == 'complex64' else 'double2'}" in kernel.cuda_source
     assert kernel.verify().ok
-    assert kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    assert kernel.verify(backend="emulator").ok  # every block: a hazard raises
 
 
 @pytest.mark.parametrize("layout", "CF")

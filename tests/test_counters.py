@@ -217,7 +217,7 @@ def test_the_c_tile_is_stored_and_read_without_conflicts(dtype, precision, layou
     assert (stores.ways, reads.ways) == (1, 1)
     assert reads.transactions == reads.ideal
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])

@@ -44,7 +44,7 @@ def test_tiles_beyond_48_kb_are_dynamic_shared_memory_the_launch_passes():
     assert kernel._prepare(kernel.sizes, *kernel._random_operands(kernel.sizes, 0)
                            ).dynamic_shared == dynamic
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 def test_tiles_within_48_kb_stay_static():
@@ -112,7 +112,7 @@ def test_kernels_whose_c_tile_reuses_the_operand_tiles_verify(expression, dtype,
     built = kernel.built.kernel
     assert ir.reuses_shared(built)
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 @needs_nvcc

@@ -172,7 +172,7 @@ def test_tf32_mma_kernels_match_einsum_without_hazards(expression, sizes, layout
                              params={**SMALL, "frags_k": 1, "stages": 2})
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32" in kernel.cuda_source
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 def test_tf32_fragments_count_as_ldmatrix_where_it_reads_them():
@@ -197,8 +197,7 @@ def test_a_split_mma_kernel_matches_einsum():
 def test_mma_kernels_run_without_hazards():
     kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL,
                       params={"stages": 2})
-    assert kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    assert kernel.verify(backend="emulator").ok  # every block: a hazard raises
 
 
 def test_float64_has_no_mma_mapping():
@@ -304,7 +303,7 @@ def test_swizzled_tiles_match_einsum_without_bank_conflicts(expression, sizes, p
     assert kernel.params["shared_layout"] == "swizzle"
     assert "td_swizzle(" in kernel.opencl_source
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
     ways = _shared_ways(kernel.counters())
     assert ways and set(ways.values()) == {1}, ways
     plain = dataclasses.replace(kernel.built.kernel, locals=tuple(

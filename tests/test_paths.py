@@ -11,6 +11,8 @@ import sys
 import numpy as np
 import pytest
 from conftest import needs_nvcc
+from opt_einsum.testing import build_views
+from opt_einsum.tests.test_contract import tests as opt_einsum_tests
 
 import treduda
 from treduda.errors import (
@@ -82,6 +84,18 @@ def test_every_optimize_gives_numpy_einsums_result(optimize):
         assert {len(p.steps) for p in choice.considered} == {1, 2}
     else:
         assert len(planned.kernel.steps) == 2
+
+
+# The expressions of opt_einsum's own test list (benchmarks/first_call.py runs it whole) whose
+# result is a scalar: 'ab,ab,cd,cd->' broke on a merge (a step's read without indices) that
+# every test here passed.
+SCALAR_OUT = [e for e in dict.fromkeys(opt_einsum_tests) if np.einsum(e, *build_views(e)).ndim == 0]
+
+
+@pytest.mark.parametrize("expr", SCALAR_OUT)
+def test_opt_einsums_scalar_expressions_match_numpy_einsum(expr):
+    arrays = build_views(expr)  # extents 2-7, as opt_einsum's tests make them
+    assert np.allclose(treduda.contract(expr, *arrays), np.einsum(expr, *arrays))
 
 
 def test_scalars_out_and_accumulation_go_to_the_last_step():

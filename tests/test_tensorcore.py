@@ -78,7 +78,7 @@ def test_split_reduction_adds_its_parts(expression, dtype, precision):
         "i": 40, "j": 50, "k": 150}
     kernel = _compile(expression, sizes, dtype, precision, params={**ONE_WARP, "split": 4})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
 def test_no_atomic_split_into_half_precision():  # OpenCL has no 16-bit atomic addition
@@ -180,8 +180,7 @@ def test_3xtf32_is_as_accurate_as_fp32_and_tf32_is_not(case):
 def test_emulator_runs_tensor_core_kernels_without_hazards(dtype, precision):
     kernel = _compile("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL, dtype, precision,
                       params={**ONE_WARP, "warps_m": 2, "frags_n": 2, "frags_k": 2})
-    assert kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    assert kernel.verify(backend="emulator").ok  # every block: a hazard raises
 
 
 @pytest.mark.parametrize(("dtype", "precision", "split", "stages"), [
@@ -199,7 +198,7 @@ def test_multistage_kernels_match_without_hazards(dtype, precision, split, stage
                       {"i": 40, "j": 50, "k": 150}, dtype, precision,
                       params={**params, "split": split})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    assert kernel.hazards() == []
+    # (verify on the emulator ran every block: a hazard raises HazardError)
     assert kernel.cuda_source.count("__syncthreads") == 3  # one per step, two for the write
     assert f"td_copy_wait<{stages - 2}>" in kernel.cuda_source
 

@@ -117,6 +117,21 @@ def test_sampled_loops_agree_with_walking_every_iteration(monkeypatch):
         monkeypatch.undo()
 
 
+def test_a_pipelined_loop_is_sampled_past_its_prologue(monkeypatch):
+    """A double-buffered loop starts at -1 (the prologue's loads) and its second iteration
+    waits at a barrier of its own: the third stands for the rest, with the counts of walking
+    every iteration, and the walk visits six iterations, not all 64."""
+    params = {**TILED, "preload": True, "double_buffer": True}
+    k = kernel("tiled+staged", tuple(params.items()), (("i", 128), ("j", 128), ("k", 1024)))
+    visited = []
+    real = walk._Walker.walk
+    monkeypatch.setattr(walk._Walker, "walk", lambda self, s: visited.append(s) or real(self, s))
+    sampled, walked = walk.count(k, use_nvcc=False), len(visited)
+    monkeypatch.setattr(walk, "SAMPLED", 10**9)
+    assert walk.count(k, use_nvcc=False) == sampled
+    assert len(visited) - walked > 5 * walked
+
+
 def test_symbolic_kernels_need_sizes():
     k = kernel("tiled+staged", tuple(TILED.items()), symbolic=True)
     with pytest.raises(MissingSize):

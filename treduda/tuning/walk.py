@@ -15,7 +15,10 @@ index expressions, copies, guards and barriers. The walk makes these choices:
   of the innermost runtime loop it depends on (invariant code is hoisted, unrolled loops fold).
 * Loops of more than :data:`SAMPLED` iterations are sampled: the first, second, middle,
   second-to-last and last iterations are walked; if the three inner ones agree, the second
-  stands for every inner iteration, otherwise all iterations are walked.
+  stands for every inner iteration. Where only the second differs (a pipelined loop starts
+  at -1 for its prologue, so its ``c == 0`` guard falls there), the third is walked too and,
+  if it agrees, stands for every iteration from it to the second-to-last. Otherwise all
+  iterations are walked.
 """
 
 from __future__ import annotations
@@ -372,6 +375,9 @@ class _Walker:
                                                                         n - 1))
             if second == middle == before_last:
                 tally = first + last + Counter({k: v * (n - 2) for k, v in second.items()})
+            elif middle == before_last and iteration(2) == middle:  # the second differs
+                tally = first + second + last + Counter({k: v * (n - 3)
+                                                         for k, v in middle.items()})
             else:  # iterations differ: walk them all, from the state before the samples
                 for (_, seen), kept in zip(self.frames, saved[0], strict=True):
                     seen.clear()
