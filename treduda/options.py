@@ -27,14 +27,13 @@ from .errors import ArgumentError, did_you_mean
 from .frontend.dtype_names import DEFAULT_CASTING, HIGHEST
 
 # The seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). From 0.8 s to 1.0 s of
-# CPU the picks on GEMM 4096^3 and tccg_01/03/15/28/33 were within 1.5% of the best that
-# minutes of search find (at 0.9 s: 1.000, 1.010, 1.010, 1.007, 1.007, 1.015); at 0.7 s
-# tccg_28's was 17% off, its tree over the suggested values cut short
-# (benchmarks/search_budget.py). Counted as work (issue 44), 0.8 s picks what 0.9 s picked on
-# all six (GEMM 4096^3 its complete search's best, 3.0313 ms; 0.7 s picks 3.0525), with a
-# ninth less of a cold compile()'s search.
-DEFAULT_BUDGET = 0.8
+# complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). Since the local search
+# moves the fastest candidate into the mappings the tree left unscored instead of diving into
+# each (issue 44), 0.4-0.6 s pick the same on GEMM 4096^3 and tccg_01/03/15/33: the complete
+# search's best on GEMM (2.6547 ms), 1.0-2.1% above it on the TCCG rows
+# (benchmarks/search_budget.py); at 0.8 s with dives, tccg_03/28 ended 45-48% above it. 0.5 s
+# is a cold compile() of GEMM 4096^3 under a second of CPU (its search about 0.4 s).
+DEFAULT_BUDGET = 0.5
 BACKENDS = ("opencl", "cuda", "emulator")  # where a kernel runs
 INCREMENTAL = "incremental"  # tune=: measure the best candidates on the first calls
 MODEL = "model"  # tune=: run the model's pick only (the search's winner)

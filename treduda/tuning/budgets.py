@@ -50,10 +50,15 @@ def small(sizes: Mapping[str, int]) -> bool:
 # The node budget of each row's search in `treduda bench`, so that one row cannot run away.
 BENCH_MAX_NODES = 3000
 
-# Under a budget, the share of it the tree search takes; local search takes the rest. At 0.6
-# of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
-# of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
-SEARCH_SHARE = 0.5
+# Under a budget, the share of it the tree search takes; local search takes the rest. The
+# tree finds incumbents and the mappings' seeds; the picks come from the climb: GEMM 4096^3's
+# reached its best 900 work into the local search at 0.2 of a 0.5 s budget, the same as at 0.5
+# of 0.8 s (tccg_01/03/15/33 the same picks at 0.2 and 0.3).
+SEARCH_SHARE = 0.2
+# The share of the work the tree leaves that the local search's seeds may spend diving into
+# mappings the tree scored nothing of (LocalSearch._seeds); past it a seed is the fastest
+# candidate moved to the mapping, one estimate where a dive takes 70-170 work.
+SEED_DIVES = 0.1
 # Under a budget over every declared value, the share of the tree's work spent on the
 # values the strategies suggest (Searcher._two_spaces).
 SUGGESTED_SHARE = 0.7
