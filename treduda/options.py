@@ -29,10 +29,11 @@ from .frontend.dtype_names import DEFAULT_CASTING, HIGHEST
 # The seconds of search compile(), contract() and search() spend by default (budget=None: the
 # complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). Since the local search
 # moves the fastest candidate into the mappings the tree left unscored instead of diving into
-# each (issue 44), 0.4-0.6 s pick the same on GEMM 4096^3 and tccg_01/03/15/33: the complete
-# search's best on GEMM (2.6547 ms), 1.0-2.1% above it on the TCCG rows
-# (benchmarks/search_budget.py); at 0.8 s with dives, tccg_03/28 ended 45-48% above it. 0.5 s
-# is a cold compile() of GEMM 4096^3 under a second of CPU (its search about 0.4 s).
+# each (issue 44), 0.45-0.6 s pick the same on GEMM 4096^3 and tccg_01/03/15/28/33: GEMM's
+# complete search's best (2.6547 ms), the TCCG rows 0-1.6% above the best a 10 s search finds
+# (benchmarks/search_budget.py); at 0.4 s tccg_28 ends 24% above it. At 0.8 s with a dive per
+# mapping, tccg_03/28 ended 43-31% above it. 0.5 s: GEMM 4096^3's search does 2000 work, not
+# 3200, a cold compile() 20% fewer instructions (callgrind).
 DEFAULT_BUDGET = 0.5
 BACKENDS = ("opencl", "cuda", "emulator")  # where a kernel runs
 INCREMENTAL = "incremental"  # tune=: measure the best candidates on the first calls

@@ -37,7 +37,7 @@ SMALL_PROBLEM = 10_000_000
 
 # The budget (seconds, as work) of the search of the quickest kernels to make (search.quick())
 # that a small problem gets where its first incumbent is not good (search.at_once): enough for
-# the search's first dives (282 work on AO->MO's steps at n=16, whose best is then 0.7 us
+# the search's first dives (258 work on AO->MO's steps at n=16, whose best is then 0.7 us
 # above the floor of every strategy's space, where the first incumbent was 9 us above it).
 QUICK_SEARCH = 0.05
 
