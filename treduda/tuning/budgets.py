@@ -53,7 +53,7 @@ BENCH_MAX_NODES = 3000
 # Under a budget, the share of it the tree search takes; local search takes the rest. The
 # tree finds incumbents and the mappings' seeds; the picks come from the climb: GEMM 4096^3's
 # reached its best (the complete search's) at 1486 of 2000 work at 0.2 of a 0.5 s budget, the
-# same pick as at 0.5 of 0.8 s; tccg_01/03/15/33 picked the same at 0.2 and 0.3, tccg_28 5%
+# same pick as at 0.5 of 0.8 s; tccg_01/03/15/33 picked the same at 0.2 and 0.3, tccg_28 15%
 # faster at 0.2 (0.3 leaves its climb too little).
 SEARCH_SHARE = 0.2
 # The share of the work the tree leaves that the local search's seeds may spend diving into
