@@ -17,6 +17,7 @@ from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import nvcc_available
+from treduda.tuning.budgets import BOUND_WORK, ESTIMATE_WORK
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.policy import (
     SEARCH_NODE_BUDGET,
@@ -274,14 +275,19 @@ def test_a_budgeted_search_climbs_from_every_mapping():
     # local search, seeded with the best candidate of every mapping, reaches one with a on x
     # (0.320 ms: a,b_c,d). The GETT grouping a*b_c on x it reached before (0.234 ms) read A's
     # tile by 4 cyclic registers at 6 ways each (Kernel.counters), where the model merged
-    # them into one access at 1.5; counted apart, it is 0.536 ms.
+    # them into one access at 1.5; counted apart, it is 0.536 ms. A mapping whose floor is
+    # above the winner cannot hold anything faster: it is not seeded.
     expression = "C[a,b,c,d,e,f] = A[d,f,g,a]*B[g,e,b,c]"
     sizes = {"a": 24, "b": 20, "c": 20, "d": 24, "e": 20, "f": 20, "g": 24}
     searcher = Searcher(plan(expression, sizes, layout="F"), "H100")
     result = searcher.branch_and_bound(max_nodes=1000)
     orders = searcher.space.parameters[0]
     assert orders.name == "order"
-    assert {c.params["order"] for c in result.candidates} == set(orders.values)
+    seeded = {c.params["order"] for c in result.candidates}
+    unseeded = set(orders.values) - seeded
+    assert len(seeded) > len(orders.values) // 2
+    assert all(searcher._floor({"order": order}) > result.best.prediction.seconds
+               for order in unseeded)
     assert result.best.params["order"].startswith("a,")
     b_c_on_x = min(c.prediction.seconds for c in result.candidates
                    if c.params["order"].startswith("b_c,"))
@@ -308,6 +314,30 @@ def test_the_local_search_climbs_the_fastest_seed_first_and_moves_its_mapping_la
     scored = list(seeds)
     searcher._polish(fastest, scored, stats, limit=40)
     assert {c.params["order"] for c in scored[len(seeds):][:20]} == {fastest.params["order"]}
+
+
+def test_under_a_budget_the_seeds_of_unscored_mappings_are_moved_not_dived():
+    """Once the seeds' share of the work is spent, a mapping the tree scored nothing of starts
+    from the fastest candidate moved to it (its values where they fit), one estimate where a
+    dive took 70-170 work; a mapping whose floor is above the fastest seed gets none."""
+    searcher = Searcher(plan("C[a,b,c,d] = A[d,b,e,a]*B[e,c]",
+                             {"a": 72, "b": 72, "c": 24, "d": 72, "e": 72}, layout="F"), "H100",
+                        restrict=False)
+    stats = SearchStats(0, False)
+    start = searcher._dive(stats)
+    before = searcher.work.done
+    seeds = searcher._seeds([start], stats, deadline=before)  # no work left for dives
+    orders = searcher.space.parameters[0].values
+    moved = [seed for seed in seeds if seed is not start]
+    assert len(moved) > len(orders) // 2
+    for seed in moved:
+        assert seed.params == searcher.space.complete({"order": seed.params["order"]},
+                                                      start.params)
+    assert searcher.work.done - before <= (BOUND_WORK + ESTIMATE_WORK) * len(orders)
+    fastest = min(seed.prediction.seconds for seed in seeds)
+    seeded = {seed.params["order"] for seed in seeds}
+    assert all(searcher._floor({"order": order}) > fastest
+               for order in orders if order not in seeded)
 
 
 def test_a_budgeted_search_starts_from_the_winners_of_similar_sizes():

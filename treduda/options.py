@@ -27,14 +27,14 @@ from .errors import ArgumentError, did_you_mean
 from .frontend.dtype_names import DEFAULT_CASTING, HIGHEST
 
 # The seconds of search compile(), contract() and search() spend by default (budget=None: the
-# complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). From 0.8 s to 1.0 s of
-# CPU the picks on GEMM 4096^3 and tccg_01/03/15/28/33 were within 1.5% of the best that
-# minutes of search find (at 0.9 s: 1.000, 1.010, 1.010, 1.007, 1.007, 1.015); at 0.7 s
-# tccg_28's was 17% off, its tree over the suggested values cut short
-# (benchmarks/search_budget.py). Counted as work (issue 44), 0.8 s picks what 0.9 s picked on
-# all six (GEMM 4096^3 its complete search's best, 3.0313 ms; 0.7 s picks 3.0525), with a
-# ninth less of a cold compile()'s search.
-DEFAULT_BUDGET = 0.8
+# complete search), as work (treduda.tuning.budgets.WORK_PER_SECOND). Since the local search
+# moves the fastest candidate into the mappings the tree left unscored instead of diving into
+# each (issue 44), 0.45-0.6 s pick the same on GEMM 4096^3 and tccg_01/03/15/28/33: GEMM's
+# complete search's best (2.6547 ms), the TCCG rows 0-1.6% above the best a 10 s search finds
+# (benchmarks/search_budget.py); at 0.4 s tccg_28 ends 24% above it. At 0.8 s with a dive per
+# mapping, tccg_03/28 ended 43-31% above it. 0.5 s: GEMM 4096^3's search does 2000 work, not
+# 3200, a cold compile() 20% fewer instructions (callgrind).
+DEFAULT_BUDGET = 0.5
 BACKENDS = ("opencl", "cuda", "emulator")  # where a kernel runs
 INCREMENTAL = "incremental"  # tune=: measure the best candidates on the first calls
 MODEL = "model"  # tune=: run the model's pick only (the search's winner)

@@ -37,7 +37,7 @@ SMALL_PROBLEM = 10_000_000
 
 # The budget (seconds, as work) of the search of the quickest kernels to make (search.quick())
 # that a small problem gets where its first incumbent is not good (search.at_once): enough for
-# the search's first dives (282 work on AO->MO's steps at n=16, whose best is then 0.7 us
+# the search's first dives (258 work on AO->MO's steps at n=16, whose best is then 0.7 us
 # above the floor of every strategy's space, where the first incumbent was 9 us above it).
 QUICK_SEARCH = 0.05
 
@@ -50,10 +50,16 @@ def small(sizes: Mapping[str, int]) -> bool:
 # The node budget of each row's search in `treduda bench`, so that one row cannot run away.
 BENCH_MAX_NODES = 3000
 
-# Under a budget, the share of it the tree search takes; local search takes the rest. At 0.6
-# of a 0.8 s budget tccg_03 ended 2.8% above the best (the seeds' dives alone take 0.23 s), at 0.4
-# of it tccg_28 19% (its tree over the suggested values needs about 0.3 s).
-SEARCH_SHARE = 0.5
+# Under a budget, the share of it the tree search takes; local search takes the rest. The
+# tree finds incumbents and the mappings' seeds; the picks come from the climb: GEMM 4096^3's
+# reached its best (the complete search's) at 1486 of 2000 work at 0.2 of a 0.5 s budget, the
+# same pick as at 0.5 of 0.8 s; tccg_01/03/15/33 picked the same at 0.2 and 0.3, tccg_28 15%
+# faster at 0.2 (0.3 leaves its climb too little).
+SEARCH_SHARE = 0.2
+# The share of the work the tree leaves that the local search's seeds may spend diving into
+# mappings the tree scored nothing of (LocalSearch._seeds); past it a seed is the fastest
+# candidate moved to the mapping, one estimate where a dive takes 70-170 work.
+SEED_DIVES = 0.1
 # Under a budget over every declared value, the share of the tree's work spent on the
 # values the strategies suggest (Searcher._two_spaces).
 SUGGESTED_SHARE = 0.7

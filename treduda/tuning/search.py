@@ -450,10 +450,10 @@ def at_once(program: Program, gpu: str | Gpu = "H100", *,
     floor (a ring step of extents 2-5: 0.2 us; GEMM 64x80x48: 0.5 us; AO->MO at n=16: 0.4
     us), where the search took seconds to rank candidates that differ by less than a launch;
     where a step's first incumbent reads across strides (AO->MO's middle index at n=16: 12 us
-    against a floor of 3.3), a search of the quick strategy within :data:`QUICK_SEARCH` (its
-    seeds' dives: 282 work, 0.03 s) finds one (4.0 us) and it is taken, where the search of
-    every strategy took 0.37 s to pick a tensor-core kernel 0.03 us faster that took twice as
-    long to generate."""
+    against a floor of 3.3), a search of the quick strategy within :data:`QUICK_SEARCH` (258
+    work, 0.03 s) finds one (4.0 us) and it is taken, where the search of every strategy
+    took 0.37 s to pick a tensor-core kernel 0.03 us faster that took twice as long to
+    generate."""
     g = find_gpu(gpu)
     started = time.perf_counter()
     wholes = [Searcher(program, g, offer, restrict=False) for offer in offered(program, g)]
