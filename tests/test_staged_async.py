@@ -83,12 +83,13 @@ def test_runs_are_as_wide_as_tensor_tile_and_row_allow():
 
 
 def test_double_buffered_copies_run_a_step_ahead():
-    """Double-buffered, the loop over steps starts a step early, where it only copies; the
-    wait and the barrier come before the copies of the next step, which come before the
-    step's FMAs."""
+    """Double-buffered, the first step's copies run before the loop over steps (its first
+    iteration, peeled off: codegen.unroll.peel); in the loop the wait and the barrier come
+    before the copies of the next step, which come before the step's FMAs."""
     kernel = _compile("gemm", double_buffer=True)
     source = kernel.cuda_source
-    loop = source.index("for (int c7 = (-1);")
+    loop = source.index("for (int c7 = 0;")
+    assert source.index("td_copy_async") < source.index("td_copy_commit") < loop
     wait, copy = source.index("td_copy_wait<0>", loop), source.index("td_copy_async", loop)
     commit, fma = source.index("td_copy_commit", loop), source.index("acc0[0] +=", loop)
     assert wait < copy < commit < fma
