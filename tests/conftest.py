@@ -7,6 +7,7 @@ import dataclasses
 import functools
 import os
 import random
+import re
 import tempfile
 import zlib
 
@@ -201,6 +202,15 @@ def formulas_name_their_relations(statements) -> int:
                                       values[:, len(s.indices) + n]), (s.name, n)
             checked += len(points)
     return checked
+
+
+def in_layout(expression: str, layout: str) -> str:
+    """``expression`` as written for column-major ``"F"``; for row-major ``"C"`` every tensor's
+    indices reversed, which keeps each tensor's memory order (the box tests' mirrored cases)."""
+    if layout == "F":
+        return expression
+    return re.sub(r"\[([a-z,]+)\]", lambda m: "[" + ",".join(reversed(m[1].split(","))) + "]",
+                  expression)
 
 
 def without(kernel: treduda.Kernel, kind: type) -> treduda.Kernel:

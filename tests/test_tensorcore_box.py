@@ -5,11 +5,9 @@ where A and B lead with different summed indices (tccg_14's A[c,a,d] and B[d,c,b
 
 from __future__ import annotations
 
-import re
-
 import numpy as np
 import pytest
-from conftest import bound_paths_hold
+from conftest import bound_paths_hold, in_layout
 from treduda.strategies import tensorcore_tiles as tiles
 
 import treduda
@@ -29,13 +27,6 @@ TCCG_28 = "C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]"
 PARTIAL = {"a": 40, "b": 36, "c": 40, "d": 40}
 BOX = {"warps_m": 2, "warps_n": 1, "frags_m": 1, "frags_n": 2, "frags_k": tiles.BOX_FRAGMENTS,
        "split": 1, "stages": 2, "mapping": "mma", "shared_layout": "pad", "async_copy": True}
-
-
-def _mirrored(expression: str) -> str:
-    """``expression`` with every tensor's indices reversed: the same memory order in the other
-    layout."""
-    return re.sub(r"\[([a-z,]+)\]", lambda m: "[" + ",".join(reversed(m[1].split(","))) + "]",
-                  expression)
 
 
 def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
@@ -110,7 +101,7 @@ def test_the_bound_stays_below_every_estimate_where_boxes_are_offered():
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_box_kernels_match_einsum_without_hazards(layout):
     """tccg_14 in column-major layout, mirrored in row-major, partial tiles and boxes."""
-    kernel = _compile(TCCG_14 if layout == "F" else _mirrored(TCCG_14), PARTIAL, layout)
+    kernel = _compile(in_layout(TCCG_14, layout), PARTIAL, layout)
     copies = [s for s in ir.nested(kernel.built.kernel.body) if isinstance(s, ir.AsyncCopy)]
     assert {c.stride for c in copies} == {1, tiles.BOXED_STRIDE}
     assert serial.Decoder()(serial.encode(kernel.built.kernel)) == kernel.built.kernel
@@ -132,9 +123,7 @@ def test_box_kernels_match_einsum_without_hazards(layout):
 def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, layout):
     """Each form, in column-major layout and mirrored (every tensor's indices reversed) in
     row-major."""
-    if layout == "C":
-        expression = _mirrored(expression)
-    kernel = _compile(expression, sizes, layout, **params)
+    kernel = _compile(in_layout(expression, layout), sizes, layout, **params)
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
 

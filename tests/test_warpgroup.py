@@ -6,11 +6,10 @@ with HGMMA in the main loop, and no offer of it where the GPU has no wgmma."""
 from __future__ import annotations
 
 import dataclasses
-import re
 
 import numpy as np
 import pytest
-from conftest import MMA_CASES, bound_paths_hold
+from conftest import MMA_CASES, bound_paths_hold, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
 from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, gemm_groups
 from treduda.strategies.warpgroup_kernel import copy_ways
@@ -139,20 +138,13 @@ BOX_SIZES = {"a": 40, "b": 36, "c": 40, "d": 40}  # c and d rounded up to 48, pa
 BOX = {**SMALL, "tile_n": 64, "frags_k": BOX_FRAGMENTS}
 
 
-def _mirrored(expression: str) -> str:
-    """``expression`` with every tensor's indices reversed: the same memory order in the other
-    layout."""
-    return re.sub(r"\[([a-z,]+)\]", lambda m: "[" + ",".join(reversed(m[1].split(","))) + "]",
-                  expression)
-
-
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layout):
     """A K box (tccg_14's c and d, 256 values a step: four 128-byte swizzled lines of K a
     row): A by 16-byte cp.async, B by 8-byte vector loads whose four values land a line of
     K (64 rows of 64 values) apart; partial tiles and boxes, in column-major layout and
     mirrored in row-major."""
-    expression = TCCG_14 if layout == "F" else _mirrored(TCCG_14)
+    expression = in_layout(TCCG_14, layout)
     kernel = _compile(expression, BOX_SIZES, layout=layout, params=BOX)
     copies = {(s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
               if isinstance(s, ir.AsyncCopy)}
@@ -183,9 +175,7 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, dtype, layout):
-    if layout == "C":
-        expression = _mirrored(expression)
-    kernel = _compile(expression, sizes, dtype, layout, {**BOX, **params})
+    kernel = _compile(in_layout(expression, layout), sizes, dtype, layout, {**BOX, **params})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
 
