@@ -26,6 +26,7 @@ from treduda.tuning.search import Searcher
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
 TCCG_33 = "C[a,b,c,d,e,f]=A[d,e,g,c]*B[g,f,a,b]"  # on B's N: f by a_b (rows along K)
 TCCG_34 = "C[a,b,c,d,e,f]=A[d,f,g,a]*B[g,e,b,c]"  # on A's M: d and f fused by a
+TCCG_32 = "C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]"  # on B's N: f by a, a padded 24 -> 32
 # partial tiles everywhere: M = 12 x 24, N = 5 x 3 x 7 (tccg_31); P = 8 of d_e, Q = 4 of a
 SMALL_31 = {"a": 12, "b": 5, "c": 3, "d": 6, "e": 4, "f": 7, "g": 10}
 SMALL_33 = {"a": 4, "b": 6, "c": 5, "d": 3, "e": 2, "f": 6, "g": 9}
@@ -47,21 +48,30 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
                            params={**PARAMS, **params})
 
 
-@pytest.mark.parametrize(("expression", "box"), [
-    (TCCG_31, tiles.FreeBox("m", ("d_e",), "a", 16, 8)),
-    (TCCG_33, tiles.FreeBox("n", ("f",), "a_b", 4, 32)),
-    (TCCG_34, tiles.FreeBox("m", ("d", "f"), "a", 16, 8)),  # d and f fused
-    ("C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]", tiles.FreeBox("n", ("f",), "a", 4, 8)),
-    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", None),  # b and c apart in A: no run of both
-    ("C[a,b,c]=A[a,d,b]*B[d,c]", None),  # A's order keeps a first: nothing to box
-    ("C[i,j] = A[i,k] * B[k,j]", None)])
-def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, box):
-    sizes = {i: 20 if i in "bcef" else 24
+@pytest.mark.parametrize(("expression", "a", "box", "padded"), [
+    (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
+     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32)),
+    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None),  # a_b: 480, whole warps
+    (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
+     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32)),
+    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32)),
+    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None),  # 20 -> 32 pads 60%
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None),  # b and c apart in A: no run of both
+    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None),  # A's order keeps a first: nothing to box
+    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None)])
+def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
+                                                                        padded):
+    """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
+    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32)."""
+    sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
+    boxes = {"group": None, "box": box, "padded": padded}
+    assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
     offered = get("tensorcore").space(program).parameter("free_layout").values
-    assert offered == (("group", "box") if box else ("group",))
+    assert offered == tuple(k for k, v in boxes.items() if k == "group" or v)
 
 
 @pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
