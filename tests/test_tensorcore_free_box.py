@@ -190,6 +190,112 @@ def test_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     assert report.main_loop_opcodes.get("LDG", 0) == 0
 
 
+# The padded class (tccg_32/35/38 on B, 41/44/47 on A): ``a`` of 24 boxed by Q = 32
+TCCG_41 = "C[a,b,c,d,e,f]=A[g,d,a,c]*B[e,f,g,b]"  # on A's M: d by a (rows along K)
+SMALL_32 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}  # P = 4 of f
+SMALL_41 = {"a": 24, "b": 5, "c": 3, "d": 12, "e": 6, "f": 4, "g": 10}  # P = 4 of d
+PADDED = {"free_layout": "padded", "frags_m": 4}  # M tile 128: whole boxes of 4 x 32
+
+
+def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
+    """The padded box's digits take each of ``a``'s 24 values once per value of the rest
+    and 8 slots past them (zeros: outside the tensor); its group covers 32 / 24 of N."""
+    program = plan(TCCG_32, SMALL_32, "F", "float16")
+    box = tiles.free_boxes(program)["padded"]
+    assert tiles.group_digits(program, "n", box) == (
+        (("f",), 4), (("a",), 32), (("f",), 3), (("c",), 3))
+    extents = tiles.group_extents(program, box)
+    assert extents == {"m": 6 * 4 * 5, "n": 32 * 3 * 12}
+    values = tiles.digit_values(tiles.group_digits(program, "n", box), np.arange(extents["n"]),
+                                program.sizes, tiles.NUMPY)
+    inside = values["a"] < 24
+    assert inside.sum() == 24 * 3 * 12 and values["a"].max() == 31
+    assert len({(int(a), int(c), int(f)) for a, c, f in zip(
+        values["a"][inside], values["c"][inside], values["f"][inside], strict=True)}) \
+        == inside.sum()
+
+
+@pytest.mark.parametrize(("expression", "sizes", "operand"), [
+    (TCCG_32, SMALL_32 | {"g": 24}, "B"), (TCCG_41, SMALL_41 | {"g": 24}, "A")])
+def test_the_padded_box_reads_its_operand_and_writes_at_the_ideal(expression, sizes, operand):
+    """The boxed operand's rows (K runs of 4 values of ``f`` or ``d`` side by side) at its
+    ideal sectors a request, the output written 24 values of ``a`` a request (48 bytes: 2
+    sectors, where the exact 4 x 8 box takes 4), no bank conflict; the model counts what
+    the emulator does, the padding's slots reading and writing nothing."""
+    kernel = _compile(expression, sizes, frags_k=2, **PADDED)
+    counted = kernel.counters(steps=1)
+    loads = counted.of(operand, "ldgsts")
+    assert loads.per_request == loads.ideal_per_request
+    assert counted.worst_ways() == 1
+    model = model_of(kernel.program, gpu("H100"), "tensorcore")
+    requests, sectors, _, _ = model.copy_sectors(kernel.params, steps=1)[operand]
+    assert (requests, sectors) == (loads.requests, loads.transactions)
+    written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
+    assert written.transactions == written.ideal == 2 * written.requests
+
+
+def test_the_model_counts_the_padded_boxs_wasted_work():
+    """A padded box's MMA work (and blocks) cover 32 values of ``a`` where 24 are real: the
+    tensor-core resource of the same tiles is 4/3 of the exact box's."""
+    program = plan(TCCG_32, TCCG_31_SIZES, "F", "float16")
+    model = model_of(program, gpu("H100"), "tensorcore")
+    params = {**PARAMS, "warps_m": 4, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2}
+    exact, padded = (model.estimate({**params, "free_layout": layout}).resources["mma"]
+                     for layout in ("box", "padded"))
+    assert padded == pytest.approx(exact * 4 / 3)
+
+
+@pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
+    (TCCG_32, SMALL_32, "F", {}),  # on B
+    (in_layout("C[a,b,c,d,e,f] += alpha*A[g,d,a,c]*B[e,f,g,b]", "C"), SMALL_41, "C",
+     {"stages": 3})])  # on A, scaled update
+def test_padded_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
+    """The padded box on B and on A (the other forms: ``-m matrix``): partial tiles, whole
+    boxes of zeros past ``a``'s 24 values."""
+    kernel = _compile(expression, sizes, layout, **PADDED, **params)
+    assert tiles.free_boxed(kernel.program, kernel.params).slots == 32
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "sizes", "params"), [
+    ("C[a,b,c,d,e,f] = alpha*A[g,d,a,c]*B[e,f,g,b] + beta*C[a,b,c,d,e,f]", SMALL_41,
+     {"stages": 3}),
+    ("C[a,b,c,d,e,f] += A[d,e,g,b]*B[g,f,a,c]", SMALL_32, {"stages": 1}),
+    (TCCG_41, SMALL_41, {"async_copy": False}),  # through registers
+    (TCCG_32, SMALL_32, {"mapping": "wmma"}),
+    (TCCG_41, SMALL_41, {"frags_m": 1}),  # a tile of half a box: Q' = 8
+    (TCCG_31, SMALL_31 | {"a": 24, "g": 40}, {"shared_layout": "swizzle", "frags_k": 2,
+                                              "frags_m": 2, "frags_n": 2}),  # rows along M
+    (TCCG_32, SMALL_32 | {"g": 40}, {"split": 2, "deterministic": True}),
+    (TCCG_32, SMALL_32 | {"g": 40}, {"split": 2}),
+    (TCCG_41, SMALL_41, {"dtype": "bfloat16", "warps_n": 2}),
+], ids=["alpha_beta", "update", "registers", "wmma", "half_box", "swizzle", "split_ordered",
+       "split", "bf16"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes, params,
+                                                              layout):
+    kernel = _compile(in_layout(expression, layout), sizes, layout, **{**PADDED, **params})
+    assert tiles.free_boxed(kernel.program, kernel.params).slots == 32
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
+def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
+    """tccg_32's padded box at its size: HMMA fed by ldmatrix, both operands by cp.async,
+    no LDG in the main loop."""
+    kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, frags_n=4, frags_k=2,
+                      **PADDED)
+    report = sass_report(kernel.cuda_source, arch)[0]
+    assert report.main_loop_opcodes.get("HMMA", 0) > 0
+    assert report.main_loop_opcodes.get("LDSM", 0) > 0
+    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
+    assert report.main_loop_opcodes.get("LDG", 0) == 0
+
+
 def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
     return treduda.compile(expression, sizes, dtype="float16", layout=layout,
                            strategy="warpgroup", cache=False, gpu="H100",
