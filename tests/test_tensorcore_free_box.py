@@ -312,10 +312,14 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
     pytest.param("C[a,b,c,d,e,f] = alpha*A[d,e,g,a]*B[g,f,b,c] + beta*C[a,b,c,d,e,f]",
                  SMALL_31, "F", {"warpgroups": 2, "stages": 3}, marks=pytest.mark.matrix),
     pytest.param(in_layout("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", "C"), SMALL_31, "C",
-                 {"stages": 1}, marks=pytest.mark.matrix)])
+                 {"stages": 1}, marks=pytest.mark.matrix),
+    (TCCG_41, SMALL_41, "F", {"free_layout": "padded", "frags_m": 2}),  # M 128: a whole box
+    pytest.param(in_layout("C[a,b,c,d,e,f] = alpha*A[d,e,g,b]*B[g,f,a,c]", "C"), SMALL_32, "C",
+                 {"free_layout": "padded", "tile_n": 128, "stages": 3},
+                 marks=pytest.mark.matrix)])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
-    """The warpgroup mapping takes the box as the tensor-core one does (its copies and write
-    are the tensor-core builder's)."""
+    """The warpgroup mapping takes the box, exact or padded, as the tensor-core one does (its
+    copies and write are the tensor-core builder's)."""
     kernel = _warpgroup(expression, sizes, layout, **params)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
@@ -323,10 +327,14 @@ def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, l
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
-def test_warpgroup_box_kernels_copy_both_operands_by_cp_async():
+@pytest.mark.parametrize(("expression", "layout"), [
+    (TCCG_31, "box"), pytest.param(TCCG_32, "padded", marks=pytest.mark.matrix)])
+def test_warpgroup_box_kernels_copy_both_operands_by_cp_async(expression, layout):
     """tccg_31 at its size (issue 39: no LDG of operands in the main loop): with the box A's
-    tile is copied by cp.async in 16-byte runs too, not through registers."""
-    kernel = _warpgroup(TCCG_31, TCCG_31_SIZES, warpgroups=2, tile_n=128, frags_k=2)
+    tile is copied by cp.async in 16-byte runs too, not through registers; tccg_32's padded
+    box copies both by cp.async as well."""
+    kernel = _warpgroup(expression, TCCG_31_SIZES, warpgroups=2, tile_n=128, frags_k=2,
+                        free_layout=layout)
     report, = sass_report(kernel.cuda_source, "sm_90a")
     kinds = report.main_loop_kinds()
     assert kinds["tensor core"].get("HGMMA", 0) > 0
