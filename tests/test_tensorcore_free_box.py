@@ -316,7 +316,10 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
     (TCCG_41, SMALL_41, "F", {"free_layout": "padded", "frags_m": 2}),  # M 128: a whole box
     pytest.param(in_layout("C[a,b,c,d,e,f] = alpha*A[d,e,g,b]*B[g,f,a,c]", "C"), SMALL_32, "C",
                  {"free_layout": "padded", "tile_n": 128, "stages": 3},
-                 marks=pytest.mark.matrix)])
+                 marks=pytest.mark.matrix),
+    pytest.param(TCCG_31, SMALL_31 | {"a": 24, "g": 40}, "F",  # the H100 pick's form on tccg_31
+                 {"free_layout": "padded", "warpgroups": 2, "frags_m": 2, "frags_k": 2,
+                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix)])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The warpgroup mapping takes the box, exact or padded, as the tensor-core one does (its
     copies and write are the tensor-core builder's)."""
