@@ -216,6 +216,17 @@ def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
         == inside.sum()
 
 
+def test_a_run_of_the_operand_stops_before_a_padded_box_s_slots():
+    """Where P takes all of ``c`` (tccg_31's ``d_e`` of 4), the next digit is ``a``'s 32
+    slots, of which 8 are past the tensor: copies run 4 values (8 bytes), not 128."""
+    program = plan(TCCG_31, SMALL_31 | {"a": 24, "d": 2, "e": 2}, "F", "float16")
+    box = tiles.free_boxes(program)["padded"]
+    digits = tiles.group_digits(program, "m", box)
+    assert digits == ((("d_e",), 4), (("a",), 32))
+    assert tiles.digits_run(program, "A", digits) == 4
+    assert tiles.copy_widths(program, tiles.gemm_groups(program), free=box)["A"] == 4
+
+
 @pytest.mark.parametrize(("expression", "sizes", "operand"), [
     (TCCG_32, SMALL_32 | {"g": 24}, "B"), (TCCG_41, SMALL_41 | {"g": 24}, "A")])
 def test_the_padded_box_reads_its_operand_and_writes_at_the_ideal(expression, sizes, operand):
