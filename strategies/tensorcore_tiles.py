@@ -611,15 +611,17 @@ def copy_widths(program: Program, found: tuple[tuple[str, ...], ...], box: bool 
 def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
     """Values of a group of ``digits`` (fastest first) that lie side by side in ``tensor``:
     the slots of its first digits that are the tensor's fastest indices in order, up to and
-    including the first that takes only part of its indices (a free box's P)."""
+    including the first that takes only part of its indices (a free box's P); of a padded
+    box's ``o``, whose slots pass its size, as many as divide both (a run all inside the
+    tensor or all outside it)."""
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
     run, at = 1, 0
     for indices, slots in digits:
-        if (indices != order[at:at + len(indices)]
-                or slots > math.prod(program.sizes[i] for i in indices)):
-            break  # not the tensor's next indices, or a padded box's slots past them
-        run *= slots
-        if slots < math.prod(program.sizes[i] for i in indices):
+        if indices != order[at:at + len(indices)]:
+            break
+        extent = math.prod(program.sizes[i] for i in indices)
+        run *= math.gcd(slots, extent)
+        if slots != extent:
             break
         at += len(indices)
     return run

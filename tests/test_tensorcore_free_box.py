@@ -216,15 +216,19 @@ def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
         == inside.sum()
 
 
-def test_a_run_of_the_operand_stops_before_a_padded_box_s_slots():
-    """Where P takes all of ``c`` (tccg_31's ``d_e`` of 4), the next digit is ``a``'s 32
-    slots, of which 8 are past the tensor: copies run 4 values (8 bytes), not 128."""
-    program = plan(TCCG_31, SMALL_31 | {"a": 24, "d": 2, "e": 2}, "F", "float16")
+@pytest.mark.parametrize(("a", "run", "width"), [(24, 32, 8), (25, 4, 4)])
+def test_a_run_of_the_operand_keeps_inside_a_padded_box_s_slots(a, run, width):
+    """Where P takes all of ``c`` and ``o`` follows it in the operand (``A[d,a,g]``, ``d`` of
+    4), a run of the group continues into ``a``'s 32 slots by as many values as divide its
+    size: 8 of 24 (runs all inside or all outside), 1 of 25 (a run of 8 slots of ``a``
+    would straddle its end)."""
+    program = plan("C[a,d,b]=A[d,a,g]*B[g,b]", {"a": a, "b": 5, "d": 4, "g": 10}, "F",
+                   "float16")
     box = tiles.free_boxes(program)["padded"]
     digits = tiles.group_digits(program, "m", box)
-    assert digits == ((("d_e",), 4), (("a",), 32))
-    assert tiles.digits_run(program, "A", digits) == 4
-    assert tiles.copy_widths(program, tiles.gemm_groups(program), free=box)["A"] == 4
+    assert digits == ((("d",), 4), (("a",), 32))
+    assert tiles.digits_run(program, "A", digits) == run
+    assert tiles.copy_widths(program, tiles.gemm_groups(program), free=box)["A"] == width
 
 
 @pytest.mark.parametrize(("expression", "sizes", "operand"), [
@@ -285,7 +289,10 @@ def test_padded_box_kernels_match_einsum_without_hazards(expression, sizes, layo
                                               "frags_m": 2, "frags_n": 2}),  # rows along M
     (TCCG_32, SMALL_32 | {"g": 40}, {"split": 2, "deterministic": True}),  # 16-bit: ordered
     (TCCG_41, SMALL_41, {"dtype": "bfloat16", "warps_n": 2}),
-], ids=["alpha_beta", "update", "registers", "wmma", "half_box", "swizzle", "split", "bf16"])
+    ("C[a,d,b]=A[d,a,g]*B[g,b]", {"a": 25, "b": 20, "d": 4, "g": 10},
+     {"frags_m": 2, "frags_n": 1}),  # cp.async runs of d into a's slots, 25 -> 32
+], ids=["alpha_beta", "update", "registers", "wmma", "half_box", "swizzle", "split", "bf16",
+       "runs_into_a"])
 @pytest.mark.parametrize("layout", ["F", "C"])
 def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes, params,
                                                               layout):
