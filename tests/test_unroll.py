@@ -214,8 +214,9 @@ def uneven_loops(kernel: treduda.Kernel) -> list[ir.For]:
                                                                       s.condition))]
 
 
-# 45 x 70 x 40 in tiles of 16 x 16 and steps of 16: a tile of 256 values of A and B copied by
-# 32 threads, some rounds by some of them only (the padded rows are no multiple of a warp)
+# Tiles of 16 x 16 in steps of 16 over sizes they do not divide: the short last step and the
+# edge blocks copy fewer values than 32 threads' rounds cover, so isl bounds those copy loops
+# by thread ids (``c <= 7 - (t_y + 2) / 4``; the test checks each case has some)
 COPIES = {"plain": {}, "async": {"async_copy": True},
           "double": {"async_copy": True, "double_buffer": True},
           "preload": {"preload": True}, "split": {"async_copy": True, "split": 2}}
