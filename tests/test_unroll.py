@@ -9,9 +9,11 @@ from conftest import plus, times
 
 import treduda
 from treduda.codegen import ir
-from treduda.codegen.unroll import unroll
+from treduda.codegen.unroll import unroll, unroll_uneven
+from treduda.polyhedral import ast_build
 
 BX, TX = ir.Index(ir.Builtin.BLOCK_ID, 0), ir.Index(ir.Builtin.THREAD_ID, 0)
+TY = ir.Index(ir.Builtin.THREAD_ID, 1)
 C = ir.Var("c")
 
 
@@ -152,3 +154,102 @@ def test_a_symbolic_kernel_unrolls_its_tile_and_guards_each_register():
     assert all(isinstance(o, ir.Int) for o in register_accesses(kernel))
     for sizes in ({"i": 9, "j": 45, "k": 7}, {"i": 8, "j": 32, "k": 16}):
         assert kernel.verify(sizes).ok
+
+
+def copy_rounds(bound: ir.Expr, unrolled: ir.Unroll = ir.Unroll.FULL) -> ir.For:
+    """``for (c = 0; c <= bound; c++) A_sh[t_y / 2 + 2 c] = A[..]``: rows of a tile dealt to
+    thread rows two apart (the copy loop of tccg_38's pick, whose 11 rows go to 2 rows of
+    threads: rows 0, 2, .., 10 to t_y / 2 = 0, rows 1, .., 9 to t_y / 2 = 1)."""
+    row = plus(ir.Binary(ir.Op.DIV, TY, const(2)), times(2, C))
+    return ir.For("c", const(0), ir.Binary(ir.Op.LE, C, bound), const(1),
+                  ir.Assign(ir.Load("A_sh", row), "=", ir.Load("A", row)), unrolled)
+
+
+def evened(loop: ir.Stmt, known: dict) -> ir.Stmt:
+    kernel = ir.KernelIR(name="k", dtype="float32", index_bits=32, params=(), locals=(),
+                         body=loop)
+    return unroll_uneven(kernel, known).body
+
+
+# isl's bound of the rounds above: c <= 5 - (t_y + 2) / 4, i.e. 6 rounds for t_y <= 1, 5 else
+UNEVEN = plus(const(5), ir.Neg(ir.Binary(ir.Op.DIV, plus(TY, const(2)), const(4))))
+
+
+def test_a_copy_that_threads_repeat_unevenly_is_unrolled_with_its_last_round_guarded():
+    body = evened(copy_rounds(UNEVEN), {TY: (0, 3)})
+    assert isinstance(body, ir.Block) and len(body.body) == 6
+    *every, last = body.body
+    assert all(isinstance(s, ir.Assign) for s in every)  # rounds 0..4: every thread, no test
+    assert isinstance(last, ir.If) and stores_rows(last.then) == [10]
+    assert [ir.evaluate(last.condition, {}, (0, ty, 0)) for ty in range(4)] == [1, 1, 0, 0]
+    for ty in range(4):  # each thread row copies the rows it copied in the loop
+        rows = [r for s in body.body
+                if not isinstance(s, ir.If) or ir.evaluate(s.condition, {}, (0, ty, 0))
+                for r in stores_rows(s.then if isinstance(s, ir.If) else s, ty)]
+        assert rows == list(range(ty // 2, 11, 2))
+
+
+def stores_rows(s: ir.Stmt, ty: int = 0) -> list[int]:
+    return [ir.evaluate(c.target.offset, {}, (0, ty, 0)) for c in ir.nested(s)
+            if isinstance(c, ir.Assign)]
+
+
+@pytest.mark.parametrize("loop", [
+    copy_rounds(UNEVEN, ir.Unroll.COMPILER),  # the compiler's to decide
+    copy_rounds(const(5)),  # the same rounds in every thread: nvcc unrolls it without tests
+    copy_rounds(plus(UNEVEN, ir.Var("s"))),  # a bound that reads another loop's iterator
+])
+def test_loops_that_are_not_uneven_copies_stay_loops(loop):
+    assert evened(loop, {TY: (0, 3)}) == loop
+
+
+def uneven_loops(kernel: treduda.Kernel) -> list[ir.For]:
+    """The loops of the kernel's IR that nvcc is asked to unroll and whose bounds read thread
+    ids: nvcc unrolls them by four with a remainder loop, branches in the step loop."""
+    def reads_thread(e: ir.Expr) -> bool:
+        return e in (TX, TY) or any(reads_thread(c) for c in ir.children(e))
+
+    return [s for s in ir.nested(kernel.built.kernel.body) if isinstance(s, ir.For)
+            and s.unroll is ir.Unroll.FULL and reads_thread(ir.Binary(ir.Op.AND, s.start,
+                                                                      s.condition))]
+
+
+# Tiles of 16 x 16 in steps of 16 over sizes they do not divide: the short last step and the
+# edge blocks copy fewer values than 32 threads' rounds cover, so isl bounds those copy loops
+# by thread ids (``c <= 7 - (t_y + 2) / 4``; the test checks each case has some)
+COPIES = {"plain": {}, "async": {"async_copy": True},
+          "double": {"async_copy": True, "double_buffer": True},
+          "preload": {"preload": True}, "split": {"async_copy": True, "split": 2}}
+CONTRACTIONS = {
+    "gemm": (GEMM, {"i": 45, "j": 70, "k": 40}),
+    "scaled": ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 37, "j": 66, "k": 47}),
+    "accumulate": ("C[i,j] += A[i,k]*B[k,j]", {"i": 69, "j": 35, "k": 45}),
+}
+SAMPLE = {("gemm", "C", "async"), ("gemm", "C", "split"), ("scaled", "F", "plain"),
+          ("scaled", "C", "double"), ("accumulate", "F", "preload"),
+          ("accumulate", "C", "split")}
+
+
+@pytest.mark.parametrize(("name", "layout", "how"), [
+    pytest.param(name, layout, how, marks=() if (name, layout, how) in SAMPLE
+                 else pytest.mark.matrix)
+    for name in CONTRACTIONS for layout in "CF" for how in COPIES
+    # beta * C is no sum of parts; column-major GEMM's tiles of A and B split evenly
+    if not (name == "scaled" and how == "split") and (name, layout) != ("gemm", "F")])
+def test_uneven_copies_unrolled_match_einsum(name, layout, how):
+    expression, sizes = CONTRACTIONS[name]
+    params = {"order": "j,i" if layout == "C" else "i,j", "block_x": 8, "reg_x": 2,
+              "block_y": 4, "reg_y": 4, "step": 16, "unroll": True, "stage": "A,B",
+              **COPIES[how]}
+    treduda.api._forget()  # as a new process, without the kernels built before
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(ast_build, "unroll_uneven", lambda kernel, known: kernel)
+        loops = uneven_loops(treduda.compile(expression, sizes, layout=layout, cache=False,
+                                             strategy="tiled+staged", params=params))
+    treduda.api._forget()
+    assert loops  # the case has uneven copies to unroll
+    kernel = treduda.compile(expression, sizes, layout=layout, strategy="tiled+staged",
+                             cache=False, params=params)
+    assert not uneven_loops(kernel)
+    assert kernel.verify().ok
+    assert kernel.verify(backend="emulator").ok

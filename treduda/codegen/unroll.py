@@ -45,6 +45,54 @@ def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Ke
     return replace(kernel, body=_peeled(kernel.body, known))
 
 
+def unroll_uneven(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]
+                  ) -> ir.KernelIR:
+    """``kernel`` with each loop that the C compiler is asked to unroll but whose trip count
+    differs between threads (bounds of thread ids that ``known`` ranges) unrolled here, each
+    iteration that some thread skips under its own guard.
+
+    A tile whose elements no multiple of the threads covers is copied in ``ceil`` rounds by
+    some threads and ``floor`` by others (``c <= 5 - (t_y + 2) / 4``): nvcc unrolls such a
+    loop by four with a remainder loop, so the main loop of a pipeline that copies the next
+    step holds their branches (tccg_38's pick: 7 ``BRA``). Unrolled up to the most rounds any
+    thread runs, only the last round is guarded, and nvcc predicates its copy."""
+    return replace(kernel, body=_uneven(kernel.body, known))
+
+
+def _uneven(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
+    if isinstance(s, ir.For) and (span := _span(s, known)) is not None:
+        known = {**known, ir.Var(s.iterator): span}  # what its body's bounds may read
+    s = ir.map_children(s, lambda child: _uneven(child, known))
+    if (isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL
+            and _reads_thread(ir.Binary(ir.Op.AND, s.start, s.condition))
+            and (span := _span(s, known)) is not None):
+        return _Unroller({s.iterator: span}, known).unrolled(s)
+    return s
+
+
+def _reads_thread(e: ir.Expr) -> bool:
+    return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.THREAD_ID
+            or any(_reads_thread(c) for c in ir.children(e)))
+
+
+def _span(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]]) -> tuple[int, int] | None:
+    """The first value of ``loop``'s iterator in any thread and the last, where the known
+    ranges bound them (the last from a term ``c <= e`` or ``c < e`` of its condition, the
+    others being guards of the iterations); None where they do not."""
+    if not isinstance(loop.step, ir.Int) or (start := value_range(loop.start, known)) is None:
+        return None
+    terms, lasts = [loop.condition], []
+    while terms:
+        c = terms.pop()
+        if isinstance(c, ir.Binary) and c.op is ir.Op.AND:
+            terms += [c.left, c.right]
+        elif (isinstance(c, ir.Binary) and c.op in (ir.Op.LE, ir.Op.LT)
+              and c.left == ir.Var(loop.iterator)
+              and (end := value_range(c.right, known)) is not None):
+            lasts.append(end[1] - (c.op is ir.Op.LT))
+    return (start[0], min(lasts)) if lasts else None
+
+
 # Iterations peeled off each end of a step loop at most: a pipeline that copies a step ahead
 # guards the copy of the short step in the step before it, and the short step itself.
 PEELED = 2
