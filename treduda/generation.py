@@ -14,7 +14,7 @@ from .frontend.contraction import Contraction
 from .frontend.identity import Identity
 from .kernel import Kernel, generator_version
 from .model.gpus import Gpu
-from .polyhedral.ast_build import build, check_grid
+from .polyhedral.ast_build import build, check_grid, grid_at, launch_grid
 from .polyhedral.lower import Program, plan
 from .tuning import policy
 from .tuning.cache import CacheWarning, TuningCache
@@ -128,6 +128,16 @@ def generated(program: Program, strategy: str, params: Mapping[str, Any] | None)
     built = build(scheduled, identity.kernel_name(program.original.output))
     check_identifiers(built.kernel)
     return Kernel.generated(program, built, scheduled.strategy, scheduled.params)
+
+
+def launch(program: Program, strategy: str, params: Mapping[str, Any] | None
+           ) -> tuple[tuple[int, int, int], tuple[int, int, int], dict[str, Any]]:
+    """The grid, block and completed parameters of the kernel :func:`generated` would make,
+    without building it (isl's scan takes most of a build): enough to tell that a measured
+    kernel is no longer the one the code generator makes."""
+    scheduled = strategies.get(strategy).apply(program, params)
+    grid = grid_at(launch_grid(scheduled), program.merging, program.expression_sizes)
+    return grid, scheduled.block, dict(scheduled.params)
 
 
 def storable(strategy: str) -> bool:

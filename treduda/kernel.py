@@ -20,7 +20,6 @@ from .errors import (
     BackendUnavailable,
     MissingSize,
     StoredDataError,
-    StrategyError,
     VerificationError,
 )
 from .frontend.contraction import Contraction
@@ -28,7 +27,7 @@ from .frontend.dtypes import DEFAULT_CASTING, real, uniform
 from .frontend.identity import Identity
 from .frontend.merge import Merging, merge
 from .options import BACKENDS, check_tensor_names, merged_mapping
-from .polyhedral.ast_build import INT32_LIMIT, Built
+from .polyhedral.ast_build import Built, grid_at
 from .polyhedral.lower import Program, plan
 from .polyhedral.strategy import read_only
 from .run import reference
@@ -186,13 +185,7 @@ class Kernel:
         return None if self.symbolic else self.grid_for(self.sizes)
 
     def grid_for(self, sizes: Mapping[str, int]) -> tuple[int, int, int]:
-        merged = self.merging.sizes(sizes)
-        env = {f"N_{index}": extent for index, extent in merged.items()}
-        grid = tuple(int(ir.evaluate(g, env)) for g in self.signature.grid)
-        if grid[0] > INT32_LIMIT:
-            raise StrategyError(f"this launch needs {grid[0]} blocks along x, more than a GPU "
-                                f"allows ({INT32_LIMIT}); choose larger tiles (block_*, reg_*)")
-        return grid
+        return grid_at(self.signature.grid, self.merging, sizes)
 
     @property
     def ast(self) -> str:

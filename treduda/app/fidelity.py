@@ -33,6 +33,7 @@ from typing import Any
 from ..api import compile
 from ..errors import StrategyError, TredudaError
 from ..frontend.dtypes import HIGHEST
+from ..generation import launch
 from ..model.gpus import Gpu
 from ..model.gpus import gpu as find_gpu
 from ..model.interface import CostModel
@@ -150,18 +151,22 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
     whose parameters the current strategies refuse (e.g. an ``order`` naming indices that
     are merged now) is regenerated as refused."""
     kernels: dict[int, Any] = {}
-    refused: dict[int, str] = {}
+    again = []
     for n, r in enumerate(rows):
         try:
-            kernels[n] = compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
-                                 strategy=r.strategy, params=r.params, precision=r.precision)
+            # a row whose launch moved is left out whatever its kernel is: not built
+            grid, block, params = launch(plan(r.expression, r.sizes, r.layout, r.dtype,
+                                              precision=r.precision), r.strategy, r.params)
+            if (grid, block) == (r.grid, r.block):
+                kernels[n] = compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
+                                     strategy=r.strategy, params=r.params,
+                                     precision=r.precision)
+            again.append(Regenerated(tuple(grid), tuple(block), None, params=params))
         except StrategyError as error:
             reason = str(error).splitlines()[0].split("; choose one of")[0]
-            refused[n] = f"its parameters no longer apply: {reason}"
-    again = [Regenerated(None, None, None, refused[n]) if n in refused else
-             Regenerated(tuple(kernels[n].grid_for(r.sizes)), tuple(kernels[n].block), None,
-                         params=kernels[n].params) for n, r in enumerate(rows)]
-    # ptxas reports on the rows still kept: one whose launch moved is left out whatever it says
+            again.append(Regenerated(None, None, None, f"its parameters no longer apply: "
+                                                       f"{reason}"))
+    # ptxas reports on the rows still kept
     kept = [n for n, (r, a) in enumerate(zip(rows, again, strict=True)) if changed(r, a) is None]
     if ptxas and nvcc_available() and kept:
         batch = compile_cuda_batch([kernels[n].cuda_source for n in kept])

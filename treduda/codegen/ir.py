@@ -9,6 +9,7 @@ Expressions are integers for index arithmetic and scalars of the kernel's dtype 
 from __future__ import annotations
 
 import enum
+import functools
 import operator
 from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
@@ -661,12 +662,15 @@ def children(e: Expr) -> tuple[Expr, ...]:
     return (e.condition, e.if_true, e.if_false) if isinstance(e, Select) else ()
 
 
-def lanes(first: Load, width: int, stride: int = 1) -> list[Load]:
+@functools.lru_cache(maxsize=4096)
+def lanes(first: Load, width: int, stride: int = 1) -> tuple[Load, ...]:
     """The elements of a vector access (:class:`VectorLoad`, :class:`VectorStore`) that
     starts at ``first``, one per lane, or of the target of a copy whose elements land
-    ``stride`` apart (:attr:`AsyncCopy.stride`)."""
-    return [first] + [Load(first.array, Binary(Op.ADD, first.offset, Int(stride * n)))
-                      for n in range(1, width)]
+    ``stride`` apart (:attr:`AsyncCopy.stride`). The same lanes each time: the emulator
+    keeps an expression's evaluator by its identity, and built anew for every copy it ran
+    they took a third of a tensor-core kernel's emulation."""
+    return (first, *(Load(first.array, Binary(Op.ADD, first.offset, Int(stride * n)))
+                     for n in range(1, width)))
 
 
 def _operand_fields(s: Stmt) -> list[str]:

@@ -18,6 +18,7 @@ by isl as loops and unrolled in the IR (:mod:`treduda.codegen.unroll`).
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
 import islpy as isl
@@ -27,7 +28,8 @@ from ..codegen.parts import PartsSum, parts_sum
 from ..codegen.unroll import peel, unroll, unroll_uneven
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
-from ..errors import SizeLimit, TredudaError
+from ..errors import SizeLimit, StrategyError, TredudaError
+from ..frontend.merge import Merging
 from .geometry import AXES
 from .lower import Program
 from .strategy import MAPPED_DIMS, Role, Scheduled
@@ -91,12 +93,9 @@ def build(scheduled: Scheduled, name: str) -> Built:
     schedule = scheduled.schedule.intersect_range(isl.UnionSet.from_set(
         isl.Set(f"[{all_params}] -> {{ [{', '.join(dims)}] : {fixed} }}")))
 
-    # { [block x, y, z, folded dims] } used by some statement instance (coalesced: the
-    # projection leaves pieces that one box often covers, which every later step pays for)
     used = scheduled.schedule.range().as_set()
-    block_range = (used.project_out(isl.dim_type.set, MAPPED_DIMS + folded,
-                                    n_dims - MAPPED_DIMS - folded)
-                   .project_out(isl.dim_type.set, 3, 3)).coalesce()
+    launch = _launch(scheduled, folded)
+    block_range, extents, too_long = launch.blocks, launch.extents, launch.too_long
     coordinates = [f"b{n}" for n in range(3 + folded)]
     equal = " and ".join(f"{b} = {p}" for b, p in
                          zip(coordinates, BLOCK_PARAMS + grid_params, strict=True))
@@ -107,10 +106,6 @@ def build(scheduled: Scheduled, name: str) -> Built:
                .intersect(isl.Set(f"[{all_params}] -> {{ : {threads} }}"))
                .intersect(program.context()))
 
-    host = isl.AstBuild.from_context(program.context())
-    extents = [_grid_extent(block_range, axis, host) for axis in range(3 + folded)]
-    too_long = [axis for axis in (1, 2) if not (isinstance(extents[axis], ir.Int)
-                                               and extents[axis].value <= GRID_YZ_LIMIT)]
     into_x = [(BLOCK_PARAMS[axis], extents[axis]) for axis in too_long]
     names = _decoded(extents[0], into_x + _memory_order(list(zip(grid_params, extents[3:],
                                                                   strict=True)), program.layout))
@@ -165,12 +160,7 @@ def build(scheduled: Scheduled, name: str) -> Built:
             fast = converter.node(scan(context.intersect(inside)))
         condition = isl.AstBuild.from_context(context).expr_from_set(inside)
         body = ir.If(_expr(condition, names), fast, body)
-    grid_x = extents[0]
-    for extent in [extents[axis] for axis in too_long] + extents[3:]:
-        grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
-    grid = (_folded_constants(grid_x), *(ir.Int(1) if axis in too_long else extents[axis]
-                                         for axis in (1, 2)))
-
+    grid = launch.grid
     kernel = ir.KernelIR(name=name, dtype=program.dtype,
                          index_bits=_index_bits(program, scheduled.locals),
                          params=_params(program, scheduled.locals), locals=scheduled.locals,
@@ -181,6 +171,58 @@ def build(scheduled: Scheduled, name: str) -> Built:
     kernel = vectorize(kernel if fragments else unroll_uneven(peel(kernel, ids), ids))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
+
+
+@dataclass(frozen=True)
+class _Launch:
+    """Where a kernel's blocks lie and how many it launches, from its schedule alone."""
+
+    blocks: isl.Set  # { [block x, y, z, folded dims] } used by some statement instance
+    extents: list[ir.Expr]  # blocks along each of those dimensions
+    too_long: list[int]  # the axes (y, z) with more blocks than a grid allows, folded into x
+    grid: tuple[ir.Expr, ir.Expr, ir.Expr]
+
+
+def _launch(scheduled: Scheduled, folded: int) -> _Launch:
+    """The blocks and grid of ``scheduled``, whose first ``folded`` dimensions after the
+    mapped ones have blocks of their own."""
+    used = scheduled.schedule.range().as_set()
+    n_dims = _schedule_dims(scheduled)
+    # coalesced: the projection leaves pieces that one box often covers, which every later
+    # step pays for
+    blocks = (used.project_out(isl.dim_type.set, MAPPED_DIMS + folded,
+                               n_dims - MAPPED_DIMS - folded)
+              .project_out(isl.dim_type.set, 3, 3)).coalesce()
+    host = isl.AstBuild.from_context(scheduled.program.context())
+    extents = [_grid_extent(blocks, axis, host) for axis in range(3 + folded)]
+    too_long = [axis for axis in (1, 2) if not (isinstance(extents[axis], ir.Int)
+                                               and extents[axis].value <= GRID_YZ_LIMIT)]
+    grid_x = extents[0]
+    for extent in [extents[axis] for axis in too_long] + extents[3:]:
+        grid_x = ir.Binary(ir.Op.MUL, grid_x, extent)
+    grid = (_folded_constants(grid_x), *(ir.Int(1) if axis in too_long else extents[axis]
+                                         for axis in (1, 2)))
+    return _Launch(blocks, extents, too_long, grid)
+
+
+def launch_grid(scheduled: Scheduled) -> tuple[ir.Expr, ir.Expr, ir.Expr]:
+    """The grid :func:`build` would give ``scheduled`` (formulas in the sizes), without
+    scanning it: isl's scan, and what follows it, take most of a build, which a caller that
+    only needs the launch (is it still the one measured?) need not pay."""
+    return _launch(scheduled, _folded_dims(scheduled)).grid
+
+
+def grid_at(grid: Sequence[ir.Expr], merging: Merging, sizes: Mapping[str, int]
+            ) -> tuple[int, int, int]:
+    """Blocks along each axis of the ``grid`` formulas at the expression's ``sizes`` (before
+    ``merging`` merges its indices); StrategyError where x needs more blocks than a GPU
+    allows."""
+    env = {f"N_{index}": extent for index, extent in merging.sizes(sizes).items()}
+    blocks = tuple(int(ir.evaluate(g, env)) for g in grid)
+    if blocks[0] > INT32_LIMIT:
+        raise StrategyError(f"this launch needs {blocks[0]} blocks along x, more than a GPU "
+                            f"allows ({INT32_LIMIT}); choose larger tiles (block_*, reg_*)")
+    return blocks
 
 
 def _without_pinned(schedule: isl.UnionMap, pinned: int) -> isl.UnionMap:

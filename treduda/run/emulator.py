@@ -743,10 +743,13 @@ class _Block:
         for array, accesses in self.accesses.items():
             if not any(w and o.size for o, _, w in accesses):  # reads alone never race
                 continue
-            parts = [(o, t, np.full(o.size, w)) for o, t, w in accesses]
-            offsets, lanes, writes = (np.concatenate(p) for p in zip(*parts, strict=True))
-            pairs, inverse = np.unique(offsets * self.count + lanes, return_inverse=True)
-            written = np.bincount(inverse.ravel(), weights=writes, minlength=pairs.size) > 0
+            # each access as one sorted key, (element, thread) pair and write bit: a pair's
+            # last key says whether it wrote (a plain sort, not np.unique's argsort, which
+            # took a third of a tensor-core kernel's emulation)
+            keys = np.sort(np.concatenate([(o * self.count + t) * 2 + w
+                                           for o, t, w in accesses]))
+            last = np.r_[keys[1:] >> 1 != keys[:-1] >> 1, True]
+            pairs, written = keys[last] >> 1, (keys[last] & 1).astype(bool)
             # the pairs are sorted: each element's threads are one run of them
             elements = pairs // self.count
             starts = np.flatnonzero(np.r_[True, elements[1:] != elements[:-1]])
