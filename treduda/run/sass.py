@@ -261,19 +261,22 @@ def _load_use(loop: list[_Instruction]) -> dict[str, float]:
     first later instruction of the loop that reads a register the load writes (its first
     operand, and the next ones of a 64- or 128-bit load); loads whose value the loop body
     does not read again are left out. Predicates and the zero register are not registers."""
+    reads = []  # the registers each instruction reads
+    for instruction in loop:
+        operands = instruction.operands.split(",")
+        read = operands if instruction.opcode.split(".")[0] in _STORES else operands[1:]
+        reads.append({int(r) for r in _REGISTER.findall(",".join(read))})
     distances: dict[str, list[int]] = {}
     for n, load in enumerate(loop):
         kind = load.opcode.split(".")[0]
         first = _REGISTER.match(load.operands.split(",")[0].strip())
         if kind not in _LOADS or not first:
             continue
-        written = {str(int(first.group(1)) + k) for k in range(max(1, _width(load.opcode) // 32))}
-        for distance, later in enumerate(loop[n + 1:], 1):
-            operands = later.operands.split(",")
-            read = operands if later.opcode.split(".")[0] in _STORES else operands[1:]
-            if written & set(_REGISTER.findall(",".join(read))):
-                distances.setdefault(kind, []).append(distance)
-                break
+        start = int(first.group(1))
+        written = set(range(start, start + max(1, _width(load.opcode) // 32)))
+        distance = next((d for d, read in enumerate(reads[n + 1:], 1) if written & read), None)
+        if distance is not None:
+            distances.setdefault(kind, []).append(distance)
     return {kind: statistics.median(found) for kind, found in sorted(distances.items())}
 
 
