@@ -42,7 +42,8 @@ def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Ke
     zero-fills of the last step): nvcc keeps the short step's copy, its branches and scalar
     loads in the main loop (tccg_12's 32-step over c = 7248: 59% FFMA, 398 BRA). Peeled, the
     loop runs the full steps without a test, and the short step runs once after it, as
-    hand-written kernels do. ``known`` holds the ranges of the block and thread ids."""
+    hand-written kernels do. ``known`` holds the ranges of the block and thread ids. Kernels
+    whose registers are :func:`crowded` are built unpeeled."""
     return replace(kernel, body=_peeled(kernel.body, known))
 
 
