@@ -24,7 +24,7 @@ import islpy as isl
 
 from ..codegen import ir
 from ..codegen.parts import PartsSum, parts_sum
-from ..codegen.unroll import crowded, peel, unroll
+from ..codegen.unroll import peel, unroll
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import SizeLimit, TredudaError
@@ -178,8 +178,7 @@ def build(scheduled: Scheduled, name: str) -> Built:
     ids = _id_ranges(grid, scheduled.block)
     kernel = unroll(kernel, _unrolled(scheduled, used), ids)
     kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)
-    whole = fragments or crowded(kernel, math.prod(scheduled.block))
-    kernel = vectorize(kernel if whole else peel(kernel, ids))
+    kernel = vectorize(kernel if fragments else peel(kernel, ids))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
 
