@@ -13,7 +13,9 @@ the search's picks of TCCG rows 1-24 and their rivals).
 The SASS is that of the sizes rounded up to whole tiles (:func:`whole`): what a block of full
 tiles runs. Where its main loop is a whole step (its FMAs are a thread's share of the step), it is
 compared with every term of the model; where it is one reduction point of a step that is not
-unrolled, with the terms of a point (FMAs, loads, conversions) alone.
+unrolled, with the terms of a point (FMAs, loads, conversions) alone. The last columns give the
+main loop's median instructions from a shared or global load to the first use of its value
+(``SassReport.main_loop_load_use``; issue 40's question of stalls on issue-bound rows).
 """
 
 from __future__ import annotations
@@ -153,6 +155,7 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
         "ffma_share": sass.ffma_share, "main_loop_ffma": loop,
         "opcodes": sass.main_loop_opcodes,
         "shared_loads": sass.shared_load_widths, "measured_ms": case.get("measured_ms"),
+        "load_use": sass.main_loop_load_use,
     })
     return out
 
@@ -198,7 +201,7 @@ def grouped(opcodes: dict[str, int], ffma: int) -> dict[str, float]:
 def table(results: list[dict[str, Any]]) -> str:
     lines = [f"{'problem':16} {'variant':18} {'loop':6} {'model':>6} {'sass':>6} {'err':>6} "
              f"{'FMA%':>5} | {'LDS':>5} {'LDG':>5} {'STS':>5} {'int':>5} {'pred':>5} "
-             f"{'br':>5} {'oth':>5} | m.loads m.copies"]
+             f"{'br':>5} {'oth':>5} | m.loads m.copies | load>use LDS LDG"]
     for r in results:
         if "error" in r:
             lines.append(f"{r['problem']:16} {r['variant']:18} refused: {r['error']}")
@@ -210,7 +213,7 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['sass']:6.3f} {err:+6.0%} {r['ffma_share']:5.0%} | {g['LDS']:5.3f} "
             f"{g['LDG']:5.3f} {g['STS']:5.3f} {g['int']:5.3f} {g['pred']:5.3f} "
             f"{g['branch']:5.3f} {g['other']:5.3f} | {r['terms']['loads']:.3f} "
-            f"{r['terms']['copies']:.3f}")
+            f"{r['terms']['copies']:.3f}    | {_distance(r, 'LDS')} {_distance(r, 'LDG')}")
     errors = [abs(r["model"] / r["sass"] - 1) for r in results if "error" not in r]
     signed = [r["model"] / r["sass"] - 1 for r in results if "error" not in r]
     if errors:
@@ -218,6 +221,13 @@ def table(results: list[dict[str, Any]]) -> str:
                      f" mean {statistics.fmean(errors):.1%}, worst {max(errors):.1%}; signed "
                      f"median {statistics.median(signed):+.1%}")
     return "\n".join(lines)
+
+
+def _distance(result: dict[str, Any], load: str) -> str:
+    """The main loop's median instructions from a ``load`` to its value's first use (where
+    the loop reads one): a short one stalls a warp unless others issue meanwhile."""
+    found = result.get("load_use", {}).get(load)
+    return f"{found:5g}" if found is not None else f"{'-':>5}"
 
 
 def main() -> int:

@@ -314,3 +314,19 @@ def test_a_threads_neighbours_in_global_memory_move_in_vector_accesses() -> None
     assert report.global_load_widths[128] == 16  # one per summed value of a step
     assert report.global_store_widths == {128: 4}
     assert report.read_only_loads == sum(report.global_load_widths.values())
+
+
+def test_load_to_use_distances_of_the_main_loop() -> None:
+    # In LISTING's inner loop, LDS R12 is read by the FFMA two instructions on, and LDS.64's
+    # R14 by the next one (its second register, R15, one later); IADD3 reads only R0.
+    gemm = parse_sass(LISTING, "sm_90")[0]
+    assert gemm.main_loop_load_use == {"LDS": 1.5}
+    assert "LDS 1.5 instructions" in str(gemm)
+    # a load whose value the loop body never reads is left out; a store reads its value
+    loop = [sass._Instruction(0, "LDG.E.128", None, " R4, desc[UR4][R2.64]"),
+            sass._Instruction(1, "FFMA", None, " R4, R8, R9, R10"),
+            sass._Instruction(2, "STS.128", None, " [R0], R4"),
+            sass._Instruction(3, "LDS", None, " R20, [R0]"),
+            sass._Instruction(4, "LDS", None, " R21, [R0+0x4]"),
+            sass._Instruction(5, "FFMA", None, " R22, R21, R21, R22")]
+    assert sass._load_use(loop) == {"LDG": 2, "LDS": 1}
