@@ -21,6 +21,7 @@ from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load
 from treduda.tuning.search import Searcher
 
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
@@ -215,3 +216,26 @@ def test_warpgroup_box_kernels_copy_both_operands_by_cp_async():
     assert report.main_loop_opcodes.get("LDG", 0) == 0
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("row", ["tccg_31", pytest.param("tccg_34", marks=pytest.mark.matrix),
+                                 pytest.param("tccg_37", marks=pytest.mark.matrix)])
+def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
+    """tccg_31/34/37 at their sizes (issue 39): the H100 search takes the box with both
+    operands copied by cp.async, B's 48-byte rows of K into lines of 64 bytes in the 64-byte
+    swizzle (unswizzled, its 16-byte runs took 4 ways, so the search copied B through
+    registers); the pick's copies store on 1 way, and its sm_90a SASS runs HGMMA and LDGSTS
+    and loads no operand by LDG."""
+    found = next(r for r in load("tccg_fp16") if r.id == row)
+    best = treduda.search(found.expression, found.sizes, "H100", dtype="float16",
+                          layout=found.layout, strategy="warpgroup", cache=False).best
+    assert best.params["free_layout"] == "box" and best.params["async_copy"]
+    kernel = _warpgroup(found.expression, found.sizes, found.layout, **best.params)
+    counted = kernel.counters(steps=1)
+    assert {t.ways for t in counted.traffic if t.array in ("td_sa", "td_sb")} == {1}
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"].get("HGMMA", 0) > 0 and "LDGSTS" in kinds["async copy"]
+    assert report.global_load_widths == {}  # no LDG in the kernel: no operand, no beta
