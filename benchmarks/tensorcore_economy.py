@@ -12,10 +12,13 @@ Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
                                             [--gpu H100] [--steps 4] [--before FILE]
+                                            [--free-layout padded]
 
 ``--before`` takes an earlier run's ``--json`` (benchmarks/data/tensorcore_economy_before.json
 holds the figures before issue 37's builder changes) and prints its sectors, ways and SASS
-figures of each row in a second table, beside the same columns now.
+figures of each row in a second table, beside the same columns now. ``--free-layout`` holds
+the search to one ``free_layout`` ("group", "box" or "padded"; rows that do not offer it
+fail), to see the best candidate of a layout the search does not pick.
 
 A row took 12-50 s on two shared cores (the search, then nvcc); all 53 about 21 minutes.
 """
@@ -55,13 +58,14 @@ def rows() -> dict[str, tuple]:
     return found
 
 
-def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str | None
-            ) -> dict:
+def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str | None,
+            free_layout: str | None = None) -> dict:
     """One row's figures (None where a figure does not apply or cannot be read here), the
-    search held to ``strategy`` (None: every strategy)."""
+    search held to ``strategy`` (None: every strategy) and to ``free_layout`` (None: all)."""
     result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
                             max_nodes=BENCH_MAX_NODES, precision=precision,
-                            strategy=strategy)
+                            strategy=strategy,
+                            values={"free_layout": (free_layout,)} if free_layout else None)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              strategy=best.strategy, params=best.params, precision=precision)
@@ -72,7 +76,8 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
         figures["tiles"] = (f"{p['warps_m']}x{p['warps_n']}w {p['frags_m']}x{p['frags_n']}f "
                             f"k{p['frags_k']} {p['mapping']}"
                             + (" swizzled" if p["shared_layout"] == "swizzle" else "")
-                            + (" box" if p.get("free_layout") == "box" else ""))
+                            + ("" if p.get("free_layout", "group") == "group"
+                               else f" {p['free_layout']}"))
         figures["stages"] = p["stages"]
         model = model_of(kernel.program, find_gpu(gpu), best.strategy)
         figures.update(model_step=model.step_instructions(p), model_mma=model.step_mmas(p),
@@ -167,12 +172,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="tensorcore",
                         help="the strategy searched (default tensorcore: the mma.sync picks; "
                              "'default' searches them all, as treduda bench does)")
+    parser.add_argument("--free-layout", choices=("group", "box", "padded"),
+                        help="hold the search to this free_layout (default: all offered)")
     args = parser.parse_args(argv)
     strategy = None if args.strategy == "default" else args.strategy
     known = rows()
     wanted = wanted_rows(parser, args.rows, list(known))
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, args.steps,
-                                                     strategy),
+                                                     strategy, args.free_layout),
                          cells, COLUMNS, args.json)
     print("anchors (SASS main loop, non-MMA per MMA / shared bytes per MMA): "
           + "; ".join(f"{name} {per:.2f} / {smem} B" for name, per, smem in ANCHORS))

@@ -48,7 +48,7 @@ from .tensorcore_tiles import (
     copy_widths,
     described_gemm,
     each,
-    free_box,
+    free_boxes,
     free_layouts,
     gemm_groups,
     k_box,
@@ -138,7 +138,7 @@ class TensorCore(Strategy):
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False) if any(
                 any(copy_widths(program, found, free=free).values())
-                for free in (None, free_box(program))) else (False,),
+                for free in free_boxes(program).values()) else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
                       "in two or more stages, a step's copies are issued before earlier "

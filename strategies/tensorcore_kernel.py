@@ -142,6 +142,8 @@ from .tensorcore_tiles import (
     free_boxed,
     free_digits,
     gemm_groups,
+    group_extents,
+    group_slots,
     index_digits,
     mma_shape,
     operand_pads,
@@ -226,8 +228,12 @@ class Builder:
         (self.a,), (self.b,), self.m, self.n, self.k, self.batch = found
         self.row_a, self.row_b = operand_rows_major(program, found)
         self.tile = tile_extents(params, self.shape)
-        self.extent = {axis: math.prod(self.sizes[i] for i in group) for axis, group in
-                       zip("mnk", (self.m, self.n, self.k), strict=True)}
+        # a free box (free_box): the output's fastest group linearised as its digits
+        self.free_box = free_boxed(program, params)
+        # the groups' extents as the tiles cover them: a padded box's extra slots included
+        self.slots = group_slots(program, self.free_box)
+        self.extent = {**group_extents(program, self.free_box),
+                       "k": math.prod(self.sizes[i] for i in self.k)}
         # a K box (k_box): steps of 16 x 16 values of A's and B's leading summed indices
         self.box = boxed(program, params)
         # K's extents as the steps scan them (the fastest rounded up: see stepped_k)
@@ -245,8 +251,6 @@ class Builder:
         # a deterministic split stores each part's sum in a workspace instead of adding it
         self.workspace = self.parts > 1 and program.deterministic
         # each operand's cp.async width, None where it is copied through registers
-        # a free box (free_box): the output's fastest group linearised as its digits
-        self.free_box = free_boxed(program, params)
         self.widths = (copy_widths(program, found, self.box, self.free_box)
                        if params["async_copy"]
                        else dict.fromkeys((self.a, self.b)))
@@ -422,6 +426,7 @@ class Builder:
         limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
         limits += [(summed[i], self.sizes[i]) for i in self.k  # the rounded-up values: zeros
                    if self.k_sizes[i] > self.sizes[i]]
+        limits += self.padded(held)
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
         names = [*self.prefix(), "ks", "c", "t"]
@@ -452,6 +457,11 @@ class Builder:
                  ir.Assign(element, "=", self.copied(source)), accesses, point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
                  ir.Assign(element, "=", ir.Float(0.0)), [target], point)
+
+    def padded(self, values: Mapping[str, ir.Expr]) -> list[tuple[ir.Expr, int]]:
+        """The ``values`` of a padded free box's rounded-up index, each with its size: the
+        slots past it are zeros in the copies and no element of the output."""
+        return [(values[i], self.sizes[i]) for i in values if self.slots[i] > self.sizes[i]]
 
     def landed(self, tile: str, names: Sequence[str], domain: str, order: int, width: int,
                place: Callable[[ir.Expr], ir.Element]) -> None:
@@ -608,8 +618,8 @@ class Builder:
         for axis in "mn":
             output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
                                    self.sizes, OPERATORS)
-        inside = " and ".join(f"{isl_text(value[axis])} < {self.extent[axis]}"
-                              for axis in "mn")
+        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in [
+            *((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output)])
         accesses = [self.accumulator(m_local, n_local)
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)

@@ -241,6 +241,14 @@ class EnumeratingModel:
             self._writes[key] = global_requests(offset * size, request, size)
         return self._writes[key]
 
+    def tiles(self, tile: Mapping[str, int], params: Mapping[str, Any]) -> int:
+        """The output tiles of ``tile["m"] x tile["n"]`` a grid covers, over the batch: a
+        padded free box's group with its extra slots, whose MMA work, copies and blocks
+        the resources count as any tile's."""
+        extent = tensorcore_tiles.group_extents(
+            self.program, tensorcore_tiles.free_boxed(self.program, params))
+        return -(-extent["m"] // tile["m"]) * -(-extent["n"] // tile["n"]) * self.batch
+
     def _resources(self, items: tuple, registers: int | None = None
                    ) -> tuple[dict[str, float], int, float] | None:
         """:meth:`_compute` of a complete candidate (its items), remembered: a bound reads
@@ -481,8 +489,7 @@ class TensorCoreModel(EnumeratingModel):
         occupancy = blocks_per_sm(g, threads, registers, described["shared"])
         if occupancy == 0 or self.rate == 0:
             return None
-        tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
-                 * self.batch)
+        tiles = self.tiles(tile, p)
         steps, chunk, parts = self._steps(tile, described["split"])
         blocks = tiles * parts
         waves = math.ceil(blocks / (g.sm_count * occupancy))

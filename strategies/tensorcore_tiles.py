@@ -169,10 +169,14 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
 # do) and in the operand's order scatters the output's writes. A box of P values of ``c`` by Q
 # of ``o``, then the rest of each, serves both: the operand in runs of P, the output in runs
 # of Q (benchmarks/free_group_layouts.py counted it on tccg_31-48). P at most a sector of the
-# operand's values, Q at most a warp's; both exact divisors of their index's size (a padded
-# box spends MMA work on zeros: not offered).
+# operand's values, Q at most a warp's; both exact divisors of their index's size. A padded
+# box (``free_layout`` "padded") takes Q of a warp's 32 where no exact Q is that long, ``o``
+# rounded up to a multiple of it: its extra slots are zeros in the copies, left out of the
+# write, and MMA work spent, at most PADDED_BOX of the group (tccg_32's ``a``, 24 -> 32: 75%
+# useful, where the exact 4 x 8 box writes the output in runs of 16 bytes, twice the lines).
 FREE_BOX_P = (16, 8, 4, 2)
 FREE_BOX_Q = (32, 16, 8, 4)
+PADDED_BOX = 4 / 3
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
 # of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
@@ -192,13 +196,16 @@ def index_digits(indices: Sequence[str], sizes: Mapping[str, int]) -> tuple[Digi
 class FreeBox:
     """A free box (see :data:`FREE_BOX_P`): the group's ``axis`` ("m" or "n"), the operand's
     indices before the output's fastest (``contiguous``, side by side in the operand, fastest
-    first: fused), the output's fastest (``output``), and the box's sides ``p`` and ``q``."""
+    first: fused), the output's fastest (``output``), the box's sides ``p`` and ``q``, and
+    the slots the group gives ``output`` (``slots``: its size, or in a padded box that
+    rounded up to a multiple of ``q``; 0 for its size)."""
 
     axis: str
     contiguous: tuple[str, ...]
     output: str
     p: int
     q: int
+    slots: int = 0
 
 
 def free_box(program: Program) -> FreeBox | None:
@@ -207,10 +214,36 @@ def free_box(program: Program) -> FreeBox | None:
     side by side in it (tccg_34's ``A[d,f,g,a]``: ``d`` and ``f``, fused), and sides
     dividing their extent and the output's fastest index's size exist. Worked out once per
     program."""
-    return program.derived("free_box", _free_box)
+    return free_boxes(program).get("box")
 
 
-def _free_box(program: Program) -> FreeBox | None:
+def free_boxes(program: Program) -> dict[str, FreeBox | None]:
+    """The ``free_layout`` values a mapping offers, each with its box: "group" (None), "box"
+    where :func:`free_box` finds one, "padded" where a box of a warp's Q fits once ``o`` is
+    rounded up by at most :data:`PADDED_BOX` (see :data:`FREE_BOX_P`). Worked out once per
+    program."""
+    return program.derived("free_boxes", _free_boxes)
+
+
+def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
+    found: dict[str, FreeBox | None] = {"group": None}
+    exact = _free_box(program)
+    if exact is not None:
+        found["box"] = exact
+    sides = _box_sides(program)
+    if sides is not None:
+        axis, before, o, p = sides
+        size, q = program.sizes[o], FREE_BOX_Q[0]
+        slots = -(-size // q) * q
+        if size < slots <= PADDED_BOX * size:
+            found["padded"] = FreeBox(axis, before, o, p, q, slots)
+    return found
+
+
+def _box_sides(program: Program) -> tuple[str, tuple[str, ...], str, int] | None:
+    """A free box's axis, contiguous indices, output's fastest index and P (see
+    :func:`free_box`), or None where the group has no run of contiguous indices before the
+    output's fastest or no P divides it."""
     found = gemm_groups(program)
     output = fastest_first(program.output_indices, program.layout) if found else ()
     if not output:
@@ -225,28 +258,53 @@ def _free_box(program: Program) -> FreeBox | None:
     before = tuple(mine[:mine.index(o)])
     if not before or before != order[order.index(before[0]):][:len(before)]:
         return None
-    sizes = program.sizes
     most = SECTOR_BYTES // dtypes.itemsize(program.dtype)
-    span = math.prod(sizes[i] for i in before)
+    span = math.prod(program.sizes[i] for i in before)
     p = next((p for p in FREE_BOX_P if p <= most and span % p == 0), None)
-    q = next((q for q in FREE_BOX_Q if sizes[o] % q == 0), None)
-    return None if p is None or q is None else FreeBox(axis, before, o, p, q)
+    return None if p is None else (axis, before, o, p)
+
+
+def _free_box(program: Program) -> FreeBox | None:
+    sides = _box_sides(program)
+    if sides is None:
+        return None
+    axis, before, o, p = sides
+    q = next((q for q in FREE_BOX_Q if program.sizes[o] % q == 0), None)
+    return None if q is None else FreeBox(axis, before, o, p, q)
 
 
 FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (where its "
                     "operand holds another of its indices before it, and the sizes allow) as a "
                     "box of P of that index by Q of the output's fastest, so that both the "
-                    "operand's copies and the output's writes take whole runs")
+                    "operand's copies and the output's writes take whole runs; 'padded': Q of "
+                    "32, the output's fastest index rounded up to a multiple of it (zeros, "
+                    "MMA work spent)")
 
 
 def free_layouts(program: Program) -> tuple[str, ...]:
-    """The ``free_layout`` values a mapping offers: "box" where :func:`free_box` finds one."""
-    return ("group", "box") if free_box(program) else ("group",)
+    """The ``free_layout`` values a mapping offers (:func:`free_boxes`)."""
+    return tuple(free_boxes(program))
 
 
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
-    """The free box the parameters ``p`` take (``free_layout`` "box"), or None."""
-    return free_box(program) if p.get("free_layout", "group") == "box" else None
+    """The free box the parameters ``p`` take (``free_layout`` "box" or "padded"), or
+    None."""
+    return free_boxes(program).get(p.get("free_layout", "group"))
+
+
+def group_slots(program: Program, box: FreeBox | None = None) -> dict[str, int]:
+    """Each index's slots in its group's linear values: its size, or a padded ``box``'s
+    rounded-up ``o``'s."""
+    sizes = dict(program.sizes)
+    return sizes | {box.output: box.slots} if box is not None and box.slots else sizes
+
+
+def group_extents(program: Program, box: FreeBox | None = None) -> dict[str, int]:
+    """The extents of the linear M and N (:func:`gemm_groups`), a padded ``box``'s group
+    with its extra slots: what the blocks' tiles cover."""
+    _, _, m, n, _, _ = gemm_groups(program)
+    slots = group_slots(program, box)
+    return {axis: math.prod(slots[i] for i in group) for axis, group in (("m", m), ("n", n))}
 
 
 def group_digits(program: Program, axis: str, box: FreeBox | None = None
@@ -261,7 +319,8 @@ def group_digits(program: Program, axis: str, box: FreeBox | None = None
         return index_digits(group, sizes)
     c, o = box.contiguous, (box.output,)
     span = math.prod(sizes[i] for i in c)
-    digits = ((c, box.p), (o, box.q), (c, span // box.p), (o, sizes[box.output] // box.q),
+    digits = ((c, box.p), (o, box.q), (c, span // box.p),
+              (o, group_slots(program, box)[box.output] // box.q),
               *index_digits([i for i in group if i not in (*c, *o)], sizes))
     return tuple(d for d in digits if d[1] > 1)
 
@@ -556,8 +615,9 @@ def digits_run(program: Program, tensor: str, digits: Sequence[Digit]) -> int:
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
     run, at = 1, 0
     for indices, slots in digits:
-        if indices != order[at:at + len(indices)]:
-            break
+        if (indices != order[at:at + len(indices)]
+                or slots > math.prod(program.sizes[i] for i in indices)):
+            break  # not the tensor's next indices, or a padded box's slots past them
         run *= slots
         if slots < math.prod(program.sizes[i] for i in indices):
             break
@@ -783,7 +843,8 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     values = {shape["free"]: np.broadcast_to(local_free, (counted, e.size)),
               "k": tile["k"] * ks + local_k}
     groups = {"m": m, "n": n, "k": k}
-    extents = {shape["free"]: math.prod(sizes[i] for i in groups[shape["free"]]),
+    free = free_boxed(program, p)
+    extents = {shape["free"]: group_extents(program, free)[shape["free"]],
                "k": math.prod(k_sizes.values())}
     inside = (values[shape["free"]] < extents[shape["free"]]) & (values["k"] < extents["k"])
     digits = (box_indices(program, ks, np.broadcast_to(local_k, (counted, e.size)), NUMPY)
@@ -792,7 +853,7 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
                            NUMPY)
     offset, fits = _offsets(program, program.contraction.inputs[tensor], values,
                             {axis: groups[axis] for axis in values},
-                            {shape["free"]: sizes, "k": k_sizes}, digits)
+                            {shape["free"]: group_slots(program, free), "k": k_sizes}, digits)
     inside &= fits
     instruction = ks * -(-e.size // threads) + e // threads
     thread = np.broadcast_to(e % threads, (counted, e.size))
@@ -817,14 +878,15 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     values = dict(zip("mn", output_local(e, tile, output_along_n(program), box, NUMPY),
                       strict=True))
     groups = {"m": m, "n": n}
-    inside = np.logical_and.reduce([values[axis] < math.prod(sizes[i] for i in groups[axis])
-                                    for axis in groups])
+    extents = group_extents(program, box)
+    inside = np.logical_and.reduce([values[axis] < extents[axis] for axis in groups])
     digits = {}
     if box is not None:
         digits = digit_values(group_digits(program, box.axis, box), values[box.axis], sizes,
                               NUMPY)
-    offset, _ = _offsets(program, program.output_indices, values, groups,
-                         dict.fromkeys(groups, sizes), digits)
+    offset, fits = _offsets(program, program.output_indices, values, groups,
+                            dict.fromkeys(groups, group_slots(program, box)), digits)
+    inside &= fits
     return (e // WARP)[inside], offset[inside]
 
 

@@ -50,8 +50,8 @@ from .tensorcore_model import (
 from .tensorcore_tiles import (
     boxed,
     digits_run,
-    free_box,
     free_boxed,
+    free_boxes,
     group_digits,
     index_digits,
     k_box,
@@ -84,7 +84,7 @@ class WarpgroupModel(EnumeratingModel):
         self.rate = {"float16": gpu.tensor_fp16_flops, "bfloat16": gpu.tensor_fp16_flops,
                      "float32": gpu.tensor_tf32_flops}[program.dtype]
         # per K box and free box (or none)
-        free = [None, free_box(program)] if free_box(program) else [None]
+        free = list(free_boxes(program).values())
         self.widths = {(box, f): tuple(operand_widths(program, self.groups, True, box, f)[t]
                                        for t in (a, b))
                        for box in (False, True) if not box or k_box(program) for f in free}
@@ -138,8 +138,7 @@ class WarpgroupModel(EnumeratingModel):
                                   shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
-        tiles = (-(-self.extent["m"] // tile["m"]) * -(-self.extent["n"] // tile["n"])
-                 * self.batch)
+        tiles = self.tiles(tile, p)
         box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
         free = free_boxed(self.program, p)
         widths = self.widths[box, free]

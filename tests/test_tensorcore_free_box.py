@@ -27,6 +27,7 @@ from treduda.tuning.search import Searcher
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
 TCCG_33 = "C[a,b,c,d,e,f]=A[d,e,g,c]*B[g,f,a,b]"  # on B's N: f by a_b (rows along K)
 TCCG_34 = "C[a,b,c,d,e,f]=A[d,f,g,a]*B[g,e,b,c]"  # on A's M: d and f fused by a
+TCCG_32 = "C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]"  # on B's N: f by a, a padded 24 -> 32
 # partial tiles everywhere: M = 12 x 24, N = 5 x 3 x 7 (tccg_31); P = 8 of d_e, Q = 4 of a
 SMALL_31 = {"a": 12, "b": 5, "c": 3, "d": 6, "e": 4, "f": 7, "g": 10}
 SMALL_33 = {"a": 4, "b": 6, "c": 5, "d": 3, "e": 2, "f": 6, "g": 9}
@@ -48,21 +49,30 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
                            params={**PARAMS, **params})
 
 
-@pytest.mark.parametrize(("expression", "box"), [
-    (TCCG_31, tiles.FreeBox("m", ("d_e",), "a", 16, 8)),
-    (TCCG_33, tiles.FreeBox("n", ("f",), "a_b", 4, 32)),
-    (TCCG_34, tiles.FreeBox("m", ("d", "f"), "a", 16, 8)),  # d and f fused
-    ("C[a,b,c,d,e,f]=A[d,e,g,b]*B[g,f,a,c]", tiles.FreeBox("n", ("f",), "a", 4, 8)),
-    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", None),  # b and c apart in A: no run of both
-    ("C[a,b,c]=A[a,d,b]*B[d,c]", None),  # A's order keeps a first: nothing to box
-    ("C[i,j] = A[i,k] * B[k,j]", None)])
-def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, box):
-    sizes = {i: 20 if i in "bcef" else 24
+@pytest.mark.parametrize(("expression", "a", "box", "padded"), [
+    (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
+     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32)),
+    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None),  # a_b: 480, whole warps
+    (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
+     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32)),
+    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32)),
+    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None),  # 20 -> 32 pads 60%
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None),  # b and c apart in A: no run of both
+    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None),  # A's order keeps a first: nothing to box
+    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None)])
+def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
+                                                                        padded):
+    """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
+    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32)."""
+    sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
+    boxes = {"group": None, "box": box, "padded": padded}
+    assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
     offered = get("tensorcore").space(program).parameter("free_layout").values
-    assert offered == (("group", "box") if box else ("group",))
+    assert offered == tuple(k for k, v in boxes.items() if k == "group" or v)
 
 
 @pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
@@ -181,6 +191,115 @@ def test_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     assert report.main_loop_opcodes.get("LDG", 0) == 0
 
 
+# The padded class (tccg_32/35/38 on B, 41/44/47 on A): ``a`` of 24 boxed by Q = 32
+TCCG_41 = "C[a,b,c,d,e,f]=A[g,d,a,c]*B[e,f,g,b]"  # on A's M: d by a (rows along K)
+SMALL_32 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}  # P = 4 of f
+SMALL_41 = {"a": 24, "b": 5, "c": 3, "d": 12, "e": 6, "f": 4, "g": 10}  # P = 4 of d
+PADDED = {"free_layout": "padded"}
+WHOLE = {"B": {"warps_n": 2, "frags_n": 4}, "A": {"frags_m": 4}}  # tiles of 128: boxes of 4 x 32
+
+
+def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
+    """The padded box's digits take each of ``a``'s 24 values once per value of the rest
+    and 8 slots past them (zeros: outside the tensor); its group covers 32 / 24 of N."""
+    program = plan(TCCG_32, SMALL_32, "F", "float16")
+    box = tiles.free_boxes(program)["padded"]
+    assert tiles.group_digits(program, "n", box) == (
+        (("f",), 4), (("a",), 32), (("f",), 3), (("c",), 3))
+    extents = tiles.group_extents(program, box)
+    assert extents == {"m": 6 * 4 * 5, "n": 32 * 3 * 12}
+    values = tiles.digit_values(tiles.group_digits(program, "n", box), np.arange(extents["n"]),
+                                program.sizes, tiles.NUMPY)
+    inside = values["a"] < 24
+    assert inside.sum() == 24 * 3 * 12 and values["a"].max() == 31
+    assert len({(int(a), int(c), int(f)) for a, c, f in zip(
+        values["a"][inside], values["c"][inside], values["f"][inside], strict=True)}) \
+        == inside.sum()
+
+
+@pytest.mark.parametrize(("expression", "sizes", "operand"), [
+    (TCCG_32, SMALL_32 | {"g": 24}, "B"), (TCCG_41, SMALL_41 | {"g": 24}, "A")])
+def test_the_padded_box_reads_its_operand_and_writes_at_the_ideal(expression, sizes, operand):
+    """The boxed operand's rows (K runs of 4 values of ``f`` or ``d`` side by side) at its
+    ideal sectors a request, the output written 24 values of ``a`` a request (48 bytes: 2
+    sectors, where the exact 4 x 8 box takes 4), no bank conflict; the model counts what
+    the emulator does, the padding's slots reading and writing nothing."""
+    kernel = _compile(expression, sizes, frags_k=2, **PADDED, **WHOLE[operand])
+    counted = kernel.counters(steps=1)
+    loads = counted.of(operand, "ldgsts")
+    assert loads.per_request == loads.ideal_per_request
+    assert counted.worst_ways() == 1
+    model = model_of(kernel.program, gpu("H100"), "tensorcore")
+    requests, sectors, _, _ = model.copy_sectors(kernel.params, steps=1)[operand]
+    assert (requests, sectors) == (loads.requests, loads.transactions)
+    written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
+    assert written.transactions == written.ideal == 2 * written.requests
+
+
+def test_the_model_counts_the_padded_boxs_wasted_work():
+    """A padded box's tiles cover 32 values of ``a`` where 24 are real: 4/3 of the exact
+    box's blocks, and their MMA work (the tensor-core resource, quantised to waves)."""
+    program = plan(TCCG_32, TCCG_31_SIZES, "F", "float16")
+    model = model_of(program, gpu("H100"), "tensorcore")
+    params = {**PARAMS, "warps_m": 4, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2}
+    tile = {"m": 256, "n": 128}
+    exact, padded = ({**params, "free_layout": layout} for layout in ("box", "padded"))
+    assert 3 * model.tiles(tile, padded) == 4 * model.tiles(tile, exact)
+    ratio = model.estimate(padded).resources["mma"] / model.estimate(exact).resources["mma"]
+    assert 1.25 < ratio < 1.4
+
+
+@pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
+    (in_layout("C[a,b,c,d,e,f] += alpha*A[g,d,a,c]*B[e,f,g,b]", "C"), SMALL_41, "C",
+     {"stages": 3}),  # on A, scaled update
+    pytest.param(TCCG_32, SMALL_32, "F", {"frags_m": 1, **WHOLE["B"]},
+                 marks=pytest.mark.matrix)])  # on B
+def test_padded_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
+    """The padded box on A in the default run (on B and the other forms: ``-m matrix``):
+    partial tiles, whole boxes of zeros past ``a``'s 24 values."""
+    kernel = _compile(expression, sizes, layout, **{**PADDED, **WHOLE["A"], **params})
+    assert tiles.free_boxed(kernel.program, kernel.params).slots == 32
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "sizes", "params"), [
+    ("C[a,b,c,d,e,f] = alpha*A[g,d,a,c]*B[e,f,g,b] + beta*C[a,b,c,d,e,f]", SMALL_41,
+     {"stages": 3}),
+    ("C[a,b,c,d,e,f] += A[d,e,g,b]*B[g,f,a,c]", SMALL_32, {"stages": 1}),
+    (TCCG_41, SMALL_41, {"async_copy": False}),  # through registers
+    (TCCG_32, SMALL_32, {"mapping": "wmma"}),
+    (TCCG_41, SMALL_41, {"frags_m": 1}),  # a tile of half a box: Q' = 8
+    (TCCG_31, SMALL_31 | {"a": 24, "g": 40}, {"shared_layout": "swizzle", "frags_k": 2,
+                                              "frags_m": 2, "frags_n": 2}),  # rows along M
+    (TCCG_32, SMALL_32 | {"g": 40}, {"split": 2, "deterministic": True}),  # 16-bit: ordered
+    (TCCG_41, SMALL_41, {"dtype": "bfloat16", "warps_n": 2}),
+], ids=["alpha_beta", "update", "registers", "wmma", "half_box", "swizzle", "split", "bf16"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes, params,
+                                                              layout):
+    kernel = _compile(in_layout(expression, layout), sizes, layout,
+                      **{**PADDED, **WHOLE["A"], **params})
+    assert tiles.free_boxed(kernel.program, kernel.params).slots == 32
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
+def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
+    """tccg_32's padded box at its size: HMMA fed by ldmatrix, both operands by cp.async,
+    no LDG in the main loop."""
+    kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, frags_m=4, frags_n=4,
+                      frags_k=2, **PADDED)
+    report = sass_report(kernel.cuda_source, arch)[0]
+    assert report.main_loop_opcodes.get("HMMA", 0) > 0
+    assert report.main_loop_opcodes.get("LDSM", 0) > 0
+    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
+    assert report.main_loop_opcodes.get("LDG", 0) == 0
+
+
 def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
     return treduda.compile(expression, sizes, dtype="float16", layout=layout,
                            strategy="warpgroup", cache=False, gpu="H100",
@@ -194,10 +313,17 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
     pytest.param("C[a,b,c,d,e,f] = alpha*A[d,e,g,a]*B[g,f,b,c] + beta*C[a,b,c,d,e,f]",
                  SMALL_31, "F", {"warpgroups": 2, "stages": 3}, marks=pytest.mark.matrix),
     pytest.param(in_layout("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", "C"), SMALL_31, "C",
-                 {"stages": 1}, marks=pytest.mark.matrix)])
+                 {"stages": 1}, marks=pytest.mark.matrix),
+    (TCCG_41, SMALL_41, "F", {"free_layout": "padded", "frags_m": 2}),  # M 128: a whole box
+    pytest.param(in_layout("C[a,b,c,d,e,f] = alpha*A[d,e,g,b]*B[g,f,a,c]", "C"), SMALL_32, "C",
+                 {"free_layout": "padded", "tile_n": 128, "stages": 3},
+                 marks=pytest.mark.matrix),
+    pytest.param(TCCG_31, SMALL_31 | {"a": 24, "g": 40}, "F",  # the H100 pick's form on tccg_31
+                 {"free_layout": "padded", "warpgroups": 2, "frags_m": 2, "frags_k": 2,
+                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix)])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
-    """The warpgroup mapping takes the box as the tensor-core one does (its copies and write
-    are the tensor-core builder's)."""
+    """The warpgroup mapping takes the box, exact or padded, as the tensor-core one does (its
+    copies and write are the tensor-core builder's)."""
     kernel = _warpgroup(expression, sizes, layout, **params)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
@@ -205,10 +331,14 @@ def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, l
 
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
-def test_warpgroup_box_kernels_copy_both_operands_by_cp_async():
+@pytest.mark.parametrize(("expression", "layout"), [
+    (TCCG_31, "box"), pytest.param(TCCG_32, "padded", marks=pytest.mark.matrix)])
+def test_warpgroup_box_kernels_copy_both_operands_by_cp_async(expression, layout):
     """tccg_31 at its size (issue 39: no LDG of operands in the main loop): with the box A's
-    tile is copied by cp.async in 16-byte runs too, not through registers."""
-    kernel = _warpgroup(TCCG_31, TCCG_31_SIZES, warpgroups=2, tile_n=128, frags_k=2)
+    tile is copied by cp.async in 16-byte runs too, not through registers; tccg_32's padded
+    box copies both by cp.async as well."""
+    kernel = _warpgroup(expression, TCCG_31_SIZES, warpgroups=2, tile_n=128, frags_k=2,
+                        free_layout=layout)
     report, = sass_report(kernel.cuda_source, "sm_90a")
     kinds = report.main_loop_kinds()
     assert kinds["tensor core"].get("HGMMA", 0) > 0
