@@ -177,6 +177,14 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
 FREE_BOX_P = (16, 8, 4, 2)
 FREE_BOX_Q = (32, 16, 8, 4)
 PADDED_BOX = 4 / 3
+# A padded box's tile holds Q' = tile / P values of ``o`` (:func:`box_q`): with P of a sector's
+# 16 halves, a 256-wide warpgroup tile holds 16 of tccg_42's ``a`` (24 -> 32), so the output
+# is written in 32-byte runs where the whole of ``a`` (then ``b``, next in the output) runs on.
+# The "whole" box takes P = WHOLE_TILE / Q (8 there), so the warpgroup's widest tile (a
+# wgmma's n of 256, or 4 x 64 rows) holds all of ``o``'s slots; its operand's copies take
+# runs of P (16 bytes, one cp.async). Offered by the warpgroup mapping only: the tensor-core
+# mapping's tiles are at most 128 wide, which would hold half its Q.
+WHOLE_TILE = 256
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
 # of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
@@ -237,6 +245,8 @@ def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
         slots = -(-size // q) * q
         if size < slots <= PADDED_BOX * size:
             found["padded"] = FreeBox(axis, before, o, p, q, slots)
+            if WHOLE_TILE // q < p:  # P and WHOLE_TILE / Q powers of two: it divides the span
+                found["whole"] = FreeBox(axis, before, o, WHOLE_TILE // q, q, slots)
     return found
 
 
@@ -278,12 +288,14 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "box of P of that index by Q of the output's fastest, so that both the "
                     "operand's copies and the output's writes take whole runs; 'padded': Q of "
                     "32, the output's fastest index rounded up to a multiple of it (zeros, "
-                    "MMA work spent)")
+                    "MMA work spent); 'whole' (warpgroups): that padded box narrowed so a "
+                    "256-wide tile holds all of the output's fastest index")
 
 
-def free_layouts(program: Program) -> tuple[str, ...]:
-    """The ``free_layout`` values a mapping offers (:func:`free_boxes`)."""
-    return tuple(free_boxes(program))
+def free_layouts(program: Program, whole: bool = False) -> tuple[str, ...]:
+    """The ``free_layout`` values a mapping offers (:func:`free_boxes`); "whole" only where
+    ``whole`` (the warpgroup mapping, see :data:`WHOLE_TILE`)."""
+    return tuple(f for f in free_boxes(program) if whole or f != "whole")
 
 
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:

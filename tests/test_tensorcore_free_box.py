@@ -49,30 +49,35 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
                            params={**PARAMS, **params})
 
 
-@pytest.mark.parametrize(("expression", "a", "box", "padded"), [
+@pytest.mark.parametrize(("expression", "a", "box", "padded", "whole"), [
     (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
-     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32)),
-    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None),  # a_b: 480, whole warps
+     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32), tiles.FreeBox("m", ("d_e",), "a", 8, 32, 32)),
+    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None, None),  # a_b: 480, warps
     (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
-     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32)),
-    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),
-     tiles.FreeBox("n", ("f",), "a", 4, 32, 32)),
-    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None),  # 20 -> 32 pads 60%
-    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None),  # b and c apart in A: no run of both
-    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None),  # A's order keeps a first: nothing to box
-    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None)])
+     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32),
+     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32)),
+    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),  # P = 4: 256 holds Q already
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None),
+    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None, None),  # 20 -> 32 pads 60%
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None, None),  # b and c apart in A: no run
+    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None, None),  # A's order keeps a first: no box
+    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None, None)])
 def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
-                                                                        padded):
+                                                                        padded, whole):
     """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
-    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32)."""
+    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); the warpgroup mapping's
+    "whole" one where that box's P x Q is wider than its widest tile (256), P narrowed."""
     sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
-    boxes = {"group": None, "box": box, "padded": padded}
+    boxes = {"group": None, "box": box, "padded": padded, "whole": whole}
     assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
-    offered = get("tensorcore").space(program).parameter("free_layout").values
-    assert offered == tuple(k for k, v in boxes.items() if k == "group" or v)
+    offered = {mapping: get(mapping).space(program).parameter("free_layout").values
+               for mapping in ("tensorcore", "warpgroup")}
+    assert offered["tensorcore"] == tuple(k for k, v in boxes.items()
+                                          if k == "group" or v and k != "whole")
+    assert offered["warpgroup"] == tuple(k for k, v in boxes.items() if k == "group" or v)
 
 
 @pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
@@ -197,6 +202,10 @@ SMALL_32 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}  # P = 4 
 SMALL_41 = {"a": 24, "b": 5, "c": 3, "d": 12, "e": 6, "f": 4, "g": 10}  # P = 4 of d
 PADDED = {"free_layout": "padded"}
 WHOLE = {"B": {"warps_n": 2, "frags_n": 4}, "A": {"frags_m": 4}}  # tiles of 128: boxes of 4 x 32
+# The warpgroup's "whole" box (tccg_42/45/48 on B's N: e_f by a, a padded 24 -> 32; P = 8 of
+# e_f where the padded box's 16 let a 256-wide tile hold 16 of a); M = 6 x 5 x 3: partial tiles
+TCCG_42 = "C[a,b,c,d,e,f]=A[g,d,b,c]*B[e,f,g,a]"
+SMALL_42 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}
 
 
 def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
@@ -320,10 +329,18 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
                  marks=pytest.mark.matrix),
     pytest.param(TCCG_31, SMALL_31 | {"a": 24, "g": 40}, "F",  # the H100 pick's form on tccg_31
                  {"free_layout": "padded", "warpgroups": 2, "frags_m": 2, "frags_k": 2,
-                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix)])
+                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix),
+    (TCCG_42, SMALL_42, "F", {"free_layout": "whole", "tile_n": 256}),
+    pytest.param(in_layout("C[a,b,c,d,e,f] = alpha*A[g,d,b,c]*B[e,f,g,a] + beta*C[a,b,c,d,e,f]",
+                           "C"), SMALL_42, "C",
+                 {"free_layout": "whole", "tile_n": 256, "warpgroups": 2, "stages": 3},
+                 marks=pytest.mark.matrix),
+    pytest.param("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", SMALL_42, "F",
+                 {"free_layout": "whole", "tile_n": 128, "frags_k": 2, "stages": 1,
+                  "async_copy": False}, marks=pytest.mark.matrix)])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
-    """The warpgroup mapping takes the box, exact or padded, as the tensor-core one does (its
-    copies and write are the tensor-core builder's)."""
+    """The warpgroup mapping takes the box, exact, padded or whole, as the tensor-core one
+    does (its copies and write are the tensor-core builder's)."""
     kernel = _warpgroup(expression, sizes, layout, **params)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
