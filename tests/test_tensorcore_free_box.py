@@ -368,13 +368,17 @@ def test_warpgroup_box_kernels_copy_both_operands_by_cp_async(expression, layout
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
 @pytest.mark.parametrize("row", ["tccg_31", pytest.param("tccg_34", marks=pytest.mark.matrix),
-                                 pytest.param("tccg_37", marks=pytest.mark.matrix)])
+                                 pytest.param("tccg_37", marks=pytest.mark.matrix), "tccg_42",
+                                 pytest.param("tccg_45", marks=pytest.mark.matrix),
+                                 pytest.param("tccg_48", marks=pytest.mark.matrix)])
 def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
-    """tccg_31/34/37 at their sizes (issue 39): the H100 search takes a box with both
-    operands copied by cp.async, B's 48-byte rows of K into lines of 64 bytes in the 64-byte
-    swizzle (unswizzled, its 16-byte runs took 4 ways, so the search copied B through
-    registers); the pick's copies store on 1 way, and its sm_90a SASS runs HGMMA and LDGSTS
-    and loads no operand by LDG; NVRTC builds it too."""
+    """tccg_31/34/37 and 42/45/48 at their sizes (issue 39): the H100 search takes a box with
+    both operands copied by cp.async, B's 48-byte rows of K into lines of 64 bytes in the
+    64-byte swizzle (unswizzled, its 16-byte runs took 4 ways, so the search copied B through
+    registers); on 42/45/48 the whole box, whose 256-wide tile holds all of ``a`` (the
+    padded box's 16 of it wrote 32-byte runs, and the search kept the group layout, B's
+    element copies by LDG); the pick's copies store on 1 way, and its sm_90a SASS runs HGMMA
+    and LDGSTS and loads no operand by LDG; NVRTC builds it too."""
     found = next(r for r in load("tccg_fp16") if r.id == row)
     best = treduda.search(found.expression, found.sizes, "H100", dtype="float16",
                           layout=found.layout, strategy="warpgroup", cache=False).best
@@ -389,3 +393,16 @@ def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
     assert report.global_load_widths == {}  # no LDG in the kernel: no operand, no beta
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+def test_branch_and_bound_keeps_the_whole_box_the_exhaustive_search_picks():
+    """tccg_42 at its size on the H100 model: the bound stays below every estimate in the
+    warpgroup space with the whole box, and branch and bound finds the pick the exhaustive
+    enumeration does, the whole box (its write 1344 lines a block where the group layout's
+    took 2288; an LDG-free B, where the group's went through registers)."""
+    searcher = Searcher(plan(TCCG_42, TCCG_31_SIZES | {"d": 20, "e": 24}, "F", "float16"),
+                        "H100", "warpgroup")
+    assert bound_paths_hold(searcher) > 100
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
+    assert best.params["free_layout"] == "whole"
