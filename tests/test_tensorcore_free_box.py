@@ -408,3 +408,22 @@ def test_branch_and_bound_keeps_the_whole_box_the_exhaustive_search_picks():
     best = searcher.branch_and_bound().best
     assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
     assert best.params["free_layout"] == "whole"
+
+
+def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
+    """tccg_42's shape in a 256-wide tile: the whole box writes 24 values of ``a`` then the
+    next ``b``'s, 2 sectors a request (the ideal) in fewer 128-byte lines than the padded
+    box's 16 of ``a`` at once; the warpgroup model counts what the emulator does."""
+    counted, lines = {}, {}
+    for layout in ("whole", "padded"):
+        kernel = _warpgroup(TCCG_42, SMALL_42 | {"g": 24}, free_layout=layout, tile_n=256,
+                            frags_k=2)
+        counted[layout] = next(t for t in kernel.counters(steps=1).traffic
+                               if (t.array, t.operation) == ("C", "st"))
+        modelled = model_of(kernel.program, gpu("H100"), "warpgroup").write_sectors(
+            kernel.params)
+        assert modelled[:2] == (counted[layout].requests, counted[layout].transactions)
+        lines[layout] = modelled[3]
+    whole = counted["whole"]
+    assert whole.transactions == whole.ideal == 2 * whole.requests
+    assert lines["whole"] < lines["padded"]
