@@ -181,9 +181,11 @@ PADDED_BOX = 4 / 3
 # 16 halves, a 256-wide warpgroup tile holds 16 of tccg_42's ``a`` (24 -> 32), so the output
 # is written in 32-byte runs where the whole of ``a`` (then ``b``, next in the output) runs on.
 # The "whole" box takes P = WHOLE_TILE / Q (8 there), so the warpgroup's widest tile (a
-# wgmma's n of 256, or 4 x 64 rows) holds all of ``o``'s slots; its operand's copies take
-# runs of P (16 bytes, one cp.async). Offered by the warpgroup mapping only: the tensor-core
-# mapping's tiles are at most 128 wide, which would hold half its Q.
+# wgmma's n of 256, or 4 x 64 rows) holds a whole Q of ``o`` (all of tccg_42's ``a``; half of
+# tccg_07's 48 -> 64); its operand's copies take runs of P (16 bytes, one cp.async, each in a
+# sector of its own: twice the padded box's sectors, on operands far smaller than the
+# output). Offered by the warpgroup mapping only, so that sm_80's search stays as it was (the
+# tensor-core model would take it on tccg_42 too: A100 0.1615 -> 0.1441 ms, unbuilt there).
 WHOLE_TILE = 256
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
@@ -289,7 +291,7 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "operand's copies and the output's writes take whole runs; 'padded': Q of "
                     "32, the output's fastest index rounded up to a multiple of it (zeros, "
                     "MMA work spent); 'whole' (warpgroups): that padded box narrowed so a "
-                    "256-wide tile holds all of the output's fastest index")
+                    "256-wide tile holds its whole Q")
 
 
 def free_layouts(program: Program, whole: bool = False) -> tuple[str, ...]:
