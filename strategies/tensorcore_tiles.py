@@ -185,7 +185,7 @@ PADDED_BOX = 4 / 3
 # tccg_07's 48 -> 64); its operand's copies take runs of P (16 bytes, one cp.async, each in a
 # sector of its own: twice the padded box's sectors, on operands far smaller than the
 # output). Offered by the warpgroup mapping only, so that sm_80's search stays as it was (the
-# tensor-core model would take it on tccg_42 too: A100 0.1615 -> 0.1441 ms, unbuilt there).
+# tensor-core model would take it on tccg_42 too: A100 0.1615 -> 0.1441 ms; not verified there).
 WHOLE_TILE = 256
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
