@@ -184,8 +184,8 @@ PADDED_BOX = 4 / 3
 # wgmma's n of 256, or 4 x 64 rows) holds a whole Q of ``o`` (all of tccg_42's ``a``; half of
 # tccg_07's 48 -> 64); its operand's copies take runs of P (16 bytes, one cp.async, each in a
 # sector of its own: twice the padded box's sectors, on operands far smaller than the
-# output). Offered by the warpgroup mapping only, so that sm_80's search stays as it was (the
-# tensor-core model would take it on tccg_42 too: A100 0.1615 -> 0.1441 ms; not verified there).
+# output). Both mappings offer it (the same builder's copies and write): mma.sync's widest
+# tiles (4 warps x 4 fragments of 16) hold a whole Q likewise.
 WHOLE_TILE = 256
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
@@ -290,19 +290,18 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "box of P of that index by Q of the output's fastest, so that both the "
                     "operand's copies and the output's writes take whole runs; 'padded': Q of "
                     "32, the output's fastest index rounded up to a multiple of it (zeros, "
-                    "MMA work spent); 'whole' (warpgroups): that padded box narrowed so a "
+                    "MMA work spent); 'whole': that padded box narrowed so a "
                     "256-wide tile holds its whole Q")
 
 
-def free_layouts(program: Program, whole: bool = False) -> tuple[str, ...]:
-    """The ``free_layout`` values a mapping offers (:func:`free_boxes`); "whole" only where
-    ``whole`` (the warpgroup mapping, see :data:`WHOLE_TILE`)."""
-    return tuple(f for f in free_boxes(program) if whole or f != "whole")
+def free_layouts(program: Program) -> tuple[str, ...]:
+    """The ``free_layout`` values both tensor-core mappings offer (:func:`free_boxes`)."""
+    return tuple(free_boxes(program))
 
 
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
-    """The free box the parameters ``p`` take (``free_layout`` "box" or "padded"), or
-    None."""
+    """The free box the parameters ``p`` take (``free_layout`` "box", "padded" or "whole"),
+    or None."""
     return free_boxes(program).get(p.get("free_layout", "group"))
 
 

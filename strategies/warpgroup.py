@@ -113,7 +113,7 @@ class Warpgroup(Strategy):
                       "mapping's", priority=Priority.STEP),
             Parameter("stages", STAGES, "buffers per operand tile, taken in turn by the "
                       "steps (as the tensor-core mapping's)", priority=Priority.BUFFERS),
-            Parameter("free_layout", free_layouts(program, whole=True), FREE_LAYOUT_HELP,
+            Parameter("free_layout", free_layouts(program), FREE_LAYOUT_HELP,
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "

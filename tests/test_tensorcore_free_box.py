@@ -65,19 +65,17 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
 def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
                                                                         padded, whole):
     """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
-    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); the warpgroup mapping's
-    "whole" one where that box's P x Q is wider than its widest tile (256), P narrowed."""
+    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); a "whole" one where that
+    box's P x Q is wider than the widest tile (256), P narrowed; both mappings offer each."""
     sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
     boxes = {"group": None, "box": box, "padded": padded, "whole": whole}
     assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
-    offered = {mapping: get(mapping).space(program).parameter("free_layout").values
-               for mapping in ("tensorcore", "warpgroup")}
-    assert offered["tensorcore"] == tuple(k for k, v in boxes.items()
-                                          if k == "group" or v and k != "whole")
-    assert offered["warpgroup"] == tuple(k for k, v in boxes.items() if k == "group" or v)
+    for mapping in ("tensorcore", "warpgroup"):
+        assert get(mapping).space(program).parameter("free_layout").values == tuple(
+            k for k, v in boxes.items() if k == "group" or v)
 
 
 @pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
@@ -303,6 +301,56 @@ def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, frags_m=4, frags_n=4,
                       frags_k=2, **PADDED)
     report = sass_report(kernel.cuda_source, arch)[0]
+    assert report.main_loop_opcodes.get("HMMA", 0) > 0
+    assert report.main_loop_opcodes.get("LDSM", 0) > 0
+    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
+    assert report.main_loop_opcodes.get("LDG", 0) == 0
+
+
+# The whole box in the mma.sync mapping: tccg_42's N tile of 4 warps x 4 fragments of 16 (256)
+# holds all 32 slots of a by P = 8 of e_f; M = 6 x 5 x 3 in tiles of 16 or 32: partial
+WHOLE_MMA = {"free_layout": "whole", "warps_m": 1, "warps_n": 4, "frags_n": 4}
+
+
+def test_the_mma_whole_box_matches_einsum_and_writes_at_the_ideal():
+    """tccg_42's whole box on PoCL and the emulator (hazard-free), its write 2 sectors a
+    request (24 values of ``a``, then the next ``b``'s), no bank conflict."""
+    kernel = _compile(TCCG_42, SMALL_42, **WHOLE_MMA)
+    assert tiles.free_boxed(kernel.program, kernel.params) == tiles.FreeBox(
+        "n", ("e_f",), "a", 8, 32, 32)
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    counted = kernel.counters(steps=1)
+    written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert written.transactions == written.ideal == 2 * written.requests
+    assert counted.worst_ways() == 1
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "params"), [
+    ("C[a,b,c,d,e,f] = alpha*A[g,d,b,c]*B[e,f,g,a] + beta*C[a,b,c,d,e,f]",
+     {"stages": 3, "frags_m": 2}),
+    ("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", {"stages": 1, "frags_k": 2}),
+    (TCCG_42, {"async_copy": False, "warps_n": 2}),  # through registers, a tile of 128
+    (TCCG_42, {"shared_layout": "swizzle", "frags_k": 2})],
+    ids=["alpha_beta", "update", "registers", "swizzle"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_every_mma_whole_box_form_matches_einsum_without_hazards(expression, params, layout):
+    kernel = _compile(in_layout(expression, layout), SMALL_42 | {"g": 40}, layout,
+                      **{**WHOLE_MMA, **params})
+    assert tiles.free_boxed(kernel.program, kernel.params).p == 8
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_the_mma_whole_box_compiles_to_mma_fed_by_cp_async():
+    """tccg_42's whole box at the row's size on sm_80: HMMA fed by ldmatrix, both operands
+    by cp.async, no LDG in the main loop."""
+    row = next(r for r in load("tccg_fp16") if r.id == "tccg_42")
+    kernel = _compile(row.expression, row.sizes, row.layout,
+                      **{**WHOLE_MMA, "warps_m": 2, "frags_m": 4, "frags_k": 2})
+    report = sass_report(kernel.cuda_source, "sm_80")[0]
     assert report.main_loop_opcodes.get("HMMA", 0) > 0
     assert report.main_loop_opcodes.get("LDSM", 0) > 0
     assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
