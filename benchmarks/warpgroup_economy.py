@@ -50,7 +50,9 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
     best = picks["warpgroup"]
     p = best.params
     figures = {"params": dict(p),
-               "tiles": f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}",
+               "tiles": f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
+                        + ("" if p.get("free_layout", "group") == "group"
+                           else f" {p['free_layout']}"),
                "stages": p["stages"],
                "predicted_ms": best.prediction.seconds * 1e3,
                "binding": best.prediction.binding,
@@ -104,11 +106,12 @@ def main(argv: list[str] | None = None) -> int:
     wanted = wanted_rows(parser, args.rows, list(known))
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu), cells,
                          COLUMNS, args.json)
-    print("tiles: BM x BN x wgmma k-extents per step; WMMA ms: the tensor-core search's pick "
-          "on the same model; body: where the HGMMAs sit in the SASS, a loop or the straight "
-          "run nvcc unrolled a reduction of one or two steps into; body columns: that code; "
-          f"ways: the worst bank-conflict ways in the first block's first {COUNTED_STEPS} "
-          "steps, of every shared access and of the operand tiles'")
+    print("tiles: BM x BN x wgmma k-extents per step (and a free box's layout); WMMA ms: "
+          "the tensor-core search's pick on the same model; body: where the HGMMAs sit in "
+          "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
+          "into; body columns: that code; ways: the worst bank-conflict ways in the first "
+          f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
+          "tiles'")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

@@ -138,7 +138,7 @@ class TensorCore(Strategy):
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False) if any(
                 any(copy_widths(program, found, free=free).values())
-                for free in free_boxes(program).values()) else (False,),
+                for free in map(free_boxes(program).get, free_layouts(program))) else (False,),
                       "operand tiles copied by cp.async (sm_80+), each where its layout allows, "
                       "not through registers; "
                       "in two or more stages, a step's copies are issued before earlier "

@@ -177,6 +177,16 @@ def boxed(program: Program, p: Mapping[str, Any]) -> bool:
 FREE_BOX_P = (16, 8, 4, 2)
 FREE_BOX_Q = (32, 16, 8, 4)
 PADDED_BOX = 4 / 3
+# A padded box's tile holds Q' = tile / P values of ``o`` (:func:`box_q`): with P of a sector's
+# 16 halves, a 256-wide warpgroup tile holds 16 of tccg_42's ``a`` (24 -> 32), so the output
+# is written in 32-byte runs where the whole of ``a`` (then ``b``, next in the output) runs on.
+# The "whole" box takes P = WHOLE_TILE / Q (8 there), so the warpgroup's widest tile (a
+# wgmma's n of 256, or 4 x 64 rows) holds a whole Q of ``o`` (all of tccg_42's ``a``; half of
+# tccg_07's 48 -> 64); its operand's copies take runs of P (16 bytes, one cp.async, each in a
+# sector of its own: twice the padded box's sectors, on operands far smaller than the
+# output). Both mappings offer it (the same builder's copies and write): mma.sync's widest
+# tiles (4 warps x 4 fragments of 16) hold a whole Q likewise.
+WHOLE_TILE = 256
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
 # of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
@@ -237,6 +247,8 @@ def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
         slots = -(-size // q) * q
         if size < slots <= PADDED_BOX * size:
             found["padded"] = FreeBox(axis, before, o, p, q, slots)
+            if WHOLE_TILE // q < p:  # P and WHOLE_TILE / Q powers of two: it divides the span
+                found["whole"] = FreeBox(axis, before, o, WHOLE_TILE // q, q, slots)
     return found
 
 
@@ -278,17 +290,18 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "box of P of that index by Q of the output's fastest, so that both the "
                     "operand's copies and the output's writes take whole runs; 'padded': Q of "
                     "32, the output's fastest index rounded up to a multiple of it (zeros, "
-                    "MMA work spent)")
+                    "MMA work spent); 'whole': that padded box narrowed so a "
+                    "256-wide tile holds its whole Q")
 
 
 def free_layouts(program: Program) -> tuple[str, ...]:
-    """The ``free_layout`` values a mapping offers (:func:`free_boxes`)."""
+    """The ``free_layout`` values both tensor-core mappings offer (:func:`free_boxes`)."""
     return tuple(free_boxes(program))
 
 
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
-    """The free box the parameters ``p`` take (``free_layout`` "box" or "padded"), or
-    None."""
+    """The free box the parameters ``p`` take (``free_layout`` "box", "padded" or "whole"),
+    or None."""
     return free_boxes(program).get(p.get("free_layout", "group"))
 
 

@@ -10,10 +10,11 @@ The contraction is grouped into a batched GEMM as the tensor-core strategy group
 TF32 (m64nNk8, its operands copied by cp.async and rounded in place in shared memory, or
 rounded as they are copied through registers), accumulated in float32.
 
-Operand tiles whose lines can be 128 bytes are held in the 128-byte swizzle (see
-:mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their shared stores, where
-unswizzled core matrices take 8. What this slice leaves for later: the tensor memory
-accelerator with mbarriers, warp specialisation, split reductions. A search
+Operand tiles are held in the widest of wgmma's 128-, 64- and 32-byte swizzles that their
+lines fill (see :mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their
+shared stores, where unswizzled core matrices took up to 8. What this slice leaves for
+later: the tensor memory accelerator with mbarriers, warp specialisation, split
+reductions. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is

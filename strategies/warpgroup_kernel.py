@@ -10,18 +10,23 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   index: K-major where that is K (``X[buffer][k / w][row / 8][row % 8][k % w]``), MN-major
   where it is M's or N's (``X[buffer][k / 8][row / w][k % 8][row % w]``, which wgmma reads
   transposed; 16-bit operands only: TF32 tiles are K-major whatever the operand's layout).
-  A tile whose lines can be 128 bytes (``w = 128 / s``: K-major where a step is 64 16-bit
-  or 32 TF32 values, ``frags_k`` 4; MN-major where its rows are a multiple of 64) takes the
-  128-byte swizzle: each 1024-byte atom of 8 lines holds line ``r``'s 16-byte chunk ``c``
-  at chunk ``c ^ r`` (:attr:`ir.Local.swizzle`, the descriptor's layout type 1), so that a
-  warp's 16-byte copies along a line, and the MMA's reads of 8 lines at one chunk, fall on
-  distinct banks; the pool of tiles starts at 1024 bytes (:func:`ir.shared_alignment`).
-  Other tiles keep core matrices of 16-byte lines (``w = e``, no swizzle), whose copies
-  store 128 bytes apart, on the same banks (8 ways). Blocks are one block's bytes apart
-  along M or N and a whole slice of the tile apart along K. So a copy's runs land in a
-  line, and cp.async takes every 16-bit operand; a TF32 operand whose contiguous index is
-  M's or N's moves a word per cp.async (:func:`operand_widths`), a warp's 32 words dealt
-  8 rows at 4 K so that their stores take 1 way (:meth:`WarpgroupBuilder.dealt_run`).
+  Each tile takes the widest of wgmma's swizzles whose lines its extent along the operand's
+  contiguous index fills (``w = L / s`` for lines of ``L`` = 128, 64 or 32 bytes: K-major, a
+  step of 64, 32 or 16 16-bit values, ``frags_k`` 4, 2 or 1, or of 32, 16 or 8 TF32 ones;
+  MN-major, rows a multiple of 64 or 32, so every tile): each atom of 8 lines (1024, 512 or
+  256 bytes) holds line ``r``'s 16-byte chunk ``c`` at chunk ``c ^ (r mod 8)``, ``c ^ (r /
+  2 mod 4)`` or ``c ^ (r / 4 mod 2)``, bits 7 on of its byte address XOR'd into bits 4 on
+  (:attr:`ir.Local.swizzle`, the descriptor's layout type 1, 2 or 3: ``Swizzle<3|2|1,4,3>``),
+  so that a warp's 16-byte copies along lines, and the MMA's reads of 8 lines at one chunk,
+  fall on distinct banks; the pool of tiles starts at 1024 bytes
+  (:func:`ir.shared_alignment`). Core matrices of 16-byte lines, unswizzled, stored a
+  phase's runs of a line 128 bytes apart, on the same banks (tccg_31's B, 48-byte rows of
+  K in steps of 32: 4 ways, so the search copied it through registers). Blocks are one
+  block's bytes apart along M or N and a whole slice of the tile apart along K. So a copy's
+  runs land in a line, and cp.async takes every 16-bit operand; a TF32 operand whose
+  contiguous index is M's or N's moves a word per cp.async (:func:`operand_widths`), a
+  warp's 32 words dealt 8 rows at 4 K so that their stores take 1 way
+  (:meth:`WarpgroupBuilder.dealt_run`).
 * A K box (``frags_k`` 16, where A and B lead with different summed indices:
   :func:`.tensorcore_tiles.k_box`) steps over 16 x 16 values of those two, 256 of K: both
   tiles K-major, four 128-byte swizzled lines of K a row, a wgmma's k16 one 16-column block
@@ -77,7 +82,6 @@ from .tensorcore_tiles import (
     FreeBox,
     accumulator_dtype,
     accumulator_row_pad,
-    boxed,
     copy_widths,
     free_boxed,
     operand_rows_major,
@@ -91,6 +95,7 @@ CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layou
 CORE_ROWS = 8
 WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
 WARP_ROWS = 8  # rows of M or N a warp's word copies of TF32 take at once (dealt_run)
+SWIZZLES = (128, 64, 32)  # bytes of a line in wgmma's swizzles (ir.SWIZZLE_MODES), widest first
 
 
 def wgmma_k(program: Program) -> int:
@@ -136,7 +141,7 @@ class WarpgroupBuilder(Builder):
         self.widths = operand_widths(program, found, params["async_copy"], self.box,
                                      self.free_box)
         self.asynchronous = any(w is not None for w in self.widths.values())
-        self.swizzled = dict(zip((A_TILE, B_TILE), swizzled_tiles(program, params, found),
+        self.swizzled = dict(zip((A_TILE, B_TILE), swizzles(program, params, found),
                                  strict=True))
         # From three asynchronous stages one step's MMAs stay in flight while the next
         # step's are issued, and the copies run a step less ahead (see the module's doc)
@@ -191,7 +196,9 @@ class WarpgroupBuilder(Builder):
         for them returned, before its fence to the async proxy and the barrier after which
         the MMAs read them (``[.., 1, ks, wait, 0, 1, 1 + X, width c + j]``). Thread ``t``
         takes its run's words from word ``t mod width`` on, so that the threads of a warp,
-        whose runs lie on the same banks word by word, round words on distinct ones."""
+        whose runs lie on the same banks word by word, round words on distinct ones (1 way
+        in lines of 64 and 128 bytes; 2 in the 32-byte swizzle, steps of 8 values, where
+        rows 8 apart share banks)."""
         if not self.tf32:
             return
         element = place(remainder(plus(ir.Var("j"), ir.Var("t")), width))
@@ -203,9 +210,8 @@ class WarpgroupBuilder(Builder):
                                   f"{width}*c + j"]))
 
     def line(self, tile: str) -> int:
-        """Elements of a line of ``tile``'s blocks: 16 bytes, or 128 where it is swizzled."""
-        return (ir.SWIZZLE_BYTES if self.swizzled[tile] else CORE_ROW_BYTES
-                ) // dtypes.itemsize(self.program.dtype)
+        """Elements of a line of ``tile``'s blocks: its swizzle's bytes (:func:`swizzles`)."""
+        return self.swizzled[tile] // dtypes.itemsize(self.program.dtype)
 
     def blocking(self, tile: str, k_major: bool) -> tuple[int, int]:
         """Elements of K and of the rows (M or N) in one block of ``tile``."""
@@ -316,15 +322,17 @@ class WarpgroupBuilder(Builder):
         stored = self.program.dtype in dtypes.STORED
         along = (t["m"] if self.along_n else t["n"], self.c_columns() + self.pads[C_TILE])
         a, b = self.shapes()
-        # the line number (bits 6-8 of a 16-bit element's offset, lines of 64; 5-7 of a
-        # float32's, lines of 32) XOR'd into its 16-byte chunk's (ir.swizzled): CUTLASS's
-        # Swizzle<3,4,3> of byte addresses, which the descriptor's 128-byte swizzle names
+        # bits 7 on of a byte offset (6 on of a 16-bit element's, 5 on of a float32's), 3, 2
+        # or 1 of them by the line's bytes, XOR'd into its 16-byte chunk's (ir.swizzled):
+        # CUTLASS's Swizzle<3|2|1,4,3> of byte addresses, which the descriptor's mode names
         shift = (ir.SWIZZLE_BYTES // dtypes.itemsize(self.program.dtype)).bit_length() - 1
+        bits = {tile: (self.swizzled[tile] // CORE_ROW_BYTES).bit_length() - 1
+                for tile in (A_TILE, B_TILE)}
         return {
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
-                             swizzle=shift if self.swizzled[A_TILE] else 0),
+                             swizzle=shift, swizzle_bits=bits[A_TILE]),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
-                             swizzle=shift if self.swizzled[B_TILE] else 0),
+                             swizzle=shift, swizzle_bits=bits[B_TILE]),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
@@ -383,40 +391,17 @@ def k_major_tiles(program: Program, rows_major: tuple[bool, bool]) -> tuple[bool
     return rows_major[0] or tf32, not rows_major[1] or tf32
 
 
-def swizzled_tiles(program: Program, params: Mapping[str, Any],
-                   found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:
-    """Whether A's and B's tiles are held in the 128-byte swizzle: where their lines can be
-    128 bytes (see the module's doc)."""
-    tile = warpgroup_tile(params, program)
-    line = ir.SWIZZLE_BYTES // dtypes.itemsize(program.dtype)
-    majors = k_major_tiles(program, operand_rows_major(program, found))
-    a, b = (tile["k"] % line == 0 if k_major else rows % line == 0
-            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
-    return a, b
-
-
-def copy_ways(program: Program, params: Mapping[str, Any],
-              found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
-    """Bank-conflict ways of A's and B's copy stores, as ``Kernel.counters()`` counts them:
-    1 in the swizzle; 16-byte cp.async runs into core matrices of 16-byte lines land a
-    block (a multiple of 128 bytes) apart, on the same banks, as many ways as a line of the
-    operand's contiguous index has runs (up to 8); others 1 (TF32 words dealt 8 rows at 4 K,
-    :meth:`WarpgroupBuilder.dealt_run`; copies through registers are not counted)."""
-    (a,), (b,), *_ = found
+def swizzles(program: Program, params: Mapping[str, Any],
+             found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
+    """The bytes of A's and B's swizzled lines: the widest of wgmma's swizzles (128, 64 or
+    32 bytes) that the tile's extent along its contiguous index fills, a multiple of 32
+    bytes in every tile (see the module's doc)."""
     tile = warpgroup_tile(params, program)
     size = dtypes.itemsize(program.dtype)
-    widths = operand_widths(program, found, params["async_copy"], boxed(program, params),
-                            free_boxed(program, params))
-    row_a, row_b = operand_rows_major(program, found)  # A's, B's lines along K: row_a, not row_b
-    ways = []
-    for tensor, rows, along_k, swizzled in zip(
-            (a, b), (tile["m"], tile["n"]), (row_a, not row_b),
-            swizzled_tiles(program, params, found), strict=True):
-        run = (widths[tensor] or 0) * size
-        line = (tile["k"] if along_k else rows) * size  # bytes along the contiguous index
-        ways.append(1 if swizzled or run != CORE_ROW_BYTES
-                    else min(CORE_ROWS, line // CORE_ROW_BYTES))
-    return ways[0], ways[1]
+    majors = k_major_tiles(program, operand_rows_major(program, found))
+    a, b = (next(line for line in SWIZZLES if (tile["k"] if k_major else rows) * size % line == 0)
+            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
+    return a, b
 
 
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:

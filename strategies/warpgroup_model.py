@@ -11,8 +11,8 @@ MMAs, from a candidate's parameters.
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
-* ``memory``   LSU wavefronts: the copies' shared stores times their bank-conflict ways
-               (:func:`.warpgroup_kernel.copy_ways`; and TF32's rounding in place), the
+* ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
+               (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place), the
                write's round trip (the accumulators' stores 2 ways into a C tile along N) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
@@ -59,7 +59,7 @@ from .tensorcore_tiles import (
     output_along_n,
     stepped_k,
 )
-from .warpgroup_kernel import copy_ways, operand_widths, shared_bytes, warpgroup_tile
+from .warpgroup_kernel import operand_widths, shared_bytes, warpgroup_tile
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -160,9 +160,9 @@ class WarpgroupModel(EnumeratingModel):
         output = tile["m"] * tile["n"]
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
-        ways_a, ways_b = copy_ways(self.program, p, self.groups)
-        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128
-        stored = (copied["a"] * ways_a + copied["b"] * ways_b * (
+        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128;
+        # every other copy's stores take 1 way in the swizzled tiles
+        stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1))
         # the output's sectors and lines as the write's addresses take them
         _, written, _, written_lines = self.output_sectors(tile, None, free)

@@ -21,6 +21,7 @@ from treduda.polyhedral.strategy import get
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load
 from treduda.tuning.search import Searcher
 
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # the box on A's M: d_e by a
@@ -48,30 +49,33 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
                            params={**PARAMS, **params})
 
 
-@pytest.mark.parametrize(("expression", "a", "box", "padded"), [
+@pytest.mark.parametrize(("expression", "a", "box", "padded", "whole"), [
     (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
-     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32)),
-    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None),  # a_b: 480, whole warps
+     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32), tiles.FreeBox("m", ("d_e",), "a", 8, 32, 32)),
+    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None, None),  # a_b: 480, warps
     (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
-     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32)),
-    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),
-     tiles.FreeBox("n", ("f",), "a", 4, 32, 32)),
-    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None),  # 20 -> 32 pads 60%
-    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None),  # b and c apart in A: no run of both
-    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None),  # A's order keeps a first: nothing to box
-    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None)])
+     tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32),
+     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32)),
+    (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),  # P = 4: 256 holds Q already
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None),
+    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None, None),  # 20 -> 32 pads 60%
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None, None),  # b and c apart in A: no run
+    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None, None),  # A's order keeps a first: no box
+    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None, None)])
 def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
-                                                                        padded):
+                                                                        padded, whole):
     """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
-    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32)."""
+    ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); a "whole" one where that
+    box's P x Q is wider than the widest tile (256), P narrowed; both mappings offer each."""
     sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
-    boxes = {"group": None, "box": box, "padded": padded}
+    boxes = {"group": None, "box": box, "padded": padded, "whole": whole}
     assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
-    offered = get("tensorcore").space(program).parameter("free_layout").values
-    assert offered == tuple(k for k, v in boxes.items() if k == "group" or v)
+    for mapping in ("tensorcore", "warpgroup"):
+        assert get(mapping).space(program).parameter("free_layout").values == tuple(
+            k for k, v in boxes.items() if k == "group" or v)
 
 
 @pytest.mark.parametrize("strategy", ["tensorcore", "warpgroup"])
@@ -196,6 +200,10 @@ SMALL_32 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}  # P = 4 
 SMALL_41 = {"a": 24, "b": 5, "c": 3, "d": 12, "e": 6, "f": 4, "g": 10}  # P = 4 of d
 PADDED = {"free_layout": "padded"}
 WHOLE = {"B": {"warps_n": 2, "frags_n": 4}, "A": {"frags_m": 4}}  # tiles of 128: boxes of 4 x 32
+# The warpgroup's "whole" box (tccg_42/45/48 on B's N: e_f by a, a padded 24 -> 32; P = 8 of
+# e_f where the padded box's 16 let a 256-wide tile hold 16 of a); M = 6 x 5 x 3: partial tiles
+TCCG_42 = "C[a,b,c,d,e,f]=A[g,d,b,c]*B[e,f,g,a]"
+SMALL_42 = {"a": 24, "b": 5, "c": 3, "d": 6, "e": 4, "f": 12, "g": 10}
 
 
 def test_a_padded_box_numbers_each_element_once_and_its_padding_outside():
@@ -317,6 +325,56 @@ def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     assert report.main_loop_opcodes.get("LDG", 0) == 0
 
 
+# The whole box in the mma.sync mapping: tccg_42's N tile of 4 warps x 4 fragments of 16 (256)
+# holds all 32 slots of a by P = 8 of e_f; M = 6 x 5 x 3 in tiles of 16 or 32: partial
+WHOLE_MMA = {"free_layout": "whole", "warps_m": 1, "warps_n": 4, "frags_n": 4}
+
+
+def test_the_mma_whole_box_matches_einsum_and_writes_at_the_ideal():
+    """tccg_42's whole box on PoCL and the emulator (hazard-free), its write 2 sectors a
+    request (24 values of ``a``, then the next ``b``'s), no bank conflict."""
+    kernel = _compile(TCCG_42, SMALL_42, **WHOLE_MMA)
+    assert tiles.free_boxed(kernel.program, kernel.params) == tiles.FreeBox(
+        "n", ("e_f",), "a", 8, 32, 32)
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    counted = kernel.counters(steps=1)
+    written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert written.transactions == written.ideal == 2 * written.requests
+    assert counted.worst_ways() == 1
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "params"), [
+    ("C[a,b,c,d,e,f] = alpha*A[g,d,b,c]*B[e,f,g,a] + beta*C[a,b,c,d,e,f]",
+     {"stages": 3, "frags_m": 2}),
+    ("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", {"stages": 1, "frags_k": 2}),
+    (TCCG_42, {"async_copy": False, "warps_n": 2}),  # through registers, a tile of 128
+    (TCCG_42, {"shared_layout": "swizzle", "frags_k": 2})],
+    ids=["alpha_beta", "update", "registers", "swizzle"])
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_every_mma_whole_box_form_matches_einsum_without_hazards(expression, params, layout):
+    kernel = _compile(in_layout(expression, layout), SMALL_42 | {"g": 40}, layout,
+                      **{**WHOLE_MMA, **params})
+    assert tiles.free_boxed(kernel.program, kernel.params).p == 8
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_the_mma_whole_box_compiles_to_mma_fed_by_cp_async():
+    """tccg_42's whole box at the row's size on sm_80: HMMA fed by ldmatrix, both operands
+    by cp.async, no LDG in the main loop."""
+    row = next(r for r in load("tccg_fp16") if r.id == "tccg_42")
+    kernel = _compile(row.expression, row.sizes, row.layout,
+                      **{**WHOLE_MMA, "warps_m": 2, "frags_m": 4, "frags_k": 2})
+    report = sass_report(kernel.cuda_source, "sm_80")[0]
+    assert report.main_loop_opcodes.get("HMMA", 0) > 0
+    assert report.main_loop_opcodes.get("LDSM", 0) > 0
+    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
+    assert report.main_loop_opcodes.get("LDG", 0) == 0
+
+
 def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> treduda.Kernel:
     return treduda.compile(expression, sizes, dtype="float16", layout=layout,
                            strategy="warpgroup", cache=False, gpu="H100",
@@ -337,10 +395,20 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
                  marks=pytest.mark.matrix),
     pytest.param(TCCG_31, SMALL_31 | {"a": 24, "g": 40}, "F",  # the H100 pick's form on tccg_31
                  {"free_layout": "padded", "warpgroups": 2, "frags_m": 2, "frags_k": 2,
-                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix)])
+                  "stages": 1, "async_copy": False}, marks=pytest.mark.matrix),
+    (TCCG_42, SMALL_42, "F", {"free_layout": "whole", "tile_n": 256}),
+    pytest.param(in_layout("C[a,b,c,d,e,f] = alpha*A[g,d,b,c]*B[e,f,g,a] + beta*C[a,b,c,d,e,f]",
+                           "C"), SMALL_42, "C",
+                 {"free_layout": "whole", "tile_n": 256, "warpgroups": 2, "stages": 3},
+                 marks=pytest.mark.matrix),
+    pytest.param("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", SMALL_42, "F",
+                 {"free_layout": "whole", "tile_n": 128, "frags_k": 2, "stages": 1,
+                  "async_copy": False}, marks=pytest.mark.matrix),
+    (TCCG_31, SMALL_31 | {"a": 24, "d": 8, "e": 6}, "F",  # on A's M (tccg_31's pick): P = 8
+     {"free_layout": "whole", "warpgroups": 2, "frags_m": 2, "frags_k": 2, "tile_n": 128})])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
-    """The warpgroup mapping takes the box, exact or padded, as the tensor-core one does (its
-    copies and write are the tensor-core builder's)."""
+    """The warpgroup mapping takes the box, exact, padded or whole, as the tensor-core one
+    does (its copies and write are the tensor-core builder's)."""
     kernel = _warpgroup(expression, sizes, layout, **params)
     assert tiles.free_boxed(kernel.program, kernel.params) is not None
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
@@ -363,3 +431,65 @@ def test_warpgroup_box_kernels_copy_both_operands_by_cp_async(expression, layout
     assert report.main_loop_opcodes.get("LDG", 0) == 0
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("row", ["tccg_31", pytest.param("tccg_34", marks=pytest.mark.matrix),
+                                 pytest.param("tccg_37", marks=pytest.mark.matrix), "tccg_42",
+                                 pytest.param("tccg_45", marks=pytest.mark.matrix),
+                                 pytest.param("tccg_48", marks=pytest.mark.matrix)])
+def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
+    """tccg_31/34/37 and 42/45/48 at their sizes (issue 39): the H100 search takes a box with
+    both operands copied by cp.async, B's 48-byte rows of K into lines of 64 bytes in the
+    64-byte swizzle (unswizzled, its 16-byte runs took 4 ways, so the search copied B through
+    registers); on 42/45/48 the whole box, whose 256-wide tile holds all of ``a`` (the
+    padded box's 16 of it wrote 32-byte runs, and the search kept the group layout, B's
+    element copies by LDG); the pick's copies store on 1 way, and its sm_90a SASS runs HGMMA
+    and LDGSTS and loads no operand by LDG; NVRTC builds it too."""
+    found = next(r for r in load("tccg_fp16") if r.id == row)
+    best = treduda.search(found.expression, found.sizes, "H100", dtype="float16",
+                          layout=found.layout, strategy="warpgroup", cache=False).best
+    kernel = _warpgroup(found.expression, found.sizes, found.layout, **best.params)
+    assert tiles.free_boxed(kernel.program, kernel.params) is not None
+    assert kernel.params["async_copy"]
+    counted = kernel.counters(steps=1)
+    assert {t.ways for t in counted.traffic if t.array in ("td_sa", "td_sb")} == {1}
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"].get("HGMMA", 0) > 0 and "LDGSTS" in kinds["async copy"]
+    assert report.global_load_widths == {}  # no LDG in the kernel: no operand, no beta
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+def test_branch_and_bound_keeps_the_whole_box_the_exhaustive_search_picks():
+    """tccg_42 at its size on the H100 model: the bound stays below every estimate in the
+    warpgroup space with the whole box, and branch and bound finds the pick the exhaustive
+    enumeration does, the whole box (its write 1344 lines a block where the group layout's
+    took 2288; an LDG-free B, where the group's went through registers)."""
+    searcher = Searcher(plan(TCCG_42, TCCG_31_SIZES | {"d": 20, "e": 24}, "F", "float16"),
+                        "H100", "warpgroup")
+    assert bound_paths_hold(searcher) > 100
+    best = searcher.branch_and_bound().best
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
+    assert best.params["free_layout"] == "whole"
+
+
+def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
+    """tccg_42's shape in a 256-wide tile: the whole box writes 24 values of ``a`` then the
+    next ``b``'s, 2 sectors a request (the ideal) in fewer 128-byte lines than the padded
+    box's 16 of ``a`` at once; the warpgroup model counts what the emulator does."""
+    counted, lines = {}, {}
+    for layout in ("whole", "padded"):
+        kernel = _warpgroup(TCCG_42, SMALL_42 | {"g": 24}, free_layout=layout, tile_n=256,
+                            frags_k=2)
+        counted[layout] = next(t for t in kernel.counters(steps=1).traffic
+                               if (t.array, t.operation) == ("C", "st"))
+        modelled = model_of(kernel.program, gpu("H100"), "warpgroup").write_sectors(
+            kernel.params)
+        assert modelled[:2] == (counted[layout].requests, counted[layout].transactions)
+        lines[layout] = modelled[3]
+    whole = counted["whole"]
+    assert whole.transactions == whole.ideal == 2 * whole.requests
+    assert lines["whole"] < lines["padded"]

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 from conftest import MMA_CASES, bound_paths_hold, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
-from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, gemm_groups
-from treduda.strategies.warpgroup_kernel import copy_ways
+from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -210,21 +209,41 @@ def test_box_kernels_build_hgmma_fed_by_cp_async_and_the_boxs_vector_loads():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
 
 
+@pytest.mark.parametrize(("frags_k", "tile_n", "modes"), [
+    (4, 64, {"C": (1, 1), "F": (1, 1)}),  # lines of 128 bytes along K and M or N
+    (2, 32, {"C": (2, 2), "F": (1, 2)}),  # 64: K-major lines of 32 values, 32 rows of N
+    (1, 64, {"C": (3, 1), "F": (1, 3)})])  # 32 bytes: K-major lines of 16 values
 @pytest.mark.parametrize("layout", ["C", "F"])
-def test_swizzled_tiles_take_copies_without_bank_conflicts(layout):
-    """Steps of 64 values and tiles 64 wide: A's and B's tiles (one K-major, one MN-major in
-    either layout) in the 128-byte swizzle, the pool aligned to its 1024-byte atoms; the
-    copies' 16-byte stores take 1 way where unswizzled core matrices take as many as a row
-    has 16-byte runs (steps of 32 values: 4, each in a core matrix 128 bytes on); the OpenCL
-    twin reads the swizzled tiles, the emulator finds no hazard."""
-    kernel = _compile(GEMM, PARTIAL, layout=layout, params={**TWO_GROUPS, "frags_k": 4})
+def test_swizzled_tiles_take_copies_without_bank_conflicts(layout, frags_k, tile_n, modes):
+    """Each tile takes the widest swizzle its lines fill (the descriptors' layout types 1,
+    2 and 3 for 128, 64 and 32 bytes; A K-major and B MN-major in layout C, the other way
+    round in F; M's tile 128 rows), the pool aligned to 1024-byte atoms; the copies'
+    16-byte stores take 1 way (unswizzled core matrices of 16-byte lines took as many as a
+    line has runs: steps of 32 values 4); the OpenCL twin reads the swizzled tiles, the
+    emulator finds no hazard."""
+    kernel = _compile(GEMM, PARTIAL, layout=layout,
+                      params={**TWO_GROUPS, "frags_k": frags_k, "tile_n": tile_n})
     assert kernel.verify().ok and kernel.hazards() == []
-    assert "__align__(1024) unsigned char td_shared[]" in kernel.cuda_source
+    assert "__align__(1024) unsigned char td_shared[" in kernel.cuda_source
+    mma = next(s for s in ir.nested(kernel.built.kernel.body)
+               if isinstance(s, ir.WarpgroupMultiply))
+    assert (mma.a_layout.descriptor()[2], mma.b_layout.descriptor()[2]) == modes[layout]
     counters = kernel.counters()
     assert [counters.of(tile, ASYNC_COPY).ways for tile in ("td_sa", "td_sb")] == [1, 1]
-    plain = _compile(GEMM, PARTIAL, params={**TWO_GROUPS, "tile_n": 32, "frags_k": 2})
-    assert [plain.counters().of(tile, ASYNC_COPY).ways for tile in ("td_sa", "td_sb")] == [4, 4]
-    assert "__align__(128) unsigned char td_shared[" in plain.cuda_source
+
+
+@pytest.mark.parametrize("bits", [3, 2, 1])
+def test_the_swizzle_is_cutlass_swizzle_of_byte_addresses(bits):
+    """``ir.swizzled`` of 16-bit and 32-bit elements (shift 6 and 5) moves each element's
+    byte address as ``Swizzle<bits,4,3>`` does: bits 7 on, ``bits`` of them, XOR'd into
+    bits 4 on (cute/swizzle.hpp; the wgmma descriptor's 128-, 64- and 32-byte modes)."""
+    def cute(address: int) -> int:
+        return address ^ ((address & (((1 << bits) - 1) << 7)) >> 3)
+
+    offsets = np.arange(4096)
+    for size, shift in ((2, 6), (4, 5)):
+        moved = ir.swizzled(offsets, shift, size, bits) * size
+        assert list(moved) == [cute(o * size) for o in offsets]
 
 
 @pytest.mark.parametrize("layout", ["C", "F"])
@@ -268,17 +287,16 @@ def test_swizzled_tf32_tiles_take_copies_and_roundings_without_bank_conflicts(la
 
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_the_model_counts_the_bank_conflicts_the_emulator_counts(layout):
-    """The model's ways (copy_ways; the accumulators' stores, 2 into a C tile along N)
-    are those ``Kernel.counters()`` counts, for unswizzled core matrices of 2 and 4 runs a
-    line and swizzled tiles, 16-bit and TF32."""
+    """The model's ways (1 for the copies' stores into swizzled tiles; the accumulators'
+    stores, 2 into a C tile along N) are those ``Kernel.counters()`` counts, for lines of
+    32, 64 and 128 bytes, 16-bit and TF32."""
     for dtype, frags_k in (("float16", 1), ("float16", 2), ("float16", 4), ("float32", 2)):
         kernel = _compile(GEMM, {"i": 128, "j": 64, "k": 128}, dtype, layout,
                           params={**SMALL, "frags_k": frags_k})
         counted = {(t.array, t.operation): t.ways for t in kernel.counters(steps=2).traffic}
-        program = kernel.program
-        model = model_of(program, gpu("H100"), "warpgroup")
-        assert (counted["td_sa", ASYNC_COPY], counted["td_sb", ASYNC_COPY]) == copy_ways(
-            program, kernel.params, gemm_groups(program)), (dtype, frags_k)
+        model = model_of(kernel.program, gpu("H100"), "warpgroup")
+        assert (counted["td_sa", ASYNC_COPY], counted["td_sb", ASYNC_COPY]) == (1, 1), (
+            dtype, frags_k)
         assert counted["td_sc", "st"] == model.store_ways == (2 if layout == "C" else 1)
 
 

@@ -254,12 +254,13 @@ class MmaSync(Wmma):
         values = 16 // itemsize(self.kernel.dtype)  # to 16 bytes
         row, column = (f.format(l=MMA_LANE, c=values) for f in LDMATRIX_LANES[kind.row_major])
         trans = "_trans" if transposed else ""
-        shift = next(local.swizzle for local in self.kernel.locals
-                     if local.name == s.first.array)
+        shift, bits = next((local.swizzle, local.swizzle_bits) for local in self.kernel.locals
+                           if local.name == s.first.array)
         if shift:
             rows, constant, columns = by_rows(s.first.offset, s.ld)
             lane = (f"{self.expr(rows)} + {row} * {s.ld} + ({self.expr(columns)} ^ "
-                    f"(td_swizzle({row} * {s.ld} + {column}, {shift}, {ir.swizzle_chunk(2)}) "
+                    f"(td_swizzle({row} * {s.ld} + {column}, {shift}, {ir.swizzle_chunk(2)}, "
+                    f"{(1 << bits) - 1}) "
                     f"- {row} * {s.ld}))")
         else:
             offset, constant = _split_constant(s.first.offset)
@@ -385,12 +386,12 @@ class Twin:
                 f"{pad}}}"]
 
 
-def beside_swizzle(offset: ir.Expr, shift: int) -> tuple[ir.Expr, ir.Expr]:
-    """``offset`` in a tile swizzled by ``shift`` as ``high + low``, ``high`` its terms that
-    are multiples of ``2 ** (shift + 3)``: adding them moves no bit the swizzle reads or
-    changes, so ``swizzled(offset) = high + swizzled(low)`` and the XOR, of ``low`` alone,
-    stays out of what changes per step (a buffer's offset)."""
-    unit = 1 << (shift + 3)
+def beside_swizzle(offset: ir.Expr, shift: int, bits: int = 3) -> tuple[ir.Expr, ir.Expr]:
+    """``offset`` in a tile swizzled by ``shift`` (XOR of ``bits`` bits) as ``high + low``,
+    ``high`` its terms that are multiples of ``2 ** (shift + bits)``: adding them moves no bit
+    the swizzle reads or changes, so ``swizzled(offset) = high + swizzled(low)`` and the XOR,
+    of ``low`` alone, stays out of what changes per step (a buffer's offset)."""
+    unit = 1 << (shift + bits)
     terms, constant = ir.affine(offset)
     high = [times(c, t) for t, c in terms.items() if c % unit == 0]
     low = [times(c, t) for t, c in terms.items() if c % unit]

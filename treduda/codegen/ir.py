@@ -340,28 +340,31 @@ class CoreMatrices:
     leading- and stride-dimension byte offsets and its swizzle mode). The operand, ``rows`` of
     M or N by k of K, is made of blocks of 8 lines of ``w`` elements, contiguous: without
     swizzle, core matrices of 16-byte lines (``w = e = 16 / s`` elements of ``s`` bytes); with
-    the 128-byte swizzle (``swizzled``), atoms of 128-byte lines (``w = 128 / s``), whose
-    16-byte chunks the tile's :attr:`Local.swizzle` places (line modulo 8 XOR'd into the
-    chunk's number, as the hardware reads them from a 1024-byte aligned atom). In the K-major
+    the 128-, 64- or 32-byte swizzle (``swizzle``, a line's bytes), atoms of 8 such lines
+    (``w = swizzle / s``), whose 16-byte chunks the tile's :attr:`Local.swizzle` places (bits
+    7 on of the address, 3, 2 or 1 of them, XOR'd into the chunk's number, as the hardware
+    reads them from an atom aligned to its size). In the K-major
     layout a line holds consecutive K of one row, ``stride`` bytes apart along M or N and
     ``leading`` bytes apart along K; in the MN-major one (``k_major`` False, 16-bit operands
     only, wgmma's transpose) consecutive rows at one K, ``stride`` bytes apart along the rows
-    and ``leading`` along K. CUTLASS writes them, in 16-byte units, as
+    and ``leading`` along K. CUTLASS writes them, in 16-byte units (``W`` = 2, 4, 8 for the
+    32-, 64-, 128-byte swizzle), as
     ``((8,m),(T,2)):((1T,SBO),(1,LBO))`` and ``((T,1,m),(8,k)):((1,T,SBO),(1T,LBO))`` without
-    swizzle, ``((8,n),2):((8,SBO),1)`` and ``((8,n),(8,k)):((1,LBO),(8,SBO))`` with it (cute/
-    atom/mma_traits_sm90_gmma.hpp): swizzled MN-major atoms take LBO along the rows and SBO
-    along K (:meth:`descriptor`), and K-major ones no LBO."""
+    swizzle, ``((8,n),2):((W,SBO),1)`` and ``((W,n),(8,k)):((1,LBO),(W,SBO))`` with it (cute/
+    atom/mma_traits_sm90_gmma.hpp, ``Swizzle<3|2|1,4,3>`` of byte addresses): swizzled
+    MN-major atoms take LBO along the rows and SBO along K (:meth:`descriptor`), and K-major
+    ones no LBO."""
 
     leading: int  # bytes between blocks adjacent along K
     stride: int  # bytes between blocks adjacent along M or N
     k_major: bool = True
-    swizzled: bool = False
+    swizzle: int = 0  # bytes of a swizzled line (SWIZZLE_MODES), 0 without swizzle
 
     def offset(self, row: Expr, k: Expr, itemsize: int) -> Expr:
         """The offset of element (``row``, ``k``) from the operand's first, in elements of
         ``itemsize`` bytes (before a swizzled tile places it), as an expression of ``row``
         and ``k``."""
-        w = (SWIZZLE_BYTES if self.swizzled else 16) // itemsize
+        w = (self.swizzle or 16) // itemsize
         fast, slow = (k, row) if self.k_major else (row, k)  # along a line, across lines
 
         def term(value: Expr, divisor: int, scale: int, remainder: bool) -> Expr:
@@ -376,11 +379,17 @@ class CoreMatrices:
 
     def descriptor(self) -> tuple[int, int, int]:
         """The descriptor's leading- and stride-dimension byte offsets and its layout type
-        (0 no swizzle, 1 the 128-byte swizzle): a swizzled K-major operand's K fits one line,
-        so its leading offset is unused (16, as CUTLASS sets it)."""
-        if not self.swizzled:
-            return self.leading, self.stride, 0
-        return (16, self.stride, 1) if self.k_major else (self.stride, self.leading, 1)
+        (:data:`SWIZZLE_MODES`): a swizzled K-major operand's K fits one line, so its
+        leading offset is unused (16, as CUTLASS sets it)."""
+        mode = SWIZZLE_MODES[self.swizzle]
+        if not self.swizzle:
+            return self.leading, self.stride, mode
+        return (16, self.stride, mode) if self.k_major else (self.stride, self.leading, mode)
+
+
+# wgmma's swizzles by the bytes of their lines, and the descriptor's layout type for each
+# (PTX ISA, "Matrix Descriptor Format", bits 62-63: 0 none, 1 128-byte, 2 64-byte, 3 32-byte)
+SWIZZLE_MODES = {0: 0, 128: 1, 64: 2, 32: 3}
 
 
 @dataclass(frozen=True)
@@ -531,6 +540,9 @@ class Local:
     # or TF32's float32). Accesses name elements as if it were not; the printers and the
     # bank counts place them.
     swizzle: int = 0
+    # The bits of ``o`` from ``swizzle`` on that the XOR reads: 3 (the 128-byte swizzle, the
+    # mma.sync tiles'), 2 or 1 (wgmma's 64- and 32-byte swizzles of lines that long)
+    swizzle_bits: int = 3
 
     @property
     def size(self) -> int:
@@ -560,9 +572,10 @@ class KernelIR:
 # specific, must use dynamic shared memory ... and require an explicit opt-in").
 STATIC_SHARED_BYTES = 48 * 1024
 SHARED_ALIGNMENT = 128  # bytes: where each tile starts in dynamic shared memory
-# wgmma's 128-byte swizzle: the width of its lines, and the alignment of the 8-line atoms
+# wgmma's widest swizzle: the width of its lines, and the alignment of the 8-line atoms
 # whose line bits it XORs into the chunk bits of an address (PTX ISA, "Matrix Descriptor
-# Format": base offset 0 where the pattern starts at a 1024-byte boundary)
+# Format": base offset 0 where the pattern starts at a 1024-byte boundary; the 64- and
+# 32-byte swizzles' atoms, 512 and 256 bytes, divide it)
 SWIZZLE_BYTES = 128
 SWIZZLE_ALIGNMENT = 1024
 
@@ -571,8 +584,8 @@ def shared_alignment(kernel: KernelIR) -> int:
     """Where a block's pool of shared tiles starts: at :data:`SWIZZLE_ALIGNMENT` where a
     warpgroup MMA reads a swizzled operand (its tiles' offsets in the pool are multiples of
     it, their atoms' XOR then the hardware's), else :data:`SHARED_ALIGNMENT`."""
-    swizzled = any(isinstance(s, WarpgroupMultiply) and (s.a_layout.swizzled
-                                                         or s.b_layout.swizzled)
+    swizzled = any(isinstance(s, WarpgroupMultiply) and (s.a_layout.swizzle
+                                                         or s.b_layout.swizzle)
                    for s in nested(kernel.body))
     return SWIZZLE_ALIGNMENT if swizzled else SHARED_ALIGNMENT
 
@@ -910,15 +923,15 @@ def _evaluator(expr: Expr, varying: Mapping[int, bool]) -> Evaluator:
     return lambda env, threads, blocks, memo: evaluate(expr, env, threads, blocks)  # raises
 
 
-def swizzled(offset: Any, shift: int, size: int = 2) -> Any:
+def swizzled(offset: Any, shift: int, size: int = 2, bits: int = 3) -> Any:
     """Where a tile of ``size``-byte values swizzled by ``shift`` (:attr:`Local.swizzle`)
-    holds element ``offset`` (an int or an integer array): its 16-byte chunk (bits 3-5 of
-    16-bit values, :func:`swizzle_chunk`) XOR'd with bits ``shift`` to ``shift + 2``, the row
-    (or, for rows shorter than 128 bytes, the 128-byte line) modulo 8, so that eight rows read
-    at one column lie on eight distinct 16-byte bank groups (as CUTLASS's swizzled shared
-    layouts place them); a permutation of each 128 bytes, as ``templates/helpers.j2``'s
-    ``td_swizzle``."""
-    return offset ^ (((offset >> shift) & 7) << swizzle_chunk(size))
+    holds element ``offset`` (an int or an integer array): its 16-byte chunk (bits 3 on of
+    16-bit values, :func:`swizzle_chunk`) XOR'd with ``bits`` bits of it from ``shift`` on,
+    the row (or, for rows shorter than 128 bytes, the 128-byte line) modulo ``2 ** bits``,
+    so that that many rows read at one column lie on distinct 16-byte bank groups (as
+    CUTLASS's swizzled shared layouts place them); a permutation of each ``2 ** bits``
+    chunks, as ``templates/helpers.j2``'s ``td_swizzle``."""
+    return offset ^ (((offset >> shift) & ((1 << bits) - 1)) << swizzle_chunk(size))
 
 
 def swizzle_chunk(size: int) -> int:

@@ -214,7 +214,8 @@ class Printer:
                         if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT)}
         # arrays holding the stored type: the tensors, and shared tiles fragments load from
         self.stored_shared = {v.name for v in kernel.locals if v.stored}
-        self.swizzles = {v.name: v.swizzle for v in kernel.locals if v.swizzle}
+        self.swizzles = {v.name: (v.swizzle, v.swizzle_bits) for v in kernel.locals
+                         if v.swizzle}
         self.fragments = (Twin(kernel, self.expr, self.value_type, dialect.lane)
                           if dialect.fragments != "wmma"
                           else MmaSync(kernel, self.expr) if mma_mapped(kernel)
@@ -416,12 +417,12 @@ class Printer:
     def offset(self, e: ir.Load) -> str:
         """Where ``e.array`` holds the element ``e`` names: its offset, or where a swizzled
         tile places it (:attr:`ir.Local.swizzle`)."""
-        shift = self.swizzles.get(e.array)
-        if not shift:
+        if e.array not in self.swizzles:
             return self.expr(e.offset)
-        high, low = beside_swizzle(e.offset, shift)
+        shift, bits = self.swizzles[e.array]
+        high, low = beside_swizzle(e.offset, shift, bits)
         swizzled = (f"td_swizzle({self.expr(low)}, {shift}, "
-                    f"{ir.swizzle_chunk(itemsize(self.kernel.dtype))})")
+                    f"{ir.swizzle_chunk(itemsize(self.kernel.dtype))}, {(1 << bits) - 1})")
         return swizzled if high == ir.Int(0) else f"{self.expr(high)} + {swizzled}"
 
     def atomic(self, s: ir.Assign, pad: str) -> list[str]:

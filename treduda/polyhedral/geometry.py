@@ -35,9 +35,9 @@ QUANTITIES: dict[str, str] = {
     "order": "output indices on the x, y, z axes, comma separated (x is the coalescing one); "
              "an axis may hold a group of indices joined by '*', fastest first ('c*a': the "
              "axis runs over X = c + size(c) * a); where the tensor-core mappings box a group "
-             "(free_layout 'box' or 'padded'), its entry lists the indices the operand holds "
-             "before the output's fastest first ('d*a': P values of d by Q of a, then the rest "
-             "of each)",
+             "(free_layout 'box', 'padded' or 'whole'), its entry lists the indices the operand "
+             "holds before the output's fastest first ('d*a': P values of d by Q of a, then the "
+             "rest of each)",
     **{f"block_{a}": f"threads per block along {a}" for a in AXES},
     **{f"reg_{a}": f"output values per thread along {a}, held in registers" for a in AXES},
     **{f"assign_{a}": f"how a thread's values along {a} are dealt: 'cyclic' (thread t holds t, "

@@ -247,7 +247,8 @@ class _Block:
         self.taken: set[str] = set()  # tiles whose memory was taken over (written since)
         self.takers = set(self.taken_by.values())
         self.fragments: dict[str, tuple[ir.Local, np.ndarray]] = {}  # [warp, fragment, element]
-        self.swizzles = {local.name: local.swizzle for local in kernel.locals if local.swizzle}
+        self.swizzles = {local.name: (local.swizzle, local.swizzle_bits)
+                         for local in kernel.locals if local.swizzle}
         warps = -(-self.count // ir.WARP)
         for local in kernel.locals:
             if local.space is ir.Space.GLOBAL:
@@ -676,8 +677,10 @@ class _Block:
         """Where ``array`` holds the elements ``offsets`` (a swizzled tile moves them,
         :attr:`ir.Local.swizzle`): what the observer's bank counts read. The hazard checks
         keep the elements' own offsets, a swizzle being a permutation."""
-        shift = self.swizzles.get(array)
-        return ir.swizzled(offsets, shift, itemsize(self.kernel.dtype)) if shift else offsets
+        if array not in self.swizzles:
+            return offsets
+        shift, bits = self.swizzles[array]
+        return ir.swizzled(offsets, shift, itemsize(self.kernel.dtype), bits)
 
     def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
               started: bool = False) -> tuple[tuple, np.ndarray] | None:
