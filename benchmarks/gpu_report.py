@@ -139,18 +139,52 @@ def timing(lines: Sequence[dict[str, Any]]) -> str:
 
 
 def groups(lines: Sequence[dict[str, Any]]) -> dict[tuple, list[dict[str, Any]]]:
-    """The verified and timed picks by (suite, dtype, precision), in the order they came."""
+    """The verified and timed picks by (suite, dtype, precision, held parameters), in the
+    order they came: a search held to a form (`treduda bench --hold`) is a group of its own."""
     found: dict[tuple, list[dict[str, Any]]] = {}
     for line in lines:
         if (line.get("kind"), line.get("status"), line.get("role", "pick")) == (
                 "kernel", "ok", "pick"):
-            key = (line.get("suite") or line["bundle"], line["dtype"], line["precision"])
+            key = (line.get("suite") or line["bundle"], line["dtype"], line["precision"],
+                   _held(line))
             found.setdefault(key, []).append(line)
     return found
 
 
-def _title(suite: str, dtype: str, precision: str) -> str:
-    return f"{suite} ({dtype}{'' if precision == 'highest' else ', ' + precision})"
+def _held(line: dict[str, Any]) -> str:
+    """The parameters a line's search was held to, as `--hold` takes them ("" for none)."""
+    return " ".join(f"{k}={v}" for k, v in sorted((line.get("hold") or {}).items()))
+
+
+def _title(suite: str, dtype: str, precision: str, held: str = "") -> str:
+    return (f"{suite} ({dtype}{'' if precision == 'highest' else ', ' + precision})"
+            + (f", held to {held}" if held else ""))
+
+
+def _beside_picks(picks: Sequence[dict[str, Any]]) -> list[str]:
+    """Each held search's best candidate beside its row's pick (same suite, id, dtype and
+    precision): which of the two forms the GPU ran faster."""
+    by_pick = {(x.get("suite"), x.get("id"), x["dtype"], x["precision"]): x
+               for x in picks if not _held(x)}
+    rows = []
+    for held in (x for x in picks if _held(x)):
+        pick = by_pick.get((held.get("suite"), held.get("id"), held["dtype"], held["precision"]))
+        if pick is None:
+            continue
+        faster = (pick["treduda_ms"] / held["treduda_ms"]
+                  if pick.get("treduda_ms") and held.get("treduda_ms") else None)
+        rows.append([f"{held.get('suite')}/{held.get('id')}", _held(held),
+                     number(_ms(pick, "predicted_seconds"), ".4f"),
+                     number(pick.get("treduda_ms"), ".4f"),
+                     number(_ms(held, "predicted_seconds"), ".4f"),
+                     number(held.get("treduda_ms"), ".4f"), number(faster, ".3f"),
+                     number(pick.get("ratio_torch"), ".2f"),
+                     number(held.get("ratio_torch"), ".2f")])
+    if not rows:
+        return []
+    return ["", "### Held searches beside their picks", ""] + table(
+        ("row", "held to", "pick predicted ms", "pick ms", "held predicted ms", "held ms",
+         "pick ms / held ms", "pick x torch", "held x torch"), rows)
 
 
 def readme(lines: Sequence[dict[str, Any]], sources: Sequence[str]) -> str:
@@ -207,12 +241,13 @@ def markdown(lines: Sequence[dict[str, Any]]) -> str:
                 means.append(f"{library}.einsum {number(geometric_mean(ratios), '.3f')}x "
                              f"over {len(ratios)} rows")
         out += ["", f"Geometric mean: {'; '.join(means) or 'no library timed'}."]
+    out += _beside_picks(picks)
     rivals = [x for x in ok if x.get("role") == "rival"]
     if rivals:
-        by_pick = {(x.get("suite"), x.get("id")): x for x in picks}
+        by_pick = {(x.get("suite"), x.get("id"), _held(x)): x for x in picks}
         rows = []
         for rival in rivals:
-            pick = by_pick.get((rival.get("suite"), rival.get("id")))
+            pick = by_pick.get((rival.get("suite"), rival.get("id"), _held(rival)))
             rows.append([f"{rival.get('suite')}/{rival.get('id')}~{rival.get('rank')}",
                          number(_ms(pick, "predicted_seconds"), ".4f"),
                          number(pick and pick.get("treduda_ms"), ".4f"),

@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 import treduda
+from treduda.api import tuning_entry
 from treduda.app import cli, fidelity
 from treduda.app.bench import Case
 from treduda.app.bench_cli import planned
@@ -172,6 +173,50 @@ def test_bundles_of_a_plan_are_searched_together_without_pocl_or_cubins(tmp_path
     assert "searched 2 row(s)" in log.getvalue() and "] gemm_small ... done" in \
         log.getvalue()
     assert f"wrote {second.path}: 1 kernel(s) of 1 row(s)" in log.getvalue()
+
+
+def test_a_held_search_exports_its_form_and_leaves_the_tuning_cache_to_the_pick(bundles,
+                                                                               tmp_path):
+    """`--hold pad=4`: the best candidate with pad 4 (the pick has pad 0), recorded as held
+    and not kept as the row's winner; a value the strategy does not offer fails the row."""
+    log = io.StringIO()
+    manifest = export_suite([Case(ROWS[0], "float32", "mini", hold=(("pad", 4),)),
+                             Case(ROWS[1], "float32", "mini", hold=(("pad", 3),))],
+                            tmp_path / "held.zip", rivals=0, verify=False, log=log)
+    held = manifest["kernels"]["mini/gemm_small"]["metadata"]
+    assert held["hold"] == {"pad": 4} and held["params"]["pad"] == 4
+    assert list(manifest["kernels"]) == ["mini/gemm_small"]
+    assert "mini/tccg_small: left out" in log.getvalue()
+    assert "offers pad [0, 1, 4] here, not [3]" in log.getvalue()
+    with zipfile.ZipFile(bundles / "01_mini.zip") as archive:
+        pick = json.loads(archive.read("manifest.json"))["kernels"]["mini/gemm_small"]
+    assert pick["metadata"]["hold"] is None and pick["metadata"]["params"]["pad"] == 0
+    entry = tuning_entry(ROWS[0].expression, ROWS[0].sizes, "H100")
+    assert entry is not None and entry["params"]["pad"] == 0
+
+
+def test_a_plan_line_holds_its_rows_searches_and_refuses_a_hold_without_a_value(tmp_path):
+    line = ("14_tccg_fp16_padded --suite tccg_fp16 --ids tccg_32 --hold strategy=tensorcore "
+            "--hold free_layout=padded")
+    [bundle] = planned([line], tmp_path)
+    assert bundle.cases[0].hold == (("strategy", "tensorcore"), ("free_layout", "padded"))
+    with pytest.raises(TredudaError, match="expected NAME=VALUE"):
+        planned(["x --suite tccg_fp16 --hold padded"], tmp_path)
+
+
+def test_the_report_sets_a_held_search_beside_its_rows_pick():
+    report = _gpu_report()
+    line = {"kind": "kernel", "status": "ok", "role": "pick", "device": "GPU X",
+            "dtype": "float16", "precision": "highest", "suite": "tccg_fp16", "id": "tccg_32",
+            "predicted_seconds": 1e-4, "treduda_ms": 0.2, "ratio_torch": 2.0}
+    lines = [{**line, "hold": None},
+             {**line, "hold": {"free_layout": "padded"}, "treduda_ms": 0.16,
+              "ratio_torch": 2.5}]
+    text = report.markdown(lines)
+    assert "### tccg_fp16 (float16)\n" in text
+    assert "### tccg_fp16 (float16), held to free_layout=padded" in text
+    assert ("| tccg_fp16/tccg_32 | free_layout=padded | 0.1000 | 0.2000 | 0.1000 | 0.1600 "
+            "| 1.250 | 2.00 | 2.50 |") in text
 
 
 def test_the_readme_table_from_session_lines_shows_a_groups_one_row_or_best_and_means():

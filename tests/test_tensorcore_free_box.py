@@ -315,7 +315,7 @@ def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes,
 @pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
 def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     """tccg_32's padded box at its size: HMMA fed by ldmatrix, both operands by cp.async,
-    no LDG in the main loop."""
+    no LDG in the main loop; NVRTC (the GPU session's compiler) builds it too."""
     kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, frags_m=4, frags_n=4,
                       frags_k=2, **PADDED)
     report = sass_report(kernel.cuda_source, arch)[0]
@@ -323,6 +323,9 @@ def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     assert report.main_loop_opcodes.get("LDSM", 0) > 0
     assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
     assert report.main_loop_opcodes.get("LDG", 0) == 0
+    if nvrtc_available():
+        ptx = compile_nvrtc(kernel.cuda_source, arch.replace("sm_", "compute_"))
+        assert "mma.sync" in ptx and "cp.async" in ptx and "ldmatrix" in ptx
 
 
 # The whole box in the mma.sync mapping: tccg_42's N tile of 4 warps x 4 fragments of 16 (256)

@@ -63,6 +63,9 @@ class Case:
     suite: str = ""
     label: str = ""  # the row's id unless several suites run together
     precision: str = HIGHEST  # compile()'s precision= (tf32, 3xtf32: float32 only)
+    # parameters held to one value each (`treduda bench --hold`): the best candidate of a form
+    # the search does not pick, for a GPU run to time beside the pick
+    hold: tuple[tuple[str, Any], ...] = ()
 
     @property
     def name(self) -> str:
@@ -113,6 +116,7 @@ class Outcome(RowRecord):
     error: str | None = None
     # the search's rivals of the pick (--rivals), for a GPU run to time as calibration data
     rivals: list[dict[str, Any]] | None = None
+    hold: dict[str, Any] | None = None  # the case's held parameters, if any
     cuda_source: str | None = field(default=None, repr=False)  # kept for nvcc, not in JSON
 
     @property
@@ -124,7 +128,8 @@ class Outcome(RowRecord):
         """The record of ``case``, with what is ``recorded`` of it so far."""
         row = case.row
         return cls(case.suite, case.name, row.expression, row.layout, case.dtype,
-                   dict(row.sizes), precision=case.precision, **recorded)
+                   dict(row.sizes), precision=case.precision, hold=dict(case.hold) or None,
+                   **recorded)
 
     def fail(self, stage: str, error: BaseException) -> None:
         self.stage, self.error = stage, f"{type(error).__name__}: {error}"
@@ -142,15 +147,16 @@ class Outcome(RowRecord):
 
 
 def select(suite: str, ids: Sequence[str] | None = None, limit: int | None = None,
-           dtype: str | None = None, precision: str | None = None) -> list[Case]:
+           dtype: str | None = None, precision: str | None = None,
+           hold: Sequence[tuple[str, Any]] = ()) -> list[Case]:
     """The rows of ``suite`` ("all": every suite, rows named suite/id), filtered by ``ids``
     (plain or suite/id) and cut to the first ``limit``; unknown ids are an error, not a skip.
     Each row runs in its suite's dtype and precision unless ``dtype`` or ``precision`` say
     otherwise (a precision other than "highest" needs float32: checked here, before any
-    work)."""
+    work), its search held to the (name, value) pairs of ``hold``."""
     names = list(SUITES) if suite == "all" else [suite]
     cases = [Case(row, dtype or SUITES[s].dtype, s, f"{s}/{row.id}" if suite == "all" else "",
-                  precision or SUITES[s].precision)
+                  precision or SUITES[s].precision, tuple(hold))
              for s in names for row in load(s)]
     for case in {(c.dtype, c.precision): c for c in cases}.values():
         check_dtype(case.dtype)
@@ -240,8 +246,12 @@ def run_case(case: Case, gpu: Gpu, max_nodes: int, rivals: int = 0,
     options = {"dtype": case.dtype, "layout": row.layout, "precision": case.precision}
     try:
         started = time.perf_counter()
+        # a held search's winner is not the row's: kept out of the tuning cache; "strategy"
+        # holds the strategy searched (a held parameter narrows the search to one strategy)
+        held = {name: (value,) for name, value in case.hold}
         result = search(row.expression, row.sizes, gpu, max_nodes=max_nodes, check=True,
-                        cache=True, **options)
+                        cache=not held, strategy=held.pop("strategy", (None,))[0],
+                        values=held or None, **options)
         record_search(outcome, result, time.perf_counter() - started)
         best = result.best
         if rivals:

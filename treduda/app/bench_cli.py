@@ -34,6 +34,19 @@ def count(text: str) -> int:
     return int(text)
 
 
+def param(text: str) -> tuple[str, object]:
+    """NAME=VALUE, for argparse's ``type=``; the value becomes an int or a bool where it reads
+    as one."""
+    name, sep, value = text.partition("=")
+    if not sep or not name:
+        raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as block_x=32, got {text!r}")
+    value = value.strip()
+    if value.lstrip("-").isdigit():
+        return name.strip(), int(value)
+    booleans = {"true": True, "false": False}
+    return name.strip(), booleans.get(value.lower(), value)
+
+
 def bench_arguments(parser: argparse.ArgumentParser) -> None:
     """The options of `treduda bench` (and of benchmarks/bench.py)."""
     parser.add_argument("--suite", choices=SUITE_CHOICES, default="tccg_fp32",
@@ -87,6 +100,12 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                              "bundle holds a cubin for this GPU")
     parser.add_argument("--stop-after", type=float, metavar="SECONDS",
                         help="with --bundle: start no entry after this many seconds")
+    parser.add_argument("--hold", action="append", type=param, default=[], metavar="K=V",
+                        help="hold every row's search to this value of a parameter, or to "
+                             "strategy=NAME (repeatable; e.g. strategy=tensorcore "
+                             "free_layout=padded): the best candidate of a form the search does "
+                             "not pick, kept out of the tuning cache; a row whose strategy lacks "
+                             "the parameter or value fails, saying what it offers")
     parser.add_argument("--rivals", type=count, default=None, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "
@@ -110,7 +129,8 @@ def bench_command(args: argparse.Namespace) -> int:
         return _bundle_command(args)
     from . import bench, gpu_bench  # the library's compiling parts: on use (cli.py)
 
-    cases = bench.select(args.suite, args.ids, args.limit, args.dtype, args.precision)
+    cases = bench.select(args.suite, args.ids, args.limit, args.dtype, args.precision,
+                         args.hold)
     writable(args.json)
     writable(args.plot)
     if args.picks and not args.gpu_time:
@@ -172,7 +192,8 @@ def planned(lines: Sequence[str], folder: Path) -> list[Any]:
             args = parser.parse_args(options)
         except argparse.ArgumentError as error:
             raise TredudaError(f"plan line {line.strip()!r}: {error}") from None
-        cases = select(args.suite, args.ids, args.limit, args.dtype, args.precision)
+        cases = select(args.suite, args.ids, args.limit, args.dtype, args.precision,
+                       args.hold)
         bundles.append(Planned(folder / f"{name}.zip", tuple(cases), _rivals(args)))
     return bundles
 

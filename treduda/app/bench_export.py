@@ -122,10 +122,10 @@ def _written(bundle: Planned, chosen: dict[tuple, list[dict[str, Any]]], cubins:
 
 def _key(case: Case) -> tuple:
     """What makes two rows the same problem: suite and id, expression, sizes, dtype,
-    precision, layout."""
+    precision, layout, and the parameters its search is held to."""
     row = case.row
     return (case.suite, row.id, row.expression, tuple(sorted(row.sizes.items())), case.dtype,
-            case.precision, row.layout)
+            case.precision, row.layout, tuple(sorted(case.hold)))
 
 
 def _earlier(path: str | Path, gpu: str, max_nodes: int, rivals: int
@@ -146,7 +146,7 @@ def _earlier(path: str | Path, gpu: str, max_nodes: int, rivals: int
             continue
         key = (meta["suite"], meta["id"], meta["expression"],
                tuple(sorted(meta["sizes"].items())), meta["dtype"], meta["precision"],
-               meta["layout"])
+               meta["layout"], tuple(sorted((meta.get("hold") or {}).items())))
         found.setdefault(key, []).append(meta)
     return {key: sorted(metas, key=lambda m: m["rank"]) for key, metas in found.items()}
 
@@ -160,7 +160,7 @@ def _row(outcome: Outcome, rank: int, strategy: str, params: dict[str, Any],
             "sizes": outcome.sizes, "dtype": outcome.dtype, "precision": outcome.precision,
             "layout": outcome.layout, "strategy": strategy, "params": params,
             "predicted_seconds": seconds, "model_gpu": gpu, "max_nodes": max_nodes,
-            "rivals": rivals,
+            "rivals": rivals, "hold": outcome.hold,
             "search_seconds": outcome.search_seconds, "binding": outcome.binding,
             "verified_scaled_on_pocl": outcome.verified}
 

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, NoReturn
 from ..errors import ArgumentError, MissingSize, TredudaError
 from ..frontend.dtype_names import DTYPES, HIGHEST, PRECISIONS
 from ..options import DEFAULT_BUDGET, Options
-from .bench_cli import bench_arguments, bench_command, count
+from .bench_cli import bench_arguments, bench_command, count, param
 from .export_cli import export_arguments, export_command
 from .files import writable, write_text
 from .profile import profile_arguments, profile_command
@@ -35,18 +35,6 @@ def _size(text: str) -> tuple[str, int]:
                                          f"positive integer such as {name.strip()}=1024, got "
                                          f"{value.strip()!r}")
     return name.strip(), int(value)
-
-
-def _param(text: str) -> tuple[str, object]:
-    """NAME=VALUE; the value becomes an int or a bool where it reads as one."""
-    name, sep, value = text.partition("=")
-    if not sep or not name:
-        raise argparse.ArgumentTypeError(f"expected NAME=VALUE such as block_x=32, got {text!r}")
-    value = value.strip()
-    if value.lstrip("-").isdigit():
-        return name.strip(), int(value)
-    booleans = {"true": True, "false": False}
-    return name.strip(), booleans.get(value.lower(), value)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -72,7 +60,7 @@ def parser() -> argparse.ArgumentParser:
     c.add_argument("--strategy", default=None, metavar="NAME",
                    help="a strategy, or several chained with '+' (see `treduda strategies`); "
                         "without it and -p, the kernel is searched for")
-    c.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V",
+    c.add_argument("--param", "-p", action="append", type=param, default=[], metavar="K=V",
                    help="a strategy parameter (repeat for each; see `treduda space`)")
     c.add_argument("--gpu", default="H100",
                    help="the GPU a search tunes for (see `treduda gpus`; default %(default)s)")
@@ -147,7 +135,7 @@ def parser() -> argparse.ArgumentParser:
     _problem_arguments(r, symbolic=False)
     r.add_argument("--strategy", default=None, metavar="NAME",
                    help="as for compile; without it and -p, the kernel is searched for")
-    r.add_argument("--param", "-p", action="append", type=_param, default=[], metavar="K=V")
+    r.add_argument("--param", "-p", action="append", type=param, default=[], metavar="K=V")
     r.add_argument("--gpu", default="H100", help="the GPU a search tunes for")
     profile_arguments(r)
 

@@ -92,6 +92,10 @@ class Searcher(LocalSearch):
         if unknown:
             raise StrategyError(f"'{strategy}' has no parameter(s) {unknown}; it has: "
                                 f"{', '.join(p.name for p in full.parameters)}")
+        for p in full.parameters:
+            if p.name in (values or {}) and not set(values[p.name]) & set(p.values):
+                raise StrategyError(f"'{strategy}' offers {p.name} {list(p.values)} here, not "
+                                    f"{list(values[p.name])}")
         wanted = {p.name: p.searched for p in full.parameters if restrict and p.searched}
         # The values each strategy suggests trying first, among the declared ones.
         self._suggested = {p.name: frozenset(p.searched) for p in full.parameters if p.searched}
