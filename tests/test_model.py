@@ -107,8 +107,7 @@ def test_register_and_spill_estimates_follow_ptxas(monkeypatch, request):
     # ptxas's spills are counted over the whole kernel: the steps peeled off the step loop
     # (codegen.unroll.peel) add spill code of their own, which runs once (SPILLING: 2444 bytes
     # peeled, 1504 not; its main loop 232 STL and LDL peeled, 181 not, nvcc 13 sm_90). The model
-    # predicts the step loop's, measured here on the kernels without the peeled steps (SPILLING
-    # itself, 36 registers held by 1024 threads, is crowded and never peeled now).
+    # predicts the step loop's, measured here on the kernels without the peeled steps.
     monkeypatch.setattr(ast_build, "peel", lambda kernel, known: kernel)
     treduda.api._forget()  # kernels made here are not kept for later tests, nor earlier ones
     request.addfinalizer(treduda.api._forget)

@@ -9,7 +9,7 @@ import pytest
 
 import treduda
 from treduda.codegen import ir
-from treduda.codegen.unroll import crowded, peel
+from treduda.codegen.unroll import peel
 from treduda.polyhedral import ast_build
 from treduda.run.counters import main_loop
 
@@ -116,38 +116,3 @@ def test_peeled_kernels_match_einsum(name, layout, how):
     assert reads_the_step(unpeeled(expression, sizes, layout, order, copies))
     assert kernel.verify().ok
     assert kernel.verify(backend="emulator").ok
-
-
-@pytest.mark.parametrize(("dtype", "elements", "threads", "expected"), [
-    ("float32", 32 + 12, 1024, True),  # 44 registers x 1024 threads: 69% of 64 K
-    ("float32", 32 + 12, 512, False),  # 34%
-    ("float32", 64, 512, False),  # exactly half (GEMM 4096^3's pick): still peeled
-    ("float64", 40, 512, True),  # 80 registers x 512: 63%
-])
-def test_register_arrays_over_half_the_register_file_keep_their_steps(dtype, elements, threads,
-                                                                       expected):
-    locals_ = (ir.Local("acc", ir.Space.REGISTER, (elements - 12,)),
-               ir.Local("B_pre", ir.Space.REGISTER, (12,)),
-               ir.Local("A_tile", ir.Space.SHARED, (4096,)))  # shared: not counted
-    kernel = ir.KernelIR(name="k", dtype=dtype, index_bits=32, params=(), locals=locals_,
-                         body=steps(accumulate(0)))
-    known = {TX: (0, 63), ir.Index(ir.Builtin.THREAD_ID, 1): (0, threads // 64 - 1),
-             ir.Index(ir.Builtin.BLOCK_ID, 0): (0, 99)}  # 64 x threads/64; blocks don't count
-    assert crowded(kernel, known) is expected
-
-
-def test_a_crowded_kernel_keeps_its_short_step_in_the_loop():
-    # H100 row top2's mapping (1024 threads, 4 x 8 tiles, A and B preloaded: 44 registers held
-    # of a cap of 64), over k = 70 = 2 x 32 + 6: built as without peeling, and still right;
-    # the same tiles in 256 threads (11 of 255) peel the short step.
-    sizes = {"i": 300, "j": 150, "k": 70}
-    top2 = {"order": "j,i", "block_x": 64, "block_y": 16, "block_z": 1, "reg_x": 4, "reg_y": 8,
-            "reg_z": 1, "assign_x": "cyclic", "assign_y": "cyclic", "assign_z": "cyclic",
-            "step": 32, "unroll": True, "stage": "A,B", "pad": 0, "preload": True,
-            "double_buffer": False}
-    kernel = treduda.compile(GEMM, sizes, strategy="tiled+staged", cache=False, params=top2)
-    assert main_loop(kernel.built.kernel) == unpeeled(GEMM, sizes, "C", "j,i", top2)
-    assert kernel.verify().ok
-    small = {**top2, "block_x": 16}
-    kernel = treduda.compile(GEMM, sizes, strategy="tiled+staged", cache=False, params=small)
-    assert main_loop(kernel.built.kernel) != unpeeled(GEMM, sizes, "C", "j,i", small)

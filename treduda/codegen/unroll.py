@@ -17,7 +17,6 @@ from collections.abc import Mapping
 from dataclasses import replace
 
 from ..errors import TredudaError
-from ..frontend.dtypes import registers
 from . import ir
 from .simplify import value_range
 
@@ -42,10 +41,7 @@ def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Ke
     zero-fills of the last step): nvcc keeps the short step's copy, its branches and scalar
     loads in the main loop (tccg_12's 32-step over c = 7248: 59% FFMA, 398 BRA). Peeled, the
     loop runs the full steps without a test, and the short step runs once after it, as
-    hand-written kernels do. ``known`` holds the ranges of the block and thread ids. A
-    kernel whose registers are :func:`crowded` is returned as it is."""
-    if crowded(kernel, known):
-        return kernel
+    hand-written kernels do. ``known`` holds the ranges of the block and thread ids."""
     return replace(kernel, body=_peeled(kernel.body, known))
 
 
@@ -357,33 +353,6 @@ def _sum(terms: list[tuple[ir.Expr, int]]) -> ir.Expr | None:
         product = term if c == 1 else ir.Binary(ir.Op.MUL, ir.Int(c), term)
         result = product if result is None else ir.Binary(ir.Op.ADD, result, product)
     return result
-
-
-# 32-bit registers of an SM, all of which ``__launch_bounds__(threads)`` lets one block take:
-# 64 K on every GPU since compute capability 5.0 (CUDA C++ Programming Guide, "Technical
-# Specifications per Compute Capability").
-REGISTER_FILE = 65536
-
-
-def crowded(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> bool:
-    """Whether ``kernel``'s register arrays (accumulators, a preloaded next step), held through
-    the whole step loop, take more than half of the registers a block may have (its threads
-    are the ranges of the thread ids in ``known``):
-    then :func:`peel` is not worth it, as ptxas, allocating the peeled steps beside the loop,
-    spills more inside the loop. Measured with nvcc 13, sm_90, peeled vs not (ptxas's spill
-    bytes; the SASS main loop's STL + LDL bytes): GEMM 4096^3 in blocks of 1024 threads with
-    4 x 8 tiles, A and B preloaded (H100 row top2; 32 + 4 + 8 registers of a cap of 64):
-    1060 vs 256, in the loop 736 vs 224 (its FFMA share 60.5 vs 67.0%); the same with A
-    preloaded, double-buffered (top0; 36): 2444 vs 1504, loop 1864 vs 1448; H200's tccg_15
-    and tccg_18 (512 threads, 76 of 128): 176 and 116 vs none, 8 bytes vs none in the loop.
-    At half or less (GEMM 4096^3's and tccg_12's picks: 64 of 128 and of 255) the peeled
-    kernels spill nothing and keep their shares (90.4 vs 89.1%; 92.3 vs 88.7% with no
-    branch in the loop)."""
-    held = sum(math.prod(local.shape) for local in kernel.locals
-               if local.space is ir.Space.REGISTER) * registers(kernel.dtype)
-    threads = math.prod(high - low + 1 for e, (low, high) in known.items()
-                        if isinstance(e, ir.Index) and e.builtin is ir.Builtin.THREAD_ID)
-    return 2 * held * threads > REGISTER_FILE
 
 
 def _flat(body: tuple[ir.Stmt, ...]) -> ir.Block:
