@@ -64,7 +64,7 @@ def _uneven(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
         known = {**known, ir.Var(s.iterator): span}  # what its body's bounds may read
     s = ir.map_children(s, lambda child: _uneven(child, known))
     if (isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL
-            and _reads_thread(ir.Binary(ir.Op.AND, s.start, s.condition))
+            and (_reads_thread(s.start) or _reads_thread(s.condition))
             and (span := _span(s, known)) is not None):
         return _Unroller({s.iterator: span}, known).unrolled(s)
     return s
