@@ -41,6 +41,7 @@ from .tensorcore_model import TensorCoreModel
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
     FREE_LAYOUT_HELP,
+    FULL_WARPS,
     LANES_M,
     LANES_N,
     SWIZZLED_ROW,
@@ -48,9 +49,11 @@ from .tensorcore_tiles import (
     copy_widths,
     described_gemm,
     each,
+    free_boxed,
     free_boxes,
     free_layouts,
     gemm_groups,
+    holds_boxes,
     k_box,
     mappings,
     mma_shape,
@@ -104,9 +107,12 @@ class TensorCore(Strategy):
             raise StrategyError(f"{program.contraction.source!r} is not one product of two "
                                 "tensors with fixed sizes, which tensor cores compute as a "
                                 "(batched) GEMM; use 'tiled+staged'")
+        full = free_boxes(program).get("full")  # its group's tiles take FULL_WARPS warps too
+        warps = {axis: tuple(sorted((*WARPS, FULL_WARPS))) if full and full.axis == axis
+                 else WARPS for axis in "mn"}
         parameters = (
-            Parameter("warps_m", WARPS, "warps per block along M", priority=Priority.TILES),
-            Parameter("warps_n", WARPS, "warps per block along N", priority=Priority.TILES),
+            Parameter("warps_m", warps["m"], "warps per block along M", priority=Priority.TILES),
+            Parameter("warps_n", warps["n"], "warps per block along N", priority=Priority.TILES),
             Parameter("frags_m", FRAGMENTS, "fragments per warp along M",
                       priority=Priority.TILES),
             Parameter("frags_n", FRAGMENTS, "fragments per warp along N",
@@ -164,11 +170,20 @@ class TensorCore(Strategy):
         rules = [Constraint("swizzled tiles need the mma mapping (ldmatrix takes an address "
                             "per lane, WMMA a pitch)", ("shared_layout", "mapping"),
                             lambda p: p["shared_layout"] == "pad" or p["mapping"] == "mma"),
-                 Constraint(f"swizzled tiles have rows of {SWIZZLED_ROW} elements or more",
-                            ("shared_layout", "warps_m", "warps_n", "frags_m", "frags_n",
-                             "frags_k"),
+                 Constraint(f"swizzled tiles have rows of {SWIZZLED_ROW} elements or more, "
+                            "a power of two", ("shared_layout", "warps_m", "warps_n", "frags_m",
+                                               "frags_n", "frags_k"),
                             lambda p: p["shared_layout"] == "pad"
-                            or min(operand_rows(program, p)) >= SWIZZLED_ROW),
+                            or all(r >= SWIZZLED_ROW and r & (r - 1) == 0
+                                   for r in operand_rows(program, p))),
+                 Constraint(f"{FULL_WARPS} warps along a group only for a 'full' free box",
+                            ("warps_m", "warps_n", "free_layout"),
+                            lambda p: p["free_layout"] == "full"
+                            or FULL_WARPS not in (p["warps_m"], p["warps_n"])),
+                 Constraint("a free box's tiles hold whole boxes",
+                            ("warps_m", "warps_n", "frags_m", "frags_n", "free_layout"),
+                            lambda p: holds_boxes(free_boxed(program, p),
+                                                  tile_extents({**p, "frags_k": 1}, shape))),
                  Constraint("more than two stages need asynchronous copies (a copy through "
                             "registers is not in flight beside the MMAs)",
                             ("stages", "async_copy"),

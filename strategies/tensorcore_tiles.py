@@ -187,6 +187,16 @@ PADDED_BOX = 4 / 3
 # output). Both mappings offer it (the same builder's copies and write): mma.sync's widest
 # tiles (4 warps x 4 fragments of 16) hold a whole Q likewise.
 WHOLE_TILE = 256
+# A "full" box takes Q of all of ``o``'s values where they are no power of two and a warp's
+# write holds them (tccg_32's ``a`` of 24: the exact box's Q of 8 splits the output's runs,
+# writing it at twice the sectors; the padded box's 32 spends a third more blocks on zeros):
+# nothing padded, the output written in whole runs of ``o`` as the group layout writes it,
+# the operand read in P rows side by side (tccg_32's B at 12 sectors a request where the
+# group layout's rows of 48 bytes, a value of ``f`` apart, took 16). Its tiles hold whole
+# boxes, P x Q elements (96 there: :func:`holds_boxes`), which FULL_WARPS warps of fragments
+# of 16 along the box's group do; the model then rates tccg_32's 2 x 3 warps of 4 x 4
+# fragments 0.8% below the group layout's pick.
+FULL_WARPS = 3
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
 # of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
@@ -230,8 +240,9 @@ def free_box(program: Program) -> FreeBox | None:
 def free_boxes(program: Program) -> dict[str, FreeBox | None]:
     """The ``free_layout`` values a mapping offers, each with its box: "group" (None), "box"
     where :func:`free_box` finds one, "padded" where a box of a warp's Q fits once ``o`` is
-    rounded up by at most :data:`PADDED_BOX` (see :data:`FREE_BOX_P`). Worked out once per
-    program."""
+    rounded up by at most :data:`PADDED_BOX` (see :data:`FREE_BOX_P`), "whole" where a
+    :data:`WHOLE_TILE` holds a padded box's whole Q, "full" where 16-bit operands take a Q
+    of all of ``o`` (see :data:`FULL_WARPS`). Worked out once per program."""
     return program.derived("free_boxes", _free_boxes)
 
 
@@ -249,6 +260,10 @@ def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
             found["padded"] = FreeBox(axis, before, o, p, q, slots)
             if WHOLE_TILE // q < p:  # P and WHOLE_TILE / Q powers of two: it divides the span
                 found["whole"] = FreeBox(axis, before, o, WHOLE_TILE // q, q, slots)
+        if (dtypes.itemsize(program.dtype) == 2 and size not in FREE_BOX_Q and size <= WARP
+                and p * size % WARP == 0 and p * size <= LARGEST_TILE
+                and _least_skew(p, size) is not None):
+            found["full"] = FreeBox(axis, before, o, p, size)
     return found
 
 
@@ -291,7 +306,9 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "operand's copies and the output's writes take whole runs; 'padded': Q of "
                     "32, the output's fastest index rounded up to a multiple of it (zeros, "
                     "MMA work spent); 'whole': that padded box narrowed so a "
-                    "256-wide tile holds its whole Q")
+                    "256-wide tile holds its whole Q; 'full': Q of all of the output's "
+                    "fastest index where that is no power of two (24), in tiles of whole "
+                    "boxes")
 
 
 def free_layouts(program: Program) -> tuple[str, ...]:
@@ -300,8 +317,8 @@ def free_layouts(program: Program) -> tuple[str, ...]:
 
 
 def free_boxed(program: Program, p: Mapping[str, Any]) -> FreeBox | None:
-    """The free box the parameters ``p`` take (``free_layout`` "box", "padded" or "whole"),
-    or None."""
+    """The free box the parameters ``p`` take (``free_layout`` "box", "padded", "whole" or
+    "full"), or None."""
     return free_boxes(program).get(p.get("free_layout", "group"))
 
 
@@ -378,6 +395,14 @@ def box_q(box: FreeBox, tile: Mapping[str, int]) -> int:
     return min(box.q, tile[box.axis] // box.p)
 
 
+def holds_boxes(box: FreeBox | None, tile: Mapping[str, int]) -> bool:
+    """Whether a block's ``tile`` holds whole boxes of ``box`` (P x Q' elements,
+    :func:`box_q`), as the write's numbering takes them (:func:`output_local`): always where
+    P and Q are powers of two; a "full" box's Q of 24 by P of 4 needs a tile of a multiple
+    of 96 (:data:`FULL_WARPS`)."""
+    return box is None or tile[box.axis] % (box.p * box_q(box, tile)) == 0
+
+
 def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
                  ops: Operators) -> tuple[Any, Any]:
     """The C tile's (M, N) element that element ``e`` of the output's write stands for:
@@ -406,8 +431,28 @@ def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
     ``o``, P apart, at ``32 / Q'`` values of ``c``: positions ``c + P o`` of one row, 2 to 4
     ways on the banks unskewed (P a power of two); skewed by ``32 / Q'`` words per 32, each
     bank once (tccg_31's 16 x 8: ``16 o + 4 (o / 2) + c``; tccg_33's 4 x 32: ``4 o + o / 8``).
-    A fragment's 16 (or 8) elements stay side by side."""
-    return 0 if box is None else max(1, WARP // min(box_q(box, tile), WARP))
+    A Q' that is no power of two (a "full" box's) takes the fewest words that do the same
+    (:func:`_least_skew`: 3 for tccg_32's 4 x 24). A fragment's 16 (or 8) elements stay side
+    by side."""
+    if box is None:
+        return 0
+    q = box_q(box, tile)
+    power = max(1, WARP // min(q, WARP))
+    # a tile that holds no whole box (never built: holds_boxes) finds no least skew
+    return power if q & (q - 1) == 0 else _least_skew(box.p, q) or power
+
+
+def _least_skew(p: int, q: int) -> int | None:
+    """The fewest words of skew after every :data:`SKEWED` accumulators that put each of a
+    warp's reads of a box of ``p`` x ``q`` (a multiple of 32 elements, so a warp reads 32 of
+    one box: :func:`output_local`) on 32 distinct banks, or None where no skew below 32
+    does; the accumulators are 4-byte words."""
+    position = [e // q % p + p * (e % q) for e in range(p * q)]
+    for words in range(1, WARP):
+        if all(len({(x + words * (x // SKEWED)) % WARP for x in position[w:w + WARP]}) == WARP
+               for w in range(0, p * q, WARP)):
+            return words
+    return None
 
 
 def skewed(position: Any, words: int, ops: Operators) -> Any:

@@ -47,11 +47,19 @@ from .tensorcore_tiles import (
     LANES_N,
     described_gemm,
     each,
+    free_boxed,
     free_layouts,
     gemm_groups,
+    holds_boxes,
     k_box,
 )
-from .warpgroup_kernel import WARPGROUP_M, WarpgroupBuilder, shared_bytes, wgmma_k
+from .warpgroup_kernel import (
+    WARPGROUP_M,
+    WarpgroupBuilder,
+    shared_bytes,
+    warpgroup_tile,
+    wgmma_k,
+)
 from .warpgroup_model import WarpgroupModel
 
 DTYPES = ("float16", "bfloat16")
@@ -137,6 +145,10 @@ class Warpgroup(Strategy):
                        or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
             Constraint("the N tile is no larger than N needs", ("tile_n",),
                        lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
+            Constraint("a free box's tiles hold whole boxes (a 'full' box's 96 none does)",
+                       ("warpgroups", "frags_m", "tile_n", "free_layout"),
+                       lambda p: holds_boxes(free_boxed(program, p),
+                                             warpgroup_tile({**p, "frags_k": 1}, program))),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout"),
                        lambda p: shared_bytes(program, p) <= budget),

@@ -49,29 +49,33 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
                            params={**PARAMS, **params})
 
 
-@pytest.mark.parametrize(("expression", "a", "box", "padded", "whole"), [
+@pytest.mark.parametrize(("expression", "a", "box", "padded", "whole", "full"), [
     (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
-     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32), tiles.FreeBox("m", ("d_e",), "a", 8, 32, 32)),
-    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None, None),  # a_b: 480, warps
+     tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32), tiles.FreeBox("m", ("d_e",), "a", 8, 32, 32),
+     None),  # a full box of 16 x 24: wider than the widest tile
+    (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None, None, None),  # a_b: 480
     (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
      tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32),
-     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32)),
+     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32), None),
     (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),  # P = 4: 256 holds Q already
-     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None),
-    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None, None),  # 20 -> 32 pads 60%
-    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None, None),  # b and c apart in A: no run
-    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None, None),  # A's order keeps a first: no box
-    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None, None)])
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None, tiles.FreeBox("n", ("f",), "a", 4, 24)),
+    (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None, None, None),  # 20 -> 32 pads
+    # 60%; 4 x 20 is no multiple of a warp's 32
+    ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None, None, None),  # b and c apart in A
+    ("C[a,b,c]=A[a,d,b]*B[d,c]", 24, None, None, None, None),  # A's order keeps a first
+    ("C[i,j] = A[i,k] * B[k,j]", 24, None, None, None, None)])
 def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression, a, box,
-                                                                        padded, whole):
+                                                                        padded, whole, full):
     """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
     ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); a "whole" one where that
-    box's P x Q is wider than the widest tile (256), P narrowed; both mappings offer each."""
+    box's P x Q is wider than the widest tile (256), P narrowed; a "full" one (Q of all 24
+    of ``o``) where P x Q is a multiple of 32 within the widest tile; both mappings offer
+    each."""
     sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
     assert tiles.free_box(program) == box
-    boxes = {"group": None, "box": box, "padded": padded, "whole": whole}
+    boxes = {"group": None, "box": box, "padded": padded, "whole": whole, "full": full}
     assert tiles.free_boxes(program) == {k: v for k, v in boxes.items() if k == "group" or v}
     for mapping in ("tensorcore", "warpgroup"):
         assert get(mapping).space(program).parameter("free_layout").values == tuple(
