@@ -17,8 +17,8 @@ Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 ``--before`` takes an earlier run's ``--json`` (benchmarks/data/tensorcore_economy_before.json
 holds the figures before issue 37's builder changes) and prints its sectors, ways and SASS
 figures of each row in a second table, beside the same columns now. ``--free-layout`` holds
-the search to one ``free_layout`` ("group", "box", "padded" or "whole"; rows that do not offer it
-fail), to see the best candidate of a layout the search does not pick.
+the search to one ``free_layout`` ("group", "box", "padded", "whole" or "full"; rows that do
+not offer it fail), to see the best candidate of a layout the search does not pick.
 
 A row took 12-50 s on two shared cores (the search, then nvcc); all 53 about 21 minutes.
 """
@@ -172,7 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--strategy", default="tensorcore",
                         help="the strategy searched (default tensorcore: the mma.sync picks; "
                              "'default' searches them all, as treduda bench does)")
-    parser.add_argument("--free-layout", choices=("group", "box", "padded", "whole"),
+    parser.add_argument("--free-layout", choices=("group", "box", "padded", "whole", "full"),
                         help="hold the search to this free_layout (default: all offered)")
     args = parser.parse_args(argv)
     strategy = None if args.strategy == "default" else args.strategy
