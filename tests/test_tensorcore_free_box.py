@@ -560,13 +560,14 @@ def test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts(expressio
     pytest.param(TCCG_32, SMALL_32 | {"g": 40}, "F",
                  {"split": 2, "deterministic": True, **FULL_TILES["B"]},
                  marks=pytest.mark.matrix),
-    pytest.param(TCCG_41, SMALL_41 | {"g": 40}, "F", {"split": 2, **FULL_TILES["A"]},
-                 marks=pytest.mark.matrix),  # atomic
+    pytest.param(in_layout(TCCG_41, "C"), SMALL_41 | {"g": 40}, "C",
+                 {"split": 2, "deterministic": True, **FULL_TILES["A"]},
+                 marks=pytest.mark.matrix),  # 16-bit: ordered
     pytest.param(in_layout(TCCG_32, "C"), SMALL_32, "C",
                  {"dtype": "bfloat16", "warps_n": 3, "frags_n": 2}, marks=pytest.mark.matrix),
     pytest.param(TCCG_41, SMALL_41, "F", {"dtype": "bfloat16", "warps_n": 2,
                                           **FULL_TILES["A"]}, marks=pytest.mark.matrix)],
-    ids=["update_on_a", "alpha_beta", "update", "registers", "wmma", "split", "atomic_split",
+    ids=["update_on_a", "alpha_beta", "update", "registers", "wmma", "split", "split_on_a",
          "bf16_tile_96", "bf16_on_a"])
 def test_full_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The full box's forms: a scaled update on A in the default run (the rest: ``-m
