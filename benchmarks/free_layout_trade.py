@@ -6,8 +6,10 @@ block's global sectors per warp request of A, B and the output's write beside th
 tensor-core model's count, from the addresses the kernel builder deals), whether both
 operands meet the line (at most 1.25x the ideal), the model's milliseconds per resource and
 its estimate, and that estimate over the pick's. A layout that meets the line but is not
-picked shows here which resource its trade costs: tccg_32's padded box reads B at the ideal
-and spends a third more blocks on MMAs with zeros.
+picked shows here which resource its trade costs: tccg_31's whole box (picked) reads A at
+twice the ideal, a sector's other half being the next block's; its exact box reads A at the
+ideal but writes the output in 16-byte runs (memory +14%), its padded box spends a third
+more blocks on MMAs with zeros and writes 32-byte runs (+15% in all).
 
     python benchmarks/free_layout_trade.py [--rows tccg_31,tccg_32] [--gpu H100]
                                            [--steps 4] [--json FILE]
