@@ -317,19 +317,26 @@ def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes,
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
 @pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
-def test_padded_box_kernels_compile_to_mma_fed_by_cp_async(arch):
-    """tccg_32's padded box at its size: HMMA fed by ldmatrix, both operands by cp.async,
-    no LDG in the main loop; NVRTC (the GPU session's compiler) builds it too."""
-    kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, frags_m=4, frags_n=4,
-                      frags_k=2, **PADDED)
-    report = sass_report(kernel.cuda_source, arch)[0]
-    assert report.main_loop_opcodes.get("HMMA", 0) > 0
-    assert report.main_loop_opcodes.get("LDSM", 0) > 0
-    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
-    assert report.main_loop_opcodes.get("LDG", 0) == 0
+def test_padded_and_full_box_kernels_compile_to_mma_fed_by_cp_async(arch):
+    """tccg_32's padded box and its full box (2 x 3 warps of 4 x 4 fragments, as the H100
+    search picks it) at its size, in one nvcc call: HMMA fed by ldmatrix, both operands by
+    cp.async, no LDG in the main loop; NVRTC (the GPU session's compiler) builds them too."""
+    shape = {"frags_m": 4, "frags_n": 4, "frags_k": 2}
+    sources = [_compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, **shape,
+                        **PADDED).cuda_source,
+               _compile(TCCG_32, TCCG_31_SIZES, warps_m=2, warps_n=3, **shape,
+                        free_layout="full").cuda_source]
+    reports = sass_report("\n".join(sources), arch)
+    assert len(reports) == len(sources)
+    for report in reports:
+        assert report.main_loop_opcodes.get("HMMA", 0) > 0
+        assert report.main_loop_opcodes.get("LDSM", 0) > 0
+        assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
+        assert report.main_loop_opcodes.get("LDG", 0) == 0
     if nvrtc_available():
-        ptx = compile_nvrtc(kernel.cuda_source, arch.replace("sm_", "compute_"))
-        assert "mma.sync" in ptx and "cp.async" in ptx and "ldmatrix" in ptx
+        for source in sources:
+            ptx = compile_nvrtc(source, arch.replace("sm_", "compute_"))
+            assert "mma.sync" in ptx and "cp.async" in ptx and "ldmatrix" in ptx
 
 
 # The whole box in the mma.sync mapping: tccg_42's N tile of 4 warps x 4 fragments of 16 (256)
@@ -523,14 +530,15 @@ def test_three_warps_only_tile_whole_full_boxes():
 
 
 @pytest.mark.parametrize(("expression", "sizes", "operand"), [
-    (TCCG_32, SMALL_32 | {"g": 24}, "B"),
+    ("C[a,b,c,d,e,f] = alpha*A[d,e,g,b]*B[g,f,a,c] + beta*C[a,b,c,d,e,f]",
+     SMALL_32 | {"g": 24}, "B"),
     pytest.param(TCCG_41, SMALL_41 | {"g": 24}, "A", marks=pytest.mark.matrix)])
 def test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts(expression, sizes,
                                                                        operand):
     """On PoCL and the emulator (hazard-free; partial tiles: N = 12 x 24 x 3 in tiles of
-    192): the boxed operand's rows (4 rows of ``g``'s 24 values, 192 bytes side by side) at
-    the ideal sectors a request (the group layout's took 16 where 12 do), no bank conflict
-    anywhere (the C tile's reads of 24 values of ``a``, 4 apart, skewed by 3 words); the
+    192; alpha and beta on B): the boxed operand's rows (4 rows of ``g``'s 24 values, 192
+    bytes side by side) at the ideal sectors a request (the group layout's took 16 where 12
+    do), no bank conflict anywhere (the C tile's reads of 24 values of ``a``, 4 apart); the
     model counts the copies' and the write's sectors as the emulator does."""
     kernel = _compile(expression, sizes, frags_k=2, **FULL, **FULL_TILES[operand])
     assert tiles.free_boxed(kernel.program, kernel.params).q == 24
@@ -546,51 +554,25 @@ def test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts(expressio
     assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
 
 
+@pytest.mark.matrix
 @pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
     (in_layout("C[a,b,c,d,e,f] += alpha*A[g,d,a,c]*B[e,f,g,b]", "C"), SMALL_41, "C",
-     {"stages": 3, **FULL_TILES["A"]}),  # on A, a scaled update
-    pytest.param("C[a,b,c,d,e,f] = alpha*A[d,e,g,b]*B[g,f,a,c] + beta*C[a,b,c,d,e,f]",
-                 SMALL_32, "F", FULL_TILES["B"], marks=pytest.mark.matrix),
-    pytest.param(in_layout("C[a,b,c,d,e,f] += A[d,e,g,b]*B[g,f,a,c]", "C"), SMALL_32, "C",
-                 {"stages": 1, **FULL_TILES["B"]}, marks=pytest.mark.matrix),
-    pytest.param(TCCG_32, SMALL_32, "F", {"async_copy": False, **FULL_TILES["B"]},
-                 marks=pytest.mark.matrix),  # through registers
-    pytest.param(in_layout(TCCG_41, "C"), SMALL_41, "C", {"mapping": "wmma", **FULL_TILES["A"]},
-                 marks=pytest.mark.matrix),
-    pytest.param(TCCG_32, SMALL_32 | {"g": 40}, "F",
-                 {"split": 2, "deterministic": True, **FULL_TILES["B"]},
-                 marks=pytest.mark.matrix),
-    pytest.param(in_layout(TCCG_41, "C"), SMALL_41 | {"g": 40}, "C",
-                 {"split": 2, "deterministic": True, **FULL_TILES["A"]},
-                 marks=pytest.mark.matrix),  # 16-bit: ordered
-    pytest.param(in_layout(TCCG_32, "C"), SMALL_32, "C",
-                 {"dtype": "bfloat16", "warps_n": 3, "frags_n": 2}, marks=pytest.mark.matrix),
-    pytest.param(TCCG_41, SMALL_41, "F", {"dtype": "bfloat16", "warps_n": 2,
-                                          **FULL_TILES["A"]}, marks=pytest.mark.matrix)],
-    ids=["update_on_a", "alpha_beta", "update", "registers", "wmma", "split", "split_on_a",
+     {"stages": 3, **FULL_TILES["A"]}),  # on A
+    (in_layout("C[a,b,c,d,e,f] += A[d,e,g,b]*B[g,f,a,c]", "C"), SMALL_32, "C",
+     {"stages": 1, **FULL_TILES["B"]}),
+    (TCCG_32, SMALL_32, "F", {"async_copy": False, **FULL_TILES["B"]}),  # through registers
+    (in_layout(TCCG_41, "C"), SMALL_41, "C", {"mapping": "wmma", **FULL_TILES["A"]}),
+    (TCCG_32, SMALL_32 | {"g": 40}, "F", {"split": 2, "deterministic": True, **FULL_TILES["B"]}),
+    (in_layout(TCCG_41, "C"), SMALL_41 | {"g": 40}, "C",
+     {"split": 2, "deterministic": True, **FULL_TILES["A"]}),  # 16-bit: ordered
+    (in_layout(TCCG_32, "C"), SMALL_32, "C", {"dtype": "bfloat16", "warps_n": 3, "frags_n": 2}),
+    (TCCG_41, SMALL_41, "F", {"dtype": "bfloat16", "warps_n": 2, **FULL_TILES["A"]})],
+    ids=["update_on_a", "update", "registers", "wmma", "split", "split_on_a",
          "bf16_tile_96", "bf16_on_a"])
 def test_full_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
-    """The full box's forms: a scaled update on A in the default run (the rest: ``-m
-    matrix``), on B, through registers, WMMA, split, bfloat16, in both layouts."""
+    """The full box's forms beside the default run's (alpha and beta on B, in
+    :func:`test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts`): a scaled
+    update on A, on B, through registers, WMMA, split, bfloat16, in both layouts."""
     kernel = _compile(expression, sizes, layout, **{**FULL, **params})
     assert tiles.free_boxed(kernel.program, kernel.params).q == 24
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok  # raises on a hazard
-
-
-@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
-                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
-@pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
-def test_full_box_kernels_compile_to_mma_fed_by_cp_async(arch):
-    """tccg_32's full box at its size, as the H100 search picks it (2 x 3 warps of 4 x 4
-    fragments): HMMA fed by ldmatrix, both operands by cp.async, no LDG in the main loop;
-    NVRTC builds it too."""
-    kernel = _compile(TCCG_32, TCCG_31_SIZES, warps_m=2, warps_n=3, frags_m=4, frags_n=4,
-                      frags_k=2, **FULL)
-    report = sass_report(kernel.cuda_source, arch)[0]
-    assert report.main_loop_opcodes.get("HMMA", 0) > 0
-    assert report.main_loop_opcodes.get("LDSM", 0) > 0
-    assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
-    assert report.main_loop_opcodes.get("LDG", 0) == 0
-    if nvrtc_available():
-        ptx = compile_nvrtc(kernel.cuda_source, arch.replace("sm_", "compute_"))
-        assert "mma.sync" in ptx and "cp.async" in ptx and "ldmatrix" in ptx
