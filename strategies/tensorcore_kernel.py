@@ -145,6 +145,7 @@ from .tensorcore_tiles import (
     group_extents,
     group_slots,
     index_digits,
+    interleaved_row,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -185,27 +186,6 @@ def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]
     """Whether ``e`` may be ``limit`` or more, given its variables' ``ranges``."""
     span = value_range(e, ranges)
     return span is None or span[1] >= limit
-
-
-def _interleaved_row(e: ir.Expr, runs: int, order: tuple[int, int] | None) -> ir.Expr:
-    """The tile row that copy ``e`` (of ``runs`` runs a row) writes. Shared memory serves a
-    request 128 bytes (a wavefront) at a time, so a phase of ``128 / run_bytes`` threads
-    (eight of 16-byte cp.async runs) writes several short rows at once, which a padded pitch
-    can place on the same banks: rows of 64 bytes at a pitch of 80 share banks 0-3, two ways
-    (what ``Kernel.counters()`` counted on every GEMM pick's A tile), and no padding keeps
-    fragment loads free of conflicts too. So the rows a phase writes are ``S`` apart, ``S``
-    the least stride whose rows fall on distinct banks (4 at that pitch), in blocks of
-    ``R S`` rows (``R`` rows a phase, ``order`` = ``(R, S)``, :func:`copy_shape`'s): copy
-    ``e`` of row ``q = e / runs`` writes row ``R S (q / (R S)) + S (q % R) + (q / R) % S``,
-    a permutation of each block. Without an ``order`` (rows as long as a wavefront, a tile
-    whose rows no stride parts, a swizzled tile) it keeps ``q``."""
-    q = quotient(e, runs)
-    if order is None:
-        return q
-    per_phase, stride = order
-    block = per_phase * stride
-    return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
-                remainder(quotient(q, per_phase), stride))
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -383,7 +363,7 @@ class Builder:
         """The row of the 2-D tile and the first column of copy ``e``'s run (a tile of
         :func:`copy_shape` ``shape``): along the rows in turn, the rows interleaved as the
         shape's ``order`` says."""
-        return (_interleaved_row(e, shape["runs"], shape["order"]),
+        return (interleaved_row(quotient(e, shape["runs"]), shape["order"], OPERATORS),
                 times(shape["width"], remainder(e, shape["runs"])))
 
     def wait_stage(self) -> int:

@@ -195,7 +195,8 @@ WHOLE_TILE = 256
 # group layout's rows of 48 bytes, a value of ``f`` apart, took 16). Its tiles hold whole
 # boxes, P x Q elements (96 there: :func:`holds_boxes`), which FULL_WARPS warps of fragments
 # of 16 along the box's group do; the model then rates tccg_32's 2 x 3 warps of 4 x 4
-# fragments 0.8% below the group layout's pick.
+# fragments 0.8% below the group layout's pick. Its tiles take ``o`` fastest (:func:`o_first`),
+# its copies dealing each warp's rows ``c`` fastest (:func:`interleaved_row`).
 FULL_WARPS = 3
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
@@ -261,8 +262,7 @@ def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
             if WHOLE_TILE // q < p:  # P and WHOLE_TILE / Q powers of two: it divides the span
                 found["whole"] = FreeBox(axis, before, o, WHOLE_TILE // q, q, slots)
         if (dtypes.itemsize(program.dtype) == 2 and size not in FREE_BOX_Q and size <= WARP
-                and p * size % WARP == 0 and p * size <= LARGEST_TILE
-                and _least_skew(p, size) is not None):
+                and p * size % WARP == 0 and p * size <= LARGEST_TILE):
             found["full"] = FreeBox(axis, before, o, p, size)
     return found
 
@@ -341,15 +341,17 @@ def group_digits(program: Program, axis: str, box: FreeBox | None = None
                  ) -> tuple[Digit, ...]:
     """The digits of free group ``axis`` ("m" or "n"), fastest first: its indices in the
     order :func:`gemm_groups` gives, or, where ``box`` is on the axis, ``(c, P), (o, Q),
-    (c, S_c / P), (o, S_o / Q)`` (``c`` the box's fused contiguous indices) and the group's
-    other indices (digits of one value left out)."""
+    (c, S_c / P), (o, S_o / Q)`` (``c`` the box's fused contiguous indices; its first two
+    swapped where :func:`o_first`) and the group's other indices (digits of one value left
+    out)."""
     _, _, m, n, _, _ = gemm_groups(program)
     group, sizes = (m if axis == "m" else n), program.sizes
     if box is None or box.axis != axis:
         return index_digits(group, sizes)
     c, o = box.contiguous, (box.output,)
     span = math.prod(sizes[i] for i in c)
-    digits = ((c, box.p), (o, box.q), (c, span // box.p),
+    sides = ((o, box.q), (c, box.p)) if o_first(box) else ((c, box.p), (o, box.q))
+    digits = (*sides, (c, span // box.p),
               (o, group_slots(program, box)[box.output] // box.q),
               *index_digits([i for i in group if i not in (*c, *o)], sizes))
     return tuple(d for d in digits if d[1] > 1)
@@ -389,6 +391,15 @@ def digit_values(digits: Sequence[Digit], value: Any, sizes: Mapping[str, int],
     return values
 
 
+def o_first(box: FreeBox | None) -> bool:
+    """Whether ``box`` takes ``o`` fastest in its tiles (a "full" box, whose Q is no power of
+    two): the write then reads a C tile row's consecutive words, and the accumulators' pairs
+    stay aligned (64-bit stores); ``c`` fastest, its reads would be P apart, which no skew of
+    an even number of words spreads over 32 banks (tccg_32's 24 reads of ``c`` = 0 on the 16
+    even ones), and an odd one splits the pairs (96 stores where 64 did)."""
+    return box is not None and box.q & (box.q - 1) != 0
+
+
 def box_q(box: FreeBox, tile: Mapping[str, int]) -> int:
     """Values of ``o`` a C tile's box takes side by side: the box's Q, or as many as the
     tile's group holds boxes of P (a power of two, so they divide it)."""
@@ -420,8 +431,9 @@ def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | 
     q = box_q(box, tile)
     runs = q * box.p  # elements of a box
     across = remainder(quotient(e, runs), tile[other])
-    local = plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q)),
-                 times(runs, quotient(e, runs * tile[other])))
+    inside = (remainder(e, runs) if o_first(box)
+              else plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q))))
+    local = plus(inside, times(runs, quotient(e, runs * tile[other])))
     return (local, across) if box.axis == "m" else (across, local)
 
 
@@ -431,28 +443,11 @@ def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
     ``o``, P apart, at ``32 / Q'`` values of ``c``: positions ``c + P o`` of one row, 2 to 4
     ways on the banks unskewed (P a power of two); skewed by ``32 / Q'`` words per 32, each
     bank once (tccg_31's 16 x 8: ``16 o + 4 (o / 2) + c``; tccg_33's 4 x 32: ``4 o + o / 8``).
-    A Q' that is no power of two (a "full" box's) takes the fewest words that do the same
-    (:func:`_least_skew`: 3 for tccg_32's 4 x 24). A fragment's 16 (or 8) elements stay side
-    by side."""
-    if box is None:
+    A box that takes ``o`` fastest (:func:`o_first`) reads consecutive words: no skew. A
+    fragment's 16 (or 8) elements stay side by side."""
+    if box is None or o_first(box):
         return 0
-    q = box_q(box, tile)
-    power = max(1, WARP // min(q, WARP))
-    # a tile that holds no whole box (never built: holds_boxes) finds no least skew
-    return power if q & (q - 1) == 0 else _least_skew(box.p, q) or power
-
-
-def _least_skew(p: int, q: int) -> int | None:
-    """The fewest words of skew after every :data:`SKEWED` accumulators that put each of a
-    warp's reads of a box of ``p`` x ``q`` (a multiple of 32 elements, so a warp reads 32 of
-    one box: :func:`output_local`) on 32 distinct banks, or None where no skew below 32
-    does; the accumulators are 4-byte words."""
-    position = [e // q % p + p * (e % q) for e in range(p * q)]
-    for words in range(1, WARP):
-        if all(len({(x + words * (x // SKEWED)) % WARP for x in position[w:w + WARP]}) == WARP
-               for w in range(0, p * q, WARP)):
-            return words
-    return None
+    return max(1, WARP // min(box_q(box, tile), WARP))
 
 
 def skewed(position: Any, words: int, ops: Operators) -> Any:
@@ -802,7 +797,7 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
 
 def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int, int] | None:
     """How a tile's copies reorder its rows so that the rows one phase of a request writes
-    fall on distinct banks (the kernel builder's ``_interleaved_row``): ``(R, S)``, ``R`` rows
+    fall on distinct banks (:func:`interleaved_row`): ``(R, S)``, ``R`` rows
     a phase, ``S`` apart; None where rows keep their order (rows as long as a wavefront, or
     a tile whose rows no stride parts)."""
     per_phase = min(WARP, WAVEFRONT_BYTES // run_bytes) // runs
@@ -816,6 +811,34 @@ def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int,
         if rows % block == 0 and len(set(banks)) == len(banks):
             return per_phase, stride
     return None
+
+
+def interleaved_row(q: Any, order: tuple[int, ...] | None, ops: Operators) -> Any:
+    """The tile row that a copy of row ``q`` in the copies' order writes (:func:`copy_shape`'s
+    ``order``). Shared memory serves a request 128 bytes (a wavefront) at a time, so a phase
+    of eight 16-byte runs writes several short rows at once, which a padded pitch can place
+    on the same banks (rows of 64 bytes at a pitch of 80: banks 0-3, two ways, on every GEMM
+    pick's A tile before). ``(R, S)``: rows interleaved in blocks of ``R S``, ``R S (q / (R
+    S)) + S (q % R) + (q / R) % S``, the ``R`` rows of a phase ``S`` apart
+    (:func:`interleaving`); ``(R, S, P, Q)``: a box that takes ``o`` fastest
+    (:func:`o_first`: row ``o + Q c``) copied with ``c`` fastest, a phase's ``R`` rows ``S``
+    values of ``o`` apart, so that a warp reads P rows side by side in the operand (tccg_32's
+    B: 12 sectors a request; rows 0, 4, 24, 28, 48, ... of a box of 4 x 24); None: ``q``."""
+    if order is None:
+        return q
+    quotient, remainder, plus, times = ops
+    per_phase, stride, *box = order
+    block = per_phase * stride
+    if not box:
+        return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
+                    remainder(quotient(q, per_phase), stride))
+    p, span = box
+    r = remainder(q, p * span)
+    j = quotient(r, per_phase * p)  # the box's blocks of R x P rows, in turn
+    o = plus(times(stride, remainder(r, per_phase)), remainder(j, stride),
+             times(block, quotient(j, stride)))
+    return plus(times(p * span, quotient(q, p * span)), o,
+                times(span, remainder(quotient(r, per_phase), p)))
 
 
 def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
@@ -849,6 +872,9 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
     runs, pitch = columns // width, (columns + pad) * size
     order = (None if p.get("shared_layout", "pad") == "swizzle" or dealt
              else interleaving(rows, runs, width * size, pitch))
+    held = free_boxed(program, p)
+    if order is not None and o_first(held) and held.axis == free and row_is_free:
+        order = (*(interleaving(held.q, runs, width * size, pitch) or (1, 1)), held.p, held.q)
     return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
             "width": width, "runs": runs, "pitch": pitch, "order": order, "boxed": box,
             "dealt": dealt, "stride": BOXED_STRIDE if dealt and width > 1 else 1}
@@ -891,12 +917,7 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     if shape["dealt"]:
         q, column = box_dealt(e, width, NUMPY)
     else:
-        q = e // runs
-        order = shape["order"]
-        if order is not None:
-            per_phase, apart = order
-            block = per_phase * apart
-            q = block * (q // block) + apart * (q % per_phase) + q // per_phase % apart
+        q = interleaved_row(e // runs, shape["order"], NUMPY)
         column = width * (e % runs)
     local_free, local_k = (q, column) if shape["row_is_free"] else (column, q)
     ks = np.arange(counted)[:, None]
