@@ -795,16 +795,18 @@ def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:
 
 
 
-def interleaving(rows: int, runs: int, run_bytes: int, pitch: int) -> tuple[int, int] | None:
+def interleaving(rows: int, runs: int, run_bytes: int, pitch: int, whole: bool = False
+                 ) -> tuple[int, int] | None:
     """How a tile's copies reorder its rows so that the rows one phase of a request writes
-    fall on distinct banks (:func:`interleaved_row`): ``(R, S)``, ``R`` rows
-    a phase, ``S`` apart; None where rows keep their order (rows as long as a wavefront, or
-    a tile whose rows no stride parts)."""
+    fall on distinct banks (:func:`interleaved_row`): ``(R, S)``, ``R`` rows a phase, ``S``
+    apart, the least such ``S``, or (``whole``) only ``S = rows / R``, one block of all
+    ``rows``; None where rows keep their order (rows as long as a wavefront, or a tile whose
+    rows no stride parts)."""
     per_phase = min(WARP, WAVEFRONT_BYTES // run_bytes) // runs
     if per_phase <= 1:
         return None
     row_bytes = runs * run_bytes
-    for stride in range(2, rows // per_phase + 1):
+    for stride in [rows // per_phase] if whole else range(2, rows // per_phase + 1):
         block = per_phase * stride
         banks = [(i * stride * pitch + b) // 4 % 32 for i in range(per_phase)
                  for b in range(0, row_bytes, 4)]
@@ -820,10 +822,12 @@ def interleaved_row(q: Any, order: tuple[int, ...] | None, ops: Operators) -> An
     on the same banks (rows of 64 bytes at a pitch of 80: banks 0-3, two ways, on every GEMM
     pick's A tile before). ``(R, S)``: rows interleaved in blocks of ``R S``, ``R S (q / (R
     S)) + S (q % R) + (q / R) % S``, the ``R`` rows of a phase ``S`` apart
-    (:func:`interleaving`); ``(R, S, P, Q)``: a box that takes ``o`` fastest
+    (:func:`interleaving`); ``(R, S, P, Q)``, ``R S = Q``: a box that takes ``o`` fastest
     (:func:`o_first`: row ``o + Q c``) copied with ``c`` fastest, a phase's ``R`` rows ``S``
     values of ``o`` apart, so that a warp reads P rows side by side in the operand (tccg_32's
-    B: 12 sectors a request; rows 0, 4, 24, 28, 48, ... of a box of 4 x 24); None: ``q``."""
+    B: 12 sectors a request; rows 0, 12, 24, 36, ... 1, 13, ... of a box of 4 x 24), and a
+    copy instruction's rows lie a constant apart from the last one's (a value of ``o`` a
+    step, where the least ``S`` of 4 took divisions by 4 of each); None: ``q``."""
     if order is None:
         return q
     quotient, remainder, plus, times = ops
@@ -832,13 +836,10 @@ def interleaved_row(q: Any, order: tuple[int, ...] | None, ops: Operators) -> An
     if not box:
         return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
                     remainder(quotient(q, per_phase), stride))
-    p, span = box
+    p, span = box  # R S = Q: one block a box
     r = remainder(q, p * span)
-    j = quotient(r, per_phase * p)  # the box's blocks of R x P rows, in turn
-    o = plus(times(stride, remainder(r, per_phase)), remainder(j, stride),
-             times(block, quotient(j, stride)))
-    return plus(times(p * span, quotient(q, p * span)), o,
-                times(span, remainder(quotient(r, per_phase), p)))
+    return plus(times(p * span, quotient(q, p * span)), times(stride, remainder(r, per_phase)),
+                quotient(r, per_phase * p), times(span, remainder(quotient(r, per_phase), p)))
 
 
 def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
@@ -874,7 +875,8 @@ def copy_shape(program: Program, p: Mapping[str, Any], tensor: str,
              else interleaving(rows, runs, width * size, pitch))
     held = free_boxed(program, p)
     if order is not None and o_first(held) and held.axis == free and row_is_free:
-        order = (*(interleaving(held.q, runs, width * size, pitch) or (1, 1)), held.p, held.q)
+        order = (*(interleaving(held.q, runs, width * size, pitch, whole=True) or (1, held.q)),
+                 held.p, held.q)
     return {"free": free, "rows": rows, "columns": columns, "row_is_free": row_is_free,
             "width": width, "runs": runs, "pitch": pitch, "order": order, "boxed": box,
             "dealt": dealt, "stride": BOXED_STRIDE if dealt and width > 1 else 1}
