@@ -50,9 +50,11 @@ from dataclasses import dataclass
 import numpy as np
 from economy_tables import table
 from treduda.strategies.tensorcore_tiles import (
+    NUMPY,
     copy_shape,
     fastest_first,
     gemm_groups,
+    interleaved_row,
     mma_shape,
     tile_extents,
 )
@@ -208,11 +210,7 @@ class Row:
         width = next((w for w in CP_ASYNC if run % w == 0 and columns % w == 0), 1)
         runs = columns // width
         e = np.arange(rows * runs)
-        q = e // runs
-        if shape["order"] is not None:
-            per_phase, apart = shape["order"]
-            block = per_phase * apart
-            q = block * (q // block) + apart * (q % per_phase) + q // per_phase % apart
+        q = interleaved_row(e // runs, shape["order"], NUMPY)
         column = width * (e % runs)
         local_free, local_k = (q, column) if shape["row_is_free"] else (column, q)
         slots = {axis: math.prod(s for _, s in digits[axis]) for axis in (free, "k")}
