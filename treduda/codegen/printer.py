@@ -384,9 +384,10 @@ class Printer:
         size = s.width * itemsize(self.kernel.dtype)  # the stored type's, in shared and global
         read = (0 if s.zero else size if s.reads is None
                 else f"{self._wrap(s.reads, _SELECT + 1)} ? {size} : 0")
+        # a zero-fill reads nothing: the tensor's first element spares its address's arithmetic
+        source = s.source.array if s.zero else self.address(s.source)
         return [INDENT * depth + self.dialect.copy_async.format(
-            bytes=size, target=self.address(s.target), source=self.address(s.source),
-            read=read)]
+            bytes=size, target=self.address(s.target), source=source, read=read)]
 
     def strided_copy(self, s: ir.AsyncCopy, depth: int) -> list[str]:
         """A copy whose elements land :attr:`ir.AsyncCopy.stride` apart: its 8 or 16 bytes
