@@ -18,7 +18,7 @@ from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import get
-from treduda.run.nvcc import nvcc_available
+from treduda.run.nvcc import kernel_names, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load
@@ -320,7 +320,8 @@ def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes,
 def test_padded_and_full_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     """tccg_32's padded box and its full box (2 x 3 warps of 4 x 4 fragments, as the H100
     search picks it) at its size, in one nvcc call: HMMA fed by ldmatrix, both operands by
-    cp.async, no LDG in the main loop; NVRTC (the GPU session's compiler) builds them too."""
+    cp.async, no LDG in the main loop, the full box's accumulators stored in pairs; NVRTC
+    (the GPU session's compiler) builds them too."""
     shape = {"frags_m": 4, "frags_n": 4, "frags_k": 2}
     sources = [_compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, **shape,
                         **PADDED).cuda_source,
@@ -333,6 +334,9 @@ def test_padded_and_full_box_kernels_compile_to_mma_fed_by_cp_async(arch):
         assert report.main_loop_opcodes.get("LDSM", 0) > 0
         assert report.main_loop_opcodes.get("LDGSTS", 0) > 0
         assert report.main_loop_opcodes.get("LDG", 0) == 0
+    # the full box's C tile takes o fastest, unskewed: every accumulator pair one STS.64
+    full = next(r for r in reports if r.kernel in kernel_names(sources[1]))
+    assert set(full.shared_store_widths) == {64}
     if nvrtc_available():
         for source in sources:
             ptx = compile_nvrtc(source, arch.replace("sm_", "compute_"))
