@@ -57,7 +57,9 @@ both the operand's copies and the output's writes. A free box (``free_layout`` "
 rest (:func:`.tensorcore_tiles.group_digits`): the copies move runs of P (cp.async where the
 operand's rows run along the group), the write takes Q values of ``o`` at a time
 (:func:`.tensorcore_tiles.output_local`) from C tile rows skewed so that a warp's reads, P
-apart, take each bank once (:func:`.tensorcore_tiles.skew_words`).
+apart, take each bank once (:func:`.tensorcore_tiles.skew_words`). A "full" box (Q of all of
+``o``, no power of two) takes ``o`` fastest instead, its copies dealt ``c`` fastest
+(:func:`.tensorcore_tiles.interleaved_row`): no skew, the accumulators stored in pairs.
 
 No copy divides by a group's extents in the main loop: the free groups' indices depend on the
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
