@@ -51,7 +51,7 @@ from .tensorcore_tiles import (
     gemm_groups,
     k_box,
 )
-from .warpgroup_kernel import WARPGROUP_M, WarpgroupBuilder, shared_bytes, wgmma_k
+from .warpgroup_kernel import WARPGROUP_M, WarpgroupBuilder, shared_bytes, staged_width, wgmma_k
 from .warpgroup_model import WarpgroupModel
 
 DTYPES = ("float16", "bfloat16")
@@ -117,7 +117,12 @@ class Warpgroup(Strategy):
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
-                      "then rounded in place)", priority=Priority.BUFFERS))
+                      "then rounded in place)", priority=Priority.BUFFERS),
+            Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
+                      else (False,),
+                      "a K box's B copied by cp.async in its memory order into a staging "
+                      "tile, then transposed into the MMA's tile in shared memory (else "
+                      "through registers)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -137,8 +142,13 @@ class Warpgroup(Strategy):
                        or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
             Constraint("the N tile is no larger than N needs", ("tile_n",),
                        lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
+            Constraint("a staged B is a K box's, copied by cp.async",
+                       ("staged_b", "frags_k", "async_copy"),
+                       lambda p: not p["staged_b"] or (p["async_copy"]
+                                                       and p["frags_k"] == BOX_FRAGMENTS)),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout"),
+                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
+                        "staged_b"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -157,14 +167,14 @@ class Warpgroup(Strategy):
                        each(choices, lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
         return described_gemm(program, choices, along, each(choices, lambda f: f * k, "frags_k"),
                               (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages",
-                                     "free_layout"), shared_bytes)
+                                     "free_layout", "staged_b"), shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
-                     "async_copy": True, "free_layout": "group"}
+                     "async_copy": True, "free_layout": "group", "staged_b": False}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")
