@@ -12,6 +12,7 @@ import pytest
 from conftest import MMA_CASES, bound_paths_hold, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
 from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS
+from treduda.strategies.warpgroup_kernel import B_STAGED, shared_bytes
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -161,6 +162,73 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
     assert B_TILE in {h.array for h in unfenced if h.kind == "missing proxy fence"}
 
 
+STAGED = {**BOX, "staged_b": True}
+
+
+@pytest.mark.parametrize("layout", ["F", "C"])
+def test_staged_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layout):
+    """A staged K box: B by 16-byte cp.async in its own order into the staging tile, then
+    transposed in shared memory (8-byte loads, four 16-bit stores a line of K apart), no
+    copy of an operand through registers; partial tiles and boxes, both layouts."""
+    expression = in_layout(TCCG_14, layout)
+    kernel = _compile(expression, BOX_SIZES, layout=layout, params=STAGED)
+    copies = {(s.source.array, s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
+              if isinstance(s, ir.AsyncCopy)}
+    assert copies == {("A", 8, 1), ("B", 8, 1), (B_STAGED, 4, 64 * 64)}
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    # (verify on the emulator ran every block: a hazard raises HazardError)
+    counted = kernel.counters(steps=2)
+    assert counted.worst_ways() == 1
+    assert {t.array for t in counted.traffic} >= {B_STAGED, B_TILE}
+    assert ir.dynamic_shared_bytes(kernel.built.kernel) >= shared_bytes(
+        plan(expression, BOX_SIZES, layout, "float16"), STAGED)
+
+
+def _unbarriered(kernel: treduda.Kernel, after: type) -> treduda.Kernel:
+    """``kernel`` without the barriers that follow a statement of type ``after`` (the last
+    of a block before them, maybe)."""
+    def last(s: ir.Stmt) -> ir.Stmt:
+        return last(s.body[-1]) if isinstance(s, ir.Block) and s.body else s
+
+    def rewrite(s: ir.Stmt) -> ir.Stmt:
+        if isinstance(s, ir.Block):
+            kept = [c for n, c in enumerate(s.body) if not (
+                isinstance(c, ir.Barrier) and n and isinstance(last(s.body[n - 1]), after))]
+            s = ir.Block(tuple(kept))
+        return ir.map_children(s, rewrite)
+
+    built = kernel.built
+    body = rewrite(built.kernel.body)
+    barriers = (sum(isinstance(s, ir.Barrier) for s in ir.nested(b)) for b in (built.kernel.body,
+                                                                               body))
+    assert next(barriers) > next(barriers)
+    return dataclasses.replace(kernel, signature=dataclasses.replace(
+        built, kernel=dataclasses.replace(built.kernel, body=body)))
+
+
+@pytest.mark.parametrize(("after", "array"), [
+    (ir.ProxyFence, B_TILE),  # the MMAs read what other threads' transposes wrote
+    (ir.WaitCopies, B_STAGED),  # the transposes read what other threads' copies landed
+])
+def test_the_emulator_reports_a_staged_box_without_its_barriers(after, array):
+    kernel = _compile(TCCG_14, BOX_SIZES, layout="F",
+                      params={**STAGED, "tile_n": 32, "stages": 3})
+    assert kernel.hazards() == []
+    found = {(h.kind, h.array) for h in _unbarriered(kernel, after).hazards()}
+    assert ("race", array) in found
+
+
+def test_the_h100_model_sees_a_staged_boxs_copies_and_memory():
+    """The staging tile's bytes (B's twice), and the transposes' issue and wavefronts."""
+    program = plan(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, "F", "float16")
+    params = {**BOX, "tile_n": 32, "stages": 3, "free_layout": "group"}
+    registers, staged = ({**params, "staged_b": flag} for flag in (False, True))
+    assert shared_bytes(program, staged) == 3 * (64 + 2 * 32) * 256 * 2
+    model = model_of(program, gpu("H100"), "warpgroup")
+    seconds = [model.estimate(p).resources for p in (registers, staged)]
+    assert seconds[1]["memory"] > seconds[0]["memory"]
+
+
 @pytest.mark.matrix
 @pytest.mark.parametrize(("expression", "sizes", "params"), [
     ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", BOX_SIZES, {"stages": 3}),
@@ -171,10 +239,15 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
     ("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]", {"a": 5, "b": 4, "c": 4, "d": 6, "e": 16, "f": 40},
      {"tile_n": 32}),
 ], ids=["alpha_beta", "update", "registers", "two_groups", "tccg_28"])
+@pytest.mark.parametrize("staged_b", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["F", "C"])
-def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, dtype, layout):
-    kernel = _compile(in_layout(expression, layout), sizes, dtype, layout, {**BOX, **params})
+def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, staged_b,
+                                                       dtype, layout):
+    if staged_b and not params.get("async_copy", True):
+        pytest.skip("a staged B is copied by cp.async")
+    kernel = _compile(in_layout(expression, layout), sizes, dtype, layout,
+                      {**BOX, **params, "staged_b": staged_b})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
 
@@ -205,6 +278,24 @@ def test_box_kernels_build_hgmma_fed_by_cp_async_and_the_boxs_vector_loads():
     assert kinds["tensor core"] == {"HGMMA": 16}
     assert "LDGSTS" in kinds["async copy"]
     assert report.main_loop_opcodes["LDG"] > 0 and set(report.global_load_widths) == {64}
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_staged_box_kernels_build_hgmma_fed_by_cp_async_alone():
+    """tccg_14 at its size, B staged: LDGSTS for both operands and no LDG in the kernel,
+    the transposes' shared loads and stores beside the HGMMAs; NVRTC builds it for sm_90a."""
+    kernel = _compile(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, layout="F",
+                      params={**STAGED, "tile_n": 32, "stages": 3})
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 16}
+    assert "LDGSTS" in kinds["async copy"] and "global memory" not in kinds
+    assert not report.global_load_widths  # no LDG anywhere in the kernel
+    assert kinds["shared memory"]["LDS"] >= 16 and kinds["shared memory"]["STS"] >= 64
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
 
