@@ -26,7 +26,8 @@ MMAs, from a candidate's parameters.
 * ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
-               a staged B adds a barrier and a shared load's latency per step
+               a staged B adds a barrier and its thread's transposes' shared latencies
+               per step
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
 model's overhead. A bound is exact per resource over a partial candidate's completions, as
@@ -194,8 +195,11 @@ class WarpgroupModel(EnumeratingModel):
                               + written_lines * self.output_accesses)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
-        # a staged B's barrier and transpose (a shared load, then its stores) every step
-        staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles)
+        # a staged B's barrier and transposes every step: each thread's in turn, a shared
+        # load its stores read at once (nvcc keeps them in order: the stores may alias the
+        # staging tile; load-to-use 1 in the SASS of tccg_14's 64 x 32 tile)
+        staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
+                                * copied["b"] / BOXED_WIDTH / threads)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
             chain = g.l2_latency_cycles + steps * (
