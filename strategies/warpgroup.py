@@ -12,7 +12,9 @@ rounded as they are copied through registers), accumulated in float32.
 
 Operand tiles are held in the widest of wgmma's 128-, 64- and 32-byte swizzles that their
 lines fill (see :mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their
-shared stores, where unswizzled core matrices took up to 8. What this slice leaves for
+shared stores, where unswizzled core matrices took up to 8. A K box's B, which no
+cp.async can store transposed, goes through registers or (``staged_b``) by cp.async into a
+staging tile and on by a transpose in shared memory. What this slice leaves for
 later: the tensor memory accelerator with mbarriers, warp specialisation, split
 reductions. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,

@@ -36,6 +36,16 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   repeats there), as the tensor-core kernel's box copies B (cp.async cannot transpose).
   Those stores are the generic proxy's, as cp.async's are: the same fence to the async
   proxy before the barrier orders them before the MMAs' reads.
+* A staged K box (``staged_b``, :func:`staged`) copies B by cp.async instead, runs of
+  :func:`staged_width` in B's own order (``d`` fastest, then ``c``) into a staging tile of
+  its own (``B_STAGED[buffer][n][16 c + d]``, a buffer per stage, so that a step's copies
+  run ahead as A's do); after the wait for the step's copies and a barrier, each thread
+  transposes runs of it into B's tile in shared memory, an 8-byte load and four 16-bit
+  stores a line of K apart as the register copy stores them (:meth:`WarpgroupBuilder.
+  transpose`; a warp's loads read 256 bytes in a row, its stores fill the 32 banks once),
+  then fences and the barrier before the MMAs follow. No operand passes through registers
+  from global memory; the staging tile costs B's bytes again per stage (tccg_28's 256 x
+  128 tile no longer fits) and shared traffic (a store and a load more per value).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -57,7 +67,9 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
 
     fill[P, g, l, r]              -> [.., 128g + l, .., 0, 0, 0, 0, 0, 0, r]
     round_X[P, ks, c, t, j]       -> [.., t, .., 1, ks, wait, 0, 1, 1 + X, width c + j]
-    fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after)
+    sync_staged[P, ks, t]         -> [.., t, .., 1, ks, wait, 0, 2, 1, 0] (staged B only)
+    transpose[P, ks, c, t]        -> [.., t, .., 1, ks, wait, 1 + c, 0, 0, 0]
+    fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after), after them
     fence/mma/commit/wait[P, ks, g, kf, f, l]
                                   -> [.., 128g + l, .., 1, ks, 3, 0 | 1 | 2 | 3, kf, 0, f]
     wg_drain[P, g, l]             -> [.., 128g + l, .., 2, 0, 0, 0, 0, 0, 0]
