@@ -9,7 +9,7 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import MMA_CASES, bound_paths_hold, in_layout
+from conftest import MMA_CASES, bound_paths_hold, formulas_name_their_relations, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
 from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS
 from treduda.strategies.warpgroup_kernel import B_STAGED, shared_bytes
@@ -22,6 +22,7 @@ from treduda.errors import CompileError, StrategyError
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
+from treduda.polyhedral.strategy import get
 from treduda.run.counters import ASYNC_COPY
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
@@ -182,6 +183,18 @@ def test_staged_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layou
     assert {t.array for t in counted.traffic} >= {B_STAGED, B_TILE}
     assert ir.dynamic_shared_bytes(kernel.built.kernel) >= shared_bytes(
         plan(expression, BOX_SIZES, layout, "float16"), STAGED)
+
+
+def test_the_staged_copies_formulas_are_their_access_relations():
+    """The staging copy's and the transpose's index expressions name, at every point of
+    their domains, the elements their access relations name (a box's ends zero-filled)."""
+    program = plan(TCCG_14, {**BOX_SIZES, "a": 20, "b": 18}, "F", "float16")
+    scheduled = get("warpgroup").apply(program, {**STAGED, "tile_n": 32, "stages": 2,
+                                                 "free_layout": "group"})
+    named = {s.name for s in scheduled.statements}
+    assert {"copy_B", "transpose"} <= named
+    assert formulas_name_their_relations(
+        s for s in scheduled.statements if s.name in ("copy_B", "transpose")) > 1000
 
 
 def _unbarriered(kernel: treduda.Kernel, after: type) -> treduda.Kernel:
