@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import MMA_CASES, bound_paths_hold, formulas_name_their_relations, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
-from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS
+from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, k_box
 from treduda.strategies.warpgroup_kernel import B_STAGED, shared_bytes
 
 import treduda
@@ -315,6 +315,55 @@ def test_staged_box_kernels_build_hgmma_fed_by_cp_async_alone():
     assert kinds["shared memory"]["LDS"] >= 16 and kinds["shared memory"]["STS"] >= 64
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+STAGED_ROWS = ("tccg_14", "tccg_28", "tccg_30")  # the K box rows, B transposed in shared memory
+
+
+@pytest.fixture(scope="module")
+def held_staged() -> dict[str, tuple]:
+    """Each K box row's H100 search held to a staged B (`treduda bench --hold staged_b=True`):
+    its row, its best kernel at the row's size and that kernel's sm_90a SASS report, the
+    three kernels' SASS from one nvcc call (one translation unit)."""
+    picks = {}
+    for row in (r for r in load("tccg_fp16") if r.id in STAGED_ROWS):
+        best = treduda.search(row.expression, row.sizes, "H100", dtype="float16",
+                              layout=row.layout, values={"staged_b": (True,)}).best
+        picks[row.id] = (row, best, _compile(row.expression, row.sizes, layout=row.layout,
+                                             params=best.params))
+    reports = {r.kernel: r for r in sass_report(
+        "\n".join(kernel.cuda_source for *_, kernel in picks.values()), "sm_90a")}
+    return {name: (row, best, kernel, reports[kernel.name])
+            for name, (row, best, kernel) in picks.items()}
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("name", STAGED_ROWS)
+def test_the_h100_search_held_to_a_staged_b_builds_hgmma_fed_by_cp_async_alone(held_staged,
+                                                                               name):
+    """Issue 39's kernel for the K box rows: the H100 search's best with B staged (the
+    unheld search may keep B's copy through registers, which the model rates faster) has
+    HGMMA in its SASS main loop, LDGSTS for both operands and no LDG anywhere; NVRTC builds
+    it; at reduced sizes the same parameters keep the staged form and match numpy.einsum."""
+    row, best, kernel, report = held_staged[name]
+    assert best.strategy == "warpgroup" and best.params["staged_b"] is True
+    assert best.params["frags_k"] == BOX_FRAGMENTS
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"].get("HGMMA", 0) > 0
+    assert "LDGSTS" in kinds["async copy"] and "global memory" not in kinds
+    assert not report.global_load_widths  # no LDG anywhere in the kernel
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+    # the row scaled down, its K box's indices 40 (rounded up to 48) and 16: partial tiles
+    box = dict(zip(k_box(plan(row.expression, row.sizes, row.layout, "float16")), (40, 16),
+                   strict=True))
+    small = _compile(row.expression, {**scaled(row.sizes), **box}, layout=row.layout,
+                     params=best.params)
+    assert any(isinstance(s, ir.AsyncCopy) and s.source.array == B_STAGED
+               for s in ir.nested(small.built.kernel.body))
+    assert small.verify().ok
 
 
 @pytest.mark.parametrize(("frags_k", "tile_n", "modes"), [
