@@ -30,7 +30,9 @@ PYTHON=${PYTHON:-python3}
 # sectors a request where 12 do, 4 warps) 0.8% slower (issue 37), their searches held to
 # it, for the report to set beside 07's picks;
 # 07c: the six whose picks take the whole box (the write at its ideal, the boxed operand read
-# at twice its ideal sectors) held to the box (the operand at its ideal, the write at twice).
+# at twice its ideal sectors) held to the box (the operand at its ideal, the write at twice);
+# 07d: the K box rows (issue 39) held to a staged B (cp.async into a staging tile, transposed
+# in shared memory: no LDG of operands) where the model rates B's copy through registers faster.
 plan() {
   cat <<'EOF'
 01_gemm --suite gemm --ids gemm_4096
@@ -42,6 +44,7 @@ plan() {
 07_tccg_fp16 --suite tccg_fp16 --rivals 0
 07b_tccg_fp16_group --suite tccg_fp16 --rivals 0 --ids tccg_32,tccg_35,tccg_38,tccg_41,tccg_44,tccg_47 --hold strategy=tensorcore --hold free_layout=group
 07c_tccg_fp16_box --suite tccg_fp16 --rivals 0 --ids tccg_31,tccg_34,tccg_37,tccg_42,tccg_45,tccg_48 --hold strategy=tensorcore --hold free_layout=box
+07d_tccg_fp16_staged --suite tccg_fp16 --rivals 0 --ids tccg_14,tccg_28,tccg_30 --hold staged_b=True
 08_tccg_fp32 --suite tccg_fp32 --rivals 2
 09_tccg_bf16 --suite tccg_bf16 --rivals 0
 10_tccg_tf32 --suite tccg_tf32 --rivals 0

@@ -52,7 +52,7 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
     figures = {"params": dict(p),
                "tiles": f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
                         + ("" if p.get("free_layout", "group") == "group"
-                           else f" {p['free_layout']}"),
+                           else f" {p['free_layout']}") + (" staged" if p.get("staged_b") else ""),
                "stages": p["stages"],
                "predicted_ms": best.prediction.seconds * 1e3,
                "binding": best.prediction.binding,
@@ -106,7 +106,8 @@ def main(argv: list[str] | None = None) -> int:
     wanted = wanted_rows(parser, args.rows, list(known))
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu), cells,
                          COLUMNS, args.json)
-    print("tiles: BM x BN x wgmma k-extents per step (and a free box's layout); WMMA ms: "
+    print("tiles: BM x BN x wgmma k-extents per step (and a free box's layout; staged: a K "
+          "box's B by cp.async into a staging tile, transposed in shared memory); WMMA ms: "
           "the tensor-core search's pick on the same model; body: where the HGMMAs sit in "
           "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
           "into; body columns: that code; ways: the worst bank-conflict ways in the first "

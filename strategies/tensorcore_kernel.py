@@ -386,8 +386,7 @@ class Builder:
         width each, ``e`` numbering the runs, in one statement that reads where the run lies
         inside X (only the conditions that may fail) and zero-fills elsewhere."""
         extent_free, extent_k = self.tile[free], self.tile["k"]
-        shape = copy_shape(self.program, self.params, tensor, self.tile, self.pads[tile],
-                           self.widths)
+        shape = self.copy_shape(tensor, tile)
         row_is_free, rows, width = shape["row_is_free"], shape["rows"], shape["width"]
         runs = shape["runs"]  # tiles span multiples of 32 bytes: see copy_widths
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
@@ -397,7 +396,7 @@ class Builder:
         block = "bm" if free == "m" else "bn"
         value = {free: plus(times(extent_free, ir.Var(block)), local_free),
                  "k": plus(times(extent_k, ir.Var("ks")), local_k)}
-        summed = (box_indices(self.program, ir.Var("ks"), local_k, OPERATORS) if self.box
+        summed = (self.box_summed(tile, local_k) if self.box
                   else digit_values(index_digits(self.k, self.k_sizes), value["k"],
                                     self.k_sizes, OPERATORS))
         held = digit_values(free_digits(self.program, self.params, free), value[free],
@@ -439,6 +438,16 @@ class Builder:
                  ir.Assign(element, "=", self.copied(source)), accesses, point)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
                  ir.Assign(element, "=", ir.Float(0.0)), [target], point)
+
+    def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
+        """How the copies of ``tensor`` into ``tile`` are dealt (:func:`copy_shape`)."""
+        return copy_shape(self.program, self.params, tensor, self.tile, self.pads[tile],
+                          self.widths)
+
+    def box_summed(self, tile: str, column: ir.Expr) -> dict[str, ir.Expr]:
+        """The summed indices' values at ``column`` of a K box step's ``tile``
+        (:func:`.tensorcore_tiles.box_indices`)."""
+        return box_indices(self.program, ir.Var("ks"), column, OPERATORS)
 
     def padded(self, values: Mapping[str, ir.Expr]) -> list[tuple[ir.Expr, int]]:
         """The ``values`` of a padded free box's rounded-up index, each with its size: the

@@ -474,14 +474,23 @@ def box_indices(program: Program, ks: Any, column: Any, ops: Operators) -> dict[
     :data:`BOXED_STRIDE` columns apart, so a warp's stores of eight values of ``c`` at four of
     ``q`` fill 32 banks once (with the blocks in the order of ``d`` they took 8: four ways)."""
     quotient, remainder, plus, times = ops
-    first, second = k_box(program)
-    boxes = {i: -(-program.sizes[i] // BOX) for i in (first, second)}
     block = quotient(column, BOX)
-    values = {first: plus(times(BOX, remainder(ks, boxes[first])), remainder(column, BOX)),
-              second: plus(times(BOX, remainder(quotient(ks, boxes[first]), boxes[second])),
-                           times(4, remainder(block, 4)), quotient(block, 4))}
+    return box_values(program, ks, remainder(column, BOX),
+                      plus(times(4, remainder(block, 4)), quotient(block, 4)), ops)
+
+
+def box_values(program: Program, ks: Any, first: Any, second: Any, ops: Operators
+               ) -> dict[str, Any]:
+    """Each summed index's value at the ``first`` value of a K box step ``ks``'s box of A's
+    leading index (0 to 15) and its ``second`` of B's (:func:`box_indices`, which places them
+    in its columns; a staged copy of B takes them in B's memory order)."""
+    quotient, remainder, plus, times = ops
+    c, d = k_box(program)
+    boxes = {i: -(-program.sizes[i] // BOX) for i in (c, d)}
+    values = {c: plus(times(BOX, remainder(ks, boxes[c])), first),
+              d: plus(times(BOX, remainder(quotient(ks, boxes[c]), boxes[d])), second)}
     others = [i for i in gemm_groups(program)[4] if i not in values]
-    rest, below = quotient(ks, boxes[first] * boxes[second]), 1
+    rest, below = quotient(ks, boxes[c] * boxes[d]), 1
     for n, index in enumerate(others):
         digit = quotient(rest, below)
         values[index] = digit if n == len(others) - 1 else remainder(digit,

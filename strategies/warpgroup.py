@@ -12,7 +12,9 @@ rounded as they are copied through registers), accumulated in float32.
 
 Operand tiles are held in the widest of wgmma's 128-, 64- and 32-byte swizzles that their
 lines fill (see :mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their
-shared stores, where unswizzled core matrices took up to 8. What this slice leaves for
+shared stores, where unswizzled core matrices took up to 8. A K box's B, which no
+cp.async can store transposed, goes through registers or (``staged_b``) by cp.async into a
+staging tile and on by a transpose in shared memory. What this slice leaves for
 later: the tensor memory accelerator with mbarriers, warp specialisation, split
 reductions. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
@@ -57,6 +59,7 @@ from .warpgroup_kernel import (
     WARPGROUP_M,
     WarpgroupBuilder,
     shared_bytes,
+    staged_width,
     warpgroup_tile,
     wgmma_k,
 )
@@ -125,7 +128,12 @@ class Warpgroup(Strategy):
                       priority=Priority.MAPPING),
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
-                      "then rounded in place)", priority=Priority.BUFFERS))
+                      "then rounded in place)", priority=Priority.BUFFERS),
+            Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
+                      else (False,),
+                      "a K box's B copied by cp.async in its memory order into a staging "
+                      "tile, then transposed into the MMA's tile in shared memory (else "
+                      "through registers)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -149,8 +157,13 @@ class Warpgroup(Strategy):
                        ("warpgroups", "frags_m", "tile_n", "free_layout"),
                        lambda p: holds_boxes(free_boxed(program, p),
                                              warpgroup_tile({**p, "frags_k": 1}, program))),
+            Constraint("a staged B is a K box's, copied by cp.async",
+                       ("staged_b", "frags_k", "async_copy"),
+                       lambda p: not p["staged_b"] or (p["async_copy"]
+                                                       and p["frags_k"] == BOX_FRAGMENTS)),
             Constraint(f"shared tiles fit in {budget} bytes per block",
-                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout"),
+                       ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
+                        "staged_b"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -169,14 +182,14 @@ class Warpgroup(Strategy):
                        each(choices, lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
         return described_gemm(program, choices, along, each(choices, lambda f: f * k, "frags_k"),
                               (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages",
-                                     "free_layout"), shared_bytes)
+                                     "free_layout", "staged_b"), shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
         # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
-                     "async_copy": True, "free_layout": "group"}
+                     "async_copy": True, "free_layout": "group", "staged_b": False}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")

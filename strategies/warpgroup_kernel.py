@@ -36,6 +36,16 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   repeats there), as the tensor-core kernel's box copies B (cp.async cannot transpose).
   Those stores are the generic proxy's, as cp.async's are: the same fence to the async
   proxy before the barrier orders them before the MMAs' reads.
+* A staged K box (``staged_b``, :func:`staged`) copies B by cp.async instead, runs of
+  :func:`staged_width` in B's own order (``d`` fastest, then ``c``) into a staging tile of
+  its own (``B_STAGED[buffer][n][16 c + d]``, a buffer per stage, so that a step's copies
+  run ahead as A's do); after the wait for the step's copies and a barrier, each thread
+  transposes runs of it into B's tile in shared memory, an 8-byte load and four 16-bit
+  stores a line of K apart as the register copy stores them (:meth:`WarpgroupBuilder.
+  transpose`; a warp's loads read 256 bytes in a row, its stores fill the 32 banks once),
+  then fences and the barrier before the MMAs follow. No operand passes through registers
+  from global memory; the staging tile costs B's bytes again per stage (tccg_28's 256 x
+  128 tile no longer fits) and shared traffic (a store and a load more per value).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -57,7 +67,9 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
 
     fill[P, g, l, r]              -> [.., 128g + l, .., 0, 0, 0, 0, 0, 0, r]
     round_X[P, ks, c, t, j]       -> [.., t, .., 1, ks, wait, 0, 1, 1 + X, width c + j]
-    fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after)
+    sync_staged[P, ks, t]         -> [.., t, .., 1, ks, wait, 0, 2, 1, 0] (staged B only)
+    transpose[P, ks, c, t]        -> [.., t, .., 1, ks, wait, 1 + c, 0, 0, 0]
+    fence_proxy[P, ks, t]         -> just before the step's barrier (sync_after), after them
     fence/mma/commit/wait[P, ks, g, kf, f, l]
                                   -> [.., 128g + l, .., 1, ks, 3, 0 | 1 | 2 | 3, kf, 0, f]
     wg_drain[P, g, l]             -> [.., 128g + l, .., 2, 0, 0, 0, 0, 0, 0]
@@ -75,15 +87,23 @@ from treduda.codegen import ir
 from treduda.codegen.simplify import plus, quotient, remainder, times
 from treduda.codegen.warpgroup import accumulator_column, accumulator_row
 from treduda.frontend import dtypes
+from treduda.polyhedral.geometry import copy_width
 from treduda.polyhedral.lower import Kind, Program
 
-from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, STAGE_MMA, Builder
+from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, OPERATORS, STAGE_MMA, Builder
 from .tensorcore_tiles import (
+    BOX,
+    BOXED_STRIDE,
+    BOXED_WIDTH,
     FreeBox,
     accumulator_dtype,
     accumulator_row_pad,
+    box_dealt,
+    box_values,
+    boxed,
     copy_widths,
     free_boxed,
+    k_box,
     operand_rows_major,
     output_along_n,
     skew_words,
@@ -96,6 +116,7 @@ CORE_ROWS = 8
 WARPGROUP_M = 64  # rows of one wgmma's A and accumulator
 WARP_ROWS = 8  # rows of M or N a warp's word copies of TF32 take at once (dealt_run)
 SWIZZLES = (128, 64, 32)  # bytes of a line in wgmma's swizzles (ir.SWIZZLE_MODES), widest first
+B_STAGED = "td_sbs"  # a staged K box's B tile, in B's memory order (see the module's doc)
 
 
 def wgmma_k(program: Program) -> int:
@@ -140,6 +161,10 @@ class WarpgroupBuilder(Builder):
         self.tf32 = program.dtype == "float32"
         self.widths = operand_widths(program, found, params["async_copy"], self.box,
                                      self.free_box)
+        # a K box's B staged: copied by cp.async in its memory order, then transposed
+        self.staged = staged(program, params)
+        if self.staged:
+            self.widths[self.b] = staged_width(program)
         self.asynchronous = any(w is not None for w in self.widths.values())
         self.swizzled = dict(zip((A_TILE, B_TILE), swizzles(program, params, found),
                                  strict=True))
@@ -209,6 +234,57 @@ class WarpgroupBuilder(Builder):
                  self.point("t", ["1", "ks", str(self.wait_stage()), "0", "1", str(1 + order),
                                   f"{width}*c + j"]))
 
+    def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
+        """A staged K box's B is copied into its staging tile (:meth:`transpose` moves it
+        on into B's)."""
+        super().copy(tensor, B_STAGED if tile == B_TILE and self.staged else tile, free, order,
+                     step)
+
+    def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
+        """The staging tile's copies: rows of N, each B's 16 x 16 values of a box step in
+        its memory order (``d`` fastest), runs of :func:`staged_width` dealt along the rows
+        in turn, so that a warp's cp.async stores fill whole wavefronts."""
+        if tile != B_STAGED:
+            return super().copy_shape(tensor, tile)
+        width = staged_width(self.program)
+        return {"free": "n", "rows": self.tile["n"], "columns": self.tile["k"],
+                "row_is_free": True, "width": width, "runs": self.tile["k"] // width,
+                "pitch": self.tile["k"] * dtypes.itemsize(self.program.dtype), "order": None,
+                "boxed": True, "dealt": False, "stride": 1}
+
+    def box_summed(self, tile: str, column: ir.Expr) -> dict[str, ir.Expr]:
+        """The staging tile's column ``16 c + d`` holds the box's ``c`` and ``d``."""
+        if tile != B_STAGED:
+            return super().box_summed(tile, column)
+        return box_values(self.program, ir.Var("ks"), quotient(column, BOX),
+                          remainder(column, BOX), OPERATORS)
+
+    def transpose(self, tail: Sequence[str]) -> list[str]:
+        """``sync_staged[P, ks, t]``, a barrier after the wait for the step's staged copies,
+        then ``transpose[P, ks, c, t]``: thread ``t`` moves the staging tile's run ``e = T c
+        + t`` of :data:`BOXED_WIDTH` values of ``d`` at one ``c`` (one 8-byte shared load)
+        into B's tile, each :data:`BOXED_STRIDE` columns apart, as a K box's register copy
+        stores them (:func:`.tensorcore_tiles.box_dealt`: a warp's loads read 256 bytes in
+        a row, its 16-bit stores fill the 32 banks once). Scheduled in the step's wait stage
+        ``[.., 1, ks, wait, 1 + c, 0, 0, 0]``; the tail of what follows them (the fence to
+        the async proxy and the barrier before the MMAs) is returned."""
+        super().sync("sync_staged", [*tail[:-2], "1", tail[-1]], True)
+        runs = self.tile["k"] // BOXED_WIDTH
+        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
+        row, column = box_dealt(e, BOXED_WIDTH, OPERATORS)
+        d = times(BOXED_WIDTH, remainder(e, BOX // BOXED_WIDTH))
+        c = remainder(quotient(e, BOX // BOXED_WIDTH), BOX)
+        source = ir.Element(B_STAGED, (*self.buffer(), row, plus(times(BOX, c), d)))
+        target = ir.Element(B_TILE, (*self.buffer(), *self.tile_index(B_TILE, row, column, True)))
+        iterations = -(-self.tile["n"] * runs // self.threads)
+        self.add("transpose", Kind.COPY, [*self.prefix(), "ks", "c", "t"],
+                 f"{self.prefix_bounds()} and {self.step_bounds()} and "
+                 f"{self.dealt(self.tile['n'] * runs)}",
+                 ir.AsyncCopy(ir.Element(B_TILE, ()), ir.Element(B_STAGED, ()), BOXED_WIDTH,
+                              stride=self.held_apart(B_TILE, BOXED_STRIDE)),
+                 [target, source], self.point("t", [*tail[:3], "1 + c", "0", "0", "0"]))
+        return [*tail[:3], str(1 + iterations), *tail[4:]]
+
     def line(self, tile: str) -> int:
         """Elements of a line of ``tile``'s blocks: its swizzle's bytes (:func:`swizzles`)."""
         return self.swizzled[tile] // dtypes.itemsize(self.program.dtype)
@@ -223,6 +299,8 @@ class WarpgroupBuilder(Builder):
         """The blocks' indices (see the module's doc): the 2-D tile's rows are the operand's
         rows where they are free (K the column, the operand's contiguous index), else K;
         TF32 tiles, copied through registers, are K-major either way."""
+        if tile == B_STAGED:  # in B's memory order (copy_shape)
+            return row, column
         free, k = (row, column) if row_is_free else (column, row)
         k_major = row_is_free or self.tf32
         along_k, along_rows = self.blocking(tile, k_major)
@@ -260,6 +338,8 @@ class WarpgroupBuilder(Builder):
         """Before the barrier after which the step's MMAs read the tiles, every thread
         fences its writes of them to the async proxy."""
         if name == "sync_after":
+            if self.staged:
+                tail = self.transpose(tail)
             super().sync("fence_proxy", tail, stepped, ir.ProxyFence())
             tail = [*tail[:-2], "1", tail[-1]]
         super().sync(name, tail, stepped, body, beyond)
@@ -328,12 +408,16 @@ class WarpgroupBuilder(Builder):
         shift = (ir.SWIZZLE_BYTES // dtypes.itemsize(self.program.dtype)).bit_length() - 1
         bits = {tile: (self.swizzled[tile] // CORE_ROW_BYTES).bit_length() - 1
                 for tile in (A_TILE, B_TILE)}
+        staging = ({B_STAGED: ir.Local(B_STAGED, ir.Space.SHARED, (*buffers, t["n"], t["k"]),
+                                       stored=stored)} if self.staged else {})
         return {
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
                              swizzle=shift, swizzle_bits=bits[A_TILE]),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
                              swizzle=shift, swizzle_bits=bits[B_TILE]),
-            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along, reuses=(A_TILE, B_TILE)),
+            **staging,
+            C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along,
+                             reuses=(A_TILE, B_TILE, *staging)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
         }
@@ -404,12 +488,28 @@ def swizzles(program: Program, params: Mapping[str, Any],
     return a, b
 
 
+def staged_width(program: Program) -> int | None:
+    """Elements of B that one cp.async moves into a K box's staging tile: the widest
+    (:func:`copy_width`) that B's leading index's extent keeps aligned, a run all inside or
+    all outside B; None where none does."""
+    return copy_width(dtypes.itemsize(program.dtype), (program.sizes[k_box(program)[1]],))
+
+
+def staged(program: Program, params: Mapping[str, Any]) -> bool:
+    """Whether a K box's B tile is staged (``staged_b``, offered where :func:`staged_width`
+    finds a width, with cp.async): copied by cp.async in B's memory order into a staging
+    tile of its own, then transposed from shared to shared memory (see the module's doc);
+    else through registers."""
+    return bool(params.get("staged_b")) and boxed(program, params)
+
+
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
-    """Bytes of a block's shared tiles: the operand tiles' stages, or the C tile (its rows
-    padded by 16 bytes at most, a free box's as they are) that takes over their memory after
-    the main loop."""
+    """Bytes of a block's shared tiles: the operand tiles' stages (a staged B's twice), or
+    the C tile (its rows padded by 16 bytes at most, a free box's as they are) that takes
+    over their memory after the main loop."""
     tile = warpgroup_tile(params, program)
-    operands = (tile["m"] + tile["n"]) * tile["k"] * dtypes.itemsize(program.dtype)
+    operands = ((tile["m"] + tile["n"] * (2 if staged(program, params) else 1)) * tile["k"]
+                * dtypes.itemsize(program.dtype))
     rows, along = (("m", "n") if output_along_n(program) else ("n", "m"))
     box = free_boxed(program, params)
     columns = skewed_extent(tile[along], skew_words(box, tile))

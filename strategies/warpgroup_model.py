@@ -9,10 +9,12 @@ MMAs, from a candidate's parameters.
 * ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
-               B a vector load and four 16-bit stores per copy), a wgmma per
+               B a vector load and four 16-bit stores per copy, or staged, a cp.async per
+               run and the transpose's shared load and four stores), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
-               (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place), the
+               (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
+               staged B's stores into its staging tile and the transpose's loads), the
                write's round trip (the accumulators' stores 2 ways into a C tile along N) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
@@ -23,7 +25,9 @@ MMAs, from a candidate's parameters.
 * ``dram``     as the tensor-core model's (no split)
 * ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
-               the SM's rate; else two barriers, the copy's latency and the MMAs in turn
+               the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
+               a staged B adds a barrier and its thread's transposes' shared latencies
+               per step
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
 model's overhead. A bound is exact per resource over a partial candidate's completions, as
@@ -48,6 +52,7 @@ from .tensorcore_model import (
     EnumeratingModel,
 )
 from .tensorcore_tiles import (
+    BOXED_WIDTH,
     boxed,
     digits_run,
     free_boxed,
@@ -59,7 +64,13 @@ from .tensorcore_tiles import (
     output_along_n,
     stepped_k,
 )
-from .warpgroup_kernel import operand_widths, shared_bytes, warpgroup_tile
+from .warpgroup_kernel import (
+    operand_widths,
+    shared_bytes,
+    staged,
+    staged_width,
+    warpgroup_tile,
+)
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -67,6 +78,9 @@ ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share
 # per TF32 element a cp.async copied, rounded in place: a shared load and store, td_tf32's
 # four (add, mask, compare, select) and an address (the SASS of GEMM 4096^3's tf32 pick)
 ROUND_INSTRUCTIONS = 7
+# per transposing copy of a staged B (4 values): an 8-byte shared load, a shift for each
+# word's high half, four STS.U16 and an address [EST]
+TRANSPOSE_INSTRUCTIONS = 8
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -149,11 +163,19 @@ class WarpgroupModel(EnumeratingModel):
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
         asynchronous = p["async_copy"] and any(widths)
+        # B staged: by cp.async into its staging tile, then transposed as the register copy
+        # stores it (each 8-byte shared load's four values a line of K apart)
+        transposed = staged(self.program, p)
+        if transposed:
+            widths = (widths[0], staged_width(self.program))
         strided = box and p["async_copy"] and widths[1] is not None
-        copies = sum(elements / width * (BOXED_COPY_INSTRUCTIONS if operand == "b" and strided
+        copies = sum(elements / width * (BOXED_COPY_INSTRUCTIONS
+                                         if operand == "b" and strided and not transposed
                                          else ASYNC_COPY_INSTRUCTIONS)
                      if width and p["async_copy"] else elements * COPY_INSTRUCTIONS
                      for (operand, elements), width in zip(copied.items(), widths, strict=True))
+        if transposed:
+            copies += copied["b"] / BOXED_WIDTH * TRANSPOSE_INSTRUCTIONS
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -161,9 +183,11 @@ class WarpgroupModel(EnumeratingModel):
         instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                 + output * WRITE_INSTRUCTIONS / 32)
         # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128;
-        # every other copy's stores take 1 way in the swizzled tiles
+        # every other copy's stores take 1 way in the swizzled tiles; a staged B's cp.async
+        # stores and the transpose's loads a wavefront per 128 bytes besides
         stored = (copied["a"] + copied["b"] * (
-            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1))
+            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1)
+            + 2 * copied["b"] * transposed)
         # the output's sectors and lines as the write's addresses take them
         _, written, _, written_lines = self.output_sectors(tile, None, free)
         wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
@@ -171,12 +195,17 @@ class WarpgroupModel(EnumeratingModel):
                               + written_lines * self.output_accesses)
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
+        # a staged B's barrier and transposes every step: each thread's in turn, a shared
+        # load its stores read at once (nvcc keeps them in order: the stores may alias the
+        # staging tile; load-to-use 1 in the SASS of tccg_14's 64 x 32 tile)
+        staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
+                                * copied["b"] / BOXED_WIDTH / threads)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
             chain = g.l2_latency_cycles + steps * (
-                SYNC_CYCLES + max(g.l2_latency_cycles / in_flight, mma_cycles))
+                SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
         else:  # each step copies, waits and multiplies in turn
-            chain = steps * (2 * SYNC_CYCLES + g.l2_latency_cycles + mma_cycles)
+            chain = steps * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
         seconds = {
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,

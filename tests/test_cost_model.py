@@ -30,6 +30,16 @@ def test_the_search_reads_the_strategies_marks_not_their_names():
     assert offered(plan(GEMM, SIZES, dtype="float16"), h100, "tiled") == ("tiled",)
 
 
+def test_held_parameters_narrow_the_search_to_the_strategies_that_have_them():
+    """`treduda bench --hold staged_b=True` searches the warpgroup mapping alone; a parameter
+    no strategy has leaves the default, whose search then names the parameters it has."""
+    half, h100 = plan(GEMM, SIZES, dtype="float16"), gpu("H100")
+    assert offered(half, h100, values={"staged_b": (True,)}) == ("warpgroup",)
+    assert offered(half, h100, values={"pad": (0,)}) == ("tiled+staged",)
+    assert offered(half, h100, values={"nothing": (1,)}) == ("tiled+staged",)
+    assert offered(half, gpu("A100"), values={"staged_b": (True,)}) == ("tiled+staged",)
+
+
 @pytest.mark.parametrize(("dtype", "strategy"), [("float32", "tiled+staged"),
                                                  ("float16", "tensorcore")])
 def test_kernel_estimate_is_the_searchs_estimate(dtype, strategy):

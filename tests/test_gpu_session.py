@@ -25,8 +25,11 @@ from treduda.app.bench import Case
 from treduda.app.bench_cli import planned
 from treduda.app.bench_export import Planned, export_suite, export_suites
 from treduda.errors import TredudaError
+from treduda.model.gpus import gpu
+from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.suites import Row
+from treduda.tuning.search import offered
 
 ROOT = Path(__file__).resolve().parent.parent
 BLOCKER = """import importlib.abc, sys
@@ -204,18 +207,35 @@ def test_a_plan_line_holds_its_rows_searches_and_refuses_a_hold_without_a_value(
         planned(["x --suite tccg_fp16 --hold padded"], tmp_path)
 
 
-def test_the_report_sets_a_held_search_beside_its_rows_pick():
+def test_the_session_plans_the_k_box_rows_held_to_a_staged_b(tmp_path):
+    """07d: tccg_14/28/30 held to staged_b=True, a hold that narrows their searches to the
+    warpgroup mapping (the only strategy with a staged B) without naming it."""
+    script = (ROOT / "benchmarks" / "gpu_session.sh").read_text()
+    line = next(s for s in script.splitlines() if s.startswith("07d_"))
+    [bundle] = planned([line], tmp_path)
+    assert bundle.path.name == "07d_tccg_fp16_staged.zip" and bundle.rivals == 0
+    assert [c.row.id for c in bundle.cases] == ["tccg_14", "tccg_28", "tccg_30"]
+    assert {c.hold for c in bundle.cases} == {(("staged_b", True),)}
+    assert {c.dtype for c in bundle.cases} == {"float16"}
+    case = bundle.cases[0]
+    program = plan(case.row.expression, case.row.sizes, case.row.layout, case.dtype)
+    assert offered(program, gpu("H100"), values=dict(case.hold)) == ("warpgroup",)
+
+
+@pytest.mark.parametrize(("row", "hold"), [("tccg_32", {"free_layout": "padded"}),
+                                           ("tccg_14", {"staged_b": True})])
+def test_the_report_sets_a_held_search_beside_its_rows_pick(row, hold):
     report = _gpu_report()
     line = {"kind": "kernel", "status": "ok", "role": "pick", "device": "GPU X",
-            "dtype": "float16", "precision": "highest", "suite": "tccg_fp16", "id": "tccg_32",
+            "dtype": "float16", "precision": "highest", "suite": "tccg_fp16", "id": row,
             "predicted_seconds": 1e-4, "treduda_ms": 0.2, "ratio_torch": 2.0}
     lines = [{**line, "hold": None},
-             {**line, "hold": {"free_layout": "padded"}, "treduda_ms": 0.16,
-              "ratio_torch": 2.5}]
+             {**line, "hold": hold, "treduda_ms": 0.16, "ratio_torch": 2.5}]
     text = report.markdown(lines)
+    held = " ".join(f"{k}={v}" for k, v in hold.items())
     assert "### tccg_fp16 (float16)\n" in text
-    assert "### tccg_fp16 (float16), held to free_layout=padded" in text
-    assert ("| tccg_fp16/tccg_32 | free_layout=padded | 0.1000 | 0.2000 | 0.1000 | 0.1600 "
+    assert f"### tccg_fp16 (float16), held to {held}" in text
+    assert (f"| tccg_fp16/{row} | {held} | 0.1000 | 0.2000 | 0.1000 | 0.1600 "
             "| 1.250 | 2.00 | 2.50 |") in text
 
 

@@ -9,9 +9,10 @@ import dataclasses
 
 import numpy as np
 import pytest
-from conftest import MMA_CASES, bound_paths_hold, in_layout
+from conftest import MMA_CASES, bound_paths_hold, formulas_name_their_relations, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
-from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS
+from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, k_box
+from treduda.strategies.warpgroup_kernel import B_STAGED, shared_bytes
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -21,6 +22,7 @@ from treduda.errors import CompileError, StrategyError
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
+from treduda.polyhedral.strategy import get
 from treduda.run.counters import ASYNC_COPY
 from treduda.run.nvcc import compile_cuda, compile_cuda_batch, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
@@ -161,9 +163,92 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
     assert B_TILE in {h.array for h in unfenced if h.kind == "missing proxy fence"}
 
 
+STAGED = {**BOX, "staged_b": True}
+# (one stage and N of 32: the smallest staged kernel, the cheapest to build on PoCL)
+STAGED_SMALL = {**STAGED, "tile_n": 32, "stages": 1}
+
+
+@pytest.mark.parametrize("layout", ["F", pytest.param("C", marks=pytest.mark.matrix)])
+def test_staged_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layout):
+    """A staged K box: B by 16-byte cp.async in its own order into the staging tile, then
+    transposed in shared memory (8-byte loads, four 16-bit stores a line of K apart), no
+    copy of an operand through registers; partial tiles and boxes, both layouts."""
+    expression = in_layout(TCCG_14, layout)
+    kernel = _compile(expression, BOX_SIZES, layout=layout, params=STAGED_SMALL)
+    copies = {(s.source.array, s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
+              if isinstance(s, ir.AsyncCopy)}
+    assert copies == {("A", 8, 1), ("B", 8, 1), (B_STAGED, 4, 32 * 64)}
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    # (verify on the emulator ran every block: a hazard raises HazardError)
+    counted = kernel.counters(steps=2)
+    assert counted.worst_ways() == 1
+    assert {t.array for t in counted.traffic} >= {B_STAGED, B_TILE}
+    assert ir.dynamic_shared_bytes(kernel.built.kernel) >= shared_bytes(
+        plan(expression, BOX_SIZES, layout, "float16"), STAGED_SMALL)
+
+
+@pytest.mark.matrix
+def test_the_staged_copies_formulas_are_their_access_relations():
+    """The staging copy's and the transpose's index expressions name, at every point of
+    their domains, the elements their access relations name (a box's ends zero-filled)."""
+    program = plan(TCCG_14, {**BOX_SIZES, "a": 20, "b": 18}, "F", "float16")
+    scheduled = get("warpgroup").apply(program, {**STAGED, "tile_n": 32, "stages": 2,
+                                                 "free_layout": "group"})
+    named = {s.name for s in scheduled.statements}
+    assert {"copy_B", "transpose"} <= named
+    assert formulas_name_their_relations(
+        s for s in scheduled.statements if s.name in ("copy_B", "transpose")) > 1000
+
+
+def _unbarriered(kernel: treduda.Kernel, after: type) -> treduda.Kernel:
+    """``kernel`` without the barriers that follow a statement of type ``after`` (the last
+    of a block before them, maybe)."""
+    def last(s: ir.Stmt) -> ir.Stmt:
+        return last(s.body[-1]) if isinstance(s, ir.Block) and s.body else s
+
+    def rewrite(s: ir.Stmt) -> ir.Stmt:
+        if isinstance(s, ir.Block):
+            kept = [c for n, c in enumerate(s.body) if not (
+                isinstance(c, ir.Barrier) and n and isinstance(last(s.body[n - 1]), after))]
+            s = ir.Block(tuple(kept))
+        return ir.map_children(s, rewrite)
+
+    built = kernel.built
+    body = rewrite(built.kernel.body)
+    barriers = (sum(isinstance(s, ir.Barrier) for s in ir.nested(b)) for b in (built.kernel.body,
+                                                                               body))
+    assert next(barriers) > next(barriers)
+    return dataclasses.replace(kernel, signature=dataclasses.replace(
+        built, kernel=dataclasses.replace(built.kernel, body=body)))
+
+
+@pytest.mark.parametrize(("after", "array"), [
+    # the MMAs read what other threads' transposes wrote
+    pytest.param(ir.ProxyFence, B_TILE, marks=pytest.mark.matrix),
+    (ir.WaitCopies, B_STAGED),  # the transposes read what other threads' copies landed
+])
+def test_the_emulator_reports_a_staged_box_without_its_barriers(after, array):
+    kernel = _compile(TCCG_14, BOX_SIZES, layout="F", params=STAGED_SMALL)
+    assert kernel.hazards() == []
+    found = {(h.kind, h.array) for h in _unbarriered(kernel, after).hazards()}
+    assert ("race", array) in found
+
+
+def test_the_h100_model_sees_a_staged_boxs_copies_and_memory():
+    """The staging tile's bytes (B's twice), and the transposes' issue and wavefronts."""
+    program = plan(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, "F", "float16")
+    params = {**BOX, "tile_n": 32, "stages": 3, "free_layout": "group"}
+    registers, staged = ({**params, "staged_b": flag} for flag in (False, True))
+    assert shared_bytes(program, staged) == 3 * (64 + 2 * 32) * 256 * 2
+    model = model_of(program, gpu("H100"), "warpgroup")
+    seconds = [model.estimate(p).resources for p in (registers, staged)]
+    assert seconds[1]["memory"] > seconds[0]["memory"]
+
+
 @pytest.mark.matrix
 @pytest.mark.parametrize(("expression", "sizes", "params"), [
-    ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", BOX_SIZES, {"stages": 3}),
+    # (N of 32: three stages of a staged B fit)
+    ("C[a,b] = alpha*A[c,a,d]*B[d,c,b] + beta*C[a,b]", BOX_SIZES, {"stages": 3, "tile_n": 32}),
     ("C[a,b] += A[c,a,d]*B[d,c,b]", BOX_SIZES, {"stages": 1}),
     (TCCG_14, BOX_SIZES, {"async_copy": False}),  # both through registers
     (TCCG_14, {"a": 150, "b": 70, "c": 16, "d": 30},
@@ -171,10 +256,15 @@ def test_box_tiles_stored_through_registers_need_the_proxy_fence():
     ("C[a,b,c,d]=A[e,a,f,b]*B[f,d,e,c]", {"a": 5, "b": 4, "c": 4, "d": 6, "e": 16, "f": 40},
      {"tile_n": 32}),
 ], ids=["alpha_beta", "update", "registers", "two_groups", "tccg_28"])
+@pytest.mark.parametrize("staged_b", [False, True])
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 @pytest.mark.parametrize("layout", ["F", "C"])
-def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, dtype, layout):
-    kernel = _compile(in_layout(expression, layout), sizes, dtype, layout, {**BOX, **params})
+def test_every_box_form_matches_einsum_without_hazards(expression, sizes, params, staged_b,
+                                                       dtype, layout):
+    if staged_b and not params.get("async_copy", True):
+        pytest.skip("a staged B is copied by cp.async")
+    kernel = _compile(in_layout(expression, layout), sizes, dtype, layout,
+                      {**BOX, **params, "staged_b": staged_b})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
 
@@ -207,6 +297,73 @@ def test_box_kernels_build_hgmma_fed_by_cp_async_and_the_boxs_vector_loads():
     assert report.main_loop_opcodes["LDG"] > 0 and set(report.global_load_widths) == {64}
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_staged_box_kernels_build_hgmma_fed_by_cp_async_alone():
+    """tccg_14 at its size, B staged: LDGSTS for both operands and no LDG in the kernel,
+    the transposes' shared loads and stores beside the HGMMAs; NVRTC builds it for sm_90a."""
+    kernel = _compile(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, layout="F",
+                      params={**STAGED, "tile_n": 32, "stages": 3})
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 16}
+    assert "LDGSTS" in kinds["async copy"] and "global memory" not in kinds
+    assert not report.global_load_widths  # no LDG anywhere in the kernel
+    assert kinds["shared memory"]["LDS"] >= 16 and kinds["shared memory"]["STS"] >= 64
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+
+
+STAGED_ROWS = ("tccg_14", "tccg_28", "tccg_30")  # the K box rows, B transposed in shared memory
+
+
+@pytest.fixture(scope="module")
+def held_staged() -> dict[str, tuple]:
+    """Each K box row's H100 search held to a staged B (`treduda bench --hold staged_b=True`):
+    its row, its best kernel at the row's size and that kernel's sm_90a SASS report, the
+    three kernels' SASS from one nvcc call (one translation unit)."""
+    picks = {}
+    for row in (r for r in load("tccg_fp16") if r.id in STAGED_ROWS):
+        best = treduda.search(row.expression, row.sizes, "H100", dtype="float16",
+                              layout=row.layout, values={"staged_b": (True,)}).best
+        picks[row.id] = (row, best, _compile(row.expression, row.sizes, layout=row.layout,
+                                             params=best.params))
+    reports = {r.kernel: r for r in sass_report(
+        "\n".join(kernel.cuda_source for *_, kernel in picks.values()), "sm_90a")}
+    return {name: (row, best, kernel, reports[kernel.name])
+            for name, (row, best, kernel) in picks.items()}
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize("name", STAGED_ROWS)
+def test_the_h100_search_held_to_a_staged_b_builds_hgmma_fed_by_cp_async_alone(held_staged,
+                                                                               name):
+    """Issue 39's kernel for the K box rows: the H100 search's best with B staged (the
+    unheld search may keep B's copy through registers, which the model rates faster) has
+    HGMMA in its SASS main loop, LDGSTS for both operands and no LDG anywhere; NVRTC builds
+    it; at reduced sizes the same parameters keep the staged form and match numpy.einsum."""
+    row, best, kernel, report = held_staged[name]
+    assert best.strategy == "warpgroup" and best.params["staged_b"] is True
+    assert best.params["frags_k"] == BOX_FRAGMENTS
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"].get("HGMMA", 0) > 0
+    assert "LDGSTS" in kinds["async copy"] and "global memory" not in kinds
+    assert not report.global_load_widths  # no LDG anywhere in the kernel
+    if nvrtc_available():
+        assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
+    # the row scaled down, its K box's indices 40 (rounded up to 48) and 16: partial tiles
+    box = dict(zip(k_box(plan(row.expression, row.sizes, row.layout, "float16")), (40, 16),
+                   strict=True))
+    small = _compile(row.expression, {**scaled(row.sizes), **box}, layout=row.layout,
+                     params=best.params)
+    assert any(isinstance(s, ir.AsyncCopy) and s.source.array == B_STAGED
+               for s in ir.nested(small.built.kernel.body))
+    assert small.verify().ok
 
 
 @pytest.mark.parametrize(("frags_k", "tile_n", "modes"), [

@@ -104,8 +104,10 @@ def bench_arguments(parser: argparse.ArgumentParser) -> None:
                         help="hold every row's search to this value of a parameter, or to "
                              "strategy=NAME (repeatable; e.g. strategy=tensorcore "
                              "free_layout=padded): the best candidate of a form the search does "
-                             "not pick, kept out of the tuning cache; a row whose strategy lacks "
-                             "the parameter or value fails, saying what it offers")
+                             "not pick, kept out of the tuning cache; without strategy=, only "
+                             "the strategies with every held parameter are searched (staged_b="
+                             "True: warpgroup); a row whose strategy lacks the parameter or "
+                             "value fails, saying what it offers")
     parser.add_argument("--rivals", type=count, default=None, metavar="N",
                         help="without --gpu-time: record each pick's N best rivals predicted "
                              "at distinct times in --json, for --gpu-time --picks to time as "

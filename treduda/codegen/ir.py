@@ -299,7 +299,9 @@ class AsyncCopy:
     copy of a tile whose rows run along another index than the tensor's fastest: a K box of
     :mod:`treduda.strategies.tensorcore_kernel`), which no cp.async can do: the source is read
     in one aligned vector load into registers and its elements are stored one by one, at once,
-    as where the hardware has no cp.async."""
+    as where the hardware has no cp.async. Its source may then be a shared tile that a cp.async
+    filled in the tensor's own order (a warpgroup kernel's staged K box,
+    :mod:`treduda.strategies.warpgroup_kernel`): a transpose from shared to shared memory."""
 
     target: Load
     source: Load

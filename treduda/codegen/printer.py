@@ -130,6 +130,7 @@ class Dialect:
     # tile points into a pool (dynamic or not): a {type} pointer {name} at byte {offset}.
     shared_pool: str = ""
     shared_pointer: str = ""
+    shared_cast: str = ""  # qualifier of a pointer into a block-shared array, in a cast
 
 
 CUDA = Dialect(
@@ -179,7 +180,8 @@ OPENCL = Dialect(
     uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
     lane="(int)(get_local_id(0) % 32)",
     shared_pool="__local uchar td_shared[{bytes}] __attribute__((aligned({alignment})));",
-    shared_pointer="__local {type} *const {name} = (__local {type} *)(td_shared + {offset});")
+    shared_pointer="__local {type} *const {name} = (__local {type} *)(td_shared + {offset});",
+    shared_cast="__local ")
 
 C_TYPES = {"float32": "float", "float64": "double", "complex64": "float2", "complex128": "double2"}
 
@@ -391,17 +393,18 @@ class Printer:
 
     def strided_copy(self, s: ir.AsyncCopy, depth: int) -> list[str]:
         """A copy whose elements land :attr:`ir.AsyncCopy.stride` apart: its 8 or 16 bytes
-        read as 32-bit words in one vector load (``LDG.64``/``LDG.128``; zeros where it
-        does not read), each 16-bit element stored from its half of a word, the first in
-        the low half (both targets are little-endian)."""
+        read as 32-bit words in one vector load (``LDG.64``/``LDG.128``, or ``LDS`` from a
+        staged shared tile; zeros where it does not read), each 16-bit element stored from
+        its half of a word, the first in the low half (both targets are little-endian)."""
         d, pad = self.dialect, INDENT * depth
         words = s.width * itemsize(self.kernel.dtype) // 4
         if itemsize(self.kernel.dtype) != 2 or words not in (2, 4):
             raise TypeError(f"a strided copy moves 8 or 16 bytes of 16-bit values, not {s!r}")
         vector = f"{d.integer_types['int32'][1]}{words}"
         zeros = d.vector.format(type=vector, values=", ".join(["0u"] * words))
+        space = d.global_pointer if s.source.array in self.tensors else d.shared_cast
         load = d.vector_load.format(type=vector, width=words, address=(
-            f"({d.global_pointer}const {d.uint} *){self.address(s.source)}"))
+            f"({space}const {d.uint} *){self.address(s.source)}"))
         value = (zeros if s.zero else load if s.reads is None
                  else f"{self._wrap(s.reads, _SELECT + 1)} ? {load} : {zeros}")
         lines = [f"{pad}{{", f"{pad}{INDENT}const {vector} td_run = {value};"]

@@ -373,6 +373,8 @@ class _Block:
             for lane, value in zip(ir.lanes(s.first, len(s.values)), s.values, strict=True):
                 self.assign(ir.Assign(lane, "=", value), active)
             self.widened = False
+        elif isinstance(s, ir.AsyncCopy) and s.source.array in self.shared:
+            self.scatter(s, active)
         elif isinstance(s, ir.AsyncCopy):
             self.start_copy(s, active)
         elif isinstance(s, ir.CommitCopies):
@@ -603,6 +605,22 @@ class _Block:
             self.copies.append((target.array, where, threads[inside], values[inside],
                                 np.full(where.size, -1)))
         self.widened = False
+
+    def scatter(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
+        """A strided copy from a staged shared tile (:attr:`ir.AsyncCopy.stride`): one vector
+        load of the source and a store per element, now, as the thread's own accesses (the
+        source must have landed, the targets are the generic proxy's writes)."""
+        self.observe(s.source, active, s.width, False)
+        values = [self.value(lane, active) for lane in ir.lanes(s.source, s.width)]
+        self.widened = False
+        for target, value in zip(ir.lanes(s.target, s.width, s.stride), values, strict=True):
+            found = self.locate(target, active, write=True)
+            if found is not None:
+                where, inside = found
+                value = np.broadcast_to(value, active.shape)
+                if not self.lanes_of(active)[1]:
+                    value = value[active]
+                self.arrays[target.array][where] = value[inside]
 
     def finish_copies(self, pending: int, active: np.ndarray) -> None:
         """The copies of each active thread's groups but its ``pending`` most recent land in

@@ -386,15 +386,22 @@ def search_program(program: Program, gpu: str | Gpu = "H100", *,
 
 def offered(program: Program, gpu: Gpu, strategy: str = DEFAULT_STRATEGY,
             values: Mapping[str, tuple] | None = None) -> tuple[str, ...]:
-    """The strategies a search for ``strategy`` ranks: it, and beside the default (where no
-    ``values`` narrow it) every registered strategy marked :attr:`~treduda.polyhedral.
-    strategy.Strategy.offered` that :meth:`~treduda.polyhedral.strategy.Strategy.applies`
-    (the tensor-core mapping, wherever ``gpu`` has tensor cores for the program's dtype and
-    precision: its space is a few hundred points, searched completely)."""
-    if strategy != DEFAULT_STRATEGY or values:
+    """The strategies a search for ``strategy`` ranks: it, and beside the default every
+    registered strategy marked :attr:`~treduda.polyhedral.strategy.Strategy.offered` that
+    :meth:`~treduda.polyhedral.strategy.Strategy.applies` (the tensor-core mapping, wherever
+    ``gpu`` has tensor cores for the program's dtype and precision: its space is a few hundred
+    points, searched completely). ``values`` narrow these to the strategies that have every
+    parameter they name (`treduda bench --hold staged_b=True`: the warpgroup mapping's), or
+    to the default, whose search then says which parameters it has."""
+    if strategy != DEFAULT_STRATEGY:
         return (strategy,)
-    return strategy, *(name for name in marked("offered")
-                       if get_strategy(name).applies(program, gpu))
+    names = (strategy, *(name for name in marked("offered")
+                         if get_strategy(name).applies(program, gpu)))
+    if not values:
+        return names
+    having = tuple(name for name in names if set(values) <= {
+        p.name for p in get_strategy(name).space(program).parameters})
+    return having or (strategy,)
 
 
 def quick() -> str:
