@@ -2,7 +2,8 @@
 page, served on localhost and rendered by headless Chromium, show their figures and no error.
 
 The site is the one ``$TREDUDA_SITE_DIR`` names (``.ci/run`` builds it with ``mkdocs build
---strict`` just before), else this test builds it, which executes the notebooks (minutes).
+--strict`` just before), else this test builds it, which executes the notebooks (minutes): then
+only with ``pytest -m matrix``, since tests/test_notebooks.py runs the notebooks already.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ pytestmark = [
                        reason="mkdocs is not installed: pip install -e '.[docs]'"),
     pytest.mark.skipif(not os.access(CHROMIUM, os.X_OK),
                        reason="headless Chromium is missing: apt-get install chromium"),
+    *([] if os.environ.get("TREDUDA_SITE_DIR") else [pytest.mark.matrix]),
 ]
 
 

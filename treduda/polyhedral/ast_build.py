@@ -255,6 +255,10 @@ def _full_blocks(scheduled: Scheduled, used: isl.Set, folded: int) -> isl.Set | 
         points = isl.Map.from_range(m.range())  # { [] -> [d] }
         for n, d in enumerate(coordinates):  # the block coordinates, into the domain
             points = points.move_dims(isl.dim_type.in_, n, isl.dim_type.out, d - n, 1)
+        # the same set with its implied equalities explicit and redundant constraints gone:
+        # the subtraction below is ten times cheaper on it (a random grouped contraction of
+        # tests/test_properties.py: 15.6 -> 1.6 CPU s in this function; the sets are equal)
+        points = points.detect_equalities().remove_redundancies()
         if not used.is_subset(points.domain()) or _zero_fill(scheduled, m):
             continue  # zero-filling a tile's part outside a tensor: more of it at the edges
         every = isl.Map.from_domain_and_range(used, points.range())
