@@ -193,6 +193,17 @@ def test_a_fitted_constant_is_chosen_on_the_fitting_problems_only():
     assert held_out.judge(fitted[1.0]).picks_fastest == 1  # nothing fitted: value 1's picks
 
 
+def test_terms_set_a_problems_kernels_side_by_side_fastest_measured_first():
+    # q~1 ran faster (1 s against 3) but is estimated slower (2 s against 1): listed first,
+    # and q, below it, is marked as estimated faster than the faster kernel above it
+    text = fidelity.terms([_measured("q", "C[i]=A[i]", 1.0, 3.0),
+                           _measured("q~1", "C[i]=A[i]", 2.0, 1.0)])
+    header, first, second = text.strip().splitlines()[1:]
+    assert header.split()[:4] == ["id", "measured", "estimate", "binding"] and "fma" in header
+    assert first.split()[:5] == ["q~1", "1000.000", "2000.000", "fma", "2000.000"]
+    assert second.split()[:6] == ["q", "3000.000", "1000.000", "<", "fma", "1000.000"]
+
+
 @pytest.mark.parametrize("name", ["gemm", "six_index", "batched"])
 def test_a_kernels_launch_is_known_without_building_it(name):
     # regenerate() tells that a row's launch moved without building its kernel

@@ -16,7 +16,7 @@ space the measured rank of the candidate the search would pick among its measure
 ``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
 Then the same figures on problems held out of whatever is fitted (:mod:`treduda.app.held_out`:
 leave one problem out, and halves), with the pick's ratio to the fastest on ``--watch``'s
-problems.
+problems. ``--terms`` sets each search space's kernels side by side, resource by resource.
 """
 
 from __future__ import annotations
@@ -312,6 +312,29 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     return "\n".join(lines)
 
 
+def terms(outcomes: Sequence[Outcome]) -> str:
+    """Each search space's kernels side by side, fastest measured first: the estimate, each
+    resource's seconds, the resident warps per SM and LSU wavefronts per multiply-add the
+    model gives it, so a pair the model orders otherwise than the GPU shows which term
+    separates (or fails to separate) them. A row marked ``<`` is estimated faster than the
+    row above it, which ran faster."""
+    lines = []
+    for name, members in spaces(outcomes).items():
+        members = sorted(members, key=lambda o: o.row.measured)
+        names = list(members[0].prediction.resources)
+        lines.append(f"\n{name}: ms, fastest measured first")
+        lines.append(f"  {'id':12} {'measured':>8} {'estimate':>8}   {'binding':8}"
+                     + "".join(f" {n:>8}" for n in names) + f" {'warps':>5} {'wavefr.':>7}")
+        for above, o in zip([None, *members[:-1]], members, strict=True):
+            p = o.prediction
+            flag = "<" if above and o.estimate < above.estimate else " "
+            lines.append(f"  {o.row.id:12} {o.row.measured * 1e3:8.3f} {o.estimate * 1e3:8.3f} "
+                         f"{flag} {p.binding:8}"
+                         + "".join(f" {p.resources.get(n, 0.0) * 1e3:8.3f}" for n in names)
+                         + f" {p.warps:5d} {p.wavefronts:7.3f}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DATA), help="the calibration file")
@@ -322,6 +345,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "installed, as the search does")
     parser.add_argument("--watch", default=",".join(WATCHED),
                         help="problems (first row ids) whose pick's ratio to the fastest to print")
+    parser.add_argument("--terms", action="store_true",
+                        help="also print each search space's kernels side by side, resource "
+                             "by resource")
     args = parser.parse_args(argv)
     rows = load(args.data)
     again = regenerate(rows, args.ptxas)
@@ -330,6 +356,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     fitted = variants(rows, again, find_gpu(args.gpu))
     held_out = {scheme: judge(outcomes, scheme, fitted) for scheme in (LEAVE_ONE_OUT, HALVES)}
     print(report(outcomes, summary, args.ptxas))
+    if args.terms:
+        print(terms(outcomes))
     for judged in held_out.values():
         print(held_out_report(judged, [w for w in args.watch.split(",") if w]))
     if args.json:
