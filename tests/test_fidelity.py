@@ -200,6 +200,7 @@ def test_terms_set_a_problems_kernels_side_by_side_fastest_measured_first():
                            _measured("q~1", "C[i]=A[i]", 2.0, 1.0)])
     header, first, second = text.strip().splitlines()[1:]
     assert header.split()[:4] == ["id", "measured", "estimate", "binding"] and "fma" in header
+    assert header.split()[-1] == "regs" and first.split()[-1] == "32"  # as measured
     assert first.split()[:5] == ["q~1", "1000.000", "2000.000", "fma", "2000.000"]
     assert second.split()[:6] == ["q", "3000.000", "1000.000", "<", "fma", "1000.000"]
 

@@ -315,23 +315,24 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
 def terms(outcomes: Sequence[Outcome]) -> str:
     """Each search space's kernels side by side, fastest measured first: the estimate, each
     resource's seconds, the resident warps per SM and LSU wavefronts per multiply-add the
-    model gives it, so a pair the model orders otherwise than the GPU shows which term
-    separates (or fails to separate) them. A row marked ``<`` is estimated faster than the
-    row above it, which ran faster."""
+    model gives it, beside the registers the measured kernel had, so a pair the model orders
+    otherwise than the GPU shows which term separates (or fails to separate) them. A row
+    marked ``<`` is estimated faster than the row above it, which ran faster."""
     lines = []
     for name, members in spaces(outcomes).items():
         members = sorted(members, key=lambda o: o.row.measured)
         names = list(members[0].prediction.resources)
         lines.append(f"\n{name}: ms, fastest measured first")
         lines.append(f"  {'id':12} {'measured':>8} {'estimate':>8}   {'binding':8}"
-                     + "".join(f" {n:>8}" for n in names) + f" {'warps':>5} {'wavefr.':>7}")
+                     + "".join(f" {n:>8}" for n in names)
+                     + f" {'warps':>5} {'wavefr.':>7} {'regs':>4}")
         for above, o in zip([None, *members[:-1]], members, strict=True):
             p = o.prediction
             flag = "<" if above and o.estimate < above.estimate else " "
             lines.append(f"  {o.row.id:12} {o.row.measured * 1e3:8.3f} {o.estimate * 1e3:8.3f} "
                          f"{flag} {p.binding:8}"
                          + "".join(f" {p.resources.get(n, 0.0) * 1e3:8.3f}" for n in names)
-                         + f" {p.warps:5d} {p.wavefronts:7.3f}")
+                         + f" {p.warps:5d} {p.wavefronts:7.3f} {o.row.registers:4d}")
     return "\n".join(lines)
 
 
