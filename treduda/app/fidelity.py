@@ -43,7 +43,7 @@ from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
-from .ranking import Pick, pick, spearman
+from .ranking import Pick, pick, spearman, spearman_within_spread
 
 # the problems whose picks ran 3.6-4.1x slower than a rival on the H200 (2026-11-26)
 WATCHED = ("tccg_19", "tccg_28", "tccg_30")
@@ -74,6 +74,8 @@ class Row:
     measured: float  # seconds
     # compile()'s precision= (float32: "tf32", "3xtf32"): tensor-core rows of one dtype differ
     precision: str = HIGHEST
+    # (slowest - fastest) / median of its timed launches, where the file records it
+    spread: float | None = None
 
     @property
     def problem(self) -> tuple:
@@ -122,7 +124,8 @@ def load(path: str | Path = DATA) -> list[Row]:
     try:
         return [Row(r["id"], r["expression"], r["sizes"], r["dtype"], r["layout"],
                     r["strategy"], r["params"], tuple(r["grid"]), tuple(r["block"]),
-                    r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST))
+                    r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST),
+                    r.get("spread"))
                 for r in _timed(data["rows"])]
     except KeyError as missing:
         raise TredudaError(f"{path}: a row lacks the field {missing}; each row needs id, "
@@ -221,6 +224,9 @@ def variants(rows: Sequence[Row], regenerated: Sequence[Regenerated], gpu: Gpu
 @dataclass(frozen=True)
 class Summary:
     spaces: dict[str, float]  # problem -> Spearman rho over its candidates
+    # the same, pairs closer than their run-to-run spread tied (spearman_within_spread)
+    spaces_tied: dict[str, float]
+    tied_pairs: dict[str, int]  # problem -> such pairs
     suite: float | None  # rho over the suite rows (None: too few remain)
     suite_rows: int
     median_error: float
@@ -268,9 +274,14 @@ def summarise(outcomes: Sequence[Outcome]) -> Summary:
     worst = max(kept, key=lambda o: abs(o.error))
     suite = suite_rows(outcomes)
     groups = spaces(outcomes)
+    tied = {name: spearman_within_spread([o.estimate for o in m], [o.row.measured for o in m],
+                                         [o.row.spread for o in m])
+            for name, m in groups.items()}
     return Summary(
         spaces={name: spearman([o.estimate for o in m], [o.row.measured for o in m])
                 for name, m in groups.items()},
+        spaces_tied={name: rho for name, (rho, _) in tied.items()},
+        tied_pairs={name: pairs for name, (_, pairs) in tied.items()},
         suite=(spearman([o.estimate for o in suite], [o.row.measured for o in suite])
                if len(suite) >= MIN_RANKED else None),
         suite_rows=len(suite),
@@ -296,8 +307,18 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     for name, rho in s.spaces.items():
         p = s.picks[name]
         lines.append(f"search space {name}: Spearman rho {rho:.3f} over {p.candidates} "
-                     f"candidates; the search picks {p.id}, measured rank {p.rank} of "
-                     f"{p.candidates}, {p.ratio:.2f}x the fastest")
+                     f"candidates (within spread tied: {s.spaces_tied[name]:.3f}, "
+                     f"{s.tied_pairs[name]} pairs); the search picks {p.id}, measured rank "
+                     f"{p.rank} of {p.candidates}, {p.ratio:.2f}x the fastest")
+    if s.spaces and not any(o.row.spread is not None for o in outcomes):
+        lines.append("search spaces: no run-to-run spread recorded, so no pair counts as tied")
+    elif s.spaces:
+        pairs = sum(n * (n - 1) // 2 for n in (s.picks[name].candidates for name in s.spaces))
+        lines.append(f"search spaces: Spearman rho {statistics.fmean(s.spaces.values()):.3f} "
+                     f"mean over {len(s.spaces)}; beside it, counting pairs whose measured "
+                     "times differ by less than their run-to-run spread as ties: "
+                     f"{statistics.fmean(s.spaces_tied.values()):.3f} "
+                     f"({sum(s.tied_pairs.values())} of {pairs} pairs tied)")
     suite = (f"{s.suite:.3f}" if s.suite is not None
              else f"not computed (fewer than {MIN_RANKED} rows)")
     lines.append(f"suite rows: Spearman rho {suite} over {s.suite_rows} rows")
