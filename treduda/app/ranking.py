@@ -46,9 +46,10 @@ def spearman_within_spread(estimates: Sequence[float], measured: Sequence[float]
     """Spearman's rank correlation where two measured times closer than the larger of their
     run-to-run spreads (``spreads``: (slowest - fastest) / median of each kernel's launches,
     None where not recorded) count as tied, and how many pairs are: the GPU itself does not
-    order such a pair, so neither order of the model's is wrong. A kernel's measured rank is
-    1 + the kernels clearly faster + half those tied with it, which is the average rank where
-    ties are transitive (closeness need not be)."""
+    order such a pair. A tied pair costs a model that orders it either way the same (an order
+    the plain rho rewards costs a little here, one it punishes costs less). A kernel's
+    measured rank is 1 + the kernels clearly faster + half those tied with it, which is the
+    average rank where ties are transitive (closeness need not be)."""
     reach = [m * s if s is not None else 0.0 for m, s in zip(measured, spreads, strict=True)]
     ranks, tied = [], 0
     for i, mine in enumerate(measured):
