@@ -10,7 +10,9 @@ generation has changed it since (a different grid or block, or — with nvcc pre
 registers beyond what two CUDA toolchains disagree by), the row's time no longer applies and
 the row is left out, and the report says which and why. On what remains: the
 estimate beside the measured time per row, Spearman's rank correlation over the candidates of
-one search space and over the suite rows (one kernel per problem), the median and worst
+one search space (beside it, the same with pairs closer than their run-to-run spread tied,
+where the file records a spread) and over the suite rows (one kernel per problem), the median
+and worst
 relative error, the rows where the lower bound exceeds the measured time, and for each search
 space the measured rank of the candidate the search would pick among its measured ones.
 ``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
