@@ -8,7 +8,7 @@ docs/model-fidelity.md.
 
     python benchmarks/model_fidelity.py [--data benchmarks/data/h100_measured.json]
                                         [--gpu H100] [--json out.json] [--no-ptxas]
-                                        [--watch tccg_19,tccg_28,tccg_30]
+                                        [--watch tccg_19,tccg_28,tccg_30] [--terms]
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ import pytest
 from conftest import EXAMPLES
 
 from treduda import compile
-from treduda.app import fidelity, held_out
+from treduda.app import fidelity, held_out, ranking
 from treduda.generation import launch
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
@@ -82,6 +82,42 @@ def test_spearman_ranks_with_ties():
     assert fidelity.spearman([1, 1, 2], [5, 5, 6]) == pytest.approx(1.0)
 
 
+def test_times_closer_than_their_spread_rank_as_ties():
+    # The model swaps the two fastest kernels, 1.00 and 1.02 s apart, the first spreading over
+    # 5% of its time: a tie. Plain: ranks 2,1,3,4 against 1,2,3,4, rho = 1 - 6 * 2 / 60 = 0.8.
+    # Tied: 1.5,1.5,3,4 (both means 2.5): covariance 4.5, squares 5 and 4.5.
+    estimates, measured = [2.0, 1.0, 3.0, 4.0], [1.00, 1.02, 2.0, 3.0]
+    assert fidelity.spearman(estimates, measured) == pytest.approx(0.8)
+    rho, pairs = ranking.spearman_within_spread(estimates, measured, [0.05, 0.01, 0.01, 0.01])
+    assert rho == pytest.approx(4.5 / math.sqrt(5 * 4.5)) and pairs == 1
+    # nothing recorded, nothing tied; closeness need not be transitive: 1.00 ~ 1.04 ~ 1.08,
+    # but 1.00 and 1.08 are apart, so the ranks are 1.5, 2 and 2.5
+    assert ranking.spearman_within_spread(estimates, measured, [None] * 4) == (
+        pytest.approx(0.8), 0)
+    rho, pairs = ranking.spearman_within_spread([3.0, 2.0, 1.0], [1.0, 1.04, 1.08], [0.05] * 3)
+    assert rho == pytest.approx(-1.0) and pairs == 2
+
+
+def test_the_report_prints_the_tied_spearman_beside_the_plain_one(tmp_path):
+    # q and q~1 ran 1% apart within q's 5% spread; the model orders them the other way
+    rows = [{"id": "q", "expression": "C[i]=A[i]", "sizes": {"i": 8}, "dtype": "float32",
+             "layout": "C", "strategy": "tiled+staged", "params": {}, "grid": [1, 1, 1],
+             "block": [32, 1, 1], "registers": 32, "status": "ok", "treduda_ms": 1.0,
+             "spread": 0.05}]
+    path = tmp_path / "rows.json"
+    path.write_text(json.dumps({"rows": rows}))
+    assert fidelity.load(path)[0].spread == 0.05
+    outcomes = [_measured("q", "C[i]=A[i]", 2.0, 1.0, spread=0.05),
+                _measured("q~1", "C[i]=A[i]", 1.0, 1.01, spread=0.001)]
+    text = fidelity.report(outcomes, fidelity.summarise(outcomes))
+    assert "Spearman rho -1.000 over 2 candidates (within spread tied: 0.000, 1 pairs)" in text
+    assert "Spearman rho -1.000 mean over 1; beside it" in text
+    assert "ties: 0.000 (1 of 1 pairs tied)" in text
+    plain = [dataclasses.replace(o, row=dataclasses.replace(o.row, spread=None))
+             for o in outcomes]
+    assert "no run-to-run spread recorded" in fidelity.report(plain, fidelity.summarise(plain))
+
+
 def test_padding_removes_the_bank_conflicts_of_a_column_read():
     program = plan("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 64, "k": 64})
     model = Model(program, gpu("H100"))
@@ -139,10 +175,11 @@ def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
 
 
 def _measured(id_: str, expression: str, estimate: float, measured: float,
-              bound: float = 0.0) -> fidelity.Outcome:
-    """A kept row of problem ``expression``: its estimate, measured time and bound (seconds)."""
+              bound: float = 0.0, spread: float | None = None) -> fidelity.Outcome:
+    """A kept row of problem ``expression``: its estimate, measured time and bound (seconds),
+    and its launches' run-to-run spread."""
     row = fidelity.Row(id_, expression, {"i": 8}, "float32", "C", "tiled+staged", {"z": id_},
-                       (1, 1, 1), (32, 1, 1), 32, measured)
+                       (1, 1, 1), (32, 1, 1), 32, measured, spread=spread)
     prediction = Prediction(estimate, "fma", {"fma": estimate}, "", 1.0)
     return fidelity.Outcome(row, prediction=prediction, bound=bound)
 
@@ -191,6 +228,18 @@ def test_a_fitted_constant_is_chosen_on_the_fitting_problems_only():
     assert "global_request_wavefronts fitted per held-out problem: 2 for 4" in held_out.report(
         judged)
     assert held_out.judge(fitted[1.0]).picks_fastest == 1  # nothing fitted: value 1's picks
+
+
+def test_terms_set_a_problems_kernels_side_by_side_fastest_measured_first():
+    # q~1 ran faster (1 s against 3) but is estimated slower (2 s against 1): listed first,
+    # and q, below it, is marked as estimated faster than the faster kernel above it
+    text = fidelity.terms([_measured("q", "C[i]=A[i]", 1.0, 3.0),
+                           _measured("q~1", "C[i]=A[i]", 2.0, 1.0)])
+    header, first, second = text.strip().splitlines()[1:]
+    assert header.split()[:4] == ["id", "measured", "estimate", "binding"] and "fma" in header
+    assert header.split()[-1] == "regs" and first.split()[-1] == "32"  # as measured
+    assert first.split()[:5] == ["q~1", "1000.000", "2000.000", "fma", "2000.000"]
+    assert second.split()[:6] == ["q", "3000.000", "1000.000", "<", "fma", "1000.000"]
 
 
 @pytest.mark.parametrize("name", ["gemm", "six_index", "batched"])

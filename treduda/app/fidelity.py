@@ -10,13 +10,15 @@ generation has changed it since (a different grid or block, or — with nvcc pre
 registers beyond what two CUDA toolchains disagree by), the row's time no longer applies and
 the row is left out, and the report says which and why. On what remains: the
 estimate beside the measured time per row, Spearman's rank correlation over the candidates of
-one search space and over the suite rows (one kernel per problem), the median and worst
+one search space (beside it, the same with pairs closer than their run-to-run spread tied,
+where the file records a spread) and over the suite rows (one kernel per problem), the median
+and worst
 relative error, the rows where the lower bound exceeds the measured time, and for each search
 space the measured rank of the candidate the search would pick among its measured ones.
 ``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
 Then the same figures on problems held out of whatever is fitted (:mod:`treduda.app.held_out`:
 leave one problem out, and halves), with the pick's ratio to the fastest on ``--watch``'s
-problems.
+problems. ``--terms`` sets each search space's kernels side by side, resource by resource.
 """
 
 from __future__ import annotations
@@ -43,7 +45,7 @@ from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
-from .ranking import Pick, pick, spearman
+from .ranking import Pick, pick, spearman, spearman_within_spread
 
 # the problems whose picks ran 3.6-4.1x slower than a rival on the H200 (2026-11-26)
 WATCHED = ("tccg_19", "tccg_28", "tccg_30")
@@ -74,6 +76,8 @@ class Row:
     measured: float  # seconds
     # compile()'s precision= (float32: "tf32", "3xtf32"): tensor-core rows of one dtype differ
     precision: str = HIGHEST
+    # (slowest - fastest) / median of its timed launches, where the file records it
+    spread: float | None = None
 
     @property
     def problem(self) -> tuple:
@@ -122,7 +126,8 @@ def load(path: str | Path = DATA) -> list[Row]:
     try:
         return [Row(r["id"], r["expression"], r["sizes"], r["dtype"], r["layout"],
                     r["strategy"], r["params"], tuple(r["grid"]), tuple(r["block"]),
-                    r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST))
+                    r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST),
+                    r.get("spread"))
                 for r in _timed(data["rows"])]
     except KeyError as missing:
         raise TredudaError(f"{path}: a row lacks the field {missing}; each row needs id, "
@@ -221,6 +226,9 @@ def variants(rows: Sequence[Row], regenerated: Sequence[Regenerated], gpu: Gpu
 @dataclass(frozen=True)
 class Summary:
     spaces: dict[str, float]  # problem -> Spearman rho over its candidates
+    # the same, pairs closer than their run-to-run spread tied (spearman_within_spread)
+    spaces_tied: dict[str, float]
+    tied_pairs: dict[str, int]  # problem -> such pairs
     suite: float | None  # rho over the suite rows (None: too few remain)
     suite_rows: int
     median_error: float
@@ -268,9 +276,14 @@ def summarise(outcomes: Sequence[Outcome]) -> Summary:
     worst = max(kept, key=lambda o: abs(o.error))
     suite = suite_rows(outcomes)
     groups = spaces(outcomes)
+    tied = {name: spearman_within_spread([o.estimate for o in m], [o.row.measured for o in m],
+                                         [o.row.spread for o in m])
+            for name, m in groups.items()}
     return Summary(
         spaces={name: spearman([o.estimate for o in m], [o.row.measured for o in m])
                 for name, m in groups.items()},
+        spaces_tied={name: rho for name, (rho, _) in tied.items()},
+        tied_pairs={name: pairs for name, (_, pairs) in tied.items()},
         suite=(spearman([o.estimate for o in suite], [o.row.measured for o in suite])
                if len(suite) >= MIN_RANKED else None),
         suite_rows=len(suite),
@@ -296,8 +309,18 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     for name, rho in s.spaces.items():
         p = s.picks[name]
         lines.append(f"search space {name}: Spearman rho {rho:.3f} over {p.candidates} "
-                     f"candidates; the search picks {p.id}, measured rank {p.rank} of "
-                     f"{p.candidates}, {p.ratio:.2f}x the fastest")
+                     f"candidates (within spread tied: {s.spaces_tied[name]:.3f}, "
+                     f"{s.tied_pairs[name]} pairs); the search picks {p.id}, measured rank "
+                     f"{p.rank} of {p.candidates}, {p.ratio:.2f}x the fastest")
+    if s.spaces and not any(o.row.spread is not None for o in outcomes):
+        lines.append("search spaces: no run-to-run spread recorded, so no pair counts as tied")
+    elif s.spaces:
+        pairs = sum(n * (n - 1) // 2 for n in (s.picks[name].candidates for name in s.spaces))
+        lines.append(f"search spaces: Spearman rho {statistics.fmean(s.spaces.values()):.3f} "
+                     f"mean over {len(s.spaces)}; beside it, counting pairs whose measured "
+                     "times differ by less than their run-to-run spread as ties: "
+                     f"{statistics.fmean(s.spaces_tied.values()):.3f} "
+                     f"({sum(s.tied_pairs.values())} of {pairs} pairs tied)")
     suite = (f"{s.suite:.3f}" if s.suite is not None
              else f"not computed (fewer than {MIN_RANKED} rows)")
     lines.append(f"suite rows: Spearman rho {suite} over {s.suite_rows} rows")
@@ -312,6 +335,30 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     return "\n".join(lines)
 
 
+def terms(outcomes: Sequence[Outcome]) -> str:
+    """Each search space's kernels side by side, fastest measured first: the estimate, each
+    resource's seconds, the resident warps per SM and LSU wavefronts per multiply-add the
+    model gives it, beside the registers the measured kernel had, so a pair the model orders
+    otherwise than the GPU shows which term separates (or fails to separate) them. A row
+    marked ``<`` is estimated faster than the row above it, which ran faster."""
+    lines = []
+    for name, members in spaces(outcomes).items():
+        members = sorted(members, key=lambda o: o.row.measured)
+        names = list(members[0].prediction.resources)
+        lines.append(f"\n{name}: ms, fastest measured first")
+        lines.append(f"  {'id':12} {'measured':>8} {'estimate':>8}   {'binding':8}"
+                     + "".join(f" {n:>8}" for n in names)
+                     + f" {'warps':>5} {'wavefr.':>7} {'regs':>4}")
+        for above, o in zip([None, *members[:-1]], members, strict=True):
+            p = o.prediction
+            flag = "<" if above and o.estimate < above.estimate else " "
+            lines.append(f"  {o.row.id:12} {o.row.measured * 1e3:8.3f} {o.estimate * 1e3:8.3f} "
+                         f"{flag} {p.binding:8}"
+                         + "".join(f" {p.resources.get(n, 0.0) * 1e3:8.3f}" for n in names)
+                         + f" {p.warps:5d} {p.wavefronts:7.3f} {o.row.registers:4d}")
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DATA), help="the calibration file")
@@ -322,6 +369,9 @@ def main(argv: Sequence[str] | None = None) -> int:
                              "installed, as the search does")
     parser.add_argument("--watch", default=",".join(WATCHED),
                         help="problems (first row ids) whose pick's ratio to the fastest to print")
+    parser.add_argument("--terms", action="store_true",
+                        help="also print each search space's kernels side by side, resource "
+                             "by resource")
     args = parser.parse_args(argv)
     rows = load(args.data)
     again = regenerate(rows, args.ptxas)
@@ -330,6 +380,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     fitted = variants(rows, again, find_gpu(args.gpu))
     held_out = {scheme: judge(outcomes, scheme, fitted) for scheme in (LEAVE_ONE_OUT, HALVES)}
     print(report(outcomes, summary, args.ptxas))
+    if args.terms:
+        print(terms(outcomes))
     for judged in held_out.values():
         print(held_out_report(judged, [w for w in args.watch.split(",") if w]))
     if args.json:

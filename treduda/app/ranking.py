@@ -38,7 +38,30 @@ class Measured(Protocol):
 
 def spearman(xs: Sequence[float], ys: Sequence[float]) -> float:
     """Spearman's rank correlation (ties get their average rank)."""
-    rx, ry = _ranks(xs), _ranks(ys)
+    return _pearson(_ranks(xs), _ranks(ys))
+
+
+def spearman_within_spread(estimates: Sequence[float], measured: Sequence[float],
+                           spreads: Sequence[float | None]) -> tuple[float, int]:
+    """Spearman's rank correlation where two measured times closer than the larger of their
+    run-to-run spreads (``spreads``: (slowest - fastest) / median of each kernel's launches,
+    None where not recorded) count as tied, and how many pairs are: the GPU itself does not
+    order such a pair. A tied pair costs a model that orders it either way the same (an order
+    the plain rho rewards costs a little here, one it punishes costs less). A kernel's
+    measured rank is 1 + the kernels clearly faster + half those tied with it, which is the
+    average rank where ties are transitive (closeness need not be)."""
+    reach = [m * s if s is not None else 0.0 for m, s in zip(measured, spreads, strict=True)]
+    ranks, tied = [], 0
+    for i, mine in enumerate(measured):
+        ties = [j for j, other in enumerate(measured)
+                if j != i and abs(mine - other) < max(reach[i], reach[j])]
+        faster = sum(other < mine for j, other in enumerate(measured) if j not in ties)
+        ranks.append(1 + faster + len(ties) / 2)
+        tied += len(ties)
+    return _pearson(_ranks(estimates), ranks), tied // 2
+
+
+def _pearson(rx: Sequence[float], ry: Sequence[float]) -> float:
     mx, my = statistics.fmean(rx), statistics.fmean(ry)
     cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry, strict=True))
     spread = math.sqrt(sum((a - mx) ** 2 for a in rx) * sum((b - my) ** 2 for b in ry))
