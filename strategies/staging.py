@@ -64,7 +64,8 @@ class Staged(Strategy):
                       Parameter("pad", tuple(dict.fromkeys((0, 1, geometry.vector_pad(program)))),
                                 "elements added to a tile's fastest dimension so threads hit "
                                 "different banks: 0, 1, or a 16-byte vector's on tiles read in "
-                                "vectors along it (1 on the others)",
+                                "vectors along it (1 on the others, or an aligned padding of "
+                                "rows read in whole vectors: geometry.padded)",
                                 priority=Priority.BUFFERS),
                       Parameter("async_copy", (False, True) if program.dtype
                                 in geometry.ASYNC_DTYPES else (False,),
@@ -78,6 +79,8 @@ class Staged(Strategy):
         values = {p.name: p.values for p in mapping.space(program).parameters}
         _refuse_own_staging(program, mapping, values)
         tile_names, every_name = mapping.tile_parameters(program), tuple(values)
+        # what a tile's padding depends on beside its extents (geometry.padded)
+        held_names = (*tile_names, *(n for n in every_name if n.startswith("assign_")))
         budget = self.limits.shared_per_block
 
         # What the rules ask for, remembered (the search checks them at every node): the
@@ -92,7 +95,7 @@ class Staged(Strategy):
             return geometries[key]
 
         def fits(p: Mapping[str, Any], pad: int, double_buffer: bool) -> bool:
-            key = (*(p[n] for n in tile_names), p["stage"], pad, double_buffer)
+            key = (*(p.get(n) for n in held_names), p["stage"], pad, double_buffer)
             found = known.get(key)
             if found is None:
                 staging = {"stage": p["stage"], "pad": pad, "double_buffer": double_buffer}
@@ -109,14 +112,15 @@ class Staged(Strategy):
                        "(unpadded, one buffer)", (*tile_names, "stage"),
                        lambda p: fits(p, 0, False)),
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                       (*tile_names, "stage", "pad", "double_buffer"),
+                       (*held_names, "stage", "pad", "double_buffer"),
                        lambda p: fits(p, p["pad"], p["double_buffer"])),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
-            Constraint("a vector's padding needs a staged tile read in vectors (elsewhere it "
-                       "pads by one)", ("stage", "pad"),
+            Constraint("a vector's padding needs a staged tile it pads otherwise than by one "
+                       "(read in vectors along an unrolled summed index, or along free rows: "
+                       "geometry.padded)", (*held_names, "stage", "pad"),
                        lambda p: p["pad"] <= 1 or any(
-                           geometry.padding(program, inputs[t], p["pad"]) > 1
+                           vector_padded(program, inputs[t], described(p), p["pad"])
                            for t in p["stage"].split(",") if t)),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
@@ -155,6 +159,18 @@ class Staged(Strategy):
                                 "a tiling strategy, e.g. 'tiled+staged'")
         return Stager(scheduled, staged, params["pad"], params["preload"],
                       params["double_buffer"], params["async_copy"]).run()
+
+
+def vector_padded(program: Program, indices: Sequence[str], described: Mapping[str, Any],
+                  pad: int) -> bool:
+    """Whether a vector's ``pad`` lays out the staged tile of a read with ``indices``
+    otherwise than a pad of one, given the mapping's ``described`` geometry."""
+    extents = geometry.tile_extents(program, described)
+    tile = [extents[i] for i in indices]
+    if None in tile:  # a symbolic extent: the rows' padding alone tells
+        return geometry.padding(program, indices, pad) > 1
+    return (geometry.padded(program, indices, tile, pad, described)
+            != geometry.padded(program, indices, tile, 1, described))
 
 
 def _refuse_own_staging(program: Program, mapping: Strategy, values: Mapping[str, tuple]
