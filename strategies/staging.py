@@ -79,8 +79,6 @@ class Staged(Strategy):
         values = {p.name: p.values for p in mapping.space(program).parameters}
         _refuse_own_staging(program, mapping, values)
         tile_names, every_name = mapping.tile_parameters(program), tuple(values)
-        # what a tile's padding depends on beside its extents (geometry.padded)
-        held_names = (*tile_names, *(n for n in every_name if n.startswith("assign_")))
         budget = self.limits.shared_per_block
 
         # What the rules ask for, remembered (the search checks them at every node): the
@@ -95,7 +93,7 @@ class Staged(Strategy):
             return geometries[key]
 
         def fits(p: Mapping[str, Any], pad: int, double_buffer: bool) -> bool:
-            key = (*(p.get(n) for n in held_names), p["stage"], pad, double_buffer)
+            key = (*(p[n] for n in tile_names), p["stage"], pad, double_buffer)
             found = known.get(key)
             if found is None:
                 staging = {"stage": p["stage"], "pad": pad, "double_buffer": double_buffer}
@@ -112,13 +110,13 @@ class Staged(Strategy):
                        "(unpadded, one buffer)", (*tile_names, "stage"),
                        lambda p: fits(p, 0, False)),
             Constraint(f"staged tiles fit in {budget} bytes of shared memory per block",
-                       (*held_names, "stage", "pad", "double_buffer"),
+                       (*tile_names, "stage", "pad", "double_buffer"),
                        lambda p: fits(p, p["pad"], p["double_buffer"])),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
             Constraint("a vector's padding needs a staged tile it pads otherwise than by one "
                        "(read in vectors along an unrolled summed index, or along free rows: "
-                       "geometry.padded)", (*held_names, "stage", "pad"),
+                       "geometry.padded)", (*tile_names, "stage", "pad"),
                        lambda p: p["pad"] <= 1 or any(
                            vector_padded(program, inputs[t], described(p), p["pad"])
                            for t in p["stage"].split(",") if t)),

@@ -105,7 +105,7 @@ class _Accesses(_Tiles):
             return self.m.least_wavefronts
         key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read))
         if staged:  # its tile, its padding
-            key += (self.tile_decisions, self.vector_held, self.options("pad"))
+            key += (self.tile_decisions, self.options("pad"))
         return self.memo(key, lambda: self._wavefronts(read, staged, exact))
 
     def _wavefronts(self, read: _Read, staged: bool, exact: bool) -> float:

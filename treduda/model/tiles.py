@@ -213,8 +213,8 @@ class _Tiles:
     @candidate_property
     def vector_held(self) -> frozenset[str]:
         """The indices threads hold in whole vectors (:func:`~treduda.polyhedral.geometry.
-        vector_held`): a staged tile's padding depends on them, so every term remembered
-        for a padding does."""
+        vector_held`): a staged tile's padding depends on them, so a term remembered for a
+        padding by less than :attr:`tile_decisions` does."""
         return geometry.vector_held(self.m.program, self.p)
 
     def footprint(self, read: _Read) -> dict[str, int]:
@@ -259,7 +259,7 @@ class _Tiles:
         double buffer's bookkeeping), 0 while undecided; while ``async_copy`` is open, the fewer."""
         if not self.tiles_decided() or "stage" not in self.p:
             return 0.0
-        key = ("copy instructions", self.tile_decisions, self.vector_held, self.p["stage"],
+        key = ("copy instructions", self.tile_decisions, self.p["stage"],
                *(self.options(q) for q in ("async_copy", "double_buffer", "pad")))
         return self.memo(key, self._copy_instructions)
 

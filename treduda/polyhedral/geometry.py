@@ -258,22 +258,16 @@ def _slab_padding(program: Program, indices: Sequence[str], extents: list[int],
 
 
 def vector_held(program: Program, geometry: Mapping[str, Any]) -> frozenset[str]:
-    """The fastest index of each axis whose values a thread holds side by side in whole
-    16-byte vectors (``vector``, or ``adjacent`` with whole vectors of registers: ptxas loads
-    them as such from an aligned tile), or may still: an axis whose assignment is open counts,
-    so that the layouts a model weighs for it include every one its completions can take."""
+    """The fastest index of each axis whose registers per thread are whole 16-byte vectors
+    (``reg`` a multiple of :func:`vector_run`): read as such from an aligned tile where they
+    are dealt ``vector`` or ``adjacent`` (ptxas merges them into LDS.128). Decided with the
+    tile's extents, whatever the assignment, so that a tile's padding is known as soon as its
+    extents are (the bound prices it then)."""
     run = vector_run(program)
     if run == 1:
         return frozenset()
-    held = set()
-    for n, group in enumerate(groups(geometry.get("order", ""))):
-        assignment = geometry.get(f"assign_{AXES[n]}")
-        registers = geometry.get(f"reg_{AXES[n]}")
-        if (assignment is None or assignment == "vector"
-                or assignment == "adjacent" and isinstance(registers, int)
-                and registers % run == 0):
-            held.add(group[0])
-    return frozenset(held)
+    return frozenset(group[0] for n, group in enumerate(groups(geometry["order"]))
+                     if geometry[f"reg_{AXES[n]}"] % run == 0)
 
 
 def vector_pad(program: Program) -> int:
