@@ -26,7 +26,7 @@ PICK07 = {"order": "e,a*b,d", "stage": "A,B", "block_x": 4, "reg_x": 4, "assign_
           "block_y": 8, "reg_y": 2, "assign_y": "cyclic", "block_z": 4, "reg_z": 8,
           "assign_z": "adjacent", "step": 16, "split": 1, "preload": False,
           "double_buffer": True, "pad": 4, "async_copy": True, "unroll": True}
-PICK04 = {"order": "b,a,d", "block_x": 4, "reg_x": 8, "assign_x": "adjacent", "block_y": 8,
+PICK04 = {"order": "d,a,b", "block_x": 4, "reg_x": 8, "assign_x": "adjacent", "block_y": 8,
           "reg_y": 1, "assign_y": "cyclic", "block_z": 4, "reg_z": 8, "assign_z": "adjacent",
           "step": 4}
 
@@ -49,13 +49,15 @@ def test_the_slab_strides_by_hand():
     assert tiles["A"] == [16, 1, 1, 17, 16]
     assert 16 * 17 * 4 % 128 == 64 and 20 * 16 * 4 % 128 == 0
     assert tiles["B"] == [16 + 4, 24]  # B[f,d], read along the unrolled f: a vector, as before
-    # tccg_04, A[d,e,c,a]: 32 d x 4 e x 8 a; rows padded by a vector: (32 + 4) * 4 = 144 floats
-    # between slabs, 576 bytes = 4.5 lines. B[b,e] has no slabs: padded by one.
+    # tccg_04 with d on x, A[d,e,c,a]: 32 d x 4 e x 8 a; rows padded by a vector: (32 + 4) * 4
+    # = 144 floats between slabs, 576 bytes = 4.5 lines. B[b,e] has no slabs: padded by one.
     tiles = _tiles(TCCG04, PICK04)
     assert tiles["A"] == [32 + 4, 4, 1, 8] and 36 * 4 * 4 % 128 == 64
     assert tiles["B"] == [24 + 1, 4]
-    # Registers that are no whole vectors (2 along x): A's rows are not read 16 bytes at a time.
+    # Registers that are no whole vectors (2 along x), or vectors along z (tccg_04's pick, d on
+    # z), which the model prices as scalar loads: padded by one.
     assert _tiles(TCCG07, {**PICK07, "block_x": 8, "reg_x": 2})["A"] == [16 + 1, 1, 1, 16, 16]
+    assert _tiles(TCCG04, {**PICK04, "order": "b,a,d"})["A"] == [32 + 1, 4, 1, 8]
 
 
 def test_the_model_prices_the_slabs_below_padding_by_one_or_none():

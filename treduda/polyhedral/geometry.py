@@ -216,9 +216,9 @@ def padded(program: Program, indices: Sequence[str], extents: Sequence[int],
     padding by one made 4-byte ones) and the padding makes the slabs' stride an odd multiple
     of 64 bytes, half the 128 bytes of a bank line, so that a quarter warp's 16-byte loads of
     two neighbouring slabs at one offset fall in the two halves of the banks (one way, as
-    their copies' stores). The first that does it of: a vector on the rows (tccg_04's A,
-    rows of 32 floats, slabs of 4 rows: (32 + 4) * 4 = 144 floats, 576 bytes = 4.5 lines),
-    one row more per slab (tccg_07's A, rows of 16 floats, slabs of 16: 16 * 17 = 272 floats,
+    their copies' stores). The first that does it of: a vector on the rows (rows of 32
+    floats, slabs of 4 rows: (32 + 4) * 4 = 144 floats, 576 bytes = 4.5 lines), one row
+    more per slab (tccg_07's A, rows of 16 floats, slabs of 16: 16 * 17 = 272 floats,
     1088 bytes = 8.5 lines; a vector on its rows gives (16 + 4) * 16 = 320 floats, whole lines,
     2 ways, and none 256, whole lines too). Else one element on the rows, as before."""
     padded_extents = list(extents)
@@ -258,16 +258,18 @@ def _slab_padding(program: Program, indices: Sequence[str], extents: list[int],
 
 
 def vector_held(program: Program, geometry: Mapping[str, Any]) -> frozenset[str]:
-    """The fastest index of each axis whose registers per thread are whole 16-byte vectors
-    (``reg`` a multiple of :func:`vector_run`): read as such from an aligned tile where they
-    are dealt ``vector`` or ``adjacent`` (ptxas merges them into LDS.128). Decided with the
-    tile's extents, whatever the assignment, so that a tile's padding is known as soon as its
-    extents are (the bound prices it then)."""
+    """The index of x (the fastest of its group) where a thread's registers along x are whole
+    16-byte vectors (``reg_x`` a multiple of :func:`vector_run`): loaded as such from an
+    aligned tile where they are dealt ``vector`` or ``adjacent``, as the model prices them
+    (its wavefronts and loads merge a thread's registers along x alone: held along y or z,
+    tccg_48's B tile was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7%
+    FFMA). Decided with the tile's extents, whatever the assignment, so that a tile's padding
+    is known as soon as its extents are (the bound prices it then)."""
     run = vector_run(program)
-    if run == 1:
+    order = groups(geometry["order"])
+    if run == 1 or not order or geometry["reg_x"] % run:
         return frozenset()
-    return frozenset(group[0] for n, group in enumerate(groups(geometry["order"]))
-                     if geometry[f"reg_{AXES[n]}"] % run == 0)
+    return frozenset(order[0][:1])
 
 
 def vector_pad(program: Program) -> int:
