@@ -17,6 +17,7 @@ from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load
 from treduda.tuning.search import Searcher
+from treduda.tuning.search_result import SearchStats
 
 ROWS = {r.id: r for r in load("tccg_fp32")}
 TCCG07, TCCG04 = ROWS["tccg_07"], ROWS["tccg_04"]  # column-major
@@ -71,6 +72,21 @@ def test_the_model_prices_the_slabs_below_padding_by_one_or_none():
     assert slab.resources["issue"] < one.resources["issue"]
     assert slab.seconds < min(one.seconds, none.seconds)
     assert model.bound({**PICK07, "pad": 4}).seconds <= slab.seconds
+
+
+def test_the_climb_stages_a_together_with_the_threads_that_share_it():
+    # The climb of tccg_07's "e,a*b,d" stopped at A unstaged and one thread along d: staging A
+    # alone, or four threads along d alone, is slower; both at once reach the slab padding.
+    searcher = Searcher(plan(TCCG07.expression, TCCG07.sizes, layout="F"), "H100")
+    stuck = searcher.candidate({**PICK07, "stage": "B", "block_z": 1, "assign_z": "cyclic",
+                                "pad": 0}, with_bound=False)
+    for change in ({"stage": "A,B"}, {"block_z": 4}):
+        alone = searcher.model.estimate({**stuck.params, **change})
+        assert alone.seconds > stuck.prediction.seconds
+    assert (("stage", "A,B"), ("block_z", 4)) in searcher._restagings(stuck.params)
+    faster = searcher._step(stuck, [], set(), SearchStats(0, False), 0, 10**6, None)
+    assert faster is not None and faster.key() < stuck.key()
+    assert (faster.params["stage"], faster.params["block_z"]) == ("A,B", 4)
 
 
 # tccg_07 at sizes no tile divides (e and a of 20 on tiles of 16, d of 40 on 32, f of 40 in

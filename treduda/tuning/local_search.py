@@ -174,7 +174,8 @@ class LocalSearch:
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters)]
         changes = (itertools.chain(self._trades(params),
-                                   ((change,) for change in itertools.chain(*others)))
+                                   ((change,) for change in itertools.chain(*others)),
+                                   self._restagings(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
                        itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
@@ -194,6 +195,23 @@ class LocalSearch:
         fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
         for point in self.space.points(fixed):
             yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _restagings(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes of the staged operands together with the block's threads along one axis:
+        a staged tile pays only where the block's threads share it, and an operand read
+        unstaged where a block has one thread along the axes that reuse it. tccg_07's climb
+        stopped at A unstaged and one thread along d (0.3305 ms predicted), staging A or
+        four threads along d one at a time slower (0.937, 0.360 ms), both at once faster
+        (0.3176 ms: the slab-padded kernel)."""
+        values = {p.name: p.values for p in self.space.parameters}
+        for stage in values.get("stage", ()):
+            if stage == params["stage"]:
+                continue
+            for a in AXES:
+                block = f"block_{a}"
+                for threads in values.get(block, ()):
+                    if threads != params[block]:
+                        yield ("stage", stage), (block, threads)
 
     def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes that trade threads for registers along an axis and keep its tile, then
