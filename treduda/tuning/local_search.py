@@ -163,7 +163,8 @@ class LocalSearch:
         """The valid candidates that differ from ``params`` in one parameter, or trade threads
         for registers along an axis keeping its tile (twice the registers, half the threads,
         or the reverse: the coupled change by which the best kernels differ from good ones,
-        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms);
+        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms), or
+        stage other operands with other threads along one axis (:meth:`_restagings`);
         at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two.
 
         Changes of the last decisions come first, of the first decision (the mapping) last:
