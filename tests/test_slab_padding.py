@@ -83,7 +83,10 @@ def test_the_climb_stages_a_together_with_the_threads_that_share_it():
     for change in ({"stage": "A,B"}, {"block_z": 4}):
         alone = searcher.model.estimate({**stuck.params, **change})
         assert alone.seconds > stuck.prediction.seconds
-    assert (("stage", "A,B"), ("block_z", 4)) in searcher._restagings(stuck.params)
+    restagings = list(searcher._restagings(stuck.params))
+    assert (("stage", "A,B"), ("block_z", 4)) in restagings
+    for (_, stage), (block, threads) in restagings:  # more threads where more is staged
+        assert stage in ("A,B", "") and (threads > stuck.params[block]) == (stage == "A,B")
     faster = searcher._step(stuck, [], set(), SearchStats(0, False), 0, 10**6, None)
     assert faster is not None and faster.key() < stuck.key()
     assert (faster.params["stage"], faster.params["block_z"]) == ("A,B", 4)
