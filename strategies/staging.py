@@ -64,7 +64,8 @@ class Staged(Strategy):
                       Parameter("pad", tuple(dict.fromkeys((0, 1, geometry.vector_pad(program)))),
                                 "elements added to a tile's fastest dimension so threads hit "
                                 "different banks: 0, 1, or a 16-byte vector's on tiles read in "
-                                "vectors along it (1 on the others)",
+                                "vectors along it (1 on the others, or an aligned padding of "
+                                "rows read in whole vectors: geometry.padded)",
                                 priority=Priority.BUFFERS),
                       Parameter("async_copy", (False, True) if program.dtype
                                 in geometry.ASYNC_DTYPES else (False,),
@@ -113,10 +114,11 @@ class Staged(Strategy):
                        lambda p: fits(p, p["pad"], p["double_buffer"])),
             Constraint("padding is 0 when nothing is staged", ("stage", "pad"),
                        lambda p: bool(p["stage"]) or p["pad"] == 0),
-            Constraint("a vector's padding needs a staged tile read in vectors (elsewhere it "
-                       "pads by one)", ("stage", "pad"),
+            Constraint("a vector's padding needs a staged tile it pads otherwise than by one "
+                       "(read in vectors along an unrolled summed index, or along free rows: "
+                       "geometry.padded)", (*tile_names, "stage", "pad"),
                        lambda p: p["pad"] <= 1 or any(
-                           geometry.padding(program, inputs[t], p["pad"]) > 1
+                           vector_padded(program, inputs[t], described(p), p["pad"])
                            for t in p["stage"].split(",") if t)),
             Constraint("preloading needs staged inputs, reduction steps and an unrolled step "
                        "(its registers are indexed by the unrolled copy loop)",
@@ -155,6 +157,18 @@ class Staged(Strategy):
                                 "a tiling strategy, e.g. 'tiled+staged'")
         return Stager(scheduled, staged, params["pad"], params["preload"],
                       params["double_buffer"], params["async_copy"]).run()
+
+
+def vector_padded(program: Program, indices: Sequence[str], described: Mapping[str, Any],
+                  pad: int) -> bool:
+    """Whether a vector's ``pad`` lays out the staged tile of a read with ``indices``
+    otherwise than a pad of one, given the mapping's ``described`` geometry."""
+    extents = geometry.tile_extents(program, described)
+    tile = [extents[i] for i in indices]
+    if None in tile:  # a symbolic extent: the rows' padding alone tells
+        return geometry.padding(program, indices, pad) > 1
+    return (geometry.padded(program, indices, tile, pad, described)
+            != geometry.padded(program, indices, tile, 1, described))
 
 
 def _refuse_own_staging(program: Program, mapping: Strategy, values: Mapping[str, tuple]

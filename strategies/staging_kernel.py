@@ -153,9 +153,8 @@ class Stager:
                 raise StrategyError(f"the footprint of {tensor} per step is unbounded; choose "
                                     "a step (step > 0) to stage it")
             box.append(largest.to_python() + 1)
-        fastest = rank - 1 if self.program.layout == "C" else 0
-        pad = geometry.padding(self.program, self.program.contraction.inputs[tensor], self.pad)
-        shape = tuple(e + (pad if d == fastest else 0) for d, e in enumerate(box))
+        shape = tuple(geometry.padded(self.program, self.program.contraction.inputs[tensor],
+                                      box, self.pad, self.scheduled.params))
         self.locals.append(ir.Local(name, ir.Space.SHARED, self._buffered(shape, shape=True),
                                     self.program.layout))
 
@@ -257,7 +256,7 @@ class Stager:
         dimension (a tile of a group of indices may start anywhere along the slower ones)."""
         indices = self.program.contraction.inputs[tensor]
         width = geometry.async_width(self.program, indices, dict(zip(indices, box, strict=True)),
-                                     self.pad)
+                                     self.pad, self.scheduled.params)
         corners = origin.range()
         names = [f"o{d}" for d in range(len(box))]
         while width > 1:

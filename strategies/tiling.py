@@ -368,6 +368,7 @@ class Tiled(Strategy):
         return Scheduled(program, statements, schedule, roles,
                          tuple(params[f"block_{a}"] for a in AXES), locals_, unroll, pragma,
                          tuple(inner[:rolled]),
+                         params=params,  # the mapping's decisions: a stager pads by them
                          zeroed_output=bool(parts) and not workspace
                          and program.contraction.op == "=")
 

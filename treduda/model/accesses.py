@@ -230,7 +230,7 @@ class _Accesses(_Tiles):
     def tile_strides(self, read: _Read, pad: int) -> dict[str, int]:
         """Elements between neighbours along each index in the staged (padded) tile;
         remembered per model for the tile's extents and the padding."""
-        key = ("strides", read, tuple(self.footprint(read).values()), pad)
+        key = ("strides", read, tuple(self.footprint(read).values()), self.vector_held, pad)
         return self.memo(key, lambda: {i: self._tile_stride(read, i, pad) for i in read.indices})
 
     def _tile_stride(self, read: _Read, index: str, pad: int) -> int:
@@ -238,13 +238,14 @@ class _Accesses(_Tiles):
         if index not in read.indices:
             return 0
         extents = self.footprint(read)
-        order = read.indices if self.m.program.layout == "F" else tuple(reversed(read.indices))
+        tile = geometry.padded(self.m.program, read.indices, [extents[i] for i in read.indices],
+                               pad, self.p)
+        pairs = list(zip(read.indices, tile, strict=True))
         stride = 1
-        for n, i in enumerate(order):
+        for i, extent in pairs if self.m.program.layout == "F" else reversed(pairs):
             if i == index:
                 return stride
-            stride *= extents[i] + (geometry.padding(self.m.program, read.indices, pad)
-                                    if n == 0 else 0)
+            stride *= extent
         return stride
 
     def copy_wavefronts(self, exact: bool = True) -> float:
@@ -259,7 +260,8 @@ class _Accesses(_Tiles):
         total = 0.0
         for r in self.m.reads:
             if self.staged(r):  # remembered for what the copy of its tile depends on
-                key = ("copy", r, exact, threads, tuple(self.footprint(r).values()), pads)
+                key = ("copy", r, exact, threads, tuple(self.footprint(r).values()),
+                       self.vector_held, pads)
                 total += self.memo(key, lambda r=r: self._copy_wavefronts(r, exact))
         return total / self.fmas_per_block_step()
 

@@ -210,6 +210,13 @@ class _Tiles:
         block's tile per step (:attr:`tile`) depends on."""
         return tuple(self.p.get(k) for k in TILE_DECISIONS)
 
+    @candidate_property
+    def vector_held(self) -> frozenset[str]:
+        """The indices threads hold in whole vectors (:func:`~treduda.polyhedral.geometry.
+        vector_held`): a staged tile's padding depends on them, so a term remembered for a
+        padding by less than :attr:`tile_decisions` does."""
+        return geometry.vector_held(self.m.program, self.p)
+
     def footprint(self, read: _Read) -> dict[str, int]:
         """Per block and step, how many values of each of its indices ``read`` touches."""
         return self.once(("footprint", read), lambda: {i: self.tile[i] for i in read.indices})
@@ -309,8 +316,8 @@ class _Tiles:
         arithmetic of its addresses (:data:`ASYNC_ADDRESS_INSTRUCTIONS`), and a commit and a
         wait per thread."""
         runs = sum(min(math.prod(self.copy_extents(r, geometry.async_width(
-            self.m.program, r.indices, self.footprint(r), pad))) for pad in self.options("pad"))
-            for r in staged)
+            self.m.program, r.indices, self.footprint(r), pad, self.p)))
+            for pad in self.options("pad")) for r in staged)
         return (runs * (1 + ASYNC_ADDRESS_INSTRUCTIONS) + ASYNC_SYNC_INSTRUCTIONS * threads
                 if staged else 0.0)
 

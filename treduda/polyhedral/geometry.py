@@ -193,12 +193,83 @@ def padding(program: Program, indices: Sequence[str], pad: int) -> int:
     ``indices``, for the staging's ``pad``: 0 or 1 as it says; a 16-byte vector's elements
     (:func:`vector_pad`) where that dimension is the summed index an unrolled step unrolls, so
     that rows stay aligned for vector loads along it, and 1 elsewhere (padded by one,
-    tccg_28's B tile was read value by value, four times the wavefronts)."""
+    tccg_28's B tile was read value by value, four times the wavefronts). A tile whose rows a
+    thread reads in whole vectors may be padded elsewhere instead (:func:`padded`)."""
     if not indices:
         return 0
     if pad > 1 and fastest(program, indices) not in unrolled_indices(program):
         return 1
     return pad
+
+
+# Shared memory's 32 banks of 4 bytes: addresses 128 bytes apart share a bank [CUDA-CC].
+BANK_LINE_BYTES = 128
+
+
+def padded(program: Program, indices: Sequence[str], extents: Sequence[int],
+           pad: int, geometry: Mapping[str, Any]) -> list[int]:
+    """The extents of the staged tile of a read with ``indices`` (``extents`` in that order),
+    padded for the staging's ``pad``: :func:`padding` elements on its fastest dimension, except
+    for a vector's ``pad`` on a tile whose fastest index is free and read in whole vectors
+    (:func:`vector_held`), whose rows are whole vectors, and which has a slower dimension of
+    slabs of rows: there the rows stay 16-byte aligned (16-byte copies and loads, where
+    padding by one made 4-byte ones) and the padding makes the slabs' stride an odd multiple
+    of 64 bytes, half the 128 bytes of a bank line, so that a quarter warp's 16-byte loads of
+    two neighbouring slabs at one offset fall in the two halves of the banks (one way, as
+    their copies' stores). The first that does it of: a vector on the rows (rows of 32
+    floats, slabs of 4 rows: (32 + 4) * 4 = 144 floats, 576 bytes = 4.5 lines), one row
+    more per slab (tccg_07's A, rows of 16 floats, slabs of 16: 16 * 17 = 272 floats,
+    1088 bytes = 8.5 lines; a vector on its rows gives (16 + 4) * 16 = 320 floats, whole lines,
+    2 ways, and none 256, whole lines too). Else one element on the rows, as before."""
+    padded_extents = list(extents)
+    if not indices:
+        return padded_extents
+    order = list(range(len(indices)))
+    if program.layout == "C":
+        order.reverse()  # memory order, the fastest first
+    row = order[0]
+    if pad > 1 and indices[row] not in unrolled_indices(program):
+        slab = _slab_padding(program, indices, padded_extents, order, pad, geometry)
+        if slab is not None:
+            return slab
+    padded_extents[row] += padding(program, indices, pad)
+    return padded_extents
+
+
+def _slab_padding(program: Program, indices: Sequence[str], extents: list[int],
+                  order: list[int], pad: int, geometry: Mapping[str, Any]) -> list[int] | None:
+    """:func:`padded`'s aligned padding of a tile read in whole vectors along free rows, or
+    None where it has none."""
+    row = order[0]
+    if (indices[row] not in vector_held(program, geometry)
+            or not all(isinstance(e, int) for e in extents) or extents[row] % pad):
+        return None
+    slabs = [d for d in order if extents[d] > 1]
+    if len(slabs) < 3 or slabs[0] != row:
+        return None
+    size = dtypes.itemsize(dtypes.compute(program.dtype))
+    for dimension, added in ((row, pad), (slabs[-2], 1)):
+        trial = list(extents)
+        trial[dimension] += added
+        stride = math.prod(trial[d] for d in order[:order.index(slabs[-1])])
+        if stride * size % BANK_LINE_BYTES == BANK_LINE_BYTES // 2:
+            return trial
+    return None
+
+
+def vector_held(program: Program, geometry: Mapping[str, Any]) -> frozenset[str]:
+    """The index of x (the fastest of its group) where a thread's registers along x are whole
+    16-byte vectors (``reg_x`` a multiple of :func:`vector_run`): loaded as such from an
+    aligned tile where they are dealt ``vector`` or ``adjacent``, as the model prices them
+    (its wavefronts and loads merge a thread's registers along x alone: held along y or z,
+    tccg_48's B tile was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7%
+    FFMA). Decided with the tile's extents, whatever the assignment, so that a tile's padding
+    is known as soon as its extents are (the bound prices it then)."""
+    run = vector_run(program)
+    order = groups(geometry["order"])
+    if run == 1 or not order or geometry["reg_x"] % run:
+        return frozenset()
+    return frozenset(order[0][:1])
 
 
 def vector_pad(program: Program) -> int:
@@ -248,21 +319,24 @@ def copy_width(size: int, extents: Sequence[int]) -> int | None:
 
 
 def async_width(program: Program, indices: Sequence[str], extents: Mapping[str, int],
-                pad: int) -> int:
+                pad: int, geometry: Mapping[str, Any]) -> int:
     """Elements one asynchronous copy of the staged tile of a read with ``indices`` moves,
     given the tile's ``extents`` (per index, :func:`tile_extents`) and the staging's ``pad``:
     a run along the tensor's fastest index, which must divide that index's extent (every other
     stride then is a multiple: a run is all inside or all outside the tensor), the tile's
     extent along it (where its origin lies: a multiple of it, or 0 where the tile spans the
-    index) and the padded row (so every row of the tile, and a second buffer, starts aligned).
+    index) and the padded tile's strides (:func:`padded`, for the ``geometry``: so every row
+    of the tile, and a second buffer, starts aligned).
     One element where the read repeats an index or its sizes are symbolic. Of dtypes in
     :data:`ASYNC_DTYPES` (4 or 8 bytes), so at least one."""
     size = dtypes.itemsize(program.dtype)
     index = fastest(program, indices)
     if program.sizes is None or len(set(indices)) < len(indices):
         return 1
-    row = extents[index] + padding(program, indices, pad)
-    return copy_width(size, (program.sizes[index], extents[index], row)) or 1
+    tile = padded(program, indices, [extents[i] for i in indices], pad, geometry)
+    order = tile if program.layout == "F" else tile[::-1]
+    strides = [math.prod(order[:n]) for n in range(1, len(order))]
+    return copy_width(size, (program.sizes[index], extents[index], *strides)) or 1
 
 
 def copy_runs(box: Sequence[int], width: int) -> list[int]:
@@ -304,7 +378,7 @@ def copy_extents(box: Sequence[int], threads: int) -> list[int]:
 
 def shared_bytes(program: Program, geometry: Mapping[str, Any]) -> float:
     """Shared memory of the staged tiles per block (inf where a symbolic extent is staged):
-    every staged read's tile, padded along its fastest index, times the buffers; or, where the
+    every staged read's tile, padded (:func:`padded`), times the buffers; or, where the
     mapping lays out its tiles itself (``shared``), the bytes it says (no box of the tile
     gives them: its tiles are 2-D over linearised index groups)."""
     if geometry.get("shared"):
@@ -315,9 +389,7 @@ def shared_bytes(program: Program, geometry: Mapping[str, Any]) -> float:
     for read in summed_reads(program):
         if read.tensor in staged and read.indices:
             tile = [extents[i] if extents[i] is not None else math.inf for i in read.indices]
-            tile[-1 if program.layout == "C" else 0] += padding(program, read.indices,
-                                                                geometry["pad"])
-            total += math.prod(tile)
+            total += math.prod(padded(program, read.indices, tile, geometry["pad"], geometry))
     buffers = 2 if geometry["double_buffer"] else 1
     # Tiles hold what the kernel computes in: a float16 or bfloat16 element is converted once,
     # when it is copied in, rather than at every read of the main loop, for twice the space.

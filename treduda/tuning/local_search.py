@@ -163,7 +163,8 @@ class LocalSearch:
         """The valid candidates that differ from ``params`` in one parameter, or trade threads
         for registers along an axis keeping its tile (twice the registers, half the threads,
         or the reverse: the coupled change by which the best kernels differ from good ones,
-        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms);
+        GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms), or
+        stage other operands with other threads along one axis (:meth:`_restagings`);
         at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two.
 
         Changes of the last decisions come first, of the first decision (the mapping) last:
@@ -174,7 +175,8 @@ class LocalSearch:
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters)]
         changes = (itertools.chain(self._trades(params),
-                                   ((change,) for change in itertools.chain(*others)))
+                                   ((change,) for change in itertools.chain(*others)),
+                                   self._restagings(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
                        itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
@@ -194,6 +196,27 @@ class LocalSearch:
         fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
         for point in self.space.points(fixed):
             yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _restagings(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes of the staged operands together with the block's threads along one axis,
+        more threads where more operands are staged, fewer where fewer (a staged tile pays
+        only where the block's threads share it), and an operand read
+        unstaged where a block has one thread along the axes that reuse it. tccg_07's climb
+        stopped at A unstaged and one thread along d (0.3305 ms predicted), staging A or
+        four threads along d one at a time slower (0.937, 0.360 ms), both at once faster
+        (0.3176 ms: the slab-padded kernel)."""
+        values = {p.name: p.values for p in self.space.parameters}
+        staged = set(filter(None, params.get("stage", "").split(",")))
+        for stage in values.get("stage", ()):
+            other = set(filter(None, stage.split(",")))
+            more = other > staged  # more operands staged: more threads
+            if not (more or other < staged):
+                continue
+            for a in AXES:
+                block = f"block_{a}"
+                for threads in values.get(block, ()):
+                    if threads != params[block] and (threads > params[block]) == more:
+                        yield ("stage", stage), (block, threads)
 
     def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes that trade threads for registers along an axis and keep its tile, then
