@@ -841,8 +841,8 @@ def interleaved_row(q: Any, order: tuple[int, ...] | None, ops: Operators) -> An
         return q
     quotient, remainder, plus, times = ops
     per_phase, stride, *box = order
-    block = per_phase * stride
     if not box:
+        block = per_phase * stride
         return plus(times(block, quotient(q, block)), times(stride, remainder(q, per_phase)),
                     remainder(quotient(q, per_phase), stride))
     p, span = box  # R S = Q: one block a box

@@ -198,13 +198,14 @@ class LocalSearch:
             yield tuple((name, value) for name, value in point.items() if name not in fixed)
 
     def _restagings(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
-        """Changes of the staged operands together with the block's threads along one axis,
-        more threads where more operands are staged, fewer where fewer (a staged tile pays
-        only where the block's threads share it), and an operand read
-        unstaged where a block has one thread along the axes that reuse it. tccg_07's climb
-        stopped at A unstaged and one thread along d (0.3305 ms predicted), staging A or
-        four threads along d one at a time slower (0.937, 0.360 ms), both at once faster
-        (0.3176 ms: the slab-padded kernel)."""
+        """Changes of the staged operands together with the block's threads along one axis:
+        more threads where more operands are staged, fewer where fewer. A staged tile pays
+        only where the block's threads share it, and an operand is best read unstaged where
+        a block has one thread along the axes that reuse it, so neither change alone may
+        improve a candidate that both together do. tccg_07's climb stopped at A unstaged and
+        one thread along d (0.3305 ms predicted), staging A or four threads along d one at a
+        time slower (0.937, 0.360 ms), both at once faster (0.3176 ms: the slab-padded
+        kernel)."""
         values = {p.name: p.values for p in self.space.parameters}
         staged = set(filter(None, params.get("stage", "").split(",")))
         for stage in values.get("stage", ()):
