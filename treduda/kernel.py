@@ -447,9 +447,11 @@ class Kernel:
             layout=self.layout, layout_note=LAYOUT_NOTES[self.layout], strategy=self.strategy,
             params=" ".join(f"{k}={v}" for k, v in self.params.items()), grid=grid,
             block=self.block, arguments=[p.name for p in params], function=printer.function(),
-            name=self.name, host_arguments=printer.arguments(),
+            name=self.name, host_arguments=printer.arguments(host=True),
             grid_formulas=[f"(unsigned int)({g})" for g in grid],
-            call_arguments=[p.name for p in params], double=real(self.dtype) == "float64",
+            call_arguments=[p.name for p in params] + [
+                m.name for m in self.built.kernel.tensor_maps],
+            double=real(self.dtype) == "float64",
             atomic_type=printer.atomics(), output=self.contraction.output,
             zeroed_bytes=self._zeroed_bytes(), alignment=ir.VECTOR_BYTES,
             dynamic_shared=ir.dynamic_shared_bytes(self.built.kernel),

@@ -446,15 +446,107 @@ class ProxyFence:
     barrier after which a warpgroup reads what it wrote."""
 
 
+# Hopper's transaction barriers and bulk tensor copies (sm_90). An mbarrier is a 64-bit object
+# in shared memory (an element of a Local in Space.MBARRIER) that counts, per phase, arrivals
+# of threads and bytes of asynchronous transactions (PTX ISA 9.7.13.15, "mbarrier"): a phase
+# completes when the arrivals it expects have all come and its transaction count is back at
+# zero; the next phase then begins, expecting as many arrivals again. A thread that waits for
+# a completed phase sees what that phase's transactions wrote. The tensor memory accelerator
+# moves a box of a tensor into shared memory for one thread's instruction (PTX ISA
+# 9.7.9.25.5, "cp.async.bulk.tensor"), through the async proxy, and completes its bytes on an
+# mbarrier: no thread may touch the box until it has waited for that phase.
+
+
+@dataclass(frozen=True)
+class TensorMap:
+    """What a tensor map (the CUDA driver's ``CUtensorMap``, encoded on the host by
+    ``cuTensorMapEncodeTiled``, :mod:`treduda.run.tensor_maps`) tells the bulk tensor copy of
+    the tensor ``tensor``: element (c0, c1, ..) at ``sum(c_d strides[d])`` (dimension 0
+    innermost, ``strides[0] == 1``, in elements) for ``0 <= c_d < extents[d]``, zero outside
+    (``CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE``); read in boxes of ``box`` elements that land in
+    shared memory dimension 0 fastest, their 16-byte chunks placed by the ``swizzle`` (0, 32,
+    64 or 128 bytes: ``CU_TENSOR_MAP_SWIZZLE_*``, bits 4 on of a chunk's address XOR'd with
+    1, 2 or 3 bits from bit 7 on, as :func:`swizzled` and wgmma's descriptors place them).
+    ``name`` is the kernel parameter that holds the encoded map."""
+
+    name: str
+    tensor: str
+    extents: tuple[int, ...]
+    strides: tuple[int, ...]
+    box: tuple[int, ...]
+    swizzle: int = 0
+
+    @property
+    def box_elements(self) -> int:
+        count = 1
+        for extent in self.box:
+            count *= extent
+        return count
+
+
+@dataclass(frozen=True)
+class MbarrierInit:
+    """``mbarrier.init.shared::cta.b64`` (PTX ISA 9.7.13.15.9) then
+    ``fence.mbarrier_init.release.cluster`` (9.7.13.4): the mbarrier at ``barrier`` begins
+    its phase 0, expecting ``arrivals`` arrivals per phase and no transaction bytes. One
+    thread initialises it; the others and the copy engine use it after a :class:`Barrier`."""
+
+    barrier: Load
+    arrivals: int
+
+
+@dataclass(frozen=True)
+class MbarrierArrive:
+    """``mbarrier.arrive.expect_tx.shared::cta.b64`` (PTX ISA 9.7.13.15.11/13; plain
+    ``mbarrier.arrive`` where ``expect_bytes`` is 0): each executing thread adds
+    ``expect_bytes`` to the current phase's transaction count, then counts as one arrival."""
+
+    barrier: Load
+    expect_bytes: int = 0
+
+
+@dataclass(frozen=True)
+class MbarrierWait:
+    """``mbarrier.try_wait.parity.shared::cta.b64`` in a loop until it succeeds (PTX ISA
+    9.7.13.15.16): each executing thread waits until the phase of parity ``parity`` (an
+    expression of 0 or 1: the current phase, or the one just before it) of ``barrier`` has
+    completed; what that phase's transactions wrote is then visible to it."""
+
+    barrier: Load
+    parity: Expr
+
+
+@dataclass(frozen=True)
+class TensorCopy:
+    """``cp.async.bulk.tensor.Nd.shared::cluster.global.mbarrier::complete_tx::bytes`` (PTX
+    ISA 9.7.9.25.5.1): each executing thread (one, elected by the kernel) starts a copy of the
+    box of the tensor map named ``map`` whose first element has ``coordinates`` (dimension 0
+    first, any integers: elements outside the tensor read as zero) to the shared tile at
+    ``target``, the box's element ``n`` (dimension 0 fastest) at ``target`` + ``n`` as the
+    tile's :attr:`Local.swizzle` places elements (the map's swizzle must be the tile's). Its
+    bytes, the whole box's, complete on ``barrier``'s current phase, asynchronously: a
+    :class:`MbarrierArrive` expects them and a :class:`MbarrierWait` for that phase makes
+    them visible. The target starts 128 bytes into a swizzle's atom at most
+    (:data:`SWIZZLE_ALIGNMENT`)."""
+
+    target: Load
+    map: str
+    coordinates: tuple[Expr, ...]
+    barrier: Load
+
+
+MBARRIER_STATEMENTS = (MbarrierInit, MbarrierArrive, MbarrierWait, TensorCopy)
+
+
 WARPGROUP_STATEMENTS = (WarpgroupMultiply, WarpgroupFence, WarpgroupCommit, WarpgroupWait)
 
 # Statements with memory or fragment operands (Elements before the AST, Loads after), which
 # passes rewrite through map_operands.
-OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy, WarpgroupMultiply)
+OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy, WarpgroupMultiply, *MBARRIER_STATEMENTS)
 Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
         | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment | AsyncCopy
         | CommitCopies | WaitCopies | WarpgroupMultiply | WarpgroupFence | WarpgroupCommit
-        | WarpgroupWait | ProxyFence)
+        | WarpgroupWait | ProxyFence | MbarrierInit | MbarrierArrive | MbarrierWait | TensorCopy)
 
 
 class ParamKind(enum.Enum):
@@ -476,6 +568,7 @@ class Space(enum.Enum):
     SHARED = "shared"
     GLOBAL = "global"  # a workspace in global memory: a kernel argument, not a declaration
     FRAGMENT = "fragment"  # tensor-core fragments of a warp (Local.fragment says which)
+    MBARRIER = "mbarrier"  # a block's mbarrier objects, 8 bytes each in shared memory
 
 
 WARP = 32  # threads of a warp, which execute the warp-collective statements together
@@ -566,6 +659,9 @@ class KernelIR:
     locals: tuple[Local, ...]
     body: Stmt
     zeroed_output: bool = False  # the kernel adds into its output, which must start at zero
+    # the tensor maps its bulk tensor copies read (TensorCopy.map): CUDA parameters after
+    # params, encoded by the launch; nothing in OpenCL, whose twin reads the tensors
+    tensor_maps: tuple[TensorMap, ...] = ()
 
 
 # Shared memory a CUDA block may declare statically: more must be dynamic, its size a launch
@@ -649,8 +745,9 @@ def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
 
 
 def has_barrier(s: Stmt) -> bool:
-    """Whether ``s`` contains a barrier anywhere."""
-    return any(isinstance(child, Barrier) for child in nested(s))
+    """Whether ``s`` contains a barrier anywhere (a wait for an mbarrier's phase is one in
+    the OpenCL twin: :mod:`treduda.codegen.transactions`)."""
+    return any(isinstance(child, (Barrier, MbarrierWait)) for child in nested(s))
 
 
 def has_atomic(s: Stmt) -> bool:

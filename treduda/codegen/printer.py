@@ -37,6 +37,7 @@ from .fragments import (
     mma_mapped,
 )
 from .targets import specific_guard
+from .transactions import TENSOR_MAP_STRUCT, Transactions
 from .warpgroup import WARPGROUP_ARCH, Warpgroup, has_warpgroups
 
 INDENT = "  "
@@ -226,6 +227,8 @@ class Printer:
         self.warpgroup = Warpgroup(kernel, self.expr, dialect.fragments == "wmma",
                                    self.value_type, itemsize(kernel.dtype),
                                    f"(int)({thread} % {ir.WARPGROUP})")
+        self.transactions = Transactions(kernel, self.expr, dialect.fragments == "wmma",
+                                         dialect.barrier, self.stmt)
         self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
         # tiles read in vectors (ir.VectorLoad): 16-byte aligned, as cp.async's widest copies
         shared = {v.name for v in kernel.locals if v.space is ir.Space.SHARED}
@@ -248,6 +251,8 @@ class Printer:
                  "async_copies": bool(d.copy_async) and self.copies,
                  "warpgroup": (specific_guard(WARPGROUP_ARCH)
                                if d.fragments == "wmma" and has_warpgroups(self.kernel) else ""),
+                 "tensor_map": (TENSOR_MAP_STRUCT if d.fragments == "wmma"
+                                and self.kernel.tensor_maps else ""),
                  "uint": d.uint, "ushort": d.ushort, "as_bits": d.as_bits,
                  "as_float": d.as_float, "fma": d.fma}
         if not self.complex:
@@ -262,7 +267,8 @@ class Printer:
         head = d.kernel.format(threads=bx * by * bz, bx=bx, by=by, bz=bz)
         return f"{head} {self.kernel.name}({', '.join(self.arguments())})"
 
-    def arguments(self) -> list[str]:
+    def arguments(self, host: bool = False) -> list[str]:
+        """The kernel's parameters, or (``host``) the host glue's that launches it."""
         d, args = self.dialect, []
         for p in self.kernel.params:
             if p.kind in (ir.ParamKind.OUTPUT, ir.ParamKind.INPUT, ir.ParamKind.WORKSPACE):
@@ -274,7 +280,7 @@ class Printer:
                 args.append(f"const {self.value_type} {p.name}")
             else:
                 args.append(f"const {self.index_type} {p.name}")
-        return args
+        return args + self.transactions.arguments(host)
 
     def function(self) -> str:
         lines = [self.signature() + " {"]
@@ -285,9 +291,10 @@ class Printer:
             pool = (self.dialect.dynamic_shared if dynamic else self.dialect.shared_pool).format(
                 bytes=total, alignment=ir.shared_alignment(self.kernel))
             lines.append(f"{INDENT}{pool}")
+        lines += [INDENT + line for line in self.transactions.declarations()]
         for local in self.kernel.locals:
-            if local.space is ir.Space.GLOBAL:
-                continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
+            if local.space in (ir.Space.GLOBAL, ir.Space.MBARRIER):
+                continue  # a workspace: an argument (ir.ParamKind.WORKSPACE); mbarriers above
             if local.space is ir.Space.FRAGMENT:
                 lines.append(f"{INDENT}{self.fragments.declare(local)}")
                 continue
@@ -333,6 +340,8 @@ class Printer:
             return self.fragments.stmt(s, pad)
         if isinstance(s, (*ir.WARPGROUP_STATEMENTS, ir.ProxyFence)):
             return self.warpgroup.stmt(s, pad)
+        if isinstance(s, ir.MBARRIER_STATEMENTS):
+            return self.transactions.stmt(s, depth, pad)
         if isinstance(s, ir.AsyncCopy):
             return self.async_copy(s, depth)
         if isinstance(s, ir.CommitCopies):

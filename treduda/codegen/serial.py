@@ -23,7 +23,8 @@ IR_CLASSES: tuple[type, ...] = (
     ir.VectorStore, ir.FillFragment, ir.LoadFragment, ir.MultiplyAccumulate, ir.AddFragment,
     ir.StoreFragment, ir.AsyncCopy, ir.CommitCopies, ir.WaitCopies, ir.WarpgroupMultiply,
     ir.WarpgroupFence, ir.WarpgroupCommit, ir.WarpgroupWait, ir.ProxyFence, ir.CoreMatrices,
-    ir.Fragment, ir.Param, ir.Local, ir.KernelIR, parts.PartsSum)
+    ir.Fragment, ir.Param, ir.Local, ir.KernelIR, parts.PartsSum, ir.TensorMap,
+    ir.MbarrierInit, ir.MbarrierArrive, ir.MbarrierWait, ir.TensorCopy)
 IR_ENUMS: tuple[type[enum.Enum], ...] = (ir.Op, ir.Builtin, ir.Function, ir.Unroll,
                                          ir.ParamKind, ir.Space, ir.Use)
 

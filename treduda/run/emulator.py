@@ -24,7 +24,10 @@ shared-memory access and reports, as :class:`Hazard`:
   warpgroup (:class:`ir.WarpgroupWait`) covers its group;
 * a **missing proxy fence**: a warpgroup MMA reads a shared element written through the
   generic proxy (a store, a cp.async once waited for) whose writer has not executed
-  :class:`ir.ProxyFence` since.
+  :class:`ir.ProxyFence` since;
+* an **unfinished tensor copy**, a **misaligned tensor copy**, an **mbarrier** that **never
+  completes** or is **uninitialised**: the mbarriers and bulk tensor copies, run with their
+  asynchrony by :mod:`treduda.run.transactions`.
 
 A warpgroup statement runs once per warpgroup (128 threads), which must all reach it with the
 same operands. An MMA computes its product when it starts and counts as its warpgroup's first
@@ -65,6 +68,7 @@ from ..codegen.warpgroup import accumulator_column, accumulator_row
 from ..errors import HazardError
 from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
+from .transactions import Transactions
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
 ALL = slice(None)  # an index of every element: where an access falls inside its array
@@ -105,9 +109,11 @@ CALLS = {ir.Function.TF32: _tf32, ir.Function.TF32X3: _tf32x3,
 class Hazard:
     """One problem found in block ``block``: ``kind`` is "race", "out of bounds", "divergent
     barrier", "uninitialised read", "divergent warp", "unfinished async copy", "unfinished
-    wgmma", "missing proxy fence" or "reused memory" (a tile accessed after a tile that
-    takes over its memory was written, or while that was written: no barrier between;
-    :attr:`ir.Local.reuses`); ``threads`` are linear thread ids (x fastest)."""
+    wgmma", "missing proxy fence", "unfinished tensor copy", "misaligned tensor copy",
+    "mbarrier never completes", "uninitialised mbarrier" (:mod:`.transactions`) or "reused
+    memory" (a tile accessed after a tile that takes over its memory was written, or while
+    that was written: no barrier between; :attr:`ir.Local.reuses`); ``threads`` are linear
+    thread ids (x fastest)."""
 
     kind: str
     block: tuple[int, ...]
@@ -251,8 +257,8 @@ class _Block:
                          for local in kernel.locals if local.swizzle}
         warps = -(-self.count // ir.WARP)
         for local in kernel.locals:
-            if local.space is ir.Space.GLOBAL:
-                continue  # a workspace: an argument, in memory already
+            if local.space in (ir.Space.GLOBAL, ir.Space.MBARRIER):
+                continue  # a workspace: an argument, in memory already; mbarriers: Transactions
             if local.space is ir.Space.FRAGMENT:
                 self.fragments[local.name] = (local, np.full(
                     (warps, local.size, local.fragment.elements), unset, dtype))
@@ -295,11 +301,16 @@ class _Block:
                          for name in self.shared if proxied}
         self.writer = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
                        for name in self.shared if proxied}
+        self.transactions = (Transactions(self) if any(
+            isinstance(s, ir.MBARRIER_STATEMENTS) for s in ir.nested(kernel.body)) else None)
+        self.bulk_tiles = self.transactions.in_flight if self.transactions else {}
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
         with np.errstate(over="ignore" if is_integer(self.compute.name) else "warn"):
             self.walk(self.kernel.body, np.ones(self.count, dtype=bool))
+        if self.transactions is not None:
+            self.transactions.finish()
         self.end_epoch()
         return self.hazards
 
@@ -390,6 +401,8 @@ class _Block:
         elif isinstance(s, ir.ProxyFence):
             for name, unfenced in self.unfenced.items():
                 unfenced &= ~active[self.writer[name]]
+        elif isinstance(s, ir.MBARRIER_STATEMENTS):
+            self.transactions.run(s, active)
         else:
             self.assign(s, active)
 
@@ -701,9 +714,11 @@ class _Block:
         return ir.swizzled(offsets, shift, itemsize(self.kernel.dtype), bits)
 
     def touch(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
-              started: bool = False) -> tuple[tuple, np.ndarray] | None:
+              started: bool = False, raced: bool = True) -> tuple[tuple, np.ndarray] | None:
         """:meth:`locate` for threads ``lanes`` accessing ``array[offsets]``; ``started``: the
-        write of an asynchronous copy that started, which gives the element no value yet."""
+        write of an asynchronous copy that started, which gives the element no value yet;
+        ``raced`` False: one that an mbarrier orders, not barriers (a bulk tensor copy's),
+        left out of the epoch's race check."""
         # negative offsets, seen as unsigned, lie beyond any array's end too
         inside = offsets.astype(np.int64, copy=False).view(np.uint64) < self.sizes[array]
         if inside.all():
@@ -725,6 +740,8 @@ class _Block:
             if write and not started and array in self.unfenced:
                 self.unfenced[array][offsets] = True
                 self.writer[array][offsets] = lanes
+            if array in self.bulk_tiles:
+                self.transactions.check(array, offsets, lanes, write, started)
         if array in self.taken:
             self.report("reused memory", array, offsets, lanes, np.ones(offsets.size, bool))
         if write and array in self.takers:
@@ -737,7 +754,7 @@ class _Block:
                     written[where] = True
             elif not written[where].all():
                 self.report("uninitialised read", array, offsets, lanes, ~written[where])
-        if array in self.shared:
+        if array in self.shared and raced:
             self.accesses.setdefault(array, []).append((offsets, lanes, write))
         return where, inside
 

@@ -1,0 +1,210 @@
+"""The mbarrier statements and the bulk tensor copy (:data:`ir.MBARRIER_STATEMENTS`): one
+warpgroup's tile of ``C = A B^T`` whose operand boxes the copy engine moves, checked against
+numpy on PoCL (the twin) and in the emulator (their asynchrony), each guard removed in turn
+for the hazard it prevents, the copy engine's swizzle against the tiles' and the
+descriptors', and nvcc building UTMALDG, the SYNCS of the mbarriers and HGMMA for sm_90a."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from treduda.codegen import ir, serial
+from treduda.codegen.printer import CUDA, OPENCL, Printer
+from treduda.codegen.warpgroup import accumulator_column, accumulator_row
+from treduda.kernel import _templates
+from treduda.run.emulator import emulate
+from treduda.run.launch import Launch
+from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
+from treduda.run.opencl import run_opencl
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.run.transactions import tensor_map_swizzle
+
+M, N, K = 50, 30, 100  # partial boxes along every index: the copy engine's zero fill
+BOX_M, BOX_N, BOX_K = 64, 32, 64  # one 128-byte swizzled line of K per row
+THREADS = ir.WARPGROUP
+THREAD = ir.Index(ir.Builtin.THREAD_ID, 0)
+BOX_BYTES = (BOX_M + BOX_N) * BOX_K * 2
+
+
+def _int(n: int) -> ir.Int:
+    return ir.Int(n)
+
+
+def _add(*terms: ir.Expr) -> ir.Expr:
+    total = terms[0]
+    for term in terms[1:]:
+        total = ir.Binary(ir.Op.ADD, total, term)
+    return total
+
+
+def _loop(name: str, count: int, body: ir.Stmt) -> ir.For:
+    return ir.For(name, _int(0), ir.Binary(ir.Op.LT, ir.Var(name), _int(count)), _int(1), body)
+
+
+def _elected(*body: ir.Stmt) -> ir.If:
+    return ir.If(ir.Binary(ir.Op.EQ, THREAD, _int(0)), ir.Block(body))
+
+
+def tile_gemm(stages: int = 2, wait: bool = True, wgmma_wait: bool = True,
+              parity: bool = True, arrive: bool = True, rewrite: bool = False,
+              fence: bool = True, map_swizzle: int = 128) -> ir.KernelIR:
+    """``C[m, n] = sum_k A[m, k] B[n, k]`` (both K-major, float16) in one block of one
+    warpgroup: per step of 64 K, the elected thread expects the step's bytes on the stage's
+    mbarrier and starts the copies of A's 64 x 64 box and B's 32 x 64 into the stage's
+    128-byte swizzled tiles; every thread waits for the stage's phase (parity: the step's
+    round of the stages), the warpgroup multiplies and waits for its MMAs. The flags remove
+    one guard each; ``rewrite`` has each thread store its share of A's tile again after the
+    wait (a generic-proxy write the MMAs read: it needs the proxy fence, ``fence``)."""
+    ks = ir.Var("ks")
+    stage = ir.Binary(ir.Op.MOD, ks, _int(stages))
+    barrier = ir.Load("bar", stage)
+    a_start = ir.Binary(ir.Op.MUL, stage, _int(BOX_M * BOX_K))
+    b_start = ir.Binary(ir.Op.MUL, stage, _int(BOX_N * BOX_K))
+    k0 = ir.Binary(ir.Op.MUL, ks, _int(BOX_K))
+    issue = _elected(*((ir.MbarrierArrive(barrier, BOX_BYTES),) if arrive else ()),
+                     ir.TensorCopy(ir.Load("sa", a_start), "map_a", (k0, _int(0)), barrier),
+                     ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), barrier))
+    round_parity = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.DIV, ks, _int(stages)), _int(2))
+    waits = (ir.MbarrierWait(barrier, round_parity if parity else _int(0)),) if wait else ()
+    share = BOX_M * BOX_K // THREADS
+    mine = _add(a_start, ir.Binary(ir.Op.MUL, THREAD, _int(share)), ir.Var("j"))
+    rewrites = (_loop("j", share, ir.Assign(ir.Load("sa", mine), "=", ir.Binary(
+        ir.Op.MUL, ir.Load("sa", mine), ir.Float(1.0)))),
+        *((ir.ProxyFence(),) if fence else ()), ir.Barrier()) if rewrite else ()
+    layout_a = ir.CoreMatrices(BOX_M * 128, 1024, True, 128)
+    layout_b = ir.CoreMatrices(BOX_N * 128, 1024, True, 128)
+    mmas = tuple(ir.WarpgroupMultiply(
+        ir.Load("acc", _int(0)), ir.Load("sa", _add(a_start, _int(16 * kf))),
+        ir.Load("sb", _add(b_start, _int(16 * kf))), (64, BOX_N, 16), layout_a, layout_b)
+        for kf in range(BOX_K // 16))
+    steps = -(-K // BOX_K)
+    registers = BOX_N // 2
+    step = ir.Block((issue, *waits, *rewrites, ir.WarpgroupFence(), *mmas, ir.WarpgroupCommit(),
+                     *((ir.WarpgroupWait(0),) if wgmma_wait else ())))
+    r = ir.Var("r")
+    row, column = accumulator_row(THREAD, r), accumulator_column(THREAD, r)
+    inside = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.LT, row, _int(M)),
+                       ir.Binary(ir.Op.LT, column, _int(N)))
+    store = _loop("r", registers, ir.If(inside, ir.Assign(
+        ir.Load("C", _add(ir.Binary(ir.Op.MUL, row, _int(N)), column)), "=",
+        ir.Load("acc", r))))
+    body = ir.Block((
+        _elected(*(ir.MbarrierInit(ir.Load("bar", _int(s)), 1) for s in range(stages))),
+        ir.Barrier(),
+        _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
+        _loop("ks", steps, step), ir.WarpgroupWait(0), store))
+    sa = ir.Local("sa", ir.Space.SHARED, (stages * BOX_M * BOX_K,), stored=True, swizzle=6)
+    sb = ir.Local("sb", ir.Space.SHARED, (stages * BOX_N * BOX_K,), stored=True, swizzle=6)
+    maps = (ir.TensorMap("map_a", "A", (K, M), (1, K), (BOX_K, BOX_M), map_swizzle),
+            ir.TensorMap("map_b", "B", (K, N), (1, K), (BOX_K, BOX_N), map_swizzle))
+    return ir.KernelIR("tile_gemm", "float16", 32,
+                       (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT),
+                        ir.Param("B", ir.ParamKind.INPUT)),
+                       (sa, sb, ir.Local("bar", ir.Space.MBARRIER, (stages,)),
+                        ir.Local("acc", ir.Space.REGISTER, (registers,))), body,
+                       tensor_maps=maps)
+
+
+def _operands() -> tuple[np.ndarray, np.ndarray]:
+    generator = np.random.default_rng(39)  # small integers: every sum exact in float32
+    return (generator.integers(-3, 4, (M, K)).astype(np.float16),
+            generator.integers(-3, 4, (N, K)).astype(np.float16))
+
+
+def _launch() -> Launch:
+    a, b = _operands()
+    return Launch("tile_gemm", (1, 1, 1), (THREADS, 1, 1),
+                  (np.zeros(M * N, np.float16), a.ravel(), b.ravel()), 0, (M, N), "C")
+
+
+def _expected() -> np.ndarray:
+    a, b = _operands()
+    return (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
+
+
+def _source(kernel: ir.KernelIR, cuda: bool) -> str:
+    dialect, template = (CUDA, "kernel.cu.j2") if cuda else (OPENCL, "kernel.cl.j2")
+    printer = Printer(kernel, dialect, (THREADS, 1, 1))
+    return _templates().get_template(template).render(
+        version="test", expression="C[m,n] = A[m,k]*B[n,k]", sizes="", merged="",
+        dtype=kernel.dtype, precision="highest", layout="C", layout_note="", strategy="",
+        params="", grid=[1, 1, 1], block=[THREADS, 1, 1], arguments=[],
+        function=printer.function(), name=kernel.name,
+        host_arguments=printer.arguments(host=True), grid_formulas=["1", "1", "1"],
+        call_arguments=[p.name for p in kernel.params] + [m.name for m in kernel.tensor_maps],
+        double=False, atomic_type="", output="C", zeroed_bytes=0, alignment=16,
+        dynamic_shared=ir.dynamic_shared_bytes(kernel), parts=None, **printer.helpers())
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_tensor_copies_on_mbarriers_match_numpy_in_the_emulator_and_on_pocl(stages):
+    kernel = tile_gemm(stages)
+    result, found = emulate(kernel, _launch())
+    assert found == []
+    np.testing.assert_array_equal(result, _expected())
+    np.testing.assert_array_equal(run_opencl(_source(kernel, cuda=False), _launch()),
+                                  _expected())
+
+
+@pytest.mark.parametrize(("guard", "hazard"), [
+    ({"wait": False}, "unfinished tensor copy"),  # the MMAs read the boxes in flight
+    ({"parity": False, "stages": 1}, "unfinished tensor copy"),  # step 2 waits for phase 0
+    ({"wgmma_wait": False, "stages": 1}, "unfinished wgmma"),  # a copy over read operands
+    ({"rewrite": True, "fence": False}, "missing proxy fence"),
+    ({"arrive": False}, "mbarrier never completes"),  # nobody arrives: the phase never ends
+])
+def test_the_emulator_names_the_hazard_a_removed_guard_leaves(guard, hazard):
+    found = {h.kind for h in emulate(tile_gemm(**guard), _launch())[1]}
+    assert hazard in found, found
+    if guard.get("rewrite"):  # with its fence the rewritten tile is read as it should be
+        result, found = emulate(tile_gemm(rewrite=True), _launch())
+        assert found == [] and np.array_equal(result, _expected())
+
+
+def test_the_copy_engines_swizzle_is_the_tiles_and_the_descriptors():
+    """The driver's swizzle of bytes (``CU_TENSOR_MAP_SWIZZLE_*``) places every 16-bit
+    element of an atom where :func:`ir.swizzled` (the tiles, the printers, the bank counts)
+    and so wgmma's descriptor modes place it; a map whose swizzle is not the tile's lands
+    the box elsewhere, and the product is wrong."""
+    for swizzle, bits in ((128, 3), (64, 2), (32, 1)):
+        element = np.arange(8 * swizzle // 2 * 4)
+        np.testing.assert_array_equal(tensor_map_swizzle(element * 2, swizzle) // 2,
+                                      ir.swizzled(element, 6, 2, bits))
+    result, found = emulate(tile_gemm(map_swizzle=64), _launch())
+    assert found == [] and not np.array_equal(result, _expected())
+
+
+def test_kernel_ir_with_tensor_copies_survives_storage():
+    kernel = tile_gemm()
+    assert serial.Decoder()(serial.encode(kernel)) == kernel
+
+
+def test_the_twin_waits_with_a_barrier_and_cuda_says_ptx():
+    kernel = tile_gemm()
+    opencl, cuda = _source(kernel, cuda=False), _source(kernel, cuda=True)
+    assert "map_a" not in opencl and "mbarrier" not in opencl
+    assert opencl.count("barrier(CLK_LOCAL_MEM_FENCE)") >= 2
+    for instruction in ("mbarrier.init.shared::cta.b64", "fence.mbarrier_init.release.cluster",
+                        "mbarrier.arrive.expect_tx.shared::cta.b64",
+                        "mbarrier.try_wait.parity.shared::cta.b64",
+                        "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::"
+                        "complete_tx::bytes", "const __grid_constant__ td_tensor_map map_a"):
+        assert instruction in cuda, instruction
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_nvcc_builds_utmaldg_mbarriers_and_hgmma_for_sm_90a():
+    (report,) = sass_report(_source(tile_gemm(), cuda=True), "sm_90")
+    assert report.arch == "sm_90a" and report.main_loop_mma % (BOX_K // 16) == 0 < report.mma
+    opcodes = {opcode.split(".")[0] for opcode in report.main_loop_opcodes}
+    assert {"UTMALDG", "SYNCS"} <= opcodes, opcodes
+    assert not report.global_load_widths  # no operand passes through registers
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_nvrtc_compiles_the_tensor_copies_for_sm_90a():
+    ptx = compile_nvrtc(_source(tile_gemm(), cuda=True), "sm_90a")
+    assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx

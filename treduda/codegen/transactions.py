@@ -1,0 +1,131 @@
+"""How each dialect prints the mbarrier statements and the bulk tensor copy
+(:data:`ir.MBARRIER_STATEMENTS`).
+
+CUDA says them in inline PTX for sm_90 (PTX ISA 9.7.13.15 "mbarrier", 9.7.9.25.5
+"cp.async.bulk.tensor"): an mbarrier's address is its shared-window address
+(``__cvta_generic_to_shared``), a wait spins on ``mbarrier.try_wait.parity`` until it
+succeeds, and a copy names its tensor map by the generic address of the ``__grid_constant__``
+parameter that holds it (``td_tensor_map``, 128 bytes aligned to 64, as the driver's
+``CUtensorMap``: the kernel needs no driver header, which NVRTC lacks).
+
+OpenCL has no transaction barrier and no copy engine, so its twin computes the same values
+in the same places: a bulk copy is the issuing thread's loads of the box's elements (zeros
+outside the tensor) into the shared tile, each at the element the copy would fill, the tile's
+swizzle placing it as it places every access; the wait for a phase is a work-group barrier,
+after which every work-item sees those stores; init and arrive are nothing. A kernel that
+waits therefore waits in code every work-item of the group reaches (the emulator, which runs
+the copies' real asynchrony, checks the CUDA meaning).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from . import ir
+
+# The kernel parameter type of a tensor map: CUtensorMap's 128 bytes, aligned to 64 (CUDA
+# driver API, "CUtensorMap": "alignas(64) ... cuuint64_t opaque[16]")
+TENSOR_MAP_TYPE = "td_tensor_map"
+TENSOR_MAP_STRUCT = (f"struct __align__(64) {TENSOR_MAP_TYPE} {{ unsigned long long "
+                     "opaque[16]; };")
+
+
+def has_transactions(kernel: ir.KernelIR) -> bool:
+    return any(isinstance(s, ir.MBARRIER_STATEMENTS) for s in ir.nested(kernel.body))
+
+
+def box_offset(tensor_map: ir.TensorMap, element: ir.Expr,
+               coordinates: tuple[ir.Expr, ...]) -> tuple[ir.Expr, ir.Expr]:
+    """The offset in the tensor of the box's ``element`` (dimension 0 fastest) for a copy
+    from ``coordinates``, and the condition that it lies inside the tensor."""
+    offset, inside, rest = ir.Int(0), None, element
+    for extent, stride, size, start in zip(tensor_map.extents, tensor_map.strides,
+                                           tensor_map.box, coordinates, strict=True):
+        along = ir.Binary(ir.Op.ADD, start, ir.Binary(ir.Op.MOD, rest, ir.Int(size)))
+        rest = ir.Binary(ir.Op.DIV, rest, ir.Int(size))
+        offset = ir.Binary(ir.Op.ADD, offset, ir.Binary(ir.Op.MUL, along, ir.Int(stride)))
+        bounds = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.GE, along, ir.Int(0)),
+                           ir.Binary(ir.Op.LT, along, ir.Int(extent)))
+        inside = bounds if inside is None else ir.Binary(ir.Op.AND, inside, bounds)
+    return offset, inside
+
+
+class Transactions:
+    """Both spellings; ``cuda`` picks PTX, else the OpenCL twin. ``assign`` prints an
+    assignment as the dialect prints it (the twin's copies of stored values)."""
+
+    def __init__(self, kernel: ir.KernelIR, expr: Callable[[ir.Expr], str], cuda: bool,
+                 barrier: str, assign: Callable[[ir.Assign, int], list[str]]):
+        self.kernel, self.expr, self.cuda = kernel, expr, cuda
+        self.barrier, self.assign = barrier, assign
+        self.maps = {m.name: m for m in kernel.tensor_maps}
+
+    def declarations(self) -> list[str]:
+        """The mbarrier objects (CUDA: 8-byte words of shared memory; none in OpenCL)."""
+        if not self.cuda:
+            return []
+        return [f"__shared__ __align__(8) unsigned long long {local.name}[{local.size}];"
+                for local in self.kernel.locals if local.space is ir.Space.MBARRIER]
+
+    def arguments(self, host: bool = False) -> list[str]:
+        """The tensor maps' kernel parameters, passed by value (CUDA only: the twin reads
+        the tensors); a kernel's are ``__grid_constant__`` (CUDA C++ Programming Guide,
+        "grid_constant"), which host code may not say."""
+        if not self.cuda:
+            return []
+        qualifier = "" if host else "__grid_constant__ "
+        return [f"const {qualifier}{TENSOR_MAP_TYPE} {m.name}" for m in self.kernel.tensor_maps]
+
+    def address(self, barrier: ir.Load) -> str:
+        return f"(unsigned)__cvta_generic_to_shared(&{barrier.array}[{self.expr(barrier.offset)}])"
+
+    def stmt(self, s: ir.Stmt, depth: int, pad: str) -> list[str]:
+        if not self.cuda:
+            return self.twin(s, depth, pad)
+        if isinstance(s, ir.MbarrierInit):
+            return [f'{pad}asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" :: '
+                    f'"r"({self.address(s.barrier)}), "n"({s.arrivals}) : "memory");',
+                    f'{pad}asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");']
+        if isinstance(s, ir.MbarrierArrive):
+            if not s.expect_bytes:
+                return [f'{pad}asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];" :: '
+                        f'"r"({self.address(s.barrier)}) : "memory");']
+            return [f'{pad}asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], '
+                    f'%1;" :: "r"({self.address(s.barrier)}), "n"({s.expect_bytes}) : '
+                    '"memory");']
+        if isinstance(s, ir.MbarrierWait):
+            inner = pad + "  "
+            return [f"{pad}{{",
+                    f"{inner}unsigned td_done = 0;",
+                    f"{inner}while (!td_done) {{",
+                    f'{inner}  asm volatile("{{ .reg .pred p; mbarrier.try_wait.parity.'
+                    'shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }" : "=r"(td_done) : '
+                    f'"r"({self.address(s.barrier)}), "r"((unsigned)({self.expr(s.parity)})) '
+                    ': "memory");',
+                    f"{inner}}}",
+                    f"{pad}}}"]
+        if isinstance(s, ir.TensorCopy):
+            rank = len(s.coordinates)
+            places = ", ".join(f"%{2 + d}" for d in range(rank))
+            coordinates = ", ".join(f'"r"((int)({self.expr(c)}))' for c in s.coordinates)
+            return [f'{pad}asm volatile("cp.async.bulk.tensor.{rank}d.shared::cluster.global.'
+                    f'mbarrier::complete_tx::bytes [%0], [%1, {{{places}}}], [%{2 + rank}];"',
+                    f'{pad}    :: "r"((unsigned)__cvta_generic_to_shared(&{s.target.array}'
+                    f'[{self.expr(s.target.offset)}])), "l"(&{s.map}), {coordinates}, '
+                    f'"r"({self.address(s.barrier)}) : "memory");']
+        raise TypeError(f"cannot print statement {s!r}")
+
+    def twin(self, s: ir.Stmt, depth: int, pad: str) -> list[str]:
+        """The twin's wait is a work-group barrier, its copy the issuing thread's loads."""
+        if isinstance(s, ir.MbarrierWait):
+            return [pad + self.barrier]
+        if not isinstance(s, ir.TensorCopy):
+            return []
+        tensor_map = self.maps[s.map]
+        element = ir.Var("td_e")
+        source, inside = box_offset(tensor_map, element, s.coordinates)
+        copy = ir.Assign(ir.Load(s.target.array, ir.Binary(ir.Op.ADD, s.target.offset, element)),
+                         "=", ir.Select(inside, ir.Load(tensor_map.tensor, source),
+                                        ir.Float(0.0)))
+        return [f"{pad}for (int td_e = 0; td_e < {tensor_map.box_elements}; td_e++) {{",
+                *self.assign(copy, depth + 1), f"{pad}}}"]
