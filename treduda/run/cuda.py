@@ -30,6 +30,7 @@ from ..once import once_per_key
 from .device_arrays import cupy_module
 from .launch import Call, Launch
 from .nvrtc import compile_nvrtc, include_options
+from .tensor_maps import encode, kernel_argument
 from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
@@ -63,7 +64,10 @@ class CupyRuntime:
         return module.get_function(name)
 
     def upload(self, launch: Launch) -> list:
-        return [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
+        """The values on the GPU, then the kernel's tensor maps of them, encoded."""
+        arguments = [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
+        return arguments + [kernel_argument(encode(tiled, arguments[position].data.ptr))
+                            for position, tiled in launch.tensor_maps]
 
     def call(self, function, launch: Launch | Call, arguments: list) -> None:
         if launch.dynamic_shared:  # CuPy sets cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -114,6 +118,10 @@ class PycudaRuntime:
         if any(_is_array(v) and not isinstance(v, np.ndarray) for v in launch.values):
             raise BackendUnavailable("pycuda runs kernels on numpy arrays only; arrays already "
                                      "on the GPU need CuPy: pip install 'treduda[cupy]'")
+        if launch.tensor_maps:
+            raise BackendUnavailable("kernels fed by bulk tensor copies take their tensor maps "
+                                     "by value, which the CuPy runtime passes: pip install "
+                                     "'treduda[cupy]'")
         return [gpuarray.to_gpu(v) if isinstance(v, np.ndarray) else v for v in launch.values]
 
     def call(self, function, launch: Launch | Call, arguments: list) -> None:

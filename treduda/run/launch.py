@@ -18,6 +18,7 @@ from ..errors import MissingArray, ShapeMismatch
 from ..frontend.contraction import Contraction, check_arguments, infer_sizes
 from ..frontend.dtypes import DEFAULT_CASTING, check_cast, compute
 from .device_arrays import is_device_array, to_cupy, to_numpy
+from .tensor_maps import TiledEncoding, encoding
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class Launch:
     # bytes of dynamic shared memory a CUDA launch passes, the kernel's attribute raised to
     # them (ir.dynamic_shared_bytes); 0: its tiles are static
     dynamic_shared: int = 0
+    # the CUDA kernel's tensor maps (ir.KernelIR.tensor_maps), in order: the position of the
+    # value each describes and the driver's arguments, encoded once the tensor is on the GPU
+    tensor_maps: tuple[tuple[int, TiledEncoding], ...] = ()
 
     def global_size(self) -> tuple[int, int, int]:
         """OpenCL's global work size: the grid in threads."""
@@ -126,8 +130,11 @@ def prepare(contraction: Contraction, kernel: ir.KernelIR, layout: str,
     output = next(n for n, p in enumerate(kernel.params) if p.kind == ir.ParamKind.OUTPUT)
     workspaces = tuple(n for n, p in enumerate(kernel.params)
                        if p.kind == ir.ParamKind.WORKSPACE)
+    positions = {p.name: n for n, p in enumerate(kernel.params)}
+    maps = tuple((positions[m.tensor], encoding(m, kernel.dtype)) for m in kernel.tensor_maps)
     return Launch(kernel.name, grid, block, tuple(values), output, output_shape, layout,
-                  workspaces=workspaces, dynamic_shared=ir.dynamic_shared_bytes(kernel))
+                  workspaces=workspaces, dynamic_shared=ir.dynamic_shared_bytes(kernel),
+                  tensor_maps=maps)
 
 
 def prepare_all(contraction: Contraction, first: ir.KernelIR, then: PartsSum | None, layout: str,

@@ -36,6 +36,7 @@ import numpy as np
 from ..codegen import ir
 from ..errors import TredudaError
 from ..frontend.dtypes import itemsize
+from .tensor_maps import encoding
 
 if TYPE_CHECKING:
     from .emulator import _Block
@@ -81,6 +82,8 @@ class Transactions:
         self.block = block
         kernel = block.kernel
         self.maps = {m.name: m for m in kernel.tensor_maps}
+        for tensor_map in kernel.tensor_maps:
+            encoding(tensor_map, kernel.dtype)  # raises where the driver would refuse it
         self.barriers = {local.name: local.size for local in kernel.locals
                          if local.space is ir.Space.MBARRIER}
         # each barrier's number among all of them: what a landed element remembers

@@ -1,0 +1,92 @@
+"""Tensor maps on the host (:mod:`treduda.run.tensor_maps`): cuTensorMapEncodeTiled's
+arguments worked out by hand for GEMM operands, the tensors no map describes, and (on a GPU
+only) the encoded map passed by value to a kernel whose bulk copies read it."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import numpy as np
+import pytest
+from test_tensor_copy import _expected, _launch, _source, tile_gemm
+
+from treduda.codegen import ir
+from treduda.errors import BackendUnavailable, StrategyError
+from treduda.run.emulator import emulate
+from treduda.run.tensor_maps import (
+    TENSOR_MAP_BYTES,
+    TiledEncoding,
+    encoding,
+    kernel_argument,
+    unmappable,
+)
+
+
+def test_gemm_operands_by_hand():
+    """GEMM 4096^3: A[i,k] (k fastest) in 128 x 64 boxes of float16, rows 8192 bytes apart,
+    one 128-byte swizzled line of K per row; B[k,j] (j fastest, wgmma's MN-major operand) in
+    64 x 64 boxes, a line of N per K; TF32's float32 A in 128 x 32 (a line of 32 words)."""
+    a = ir.TensorMap("map_a", "A", (4096, 4096), (1, 4096), (64, 128), 128)
+    assert encoding(a, "float16") == TiledEncoding(
+        data_type=6, rank=2, global_dims=(4096, 4096), global_strides=(8192,),
+        box_dims=(64, 128), element_strides=(1, 1), interleave=0, swizzle=3,
+        l2_promotion=2, oob_fill=0)
+    b = ir.TensorMap("map_b", "B", (4096, 4096), (1, 4096), (64, 64), 128)
+    assert encoding(b, "bfloat16").data_type == 9
+    tf32 = encoding(ir.TensorMap("map_a", "A", (4096, 4096), (1, 4096), (32, 128), 128),
+                    "float32")
+    assert (tf32.data_type, tf32.global_strides, tf32.swizzle) == (7, (16384,), 3)
+    # a TCCG-shaped operand of three dimensions: A[c,a,b] of 24 x 16 x 72, b fastest
+    three = ir.TensorMap("map_a", "A", (72, 16, 24), (1, 72, 1152), (64, 16, 2), 128)
+    assert encoding(three, "float16").global_strides == (144, 2304)
+
+
+@pytest.mark.parametrize(("extents", "strides", "dtype", "reason"), [
+    ((4095, 4096), (1, 4095), "float16", "stride of 8190 bytes"),  # rows of odd length
+    ((4096, 4096), (4096, 1), "float16", "not contiguous"),
+    ((2,) * 6, (1, 2, 4, 8, 16, 32), "float32", "6 dimensions"),
+    ((8, 8), (1, 8), "int32", "moves no int32"),
+])
+def test_tensors_no_map_describes_say_why(extents, strides, dtype, reason):
+    assert reason in unmappable(extents, strides, dtype)
+
+
+@pytest.mark.parametrize(("box", "swizzle", "reason"), [
+    ((128, 64), 128, "256 bytes wide in a 128-byte swizzle"),
+    ((64, 300), 128, "each extent 1 to 256"),
+    ((4, 64), 0, "8 bytes wide"),
+])
+def test_boxes_the_driver_refuses_raise_before_it(box, swizzle, reason):
+    with pytest.raises(StrategyError, match=reason):
+        encoding(ir.TensorMap("m", "A", (4096, 4096), (1, 4096), box, swizzle), "float16")
+
+
+def test_an_encoded_map_is_a_128_byte_scalar_passed_by_value():
+    value = kernel_argument(bytes(range(TENSOR_MAP_BYTES)))
+    assert value.dtype.itemsize == TENSOR_MAP_BYTES and bytes(value) == bytes(range(128))
+
+
+def test_the_emulator_refuses_a_map_the_driver_would():
+    """Rows of 100 float16 values lie 200 bytes apart: no tensor map describes them."""
+    kernel = tile_gemm()
+    odd = ir.TensorMap("map_a", "A", (100, 50), (1, 100), (64, 64), 128)
+    with pytest.raises(StrategyError, match="200 bytes"):
+        emulate(replace(kernel, tensor_maps=(odd, kernel.tensor_maps[1])), _launch())
+
+
+def test_the_tile_runs_on_a_gpu_with_its_encoded_maps():
+    """Only where a CUDA driver and CuPy are: the tensor maps encoded by the driver, passed
+    by value, the boxes moved by the copy engine (skipped, never failed, elsewhere)."""
+    from treduda.run.cuda import gpu_present, run_cuda
+
+    if not gpu_present():
+        pytest.skip("no CUDA GPU")
+    kernel = tile_gemm()
+    launch = _launch()
+    maps = tuple((n, encoding(m, kernel.dtype)) for n, m in zip((1, 2), kernel.tensor_maps,
+                                                                strict=True))
+    try:
+        result = run_cuda(_source(kernel, cuda=True), replace(launch, tensor_maps=maps))
+    except BackendUnavailable as error:
+        pytest.skip(str(error))
+    np.testing.assert_array_equal(np.asarray(result), _expected())
