@@ -11,6 +11,7 @@ import pytest
 
 from treduda.codegen import ir, serial
 from treduda.codegen.printer import CUDA, OPENCL, Printer
+from treduda.codegen.unroll import unroll
 from treduda.codegen.warpgroup import accumulator_column, accumulator_row
 from treduda.kernel import _templates
 from treduda.run.emulator import emulate
@@ -209,3 +210,16 @@ def test_nvcc_builds_utmaldg_mbarriers_and_hgmma_for_sm_90a():
 def test_nvrtc_compiles_the_tensor_copies_for_sm_90a():
     ptx = compile_nvrtc(_source(tile_gemm(), cuda=True), "sm_90a")
     assert "cp.async.bulk.tensor.2d" in ptx and "mbarrier.try_wait.parity" in ptx
+
+
+def test_unrolling_the_steps_rewrites_the_boxes_coordinates_and_the_phases_parity():
+    """The unroller rewrites a bulk copy's coordinates and a wait's parity as it rewrites
+    operands: the unrolled kernel copies the same boxes and computes the same tile."""
+    kernel = tile_gemm(stages=1)
+    unrolled = unroll(kernel, {"ks": (0, -(-K // BOX_K) - 1)}, {THREAD: (0, THREADS - 1)})
+    copies = [s for s in ir.nested(unrolled.body) if isinstance(s, ir.TensorCopy)]
+    waits = [s for s in ir.nested(unrolled.body) if isinstance(s, ir.MbarrierWait)]
+    assert [c.coordinates[0] for c in copies] == [ir.Int(0), ir.Int(0), ir.Int(64), ir.Int(64)]
+    assert [w.parity for w in waits] == [ir.Int(0), ir.Int(1)]
+    result, found = emulate(unrolled, _launch())
+    assert found == [] and np.array_equal(result, _expected())

@@ -795,6 +795,22 @@ def operands(s: Stmt) -> tuple[Expr, ...]:
     return tuple(getattr(s, name) for name in _operand_fields(s))
 
 
+def has_indices(s: Stmt) -> bool:
+    """Whether ``s`` holds index expressions beside its operands (:func:`map_indices`)."""
+    return isinstance(s, (TensorCopy, MbarrierWait))
+
+
+def map_indices(s: Stmt, f: Callable[[Expr], Expr]) -> Stmt:
+    """The statement ``s`` with ``f`` applied to its index expressions that are no operand:
+    a bulk copy's coordinates, a phase wait's parity (what the AST builder and the unroller
+    rewrite as they rewrite operands)."""
+    if isinstance(s, TensorCopy):
+        return replace(s, coordinates=tuple(f(c) for c in s.coordinates))
+    if isinstance(s, MbarrierWait):
+        return replace(s, parity=f(s.parity))
+    return s
+
+
 def map_operands(s: Stmt, f: Callable[[Expr], Expr]) -> Stmt:
     """The statement ``s`` of :data:`OPERAND_STATEMENTS` with ``f`` applied to each of its
     operands."""

@@ -217,7 +217,7 @@ class _Unroller:
             return replace(ir.map_operands(s, e), zero=reads == _FALSE,
                            reads=None if reads in (_TRUE, _FALSE) else reads)
         if isinstance(s, ir.OPERAND_STATEMENTS):  # its fragment, tile and tensor operands
-            return ir.map_operands(s, e)
+            return ir.map_operands(ir.map_indices(s, e), e)
         return s  # a barrier, a commit or a wait of asynchronous copies
 
     def substituted(self, e: ir.Expr, name: str, value: ir.Expr) -> ir.Expr:

@@ -559,9 +559,11 @@ class _Converter:
                 for access, formula in zip(statement.accesses, statement.formulas, strict=True)])
             self.coordinates.append(coordinates)
             return node.set_annotation(isl.Id(f"accesses{len(self.found) - 1}"))
-        if isinstance(statement.body, ir.AsyncCopy) and statement.body.reads is not None:
-            raise TredudaError(f"the copy {statement.name} reads on a condition of its "
-                               "coordinates, which only its formulas give the AST builder")
+        if (isinstance(statement.body, ir.AsyncCopy) and statement.body.reads is not None
+                or ir.has_indices(statement.body)):
+            raise TredudaError(f"{statement.name} reads its coordinates beside its accesses "
+                               "(a copy's condition, a bulk copy's box, a phase's parity), "
+                               "which only its formulas give the AST builder")
         iterators = build.get_schedule().reverse()
         elements = []
         for access in statement.accesses:  # the array is the range's name: strategies redirect
@@ -625,6 +627,7 @@ class _Converter:
         instance = int(node.get_annotation().get_name().removeprefix("accesses"))
         if isinstance(body, ir.AsyncCopy) and body.reads is not None:
             body = replace(body, reads=ir.substitute(body.reads, self.coordinates[instance]))
+        body = ir.map_indices(body, lambda e: ir.substitute(e, self.coordinates[instance]))
         return ir.replace_elements(body, iter(self.found[instance]))
 
 
