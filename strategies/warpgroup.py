@@ -64,6 +64,7 @@ from .warpgroup_kernel import (
     wgmma_k,
 )
 from .warpgroup_model import WarpgroupModel
+from .warpgroup_tma import tma_fits, tma_reason
 
 DTYPES = ("float16", "bfloat16")
 TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
@@ -133,7 +134,11 @@ class Warpgroup(Strategy):
                       else (False,),
                       "a K box's B copied by cp.async in its memory order into a staging "
                       "tile, then transposed into the MMA's tile in shared memory (else "
-                      "through registers)", priority=Priority.BUFFERS))
+                      "through registers)", priority=Priority.BUFFERS),
+            Parameter("tma", (False, True) if tma_reason(program) is None else (False,),
+                      "operand tiles moved by the tensor memory accelerator (bulk tensor "
+                      "copies of one thread, on an mbarrier per stage) instead of cp.async",
+                      priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -161,6 +166,13 @@ class Warpgroup(Strategy):
                        ("staged_b", "frags_k", "async_copy"),
                        lambda p: not p["staged_b"] or (p["async_copy"]
                                                        and p["frags_k"] == BOX_FRAGMENTS)),
+            Constraint("bulk tensor copies replace cp.async, in the tiles of group layouts "
+                       "whose steps span one box",
+                       ("tma", "async_copy", "staged_b", "free_layout", "frags_k",
+                        "warpgroups", "frags_m", "tile_n"),
+                       lambda p: not p["tma"] or (p["async_copy"] and not p["staged_b"]
+                                                  and p["free_layout"] == "group"
+                                                  and tma_fits(program, p))),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
                         "staged_b"),
@@ -189,7 +201,8 @@ class Warpgroup(Strategy):
         # two warpgroups of 64 x 128 and three stages, as CUTLASS's Hopper GEMMs tile
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
-                     "async_copy": True, "free_layout": "group", "staged_b": False}
+                     "async_copy": True, "free_layout": "group", "staged_b": False,
+                     "tma": False}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")

@@ -81,6 +81,7 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 
 from treduda.codegen import ir
@@ -90,7 +91,16 @@ from treduda.frontend import dtypes
 from treduda.polyhedral.geometry import copy_width
 from treduda.polyhedral.lower import Kind, Program
 
-from .tensorcore_kernel import A_TILE, B_TILE, C_TILE, FRAG_C, OPERATORS, STAGE_MMA, Builder
+from .tensorcore_kernel import (
+    A_TILE,
+    B_TILE,
+    C_TILE,
+    FRAG_C,
+    OPERATORS,
+    STAGE_COPY,
+    STAGE_MMA,
+    Builder,
+)
 from .tensorcore_tiles import (
     BOX,
     BOXED_STRIDE,
@@ -102,7 +112,9 @@ from .tensorcore_tiles import (
     box_values,
     boxed,
     copy_widths,
+    digit_values,
     free_boxed,
+    index_digits,
     k_box,
     operand_rows_major,
     output_along_n,
@@ -110,6 +122,7 @@ from .tensorcore_tiles import (
     skewed_extent,
     stepped_k,
 )
+from .warpgroup_tma import BARRIERS, box_bytes, operand_box
 
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
@@ -172,6 +185,11 @@ class WarpgroupBuilder(Builder):
         # step's are issued, and the copies run a step less ahead (see the module's doc)
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
+        # the operand tiles moved by the copy engine (tma: :mod:`.warpgroup_tma`)
+        self.boxes = ({tensor: operand_box(program, tensor, self.tile, self.line(tile),
+                                           self.k_sizes)
+                       for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
+                      if params.get("tma") else {})
 
     def registers(self) -> int:
         """Accumulator registers of a thread per wgmma: ``BN / 2``."""
@@ -188,6 +206,13 @@ class WarpgroupBuilder(Builder):
                  ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
                  [ir.Element(FRAG_C, (ir.Var("r"),))],
                  self.point("128*g + l", ["0"] * 6 + ["r"]))
+        if self.boxes:  # the first thread initialises a stage's mbarrier, then all see it
+            self.add("tma_init", Kind.SYNC, [*self.prefix(), "s"],
+                     f"{self.prefix_bounds()} and 0 <= s < {self.stages}",
+                     ir.MbarrierInit(ir.Element(BARRIERS, ()), 1),
+                     [ir.Element(BARRIERS, (ir.Var("s"),))],
+                     self.point("0", ["0"] * 5 + ["1", "s"]))
+            super().sync("sync_init", ["0"] * 5 + ["2", "0"], False)
         self.reduction()
         self.write()
         return self.scheduled()
@@ -236,9 +261,45 @@ class WarpgroupBuilder(Builder):
 
     def copy(self, tensor: str, tile: str, free: str, order: int, step: str) -> None:
         """A staged K box's B is copied into its staging tile (:meth:`transpose` moves it
-        on into B's)."""
+        on into B's); with ``tma``, the copy engine moves the operand's boxes
+        (:meth:`bulk`)."""
+        if self.boxes:
+            self.bulk(tensor, tile, order, step)
+            return
         super().copy(tensor, B_STAGED if tile == B_TILE and self.staged else tile, free, order,
                      step)
+
+    def barrier_of_step(self) -> ir.Element:
+        """The mbarrier of step ``ks``'s stage."""
+        return ir.Element(BARRIERS, self.buffer() or (ir.Int(0),))
+
+    def bulk(self, tensor: str, tile: str, order: int, step: str) -> None:
+        """``tma_expect[P, ks]``, the first thread's arrival on the stage's mbarrier expecting
+        both operands' bytes (before A's copies), and ``tma_X[P, ks, j]``: it starts the
+        copy of box ``j`` of X's step tile, ``w`` values along the tile's lines from the
+        step's first (:mod:`.warpgroup_tma`), into block ``j`` of the lines, scheduled at
+        step position ``step`` as the cp.async copies are."""
+        box = self.boxes[tensor]
+        names = [*self.prefix(), "ks"]
+        domain = f"{self.prefix_bounds()} and {self.step_bounds()}"
+        barrier = self.barrier_of_step()
+        if order == 0:
+            total = box_bytes(tuple(self.boxes.values()), dtypes.itemsize(self.program.dtype))
+            self.add("tma_expect", Kind.SYNC, names, domain,
+                     ir.MbarrierArrive(ir.Element(BARRIERS, ()), total), [barrier],
+                     self.point("0", ["1", step, str(STAGE_COPY), "0", "0", "0", "0"]))
+        first = digit_values(index_digits(self.k, self.k_sizes),
+                             times(self.tile["k"], ir.Var("ks")), self.k_sizes, OPERATORS)
+        rows = self.tile["m" if tile == A_TILE else "n"]
+        start = {"free": times(rows, ir.Var("bm" if tile == A_TILE else "bn"))}
+        coordinates = [first[i] if role in ("k0", "k") else start.get(role, ir.Var(f"g_{i}"))
+                       for i, role in zip(box.indices, box.roles, strict=True)]
+        coordinates[0] = plus(coordinates[0], times(box.line, ir.Var("j")))
+        target = ir.Element(tile, (*self.buffer(), ir.Var("j"), *[ir.Int(0)] * 3))
+        self.add(f"tma_{tensor}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {box.boxes}",
+                 ir.TensorCopy(ir.Element(tile, ()), box.map.name, tuple(coordinates),
+                               ir.Element(BARRIERS, ())), [target, barrier],
+                 self.point("0", ["1", step, str(STAGE_COPY), "0", "1", str(order), "j"]))
 
     def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
         """The staging tile's copies: rows of N, each B's 16 x 16 values of a box step in
@@ -304,9 +365,18 @@ class WarpgroupBuilder(Builder):
         free, k = (row, column) if row_is_free else (column, row)
         k_major = row_is_free or self.tf32
         along_k, along_rows = self.blocking(tile, k_major)
-        return (quotient(k, along_k), quotient(free, along_rows),
-                *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
-                  else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
+        blocks = self.outermost(tile, k_major, quotient(k, along_k), quotient(free, along_rows))
+        return (*blocks, *((remainder(free, CORE_ROWS), remainder(k, along_k)) if k_major
+                           else (remainder(k, CORE_ROWS), remainder(free, along_rows))))
+
+    def outermost(self, tile: str, k_major: bool, along_k: Any, along_rows: Any
+                  ) -> tuple[Any, Any]:
+        """A tile's block coordinates (or counts) along K and along its rows, outermost
+        first: K's, but the rows' in an MN-major tile that the copy engine fills (a box of
+        ``w`` rows by the step's K after another: :mod:`.warpgroup_tma`)."""
+        if self.boxes and not k_major:
+            return along_rows, along_k
+        return along_k, along_rows
 
     def held_apart(self, tile: str, columns: int) -> int:
         """Elements between two places ``columns`` of K apart in a row of a K-major tile
@@ -328,8 +398,8 @@ class WarpgroupBuilder(Builder):
         for tile, rows, k_major in zip((A_TILE, B_TILE), (self.tile["m"], self.tile["n"]),
                                        self.k_major(), strict=True):
             along_k, along_rows = self.blocking(tile, k_major)
-            shapes.append((self.tile["k"] // along_k, rows // along_rows, CORE_ROWS,
-                           self.line(tile)))
+            shapes.append((*self.outermost(tile, k_major, self.tile["k"] // along_k,
+                                           rows // along_rows), CORE_ROWS, self.line(tile)))
         return shapes[0], shapes[1]
 
     def sync(self, name: str, tail: Sequence[str], stepped: bool,
@@ -337,8 +407,18 @@ class WarpgroupBuilder(Builder):
              beyond: int = 0) -> None:
         """Before the barrier after which the step's MMAs read the tiles, every thread
         fences its writes of them to the async proxy."""
-        if name == "sync_after":
-            if self.staged:
+        if self.boxes and name == "commit":
+            return  # the copy engine's copies complete on the stage's mbarrier
+        if self.boxes and name == "wait":  # every thread waits for the step's phase
+            parity = remainder(quotient(ir.Var("ks"), self.stages), 2)
+            self.add("tma_wait", Kind.SYNC, [*self.prefix(), "ks", "t"],
+                     f"{self.prefix_bounds()} and {self.step_bounds()} and "
+                     f"0 <= t < {self.threads}",
+                     ir.MbarrierWait(ir.Element(BARRIERS, ()), parity), [self.barrier_of_step()],
+                     self.point("t", tail))
+            return
+        if name == "sync_after" and not self.boxes:  # the copy engine writes through the
+            if self.staged:  # async proxy, which the MMAs read: no fence
                 tail = self.transpose(tail)
             super().sync("fence_proxy", tail, stepped, ir.ProxyFence())
             tail = [*tail[:-2], "1", tail[-1]]
@@ -352,8 +432,9 @@ class WarpgroupBuilder(Builder):
         for tile, shape, k_major in zip((A_TILE, B_TILE), self.shapes(), self.k_major(),
                                         strict=True):
             block = CORE_ROWS * self.line(tile) * size
-            layouts.append(ir.CoreMatrices(shape[1] * block, block, k_major,
-                                           self.swizzled[tile]))
+            leading, stride = ((block, shape[1] * block) if self.boxes and not k_major
+                               else (shape[1] * block, block))
+            layouts.append(ir.CoreMatrices(leading, stride, k_major, self.swizzled[tile]))
         return layouts[0], layouts[1]
 
     def fragments(self) -> None:
@@ -386,14 +467,17 @@ class WarpgroupBuilder(Builder):
             return quotient(kf, along_k // k), times(k, remainder(kf, along_k // k))
 
         (a_block, a_line), (b_block, b_line) = k_start(along_k_a), k_start(along_k_b)
+        a_major, b_major = self.k_major()
+        a_blocks = self.outermost(A_TILE, a_major, a_block, rows)
+        b_blocks = self.outermost(B_TILE, b_major, b_block, ir.Int(0))
 
         self.add("mma", Kind.REDUCE, [*self.prefix(), "ks", "g", "kf", "f", "l"],
                  f"{domain} and 0 <= kf < {p['frags_k']} and 0 <= f < {frags_m}",
                  ir.WarpgroupMultiply(ir.Element(FRAG_C, ()), ir.Element(A_TILE, ()),
                                       ir.Element(B_TILE, ()), self.shape, a_layout, b_layout),
                  [ir.Element(FRAG_C, (times(self.registers(), f),)),
-                  ir.Element(A_TILE, (*self.buffer(), a_block, rows, ir.Int(0), a_line)),
-                  ir.Element(B_TILE, (*self.buffer(), b_block, ir.Int(0), ir.Int(0), b_line))],
+                  ir.Element(A_TILE, (*self.buffer(), *a_blocks, ir.Int(0), a_line)),
+                  ir.Element(B_TILE, (*self.buffer(), *b_blocks, ir.Int(0), b_line))],
                  self.point("128*g + l", ["1", "ks", str(STAGE_MMA), "1", "kf", "0", "f"]))
 
     def locals(self) -> dict[str, ir.Local]:
@@ -410,6 +494,8 @@ class WarpgroupBuilder(Builder):
                 for tile in (A_TILE, B_TILE)}
         staging = ({B_STAGED: ir.Local(B_STAGED, ir.Space.SHARED, (*buffers, t["n"], t["k"]),
                                        stored=stored)} if self.staged else {})
+        barriers = ({BARRIERS: ir.Local(BARRIERS, ir.Space.MBARRIER, (self.stages,))}
+                    if self.boxes else {})
         return {
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
                              swizzle=shift, swizzle_bits=bits[A_TILE]),
@@ -420,7 +506,13 @@ class WarpgroupBuilder(Builder):
                              reuses=(A_TILE, B_TILE, *staging)),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
+            **barriers,
         }
+
+    def scheduled(self):
+        """The base's, with the tensor maps the bulk copies read."""
+        return replace(super().scheduled(),
+                       tensor_maps=tuple(box.map for box in self.boxes.values()))
 
     def c_columns(self) -> int:
         """Elements of a row of the C tile, unpadded: N, or M where the write reads along

@@ -164,7 +164,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
     kernel = ir.KernelIR(name=name, dtype=program.dtype,
                          index_bits=_index_bits(program, scheduled.locals),
                          params=_params(program, scheduled.locals), locals=scheduled.locals,
-                         body=body, zeroed_output=scheduled.zeroed_output)
+                         body=body, zeroed_output=scheduled.zeroed_output,
+                         tensor_maps=scheduled.tensor_maps)
     ids = _id_ranges(grid, scheduled.block)
     kernel = unroll(kernel, _unrolled(scheduled, used), ids)
     kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)

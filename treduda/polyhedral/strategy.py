@@ -304,6 +304,7 @@ class Scheduled:
     strategy: str = ""
     params: Mapping[str, Any] = field(default_factory=dict)  # read-only once made
     zeroed_output: bool = False  # the kernel adds into its output, which must start at zero
+    tensor_maps: tuple[ir.TensorMap, ...] = ()  # what its bulk tensor copies read
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "params", read_only(self.params))
