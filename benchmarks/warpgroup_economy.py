@@ -52,7 +52,8 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
     figures = {"params": dict(p),
                "tiles": f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
                         + ("" if p.get("free_layout", "group") == "group"
-                           else f" {p['free_layout']}") + (" staged" if p.get("staged_b") else ""),
+                           else f" {p['free_layout']}") + (" staged" if p.get("staged_b") else "")
+                        + (" tma" if p.get("tma") else ""),
                "stages": p["stages"],
                "predicted_ms": best.prediction.seconds * 1e3,
                "binding": best.prediction.binding,
@@ -60,8 +61,10 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              precision=precision, strategy="warpgroup", params=p)
     counted = kernel.counters(steps=COUNTED_STEPS)
+    # bulk tensor copies (tma) store through no load/store unit: no ways of the tiles' stores
     figures.update(ways=counted.worst_ways(),
-                   tile_ways=max(t.ways for t in counted.traffic if t.array in (A_TILE, B_TILE)))
+                   tile_ways=max((t.ways for t in counted.traffic if t.array in (A_TILE, B_TILE)),
+                                 default=None))
     try:
         report, = sass_report(kernel.cuda_source, "sm_90a")
     except BackendUnavailable:
@@ -107,7 +110,8 @@ def main(argv: list[str] | None = None) -> int:
     lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu), cells,
                          COLUMNS, args.json)
     print("tiles: BM x BN x wgmma k-extents per step (and a free box's layout; staged: a K "
-          "box's B by cp.async into a staging tile, transposed in shared memory); WMMA ms: "
+          "box's B by cp.async into a staging tile, transposed in shared memory; tma: tiles "
+          "moved by bulk tensor copies on mbarriers); WMMA ms: "
           "the tensor-core search's pick on the same model; body: where the HGMMAs sit in "
           "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
           "into; body columns: that code; ways: the worst bank-conflict ways in the first "

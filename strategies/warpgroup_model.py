@@ -6,7 +6,8 @@ MMAs, from a candidate's parameters.
                tensor-core peak for the dtype (``Gpu.tensor_*_flops``: H100 SXM 989 TFLOP/s
                fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
-* ``issue``    warp instructions: the copies (an address and a cp.async per run, or an
+* ``issue``    warp instructions: the copies (with ``tma`` a few of one thread per box and
+               step; else an address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
@@ -40,6 +41,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
+from treduda.codegen import ir
 from treduda.model.gpus import Gpu
 from treduda.model.occupancy import blocks_per_sm
 from treduda.polyhedral.lower import Program
@@ -71,6 +73,7 @@ from .warpgroup_kernel import (
     staged_width,
     warpgroup_tile,
 )
+from .warpgroup_tma import step_boxes
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -81,6 +84,11 @@ ROUND_INSTRUCTIONS = 7
 # per transposing copy of a staged B (4 values): an 8-byte shared load, a shift for each
 # word's high half, four STS.U16 and an address [EST]
 TRANSPOSE_INSTRUCTIONS = 8
+# per bulk tensor copy (tma), one thread's: its coordinates, the map's address, UTMALDG;
+# and per step the expecting arrival (SYNCS) and the election around them [EST: no
+# published issue rate; the SASS of GEMM's tma kernel issues these]
+TMA_INSTRUCTIONS = 3
+TMA_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -176,6 +184,9 @@ class WarpgroupModel(EnumeratingModel):
                      for (operand, elements), width in zip(copied.items(), widths, strict=True))
         if transposed:
             copies += copied["b"] / BOXED_WIDTH * TRANSPOSE_INSTRUCTIONS
+        if p.get("tma"):  # one thread's warp instructions, no address per thread
+            boxes = sum(box.boxes for box in step_boxes(self.program, p))
+            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS)
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step

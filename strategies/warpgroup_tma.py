@@ -104,8 +104,8 @@ def box_bytes(boxes: tuple[OperandBox, ...], itemsize: int) -> int:
     return sum(o.boxes * o.map.box_elements * itemsize for o in boxes)
 
 
-def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
-    """Whether a step of the parameters' tiles spans one box of each operand."""
+def step_boxes(program: Program, params: Mapping[str, Any]) -> tuple[OperandBox | None, ...]:
+    """A's and B's boxes (:func:`operand_box`) for the parameters' tiles."""
     from .warpgroup_kernel import swizzles, warpgroup_tile  # it builds on this module
 
     found = gemm_groups(program)
@@ -113,5 +113,10 @@ def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
     k_sizes = stepped_k(program, found, tile["k"])
     lines = swizzles(program, params, found)
     size = dtypes.itemsize(program.dtype)
-    return all(operand_box(program, tensor, tile, line // size, k_sizes) is not None
-               for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
+    return tuple(operand_box(program, tensor, tile, line // size, k_sizes)
+                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
+
+
+def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
+    """Whether a step of the parameters' tiles spans one box of each operand."""
+    return all(box is not None for box in step_boxes(program, params))

@@ -1,0 +1,105 @@
+"""The warpgroup mapping's operand tiles moved by the tensor memory accelerator (``tma``):
+its kernels against numpy.einsum on PoCL (partial tiles, both layouts, alpha/beta, ``+=``,
+a batch, a TCCG row), the emulator's run of the bulk copies' asynchrony (no hazard, and the
+hazard a removed wait leaves), nvcc's sm_90a build with UTMALDG and HGMMA and no LDG of
+operands, NVRTC's, and the offer: only where the tensors and the tiles allow."""
+
+from __future__ import annotations
+
+import pytest
+from conftest import without
+from treduda.strategies.warpgroup_tma import tma_reason
+
+import treduda
+from treduda.codegen import ir
+from treduda.errors import StrategyError
+from treduda.polyhedral.lower import plan
+from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
+from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load, scaled
+
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+PARTIAL = {"i": 104, "j": 72, "k": 104}  # partial tiles of 128 x 64 x 64; strides of 16 bytes
+TILES = {"warpgroups": 1, "frags_m": 2, "tile_n": 64, "frags_k": 4, "stages": 3,
+         "async_copy": True, "tma": True}
+
+
+def _compile(expression: str = GEMM, sizes: dict | None = None, dtype: str = "float16",
+             layout: str = "C", **params) -> treduda.Kernel:
+    return treduda.compile(expression, sizes or PARTIAL, dtype=dtype, layout=layout,
+                           strategy="warpgroup", params={**TILES, **params})
+
+
+def _statements(kernel: treduda.Kernel, kind: type) -> list:
+    return [s for s in ir.nested(kernel.built.kernel.body) if isinstance(s, kind)]
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])  # K-major A and MN-major B, and the converse
+def test_bulk_copied_tiles_match_einsum_without_hazards(layout):
+    kernel = _compile(layout=layout)
+    assert {c.map for c in _statements(kernel, ir.TensorCopy)} == {"td_map_A", "td_map_B"}
+    assert not _statements(kernel, ir.AsyncCopy) and not _statements(kernel, ir.ProxyFence)
+    assert kernel.verify().ok
+    assert kernel.hazards() == []
+    # without the phase waits the MMAs read boxes in flight
+    assert "unfinished tensor copy" in {h.kind for h in without(kernel, ir.MbarrierWait)
+                                        .hazards()}
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "sizes", "dtype", "stages"), [
+    ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL, "bfloat16", 2),
+    ("C[i,j] += A[k,i] * B[j,k]", PARTIAL, "float16", 1),
+    ("C[b,i,j] = A[b,i,k]*B[b,k,j]", {**PARTIAL, "b": 2}, "float16", 4),
+])
+def test_updates_batches_and_stages_match_einsum_without_hazards(expression, sizes, dtype,
+                                                                  stages):
+    kernel = _compile(expression, sizes, dtype, stages=stages)
+    assert kernel.verify().ok and kernel.hazards() == []
+    # two steps' copies into a single buffer: the second overwrites what the MMAs read
+    if stages == 1:
+        assert "unfinished wgmma" in {h.kind for h in without(kernel, ir.WarpgroupWait)
+                                      .hazards()}
+
+
+@pytest.mark.matrix
+def test_a_tccg_row_in_fp16_matches_einsum():
+    row = next(r for r in load("tccg_fp16") if r.id == "tccg_09")
+    sizes = scaled(row.sizes)
+    kernel = treduda.compile(row.expression, sizes, dtype="float16", layout=row.layout,
+                             strategy="warpgroup", params={**TILES, "frags_m": 1,
+                                                           "tile_n": 32})
+    assert _statements(kernel, ir.TensorCopy) and kernel.verify().ok and kernel.hazards() == []
+
+
+def test_offered_only_where_the_tensors_and_tiles_allow():
+    """Rows of 100 float16 values (200 bytes) have no tensor map; TF32 tiles are K-major
+    while a row-major B is N-major; a step of 16 values of K's fastest index where it holds
+    8 spans two values of the next."""
+    assert tma_reason(plan(GEMM, PARTIAL, dtype="float16")) is None
+    assert "200 bytes" in tma_reason(plan(GEMM, {**PARTIAL, "k": 100}, dtype="float16"))
+    assert "float32" in tma_reason(plan(GEMM, PARTIAL, dtype="float32", precision="tf32"))
+    with pytest.raises(StrategyError, match="one box"):
+        _compile("C[i,j] = A[i,k,l] * B[k,j,l]", {"i": 64, "j": 64, "k": 24, "l": 8},
+                 frags_m=1, frags_k=1, stages=2)
+
+
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_nvcc_builds_utmaldg_and_hgmma_with_no_ldg_of_operands():
+    kernel = _compile(sizes={"i": 4096, "j": 4096, "k": 4096}, warpgroups=2, frags_m=1,
+                      tile_n=128)
+    report, = sass_report(kernel.cuda_source, "sm_90")
+    assert report.arch == "sm_90a"
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 4}
+    opcodes = {opcode.split(".")[0] for opcode in report.main_loop_opcodes}
+    assert "UTMALDG" in opcodes and "LDGSTS" not in opcodes
+    assert not report.global_load_widths  # no LDG of operands anywhere in the kernel
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")
+def test_nvrtc_compiles_the_bulk_copies_for_sm_90a():
+    ptx = compile_nvrtc(_compile(dtype="bfloat16").cuda_source, "compute_90")
+    assert ".target sm_90a" in ptx and "cp.async.bulk.tensor.2d" in ptx
