@@ -14,9 +14,10 @@ Operand tiles are held in the widest of wgmma's 128-, 64- and 32-byte swizzles t
 lines fill (see :mod:`.warpgroup_kernel`): ``Kernel.counters()`` counts 1 way on their
 shared stores, where unswizzled core matrices took up to 8. A K box's B, which no
 cp.async can store transposed, goes through registers or (``staged_b``) by cp.async into a
-staging tile and on by a transpose in shared memory. What this slice leaves for
-later: the tensor memory accelerator with mbarriers, warp specialisation, split
-reductions. A search
+staging tile and on by a transpose in shared memory. With ``tma`` the tensor memory
+accelerator moves the tiles instead, one thread's bulk tensor copies per step completing
+on an mbarrier per stage (:mod:`.warpgroup_tma`). What this slice leaves for later: warp
+specialisation, split reductions. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is

@@ -478,10 +478,7 @@ class TensorMap:
 
     @property
     def box_elements(self) -> int:
-        count = 1
-        for extent in self.box:
-            count *= extent
-        return count
+        return functools.reduce(operator.mul, self.box, 1)
 
 
 @dataclass(frozen=True)
