@@ -176,7 +176,7 @@ class Warpgroup(Strategy):
                                                   and tma_fits(program, p))),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
-                        "staged_b"),
+                        "staged_b", "tma"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 

@@ -598,7 +598,8 @@ def staged(program: Program, params: Mapping[str, Any]) -> bool:
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     """Bytes of a block's shared tiles: the operand tiles' stages (a staged B's twice), or
     the C tile (its rows padded by 16 bytes at most, a free box's as they are) that takes
-    over their memory after the main loop."""
+    over their memory after the main loop; and with ``tma`` the stages' mbarriers after
+    them (:func:`ir.shared_offsets`)."""
     tile = warpgroup_tile(params, program)
     operands = ((tile["m"] + tile["n"] * (2 if staged(program, params) else 1)) * tile["k"]
                 * dtypes.itemsize(program.dtype))
@@ -608,4 +609,5 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     size = dtypes.itemsize(accumulator_dtype(program))
     # a free box's skewed rows padded as the builder pads them
     pad = accumulator_row_pad(program, columns) * size if box else 16
-    return max(operands * params["stages"], tile[rows] * (columns * size + pad))
+    barriers = ir.SHARED_ALIGNMENT if params.get("tma") else 0
+    return max(operands * params["stages"], tile[rows] * (columns * size + pad)) + barriers

@@ -667,6 +667,7 @@ class KernelIR:
 # specific, must use dynamic shared memory ... and require an explicit opt-in").
 STATIC_SHARED_BYTES = 48 * 1024
 SHARED_ALIGNMENT = 128  # bytes: where each tile starts in dynamic shared memory
+MBARRIER_BYTES = 8  # an mbarrier object, aligned to 8 (PTX ISA 9.7.13.15.1)
 # wgmma's widest swizzle: the width of its lines, and the alignment of the 8-line atoms
 # whose line bits it XORs into the chunk bits of an address (PTX ISA, "Matrix Descriptor
 # Format": base offset 0 where the pattern starts at a 1024-byte boundary; the 64- and
@@ -690,14 +691,16 @@ def shared_offsets(kernel: KernelIR) -> tuple[dict[str, int], int]:
     another at :data:`SHARED_ALIGNMENT` (a tile that reuses others from the first of them:
     :attr:`Local.reuses`), and the bytes they take: its tiles hold the type the kernel
     computes in, or the tensors' stored type where they say so (the tensor-core operand
-    tiles of float16 and bfloat16, half the bytes)."""
+    tiles of float16 and bfloat16, half the bytes); mbarriers (:data:`MBARRIER_BYTES` each)
+    come last, so that no static declaration moves the pool off its alignment."""
     computed, stored = (itemsize(d) for d in (compute(kernel.dtype), kernel.dtype))
     offsets, end = {}, 0
-    for local in kernel.locals:
-        if local.space is Space.SHARED:
+    for local in sorted(kernel.locals, key=lambda local: local.space is Space.MBARRIER):
+        if local.space in (Space.SHARED, Space.MBARRIER):
             start = min(offsets[name] for name in local.reuses) if local.reuses else end
             offsets[local.name] = start
-            size = local.size * (stored if local.stored else computed)
+            size = local.size * (MBARRIER_BYTES if local.space is Space.MBARRIER
+                                 else stored if local.stored else computed)
             end = max(end, start + -(-size // SHARED_ALIGNMENT) * SHARED_ALIGNMENT)
     return offsets, end
 

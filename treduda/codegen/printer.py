@@ -230,6 +230,7 @@ class Printer:
         self.transactions = Transactions(kernel, self.expr, dialect.fragments == "wmma",
                                          dialect.barrier, self.stmt)
         self.copies = any(isinstance(c, ir.AsyncCopy) for c in ir.nested(kernel.body))
+        self.swizzle_atoms = ir.shared_alignment(kernel) == ir.SWIZZLE_ALIGNMENT
         # tiles read in vectors (ir.VectorLoad): 16-byte aligned, as cp.async's widest copies
         shared = {v.name for v in kernel.locals if v.space is ir.Space.SHARED}
         self.vector_tiles = any(isinstance(c, ir.VectorLoad) and c.first.array in shared
@@ -291,10 +292,13 @@ class Printer:
             pool = (self.dialect.dynamic_shared if dynamic else self.dialect.shared_pool).format(
                 bytes=total, alignment=ir.shared_alignment(self.kernel))
             lines.append(f"{INDENT}{pool}")
-        lines += [INDENT + line for line in self.transactions.declarations()]
         for local in self.kernel.locals:
-            if local.space in (ir.Space.GLOBAL, ir.Space.MBARRIER):
-                continue  # a workspace: an argument (ir.ParamKind.WORKSPACE); mbarriers above
+            if local.space is ir.Space.GLOBAL:
+                continue  # a workspace: an argument (ir.ParamKind.WORKSPACE)
+            if local.space is ir.Space.MBARRIER:
+                lines += [INDENT + line for line in self.transactions.declare(
+                    local, offsets[local.name] if pooled else None)]
+                continue
             if local.space is ir.Space.FRAGMENT:
                 lines.append(f"{INDENT}{self.fragments.declare(local)}")
                 continue
@@ -308,6 +312,8 @@ class Printer:
                 aligned = (self.dialect.fragment_alignment if has_fragments(self.kernel)
                            else self.dialect.copy_alignment
                            if self.copies or self.vector_tiles else "")
+                if self.dialect.copy_alignment and self.swizzle_atoms:  # wgmma's, the copy
+                    aligned = f" __align__({ir.SWIZZLE_ALIGNMENT})"  # engine's swizzle atoms
                 qualifier = f"{self.dialect.shared}{aligned} "
             extent = f"[{local.size}]" if local.shape else ""
             lines.append(f"{INDENT}{qualifier}{held} {local.name}{extent};")

@@ -60,12 +60,15 @@ class Transactions:
         self.barrier, self.assign = barrier, assign
         self.maps = {m.name: m for m in kernel.tensor_maps}
 
-    def declarations(self) -> list[str]:
-        """The mbarrier objects (CUDA: 8-byte words of shared memory; none in OpenCL)."""
+    def declare(self, local: ir.Local, offset: int | None) -> list[str]:
+        """The mbarrier objects of ``local`` (CUDA: 8-byte words of shared memory, at
+        ``offset`` of the block's pool where its tiles share one; none in OpenCL)."""
         if not self.cuda:
             return []
-        return [f"__shared__ __align__(8) unsigned long long {local.name}[{local.size}];"
-                for local in self.kernel.locals if local.space is ir.Space.MBARRIER]
+        if offset is None:
+            return [f"__shared__ __align__(8) unsigned long long {local.name}[{local.size}];"]
+        return [f"unsigned long long *const {local.name} = "
+                f"reinterpret_cast<unsigned long long *>(td_shared + {offset});"]
 
     def arguments(self, host: bool = False) -> list[str]:
         """The tensor maps' kernel parameters, passed by value (CUDA only: the twin reads
