@@ -223,15 +223,24 @@ def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
     the whole kernel.
 
     A loop is ``[target, branch]`` for a branch backwards; several branches back to one
-    target (``continue``) close the same loop, so the last of them delimits it. A loop with
+    target (``continue``) close the same loop, so the last of them delimits it; a branch
+    back from code after an EXIT to before it returns from an out-of-line block. A loop with
     no FMA or MMA is no main loop: where the reduction takes a single step, its unrolled
     FFMAs lie outside every loop (a copy loop may remain), and the straight run of code
     holding the most of them (the full blocks' scan, which tests nothing) stands for it;
     and whether it is a loop.
     """
     ends: dict[int, int] = {}
+    exit_at = None  # the latest EXIT so far: code after it is out of line
     for instruction in body:
-        if instruction.target is not None and instruction.target < instruction.address:
+        if instruction.opcode.split(".")[0] == "EXIT":
+            exit_at = instruction.address
+        # a branch back from out-of-line code over an EXIT (an mbarrier wait's retry,
+        # placed after the kernel's end, returning into it) closes no loop
+        returns = exit_at is not None and instruction.target is not None and (
+            instruction.target < exit_at < instruction.address)
+        if instruction.target is not None and instruction.target < instruction.address \
+                and not returns:
             ends[instruction.target] = max(ends.get(instruction.target, 0), instruction.address)
     loops = [loop for start, end in ends.items()
              if _count_fma(loop := [i for i in body if start <= i.address <= end])
