@@ -197,6 +197,34 @@ def test_without_an_fma_loop_the_main_code_is_the_straight_run_with_the_most_fma
     assert report.ffma_share == pytest.approx(2 / 4)
 
 
+SPIN_RETRY = """\
+//--------------------- .text.unrolled           --------------------------
+unrolled:
+        /*0000*/                   MOV R0, RZ ;
+.L_x_0:
+        /*0010*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+UR6], R2 ;
+        /*0020*/              @!P0 BRA `(.L_x_1) ;
+.L_x_2:
+        /*0030*/                   FFMA R2, R3, R4, R2 ;
+        /*0040*/                   FFMA R5, R3, R4, R5 ;
+        /*0050*/                   STS [R0], R2 ;
+        /*0060*/                   STS [R0+0x4], R5 ;
+        /*0070*/                   EXIT ;
+.L_x_1:
+        /*0080*/                   SYNCS.PHASECHK.TRANS64.TRYWAIT P0, [R3+UR6], R2 ;
+        /*0090*/              @!P0 BRA `(.L_x_1) ;
+        /*00a0*/                   BRA `(.L_x_2) ;
+"""
+
+
+def test_an_out_of_line_retry_returning_over_an_exit_closes_no_loop() -> None:
+    """nvcc places an mbarrier wait's retry after the kernel's EXIT, branching back into
+    it: no loop spans the kernel from the wait on, the FFMAs' straight run is the main
+    code."""
+    (report,) = parse_sass(SPIN_RETRY, "sm_90")
+    assert not report.looped and report.main_loop_instructions == 5
+
+
 def test_nvdisasm_labels_delimit_loops() -> None:
     (report,) = parse_sass(NVDISASM, "sm_80")
     assert (report.kernel, report.arch, report.instructions) == ("loop_k", "sm_80", 6)
