@@ -72,13 +72,14 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
     kinds = report.main_loop_kinds()
     figures.update(hgmma=report.mma, loop_hgmma=report.main_loop_mma, looped=report.looped,
                    non_mma_per_mma=report.non_mma_per_mma,
+                   others_non_mma_per_mma=report.others_non_mma_per_mma,
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0))
     return figures
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
-           "body HGMMA", "nonMMA/MMA", "body LDG", "body LDGSTS", "ways", "tile ways")
+           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "ways", "tile ways")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -87,7 +88,8 @@ def cells(name: str, f: dict) -> list[str]:
 
     return [name, f["tiles"], str(f["stages"]), f"{f['predicted_ms']:.3f}", f["binding"],
             f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
-            shown("non_mma_per_mma", "{:.2f}"), shown("ldg", "{}"), shown("ldgsts", "{}"),
+            shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
+            shown("ldg", "{}"), shown("ldgsts", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}")]
 
 
@@ -114,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
           "moved by bulk tensor copies on mbarriers); WMMA ms: "
           "the tensor-core search's pick on the same model; body: where the HGMMAs sit in "
           "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
-          "into; body columns: that code; ways: the worst bank-conflict ways in the first "
+          "into; body columns: that code; others: nonMMA/MMA of the warps that branch over "
+          "the bulk copies' issue (one thread's); ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
           "tiles'")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)

@@ -97,6 +97,9 @@ def test_nvcc_builds_utmaldg_and_hgmma_with_no_ldg_of_operands():
     opcodes = {opcode.split(".")[0] for opcode in report.main_loop_opcodes}
     assert "UTMALDG" in opcodes and "LDGSTS" not in opcodes
     assert not report.global_load_widths  # no LDG of operands anywhere in the kernel
+    # one thread issues the copies: the other warps branch over its block
+    assert 0 < report.main_loop_one_warp and (report.others_non_mma_per_mma
+                                              < report.non_mma_per_mma)
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")

@@ -43,6 +43,7 @@ _FMA = {"FFMA", "DFMA"}
 _MMA = {"HMMA", "DMMA", "HGMMA"}
 # cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
 _ASYNC_COPY = {"LDGSTS"}
+_BULK_COPY = {"UTMALDG"}  # the tensor memory accelerator's loads (cp.async.bulk.tensor)
 _JUMPS = {"BRA", "BRX", "JMP", "JMX", "RET", "EXIT"}  # end a basic block
 # What a warp moves through shared memory per instruction: LDS/STS/LDGSTS 32 threads of their
 # width; LDSM (ldmatrix) 128 bytes per 8x8 matrix of 16-bit values, .2 or .4 of them.
@@ -109,12 +110,22 @@ class SassReport:
     # per load opcode in the main loop (LDS, LDG, LDL, LDSM), the median number of
     # instructions from a load to the first that reads its value (:func:`_load_use`)
     main_loop_load_use: dict[str, float] = field(default_factory=dict)
+    # instructions of the main loop that one warp alone runs: a block issuing bulk tensor
+    # copies (UTMALDG), which the other warps branch over (:func:`_issuing_block`)
+    main_loop_one_warp: int = 0
 
     @property
     def non_mma_per_mma(self) -> float | None:
         """Instructions beside each tensor-core MMA in the main loop (None: no MMA there)."""
         mma = self.main_loop_mma
         return (self.main_loop_instructions - mma) / mma if mma else None
+
+    @property
+    def others_non_mma_per_mma(self) -> float | None:
+        """:attr:`non_mma_per_mma` for the warps that branch over the bulk copies' issue."""
+        mma = self.main_loop_mma
+        return ((self.main_loop_instructions - self.main_loop_one_warp - mma) / mma
+                if mma else None)
 
     @property
     def non_fma_per_fma(self) -> float | None:
@@ -252,6 +263,19 @@ def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
                                         loop[0].address)), looped
 
 
+def _issuing_block(loop: list[_Instruction]) -> int:
+    """Instructions of ``loop`` that a forward branch skips where what it skips starts bulk
+    tensor copies and no MMA: one thread's issue, which every other warp branches over."""
+    inside: set[int] = set()
+    for branch in loop:
+        if branch.target is not None and branch.target > branch.address:
+            block = [i for i in loop if branch.address < i.address < branch.target]
+            opcodes = {i.opcode.split(".")[0] for i in block}
+            if _BULK_COPY & opcodes and not _MMA & opcodes:
+                inside.update(i.address for i in block)
+    return len(inside)
+
+
 def _straight_runs(body: list[_Instruction]) -> list[list[_Instruction]]:
     """The kernel cut into basic blocks: each ends at a branch and starts at a branch target."""
     targets = {i.target for i in body if i.target is not None}
@@ -333,6 +357,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_shared_load_widths=dict(sorted(Counter(
             _width(i.opcode) for i in loop if i.opcode.split(".")[0] == "LDS").items())),
         looped=looped,
+        main_loop_one_warp=_issuing_block(loop),
         main_loop_load_use=_load_use(loop),
     )
 
