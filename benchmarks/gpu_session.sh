@@ -33,11 +33,16 @@ PYTHON=${PYTHON:-python3}
 # at twice its ideal sectors) held to the box (the operand at its ideal, the write at twice);
 # 07d: the K box rows (issue 39) held to a staged B (cp.async into a staging tile, transposed
 # in shared memory: no LDG of operands) where the model rates B's copy through registers faster.
+# 02b/03b: GEMM fp16 and bf16 held to cp.async copies (tma=False) beside 02/03, whose picks
+# move their tiles by the tensor memory accelerator (issue 39: never run on a GPU before;
+# its tensor maps are encoded through libcuda and passed by value through CuPy).
 plan() {
   cat <<'EOF'
 01_gemm --suite gemm --ids gemm_4096
 02_gemm_fp16 --suite gemm_fp16 --ids gemm_4096
 03_gemm_bf16 --suite gemm_bf16 --ids gemm_4096
+02b_gemm_fp16_cp_async --suite gemm_fp16 --ids gemm_4096 --hold tma=False
+03b_gemm_bf16_cp_async --suite gemm_bf16 --ids gemm_4096 --hold tma=False
 04_gemm_tf32 --suite gemm_tf32 --ids gemm_4096
 05_gemm_3xtf32 --suite gemm --ids gemm_4096 --precision 3xtf32
 06_gemm_fp64 --suite gemm --ids gemm_4096 --dtype float64
