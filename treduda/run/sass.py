@@ -95,6 +95,7 @@ class SassReport:
     main_loop_mma: int = 0  # ... and in its main loop
     async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
     main_loop_async_copies: int = 0  # ... and in its main loop
+    bulk_copies: int = 0  # bulk tensor copies (UTMALDG) in the kernel
     # the main loop's instructions by opcode without modifiers ("LDS", "IMAD", "BAR"), to see
     # what besides its FMAs takes issue slots
     main_loop_opcodes: dict[str, int] = field(default_factory=dict)
@@ -352,6 +353,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_mma=_count(loop, _MMA),
         async_copies=_count(body, _ASYNC_COPY),
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
+        bulk_copies=_count(body, _BULK_COPY),
         main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
         main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
         main_loop_shared_load_widths=dict(sorted(Counter(
