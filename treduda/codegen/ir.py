@@ -523,8 +523,9 @@ class TensorCopy:
     tile's :attr:`Local.swizzle` places elements (the map's swizzle must be the tile's). Its
     bytes, the whole box's, complete on ``barrier``'s current phase, asynchronously: a
     :class:`MbarrierArrive` expects them and a :class:`MbarrierWait` for that phase makes
-    them visible. The target starts 128 bytes into a swizzle's atom at most
-    (:data:`SWIZZLE_ALIGNMENT`)."""
+    them visible. The target lies on a 128-byte boundary and, where the map swizzles, a
+    whole repeat of its pattern (8 of its lines) from the tile's start, so that the copy
+    engine's XOR sees the lines the tile's swizzle sees (the emulator checks both)."""
 
     target: Load
     map: str
