@@ -136,7 +136,7 @@ def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
     and the threads are set again after."""
     return {"warps_m": params["warpgroups"], "warps_n": 1, "frags_m": params["frags_m"],
             "frags_n": 1, "frags_k": params["frags_k"], "stages": params["stages"],
-            "split": 1, "async_copy": params["async_copy"],
+            "split": params.get("split", 1), "async_copy": params["async_copy"],
             "free_layout": params.get("free_layout", "group"),
             "mapping": "wmma", "shared_layout": "pad"}  # the builder's own tiles, unswizzled
 
@@ -152,6 +152,7 @@ class WarpgroupBuilder(Builder):
         self.tile = warpgroup_tile(params, program)
         found = ((self.a,), (self.b,), self.m, self.n, self.k, self.batch)
         self.k_sizes = stepped_k(program, found, self.tile["k"], self.box)
+        self.divide(params.get("split", 1))  # parts of this tile's steps
         self.threads = ir.WARPGROUP * params["warpgroups"]
         # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
         # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
@@ -411,6 +412,7 @@ class WarpgroupBuilder(Builder):
         staging = ({B_STAGED: ir.Local(B_STAGED, ir.Space.SHARED, (*buffers, t["n"], t["k"]),
                                        stored=stored)} if self.staged else {})
         return {
+            **self.parts_local(),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
                              swizzle=shift, swizzle_bits=bits[A_TILE]),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
