@@ -98,7 +98,6 @@ from .tensorcore_tiles import (
     FreeBox,
     accumulator_dtype,
     accumulator_row_pad,
-    box_dealt,
     box_values,
     boxed,
     copy_widths,
@@ -262,28 +261,35 @@ class WarpgroupBuilder(Builder):
 
     def transpose(self, tail: Sequence[str]) -> list[str]:
         """``sync_staged[P, ks, t]``, a barrier after the wait for the step's staged copies,
-        then ``transpose[P, ks, c, t]``: thread ``t`` moves the staging tile's run ``e = T c
-        + t`` of :data:`BOXED_WIDTH` values of ``d`` at one ``c`` (one 8-byte shared load)
-        into B's tile, each :data:`BOXED_STRIDE` columns apart, as a K box's register copy
-        stores them (:func:`.tensorcore_tiles.box_dealt`: a warp's loads read 256 bytes in
-        a row, its 16-bit stores fill the 32 banks once). Scheduled in the step's wait stage
-        ``[.., 1, ks, wait, 1 + c, 0, 0, 0]``; the tail of what follows them (the fence to
-        the async proxy and the barrier before the MMAs) is returned."""
+        then ``transpose[P, ks, c, t]``: thread ``t`` takes pair ``e = T c + t`` of the
+        staging tile's runs, :data:`BOXED_WIDTH` values of ``d`` (``4 q ..``) at an even
+        ``c`` and at the next (two 8-byte shared loads), and stores each value of ``d`` with
+        its pair as one 32-bit word of B's tile, in four lines of K a row, as a K box's
+        copies place them (:func:`.tensorcore_tiles.box_indices`). A warp takes one row, ``q``
+        fastest then the pair ``c / 2``: its stores fill a line's 32 banks once, and its
+        loads read half-warps of 128 bytes on distinct banks (:func:`staged_place`).
+        Scheduled in the step's wait stage ``[.., 1, ks, wait, 1 + c, 0, 0, 0]``; the tail of
+        what follows them (the fence to the async proxy and the barrier before the MMAs) is
+        returned."""
         super().sync("sync_staged", [*tail[:-2], "1", tail[-1]], True)
-        runs = self.tile["k"] // BOXED_WIDTH
+        quads, pairs = BOX // BOXED_WIDTH, BOX // 2  # per row: 4 runs of d by 8 pairs of c
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        row, column = box_dealt(e, BOXED_WIDTH, OPERATORS)
-        d = times(BOXED_WIDTH, remainder(e, BOX // BOXED_WIDTH))
-        c = remainder(quotient(e, BOX // BOXED_WIDTH), BOX)
-        source = ir.Element(B_STAGED, (*self.buffer(), row, plus(times(BOX, c), d)))
+        row = quotient(e, quads * pairs)
+        d = times(BOXED_WIDTH, remainder(e, quads))
+        c = times(2, remainder(quotient(e, quads), pairs))
+        runs = [ir.Element(B_STAGED, (*self.buffer(), *self.tile_index(
+            B_STAGED, row, plus(times(BOX, plus(c, ir.Int(n))), d), True))) for n in (0, 1)]
+        # d = 4 q + j lands in line j at column 16 q + c (box_indices' blocks)
+        column = plus(times(BOX, quotient(d, BOXED_WIDTH)), c)
         target = ir.Element(B_TILE, (*self.buffer(), *self.tile_index(B_TILE, row, column, True)))
-        iterations = -(-self.tile["n"] * runs // self.threads)
+        count = self.tile["n"] * quads * pairs
+        iterations = -(-count // self.threads)
         self.add("transpose", Kind.COPY, [*self.prefix(), "ks", "c", "t"],
-                 f"{self.prefix_bounds()} and {self.step_bounds()} and "
-                 f"{self.dealt(self.tile['n'] * runs)}",
+                 f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(count)}",
                  ir.AsyncCopy(ir.Element(B_TILE, ()), ir.Element(B_STAGED, ()), BOXED_WIDTH,
-                              stride=self.held_apart(B_TILE, BOXED_STRIDE)),
-                 [target, source], self.point("t", [*tail[:3], "1 + c", "0", "0", "0"]))
+                              stride=self.held_apart(B_TILE, BOXED_STRIDE),
+                              paired=ir.Element(B_STAGED, ())),
+                 [target, *runs], self.point("t", [*tail[:3], "1 + c", "0", "0", "0"]))
         return [*tail[:3], str(1 + iterations), *tail[4:]]
 
     def line(self, tile: str) -> int:
@@ -300,8 +306,8 @@ class WarpgroupBuilder(Builder):
         """The blocks' indices (see the module's doc): the 2-D tile's rows are the operand's
         rows where they are free (K the column, the operand's contiguous index), else K;
         TF32 tiles, copied through registers, are K-major either way."""
-        if tile == B_STAGED:  # in B's memory order (copy_shape)
-            return row, column
+        if tile == B_STAGED:  # in B's memory order (copy_shape), its chunks rotated
+            return row, staged_place(column)
         free, k = (row, column) if row_is_free else (column, row)
         k_major = row_is_free or self.tf32
         along_k, along_rows = self.blocking(tile, k_major)
@@ -495,6 +501,20 @@ def staged_width(program: Program) -> int | None:
     (:func:`copy_width`) that B's leading index's extent keeps aligned, a run all inside or
     all outside B; None where none does."""
     return copy_width(dtypes.itemsize(program.dtype), (program.sizes[k_box(program)[1]],))
+
+
+def staged_place(column: ir.Expr) -> ir.Expr:
+    """Where a staging tile's row holds its column ``16 c + d`` (B's memory order): each
+    64 values (eight 16-byte chunks, a line of the 32 banks) with its chunks rotated by two
+    per such line, so that a transpose's half-warp loads, eight of ``d`` at four even ``c``
+    or four odd ones (:meth:`WarpgroupBuilder.transpose`), fall on distinct banks (unrotated,
+    the even ``c`` of two lines shared theirs: 2 ways), while a warp's copies into it,
+    consecutive chunks of one line at a time, still take each bank once."""
+    # in 16-bit values (a staged B's: strided copies move those): 128 bytes, 16-byte chunks
+    line, chunk = ir.SWIZZLE_BYTES // 2, CORE_ROW_BYTES // 2
+    group = quotient(column, line)
+    return plus(times(line, group),
+                remainder(plus(remainder(column, line), times(2 * chunk, group)), line))
 
 
 def staged(program: Program, params: Mapping[str, Any]) -> bool:
