@@ -10,7 +10,7 @@ MMAs, from a candidate's parameters.
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
-               run and the transpose's shared load and four stores), a wgmma per
+               run and the transpose's two shared loads, four PRMT and four stores), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
                (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
@@ -81,9 +81,11 @@ ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share
 # per TF32 element a cp.async copied, rounded in place: a shared load and store, td_tf32's
 # four (add, mask, compare, select) and an address (the SASS of GEMM 4096^3's tf32 pick)
 ROUND_INSTRUCTIONS = 7
-# per transposing copy of a staged B (4 values): an 8-byte shared load, a shift for each
-# word's high half, four STS.U16 and an address [EST]
-TRANSPOSE_INSTRUCTIONS = 8
+# per transpose of a staged B (4 values of d at two neighbouring c, TRANSPOSED values): two
+# 8-byte shared loads, four PRMT pairing their halves and four 32-bit STS, addresses in
+# immediates (the SASS of tccg_28's 128 x 128 tile, sm_90a)
+TRANSPOSE_INSTRUCTIONS = 10
+TRANSPOSED = 2 * BOXED_WIDTH
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -173,8 +175,9 @@ class WarpgroupModel(EnumeratingModel):
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
         asynchronous = p["async_copy"] and any(widths)
-        # B staged: by cp.async into its staging tile, then transposed as the register copy
-        # stores it (each 8-byte shared load's four values a line of K apart)
+        # B staged: by cp.async into its staging tile, then transposed where the register
+        # copy stores it (two 8-byte shared loads' values paired in 32-bit stores a line of
+        # K apart)
         transposed = staged(self.program, p)
         if transposed:
             widths = (widths[0], staged_width(self.program))
@@ -185,18 +188,19 @@ class WarpgroupModel(EnumeratingModel):
                      if width and p["async_copy"] else elements * COPY_INSTRUCTIONS
                      for (operand, elements), width in zip(copied.items(), widths, strict=True))
         if transposed:
-            copies += copied["b"] / BOXED_WIDTH * TRANSPOSE_INSTRUCTIONS
+            copies += copied["b"] / TRANSPOSED * TRANSPOSE_INSTRUCTIONS
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
         instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                  + output * WRITE_INSTRUCTIONS / 32)
-        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128;
-        # every other copy's stores take 1 way in the swizzled tiles; a staged B's cp.async
-        # stores and the transpose's loads a wavefront per 128 bytes besides
+        # a warp's 16-bit stores of a box's B copied through registers take a wavefront
+        # each, 64 bytes of its 128; every other copy's stores (a staged B's transposes'
+        # 32-bit ones) take 1 way in the swizzled tiles; a staged B's cp.async stores and
+        # the transpose's loads a wavefront per 128 bytes besides
         stored = (copied["a"] + copied["b"] * (
-            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1)
+            WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
@@ -207,11 +211,11 @@ class WarpgroupModel(EnumeratingModel):
                                + written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
-        # a staged B's barrier and transposes every step: each thread's in turn, a shared
-        # load its stores read at once (nvcc keeps them in order: the stores may alias the
-        # staging tile; load-to-use 1 in the SASS of tccg_14's 64 x 32 tile)
+        # a staged B's barrier and transposes every step: each thread's in turn, two shared
+        # loads its stores read at once (nvcc keeps them in order: the stores may alias the
+        # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
-                                * copied["b"] / BOXED_WIDTH / threads)
+                                * copied["b"] / TRANSPOSED / threads)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
             chain = g.l2_latency_cycles + chunk * (
