@@ -292,6 +292,20 @@ def test_the_emulator_reports_a_staged_box_without_its_barriers(after, array):
     assert ("race", array) in found
 
 
+@pytest.mark.matrix
+@pytest.mark.parametrize("staged_b", [False, True])
+def test_a_split_k_box_matches_einsum_without_hazards(staged_b):
+    """tccg_14's K box split as the H100 search splits the row in a deterministic program:
+    c and d of 40 rounded up to 48 are 9 box steps, 3 parts of 3; B through registers or
+    staged and transposed; partial tiles."""
+    kernel = treduda.compile(TCCG_14, {"a": 70, "b": 40, "c": 40, "d": 40}, dtype="float16",
+                             layout="F", strategy="warpgroup", deterministic=True,
+                             params={**SMALL, "tile_n": 32, "frags_k": BOX_FRAGMENTS,
+                                     "staged_b": staged_b, "split": 4})
+    assert math.prod(kernel.grid) == 2 * 2 * 3
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
 def test_the_h100_model_sees_a_staged_boxs_copies_and_memory():
     """The staging tile's bytes (B's twice), and the transposes' issue and wavefronts."""
     program = plan(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, "F", "float16")
