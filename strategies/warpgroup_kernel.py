@@ -38,14 +38,20 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   proxy before the barrier orders them before the MMAs' reads.
 * A staged K box (``staged_b``, :func:`staged`) copies B by cp.async instead, runs of
   :func:`staged_width` in B's own order (``d`` fastest, then ``c``) into a staging tile of
-  its own (``B_STAGED[buffer][n][16 c + d]``, a buffer per stage, so that a step's copies
-  run ahead as A's do); after the wait for the step's copies and a barrier, each thread
-  transposes runs of it into B's tile in shared memory, an 8-byte load and four 16-bit
-  stores a line of K apart as the register copy stores them (:meth:`WarpgroupBuilder.
-  transpose`; a warp's loads read 256 bytes in a row, its stores fill the 32 banks once),
-  then fences and the barrier before the MMAs follow. No operand passes through registers
-  from global memory; the staging tile costs B's bytes again per stage (tccg_28's 256 x
-  128 tile no longer fits) and shared traffic (a store and a load more per value).
+  its own (``B_STAGED[buffer][n][16 c + d]``, its 128-byte lines' chunks rotated:
+  :func:`staged_place`; a buffer per stage, so that a step's copies run ahead as A's do);
+  after the wait for the step's copies and a barrier, each thread transposes pairs of its
+  runs into B's tile in shared memory: two 8-byte loads, four values of ``d`` at two
+  neighbouring ``c``, and four 32-bit stores of a value and its neighbour, a line of K
+  apart where the register copy stores them (:meth:`WarpgroupBuilder.transpose`; a warp's
+  loads and stores take each bank once), then fences and the barrier before the MMAs
+  follow. No operand passes through registers from global memory; the staging tile costs
+  B's bytes again per stage (tccg_28's 256 x 128 tile no longer fits) and shared traffic
+  (a store and a load more per value). Pairs halved the 16-bit stores one by one took
+  (tccg_28's 128 x 128 main loop: 128 STS, 656 instructions; 64 and 520).
+* A split reduction (``split``) as the tensor-core kernel's: the part a grid dimension,
+  each block summing its part's steps and adding its tile into the output (or a
+  deterministic program's workspace).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -506,10 +512,10 @@ def staged_width(program: Program) -> int | None:
 def staged_place(column: ir.Expr) -> ir.Expr:
     """Where a staging tile's row holds its column ``16 c + d`` (B's memory order): each
     64 values (eight 16-byte chunks, a line of the 32 banks) with its chunks rotated by two
-    per such line, so that a transpose's half-warp loads, eight of ``d`` at four even ``c``
-    or four odd ones (:meth:`WarpgroupBuilder.transpose`), fall on distinct banks (unrotated,
-    the even ``c`` of two lines shared theirs: 2 ways), while a warp's copies into it,
-    consecutive chunks of one line at a time, still take each bank once."""
+    per such line, so that a transpose's half-warp loads, the 16 values of ``d`` at four
+    even ``c`` or four odd ones (:meth:`WarpgroupBuilder.transpose`), fall on distinct banks
+    (unrotated, the even ``c`` of two lines shared theirs: 2 ways), while a warp's copies
+    into it, consecutive chunks of one line at a time, still take each bank once."""
     # in 16-bit values (a staged B's: strided copies move those): 128 bytes, 16-byte chunks
     line, chunk = ir.SWIZZLE_BYTES // 2, CORE_ROW_BYTES // 2
     group = quotient(column, line)
