@@ -236,6 +236,8 @@ def test_staged_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layou
     copies = {(s.source.array, s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
               if isinstance(s, ir.AsyncCopy)}
     assert copies == {("A", 8, 1), ("B", 8, 1), (B_STAGED, 4, 32 * 64)}
+    body = kernel.built.kernel  # the transposes' paired runs survive storage
+    assert serial.Decoder()(serial.encode(body)) == body
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
     counted = kernel.counters(steps=2)
