@@ -2,15 +2,18 @@
 read on the CPU. For GEMM 4096^3 in fp16, bf16 and tf32 and every TCCG row in fp16, the
 search named 'warpgroup' and the one named 'tensorcore' on the H100 model: each pick's tiles,
 its predicted time and binding resource, and from the warpgroup kernel's SASS (sm_90a) the
-main body's HGMMA, instructions beside each MMA, LDG of operands and LDGSTS; and from the
-emulator's count of its first block's first steps the worst bank-conflict ways, of all
-shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
+main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS and STS; and
+from the emulator's count of its first block's first steps the worst bank-conflict ways, of
+all shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
 nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
 run of code holding them, which is then the kernel's body: the per-HGMMA figures read either
 alike. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
-                                           [--gpu H100] [--before FILE]
+                                           [--gpu H100] [--before FILE] [--hold K=V ...]
+
+``--hold staged_b=True`` holds the warpgroup search to a form it may not pick (a K box's B
+staged), as ``treduda bench --hold`` does; the tensor-core search is not held.
 
 A row takes a few seconds to twenty (two searches and nvcc).
 """
@@ -23,6 +26,7 @@ from economy_tables import arguments, measure_rows, print_tables, wanted_rows
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 
 import treduda
+from treduda.app.bench_cli import param
 from treduda.errors import BackendUnavailable
 from treduda.run.sass import sass_report
 from treduda.suites import load
@@ -41,12 +45,14 @@ def rows() -> dict[str, tuple]:
     return found
 
 
-def economy(row, dtype: str, precision: str, gpu: str) -> dict:
-    """One row's figures (None where a figure cannot be read here)."""
+def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None) -> dict:
+    """One row's figures (None where a figure cannot be read here), the warpgroup search
+    ``held`` to those parameters' values."""
     picks = {strategy: treduda.search(row.expression, row.sizes, gpu, dtype=dtype,
                                       layout=row.layout, precision=precision,
-                                      strategy=strategy).best
-             for strategy in ("warpgroup", "tensorcore")}
+                                      strategy=strategy, values=values).best
+             for strategy, values in (("warpgroup", {k: (v,) for k, v in (held or {}).items()}
+                                       or None), ("tensorcore", None))}
     best = picks["warpgroup"]
     p = best.params
     figures = {"params": dict(p),
@@ -74,12 +80,15 @@ def economy(row, dtype: str, precision: str, gpu: str) -> dict:
                    non_mma_per_mma=report.non_mma_per_mma,
                    others_non_mma_per_mma=report.others_non_mma_per_mma,
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
-                   ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0))
+                   ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
+                   lds=kinds.get("shared memory", {}).get("LDS", 0),
+                   sts=kinds.get("shared memory", {}).get("STS", 0))
     return figures
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
-           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "ways", "tile ways")
+           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "ways", "tile ways",
+           "body LDS", "body STS")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -90,7 +99,8 @@ def cells(name: str, f: dict) -> list[str]:
             f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
             shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
             shown("ldg", "{}"), shown("ldgsts", "{}"),
-            shown("ways", "{}"), shown("tile_ways", "{}")]
+            shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
+            shown("sts", "{}")]
 
 
 def body(f: dict) -> str:
@@ -106,11 +116,14 @@ BESIDE = ("row", "pred ms", "nonMMA/MMA", "body LDG")
 
 def main(argv: list[str] | None = None) -> int:
     parser = arguments(__doc__, "gemm_fp16, ..., tccg_01, ...")
+    parser.add_argument("--hold", action="append", type=param, default=[], metavar="K=V",
+                        help="hold the warpgroup search to this value of a parameter "
+                             "(repeatable; e.g. staged_b=True)")
     args = parser.parse_args(argv)
     known = rows()
     wanted = wanted_rows(parser, args.rows, list(known))
-    lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu), cells,
-                         COLUMNS, args.json)
+    lines = measure_rows(wanted, lambda name: economy(*known[name], args.gpu, dict(args.hold)),
+                         cells, COLUMNS, args.json)
     print("tiles: BM x BN x wgmma k-extents per step (and a free box's layout; staged: a K "
           "box's B by cp.async into a staging tile, transposed in shared memory; tma: tiles "
           "moved by bulk tensor copies on mbarriers); WMMA ms: "

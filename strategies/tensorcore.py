@@ -20,7 +20,7 @@ the tile quantities both use, as the tensor-core model does, are in
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from treduda.errors import StrategyError
@@ -74,6 +74,34 @@ STAGES = (1, 2, 3, 4)  # buffers per operand tile (CUTLASS 2.x's sm_80 GEMMs tak
 # apart): its 4x4 fragments took ptxas's 255 registers and 581 spill loads and stores a step
 # (GEMM 4096^3, 2x2 warps, sm_90), its 4x2 174 registers and none.
 FRAGMENT_BUDGET = 16
+
+
+def split_rules(program: Program, sms: int | None,
+                tile: Callable[[Mapping[str, Any]], Mapping[str, int]], tiled: Sequence[str],
+                step: Callable[[Mapping[str, Any]], int]) -> list[Constraint]:
+    """The constraints of a split reduction in a GEMM-shaped mapping (this one's and the
+    warpgroup one's): as the tiled strategy's split, only where the output's ``tile`` (M and
+    N, from the ``tiled`` parameters) gives fewer than two blocks per SM (else it only adds
+    the parts' traffic), and at least one ``step`` of K (from ``frags_k``) per part."""
+    _, _, m, n, k, batch = gemm_groups(program)
+    sizes = program.sizes
+    extent = {axis: math.prod(sizes[i] for i in group)
+              for axis, group in zip("mnk", (m, n, k), strict=True)}
+    rules = []
+    if sms:
+
+        def few_tiles(p: Mapping[str, Any]) -> bool:
+            t = tile(p)
+            tiles = (-(-extent["m"] // t["m"]) * -(-extent["n"] // t["n"])
+                     * math.prod(sizes[i] for i in batch))
+            return p["split"] == 1 or tiles < 2 * sms
+
+        rules.append(Constraint(f"a split only where the tiles give fewer than {2 * sms} "
+                                "blocks", (*tiled, "split"), few_tiles))
+    rules.append(Constraint("at least one step per part of a split reduction",
+                            ("frags_k", "split"),
+                            lambda p: p["split"] <= -(-extent["k"] // step(p))))
+    return rules
 
 
 @register
@@ -191,18 +219,11 @@ class TensorCore(Strategy):
         if not self.limits.async_copies:
             rules.append(Constraint("asynchronous copies need compute capability 8.0 "
                                     "(cp.async)", ("async_copy",), lambda p: not p["async_copy"]))
-        if self.limits.sm_count:  # as the tiled strategy's split: only to fill the GPU
-            sms = self.limits.sm_count
-
-            def few_tiles(p: Mapping[str, Any]) -> bool:
-                tile = tile_extents({**p, "frags_k": 1}, shape)
-                tiles = (-(-extent["m"] // tile["m"]) * -(-extent["n"] // tile["n"])
-                         * math.prod(sizes[i] for i in found[5]))
-                return p["split"] == 1 or tiles < 2 * sms
-
-            rules.append(Constraint(
-                f"a split only where the tiles give fewer than {2 * sms} blocks",
-                ("warps_m", "warps_n", "frags_m", "frags_n", "split"), few_tiles))
+        rules += split_rules(program, self.limits.sm_count,
+                             lambda p: tile_extents({**p, "frags_k": 1}, shape),
+                             ("warps_m", "warps_n", "frags_m", "frags_n"),
+                             lambda p: tile_extents({"warps_m": 1, "warps_n": 1, "frags_m": 1,
+                                                     "frags_n": 1, **p}, shape)["k"])
         return rules + [
             Constraint(f"at most {self.limits.threads_per_block} threads per block",
                        ("warps_m", "warps_n"),
@@ -218,10 +239,6 @@ class TensorCore(Strategy):
             Constraint("the step is no longer than K needs", ("frags_k",),
                        lambda p: covers("k", {"warps_m": 1, "warps_n": 1, "frags_m": 1,
                                               "frags_n": 1, **p})),
-            Constraint("at least one step per part of a split reduction", ("frags_k", "split"),
-                       lambda p: p["split"] <= -(-extent["k"] // tile_extents(
-                           {"warps_m": 1, "warps_n": 1, "frags_m": 1, "frags_n": 1, **p},
-                           shape)["k"])),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
                         "shared_layout", "free_layout"),

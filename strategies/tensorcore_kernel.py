@@ -228,10 +228,7 @@ class Builder:
         # the C tile is laid out along what the output's write reads: N, or M (column-major)
         self.along_n = output_along_n(program)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
-        # a split reduction: parts of `chunk` steps, a grid dimension for the part
-        self.chunk, self.parts = split_parts(self.steps(), params["split"])
-        # a deterministic split stores each part's sum in a workspace instead of adding it
-        self.workspace = self.parts > 1 and program.deterministic
+        self.divide(params["split"])
         # each operand's cp.async width, None where it is copied through registers
         self.widths = (copy_widths(program, found, self.box, self.free_box)
                        if params["async_copy"]
@@ -243,6 +240,13 @@ class Builder:
         self.lead = self.stages - 1 if self.asynchronous else 0
         self.statements: list[Statement] = []
         self.schedule: isl.UnionMap | None = None
+
+    def divide(self, split: int) -> None:
+        """A split reduction into ``split`` parts at most (:func:`split_parts` of the steps):
+        parts of ``chunk`` steps, a grid dimension for the part; in a deterministic program
+        each part stores its sum in a workspace instead of adding it."""
+        self.chunk, self.parts = split_parts(self.steps(), split)
+        self.workspace = self.parts > 1 and self.program.deterministic
 
     # -- the block prefix P = [bn, bm, batch] and schedule points ----------------------------
 
@@ -539,9 +543,8 @@ class Builder:
         mapping = p["mapping"]
         rows, columns = accumulator_extents(self.program, p)
         buffers = (self.stages,) if self.stages > 1 else ()
-        workspace = parts_workspace(self.program, self.parts) if self.workspace else None
         return {
-            **({workspace.name: workspace} if workspace else {}),
+            **self.parts_local(),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, buffers + a_shape, stored=stored,
                              swizzle=swizzle_shift(a_shape[1]) if self.swizzled else 0),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored,
@@ -556,6 +559,14 @@ class Builder:
                              fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape,
                                                   mapping=mapping)),
         }
+
+    def parts_local(self) -> dict[str, ir.Local]:
+        """The workspace of a deterministic split (:func:`parts_workspace`), by name; none
+        without one."""
+        if not self.workspace:
+            return {}
+        workspace = parts_workspace(self.program, self.parts)
+        return {workspace.name: workspace}
 
     def write(self) -> None:
         """Each warp stores its accumulators into the C tile; then the program's write

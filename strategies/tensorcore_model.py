@@ -179,6 +179,7 @@ class EnumeratingModel:
         # update (+=) reads it (at the same addresses)
         self.output_accesses = 2 if c.reads_output or c.op != "=" else 1
         self.compulsory = (touched + self.outputs * self.output_accesses) * self.bytes
+        self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self._writes: dict[tuple, tuple[int, int, int, int]] = {}
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         self.evaluations = 0  # candidates predicted, as Model.evaluations counts them
@@ -249,6 +250,33 @@ class EnumeratingModel:
             self.program, tensorcore_tiles.free_boxed(self.program, params))
         return -(-extent["m"] // tile["m"]) * -(-extent["n"] // tile["n"]) * self.batch
 
+    def _written_bytes(self, parts: int) -> int:
+        """Bytes of an element the write stores: the output's, or, in a deterministic split,
+        the workspace's accumulator."""
+        return self.accumulator_bytes if parts > 1 and self.program.deterministic else self.bytes
+
+    def _split_l2(self, written: int, parts: int) -> float:
+        """Bytes the sectors of every block's output writes (``written`` bytes) move
+        through L2: each once, and again where the output is read (beta, ``+=``); split, an
+        atomic addition reads and writes its sector; deterministic, each part stores its
+        sum into the workspace, which the second kernel reads with the output it writes
+        (counted here, overlapped, though it runs after: the estimate is low by at most that
+        kernel's time)."""
+        if parts == 1:
+            return written * self.output_accesses
+        if not self.program.deterministic:
+            return 2 * written
+        return written + (parts + 1) * self.outputs * self.accumulator_bytes
+
+    def _split_dram(self, parts: int) -> float:
+        """Bytes a split adds to DRAM's traffic: the output zeroed first, or the workspace of
+        a deterministic split written back."""
+        if parts == 1:
+            return 0.0
+        if self.program.deterministic:
+            return parts * self.outputs * self.accumulator_bytes
+        return self.outputs * self.bytes
+
     def _resources(self, items: tuple, registers: int | None = None
                    ) -> tuple[dict[str, float], int, float] | None:
         """:meth:`_compute` of a complete candidate (its items), remembered: a bound reads
@@ -267,7 +295,6 @@ class TensorCoreModel(EnumeratingModel):
                  values: Mapping[str, tuple] | None = None):
         super().__init__(program, gpu, strategy, values)
         self.shape = tensorcore_tiles.mma_shape(program)
-        self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self.pieces = 2 if program.precision == dtypes.TF32X3 else 1
         self.products = 3 if program.precision == dtypes.TF32X3 else 1
         self.rate = gpu.mma_flops(program.dtype, program.precision)
@@ -372,11 +399,6 @@ class TensorCoreModel(EnumeratingModel):
         return self.output_sectors(tile, self._written_bytes(
             self._steps(tile, described["split"])[2]),
             tensorcore_tiles.free_boxed(self.program, params))
-
-    def _written_bytes(self, parts: int) -> int:
-        """Bytes of an element the write stores: the output's, or, in a deterministic split,
-        the workspace's accumulator."""
-        return self.accumulator_bytes if parts > 1 and self.program.deterministic else self.bytes
 
     def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
@@ -573,28 +595,6 @@ class TensorCoreModel(EnumeratingModel):
         m, n, k = self.shape
         instruction_flops = 2 * m * n * k / MMA_INSTRUCTIONS[k]
         return self.rate / (g.sm_count * g.schedulers_per_sm * clock * instruction_flops)
-
-    def _split_l2(self, written: int, parts: int) -> float:
-        """Bytes the sectors of every block's output writes (``written`` bytes) move
-        through L2: each once, and again where the output is read (beta, ``+=``); split, an
-        atomic addition reads and writes its sector; deterministic, each part stores its
-        sum into the workspace, which the second kernel reads with the output it writes
-        (counted here, overlapped, though it runs after: the estimate is low by at most that
-        kernel's time)."""
-        if parts == 1:
-            return written * self.output_accesses
-        if not self.program.deterministic:
-            return 2 * written
-        return written + (parts + 1) * self.outputs * self.accumulator_bytes
-
-    def _split_dram(self, parts: int) -> float:
-        """Bytes a split adds to DRAM's traffic: the output zeroed first, or the workspace of
-        a deterministic split written back."""
-        if parts == 1:
-            return 0.0
-        if self.program.deterministic:
-            return parts * self.outputs * self.accumulator_bytes
-        return self.outputs * self.bytes
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu

@@ -16,8 +16,9 @@ shared stores, where unswizzled core matrices took up to 8. A K box's B, which n
 cp.async can store transposed, goes through registers or (``staged_b``) by cp.async into a
 staging tile and on by a transpose in shared memory. With ``tma`` the tensor memory
 accelerator moves the tiles instead, one thread's bulk tensor copies per step completing
-on an mbarrier per stage (:mod:`.warpgroup_tma`). What this slice leaves for later: warp
-specialisation, split reductions. A search
+on an mbarrier per stage (:mod:`.warpgroup_tma`). A reduction splits over blocks
+(``split``) as the tensor-core mapping's does, where the output's tiles are too few to
+fill the GPU. What this slice leaves for later: warp specialisation. A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is
@@ -43,6 +44,7 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
+from .tensorcore import SPLITS, split_rules
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
     FREE_LAYOUT_HELP,
@@ -56,6 +58,7 @@ from .tensorcore_tiles import (
     holds_boxes,
     k_box,
 )
+from .tiling import splittable
 from .warpgroup_kernel import (
     WARPGROUP_M,
     WarpgroupBuilder,
@@ -131,6 +134,11 @@ class Warpgroup(Strategy):
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
                       "then rounded in place)", priority=Priority.BUFFERS),
+            Parameter("split", SPLITS if splittable(program) else (1,),
+                      "blocks sharing each output tile, each summing a part of the steps "
+                      "(added into the output atomically; stored and added in order in a "
+                      "deterministic program), as the tensor-core mapping's",
+                      priority=Priority.STEP),
             Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
                       else (False,),
                       "a K box's B copied by cp.async in its memory order into a staging "
@@ -149,6 +157,11 @@ class Warpgroup(Strategy):
         extent = {"m": math.prod(sizes[i] for i in m), "n": math.prod(sizes[i] for i in n)}
         budget = self.limits.dynamic_shared_per_block
         return [
+            *split_rules(program, self.limits.sm_count,
+                         lambda p: warpgroup_tile({**p, "frags_k": 1}, program),
+                         ("warpgroups", "frags_m", "tile_n"),
+                         lambda p: warpgroup_tile({"warpgroups": 1, "frags_m": 1, "tile_n": 1,
+                                                   **p}, program)["k"]),
             Constraint("more than two stages need asynchronous copies", ("stages", "async_copy"),
                        lambda p: p["stages"] <= 2 or p["async_copy"]),
             Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread",
@@ -187,15 +200,16 @@ class Warpgroup(Strategy):
         128 threads split as wgmma's accumulator layout does (each warp 16 rows of the 64, a
         warp's lanes 8 along M and 4 along N: "wgmma.mma_async" register fragments), so
         ``block_y`` is 32 per warpgroup and ``block_x`` 4, and ``reg_*`` fill the tile; the
-        step is ``frags_k`` wgmma k-extents, never split."""
+        step is ``frags_k`` wgmma k-extents, ``split`` as the tensor-core mapping's."""
         k = wgmma_k(program)
         lanes_m = LANES_M * WARPS_PER_WARPGROUP  # a warpgroup's threads along M
         along = {"n": ((LANES_N,), each(choices, lambda t: t // LANES_N, "tile_n")),
                  "m": (each(choices, lambda w: lanes_m * w, "warpgroups"),
                        each(choices, lambda f: WARPGROUP_M * f // lanes_m, "frags_m"))}
         return described_gemm(program, choices, along, each(choices, lambda f: f * k, "frags_k"),
-                              (1,), ("warpgroups", "frags_m", "tile_n", "frags_k", "stages",
-                                     "free_layout", "staged_b"), shared_bytes)
+                              choices["split"], ("warpgroups", "frags_m", "tile_n", "frags_k",
+                                                 "stages", "free_layout", "staged_b"),
+                              shared_bytes)
 
     def defaults(self, program: Program, before: Sequence[Strategy] = ()) -> dict[str, Any]:
         space = self.space(program, before)
@@ -203,7 +217,7 @@ class Warpgroup(Strategy):
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
                      "async_copy": True, "free_layout": "group", "staged_b": False,
-                     "tma": False}
+                     "tma": False, "split": 1}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")

@@ -38,14 +38,20 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   proxy before the barrier orders them before the MMAs' reads.
 * A staged K box (``staged_b``, :func:`staged`) copies B by cp.async instead, runs of
   :func:`staged_width` in B's own order (``d`` fastest, then ``c``) into a staging tile of
-  its own (``B_STAGED[buffer][n][16 c + d]``, a buffer per stage, so that a step's copies
-  run ahead as A's do); after the wait for the step's copies and a barrier, each thread
-  transposes runs of it into B's tile in shared memory, an 8-byte load and four 16-bit
-  stores a line of K apart as the register copy stores them (:meth:`WarpgroupBuilder.
-  transpose`; a warp's loads read 256 bytes in a row, its stores fill the 32 banks once),
-  then fences and the barrier before the MMAs follow. No operand passes through registers
-  from global memory; the staging tile costs B's bytes again per stage (tccg_28's 256 x
-  128 tile no longer fits) and shared traffic (a store and a load more per value).
+  its own (``B_STAGED[buffer][n][16 c + d]``, its 128-byte lines' chunks rotated:
+  :func:`staged_place`; a buffer per stage, so that a step's copies run ahead as A's do);
+  after the wait for the step's copies and a barrier, each thread transposes pairs of its
+  runs into B's tile in shared memory: two 8-byte loads, four values of ``d`` at two
+  neighbouring ``c``, and four 32-bit stores of a value and its neighbour, a line of K
+  apart where the register copy stores them (:meth:`WarpgroupBuilder.transpose`; a warp's
+  loads and stores take each bank once), then fences and the barrier before the MMAs
+  follow. No operand passes through registers from global memory; the staging tile costs
+  B's bytes again per stage (tccg_28's 256 x 128 tile no longer fits) and shared traffic
+  (a store and a load more per value). Pairs halved the 16-bit stores one by one took
+  (tccg_28's 128 x 128 main loop: 128 STS, 656 instructions; 64 and 520).
+* A split reduction (``split``) as the tensor-core kernel's: the part a grid dimension,
+  each block summing its part's steps and adding its tile into the output (or a
+  deterministic program's workspace).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -108,7 +114,6 @@ from .tensorcore_tiles import (
     FreeBox,
     accumulator_dtype,
     accumulator_row_pad,
-    box_dealt,
     box_values,
     boxed,
     copy_widths,
@@ -149,7 +154,7 @@ def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
     and the threads are set again after."""
     return {"warps_m": params["warpgroups"], "warps_n": 1, "frags_m": params["frags_m"],
             "frags_n": 1, "frags_k": params["frags_k"], "stages": params["stages"],
-            "split": 1, "async_copy": params["async_copy"],
+            "split": params.get("split", 1), "async_copy": params["async_copy"],
             "free_layout": params.get("free_layout", "group"),
             "mapping": "wmma", "shared_layout": "pad"}  # the builder's own tiles, unswizzled
 
@@ -165,6 +170,7 @@ class WarpgroupBuilder(Builder):
         self.tile = warpgroup_tile(params, program)
         found = ((self.a,), (self.b,), self.m, self.n, self.k, self.batch)
         self.k_sizes = stepped_k(program, found, self.tile["k"], self.box)
+        self.divide(params.get("split", 1))  # parts of this tile's steps
         self.threads = ir.WARPGROUP * params["warpgroups"]
         # the C tile padded as the tensor-core kernel's (tensorcore_tiles.accumulator_pad):
         # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
@@ -322,28 +328,35 @@ class WarpgroupBuilder(Builder):
 
     def transpose(self, tail: Sequence[str]) -> list[str]:
         """``sync_staged[P, ks, t]``, a barrier after the wait for the step's staged copies,
-        then ``transpose[P, ks, c, t]``: thread ``t`` moves the staging tile's run ``e = T c
-        + t`` of :data:`BOXED_WIDTH` values of ``d`` at one ``c`` (one 8-byte shared load)
-        into B's tile, each :data:`BOXED_STRIDE` columns apart, as a K box's register copy
-        stores them (:func:`.tensorcore_tiles.box_dealt`: a warp's loads read 256 bytes in
-        a row, its 16-bit stores fill the 32 banks once). Scheduled in the step's wait stage
-        ``[.., 1, ks, wait, 1 + c, 0, 0, 0]``; the tail of what follows them (the fence to
-        the async proxy and the barrier before the MMAs) is returned."""
+        then ``transpose[P, ks, c, t]``: thread ``t`` takes pair ``e = T c + t`` of the
+        staging tile's runs, :data:`BOXED_WIDTH` values of ``d`` (``4 q ..``) at an even
+        ``c`` and at the next (two 8-byte shared loads), and stores each value of ``d`` with
+        its pair as one 32-bit word of B's tile, in four lines of K a row, as a K box's
+        copies place them (:func:`.tensorcore_tiles.box_indices`). A warp takes one row, ``q``
+        fastest then the pair ``c / 2``: its stores fill a line's 32 banks once, and its
+        loads read half-warps of 128 bytes on distinct banks (:func:`staged_place`).
+        Scheduled in the step's wait stage ``[.., 1, ks, wait, 1 + c, 0, 0, 0]``; the tail of
+        what follows them (the fence to the async proxy and the barrier before the MMAs) is
+        returned."""
         super().sync("sync_staged", [*tail[:-2], "1", tail[-1]], True)
-        runs = self.tile["k"] // BOXED_WIDTH
+        quads, pairs = BOX // BOXED_WIDTH, BOX // 2  # per row: 4 runs of d by 8 pairs of c
         e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
-        row, column = box_dealt(e, BOXED_WIDTH, OPERATORS)
-        d = times(BOXED_WIDTH, remainder(e, BOX // BOXED_WIDTH))
-        c = remainder(quotient(e, BOX // BOXED_WIDTH), BOX)
-        source = ir.Element(B_STAGED, (*self.buffer(), row, plus(times(BOX, c), d)))
+        row = quotient(e, quads * pairs)
+        d = times(BOXED_WIDTH, remainder(e, quads))
+        c = times(2, remainder(quotient(e, quads), pairs))
+        runs = [ir.Element(B_STAGED, (*self.buffer(), *self.tile_index(
+            B_STAGED, row, plus(times(BOX, plus(c, ir.Int(n))), d), True))) for n in (0, 1)]
+        # d = 4 q + j lands in line j at column 16 q + c (box_indices' blocks)
+        column = plus(times(BOX, quotient(d, BOXED_WIDTH)), c)
         target = ir.Element(B_TILE, (*self.buffer(), *self.tile_index(B_TILE, row, column, True)))
-        iterations = -(-self.tile["n"] * runs // self.threads)
+        count = self.tile["n"] * quads * pairs
+        iterations = -(-count // self.threads)
         self.add("transpose", Kind.COPY, [*self.prefix(), "ks", "c", "t"],
-                 f"{self.prefix_bounds()} and {self.step_bounds()} and "
-                 f"{self.dealt(self.tile['n'] * runs)}",
+                 f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(count)}",
                  ir.AsyncCopy(ir.Element(B_TILE, ()), ir.Element(B_STAGED, ()), BOXED_WIDTH,
-                              stride=self.held_apart(B_TILE, BOXED_STRIDE)),
-                 [target, source], self.point("t", [*tail[:3], "1 + c", "0", "0", "0"]))
+                              stride=self.held_apart(B_TILE, BOXED_STRIDE),
+                              paired=ir.Element(B_STAGED, ())),
+                 [target, *runs], self.point("t", [*tail[:3], "1 + c", "0", "0", "0"]))
         return [*tail[:3], str(1 + iterations), *tail[4:]]
 
     def line(self, tile: str) -> int:
@@ -360,8 +373,8 @@ class WarpgroupBuilder(Builder):
         """The blocks' indices (see the module's doc): the 2-D tile's rows are the operand's
         rows where they are free (K the column, the operand's contiguous index), else K;
         TF32 tiles, copied through registers, are K-major either way."""
-        if tile == B_STAGED:  # in B's memory order (copy_shape)
-            return row, column
+        if tile == B_STAGED:  # in B's memory order (copy_shape), its chunks rotated
+            return row, staged_place(column)
         free, k = (row, column) if row_is_free else (column, row)
         k_major = row_is_free or self.tf32
         along_k, along_rows = self.blocking(tile, k_major)
@@ -497,6 +510,7 @@ class WarpgroupBuilder(Builder):
         barriers = ({BARRIERS: ir.Local(BARRIERS, ir.Space.MBARRIER, (self.stages,))}
                     if self.boxes else {})
         return {
+            **self.parts_local(),
             A_TILE: ir.Local(A_TILE, ir.Space.SHARED, (*buffers, *a), stored=stored,
                              swizzle=shift, swizzle_bits=bits[A_TILE]),
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, (*buffers, *b), stored=stored,
@@ -585,6 +599,20 @@ def staged_width(program: Program) -> int | None:
     (:func:`copy_width`) that B's leading index's extent keeps aligned, a run all inside or
     all outside B; None where none does."""
     return copy_width(dtypes.itemsize(program.dtype), (program.sizes[k_box(program)[1]],))
+
+
+def staged_place(column: ir.Expr) -> ir.Expr:
+    """Where a staging tile's row holds its column ``16 c + d`` (B's memory order): each
+    64 values (eight 16-byte chunks, a line of the 32 banks) with its chunks rotated by two
+    per such line, so that a transpose's half-warp loads, the 16 values of ``d`` at four
+    even ``c`` or four odd ones (:meth:`WarpgroupBuilder.transpose`), fall on distinct banks
+    (unrotated, the even ``c`` of two lines shared theirs: 2 ways), while a warp's copies
+    into it, consecutive chunks of one line at a time, still take each bank once."""
+    # in 16-bit values (a staged B's: strided copies move those): 128 bytes, 16-byte chunks
+    line, chunk = ir.SWIZZLE_BYTES // 2, CORE_ROW_BYTES // 2
+    group = quotient(column, line)
+    return plus(times(line, group),
+                remainder(plus(remainder(column, line), times(2 * chunk, group)), line))
 
 
 def staged(program: Program, params: Mapping[str, Any]) -> bool:

@@ -11,7 +11,7 @@ MMAs, from a candidate's parameters.
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
-               run and the transpose's shared load and four stores), a wgmma per
+               run and the transpose's two shared loads, four PRMT and four stores), a wgmma per
                64 x BN x k, and the write through shared memory / the warp schedulers
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
                (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
@@ -22,9 +22,11 @@ MMAs, from a candidate's parameters.
                the LSU, as a warp's fragment loads do
 * ``l2``       the operand tiles' bytes each step, a 32-byte sector per element where a
                16-bit operand is copied element by element across its fastest index, and
-               the output's sectors as the write's addresses take them;
-* ``dram``     as the tensor-core model's (no split)
-* ``latency``  waves of blocks x per step: in stages with cp.async, a barrier and the larger
+               the output's sectors as the write's addresses take them (a split's atomic
+               additions or workspace as the tensor-core model's);
+* ``dram``     as the tensor-core model's
+* ``latency``  waves of blocks (a split's parts each a block) x the steps of a part, per
+               step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
                a staged B adds a barrier and its thread's transposes' shared latencies
@@ -64,6 +66,7 @@ from .tensorcore_tiles import (
     k_box,
     operand_rows_major,
     output_along_n,
+    split_parts,
     stepped_k,
 )
 from .warpgroup_kernel import (
@@ -81,9 +84,11 @@ ASYNC_COPY_INSTRUCTIONS = 3  # per cp.async: address, LDGSTS, loop share
 # per TF32 element a cp.async copied, rounded in place: a shared load and store, td_tf32's
 # four (add, mask, compare, select) and an address (the SASS of GEMM 4096^3's tf32 pick)
 ROUND_INSTRUCTIONS = 7
-# per transposing copy of a staged B (4 values): an 8-byte shared load, a shift for each
-# word's high half, four STS.U16 and an address [EST]
-TRANSPOSE_INSTRUCTIONS = 8
+# per transpose of a staged B (4 values of d at two neighbouring c, TRANSPOSED values): two
+# 8-byte shared loads, four PRMT pairing their halves and four 32-bit STS, addresses in
+# immediates (the SASS of tccg_28's 128 x 128 tile, sm_90a)
+TRANSPOSE_INSTRUCTIONS = 10
+TRANSPOSED = 2 * BOXED_WIDTH
 # per bulk tensor copy (tma), one thread's: its coordinates, the map's address, UTMALDG;
 # and per step the expecting arrival (SYNCS) and the election around them [EST: no
 # published issue rate; the SASS of GEMM's tma kernel issues these]
@@ -136,15 +141,21 @@ class WarpgroupModel(EnumeratingModel):
         return self._registers(params) / self.gpu.register_cap(
             WARPGROUP * params["warpgroups"])
 
-    def parts_seconds(self, split: int) -> float:
-        """No split reduction: nothing to add."""
-        return 0.0
-
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's first block's output
-        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`)."""
-        return self.output_sectors(warpgroup_tile(params, self.program), None,
+        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
+        split's into its workspace)."""
+        tile = warpgroup_tile(params, self.program)
+        return self.output_sectors(tile, self._written_bytes(self.steps(params, tile)[2]),
                                    free_boxed(self.program, params))
+
+    def steps(self, p: Mapping[str, Any], tile: Mapping[str, int]) -> tuple[int, int, int]:
+        """The reduction's steps of ``tile``, and, split in ``p["split"]`` parts at most, the
+        steps each part (a block) sums and the parts (:func:`split_parts`)."""
+        box = boxed(self.program, p)
+        steps = (math.prod(stepped_k(self.program, self.groups, tile["k"], box).values())
+                 // tile["k"] if box else -(-self.extent["k"] // tile["k"]))
+        return steps, *split_parts(steps, p.get("split", 1))
 
     def _registers(self, p: Mapping[str, Any]) -> int:
         return OVERHEAD_REGISTERS + p["frags_m"] * p["tile_n"] // 2
@@ -164,15 +175,17 @@ class WarpgroupModel(EnumeratingModel):
         box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
         free = free_boxed(self.program, p)
         widths = self.widths[box, free]
-        steps = (math.prod(stepped_k(self.program, self.groups, tile["k"], box).values())
-                 // tile["k"] if box else -(-self.extent["k"] // tile["k"]))
-        waves = math.ceil(tiles / (g.sm_count * occupancy))
-        quantise = math.ceil(tiles / g.sm_count) * g.sm_count / tiles
+        # a split reduction's parts are blocks of their own, each summing `chunk` steps
+        steps, chunk, parts = self.steps(p, tile)
+        blocks = tiles * parts
+        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
         asynchronous = p["async_copy"] and any(widths)
-        # B staged: by cp.async into its staging tile, then transposed as the register copy
-        # stores it (each 8-byte shared load's four values a line of K apart)
+        # B staged: by cp.async into its staging tile, then transposed where the register
+        # copy stores it (two 8-byte shared loads' values paired in 32-bit stores a line of
+        # K apart)
         transposed = staged(self.program, p)
         if transposed:
             widths = (widths[0], staged_width(self.program))
@@ -183,7 +196,7 @@ class WarpgroupModel(EnumeratingModel):
                      if width and p["async_copy"] else elements * COPY_INSTRUCTIONS
                      for (operand, elements), width in zip(copied.items(), widths, strict=True))
         if transposed:
-            copies += copied["b"] / BOXED_WIDTH * TRANSPOSE_INSTRUCTIONS
+            copies += copied["b"] / TRANSPOSED * TRANSPOSE_INSTRUCTIONS
         if p.get("tma"):  # one thread's warp instructions, no address per thread
             boxes = sum(box.boxes for box in step_boxes(self.program, p))
             copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS)
@@ -191,32 +204,35 @@ class WarpgroupModel(EnumeratingModel):
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
-        instructions = tiles * (steps * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
-                                + output * WRITE_INSTRUCTIONS / 32)
-        # a warp's 16-bit stores of a box's B take a wavefront each, 64 bytes of its 128;
-        # every other copy's stores take 1 way in the swizzled tiles; a staged B's cp.async
-        # stores and the transpose's loads a wavefront per 128 bytes besides
+        instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
+                                 + output * WRITE_INSTRUCTIONS / 32)
+        # a warp's 16-bit stores of a box's B copied through registers take a wavefront
+        # each, 64 bytes of its 128; every other copy's stores (a staged B's transposes'
+        # 32-bit ones) take 1 way in the swizzled tiles; a staged B's cp.async stores and
+        # the transpose's loads a wavefront per 128 bytes besides
         stored = (copied["a"] + copied["b"] * (
-            WAVEFRONT_BYTES // (32 * self.bytes) if strided else 1)
+            WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
-        # the output's sectors and lines as the write's addresses take them
-        _, written, _, written_lines = self.output_sectors(tile, None, free)
-        wavefronts = tiles * (steps * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                              + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
-                              + written_lines * self.output_accesses)
+        # the output's sectors and lines as the write's addresses take them (read too where
+        # the output is, without a split; a deterministic split's workspace instead)
+        _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
+                                                           free)
+        wavefronts = blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
+                               + written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
-        # a staged B's barrier and transposes every step: each thread's in turn, a shared
-        # load its stores read at once (nvcc keeps them in order: the stores may alias the
-        # staging tile; load-to-use 1 in the SASS of tccg_14's 64 x 32 tile)
+        # a staged B's barrier and transposes every step: each thread's in turn, two shared
+        # loads its stores read at once (nvcc keeps them in order: the stores may alias the
+        # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
-                                * copied["b"] / BOXED_WIDTH / threads)
+                                * copied["b"] / TRANSPOSED / threads)
         if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
-            chain = g.l2_latency_cycles + steps * (
+            chain = g.l2_latency_cycles + chunk * (
                 SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
         else:  # each step copies, waits and multiplies in turn
-            chain = steps * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
+            chain = chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
         seconds = {
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
@@ -226,8 +242,8 @@ class WarpgroupModel(EnumeratingModel):
                             else self.bytes)
                 for elements, width, scattered in zip(copied.values(), widths,
                                                       self.scattered[free], strict=True))
-                   + tiles * written * SECTOR_BYTES * self.output_accesses) / g.l2_bandwidth,
-            "dram": self.compulsory / g.dram_bandwidth,
+                   + self._split_l2(blocks * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
+            "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
         return seconds, occupancy * warps, 0.0  # the tensor cores read the operands, not the LSUs

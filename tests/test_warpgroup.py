@@ -6,6 +6,7 @@ with HGMMA in the main loop, and no offer of it where the GPU has no wgmma."""
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import numpy as np
 import pytest
@@ -96,6 +97,61 @@ def test_wide_tiles_match_einsum(tile_n):
     assert _compile(GEMM, {"i": 200, "j": 300, "k": 72}, params=params).verify().ok
 
 
+@pytest.mark.parametrize(("expression", "dtype", "layout", "params"), [
+    # TF32 into a float32 output: each part adds its tile atomically; three stages keep a
+    # step's MMAs in flight
+    ("C[i,j] += alpha*A[i,k]*B[k,j]", "float32", "F", {"stages": 3}),
+    # bfloat16, both operands transposed: a deterministic split's parts stored in a float32
+    # workspace, added in order by a second kernel
+    ("C[i,j] = alpha*A[k,i]*B[j,k]", "bfloat16", "C", {"tile_n": 64}),
+    pytest.param("C[i,j] -= A[i,k]*B[k,j]", "float16", "C", {}, marks=pytest.mark.matrix),
+], ids=["tf32_update", "bf16_deterministic", "fp16_deterministic"])
+def test_split_reductions_match_einsum_without_hazards(expression, dtype, layout, params):
+    """A reduction split over blocks as the tensor-core mapping splits it: each block sums a
+    part of the steps (partial tiles and a short last part) and adds its tile into the
+    output (zeroed first for ``=``), or, into 16-bit outputs, which have no atomic addition
+    in OpenCL, stores it into the workspace of a deterministic program."""
+    deterministic = dtype != "float32"
+    kernel = treduda.compile(expression, {"i": 70, "j": 50, "k": 130}, dtype=dtype,
+                             layout=layout, strategy="warpgroup", deterministic=deterministic,
+                             precision="tf32" if dtype == "float32" else "highest",
+                             params={**SMALL, **params, "split": 4})
+    # 130 values of k: 17 steps of 8 (TF32) in parts of 5, 5, 5 and 2; 9 steps of 16
+    # (16-bit) in 3 parts of 3, where 4 were asked for
+    tiles = 2 * -(-50 // kernel.params["tile_n"])
+    assert math.prod(kernel.grid) == tiles * (4 if dtype == "float32" else 3)
+    assert ("td_parts" in kernel.cuda_source) == deterministic
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    # (verify on the emulator ran every block: a hazard raises HazardError)
+
+
+@pytest.mark.parametrize(("dtype", "precision", "deterministic"), [
+    ("float32", "tf32", False), ("float16", "highest", True)])
+def test_the_h100_search_splits_a_small_output_with_a_long_reduction(dtype, precision,
+                                                                    deterministic):
+    """GEMM 256 x 256 x 65536: 16 tiles of 64 x 64 leave most of 132 SMs idle, so the
+    warpgroup search splits the reduction, rated well under the best unsplit kernel; the
+    split is priced as the tensor-core model prices it (the output zeroed for the atomic
+    additions, or each part's float32 workspace written back); branch and bound finds the
+    exhaustive enumeration's best. GEMM 4096^3 fills the GPU and is never split."""
+    program = plan(GEMM, {"i": 256, "j": 256, "k": 65536}, "F", dtype, precision=precision,
+                   deterministic=deterministic)
+    searcher = Searcher(program, "H100", "warpgroup")
+    best = searcher.branch_and_bound().best
+    assert best.params["split"] > 1
+    assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
+    unsplit = Searcher(program, "H100", "warpgroup", values={"split": (1,)})
+    assert best.prediction.seconds < 0.5 * unsplit.branch_and_bound().best.prediction.seconds
+    model, h100 = searcher.model, gpu("H100")
+    # float32 outputs and workspaces: zeroed once, or written back once per part
+    added = 4 * 256 * 256 * (best.params["split"] if deterministic else 1)
+    assert best.prediction.resources["dram"] * h100.dram_bandwidth == pytest.approx(
+        model.compulsory + added)
+    large = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, dtype=dtype, precision=precision,
+                 deterministic=deterministic)
+    assert {p["split"] for p in Searcher(large, "H100", "warpgroup").space.points()} == {1}
+
+
 def _rewritten(kernel: treduda.Kernel, kind: type, change) -> treduda.Kernel:
     """``kernel`` with each statement of type ``kind`` replaced by ``change(statement)``
     (None: dropped)."""
@@ -171,18 +227,22 @@ STAGED_SMALL = {**STAGED, "tile_n": 32, "stages": 1}
 @pytest.mark.parametrize("layout", ["F", pytest.param("C", marks=pytest.mark.matrix)])
 def test_staged_box_kernels_match_einsum_without_hazards_or_bank_conflicts(layout):
     """A staged K box: B by 16-byte cp.async in its own order into the staging tile, then
-    transposed in shared memory (8-byte loads, four 16-bit stores a line of K apart), no
-    copy of an operand through registers; partial tiles and boxes, both layouts."""
+    transposed in shared memory (two 8-byte loads of neighbouring c, four 32-bit stores of
+    pairs a line of K apart), no copy of an operand through registers; partial tiles and
+    boxes, both layouts; every shared access 1 way, and B's tile stored in as many 128-byte
+    wavefronts as the transposes load (16-bit stores took twice as many)."""
     expression = in_layout(TCCG_14, layout)
     kernel = _compile(expression, BOX_SIZES, layout=layout, params=STAGED_SMALL)
     copies = {(s.source.array, s.width, s.stride) for s in ir.nested(kernel.built.kernel.body)
               if isinstance(s, ir.AsyncCopy)}
     assert copies == {("A", 8, 1), ("B", 8, 1), (B_STAGED, 4, 32 * 64)}
+    body = kernel.built.kernel  # the transposes' paired runs survive storage
+    assert serial.Decoder()(serial.encode(body)) == body
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
     counted = kernel.counters(steps=2)
     assert counted.worst_ways() == 1
-    assert {t.array for t in counted.traffic} >= {B_STAGED, B_TILE}
+    assert counted.of(B_TILE, "st").transactions == counted.of(B_STAGED, "ld").transactions
     assert ir.dynamic_shared_bytes(kernel.built.kernel) >= shared_bytes(
         plan(expression, BOX_SIZES, layout, "float16"), STAGED_SMALL)
 
@@ -234,10 +294,25 @@ def test_the_emulator_reports_a_staged_box_without_its_barriers(after, array):
     assert ("race", array) in found
 
 
+@pytest.mark.matrix
+@pytest.mark.parametrize("staged_b", [False, True])
+def test_a_split_k_box_matches_einsum_without_hazards(staged_b):
+    """tccg_14's K box split as the H100 search splits the row in a deterministic program:
+    c and d of 40 rounded up to 48 are 9 box steps, 3 parts of 3; B through registers or
+    staged and transposed; partial tiles."""
+    kernel = treduda.compile(TCCG_14, {"a": 70, "b": 40, "c": 40, "d": 40}, dtype="float16",
+                             layout="F", strategy="warpgroup", deterministic=True,
+                             params={**SMALL, "tile_n": 32, "frags_k": BOX_FRAGMENTS,
+                                     "staged_b": staged_b, "split": 4})
+    assert math.prod(kernel.grid) == 2 * 2 * 3
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
 def test_the_h100_model_sees_a_staged_boxs_copies_and_memory():
     """The staging tile's bytes (B's twice), and the transposes' issue and wavefronts."""
     program = plan(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, "F", "float16")
-    params = {**BOX, "tile_n": 32, "stages": 3, "free_layout": "group", "tma": False}
+    params = {**BOX, "tile_n": 32, "stages": 3, "free_layout": "group", "tma": False,
+              "split": 1}
     registers, staged = ({**params, "staged_b": flag} for flag in (False, True))
     assert shared_bytes(program, staged) == 3 * (64 + 2 * 32) * 256 * 2
     model = model_of(program, gpu("H100"), "warpgroup")
@@ -304,7 +379,8 @@ def test_box_kernels_build_hgmma_fed_by_cp_async_and_the_boxs_vector_loads():
                     reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
 def test_staged_box_kernels_build_hgmma_fed_by_cp_async_alone():
     """tccg_14 at its size, B staged: LDGSTS for both operands and no LDG in the kernel,
-    the transposes' shared loads and stores beside the HGMMAs; NVRTC builds it for sm_90a."""
+    the transposes' shared loads and 32-bit stores beside the HGMMAs; NVRTC builds it for
+    sm_90a."""
     kernel = _compile(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, layout="F",
                       params={**STAGED, "tile_n": 32, "stages": 3})
     report, = sass_report(kernel.cuda_source, "sm_90a")
@@ -312,7 +388,8 @@ def test_staged_box_kernels_build_hgmma_fed_by_cp_async_alone():
     assert kinds["tensor core"] == {"HGMMA": 16}
     assert "LDGSTS" in kinds["async copy"] and "global memory" not in kinds
     assert not report.global_load_widths  # no LDG anywhere in the kernel
-    assert kinds["shared memory"]["LDS"] >= 16 and kinds["shared memory"]["STS"] >= 64
+    # the transposes: a thread's 8 pairs, two LDS.64 and four 32-bit STS each
+    assert kinds["shared memory"]["LDS"] >= 16 and kinds["shared memory"]["STS"] == 32
     if nvrtc_available():
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
 
@@ -508,6 +585,25 @@ def test_nvcc_builds_hgmma_into_the_main_loop(dtype):
     assert kinds["tensor core"] == {"HGMMA": 4}
     # operands of either major move by cp.async only (TF32's then rounded in place)
     assert "LDG" not in kinds.get("global memory", {}) and "LDGSTS" in kinds["async copy"]
+
+
+@pytest.mark.matrix
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_a_split_reduction_builds_hgmma_and_adds_its_parts_atomically():
+    """GEMM 256 x 256 x 65536 in TF32, split in 8 as the H100 search splits it: HGMMA in the
+    main loop, operands by cp.async, the output zeroed before the launch and each part's
+    tile added by atomic reductions after it; NVRTC builds it for sm_90a."""
+    kernel = _compile(GEMM, {"i": 256, "j": 256, "k": 65536}, "float32", "F",
+                      params={**SMALL, "tile_n": 64, "frags_k": 4, "stages": 4, "split": 8})
+    assert f"cudaMemsetAsync(C, 0, {256 * 256 * 4}, stream)" in kernel.cuda_source
+    report, = sass_report(kernel.cuda_source, "sm_90a")
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 4}
+    assert "LDG" not in kinds.get("global memory", {}) and "LDGSTS" in kinds["async copy"]
+    if nvrtc_available():
+        ptx = compile_nvrtc(kernel.cuda_source, "compute_90")
+        assert "wgmma.mma_async" in ptx and "atom.global.add.f32" in ptx
 
 
 @pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")

@@ -301,7 +301,11 @@ class AsyncCopy:
     in one aligned vector load into registers and its elements are stored one by one, at once,
     as where the hardware has no cp.async. Its source may then be a shared tile that a cp.async
     filled in the tensor's own order (a warpgroup kernel's staged K box,
-    :mod:`treduda.strategies.warpgroup_kernel`): a transpose from shared to shared memory."""
+    :mod:`treduda.strategies.warpgroup_kernel`): a transpose from shared to shared memory.
+    With a ``paired`` run as well (such a transpose of 16-bit values only) the thread reads
+    ``width`` elements from there too, in a second vector load, and stores element ``n`` of
+    both runs side by side, ``source``'s at ``target + n stride`` and ``paired``'s at the
+    next element, in one 32-bit store: half the stores of 16-bit values one by one."""
 
     target: Load
     source: Load
@@ -309,6 +313,7 @@ class AsyncCopy:
     zero: bool = False
     reads: Expr | None = None
     stride: int = 1
+    paired: Load | None = None
 
 
 @dataclass(frozen=True)

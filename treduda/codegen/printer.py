@@ -132,6 +132,11 @@ class Dialect:
     shared_pool: str = ""
     shared_pointer: str = ""
     shared_cast: str = ""  # qualifier of a pointer into a block-shared array, in a cast
+    # A 32-bit word of two 16-bit halves, the low ones or (second) the high ones of the words
+    # {first} (the new word's low half) and {second}: a paired transpose's stores
+    # (ir.AsyncCopy.paired)
+    halves: tuple[str, str] = ("({first} & 0xffffu) | ({second} << 16)",
+                               "({first} >> 16) | ({second} & 0xffff0000u)")
 
 
 CUDA = Dialect(
@@ -156,7 +161,10 @@ CUDA = Dialect(
     copy_alignment=" __align__(16)",
     dynamic_shared="extern __shared__ __align__({alignment}) unsigned char td_shared[];",
     shared_pool="__shared__ __align__({alignment}) unsigned char td_shared[{bytes}];",
-    shared_pointer="{type} *const {name} = reinterpret_cast<{type} *>(td_shared + {offset});")
+    shared_pointer="{type} *const {name} = reinterpret_cast<{type} *>(td_shared + {offset});",
+    # bytes 0, 1 of the first and 0, 1 of the second word (4 and 5), or bytes 2, 3 of each
+    # (CUDA C++ Programming Guide, "__byte_perm"): one PRMT
+    halves=("__byte_perm({first}, {second}, 0x5410)", "__byte_perm({first}, {second}, 0x7632)"))
 
 OPENCL = Dialect(
     name="opencl",
@@ -410,7 +418,9 @@ class Printer:
         """A copy whose elements land :attr:`ir.AsyncCopy.stride` apart: its 8 or 16 bytes
         read as 32-bit words in one vector load (``LDG.64``/``LDG.128``, or ``LDS`` from a
         staged shared tile; zeros where it does not read), each 16-bit element stored from
-        its half of a word, the first in the low half (both targets are little-endian)."""
+        its half of a word, the first in the low half (both targets are little-endian); with
+        a paired run, each with its pair's element in one 32-bit word (CUDA's
+        ``__byte_perm``, one ``PRMT``: the masks and shifts took nvcc two instructions)."""
         d, pad = self.dialect, INDENT * depth
         words = s.width * itemsize(self.kernel.dtype) // 4
         if itemsize(self.kernel.dtype) != 2 or words not in (2, 4):
@@ -423,6 +433,17 @@ class Printer:
         value = (zeros if s.zero else load if s.reads is None
                  else f"{self._wrap(s.reads, _SELECT + 1)} ? {load} : {zeros}")
         lines = [f"{pad}{{", f"{pad}{INDENT}const {vector} td_run = {value};"]
+        if s.paired is not None:  # pairs of 16-bit halves, the source's low, in 32-bit stores
+            lines.append(f"{pad}{INDENT}const {vector} td_pair = " + d.vector_load.format(
+                type=vector, width=words, address=(
+                    f"({space}const {d.uint} *){self.address(s.paired)}")) + ";")
+            for n, target in enumerate(ir.lanes(s.target, s.width, s.stride)):
+                word = LANES[n // 2]
+                pair = d.halves[n % 2].format(first=f"td_run.{word}",
+                                              second=f"td_pair.{word}")
+                word_address = f"({d.shared_cast}{d.uint} *){self.address(target)}"
+                lines.append(f"{pad}{INDENT}*{word_address} = {pair};")
+            return [*lines, f"{pad}}}"]
         for n, target in enumerate(ir.lanes(s.target, s.width, s.stride)):
             half = f"td_run.{LANES[n // 2]}" + (" >> 16" if n % 2 else "")
             lines.append(f"{pad}{INDENT}{target.array}[{self.offset(target)}] = "

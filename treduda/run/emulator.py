@@ -621,19 +621,31 @@ class _Block:
 
     def scatter(self, s: ir.AsyncCopy, active: np.ndarray) -> None:
         """A strided copy from a staged shared tile (:attr:`ir.AsyncCopy.stride`): one vector
-        load of the source and a store per element, now, as the thread's own accesses (the
-        source must have landed, the targets are the generic proxy's writes)."""
-        self.observe(s.source, active, s.width, False)
-        values = [self.value(lane, active) for lane in ir.lanes(s.source, s.width)]
-        self.widened = False
-        for target, value in zip(ir.lanes(s.target, s.width, s.stride), values, strict=True):
-            found = self.locate(target, active, write=True)
-            if found is not None:
-                where, inside = found
-                value = np.broadcast_to(value, active.shape)
-                if not self.lanes_of(active)[1]:
-                    value = value[active]
-                self.arrays[target.array][where] = value[inside]
+        load of the source (and of its paired run) and a store per element (per pair), now,
+        as the thread's own accesses (the source must have landed, the targets are the
+        generic proxy's writes)."""
+        runs = (s.source,) if s.paired is None else (s.source, s.paired)
+        values = []
+        for run in runs:
+            self.observe(run, active, s.width, False)
+            values.append([self.value(lane, active) for lane in ir.lanes(run, s.width)])
+            self.widened = False
+        for n, target in enumerate(ir.lanes(s.target, s.width, s.stride)):
+            if len(runs) > 1:  # one 32-bit store of the pair, its elements seen as one access
+                self.observe(target, active, len(runs), True)
+            for place, run in zip(ir.lanes(target, len(runs)), values, strict=True):
+                self.store(place, run[n], active)
+            self.widened = False
+
+    def store(self, target: ir.Load, value: np.ndarray, active: np.ndarray) -> None:
+        """The active threads' ``value`` into ``target``, a write of their own."""
+        found = self.locate(target, active, write=True)
+        if found is not None:
+            where, inside = found
+            value = np.broadcast_to(value, active.shape)
+            if not self.lanes_of(active)[1]:
+                value = value[active]
+            self.arrays[target.array][where] = value[inside]
 
     def finish_copies(self, pending: int, active: np.ndarray) -> None:
         """The copies of each active thread's groups but its ``pending`` most recent land in
