@@ -64,6 +64,17 @@ def test_updates_batches_and_stages_match_einsum_without_hazards(expression, siz
 
 
 @pytest.mark.matrix
+@pytest.mark.parametrize(("dtype", "expression", "layout"), [
+    ("float16", GEMM, "C"), ("bfloat16", "C[i,j] += A[i,k] * B[k,j]", "F")])
+def test_bulk_copies_of_a_split_reduction_match_einsum(dtype, expression, layout):
+    """Each part's copies start at its own K: the coordinates follow the part's steps."""
+    kernel = treduda.compile(expression, {**PARTIAL, "k": 520}, dtype=dtype, layout=layout,
+                             strategy="warpgroup", params={**TILES, "split": 4},
+                             deterministic=True)
+    assert kernel.verify().ok and kernel.hazards() == []
+
+
+@pytest.mark.matrix
 def test_a_tccg_row_in_fp16_matches_einsum():
     row = next(r for r in load("tccg_fp16") if r.id == "tccg_09")
     sizes = scaled(row.sizes)
