@@ -326,7 +326,12 @@ def test_the_ncu_step_reads_ncus_csv_and_asks_the_core_metrics_where_one_is_refu
     row = next(line.split() for line in text.splitlines()
                if line.startswith("mini/gemm_small ") and "shared ld" in line)
     assert row[3:] == ["1280", "1.12", f"{wavefronts / requests:.2f}", f"{ideal / requests:.2f}",
-                       "0.12", f"{(wavefronts - ideal) / requests:.2f}"]
+                       "0.12", f"{(wavefronts - ideal) / requests:.2f}",
+                       ncu_compare._equal([1.125, 0.125], [wavefronts / requests,
+                                                           (wavefronts - ideal) / requests])]
+    assert ncu_compare._equal([4.0, 0.12], [4.05, 0.13]) == "yes"
+    assert ncu_compare._equal([4.0, None], [5.0, 0.0]) == "no"
+    assert ncu_compare._equal([None, None], [5.0, 0.0]) == "-"
     assert "mini/gemm_small: side by side" in text
     stalls = next(line.split() for line in text.splitlines() if "long_scoreboard" in line)
     assert stalls == ["stall", "long_scoreboard", "4.10", "6.25"]

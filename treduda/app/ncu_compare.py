@@ -84,7 +84,8 @@ def report(record: dict[str, Any], *, steps: int = STEPS, out: TextIO | None = N
 
 
 MEMORY_COLUMNS = ("kernel", "access", "ncu requests", "ncu per req", "counted per req",
-                  "ideal per req", "ncu conflicts/req", "counted conflicts/req")
+                  "ideal per req", "ncu conflicts/req", "counted conflicts/req", "equal")
+AGREE = 0.02  # per-request figures this close (relative, or absolute below 1) are equal
 
 
 def memory_rows(entry: dict[str, Any], metrics: dict[str, float], steps: int) -> list[list[str]]:
@@ -112,14 +113,27 @@ def memory_rows(entry: dict[str, Any], metrics: dict[str, float], steps: int) ->
             ours = counted.get((space, operation))
             if not requests and ours is None:
                 continue
+            theirs = [_per(moved, requests), _per(conflicts, requests)]
+            mine = [None, None] if ours is None else [ours[1] / ours[0],
+                                                      (ours[1] - ours[2]) / ours[0]]
+            if space == "global":
+                theirs[1] = mine[1] = None
             lines.append([name, f"{space} {operation}", number(requests, ".0f"),
-                          number(_per(moved, requests), ".2f"),
-                          number(ours and ours[1] / ours[0], ".2f"),
+                          number(theirs[0], ".2f"), number(mine[0], ".2f"),
                           number(ours and ours[2] / ours[0], ".2f"),
-                          "" if space == "global" else number(_per(conflicts, requests), ".2f"),
-                          "" if space == "global" or ours is None else
-                          f"{(ours[1] - ours[2]) / ours[0]:.2f}"])
+                          "" if space == "global" else number(theirs[1], ".2f"),
+                          "" if space == "global" else number(mine[1], ".2f"),
+                          _equal(theirs, mine)])
     return lines
+
+
+def _equal(theirs: Sequence[float | None], mine: Sequence[float | None]) -> str:
+    """"yes" where every figure both sides have agrees within :data:`AGREE`, "no" where one
+    does not, "-" where there is nothing to set side by side."""
+    both = [(a, b) for a, b in zip(theirs, mine, strict=True) if a is not None and b is not None]
+    if not both:
+        return "-"
+    return "yes" if all(abs(a - b) <= AGREE * max(1.0, abs(a), abs(b)) for a, b in both) else "no"
 
 
 def _per(amount: float | None, requests: float | None) -> float | None:
