@@ -173,7 +173,8 @@ def select(folder: str | Path, wanted: Sequence[str] = SELECTION
 
 def launch(chosen: Sequence[Chosen], *, pocl: bool = False, out: TextIO | None = None) -> int:
     """Run each kernel once on random operands (on PoCL where ``pocl``): what ncu profiles.
-    Every kernel is loaded (or compiled by NVRTC, in parallel) before the first runs."""
+    Every kernel is loaded (or compiled by NVRTC, in parallel) before the first runs; one that
+    fails is said and the others run. Returns 1 if one failed."""
     import numpy as np
 
     from ..bundle import load
@@ -185,18 +186,25 @@ def launch(chosen: Sequence[Chosen], *, pocl: bool = False, out: TextIO | None =
                for c in chosen}
     kernels = [bundles[c.bundle].kernels[c.name] for c in chosen]
     xp, torch = (np, None) if pocl else gpu_libraries()
-    if not pocl:
-        load_kernels(kernels)
+    failed = 0
+    try:
+        if not pocl:
+            load_kernels(kernels)
+    except Exception as error:  # then each compiles at its launch, and fails alone
+        print(f"loading the kernels at once failed ({type(error).__name__}: {error})", file=out)
     for kernel in kernels:
-        operands = random_operands(kernel, xp, torch)
-        kernel(**operands)
+        try:
+            kernel(**random_operands(kernel, xp, torch))
+            if not pocl:  # ncu's kernel replay saves device memory and restores it between
+                # its passes (Profiling Guide, "Kernel Replay"): keep no freed blocks in CuPy's
+                xp.cuda.runtime.deviceSynchronize()  # pool for it to copy
+                xp.get_default_memory_pool().free_all_blocks()
+        except Exception as error:  # a kernel that fails is said; the others are profiled
+            failed += 1
+            print(f"{kernel.name} FAILED: {type(error).__name__}: {error}", file=out, flush=True)
+            continue
         print(f"launched {kernel.name} ({kernel.entry['function']})", file=out, flush=True)
-        del operands
-        if not pocl:  # ncu's kernel replay saves device memory and restores it between its
-            # passes (Profiling Guide, "Kernel Replay"): keep no freed blocks in CuPy's pool
-            xp.cuda.runtime.deviceSynchronize()
-            xp.get_default_memory_pool().free_all_blocks()
-    return 0
+    return 1 if failed else 0
 
 
 def parse_csv(text: str) -> dict[str, dict[str, float]]:
