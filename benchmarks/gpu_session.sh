@@ -26,7 +26,7 @@ cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUNDLES=$ROOT/.bundles
 PYTHON=${PYTHON:-python3}
-MEASURED=benchmarks/data/h200_measured_2026-11-26.json  # the pairs' times: ncu_profile.py
+MEASURED=benchmarks/data/h200_measured_2026-11-26.json  # the kernels of .bundles/ncu/pairs.zip
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 # The bundles in the order of their value: file name, then `treduda bench` options (one line
@@ -99,8 +99,7 @@ for path in sorted([*folder.glob("*.zip"), *folder.glob("ncu/*.zip")]):
     size = path.stat().st_size
     total += size
     print(f"{path.relative_to(folder)}: {len(manifest['kernels'])} kernels, "
-          f"{len(manifest['programs'])} "
-          f"programs, {size / 2**20:.2f} MiB")
+          f"{len(manifest['programs'])} programs, {size / 2**20:.2f} MiB")
 print(f"all bundles: {total / 2**20:.2f} MiB")
 EOF
 }
