@@ -274,17 +274,19 @@ def _gpu_report():
     return module
 
 
-# ncu as the GPU session runs it, without the GPU: the second run gets the fixture's CSV (ncu's
-# format, the kernels renamed after the bundle's), the first is refused a metric of the full list
+# ncu as the GPU session runs it, without the GPU: a run that asks the gmma stall is refused
+# (naming it, or with $UNNAMED not), the next gets the fixture's CSV (ncu's format, the kernels
+# renamed after the bundle's)
 FAKE_NCU = """#!{python}
-import re, sys
+import os, re, sys
 args = sys.argv[1:]
 if args == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
     sys.exit(0)
 option = dict(zip(args, args[1:]))
 if "gmma" in option["--metrics"]:
-    print("==ERROR== Failed to find metric smsp__average_warps_issue_stalled_gmma_per_issue_active")
+    print("==ERROR== Failed to find metric " + ("a metric" if os.environ.get("UNNAMED") else
+          "smsp__average_warps_issue_stalled_gmma_per_issue_active"))
     sys.exit(1)
 functions = re.fullmatch(r"regex:\\^\\((.*)\\)\\$", option["--kernel-name"]).group(1).split("|")
 text = open({fixture!r}).read()
@@ -294,17 +296,22 @@ open(option["--log-file"], "w").write(text)
 """
 
 
-def test_the_ncu_step_reads_ncus_csv_and_asks_the_core_metrics_where_one_is_refused(
-        bundles, tmp_path):
-    fake = tmp_path / "ncu"
+def _fake_ncu(folder: Path) -> Path:
+    fake = folder / "ncu"
     fake.write_text(FAKE_NCU.format(python=sys.executable,
                                     fixture=str(ROOT / "tests" / "data" / "ncu_details.csv")))
     fake.chmod(0o755)
+    return fake
+
+
+def test_the_ncu_step_reads_ncus_csv_and_leaves_out_a_metric_it_refuses(bundles, tmp_path):
     path, log = tmp_path / "ncu.json", io.StringIO()
-    assert ncu_profile.profile(bundles, path, wanted=PROFILED, ncu=str(fake), log=log) == 0
+    assert ncu_profile.profile(bundles, path, wanted=PROFILED, ncu=str(_fake_ncu(tmp_path)),
+                               log=log) == 0
     step = json.loads(path.read_text())
     assert step["status"] == "ok" and step["ncu"] == "Version 2025.3.1.0 (build 1)"
-    assert step["metrics"] == list(ncu_profile.CORE), log.getvalue()
+    assert step["metrics"] == [m for m in ncu_profile.METRICS if "gmma" not in m], \
+        log.getvalue()
     command = step["command"]
     assert command[command.index("--launch-count") + 1] == "2"
     assert command[command.index("--clock-control") + 1] == "none"
@@ -335,3 +342,17 @@ def test_the_ncu_step_reads_ncus_csv_and_asks_the_core_metrics_where_one_is_refu
     assert "mini/gemm_small: side by side" in text
     stalls = next(line.split() for line in text.splitlines() if "long_scoreboard" in line)
     assert stalls == ["stall", "long_scoreboard", "4.10", "6.25"]
+
+
+def test_the_ncu_step_asks_the_core_metrics_where_ncu_refuses_one_without_naming_it(
+        bundles, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNNAMED", "1")
+    path = tmp_path / "ncu.json"
+    ncu_profile.profile(bundles, path, wanted=PROFILED, ncu=str(_fake_ncu(tmp_path)),
+                        log=io.StringIO())
+    step = json.loads(path.read_text())
+    assert step["status"] == "ok" and step["metrics"] == list(ncu_profile.CORE)
+    ld, ldgsts = (ncu_profile.global_metric("sectors", op) for op in ("ld", "ldgsts"))
+    assert ncu_profile.refused("==ERROR== Failed to find metric l1tex__t_sectors_pipe_lsu_"
+                               "mem_global_op_ld\nl1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts",
+                               [ld, ldgsts]) == [ld]  # an error line's, by its whole name

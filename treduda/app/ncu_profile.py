@@ -19,8 +19,10 @@ ncu profiles the kernels that were timed, whatever a search picks today.
 or timed) with ``--kernel-name`` matching the kernels' functions and ``--launch-count`` their
 number, ``--clock-control none`` (the clocks as the card has them) and CSV in base units.
 Where ncu is not installed, or cannot read the counters (a sandboxed runtime), the file says
-so and the session goes on; where a first run returns nothing and ncu refused a metric, a
-second run asks only :data:`CORE`. Needs no compiler (no isl): it runs on the GPU's machine.
+so and the session goes on; where a run returns nothing and ncu refused a metric (names
+differ between its versions), the next run leaves out the metrics its errors name, or asks
+only :data:`CORE` where they name none. Needs no compiler (no isl): it runs on the GPU's
+machine.
 """
 
 from __future__ import annotations
@@ -55,6 +57,7 @@ PAIRS = ("tccg_03", "tccg_03~1", "tccg_04", "tccg_04~1", "tccg_19", "tccg_19~2",
          "tccg_20~2")
 PAIRS_SUITE = "pairs"
 SECONDS = 180
+ATTEMPTS = 3  # runs of ncu: a refused metric is left out of the next (or all but CORE)
 
 # Nsight Compute's names (its Profiling Guide, "Metrics Reference" and the memory tables): the
 # sectors and requests of global accesses, the wavefronts and bank conflicts of shared ones and
@@ -101,8 +104,8 @@ def stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
 
-# What a first run asks; CORE, the names in most common use, what a second one asks where ncu
-# refused one of the first's (names differ between its versions).
+# What a first run asks; CORE, the names in most common use, what a next one asks where ncu
+# refused a metric without naming it.
 CORE = (*(global_metric(q, op) for op in ("ld", "st") for q in ("sectors", "requests")),
         *(shared_metric(q, op) for op in ("ld", "st") for q in ("wavefronts", "bank_conflicts")),
         SHARED_REQUESTS["ld"], SHARED_REQUESTS["st"], *map(stall_metric, STALLS),
@@ -269,7 +272,8 @@ def profile(folder: str | Path, path: str | Path, *, seconds: float = SECONDS,
             launch(chosen, pocl=True, out=log)
     else:
         record["ncu"] = _version(ncu)
-        for metrics in (METRICS, CORE):
+        metrics = list(METRICS)
+        for _ in range(ATTEMPTS):
             left = seconds - (time.perf_counter() - started)
             if left < 10:
                 break
@@ -279,6 +283,8 @@ def profile(folder: str | Path, path: str | Path, *, seconds: float = SECONDS,
                   flush=True)
             if record["status"] != "refused a metric":
                 break
+            named = refused(record["csv"], metrics)
+            metrics = [m for m in metrics if m not in named] if named else list(CORE)
     record["seconds"] = time.perf_counter() - started
     write_text(str(path), json.dumps(record, indent=1))
     print(f"ncu step: {record['status']} in {record['seconds']:.0f} s; wrote {path}", file=log)
@@ -315,12 +321,22 @@ def _run_ncu(ncu: str, folder: str | Path, chosen: Sequence[Chosen], metrics: Se
         text = results.read_text() if results.exists() else ""
     text = "\n".join([text, output])  # the CSV goes to the log file, or else to the output
     if status is None:
-        refused = any("metric" in line.lower() for line in text.splitlines()
-                      if line.startswith("==ERROR=="))
-        status = "ok" if parse_csv(text) else "refused a metric" if refused else "failed"
+        asked = any("metric" in line.lower() for line in _errors(text))
+        status = "ok" if parse_csv(text) else "refused a metric" if asked else "failed"
     messages = [line for line in text.splitlines() if not line.startswith('"')]
     return {"status": status, "metrics": list(metrics), "command": command, "csv": text,
             "log": "\n".join(messages[-40:])}
+
+
+def _errors(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.startswith("==ERROR==")]
+
+
+def refused(messages: str, metrics: Sequence[str]) -> list[str]:
+    """The ``metrics`` that ncu's error ``messages`` name (in full, or by the name before
+    their suffix): the ones to leave out of the next run."""
+    errors = "\n".join(_errors(messages))
+    return [m for m in metrics if re.search(rf"\b{re.escape(m.partition('.')[0])}\b", errors)]
 
 
 def export_pairs(data: str | Path, path: str | Path, ids: Sequence[str] = PAIRS
