@@ -328,6 +328,8 @@ def test_the_ncu_step_reads_ncus_csv_and_leaves_out_a_metric_it_refuses(bundles,
     assert ncu_compare.report(ncu_compare.read(str(path)), out=out) == 0
     text = out.getvalue()
     assert "ok (Version 2025.3.1.0 (build 1)); 2 of 2 kernels profiled" in text
+    assert f"not asked, after this ncu refused a metric: {ncu_profile.stall_metric('gmma')})" \
+        in text
     counted = ncu_compare._counted(step["entries"][0], ncu_compare.STEPS)[0]
     requests, wavefronts, ideal = counted[("shared", "ld")]
     row = next(line.split() for line in text.splitlines()

@@ -28,6 +28,9 @@ from . import ncu_profile as ncu
 from .bench import aligned, number
 
 STEPS = 2
+MEMORY_COLUMNS = ("kernel", "access", "ncu requests", "ncu per req", "counted per req",
+                  "ideal per req", "ncu conflicts/req", "counted conflicts/req", "equal")
+AGREE = 0.02  # per-request figures this close (relative, or absolute below 1) are equal
 STALL_SHOWN = 0.05  # a stall reason is listed where some kernel has this many warps per issue
 PAIR_ROWS = (("ncu duration ms", ncu.DURATION, 1e3, ".4f"),
              ("registers", ncu.REGISTERS, 1, ".0f"),
@@ -70,8 +73,8 @@ def report(record: dict[str, Any], *, steps: int = STEPS, out: TextIO | None = N
         if record.get("log"):
             print("ncu's last messages:\n" + record["log"], file=out)
         return 0
-    if record.get("metrics") and list(record["metrics"]) == list(ncu.CORE):
-        print("(ncu refused a metric of the full list: the core metrics only)", file=out)
+    if left_out := [m for m in ncu.METRICS if m not in (record.get("metrics") or ncu.METRICS)]:
+        print(f"(not asked, after this ncu refused a metric: {', '.join(left_out)})", file=out)
     print("\nMemory: ncu (whole kernel) beside Kernel.counters() (first block, "
           f"{steps} main-loop steps)", file=out)
     rows = [row for entry in entries if entry["function"] in profiled
@@ -81,11 +84,6 @@ def report(record: dict[str, Any], *, steps: int = STEPS, out: TextIO | None = N
         print(f"\n{title}", file=out)
         print("\n".join(side_by_side(members, profiled)), file=out)
     return 0
-
-
-MEMORY_COLUMNS = ("kernel", "access", "ncu requests", "ncu per req", "counted per req",
-                  "ideal per req", "ncu conflicts/req", "counted conflicts/req", "equal")
-AGREE = 0.02  # per-request figures this close (relative, or absolute below 1) are equal
 
 
 def memory_rows(entry: dict[str, Any], metrics: dict[str, float], steps: int) -> list[list[str]]:
