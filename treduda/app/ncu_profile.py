@@ -58,6 +58,7 @@ PAIRS = ("tccg_03", "tccg_03~1", "tccg_04", "tccg_04~1", "tccg_19", "tccg_19~2",
 PAIRS_SUITE = "pairs"
 SECONDS = 180
 ATTEMPTS = 3  # runs of ncu: a refused metric is left out of the next (or all but CORE)
+REFUSED = "refused a metric"  # the status of a run that ncu ended on a metric it does not know
 
 # Nsight Compute's names (its Profiling Guide, "Metrics Reference" and the memory tables): the
 # sectors and requests of global accesses, the wavefronts and bank conflicts of shared ones and
@@ -281,7 +282,7 @@ def profile(folder: str | Path, path: str | Path, *, seconds: float = SECONDS,
             print(f"ncu step: {record['status']}, {len(parse_csv(record['csv']))} of "
                   f"{len(chosen)} kernels with {len(metrics)} metrics asked", file=log,
                   flush=True)
-            if record["status"] != "refused a metric":
+            if record["status"] != REFUSED:
                 break
             named = refused(record["csv"], metrics)
             metrics = [m for m in metrics if m not in named] if named else list(CORE)
@@ -322,7 +323,7 @@ def _run_ncu(ncu: str, folder: str | Path, chosen: Sequence[Chosen], metrics: Se
     text = "\n".join([text, output])  # the CSV goes to the log file, or else to the output
     if status is None:
         asked = any("metric" in line.lower() for line in _errors(text))
-        status = "ok" if parse_csv(text) else "refused a metric" if asked else "failed"
+        status = "ok" if parse_csv(text) else REFUSED if asked else "failed"
     messages = [line for line in text.splitlines() if not line.startswith('"')]
     return {"status": status, "metrics": list(metrics), "command": command, "csv": text,
             "log": "\n".join(messages[-40:])}
