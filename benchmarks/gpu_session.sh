@@ -107,7 +107,7 @@ EOF
 # The Nsight Compute step into $OUT/ncu.json, its messages into $OUT/session.log: the kernels
 # of treduda/app/ncu_profile.py's SELECTION (or $NCU_ENTRIES, BUNDLE:ENTRY,...), ncu found on
 # the PATH (or $NCU; empty: none), within $NCU_SECONDS; with --dry-run, launched on PoCL
-# where there is no ncu.
+# instead, without ncu.
 profile() {
   local dry=false
   if [ "${1:-}" = --dry-run ]; then dry=true; shift; fi

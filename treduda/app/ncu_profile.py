@@ -253,8 +253,9 @@ def profile(folder: str | Path, path: str | Path, *, seconds: float = SECONDS,
             log: TextIO | None = None) -> int:
     """Profile the kernels ``wanted`` of ``folder``'s bundles with ``ncu`` (found where None;
     "" for none) within ``seconds``, writing the JSON file ``path`` first when it starts (a run
-    cut short leaves it), then with ncu's CSV; without ncu, says so there (and with ``pocl``
-    launches the kernels on PoCL: the session's dry run). Returns 0: the session goes on."""
+    cut short leaves it), then with ncu's CSV; without ncu, says so there. With ``pocl`` (the
+    session's dry run) launches the kernels on PoCL instead, without ncu. Returns 0: the
+    session goes on."""
     log = sys.stdout if log is None else log
     started = time.perf_counter()
     chosen, missing = select(folder, wanted)
@@ -265,11 +266,11 @@ def profile(folder: str | Path, path: str | Path, *, seconds: float = SECONDS,
     write_text(str(path), json.dumps(record, indent=1))
     for item in missing:
         print(f"ncu step: no kernel {item} in {folder}", file=log)
-    ncu = find_ncu() if ncu is None else ncu or None
+    ncu = None if pocl else find_ncu() if ncu is None else ncu or None
     if ncu is None or not chosen:
-        record["status"] = "no ncu" if ncu is None else "no kernels"
+        record["status"] = ("dry run" if pocl else "no ncu") if chosen else "no kernels"
         print(f"ncu step: {record['status']}: nothing profiled", file=log, flush=True)
-        if pocl and chosen:
+        if pocl:
             launch(chosen, pocl=True, out=log)
     else:
         record["ncu"] = _version(ncu)
