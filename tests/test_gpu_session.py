@@ -275,10 +275,10 @@ def _gpu_report():
 
 
 # ncu as the GPU session runs it, without the GPU: a run that asks the gmma stall is refused
-# (naming it, or with $UNNAMED not), the next gets the fixture's CSV (ncu's format, the kernels
-# renamed after the bundle's)
+# (naming it, or with $UNNAMED not), the next runs its program on PoCL (with $LAUNCH) and gets
+# the fixture's CSV (ncu's format, the kernels renamed after the bundle's)
 FAKE_NCU = """#!{python}
-import os, re, sys
+import os, re, subprocess, sys
 args = sys.argv[1:]
 if args == ["--version"]:
     print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
@@ -287,6 +287,9 @@ option = dict(zip(args, args[1:]))
 if "gmma" in option["--metrics"]:
     print("==ERROR== Failed to find metric " + ("a metric" if os.environ.get("UNNAMED") else
           "smsp__average_warps_issue_stalled_gmma_per_issue_active"))
+    sys.exit(1)
+program = args[args.index("--log-file") + 2:]
+if os.environ.get("LAUNCH") and subprocess.run(program + ["--pocl"]).returncode != 0:
     sys.exit(1)
 functions = re.fullmatch(r"regex:\\^\\((.*)\\)\\$", option["--kernel-name"]).group(1).split("|")
 text = open({fixture!r}).read()
@@ -305,13 +308,16 @@ def _fake_ncu(folder: Path) -> Path:
 
 
 def test_the_ncu_step_reads_ncus_csv_and_leaves_out_a_metric_it_refuses(bundles, tmp_path):
-    path, log = tmp_path / "ncu.json", io.StringIO()
-    assert ncu_profile.profile(bundles, path, wanted=PROFILED, ncu=str(_fake_ncu(tmp_path)),
-                               log=log) == 0
+    environment = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "LAUNCH": "1",
+                   "NCU": str(_fake_ncu(tmp_path)), "NCU_ENTRIES": ",".join(PROFILED)}
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "profile",
+                    str(bundles)], env=environment, check=True, timeout=300)
+    path = tmp_path / "ncu.json"
     step = json.loads(path.read_text())
-    assert step["status"] == "ok" and step["ncu"] == "Version 2025.3.1.0 (build 1)"
-    assert step["metrics"] == [m for m in ncu_profile.METRICS if "gmma" not in m], \
-        log.getvalue()
+    log = (tmp_path / "session.log").read_text()
+    assert step["status"] == "ok" and step["ncu"] == "Version 2025.3.1.0 (build 1)", log
+    assert step["metrics"] == [m for m in ncu_profile.METRICS if "gmma" not in m], log
+    assert "launched mini/gemm_small~1 (td_" in step["log"]  # what ncu ran: the launcher
     command = step["command"]
     assert command[command.index("--launch-count") + 1] == "2"
     assert command[command.index("--clock-control") + 1] == "none"

@@ -310,7 +310,7 @@ def _run_ncu(ncu: str, folder: str | Path, chosen: Sequence[Chosen], metrics: Se
         command = [ncu, "--csv", "--print-units", "base", "--clock-control", "none",
                    "--kernel-name", f"regex:^({functions})$", "--launch-count", str(len(chosen)),
                    "--metrics", ",".join(metrics), "--log-file", str(results),
-                   sys.executable, "-m", __name__, "launch", str(folder),
+                   sys.executable, "-m", "treduda.app.ncu_profile", "launch", str(folder),
                    "--entries", ",".join(c.key for c in chosen)]
         # Its own process group: a run past its time is ended with the launcher it started.
         process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
