@@ -9,17 +9,25 @@
 # Here, once (searches on a local Dask cluster; a rerun reuses the tuning cache):
 #   benchmarks/gpu_session.sh prepare            # every suite -> .bundles/NN_name.zip
 #   benchmarks/gpu_session.sh prepare gemm tccg_fp16 programs  # only the bundles named
+#   benchmarks/gpu_session.sh prepare pairs      # only .bundles/ncu/pairs.zip (seconds)
 # There (the device tool's `run`, carrying .bundles; numpy, ml_dtypes, CuPy and torch are there):
 #   bash benchmarks/gpu_session.sh run
-#   -> $OUT/results.jsonl, $OUT/session.log, $OUT/report.md (3 files)
+#   -> $OUT/ncu.json, $OUT/results.jsonl, $OUT/session.log, $OUT/report.md (4 files)
+# `run` begins with the Nsight Compute step (issues 37, 40; `profile` alone runs only it): a
+# dozen kernels of the bundles, the measured pairs of .bundles/ncu/pairs.zip among them, each
+# launched once under ncu with its metrics named, within $NCU_SECONDS (180; 0: none), out of
+# the session's budget; without ncu, or where it cannot read the counters, ncu.json says so.
 # Without a GPU (CI: tests/test_gpu_session.py), a few entries of each bundle on PoCL:
 #   OUT=folder benchmarks/gpu_session.sh run --dry-run [BUNDLES]
 # Then, here: python benchmarks/gpu_report.py results.jsonl --markdown M --fidelity F
+#             python benchmarks/ncu_compare.py ncu.json
 set -uo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
 BUNDLES=$ROOT/.bundles
 PYTHON=${PYTHON:-python3}
+MEASURED=benchmarks/data/h200_measured_2026-11-26.json  # the kernels of .bundles/ncu/pairs.zip
+export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 # The bundles in the order of their value: file name, then `treduda bench` options (one line
 # each). GEMM 4096^3 in every precision, TCCG in fp16 and fp32 (picks and 2 rivals: the model's
@@ -82,19 +90,43 @@ prepare() {
       -o "$BUNDLES/$(printf %02d $(($(plan | wc -l) + 1)))_programs.zip"
     echo "prepare: programs in $((SECONDS - begun)) s"
   fi
+  if [ $# -eq 0 ] || [[ " $* " == *" pairs "* ]]; then  # generated again, not searched
+    "$PYTHON" -m treduda.app.ncu_profile pairs --data "$MEASURED" -o "$BUNDLES/ncu/pairs.zip"
+  fi
   echo "prepare: $((SECONDS - started)) s in all (load average $load at the start," \
     "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null) at the end, on $(nproc) cores)"
   "$PYTHON" - "$BUNDLES" <<'EOF'
 import json, pathlib, sys, zipfile
 total = 0
-for path in sorted(pathlib.Path(sys.argv[1]).glob("*.zip")):
+folder = pathlib.Path(sys.argv[1])
+for path in sorted([*folder.glob("*.zip"), *folder.glob("ncu/*.zip")]):
     manifest = json.loads(zipfile.ZipFile(path).read("manifest.json"))
     size = path.stat().st_size
     total += size
-    print(f"{path.name}: {len(manifest['kernels'])} kernels, {len(manifest['programs'])} "
-          f"programs, {size / 2**20:.2f} MiB")
+    print(f"{path.relative_to(folder)}: {len(manifest['kernels'])} kernels, "
+          f"{len(manifest['programs'])} programs, {size / 2**20:.2f} MiB")
 print(f"all bundles: {total / 2**20:.2f} MiB")
 EOF
+}
+
+# The Nsight Compute step into $OUT/ncu.json, its messages into $OUT/session.log: the kernels
+# of treduda/app/ncu_profile.py's SELECTION (or $NCU_ENTRIES, BUNDLE:ENTRY,...), ncu found on
+# the PATH (or $NCU; empty: none), within $NCU_SECONDS; with --dry-run, launched on PoCL
+# instead, without ncu.
+profile() {
+  local dry=false
+  if [ "${1:-}" = --dry-run ]; then dry=true; shift; fi
+  local folder=${1:-$BUNDLES} seconds=${NCU_SECONDS:-180}
+  : "${OUT:?set OUT to the folder the results go to (the device tool sets it)}"
+  [ "$seconds" -gt 0 ] || return 0
+  local options=(--out "$OUT/ncu.json" --seconds "$seconds")
+  $dry && options+=(--pocl)
+  [ -n "${NCU_ENTRIES:-}" ] && options+=(--entries "$NCU_ENTRIES")
+  [ -n "${NCU+set}" ] && options+=(--ncu "$NCU")
+  echo "$SECONDS s: the Nsight Compute step, $seconds s at most" >> "$OUT/session.log"
+  timeout $((seconds + 30)) "$PYTHON" -m treduda.app.ncu_profile profile "$folder" \
+    "${options[@]}" >> "$OUT/session.log" 2>&1
+  echo "$SECONDS s: the Nsight Compute step exit $?" >> "$OUT/session.log"
 }
 
 run() {
@@ -106,11 +138,11 @@ run() {
   local jsonl=$OUT/results.jsonl log=$OUT/session.log
   local options=(--gpu-time --jsonl "$jsonl")
   $dry && options+=(--pocl --limit 2 --repeats 2)
-  export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
   { nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,driver_version --format=csv \
       2>/dev/null || echo "no nvidia-smi"
     "$PYTHON" -c "import numpy; print('numpy', numpy.__version__)"
   } >> "$log" 2>&1
+  profile $($dry && echo --dry-run) "$folder"
   local bundle left
   for bundle in "$folder"/*.zip; do
     left=$((budget - SECONDS))
@@ -136,5 +168,7 @@ run() {
 case "${1:-}" in
   prepare) shift; prepare "$@" ;;
   run) shift; run "$@" ;;
-  *) echo "usage: $0 prepare [BUNDLE...] | run [--dry-run] [FOLDER]" >&2; exit 2 ;;
+  profile) shift; profile "$@" ;;
+  *) echo "usage: $0 prepare [BUNDLE...] | run [--dry-run] [FOLDER] | profile [--dry-run]" \
+       "[FOLDER]" >&2; exit 2 ;;
 esac

@@ -161,24 +161,31 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
 
 
 def whole(program, params: dict[str, Any]) -> dict[str, int]:
-    """The sizes rounded up so that every tile is whole: a group's slowest index so that the
-    group's extent is a multiple of its axis's tile, a summed index to whole steps (of every
-    part of a split). Their kernel has no guards: its main loop is what a block of full tiles
-    runs in the kernel of the real sizes (where partial tiles' guarded code sits beside it in
-    the loop, or the loop is unswitched)."""
+    """The expression's sizes rounded up so that every tile is whole: the slowest index of an
+    axis's group so that the group's extent is a multiple of the axis's tile, the slowest index
+    of a summed one to whole steps (of every part of a split). Their kernel has no guards: its
+    main loop is what a block of full tiles runs in the kernel of the real sizes (where partial
+    tiles' guarded code sits beside it in the loop, or the loop is unswitched). A merged index
+    (tccg_09-11) stands for the expression's indices it merges, fastest first."""
     from treduda.polyhedral import geometry
     from treduda.polyhedral.geometry import AXES
 
-    sizes = dict(program.sizes)
+    merged = program.merging.groups  # slowest first in C order: fastest first in F order
+    parts = {name: parts[::-1] if program.layout == "C" else parts
+             for name, parts in merged.items()}
+    sizes = dict(program.expression_sizes)
+
+    def rounded(indices: list[str], multiple: int) -> None:
+        faster = math.prod(sizes[i] for i in indices[:-1])
+        multiple //= math.gcd(multiple, faster)
+        sizes[indices[-1]] = -(-sizes[indices[-1]] // multiple) * multiple
+
     for n, group in enumerate(geometry.groups(params["order"])):
-        tile = params[f"block_{AXES[n]}"] * params[f"reg_{AXES[n]}"]
-        faster = math.prod(sizes[i] for i in group[:-1])
-        multiple = tile // math.gcd(tile, faster)
-        sizes[group[-1]] = -(-sizes[group[-1]] // multiple) * multiple
-    multiple = max(1, params.get("step") or 1) * params.get("split", 1)
+        rounded([i for name in group for i in parts[name]],
+                params[f"block_{AXES[n]}"] * params[f"reg_{AXES[n]}"])
     for index in program.contraction.indices:
         if index not in program.output_indices:
-            sizes[index] = -(-sizes[index] // multiple) * multiple
+            rounded(list(parts[index]), max(1, params.get("step") or 1) * params.get("split", 1))
     return sizes
 
 

@@ -201,7 +201,7 @@ def test_the_session_on_cuda_retries_a_bundle_whose_cubins_fail_with_nvrtc(tmp_p
     assert all("--gpu-time" in c and "--stop-after" in c and "--pocl" not in c
                for c in commands)
     assert "02_b.zip with --nvrtc exit 0" in log
-    assert sorted(p.name for p in out.iterdir()) == ["report.md", "results.jsonl",
+    assert sorted(p.name for p in out.iterdir()) == ["ncu.json", "report.md", "results.jsonl",
                                                     "session.log"]
     assert "2 of 2 entries verified and timed" in (out / "report.md").read_text()
 

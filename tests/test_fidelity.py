@@ -242,6 +242,20 @@ def test_terms_set_a_problems_kernels_side_by_side_fastest_measured_first():
     assert second.split()[:6] == ["q", "3000.000", "1000.000", "<", "fma", "1000.000"]
 
 
+def test_misordered_lists_the_pairs_the_model_orders_against_the_measurement():
+    # r~1 ran 1.5x faster than r but is estimated 2x slower; s~1 too, but 5% apart with 10%
+    # spreads, where the GPU does not order them; t and t~1 are ordered right: not listed
+    outcomes = [_measured("r", "C[i]=A[i]", 1.0, 3.0), _measured("r~1", "C[i]=A[i]", 2.0, 2.0),
+                _measured("s", "C[i]=B[i]", 1.0, 2.1, spread=0.1),
+                _measured("s~1", "C[i]=B[i]", 2.0, 2.0, spread=0.1),
+                _measured("t", "C[i]=D[i]", 1.0, 1.0), _measured("t~1", "C[i]=D[i]", 2.0, 2.0)]
+    head, r, s = fidelity.misordered(outcomes).strip().splitlines()
+    assert head == ("pairs the model orders against the measurement: 2 of 3, 1 of them within "
+                    "their run-to-run spread")
+    assert r == "  r~1 < r: measured 1.500x, estimated 0.500x (fma/fma); differ: z r~1/r"
+    assert s.startswith("  s~1 < s: measured 1.050x (within spread), estimated 0.500x")
+
+
 @pytest.mark.parametrize("name", ["gemm", "six_index", "batched"])
 def test_a_kernels_launch_is_known_without_building_it(name):
     # regenerate() tells that a row's launch moved without building its kernel

@@ -20,7 +20,7 @@ import pytest
 
 import treduda
 from treduda.api import tuning_entry
-from treduda.app import cli, fidelity
+from treduda.app import cli, fidelity, ncu_compare, ncu_profile
 from treduda.app.bench import Case
 from treduda.app.bench_cli import planned
 from treduda.app.bench_export import Planned, export_suite, export_suites
@@ -41,6 +41,7 @@ class Blocked(importlib.abc.MetaPathFinder):
 
 sys.meta_path.insert(0, Blocked())
 """
+PROFILED = ("mini:mini/gemm_small", "mini:mini/gemm_small~1", "mini:mini/nothing")
 ROWS = (Row("gemm_small", "C[i,j]=A[i,k]*B[k,j]", {"i": 37, "j": 45, "k": 13}, "C", ""),
         Row("tccg_small", "C[a,b,c]=A[b,d,a]*B[d,c]", {"a": 19, "b": 21, "c": 6, "d": 17}, "C",
             ""))
@@ -91,14 +92,18 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
     blocker.mkdir()
     (blocker / "sitecustomize.py").write_text(BLOCKER)
     environment = {**os.environ, "OUT": str(out), "PYTHON": sys.executable,
-                   "PYTHONPATH": str(blocker)}
+                   "PYTHONPATH": str(blocker), "NCU_ENTRIES": ",".join(PROFILED)}
     done = subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "run",
                            "--dry-run", str(bundles)], env=environment, capture_output=True,
                           text=True, timeout=600)
     log = (out / "session.log").read_text()
     assert done.returncode == 0, done.stderr + log
     files = sorted(p.name for p in out.iterdir())
-    assert len(files) <= 4 and files == ["report.md", "results.jsonl", "session.log"], log
+    assert files == ["ncu.json", "report.md", "results.jsonl", "session.log"], log
+    step = json.loads((out / "ncu.json").read_text())  # ncu not run: launched on PoCL
+    assert step["status"] == "dry run" and step["missing"] == ["mini:mini/nothing"]
+    assert [e["entry"] for e in step["entries"]] == ["mini/gemm_small", "mini/gemm_small~1"]
+    assert "launched mini/gemm_small~1 (td_" in log
     lines = [json.loads(text) for text in (out / "results.jsonl").read_text().splitlines()]
     assert [x["name"] for x in lines] == ["mini/gemm_small", "mini/gemm_small~1", "ao_mo"], log
     assert all(x["status"] == "ok" and x["verified"] for x in lines), lines
@@ -267,3 +272,95 @@ def _gpu_report():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# ncu as the GPU session runs it, without the GPU: a run that asks the gmma stall is refused
+# (naming it, or with $UNNAMED not), the next runs its program on PoCL (with $LAUNCH) and gets
+# the fixture's CSV (ncu's format, the kernels renamed after the bundle's)
+FAKE_NCU = """#!{python}
+import os, re, subprocess, sys
+args = sys.argv[1:]
+if args == ["--version"]:
+    print("NVIDIA (R) Nsight Compute Command Line Profiler\\nVersion 2025.3.1.0 (build 1)")
+    sys.exit(0)
+option = dict(zip(args, args[1:]))
+if "gmma" in option["--metrics"]:
+    print("==ERROR== Failed to find metric " + ("a metric" if os.environ.get("UNNAMED") else
+          "smsp__average_warps_issue_stalled_gmma_per_issue_active"))
+    sys.exit(1)
+program = args[args.index("--log-file") + 2:]
+if os.environ.get("LAUNCH") and subprocess.run(program + ["--pocl"]).returncode != 0:
+    sys.exit(1)
+functions = re.fullmatch(r"regex:\\^\\((.*)\\)\\$", option["--kernel-name"]).group(1).split("|")
+text = open({fixture!r}).read()
+for n, function in enumerate(functions, 1):
+    text = text.replace("td_C_000000000%d" % n, function)
+open(option["--log-file"], "w").write(text)
+"""
+
+
+def _fake_ncu(folder: Path) -> Path:
+    fake = folder / "ncu"
+    fake.write_text(FAKE_NCU.format(python=sys.executable,
+                                    fixture=str(ROOT / "tests" / "data" / "ncu_details.csv")))
+    fake.chmod(0o755)
+    return fake
+
+
+def test_the_ncu_step_reads_ncus_csv_and_leaves_out_a_metric_it_refuses(bundles, tmp_path):
+    environment = {**os.environ, "OUT": str(tmp_path), "PYTHON": sys.executable, "LAUNCH": "1",
+                   "NCU": str(_fake_ncu(tmp_path)), "NCU_ENTRIES": ",".join(PROFILED)}
+    subprocess.run(["bash", str(ROOT / "benchmarks" / "gpu_session.sh"), "profile",
+                    str(bundles)], env=environment, check=True, timeout=300)
+    path = tmp_path / "ncu.json"
+    step = json.loads(path.read_text())
+    log = (tmp_path / "session.log").read_text()
+    assert step["status"] == "ok" and step["ncu"] == "Version 2025.3.1.0 (build 1)", log
+    assert step["metrics"] == [m for m in ncu_profile.METRICS if "gmma" not in m], log
+    assert "launched mini/gemm_small~1 (td_" in step["log"]  # what ncu ran: the launcher
+    command = step["command"]
+    assert command[command.index("--launch-count") + 1] == "2"
+    assert command[command.index("--clock-control") + 1] == "none"
+    profiled = ncu_profile.parse_csv(step["csv"])
+    pick, rival = (e["function"] for e in step["entries"])
+    assert set(profiled) == {pick, rival}
+    metrics = profiled[pick]
+    assert metrics["l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum"] == 1280  # "1,280"
+    assert metrics["gpu__time_duration.sum"] == pytest.approx(3.104e-6)  # nseconds
+    assert profiled[rival]["gpu__time_duration.sum"] == pytest.approx(2.98e-6)  # useconds
+    assert "smsp__inst_executed_op_ldsm.sum" not in metrics  # n/a
+
+    out = io.StringIO()  # here: ncu beside Kernel.counters() of the kernels generated again
+    assert ncu_compare.report(ncu_compare.read(str(path)), out=out) == 0
+    text = out.getvalue()
+    assert "ok (Version 2025.3.1.0 (build 1)); 2 of 2 kernels profiled" in text
+    assert f"not asked, after this ncu refused a metric: {ncu_profile.stall_metric('gmma')})" \
+        in text
+    counted = ncu_compare._counted(step["entries"][0], ncu_compare.STEPS)[0]
+    requests, wavefronts, ideal = counted[("shared", "ld")]
+    row = next(line.split() for line in text.splitlines()
+               if line.startswith("mini/gemm_small ") and "shared ld" in line)
+    assert row[3:] == ["1280", "1.12", f"{wavefronts / requests:.2f}", f"{ideal / requests:.2f}",
+                       "0.12", f"{(wavefronts - ideal) / requests:.2f}",
+                       ncu_compare._equal([1.125, 0.125], [wavefronts / requests,
+                                                           (wavefronts - ideal) / requests])]
+    assert ncu_compare._equal([4.0, 0.12], [4.05, 0.13]) == "yes"
+    assert ncu_compare._equal([4.0, None], [5.0, 0.0]) == "no"
+    assert ncu_compare._equal([None, None], [5.0, 0.0]) == "-"
+    assert "mini/gemm_small: side by side" in text
+    stalls = next(line.split() for line in text.splitlines() if "long_scoreboard" in line)
+    assert stalls == ["stall", "long_scoreboard", "4.10", "6.25"]
+
+
+def test_the_ncu_step_asks_the_core_metrics_where_ncu_refuses_one_without_naming_it(
+        bundles, tmp_path, monkeypatch):
+    monkeypatch.setenv("UNNAMED", "1")
+    path = tmp_path / "ncu.json"
+    ncu_profile.profile(bundles, path, wanted=PROFILED, ncu=str(_fake_ncu(tmp_path)),
+                        log=io.StringIO())
+    step = json.loads(path.read_text())
+    assert step["status"] == "ok" and step["metrics"] == list(ncu_profile.CORE)
+    ld, ldgsts = (ncu_profile.global_metric("sectors", op) for op in ("ld", "ldgsts"))
+    assert ncu_profile.refused("==ERROR== Failed to find metric l1tex__t_sectors_pipe_lsu_"
+                               "mem_global_op_ld\nl1tex__t_sectors_pipe_lsu_mem_global_op_ldgsts",
+                               [ld, ldgsts]) == [ld]  # an error line's, by its whole name

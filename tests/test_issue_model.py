@@ -144,3 +144,27 @@ def test_a_step_shorter_than_the_others_costs_its_guarded_copy():
               "assign_z": "cyclic", "split": 1, "step": 8, "unroll": True}
     assert two._issue(_Optimist(two, two.describe(direct)))["partial step"] == pytest.approx(
         tiles.GUARDED_STEP_INSTRUCTIONS * (1 - 64 / 144))
+
+
+@pytest.mark.parametrize(("layout", "slowest"), [("F", "d"), ("C", "c")])
+def test_issue_counts_rounds_a_merged_index_through_the_expressions_own(layout, slowest):
+    """benchmarks/issue_counts.py compiles the sizes rounded to whole tiles: for c and d,
+    merged into c_d (tccg_10's form), it rounds the slower of the two (d in F order, c in C),
+    so that c_d is a multiple of z's tile, and it names the expression's indices."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "issue_counts.py"
+    spec = importlib.util.spec_from_file_location("issue_counts", path)
+    issue_counts = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(issue_counts)
+    sizes = {"a": 9, "b": 7, "c": 5, "d": 3, "e": 6}
+    program = plan("C[a,b,c,d]=A[e,b]*B[a,e,c,d]", sizes, layout=layout)
+    assert program.merging.merges == {"c_d": ("c", "d")}
+    params = {"order": "a,b,c_d", "block_x": 2, "reg_x": 2, "block_y": 4, "reg_y": 1,
+              "block_z": 1, "reg_z": 4, "step": 4, "split": 1}
+    whole = issue_counts.whole(program, params)
+    kept = ({"c", "d"} - {slowest}).pop()
+    assert whole == {**sizes, "a": 12, "b": 8, "e": 8, kept: sizes[kept],
+                     slowest: 4 if slowest == "d" else 8}
+    assert whole["c"] * whole["d"] % 4 == 0

@@ -96,15 +96,11 @@ def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
         from ..run.opencl import opencl_device
 
         return opencl_device()
-    from ..run.cuda import cuda_runtime, registers_cuda
+    from ..run.cuda import cuda_runtime
 
     started = time.perf_counter()
     kernels = list(bundle.kernels.values())
-    # Threads compile at once: CuPy calls nvrtcCompileProgram without holding the GIL
-    # (cupy_backends/cuda/libs/nvrtc.pyx, compileProgram's "with nogil").
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-        list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"], k.cubins),
-                      kernels))
+    load_kernels(kernels)
     seconds = time.perf_counter() - started
     runtime = cuda_runtime()
     loaded = sum(runtime.arch in k.cubins for k in kernels)
@@ -113,6 +109,17 @@ def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
     print(f"{loaded} cubins loaded for {runtime.arch}, {len(kernels) - loaded} sources "
           f"compiled with NVRTC, in {seconds:.1f} s", file=log, flush=True)
     return runtime.device
+
+
+def load_kernels(kernels: list[BundledKernel]) -> None:
+    """Load each kernel's cubin for this GPU where it has one, else compile its source with
+    NVRTC, in parallel threads: CuPy calls nvrtcCompileProgram without holding the GIL
+    (cupy_backends/cuda/libs/nvrtc.pyx, compileProgram's "with nogil")."""
+    from ..run.cuda import registers_cuda
+
+    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
+        list(pool.map(lambda k: registers_cuda(k.cuda_source, k.entry["function"], k.cubins),
+                      kernels))
 
 
 def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,

@@ -18,7 +18,8 @@ space the measured rank of the candidate the search would pick among its measure
 ``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
 Then the same figures on problems held out of whatever is fitted (:mod:`treduda.app.held_out`:
 leave one problem out, and halves), with the pick's ratio to the fastest on ``--watch``'s
-problems. ``--terms`` sets each search space's kernels side by side, resource by resource.
+problems. ``--terms`` sets each search space's kernels side by side, resource by resource;
+``--pairs`` lists the pairs of kernels the model orders against the measurement.
 """
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ from ..polyhedral.lower import plan
 from ..run.nvcc import compile_cuda_batch, nvcc_available
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
-from .ranking import Pick, pick, spearman, spearman_within_spread
+from .ranking import Pick, pick, spearman, spearman_within_spread, within_spread
 
 # the problems whose picks ran 3.6-4.1x slower than a rival on the H200 (2026-11-26)
 WATCHED = ("tccg_19", "tccg_28", "tccg_30")
@@ -359,6 +360,37 @@ def terms(outcomes: Sequence[Outcome]) -> str:
     return "\n".join(lines)
 
 
+def misordered(outcomes: Sequence[Outcome]) -> str:
+    """Every pair of one search space's kernels that the model orders against the
+    measurement, the faster measured first: how much longer the other ran (and whether within
+    their run-to-run spread, where the GPU itself does not order them), how much longer the
+    model rates the faster one, what binds each, and the parameters in which they differ: the
+    list a hypothesis about the within-problem ranking (issue 40) has to explain."""
+    lines, total, tied = [], 0, 0
+    for members in spaces(outcomes).values():
+        members = sorted(members, key=lambda o: o.row.measured)
+        for n, faster in enumerate(members):
+            for slower in members[n + 1:]:
+                total += 1
+                if faster.estimate <= slower.estimate:
+                    continue
+                close = within_spread(faster.row.measured, faster.row.spread,
+                                      slower.row.measured, slower.row.spread)
+                tied += close
+                a, b = faster.row.params, slower.row.params
+                differ = ", ".join(f"{k} {a.get(k)}/{b.get(k)}" for k in {**a, **b}
+                                   if a.get(k) != b.get(k))
+                lines.append(f"  {faster.row.id} < {slower.row.id}: measured "
+                             f"{slower.row.measured / faster.row.measured:.3f}x"
+                             + (" (within spread)" if close else "")
+                             + f", estimated {slower.estimate / faster.estimate:.3f}x "
+                             f"({faster.prediction.binding}/{slower.prediction.binding}); "
+                             f"differ: {differ or 'nothing'}")
+    head = (f"\npairs the model orders against the measurement: {len(lines)} of {total}, "
+            f"{tied} of them within their run-to-run spread")
+    return "\n".join([head, *lines])
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", default=str(DATA), help="the calibration file")
@@ -372,6 +404,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--terms", action="store_true",
                         help="also print each search space's kernels side by side, resource "
                              "by resource")
+    parser.add_argument("--pairs", action="store_true",
+                        help="also print each pair of kernels the model orders against the "
+                             "measurement, with the parameters that differ")
     args = parser.parse_args(argv)
     rows = load(args.data)
     again = regenerate(rows, args.ptxas)
@@ -382,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(report(outcomes, summary, args.ptxas))
     if args.terms:
         print(terms(outcomes))
+    if args.pairs:
+        print(misordered(outcomes))
     for judged in held_out.values():
         print(held_out_report(judged, [w for w in args.watch.split(",") if w]))
     if args.json:

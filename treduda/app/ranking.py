@@ -50,15 +50,22 @@ def spearman_within_spread(estimates: Sequence[float], measured: Sequence[float]
     the plain rho rewards costs a little here, one it punishes costs less). A kernel's
     measured rank is 1 + the kernels clearly faster + half those tied with it, which is the
     average rank where ties are transitive (closeness need not be)."""
-    reach = [m * s if s is not None else 0.0 for m, s in zip(measured, spreads, strict=True)]
     ranks, tied = [], 0
     for i, mine in enumerate(measured):
         ties = [j for j, other in enumerate(measured)
-                if j != i and abs(mine - other) < max(reach[i], reach[j])]
+                if j != i and within_spread(mine, spreads[i], other, spreads[j])]
         faster = sum(other < mine for j, other in enumerate(measured) if j not in ties)
         ranks.append(1 + faster + len(ties) / 2)
         tied += len(ties)
     return _pearson(_ranks(estimates), ranks), tied // 2
+
+
+def within_spread(one: float, one_spread: float | None, other: float,
+                  other_spread: float | None) -> bool:
+    """Whether two measured times differ by less than the larger of their run-to-run spreads
+    ((slowest - fastest) / median of each kernel's launches; None where not recorded): the
+    GPU itself does not order such a pair."""
+    return abs(one - other) < max(one * (one_spread or 0.0), other * (other_spread or 0.0))
 
 
 def _pearson(rx: Sequence[float], ry: Sequence[float]) -> float:
