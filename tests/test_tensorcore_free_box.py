@@ -426,8 +426,10 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
     pytest.param("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", SMALL_42, "F",
                  {"free_layout": "whole", "tile_n": 128, "frags_k": 2, "stages": 1,
                   "async_copy": False}, marks=pytest.mark.matrix),
-    (TCCG_31, SMALL_31 | {"a": 24, "d": 8, "e": 6}, "F",  # on A's M (tccg_31's pick): P = 8
-     {"free_layout": "whole", "warpgroups": 2, "frags_m": 2, "frags_k": 2, "tile_n": 128})])
+    (TCCG_31, SMALL_31 | {"a": 24, "d": 8, "e": 6}, "F",  # on A's M: P = 8
+     {"free_layout": "whole", "warpgroups": 2, "frags_m": 2, "frags_k": 2, "tile_n": 128}),
+    (TCCG_42, SMALL_42 | {"e": 8, "f": 2, "g": 24}, "F",  # the H100 pick's form: c fastest
+     {"free_layout": "full", "tile_n": 256, "frags_k": 2})])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The warpgroup mapping takes the box, exact, padded or whole, as the tensor-core one
     does (its copies and write are the tensor-core builder's)."""
