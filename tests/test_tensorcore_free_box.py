@@ -631,9 +631,14 @@ def test_the_full_box_along_its_group_reads_both_operands_at_the_ideal(expressio
     (in_layout("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", "C"), SMALL_31_FULL, "C",
      {"stages": 3, **ALONG["A"]}),  # c fastest, both layouts
     (TCCG_42, SMALL_42_FULL | {"g": 40}, "F",
-     {"split": 2, "deterministic": True, **ALONG["B"]})],
+     {"split": 2, "deterministic": True, **ALONG["B"]}),
+    (TCCG_31, SMALL_31_FULL, "F", {"async_copy": False, **ALONG["A"]}),
+    (in_layout(TCCG_42, "C"), SMALL_42_FULL, "C", {"mapping": "wmma", **ALONG["B"]}),
+    (TCCG_31, SMALL_31_FULL, "F", {"shared_layout": "swizzle", "frags_k": 2, **ALONG["A"]}),
+    (TCCG_42, SMALL_42_FULL, "F", {"dtype": "bfloat16", **ALONG["B"]})],
     ids=["update_on_a", "update", "registers", "wmma", "split", "split_on_a",
-         "bf16_tile_96", "bf16_on_a", "update_along", "split_along"])
+         "bf16_tile_96", "bf16_on_a", "update_along", "split_along", "registers_along",
+         "wmma_along", "swizzle_along", "bf16_along"])
 def test_full_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The full box's forms beside the default run's (alpha and beta on B, in
     :func:`test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts`): a scaled
