@@ -325,7 +325,8 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "MMA work spent); 'whole': that padded box narrowed so a "
                     "256-wide tile holds its whole Q; 'full': Q of all of the output's "
                     "fastest index where that is no power of two (24), in tiles of whole "
-                    "boxes")
+                    "boxes, or of a power of two of it where the operand is copied along "
+                    "the group")
 
 
 def free_layouts(program: Program) -> tuple[str, ...]:
