@@ -5,11 +5,12 @@ candidate's tiles, the blocks the grid takes (a padded box's slots included), th
 block's global sectors per warp request of A, B and the output's write beside the ideal (the
 tensor-core model's count, from the addresses the kernel builder deals), whether both
 operands meet the line (at most 1.25x the ideal), the model's milliseconds per resource and
-its estimate, and that estimate over the pick's. A layout that meets the line but is not
-picked shows here which resource its trade costs: tccg_31's whole box (picked) reads A at
-twice the ideal, a sector's other half being the next block's; its exact box reads A at the
-ideal but writes the output in 16-byte runs (memory +14%), its padded box spends a third
-more blocks on MMAs with zeros and writes 32-byte runs (+15% in all).
+its estimate, and that estimate over the pick's. A layout not picked shows here which
+resource its trade costs: on tccg_31 the full box (picked: 16 of ``d_e`` by all 24 of ``a``)
+reads both operands at the ideal and writes 2.9 sectors a request where 2 do; the whole box
+writes at the ideal but reads A at twice it and spends a third more blocks on 24 -> 32
+(+11%); the exact box writes the output in 16-byte runs (+23%), the padded box spends the
+blocks and writes 32-byte runs (+28%).
 
     python benchmarks/free_layout_trade.py [--rows tccg_31,tccg_32] [--gpu H100]
                                            [--steps 4] [--json FILE]

@@ -2,12 +2,16 @@
 read on the CPU. For GEMM 4096^3 in fp16, bf16 and tf32 and every TCCG row in fp16, the
 search named 'warpgroup' and the one named 'tensorcore' on the H100 model: each pick's tiles,
 its predicted time and binding resource, and from the warpgroup kernel's SASS (sm_90a) the
-main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS and STS; and
-from the emulator's count of its first block's first steps the worst bank-conflict ways, of
-all shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
+main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS, STS and STG;
+and from the emulator's count of its first block's first steps the worst bank-conflict ways,
+of all shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
 nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
 run of code holding them, which is then the kernel's body: the per-HGMMA figures read either
-alike. Needs nvcc and nvdisasm for the SASS columns (left empty without them).
+alike. Such a run ends at nvcc's first branch target, so it may hold the first outputs of the
+write to C where nvcc peeled them off the write's loop (tccg_42's 8 STG: 146 instructions beside
+each HGMMA where tccg_45's run, without them, has 114; both 228 up to the barrier before the
+write): the body STG column shows them. Needs nvcc and nvdisasm for the SASS columns (left
+empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
                                            [--gpu H100] [--before FILE] [--hold K=V ...]
@@ -82,13 +86,14 @@ def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None)
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
-                   sts=kinds.get("shared memory", {}).get("STS", 0))
+                   sts=kinds.get("shared memory", {}).get("STS", 0),
+                   stg=kinds.get("global memory", {}).get("STG", 0))
     return figures
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
-           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "ways", "tile ways",
-           "body LDS", "body STS")
+           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "body STG", "ways",
+           "tile ways", "body LDS", "body STS")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -98,7 +103,7 @@ def cells(name: str, f: dict) -> list[str]:
     return [name, f["tiles"], str(f["stages"]), f"{f['predicted_ms']:.3f}", f["binding"],
             f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
             shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
-            shown("ldg", "{}"), shown("ldgsts", "{}"),
+            shown("ldg", "{}"), shown("ldgsts", "{}"), shown("stg", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
             shown("sts", "{}")]
 

@@ -196,7 +196,12 @@ WHOLE_TILE = 256
 # boxes, P x Q elements (96 there: :func:`holds_boxes`), which FULL_WARPS warps of fragments
 # of 16 along the box's group do; the model then rates tccg_32's 2 x 3 warps of 4 x 4
 # fragments 0.8% below the group layout's pick. Its tiles take ``o`` fastest (:func:`o_first`),
-# its copies dealing each warp's rows ``c`` fastest (:func:`interleaved_row`).
+# its copies dealing each warp's rows ``c`` fastest (:func:`interleaved_row`). Where the
+# operand's own fastest index leads ``c`` (tccg_31's ``A[d,e,g,a]``: its copies run along the
+# group), a full box keeps ``c`` fastest instead, P a sector's 16 halves, and a tile takes
+# 16 values of ``o`` at a time (:func:`box_q`, a power of two, so the write's skew keeps one
+# way): a box of 16 x 24 needs no tile of 384 rows, nothing is padded (the whole box spends a
+# third more blocks on 24 -> 32) and the operand is read in whole sectors.
 FULL_WARPS = 3
 SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
@@ -219,7 +224,8 @@ class FreeBox:
     indices before the output's fastest (``contiguous``, side by side in the operand, fastest
     first: fused), the output's fastest (``output``), the box's sides ``p`` and ``q``, and
     the slots the group gives ``output`` (``slots``: its size, or in a padded box that
-    rounded up to a multiple of ``q``; 0 for its size)."""
+    rounded up to a multiple of ``q``; 0 for its size), and whether its tiles take ``o``
+    fastest (``o_fastest``, :func:`o_first`)."""
 
     axis: str
     contiguous: tuple[str, ...]
@@ -227,6 +233,7 @@ class FreeBox:
     p: int
     q: int
     slots: int = 0
+    o_fastest: bool = False
 
 
 def free_box(program: Program) -> FreeBox | None:
@@ -261,9 +268,10 @@ def _free_boxes(program: Program) -> dict[str, FreeBox | None]:
             found["padded"] = FreeBox(axis, before, o, p, q, slots)
             if WHOLE_TILE // q < p:  # P and WHOLE_TILE / Q powers of two: it divides the span
                 found["whole"] = FreeBox(axis, before, o, WHOLE_TILE // q, q, slots)
+        leads = _copied_along(program, axis, before)
         if (dtypes.itemsize(program.dtype) == 2 and size not in FREE_BOX_Q and size <= WARP
-                and p * size % WARP == 0 and p * size <= LARGEST_TILE):
-            found["full"] = FreeBox(axis, before, o, p, size)
+                and p * size % WARP == 0 and (leads or p * size <= LARGEST_TILE)):
+            found["full"] = FreeBox(axis, before, o, p, size, o_fastest=not leads)
     return found
 
 
@@ -291,6 +299,15 @@ def _box_sides(program: Program) -> tuple[str, tuple[str, ...], str, int] | None
     return None if p is None else (axis, before, o, p)
 
 
+def _copied_along(program: Program, axis: str, before: tuple[str, ...]) -> bool:
+    """Whether the operand of free group ``axis`` is copied along the group: its fastest
+    index leads the box's contiguous indices ``before`` (tccg_31's ``A[d,e,g,a]``; tccg_32's
+    ``B[g,f,a,c]`` is copied along K)."""
+    (a,), (b,), *_ = gemm_groups(program)
+    tensor = a if axis == "m" else b
+    return fastest_first(program.contraction.inputs[tensor], program.layout)[0] == before[0]
+
+
 def _free_box(program: Program) -> FreeBox | None:
     sides = _box_sides(program)
     if sides is None:
@@ -308,7 +325,8 @@ FREE_LAYOUT_HELP = ("the output's fastest group linearised in its order, or (whe
                     "MMA work spent); 'whole': that padded box narrowed so a "
                     "256-wide tile holds its whole Q; 'full': Q of all of the output's "
                     "fastest index where that is no power of two (24), in tiles of whole "
-                    "boxes")
+                    "boxes, or of a power of two of it where the operand is copied along "
+                    "the group")
 
 
 def free_layouts(program: Program) -> tuple[str, ...]:
@@ -393,11 +411,14 @@ def digit_values(digits: Sequence[Digit], value: Any, sizes: Mapping[str, int],
 
 def o_first(box: FreeBox | None) -> bool:
     """Whether ``box`` takes ``o`` fastest in its tiles (a "full" box, whose Q is no power of
-    two): the write then reads a C tile row's consecutive words, and the accumulators' pairs
-    stay aligned (64-bit stores); ``c`` fastest, its reads would be P apart, which no skew of
-    an even number of words spreads over 32 banks (tccg_32's 24 reads of ``c`` = 0 on the 16
-    even ones), and an odd one splits the pairs (96 stores where 64 did)."""
-    return box is not None and box.q & (box.q - 1) != 0
+    two, on an operand copied along K): the write then reads a C tile row's consecutive
+    words, and the accumulators' pairs stay aligned (64-bit stores); ``c`` fastest, its reads
+    would be P apart, which no skew of an even number of words spreads over 32 banks
+    (tccg_32's 24 reads of ``c`` = 0 on the 16 even ones), and an odd one splits the pairs
+    (96 stores where 64 did). A full box on an operand copied along its group keeps ``c``
+    fastest (its copies' runs), its tiles holding a power of two of ``o``
+    (:func:`holds_boxes`)."""
+    return box is not None and box.o_fastest
 
 
 def box_q(box: FreeBox, tile: Mapping[str, int]) -> int:
@@ -410,8 +431,13 @@ def holds_boxes(box: FreeBox | None, tile: Mapping[str, int]) -> bool:
     """Whether a block's ``tile`` holds whole boxes of ``box`` (P x Q' elements,
     :func:`box_q`), as the write's numbering takes them (:func:`output_local`): always where
     P and Q are powers of two; a "full" box's Q of 24 by P of 4 needs a tile of a multiple
-    of 96 (:data:`FULL_WARPS`)."""
-    return box is None or tile[box.axis] % (box.p * box_q(box, tile)) == 0
+    of 96 (:data:`FULL_WARPS`). A box that keeps ``c`` fastest takes a power of two of ``o``
+    (:func:`skew_words` spreads the write's reads, P apart, over the banks for those only:
+    Q' of 12 or 24 read two ways)."""
+    if box is None:
+        return True
+    q = box_q(box, tile)
+    return tile[box.axis] % (box.p * q) == 0 and (o_first(box) or q & (q - 1) == 0)
 
 
 def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,

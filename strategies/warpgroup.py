@@ -172,7 +172,7 @@ class Warpgroup(Strategy):
                        or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
             Constraint("the N tile is no larger than N needs", ("tile_n",),
                        lambda p: p["tile_n"] == TILE_N[0] or p["tile_n"] // 2 < extent["n"]),
-            Constraint("a free box's tiles hold whole boxes (a 'full' box's 96 none does)",
+            Constraint("a free box's tiles hold whole boxes",
                        ("warpgroups", "frags_m", "tile_n", "free_layout"),
                        lambda p: holds_boxes(free_boxed(program, p),
                                              warpgroup_tile({**p, "frags_k": 1}, program))),

@@ -52,13 +52,14 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
 @pytest.mark.parametrize(("expression", "a", "box", "padded", "whole", "full"), [
     (TCCG_31, 24, tiles.FreeBox("m", ("d_e",), "a", 16, 8),
      tiles.FreeBox("m", ("d_e",), "a", 16, 32, 32), tiles.FreeBox("m", ("d_e",), "a", 8, 32, 32),
-     None),  # a full box of 16 x 24: wider than the widest tile
+     tiles.FreeBox("m", ("d_e",), "a", 16, 24)),  # 16 x 24 across tiles: A copied along M
     (TCCG_33, 24, tiles.FreeBox("n", ("f",), "a_b", 4, 32), None, None, None),  # a_b: 480
     (TCCG_34, 24, tiles.FreeBox("m", ("d", "f"), "a", 16, 8),  # d and f fused
      tiles.FreeBox("m", ("d", "f"), "a", 16, 32, 32),
-     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32), None),
+     tiles.FreeBox("m", ("d", "f"), "a", 8, 32, 32), tiles.FreeBox("m", ("d", "f"), "a", 16, 24)),
     (TCCG_32, 24, tiles.FreeBox("n", ("f",), "a", 4, 8),  # P = 4: 256 holds Q already
-     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None, tiles.FreeBox("n", ("f",), "a", 4, 24)),
+     tiles.FreeBox("n", ("f",), "a", 4, 32, 32), None,
+     tiles.FreeBox("n", ("f",), "a", 4, 24, o_fastest=True)),  # B copied along K: o fastest
     (TCCG_32, 20, tiles.FreeBox("n", ("f",), "a", 4, 4), None, None, None),  # 20 -> 32 pads
     # 60%; 4 x 20 is no multiple of a warp's 32
     ("C[a,b,c,e]=A[b,d,c,a]*B[d,e]", 24, None, None, None, None),  # b and c apart in A
@@ -69,8 +70,8 @@ def test_a_box_is_offered_where_an_index_precedes_the_outputs_fastest(expression
     """An exact box where Q divides ``o``'s size; a padded one (Q of 32) where rounding
     ``o`` up to 32 adds at most a third (24 -> 32, not 20 -> 32); a "whole" one where that
     box's P x Q is wider than the widest tile (256), P narrowed; a "full" one (Q of all 24
-    of ``o``) where P x Q is a multiple of 32 within the widest tile; both mappings offer
-    each."""
+    of ``o``) where P x Q is a multiple of 32, within the widest tile where the operand is
+    copied along K (its tiles then take ``o`` fastest); both mappings offer each."""
     sizes = {i: 20 if i in "bcef" else a if i == "a" else 24
              for i in re.findall(r"[a-z]", expression.split("=")[1])}
     program = plan(expression, sizes, "F", "float16")
@@ -319,13 +320,16 @@ def test_every_padded_box_form_matches_einsum_without_hazards(expression, sizes,
 @pytest.mark.parametrize("arch", ["sm_80", pytest.param("sm_90", marks=pytest.mark.matrix)])
 def test_padded_and_full_box_kernels_compile_to_mma_fed_by_cp_async(arch):
     """tccg_32's padded box and its full box (2 x 3 warps of 4 x 4 fragments, as the H100
-    search picks it) at its size, in one nvcc call: HMMA fed by ldmatrix, both operands by
-    cp.async, no LDG in the main loop, the full box's accumulators stored in pairs; NVRTC
-    (the GPU session's compiler) builds them too."""
+    search picks it) and tccg_31's full box (``c`` fastest, 4 x 2 warps, the pick) at their
+    size, in one nvcc call: HMMA fed by ldmatrix, both operands by cp.async, no LDG in the
+    main loop, tccg_32's full box's accumulators stored in pairs; NVRTC (the GPU session's
+    compiler) builds them too."""
     shape = {"frags_m": 4, "frags_n": 4, "frags_k": 2}
     sources = [_compile(TCCG_32, TCCG_31_SIZES, warps_m=4, warps_n=2, **shape,
                         **PADDED).cuda_source,
                _compile(TCCG_32, TCCG_31_SIZES, warps_m=2, warps_n=3, **shape,
+                        free_layout="full").cuda_source,
+               _compile(TCCG_31, TCCG_31_SIZES, warps_m=4, warps_n=2, **shape,
                         free_layout="full").cuda_source]
     reports = sass_report("\n".join(sources), arch)
     assert len(reports) == len(sources)
@@ -422,8 +426,10 @@ def _warpgroup(expression: str, sizes: dict, layout: str = "F", **params) -> tre
     pytest.param("C[a,b,c,d,e,f] += A[g,d,b,c]*B[e,f,g,a]", SMALL_42, "F",
                  {"free_layout": "whole", "tile_n": 128, "frags_k": 2, "stages": 1,
                   "async_copy": False}, marks=pytest.mark.matrix),
-    (TCCG_31, SMALL_31 | {"a": 24, "d": 8, "e": 6}, "F",  # on A's M (tccg_31's pick): P = 8
-     {"free_layout": "whole", "warpgroups": 2, "frags_m": 2, "frags_k": 2, "tile_n": 128})])
+    (TCCG_31, SMALL_31 | {"a": 24, "d": 8, "e": 6}, "F",  # on A's M: P = 8
+     {"free_layout": "whole", "warpgroups": 2, "frags_m": 2, "frags_k": 2, "tile_n": 128}),
+    (TCCG_42, SMALL_42 | {"e": 8, "f": 2, "g": 24}, "F",  # the H100 pick's form: c fastest
+     {"free_layout": "full", "tile_n": 256, "frags_k": 2})])
 def test_warpgroup_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The warpgroup mapping takes the box, exact, padded or whole, as the tensor-core one
     does (its copies and write are the tensor-core builder's)."""
@@ -461,10 +467,10 @@ def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
     """tccg_31/34/37 and 42/45/48 at their sizes (issue 39): the H100 search takes a box with
     both operands copied by cp.async, B's 48-byte rows of K into lines of 64 bytes in the
     64-byte swizzle (unswizzled, its 16-byte runs took 4 ways, so the search copied B through
-    registers); on 42/45/48 the whole box, whose 256-wide tile holds all of ``a`` (the
-    padded box's 16 of it wrote 32-byte runs, and the search kept the group layout, B's
-    element copies by LDG); the pick's copies store on 1 way, and its sm_90a SASS runs HGMMA
-    and LDGSTS and loads no operand by LDG; NVRTC builds it too."""
+    registers); the full box since ``c`` stays fastest in it (16 x 24, nothing padded; the
+    group layout's element copies of the boxed operand went by LDG); the pick's copies store
+    on 1 way, and its sm_90a SASS runs HGMMA and LDGSTS and loads no operand by LDG; NVRTC
+    builds it too."""
     found = next(r for r in load("tccg_fp16") if r.id == row)
     best = treduda.search(found.expression, found.sizes, "H100", dtype="float16",
                           layout=found.layout, strategy="warpgroup", cache=False).best
@@ -481,17 +487,17 @@ def test_the_h100_search_copies_both_box_operands_by_cp_async(row):
         assert "wgmma.mma_async" in compile_nvrtc(kernel.cuda_source, "compute_90")
 
 
-def test_branch_and_bound_keeps_the_whole_box_the_exhaustive_search_picks():
+def test_branch_and_bound_keeps_the_full_box_the_exhaustive_search_picks():
     """tccg_42 at its size on the H100 model: the bound stays below every estimate in the
-    warpgroup space with the whole box, and branch and bound finds the pick the exhaustive
-    enumeration does, the whole box (its write 1344 lines a block where the group layout's
-    took 2288; an LDG-free B, where the group's went through registers)."""
+    warpgroup space with the free boxes, and branch and bound finds the pick the exhaustive
+    enumeration does, the full box (B read at its ideal, nothing padded: the whole box's
+    24 -> 32 took a third more blocks)."""
     searcher = Searcher(plan(TCCG_42, TCCG_31_SIZES | {"d": 20, "e": 24}, "F", "float16"),
                         "H100", "warpgroup")
     assert bound_paths_hold(searcher) > 100
     best = searcher.branch_and_bound().best
     assert best.prediction.seconds == searcher.exhaustive().best.prediction.seconds
-    assert best.params["free_layout"] == "whole"
+    assert best.params["free_layout"] == "full"
 
 
 def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
@@ -558,6 +564,57 @@ def test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts(expressio
     assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
 
 
+# The full box where the operand is copied along its group (tccg_31/34/37 on A, 42/45/48 on
+# B): P = 16 of d_e (a sector) by all 24 of a, c kept fastest; a tile of 256 holds 16 values of
+# a (box_q), 128 holds 8. M = 24 x 8 x 2 = 384 in tiles of 256: partial; N = 5 x 3 x 7
+SMALL_31_FULL = SMALL_31 | {"a": 24, "d": 8, "e": 2, "g": 24}
+SMALL_42_FULL = SMALL_42 | {"e": 8, "f": 2, "g": 24}
+ALONG = {"A": {"warps_m": 4, "frags_m": 4}, "B": {"warps_n": 2, "frags_n": 4}}
+
+
+def test_a_full_box_copied_along_its_group_keeps_c_fastest_in_powers_of_two():
+    """tccg_31's full box keeps ``d_e`` fastest (its copies' runs of 16), so its tiles hold
+    a power of two of ``a`` (the write's skew spreads those only): 4 or 2 warps of 64 rows,
+    not 3 (12 of ``a``); tccg_32's (B copied along K) takes ``a`` fastest in tiles of 96."""
+    program = plan(TCCG_31, TCCG_31_SIZES, "F", "float16")
+    box = tiles.free_boxes(program)["full"]
+    assert not tiles.o_first(box)
+    assert tiles.group_digits(program, "m", box) == ((("d_e",), 16), (("a",), 24),
+                                                     (("d_e",), 30))
+    assert [m for m in (64, 128, 192, 256) if tiles.holds_boxes(box, {"m": m})] == [64, 128,
+                                                                                    256]
+    assert tiles.box_q(box, {"m": 256}) == 16
+    assert tiles.o_first(tiles.free_boxes(plan(TCCG_32, TCCG_31_SIZES, "F", "float16"))["full"])
+
+
+@pytest.mark.parametrize(("expression", "sizes", "operand", "params"), [
+    ("C[a,b,c,d,e,f] = alpha*A[d,e,g,a]*B[g,f,b,c] + beta*C[a,b,c,d,e,f]", SMALL_31_FULL, "A",
+     ALONG["A"]),
+    pytest.param(TCCG_42, SMALL_42_FULL, "B", ALONG["B"], marks=pytest.mark.matrix),
+    pytest.param(TCCG_31, SMALL_31_FULL, "A", {"warps_m": 2, "frags_m": 4},
+                 marks=pytest.mark.matrix)], ids=["alpha_beta", "on_b", "tile_128"])
+def test_the_full_box_along_its_group_reads_both_operands_at_the_ideal(expression, sizes,
+                                                                       operand, params):
+    """On PoCL and the emulator (hazard-free; partial M and N tiles, alpha and beta): the
+    boxed operand in runs of 16 values of ``d_e`` (whole sectors; the whole box's 8 took
+    twice the ideal), the other at its ideal too, no bank conflict (the C tile's reads, 16
+    apart, skewed); the model counts the copies' and the write's sectors as the emulator
+    does."""
+    kernel = _compile(expression, sizes, frags_k=2, **FULL, **params)
+    assert tiles.free_boxed(kernel.program, kernel.params).p == 16
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    counted = kernel.counters(steps=1)
+    assert counted.worst_ways() == 1
+    model = model_of(kernel.program, gpu("H100"), "tensorcore")
+    modelled = model.copy_sectors(kernel.params, steps=1)
+    for tensor in ("A", "B"):
+        loads = counted.of(tensor, "ldgsts")
+        assert loads.per_request == loads.ideal_per_request
+        assert modelled[tensor][:2] == (loads.requests, loads.transactions)
+    written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
+
+
 @pytest.mark.matrix
 @pytest.mark.parametrize(("expression", "sizes", "layout", "params"), [
     (in_layout("C[a,b,c,d,e,f] += alpha*A[g,d,a,c]*B[e,f,g,b]", "C"), SMALL_41, "C",
@@ -570,9 +627,18 @@ def test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts(expressio
     (in_layout(TCCG_41, "C"), SMALL_41 | {"g": 40}, "C",
      {"split": 2, "deterministic": True, **FULL_TILES["A"]}),  # 16-bit: ordered
     (in_layout(TCCG_32, "C"), SMALL_32, "C", {"dtype": "bfloat16", "warps_n": 3, "frags_n": 2}),
-    (TCCG_41, SMALL_41, "F", {"dtype": "bfloat16", "warps_n": 2, **FULL_TILES["A"]})],
+    (TCCG_41, SMALL_41, "F", {"dtype": "bfloat16", "warps_n": 2, **FULL_TILES["A"]}),
+    (in_layout("C[a,b,c,d,e,f] += A[d,e,g,a]*B[g,f,b,c]", "C"), SMALL_31_FULL, "C",
+     {"stages": 3, **ALONG["A"]}),  # c fastest, both layouts
+    (TCCG_42, SMALL_42_FULL | {"g": 40}, "F",
+     {"split": 2, "deterministic": True, **ALONG["B"]}),
+    (TCCG_31, SMALL_31_FULL, "F", {"async_copy": False, **ALONG["A"]}),
+    (in_layout(TCCG_42, "C"), SMALL_42_FULL, "C", {"mapping": "wmma", **ALONG["B"]}),
+    (TCCG_31, SMALL_31_FULL, "F", {"shared_layout": "swizzle", "frags_k": 2, **ALONG["A"]}),
+    (TCCG_42, SMALL_42_FULL, "F", {"dtype": "bfloat16", **ALONG["B"]})],
     ids=["update_on_a", "update", "registers", "wmma", "split", "split_on_a",
-         "bf16_tile_96", "bf16_on_a"])
+         "bf16_tile_96", "bf16_on_a", "update_along", "split_along", "registers_along",
+         "wmma_along", "swizzle_along", "bf16_along"])
 def test_full_box_kernels_match_einsum_without_hazards(expression, sizes, layout, params):
     """The full box's forms beside the default run's (alpha and beta on B, in
     :func:`test_the_full_box_reads_its_operand_at_the_ideal_without_conflicts`): a scaled
