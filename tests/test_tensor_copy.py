@@ -75,64 +75,128 @@ def tile_gemm(stages: int = 2, wait: bool = True, wgmma_wait: bool = True,
     rewrites = (_loop("j", share, ir.Assign(ir.Load("sa", mine), "=", ir.Binary(
         ir.Op.MUL, ir.Load("sa", mine), ir.Float(1.0)))),
         *((ir.ProxyFence(),) if fence else ()), ir.Barrier()) if rewrite else ()
-    layout_a = ir.CoreMatrices(BOX_M * 128, 1024, True, 128)
-    layout_b = ir.CoreMatrices(BOX_N * 128, 1024, True, 128)
-    mmas = tuple(ir.WarpgroupMultiply(
-        ir.Load("acc", _int(0)), ir.Load("sa", _add(a_start, _int(16 * kf))),
-        ir.Load("sb", _add(b_start, _int(16 * kf))), (64, BOX_N, 16), layout_a, layout_b)
-        for kf in range(BOX_K // 16))
     steps = -(-K // BOX_K)
     registers = BOX_N // 2
-    step = ir.Block((issue, *waits, *rewrites, ir.WarpgroupFence(), *mmas, ir.WarpgroupCommit(),
+    step = ir.Block((issue, *waits, *rewrites, *_mmas(a_start, b_start),
                      *((ir.WarpgroupWait(0),) if wgmma_wait else ())))
     r = ir.Var("r")
-    row, column = accumulator_row(THREAD, r), accumulator_column(THREAD, r)
-    inside = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.LT, row, _int(M)),
-                       ir.Binary(ir.Op.LT, column, _int(N)))
-    store = _loop("r", registers, ir.If(inside, ir.Assign(
-        ir.Load("C", _add(ir.Binary(ir.Op.MUL, row, _int(N)), column)), "=",
-        ir.Load("acc", r))))
     body = ir.Block((
         _elected(*(ir.MbarrierInit(ir.Load("bar", _int(s)), 1) for s in range(stages))),
         ir.Barrier(),
         _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
-        _loop("ks", steps, step), ir.WarpgroupWait(0), store))
+        _loop("ks", steps, step), ir.WarpgroupWait(0), _store(registers)))
+    return _kernel(body, stages, registers, K, (ir.Local("bar", ir.Space.MBARRIER, (stages,)),),
+                   map_swizzle)
+
+
+def _mmas(a_start: ir.Expr, b_start: ir.Expr) -> tuple[ir.Stmt, ...]:
+    """A step's MMAs over the stage's tiles, fenced and committed as one group."""
+    layout_a = ir.CoreMatrices(BOX_M * 128, 1024, True, 128)
+    layout_b = ir.CoreMatrices(BOX_N * 128, 1024, True, 128)
+    return (ir.WarpgroupFence(), *(ir.WarpgroupMultiply(
+        ir.Load("acc", _int(0)), ir.Load("sa", _add(a_start, _int(16 * kf))),
+        ir.Load("sb", _add(b_start, _int(16 * kf))), (64, BOX_N, 16), layout_a, layout_b)
+        for kf in range(BOX_K // 16)), ir.WarpgroupCommit())
+
+
+def _store(registers: int) -> ir.Stmt:
+    """Each thread's accumulators into C, inside the tensor."""
+    r = ir.Var("r")
+    row, column = accumulator_row(THREAD, r), accumulator_column(THREAD, r)
+    inside = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.LT, row, _int(M)),
+                       ir.Binary(ir.Op.LT, column, _int(N)))
+    return _loop("r", registers, ir.If(inside, ir.Assign(
+        ir.Load("C", _add(ir.Binary(ir.Op.MUL, row, _int(N)), column)), "=",
+        ir.Load("acc", r))))
+
+
+def _kernel(body: ir.Stmt, stages: int, registers: int, k: int,
+            barriers: tuple[ir.Local, ...], map_swizzle: int = 128) -> ir.KernelIR:
     sa = ir.Local("sa", ir.Space.SHARED, (stages * BOX_M * BOX_K,), stored=True, swizzle=6)
     sb = ir.Local("sb", ir.Space.SHARED, (stages * BOX_N * BOX_K,), stored=True, swizzle=6)
-    maps = (ir.TensorMap("map_a", "A", (K, M), (1, K), (BOX_K, BOX_M), map_swizzle),
-            ir.TensorMap("map_b", "B", (K, N), (1, K), (BOX_K, BOX_N), map_swizzle))
+    maps = (ir.TensorMap("map_a", "A", (k, M), (1, k), (BOX_K, BOX_M), map_swizzle),
+            ir.TensorMap("map_b", "B", (k, N), (1, k), (BOX_K, BOX_N), map_swizzle))
     return ir.KernelIR("tile_gemm", "float16", 32,
                        (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT),
                         ir.Param("B", ir.ParamKind.INPUT)),
-                       (sa, sb, ir.Local("bar", ir.Space.MBARRIER, (stages,)),
-                        ir.Local("acc", ir.Space.REGISTER, (registers,))), body,
-                       tensor_maps=maps)
+                       (sa, sb, *barriers, ir.Local("acc", ir.Space.REGISTER, (registers,))),
+                       body, tensor_maps=maps)
 
 
-def _operands() -> tuple[np.ndarray, np.ndarray]:
+SPECIALISED_K = 232  # four steps: two stages each filled twice, the empty barriers waited
+PRODUCER = ir.WARPGROUP  # the producer warpgroup's first thread, after the consumers'
+
+
+def specialised_gemm(stages: int = 2, producer_waits: bool = True,
+                     consumer_arrives: bool = True, wgmma_wait: bool = True,
+                     cap: bool = True) -> ir.KernelIR:
+    """:func:`tile_gemm`'s product, warp-specialised: warpgroup 1 gives registers up
+    (setmaxnreg.dec) and its first thread, per step, waits until the stage is empty (the
+    *empty* mbarrier's phase of the stage's previous round: none on the first), expects the
+    step's bytes on the *full* mbarrier and starts both copies; warpgroup 0 takes registers
+    (setmaxnreg.inc) and, per step, waits for the full phase, multiplies, waits for its MMAs
+    and arrives (every thread) on the empty mbarrier. The flags remove one guard each;
+    ``cap`` the register counts' rebalancing."""
+    ks = ir.Var("ks")
+    stage = ir.Binary(ir.Op.MOD, ks, _int(stages))
+    full, empty = ir.Load("full", stage), ir.Load("empty", stage)
+    a_start = ir.Binary(ir.Op.MUL, stage, _int(BOX_M * BOX_K))
+    b_start = ir.Binary(ir.Op.MUL, stage, _int(BOX_N * BOX_K))
+    k0 = ir.Binary(ir.Op.MUL, ks, _int(BOX_K))
+    round_parity = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.DIV, ks, _int(stages)), _int(2))
+    before = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.DIV, ks, _int(stages)),
+                                            _int(1)), _int(2))
+    steps = -(-SPECIALISED_K // BOX_K)
+    produce = _loop("ks", steps, ir.Block((
+        *((ir.MbarrierWait(empty, before),) if producer_waits else ()),
+        ir.MbarrierArrive(full, BOX_BYTES),
+        ir.TensorCopy(ir.Load("sa", a_start), "map_a", (k0, _int(0)), full),
+        ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), full))))
+    consume = _loop("ks", steps, ir.Block((
+        ir.MbarrierWait(full, round_parity), *_mmas(a_start, b_start),
+        *((ir.WarpgroupWait(0),) if wgmma_wait else ()),
+        *((ir.MbarrierArrive(empty),) if consumer_arrives else ()))))
+    registers = BOX_N // 2
+    r = ir.Var("r")
+    producer = ir.Block((*((ir.SetMaxRegisters(40, False),) if cap else ()),
+                         ir.If(ir.Binary(ir.Op.EQ, THREAD, _int(PRODUCER)), produce)))
+    consumer = ir.Block((*((ir.SetMaxRegisters(232, True),) if cap else ()),
+                         _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
+                         consume, ir.WarpgroupWait(0), _store(registers)))
+    body = ir.Block((
+        _elected(*(ir.MbarrierInit(ir.Load(name, _int(s)), arrivals) for s in range(stages)
+                   for name, arrivals in (("full", 1), ("empty", ir.WARPGROUP)))),
+        ir.Barrier(),
+        ir.If(ir.Binary(ir.Op.GE, THREAD, _int(PRODUCER)), producer, consumer)))
+    return _kernel(body, stages, registers, SPECIALISED_K,
+                   (ir.Local("full", ir.Space.MBARRIER, (stages,)),
+                    ir.Local("empty", ir.Space.MBARRIER, (stages,))))
+
+
+def _operands(k: int = K) -> tuple[np.ndarray, np.ndarray]:
     generator = np.random.default_rng(39)  # small integers: every sum exact in float32
-    return (generator.integers(-3, 4, (M, K)).astype(np.float16),
-            generator.integers(-3, 4, (N, K)).astype(np.float16))
+    return (generator.integers(-3, 4, (M, k)).astype(np.float16),
+            generator.integers(-3, 4, (N, k)).astype(np.float16))
 
 
-def _launch() -> Launch:
-    a, b = _operands()
-    return Launch("tile_gemm", (1, 1, 1), (THREADS, 1, 1),
+def _launch(k: int = K, threads: int = THREADS) -> Launch:
+    a, b = _operands(k)
+    return Launch("tile_gemm", (1, 1, 1), (threads, 1, 1),
                   (np.zeros(M * N, np.float16), a.ravel(), b.ravel()), 0, (M, N), "C")
 
 
-def _expected() -> np.ndarray:
-    a, b = _operands()
+def _expected(k: int = K) -> np.ndarray:
+    a, b = _operands(k)
     return (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
 
 
-def _source(kernel: ir.KernelIR, cuda: bool) -> str:
+def _source(kernel: ir.KernelIR, cuda: bool, threads: int = THREADS) -> str:
     dialect, template = (CUDA, "kernel.cu.j2") if cuda else (OPENCL, "kernel.cl.j2")
-    printer = Printer(kernel, dialect, (THREADS, 1, 1))
+    printer = Printer(kernel, dialect, (threads, 1, 1))
     return _templates().get_template(template).render(
         version="test", expression="C[m,n] = A[m,k]*B[n,k]", sizes="", merged="",
         dtype=kernel.dtype, precision="highest", layout="C", layout_note="", strategy="",
-        params="", grid=[1, 1, 1], block=[THREADS, 1, 1], arguments=[],
+        params="", grid=[1, 1, 1], block=[threads, 1, 1], arguments=[],
         function=printer.function(), name=kernel.name,
         host_arguments=printer.arguments(host=True), grid_formulas=["1", "1", "1"],
         call_arguments=[p.name for p in kernel.params] + [m.name for m in kernel.tensor_maps],
@@ -223,3 +287,39 @@ def test_unrolling_the_steps_rewrites_the_boxes_coordinates_and_the_phases_parit
     assert [w.parity for w in waits] == [ir.Int(0), ir.Int(1)]
     result, found = emulate(unrolled, _launch())
     assert found == [] and np.array_equal(result, _expected())
+
+
+SPECIALISED = {"k": SPECIALISED_K, "threads": 2 * ir.WARPGROUP}
+
+
+@pytest.mark.parametrize("stages", [1, 2])
+def test_warp_specialised_roles_run_at_once_in_the_emulator(stages):
+    """The producer's loop waits for the consumer's arrivals and the consumer's for the
+    producer's copies: run one after the other they would wait for ever."""
+    result, found = emulate(specialised_gemm(stages), _launch(**SPECIALISED))
+    assert found == []
+    np.testing.assert_array_equal(result, _expected(SPECIALISED_K))
+
+
+@pytest.mark.parametrize(("guard", "hazard"), [
+    ({"consumer_arrives": False}, "mbarrier never completes"),  # the stage never empties
+    ({"producer_waits": False}, "unfinished tensor copy"),  # a box over one in flight
+    ({"wgmma_wait": False}, "unfinished wgmma"),  # arrived while its MMAs read the stage
+])
+def test_the_emulator_names_the_hazard_a_removed_role_guard_leaves(guard, hazard):
+    found = {h.kind for h in emulate(specialised_gemm(**guard), _launch(**SPECIALISED))[1]}
+    assert hazard in found, found
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_nvcc_honours_setmaxnreg_in_both_roles():
+    """Under ``__launch_bounds__(256, 1)`` ptxas keeps both setmaxnreg (USETMAXREG in each
+    branch) with no C7508 warning (nvcc's warnings are errors here); HGMMA and UTMALDG as
+    the plain kernel, no LDG."""
+    source = _source(specialised_gemm(), cuda=True, threads=2 * ir.WARPGROUP)
+    assert "__launch_bounds__(256, 1)" in source
+    (report,) = sass_report(source, "sm_90")
+    assert report.arch == "sm_90a" and report.register_limits == (40, 232)
+    assert report.mma == -(-SPECIALISED_K // BOX_K) * BOX_K // 16
+    assert report.bulk_copies and not report.global_load_widths

@@ -265,7 +265,11 @@ class Printer:
     def signature(self) -> str:
         d = self.dialect
         bx, by, bz = self.block
-        head = d.kernel.format(threads=bx * by * bz, bx=bx, by=by, bz=bz)
+        threads = bx * by * bz
+        # setmaxnreg is honoured only under a register cap at entry, which one block per
+        # multiprocessor sets (HOPPER.md: else ptxas warns C7508 and ignores it)
+        bounds = f"{threads}, 1" if ir.has_register_roles(self.kernel) else threads
+        head = d.kernel.format(threads=bounds, bx=bx, by=by, bz=bz)
         return f"{head} {self.kernel.name}({', '.join(self.arguments())})"
 
     def arguments(self, host: bool = False) -> list[str]:
