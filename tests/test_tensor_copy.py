@@ -147,19 +147,18 @@ def specialised_gemm(stages: int = 2, producer_waits: bool = True,
     before = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.DIV, ks, _int(stages)),
                                             _int(1)), _int(2))
     steps = -(-SPECIALISED_K // BOX_K)
-    produce = _loop("ks", steps, ir.Block((
+    produce = _loop("ks", steps, ir.If(ir.Binary(ir.Op.EQ, THREAD, _int(PRODUCER)), ir.Block((
         *((ir.MbarrierWait(empty, before),) if producer_waits else ()),
         ir.MbarrierArrive(full, BOX_BYTES),
         ir.TensorCopy(ir.Load("sa", a_start), "map_a", (k0, _int(0)), full),
-        ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), full))))
+        ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), full)))))
     consume = _loop("ks", steps, ir.Block((
         ir.MbarrierWait(full, round_parity), *_mmas(a_start, b_start),
         *((ir.WarpgroupWait(0),) if wgmma_wait else ()),
         *((ir.MbarrierArrive(empty),) if consumer_arrives else ()))))
     registers = BOX_N // 2
     r = ir.Var("r")
-    producer = ir.Block((*((ir.SetMaxRegisters(40, False),) if cap else ()),
-                         ir.If(ir.Binary(ir.Op.EQ, THREAD, _int(PRODUCER)), produce)))
+    producer = ir.Block((*((ir.SetMaxRegisters(40, False),) if cap else ()), produce))
     consumer = ir.Block((*((ir.SetMaxRegisters(232, True),) if cap else ()),
                          _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
                          consume, ir.WarpgroupWait(0), _store(registers)))
@@ -293,12 +292,17 @@ SPECIALISED = {"k": SPECIALISED_K, "threads": 2 * ir.WARPGROUP}
 
 
 @pytest.mark.parametrize("stages", [1, 2])
-def test_warp_specialised_roles_run_at_once_in_the_emulator(stages):
+def test_warp_specialised_roles_run_at_once_in_the_emulator_and_step_by_step_on_pocl(stages):
     """The producer's loop waits for the consumer's arrivals and the consumer's for the
-    producer's copies: run one after the other they would wait for ever."""
-    result, found = emulate(specialised_gemm(stages), _launch(**SPECIALISED))
+    producer's copies: run one after the other they would wait for ever. The twin runs
+    them a step at a time, between barriers."""
+    kernel = specialised_gemm(stages)
+    result, found = emulate(kernel, _launch(**SPECIALISED))
     assert found == []
     np.testing.assert_array_equal(result, _expected(SPECIALISED_K))
+    source = _source(kernel, cuda=False, threads=2 * ir.WARPGROUP)
+    np.testing.assert_array_equal(run_opencl(source, _launch(**SPECIALISED)),
+                                  _expected(SPECIALISED_K))
 
 
 @pytest.mark.parametrize(("guard", "hazard"), [

@@ -765,6 +765,14 @@ def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
     return s
 
 
+def is_role_split(s: If) -> bool:
+    """Whether ``s`` splits a block into roles that wait for each other (warp
+    specialisation): each of its two branches uses mbarriers."""
+    return s.otherwise is not None and all(
+        any(isinstance(c, MBARRIER_STATEMENTS) for c in nested(branch))
+        for branch in (s.then, s.otherwise))
+
+
 def has_register_roles(kernel: KernelIR) -> bool:
     """Whether ``kernel`` rebalances registers between its warpgroups (setmaxnreg)."""
     return any(isinstance(s, SetMaxRegisters) for s in nested(kernel.body))

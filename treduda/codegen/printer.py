@@ -37,7 +37,7 @@ from .fragments import (
     mma_mapped,
 )
 from .targets import specific_guard
-from .transactions import TENSOR_MAP_STRUCT, Transactions
+from .transactions import TENSOR_MAP_STRUCT, Transactions, interleaved_roles
 from .warpgroup import WARPGROUP_ARCH, Warpgroup, has_warpgroups
 
 INDENT = "  "
@@ -382,6 +382,8 @@ class Printer:
                 body.append(f"{pad}{INDENT}{self.dialect.barrier}")
             return [*pragma, f"{pad}{head} {{", *body, f"{pad}}}"]
         if isinstance(s, ir.If):
+            if not self.transactions.cuda and ir.is_role_split(s):
+                return self.stmt(interleaved_roles(s), depth)
             then = self.stmt(s.then, depth + 1)
             if not then and s.otherwise is None:
                 return []  # guards only an anchor statement, which prints nothing

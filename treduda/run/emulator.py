@@ -68,7 +68,7 @@ from ..codegen.warpgroup import accumulator_column, accumulator_row
 from ..errors import HazardError
 from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
-from .roles import Roles, is_role_split
+from .roles import Roles
 from .transactions import Transactions
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
@@ -309,12 +309,12 @@ class _Block:
         self.splits: dict[int, bool] = {}  # by the If's id: whether it is one
 
     def role_split(self, s: ir.If) -> bool:
-        """Whether the branches of ``s`` run at once (:func:`.roles.is_role_split`)."""
+        """Whether the branches of ``s`` run at once (:func:`ir.is_role_split`)."""
         if self.transactions is None:
             return False
         found = self.splits.get(id(s))
         if found is None:
-            found = self.splits[id(s)] = is_role_split(s)
+            found = self.splits[id(s)] = ir.is_role_split(s)
         return found
 
     def run(self) -> list[Hazard]:

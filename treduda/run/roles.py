@@ -28,16 +28,8 @@ if TYPE_CHECKING:
     from .emulator import _Block
 
 
-def is_role_split(s: ir.If) -> bool:
-    """Whether each of the two branches of ``s`` uses mbarriers (one may wait for the
-    other's arrivals or copies)."""
-    return s.otherwise is not None and all(
-        any(isinstance(c, ir.MBARRIER_STATEMENTS) for c in ir.nested(branch))
-        for branch in (s.then, s.otherwise))
-
-
 class Roles:
-    """The branches of one role split (:func:`is_role_split`) of ``block``, run at once."""
+    """The branches of one role split (:func:`ir.is_role_split`) of ``block``, run at once."""
 
     def __init__(self, block: _Block):
         self.block = block
