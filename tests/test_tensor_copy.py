@@ -129,14 +129,19 @@ PRODUCER = ir.WARPGROUP  # the producer warpgroup's first thread, after the cons
 
 def specialised_gemm(stages: int = 2, producer_waits: bool = True,
                      consumer_arrives: bool = True, wgmma_wait: bool = True,
-                     cap: bool = True) -> ir.KernelIR:
+                     cap: bool = True, pending: int = 0, released: int | None = None
+                     ) -> ir.KernelIR:
     """:func:`tile_gemm`'s product, warp-specialised: warpgroup 1 gives registers up
     (setmaxnreg.dec) and its first thread, per step, waits until the stage is empty (the
     *empty* mbarrier's phase of the stage's previous round: none on the first), expects the
     step's bytes on the *full* mbarrier and starts both copies; warpgroup 0 takes registers
     (setmaxnreg.inc) and, per step, waits for the full phase, multiplies, waits for its MMAs
-    and arrives (every thread) on the empty mbarrier. The flags remove one guard each;
-    ``cap`` the register counts' rebalancing."""
+    and arrives (every thread) on the empty mbarrier. With ``pending`` 1 the consumer keeps
+    a step's MMAs in flight: it waits until one group is pending and releases the stage of
+    the step before (``released`` steps back: the wrong stage where it is not ``pending``).
+    The flags remove one guard each; ``cap`` the register
+    counts' rebalancing."""
+    released = pending if released is None else released
     ks = ir.Var("ks")
     stage = ir.Binary(ir.Op.MOD, ks, _int(stages))
     full, empty = ir.Load("full", stage), ir.Load("empty", stage)
@@ -152,10 +157,15 @@ def specialised_gemm(stages: int = 2, producer_waits: bool = True,
         ir.MbarrierArrive(full, BOX_BYTES),
         ir.TensorCopy(ir.Load("sa", a_start), "map_a", (k0, _int(0)), full),
         ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), full)))))
+    back = ir.Load("empty", ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, ks, _int(
+        stages - released)), _int(stages)))  # the stage of step ks - released
+    release = ir.MbarrierArrive(back)
+    if released:
+        release = ir.If(ir.Binary(ir.Op.GE, ks, _int(released)), release)
     consume = _loop("ks", steps, ir.Block((
         ir.MbarrierWait(full, round_parity), *_mmas(a_start, b_start),
-        *((ir.WarpgroupWait(0),) if wgmma_wait else ()),
-        *((ir.MbarrierArrive(empty),) if consumer_arrives else ()))))
+        *((ir.WarpgroupWait(pending),) if wgmma_wait else ()),
+        *((release,) if consumer_arrives else ()))))
     registers = BOX_N // 2
     r = ir.Var("r")
     producer = ir.Block((*((ir.SetMaxRegisters(40, False),) if cap else ()), produce))
@@ -291,12 +301,13 @@ def test_unrolling_the_steps_rewrites_the_boxes_coordinates_and_the_phases_parit
 SPECIALISED = {"k": SPECIALISED_K, "threads": 2 * ir.WARPGROUP}
 
 
-@pytest.mark.parametrize("stages", [1, 2])
-def test_warp_specialised_roles_run_at_once_in_the_emulator_and_step_by_step_on_pocl(stages):
+@pytest.mark.parametrize(("stages", "pending"), [(1, 0), (2, 1)])
+def test_warp_specialised_roles_run_at_once_in_the_emulator_and_step_by_step_on_pocl(
+        stages, pending):
     """The producer's loop waits for the consumer's arrivals and the consumer's for the
     producer's copies: run one after the other they would wait for ever. The twin runs
     them a step at a time, between barriers."""
-    kernel = specialised_gemm(stages)
+    kernel = specialised_gemm(stages, pending=pending)
     result, found = emulate(kernel, _launch(**SPECIALISED))
     assert found == []
     np.testing.assert_array_equal(result, _expected(SPECIALISED_K))
@@ -309,6 +320,7 @@ def test_warp_specialised_roles_run_at_once_in_the_emulator_and_step_by_step_on_
     ({"consumer_arrives": False}, "mbarrier never completes"),  # the stage never empties
     ({"producer_waits": False}, "unfinished tensor copy"),  # a box over one in flight
     ({"wgmma_wait": False}, "unfinished wgmma"),  # arrived while its MMAs read the stage
+    ({"pending": 1, "released": 0}, "unfinished wgmma"),  # released a stage still read
 ])
 def test_the_emulator_names_the_hazard_a_removed_role_guard_leaves(guard, hazard):
     found = {h.kind for h in emulate(specialised_gemm(**guard), _launch(**SPECIALISED))[1]}

@@ -551,9 +551,6 @@ class SetMaxRegisters:
     increase: bool
 
 
-REGISTER_COUNTS = range(24, 257, 8)  # what setmaxnreg accepts
-
-
 WARPGROUP_STATEMENTS = (WarpgroupMultiply, WarpgroupFence, WarpgroupCommit, WarpgroupWait,
                         SetMaxRegisters)
 

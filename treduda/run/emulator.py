@@ -27,7 +27,8 @@ shared-memory access and reports, as :class:`Hazard`:
   :class:`ir.ProxyFence` since;
 * an **unfinished tensor copy**, a **misaligned tensor copy**, an **mbarrier** that **never
   completes** or is **uninitialised**: the mbarriers and bulk tensor copies, run with their
-  asynchrony by :mod:`treduda.run.transactions`.
+  asynchrony by :mod:`treduda.run.transactions`; the two roles of a warp-specialised split
+  (:func:`ir.is_role_split`) run at once (:mod:`treduda.run.roles`).
 
 A warpgroup statement runs once per warpgroup (128 threads), which must all reach it with the
 same operands. An MMA computes its product when it starts and counts as its warpgroup's first
