@@ -6,6 +6,8 @@ descriptors', and nvcc building UTMALDG and HGMMA for sm_90a with no LDG."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,6 +15,7 @@ from treduda.codegen import ir, serial
 from treduda.codegen.printer import CUDA, OPENCL, Printer
 from treduda.codegen.unroll import unroll
 from treduda.codegen.warpgroup import accumulator_column, accumulator_row
+from treduda.errors import TredudaError
 from treduda.kernel import _templates
 from treduda.run.emulator import emulate
 from treduda.run.launch import Launch
@@ -363,3 +366,16 @@ def test_nvrtc_compiles_the_warp_specialised_tile_for_sm_90a():
                         "sm_90a")
     assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+
+
+def test_the_twin_refuses_roles_that_loop_over_different_steps():
+    """The twin interleaves the roles' loops a step at a time: roles whose loops differ
+    have no such twin, and printing one says so."""
+    kernel = specialised_gemm()
+    split = kernel.body.body[-1]
+    producer, consumer = split.then, split.otherwise
+    shorter = replace(producer.body[-1], condition=ir.Binary(ir.Op.LT, ir.Var("ks"), _int(2)))
+    body = replace(kernel.body, body=(*kernel.body.body[:-1], replace(
+        split, then=ir.Block((*producer.body[:-1], shorter)), otherwise=consumer)))
+    with pytest.raises(TredudaError, match="same steps"):
+        _source(replace(kernel, body=body), cuda=False, threads=2 * ir.WARPGROUP)

@@ -762,10 +762,17 @@ def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
     return s
 
 
+def reads_thread_id(e: Expr) -> bool:
+    """Whether ``e`` depends on the thread ids."""
+    return (isinstance(e, Index) and e.builtin is Builtin.THREAD_ID
+            or any(reads_thread_id(c) for c in children(e)))
+
+
 def is_role_split(s: If) -> bool:
-    """Whether ``s`` splits a block into roles that wait for each other (warp
-    specialisation): each of its two branches uses mbarriers."""
-    return s.otherwise is not None and all(
+    """Whether ``s`` splits a block's threads into roles that wait for each other (warp
+    specialisation): its condition tests thread ids and each of its two branches uses
+    mbarriers."""
+    return s.otherwise is not None and reads_thread_id(s.condition) and all(
         any(isinstance(c, MBARRIER_STATEMENTS) for c in nested(branch))
         for branch in (s.then, s.otherwise))
 
