@@ -265,8 +265,8 @@ def test_the_copy_engines_swizzle_is_the_tiles_and_the_descriptors():
 
 
 def test_kernel_ir_with_tensor_copies_survives_storage():
-    kernel = tile_gemm()
-    assert serial.Decoder()(serial.encode(kernel)) == kernel
+    for kernel in (tile_gemm(), specialised_gemm()):
+        assert serial.Decoder()(serial.encode(kernel)) == kernel
 
 
 def test_the_twin_waits_with_a_barrier_and_cuda_says_ptx():
