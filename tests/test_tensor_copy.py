@@ -6,6 +6,8 @@ descriptors', and nvcc building UTMALDG and HGMMA for sm_90a with no LDG."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -13,10 +15,11 @@ from treduda.codegen import ir, serial
 from treduda.codegen.printer import CUDA, OPENCL, Printer
 from treduda.codegen.unroll import unroll
 from treduda.codegen.warpgroup import accumulator_column, accumulator_row
+from treduda.errors import TredudaError
 from treduda.kernel import _templates
 from treduda.run.emulator import emulate
 from treduda.run.launch import Launch
-from treduda.run.nvcc import nvcc_available
+from treduda.run.nvcc import cubin, nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.opencl import run_opencl
 from treduda.run.sass import find_disassembler, sass_report
@@ -75,64 +78,147 @@ def tile_gemm(stages: int = 2, wait: bool = True, wgmma_wait: bool = True,
     rewrites = (_loop("j", share, ir.Assign(ir.Load("sa", mine), "=", ir.Binary(
         ir.Op.MUL, ir.Load("sa", mine), ir.Float(1.0)))),
         *((ir.ProxyFence(),) if fence else ()), ir.Barrier()) if rewrite else ()
-    layout_a = ir.CoreMatrices(BOX_M * 128, 1024, True, 128)
-    layout_b = ir.CoreMatrices(BOX_N * 128, 1024, True, 128)
-    mmas = tuple(ir.WarpgroupMultiply(
-        ir.Load("acc", _int(0)), ir.Load("sa", _add(a_start, _int(16 * kf))),
-        ir.Load("sb", _add(b_start, _int(16 * kf))), (64, BOX_N, 16), layout_a, layout_b)
-        for kf in range(BOX_K // 16))
     steps = -(-K // BOX_K)
     registers = BOX_N // 2
-    step = ir.Block((issue, *waits, *rewrites, ir.WarpgroupFence(), *mmas, ir.WarpgroupCommit(),
+    step = ir.Block((issue, *waits, *rewrites, *_mmas(a_start, b_start),
                      *((ir.WarpgroupWait(0),) if wgmma_wait else ())))
     r = ir.Var("r")
-    row, column = accumulator_row(THREAD, r), accumulator_column(THREAD, r)
-    inside = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.LT, row, _int(M)),
-                       ir.Binary(ir.Op.LT, column, _int(N)))
-    store = _loop("r", registers, ir.If(inside, ir.Assign(
-        ir.Load("C", _add(ir.Binary(ir.Op.MUL, row, _int(N)), column)), "=",
-        ir.Load("acc", r))))
     body = ir.Block((
         _elected(*(ir.MbarrierInit(ir.Load("bar", _int(s)), 1) for s in range(stages))),
         ir.Barrier(),
         _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
-        _loop("ks", steps, step), ir.WarpgroupWait(0), store))
-    sa = ir.Local("sa", ir.Space.SHARED, (stages * BOX_M * BOX_K,), stored=True, swizzle=6)
+        _loop("ks", steps, step), ir.WarpgroupWait(0), _store(registers)))
+    return _kernel(body, stages, registers, K, (ir.Local("bar", ir.Space.MBARRIER, (stages,)),),
+                   map_swizzle)
+
+
+def _mmas(a_start: ir.Expr, b_start: ir.Expr, box_m: int = BOX_M) -> tuple[ir.Stmt, ...]:
+    """A step's MMAs over the stage's tiles, fenced and committed as one group; each
+    warpgroup multiplies its 64 rows of A's tile."""
+    layout_a = ir.CoreMatrices(box_m * 128, 1024, True, 128)
+    layout_b = ir.CoreMatrices(BOX_N * 128, 1024, True, 128)
+    rows = ir.Binary(ir.Op.MUL, ir.Binary(ir.Op.DIV, THREAD, _int(ir.WARPGROUP)),
+                     _int(64 * BOX_K))
+    return (ir.WarpgroupFence(), *(ir.WarpgroupMultiply(
+        ir.Load("acc", _int(0)), ir.Load("sa", _add(a_start, rows, _int(16 * kf))),
+        ir.Load("sb", _add(b_start, _int(16 * kf))), (64, BOX_N, 16), layout_a, layout_b)
+        for kf in range(BOX_K // 16)), ir.WarpgroupCommit())
+
+
+def _store(registers: int, m: int = M) -> ir.Stmt:
+    """Each thread's accumulators into C, inside the tensor (warpgroup w's rows from 64 w
+    on, as the accumulator's row of a thread beyond the first warpgroup counts)."""
+    r = ir.Var("r")
+    row, column = accumulator_row(THREAD, r), accumulator_column(THREAD, r)
+    inside = ir.Binary(ir.Op.AND, ir.Binary(ir.Op.LT, row, _int(m)),
+                       ir.Binary(ir.Op.LT, column, _int(N)))
+    return _loop("r", registers, ir.If(inside, ir.Assign(
+        ir.Load("C", _add(ir.Binary(ir.Op.MUL, row, _int(N)), column)), "=",
+        ir.Load("acc", r))))
+
+
+def _kernel(body: ir.Stmt, stages: int, registers: int, k: int,
+            barriers: tuple[ir.Local, ...], map_swizzle: int = 128, m: int = M,
+            box_m: int = BOX_M) -> ir.KernelIR:
+    sa = ir.Local("sa", ir.Space.SHARED, (stages * box_m * BOX_K,), stored=True, swizzle=6)
     sb = ir.Local("sb", ir.Space.SHARED, (stages * BOX_N * BOX_K,), stored=True, swizzle=6)
-    maps = (ir.TensorMap("map_a", "A", (K, M), (1, K), (BOX_K, BOX_M), map_swizzle),
-            ir.TensorMap("map_b", "B", (K, N), (1, K), (BOX_K, BOX_N), map_swizzle))
+    maps = (ir.TensorMap("map_a", "A", (k, m), (1, k), (BOX_K, box_m), map_swizzle),
+            ir.TensorMap("map_b", "B", (k, N), (1, k), (BOX_K, BOX_N), map_swizzle))
     return ir.KernelIR("tile_gemm", "float16", 32,
                        (ir.Param("C", ir.ParamKind.OUTPUT), ir.Param("A", ir.ParamKind.INPUT),
                         ir.Param("B", ir.ParamKind.INPUT)),
-                       (sa, sb, ir.Local("bar", ir.Space.MBARRIER, (stages,)),
-                        ir.Local("acc", ir.Space.REGISTER, (registers,))), body,
-                       tensor_maps=maps)
+                       (sa, sb, *barriers, ir.Local("acc", ir.Space.REGISTER, (registers,))),
+                       body, tensor_maps=maps)
 
 
-def _operands() -> tuple[np.ndarray, np.ndarray]:
+SPECIALISED_K = 232  # four steps: two stages each filled twice, the empty barriers waited
+TWO_CONSUMERS_M = 100  # the second consumer warpgroup's rows partial
+
+
+def specialised_gemm(stages: int = 2, producer_waits: bool = True,
+                     consumer_arrives: bool = True, wgmma_wait: bool = True,
+                     cap: bool = True, pending: int = 0, released: int | None = None,
+                     consumers: int = 1) -> ir.KernelIR:
+    """:func:`tile_gemm`'s product, warp-specialised: warpgroup 1 gives registers up
+    (setmaxnreg.dec) and its first thread, per step, waits until the stage is empty (the
+    *empty* mbarrier's phase of the stage's previous round: none on the first), expects the
+    step's bytes on the *full* mbarrier and starts both copies; warpgroup 0 takes registers
+    (setmaxnreg.inc) and, per step, waits for the full phase, multiplies, waits for its MMAs
+    and arrives (every thread) on the empty mbarrier. With ``pending`` 1 the consumer keeps
+    a step's MMAs in flight: it waits until one group is pending and releases the stage of
+    the step before (``released`` steps back: the wrong stage where it is not ``pending``).
+    The flags remove one guard each; ``cap`` the register
+    counts' rebalancing. ``consumers`` warpgroups each multiply 64 rows of A's box (the
+    producer is the warpgroup after them), and all arrive on the empty mbarrier."""
+    released = pending if released is None else released
+    box_m, m = 64 * consumers, M if consumers == 1 else TWO_CONSUMERS_M
+    producer_thread = consumers * ir.WARPGROUP
+    ks = ir.Var("ks")
+    stage = ir.Binary(ir.Op.MOD, ks, _int(stages))
+    full, empty = ir.Load("full", stage), ir.Load("empty", stage)
+    a_start = ir.Binary(ir.Op.MUL, stage, _int(box_m * BOX_K))
+    b_start = ir.Binary(ir.Op.MUL, stage, _int(BOX_N * BOX_K))
+    k0 = ir.Binary(ir.Op.MUL, ks, _int(BOX_K))
+    round_parity = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.DIV, ks, _int(stages)), _int(2))
+    before = ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, ir.Binary(ir.Op.DIV, ks, _int(stages)),
+                                            _int(1)), _int(2))
+    steps = -(-SPECIALISED_K // BOX_K)
+    issue = ir.Block((
+        *((ir.MbarrierWait(empty, before),) if producer_waits else ()),
+        ir.MbarrierArrive(full, (box_m + BOX_N) * BOX_K * 2),
+        ir.TensorCopy(ir.Load("sa", a_start), "map_a", (k0, _int(0)), full),
+        ir.TensorCopy(ir.Load("sb", b_start), "map_b", (k0, _int(0)), full)))
+    produce = _loop("ks", steps, ir.If(ir.Binary(ir.Op.EQ, THREAD, _int(producer_thread)),
+                                       issue))
+    back = ir.Load("empty", ir.Binary(ir.Op.MOD, ir.Binary(ir.Op.ADD, ks, _int(
+        stages - released)), _int(stages)))  # the stage of step ks - released
+    release = ir.MbarrierArrive(back)
+    if released:
+        release = ir.If(ir.Binary(ir.Op.GE, ks, _int(released)), release)
+    consume = _loop("ks", steps, ir.Block((
+        ir.MbarrierWait(full, round_parity), *_mmas(a_start, b_start, box_m),
+        *((ir.WarpgroupWait(pending),) if wgmma_wait else ()),
+        *((release,) if consumer_arrives else ()))))
+    registers = BOX_N // 2
+    r = ir.Var("r")
+    producer = ir.Block((*((ir.SetMaxRegisters(40, False),) if cap else ()), produce))
+    consumer = ir.Block((*((ir.SetMaxRegisters(232, True),) if cap else ()),
+                         _loop("r", registers, ir.Assign(ir.Load("acc", r), "=", ir.Float(0.0))),
+                         consume, ir.WarpgroupWait(0), _store(registers, m)))
+    body = ir.Block((
+        _elected(*(ir.MbarrierInit(ir.Load(name, _int(s)), arrivals) for s in range(stages)
+                   for name, arrivals in (("full", 1), ("empty", producer_thread)))),
+        ir.Barrier(),
+        ir.If(ir.Binary(ir.Op.GE, THREAD, _int(producer_thread)), producer, consumer)))
+    return _kernel(body, stages, registers, SPECIALISED_K,
+                   (ir.Local("full", ir.Space.MBARRIER, (stages,)),
+                    ir.Local("empty", ir.Space.MBARRIER, (stages,))), m=m, box_m=box_m)
+
+
+def _operands(k: int = K, m: int = M) -> tuple[np.ndarray, np.ndarray]:
     generator = np.random.default_rng(39)  # small integers: every sum exact in float32
-    return (generator.integers(-3, 4, (M, K)).astype(np.float16),
-            generator.integers(-3, 4, (N, K)).astype(np.float16))
+    return (generator.integers(-3, 4, (m, k)).astype(np.float16),
+            generator.integers(-3, 4, (N, k)).astype(np.float16))
 
 
-def _launch() -> Launch:
-    a, b = _operands()
-    return Launch("tile_gemm", (1, 1, 1), (THREADS, 1, 1),
-                  (np.zeros(M * N, np.float16), a.ravel(), b.ravel()), 0, (M, N), "C")
+def _launch(k: int = K, threads: int = THREADS, m: int = M) -> Launch:
+    a, b = _operands(k, m)
+    return Launch("tile_gemm", (1, 1, 1), (threads, 1, 1),
+                  (np.zeros(m * N, np.float16), a.ravel(), b.ravel()), 0, (m, N), "C")
 
 
-def _expected() -> np.ndarray:
-    a, b = _operands()
+def _expected(k: int = K, m: int = M) -> np.ndarray:
+    a, b = _operands(k, m)
     return (a.astype(np.float32) @ b.astype(np.float32).T).astype(np.float16)
 
 
-def _source(kernel: ir.KernelIR, cuda: bool) -> str:
+def _source(kernel: ir.KernelIR, cuda: bool, threads: int = THREADS) -> str:
     dialect, template = (CUDA, "kernel.cu.j2") if cuda else (OPENCL, "kernel.cl.j2")
-    printer = Printer(kernel, dialect, (THREADS, 1, 1))
+    printer = Printer(kernel, dialect, (threads, 1, 1))
     return _templates().get_template(template).render(
         version="test", expression="C[m,n] = A[m,k]*B[n,k]", sizes="", merged="",
         dtype=kernel.dtype, precision="highest", layout="C", layout_note="", strategy="",
-        params="", grid=[1, 1, 1], block=[THREADS, 1, 1], arguments=[],
+        params="", grid=[1, 1, 1], block=[threads, 1, 1], arguments=[],
         function=printer.function(), name=kernel.name,
         host_arguments=printer.arguments(host=True), grid_formulas=["1", "1", "1"],
         call_arguments=[p.name for p in kernel.params] + [m.name for m in kernel.tensor_maps],
@@ -179,8 +265,8 @@ def test_the_copy_engines_swizzle_is_the_tiles_and_the_descriptors():
 
 
 def test_kernel_ir_with_tensor_copies_survives_storage():
-    kernel = tile_gemm()
-    assert serial.Decoder()(serial.encode(kernel)) == kernel
+    for kernel in (tile_gemm(), specialised_gemm()):
+        assert serial.Decoder()(serial.encode(kernel)) == kernel
 
 
 def test_the_twin_waits_with_a_barrier_and_cuda_says_ptx():
@@ -223,3 +309,73 @@ def test_unrolling_the_steps_rewrites_the_boxes_coordinates_and_the_phases_parit
     assert [w.parity for w in waits] == [ir.Int(0), ir.Int(1)]
     result, found = emulate(unrolled, _launch())
     assert found == [] and np.array_equal(result, _expected())
+
+
+SPECIALISED = {"k": SPECIALISED_K, "threads": 2 * ir.WARPGROUP}
+
+
+@pytest.mark.parametrize(("stages", "pending", "consumers"), [(1, 0, 1), (2, 1, 1), (2, 1, 2)])
+def test_warp_specialised_roles_run_at_once_in_the_emulator_and_step_by_step_on_pocl(
+        stages, pending, consumers):
+    """The producer's loop waits for the consumers' arrivals and theirs for the producer's
+    copies: run one after the other they would wait for ever. The twin runs them a step at
+    a time, between barriers."""
+    kernel = specialised_gemm(stages, pending=pending, consumers=consumers)
+    m = M if consumers == 1 else TWO_CONSUMERS_M
+    threads = (consumers + 1) * ir.WARPGROUP
+    launch = _launch(SPECIALISED_K, threads, m)
+    result, found = emulate(kernel, launch)
+    assert found == []
+    np.testing.assert_array_equal(result, _expected(SPECIALISED_K, m))
+    source = _source(kernel, cuda=False, threads=threads)
+    np.testing.assert_array_equal(run_opencl(source, launch), _expected(SPECIALISED_K, m))
+
+
+@pytest.mark.parametrize(("guard", "hazard"), [
+    ({"consumer_arrives": False}, "mbarrier never completes"),  # the stage never empties
+    ({"producer_waits": False}, "unfinished tensor copy"),  # a box over one in flight
+    ({"wgmma_wait": False}, "unfinished wgmma"),  # arrived while its MMAs read the stage
+    ({"pending": 1, "released": 0}, "unfinished wgmma"),  # released a stage still read
+])
+def test_the_emulator_names_the_hazard_a_removed_role_guard_leaves(guard, hazard):
+    found = {h.kind for h in emulate(specialised_gemm(**guard), _launch(**SPECIALISED))[1]}
+    assert hazard in found, found
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_nvcc_honours_setmaxnreg_in_both_roles():
+    """Two consumer warpgroups and a producer (384 threads: 128 x 40 + 256 x 232 registers
+    fit the 64K): under ``__launch_bounds__(384, 1)`` ptxas keeps both setmaxnreg
+    (USETMAXREG in each branch) and says no C7508 (an info line, not a warning); HGMMA and
+    UTMALDG as the plain kernel, no LDG. (Without the cap at entry, ``__launch_bounds__``
+    of the threads alone, it drops both and says C7508: seen by hand with nvcc 13.0.)"""
+    source = _source(specialised_gemm(consumers=2), cuda=True, threads=3 * ir.WARPGROUP)
+    assert "__launch_bounds__(384, 1)" in source
+    (report,) = sass_report(source, "sm_90")
+    assert report.arch == "sm_90a" and report.register_limits == (40, 232)
+    assert report.mma == -(-SPECIALISED_K // BOX_K) * BOX_K // 16
+    assert report.bulk_copies and not report.global_load_widths
+    with cubin(source) as (_, log):
+        assert "C7508" not in log
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC not installed")
+def test_nvrtc_compiles_the_warp_specialised_tile_for_sm_90a():
+    ptx = compile_nvrtc(_source(specialised_gemm(), cuda=True, threads=2 * ir.WARPGROUP),
+                        "sm_90a")
+    assert "setmaxnreg.dec.sync.aligned.u32 40" in ptx
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+
+
+def test_the_twin_refuses_roles_that_loop_over_different_steps():
+    """The twin interleaves the roles' loops a step at a time: roles whose loops differ
+    have no such twin, and printing one says so."""
+    kernel = specialised_gemm()
+    split = kernel.body.body[-1]
+    producer, consumer = split.then, split.otherwise
+    shorter = replace(producer.body[-1], condition=ir.Binary(ir.Op.LT, ir.Var("ks"), _int(2)))
+    body = replace(kernel.body, body=(*kernel.body.body[:-1], replace(
+        split, then=ir.Block((*producer.body[:-1], shorter)), otherwise=consumer)))
+    with pytest.raises(TredudaError, match="same steps"):
+        _source(replace(kernel, body=body), cuda=False, threads=2 * ir.WARPGROUP)

@@ -541,7 +541,23 @@ class TensorCopy:
 MBARRIER_STATEMENTS = (MbarrierInit, MbarrierArrive, MbarrierWait, TensorCopy)
 
 
-WARPGROUP_STATEMENTS = (WarpgroupMultiply, WarpgroupFence, WarpgroupCommit, WarpgroupWait)
+@dataclass(frozen=True)
+class SetMaxRegisters:
+    """``setmaxnreg.inc.sync.aligned.u32`` (``increase``) or ``.dec`` (PTX ISA,
+    "Miscellaneous Instructions: setmaxnreg", sm_90a): every warp of the executing
+    warpgroup asks that each of its threads own at most ``count`` registers (24 to 256, a
+    multiple of 8), taking them from
+    the block's pool or giving them back to it (``.inc`` blocks until enough are free). A
+    warp-specialised kernel's producer warpgroup gives registers up and its consumers take
+    them. It changes no value; ptxas honours it only in a kernel with a register cap at
+    entry (``__launch_bounds__(threads, 1)``: :func:`has_register_roles`)."""
+
+    count: int
+    increase: bool
+
+
+WARPGROUP_STATEMENTS = (WarpgroupMultiply, WarpgroupFence, WarpgroupCommit, WarpgroupWait,
+                        SetMaxRegisters)
 
 # Statements with memory or fragment operands (Elements before the AST, Loads after), which
 # passes rewrite through map_operands.
@@ -549,7 +565,8 @@ OPERAND_STATEMENTS = (*WARP_STATEMENTS, AsyncCopy, WarpgroupMultiply, *MBARRIER_
 Stmt = (Assign | For | If | Block | Barrier | VectorLoad | VectorStore | FillFragment
         | LoadFragment | MultiplyAccumulate | AddFragment | StoreFragment | AsyncCopy
         | CommitCopies | WaitCopies | WarpgroupMultiply | WarpgroupFence | WarpgroupCommit
-        | WarpgroupWait | ProxyFence | MbarrierInit | MbarrierArrive | MbarrierWait | TensorCopy)
+        | WarpgroupWait | ProxyFence | MbarrierInit | MbarrierArrive | MbarrierWait | TensorCopy
+        | SetMaxRegisters)
 
 
 class ParamKind(enum.Enum):
@@ -748,6 +765,26 @@ def map_children(s: Stmt, f: Callable[[Stmt], Stmt]) -> Stmt:
         otherwise = None if s.otherwise is None else f(s.otherwise)
         return replace(s, then=f(s.then), otherwise=otherwise)
     return s
+
+
+def reads_thread_id(e: Expr) -> bool:
+    """Whether ``e`` depends on the thread ids."""
+    return (isinstance(e, Index) and e.builtin is Builtin.THREAD_ID
+            or any(reads_thread_id(c) for c in children(e)))
+
+
+def is_role_split(s: If) -> bool:
+    """Whether ``s`` splits a block's threads into roles that wait for each other (warp
+    specialisation): its condition tests thread ids and each of its two branches uses
+    mbarriers."""
+    return s.otherwise is not None and reads_thread_id(s.condition) and all(
+        any(isinstance(c, MBARRIER_STATEMENTS) for c in nested(branch))
+        for branch in (s.then, s.otherwise))
+
+
+def has_register_roles(kernel: KernelIR) -> bool:
+    """Whether ``kernel`` rebalances registers between its warpgroups (setmaxnreg)."""
+    return any(isinstance(s, SetMaxRegisters) for s in nested(kernel.body))
 
 
 def has_barrier(s: Stmt) -> bool:

@@ -37,7 +37,7 @@ from .fragments import (
     mma_mapped,
 )
 from .targets import specific_guard
-from .transactions import TENSOR_MAP_STRUCT, Transactions
+from .transactions import TENSOR_MAP_STRUCT, Transactions, interleaved_roles
 from .warpgroup import WARPGROUP_ARCH, Warpgroup, has_warpgroups
 
 INDENT = "  "
@@ -273,7 +273,11 @@ class Printer:
     def signature(self) -> str:
         d = self.dialect
         bx, by, bz = self.block
-        head = d.kernel.format(threads=bx * by * bz, bx=bx, by=by, bz=bz)
+        threads = bx * by * bz
+        # setmaxnreg is honoured only under a register cap at entry, which one block per
+        # multiprocessor sets (HOPPER.md: else ptxas warns C7508 and ignores it)
+        bounds = f"{threads}, 1" if ir.has_register_roles(self.kernel) else threads
+        head = d.kernel.format(threads=bounds, bx=bx, by=by, bz=bz)
         return f"{head} {self.kernel.name}({', '.join(self.arguments())})"
 
     def arguments(self, host: bool = False) -> list[str]:
@@ -386,6 +390,8 @@ class Printer:
                 body.append(f"{pad}{INDENT}{self.dialect.barrier}")
             return [*pragma, f"{pad}{head} {{", *body, f"{pad}}}"]
         if isinstance(s, ir.If):
+            if not self.transactions.cuda and ir.is_role_split(s):
+                return self.stmt(interleaved_roles(s), depth)
             then = self.stmt(s.then, depth + 1)
             if not then and s.otherwise is None:
                 return []  # guards only an anchor statement, which prints nothing

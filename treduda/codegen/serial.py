@@ -24,7 +24,7 @@ IR_CLASSES: tuple[type, ...] = (
     ir.StoreFragment, ir.AsyncCopy, ir.CommitCopies, ir.WaitCopies, ir.WarpgroupMultiply,
     ir.WarpgroupFence, ir.WarpgroupCommit, ir.WarpgroupWait, ir.ProxyFence, ir.CoreMatrices,
     ir.Fragment, ir.Param, ir.Local, ir.KernelIR, parts.PartsSum, ir.TensorMap,
-    ir.MbarrierInit, ir.MbarrierArrive, ir.MbarrierWait, ir.TensorCopy)
+    ir.MbarrierInit, ir.MbarrierArrive, ir.MbarrierWait, ir.TensorCopy, ir.SetMaxRegisters)
 IR_ENUMS: tuple[type[enum.Enum], ...] = (ir.Op, ir.Builtin, ir.Function, ir.Unroll,
                                          ir.ParamKind, ir.Space, ir.Use)
 

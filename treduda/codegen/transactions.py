@@ -14,13 +14,17 @@ outside the tensor) into the shared tile, each at the element the copy would fil
 swizzle placing it as it places every access; the wait for a phase is a work-group barrier,
 after which every work-item sees those stores; init and arrive are nothing. A kernel that
 waits therefore waits in code every work-item of the group reaches (the emulator, which runs
-the copies' real asynchrony, checks the CUDA meaning).
+the copies' real asynchrony, checks the CUDA meaning). A warp-specialised split, whose roles
+wait in branches of their own, runs in the twin step by step, one role after the other
+between barriers (:func:`interleaved_roles`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import replace
 
+from ..errors import TredudaError
 from . import ir
 
 # The kernel parameter type of a tensor map: CUtensorMap's 128 bytes, aligned to 64 (CUDA
@@ -132,3 +136,41 @@ class Transactions:
                                         ir.Float(0.0)))
         return [f"{pad}for (int td_e = 0; td_e < {tensor_map.box_elements}; td_e++) {{",
                 *self.assign(copy, depth + 1), f"{pad}}}"]
+
+
+def interleaved_roles(s: ir.If) -> ir.Stmt:
+    """The twin of a role split (:func:`ir.is_role_split`): each branch is statements
+    before its loop over the steps, the loop, statements after; the twin runs both befores,
+    then per step the first role's body, a barrier, the second's, a barrier (the first role
+    fills a stage the second then reads, which it read a round of stages before), then both
+    afters. Its waits are those barriers."""
+    parts = [_around_loop(branch) for branch in (s.then, s.otherwise)]
+    (before_a, loop_a, after_a), (before_b, loop_b, after_b) = parts
+    if (loop_a.iterator, loop_a.start, loop_a.condition, loop_a.step) != (
+            loop_b.iterator, loop_b.start, loop_b.condition, loop_b.step):
+        raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
+                           "step: both need one loop over the same steps")
+    step = ir.Block((ir.If(s.condition, _without_waits(loop_a.body)), ir.Barrier(),
+                     ir.If(s.condition, ir.Block(()), _without_waits(loop_b.body)),
+                     ir.Barrier()))
+    return ir.Block((ir.If(s.condition, before_a, before_b), replace(loop_a, body=step),
+                     ir.If(s.condition, after_a, after_b)))
+
+
+def _around_loop(branch: ir.Stmt) -> tuple[ir.Block, ir.For, ir.Block]:
+    """A role's statements before its loop over the steps (the one statement that uses
+    mbarriers), the loop, and after it."""
+    body = branch.body if isinstance(branch, ir.Block) else (branch,)
+    loops = [n for n, c in enumerate(body) if any(
+        isinstance(d, ir.MBARRIER_STATEMENTS) for d in ir.nested(c))]
+    if len(loops) != 1 or not isinstance(body[loops[0]], ir.For):
+        raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
+                           "step: each must use its mbarriers in one loop over the steps")
+    n = loops[0]
+    return ir.Block(body[:n]), body[n], ir.Block(body[n + 1:])
+
+
+def _without_waits(s: ir.Stmt) -> ir.Stmt:
+    if isinstance(s, ir.MbarrierWait):
+        return ir.Block(())
+    return ir.map_children(s, _without_waits)

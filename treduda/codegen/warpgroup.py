@@ -72,6 +72,10 @@ class Warpgroup:
         if isinstance(s, ir.WarpgroupWait):
             return [f'{pad}asm volatile("wgmma.wait_group.sync.aligned %0;" :: "n"({s.pending}) '
                     ': "memory");']
+        if isinstance(s, ir.SetMaxRegisters):
+            action = "inc" if s.increase else "dec"
+            return [f'{pad}asm volatile("setmaxnreg.{action}.sync.aligned.u32 %0;" :: '
+                    f'"n"({s.count}));']
         raise TypeError(f"cannot print statement {s!r}")
 
     def descriptor(self, first: ir.Load, layout: ir.CoreMatrices) -> str:

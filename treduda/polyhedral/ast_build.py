@@ -315,10 +315,7 @@ def _guarded_loop(s: ir.Stmt) -> bool:
 def _divergent_barrier(s: ir.Stmt) -> bool:
     """Whether some barrier in ``s`` lies under a test or in a loop whose bounds depend on the
     thread ids, so that not every thread of a block may reach it."""
-    def by_thread(e: ir.Expr) -> bool:
-        return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.THREAD_ID
-                or any(by_thread(c) for c in ir.children(e)))
-
+    by_thread = ir.reads_thread_id
     return any((isinstance(c, ir.If) and by_thread(c.condition)
                 or isinstance(c, ir.For) and (by_thread(c.start) or by_thread(c.condition)))
                and ir.has_barrier(c) for c in ir.nested(s))

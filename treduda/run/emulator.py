@@ -27,7 +27,8 @@ shared-memory access and reports, as :class:`Hazard`:
   :class:`ir.ProxyFence` since;
 * an **unfinished tensor copy**, a **misaligned tensor copy**, an **mbarrier** that **never
   completes** or is **uninitialised**: the mbarriers and bulk tensor copies, run with their
-  asynchrony by :mod:`treduda.run.transactions`.
+  asynchrony by :mod:`treduda.run.transactions`; the two roles of a warp-specialised split
+  (:func:`ir.is_role_split`) run at once (:mod:`treduda.run.roles`).
 
 A warpgroup statement runs once per warpgroup (128 threads), which must all reach it with the
 same operands. An MMA computes its product when it starts and counts as its warpgroup's first
@@ -68,6 +69,7 @@ from ..codegen.warpgroup import accumulator_column, accumulator_row
 from ..errors import HazardError
 from ..frontend.dtypes import compute, is_integer, itemsize, poison
 from .launch import Launch
+from .roles import Roles
 from .transactions import Transactions
 
 SHOWN = 3  # hazards of one kind reported per kernel; more add nothing a reader can use
@@ -304,6 +306,17 @@ class _Block:
         self.transactions = (Transactions(self) if any(
             isinstance(s, ir.MBARRIER_STATEMENTS) for s in ir.nested(kernel.body)) else None)
         self.bulk_tiles = self.transactions.in_flight if self.transactions else {}
+        self.roles: Roles | None = None  # the role split running (warp specialisation)
+        self.splits: dict[int, bool] = {}  # by the If's id: whether it is one
+
+    def role_split(self, s: ir.If) -> bool:
+        """Whether the branches of ``s`` run at once (:func:`ir.is_role_split`)."""
+        if self.transactions is None:
+            return False
+        found = self.splits.get(id(s))
+        if found is None:
+            found = self.splits[id(s)] = ir.is_role_split(s)
+        return found
 
     def run(self) -> list[Hazard]:
         # an integer kernel's values wrap on purpose (numpy warns where scalars overflow)
@@ -366,6 +379,10 @@ class _Block:
                 self.observer.barrier()
         elif isinstance(s, ir.If):
             taken = self.index(s.condition, active).astype(bool)
+            if self.role_split(s) and (active & taken).any() and (active & ~taken).any():
+                Roles(self).run([(s.then, active & taken), (s.otherwise, active & ~taken)],
+                                self.walk)
+                return
             self.walk(s.then, active & taken)
             if s.otherwise is not None:
                 self.walk(s.otherwise, active & ~taken)
@@ -551,8 +568,8 @@ class _Block:
                     kept.append(mma)
             self.mmas = kept
             return
-        if isinstance(s, ir.WarpgroupFence):
-            return
+        if isinstance(s, (ir.WarpgroupFence, ir.SetMaxRegisters)):
+            return  # an order, a register budget: no value changes
         starts = {}
         for field in ("accumulator", "a", "b"):
             operand = getattr(s, field)

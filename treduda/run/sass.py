@@ -96,6 +96,9 @@ class SassReport:
     async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
     main_loop_async_copies: int = 0  # ... and in its main loop
     bulk_copies: int = 0  # bulk tensor copies (UTMALDG) in the kernel
+    # the register counts its setmaxnreg ask for (USETMAXREG, one per role that ptxas kept:
+    # none where it ignored them), smallest first
+    register_limits: tuple[int, ...] = ()
     # the main loop's instructions by opcode without modifiers ("LDS", "IMAD", "BAR"), to see
     # what besides its FMAs takes issue slots
     main_loop_opcodes: dict[str, int] = field(default_factory=dict)
@@ -354,6 +357,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         async_copies=_count(body, _ASYNC_COPY),
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
         bulk_copies=_count(body, _BULK_COPY),
+        register_limits=tuple(sorted(int(i.operands.split(",")[-1], 16) for i in body
+                                     if i.opcode.split(".")[0] == "USETMAXREG")),
         main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
         main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
         main_loop_shared_load_widths=dict(sorted(Counter(

@@ -105,13 +105,16 @@ class Transactions:
     def check(self, array: str, offsets: np.ndarray, lanes: np.ndarray, write: bool,
               started: bool) -> None:
         """An access of a tile bulk copies write: not in flight, and landed in a phase the
-        accessing thread has waited for; a thread's own store clears that mark."""
+        accessing thread has waited for; a thread's own store clears that mark. A copy's
+        start over landed elements (``started``) is ordered by other means: a barrier, or
+        the wait for a stage's consumers (whose MMAs still reading it are "unfinished
+        wgmma", a read of the new box before its phase this check's)."""
         flying = self.in_flight[array][offsets] > 0
         if flying.any():
             self.block.report("unfinished tensor copy", array, offsets, lanes, flying)
         on = self.landed_on[array][offsets]
         landed = on >= 0
-        if landed.any():
+        if landed.any() and not started:
             late = landed & (self.seen[lanes, np.maximum(on, 0)]
                              < self.landed_phase[array][offsets])
             if late.any():
@@ -134,6 +137,8 @@ class Transactions:
             state[PENDING, numbers] = state[EXPECTED, numbers] = s.arrivals
             self.initialised[name][numbers] = threads
             self.init_epoch[name][numbers] = block.epoch
+            if block.roles is not None:
+                block.roles.changed()
             return
         unready = ((self.initialised[name][numbers] < 0)
                    | ((self.init_epoch[name][numbers] == block.epoch)
@@ -157,7 +162,10 @@ class Transactions:
                 self.start(s, int(thread), active, name, int(numbers[threads == thread][0]))
 
     def complete(self, name: str, number: int) -> None:
-        """The phase completes where no arrival and no transaction byte is pending."""
+        """The phase completes where no arrival and no transaction byte is pending (a
+        role waiting for another may go on: :mod:`.roles`)."""
+        if self.block.roles is not None:
+            self.block.roles.changed()
         state = self.state[name]
         if state[PENDING, number] <= 0 and state[TRANSACTIONS, number] == 0:
             state[COMPLETED, number] += 1
@@ -171,6 +179,9 @@ class Transactions:
             flight = next((f for f in self.flights
                            if f.barrier == name and f.number == number), None)
             if flight is None:
+                roles = self.block.roles  # another role may yet arrive (warp specialisation)
+                if roles is not None and roles.wait_for_others():
+                    continue
                 self.block.report("mbarrier never completes", name, np.array([number]),
                                   threads[:1], np.ones(1, bool))
                 return
