@@ -71,9 +71,11 @@ def test_boxes_the_driver_refuses_raise_before_it(box, swizzle, reason):
         encoding(ir.TensorMap("m", "A", (4096, 4096), (1, 4096), box, swizzle), "float16")
 
 
-def test_an_encoded_map_is_a_128_byte_scalar_passed_by_value():
+def test_an_encoded_map_is_one_128_byte_element_passed_by_value():
+    """CuPy passes a numpy array of size one by value (its bytes), not a 128-byte scalar."""
     value = kernel_argument(bytes(range(TENSOR_MAP_BYTES)))
-    assert value.dtype.itemsize == TENSOR_MAP_BYTES and bytes(value) == bytes(range(128))
+    assert isinstance(value, np.ndarray) and value.shape == (1,)
+    assert value.dtype.itemsize == TENSOR_MAP_BYTES and value.tobytes() == bytes(range(128))
 
 
 def test_the_emulator_refuses_a_map_the_driver_would():
@@ -124,7 +126,7 @@ def _bundled_launch(path, backend: str = "opencl"):
 def test_a_bundle_keeps_the_maps_and_its_runner_passes_them_last_by_value(tma_bundle):
     """The signature a bundle records holds each map (its tensor, extents, strides, box,
     swizzle); a call's launch carries their encodings; the runner encodes each from the
-    address of the tensor it describes and appends it, a 128-byte scalar, after the
+    address of the tensor it describes and appends it, one 128-byte element, after the
     values, in the order the CUDA source declares them."""
     kernel, path = tma_bundle
     bundled, _, launch = _bundled_launch(path)
@@ -143,8 +145,8 @@ def test_a_bundle_keeps_the_maps_and_its_runner_passes_them_last_by_value(tma_bu
     assert encoded == [(tiled, address(launch.values[n])) for n, tiled in launch.tensor_maps]
     assert arguments[:len(names)] == list(launch.values)
     maps = arguments[len(names):]
-    assert [bytes(m) for m in maps] == [bytes([1]) * 128, bytes([2]) * 128]
-    assert all(isinstance(m, np.void) for m in maps)
+    assert [m.tobytes() for m in maps] == [bytes([1]) * 128, bytes([2]) * 128]
+    assert all(m.shape == (1,) for m in maps)  # one element each: CuPy passes it by value
     declared = re.search(rf"{first.name}\((.*?)\)", bundled.cuda_source, re.S).group(1)
     parameters = [p.strip().split()[-1] for p in declared.split(",")]
     assert parameters == names + [m.name for m in first.tensor_maps]

@@ -166,11 +166,15 @@ def _error_name(driver: ctypes.CDLL, result: int) -> str:
     return f"{name.value.decode()}, CUresult {result}"
 
 
-# CUtensorMap as a numpy scalar, which CuPy passes to a kernel by value (cupy/cupy#4829:
-# a structured numpy scalar's bytes are the parameter's)
+# CUtensorMap as CuPy passes a structure by value: a numpy array of one element of a
+# structured dtype, whose bytes CuPy hands to cuLaunchKernel (cupy/cuda/function.pyx,
+# _pointer: "Only numpy.ndarrays of size one can be passed by value"; CuPy's
+# examples/custom_struct). A numpy scalar (np.void) is no such value: CuPy converts scalars
+# into a buffer of two complex long doubles (_scalar.pxd, CScalar._data), 64 bytes.
 TENSOR_MAP_DTYPE = np.dtype([("opaque", "<u8", (TENSOR_MAP_BYTES // 8,))])
 
 
-def kernel_argument(encoded: bytes) -> np.void:
-    """An encoded map as the value a ``__grid_constant__`` parameter receives."""
-    return np.frombuffer(encoded, TENSOR_MAP_DTYPE)[0]
+def kernel_argument(encoded: bytes) -> np.ndarray:
+    """An encoded map as the value a ``__grid_constant__`` parameter receives: one element,
+    its 128 bytes."""
+    return np.frombuffer(encoded, TENSOR_MAP_DTYPE).copy()
