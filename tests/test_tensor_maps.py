@@ -5,8 +5,9 @@ the encoded map passed by value to a kernel whose bulk copies read it."""
 
 from __future__ import annotations
 
+import json
 import re
-from dataclasses import replace
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
@@ -149,7 +150,12 @@ def test_a_bundle_keeps_the_maps_and_its_runner_passes_them_last_by_value(tma_bu
     assert all(m.shape == (1,) for m in maps)  # one element each: CuPy passes it by value
     declared = re.search(rf"{first.name}\((.*?)\)", bundled.cuda_source, re.S).group(1)
     parameters = [p.strip().split()[-1] for p in declared.split(",")]
-    assert parameters == names + [m.name for m in first.tensor_maps]
+    assert parameters == names + [m.name for m in first.tensor_maps] == bundled.entry[
+        "arguments"]
+    described = [json.loads(json.dumps({"parameter": m.name, "tensor": m.tensor,
+                                        **asdict(tiled)}))
+                 for m, (_, tiled) in zip(first.tensor_maps, launch.tensor_maps, strict=True)]
+    assert bundled.entry["tensor_maps"] == described  # the manifest says it for a reader
     assert declared.count("const __grid_constant__ td_tensor_map") == 2
 
 
