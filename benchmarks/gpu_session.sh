@@ -156,6 +156,7 @@ run() {
       --stop-after $((left - 25)) >> "$log" 2>&1
     local status=$?
     echo "$SECONDS s: $(basename "$bundle") exit $status" >> "$log"
+    # 4: an entry's kernel never ended (its JSON line says which); the next bundle runs
     if [ "$status" = 3 ]; then  # its cubins did not load here: compile the sources instead
       left=$((budget - SECONDS))
       timeout "$left" "$PYTHON" -m treduda.app.cli bench --bundle "$bundle" "${options[@]}" \

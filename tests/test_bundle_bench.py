@@ -11,6 +11,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -219,3 +220,27 @@ def test_the_session_starts_no_bundle_it_has_no_time_for(tmp_path):
     assert done.returncode == 0
     assert "no time left for" in (out / "session.log").read_text()
     assert len(list(out.iterdir())) <= 4
+
+
+def _call_taking(seconds: float):
+    """A bundled kernel's call that returns after ``seconds`` with no result."""
+    def call(self, **values):
+        time.sleep(seconds)
+        raise RuntimeError("no result")
+    return call
+
+
+def test_an_entry_whose_first_call_never_ends_is_reported_as_hung(bundle, monkeypatch):
+    """A kernel that never ends (an mbarrier phase no copy completes) blocks the check; after
+    HANG_SECONDS the watchdog hands over the entry's FAILED line (run then exits, HUNG); a
+    call that ends in time leaves it alone."""
+    gemm = treduda.bundle.load(bundle)["gemm"]
+    hung: list = []
+    monkeypatch.setattr(bundle_bench, "HANG_SECONDS", 0.2)
+    monkeypatch.setattr(type(gemm), "__call__", _call_taking(0))
+    line = bundle_bench.measure(gemm, np, None, 1, True, hung.append)
+    assert line["error"] == "RuntimeError: no result" and hung == []
+    monkeypatch.setattr(type(gemm), "__call__", _call_taking(0.4))
+    bundle_bench.measure(gemm, np, None, 1, True, hung.append)
+    assert [(x["name"], x["status"], x["stage"]) for x in hung] == [("gemm", "FAILED", "verify")]
+    assert "did not end in 0 s: a kernel that never ends" in hung[0]["error"]

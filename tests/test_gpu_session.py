@@ -17,6 +17,8 @@ import zipfile
 from pathlib import Path
 
 import pytest
+from test_tensor_maps import BUNDLED
+from test_warpgroup_tma import TILES
 
 import treduda
 from treduda.api import tuning_entry
@@ -49,13 +51,18 @@ ROWS = (Row("gemm_small", "C[i,j]=A[i,k]*B[k,j]", {"i": 37, "j": 45, "k": 13}, "
 
 @pytest.fixture(scope="module")
 def bundles(tmp_path_factory) -> Path:
-    """A folder of two bundles: two rows' picks with a rival each, and the AO->MO program."""
+    """A folder of two bundles: two rows' picks with a rival each; a GEMM whose tiles the
+    tensor memory accelerator moves (its maps encoded from the operands on a GPU) and the
+    AO->MO program."""
     folder = tmp_path_factory.mktemp("bundles")
     export_suite([Case(row, "float32", "mini") for row in ROWS], folder / "01_mini.zip",
                  rivals=1)
+    tma = treduda.compile(ROWS[0].expression, BUNDLED, dtype="float16", strategy="warpgroup",
+                          params=TILES)
     sizes = {**dict.fromkeys("pqrs", 9), **dict.fromkeys("ijkl", 6)}
     program = treduda.program("pqrs,pi,qj,rk,sl->ijkl", sizes)
-    treduda.export({"ao_mo": program}, folder / "02_programs.zip")
+    treduda.export({"tma/gemm": tma, "ao_mo": program}, folder / "02_programs.zip",
+                   metadata={"tma/gemm": {"suite": "tma", "id": "gemm_tma", "role": "pick"}})
     return folder
 
 
@@ -105,9 +112,11 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
     assert [e["entry"] for e in step["entries"]] == ["mini/gemm_small", "mini/gemm_small~1"]
     assert "launched mini/gemm_small~1 (td_" in log
     lines = [json.loads(text) for text in (out / "results.jsonl").read_text().splitlines()]
-    assert [x["name"] for x in lines] == ["mini/gemm_small", "mini/gemm_small~1", "ao_mo"], log
+    assert [x["name"] for x in lines] == ["mini/gemm_small", "mini/gemm_small~1", "tma/gemm",
+                                          "ao_mo"], log
     assert all(x["status"] == "ok" and x["verified"] for x in lines), lines
-    pick, rival, program = lines
+    pick, rival, tma, program = lines
+    assert tma["params"]["tma"] and tma["treduda_ms"] > 0
     assert pick["treduda_ms"] > 0 and len(pick["treduda_runs_ms"]) == 3
     assert pick["role"] == "pick" and rival["role"] == "rival" and rival["rank"] == 1
     assert pick["torch_ms"] is None and pick["backend"] == "opencl"  # no library on PoCL
@@ -121,7 +130,7 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
                     str(out / "results.jsonl"), "--fidelity", str(data)], check=True,
                    timeout=60)
     rows = fidelity.load(data)
-    assert [r.id for r in rows] == ["gemm_small", "gemm_small~1"]
+    assert [r.id for r in rows] == ["gemm_small", "gemm_small~1", "gemm_tma"]
     assert rows[0].measured == pytest.approx(pick["treduda_ms"] / 1e3)
 
 

@@ -1,18 +1,27 @@
 """Tensor maps on the host (:mod:`treduda.run.tensor_maps`): cuTensorMapEncodeTiled's
-arguments worked out by hand for GEMM operands, the tensors no map describes, and (on a GPU
-only) the encoded map passed by value to a kernel whose bulk copies read it."""
+arguments worked out by hand for GEMM operands, the tensors no map describes, a bundle's
+maps through to the kernel's argument list (the driver's refusal named), and (on a GPU only)
+the encoded map passed by value to a kernel whose bulk copies read it."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+import json
+import re
+from dataclasses import asdict, replace
 
 import numpy as np
 import pytest
 from test_tensor_copy import _expected, _launch, _source, tile_gemm
+from test_warpgroup_tma import GEMM, TILES
 
+import treduda
+from treduda.bundle import load
 from treduda.codegen import ir
 from treduda.errors import BackendUnavailable, StrategyError
+from treduda.run import tensor_maps
+from treduda.run.cuda import with_tensor_maps
 from treduda.run.emulator import emulate
+from treduda.run.launch import address
 from treduda.run.tensor_maps import (
     TENSOR_MAP_BYTES,
     TiledEncoding,
@@ -20,6 +29,8 @@ from treduda.run.tensor_maps import (
     kernel_argument,
     unmappable,
 )
+
+BUNDLED = {"i": 70, "j": 40, "k": 72}  # partial tiles; rows of 80 and 144 bytes
 
 
 def test_gemm_operands_by_hand():
@@ -61,9 +72,11 @@ def test_boxes_the_driver_refuses_raise_before_it(box, swizzle, reason):
         encoding(ir.TensorMap("m", "A", (4096, 4096), (1, 4096), box, swizzle), "float16")
 
 
-def test_an_encoded_map_is_a_128_byte_scalar_passed_by_value():
+def test_an_encoded_map_is_one_128_byte_element_passed_by_value():
+    """CuPy passes a numpy array of size one by value (its bytes), not a 128-byte scalar."""
     value = kernel_argument(bytes(range(TENSOR_MAP_BYTES)))
-    assert value.dtype.itemsize == TENSOR_MAP_BYTES and bytes(value) == bytes(range(128))
+    assert isinstance(value, np.ndarray) and value.shape == (1,)
+    assert value.dtype.itemsize == TENSOR_MAP_BYTES and value.tobytes() == bytes(range(128))
 
 
 def test_the_emulator_refuses_a_map_the_driver_would():
@@ -90,3 +103,103 @@ def test_the_tile_runs_on_a_gpu_with_its_encoded_maps():
     except BackendUnavailable as error:
         pytest.skip(str(error))
     np.testing.assert_array_equal(np.asarray(result), _expected())
+
+
+@pytest.fixture(scope="module")
+def tma_bundle(tmp_path_factory):
+    """A GEMM whose tiles the tensor memory accelerator moves (partial tiles), exported."""
+    kernel = treduda.compile(GEMM, BUNDLED, dtype="float16", strategy="warpgroup",
+                             params=TILES)
+    path = tmp_path_factory.mktemp("tma") / "tma.zip"
+    treduda.export({"gemm_tma": kernel}, path)
+    return kernel, path
+
+
+def _bundled_launch(path, backend: str = "opencl"):
+    """The bundled kernel, the operands of a call and the call's launch on the host."""
+    bundled = load(path, backend=backend)["gemm_tma"]
+    rng = np.random.default_rng(39)
+    operands = {t: rng.uniform(-1, 1, tuple(BUNDLED[i] for i in idx)).astype("float16")
+                for t, idx in bundled.contraction.inputs.items()}
+    return bundled, operands, bundled.launch(operands)
+
+
+def test_a_bundle_keeps_the_maps_and_its_runner_passes_them_last_by_value(tma_bundle):
+    """The signature a bundle records holds each map (its tensor, extents, strides, box,
+    swizzle); a call's launch carries their encodings; the runner encodes each from the
+    address of the tensor it describes and appends it, one 128-byte element, after the
+    values, in the order the CUDA source declares them."""
+    kernel, path = tma_bundle
+    bundled, _, launch = _bundled_launch(path)
+    first, _ = bundled._signature
+    assert first.tensor_maps == kernel.built.kernel.tensor_maps and len(first.tensor_maps) == 2
+    names = [p.name for p in first.params]
+    assert launch.tensor_maps == tuple((names.index(m.tensor), encoding(m, "float16"))
+                                       for m in first.tensor_maps)
+    encoded = []
+
+    def driver(tiled: TiledEncoding, where: int) -> bytes:
+        encoded.append((tiled, where))
+        return bytes([len(encoded)]) * TENSOR_MAP_BYTES
+
+    arguments = with_tensor_maps(launch, list(launch.values), driver)
+    assert encoded == [(tiled, address(launch.values[n])) for n, tiled in launch.tensor_maps]
+    assert arguments[:len(names)] == list(launch.values)
+    maps = arguments[len(names):]
+    assert [m.tobytes() for m in maps] == [bytes([1]) * 128, bytes([2]) * 128]
+    assert all(m.shape == (1,) for m in maps)  # one element each: CuPy passes it by value
+    declared = re.search(rf"{first.name}\((.*?)\)", bundled.cuda_source, re.S).group(1)
+    parameters = [p.strip().split()[-1] for p in declared.split(",")]
+    assert parameters == names + [m.name for m in first.tensor_maps] == bundled.entry[
+        "arguments"]
+    described = [json.loads(json.dumps({"parameter": m.name, "tensor": m.tensor,
+                                        **asdict(tiled)}))
+                 for m, (_, tiled) in zip(first.tensor_maps, launch.tensor_maps, strict=True)]
+    assert bundled.entry["tensor_maps"] == described  # the manifest says it for a reader
+    assert declared.count("const __grid_constant__ td_tensor_map") == 2
+
+
+class _Driver:
+    """libcuda's calls as a driver that refuses every tensor map answers them."""
+
+    def cuInit(self, flags):  # noqa: N802 (the driver's name)
+        return 0
+
+    def cuTensorMapEncodeTiled(self, *arguments):  # noqa: N802
+        return 1
+
+    def cuGetErrorName(self, result, name):  # noqa: N802
+        name._obj.value = b"CUDA_ERROR_INVALID_VALUE"
+        return 0
+
+
+class _OldDriver:
+    def cuInit(self, flags):  # noqa: N802
+        return 0
+
+
+def test_a_map_the_driver_refuses_fails_naming_the_kernel_parameter_and_error(tma_bundle,
+                                                                            monkeypatch):
+    _, _, launch = _bundled_launch(tma_bundle[1])
+    monkeypatch.setattr(tensor_maps, "_driver", _Driver)
+    with pytest.raises(StrategyError, match=rf"kernel {launch.name}, tensor map 0 \(of its "
+                       r"argument 1\): the CUDA driver refused a tensor map \("
+                       r"cuTensorMapEncodeTiled: CUDA_ERROR_INVALID_VALUE, CUresult 1\)"
+                       r".*box_dims=\(64, 128\).*tma=False"):
+        with_tensor_maps(launch, list(launch.values))
+    monkeypatch.setattr(tensor_maps, "_driver", _OldDriver)
+    with pytest.raises(BackendUnavailable, match="no cuTensorMapEncodeTiled"):
+        with_tensor_maps(launch, list(launch.values))
+
+
+def test_a_bundled_tma_kernel_runs_on_a_gpu_with_its_maps(tma_bundle):
+    """Only where a CUDA driver and CuPy are (skipped elsewhere): the bundle's kernel, its
+    maps encoded from the operands on the GPU, against numpy.einsum."""
+    from treduda.run.cuda import gpu_present
+
+    if not gpu_present():
+        pytest.skip("no CUDA GPU")
+    bundled, operands, _ = _bundled_launch(tma_bundle[1], backend="cuda")
+    result = bundled(**operands)
+    expected = np.einsum("ik,kj->ij", *(operands[t].astype(np.float64) for t in "AB"))
+    np.testing.assert_allclose(result.astype(np.float64), expected, atol=0.05)

@@ -7,9 +7,9 @@ small runtime that runs it.
 
 A bundle is one zip file: ``manifest.json`` (:data:`FORMAT`) describes each kernel (its
 expression, dtype, layout, the exact sizes it was made for, its launch signature: parameter
-order, geometry, dynamic shared memory) and each program (its steps and intermediates), and
-``kernels/`` holds the CUDA source of each kernel, its OpenCL twin and, where the exporting
-machine had nvcc, cubins for the targets asked for.
+order, geometry, dynamic shared memory, the tensor maps it takes by value) and each program
+(its steps and intermediates), and ``kernels/`` holds the CUDA source of each kernel, its
+OpenCL twin and, where the exporting machine had nvcc, cubins for the targets asked for.
 
 The runtime needs numpy (and ml_dtypes, which treduda's dtypes use) and, to run, PoCL through
 pyopencl (``backend="opencl"``) or CuPy or pycuda on a GPU (``backend="cuda"``: NVRTC compiles the

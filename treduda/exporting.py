@@ -12,7 +12,7 @@ import json
 import os
 import zipfile
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +24,7 @@ from .kernel import Kernel, generator_version
 from .programs import Plan
 from .run import reference
 from .run.nvcc import cubin, nvcc_available
+from .run.tensor_maps import encoding
 from .versions import installed_version
 
 Exportable = Kernel | Plan
@@ -122,7 +123,13 @@ def _kernel(name: str, kernel: Kernel, files: dict[str, bytes],
                    for t, idx in (*c.inputs.items(), (c.output, c.output_indices))},
         "grid": list(kernel.grid), "block": list(kernel.block),
         "dynamic_shared": ir.dynamic_shared_bytes(built.kernel),
-        "arguments": [p.name for p in built.kernel.params],
+        # every parameter in order: the tensor maps last, each described as the runtime
+        # encodes it from the tensor's address (cuTensorMapEncodeTiled's arguments)
+        "arguments": [p.name for p in built.kernel.params]
+                     + [m.name for m in built.kernel.tensor_maps],
+        "tensor_maps": [{"parameter": m.name, "tensor": m.tensor,
+                         **asdict(encoding(m, kernel.dtype))}
+                        for m in built.kernel.tensor_maps],
         "signature": serial.encode(first), "parts_sum": serial.encode(parts_sum),
         "identity": kernel.identity.fields(), "strategy": kernel.strategy,
         "params": dict(kernel.params), "estimate": {"gpu": gpu, "seconds": seconds},

@@ -12,7 +12,11 @@ median of ``repeats`` launches; a line gives the median of the rounds and their 
 ((slowest - fastest) / median), since one library's time alone moved up to 4x between two
 sessions. Rivals (``role: rival`` in their metadata) are timed alone. One JSON line is appended per
 entry the moment it is measured, so a run cut short keeps every finished entry, and
-``--stop-after`` ends the run cleanly before an entry that might not finish.
+``--stop-after`` ends the run cleanly before an entry that might not finish. An entry whose
+first call (the check) has not finished after :data:`HANG_SECONDS` is a kernel that never ends
+(an mbarrier phase no copy completes): its line says so and the process exits with
+:data:`HUNG` (the GPU is held by the kernel until the process ends), so the session goes on
+with the next bundle instead of waiting out its time.
 
 With ``--pocl`` everything runs on PoCL instead (the session's dry run on a machine without
 a GPU): numpy.einsum checks, OpenCL profiling events time, and no library is timed.
@@ -21,13 +25,16 @@ a GPU): numpy.einsum checks, OpenCL profiling events time, and no library is tim
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import math
 import os
 import statistics
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -41,6 +48,8 @@ from ..run.timing import REPEATS, Timing
 from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands
 
 ROUNDS = 3  # timings of each kernel and library, interleaved
+HANG_SECONDS = 60.0  # a first call this long is a kernel that never ends (seconds at most)
+HUNG = 4  # the exit status after one
 TIMED = ("treduda", "torch", "cupy")
 
 
@@ -50,7 +59,8 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
     """Measure the bundle ``path`` entry by entry, appending a JSON line each to ``jsonl``
     (compiling every source with NVRTC where ``nvrtc``, else loading the cubins the bundle
     holds for this GPU); 0 without a GPU (nothing timed, unless ``pocl``), 1 if an entry
-    failed, 3 if the kernels could not be compiled or loaded."""
+    failed, 3 if the kernels could not be compiled or loaded; the process exits with
+    :data:`HUNG` where a kernel never ends."""
     out = sys.stdout if out is None else out
     log = sys.stderr if log is None else log
     started = time.perf_counter()
@@ -76,8 +86,10 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
             break
         print(f"[{number}/{len(entries)}] {entry.name} ...", end="", file=log, flush=True)
         begun = time.perf_counter()
-        line = measure(entry, xp, torch, repeats, pocl)
-        line.update(bundle=Path(path).name, device=device, seconds=time.perf_counter() - begun)
+        where = {"bundle": Path(path).name, "device": device}
+        hung = functools.partial(_give_up, jsonl, where, begun, log)
+        line = measure(entry, xp, torch, repeats, pocl, None if pocl else hung)
+        line.update(**where, seconds=time.perf_counter() - begun)
         _append(jsonl, line)
         failed += line["status"] != "ok"
         verdict = f"FAILED at {line['stage']}" if line["status"] != "ok" else \
@@ -86,6 +98,15 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
     print(f"{len(entries)} entries of {path} in {time.perf_counter() - started:.0f} s, "
           f"{failed} FAILED; lines appended to {jsonl}", file=out)
     return 1 if failed else 0
+
+
+def _give_up(jsonl: str, where: dict[str, Any], begun: float, log: TextIO,
+             line: dict[str, Any]) -> None:
+    """Append the line of an entry whose kernel never ends and end the process: the kernel
+    holds the GPU until it does."""
+    _append(jsonl, {**line, **where, "seconds": time.perf_counter() - begun})
+    print(f" FAILED: {line['error']}", file=log, flush=True)
+    os._exit(HUNG)
 
 
 def _compile(bundle, pocl: bool, jsonl: str, path: str, log: TextIO) -> str:
@@ -122,9 +143,11 @@ def load_kernels(kernels: list[BundledKernel]) -> None:
                       kernels))
 
 
-def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
-            pocl: bool) -> dict[str, Any]:
-    """One entry's JSON line: what it is, whether it agrees with einsum, and its times."""
+def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int, pocl: bool,
+            hung: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """One entry's JSON line: what it is, whether it agrees with einsum, and its times.
+    ``hung`` is called (from another thread) with the line of a first call that has not
+    finished after :data:`HANG_SECONDS`."""
     kernel = entry if isinstance(entry, BundledKernel) else _Statement(entry)
     line: dict[str, Any] = {"kind": "kernel" if entry is kernel else "program",
                             "name": entry.name, **entry.metadata,
@@ -142,11 +165,16 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
     stage = "verify"
     try:
         operands = random_operands(kernel, xp, torch)
-        result = entry(**operands)
-        if entry is not kernel:
-            result = result[entry.results[0]]
-        steps = len(entry.steps) if isinstance(entry, BundledProgram) else 1
-        line["max_error"] = check_result(kernel, operands, result, xp, torch, steps)
+        never_ends = {**line, "status": "FAILED", "stage": stage,
+                      "error": f"its first call did not end in {HANG_SECONDS:.0f} s: a kernel "
+                               "that never ends (a wait for an mbarrier phase that no copy "
+                               "completes?); this bundle's run stops here"}
+        with _deadline(HANG_SECONDS, None if hung is None else lambda: hung(never_ends)):
+            result = entry(**operands)
+            if entry is not kernel:
+                result = result[entry.results[0]]
+            steps = len(entry.steps) if isinstance(entry, BundledProgram) else 1
+            line["max_error"] = check_result(kernel, operands, result, xp, torch, steps)
         line["verified"] = True
         stage = "time"
         if not pocl and entry is kernel:
@@ -161,6 +189,22 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int,
     except Exception as error:  # a failing entry is reported in its line; the others go on
         line.update(status="FAILED", stage=stage, error=f"{type(error).__name__}: {error}")
     return line
+
+
+@contextmanager
+def _deadline(seconds: float, expired: Callable[[], None] | None) -> Iterator[None]:
+    """Call ``expired`` from a timer thread if the block has not ended after ``seconds``
+    (CuPy waits for the GPU without the GIL, so the timer runs while a kernel hangs)."""
+    if expired is None:
+        yield
+        return
+    timer = threading.Timer(seconds, expired)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
 
 
 def summarised(measured: dict[str, list[float]], flops: float | None) -> dict[str, Any]:

@@ -24,13 +24,13 @@ from typing import Any
 import numpy as np
 
 from ..codegen.targets import cuda_target
-from ..errors import BackendUnavailable
+from ..errors import BackendUnavailable, StrategyError
 from ..frontend.dtypes import BFLOAT16
 from ..once import once_per_key
 from .device_arrays import cupy_module
-from .launch import Call, Launch
+from .launch import Call, Launch, address
 from .nvrtc import compile_nvrtc, include_options
-from .tensor_maps import encode, kernel_argument
+from .tensor_maps import TiledEncoding, encode, kernel_argument
 from .timing import REPEATS, WARMUP, TimedRun, Timing
 
 INSTALL = ("pip install 'treduda[cupy]' (CuPy compiles with NVRTC: no CUDA toolkit needed; "
@@ -65,9 +65,8 @@ class CupyRuntime:
 
     def upload(self, launch: Launch) -> list:
         """The values on the GPU, then the kernel's tensor maps of them, encoded."""
-        arguments = [self.cupy.asarray(v) if _is_array(v) else v for v in launch.values]
-        return arguments + [kernel_argument(encode(tiled, arguments[position].data.ptr))
-                            for position, tiled in launch.tensor_maps]
+        return with_tensor_maps(launch, [self.cupy.asarray(v) if _is_array(v) else v
+                                         for v in launch.values])
 
     def call(self, function, launch: Launch | Call, arguments: list) -> None:
         if launch.dynamic_shared:  # CuPy sets cudaFuncAttributeMaxDynamicSharedMemorySize
@@ -146,6 +145,22 @@ class PycudaRuntime:
 
 
 Runtime = CupyRuntime | PycudaRuntime
+
+
+def with_tensor_maps(launch: Launch, placed: list,
+                     encoder: Callable[[TiledEncoding, int], bytes] = encode) -> list:
+    """A kernel's arguments in its parameters' order: ``placed`` (``launch.values`` on the
+    GPU), then its tensor maps (the last parameters, as the CUDA source declares them), each
+    encoded from the address of the tensor it describes and passed by value. A map the
+    driver refuses raises, naming the kernel and the parameter."""
+    maps = []
+    for number, (position, tiled) in enumerate(launch.tensor_maps):
+        try:
+            maps.append(kernel_argument(encoder(tiled, address(placed[position]))))
+        except StrategyError as error:
+            raise StrategyError(f"kernel {launch.name}, tensor map {number} (of its argument "
+                                f"{position}): {error}") from None
+    return placed + maps
 
 
 def cuda_runtime() -> Runtime:

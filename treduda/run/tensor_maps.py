@@ -120,12 +120,22 @@ def encode(tiled: TiledEncoding, address: int) -> bytes:
     """The 128 bytes of the ``CUtensorMap`` for the tensor at device ``address``: what a
     kernel's ``__grid_constant__`` parameter receives by value. Calls the driver's
     ``cuTensorMapEncodeTiled`` through ctypes (NVIDIA's cuda-python bindings wrap the same
-    function; ctypes needs no package)."""
+    function; ctypes needs no package). A map the driver refuses raises
+    :class:`StrategyError` with the driver's error name and the map's arguments."""
     if address % STRIDE_BYTES:
         raise StrategyError(f"a tensor at {address:#x} is not aligned to {STRIDE_BYTES} bytes, "
                             "as a tensor map needs")
     driver = _driver()
-    driver.cuInit(0)  # the driver's calls need it once; CuPy has made it already
+    started = driver.cuInit(0)  # the driver's calls need it once; CuPy has made it already
+    if started:
+        raise BackendUnavailable(f"the CUDA driver did not start ({_error_name(driver, started)}"
+                                 "): no tensor map can be encoded")
+    try:
+        encode_tiled = driver.cuTensorMapEncodeTiled
+    except AttributeError:  # drivers before CUDA 12 have no tensor maps
+        raise BackendUnavailable("this CUDA driver has no cuTensorMapEncodeTiled (CUDA 12 "
+                                 "and later): kernels fed by bulk tensor copies cannot run; "
+                                 "export them with tma=False") from None
     storage = ctypes.create_string_buffer(TENSOR_MAP_BYTES + TENSOR_MAP_ALIGNMENT)
     offset = -ctypes.addressof(storage) % TENSOR_MAP_ALIGNMENT
     rank = tiled.rank
@@ -133,7 +143,7 @@ def encode(tiled: TiledEncoding, address: int) -> bytes:
     def array(kind, values):
         return (kind * max(len(values), 1))(*values)
 
-    result = driver.cuTensorMapEncodeTiled(
+    result = encode_tiled(
         ctypes.c_void_p(ctypes.addressof(storage) + offset), ctypes.c_int(tiled.data_type),
         ctypes.c_uint32(rank), ctypes.c_void_p(address),
         array(ctypes.c_uint64, tiled.global_dims), array(ctypes.c_uint64, tiled.global_strides),
@@ -141,16 +151,30 @@ def encode(tiled: TiledEncoding, address: int) -> bytes:
         ctypes.c_int(tiled.interleave), ctypes.c_int(tiled.swizzle),
         ctypes.c_int(tiled.l2_promotion), ctypes.c_int(tiled.oob_fill))
     if result:
-        raise StrategyError(f"cuTensorMapEncodeTiled failed with CUresult {result} for "
-                            f"{tiled}")
+        raise StrategyError(f"the CUDA driver refused a tensor map (cuTensorMapEncodeTiled: "
+                            f"{_error_name(driver, result)}) of the tensor at {address:#x}: "
+                            f"{tiled}; this kernel needs cp.async copies here (tma=False)")
     return storage.raw[offset:offset + TENSOR_MAP_BYTES]
 
 
-# CUtensorMap as a numpy scalar, which CuPy passes to a kernel by value (cupy/cupy#4829:
-# a structured numpy scalar's bytes are the parameter's)
+def _error_name(driver: ctypes.CDLL, result: int) -> str:
+    """A driver call's ``CUresult`` as the driver names it (``cuGetErrorName``), with its
+    number."""
+    name = ctypes.c_char_p()
+    if driver.cuGetErrorName(ctypes.c_int(result), ctypes.byref(name)) or not name.value:
+        return f"CUresult {result}"
+    return f"{name.value.decode()}, CUresult {result}"
+
+
+# CUtensorMap as CuPy passes a structure by value: a numpy array of one element of a
+# structured dtype, whose bytes CuPy hands to cuLaunchKernel (cupy/cuda/function.pyx,
+# _pointer: "Only numpy.ndarrays of size one can be passed by value"; CuPy's
+# examples/custom_struct). A numpy scalar (np.void) is no such value: CuPy converts scalars
+# into a buffer of two complex long doubles (_scalar.pxd, CScalar._data), 64 bytes.
 TENSOR_MAP_DTYPE = np.dtype([("opaque", "<u8", (TENSOR_MAP_BYTES // 8,))])
 
 
-def kernel_argument(encoded: bytes) -> np.void:
-    """An encoded map as the value a ``__grid_constant__`` parameter receives."""
-    return np.frombuffer(encoded, TENSOR_MAP_DTYPE)[0]
+def kernel_argument(encoded: bytes) -> np.ndarray:
+    """An encoded map as the value a ``__grid_constant__`` parameter receives: one element,
+    its 128 bytes."""
+    return np.frombuffer(encoded, TENSOR_MAP_DTYPE).copy()
