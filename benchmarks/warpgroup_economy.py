@@ -2,7 +2,8 @@
 read on the CPU. For GEMM 4096^3 in fp16, bf16 and tf32 and every TCCG row in fp16, the
 search named 'warpgroup' and the one named 'tensorcore' on the H100 model: each pick's tiles,
 its predicted time and binding resource, and from the warpgroup kernel's SASS (sm_90a) the
-main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS and STS; and
+main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS and STS (and
+apart the never-executed placeholders ptxas puts before LDGSTS); and
 from the emulator's count of its first block's first steps the worst bank-conflict ways, of
 all shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
 nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
@@ -78,13 +79,14 @@ def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None)
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
-                   sts=kinds.get("shared memory", {}).get("STS", 0))
+                   sts=kinds.get("shared memory", {}).get("STS", 0),
+                   never=sum(report.main_loop_never_executed.values()))
     return figures
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
            "body HGMMA", "nonMMA/MMA", "body LDG", "body LDGSTS", "ways", "tile ways",
-           "body LDS", "body STS")
+           "body LDS", "body STS", "body never")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -95,7 +97,7 @@ def cells(name: str, f: dict) -> list[str]:
             f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
             shown("non_mma_per_mma", "{:.2f}"), shown("ldg", "{}"), shown("ldgsts", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
-            shown("sts", "{}")]
+            shown("sts", "{}"), shown("never", "{}")]
 
 
 def body(f: dict) -> str:
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
           "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
           "into; body columns: that code; ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
-          "tiles'")
+          "tiles'; body never: instructions guarded by a never-true predicate (@!PT LDS RZ, "
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 
