@@ -154,6 +154,7 @@ def measure(case: dict[str, Any]) -> dict[str, Any]:
         "sass": sass.main_loop_instructions / loop if loop else math.nan,
         "ffma_share": sass.ffma_share, "main_loop_ffma": loop,
         "opcodes": sass.main_loop_opcodes,
+        "never": sum(sass.main_loop_never_executed.values()),
         "shared_loads": sass.shared_load_widths, "measured_ms": case.get("measured_ms"),
         "load_use": sass.main_loop_load_use,
     })
@@ -208,7 +209,7 @@ def grouped(opcodes: dict[str, int], ffma: int) -> dict[str, float]:
 def table(results: list[dict[str, Any]]) -> str:
     lines = [f"{'problem':16} {'variant':18} {'loop':6} {'model':>6} {'sass':>6} {'err':>6} "
              f"{'FMA%':>5} | {'LDS':>5} {'LDG':>5} {'STS':>5} {'int':>5} {'pred':>5} "
-             f"{'br':>5} {'oth':>5} | m.loads m.copies | load>use LDS LDG"]
+             f"{'br':>5} {'oth':>5} {'nev':>5} | m.loads m.copies | load>use LDS LDG"]
     for r in results:
         if "error" in r:
             lines.append(f"{r['problem']:16} {r['variant']:18} refused: {r['error']}")
@@ -219,7 +220,8 @@ def table(results: list[dict[str, Any]]) -> str:
             f"{r['problem']:16} {r['variant'][:18]:18} {r['loop'][:6]:6} {r['model']:6.3f} "
             f"{r['sass']:6.3f} {err:+6.0%} {r['ffma_share']:5.0%} | {g['LDS']:5.3f} "
             f"{g['LDG']:5.3f} {g['STS']:5.3f} {g['int']:5.3f} {g['pred']:5.3f} "
-            f"{g['branch']:5.3f} {g['other']:5.3f} | {r['terms']['loads']:.3f} "
+            f"{g['branch']:5.3f} {g['other']:5.3f} "
+            f"{r.get('never', 0) / r['main_loop_ffma']:5.3f} | {r['terms']['loads']:.3f} "
             f"{r['terms']['copies']:.3f}    | {_distance(r, 'LDS')} {_distance(r, 'LDG')}")
     errors = [abs(r["model"] / r["sass"] - 1) for r in results if "error" not in r]
     signed = [r["model"] / r["sass"] - 1 for r in results if "error" not in r]

@@ -65,12 +65,13 @@ def economy(row, gpu: str) -> dict:
                                in report.main_loop_shared_load_widths.items()},
                    ldg=opcodes.get("LDG", 0),
                    ldgsts=opcodes.get("LDGSTS", 0), branches=opcodes.get("BRA", 0),
-                   integer=sum(n for op, n in opcodes.items() if op in INTEGER))
+                   integer=sum(n for op, n in opcodes.items() if op in INTEGER),
+                   never=sum(report.main_loop_never_executed.values()))
     return figures
 
 
 COLUMNS = ("row", "pick", "tiles", "regs", "FFMA", "FFMA %", "FFMA/LDS", "LDS widths",
-           "FFMA/LDG", "BRA", "int", "pred ms")
+           "FFMA/LDG", "BRA", "int", "never", "pred ms")
 
 
 def tiles(params: dict) -> str:
@@ -87,11 +88,12 @@ def cells(name: str, f: dict) -> list[str]:
             f"{f['ffma'] / f[count]:.1f}")
 
     if f.get("ffma") is None:
-        sass = ["-"] * 8
+        sass = ["-"] * 9
     else:
         widths = ",".join(f"{n}x{bits}" for bits, n in f["lds_widths"].items()) or "-"
         sass = [str(f["registers"]), str(f["ffma"]), f"{f['ffma_share']:.1%}", per("lds"),
-                widths, per("ldg"), str(f["branches"]), str(f["integer"])]
+                widths, per("ldg"), str(f["branches"]), str(f["integer"]),
+                str(f.get("never", "-"))]
     return [name, f["pick"], tiles(f["params"]), *sass, f"{f['predicted_ms']:.3f}"]
 
 
@@ -109,7 +111,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"anchor: {name}: FFMA {share:.1%}, {1 / per_ffma:.0f} FFMA per LDS (all 128-bit)")
     print("FFMA %: FFMA share of the SASS main loop; FFMA/LDS, FFMA/LDG: FFMA per shared and "
           "global load instruction there ('none': no such load); LDS widths: count x bits; "
-          "BRA, int: branches and integer instructions in the main loop")
+          "BRA, int: branches and integer instructions in the main loop; never: its "
+          "instructions guarded by a never-true predicate (@!PT LDS RZ, [RZ] before LDGSTS: "
+          "issued, in no other column; '-': a run from before they were counted apart)")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

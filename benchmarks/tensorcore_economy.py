@@ -109,12 +109,14 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
                    shared_per_mma=report.shared_bytes_per_mma,
                    sass_loop=report.main_loop_instructions, sass_mma=report.main_loop_mma,
                    ldsm=report.main_loop_opcodes.get("LDSM", 0),
-                   generic_loads=report.main_loop_opcodes.get("LD", 0))
+                   generic_loads=report.main_loop_opcodes.get("LD", 0),
+                   never=sum(report.main_loop_never_executed.values()))
     return figures
 
 
 COLUMNS = ("row", "pick", "tiles", "stg", "regs", "smem B", "occ", "A sect/req", "B sect/req",
-           "ways", "tile ways", "frags", "nonMMA/MMA", "smem B/MMA", "model/SASS step", "pred ms")
+           "ways", "tile ways", "frags", "nonMMA/MMA", "smem B/MMA", "never",
+           "model/SASS step", "pred ms")
 
 
 def fragments(f: dict) -> str:
@@ -141,7 +143,8 @@ def cells(name: str, f: dict) -> list[str]:
             shown("registers", "{}"), str(f["shared_bytes"]), shown("occupancy", "{:.0%}"),
             sectors("A"), sectors("B"), str(f["ways"]), shown("tile_ways", "{}"), fragments(f),
             shown("non_mma_per_mma", "{:.2f}"),
-            shown("shared_per_mma", "{:.0f}"), step(f), f"{f['predicted_ms']:.3f}"]
+            shown("shared_per_mma", "{:.0f}"), shown("never", "{}"), step(f),
+            f"{f['predicted_ms']:.3f}"]
 
 
 def step(f: dict) -> str:
@@ -190,7 +193,9 @@ def main(argv: list[str] | None = None) -> int:
           "count of the copies' sectors is shown beside where it differs); model/SASS step: "
           "the model's instructions per step beside the SASS loop's, (xn) where nvcc unrolled "
           "n steps into it, 'unrolled' where it unrolled them all (no loop is the reduction's); "
-          "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole)")
+          "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole); "
+          "never: the loop's instructions guarded by a never-true predicate (@!PT LDS RZ, "
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but in no shared bytes")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

@@ -2,9 +2,10 @@
 read on the CPU. For GEMM 4096^3 in fp16, bf16 and tf32 and every TCCG row in fp16, the
 search named 'warpgroup' and the one named 'tensorcore' on the H100 model: each pick's tiles,
 its predicted time and binding resource, and from the warpgroup kernel's SASS (sm_90a) the
-main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS, STS and STG;
-and from the emulator's count of its first block's first steps the worst bank-conflict ways,
-of all shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
+main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS, STS and STG
+(and apart the never-executed placeholders ptxas puts before LDGSTS); and from the
+emulator's count of its first block's first steps the worst bank-conflict ways, of all
+shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
 nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
 run of code holding them, which is then the kernel's body: the per-HGMMA figures read either
 alike. Such a run ends at nvcc's first branch target, so it may hold the first outputs of the
@@ -87,13 +88,14 @@ def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None)
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
                    sts=kinds.get("shared memory", {}).get("STS", 0),
-                   stg=kinds.get("global memory", {}).get("STG", 0))
+                   stg=kinds.get("global memory", {}).get("STG", 0),
+                   never=sum(report.main_loop_never_executed.values()))
     return figures
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
            "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "body STG", "ways",
-           "tile ways", "body LDS", "body STS")
+           "tile ways", "body LDS", "body STS", "body never")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -105,7 +107,7 @@ def cells(name: str, f: dict) -> list[str]:
             shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
             shown("ldg", "{}"), shown("ldgsts", "{}"), shown("stg", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
-            shown("sts", "{}")]
+            shown("sts", "{}"), shown("never", "{}")]
 
 
 def body(f: dict) -> str:
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
           "into; body columns: that code; others: nonMMA/MMA of the warps that branch over "
           "the bulk copies' issue (one thread's); ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
-          "tiles'")
+          "tiles'; body never: instructions guarded by a never-true predicate (@!PT LDS RZ, "
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

@@ -135,6 +135,40 @@ def test_a_tensor_core_loop_counts_instructions_and_shared_bytes_per_mma() -> No
     assert kinds["async copy"] == {"LDGSTS": 1} and kinds["integer and other"] == {"IADD3": 1}
 
 
+# The same loop as ptxas writes it where a cp.async follows a generic shared store: three
+# ``@!PT LDS RZ, [RZ]`` before the LDGSTS, guarded by "not true"; and after the loop a branch
+# back that is never taken (it closes no loop).
+PLACEHOLDERS = MMA_LOOP.replace(
+    "        /*0030*/                   LDGSTS",
+    "        /*0022*/              @!PT LDS RZ, [RZ] ;\n"
+    "        /*0024*/              @!PT LDS RZ, [RZ] ;\n"
+    "        /*0026*/              @!PT LDS RZ, [RZ] ;\n"
+    "        /*0030*/                   LDGSTS").replace(
+    "        /*00a0*/                   EXIT",
+    "        /*0098*/              @!PT BRA `(.L_x_0) ;\n"
+    "        /*00a0*/                   EXIT")
+
+
+def test_never_executed_instructions_are_issued_but_counted_apart() -> None:
+    plain, guarded = parse_sass(MMA_LOOP, "sm_90")[0], parse_sass(PLACEHOLDERS, "sm_90")[0]
+    # issued: in the instruction totals and the instructions beside each MMA
+    assert (guarded.instructions, guarded.main_loop_instructions) == (15, 12)
+    assert guarded.non_mma_per_mma == pytest.approx(8 / 4)
+    assert guarded.never_executed == 4
+    assert guarded.main_loop_never_executed == {"LDS": 3}
+    # but no loads: every count by kind, width or bytes is the plain loop's
+    assert guarded.shared_bytes_per_mma == plain.shared_bytes_per_mma
+    assert guarded.main_loop_opcodes == plain.main_loop_opcodes
+    assert guarded.shared_load_widths == plain.shared_load_widths == {}
+    assert guarded.main_loop_shared_load_widths == {}
+    assert "LDS" not in guarded.main_loop_load_use
+    kinds = guarded.main_loop_kinds()
+    assert kinds["never executed"] == {"LDS": 3}
+    assert kinds["shared memory"] == {"LDSM": 2}
+    assert sum(sum(k.values()) for k in kinds.values()) == guarded.main_loop_instructions
+    assert "never executed: 4" in str(guarded) and "never" not in str(plain)
+
+
 def test_parse_listing_counts_the_whole_kernel() -> None:
     gemm, copy = parse_sass(LISTING, "sm_90")
     assert gemm.kernel == "gemm" and gemm.arch == "sm_90"

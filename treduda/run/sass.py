@@ -32,8 +32,12 @@ from treduda.run.nvcc import (
 # cuobjdump: "Function : name"; nvdisasm: "//------ .text.name ------".
 _FUNCTION = re.compile(r"^\s*(?:Function\s*:\s*(\S+)|//-+\s*\.text\.(\S+)\s+-+)")
 _INSTRUCTION = re.compile(
-    r"/\*([0-9a-fA-F]+)\*/\s+(?:@!?U?P(?:T|\d+)\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
+    r"/\*([0-9a-fA-F]+)\*/\s+(?:@(!?U?P(?:T|\d+))\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
 )
+# Guards that are never true: ptxas places ``@!PT LDS RZ, [RZ]`` before LDGSTS (undocumented;
+# three before each cp.async that follows a generic shared store, in the SASS read for issue
+# 39). Such an instruction is issued but moves nothing, so it is counted apart from its kind.
+_NEVER = {"!PT", "!UPT"}
 _LABEL = re.compile(r"^\s*(\.L\w+):")  # nvdisasm names branch targets instead of addresses
 _TARGET = re.compile(r"`\((\.L\w+)\)|(0x[0-9a-fA-F]+)\s*$")
 # HFMA2 is not counted: sm_8x+ zero registers with "HFMA2.MMA R, -RZ, RZ, 0, 0".
@@ -117,6 +121,10 @@ class SassReport:
     # instructions of the main loop that one warp alone runs: a block issuing bulk tensor
     # copies (UTMALDG), which the other warps branch over (:func:`_issuing_block`)
     main_loop_one_warp: int = 0
+    # instructions guarded by a never-true predicate (``@!PT LDS RZ, [RZ]``), in the kernel
+    # and by opcode in its main loop: in the instruction totals (issued), in no other count
+    never_executed: int = 0
+    main_loop_never_executed: dict[str, int] = field(default_factory=dict)
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -144,9 +152,12 @@ class SassReport:
         return self.main_loop_shared_bytes / mma if mma else None
 
     def main_loop_kinds(self) -> dict[str, dict[str, int]]:
-        """The main loop's opcodes grouped by :data:`KINDS` ("integer and other" the rest),
-        most frequent kind first."""
-        grouped: dict[str, dict[str, int]] = {}
+        """The main loop's opcodes grouped by :data:`KINDS` ("integer and other" the rest,
+        "never executed" those guarded by a never-true predicate), most frequent kind
+        first: the groups add up to the main loop's instructions."""
+        grouped: dict[str, dict[str, int]] = (
+            {"never executed": self.main_loop_never_executed}
+            if self.main_loop_never_executed else {})
         for opcode, n in self.main_loop_opcodes.items():
             kind = next((k for k, opcodes in KINDS.items() if opcode in opcodes),
                         "integer and other")
@@ -174,6 +185,8 @@ class SassReport:
             "  load to use:   " + (", ".join(f"{kind} {n:g}" for kind, n in
                                            self.main_loop_load_use.items()) or "no loads")
             + " instructions (median, main loop)",
+            *([f"  never executed: {self.never_executed} (guarded by !PT; in no count above "
+               "but the instructions)"] if self.never_executed else []),
         ])
 
 
@@ -183,6 +196,7 @@ class _Instruction:
     opcode: str  # with modifiers, e.g. "LDG.E.128.CONSTANT"
     target: int | None  # for branches: the address jumped to
     operands: str = ""  # as printed, e.g. " R30, R12, R14, R30"
+    never_executed: bool = False  # guarded by a predicate that is never true (_NEVER)
 
 
 def _width(opcode: str) -> int:
@@ -200,7 +214,7 @@ def _width(opcode: str) -> int:
 
 def _split_functions(text: str) -> list[tuple[str, list[_Instruction]]]:
     """The listing's functions, each with its instructions and branch targets resolved."""
-    functions: list[tuple[str, list[tuple[int, str, str]]]] = []
+    functions: list[tuple[str, list[tuple[int, str | None, str, str]]]] = []
     labels: dict[str, int] = {}
     pending: list[str] = []  # labels waiting for the address of the next instruction
     for line in text.splitlines():
@@ -212,15 +226,17 @@ def _split_functions(text: str) -> list[tuple[str, list[_Instruction]]]:
             address = int(found.group(1), 16)
             labels.update(dict.fromkeys(pending, address))
             pending.clear()
-            functions[-1][1].append((address, found.group(2), found.group(3)))
+            functions[-1][1].append((address, *found.group(2, 3, 4)))
     resolved = []
     for name, rows in functions:
         body = []
-        for address, opcode, operands in rows:
+        for address, guard, opcode, operands in rows:
             target = None
-            if opcode.split(".")[0] == "BRA" and (jump := _TARGET.search(operands.strip())):
+            never = guard in _NEVER
+            if (opcode.split(".")[0] == "BRA" and not never
+                    and (jump := _TARGET.search(operands.strip()))):
                 target = labels.get(jump.group(1)) if jump.group(1) else int(jump.group(2), 16)
-            body.append(_Instruction(address, opcode, target, operands))
+            body.append(_Instruction(address, opcode, target, operands, never))
         resolved.append((name, _strip_padding(body)))
     return resolved
 
@@ -288,7 +304,7 @@ def _straight_runs(body: list[_Instruction]) -> list[list[_Instruction]]:
         if instruction.address in targets and runs[-1]:
             runs.append([])
         runs[-1].append(instruction)
-        if instruction.opcode.split(".")[0] in _JUMPS:
+        if instruction.opcode.split(".")[0] in _JUMPS and not instruction.never_executed:
             runs.append([])
     return [run for run in runs if run] or [body]
 
@@ -302,12 +318,13 @@ def _load_use(loop: list[_Instruction]) -> dict[str, float]:
     for instruction in loop:
         operands = instruction.operands.split(",")
         read = operands if instruction.opcode.split(".")[0] in _STORES else operands[1:]
-        reads.append({int(r) for r in _REGISTER.findall(",".join(read))})
+        reads.append(set() if instruction.never_executed
+                     else {int(r) for r in _REGISTER.findall(",".join(read))})
     distances: dict[str, list[int]] = {}
     for n, load in enumerate(loop):
         kind = load.opcode.split(".")[0]
         first = _REGISTER.match(load.operands.split(",")[0].strip())
-        if kind not in _LOADS or not first:
+        if kind not in _LOADS or not first or load.never_executed:
             continue
         start = int(first.group(1))
         written = set(range(start, start + max(1, _width(load.opcode) // 32)))
@@ -318,7 +335,8 @@ def _load_use(loop: list[_Instruction]) -> dict[str, float]:
 
 
 def _count(body: list[_Instruction], opcodes: set[str]) -> int:
-    return sum(i.opcode.split(".")[0] in opcodes for i in body)
+    """Instructions of ``body`` with one of ``opcodes`` that may execute."""
+    return sum(i.opcode.split(".")[0] in opcodes and not i.never_executed for i in body)
 
 
 def _count_fma(body: list[_Instruction]) -> int:
@@ -334,11 +352,15 @@ def _shared_bytes(opcode: str) -> int:
 
 
 def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
+    """The counts of ``body``: its instruction totals hold the never-executed instructions
+    (they take issue slots), every count by kind, width or bytes leaves them out."""
+    executed = [i for i in body if not i.never_executed]
     widths: dict[str, Counter[int]] = {field: Counter() for field in _MEMORY.values()}
-    for instruction in body:
+    for instruction in executed:
         if field := _MEMORY.get(instruction.opcode.split(".")[0]):
             widths[field][_width(instruction.opcode)] += 1
     loop, looped = _main_loop(body)
+    loop_executed = [i for i in loop if not i.never_executed]
     loop_fma = _count_fma(loop)
     return SassReport(
         kernel=_demangle(name),
@@ -349,9 +371,9 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_ffma=loop_fma,
         ffma_share=loop_fma / len(loop) if loop else 0.0,
         **{field: dict(sorted(counts.items())) for field, counts in widths.items()},
-        barriers=sum(i.opcode.split(".")[0] == "BAR" for i in body),
+        barriers=_count(body, {"BAR"}),
         read_only_loads=sum(i.opcode.startswith("LDG") and "CONSTANT" in i.opcode.split(".")
-                            for i in body),
+                            for i in executed),
         mma=_count(body, _MMA),
         main_loop_mma=_count(loop, _MMA),
         async_copies=_count(body, _ASYNC_COPY),
@@ -359,14 +381,21 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         bulk_copies=_count(body, _BULK_COPY),
         register_limits=tuple(sorted(int(i.operands.split(",")[-1], 16) for i in body
                                      if i.opcode.split(".")[0] == "USETMAXREG")),
-        main_loop_opcodes=dict(Counter(i.opcode.split(".")[0] for i in loop).most_common()),
-        main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop),
+        main_loop_opcodes=_opcodes(loop_executed),
+        main_loop_shared_bytes=sum(_shared_bytes(i.opcode) for i in loop_executed),
         main_loop_shared_load_widths=dict(sorted(Counter(
-            _width(i.opcode) for i in loop if i.opcode.split(".")[0] == "LDS").items())),
+            _width(i.opcode) for i in loop_executed if i.opcode.split(".")[0] == "LDS").items())),
         looped=looped,
         main_loop_one_warp=_issuing_block(loop),
+        never_executed=len(body) - len(executed),
+        main_loop_never_executed=_opcodes([i for i in loop if i.never_executed]),
         main_loop_load_use=_load_use(loop),
     )
+
+
+def _opcodes(body: list[_Instruction]) -> dict[str, int]:
+    """``body``'s opcodes without modifiers, most frequent first."""
+    return dict(Counter(i.opcode.split(".")[0] for i in body).most_common())
 
 
 def parse_sass(text: str, arch: str) -> list[SassReport]:
