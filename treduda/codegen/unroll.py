@@ -29,7 +29,7 @@ def unroll(kernel: ir.KernelIR, loops: Mapping[str, tuple[int, int]],
     """``kernel`` with the loops over the iterators in ``loops`` unrolled; ``loops`` gives the
     first and last value each iterator can take, ``known`` the ranges of the block and thread
     ids (and any other expression) that decide the guards of the iterations."""
-    return replace(kernel, body=_Unroller(loops, known).stmt(kernel.body))
+    return replace(kernel, body=_Unroller(loops, known, _Reads()).stmt(kernel.body))
 
 
 def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.KernelIR:
@@ -42,7 +42,7 @@ def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Ke
     loads in the main loop (tccg_12's 32-step over c = 7248: 59% FFMA, 398 BRA). Peeled, the
     loop runs the full steps without a test, and the short step runs once after it, as
     hand-written kernels do. ``known`` holds the ranges of the block and thread ids."""
-    return replace(kernel, body=_peeled(kernel.body, known))
+    return replace(kernel, body=_peeled(kernel.body, known, _Reads()))
 
 
 def unroll_uneven(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]
@@ -56,17 +56,17 @@ def unroll_uneven(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]
     loop by four with a remainder loop, so the main loop of a pipeline that copies the next
     step holds their branches (tccg_38's pick: 7 ``BRA``). Unrolled up to the most rounds any
     thread runs, only the last round is guarded, and nvcc predicates its copy."""
-    return replace(kernel, body=_uneven(kernel.body, known))
+    return replace(kernel, body=_uneven(kernel.body, known, _Reads()))
 
 
-def _uneven(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
+def _uneven(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads) -> ir.Stmt:
     if isinstance(s, ir.For) and (span := _span(s, known)) is not None:
         known = {**known, ir.Var(s.iterator): span}  # what its body's bounds may read
-    s = ir.map_children(s, lambda child: _uneven(child, known))
+    s = ir.map_children(s, lambda child: _uneven(child, known, reads))
     if (isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL
             and (_reads_thread(s.start) or _reads_thread(s.condition))
             and (span := _span(s, known)) is not None):
-        return _Unroller({s.iterator: span}, known).unrolled(s)
+        return _Unroller({s.iterator: span}, known, reads).unrolled(s)
     return s
 
 
@@ -98,15 +98,15 @@ def _span(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]]) -> tuple[int, 
 PEELED = 2
 
 
-def _peeled(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
-    s = ir.map_children(s, lambda child: _peeled(child, known))
+def _peeled(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads) -> ir.Stmt:
+    s = ir.map_children(s, lambda child: _peeled(child, known, reads))
     if isinstance(s, ir.For) and ir.has_barrier(s.body):
-        return _peel_loop(s, known, PEELED) or s
+        return _peel_loop(s, known, PEELED, reads) or s
     return s
 
 
-def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: int
-               ) -> ir.Stmt | None:
+def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: int,
+               reads: _Reads) -> ir.Stmt | None:
     """``loop`` with up to ``rounds`` iterations peeled off each end, each where that decides
     a guard in the iterations left; None where none does."""
     bounds = _constant_bounds(loop)
@@ -117,19 +117,19 @@ def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: i
 
     def over(low: int, high: int) -> ir.Stmt:  # the body where the iterator lies in [low, high]
         ranges = {**known, ir.Var(name): (low, high)}
-        return _Unroller({}, ranges).substituted_stmt(loop.body, name, ir.Var(name))
+        return _Unroller({}, ranges, reads).substituted_stmt(loop.body, name, ir.Var(name))
 
     whole = over(first, last)
     low = first + (over(first + 1, last) != whole)
     high = last - (over(first, last - 1) != whole)
     if (low, high) == (first, last):
         return None
-    once = _Unroller({}, known)
+    once = _Unroller({}, known, reads)
     parts = [once.substituted_stmt(loop.body, name, ir.Int(first))] if low > first else []
     if low <= high:
         middle = replace(loop, start=ir.Int(low),
                          condition=ir.Binary(ir.Op.LE, ir.Var(name), ir.Int(high)))
-        parts.append(_peel_loop(middle, known, rounds - 1)
+        parts.append(_peel_loop(middle, known, rounds - 1, reads)
                      or replace(middle, body=over(low, high)))
     if high < last:
         parts.append(once.substituted_stmt(loop.body, name, ir.Int(last)))
@@ -147,11 +147,41 @@ def _constant_bounds(loop: ir.For) -> tuple[int, int] | None:
     return loop.start.value, c.right.value - (c.op is ir.Op.LT)
 
 
+class _Reads:
+    """The variables each expression reads, found once per expression object of one pass.
+
+    Substituting an iterator walked every expression of a loop's body, though most read
+    other iterators only: peeling substitutes a step loop's body three times a round and
+    unrolling once per iteration, and the walks took a third of a kernel's generation
+    (tccg_12's unrolled 8 x 8 tile). Knowing what a subtree reads, :meth:`_Unroller.substituted`
+    returns one that does not read the name at once. Expressions are kept by identity (the
+    dict holds each one, so no id is reused while it lives); a pass makes its own, so nothing
+    is shared between threads."""
+
+    def __init__(self) -> None:
+        self._found: dict[int, tuple[ir.Expr, frozenset[str]]] = {}
+
+    def __call__(self, e: ir.Expr) -> frozenset[str]:
+        found = self._found.get(id(e))
+        if found is not None:
+            return found[1]
+        if isinstance(e, ir.Var):
+            names = frozenset((e.name,))
+        elif isinstance(e, ir.Load):
+            names = self(e.offset)
+        else:
+            parts = e.indices if isinstance(e, ir.Element) else ir.children(e)
+            names = frozenset().union(*map(self, parts))
+        self._found[id(e)] = (e, names)
+        return names
+
+
 class _Unroller:
     def __init__(self, loops: Mapping[str, tuple[int, int]],
-                 known: Mapping[ir.Expr, tuple[int, int]]):
+                 known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads):
         self.loops = loops
         self.known = dict(known)
+        self.reads = reads
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.For) and s.iterator in self.loops:
@@ -224,8 +254,10 @@ class _Unroller:
         """``e`` with ``name`` replaced by ``value``, folded where it changed (an expression
         that does not read ``name`` is returned as it is). A new ``ir.Var(name)`` as ``value``
         keeps the variable and folds what reads it against its range in the known ones."""
+        if name not in self.reads(e):
+            return e
         if isinstance(e, ir.Var):
-            return value if e.name == name else e
+            return value
         parts = ir.children(e)
         if isinstance(e, ir.Load):
             offset = self.substituted(e.offset, name, value)

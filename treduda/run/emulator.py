@@ -188,14 +188,14 @@ def emulate(kernel: ir.KernelIR, launch: Launch,
     every = blocks is None
     if every:
         blocks = itertools.product(*map(range, launch.grid))
-    compiled = {}
+    shared = _Shared(kernel)
     found = [h for b in blocks
-             for h in _Block(kernel, launch.block, b, memory, compiled=compiled).run()]
+             for h in _Block(kernel, launch.block, b, memory, shared).run()]
     for later, call in zip(then, launch.then, strict=True):
         grid = itertools.product(*map(range, call.grid)) if every else corners(call.grid)
-        compiled = {}
+        shared = _Shared(later)
         found += [h for b in grid
-                  for h in _Block(later, call.block, b, memory, compiled=compiled).run()]
+                  for h in _Block(later, call.block, b, memory, shared).run()]
     shown, per_kind = [], Counter()
     for hazard in found:
         per_kind[hazard.kind] += 1
@@ -210,21 +210,33 @@ def observe(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...
     output is written into its array; inputs are only read, so they may be read-only views),
     hazards left unreported (a main loop cut short leaves copies in flight)."""
     memory = {p.name: v for p, v in zip(kernel.params, launch.values, strict=True)}
-    compiled = {}
+    shared = _Shared(kernel)
     for block in blocks:
         observer.begin()
-        _Block(kernel, launch.block, block, memory, observer, compiled).run()
+        _Block(kernel, launch.block, block, memory, shared, observer).run()
+
+
+class _Shared:
+    """What the blocks of one kernel share, found once for it: its loop iterators, whether it
+    has warpgroup MMAs or mbarriers, and the index expressions' evaluators
+    (:func:`ir.evaluator`, by id). Walking the kernel's body for every block took a tenth of a
+    small kernel's emulation."""
+
+    def __init__(self, kernel: ir.KernelIR):
+        statements = list(ir.nested(kernel.body))
+        self.iterators = {s.iterator for s in statements if isinstance(s, ir.For)}
+        self.proxied = any(isinstance(s, ir.WarpgroupMultiply) for s in statements)
+        self.transacted = any(isinstance(s, ir.MBARRIER_STATEMENTS) for s in statements)
+        self.compiled: dict[int, tuple[ir.Expr, ir.Evaluator, bool]] = {}
 
 
 class _Block:
     """The emulation of one block: every thread at once, a mask for the active ones."""
 
     def __init__(self, kernel: ir.KernelIR, shape: tuple[int, int, int],
-                 block: tuple[int, ...], memory: dict[str, Any],
-                 observer: Observer | None = None,
-                 compiled: dict[int, tuple[ir.Expr, ir.Evaluator, bool]] | None = None):
-        """``compiled``: the index expressions' evaluators (:func:`ir.evaluator`), by id, that
-        the blocks of one kernel share."""
+                 block: tuple[int, ...], memory: dict[str, Any], shared: _Shared,
+                 observer: Observer | None = None):
+        """``shared``: what the blocks of ``kernel`` share."""
         self.kernel, self.block, self.observer = kernel, block, observer
         self.widened = False  # in a vector access or copy, whose lanes the observer sees once
         bx, by, bz = shape
@@ -237,10 +249,9 @@ class _Block:
         self.integer = is_integer(self.compute.name)
         self.env: dict[str, Any] = {p.name: int(memory[p.name]) for p in kernel.params
                                     if p.kind is ir.ParamKind.SIZE}  # integers: sizes, loops
-        iterators = {s.iterator for s in ir.nested(kernel.body) if isinstance(s, ir.For)}
         # the sizes no loop iterator shadows: fixed in a block, as thread ids are
-        self.fixed = set(self.env) - iterators
-        self.compiled = {} if compiled is None else compiled
+        self.fixed = set(self.env) - shared.iterators
+        self.compiled = shared.compiled
         self.memo: dict[int, Any] = {}  # the values of the parts fixed in this block
         self.statics: dict[int, np.ndarray] = {}  # index expressions fixed in this block
         self.mask: tuple[np.ndarray, np.ndarray, bool] | None = None  # see lanes_of
@@ -298,13 +309,11 @@ class _Block:
                             for name in self.shared}
         # per shared element: written through the generic proxy, its writer unfenced since
         # (asked only by warpgroup MMAs, so kept only in kernels that have them)
-        proxied = any(isinstance(s, ir.WarpgroupMultiply) for s in ir.nested(kernel.body))
         self.unfenced = {name: np.zeros(self.arrays[name].shape, dtype=bool)
-                         for name in self.shared if proxied}
+                         for name in self.shared if shared.proxied}
         self.writer = {name: np.zeros(self.arrays[name].shape, dtype=np.int64)
-                       for name in self.shared if proxied}
-        self.transactions = (Transactions(self) if any(
-            isinstance(s, ir.MBARRIER_STATEMENTS) for s in ir.nested(kernel.body)) else None)
+                       for name in self.shared if shared.proxied}
+        self.transactions = Transactions(self) if shared.transacted else None
         self.bulk_tiles = self.transactions.in_flight if self.transactions else {}
         self.roles: Roles | None = None  # the role split running (warp specialisation)
         self.splits: dict[int, bool] = {}  # by the If's id: whether it is one

@@ -55,8 +55,8 @@ def _queue():
     return cl.CommandQueue(context, properties=cl.command_queue_properties.PROFILING_ENABLE)
 
 
-def build_options(source: str) -> list[str]:
-    """OpenCL compiler options for ``source``.
+def build_options() -> list[str]:
+    """OpenCL compiler options for a generated kernel.
 
     Argument names are kept so that guard errors can name the tensor. PoCL 3.0 runs some
     loops that contain barriers wrongly, e.g. this one stores for ``j == 3`` (local size 2,
@@ -72,10 +72,12 @@ def build_options(source: str) -> list[str]:
     and some preloaded staging kernels even unoptimised (the emulator of
     :mod:`treduda.run.emulator` finds those correct and race-free). A barrier closing each
     such loop fixes both, so the OpenCL printer adds one (``Dialect.barrier_closes_loops``).
-    Kernels with barriers are still built without optimisation: on PoCL that passes the
-    same tests in a third of the time, as the build dominates.
+    Kernels with barriers are still built without optimisation, and so is every other: PoCL
+    runs them to check them at small sizes, where LLVM's optimisation took most of the time
+    (with an empty PoCL kernel cache, tests/test_suites.py 45 -> 16 CPU s, test_strategies.py
+    45 -> 27; timing on PoCL, ``measure=True`` without a GPU, ranks unoptimised builds).
     """
-    return ["-cl-kernel-arg-info", *(["-cl-opt-disable"] if "barrier(" in source else [])]
+    return ["-cl-kernel-arg-info", "-cl-opt-disable"]
 
 
 @functools.lru_cache(maxsize=256)
@@ -87,7 +89,7 @@ def _program(source: str):
     try:
         with warnings.catch_warnings():  # pyopencl warns about non-empty build logs
             warnings.simplefilter("ignore")
-            return cl.Program(queue.context, source).build(options=build_options(source))
+            return cl.Program(queue.context, source).build(options=build_options())
     except cl.RuntimeError as error:
         raise CompileError("the OpenCL compiler rejected a generated kernel", str(error)) from error
 
