@@ -64,11 +64,12 @@ from .warpgroup_kernel import (
     WarpgroupBuilder,
     shared_bytes,
     staged_width,
+    tma_fits,
     warpgroup_tile,
     wgmma_k,
 )
 from .warpgroup_model import WarpgroupModel
-from .warpgroup_tma import tma_fits, tma_reason
+from .warpgroup_tma import tma_reason
 
 DTYPES = ("float16", "bfloat16")
 TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")

@@ -119,6 +119,7 @@ from .tensorcore_tiles import (
     copy_widths,
     digit_values,
     free_boxed,
+    gemm_groups,
     index_digits,
     k_box,
     operand_rows_major,
@@ -127,7 +128,7 @@ from .tensorcore_tiles import (
     skewed_extent,
     stepped_k,
 )
-from .warpgroup_tma import BARRIERS, box_bytes, operand_box
+from .warpgroup_tma import BARRIERS, OperandBox, box_bytes, operand_box
 
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
@@ -639,3 +640,19 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     pad = accumulator_row_pad(program, columns) * size if box else 16
     barriers = ir.SHARED_ALIGNMENT if params.get("tma") else 0
     return max(operands * params["stages"], tile[rows] * (columns * size + pad)) + barriers
+
+
+def step_boxes(program: Program, params: Mapping[str, Any]) -> tuple[OperandBox | None, ...]:
+    """A's and B's boxes (:func:`operand_box`) for the parameters' tiles."""
+    found = gemm_groups(program)
+    tile = warpgroup_tile(params, program)
+    k_sizes = stepped_k(program, found, tile["k"])
+    lines = swizzles(program, params, found)
+    size = dtypes.itemsize(program.dtype)
+    return tuple(operand_box(program, tensor, tile, line // size, k_sizes)
+                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
+
+
+def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
+    """Whether a step of the parameters' tiles spans one box of each operand."""
+    return all(box is not None for box in step_boxes(program, params))

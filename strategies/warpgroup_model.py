@@ -74,9 +74,9 @@ from .warpgroup_kernel import (
     shared_bytes,
     staged,
     staged_width,
+    step_boxes,
     warpgroup_tile,
 )
-from .warpgroup_tma import step_boxes
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop

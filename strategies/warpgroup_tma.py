@@ -24,14 +24,13 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
 
 from treduda.codegen import ir
 from treduda.frontend import dtypes
 from treduda.polyhedral.lower import Program
 from treduda.run.tensor_maps import unmappable
 
-from .tensorcore_tiles import fastest_first, gemm_groups, k_box, stepped_k
+from .tensorcore_tiles import fastest_first, gemm_groups, k_box
 
 MAP_PREFIX = "td_map_"  # a tensor map's kernel parameter: the prefix and the tensor's name
 BARRIERS = "td_full"  # the mbarriers, one per stage: the step's boxes have landed
@@ -102,21 +101,3 @@ def operand_box(program: Program, tensor: str, tile: Mapping[str, int], line: in
 def box_bytes(boxes: tuple[OperandBox, ...], itemsize: int) -> int:
     """The bytes a step's copies complete on its mbarrier: every box whole, zeros too."""
     return sum(o.boxes * o.map.box_elements * itemsize for o in boxes)
-
-
-def step_boxes(program: Program, params: Mapping[str, Any]) -> tuple[OperandBox | None, ...]:
-    """A's and B's boxes (:func:`operand_box`) for the parameters' tiles."""
-    from .warpgroup_kernel import swizzles, warpgroup_tile  # it builds on this module
-
-    found = gemm_groups(program)
-    tile = warpgroup_tile(params, program)
-    k_sizes = stepped_k(program, found, tile["k"])
-    lines = swizzles(program, params, found)
-    size = dtypes.itemsize(program.dtype)
-    return tuple(operand_box(program, tensor, tile, line // size, k_sizes)
-                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
-
-
-def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
-    """Whether a step of the parameters' tiles spans one box of each operand."""
-    return all(box is not None for box in step_boxes(program, params))
