@@ -12,7 +12,9 @@ import sys
 
 import pytest
 
+import treduda.app.bench
 import treduda.frontend.contraction
+import treduda.tuning.policy
 from treduda.app import cli, fidelity
 from treduda.app.bench import Case, plot, run, select, short_params
 from treduda.app.gpu_bench import GpuOutcome, Pick, _untimed, load_picks, summary
@@ -30,9 +32,20 @@ BAD = Row("bad_expression", "C[i,j] = A[i,k) * B[k,j]", {"i": 64, "j": 64, "k": 
 
 
 @pytest.mark.slow
-def test_bench_reports_rows_summary_json_and_plot(tmp_path):
+def test_bench_reports_rows_summary_json_and_plot(tmp_path, monkeypatch):
     # One test for the one expensive run: pytest-xdist would repeat a module fixture per worker.
     cases = [*select("tccg_fp32", FP32_IDS), *select("tc", [TC_ID]), Case(BAD, suite="test")]
+    compiled = {"check": [], "table": []}  # sources given to nvcc by ptxas's check, the table
+
+    def spy(on, module):
+        batch = module.compile_cuda_batch
+
+        def recorded(sources, arch):
+            compiled[on].extend(sources)
+            return batch(sources, arch)
+        monkeypatch.setattr(module, "compile_cuda_batch", recorded)
+    spy("check", treduda.tuning.policy)
+    spy("table", treduda.app.bench)
     out, log = io.StringIO(), io.StringIO()
     json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
     code = run(cases, max_nodes=BUDGET, json_path=str(json_path), plot_path=str(png_path),
@@ -40,6 +53,7 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path):
     text, progress = out.getvalue(), log.getvalue()
 
     assert code == 1, "a FAILED row makes the exit status non-zero"
+    assert not set(compiled["check"]) & set(compiled["table"]), "a kernel compiled twice"
     lines = text.splitlines()
     for number, name in enumerate([*FP32_IDS, TC_ID, BAD.id], 1):
         row = next(line for line in lines if line.startswith(name + " "))

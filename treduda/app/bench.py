@@ -295,6 +295,8 @@ def record_search(outcome: Outcome, result: SearchResult, seconds: float) -> Non
     outcome.binding = best.prediction.binding
     outcome.nodes_visited = result.stats.nodes_visited
     outcome.search_complete = result.stats.complete
+    if best.compiled is not None:  # ptxas's check compiled the winner: not compiled again
+        outcome.registers, outcome.spill_bytes = best.compiled.registers, best.compiled.spill_bytes
 
 
 # Scaled sizes are rounded up to multiples of this where the searched parameters need it: 16
@@ -387,7 +389,8 @@ def verify_scaled(outcome: Outcome, result: SearchResult, row: Row) -> None:
 
 
 def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None:
-    """Registers and spills of each full-size kernel, compiled in batches for ``gpu``.
+    """Registers and spills of each full-size kernel the search's ptxas check did not report
+    on, compiled in batches for ``gpu``.
 
     A kernel nvcc rejects fails its row; an architecture this nvcc does not know (an old GPU)
     only leaves the columns empty."""
@@ -396,7 +399,7 @@ def add_nvcc_reports(outcomes: Sequence[Outcome], gpu: Gpu, log: TextIO) -> None
         print(f"this nvcc cannot compile for {arch} ({gpu.name}): no registers or spills",
               file=log)
         return
-    pending = [o for o in outcomes if o.cuda_source and not o.error]
+    pending = [o for o in outcomes if o.cuda_source and not o.error and o.registers is None]
     for start in range(0, len(pending), NVCC_BATCH):
         batch = pending[start:start + NVCC_BATCH]
         print(f"nvcc ({arch}): kernels {start + 1}-{start + len(batch)} of {len(pending)}",
