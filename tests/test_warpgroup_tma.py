@@ -13,11 +13,13 @@ from treduda.strategies.warpgroup_tma import tma_reason
 import treduda
 from treduda.codegen import ir
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load, scaled
+from treduda.tuning.walk import launch
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 PARTIAL = {"i": 104, "j": 72, "k": 104}  # partial tiles of 128 x 64 x 64; strides of 16 bytes
@@ -39,6 +41,8 @@ def _statements(kernel: treduda.Kernel, kind: type) -> list:
 def test_bulk_copied_tiles_match_einsum_without_hazards(layout):
     kernel = _compile(layout=layout)
     assert {c.map for c in _statements(kernel, ir.TensorCopy)} == {"td_map_A", "td_map_B"}
+    # the walk the bench reports a launch by (blocks, waves) passes the mbarrier statements
+    assert launch(kernel, gpu("H100")).blocks == 2  # 128 x 64 tiles of 104 x 72
     assert not _statements(kernel, ir.AsyncCopy) and not _statements(kernel, ir.ProxyFence)
     assert kernel.verify().ok
     assert kernel.hazards() == []

@@ -309,6 +309,8 @@ class _Walker:
         tally: Counter = Counter()
         if isinstance(s, (*ir.WARP_STATEMENTS, *ir.WARPGROUP_STATEMENTS, ir.ProxyFence)):
             return tally  # a warp's tensor-core work: the tensor-core model counts it
+        if isinstance(s, ir.MBARRIER_STATEMENTS):
+            return tally  # one thread's bulk copies and their phases: the warpgroup model's
         if isinstance(s, (ir.CommitCopies, ir.WaitCopies)):
             return tally  # bookkeeping of the copies, which are counted where they start
         if isinstance(s, ir.AsyncCopy):  # a global load into a shared store, in one access
