@@ -128,7 +128,7 @@ from .tensorcore_tiles import (
     skewed_extent,
     stepped_k,
 )
-from .warpgroup_tma import BARRIERS, OperandBox, box_bytes, operand_box
+from .warpgroup_tma import BARRIERS, OperandBox, box_bytes, line_fits, operand_box
 
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
@@ -297,11 +297,16 @@ class WarpgroupBuilder(Builder):
                      self.point("0", ["1", step, str(STAGE_COPY), "0", "0", "0", "0"]))
         first = digit_values(index_digits(self.k, self.k_sizes),
                              times(self.tile["k"], ir.Var("ks")), self.k_sizes, OPERATORS)
-        rows = self.tile["m" if tile == A_TILE else "n"]
-        start = {"free": times(rows, ir.Var("bm" if tile == A_TILE else "bn"))}
-        coordinates = [first[i] if role in ("k0", "k") else start.get(role, ir.Var(f"g_{i}"))
-                       for i, role in zip(box.indices, box.roles, strict=True)]
-        coordinates[0] = plus(coordinates[0], times(box.line, ir.Var("j")))
+        # the box's first row: the tile's, or in an MN-major tile box j's, w rows on
+        j = ir.Var("j")
+        row = times(box.rows, ir.Var("bm" if tile == A_TILE else "bn"))
+        if not box.k_major:
+            row = plus(row, times(box.line, j))
+        sizes = self.program.sizes
+        free = digit_values(index_digits(box.free, sizes), row, sizes, OPERATORS)
+        coordinates = [first.get(i, free.get(i, ir.Var(f"g_{i}"))) for i in box.indices]
+        if box.k_major:
+            coordinates[0] = plus(coordinates[0], times(box.line, j))
         target = ir.Element(tile, (*self.buffer(), ir.Var("j"), *[ir.Int(0)] * 3))
         self.add(f"tma_{tensor}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {box.boxes}",
                  ir.TensorCopy(ir.Element(tile, ()), box.map.name, tuple(coordinates),
@@ -586,13 +591,18 @@ def swizzles(program: Program, params: Mapping[str, Any],
              found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
     """The bytes of A's and B's swizzled lines: the widest of wgmma's swizzles (128, 64 or
     32 bytes) that the tile's extent along its contiguous index fills, a multiple of 32
-    bytes in every tile (see the module's doc)."""
+    bytes in every tile (see the module's doc); with ``tma``, of an MN-major tile, the widest
+    of those whose boxes stay in one value of the group's other indices
+    (:func:`.warpgroup_tma.line_fits`: tccg_03's ``d`` of 96 values, 64-byte lines)."""
     tile = warpgroup_tile(params, program)
     size = dtypes.itemsize(program.dtype)
     majors = k_major_tiles(program, operand_rows_major(program, found))
-    a, b = (next(line for line in SWIZZLES if (tile["k"] if k_major else rows) * size % line == 0)
-            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
-    return a, b
+    lines = []
+    for rows, free, k_major in zip((tile["m"], tile["n"]), found[2:4], majors, strict=True):
+        filled = [line for line in SWIZZLES if (tile["k"] if k_major else rows) * size % line == 0]
+        boxed = [line for line in filled if k_major or line_fits(program, free, line // size)]
+        lines.append((boxed if params.get("tma") and boxed else filled)[0])
+    return lines[0], lines[1]
 
 
 def staged_width(program: Program) -> int | None:
