@@ -128,7 +128,15 @@ from .tensorcore_tiles import (
     skewed_extent,
     stepped_k,
 )
-from .warpgroup_tma import BARRIERS, OperandBox, box_bytes, line_fits, operand_box
+from .warpgroup_tma import (
+    BARRIERS,
+    OperandBox,
+    box_bytes,
+    box_reason,
+    line_fits,
+    operand_box,
+    tma_reason,
+)
 
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
@@ -654,15 +662,38 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
 
 def step_boxes(program: Program, params: Mapping[str, Any]) -> tuple[OperandBox | None, ...]:
     """A's and B's boxes (:func:`operand_box`) for the parameters' tiles."""
-    found = gemm_groups(program)
-    tile = warpgroup_tile(params, program)
-    k_sizes = stepped_k(program, found, tile["k"])
-    lines = swizzles(program, params, found)
-    size = dtypes.itemsize(program.dtype)
-    return tuple(operand_box(program, tensor, tile, line // size, k_sizes)
-                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
+    return tuple(operand_box(program, *arguments) for arguments in _box_arguments(program, params))
 
 
 def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
     """Whether a step of the parameters' tiles spans one box of each operand."""
     return all(box is not None for box in step_boxes(program, params))
+
+
+def tma_refusal(program: Program, params: Mapping[str, Any]) -> str | None:
+    """Why bulk tensor copies fill no tiles of the parameters' shape (with ``tma`` or
+    without), or None where they do: the tensors (:func:`.warpgroup_tma.tma_reason`), the
+    layout, or a tile that is no whole number of boxes (:func:`.warpgroup_tma.box_reason`)."""
+    reason = tma_reason(program)
+    if reason is not None:
+        return reason
+    if params.get("free_layout", "group") != "group":
+        return f"a free box's tiles (free_layout {params['free_layout']})"
+    for arguments in _box_arguments(program, {**params, "tma": True}):
+        reason = box_reason(program, *arguments)
+        if reason is not None:
+            return f"{arguments[0]}: {reason}"
+    return None
+
+
+def _box_arguments(program: Program, params: Mapping[str, Any]
+                   ) -> tuple[tuple[str, dict[str, int], int, dict[str, int]], ...]:
+    """Each operand's name, step tile, values of a swizzled line and K's stepped extents:
+    what decides its box."""
+    found = gemm_groups(program)
+    tile = warpgroup_tile(params, program)
+    k_sizes = stepped_k(program, found, tile["k"])
+    lines = swizzles(program, params, found)
+    size = dtypes.itemsize(program.dtype)
+    return tuple((tensor, tile, line // size, k_sizes)
+                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))

@@ -126,13 +126,14 @@ def box_reason(program: Program, tensor: str, tile: Mapping[str, int], line: int
     k_major = order[0] == k[0]
     run = rows if k_major else line
     extents = run_box([program.sizes[i] for i in free], run)
+    group = " x ".join(f"{i} {program.sizes[i]}" for i in free)
     if extents is None:
-        return f"{run} of {name}'s values {'x'.join(free)} from a multiple of {run} are no box"
+        return f"{run} values of {name} ({group}) from a multiple of {run} are no box"
     if not k_major and extents[0] != line:
         return f"{free[0]}'s {program.sizes[free[0]]} values fill no line of {line}"
     spanned = [order.index(i) for i, extent in zip(free, extents, strict=True) if extent > 1]
     if spanned != sorted(spanned):
-        return f"{tensor} holds {name}'s indices {'x'.join(free)} in another order"
+        return f"{tensor} holds {name}'s indices ({group}) in another order"
     return None
 
 
