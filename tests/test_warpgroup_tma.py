@@ -146,6 +146,16 @@ def test_boxes_over_several_indices_match_einsum_without_hazards(expression, siz
     assert kernel.verify().ok and kernel.hazards() == []
 
 
+
+@pytest.mark.matrix
+@pytest.mark.parametrize("row_id", ["tccg_03", "tccg_10"])  # A's M, B's N over several indices
+def test_tccg_rows_boxed_over_several_indices_match_einsum(row_id):
+    row = next(r for r in load("tccg_fp16") if r.id == row_id)
+    kernel = treduda.compile(row.expression, scaled(row.sizes), dtype="float16",
+                             layout=row.layout, strategy="warpgroup", params={**TILES, **SMALL})
+    assert any(len(m.box) > 2 for m in kernel.built.kernel.tensor_maps)
+    assert kernel.verify().ok and kernel.hazards() == []
+
 def test_a_run_of_a_group_is_a_box_where_it_holds_whole_indices_then_part_of_one():
     assert run_box((16, 7), 64) == (16, 4)  # all of a, 4 of b (the last: past 7 reads zeros)
     assert run_box((128, 5), 64) == (64, 1)  # part of a, inside one value of b
