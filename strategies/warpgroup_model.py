@@ -89,11 +89,14 @@ ROUND_INSTRUCTIONS = 7
 # immediates (the SASS of tccg_28's 128 x 128 tile, sm_90a)
 TRANSPOSE_INSTRUCTIONS = 10
 TRANSPOSED = 2 * BOXED_WIDTH
-# per bulk tensor copy (tma), one thread's: its coordinates, the map's address, UTMALDG;
-# and per step the expecting arrival (SYNCS) and the election around them [EST: no
-# published issue rate; the SASS of GEMM's tma kernel issues these]
-TMA_INSTRUCTIONS = 3
-TMA_STEP_INSTRUCTIONS = 6
+# per bulk tensor copy (tma), the issuing warp's: its election, coordinates, the map's and
+# the tile's addresses, UTMALDG; and per step the expecting arrival (SYNCS) and the branch
+# around them. [EST: no published issue rate] Read from sm_90a SASS, the issuing warp's
+# main loop beyond the other warps', per step: GEMM 4096^3 128x256x4 (5 boxes of 2-D maps)
+# 67, 64x64x2 (2 boxes) 34; tccg_20 64x64x2 (4 boxes of 4-D maps) 57; tccg_01 and tccg_15
+# (3 boxes, two of 3-D maps) 44 and 43: 11 a box and 12 a step, whatever a map's rank
+TMA_INSTRUCTIONS = 11
+TMA_STEP_INSTRUCTIONS = 12
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
