@@ -111,8 +111,9 @@ def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None)
                 figures["tma_tiles"] = tiles(bulk.params)
             except StrategyError:  # no tile takes boxes: why the pick's would not
                 grouped = tma_refusal(program, {**p, "free_layout": "group"})
-                figures["tma_refusal"] = "; ".join(dict.fromkeys(
-                    (figures["tma_refusal"], f"no tile takes boxes ({grouped})")))
+                figures["tma_refusal"] += "; no tile takes boxes" + (
+                    f" (the pick's in a group layout: {grouped})"
+                    if grouped != figures["tma_refusal"] else "")
     figures.update(sass_figures(row, dtype, precision, p, counted=True))
     if figures.get("ldg"):  # the best kernel with no LDG of operands
         form = ({"staged_b": True} if k_box(program) and staged_width(program)
@@ -148,6 +149,7 @@ def sass_figures(row, dtype: str, precision: str, p: dict, counted: bool = False
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
                    utmaldg=kinds.get("integer and other", {}).get("UTMALDG", 0),
+                   kernel_utmaldg=report.bulk_copies,
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
                    sts=kinds.get("shared memory", {}).get("STS", 0),
                    stg=kinds.get("global memory", {}).get("STG", 0),
@@ -214,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-COPY_COLUMNS = ("row", "copies", "body UTMALDG", "not tma because", "no-LDG kernel")
+COPY_COLUMNS = ("row", "copies", "UTMALDG body/kernel", "not tma because", "no-LDG kernel")
 
 
 def copy_cells(name: str, f: dict) -> list[str]:
@@ -228,7 +230,8 @@ def copy_cells(name: str, f: dict) -> list[str]:
                    f"{other['tiles']} ({other['copies']}) {other['predicted_ms']:.4f} ms, "
                    f"body LDG {other.get('ldg', '-')} LDGSTS {other.get('ldgsts', '-')} "
                    f"UTMALDG {other.get('utmaldg', '-')}")
-    return [name, f.get("copies", "-"), str(f.get("utmaldg", "-")), why, alternative]
+    return [name, f.get("copies", "-"),
+            f"{f.get('utmaldg', '-')}/{f.get('kernel_utmaldg', '-')}", why, alternative]
 
 
 if __name__ == "__main__":

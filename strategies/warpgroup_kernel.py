@@ -673,17 +673,17 @@ def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
 def tma_refusal(program: Program, params: Mapping[str, Any]) -> str | None:
     """Why bulk tensor copies fill no tiles of the parameters' shape (with ``tma`` or
     without), or None where they do: the tensors (:func:`.warpgroup_tma.tma_reason`), the
-    layout, or a tile that is no whole number of boxes (:func:`.warpgroup_tma.box_reason`)."""
+    layout, or each operand's tile that is no whole number of boxes
+    (:func:`.warpgroup_tma.box_reason`)."""
     reason = tma_reason(program)
     if reason is not None:
         return reason
     if params.get("free_layout", "group") != "group":
         return f"a free box's tiles (free_layout {params['free_layout']})"
-    for arguments in _box_arguments(program, {**params, "tma": True}):
-        reason = box_reason(program, *arguments)
-        if reason is not None:
-            return f"{arguments[0]}: {reason}"
-    return None
+    reasons = [f"{arguments[0]}: {reason}"
+               for arguments in _box_arguments(program, {**params, "tma": True})
+               if (reason := box_reason(program, *arguments)) is not None]
+    return "; ".join(reasons) or None
 
 
 def _box_arguments(program: Program, params: Mapping[str, Any]

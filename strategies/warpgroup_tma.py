@@ -120,8 +120,6 @@ def box_reason(program: Program, tensor: str, tile: Mapping[str, int], line: int
     a swizzled line of its shared tile), or None where one is (see the module's doc)."""
     (a,), (b,), m, n, k, _ = gemm_groups(program)
     free, rows, name = (m, tile["m"], "M") if tensor == a else (n, tile["n"], "N")
-    if len(k) > 1 and k_sizes[k[0]] % tile["k"]:
-        return f"a step of {tile['k']} values of {k[0]} spans two of K's next index"
     order = fastest_first(program.contraction.inputs[tensor], program.layout)
     k_major = order[0] == k[0]
     run = rows if k_major else line
@@ -134,6 +132,8 @@ def box_reason(program: Program, tensor: str, tile: Mapping[str, int], line: int
     spanned = [order.index(i) for i, extent in zip(free, extents, strict=True) if extent > 1]
     if spanned != sorted(spanned):
         return f"{tensor} holds {name}'s indices ({group}) in another order"
+    if len(k) > 1 and k_sizes[k[0]] % tile["k"]:
+        return f"a step of {tile['k']} values of {k[0]} spans two of K's next index"
     return None
 
 
