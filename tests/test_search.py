@@ -429,7 +429,8 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # filled the check: 1.70 ms where a 285-node search picked a 0.858 ms kernel. Here ptxas
     # is made to give 165 registers to that tile (its two best differ in the step alone), the
     # 16 x 1 x 8 one what the model predicts, and the check has room for two reports: the
-    # second goes to the other tile, which wins, where both went to the first tile.
+    # second goes to the other tile, which wins, where both went to the first tile; the first
+    # tile's kin takes its report and ranks below the winner.
     expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
     sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
     fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
@@ -453,6 +454,8 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     assert found.best.prediction.seconds == result.top(3)[2].prediction.seconds
     upset = next(c for c in reported if c.params["block_z"] == 16)
     assert upset.prediction.seconds > 1.5 * found.best.prediction.seconds
+    # the kin not compiled (the other step) carries its report: no longer ranked first
+    assert found.top(1) == [found.best]
 
 
 @pytest.mark.matrix  # the second batch of the same check the test above proves by default

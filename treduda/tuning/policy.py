@@ -287,7 +287,10 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
     next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
     fastest wins. A candidate whose kin (:func:`kin`) ptxas has reported on is not compiled:
-    its allocation is known, and the check looks past it to other mappings and tiles.
+    its allocation is known, and the check looks past it to other mappings and tiles. It is
+    re-estimated with its kin's report, so that the result's ranking (:meth:`SearchResult.top`,
+    the rivals a GPU times) holds no upset kernel's optimistic twins; the winner is one ptxas
+    reported on.
 
     The model predicts registers and spills from the main loop alone; ptxas's allocation of a
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
@@ -318,8 +321,13 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
             checked.append(replace(candidate, compiled=compiled, prediction=estimate))
         return checked
 
+    kins: dict[str, tuple] = {}  # by the candidate's parameters: a search scores some twice
+
     def kin_of(candidate: Candidate) -> tuple:
-        return kin(candidate, models[candidate.strategy], priorities[candidate.strategy])
+        if candidate.text not in kins:
+            kins[candidate.text] = kin(candidate, models[candidate.strategy],
+                                       priorities[candidate.strategy])
+        return kins[candidate.text]
 
     ranked = iter(result.top(len(result.candidates)))
     first = next(ranked)
@@ -343,9 +351,20 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
             break
         checked += with_reports(batch)
         gain = CHECK_GAIN
-    by_params = {c.text: c for c in checked}
-    return replace(result, best=min(checked, key=Candidate.key), candidates=tuple(
-        by_params.get(c.text, c) for c in result.candidates))
+    best = min(checked, key=Candidate.key)
+    reports = {kin_of(c): c.compiled for c in checked}
+    known = {c.text: c for c in checked}
+
+    def carried(candidate: Candidate) -> Candidate:
+        """``candidate`` as ptxas reported on it or on its kin."""
+        if candidate.text not in known:
+            report = reports.get(kin_of(candidate))
+            known[candidate.text] = candidate if report is None else replace(
+                candidate, prediction=models[candidate.strategy].estimate(candidate.params,
+                                                                          report))
+        return known[candidate.text]
+
+    return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
 
 
 def kin(candidate: Candidate, model: CostModel, priorities: Mapping[str, Priority]) -> tuple:
