@@ -142,8 +142,8 @@ class WarpgroupModel(EnumeratingModel):
             WARPGROUP * params["warpgroups"])
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """Requests, sectors, ideal sectors and lines of a candidate's first block's output
-        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
+        """Requests, sectors, ideal sectors and lines of a candidate's output writes over the
+        grid (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
         split's into its workspace)."""
         tile = warpgroup_tile(params, self.program)
         return self.output_sectors(tile, self._written_bytes(self.steps(params, tile)[2]),
@@ -217,9 +217,9 @@ class WarpgroupModel(EnumeratingModel):
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
-        wavefronts = blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
-                               + written_lines * (self.output_accesses if parts == 1 else 1))
+        wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                                + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES)
+                      + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
@@ -242,7 +242,7 @@ class WarpgroupModel(EnumeratingModel):
                             else self.bytes)
                 for elements, width, scattered in zip(copied.values(), widths,
                                                       self.scattered[free], strict=True))
-                   + self._split_l2(blocks * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
+                   + self._split_l2(parts * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
