@@ -16,7 +16,9 @@ MMAs, from a candidate's parameters.
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
                (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
                staged B's stores into its staging tile and the transpose's loads), the
-               write's round trip (the accumulators' stores 2 ways into a C tile along N) and
+               write's round trip (the accumulators' stores and the write's loads, 1 way:
+               along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -65,7 +67,6 @@ from .tensorcore_tiles import (
     index_digits,
     k_box,
     operand_rows_major,
-    output_along_n,
     split_parts,
     stepped_k,
 )
@@ -97,6 +98,7 @@ TMA_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
+ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 
 
@@ -126,10 +128,6 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
-        # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
-        # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
-        # at best, whatever the pitch; along M (its rows M) 1
-        self.store_ways = 2 if output_along_n(program) else 1
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -218,7 +216,7 @@ class WarpgroupModel(EnumeratingModel):
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
         wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                                + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES)
+                                + output * 2 * ACCUMULATOR_BYTES / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
