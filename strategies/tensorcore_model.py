@@ -78,7 +78,7 @@ from treduda.model.prediction import (
 from treduda.polyhedral.geometry import AXES, decided
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
-from treduda.run.counters import LINE_BYTES, SECTOR_BYTES, global_requests
+from treduda.run.counters import LINE_BYTES, SECTOR_BYTES, global_requests, moved_requests
 
 from . import tensorcore_tiles
 
@@ -240,10 +240,9 @@ class EnumeratingModel:
         key = (tile["m"], tile["n"], size, box)
         if key not in self._writes:
             period = LINE_BYTES // math.gcd(LINE_BYTES, size)  # a line's elements
-            counted = [tuple(blocks * c for c in global_requests(offset * size, request, size))
-                       for blocks, request, offset in tensorcore_tiles.output_writes(
-                           self.program, tile, box, period)]
-            self._writes[key] = tuple(sum(c) for c in zip(*counted, strict=True))
+            request, offset, moves = tensorcore_tiles.output_writes(self.program, tile, box,
+                                                                    period)
+            self._writes[key] = moved_requests(offset, request, size, moves)
         return self._writes[key]
 
     def tiles(self, tile: Mapping[str, int], params: Mapping[str, Any]) -> int:

@@ -979,22 +979,23 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
 
 
 def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None,
-                  period: int = 1) -> list[tuple[int, np.ndarray, np.ndarray]]:
+                  period: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The output's writes by every block of the grid (each tile of M and N, each batch
     value; one part of a split), as the kernel builder deals them
     (:meth:`.tensorcore_kernel.Builder.output`, the warpgroup kernel's too: element
     ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile, numbered along the output's
     fastest group, to thread ``t`` of ``T`` in iteration ``c``, at the block's tile origin
-    plus its local M and N). Per class of blocks whose writes take the same sectors and
-    lines: its blocks, and one of them's requests (per write its warp's, ``e / 32`` whatever
-    ``T``, a multiple of 32) and output element offsets. Blocks fall in a class when their
-    offsets differ by a multiple of ``period`` elements (a 128-byte line's worth, or a
-    multiple of it): edge tiles, and interior tiles that start elsewhere in a line, differ
-    from the first (tccg_42's first block takes 2.0 lines a request, its grid 2.83). In a
-    free ``box`` the tile numbered and its group linearised as the box's
+    plus its local M and N), by classes of blocks whose writes differ by a move alone:
+    one block of each class's requests (per write its warp's, ``e / 32`` whatever ``T``, a
+    multiple of 32, numbered on from the previous class's) and output element offsets,
+    and per request how many blocks make it moved by ``s`` elements, for each ``s`` below
+    ``period`` (a 128-byte line's elements, or a multiple: a move by ``period`` takes the
+    same sectors and lines). Edge tiles, and interior tiles that start elsewhere in a line,
+    differ from the first (tccg_42's first block takes 2.0 lines a request, its grid 2.83).
+    In a free ``box`` the tile numbered and its group linearised as the box's
     (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
-    and are left out. What the MMA models count the write's sectors and lines of, as
-    :func:`copy_reads` the copies'."""
+    and are left out. What the MMA models count the write's sectors and lines of
+    (:func:`~treduda.run.counters.moved_requests`), as :func:`copy_reads` the copies'."""
     _, _, m, n, _, batch = gemm_groups(program)
     extents = group_extents(program, box)
     classes = {axis: _block_classes(program, axis, group, tile[axis], extents[axis], box,
@@ -1004,34 +1005,37 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     batch_offsets, _ = _offsets(program, program.output_indices,
                                 {"b": np.arange(math.prod(sizes[i] for i in batch))},
                                 {"b": batch}, {"b": sizes})
-    starts, counts = np.unique(batch_offsets % period, return_counts=True)
-    weights: dict[tuple[int, int, int], int] = {}
-    for (i, (blocks_m, _, _, start_m)), (j, (blocks_n, _, _, start_n)), (start, count) in (
-            itertools.product(enumerate(classes["m"]), enumerate(classes["n"]),
-                              zip(starts.tolist(), counts.tolist(), strict=True))):
-        key = (i, j, (start_m + start_n + start) % period)
-        weights[key] = weights.get(key, 0) + blocks_m * blocks_n * count
+    batches = np.bincount(batch_offsets % period, minlength=period)
     e = np.arange(tile["m"] * tile["n"])
     local_m, local_n = output_local(e, tile, output_along_n(program), box, NUMPY)
-    found = []
-    for (i, j, start), blocks in weights.items():
-        _, offset_m, inside_m, _ = classes["m"][i]
-        _, offset_n, inside_n, _ = classes["n"][j]
+    requests, offsets, moves = [], [], []
+    warps = -(-e.size // WARP)
+    for number, ((offset_m, inside_m, moves_m), (offset_n, inside_n, moves_n)) in enumerate(
+            itertools.product(classes["m"], classes["n"])):
         inside = inside_m[local_m] & inside_n[local_n]
-        offset = (offset_m[local_m] + offset_n[local_n] + start)[inside]
-        # moved by whole periods to start at 0 or later: the counts take offsets >= 0
-        found.append((blocks, (e // WARP)[inside],
-                      offset - offset.min(initial=0) // period * period))
-    return found
+        requests.append(number * warps + (e // WARP)[inside])
+        offsets.append((offset_m[local_m] + offset_n[local_n])[inside])
+        made = np.unique(requests[-1]).size
+        moves.append(np.broadcast_to(_moved(_moved(moves_m, moves_n), batches), (made, period)))
+    return np.concatenate(requests), np.concatenate(offsets), np.concatenate(moves)
+
+
+def _moved(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """How many of two independent moves' sums fall on each ``s`` of a period, from how many
+    of each fall on each (the length of both)."""
+    period = first.size
+    shifts = np.add.outer(np.arange(period), np.arange(period)) % period
+    return np.bincount(shifts.ravel(), np.outer(first, second).ravel(),
+                       minlength=period).astype(np.int64)
 
 
 def _block_classes(program: Program, axis: str, group: Sequence[str], tile: int, extent: int,
                    box: FreeBox | None, period: int
-                   ) -> list[tuple[int, np.ndarray, np.ndarray, int]]:
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
     """The tiles of ``axis`` (its ``group`` of ``extent`` values, ``tile`` a block) by
-    the output offsets their values take: per class, its tiles, their offsets from the
-    tile's first (elements), which of them lie inside the output, and where the first
-    starts in a ``period``."""
+    the output offsets their values take: per class, the offsets from a tile's first
+    (elements), which of them lie inside the output, and how many of its tiles start
+    ``s`` elements into a ``period``, for each ``s``."""
     tiles = -(-extent // tile)
     values = np.arange(tiles * tile)
     digits = {}
@@ -1040,12 +1044,13 @@ def _block_classes(program: Program, axis: str, group: Sequence[str], tile: int,
     offset, inside = _offsets(program, program.output_indices, {axis: values}, {axis: group},
                               {axis: group_slots(program, box)}, digits)
     offset, inside = offset.reshape(tiles, tile), (inside & (values < extent)).reshape(tiles, tile)
-    first = offset[:, 0] % period
     relative = np.where(inside, offset - offset[:, :1], 0)
-    _, index, counts = np.unique(np.column_stack([relative, inside, first]), axis=0,
-                                 return_index=True, return_counts=True)
-    return [(int(count), relative[i], inside[i], int(first[i]))
-            for i, count in zip(index.tolist(), counts.tolist(), strict=True)]
+    _, index, shape = np.unique(np.column_stack([relative, inside]), axis=0,
+                                return_index=True, return_inverse=True)
+    first = offset[:, 0] % period
+    return [(relative[i], inside[i],
+             np.bincount(first[shape.ravel() == c], minlength=period))
+            for c, i in enumerate(index.tolist())]
 
 
 def _offsets(program: Program, indices: Sequence[str], values: Mapping[str, np.ndarray],
