@@ -358,11 +358,15 @@ def moved_requests(offsets: np.ndarray, warps: np.ndarray, width: int, copies: n
     patterns = rows[first]
     first = (patterns[:, None, :] + np.arange(period)[None, :, None]) * width
     edges = np.concatenate([first, first + width - 1], axis=2)
-    places = (least[:, None] + np.arange(period)[None, :]) % period
-    sectors = (_distinct_in_rows(edges // SECTOR_BYTES)[pattern.ravel()[:, None], places]
-               * copies).sum()
-    lines = (_distinct_in_rows(edges // LINE_BYTES)[pattern.ravel()[:, None], places]
-             * copies).sum()
+    # requests of one pattern starting at one place in a line count alike: their copies
+    # summed, each place they move to looked up once
+    alike, kind = np.unique(pattern.ravel() * period + least % period, return_inverse=True)
+    order = np.argsort(kind, kind="stable")
+    summed = np.add.reduceat(copies[order], np.flatnonzero(np.diff(kind[order], prepend=-1)))
+    places = (alike[:, None] % period + np.arange(period)[None, :]) % period
+    patterns_of = alike[:, None] // period
+    sectors = (_distinct_in_rows(edges // SECTOR_BYTES)[patterns_of, places] * summed).sum()
+    lines = (_distinct_in_rows(edges // LINE_BYTES)[patterns_of, places] * summed).sum()
     made = copies.sum(axis=1)  # copies of each request
     ideal = -(-held * width // SECTOR_BYTES)  # _per_warp's, request by request
     return int(made.sum()), int(sectors), int((ideal * made).sum()), int(lines)
