@@ -18,7 +18,8 @@ MMAs, from a candidate's parameters.
                staged B's stores into its staging tile and the transpose's loads), the
                write's round trip (the accumulators' stores and the write's loads, 1 way:
                along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
-               them, :attr:`~treduda.codegen.ir.Local.vector_stores`) and
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`; 2 ways in a free
+               box's skewed rows) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -67,6 +68,8 @@ from .tensorcore_tiles import (
     index_digits,
     k_box,
     operand_rows_major,
+    output_along_n,
+    skew_words,
     split_parts,
     stepped_k,
 )
@@ -128,6 +131,7 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
+        self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -211,12 +215,18 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
+        # the accumulators' stores into the C tile, 1 way: along N a thread's pairs in one
+        # 8-byte store (nvcc's STS.64); a free box's skewed rows keep half of the pairs
+        # aligned, 2 ways (tccg_42's whole box: 1.5 times the ideal wavefronts, 2 ways at
+        # worst, by the emulator and in the SASS's 64 STS beside 32 STS.64)
+        store_ways = 2 if self.along_n and skew_words(free, tile) else 1
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
         wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                                + output * 2 * ACCUMULATOR_BYTES / WAVEFRONT_BYTES)
+                                + output * (store_ways + 1) * ACCUMULATOR_BYTES
+                                / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
