@@ -52,9 +52,9 @@ def _compile(expression: str, sizes: dict, layout: str = "F", **params) -> tredu
 
 def _grid_written(kernel: treduda.Kernel):
     """What ``Kernel.counters()`` counts of the output's stores over every block of the grid
-    (a step each: the write follows the main loop), which the models' write sectors count."""
+    (no step of the main loop: the write follows it), which the models' write sectors count."""
     blocks = list(itertools.product(*map(range, kernel.grid)))
-    return next(t for t in kernel.counters(blocks=blocks, steps=1).traffic
+    return next(t for t in kernel.counters(blocks=blocks, steps=0).traffic
                 if (t.array, t.operation) == ("C", "st"))
 
 
