@@ -17,7 +17,8 @@
 # dozen kernels of the bundles, the measured pairs of .bundles/ncu/pairs.zip among them, each
 # launched once under ncu with its metrics named, within $NCU_SECONDS (180; 0: none), out of
 # the session's budget; without ncu, or where it cannot read the counters, ncu.json says so.
-# Without a GPU (CI: tests/test_gpu_session.py), a few entries of each bundle on PoCL:
+# Without a GPU (CI: tests/test_gpu_session.py), a few entries of each bundle on PoCL (those
+# over treduda/app/bundle_bench.py's POCL_FLOPS built and bound there, not run):
 #   OUT=folder benchmarks/gpu_session.sh run --dry-run [BUNDLES]
 # Then, here: python benchmarks/gpu_report.py results.jsonl --markdown M --fidelity F
 #             python benchmarks/ncu_compare.py ncu.json

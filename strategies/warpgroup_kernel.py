@@ -531,7 +531,7 @@ class WarpgroupBuilder(Builder):
                              swizzle=shift, swizzle_bits=bits[B_TILE]),
             **staging,
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along,
-                             reuses=(A_TILE, B_TILE, *staging)),
+                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
             **barriers,

@@ -16,7 +16,10 @@ MMAs, from a candidate's parameters.
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
                (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
                staged B's stores into its staging tile and the transpose's loads), the
-               write's round trip (the accumulators' stores 2 ways into a C tile along N) and
+               write's round trip (the accumulators' stores and the write's loads, 1 way:
+               along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`; 2 ways in a free
+               box's skewed rows) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -66,6 +69,7 @@ from .tensorcore_tiles import (
     k_box,
     operand_rows_major,
     output_along_n,
+    skew_words,
     split_parts,
     stepped_k,
 )
@@ -100,6 +104,7 @@ TMA_STEP_INSTRUCTIONS = 12
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
+ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 
 
@@ -129,10 +134,7 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
-        # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
-        # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
-        # at best, whatever the pitch; along M (its rows M) 1
-        self.store_ways = 2 if output_along_n(program) else 1
+        self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per thread, and those beyond the launch bounds' cap."""
@@ -145,8 +147,8 @@ class WarpgroupModel(EnumeratingModel):
             WARPGROUP * params["warpgroups"])
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """Requests, sectors, ideal sectors and lines of a candidate's first block's output
-        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
+        """Requests, sectors, ideal sectors and lines of a candidate's output writes over the
+        grid (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
         split's into its workspace)."""
         tile = warpgroup_tile(params, self.program)
         return self.output_sectors(tile, self._written_bytes(self.steps(params, tile)[2]),
@@ -216,13 +218,19 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
+        # the accumulators' stores into the C tile, 1 way: along N a thread's pairs in one
+        # 8-byte store (nvcc's STS.64); a free box's skewed rows keep half of the pairs
+        # aligned, 2 ways (tccg_42's whole box: 1.5 times the ideal wavefronts, 2 ways at
+        # worst, by the emulator and in the SASS's 64 STS beside 32 STS.64)
+        store_ways = 2 if self.along_n and skew_words(free, tile) else 1
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
-        wavefronts = blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
-                               + written_lines * (self.output_accesses if parts == 1 else 1))
+        wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                                + output * (store_ways + 1) * ACCUMULATOR_BYTES
+                                / WAVEFRONT_BYTES)
+                      + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a step's MMAs at the SM's rate, shared by its resident blocks
         mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
@@ -245,7 +253,7 @@ class WarpgroupModel(EnumeratingModel):
                             else self.bytes)
                 for elements, width, scattered in zip(copied.values(), widths,
                                                       self.scattered[free], strict=True))
-                   + self._split_l2(blocks * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
+                   + self._split_l2(parts * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }

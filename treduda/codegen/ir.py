@@ -658,6 +658,10 @@ class Local:
     # The bits of ``o`` from ``swizzle`` on that the XOR reads: 3 (the 128-byte swizzle, the
     # mma.sync tiles'), 2 or 1 (wgmma's 64- and 32-byte swizzles of lines that long)
     swizzle_bits: int = 3
+    # A shared tile of the type registers hold whose neighbouring stores in a straight run
+    # become one vector store where aligned (:mod:`treduda.codegen.vectorize`), as outputs'
+    # do: the warpgroup C tile, whose accumulator pairs nvcc stores as STS.64
+    vector_stores: bool = False
 
     @property
     def size(self) -> int:
