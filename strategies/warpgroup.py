@@ -69,6 +69,7 @@ from .warpgroup_kernel import (
     wgmma_k,
 )
 from .warpgroup_model import WarpgroupModel
+from .warpgroup_roles import ProducerBuilder
 from .warpgroup_tma import tma_reason
 
 DTYPES = ("float16", "bfloat16")
@@ -148,7 +149,11 @@ class Warpgroup(Strategy):
             Parameter("tma", (False, True) if tma_reason(program) is None else (False,),
                       "operand tiles moved by the tensor memory accelerator (bulk tensor "
                       "copies of one thread, on an mbarrier per stage) instead of cp.async",
-                      priority=Priority.BUFFERS))
+                      priority=Priority.BUFFERS),
+            Parameter("producer", (False, True) if tma_reason(program) is None else (False,),
+                      "warp specialisation: a producer warpgroup issues the bulk copies on "
+                      "full and empty mbarriers per stage while the warpgroups of the tile "
+                      "only multiply (:mod:`.warpgroup_roles`)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -188,6 +193,9 @@ class Warpgroup(Strategy):
                        lambda p: not p["tma"] or (p["async_copy"] and not p["staged_b"]
                                                   and p["free_layout"] == "group"
                                                   and tma_fits(program, p))),
+            Constraint("a producer warpgroup issues bulk copies, of one reduction whole",
+                       ("producer", "tma", "split"),
+                       lambda p: not p["producer"] or (p["tma"] and p["split"] == 1)),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
                         "staged_b", "tma"),
@@ -218,11 +226,12 @@ class Warpgroup(Strategy):
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
                      "async_copy": True, "free_layout": "group", "staged_b": False,
-                     "tma": False, "split": 1}
+                     "tma": False, "producer": False, "split": 1}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")
         return chosen
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
-        return WarpgroupBuilder(scheduled.program, params).run()
+        builder = ProducerBuilder if params.get("producer") else WarpgroupBuilder
+        return builder(scheduled.program, params).run()

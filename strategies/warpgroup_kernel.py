@@ -193,6 +193,7 @@ class WarpgroupBuilder(Builder):
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
         # the operand tiles moved by the copy engine (tma: :mod:`.warpgroup_tma`)
+        self.issuer = "0"  # the thread that starts the bulk copies
         self.boxes = ({tensor: operand_box(program, tensor, self.tile, self.line(tile),
                                            self.k_sizes)
                        for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
@@ -207,12 +208,7 @@ class WarpgroupBuilder(Builder):
                 f"and 0 <= l < {ir.WARPGROUP}")
 
     def run(self):
-        count = self.warpgroup_params["frags_m"] * self.registers()
-        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
-                 f"{self.group_domain()} and 0 <= r < {count}",
-                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
-                 [ir.Element(FRAG_C, (ir.Var("r"),))],
-                 self.point("128*g + l", ["0"] * 6 + ["r"]))
+        self.fill()
         if self.boxes:  # the first thread initialises a stage's mbarrier, then all see it
             self.add("tma_init", Kind.SYNC, [*self.prefix(), "s"],
                      f"{self.prefix_bounds()} and 0 <= s < {self.stages}",
@@ -223,6 +219,15 @@ class WarpgroupBuilder(Builder):
         self.reduction()
         self.write()
         return self.scheduled()
+
+    def fill(self) -> None:
+        """``fill[P, g, l, r]``: every accumulator register starts at zero."""
+        count = self.warpgroup_params["frags_m"] * self.registers()
+        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
+                 f"{self.group_domain()} and 0 <= r < {count}",
+                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
+                 [ir.Element(FRAG_C, (ir.Var("r"),))],
+                 self.point("128*g + l", ["0"] * 6 + ["r"]))
 
     def copied(self, source: ir.Element) -> ir.Expr:
         """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied through registers:
@@ -294,7 +299,8 @@ class WarpgroupBuilder(Builder):
             total = box_bytes(tuple(self.boxes.values()), dtypes.itemsize(self.program.dtype))
             self.add("tma_expect", Kind.SYNC, names, domain,
                      ir.MbarrierArrive(ir.Element(BARRIERS, ()), total), [barrier],
-                     self.point("0", ["1", step, str(STAGE_COPY), "0", "0", "0", "0"]))
+                     self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "0", "0",
+                                              "0"]))
         first = digit_values(index_digits(self.k, self.k_sizes),
                              times(self.tile["k"], ir.Var("ks")), self.k_sizes, OPERATORS)
         rows = self.tile["m" if tile == A_TILE else "n"]
@@ -306,7 +312,8 @@ class WarpgroupBuilder(Builder):
         self.add(f"tma_{tensor}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {box.boxes}",
                  ir.TensorCopy(ir.Element(tile, ()), box.map.name, tuple(coordinates),
                                ir.Element(BARRIERS, ())), [target, barrier],
-                 self.point("0", ["1", step, str(STAGE_COPY), "0", "1", str(order), "j"]))
+                 self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "1", str(order),
+                                          "j"]))
 
     def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
         """The staging tile's copies: rows of N, each B's 16 x 16 values of a box step in

@@ -1,0 +1,119 @@
+"""The warpgroup mapping's warp specialisation (``producer``): its kernels against
+numpy.einsum on PoCL (partial tiles, both layouts, alpha/beta, ``+=``), the emulator's run of
+the two roles at once (no hazard, and the hazard each removed guard leaves), nvcc's sm_90a
+build with HGMMA, UTMALDG and both setmaxnreg and no LDG of operands, NVRTC's, and the
+offer: only beside ``tma``, never on the A100."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+from test_warpgroup_tma import GEMM, PARTIAL, TILES
+from treduda.strategies.warpgroup_roles import EMPTY
+
+import treduda
+from treduda.codegen import ir
+from treduda.errors import StrategyError
+from treduda.run.nvcc import nvcc_available
+from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
+from treduda.run.sass import find_disassembler, sass_report
+
+PRODUCER = {**TILES, "warpgroups": 2, "frags_m": 1, "stages": 2, "producer": True}
+
+
+def _compile(expression: str = GEMM, sizes: dict | None = None, dtype: str = "float16",
+             layout: str = "C", **params) -> treduda.Kernel:
+    return treduda.compile(expression, sizes or PARTIAL, dtype=dtype, layout=layout,
+                           strategy="warpgroup", params={**PRODUCER, **params})
+
+
+def _split(kernel: treduda.Kernel) -> ir.If:
+    (split,) = [s for s in ir.nested(kernel.built.kernel.body)
+                if isinstance(s, ir.If) and ir.is_role_split(s)]
+    return split
+
+
+def _without(kernel: treduda.Kernel, removed) -> treduda.Kernel:
+    """``kernel`` with each statement ``removed`` says so of left out."""
+    def leave_out(s: ir.Stmt) -> ir.Stmt:
+        return ir.Block(()) if removed(s) else ir.map_children(s, leave_out)
+
+    first = kernel.signature.kernel
+    return replace(kernel, signature=replace(kernel.signature, kernel=replace(
+        first, body=leave_out(first.body))))
+
+
+def _on_empty(kind: type):
+    return lambda s: isinstance(s, kind) and s.barrier.array == EMPTY
+
+
+@pytest.mark.parametrize("layout", ["C", "F"])  # K-major A and MN-major B, and the converse
+def test_specialised_roles_match_einsum_without_hazards(layout):
+    """Two consumer warpgroups and the producer after them (384 threads): one role split,
+    the consumers' barriers theirs alone (named, 256 threads), none left in their loop."""
+    kernel = _compile(layout=layout)
+    assert kernel.built.block == (384, 1, 1)
+    split = _split(kernel)
+    producer, consumers = split.then, split.otherwise
+    assert [s.count for s in ir.nested(producer) if isinstance(s, ir.SetMaxRegisters)] == [40]
+    assert [s.count for s in ir.nested(consumers)
+            if isinstance(s, ir.SetMaxRegisters)] == [232]
+    assert any(isinstance(s, ir.TensorCopy) for s in ir.nested(producer))
+    assert not any(isinstance(s, ir.TensorCopy) for s in ir.nested(consumers))
+    assert {s.threads for s in ir.nested(consumers) if isinstance(s, ir.Barrier)} == {256}
+    assert kernel.verify().ok
+    assert kernel.hazards() == []
+
+
+@pytest.mark.parametrize(("removed", "hazard"), [
+    # the consumers never release a stage: the producer waits for ever
+    (_on_empty(ir.MbarrierArrive), "mbarrier never completes"),
+    # the producer does not wait for the stage to empty: a box over one still landing
+    (_on_empty(ir.MbarrierWait), "unfinished tensor copy"),
+    # the consumers release a stage without waiting for the MMAs that read it
+    (lambda s: isinstance(s, ir.WarpgroupWait) and s.pending == 1, "unfinished wgmma"),
+])
+def test_the_emulator_names_the_hazard_a_removed_role_guard_leaves(removed, hazard):
+    kernel = _without(_compile(sizes={**PARTIAL, "k": 328}), removed)
+    assert hazard in {h.kind for h in kernel.hazards()}
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "sizes", "dtype", "params"), [
+    ("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", PARTIAL, "bfloat16", {"stages": 3}),
+    ("C[i,j] += A[k,i] * B[j,k]", PARTIAL, "float16", {"stages": 1}),
+    ("C[i,j] += A[i,k] * B[k,j]", {**PARTIAL, "k": 328}, "float16",
+     {"warpgroups": 1, "frags_m": 2, "stages": 4}),  # one consumer: no setmaxnreg
+])
+def test_updates_stages_and_one_consumer_match_einsum_without_hazards(expression, sizes,
+                                                                       dtype, params):
+    kernel = _compile(expression, sizes, dtype, **params)
+    assert kernel.verify().ok and kernel.hazards() == []
+
+
+def test_offered_beside_tma_only():
+    with pytest.raises(StrategyError, match="producer warpgroup"):
+        _compile(tma=False)
+
+
+@pytest.mark.skipif(not nvcc_available() or find_disassembler() is None,
+                    reason="nvcc and cuobjdump/nvdisasm (CUDA toolkit) not installed")
+def test_nvcc_builds_both_roles_with_setmaxnreg_utmaldg_and_hgmma_and_no_ldg():
+    """GEMM 4096^3's tile of 128 x 256: the consumers' loop holds the HGMMAs and no barrier
+    or bulk copy; the producer's the UTMALDGs; no LDG of operands anywhere."""
+    kernel = _compile(sizes={"i": 4096, "j": 4096, "k": 4096}, tile_n=256, stages=3)
+    report, = sass_report(kernel.cuda_source, "sm_90")
+    assert report.arch == "sm_90a" and report.register_limits == (40, 232)
+    kinds = report.main_loop_kinds()
+    assert kinds["tensor core"] == {"HGMMA": 4}
+    assert not {"UTMALDG", "BAR", "LDGSTS"} & set(report.main_loop_opcodes)
+    assert report.producer_loop_bulk_copies == 5  # A's box and B's four per step
+    assert not report.global_load_widths
+
+
+@pytest.mark.skipif(not nvrtc_available(), reason="NVRTC (CUDA toolkit) not installed")
+def test_nvrtc_compiles_the_roles_for_sm_90a():
+    ptx = compile_nvrtc(_compile(dtype="bfloat16").cuda_source, "compute_90")
+    assert ".target sm_90a" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    assert "bar.sync 1, 256" in ptx
