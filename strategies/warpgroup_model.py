@@ -77,6 +77,7 @@ from .warpgroup_kernel import (
     step_boxes,
     warpgroup_tile,
 )
+from .warpgroup_roles import consumer_registers
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -94,6 +95,10 @@ TRANSPOSED = 2 * BOXED_WIDTH
 # published issue rate; the SASS of GEMM's tma kernel issues these]
 TMA_INSTRUCTIONS = 3
 TMA_STEP_INSTRUCTIONS = 6
+# per step, a producer warpgroup's (``producer``) wait for the stage's empty phase: the
+# try_wait, its predicate and branch, the parity (its loop in GEMM's sm_90a SASS: 73
+# instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
+PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -132,14 +137,19 @@ class WarpgroupModel(EnumeratingModel):
         self.store_ways = 2 if output_along_n(program) else 1
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
-        """Registers per thread, and those beyond the launch bounds' cap."""
+        """Registers per (consumer) thread, and those beyond its cap."""
         registers = self._registers(params)
-        cap = self.gpu.register_cap(WARPGROUP * params["warpgroups"])
-        return registers, max(0, registers - cap)
+        return registers, max(0, registers - self._cap(params))
 
     def register_pressure(self, params: Mapping[str, Any]) -> float:
-        return self._registers(params) / self.gpu.register_cap(
-            WARPGROUP * params["warpgroups"])
+        return self._registers(params) / self._cap(params)
+
+    def _cap(self, p: Mapping[str, Any]) -> int:
+        """The registers a thread of the tile's warpgroups may take: the launch bounds' cap,
+        or where a producer warpgroup gives its own up, what its consumers' setmaxnreg asks
+        for (:func:`.warpgroup_roles.consumer_registers`)."""
+        rebalanced = consumer_registers(p["warpgroups"]) if p.get("producer") else None
+        return rebalanced or self.gpu.register_cap(WARPGROUP * p["warpgroups"])
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's first block's output
@@ -165,10 +175,13 @@ class WarpgroupModel(EnumeratingModel):
         g = self.gpu
         clock = g.clock_ghz * 1e9
         tile = warpgroup_tile(p, self.program)
-        threads = WARPGROUP * p["warpgroups"]
-        warps = threads // 32
-        occupancy = blocks_per_sm(g, threads, registers or self._registers(p),
-                                  shared_bytes(self.program, p))
+        producer = bool(p.get("producer"))
+        threads = WARPGROUP * (p["warpgroups"] + producer)
+        warps = WARPGROUP * p["warpgroups"] // 32
+        # setmaxnreg's kernels start every thread at the cap of one block per SM
+        entry = (g.register_cap(threads) if producer and consumer_registers(p["warpgroups"])
+                 else registers or self._registers(p))
+        occupancy = blocks_per_sm(g, threads, entry, shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
         tiles = self.tiles(tile, p)
@@ -199,7 +212,8 @@ class WarpgroupModel(EnumeratingModel):
             copies += copied["b"] / TRANSPOSED * TRANSPOSE_INSTRUCTIONS
         if p.get("tma"):  # one thread's warp instructions, no address per thread
             boxes = sum(box.boxes for box in step_boxes(self.program, p))
-            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS)
+            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS
+                                + producer * PRODUCER_STEP_INSTRUCTIONS)
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -227,7 +241,14 @@ class WarpgroupModel(EnumeratingModel):
         # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
                                 * copied["b"] / TRANSPOSED / threads)
-        if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
+        if producer and p["stages"] > 1:  # no block barrier a step: the producer refills
+            # every stage but the one the MMAs read (the step before's retire as this
+            # step's start: wgmma.wait_group 1)
+            chain = g.l2_latency_cycles + chunk * max(
+                g.l2_latency_cycles / (p["stages"] - 1), mma_cycles)
+        elif producer:  # one stage: the copy waits for the MMAs that read it, and they for it
+            chain = chunk * (g.l2_latency_cycles + mma_cycles)
+        elif p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
             in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
             chain = g.l2_latency_cycles + chunk * (
                 SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
@@ -246,7 +267,9 @@ class WarpgroupModel(EnumeratingModel):
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": waves * chain / clock,
         }
-        return seconds, occupancy * warps, 0.0  # the tensor cores read the operands, not the LSUs
+        # the producer's issuing warp beside the consumers' (its other three exit); the
+        # tensor cores read the operands, not the LSUs
+        return seconds, occupancy * (warps + producer), 0.0
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu

@@ -312,7 +312,7 @@ def test_the_h100_model_sees_a_staged_boxs_copies_and_memory():
     """The staging tile's bytes (B's twice), and the transposes' issue and wavefronts."""
     program = plan(TCCG_14, {"a": 384, "b": 376, "c": 384, "d": 384}, "F", "float16")
     params = {**BOX, "tile_n": 32, "stages": 3, "free_layout": "group", "tma": False,
-              "split": 1}
+              "producer": False, "split": 1}
     registers, staged = ({**params, "staged_b": flag} for flag in (False, True))
     assert shared_bytes(program, staged) == 3 * (64 + 2 * 32) * 256 * 2
     model = model_of(program, gpu("H100"), "warpgroup")
