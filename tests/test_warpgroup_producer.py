@@ -18,6 +18,7 @@ from treduda.errors import StrategyError
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
+from treduda.suites import load
 
 PRODUCER = {**TILES, "warpgroups": 2, "frags_m": 1, "stages": 2, "producer": True}
 
@@ -90,6 +91,32 @@ def test_updates_stages_and_one_consumer_match_einsum_without_hazards(expression
                                                                        dtype, params):
     kernel = _compile(expression, sizes, dtype, **params)
     assert kernel.verify().ok and kernel.hazards() == []
+
+
+@pytest.mark.matrix
+def test_a_tccg_rows_pick_matches_einsum_without_hazards():
+    """tccg_13's H100 pick (128 x 32, 4 stages, a producer) at small sizes a tensor map
+    takes (rows of 16-byte multiples; a step of 64 d: one box), partial along a and b, the
+    steps over c and d."""
+    row = next(r for r in load("tccg_fp16") if r.id == "tccg_13")
+    kernel = treduda.compile(row.expression, {"a": 136, "b": 40, "c": 3, "d": 64},
+                             dtype="float16", layout=row.layout, strategy="warpgroup",
+                             params={**PRODUCER, "tile_n": 32, "stages": 4})
+    assert kernel.verify().ok and kernel.hazards() == []
+
+
+def test_the_h100_search_specialises_gemms_warps_for_the_barrier_it_saves():
+    """GEMM 4096^3 fp16: the same tile with and without a producer, L2 binding both; the
+    producer's steps wait for no block barrier, so the latency the estimate adds is less."""
+    found = {held: treduda.search(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "H100",
+                                  dtype="float16", strategy="warpgroup",
+                                  values={"producer": (held,)}).best for held in (True, False)}
+    assert treduda.search(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "H100", dtype="float16",
+                          strategy="warpgroup").best.params["producer"]
+    with_producer, without = (found[held].prediction for held in (True, False))
+    assert with_producer.binding == without.binding == "l2"
+    assert with_producer.resources["latency"] < without.resources["latency"]
+    assert with_producer.seconds < without.seconds
 
 
 def test_offered_beside_tma_only():
