@@ -18,7 +18,9 @@ staging tile and on by a transpose in shared memory. With ``tma`` the tensor mem
 accelerator moves the tiles instead, one thread's bulk tensor copies per step completing
 on an mbarrier per stage (:mod:`.warpgroup_tma`). A reduction splits over blocks
 (``split``) as the tensor-core mapping's does, where the output's tiles are too few to
-fill the GPU. What this slice leaves for later: warp specialisation. A search
+fill the GPU. With ``producer`` (beside ``tma``) a warpgroup of its own issues the bulk
+copies on full and empty mbarriers while the tile's warpgroups only multiply
+(:mod:`.warpgroup_roles`). A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is

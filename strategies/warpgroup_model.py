@@ -7,7 +7,8 @@ MMAs, from a candidate's parameters.
                fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (with ``tma`` a few of one thread per box and
-               step; else an address and a cp.async per run, or an
+               step, and a producer warpgroup's wait for the stage to empty; else an
+               address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
@@ -30,11 +31,13 @@ MMAs, from a candidate's parameters.
                of the copy latency spread over the steps in flight and the step's MMAs at
                the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
                a staged B adds a barrier and its thread's transposes' shared latencies
-               per step
+               per step; with a producer warpgroup no barrier, its copies ``S - 1`` steps
+               ahead (one stage: the copy and the MMAs in turn)
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
-model's overhead. A bound is exact per resource over a partial candidate's completions, as
-the tensor-core model's.
+model's overhead, under the launch bounds' cap or a producer's consumers' setmaxnreg count
+(a kernel with setmaxnreg runs one block per SM). A bound is exact per resource over a
+partial candidate's completions, as the tensor-core model's.
 """
 
 from __future__ import annotations

@@ -15,10 +15,12 @@ from treduda.strategies.warpgroup_roles import EMPTY
 import treduda
 from treduda.codegen import ir
 from treduda.errors import StrategyError
+from treduda.model.gpus import gpu
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
 from treduda.suites import load
+from treduda.tuning.walk import launch
 
 PRODUCER = {**TILES, "warpgroups": 2, "frags_m": 1, "stages": 2, "producer": True}
 
@@ -55,6 +57,7 @@ def test_specialised_roles_match_einsum_without_hazards(layout):
     the consumers' barriers theirs alone (named, 256 threads), none left in their loop."""
     kernel = _compile(layout=layout)
     assert kernel.built.block == (384, 1, 1)
+    assert launch(kernel, gpu("H100")).blocks_per_sm == 1  # setmaxnreg's launch bounds
     split = _split(kernel)
     producer, consumers = split.then, split.otherwise
     assert [s.count for s in ir.nested(producer) if isinstance(s, ir.SetMaxRegisters)] == [40]
