@@ -47,6 +47,7 @@ from treduda.polyhedral.strategy import (
 )
 
 from .tensorcore import SPLITS, split_rules
+from .tensorcore_model import OVERHEAD_REGISTERS
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
     FREE_LAYOUT_HELP,
@@ -71,16 +72,25 @@ from .warpgroup_kernel import (
     wgmma_k,
 )
 from .warpgroup_model import WarpgroupModel
-from .warpgroup_roles import ProducerBuilder
+from .warpgroup_roles import ProducerBuilder, consumer_registers
 from .warpgroup_tma import tma_reason
 
 DTYPES = ("float16", "bfloat16")
-TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
+TILE_N = (32, 64, 128, 192, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
+WIDE_N = 192  # two 64 x 192 accumulators a warpgroup: only in a producer's consumers
 STAGES = (1, 2, 3, 4)
 # Accumulator registers of a thread: frags_m BN / 2 floats. 128 (a 64 x 256 or two 64 x 128
 # tiles, as CUTLASS's Hopper GEMMs take per warpgroup) leave the rest of 255 for addresses.
 REGISTER_BUDGET = 128
 WARPS_PER_WARPGROUP = 4
+
+
+def accumulator_budget(params: Mapping[str, Any]) -> int:
+    """A thread's accumulator registers: :data:`REGISTER_BUDGET`, or with a producer
+    warpgroup whose consumers take more by setmaxnreg, those less the tensor-core model's
+    other registers (232 - 32 for two consumer warpgroups)."""
+    rebalanced = consumer_registers(params["warpgroups"]) if params["producer"] else None
+    return rebalanced - OVERHEAD_REGISTERS if rebalanced else REGISTER_BUDGET
 
 
 @register
@@ -172,9 +182,13 @@ class Warpgroup(Strategy):
                                                    **p}, program)["k"]),
             Constraint("more than two stages need asynchronous copies", ("stages", "async_copy"),
                        lambda p: p["stages"] <= 2 or p["async_copy"]),
-            Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread",
-                       ("frags_m", "tile_n"),
-                       lambda p: p["frags_m"] * p["tile_n"] // 2 <= REGISTER_BUDGET),
+            Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread (or what "
+                       "a producer's consumers take by setmaxnreg, less the other registers)",
+                       ("frags_m", "tile_n", "producer", "warpgroups"),
+                       lambda p: p["frags_m"] * p["tile_n"] // 2 <= accumulator_budget(p)),
+            Constraint(f"a tile of {WIDE_N} columns takes the registers a producer's consumers "
+                       "gain", ("tile_n", "producer"),
+                       lambda p: p["tile_n"] != WIDE_N or p["producer"]),
             Constraint("the M tile is no larger than M needs", ("warpgroups", "frags_m"),
                        lambda p: p["warpgroups"] * p["frags_m"] == 1
                        or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
