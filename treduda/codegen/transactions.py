@@ -167,8 +167,16 @@ def _role(s: ir.Stmt, condition: ir.Expr, then: bool) -> ir.Stmt:
         return ir.If(condition, s) if then else ir.If(condition, ir.Block(()), s)
     if isinstance(s, ir.Barrier):
         return ir.Barrier()
-    if isinstance(s, ir.Block):
-        return ir.Block(tuple(_role(c, condition, then) for c in s.body))
+    if isinstance(s, ir.Block):  # each run of statements between barriers tested once
+        runs: list[list[ir.Stmt]] = [[]]
+        for child in s.body:
+            if ir.has_barrier(child):
+                runs += [[child], []]
+            else:
+                runs[-1].append(child)
+        return ir.Block(tuple(_role(run[0] if len(run) == 1 and ir.has_barrier(run[0])
+                                    else ir.Block(tuple(run)), condition, then)
+                              for run in runs if run))
     if isinstance(s, ir.For) and not (ir.reads_thread_id(s.start)
                                       or ir.reads_thread_id(s.condition)):
         return replace(s, body=_role(s.body, condition, then))
