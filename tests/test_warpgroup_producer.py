@@ -14,6 +14,7 @@ from treduda.strategies.warpgroup_roles import EMPTY
 
 import treduda
 from treduda.codegen import ir
+from treduda.codegen.role_split import joined_roles
 from treduda.errors import StrategyError
 from treduda.model.gpus import gpu
 from treduda.run.nvcc import nvcc_available
@@ -162,3 +163,20 @@ def test_nvrtc_compiles_the_roles_for_sm_90a():
     ptx = compile_nvrtc(_compile(dtype="bfloat16").cuda_source, "compute_90")
     assert ".target sm_90a" in ptx and "setmaxnreg.inc.sync.aligned.u32 232" in ptx
     assert "bar.sync 1, 256" in ptx
+
+
+def test_only_tests_that_split_the_threads_exactly_become_one_role_split():
+    """``if (t >= 256) P; if (t <= 255) C;`` is one split of 384 threads; with ``t <= 200``
+    some threads run neither, and with a loop iterator in a test it is no role test."""
+    thread = ir.Index(ir.Builtin.THREAD_ID, 0)
+    wait = ir.MbarrierWait(ir.Load("bar", ir.Int(0)), ir.Int(0))
+
+    def tests(first: ir.Expr, second: ir.Expr) -> ir.Block:
+        return ir.Block((ir.If(first, wait), ir.If(second, wait)))
+
+    producer = ir.Binary(ir.Op.GE, thread, ir.Int(256))
+    joined = joined_roles(tests(producer, ir.Binary(ir.Op.LE, thread, ir.Int(255))), 384)
+    assert joined.body == (ir.If(producer, wait, wait),)
+    for second in (ir.Binary(ir.Op.LE, thread, ir.Int(200)),
+                   ir.Binary(ir.Op.LE, thread, ir.Var("ks"))):
+        assert len(joined_roles(tests(producer, second), 384).body) == 2
