@@ -29,10 +29,13 @@ MMAs, from a candidate's parameters.
 * ``latency``  waves of blocks (a split's parts each a block) x the steps of a part, per
                step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
-               the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
-               a staged B adds a barrier and its thread's transposes' shared latencies
-               per step; with a producer warpgroup no barrier, its copies ``S - 1`` steps
-               ahead (one stage: the copy and the MMAs in turn)
+               the SM's rate, shared by the blocks the wave holds per SM
+               (:func:`~treduda.model.occupancy.waves_by_residency`: a grid short of the SMs
+               holds fewer than its limits allow); else two barriers, the copy's latency
+               and the MMAs in turn; a staged B adds a barrier and its thread's
+               transposes' shared latencies per step; with a producer warpgroup no
+               barrier, its copies ``S - 1`` steps ahead (one stage: the copy and the
+               MMAs in turn)
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
 model's overhead, under the launch bounds' cap or a producer's consumers' setmaxnreg count
@@ -48,7 +51,7 @@ from typing import Any
 
 from treduda.codegen import ir
 from treduda.model.gpus import Gpu
-from treduda.model.occupancy import blocks_per_sm
+from treduda.model.occupancy import blocks_per_sm, waves_by_residency
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
@@ -194,7 +197,7 @@ class WarpgroupModel(EnumeratingModel):
         # a split reduction's parts are blocks of their own, each summing `chunk` steps
         steps, chunk, parts = self.steps(p, tile)
         blocks = tiles * parts
-        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
@@ -237,26 +240,29 @@ class WarpgroupModel(EnumeratingModel):
         wavefronts = blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
                                + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
                                + written_lines * (self.output_accesses if parts == 1 else 1))
-        # a step's MMAs at the SM's rate, shared by its resident blocks
-        mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
         # loads its stores read at once (nvcc keeps them in order: the stores may alias the
         # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
                                 * copied["b"] / TRANSPOSED / threads)
-        if producer and p["stages"] > 1:  # no block barrier a step: the producer refills
-            # every stage but the one the MMAs read (the step before's retire as this
-            # step's start: wgmma.wait_group 1)
-            chain = g.l2_latency_cycles + chunk * max(
-                g.l2_latency_cycles / (p["stages"] - 1), mma_cycles)
-        elif producer:  # one stage: the copy waits for the MMAs that read it, and they for it
-            chain = chunk * (g.l2_latency_cycles + mma_cycles)
-        elif p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
-            in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
-            chain = g.l2_latency_cycles + chunk * (
-                SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
-        else:  # each step copies, waits and multiplies in turn
-            chain = chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
+        in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1  # cp.async's S - 2 from 3
+
+        def wave(resident: int) -> float:
+            """A wave's cycles where ``resident`` blocks share each SM's tensor cores."""
+            mma = 2.0 * output * tile["k"] * resident / (self.rate / g.sm_count / clock)
+            if producer and p["stages"] > 1:  # no block barrier a step: the producer
+                # refills every stage but the one the MMAs read (the step before's retire
+                # as this step's start: wgmma.wait_group 1)
+                return g.l2_latency_cycles + chunk * max(
+                    g.l2_latency_cycles / (p["stages"] - 1), mma)
+            if producer:  # one stage: the copy waits for the MMAs that read it, they for it
+                return chunk * (g.l2_latency_cycles + mma)
+            if p["stages"] > 1 and asynchronous:  # copies ahead: a barrier a step
+                return g.l2_latency_cycles + chunk * (
+                    SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma))
+            # each step copies, waits and multiplies in turn
+            return chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma)
+
         seconds = {
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
@@ -268,11 +274,11 @@ class WarpgroupModel(EnumeratingModel):
                                                       self.scattered[free], strict=True))
                    + self._split_l2(blocks * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
-            "latency": waves * chain / clock,
+            "latency": sum(waves * wave(resident) for resident, waves in shares) / clock,
         }
-        # the producer's issuing warp beside the consumers' (its other three exit); the
-        # tensor cores read the operands, not the LSUs
-        return seconds, occupancy * (warps + producer), 0.0
+        # the producer's issuing warp beside the consumers' (its other three exit), on the
+        # busiest SM; the tensor cores read the operands, not the LSUs
+        return seconds, shares[0][0] * (warps + producer), 0.0
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu
