@@ -209,9 +209,8 @@ class Warpgroup(Strategy):
                        lambda p: not p["tma"] or (p["async_copy"] and not p["staged_b"]
                                                   and p["free_layout"] == "group"
                                                   and tma_fits(program, p))),
-            Constraint("a producer warpgroup issues bulk copies, of one reduction whole",
-                       ("producer", "tma", "split"),
-                       lambda p: not p["producer"] or (p["tma"] and p["split"] == 1)),
+            Constraint("a producer warpgroup issues bulk copies", ("producer", "tma"),
+                       lambda p: not p["producer"] or p["tma"]),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
                         "staged_b", "tma"),

@@ -51,7 +51,11 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   (tccg_28's 128 x 128 main loop: 128 STS, 656 instructions; 64 and 520).
 * A split reduction (``split``) as the tensor-core kernel's: the part a grid dimension,
   each block summing its part's steps and adding its tile into the output (or a
-  deterministic program's workspace).
+  deterministic program's workspace). A wait on a stage's mbarrier names the parity of the
+  stage's rounds from the part's first step (:meth:`WarpgroupBuilder.rounds`).
+* With ``producer`` the block gains a role dimension: a producer warpgroup of its own issues
+  the bulk copies on full and empty mbarriers while these warpgroups only multiply and write
+  (:class:`.warpgroup_roles.ProducerBuilder`, which builds on this class).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -285,6 +289,15 @@ class WarpgroupBuilder(Builder):
         """The mbarrier of step ``ks``'s stage."""
         return ir.Element(BARRIERS, self.buffer() or (ir.Int(0),))
 
+    def rounds(self) -> ir.Expr:
+        """The rounds step ``ks``'s stage went through in this block before it: the steps
+        from its part's first (``ks - chunk part``), over the stages. Their parity is the
+        phase a wait on the stage's mbarrier names: from the absolute step a middle part's
+        first round would name the phase before a fresh barrier's, which counts as
+        completed (PTX ISA, mbarrier.test_wait.parity), and read tiles not yet copied."""
+        first = times(-self.chunk, ir.Var("part")) if self.parts > 1 else ir.Int(0)
+        return quotient(plus(ir.Var("ks"), first), self.stages)
+
     def bulk(self, tensor: str, tile: str, order: int, step: str) -> None:
         """``tma_expect[P, ks]``, the first thread's arrival on the stage's mbarrier expecting
         both operands' bytes (before A's copies), and ``tma_X[P, ks, j]``: it starts the
@@ -431,7 +444,7 @@ class WarpgroupBuilder(Builder):
         if self.boxes and name == "commit":
             return  # the copy engine's copies complete on the stage's mbarrier
         if self.boxes and name == "wait":  # every thread waits for the step's phase
-            parity = remainder(quotient(ir.Var("ks"), self.stages), 2)
+            parity = remainder(self.rounds(), 2)
             self.add("tma_wait", Kind.SYNC, [*self.prefix(), "ks", "t"],
                      f"{self.prefix_bounds()} and {self.step_bounds()} and "
                      f"0 <= t < {self.threads}",

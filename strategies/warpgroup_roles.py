@@ -4,7 +4,8 @@ loop over the steps of its own.
 
 The producer's first thread, per step, waits until the step's stage is *empty* (the phase
 of the stage's previous round on its empty mbarrier: none on the first round, where a
-fresh barrier's phase "before" counts as completed), expects the step's bytes on the stage's
+fresh barrier's phase "before" counts as completed; rounds counted from the first step of a
+split reduction's part, as every wait's), expects the step's bytes on the stage's
 *full* mbarrier and starts its bulk tensor copies (:mod:`.warpgroup_tma`); so it runs up to
 ``S`` steps ahead of the MMAs, bounded by the empty barriers alone. The consumers, per step,
 wait for the full phase, start their wgmmas, wait until ``P`` groups are pending (``P`` 1
@@ -34,7 +35,7 @@ from dataclasses import replace
 from typing import Any
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import plus, quotient, remainder
+from treduda.codegen.simplify import plus, remainder
 from treduda.polyhedral.lower import Kind, Program
 from treduda.polyhedral.strategy import Role, Scheduled
 
@@ -91,7 +92,7 @@ class ProducerBuilder(WarpgroupBuilder):
         self.role = PRODUCER
         self.registers_of_role("producer", f"{self.threads} <= t < {self.threads + ir.WARPGROUP}",
                                PRODUCER_REGISTERS, False)
-        parity = remainder(plus(quotient(ir.Var("ks"), self.stages), ir.Int(1)), 2)
+        parity = remainder(plus(self.rounds(), ir.Int(1)), 2)
         self.add("empty_wait", Kind.SYNC, [*self.prefix(), "ks"],
                  f"{self.prefix_bounds()} and {self.step_bounds()}",
                  ir.MbarrierWait(ir.Element(EMPTY, ()), parity),
@@ -124,9 +125,10 @@ class ProducerBuilder(WarpgroupBuilder):
         retired (``wgmma.wait_group P``), arrives on that step's stage's empty mbarrier."""
         pending = self.mma_pending
         step = plus(ir.Var("ks"), ir.Int(-pending)) if pending else ir.Var("ks")
+        first = f"{self.chunk}*part" if self.parts > 1 else "0"  # the part's first step
         self.add("release", Kind.SYNC, [*self.prefix(), "ks", "t"],
-                 f"{self.prefix_bounds()} and {self.step_bounds()} and ks >= {pending} "
-                 f"and 0 <= t < {self.threads}",
+                 f"{self.prefix_bounds()} and {self.step_bounds()} and "
+                 f"ks >= {first} + {pending} and 0 <= t < {self.threads}",
                  ir.MbarrierArrive(ir.Element(EMPTY, ())),
                  [ir.Element(EMPTY, self.stage_of(step))],
                  self.point("t", ["1", "ks", str(STAGE_MMA), "4", "0", "0", "0"]))

@@ -97,6 +97,36 @@ def test_updates_stages_and_one_consumer_match_einsum_without_hazards(expression
     assert kernel.verify().ok and kernel.hazards() == []
 
 
+@pytest.mark.parametrize("producer", [False, True])
+def test_a_later_parts_first_round_waits_for_its_copies(producer):
+    """A split reduction's second part sums steps 5 to 8 of 9 in three stages: its waits
+    name the parity of each stage's rounds from the part's first step. From step 0 (round
+    1 at step 5) its first waits would name the phase before a fresh mbarrier's, which
+    counts as completed: tiles read before their copies land ('uninitialised read')."""
+    kernel = treduda.compile(GEMM, {**PARTIAL, "k": 520}, dtype="float16",
+                             strategy="warpgroup", deterministic=True,
+                             params={**TILES, "split": 2, "producer": producer})
+    assert kernel.grid == (2 * 2, 1, 1)  # the tiles' two blocks, each in two parts
+    assert kernel.hazards() == []  # the grid's corners: the second part's blocks
+
+
+@pytest.mark.matrix
+@pytest.mark.parametrize(("expression", "dtype", "layout", "params"), [
+    (GEMM, "float16", "C", {}),  # two consumers (setmaxnreg), two stages
+    ("C[i,j] += alpha*A[i,k]*B[k,j]", "bfloat16", "F",
+     {"warpgroups": 1, "frags_m": 2, "stages": 3}),
+    ("C[i,j] += A[k,i] * B[j,k]", "float16", "C", {"stages": 1}),  # (beta: no split)
+])
+def test_the_parts_of_a_split_reduction_match_einsum_without_hazards(expression, dtype,
+                                                                      layout, params):
+    """Six steps (the last partial) in two parts: the second starts on an odd round of one,
+    two and three stages; a deterministic sum of the parts (no 16-bit atomics in OpenCL)."""
+    kernel = treduda.compile(expression, {**PARTIAL, "k": 360}, dtype=dtype, layout=layout,
+                             strategy="warpgroup", deterministic=True,
+                             params={**PRODUCER, "split": 2, **params})
+    assert kernel.verify().ok and kernel.hazards() == []
+
+
 @pytest.mark.matrix
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_the_consumers_wider_tile_matches_einsum_without_hazards(layout):
