@@ -139,13 +139,13 @@ def test_the_consumers_wider_tile_matches_einsum_without_hazards(layout):
 
 @pytest.mark.matrix
 def test_a_tccg_rows_pick_matches_einsum_without_hazards():
-    """tccg_13's H100 pick (128 x 32, 4 stages, a producer) at small sizes a tensor map
-    takes (rows of 16-byte multiples; a step of 64 d: one box), partial along a and b, the
-    steps over c and d."""
+    """tccg_13's H100 pick (64 x 64, one consumer warpgroup, 4 stages, a producer) at
+    small sizes a tensor map takes (rows of 16-byte multiples; a step of 64 d: one box),
+    partial along a and b, the steps over c and d."""
     row = next(r for r in load("tccg_fp16") if r.id == "tccg_13")
     kernel = treduda.compile(row.expression, {"a": 136, "b": 40, "c": 3, "d": 64},
                              dtype="float16", layout=row.layout, strategy="warpgroup",
-                             params={**PRODUCER, "tile_n": 32, "stages": 4})
+                             params={**PRODUCER, "warpgroups": 1, "tile_n": 64, "stages": 4})
     assert kernel.verify().ok and kernel.hazards() == []
 
 
