@@ -39,7 +39,7 @@ import sys
 from economy_tables import arguments, measure_rows, print_tables, table, wanted_rows
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 from treduda.strategies.tensorcore_tiles import boxed, k_box
-from treduda.strategies.warpgroup_kernel import staged_width, tma_refusal
+from treduda.strategies.warpgroup_kernel import staged_width, step_boxes, tma_refusal
 from treduda.strategies.warpgroup_tma import tma_reason
 
 import treduda
@@ -75,7 +75,8 @@ def tiles(p: dict) -> str:
     """A warpgroup kernel's tiles and forms, as the table's column shows them."""
     return (f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
             + ("" if p.get("free_layout", "group") == "group" else f" {p['free_layout']}")
-            + (" staged" if p.get("staged_b") else "") + (" tma" if p.get("tma") else ""))
+            + (" staged" if p.get("staged_b") else "") + (" tma" if p.get("tma") else "")
+            + (" producer" if p.get("producer") else ""))
 
 
 def copies(program, p: dict) -> str:
@@ -153,13 +154,26 @@ def sass_figures(row, dtype: str, precision: str, p: dict, counted: bool = False
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
                    sts=kinds.get("shared memory", {}).get("STS", 0),
                    stg=kinds.get("global memory", {}).get("STG", 0),
-                   never=sum(report.main_loop_never_executed.values()))
+                   never=sum(report.main_loop_never_executed.values()),
+                   producer_non_mma_per_mma=producer_per_mma(report, row, dtype, precision, p),
+                   register_limits=list(report.register_limits))
     return figures
+
+
+def producer_per_mma(report, row, dtype: str, precision: str, p: dict) -> float | None:
+    """A producer warpgroup's instructions per step (its loop's, over the steps its UTMALDGs
+    are: nvcc may unroll it) per HGMMA a consumer warp issues in a step; None without one."""
+    if not report.producer_loop_bulk_copies:
+        return None
+    program = plan(row.expression, row.sizes, row.layout, dtype, precision=precision)
+    boxes = sum(box.boxes for box in step_boxes(program, p))
+    steps = report.producer_loop_bulk_copies / boxes
+    return report.producer_loop_instructions / steps / (p["frags_m"] * p["frags_k"])
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
            "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "body STG", "ways",
-           "tile ways", "body LDS", "body STS", "body never")
+           "tile ways", "body LDS", "body STS", "body never", "producer", "setmaxnreg")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -171,7 +185,9 @@ def cells(name: str, f: dict) -> list[str]:
             shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
             shown("ldg", "{}"), shown("ldgsts", "{}"), shown("stg", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
-            shown("sts", "{}"), shown("never", "{}")]
+            shown("sts", "{}"), shown("never", "{}"),
+            shown("producer_non_mma_per_mma", "{:.2f}"),
+            "/".join(map(str, f.get("register_limits") or [])) or "-"]
 
 
 def body(f: dict) -> str:
@@ -204,7 +220,9 @@ def main(argv: list[str] | None = None) -> int:
           "the bulk copies' issue (one thread's); ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
           "tiles'; body never: instructions guarded by a never-true predicate (@!PT LDS RZ, "
-          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS")
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS; producer: a "
+          "producer warpgroup's (tiles 'producer') loop instructions a step per HGMMA of a "
+          "consumer warp's step, on its own warp; setmaxnreg: the roles' register counts")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     if args.json:
         with open(args.json) as measured:

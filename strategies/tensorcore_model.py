@@ -34,7 +34,9 @@ step of BK summed values):
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
                fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
                the copies of S - 1 steps in flight, each step waiting for at least 1 / (S - 1)
-               of a copy's latency, after the first copy's whole)
+               of a copy's latency, after the first copy's whole); the MMAs' issue shared
+               by the blocks a wave holds per SM, and the warps that hide latencies those
+               of the fullest wave (a grid short of the SMs holds fewer than the limits allow)
 
 A candidate is read only through the strategy's description of itself
 (:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
@@ -66,7 +68,7 @@ from typing import Any
 
 from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
-from treduda.model.occupancy import blocks_per_sm
+from treduda.model.occupancy import blocks_per_sm, waves_by_residency
 from treduda.model.prediction import (
     LAUNCH_SECONDS,
     Compiled,
@@ -517,7 +519,7 @@ class TensorCoreModel(EnumeratingModel):
         tiles = self.tiles(tile, p)
         steps, chunk, parts = self._steps(tile, described["split"])
         blocks = tiles * parts
-        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
@@ -540,21 +542,26 @@ class TensorCoreModel(EnumeratingModel):
         wavefronts = (blocks * (chunk * (fragment_fronts + copy_fronts)
                                 + output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
-        resident = occupancy * warps
+        # the warps the busiest SM holds at once (in its fullest wave) hide its latencies
+        resident = shares[0][0] * warps
         hidden = self._hidden(resident, tile, clock)
-        # a step's MMAs take the block at least its chain's latency, and at least their issue
-        # at the SM's rate shared with the other resident blocks: a block cannot multiply
-        # while it waits for its copy unless it has a second buffer
-        mma_cycles = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
-                         warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * occupancy
-                         / self._mma_rate(clock) / g.schedulers_per_sm)
-        if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
-            chain = g.l2_latency_cycles + chunk * (
-                SYNC_CYCLES + g.shared_latency_cycles
-                + max(g.l2_latency_cycles / self._in_flight(p), mma_cycles))
-        else:
-            chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
-                             + mma_cycles)
+        in_flight = self._in_flight(p)
+
+        def wave(blocks_resident: int) -> float:
+            """A wave's cycles where ``blocks_resident`` blocks share each SM's MMAs."""
+            # a step's MMAs take the block at least its chain's latency, and at least their
+            # issue at the SM's rate shared with the blocks resident beside it: a block
+            # cannot multiply while it waits for its copy unless it has a second buffer
+            mma = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
+                      warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * blocks_resident
+                      / self._mma_rate(clock) / g.schedulers_per_sm)
+            if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
+                return g.l2_latency_cycles + chunk * (
+                    SYNC_CYCLES + g.shared_latency_cycles
+                    + max(g.l2_latency_cycles / in_flight, mma))
+            return chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
+                            + mma)
+
         seconds = {
             "mma": padded / self.rate * quantise / hidden,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
@@ -564,7 +571,8 @@ class TensorCoreModel(EnumeratingModel):
                    + self._split_l2(parts * written * SECTOR_BYTES, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
-            "latency": waves * chain / clock,
+            "latency": sum(waves * wave(blocks_resident)
+                           for blocks_resident, waves in shares) / clock,
         }
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma

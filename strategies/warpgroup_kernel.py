@@ -51,7 +51,11 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   (tccg_28's 128 x 128 main loop: 128 STS, 656 instructions; 64 and 520).
 * A split reduction (``split``) as the tensor-core kernel's: the part a grid dimension,
   each block summing its part's steps and adding its tile into the output (or a
-  deterministic program's workspace).
+  deterministic program's workspace). A wait on a stage's mbarrier names the parity of the
+  stage's rounds from the part's first step (:meth:`WarpgroupBuilder.rounds`).
+* With ``producer`` the block gains a role dimension: a producer warpgroup of its own issues
+  the bulk copies on full and empty mbarriers while these warpgroups only multiply and write
+  (:class:`.warpgroup_roles.ProducerBuilder`, which builds on this class).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -201,6 +205,7 @@ class WarpgroupBuilder(Builder):
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
         # the operand tiles moved by the copy engine (tma: :mod:`.warpgroup_tma`)
+        self.issuer = "0"  # the thread that starts the bulk copies
         self.boxes = ({tensor: operand_box(program, tensor, self.tile, self.line(tile),
                                            self.k_sizes)
                        for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
@@ -215,12 +220,7 @@ class WarpgroupBuilder(Builder):
                 f"and 0 <= l < {ir.WARPGROUP}")
 
     def run(self):
-        count = self.warpgroup_params["frags_m"] * self.registers()
-        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
-                 f"{self.group_domain()} and 0 <= r < {count}",
-                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
-                 [ir.Element(FRAG_C, (ir.Var("r"),))],
-                 self.point("128*g + l", ["0"] * 6 + ["r"]))
+        self.fill()
         if self.boxes:  # the first thread initialises a stage's mbarrier, then all see it
             self.add("tma_init", Kind.SYNC, [*self.prefix(), "s"],
                      f"{self.prefix_bounds()} and 0 <= s < {self.stages}",
@@ -231,6 +231,15 @@ class WarpgroupBuilder(Builder):
         self.reduction()
         self.write()
         return self.scheduled()
+
+    def fill(self) -> None:
+        """``fill[P, g, l, r]``: every accumulator register starts at zero."""
+        count = self.warpgroup_params["frags_m"] * self.registers()
+        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
+                 f"{self.group_domain()} and 0 <= r < {count}",
+                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
+                 [ir.Element(FRAG_C, (ir.Var("r"),))],
+                 self.point("128*g + l", ["0"] * 6 + ["r"]))
 
     def copied(self, source: ir.Element) -> ir.Expr:
         """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied through registers:
@@ -288,6 +297,15 @@ class WarpgroupBuilder(Builder):
         """The mbarrier of step ``ks``'s stage."""
         return ir.Element(BARRIERS, self.buffer() or (ir.Int(0),))
 
+    def rounds(self) -> ir.Expr:
+        """The rounds step ``ks``'s stage went through in this block before it: the steps
+        from its part's first (``ks - chunk part``), over the stages. Their parity is the
+        phase a wait on the stage's mbarrier names: from the absolute step a middle part's
+        first round would name the phase before a fresh barrier's, which counts as
+        completed (PTX ISA, mbarrier.test_wait.parity), and read tiles not yet copied."""
+        first = times(-self.chunk, ir.Var("part")) if self.parts > 1 else ir.Int(0)
+        return quotient(plus(ir.Var("ks"), first), self.stages)
+
     def bulk(self, tensor: str, tile: str, order: int, step: str) -> None:
         """``tma_expect[P, ks]``, the first thread's arrival on the stage's mbarrier expecting
         both operands' bytes (before A's copies), and ``tma_X[P, ks, j]``: it starts the
@@ -302,7 +320,8 @@ class WarpgroupBuilder(Builder):
             total = box_bytes(tuple(self.boxes.values()), dtypes.itemsize(self.program.dtype))
             self.add("tma_expect", Kind.SYNC, names, domain,
                      ir.MbarrierArrive(ir.Element(BARRIERS, ()), total), [barrier],
-                     self.point("0", ["1", step, str(STAGE_COPY), "0", "0", "0", "0"]))
+                     self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "0", "0",
+                                              "0"]))
         first = digit_values(index_digits(self.k, self.k_sizes),
                              times(self.tile["k"], ir.Var("ks")), self.k_sizes, OPERATORS)
         # the box's first row: the tile's, or in an MN-major tile box j's, w rows on
@@ -319,7 +338,8 @@ class WarpgroupBuilder(Builder):
         self.add(f"tma_{tensor}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {box.boxes}",
                  ir.TensorCopy(ir.Element(tile, ()), box.map.name, tuple(coordinates),
                                ir.Element(BARRIERS, ())), [target, barrier],
-                 self.point("0", ["1", step, str(STAGE_COPY), "0", "1", str(order), "j"]))
+                 self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "1", str(order),
+                                          "j"]))
 
     def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
         """The staging tile's copies: rows of N, each B's 16 x 16 values of a box step in
@@ -437,7 +457,7 @@ class WarpgroupBuilder(Builder):
         if self.boxes and name == "commit":
             return  # the copy engine's copies complete on the stage's mbarrier
         if self.boxes and name == "wait":  # every thread waits for the step's phase
-            parity = remainder(quotient(ir.Var("ks"), self.stages), 2)
+            parity = remainder(self.rounds(), 2)
             self.add("tma_wait", Kind.SYNC, [*self.prefix(), "ks", "t"],
                      f"{self.prefix_bounds()} and {self.step_bounds()} and "
                      f"0 <= t < {self.threads}",

@@ -7,7 +7,8 @@ MMAs, from a candidate's parameters.
                fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (with ``tma`` a few of one thread per box and
-               step; else an address and a cp.async per run, or an
+               step, and a producer warpgroup's wait for the stage to empty; else an
+               address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
@@ -31,13 +32,18 @@ MMAs, from a candidate's parameters.
 * ``latency``  waves of blocks (a split's parts each a block) x the steps of a part, per
                step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
-               the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
-               a staged B adds a barrier and its thread's transposes' shared latencies
-               per step
+               the SM's rate, shared by the blocks the wave holds per SM
+               (:func:`~treduda.model.occupancy.waves_by_residency`: a grid short of the SMs
+               holds fewer than its limits allow); else two barriers, the copy's latency
+               and the MMAs in turn; a staged B adds a barrier and its thread's
+               transposes' shared latencies per step; with a producer warpgroup no
+               barrier, its copies ``S - 1`` steps ahead (one stage: the copy and the
+               MMAs in turn)
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
-model's overhead. A bound is exact per resource over a partial candidate's completions, as
-the tensor-core model's.
+model's overhead, under the launch bounds' cap or a producer's consumers' setmaxnreg count
+(a kernel with setmaxnreg runs one block per SM). A bound is exact per resource over a
+partial candidate's completions, as the tensor-core model's.
 """
 
 from __future__ import annotations
@@ -48,7 +54,7 @@ from typing import Any
 
 from treduda.codegen import ir
 from treduda.model.gpus import Gpu
-from treduda.model.occupancy import blocks_per_sm
+from treduda.model.occupancy import blocks_per_sm, waves_by_residency
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
@@ -81,6 +87,7 @@ from .warpgroup_kernel import (
     step_boxes,
     warpgroup_tile,
 )
+from .warpgroup_roles import consumer_registers
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -101,6 +108,10 @@ TRANSPOSED = 2 * BOXED_WIDTH
 # (3 boxes, two of 3-D maps) 44 and 43: 11 a box and 12 a step, whatever a map's rank
 TMA_INSTRUCTIONS = 11
 TMA_STEP_INSTRUCTIONS = 12
+# per step, a producer warpgroup's (``producer``) wait for the stage's empty phase: the
+# try_wait, its predicate and branch, the parity (its loop in GEMM's sm_90a SASS: 73
+# instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
+PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
@@ -137,14 +148,19 @@ class WarpgroupModel(EnumeratingModel):
         self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
-        """Registers per thread, and those beyond the launch bounds' cap."""
+        """Registers per (consumer) thread, and those beyond its cap."""
         registers = self._registers(params)
-        cap = self.gpu.register_cap(WARPGROUP * params["warpgroups"])
-        return registers, max(0, registers - cap)
+        return registers, max(0, registers - self._cap(params))
 
     def register_pressure(self, params: Mapping[str, Any]) -> float:
-        return self._registers(params) / self.gpu.register_cap(
-            WARPGROUP * params["warpgroups"])
+        return self._registers(params) / self._cap(params)
+
+    def _cap(self, p: Mapping[str, Any]) -> int:
+        """The registers a thread of the tile's warpgroups may take: the launch bounds' cap,
+        or where a producer warpgroup gives its own up, what its consumers' setmaxnreg asks
+        for (:func:`.warpgroup_roles.consumer_registers`)."""
+        rebalanced = consumer_registers(p["warpgroups"]) if p.get("producer") else None
+        return rebalanced or self.gpu.register_cap(WARPGROUP * p["warpgroups"])
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's output writes over the
@@ -170,10 +186,13 @@ class WarpgroupModel(EnumeratingModel):
         g = self.gpu
         clock = g.clock_ghz * 1e9
         tile = warpgroup_tile(p, self.program)
-        threads = WARPGROUP * p["warpgroups"]
-        warps = threads // 32
-        occupancy = blocks_per_sm(g, threads, registers or self._registers(p),
-                                  shared_bytes(self.program, p))
+        producer = bool(p.get("producer"))
+        threads = WARPGROUP * (p["warpgroups"] + producer)
+        warps = WARPGROUP * p["warpgroups"] // 32
+        # setmaxnreg's kernels start every thread at the cap of one block per SM
+        entry = (g.register_cap(threads) if producer and consumer_registers(p["warpgroups"])
+                 else registers or self._registers(p))
+        occupancy = blocks_per_sm(g, threads, entry, shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
         tiles = self.tiles(tile, p)
@@ -183,7 +202,7 @@ class WarpgroupModel(EnumeratingModel):
         # a split reduction's parts are blocks of their own, each summing `chunk` steps
         steps, chunk, parts = self.steps(p, tile)
         blocks = tiles * parts
-        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
@@ -204,7 +223,8 @@ class WarpgroupModel(EnumeratingModel):
             copies += copied["b"] / TRANSPOSED * TRANSPOSE_INSTRUCTIONS
         if p.get("tma"):  # one thread's warp instructions, no address per thread
             boxes = sum(box.boxes for box in step_boxes(self.program, p))
-            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS)
+            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS
+                                + producer * PRODUCER_STEP_INSTRUCTIONS)
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -231,19 +251,29 @@ class WarpgroupModel(EnumeratingModel):
                                 + output * (store_ways + 1) * ACCUMULATOR_BYTES
                                 / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
-        # a step's MMAs at the SM's rate, shared by its resident blocks
-        mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
         # loads its stores read at once (nvcc keeps them in order: the stores may alias the
         # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
                                 * copied["b"] / TRANSPOSED / threads)
-        if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
-            in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
-            chain = g.l2_latency_cycles + chunk * (
-                SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
-        else:  # each step copies, waits and multiplies in turn
-            chain = chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
+        in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1  # cp.async's S - 2 from 3
+
+        def wave(resident: int) -> float:
+            """A wave's cycles where ``resident`` blocks share each SM's tensor cores."""
+            mma = 2.0 * output * tile["k"] * resident / (self.rate / g.sm_count / clock)
+            if producer and p["stages"] > 1:  # no block barrier a step: the producer
+                # refills every stage but the one the MMAs read (the step before's retire
+                # as this step's start: wgmma.wait_group 1)
+                return g.l2_latency_cycles + chunk * max(
+                    g.l2_latency_cycles / (p["stages"] - 1), mma)
+            if producer:  # one stage: the copy waits for the MMAs that read it, they for it
+                return chunk * (g.l2_latency_cycles + mma)
+            if p["stages"] > 1 and asynchronous:  # copies ahead: a barrier a step
+                return g.l2_latency_cycles + chunk * (
+                    SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma))
+            # each step copies, waits and multiplies in turn
+            return chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma)
+
         seconds = {
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
@@ -255,9 +285,11 @@ class WarpgroupModel(EnumeratingModel):
                                                       self.scattered[free], strict=True))
                    + self._split_l2(parts * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
-            "latency": waves * chain / clock,
+            "latency": sum(waves * wave(resident) for resident, waves in shares) / clock,
         }
-        return seconds, occupancy * warps, 0.0  # the tensor cores read the operands, not the LSUs
+        # the producer's issuing warp beside the consumers' (its other three exit), on the
+        # busiest SM; the tensor cores read the operands, not the LSUs
+        return seconds, shares[0][0] * (warps + producer), 0.0
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu

@@ -191,7 +191,13 @@ class Block:
 
 @dataclass(frozen=True)
 class Barrier:
-    """All threads of a block wait here until every one has arrived (shared memory is stable)."""
+    """All threads of a block wait here until every one has arrived (shared memory is stable);
+    with ``threads``, only that many, the block's first, on a named barrier of their own
+    (PTX ISA, "Parallel Synchronization and Communication Instructions: bar.sync": ``bar.sync
+    1, threads``, a multiple of the warp size; barrier 0 is ``__syncthreads``'s): a
+    warp-specialised kernel's consumers, while its producer warpgroup runs on."""
+
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
