@@ -29,6 +29,12 @@ from .tiles import ASSIGN, BLOCK, REG
 # gives 8 and 8, judged 8).
 ADDRESS_REGISTERS = 8
 BOOKKEEPING_REGISTERS = 6
+# ptxas (CUDA 13, sm_90) keeps a kernel whose operands all come from shared memory (short
+# latency: it can load each just before its use) at 128 registers where the least its loop
+# holds fits: the 5 such kernels of benchmarks/simt_registers.py counted 131-139 by
+# live_registers got 123-128 (tccg_07~1; the economy picks of tccg_35/42/44/48); with an
+# operand read from global memory, which ptxas loads ahead, 6 of 8 got 142-168.
+SHARED_OPERANDS_TARGET = 128
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
 # Instructions by which ptxas issues a direct operand's load ahead of its first use: in the
@@ -101,12 +107,17 @@ class _Optimist(_Accesses):
     def registers(self) -> int:
         """ptxas's count where given; else what the main loop holds at once
         (:meth:`live_registers`), no more than the launch bounds let ptxas give a thread (it
-        spills the rest, :meth:`spill_bytes`). While open, the fewest of any completion: the
-        least the loop holds, capped for the largest block still possible."""
+        spills the rest, :meth:`spill_bytes`); where every operand comes from shared memory,
+        no more than :data:`SHARED_OPERANDS_TARGET` once the least the loop holds fits it.
+        While open, the fewest of any completion: the least the loop holds, capped for the
+        largest block still possible."""
         if self.compiled:
             return self.compiled.registers
         largest = math.prod(max(self.options(b)) for b in BLOCK)
-        return min(self.live_registers(), self.m.gpu.register_cap(largest))
+        held = self.live_registers()
+        if not any(self.staged(r) is False for r in self.m.reads):
+            held = min(held, max(self.live_registers(least=True), SHARED_OPERANDS_TARGET))
+        return min(held, self.m.gpu.register_cap(largest))
 
     def live_registers(self, hoisted: bool = False, least: bool = False) -> int:
         """Registers the main loop holds at once, as ptxas allocates them where the launch
