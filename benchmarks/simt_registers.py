@@ -123,14 +123,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", help="write every kernel's figures there")
     args = parser.parse_args(argv)
     rows = measure(args.random, args.seed, args.arch, args.gpu)
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1))
     print(f"{'kernel':24} {'estimate':>8} {'ptxas':>5} {'diff':>5}")
     for r in rows:
         spills = f"  ({r['spill_bytes']} B spilled)" if r["spill_bytes"] else ""
         print(f"{r['name']:24} {r['estimate']:8d} {r['ptxas']:5d} "
               f"{r['estimate'] - r['ptxas']:+5d}{spills}")
     print(summary(rows))
-    if args.json:
-        Path(args.json).write_text(json.dumps(rows, indent=1))
     return 0
 
 
