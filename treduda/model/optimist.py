@@ -25,7 +25,7 @@ from .tiles import ASSIGN, BLOCK, REG
 # the kernel, loop counters, thread and block indices. Calibrated against ptxas (CUDA 13,
 # sm_90) on one half of 201 kernels (benchmarks/simt_registers.py: the H200 file's picks and
 # rivals, the SIMT economy table's picks, random candidates of ten search spaces) and judged
-# on the other: median |estimate - ptxas| 18.5 -> 6 registers there (the fit on the other half
+# on the other: median |estimate - ptxas| 18.5 -> 5.5 registers there (the fit on the other half
 # gives 8 and 8, judged 8).
 ADDRESS_REGISTERS = 8
 BOOKKEEPING_REGISTERS = 6
