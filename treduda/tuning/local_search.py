@@ -152,7 +152,7 @@ class LocalSearch:
             candidate = self._scored(twin, scored, seen, stats)
             if candidate is None:
                 continue
-            while (faster := self._step(candidate, scored, seen, stats, 1, cap,
+            while (faster := self._step(candidate, scored, seen, stats, 0, cap,
                                         deadline)) is not None:
                 candidate = faster
             if candidate.key() < best.key():
