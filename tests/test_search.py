@@ -290,10 +290,12 @@ def test_a_budgeted_search_climbs_from_every_mapping():
     assert len(seeded) > len(orders.values) // 2
     assert all(searcher._floor({"order": order}) > result.best.prediction.seconds
                for order in unseeded)
-    assert result.best.params["order"].startswith("a,")
-    b_c_on_x = min(c.prediction.seconds for c in result.candidates
-                   if c.params["order"].startswith("b_c,"))
-    assert result.best.prediction.seconds < b_c_on_x
+    # The climb's twins on other axes (LocalSearch._transposed) reach "b_c,a,d", a on y with
+    # 16 threads (0.245 ms predicted); not measured on a GPU.
+    assert not result.best.params["order"].endswith(",a")
+    a_on_z = min(c.prediction.seconds for c in result.candidates
+                 if c.params["order"].endswith(",a"))
+    assert result.best.prediction.seconds < a_on_z
 
 
 def test_the_local_search_climbs_the_fastest_seed_first_and_moves_its_mapping_last():
