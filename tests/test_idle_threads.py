@@ -70,7 +70,8 @@ def test_guards_whose_idle_threads_could_be_seen_stay(body):
 
 
 TCCG04 = next(r for r in load("tccg_fp32") if r.id == "tccg_04")
-# tccg_04's pick (simt_economy_after.json): b on x, a on y, d on z
+# tccg_04's pick before codegen.idle (b on x, a on y, d on z, adjacent): the search now
+# prefers its z-cyclic twin (96 registers, 76.9% FFMA), which the model cannot tell apart
 PICK04 = {"order": "b,a,d", "stage": "A,B", "block_x": 4, "reg_x": 8, "assign_x": "adjacent",
           "block_y": 8, "reg_y": 1, "assign_y": "cyclic", "block_z": 4, "reg_z": 8,
           "assign_z": "adjacent", "step": 4, "split": 1, "preload": True,
