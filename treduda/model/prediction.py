@@ -14,9 +14,14 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ..errors import CompileError
 from ..run.nvcc import CudaReport, nvcc_available
+from ..run.sass import compile_with_sass
+
+if TYPE_CHECKING:
+    from ..run.sass import SassReport
 
 LAUNCH_SECONDS = 3e-6  # kernel launch overhead, included in both bound and estimate
 OVERLAP = 0.1  # share of the non-binding resources an estimate adds
@@ -71,24 +76,32 @@ def unfit(flops: float) -> Prediction:
 @dataclass(frozen=True)
 class Compiled:
     """What ptxas says a generated kernel costs (nvcc -Xptxas -v): registers per thread and
-    bytes of spill stores plus spill loads per thread."""
+    bytes of spill stores plus spill loads per thread; and, where its SASS was read, the
+    instructions its main loop issues per FFMA/DFMA there (issue 40: the issue resource
+    of the few candidates the search compiles is taken from what the GPU will execute)."""
 
     registers: int
     spill_bytes: int = 0
+    instructions_per_fma: float | None = None
 
     @classmethod
-    def of(cls, report: CudaReport) -> Compiled:
-        return cls(report.registers, report.spill_bytes)
+    def of(cls, report: CudaReport, sass: SassReport | None = None) -> Compiled:
+        """``report``'s registers and spills, with ``sass``'s main loop where it holds FMAs."""
+        per_fma = (sass.main_loop_instructions / sass.main_loop_ffma
+                   if sass is not None and sass.main_loop_ffma else None)
+        return cls(report.registers, report.spill_bytes, per_fma)
 
 
 def ptxas_report(kernel, gpu, use_nvcc: bool = True) -> Compiled | None:
-    """What ptxas says of a generated ``kernel`` (a :class:`treduda.kernel.Kernel`) on
-    ``gpu``'s architecture, as the search's check of its finalists reads it
-    (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds to its estimate.
-    None without nvcc, or where this nvcc no longer knows the architecture."""
+    """What ptxas (and the SASS, where a disassembler is found) says of a generated ``kernel``
+    (a :class:`treduda.kernel.Kernel`) on ``gpu``'s architecture, as the search's check of its
+    finalists reads it (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds
+    to its estimate. None without nvcc, or where this nvcc no longer knows the architecture."""
     if not (use_nvcc and nvcc_available()):
         return None
     try:
-        return Compiled.of(kernel.compile_cuda(gpu.arch))
+        [report] = compile_with_sass([kernel.cuda_source], gpu.arch)
     except CompileError:
         return None
+    compiled = next(c for c in report if c.ptxas.kernel == kernel.name)
+    return Compiled.of(compiled.ptxas, compiled.sass)

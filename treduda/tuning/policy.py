@@ -37,7 +37,8 @@ from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..run.cuda import gpu_present
-from ..run.nvcc import compile_cuda_batch, nvcc_supports
+from ..run.nvcc import nvcc_supports
+from ..run.sass import compile_with_sass
 from ..strategies import get as get_strategy
 from ..versions import sources_digest
 from . import budgets
@@ -300,10 +301,11 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
-        reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
+        reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
-            compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
+            found = next(r for r in report if r.name == kernel.name)
+            compiled = Compiled.of(found.ptxas, found.sass)
             estimate = models[candidate.strategy].estimate(candidate.params, compiled)
             checked.append(replace(candidate, compiled=compiled, prediction=estimate))
         return checked
