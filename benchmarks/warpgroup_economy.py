@@ -20,19 +20,32 @@ empty without them).
 ``--hold staged_b=True`` holds the warpgroup search to a form it may not pick (a K box's B
 staged), as ``treduda bench --hold`` does; the tensor-core search is not held.
 
+Below the table, each row's copies: how the pick's operand tiles arrive (tma, cp.async,
+staged, registers) and, where not by bulk tensor copies, why (the tensors, or the pick's tile
+no whole number of boxes: :func:`~treduda.strategies.warpgroup_kernel.tma_refusal`; or the
+model's price of the best tma kernel, a search held to ``tma=True``, against the pick's); and
+for a pick whose body loads operands by LDG, the best kernel that does not (a search held to
+a staged B in a K box, else to cp.async) with its SASS counts: every row has a warpgroup
+kernel with no LDG of operands.
+
 A row takes a few seconds to twenty (two searches and nvcc).
 """
 
 from __future__ import annotations
 
+import json
 import sys
 
-from economy_tables import arguments, measure_rows, print_tables, wanted_rows
+from economy_tables import arguments, measure_rows, print_tables, table, wanted_rows
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
+from treduda.strategies.tensorcore_tiles import boxed, k_box
+from treduda.strategies.warpgroup_kernel import staged_width, step_boxes, tma_refusal
+from treduda.strategies.warpgroup_tma import tma_reason
 
 import treduda
 from treduda.app.bench_cli import param
-from treduda.errors import BackendUnavailable
+from treduda.errors import BackendUnavailable, StrategyError
+from treduda.polyhedral.lower import plan
 from treduda.run.sass import sass_report
 from treduda.suites import load
 
@@ -50,32 +63,82 @@ def rows() -> dict[str, tuple]:
     return found
 
 
+def search(row, dtype: str, precision: str, gpu: str, strategy: str,
+           held: dict | None = None):
+    """The ``strategy`` search's pick for ``row``, held to those parameters' values."""
+    values = {k: (v,) for k, v in (held or {}).items()} or None
+    return treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
+                          precision=precision, strategy=strategy, values=values).best
+
+
+def tiles(p: dict) -> str:
+    """A warpgroup kernel's tiles and forms, as the table's column shows them."""
+    return (f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
+            + ("" if p.get("free_layout", "group") == "group" else f" {p['free_layout']}")
+            + (" staged" if p.get("staged_b") else "") + (" tma" if p.get("tma") else "")
+            + (" producer" if p.get("producer") else ""))
+
+
+def copies(program, p: dict) -> str:
+    """How a warpgroup kernel's operand tiles arrive."""
+    if p.get("tma"):
+        return "tma"
+    if not p["async_copy"]:
+        return "registers"
+    if boxed(program, p):  # a K box's B
+        return "cp.async, B staged" if p.get("staged_b") else "cp.async, B by registers"
+    return "cp.async"
+
+
 def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None) -> dict:
     """One row's figures (None where a figure cannot be read here), the warpgroup search
     ``held`` to those parameters' values."""
-    picks = {strategy: treduda.search(row.expression, row.sizes, gpu, dtype=dtype,
-                                      layout=row.layout, precision=precision,
-                                      strategy=strategy, values=values).best
-             for strategy, values in (("warpgroup", {k: (v,) for k, v in (held or {}).items()}
-                                       or None), ("tensorcore", None))}
-    best = picks["warpgroup"]
+    best = search(row, dtype, precision, gpu, "warpgroup", held)
     p = best.params
-    figures = {"params": dict(p),
-               "tiles": f"{64 * p['warpgroups'] * p['frags_m']}x{p['tile_n']}x{p['frags_k']}"
-                        + ("" if p.get("free_layout", "group") == "group"
-                           else f" {p['free_layout']}") + (" staged" if p.get("staged_b") else "")
-                        + (" tma" if p.get("tma") else ""),
-               "stages": p["stages"],
+    program = plan(row.expression, row.sizes, row.layout, dtype, precision=precision)
+    figures = {"params": dict(p), "tiles": tiles(p), "stages": p["stages"],
                "predicted_ms": best.prediction.seconds * 1e3,
                "binding": best.prediction.binding,
-               "wmma_ms": picks["tensorcore"].prediction.seconds * 1e3}
+               "wmma_ms": search(row, dtype, precision, gpu,
+                                 "tensorcore").prediction.seconds * 1e3,
+               "copies": copies(program, p)}
+    if not p.get("tma"):
+        figures["tma_refusal"] = tma_refusal(program, p)
+        if tma_reason(program) is None:  # some tiles may take boxes: the best of them
+            try:
+                bulk = search(row, dtype, precision, gpu, "warpgroup",
+                              {**(held or {}), "tma": True})
+                figures["tma_ms"] = bulk.prediction.seconds * 1e3
+                figures["tma_tiles"] = tiles(bulk.params)
+            except StrategyError:  # no tile takes boxes: why the pick's would not
+                grouped = tma_refusal(program, {**p, "free_layout": "group"})
+                figures["tma_refusal"] += "; no tile takes boxes" + (
+                    f" (the pick's in a group layout: {grouped})"
+                    if grouped != figures["tma_refusal"] else "")
+    figures.update(sass_figures(row, dtype, precision, p, counted=True))
+    if figures.get("ldg"):  # the best kernel with no LDG of operands
+        form = ({"staged_b": True} if k_box(program) and staged_width(program)
+                else {"async_copy": True})
+        other = search(row, dtype, precision, gpu, "warpgroup", {**(held or {}), **form})
+        figures["no_ldg"] = {"tiles": tiles(other.params), "copies": copies(program, other.params),
+                             "predicted_ms": other.prediction.seconds * 1e3,
+                             **sass_figures(row, dtype, precision, other.params)}
+    return figures
+
+
+def sass_figures(row, dtype: str, precision: str, p: dict, counted: bool = False) -> dict:
+    """The warpgroup kernel of parameters ``p``: its SASS figures (none without nvcc), and
+    where ``counted`` the emulator's bank-conflict ways."""
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,
                              precision=precision, strategy="warpgroup", params=p)
-    counted = kernel.counters(steps=COUNTED_STEPS)
-    # bulk tensor copies (tma) store through no load/store unit: no ways of the tiles' stores
-    figures.update(ways=counted.worst_ways(),
-                   tile_ways=max((t.ways for t in counted.traffic if t.array in (A_TILE, B_TILE)),
-                                 default=None))
+    figures = {}
+    if counted:
+        counted_steps = kernel.counters(steps=COUNTED_STEPS)
+        # bulk tensor copies (tma) store through no load/store unit: no ways of the tiles'
+        # stores
+        figures.update(ways=counted_steps.worst_ways(),
+                       tile_ways=max((t.ways for t in counted_steps.traffic
+                                      if t.array in (A_TILE, B_TILE)), default=None))
     try:
         report, = sass_report(kernel.cuda_source, "sm_90a")
     except BackendUnavailable:
@@ -86,16 +149,31 @@ def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None)
                    others_non_mma_per_mma=report.others_non_mma_per_mma,
                    ldg=kinds.get("global memory", {}).get("LDG", 0),
                    ldgsts=kinds.get("async copy", {}).get("LDGSTS", 0),
+                   utmaldg=kinds.get("integer and other", {}).get("UTMALDG", 0),
+                   kernel_utmaldg=report.bulk_copies,
                    lds=kinds.get("shared memory", {}).get("LDS", 0),
                    sts=kinds.get("shared memory", {}).get("STS", 0),
                    stg=kinds.get("global memory", {}).get("STG", 0),
-                   never=sum(report.main_loop_never_executed.values()))
+                   never=sum(report.main_loop_never_executed.values()),
+                   producer_non_mma_per_mma=producer_per_mma(report, row, dtype, precision, p),
+                   register_limits=list(report.register_limits))
     return figures
+
+
+def producer_per_mma(report, row, dtype: str, precision: str, p: dict) -> float | None:
+    """A producer warpgroup's instructions per step (its loop's, over the steps its UTMALDGs
+    are: nvcc may unroll it) per HGMMA a consumer warp issues in a step; None without one."""
+    if not report.producer_loop_bulk_copies:
+        return None
+    program = plan(row.expression, row.sizes, row.layout, dtype, precision=precision)
+    boxes = sum(box.boxes for box in step_boxes(program, p))
+    steps = report.producer_loop_bulk_copies / boxes
+    return report.producer_loop_instructions / steps / (p["frags_m"] * p["frags_k"])
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
            "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "body STG", "ways",
-           "tile ways", "body LDS", "body STS", "body never")
+           "tile ways", "body LDS", "body STS", "body never", "producer", "setmaxnreg")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -107,7 +185,9 @@ def cells(name: str, f: dict) -> list[str]:
             shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
             shown("ldg", "{}"), shown("ldgsts", "{}"), shown("stg", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
-            shown("sts", "{}"), shown("never", "{}")]
+            shown("sts", "{}"), shown("never", "{}"),
+            shown("producer_non_mma_per_mma", "{:.2f}"),
+            "/".join(map(str, f.get("register_limits") or [])) or "-"]
 
 
 def body(f: dict) -> str:
@@ -140,9 +220,36 @@ def main(argv: list[str] | None = None) -> int:
           "the bulk copies' issue (one thread's); ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
           "tiles'; body never: instructions guarded by a never-true predicate (@!PT LDS RZ, "
-          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS")
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but not in body LDS; producer: a "
+          "producer warpgroup's (tiles 'producer') loop instructions a step per HGMMA of a "
+          "consumer warp's step, on its own warp; setmaxnreg: the roles' register counts")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
+    if args.json:
+        with open(args.json) as measured:
+            print("\ncopies: the pick's operand tiles, why not by bulk tensor copies, and the "
+                  "best kernel with no LDG of operands where the pick has LDG")
+            print(table(COPY_COLUMNS, [copy_cells(name, f) for name, f
+                                       in json.load(measured).items() if "error" not in f],
+                        left=len(COPY_COLUMNS)))
     return 0
+
+
+COPY_COLUMNS = ("row", "copies", "UTMALDG body/kernel", "not tma because", "no-LDG kernel")
+
+
+def copy_cells(name: str, f: dict) -> list[str]:
+    """A row's copies: the pick's, why not tma, and its kernel without LDG of operands."""
+    why = "-" if f.get("copies") == "tma" else (f.get("tma_refusal") or "")
+    if f.get("tma_ms") is not None:
+        why = (f"{why}; " if why else "") + (f"the best tma kernel {f['tma_tiles']} "
+                                            f"{f['tma_ms']:.4f} ms vs {f['predicted_ms']:.4f}")
+    other = f.get("no_ldg")
+    alternative = ("the pick" if f.get("ldg") == 0 else "-" if other is None else
+                   f"{other['tiles']} ({other['copies']}) {other['predicted_ms']:.4f} ms, "
+                   f"body LDG {other.get('ldg', '-')} LDGSTS {other.get('ldgsts', '-')} "
+                   f"UTMALDG {other.get('utmaldg', '-')}")
+    return [name, f.get("copies", "-"),
+            f"{f.get('utmaldg', '-')}/{f.get('kernel_utmaldg', '-')}", why, alternative]
 
 
 if __name__ == "__main__":

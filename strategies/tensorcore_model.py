@@ -21,9 +21,9 @@ step of BK summed values):
                emulator's rule) and shared stores, the fragment loads
                (the tile's bytes per 128-byte wavefront: the tiles are padded so that they
                have no bank conflicts), the accumulators' round trip through shared memory
-               and the output's lines (counted from the addresses the write deals to its
-               warps, :meth:`EnumeratingModel.output_sectors`; twice where the output is
-               read too) / one per cycle and SM
+               and the output's lines (counted over the grid from the addresses the write
+               deals to its warps, :meth:`EnumeratingModel.output_sectors`; twice where the
+               output is read too) / one per cycle and SM
 * ``l2``       the sectors of each block's copies of A and B over its steps (as counted for
                ``memory``: a warp that reads a strided operand moves whole sectors of it;
                cp.async bypasses L1, and copies through registers are taken to find no
@@ -34,7 +34,9 @@ step of BK summed values):
 * ``latency``  waves of blocks x per step: a copy from L2, two barriers, the step's chain of
                fragment loads and MMAs (in S >= 2 stages: one barrier, and the MMAs overlap
                the copies of S - 1 steps in flight, each step waiting for at least 1 / (S - 1)
-               of a copy's latency, after the first copy's whole)
+               of a copy's latency, after the first copy's whole); the MMAs' issue shared
+               by the blocks a wave holds per SM, and the warps that hide latencies those
+               of the fullest wave (a grid short of the SMs holds fewer than the limits allow)
 
 A candidate is read only through the strategy's description of itself
 (:meth:`~treduda.strategies.tensorcore.TensorCore.describe`, in the geometry's quantities, which
@@ -66,7 +68,7 @@ from typing import Any
 
 from treduda.frontend import dtypes
 from treduda.model.gpus import Gpu
-from treduda.model.occupancy import blocks_per_sm
+from treduda.model.occupancy import blocks_per_sm, waves_by_residency
 from treduda.model.prediction import (
     LAUNCH_SECONDS,
     Compiled,
@@ -78,7 +80,7 @@ from treduda.model.prediction import (
 from treduda.polyhedral.geometry import AXES, decided
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
-from treduda.run.counters import SECTOR_BYTES, global_requests
+from treduda.run.counters import LINE_BYTES, SECTOR_BYTES, global_requests, moved_requests
 
 from . import tensorcore_tiles
 
@@ -227,19 +229,22 @@ class EnumeratingModel:
 
     def output_sectors(self, tile: Mapping[str, int], size: int | None = None,
                        box: tensorcore_tiles.FreeBox | None = None) -> tuple[int, int, int, int]:
-        """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of the first
-        block's writes of its ``tile["m"] x tile["n"]`` output tile, of ``size`` bytes each
-        (the program's; a deterministic split's workspace holds the accumulator's), from the
-        addresses the kernel builder deals (:func:`tensorcore_tiles.output_writes`) counted
-        by the emulator's rule: what ``Kernel.counters()`` counts of the write, where the
-        models took it to be ideal (half a line a request in 16 bits; tccg_31's pick takes
-        2.25 lines, tccg_01's 32), in a free ``box``'s order. Remembered per tile: the bound
-        reads every completion."""
+        """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of every
+        block's writes of its ``tile["m"] x tile["n"]`` output tile over the grid (one part
+        of a split), of ``size`` bytes each (the program's; a deterministic split's workspace
+        holds the accumulator's), from the addresses the kernel builder deals
+        (:func:`tensorcore_tiles.output_writes`) counted by the emulator's rule: what
+        ``Kernel.counters()`` counts of the write over every block, in a free ``box``'s
+        order. The first block's alone were optimistic where the other tiles start elsewhere
+        in a line (tccg_42's 2.0 lines a request, 2.83 over the grid). Remembered per tile:
+        the bound reads every completion."""
         size = size or self.bytes
         key = (tile["m"], tile["n"], size, box)
         if key not in self._writes:
-            request, offset = tensorcore_tiles.output_writes(self.program, tile, box)
-            self._writes[key] = global_requests(offset * size, request, size)
+            period = LINE_BYTES // math.gcd(LINE_BYTES, size)  # a line's elements
+            request, offset, moves = tensorcore_tiles.output_writes(self.program, tile, box,
+                                                                    period)
+            self._writes[key] = moved_requests(offset, request, size, moves)
         return self._writes[key]
 
     def tiles(self, tile: Mapping[str, int], params: Mapping[str, Any]) -> int:
@@ -392,8 +397,8 @@ class TensorCoreModel(EnumeratingModel):
         return found
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """Requests, sectors, ideal sectors and lines of a complete candidate's first block's
-        output writes (:meth:`output_sectors`)."""
+        """Requests, sectors, ideal sectors and lines of a complete candidate's output writes
+        over the grid (:meth:`output_sectors`)."""
         described = self._described(params)
         tile = self._tile(described)
         return self.output_sectors(tile, self._written_bytes(
@@ -514,7 +519,7 @@ class TensorCoreModel(EnumeratingModel):
         tiles = self.tiles(tile, p)
         steps, chunk, parts = self._steps(tile, described["split"])
         blocks = tiles * parts
-        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         # per block and step
@@ -534,34 +539,40 @@ class TensorCoreModel(EnumeratingModel):
         # addresses take (read too where the output is, without a split)
         _, written, _, written_lines = self.output_sectors(
             tile, self._written_bytes(parts), tensorcore_tiles.free_boxed(self.program, p))
-        write_fronts = (output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES
-                        + written_lines * (self.output_accesses if parts == 1 else 1))
-        wavefronts = blocks * (chunk * (fragment_fronts + copy_fronts) + write_fronts)
-        resident = occupancy * warps
+        wavefronts = (blocks * (chunk * (fragment_fronts + copy_fronts)
+                                + output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES)
+                      + parts * written_lines * (self.output_accesses if parts == 1 else 1))
+        # the warps the busiest SM holds at once (in its fullest wave) hide its latencies
+        resident = shares[0][0] * warps
         hidden = self._hidden(resident, tile, clock)
-        # a step's MMAs take the block at least its chain's latency, and at least their issue
-        # at the SM's rate shared with the other resident blocks: a block cannot multiply
-        # while it waits for its copy unless it has a second buffer
-        mma_cycles = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
-                         warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * occupancy
-                         / self._mma_rate(clock) / g.schedulers_per_sm)
-        if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
-            chain = g.l2_latency_cycles + chunk * (
-                SYNC_CYCLES + g.shared_latency_cycles
-                + max(g.l2_latency_cycles / self._in_flight(p), mma_cycles))
-        else:
-            chain = chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
-                             + mma_cycles)
+        in_flight = self._in_flight(p)
+
+        def wave(blocks_resident: int) -> float:
+            """A wave's cycles where ``blocks_resident`` blocks share each SM's MMAs."""
+            # a step's MMAs take the block at least its chain's latency, and at least their
+            # issue at the SM's rate shared with the blocks resident beside it: a block
+            # cannot multiply while it waits for its copy unless it has a second buffer
+            mma = max(tile["frags_k"] * self.products * MMA_LATENCY_CYCLES,
+                      warps * tile["frags_k"] * mmas * MMA_INSTRUCTIONS[k] * blocks_resident
+                      / self._mma_rate(clock) / g.schedulers_per_sm)
+            if p["stages"] > 1:  # one barrier; the copies' loads wait beside the MMAs
+                return g.l2_latency_cycles + chunk * (
+                    SYNC_CYCLES + g.shared_latency_cycles
+                    + max(g.l2_latency_cycles / in_flight, mma))
+            return chunk * (2 * SYNC_CYCLES + g.shared_latency_cycles + g.l2_latency_cycles
+                            + mma)
+
         seconds = {
             "mma": padded / self.rate * quantise / hidden,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock
             / hidden,
             "memory": wavefronts * quantise / g.sm_count / clock / hidden,
             "l2": (tiles * steps * sectors * SECTOR_BYTES
-                   + self._split_l2(blocks * written * SECTOR_BYTES, parts))
+                   + self._split_l2(parts * written * SECTOR_BYTES, parts))
             / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
-            "latency": waves * chain / clock,
+            "latency": sum(waves * wave(blocks_resident)
+                           for blocks_resident, waves in shares) / clock,
         }
         per_mma = wavefronts / max(1.0, tiles * steps * mmas * tile["frags_k"] * warps)
         return seconds, resident, per_mma

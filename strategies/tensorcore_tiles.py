@@ -978,34 +978,79 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
     return (np.broadcast_to(instruction, inside.shape)[inside], thread[inside], offset[inside])
 
 
-def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None
-                  ) -> tuple[np.ndarray, np.ndarray]:
-    """The output's writes by the first block (every group's first tile, the first batch
-    value and part), as the kernel builder deals them (:meth:`.tensorcore_kernel.Builder.output`,
-    the warpgroup kernel's too: element ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile,
-    numbered along the output's fastest group, to thread ``t`` of ``T`` in iteration ``c``):
-    per write its warp's request, ``e / 32`` whatever ``T`` (a multiple of 32: warp
-    ``t / 32`` of iteration ``c`` is request ``c T / 32 + t / 32``), and the output element's
-    offset; in a free ``box`` the tile numbered and its group linearised as the box's
+def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None,
+                  period: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The output's writes by every block of the grid (each tile of M and N, each batch
+    value; one part of a split), as the kernel builder deals them
+    (:meth:`.tensorcore_kernel.Builder.output`, the warpgroup kernel's too: element
+    ``e = T c + t`` of the ``tile["m"] x tile["n"]`` C tile, numbered along the output's
+    fastest group, to thread ``t`` of ``T`` in iteration ``c``, at the block's tile origin
+    plus its local M and N), by classes of blocks whose writes differ by a move alone:
+    one block of each class's requests (per write its warp's, ``e / 32`` whatever ``T``, a
+    multiple of 32, numbered on from the previous class's) and output element offsets,
+    and per request how many blocks make it moved by ``s`` elements, for each ``s`` below
+    ``period`` (a 128-byte line's elements, or a multiple: a move by ``period`` takes the
+    same sectors and lines). Edge tiles, and interior tiles that start elsewhere in a line,
+    differ from the first (tccg_42's first block takes 2.0 lines a request, its grid 2.83).
+    In a free ``box`` the tile numbered and its group linearised as the box's
     (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
-    and are left out. What the MMA models count the write's sectors and lines of, as
-    :func:`copy_reads` the copies'."""
-    _, _, m, n, _, _ = gemm_groups(program)
-    sizes = program.sizes
-    e = np.arange(tile["m"] * tile["n"])
-    values = dict(zip("mn", output_local(e, tile, output_along_n(program), box, NUMPY),
-                      strict=True))
-    groups = {"m": m, "n": n}
+    and are left out. What the MMA models count the write's sectors and lines of
+    (:func:`~treduda.run.counters.moved_requests`), as :func:`copy_reads` the copies'."""
+    _, _, m, n, _, batch = gemm_groups(program)
     extents = group_extents(program, box)
-    inside = np.logical_and.reduce([values[axis] < extents[axis] for axis in groups])
+    classes = {axis: _block_classes(program, axis, group, tile[axis], extents[axis], box,
+                                    period)
+               for axis, group in (("m", m), ("n", n))}
+    sizes = program.sizes
+    batch_offsets, _ = _offsets(program, program.output_indices,
+                                {"b": np.arange(math.prod(sizes[i] for i in batch))},
+                                {"b": batch}, {"b": sizes})
+    batches = np.bincount(batch_offsets % period, minlength=period)
+    e = np.arange(tile["m"] * tile["n"])
+    local_m, local_n = output_local(e, tile, output_along_n(program), box, NUMPY)
+    requests, offsets, moves = [], [], []
+    warps = -(-e.size // WARP)
+    for number, ((offset_m, inside_m, moves_m), (offset_n, inside_n, moves_n)) in enumerate(
+            itertools.product(classes["m"], classes["n"])):
+        inside = inside_m[local_m] & inside_n[local_n]
+        requests.append(number * warps + (e // WARP)[inside])
+        offsets.append((offset_m[local_m] + offset_n[local_n])[inside])
+        made = np.unique(requests[-1]).size
+        moves.append(np.broadcast_to(_moved(_moved(moves_m, moves_n), batches), (made, period)))
+    return np.concatenate(requests), np.concatenate(offsets), np.concatenate(moves)
+
+
+def _moved(first: np.ndarray, second: np.ndarray) -> np.ndarray:
+    """How many of two independent moves' sums fall on each ``s`` of a period, from how many
+    of each fall on each (the length of both)."""
+    period = first.size
+    shifts = np.add.outer(np.arange(period), np.arange(period)) % period
+    return np.bincount(shifts.ravel(), np.outer(first, second).ravel(),
+                       minlength=period).astype(np.int64)
+
+
+def _block_classes(program: Program, axis: str, group: Sequence[str], tile: int, extent: int,
+                   box: FreeBox | None, period: int
+                   ) -> list[tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """The tiles of ``axis`` (its ``group`` of ``extent`` values, ``tile`` a block) by
+    the output offsets their values take: per class, the offsets from a tile's first
+    (elements), which of them lie inside the output, and how many of its tiles start
+    ``s`` elements into a ``period``, for each ``s``."""
+    tiles = -(-extent // tile)
+    values = np.arange(tiles * tile)
     digits = {}
-    if box is not None:
-        digits = digit_values(group_digits(program, box.axis, box), values[box.axis], sizes,
-                              NUMPY)
-    offset, fits = _offsets(program, program.output_indices, values, groups,
-                            dict.fromkeys(groups, group_slots(program, box)), digits)
-    inside &= fits
-    return (e // WARP)[inside], offset[inside]
+    if box is not None and box.axis == axis:
+        digits = digit_values(group_digits(program, axis, box), values, program.sizes, NUMPY)
+    offset, inside = _offsets(program, program.output_indices, {axis: values}, {axis: group},
+                              {axis: group_slots(program, box)}, digits)
+    offset, inside = offset.reshape(tiles, tile), (inside & (values < extent)).reshape(tiles, tile)
+    relative = np.where(inside, offset - offset[:, :1], 0)
+    _, index, shape = np.unique(np.column_stack([relative, inside]), axis=0,
+                                return_index=True, return_inverse=True)
+    first = offset[:, 0] % period
+    return [(relative[i], inside[i],
+             np.bincount(first[shape.ravel() == c], minlength=period))
+            for c, i in enumerate(index.tolist())]
 
 
 def _offsets(program: Program, indices: Sequence[str], values: Mapping[str, np.ndarray],

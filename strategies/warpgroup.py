@@ -18,7 +18,9 @@ staging tile and on by a transpose in shared memory. With ``tma`` the tensor mem
 accelerator moves the tiles instead, one thread's bulk tensor copies per step completing
 on an mbarrier per stage (:mod:`.warpgroup_tma`). A reduction splits over blocks
 (``split``) as the tensor-core mapping's does, where the output's tiles are too few to
-fill the GPU. What this slice leaves for later: warp specialisation. A search
+fill the GPU. With ``producer`` (beside ``tma``) a warpgroup of its own issues the bulk
+copies on full and empty mbarriers while the tile's warpgroups only multiply
+(:mod:`.warpgroup_roles`). A search
 of the default strategy ranks it wherever the target has wgmma (``gpu="H100"`` or ``"H200"``,
 never ``"A100"``) and the dtype and precision allow; its kernels alone are built for sm_90a
 (:mod:`treduda.codegen.targets`), every other kernel for sm_90. Its model is
@@ -45,6 +47,7 @@ from treduda.polyhedral.strategy import (
 )
 
 from .tensorcore import SPLITS, split_rules
+from .tensorcore_model import OVERHEAD_REGISTERS
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
     FREE_LAYOUT_HELP,
@@ -69,15 +72,25 @@ from .warpgroup_kernel import (
     wgmma_k,
 )
 from .warpgroup_model import WarpgroupModel
+from .warpgroup_roles import ProducerBuilder, consumer_registers
 from .warpgroup_tma import tma_reason
 
 DTYPES = ("float16", "bfloat16")
-TILE_N = (32, 64, 128, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
+TILE_N = (32, 64, 128, 192, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
+WIDE_N = 192  # two 64 x 192 accumulators a warpgroup: only in a producer's consumers
 STAGES = (1, 2, 3, 4)
 # Accumulator registers of a thread: frags_m BN / 2 floats. 128 (a 64 x 256 or two 64 x 128
 # tiles, as CUTLASS's Hopper GEMMs take per warpgroup) leave the rest of 255 for addresses.
 REGISTER_BUDGET = 128
 WARPS_PER_WARPGROUP = 4
+
+
+def accumulator_budget(params: Mapping[str, Any]) -> int:
+    """A thread's accumulator registers: :data:`REGISTER_BUDGET`, or with a producer
+    warpgroup whose consumers take more by setmaxnreg, those less the tensor-core model's
+    other registers (232 - 32 for two consumer warpgroups)."""
+    rebalanced = consumer_registers(params["warpgroups"]) if params["producer"] else None
+    return rebalanced - OVERHEAD_REGISTERS if rebalanced else REGISTER_BUDGET
 
 
 @register
@@ -148,7 +161,11 @@ class Warpgroup(Strategy):
             Parameter("tma", (False, True) if tma_reason(program) is None else (False,),
                       "operand tiles moved by the tensor memory accelerator (bulk tensor "
                       "copies of one thread, on an mbarrier per stage) instead of cp.async",
-                      priority=Priority.BUFFERS))
+                      priority=Priority.BUFFERS),
+            Parameter("producer", (False, True) if tma_reason(program) is None else (False,),
+                      "warp specialisation: a producer warpgroup issues the bulk copies on "
+                      "full and empty mbarriers per stage while the warpgroups of the tile "
+                      "only multiply (:mod:`.warpgroup_roles`)", priority=Priority.BUFFERS))
         return ParamSpace(parameters, tuple(self._rules(program, found)))
 
     def _rules(self, program: Program, found: tuple[tuple[str, ...], ...]
@@ -165,9 +182,13 @@ class Warpgroup(Strategy):
                                                    **p}, program)["k"]),
             Constraint("more than two stages need asynchronous copies", ("stages", "async_copy"),
                        lambda p: p["stages"] <= 2 or p["async_copy"]),
-            Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread",
-                       ("frags_m", "tile_n"),
-                       lambda p: p["frags_m"] * p["tile_n"] // 2 <= REGISTER_BUDGET),
+            Constraint(f"at most {REGISTER_BUDGET} accumulator registers per thread (or what "
+                       "a producer's consumers take by setmaxnreg, less the other registers)",
+                       ("frags_m", "tile_n", "producer", "warpgroups"),
+                       lambda p: p["frags_m"] * p["tile_n"] // 2 <= accumulator_budget(p)),
+            Constraint(f"a tile of {WIDE_N} columns takes the registers a producer's consumers "
+                       "gain", ("tile_n", "producer"),
+                       lambda p: p["tile_n"] != WIDE_N or p["producer"]),
             Constraint("the M tile is no larger than M needs", ("warpgroups", "frags_m"),
                        lambda p: p["warpgroups"] * p["frags_m"] == 1
                        or 64 * (p["warpgroups"] * p["frags_m"] - 1) < extent["m"]),
@@ -188,6 +209,8 @@ class Warpgroup(Strategy):
                        lambda p: not p["tma"] or (p["async_copy"] and not p["staged_b"]
                                                   and p["free_layout"] == "group"
                                                   and tma_fits(program, p))),
+            Constraint("a producer warpgroup issues bulk copies", ("producer", "tma"),
+                       lambda p: not p["producer"] or p["tma"]),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warpgroups", "frags_m", "tile_n", "frags_k", "stages", "free_layout",
                         "staged_b", "tma"),
@@ -218,11 +241,12 @@ class Warpgroup(Strategy):
         # (128 x 128 x 64 for 16-bit inputs); smaller where the extents are
         preferred = {"warpgroups": 2, "frags_m": 1, "tile_n": 128, "frags_k": 4, "stages": 3,
                      "async_copy": True, "free_layout": "group", "staged_b": False,
-                     "tma": False, "split": 1}
+                     "tma": False, "producer": False, "split": 1}
         chosen = space.complete({}, preferred)
         if chosen is None:
             raise StrategyError(f"no warpgroup tile fits {program.contraction.source!r}")
         return chosen
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
-        return WarpgroupBuilder(scheduled.program, params).run()
+        builder = ProducerBuilder if params.get("producer") else WarpgroupBuilder
+        return builder(scheduled.program, params).run()

@@ -51,7 +51,11 @@ through the shared C tile in the output's own layout (alpha, beta, ``+=``). What
   (tccg_28's 128 x 128 main loop: 128 STS, 656 instructions; 64 and 520).
 * A split reduction (``split``) as the tensor-core kernel's: the part a grid dimension,
   each block summing its part's steps and adding its tile into the output (or a
-  deterministic program's workspace).
+  deterministic program's workspace). A wait on a stage's mbarrier names the parity of the
+  stage's rounds from the part's first step (:meth:`WarpgroupBuilder.rounds`).
+* With ``producer`` the block gains a role dimension: a producer warpgroup of its own issues
+  the bulk copies on full and empty mbarriers while these warpgroups only multiply and write
+  (:class:`.warpgroup_roles.ProducerBuilder`, which builds on this class).
 * TF32 tiles hold values rounded to TF32 (``cvt.rna``, as the WMMA path and the twin round
   them; wgmma itself would drop the low 13 bits): a copy through registers rounds on its
   way (:meth:`copied`); after cp.async each thread rounds the words it copied in place,
@@ -128,7 +132,15 @@ from .tensorcore_tiles import (
     skewed_extent,
     stepped_k,
 )
-from .warpgroup_tma import BARRIERS, OperandBox, box_bytes, operand_box
+from .warpgroup_tma import (
+    BARRIERS,
+    OperandBox,
+    box_bytes,
+    box_reason,
+    line_fits,
+    operand_box,
+    tma_reason,
+)
 
 CORE_ROW_BYTES = 16  # a core matrix's row (PTX ISA, "Shared Memory Matrix Layout")
 CORE_ROWS = 8
@@ -193,6 +205,7 @@ class WarpgroupBuilder(Builder):
         self.mma_pending = 1 if self.asynchronous and self.stages >= 3 else 0
         self.lead = self.stages - 1 - self.mma_pending if self.asynchronous else 0
         # the operand tiles moved by the copy engine (tma: :mod:`.warpgroup_tma`)
+        self.issuer = "0"  # the thread that starts the bulk copies
         self.boxes = ({tensor: operand_box(program, tensor, self.tile, self.line(tile),
                                            self.k_sizes)
                        for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
@@ -207,12 +220,7 @@ class WarpgroupBuilder(Builder):
                 f"and 0 <= l < {ir.WARPGROUP}")
 
     def run(self):
-        count = self.warpgroup_params["frags_m"] * self.registers()
-        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
-                 f"{self.group_domain()} and 0 <= r < {count}",
-                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
-                 [ir.Element(FRAG_C, (ir.Var("r"),))],
-                 self.point("128*g + l", ["0"] * 6 + ["r"]))
+        self.fill()
         if self.boxes:  # the first thread initialises a stage's mbarrier, then all see it
             self.add("tma_init", Kind.SYNC, [*self.prefix(), "s"],
                      f"{self.prefix_bounds()} and 0 <= s < {self.stages}",
@@ -223,6 +231,15 @@ class WarpgroupBuilder(Builder):
         self.reduction()
         self.write()
         return self.scheduled()
+
+    def fill(self) -> None:
+        """``fill[P, g, l, r]``: every accumulator register starts at zero."""
+        count = self.warpgroup_params["frags_m"] * self.registers()
+        self.add("fill", Kind.INIT, [*self.prefix(), "g", "l", "r"],
+                 f"{self.group_domain()} and 0 <= r < {count}",
+                 ir.Assign(ir.Element(FRAG_C, ()), "=", ir.Float(0.0)),
+                 [ir.Element(FRAG_C, (ir.Var("r"),))],
+                 self.point("128*g + l", ["0"] * 6 + ["r"]))
 
     def copied(self, source: ir.Element) -> ir.Expr:
         """TF32 operands rounded to TF32 (``cvt.rna``) as they are copied through registers:
@@ -280,6 +297,15 @@ class WarpgroupBuilder(Builder):
         """The mbarrier of step ``ks``'s stage."""
         return ir.Element(BARRIERS, self.buffer() or (ir.Int(0),))
 
+    def rounds(self) -> ir.Expr:
+        """The rounds step ``ks``'s stage went through in this block before it: the steps
+        from its part's first (``ks - chunk part``), over the stages. Their parity is the
+        phase a wait on the stage's mbarrier names: from the absolute step a middle part's
+        first round would name the phase before a fresh barrier's, which counts as
+        completed (PTX ISA, mbarrier.test_wait.parity), and read tiles not yet copied."""
+        first = times(-self.chunk, ir.Var("part")) if self.parts > 1 else ir.Int(0)
+        return quotient(plus(ir.Var("ks"), first), self.stages)
+
     def bulk(self, tensor: str, tile: str, order: int, step: str) -> None:
         """``tma_expect[P, ks]``, the first thread's arrival on the stage's mbarrier expecting
         both operands' bytes (before A's copies), and ``tma_X[P, ks, j]``: it starts the
@@ -294,19 +320,26 @@ class WarpgroupBuilder(Builder):
             total = box_bytes(tuple(self.boxes.values()), dtypes.itemsize(self.program.dtype))
             self.add("tma_expect", Kind.SYNC, names, domain,
                      ir.MbarrierArrive(ir.Element(BARRIERS, ()), total), [barrier],
-                     self.point("0", ["1", step, str(STAGE_COPY), "0", "0", "0", "0"]))
+                     self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "0", "0",
+                                              "0"]))
         first = digit_values(index_digits(self.k, self.k_sizes),
                              times(self.tile["k"], ir.Var("ks")), self.k_sizes, OPERATORS)
-        rows = self.tile["m" if tile == A_TILE else "n"]
-        start = {"free": times(rows, ir.Var("bm" if tile == A_TILE else "bn"))}
-        coordinates = [first[i] if role in ("k0", "k") else start.get(role, ir.Var(f"g_{i}"))
-                       for i, role in zip(box.indices, box.roles, strict=True)]
-        coordinates[0] = plus(coordinates[0], times(box.line, ir.Var("j")))
+        # the box's first row: the tile's, or in an MN-major tile box j's, w rows on
+        j = ir.Var("j")
+        row = times(box.rows, ir.Var("bm" if tile == A_TILE else "bn"))
+        if not box.k_major:
+            row = plus(row, times(box.line, j))
+        sizes = self.program.sizes
+        free = digit_values(index_digits(box.free, sizes), row, sizes, OPERATORS)
+        coordinates = [first.get(i, free.get(i, ir.Var(f"g_{i}"))) for i in box.indices]
+        if box.k_major:
+            coordinates[0] = plus(coordinates[0], times(box.line, j))
         target = ir.Element(tile, (*self.buffer(), ir.Var("j"), *[ir.Int(0)] * 3))
         self.add(f"tma_{tensor}", Kind.COPY, [*names, "j"], f"{domain} and 0 <= j < {box.boxes}",
                  ir.TensorCopy(ir.Element(tile, ()), box.map.name, tuple(coordinates),
                                ir.Element(BARRIERS, ())), [target, barrier],
-                 self.point("0", ["1", step, str(STAGE_COPY), "0", "1", str(order), "j"]))
+                 self.point(self.issuer, ["1", step, str(STAGE_COPY), "0", "1", str(order),
+                                          "j"]))
 
     def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
         """The staging tile's copies: rows of N, each B's 16 x 16 values of a box step in
@@ -424,7 +457,7 @@ class WarpgroupBuilder(Builder):
         if self.boxes and name == "commit":
             return  # the copy engine's copies complete on the stage's mbarrier
         if self.boxes and name == "wait":  # every thread waits for the step's phase
-            parity = remainder(quotient(ir.Var("ks"), self.stages), 2)
+            parity = remainder(self.rounds(), 2)
             self.add("tma_wait", Kind.SYNC, [*self.prefix(), "ks", "t"],
                      f"{self.prefix_bounds()} and {self.step_bounds()} and "
                      f"0 <= t < {self.threads}",
@@ -518,7 +551,7 @@ class WarpgroupBuilder(Builder):
                              swizzle=shift, swizzle_bits=bits[B_TILE]),
             **staging,
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along,
-                             reuses=(A_TILE, B_TILE, *staging)),
+                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
             **barriers,
@@ -586,13 +619,18 @@ def swizzles(program: Program, params: Mapping[str, Any],
              found: tuple[tuple[str, ...], ...]) -> tuple[int, int]:
     """The bytes of A's and B's swizzled lines: the widest of wgmma's swizzles (128, 64 or
     32 bytes) that the tile's extent along its contiguous index fills, a multiple of 32
-    bytes in every tile (see the module's doc)."""
+    bytes in every tile (see the module's doc); with ``tma``, of an MN-major tile, the widest
+    of those whose boxes stay in one value of the group's other indices
+    (:func:`.warpgroup_tma.line_fits`: tccg_03's ``d`` of 96 values, 64-byte lines)."""
     tile = warpgroup_tile(params, program)
     size = dtypes.itemsize(program.dtype)
     majors = k_major_tiles(program, operand_rows_major(program, found))
-    a, b = (next(line for line in SWIZZLES if (tile["k"] if k_major else rows) * size % line == 0)
-            for rows, k_major in zip((tile["m"], tile["n"]), majors, strict=True))
-    return a, b
+    lines = []
+    for rows, free, k_major in zip((tile["m"], tile["n"]), found[2:4], majors, strict=True):
+        filled = [line for line in SWIZZLES if (tile["k"] if k_major else rows) * size % line == 0]
+        boxed = [line for line in filled if k_major or line_fits(program, free, line // size)]
+        lines.append((boxed if params.get("tma") and boxed else filled)[0])
+    return lines[0], lines[1]
 
 
 def staged_width(program: Program) -> int | None:
@@ -644,15 +682,38 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
 
 def step_boxes(program: Program, params: Mapping[str, Any]) -> tuple[OperandBox | None, ...]:
     """A's and B's boxes (:func:`operand_box`) for the parameters' tiles."""
-    found = gemm_groups(program)
-    tile = warpgroup_tile(params, program)
-    k_sizes = stepped_k(program, found, tile["k"])
-    lines = swizzles(program, params, found)
-    size = dtypes.itemsize(program.dtype)
-    return tuple(operand_box(program, tensor, tile, line // size, k_sizes)
-                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))
+    return tuple(operand_box(program, *arguments) for arguments in _box_arguments(program, params))
 
 
 def tma_fits(program: Program, params: Mapping[str, Any]) -> bool:
     """Whether a step of the parameters' tiles spans one box of each operand."""
     return all(box is not None for box in step_boxes(program, params))
+
+
+def tma_refusal(program: Program, params: Mapping[str, Any]) -> str | None:
+    """Why bulk tensor copies fill no tiles of the parameters' shape (with ``tma`` or
+    without), or None where they do: the tensors (:func:`.warpgroup_tma.tma_reason`), the
+    layout, or each operand's tile that is no whole number of boxes
+    (:func:`.warpgroup_tma.box_reason`)."""
+    reason = tma_reason(program)
+    if reason is not None:
+        return reason
+    if params.get("free_layout", "group") != "group":
+        return f"a free box's tiles (free_layout {params['free_layout']})"
+    reasons = [f"{arguments[0]}: {reason}"
+               for arguments in _box_arguments(program, {**params, "tma": True})
+               if (reason := box_reason(program, *arguments)) is not None]
+    return "; ".join(reasons) or None
+
+
+def _box_arguments(program: Program, params: Mapping[str, Any]
+                   ) -> tuple[tuple[str, dict[str, int], int, dict[str, int]], ...]:
+    """Each operand's name, step tile, values of a swizzled line and K's stepped extents:
+    what decides its box."""
+    found = gemm_groups(program)
+    tile = warpgroup_tile(params, program)
+    k_sizes = stepped_k(program, found, tile["k"])
+    lines = swizzles(program, params, found)
+    size = dtypes.itemsize(program.dtype)
+    return tuple((tensor, tile, line // size, k_sizes)
+                 for tensor, line in zip((found[0][0], found[1][0]), lines, strict=True))

@@ -7,7 +7,8 @@ MMAs, from a candidate's parameters.
                fp16/bf16, 495 tf32, [H100-DS-TC]), which wgmma reaches and mma.sync does not
                ([HOPPER-MMA]: the WMMA model takes ``mma_share`` of it)
 * ``issue``    warp instructions: the copies (with ``tma`` a few of one thread per box and
-               step; else an address and a cp.async per run, or an
+               step, and a producer warpgroup's wait for the stage to empty; else an
+               address and a cp.async per run, or an
                address, a load and a store per element; TF32's cp.async runs then rounded
                in place, a shared load, the rounding and a store per element; a K box's
                B a vector load and four 16-bit stores per copy, or staged, a cp.async per
@@ -16,7 +17,10 @@ MMAs, from a candidate's parameters.
 * ``memory``   LSU wavefronts: the copies' shared stores, 1 way into the swizzled tiles
                (:func:`.warpgroup_kernel.swizzles`; and TF32's rounding in place; a
                staged B's stores into its staging tile and the transpose's loads), the
-               write's round trip (the accumulators' stores 2 ways into a C tile along N) and
+               write's round trip (the accumulators' stores and the write's loads, 1 way:
+               along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`; 2 ways in a free
+               box's skewed rows) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -28,13 +32,18 @@ MMAs, from a candidate's parameters.
 * ``latency``  waves of blocks (a split's parts each a block) x the steps of a part, per
                step: in stages with cp.async, a barrier and the larger
                of the copy latency spread over the steps in flight and the step's MMAs at
-               the SM's rate; else two barriers, the copy's latency and the MMAs in turn;
-               a staged B adds a barrier and its thread's transposes' shared latencies
-               per step
+               the SM's rate, shared by the blocks the wave holds per SM
+               (:func:`~treduda.model.occupancy.waves_by_residency`: a grid short of the SMs
+               holds fewer than its limits allow); else two barriers, the copy's latency
+               and the MMAs in turn; a staged B adds a barrier and its thread's
+               transposes' shared latencies per step; with a producer warpgroup no
+               barrier, its copies ``S - 1`` steps ahead (one stage: the copy and the
+               MMAs in turn)
 
 Registers per thread: the accumulators (``frags_m BN / 2`` floats) and the tensor-core
-model's overhead. A bound is exact per resource over a partial candidate's completions, as
-the tensor-core model's.
+model's overhead, under the launch bounds' cap or a producer's consumers' setmaxnreg count
+(a kernel with setmaxnreg runs one block per SM). A bound is exact per resource over a
+partial candidate's completions, as the tensor-core model's.
 """
 
 from __future__ import annotations
@@ -45,7 +54,7 @@ from typing import Any
 
 from treduda.codegen import ir
 from treduda.model.gpus import Gpu
-from treduda.model.occupancy import blocks_per_sm
+from treduda.model.occupancy import blocks_per_sm, waves_by_residency
 from treduda.polyhedral.lower import Program
 from treduda.polyhedral.strategy import Strategy
 
@@ -66,6 +75,7 @@ from .tensorcore_tiles import (
     k_box,
     operand_rows_major,
     output_along_n,
+    skew_words,
     split_parts,
     stepped_k,
 )
@@ -77,6 +87,7 @@ from .warpgroup_kernel import (
     step_boxes,
     warpgroup_tile,
 )
+from .warpgroup_roles import consumer_registers
 
 WARPGROUP = 128
 COPY_INSTRUCTIONS = 4  # per element copied through registers: address, load, store, loop
@@ -89,14 +100,22 @@ ROUND_INSTRUCTIONS = 7
 # immediates (the SASS of tccg_28's 128 x 128 tile, sm_90a)
 TRANSPOSE_INSTRUCTIONS = 10
 TRANSPOSED = 2 * BOXED_WIDTH
-# per bulk tensor copy (tma), one thread's: its coordinates, the map's address, UTMALDG;
-# and per step the expecting arrival (SYNCS) and the election around them [EST: no
-# published issue rate; the SASS of GEMM's tma kernel issues these]
-TMA_INSTRUCTIONS = 3
-TMA_STEP_INSTRUCTIONS = 6
+# per bulk tensor copy (tma), the issuing warp's: its election, coordinates, the map's and
+# the tile's addresses, UTMALDG; and per step the expecting arrival (SYNCS) and the branch
+# around them. [EST: no published issue rate] Read from sm_90a SASS, the issuing warp's
+# main loop beyond the other warps', per step: GEMM 4096^3 128x256x4 (5 boxes of 2-D maps)
+# 67, 64x64x2 (2 boxes) 34; tccg_20 64x64x2 (4 boxes of 4-D maps) 57; tccg_01 and tccg_15
+# (3 boxes, two of 3-D maps) 44 and 43: 11 a box and 12 a step, whatever a map's rank
+TMA_INSTRUCTIONS = 11
+TMA_STEP_INSTRUCTIONS = 12
+# per step, a producer warpgroup's (``producer``) wait for the stage's empty phase: the
+# try_wait, its predicate and branch, the parity (its loop in GEMM's sm_90a SASS: 73
+# instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
+PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
+ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
 SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 
 
@@ -126,24 +145,26 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
-        # The accumulators' stores into a C tile along N take 2 ways: a warp's 8 rows of 4
-        # words two apart (wgmma's register layout) fill 16 banks of one parity per row pair
-        # at best, whatever the pitch; along M (its rows M) 1
-        self.store_ways = 2 if output_along_n(program) else 1
+        self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
-        """Registers per thread, and those beyond the launch bounds' cap."""
+        """Registers per (consumer) thread, and those beyond its cap."""
         registers = self._registers(params)
-        cap = self.gpu.register_cap(WARPGROUP * params["warpgroups"])
-        return registers, max(0, registers - cap)
+        return registers, max(0, registers - self._cap(params))
 
     def register_pressure(self, params: Mapping[str, Any]) -> float:
-        return self._registers(params) / self.gpu.register_cap(
-            WARPGROUP * params["warpgroups"])
+        return self._registers(params) / self._cap(params)
+
+    def _cap(self, p: Mapping[str, Any]) -> int:
+        """The registers a thread of the tile's warpgroups may take: the launch bounds' cap,
+        or where a producer warpgroup gives its own up, what its consumers' setmaxnreg asks
+        for (:func:`.warpgroup_roles.consumer_registers`)."""
+        rebalanced = consumer_registers(p["warpgroups"]) if p.get("producer") else None
+        return rebalanced or self.gpu.register_cap(WARPGROUP * p["warpgroups"])
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
-        """Requests, sectors, ideal sectors and lines of a candidate's first block's output
-        writes (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
+        """Requests, sectors, ideal sectors and lines of a candidate's output writes over the
+        grid (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
         split's into its workspace)."""
         tile = warpgroup_tile(params, self.program)
         return self.output_sectors(tile, self._written_bytes(self.steps(params, tile)[2]),
@@ -165,10 +186,13 @@ class WarpgroupModel(EnumeratingModel):
         g = self.gpu
         clock = g.clock_ghz * 1e9
         tile = warpgroup_tile(p, self.program)
-        threads = WARPGROUP * p["warpgroups"]
-        warps = threads // 32
-        occupancy = blocks_per_sm(g, threads, registers or self._registers(p),
-                                  shared_bytes(self.program, p))
+        producer = bool(p.get("producer"))
+        threads = WARPGROUP * (p["warpgroups"] + producer)
+        warps = WARPGROUP * p["warpgroups"] // 32
+        # setmaxnreg's kernels start every thread at the cap of one block per SM
+        entry = (g.register_cap(threads) if producer and consumer_registers(p["warpgroups"])
+                 else registers or self._registers(p))
+        occupancy = blocks_per_sm(g, threads, entry, shared_bytes(self.program, p))
         if occupancy == 0 or self.rate == 0:
             return None
         tiles = self.tiles(tile, p)
@@ -178,7 +202,7 @@ class WarpgroupModel(EnumeratingModel):
         # a split reduction's parts are blocks of their own, each summing `chunk` steps
         steps, chunk, parts = self.steps(p, tile)
         blocks = tiles * parts
-        waves = math.ceil(blocks / (g.sm_count * occupancy))
+        shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
@@ -199,7 +223,8 @@ class WarpgroupModel(EnumeratingModel):
             copies += copied["b"] / TRANSPOSED * TRANSPOSE_INSTRUCTIONS
         if p.get("tma"):  # one thread's warp instructions, no address per thread
             boxes = sum(box.boxes for box in step_boxes(self.program, p))
-            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS)
+            copies = ir.WARP * (boxes * TMA_INSTRUCTIONS + TMA_STEP_INSTRUCTIONS
+                                + producer * PRODUCER_STEP_INSTRUCTIONS)
         rounded = sum(copied.values()) if self.tf32 and asynchronous else 0
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
@@ -213,26 +238,42 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
+        # the accumulators' stores into the C tile, 1 way: along N a thread's pairs in one
+        # 8-byte store (nvcc's STS.64); a free box's skewed rows keep half of the pairs
+        # aligned, 2 ways (tccg_42's whole box: 1.5 times the ideal wavefronts, 2 ways at
+        # worst, by the emulator and in the SASS's 64 STS beside 32 STS.64)
+        store_ways = 2 if self.along_n and skew_words(free, tile) else 1
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
-        wavefronts = blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                               + output * (4 * self.store_ways + 4) / WAVEFRONT_BYTES
-                               + written_lines * (self.output_accesses if parts == 1 else 1))
-        # a step's MMAs at the SM's rate, shared by its resident blocks
-        mma_cycles = (2.0 * output * tile["k"] * occupancy) / (self.rate / g.sm_count / clock)
+        wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
+                                + output * (store_ways + 1) * ACCUMULATOR_BYTES
+                                / WAVEFRONT_BYTES)
+                      + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
         # loads its stores read at once (nvcc keeps them in order: the stores may alias the
         # staging tile; the SASS of tccg_28's 128 x 128 tile pairs them straight away)
         staging = transposed * (SYNC_CYCLES + g.shared_latency_cycles
                                 * copied["b"] / TRANSPOSED / threads)
-        if p["stages"] > 1 and asynchronous:  # copies S - 1 steps ahead (S - 2 from 3)
-            in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1
-            chain = g.l2_latency_cycles + chunk * (
-                SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma_cycles))
-        else:  # each step copies, waits and multiplies in turn
-            chain = chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma_cycles)
+        in_flight = p["stages"] - 1 - (p["stages"] >= 3) or 1  # cp.async's S - 2 from 3
+
+        def wave(resident: int) -> float:
+            """A wave's cycles where ``resident`` blocks share each SM's tensor cores."""
+            mma = 2.0 * output * tile["k"] * resident / (self.rate / g.sm_count / clock)
+            if producer and p["stages"] > 1:  # no block barrier a step: the producer
+                # refills every stage but the one the MMAs read (the step before's retire
+                # as this step's start: wgmma.wait_group 1)
+                return g.l2_latency_cycles + chunk * max(
+                    g.l2_latency_cycles / (p["stages"] - 1), mma)
+            if producer:  # one stage: the copy waits for the MMAs that read it, they for it
+                return chunk * (g.l2_latency_cycles + mma)
+            if p["stages"] > 1 and asynchronous:  # copies ahead: a barrier a step
+                return g.l2_latency_cycles + chunk * (
+                    SYNC_CYCLES + staging + max(g.l2_latency_cycles / in_flight, mma))
+            # each step copies, waits and multiplies in turn
+            return chunk * (2 * SYNC_CYCLES + staging + g.l2_latency_cycles + mma)
+
         seconds = {
             "mma": padded / self.rate * quantise,
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
@@ -242,11 +283,13 @@ class WarpgroupModel(EnumeratingModel):
                             else self.bytes)
                 for elements, width, scattered in zip(copied.values(), widths,
                                                       self.scattered[free], strict=True))
-                   + self._split_l2(blocks * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
+                   + self._split_l2(parts * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
-            "latency": waves * chain / clock,
+            "latency": sum(waves * wave(resident) for resident, waves in shares) / clock,
         }
-        return seconds, occupancy * warps, 0.0  # the tensor cores read the operands, not the LSUs
+        # the producer's issuing warp beside the consumers' (its other three exit), on the
+        # busiest SM; the tensor cores read the operands, not the LSUs
+        return seconds, shares[0][0] * (warps + producer), 0.0
 
     def _because(self, binding: str, seconds: dict[str, float]) -> str:
         g = self.gpu

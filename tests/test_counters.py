@@ -349,10 +349,11 @@ WRITES = [("C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]", {"i": 40, "j": 72, "k":
 
 def _written(kernel: treduda.Kernel) -> dict[str, tuple[int, int, int, int]]:
     """Per operation on the output (its stores, and its loads where the write reads it), the
-    requests, sectors, ideal sectors and lines ``Kernel.counters()`` counts of the first
-    block over all its steps, every region."""
+    requests, sectors, ideal sectors and lines ``Kernel.counters()`` counts of every block
+    of the grid (no step of the main loop: the write follows it), every region."""
     found: dict[str, list] = {}
-    for t in kernel.counters().traffic:
+    blocks = list(itertools.product(*map(range, kernel.grid)))
+    for t in kernel.counters(blocks=blocks, steps=0).traffic:
         if t.array == "C":
             found.setdefault(t.operation, []).append(t)
     return {operation: (sum(t.requests for t in ts), sum(t.transactions for t in ts),

@@ -6,6 +6,7 @@ and into the fidelity tool's input."""
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import io
 import json
@@ -16,16 +17,18 @@ import sys
 import zipfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 from test_tensor_maps import BUNDLED
 from test_warpgroup_tma import TILES
 
 import treduda
 from treduda.api import tuning_entry
-from treduda.app import cli, fidelity, ncu_compare, ncu_profile
+from treduda.app import bundle_bench, cli, fidelity, ncu_compare, ncu_profile
 from treduda.app.bench import Case
 from treduda.app.bench_cli import planned
 from treduda.app.bench_export import Planned, export_suite, export_suites
+from treduda.bundle import load
 from treduda.errors import TredudaError
 from treduda.model.gpus import gpu
 from treduda.polyhedral.lower import plan
@@ -132,6 +135,30 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
     rows = fidelity.load(data)
     assert [r.id for r in rows] == ["gemm_small", "gemm_small~1", "gemm_tma"]
     assert rows[0].measured == pytest.approx(pick["treduda_ms"] / 1e3)
+
+
+def test_the_dry_run_binds_entries_too_large_for_pocl_without_running_them(bundles, tmp_path,
+                                                                          monkeypatch):
+    """A dry run on full-size bundles launched GEMM 4096^3 on PoCL (210 s for the ncu step
+    alone): an entry above bundle_bench.POCL_FLOPS is built and its arguments bound, not
+    run, a kernel and a program's steps alike; a source that does not build still fails
+    its line, at "bind"; the ncu step's launch says what it bound."""
+    monkeypatch.setattr(bundle_bench, "POCL_FLOPS", 0)
+    jsonl = tmp_path / "results.jsonl"
+    for name in ("01_mini.zip", "02_programs.zip"):
+        assert bundle_bench.run(str(bundles / name), jsonl=str(jsonl), pocl=True,
+                                out=io.StringIO(), log=io.StringIO()) == 0
+    lines = [json.loads(text) for text in jsonl.read_text().splitlines()]
+    assert len(lines) == 6 and all(x["status"] == "ok" and x["launched"] is False
+                                   and not x["verified"] and x["treduda_ms"] is None
+                                   for x in lines), lines
+    kernel = load(bundles / "01_mini.zip")["mini/gemm_small"]
+    broken = dataclasses.replace(kernel, opencl_source="__kernel void td_broken( {")
+    line = bundle_bench.measure(broken, np, None, 1, pocl=True)
+    assert (line["status"], line["stage"]) == ("FAILED", "bind")
+    out = io.StringIO()
+    assert ncu_profile.launch(ncu_profile.select(bundles, PROFILED)[0], pocl=True, out=out) == 0
+    assert "bound mini/gemm_small~1 (td_" in out.getvalue()
 
 
 def test_timing_a_bundle_needs_gpu_time_and_a_jsonl_file(bundles, tmp_path, capsys):

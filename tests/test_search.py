@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
+import types
 
 import numpy as np
 import pytest
@@ -16,7 +17,8 @@ from treduda.generation import Generator
 from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
-from treduda.run.nvcc import nvcc_available
+from treduda.run.nvcc import CudaReport, nvcc_available
+from treduda.tuning import policy
 from treduda.tuning.budgets import BOUND_WORK, ESTIMATE_WORK
 from treduda.tuning.cache import TuningCache
 from treduda.tuning.policy import (
@@ -408,6 +410,52 @@ def test_ptxas_reports_re_estimate_the_winner_and_its_rivals():
     assert checked.best.prediction.seconds == min(c.prediction.seconds for c in reported)
     model = Searcher(plan(expr, sizes, "F"), "H100").model
     assert checked.best.prediction == model.estimate(checked.best.params, checked.best.compiled)
+
+
+class _Kernels:
+    """Stand-ins for the kernels the check compiles: their source names their parameters."""
+
+    def __init__(self, program):
+        self.program = program
+
+    def __call__(self, strategy, params):
+        text = json.dumps(dict(params), sort_keys=True)
+        return types.SimpleNamespace(name="k", cuda_source=text)
+
+
+def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
+    # tccg_18: the 3000-node search's 16 best were all 16 x 1 x 16 threads, 4 x 2 x 8
+    # registers (109 by the model, 151-165 by ptxas, one block per SM instead of two) and
+    # filled the check: 1.70 ms where a 285-node search picked a 0.858 ms kernel. Here ptxas
+    # is made to give 165 registers to that tile (its two best differ in the step alone), the
+    # 16 x 1 x 8 one what the model predicts, and the check has room for two reports: the
+    # second goes to the other tile, which wins, where both went to the first tile; the first
+    # tile's kin takes its report and ranks below the winner.
+    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
+    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
+    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
+             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
+             "reg_z": 8, "assign_z": "adjacent", "split": 1}
+    result = search(expr, sizes, layout="F", values={
+        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
+
+    def reports(sources, arch="sm_90"):
+        return [[CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16 else 109,
+                            0, 0, 0, 0)] for s in sources]
+
+    monkeypatch.setattr(policy, "compile_cuda_batch", reports)
+    monkeypatch.setattr(policy, "CHECKED", 1)
+    monkeypatch.setattr(policy, "CHECKED_MOST", 2)
+    found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
+    reported = {c.text: c for c in found.candidates if c.compiled is not None}.values()
+    assert sorted(c.params["block_z"] for c in reported) == [8, 16]
+    assert found.best.params["block_z"] == 8
+    assert found.best.prediction.seconds == result.top(3)[2].prediction.seconds
+    upset = next(c for c in reported if c.params["block_z"] == 16)
+    assert upset.prediction.seconds > 1.5 * found.best.prediction.seconds
+    # the kin not compiled (the other step) carries its report: no longer ranked first
+    assert found.top(1) == [found.best]
 
 
 @pytest.mark.matrix  # the second batch of the same check the test above proves by default

@@ -1,7 +1,8 @@
 """Tensor maps on the host (:mod:`treduda.run.tensor_maps`): cuTensorMapEncodeTiled's
-arguments worked out by hand for GEMM operands, the tensors no map describes, a bundle's
-maps through to the kernel's argument list (the driver's refusal named), and (on a GPU only)
-the encoded map passed by value to a kernel whose bulk copies read it."""
+arguments worked out by hand for GEMM operands and a box over several indices, the tensors
+no map describes, a bundle's maps through to the kernel's argument list (the driver's
+refusal named), and (on a GPU only) the encoded map passed by value to a kernel whose bulk
+copies read it."""
 
 from __future__ import annotations
 
@@ -13,11 +14,13 @@ import numpy as np
 import pytest
 from test_tensor_copy import _expected, _launch, _source, tile_gemm
 from test_warpgroup_tma import GEMM, TILES
+from treduda.strategies.warpgroup_kernel import step_boxes
 
 import treduda
 from treduda.bundle import load
 from treduda.codegen import ir
 from treduda.errors import BackendUnavailable, StrategyError
+from treduda.polyhedral.lower import plan
 from treduda.run import tensor_maps
 from treduda.run.cuda import with_tensor_maps
 from treduda.run.emulator import emulate
@@ -51,6 +54,19 @@ def test_gemm_operands_by_hand():
     three = ir.TensorMap("map_a", "A", (72, 16, 24), (1, 72, 1152), (64, 16, 2), 128)
     assert encoding(three, "float16").global_strides == (144, 2304)
 
+
+
+def test_a_box_over_several_indices_by_hand():
+    """A[g,b,a,k] of 2 x 7 x 16 x 72 (k fastest), M = (a, b): a K-major tile of 64 rows is all
+    16 of a by 4 of b, one g; a step of 32 values of K is one 64-byte swizzled line: a map of
+    four dimensions, rows 144 bytes apart, a's 16 of them 2304, b's 7 of those 16128."""
+    program = plan("C[g,b,n,a] = A[g,b,a,k]*B[g,k,n]", {"a": 16, "b": 7, "k": 72, "n": 40,
+                                                      "g": 2}, dtype="float16")
+    a, _ = step_boxes(program, {**TILES, "frags_m": 1, "tile_n": 32, "frags_k": 2})
+    assert (a.boxes, a.k_major) == (1, True)
+    assert encoding(a.map, "float16") == TiledEncoding(
+        data_type=6, rank=4, global_dims=(72, 16, 7, 2), global_strides=(144, 2304, 16128),
+        box_dims=(32, 16, 4, 1), element_strides=(1, 1, 1, 1), swizzle=2)
 
 @pytest.mark.parametrize(("extents", "strides", "dtype", "reason"), [
     ((4095, 4096), (1, 4095), "float16", "stride of 8190 bytes"),  # rows of odd length

@@ -320,6 +320,23 @@ def test_bound_is_below_every_estimate_of_a_tensor_core_space(dtype, precision, 
             == searcher.exhaustive().best.prediction.seconds)
 
 
+def test_the_h100_models_mma_issue_is_shared_by_the_blocks_a_wave_holds():
+    """A 128 x 128 tile of 4 warps, two blocks an SM at most: 32 and 128 blocks leave one
+    block an SM (one block's warps, its steps as fast), 136 two on the busiest."""
+    params = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2,
+              "stages": 3, "split": 1, "mapping": "mma", "shared_layout": "pad",
+              "free_layout": "group", "async_copy": True}
+
+    def estimate(j: int):
+        program = plan(GEMM, {"i": 1024, "j": j, "k": 4096}, "C", "float16")
+        return model_of(program, gpu("H100"), "tensorcore").estimate(params)
+
+    short, filled, doubled = (estimate(j) for j in (512, 2048, 2112))
+    assert short.warps == filled.warps == 4 and doubled.warps == 8
+    latency = [e.resources["latency"] for e in (short, filled, doubled)]
+    assert latency[0] == latency[1] and latency[2] > 1.8 * latency[1]
+
+
 @pytest.mark.parametrize(("dtype", "precision", "expected"), [
     ("float16", "highest", "tensorcore"), ("float32", "tf32", "tensorcore"),
     ("float32", "highest", "tiled+staged")])

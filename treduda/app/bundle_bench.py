@@ -19,7 +19,9 @@ first call (the check) has not finished after :data:`HANG_SECONDS` is a kernel t
 with the next bundle instead of waiting out its time.
 
 With ``--pocl`` everything runs on PoCL instead (the session's dry run on a machine without
-a GPU): numpy.einsum checks, OpenCL profiling events time, and no library is timed.
+a GPU): numpy.einsum checks, OpenCL profiling events time, and no library is timed; an entry
+of more than :data:`POCL_FLOPS` is built and its arguments bound there, not run (its line
+says ``launched: false``): the dry run proves the bundle's plumbing in minutes.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ from ..run.timing import REPEATS, Timing
 from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands
 
 ROUNDS = 3  # timings of each kernel and library, interleaved
+# An entry of more floating-point operations is built and bound on PoCL, not run: the dry run
+# of full-size bundles launched GEMM 4096^3 (137 GFLOP) there and spent 210 s on it
+POCL_FLOPS = 2e9
 HANG_SECONDS = 60.0  # a first call this long is a kernel that never ends (seconds at most)
 HUNG = 4  # the exit status after one
 TIMED = ("treduda", "torch", "cupy")
@@ -92,8 +97,10 @@ def run(path: str, *, jsonl: str, repeats: int = REPEATS, pocl: bool = False,
         line.update(**where, seconds=time.perf_counter() - begun)
         _append(jsonl, line)
         failed += line["status"] != "ok"
-        verdict = f"FAILED at {line['stage']}" if line["status"] != "ok" else \
-            f"{_ms(line['treduda_ms'])} ms, torch {_ms(line.get('torch_ms'))} ms"
+        verdict = (f"FAILED at {line['stage']}" if line["status"] != "ok"
+                   else "built and bound, not run (too large for PoCL)"
+                   if line.get("launched") is False
+                   else f"{_ms(line['treduda_ms'])} ms, torch {_ms(line.get('torch_ms'))} ms")
         print(f" {verdict} ({line['seconds']:.1f} s)", file=log, flush=True)
     print(f"{len(entries)} entries of {path} in {time.perf_counter() - started:.0f} s, "
           f"{failed} FAILED; lines appended to {jsonl}", file=out)
@@ -164,6 +171,11 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int, pocl
         line.update(steps=[k.name for k in entry.steps], flops=entry.entry.get("flops"))
     stage = "verify"
     try:
+        if pocl and not runs_on_pocl(entry):
+            stage = "bind"
+            bind_on_pocl(entry)
+            line.update(launched=False, **summarised({}, line["flops"]))
+            return line
         operands = random_operands(kernel, xp, torch)
         never_ends = {**line, "status": "FAILED", "stage": stage,
                       "error": f"its first call did not end in {HANG_SECONDS:.0f} s: a kernel "
@@ -189,6 +201,28 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int, pocl
     except Exception as error:  # a failing entry is reported in its line; the others go on
         line.update(status="FAILED", stage=stage, error=f"{type(error).__name__}: {error}")
     return line
+
+
+def kernels_of(entry: BundledKernel | BundledProgram) -> tuple[BundledKernel, ...]:
+    """The kernels an entry runs: a kernel itself, a program's steps."""
+    return entry.steps if isinstance(entry, BundledProgram) else (entry,)
+
+
+def runs_on_pocl(entry: BundledKernel | BundledProgram) -> bool:
+    """Whether ``entry`` is small enough to run on PoCL in a dry run (:data:`POCL_FLOPS`)."""
+    return sum(2 * fmas(k.dtype) * math.prod(k.sizes.values())
+               for k in kernels_of(entry)) <= POCL_FLOPS
+
+
+def bind_on_pocl(entry: BundledKernel | BundledProgram) -> None:
+    """Build each of ``entry``'s kernels on PoCL and bind its arguments (random operands of
+    the shapes it holds, its sizes and scalars) without running it: the plumbing a dry run
+    proves of an entry too large to run on the CPU (the source, the launch signature, the
+    arguments' order and shapes); what it computes is checked on the GPU."""
+    from ..run.opencl import bind_opencl
+
+    for kernel in kernels_of(entry):
+        bind_opencl(kernel.opencl_source, kernel.launch(random_operands(kernel, np)))
 
 
 @contextmanager

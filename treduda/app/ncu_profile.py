@@ -176,13 +176,14 @@ def select(folder: str | Path, wanted: Sequence[str] = SELECTION
 
 
 def launch(chosen: Sequence[Chosen], *, pocl: bool = False, out: TextIO | None = None) -> int:
-    """Run each kernel once on random operands (on PoCL where ``pocl``): what ncu profiles.
+    """Run each kernel once on random operands (on PoCL where ``pocl``, those too large
+    for the CPU built and bound only): what ncu profiles.
     Every kernel is loaded (or compiled by NVRTC, in parallel) before the first runs; one that
     fails is said and the others run. Returns 1 if one failed."""
     import numpy as np
 
     from ..bundle import load
-    from .bundle_bench import load_kernels
+    from .bundle_bench import bind_on_pocl, load_kernels, runs_on_pocl
     from .gpu_checks import gpu_libraries, random_operands
 
     out = sys.stdout if out is None else out
@@ -198,6 +199,11 @@ def launch(chosen: Sequence[Chosen], *, pocl: bool = False, out: TextIO | None =
         print(f"loading the kernels at once failed ({type(error).__name__}: {error})", file=out)
     for kernel in kernels:
         try:
+            if pocl and not runs_on_pocl(kernel):
+                bind_on_pocl(kernel)
+                print(f"bound {kernel.name} ({kernel.entry['function']}) on PoCL, not run: "
+                      "too large for the CPU", file=out, flush=True)
+                continue
             kernel(**random_operands(kernel, xp, torch))
             if not pocl:  # ncu's kernel replay saves device memory and restores it between
                 # its passes (Profiling Guide, "Kernel Replay"): keep no freed blocks in CuPy's

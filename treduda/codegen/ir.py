@@ -191,7 +191,13 @@ class Block:
 
 @dataclass(frozen=True)
 class Barrier:
-    """All threads of a block wait here until every one has arrived (shared memory is stable)."""
+    """All threads of a block wait here until every one has arrived (shared memory is stable);
+    with ``threads``, only that many, the block's first, on a named barrier of their own
+    (PTX ISA, "Parallel Synchronization and Communication Instructions: bar.sync": ``bar.sync
+    1, threads``, a multiple of the warp size; barrier 0 is ``__syncthreads``'s): a
+    warp-specialised kernel's consumers, while its producer warpgroup runs on."""
+
+    threads: int | None = None
 
 
 @dataclass(frozen=True)
@@ -658,6 +664,10 @@ class Local:
     # The bits of ``o`` from ``swizzle`` on that the XOR reads: 3 (the 128-byte swizzle, the
     # mma.sync tiles'), 2 or 1 (wgmma's 64- and 32-byte swizzles of lines that long)
     swizzle_bits: int = 3
+    # A shared tile of the type registers hold whose neighbouring stores in a straight run
+    # become one vector store where aligned (:mod:`treduda.codegen.vectorize`), as outputs'
+    # do: the warpgroup C tile, whose accumulator pairs nvcc stores as STS.64
+    vector_stores: bool = False
 
     @property
     def size(self) -> int:

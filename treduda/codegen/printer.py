@@ -361,6 +361,8 @@ class Printer:
             value = s.value if s.op == "=" else ir.Binary(_UPDATES[s.op], s.target, s.value)
             return [f"{pad}{self.expr(s.target)} = {self.complex_value(value)};"]
         if isinstance(s, ir.Barrier):
+            if s.threads is not None and self.transactions.cuda:  # the twin's are whole
+                return [f'{pad}asm volatile("bar.sync 1, %0;" :: "n"({s.threads}) : "memory");']
             return [f"{pad}{self.dialect.barrier}"]
         if isinstance(s, ir.WARP_STATEMENTS):
             return self.fragments.stmt(s, pad)

@@ -141,33 +141,70 @@ class Transactions:
 def interleaved_roles(s: ir.If) -> ir.Stmt:
     """The twin of a role split (:func:`ir.is_role_split`): each branch is statements
     before its loop over the steps, the loop, statements after; the twin runs both befores,
-    then per step the first role's body, a barrier, the second's, a barrier (the first role
-    fills a stage the second then reads, which it read a round of stages before), then both
-    afters. Its waits are those barriers."""
+    then per step the producing role's body (the one that starts the copies), a barrier, the
+    other's, a barrier (the producer fills a stage the consumers then read, which they read
+    a round of stages before), then both afters. Its waits are those barriers."""
     parts = [_around_loop(branch) for branch in (s.then, s.otherwise)]
     (before_a, loop_a, after_a), (before_b, loop_b, after_b) = parts
     if (loop_a.iterator, loop_a.start, loop_a.condition, loop_a.step) != (
             loop_b.iterator, loop_b.start, loop_b.condition, loop_b.step):
         raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
                            "step: both need one loop over the same steps")
-    step = ir.Block((ir.If(s.condition, _without_waits(loop_a.body)), ir.Barrier(),
-                     ir.If(s.condition, ir.Block(()), _without_waits(loop_b.body)),
-                     ir.Barrier()))
+    roles = [ir.If(s.condition, _without_waits(loop_a.body)), ir.Barrier(),
+             ir.If(s.condition, ir.Block(()), _without_waits(loop_b.body)), ir.Barrier()]
+    if any(isinstance(c, ir.TensorCopy) for c in ir.nested(loop_b)):  # the producer first
+        roles = roles[2:] + roles[:2]
+    step = ir.Block(tuple(roles))
     return ir.Block((ir.If(s.condition, before_a, before_b), replace(loop_a, body=step),
-                     ir.If(s.condition, after_a, after_b)))
+                     _role(after_a, s.condition, True), _role(after_b, s.condition, False)))
+
+
+def _role(s: ir.Stmt, condition: ir.Expr, then: bool) -> ir.Stmt:
+    """``s`` run by the threads of one role (where ``condition`` is ``then``), its barriers
+    (a role's own, named: :class:`ir.Barrier`'s ``threads``) by every work-item, as a
+    work-group barrier must be."""
+    if not ir.has_barrier(s):
+        return ir.If(condition, s) if then else ir.If(condition, ir.Block(()), s)
+    if isinstance(s, ir.Barrier):
+        return ir.Barrier()
+    if isinstance(s, ir.Block):  # each run of statements between barriers tested once
+        runs: list[list[ir.Stmt]] = [[]]
+        for child in s.body:
+            if ir.has_barrier(child):
+                runs += [[child], []]
+            else:
+                runs[-1].append(child)
+        return ir.Block(tuple(_role(run[0] if len(run) == 1 and ir.has_barrier(run[0])
+                                    else ir.Block(tuple(run)), condition, then)
+                              for run in runs if run))
+    if isinstance(s, ir.For) and not (ir.reads_thread_id(s.start)
+                                      or ir.reads_thread_id(s.condition)):
+        return replace(s, body=_role(s.body, condition, then))
+    if isinstance(s, ir.If) and not ir.reads_thread_id(s.condition):
+        return ir.map_children(s, lambda c: _role(c, condition, then))
+    raise TredudaError("the OpenCL twin runs a role's barriers with every work-item: a "
+                       "barrier under a test of thread ids has no twin")
 
 
 def _around_loop(branch: ir.Stmt) -> tuple[ir.Block, ir.For, ir.Block]:
-    """A role's statements before its loop over the steps (the one statement that uses
-    mbarriers), the loop, and after it."""
+    """A role's statements before its loop over the steps (the one statement that waits
+    for mbarriers or starts copies), the loop, and after it (an arrival there, where isl
+    scanned the last step's alone, is nothing to the twin)."""
     body = branch.body if isinstance(branch, ir.Block) else (branch,)
     loops = [n for n, c in enumerate(body) if any(
-        isinstance(d, ir.MBARRIER_STATEMENTS) for d in ir.nested(c))]
-    if len(loops) != 1 or not isinstance(body[loops[0]], ir.For):
+        isinstance(d, (ir.MbarrierWait, ir.TensorCopy)) for d in ir.nested(c))]
+    if len(loops) != 1:
         raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
                            "step: each must use its mbarriers in one loop over the steps")
-    n = loops[0]
-    return ir.Block(body[:n]), body[n], ir.Block(body[n + 1:])
+    n, loop = loops[0], body[loops[0]]
+    # one thread's loop (a producer's elected issuer): the loop, that thread's body in it
+    if (isinstance(loop, ir.If) and loop.otherwise is None and isinstance(loop.then, ir.For)
+            and ir.reads_thread_id(loop.condition)):
+        loop = replace(loop.then, body=ir.If(loop.condition, loop.then.body))
+    if not isinstance(loop, ir.For):
+        raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
+                           "step: each must use its mbarriers in one loop over the steps")
+    return ir.Block(body[:n]), loop, ir.Block(body[n + 1:])
 
 
 def _without_waits(s: ir.Stmt) -> ir.Stmt:

@@ -21,7 +21,11 @@ read before a write).
 
 Real dtypes only: a complex element is a two-part vector already. Not for float16 and
 bfloat16 either: their elements are converted one by one on load and store (the printers have no
-vector conversions), so their accesses stay scalar.
+vector conversions), so their accesses stay scalar; but a tile of the type registers hold that
+takes vector stores (:attr:`ir.Local.vector_stores`) has its stores merged in any kernel: the
+warpgroup C tile, whose accumulator pairs (wgmma's layout: two adjacent columns of a row per
+thread) nvcc stores as STS.64 anyway, 1 way at its pitch; as two 4-byte stores the emulator
+counted 2 ways, the rows ``r`` and ``r + 4`` of a warp's 8 on the same 16 banks.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import itertools
 from collections.abc import Iterator
 from dataclasses import replace
 
-from ..frontend.dtypes import STORED, is_complex, itemsize
+from ..frontend.dtypes import STORED, compute, is_complex, itemsize
 from . import ir
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
@@ -39,15 +43,21 @@ Affine = tuple[frozenset[tuple[ir.Expr, int]], int]
 
 
 def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
-    """``kernel`` with the loads and stores of neighbouring elements merged where aligned."""
-    if is_complex(kernel.dtype) or kernel.dtype in STORED:
+    """``kernel`` with the loads and stores of neighbouring elements merged where aligned;
+    in a 16-bit kernel only the stores into tiles that take vector stores
+    (:attr:`ir.Local.vector_stores`, of the type registers hold)."""
+    stored_into = {local.name for local in kernel.locals if local.vector_stores}
+    if is_complex(kernel.dtype) or (kernel.dtype in STORED and not stored_into):
         return kernel
-    widest = ir.VECTOR_BYTES // itemsize(kernel.dtype)
+    widest = ir.VECTOR_BYTES // itemsize(compute(kernel.dtype))
+    if kernel.dtype in STORED:
+        return replace(kernel, body=_Merger(widest, set(), stored_into).stmt(kernel.body))
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
                for kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
     tiles = {local.name for local in kernel.locals
              if local.space is ir.Space.SHARED and not local.stored}
-    merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles, tensors[ir.ParamKind.OUTPUT])
+    merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles,
+                    tensors[ir.ParamKind.OUTPUT] | stored_into)
     return replace(kernel, body=merge.stmt(kernel.body))
 
 

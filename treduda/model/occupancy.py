@@ -24,3 +24,15 @@ def blocks_per_sm(gpu: Gpu, threads: int, registers: int, shared_bytes: int) -> 
     if shared_bytes:
         limits.append(gpu.shared_per_sm // shared_bytes)
     return max(0, min(limits))
+
+
+def waves_by_residency(gpu: Gpu, blocks: int, occupancy: int) -> tuple[tuple[int, int], ...]:
+    """A launch of ``blocks`` blocks, at most ``occupancy`` of them resident per SM, as
+    (blocks the busiest SM holds at once, waves) pairs, the fullest first: ``occupancy`` in
+    each full wave, and in a last wave that does not fill the SMs the ``ceil(left / SMs)``
+    its blocks give, fewer than ``occupancy`` where the grid leaves SMs short (36 blocks on
+    132 SMs: one each). What an SM's tensor cores and warp schedulers are shared by, not the
+    blocks its limits would allow."""
+    full, left = divmod(blocks, gpu.sm_count * occupancy)
+    shares = ((occupancy, full),) if full else ()
+    return shares + (((math.ceil(left / gpu.sm_count), 1),) if left else ())

@@ -26,6 +26,7 @@ import islpy as isl
 from ..codegen import ir
 from ..codegen.idle import clamp_idle
 from ..codegen.parts import PartsSum, parts_sum
+from ..codegen.role_split import joined_roles
 from ..codegen.unroll import peel, unroll, unroll_uneven
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
@@ -140,7 +141,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
         return builder.node_from_schedule_map(scanned)
 
     root = scan(context)
-    body = converter.node(root)
+    # a warp-specialised kernel's roles, one thread test each, as one role split
+    body = joined_roles(converter.node(root), scheduled.block[0])
     # Not for tensor-core kernels (fragments, warpgroup MMAs), whose builder zero-fills what
     # lies outside the tensors and lays out its own pipeline.
     fragments = (any(local.space is ir.Space.FRAGMENT for local in scheduled.locals)

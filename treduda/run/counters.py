@@ -333,6 +333,51 @@ def global_requests(starts: np.ndarray, warps: np.ndarray, width: int
     return np.unique(warps).size, sectors, _per_warp(warps, width, SECTOR_BYTES), lines
 
 
+def moved_requests(offsets: np.ndarray, warps: np.ndarray, width: int, copies: np.ndarray
+                   ) -> tuple[int, int, int, int]:
+    """:func:`global_requests` of the accesses of ``width`` bytes at element ``offsets`` by
+    the requests ``warps``, summed over copies of each request moved by ``s`` elements,
+    ``copies[r, s]`` of request ``r`` (the ``r``-th of ``warps``' distinct values, in
+    order; ``s`` below ``copies.shape[1]``, a number of elements that fills whole 128-byte
+    lines). A request's sectors and lines depend on its offsets from its least and where
+    that starts in a line only, so they are counted once per distinct request and place (the
+    tensor-core models' count of a grid's writes: thousands of blocks, tens of places)."""
+    period = copies.shape[1]
+    if np.any(np.diff(warps) < 0):
+        order = np.argsort(warps, kind="stable")
+        warps, offsets = warps[order], offsets[order]
+    begins = np.flatnonzero(np.diff(warps, prepend=-1))
+    held = np.diff(begins, append=warps.size)
+    request = np.repeat(np.arange(held.size), held)
+    least = np.minimum.reduceat(offsets, begins)
+    # each request's offsets from its least, in a row; the rest of a short row repeats it
+    rows = np.zeros((held.size, held.max(initial=1)), np.int64)
+    rows[request, np.arange(request.size) - np.repeat(begins, held)] = offsets - least[request]
+    keys = np.ascontiguousarray(rows).view(np.dtype((np.void, rows.shape[1] * 8))).ravel()
+    _, first, pattern = np.unique(keys, return_index=True, return_inverse=True)
+    patterns = rows[first]
+    first = (patterns[:, None, :] + np.arange(period)[None, :, None]) * width
+    edges = np.concatenate([first, first + width - 1], axis=2)
+    # requests of one pattern starting at one place in a line count alike: their copies
+    # summed, each place they move to looked up once
+    alike, kind = np.unique(pattern.ravel() * period + least % period, return_inverse=True)
+    order = np.argsort(kind, kind="stable")
+    summed = np.add.reduceat(copies[order], np.flatnonzero(np.diff(kind[order], prepend=-1)))
+    places = (alike[:, None] % period + np.arange(period)[None, :]) % period
+    patterns_of = alike[:, None] // period
+    sectors = (_distinct_in_rows(edges // SECTOR_BYTES)[patterns_of, places] * summed).sum()
+    lines = (_distinct_in_rows(edges // LINE_BYTES)[patterns_of, places] * summed).sum()
+    made = copies.sum(axis=1)  # copies of each request
+    ideal = -(-held * width // SECTOR_BYTES)  # _per_warp's, request by request
+    return int(made.sum()), int(sectors), int((ideal * made).sum()), int(lines)
+
+
+def _distinct_in_rows(values: np.ndarray) -> np.ndarray:
+    """The distinct values along the last axis of ``values``."""
+    ordered = np.sort(values, axis=-1)
+    return 1 + np.count_nonzero(np.diff(ordered, axis=-1), axis=-1)
+
+
 def _shared(starts: np.ndarray, lanes: np.ndarray, warps: np.ndarray, width: int
             ) -> tuple[int, int, int, int]:
     """Requests, wavefronts, ideal wavefronts and the worst ways of one shared instruction's

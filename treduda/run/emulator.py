@@ -381,7 +381,8 @@ class _Block:
             for child in s.body:
                 self.walk(child, active)
         elif isinstance(s, ir.Barrier):
-            if not active.all():
+            if not (active.all() if s.threads is None
+                    else active[:s.threads].all() and not active[s.threads:].any()):
                 self.hazards.append(Hazard("divergent barrier", self.block, epoch=self.epoch))
             self.end_epoch()
             if self.observer is not None:

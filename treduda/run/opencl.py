@@ -103,6 +103,19 @@ def run_opencl(source: str, launch: Launch, guard: bool = False) -> np.ndarray:
     return _run(source, launch, guard)[0]
 
 
+def bind_opencl(source: str, launch: Launch) -> None:
+    """Build ``source`` and bind ``launch``'s arguments to its kernels (each in device
+    memory, the sizes and scalars as the source declares them) without running them: what a
+    run proves before the device works, for a kernel too large to run on the CPU (the dry
+    run of full-size bundles). Raises where the source does not build or an argument does
+    not fit its parameter."""
+    kernels, placed = _placed(source, launch, guard=False)
+    values = [p.region if isinstance(p, _Placed) else p for p in placed]
+    kernels[0].set_args(*values)
+    for kernel, call in zip(kernels[1:], launch.then, strict=True):
+        kernel.set_args(*[values[n] for n in call.arguments])
+
+
 def run_opencl_timed(source: str, launch: Launch) -> TimedRun:
     """Run ``launch`` as :func:`run_opencl` does, timed by the profiling events of its own
     kernels (from the start of the first to the end of the last; the copies are outside)."""

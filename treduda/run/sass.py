@@ -124,6 +124,10 @@ class SassReport:
     # instructions of the main loop that one warp alone runs: a block issuing bulk tensor
     # copies (UTMALDG), which the other warps branch over (:func:`_issuing_block`)
     main_loop_one_warp: int = 0
+    # a warp-specialised kernel's producer loop (the innermost loop that starts bulk tensor
+    # copies and holds no MMA: :func:`_producer_loop`): its instructions and UTMALDG
+    producer_loop_instructions: int = 0
+    producer_loop_bulk_copies: int = 0
     # instructions guarded by a never-true predicate (``@!PT LDS RZ, [RZ]``), in the kernel
     # and by opcode in its main loop: in the instruction totals (issued), in no other count
     never_executed: int = 0
@@ -264,6 +268,16 @@ def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
     holding the most of them (the full blocks' scan, which tests nothing) stands for it;
     and whether it is a loop.
     """
+    loops = [loop for loop in _loops(body) if _count_fma(loop) + _count(loop, _MMA)]
+    looped = bool(loops)
+    if not looped:
+        loops = _straight_runs(body) if _count_fma(body) + _count(body, _MMA) else [body]
+    return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
+                                        loop[0].address)), looped
+
+
+def _loops(body: list[_Instruction]) -> list[list[_Instruction]]:
+    """The kernel's loops, ``[target, last branch back to it]`` each (:func:`_main_loop`)."""
     ends: dict[int, int] = {}
     exit_at = None  # the latest EXIT so far: code after it is out of line
     for instruction in body:
@@ -276,14 +290,17 @@ def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
         if instruction.target is not None and instruction.target < instruction.address \
                 and not returns:
             ends[instruction.target] = max(ends.get(instruction.target, 0), instruction.address)
-    loops = [loop for start, end in ends.items()
-             if _count_fma(loop := [i for i in body if start <= i.address <= end])
-             + _count(loop, _MMA)]
-    looped = bool(loops)
-    if not looped:
-        loops = _straight_runs(body) if _count_fma(body) + _count(body, _MMA) else [body]
-    return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
-                                        loop[0].address)), looped
+    return [[i for i in body if start <= i.address <= end] for start, end in ends.items()]
+
+
+def _producer_loop(body: list[_Instruction]) -> list[_Instruction]:
+    """A warp-specialised kernel's producer loop: the shortest loop that starts bulk tensor
+    copies and holds no MMA (nvcc wraps each UTMALDG in a short loop of its own that makes
+    its operands uniform: a loop holding one copy and no mbarrier arrival is such a wrapper,
+    not the producer's); none elsewhere."""
+    loops = [loop for loop in _loops(body) if _count(loop, _BULK_COPY) and not _count(loop, _MMA)
+             and _count(loop, {"SYNCS"})]
+    return min(loops, key=len, default=[])
 
 
 def _issuing_block(loop: list[_Instruction]) -> int:
@@ -363,6 +380,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         if field := _MEMORY.get(instruction.opcode.split(".")[0]):
             widths[field][_width(instruction.opcode)] += 1
     loop, looped = _main_loop(body)
+    producer = _producer_loop(body)
     loop_executed = [i for i in loop if not i.never_executed]
     loop_fma = _count_fma(loop)
     return SassReport(
@@ -390,6 +408,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
             _width(i.opcode) for i in loop_executed if i.opcode.split(".")[0] == "LDS").items())),
         looped=looped,
         main_loop_one_warp=_issuing_block(loop),
+        producer_loop_instructions=len(producer),
+        producer_loop_bulk_copies=_count(producer, _BULK_COPY),
         never_executed=len(body) - len(executed),
         main_loop_never_executed=_opcodes([i for i in loop if i.never_executed]),
         main_loop_load_use=_load_use(loop),

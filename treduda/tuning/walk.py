@@ -183,7 +183,11 @@ def launch(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int] | None =
     sizes = _sizes(kernel, sizes)
     c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
-    resident = blocks_per_sm(g, threads, c.registers, shared_bytes(kernel))
+    # a kernel whose roles set their registers (setmaxnreg) is declared one block per SM:
+    # each thread starts at that block's cap, whatever the roles then take
+    registers = (g.register_cap(threads) if ir.has_register_roles(kernel.signature.kernel)
+                 else c.registers)
+    resident = blocks_per_sm(g, threads, registers, shared_bytes(kernel))
     return Launch(blocks, resident, blocks / (g.sm_count * resident) if resident else math.inf,
                     c.global_stores)
 
