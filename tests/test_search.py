@@ -18,6 +18,7 @@ from treduda.model.gpus import H100
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import CudaReport, nvcc_available
+from treduda.run.sass import Compilation
 from treduda.tuning import policy
 from treduda.tuning.budgets import BOUND_WORK, ESTIMATE_WORK
 from treduda.tuning.cache import TuningCache
@@ -441,10 +442,10 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
 
     def reports(sources, arch="sm_90"):
-        return [[CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16 else 109,
-                            0, 0, 0, 0)] for s in sources]
+        return [[Compilation(CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16
+                                        else 109, 0, 0, 0, 0), None)] for s in sources]
 
-    monkeypatch.setattr(policy, "compile_cuda_batch", reports)
+    monkeypatch.setattr(policy, "compile_with_sass", reports)
     monkeypatch.setattr(policy, "CHECKED", 1)
     monkeypatch.setattr(policy, "CHECKED_MOST", 2)
     found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
