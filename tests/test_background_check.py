@@ -17,7 +17,7 @@ from treduda.frontend.identity import params_text
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
-from treduda.run import nvcc
+from treduda.run import sass
 from treduda.tuning import policy
 from treduda.tuning.cache import CacheWarning, TuningCache
 from treduda.tuning.search_result import Candidate
@@ -38,9 +38,9 @@ def test_compile_returns_before_ptxas_has_checked_its_winner(tmp_path, monkeypat
 
     def held(sources, arch="sm_90"):
         assert released.wait(60), "compile() waited for ptxas"
-        return nvcc.compile_cuda_batch(sources, arch)
+        return sass.compile_with_sass(sources, arch)
 
-    monkeypatch.setattr(policy, "compile_cuda_batch", held)
+    monkeypatch.setattr(policy, "compile_with_sass", held)
     treduda.compile(GEMM, SIZES, cache=cache)  # returns while ptxas is held
     assert "ptxas's check running" in entry(cache)["found"]
     released.set()
@@ -60,14 +60,16 @@ def test_a_winner_ptxas_upsets_is_replaced_for_later_calls_and_processes(tmp_pat
     first: list[str] = []
 
     def spilling(sources, arch="sm_90"):
-        reports = nvcc.compile_cuda_batch(sources, arch)
+        reports = sass.compile_with_sass(sources, arch)
         if not first:
             first.append(sources[0])
-        return [[dataclasses.replace(r, spill_stores=2048, spill_loads=2048) for r in report]
+        return [[dataclasses.replace(r, ptxas=dataclasses.replace(r.ptxas, spill_stores=2048,
+                                                                  spill_loads=2048))
+                 for r in report]
                 if source == first[0] else report
                 for source, report in zip(sources, reports, strict=True)]
 
-    monkeypatch.setattr(policy, "compile_cuda_batch", spilling)
+    monkeypatch.setattr(policy, "compile_with_sass", spilling)
     kernel = treduda.compile(GEMM, SIZES, cache=cache)
     policy.finish_background()
     corrected = treduda.compile(GEMM, SIZES, cache=cache)
@@ -84,7 +86,7 @@ def test_a_failing_check_leaves_the_models_pick_and_says_so(tmp_path, monkeypatc
     def broken(sources, arch="sm_90"):
         raise CompileError("nvcc: out of memory")
 
-    monkeypatch.setattr(policy, "compile_cuda_batch", broken)
+    monkeypatch.setattr(policy, "compile_with_sass", broken)
     monkeypatch.setattr(policy, "nvcc_supports", lambda arch: True)
     with pytest.warns(CacheWarning, match="out of memory"):  # warned on the check's thread
         kernel = treduda.compile(GEMM, SIZES, cache=cache)

@@ -39,7 +39,7 @@ def nothing_runs(monkeypatch):
     monkeypatch.setattr(treduda.tuning.policy, "search_program", ran("the search"))
     monkeypatch.setattr(treduda.api, "search_program", ran("the search"))
     monkeypatch.setattr(treduda.generation, "build", ran("kernel generation"))
-    monkeypatch.setattr(treduda.tuning.policy, "compile_cuda_batch", ran("nvcc"))
+    monkeypatch.setattr(treduda.tuning.policy, "compile_with_sass", ran("nvcc"))
     monkeypatch.setattr(treduda.run.nvcc, "run_tool", ran("nvcc"))
     monkeypatch.setattr(bench, "run", ran("the bench"))
 

@@ -37,15 +37,15 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path, monkeypatch):
     cases = [*select("tccg_fp32", FP32_IDS), *select("tc", [TC_ID]), Case(BAD, suite="test")]
     compiled = {"check": [], "table": []}  # sources given to nvcc by ptxas's check, the table
 
-    def spy(on, module):
-        batch = module.compile_cuda_batch
+    def spy(on, module, name):
+        batch = getattr(module, name)
 
         def recorded(sources, arch):
             compiled[on].extend(sources)
             return batch(sources, arch)
-        monkeypatch.setattr(module, "compile_cuda_batch", recorded)
-    spy("check", treduda.tuning.policy)
-    spy("table", treduda.app.bench)
+        monkeypatch.setattr(module, name, recorded)
+    spy("check", treduda.tuning.policy, "compile_with_sass")
+    spy("table", treduda.app.bench, "compile_cuda_batch")
     out, log = io.StringIO(), io.StringIO()
     json_path, png_path = tmp_path / "bench.json", tmp_path / "bench.png"
     code = run(cases, max_nodes=BUDGET, json_path=str(json_path), plot_path=str(png_path),

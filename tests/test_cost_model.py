@@ -3,16 +3,22 @@ it is asked, and the model's counts read as formulas of the sizes and tile param
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from conftest import needs_nvcc
+from test_sass import LISTING
 
 import treduda
 from treduda.model.formulas import lambdified
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.optimist import _Optimist
+from treduda.model.prediction import FULL_TILES_TESTS, Compiled, full_tiles_loop
 from treduda.polyhedral.lower import plan
 from treduda.polyhedral.strategy import marked
+from treduda.run.nvcc import CudaReport
+from treduda.run.sass import find_disassembler, parse_sass
 from treduda.tuning.search import offered, quick, search_program
 
 GEMM = "C[i,j] = A[i,k]*B[k,j]"
@@ -52,13 +58,18 @@ def test_kernel_estimate_is_the_searchs_estimate(dtype, strategy):
 
 @needs_nvcc
 def test_kernel_estimate_is_the_checked_searchs_estimate():
-    """With nvcc, both read ptxas's registers and spills: the search's check of its winner
-    and the kernel's refinement by its model."""
+    """With nvcc, both read ptxas's registers and spills, and where a disassembler is found
+    the instructions per FFMA of the SASS main loop if it is the full tiles': the search's
+    check of its winner and the kernel's refinement by its model."""
     result = treduda.search(GEMM, SIZES, check=True)
     best = result.best
     assert best.compiled is not None
     kernel = treduda.compile(GEMM, SIZES, strategy=best.strategy, params=best.params)
     assert kernel.estimate(result.gpu).seconds == best.prediction.seconds
+    sass = kernel.sass_report() if find_disassembler() else None
+    read = sass is not None and full_tiles_loop(sass)
+    assert best.compiled.instructions_per_fma == (
+        sass.main_loop_instructions / sass.main_loop_ffma if read else None)
 
 
 def test_a_gemm_candidates_traffic_is_a_formula_equal_to_the_count():
@@ -79,3 +90,34 @@ def test_a_gemm_candidates_traffic_is_a_formula_equal_to_the_count():
         assert int(formula.subs(values)) == optimist.traffic(read)
         symbols, function = lambdified(formula)  # made once, evaluated with numbers
         assert function(*(values[s] for s in symbols)) == optimist.traffic(read)
+
+
+def test_a_compiled_candidates_issue_is_its_sass_main_loops():
+    """Issue 40, by hand: the listing's main loop issues 8 instructions for 3 FFMAs, so a
+    float32 candidate compiled so is estimated at 8/3 warp instructions per multiply-add (one
+    FFMA each) in place of the model's count, ptxas's registers alike; where no SASS was read
+    the count stands, and so it does for 3xTF32, whose multiply-adds are not FFMAs alone."""
+    ptxas = CudaReport("gemm", "sm_90", 64, 0, 0, 0, 0)
+    listed = parse_sass(LISTING, "sm_90")[0]
+    compiled = Compiled.of(ptxas, listed)
+    assert compiled == Compiled(64, 0, 8 / 3)
+    # a loop testing more than a full tiles' loop does is a bounds-testing path: not read
+    tests = {**listed.main_loop_opcodes, "ISETP": FULL_TILES_TESTS}
+    assert Compiled.of(ptxas, replace(listed, main_loop_opcodes=tests)) == compiled
+    tests["ISETP"] += 1
+    assert Compiled.of(ptxas, replace(listed, main_loop_opcodes=tests)) == Compiled(64)
+    h100 = gpu("H100")
+    for precision, issued in (("highest", 8 / 3), ("3xtf32", None)):
+        program = plan(GEMM, SIZES, precision=precision)
+        # preloaded: no step stalls for the SM, which an issue count would also change
+        values = {"preload": (True,)}
+        params = search_program(program, h100, strategy="tiled+staged", values=values,
+                                max_nodes=300).best.params
+        model = Model(program, h100, "tiled+staged")
+        counted = model.estimate(params, Compiled(64)).resources
+        sass = model.estimate(params, compiled).resources
+        count = sum(model.issue_instructions(params).values())
+        assert sass["issue"] == pytest.approx(counted["issue"] * (issued or count) / count,
+                                              rel=1e-12)
+        assert {k: v for k, v in sass.items() if k != "issue"} == {
+            k: v for k, v in counted.items() if k != "issue"}

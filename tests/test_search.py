@@ -15,9 +15,11 @@ import treduda
 from treduda.api import search
 from treduda.generation import Generator
 from treduda.model.gpus import H100
+from treduda.model.prediction import Compiled
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import CudaReport, nvcc_available
+from treduda.run.sass import Compilation
 from treduda.tuning import policy
 from treduda.tuning.budgets import BOUND_WORK, ESTIMATE_WORK
 from treduda.tuning.cache import TuningCache
@@ -443,10 +445,10 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
 
     def reports(sources, arch="sm_90"):
-        return [[CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16 else 109,
-                            0, 0, 0, 0)] for s in sources]
+        return [[Compilation(CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16
+                                        else 109, 0, 0, 0, 0), None)] for s in sources]
 
-    monkeypatch.setattr(policy, "compile_cuda_batch", reports)
+    monkeypatch.setattr(policy, "compile_with_sass", reports)
     monkeypatch.setattr(policy, "CHECKED", 1)
     monkeypatch.setattr(policy, "CHECKED_MOST", 2)
     found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
@@ -458,6 +460,30 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     assert upset.prediction.seconds > 1.5 * found.best.prediction.seconds
     # the kin not compiled (the other step) carries its report: no longer ranked first
     assert found.top(1) == [found.best]
+
+
+def test_a_kin_carries_the_sass_count_in_the_ratio_of_the_models_counts():
+    """Like with like: a candidate not compiled takes its compiled kin's registers and spills
+    as they are, and the SASS main loop's instructions per FMA times its own count over the
+    kin's (here kin that differ in the step alone, whose copies' share differs), so that it is
+    set beside the compiled ones on their footing; a report without SASS is carried as is."""
+    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
+    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
+    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
+             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
+             "block_z": 8, "reg_z": 8, "assign_z": "adjacent", "split": 1}
+    result = search(expr, sizes, layout="F", values={
+        **{name: (value,) for name, value in fixed.items()}, "step": (8, 32)})
+    model = Searcher(plan(expr, sizes, "F"), "H100").model
+    eight, thirty_two = (next(c for c in result.candidates if c.params["step"] == step)
+                         for step in (8, 32))
+    counts = [sum(model.issue_instructions(c.params).values()) for c in (eight, thirty_two)]
+    assert counts[0] != counts[1]
+    compiled = dataclasses.replace(eight, compiled=Compiled(109, 0, 1.25))
+    assert policy.as_kin(compiled, thirty_two, model) == Compiled(
+        109, 0, pytest.approx(1.25 * counts[1] / counts[0], rel=1e-12))
+    plain = dataclasses.replace(eight, compiled=Compiled(109))
+    assert policy.as_kin(plain, thirty_two, model) == Compiled(109)
 
 
 @pytest.mark.matrix  # the second batch of the same check the test above proves by default

@@ -43,7 +43,8 @@ from ..model.interface import CostModel
 from ..model.model import model_of
 from ..model.prediction import Compiled, Prediction
 from ..polyhedral.lower import plan
-from ..run.nvcc import compile_cuda_batch, nvcc_available
+from ..run.nvcc import nvcc_available
+from ..run.sass import compile_with_sass
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
 from .ranking import Pick, pick, spearman, spearman_within_spread, within_spread
@@ -153,7 +154,8 @@ def _timed(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
     """Each row's kernel generated again; with nvcc (unless not ``ptxas``: the model then
-    predicts registers and spills itself), compiled in one batch for its ptxas report. A row
+    predicts registers and spills itself), compiled in one batch for its ptxas report and its
+    SASS main loop's instructions per FMA, as the search's check reads them. A row
     whose parameters the current strategies refuse (e.g. an ``order`` naming indices that
     are merged now) is regenerated as refused."""
     kernels: dict[int, Any] = {}
@@ -175,9 +177,9 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
     # ptxas reports on the rows still kept
     kept = [n for n, (r, a) in enumerate(zip(rows, again, strict=True)) if changed(r, a) is None]
     if ptxas and nvcc_available() and kept:
-        batch = compile_cuda_batch([kernels[n].cuda_source for n in kept])
-        for n, reports in zip(kept, batch, strict=True):
-            again[n] = replace(again[n], compiled=Compiled.of(reports[0]))
+        batch = compile_with_sass([kernels[n].cuda_source for n in kept])
+        for n, (found, *_) in zip(kept, batch, strict=True):
+            again[n] = replace(again[n], compiled=Compiled.of(found.ptxas, found.sass))
     return again
 
 

@@ -207,6 +207,14 @@ _UPDATES = {"+=": ir.Op.ADD, "-=": ir.Op.SUB}
 _ATOM, _UNARY, _SELECT = 16, 14, 3
 
 
+def _thread_clamp(e: ir.Binary) -> bool:
+    """Whether ``e`` clamps a thread id (or a clamp of one) to a constant."""
+    return isinstance(e.right, ir.Int) and (
+        isinstance(e.left, ir.Index) and e.left.builtin is ir.Builtin.THREAD_ID
+        or isinstance(e.left, ir.Binary) and e.left.op in (ir.Op.MIN, ir.Op.MAX)
+        and _thread_clamp(e.left))
+
+
 class Printer:
     """Prints one kernel's IR in one dialect."""
 
@@ -526,6 +534,13 @@ class Printer:
             return (f"{self._wrap(e.condition, _SELECT + 1)} ? {self._wrap(e.if_true, _SELECT)}"
                     f" : {self._wrap(e.if_false, _SELECT)}", _SELECT)
         if isinstance(e, ir.Binary):
+            if e.op in (ir.Op.MIN, ir.Op.MAX) and _thread_clamp(e):
+                # both dialects' integer min and max: nvcc keeps the range of a clamped thread
+                # id through them and merges the loads it offsets into vectors, not through
+                # the helper's conditional (tccg_04's B tile: 7 LDS.128 and 34 LDS with it,
+                # 14 LDS.128 with min(); CUDA 13, sm_90; :mod:`.idle`)
+                bound = f"({self.index_type}){self.expr(e.right)}"
+                return f"{e.op.value}({self.expr(e.left)}, {bound})", _ATOM
             if e.op in _CALLS:
                 return f"{_CALLS[e.op]}({self.expr(e.left)}, {self.expr(e.right)})", _ATOM
             p = _PRECEDENCE[e.op]

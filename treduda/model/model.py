@@ -8,7 +8,8 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 
 * ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
                multiply-add) / the SMs' FMA lanes
-* ``issue``    all warp instructions (FMAs, operand loads, copies) / the warp schedulers
+* ``issue``    all warp instructions (FMAs, operand loads, copies; for a compiled kernel, its
+               SASS main loop's) / the warp schedulers
 * ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
                from the addresses warp 0 touches (global: distinct 128-byte lines, so
                coalescing in either layout, and for the estimate no fewer than the GPU's
@@ -199,7 +200,7 @@ class Model(Counts):
         seconds = {
             "fma": padded * per_output * self.fp_ops * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
-            "issue": padded * per_output * sum(self._issue(o).values()) * warp_round
+            "issue": padded * per_output * self._issued(o) * warp_round
             * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
             # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
@@ -222,7 +223,7 @@ class Model(Counts):
                 seconds[name] /= hidden
         if exact:  # the steps' copies the SM waits for with nothing to issue
             stalls = waves * o.steps() * o.walks() / most * o.step_stall(
-                occupancy, sum(self._issue(o).values()))
+                occupancy, self._issued(o))
             for name in ("fma", "issue", "memory"):
                 seconds[name] += stalls / clock
         binding, total = combined(seconds, exact)
@@ -320,6 +321,19 @@ class Model(Counts):
         a complete candidate, by kind (:meth:`_issue`): what ``benchmarks/issue_counts.py``
         sets beside the SASS of its main loop."""
         return self._issue(_Optimist(self, self.describe(params)))
+
+    def _issued(self, o: _Optimist) -> float:
+        """Warp instructions per multiply-add: those of the compiled main loop where ptxas's
+        check read its SASS (per FFMA/DFMA there, times the FMAs of a multiply-add), else the
+        model's count (:meth:`_issue`). Only where every FP instruction of a multiply-add is
+        an FMA (not 3xTF32's, whose FMUL and FADD the SASS counts apart) can the two be set
+        side by side. tccg_04's pick (nvcc 13, sm_90) issues 1.22 instructions per FFMA in its
+        main loop where the count says 1.45: per 256 FFMAs, 22 shared loads where it counts
+        64, and 20 of a step's copy (LDG, STS, BAR) where it counts 51."""
+        sass = o.compiled.instructions_per_fma if o.compiled else None
+        if sass is not None and self.fp_ops == self.fmas:
+            return sass * self.fmas
+        return sum(self._issue(o).values())
 
     def _issue(self, o: _Optimist) -> dict[str, float]:
         """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,

@@ -17,9 +17,10 @@ import shutil
 import signal
 import subprocess
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol, TypeVar
 
 from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
@@ -235,15 +236,33 @@ def nvrtc_view(source: str) -> str:
     return done.stdout
 
 
-def compile_cuda(source: str, arch: str = "sm_90") -> list[CudaReport]:
-    """Compile one source to a cubin; one report per kernel. Any warning is an error."""
-    with cubin(source, arch) as (_, log):
-        return parse_ptxas(log)
+class Named(Protocol):
+    """A per-kernel report: what a batch hands back to the source holding that kernel."""
+
+    @property
+    def name(self) -> str: ...
 
 
-def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list[CudaReport]]:
+Report = TypeVar("Report", bound=Named)
+# What a compilation reads of its cubin and ptxas's log: one report per kernel.
+Reader = Callable[[Path, str], list[Report]]
+
+
+def _ptxas(_binary: Path, log: str) -> list[CudaReport]:
+    return parse_ptxas(log)
+
+
+def compile_cuda(source: str, arch: str = "sm_90", read: Reader = _ptxas) -> list[Report]:
+    """Compile one source to a cubin; one report per kernel (ptxas's, or what ``read`` makes
+    of the cubin and ptxas's log while the cubin exists). Any warning is an error."""
+    with cubin(source, arch) as (binary, log):
+        return read(binary, log)
+
+
+def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90", read: Reader = _ptxas
+                       ) -> list[list[Report]]:
     """Compile many sources in as many nvcc calls as there are cores, running at once, and
-    give each source its own reports.
+    give each source its own reports (ptxas's, or ``read``'s as for :func:`compile_cuda`).
 
     The sources must be legal as one translation unit (unique kernel names, guarded
     macros); a source given twice is compiled once. If a call fails, each of its sources is
@@ -262,19 +281,19 @@ def compile_cuda_batch(sources: Sequence[str], arch: str = "sm_90") -> list[list
     groups = [group for same in targets.values() for n in range(calls)
               if (group := same[n::calls])]
     with concurrent.futures.ThreadPoolExecutor(min(len(groups), calls)) as pool:
-        reports = list(pool.map(lambda group: _batch(group, arch), groups))
+        reports = list(pool.map(lambda group: _batch(group, arch, read), groups))
     found = {source: report for group, got in zip(groups, reports, strict=True)
              for source, report in zip(group, got, strict=True)}
     return [found[source] for source in sources]
 
 
-def _batch(sources: list[str], arch: str) -> list[list[CudaReport]]:
+def _batch(sources: list[str], arch: str, read: Reader) -> list[list[Report]]:
     """One nvcc call for ``sources`` (each compiled alone where the batch fails); the batches
     of :func:`compile_cuda_batch` run at once, one per core: nvcc compiles a translation
     unit's kernels one after another, and each call spends half a second before the first."""
     try:
-        reports = compile_cuda("\n".join(sources), arch)
+        reports = compile_cuda("\n".join(sources), arch, read)
     except CompileError:
-        return [compile_cuda(source, arch) for source in sources]
+        return [compile_cuda(source, arch, read) for source in sources]
     names = [set(kernel_names(source)) for source in sources]
     return [[r for r in reports if r.name in mine] for mine in names]

@@ -8,12 +8,14 @@ No GPU is needed; nvcc builds a cubin and ``nvdisasm -c`` (or ``cuobjdump -sass`
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import os
 import re
 import shutil
 import statistics
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -21,10 +23,11 @@ from treduda.codegen.ir import WARP
 from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
+    CudaReport,
     _demangle,
+    compile_cuda_batch,
     cubin,
     find_nvcc,
-    kernel_names,
     parse_ptxas,
     run_tool,
 )
@@ -455,12 +458,43 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
             "nvdisasm (or cuobjdump) was not found on PATH (nor in $CUDA_HOME/bin); install the "
             "CUDA toolkit, or `pip install nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
         )
-    tool = Path(disassembler).name
     with cubin(source, arch) as (binary, log):
-        listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
-    if listing.returncode != 0:
-        names = ", ".join(kernel_names(source))
-        raise CompileError(f"{tool} failed to disassemble kernel {names}", log=listing.stderr)
+        return _entries(disassembler, binary, log, cuda_target(source, arch))
+
+
+def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
+    """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
+    tool = Path(disassembler).name
+    listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
     entries = {report.kernel for report in parse_ptxas(log)}
-    return [report for report in parse_sass(listing.stdout, cuda_target(source, arch))
-            if report.kernel in entries]
+    if listing.returncode != 0:
+        raise CompileError(f"{tool} failed to disassemble kernel {', '.join(sorted(entries))}",
+                           log=listing.stderr)
+    return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]
+
+
+@dataclass(frozen=True)
+class Compilation:
+    """What compiling one kernel says: ptxas's report, and its SASS's (None where neither
+    nvdisasm nor cuobjdump is found)."""
+
+    ptxas: CudaReport
+    sass: SassReport | None
+
+    @property
+    def name(self) -> str:
+        return self.ptxas.name
+
+
+def compile_with_sass(sources: Sequence[str], arch: str = "sm_90") -> list[list[Compilation]]:
+    """:func:`~treduda.run.nvcc.compile_cuda_batch` with each kernel's SASS report beside
+    ptxas's: one disassembly per nvcc call, of the cubin that call made."""
+    return compile_cuda_batch(sources, arch, functools.partial(_compilations,
+                                                               find_disassembler(), arch))
+
+
+def _compilations(disassembler: str | None, arch: str, binary: Path, log: str
+                  ) -> list[Compilation]:
+    sass = ({r.kernel: r for r in _entries(disassembler, binary, log, arch)}
+            if disassembler else {})
+    return [Compilation(report, sass.get(report.kernel)) for report in parse_ptxas(log)]

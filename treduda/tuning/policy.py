@@ -33,13 +33,14 @@ from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
 from ..model.gpus import Gpu
 from ..model.interface import CostModel
-from ..model.model import model_of
+from ..model.model import Model, model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Priority
 from ..run.cuda import gpu_present
-from ..run.nvcc import compile_cuda_batch, nvcc_supports
+from ..run.nvcc import nvcc_supports
+from ..run.sass import compile_with_sass
 from ..strategies import get as get_strategy
 from ..versions import sources_digest
 from . import budgets
@@ -312,10 +313,11 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
-        reports = compile_cuda_batch([k.cuda_source for k in kernels], result.gpu.arch)
+        reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
-            compiled = Compiled.of(next(r for r in report if r.name == kernel.name))
+            found = next(r for r in report if r.name == kernel.name)
+            compiled = Compiled.of(found.ptxas, found.sass)
             estimate = models[candidate.strategy].estimate(candidate.params, compiled)
             checked.append(replace(candidate, compiled=compiled, prediction=estimate))
         return checked
@@ -351,19 +353,33 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         checked += with_reports(batch)
         gain = CHECK_GAIN
     best = min(checked, key=Candidate.key)
-    reports = {kin_of(c): c.compiled for c in checked}
+    reported_kin = {kin_of(c): c for c in checked}
     known = {c.text: c for c in checked}
 
     def carried(candidate: Candidate) -> Candidate:
         """``candidate`` as ptxas reported on it or on its kin."""
         if candidate.text not in known:
-            report = reports.get(kin_of(candidate))
-            known[candidate.text] = candidate if report is None else replace(
-                candidate, prediction=models[candidate.strategy].estimate(candidate.params,
-                                                                          report))
+            compiled = reported_kin.get(kin_of(candidate))
+            model = models[candidate.strategy]
+            known[candidate.text] = candidate if compiled is None else replace(
+                candidate, prediction=model.estimate(candidate.params,
+                                                     as_kin(compiled, candidate, model)))
         return known[candidate.text]
 
     return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
+
+
+def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compiled:
+    """``compiled``'s report (:class:`Compiled`) as what ``candidate``, its kin, is taken to
+    cost: the registers and spills alike, and the SASS main loop's instructions per FMA, where
+    read, in the ratio of the two's counts by ``model`` (a kin's step or buffers change its
+    instructions: like with like, as the candidates compiled are estimated)."""
+    report = compiled.compiled
+    if report is None or report.instructions_per_fma is None or not isinstance(model, Model):
+        return report  # only the SIMT model reads the SASS count (Model._issued)
+    ratio = (sum(model.issue_instructions(candidate.params).values())
+             / sum(model.issue_instructions(compiled.params).values()))
+    return replace(report, instructions_per_fma=report.instructions_per_fma * ratio)
 
 
 def kin(candidate: Candidate, model: CostModel, priorities: Mapping[str, Priority]) -> tuple:
