@@ -32,6 +32,8 @@ from . import ir
 TENSOR_MAP_TYPE = "td_tensor_map"
 TENSOR_MAP_STRUCT = (f"struct __align__(64) {TENSOR_MAP_TYPE} {{ unsigned long long "
                      "opaque[16]; };")
+# the twin's loop of one round around a role's single step, where isl scanned it straight
+ONE_STEP = "td_step"
 
 
 def has_transactions(kernel: ir.KernelIR) -> bool:
@@ -201,9 +203,9 @@ def _around_loop(branch: ir.Stmt) -> tuple[ir.Block, ir.For, ir.Block]:
     if (isinstance(loop, ir.If) and loop.otherwise is None and isinstance(loop.then, ir.For)
             and ir.reads_thread_id(loop.condition)):
         loop = replace(loop.then, body=ir.If(loop.condition, loop.then.body))
-    if not isinstance(loop, ir.For):
-        raise TredudaError("the OpenCL twin runs a warp-specialised kernel's roles step by "
-                           "step: each must use its mbarriers in one loop over the steps")
+    if not isinstance(loop, ir.For):  # a reduction of one step, scanned straight: one round
+        loop = ir.For(ONE_STEP, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(ONE_STEP), ir.Int(1)),
+                      ir.Int(1), loop)
     return ir.Block(body[:n]), loop, ir.Block(body[n + 1:])
 
 
