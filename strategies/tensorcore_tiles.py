@@ -16,7 +16,7 @@ import numpy as np
 
 from treduda.codegen import ir
 from treduda.frontend import dtypes
-from treduda.polyhedral.geometry import AXES, GROUP, copy_width
+from treduda.polyhedral.geometry import AXES, GROUP, copy_width, split_parts
 from treduda.polyhedral.lower import Kind, Program
 
 WARP = ir.WARP
@@ -644,13 +644,6 @@ def stepped_k(program: Program, found: tuple[tuple[str, ...], ...], step: int,
     if len(k) > 1 and rounded <= ROUNDED_K * extents[k[0]]:
         extents[k[0]] = rounded
     return extents
-
-
-def split_parts(steps: int, split: int) -> tuple[int, int]:
-    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
-    most, fewer where ``split`` parts of whole steps cover the steps already."""
-    chunk = -(-steps // split)
-    return chunk, -(-steps // chunk)
 
 
 def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str, int]:

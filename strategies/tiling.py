@@ -57,6 +57,7 @@ from treduda.polyhedral.geometry import (
     on_axes,
     rolled_depth,
     split_index,
+    split_parts,
     vector_run,
 )
 from treduda.polyhedral.lower import Kind, Program
@@ -494,8 +495,7 @@ def grid_x_blocks(program: Program, p: Mapping[str, Any]) -> int:
 
 def split_chunk(program: Program, params: Mapping[str, Any]) -> int:
     """Steps of the split index each part sums (the last part may have fewer)."""
-    steps = -(-split_extent(program) // params["step"])
-    return -(-steps // params["split"])
+    return split_parts(-(-split_extent(program) // params["step"]), params["split"])[0]
 
 
 def _split_parts(program: Program, params: Mapping[str, Any]) -> list[str]:
@@ -509,7 +509,7 @@ def _split_parts(program: Program, params: Mapping[str, Any]) -> list[str]:
 
 def part_count(program: Program, params: Mapping[str, Any]) -> int:
     """How many parts a split reduction has (``split``, or fewer where the steps run out)."""
-    return -(-split_extent(program) // (params["step"] * split_chunk(program, params)))
+    return split_parts(-(-split_extent(program) // params["step"]), params["split"])[1]
 
 
 def parts_workspace(program: Program, parts: int) -> ir.Local:

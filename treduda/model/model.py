@@ -61,7 +61,7 @@ from ..polyhedral.strategy import get as get_strategy
 from .counts import Counts
 from .gpus import Gpu
 from .interface import CostModel
-from .occupancy import blocks_per_sm
+from .occupancy import blocks_per_sm, waves_by_residency
 from .optimist import _Optimist
 from .prediction import (
     LAUNCH_SECONDS,
@@ -174,9 +174,10 @@ class Model(Counts):
         clock = g.clock_ghz * 1e9
         per_output = self.iterations / 32  # warp multiply-adds per output element
         padded = o.padded_elements()
-        # A split reduction launches `split` blocks per output tile, each summing a part: more
-        # blocks to fill the SMs, shorter chains, and the output added into `split` times.
-        most, least = max(o.options("split")), min(o.options("split"))
+        # A split reduction launches a block per part of each output tile (`split` parts, or
+        # fewer where fewer cover the steps: o.parts()), each summing a part: more blocks to
+        # fill the SMs, shorter chains, and the output added into once per part.
+        most, least, share = o.parts()
         blocks = o.blocks() * most
         threads = o.threads()
         occupancy = blocks_per_sm(g, threads, o.registers(), o.shared_bytes())
@@ -210,9 +211,14 @@ class Model(Counts):
             "l2": (self._sector_bytes(o, least, padded * warp_round, exact)
                    + o.spill_bytes(exact)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
-            "latency": self._latency(o, waves, exact) / most / clock,
+            "latency": self._latency(o, waves, exact) * share / clock,
         }
-        warps = occupancy * math.ceil(threads / 32)
+        # The blocks the busiest SM holds at once in its fullest wave: the limits' occupancy,
+        # or fewer where the grid leaves SMs short (waves_by_residency, the tensor-core
+        # models' rule: tccg_14~2's 288 blocks on the H200's 132 SMs are 3 a SM, where 5
+        # would fit). Those are the warps that hide latencies and issue beside a stalled block.
+        resident = waves_by_residency(g, round(blocks), occupancy)[0][0] if known else occupancy
+        warps = resident * math.ceil(threads / 32)
         # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
         # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
         # latency_hiding_warps per scheduler the SM issues proportionally less. Until the
@@ -222,8 +228,8 @@ class Model(Counts):
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
         if exact:  # the steps' copies the SM waits for with nothing to issue
-            stalls = waves * o.steps() * o.walks() / most * o.step_stall(
-                occupancy, self._issued(o))
+            stalls = waves * o.steps() * o.walks() * share * o.step_stall(
+                resident, self._issued(o))
             for name in ("fma", "issue", "memory"):
                 seconds[name] += stalls / clock
         binding, total = combined(seconds, exact)

@@ -157,6 +157,33 @@ class _Tiles:
                 total *= self.m.sizes[index]
         return total
 
+    def parts(self) -> tuple[int, int, float]:
+        """A split reduction's parts, the blocks sharing each output tile: the most and the
+        fewest any completion launches, and the share of the whole reduction's chain a block
+        walks. ``split`` parts at most, fewer where parts of whole steps cover the split
+        index's steps already (:func:`~treduda.polyhedral.geometry.split_parts`): the H200's
+        tccg_13 pick (384 values at step 16, split 16) launches 12 parts of 2 steps, 864
+        blocks, not 1152. The share is the longest part's steps over the index's; while open,
+        the least of any completion's parts times that share, over the most parts (what
+        keeps the bound's blocks times chain below each completion's)."""
+        splits, steps = self.options("split"), self.options("step")
+        return self.memo(("parts", splits, steps), lambda: self._parts(splits, steps))
+
+    def _parts(self, splits: tuple, steps: tuple) -> tuple[int, int, float]:
+        extent = self.m.sizes[geometry.split_index(self.m.program)] if max(splits) > 1 else 0
+        found = []  # (parts, the longest part's share of the steps) of each completion
+        for split, step in itertools.product(splits, steps):
+            if split == 1:
+                found.append((1, 1.0))
+            elif step:  # a split needs steps (the strategy's rule)
+                stepped = -(-extent // step)
+                chunk, parts = geometry.split_parts(stepped, split)
+                found.append((parts, chunk / stepped))
+        if not found:
+            return max(splits), min(splits), 1 / max(splits)
+        most = max(n for n, _ in found)
+        return most, min(n for n, _ in found), min(n * share for n, share in found) / most
+
     def threads(self) -> int:
         return self._threads
 

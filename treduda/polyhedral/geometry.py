@@ -167,6 +167,15 @@ def split_index(program: Program) -> str:
     return next(s for s in program.statements if s.summed).summed[0]
 
 
+def split_parts(steps: int, split: int) -> tuple[int, int]:
+    """Steps each part of a split reduction sums, and how many parts that makes: ``split`` at
+    most, fewer where ``split`` parts of whole steps cover the steps already (6 steps split 4
+    ways: parts of 2 steps, 3 of them). What every strategy's kernel launches, and so what
+    its model counts."""
+    chunk = -(-steps // split)
+    return chunk, -(-steps // chunk)
+
+
 def rolled_depth(program: Program) -> int:
     """How many outer summed dimensions an unrolled step keeps as loops: all but the innermost
     summed index of each reduction (of the one that sums fewest, where they differ). Unrolled
