@@ -11,6 +11,7 @@ import pytest
 from conftest import bound_paths_hold, needs_nvcc
 
 import treduda
+from treduda.generation import launch
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.optimist import LOAD_WINDOW, REGISTER_BYTES, _Optimist
@@ -213,6 +214,39 @@ def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
     assert "36% of the blocks, at the output's edge" in pick.because
     assert pick.seconds > 2 * other.seconds
     assert model.bound(TCCG19_PICK).seconds <= pick.seconds
+
+
+def test_a_split_launches_the_parts_that_cover_its_steps():
+    # tccg_19's pick splits the 6 steps of its first summed index 4 ways: parts of 2 steps
+    # cover them in 3, so the kernel launches 3 blocks per output tile (297 on the H200,
+    # 2026-11-26), not 4, and each walks a third of the reduction: its chain is a third of
+    # the unsplit kernel's (both fill one wave)
+    program = plan(*TCCG19, layout="F")
+    model = Model(program, gpu("H200"))
+    optimist = _Optimist(model, model.describe(TCCG19_PICK))
+    grid, _, _ = launch(program, "tiled+staged", TCCG19_PICK)
+    assert math.prod(grid) == 297 == optimist.blocks() * optimist.parts()[0]
+    assert optimist.parts() == (3, 3, pytest.approx(1 / 3))
+    unsplit = model.estimate({**TCCG19_PICK, "split": 1}).resources["latency"]
+    assert model.estimate(TCCG19_PICK).resources["latency"] == pytest.approx(unsplit / 3)
+
+
+def test_a_grid_short_of_the_sms_hides_latency_with_the_warps_it_has():
+    # tccg_19's pick unsplit: 99 blocks of 256 threads on the H200's 132 SMs, one on the
+    # busiest, 8 warps (2 per scheduler, half the 4 that hide latencies) where the limits
+    # would let 3 blocks be resident: its SM issues at half rate, and idles for each step's
+    # copy (not loaded ahead) with no other block to issue meanwhile
+    model = Model(plan(*TCCG19, layout="F"), gpu("H200"))
+    g = model.gpu
+    unsplit = model.estimate({**TCCG19_PICK, "split": 1})
+    assert unsplit.warps == 8
+    outputs = 96 * 96 * 88  # padded: b's 84 on 3 tiles of 32, c's 84 on 11 of 8
+    quantise = g.sm_count / 99  # the busiest SM's one block against 99 / 132 on average
+    fma = (outputs * 84 * 96 / 32 * quantise / (g.sm_count * 128 / 32) / (g.clock_ghz * 1e9)
+           / (8 / (g.schedulers_per_sm * g.latency_hiding_warps)))
+    steps = 6 * 6  # d's 84 and e's 96 at step 16
+    stalls = steps * g.l2_latency_cycles / (g.clock_ghz * 1e9)
+    assert unsplit.resources["fma"] == pytest.approx(fma + stalls)
 
 
 @pytest.mark.parametrize("sizes, share", [
