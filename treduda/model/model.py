@@ -187,8 +187,10 @@ class Model(Counts):
             g.sm_count * occupancy)
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
-        # number of blocks is known.
-        known = exact or all(k in o.p for k in (*BLOCK, *REG)) and most == least
+        # number of blocks is known: the tiles and the split decided, and every step left
+        # splitting into as many parts (a bound tightened further, where a split still open
+        # makes one part whatever it is, moved the budgeted search of tccg_36 to a twin).
+        known = exact or all(k in o.p for k in (*BLOCK, *REG, "split")) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
