@@ -231,19 +231,17 @@ def test_a_split_launches_the_parts_that_cover_its_steps():
     assert model.estimate(TCCG19_PICK).resources["latency"] == pytest.approx(unsplit / 3)
 
 
-def test_a_grid_short_of_the_sms_hides_latency_with_the_warps_it_has():
+def test_a_grid_short_of_the_sms_leaves_each_stalled_step_exposed():
     # tccg_19's pick unsplit: 99 blocks of 256 threads on the H200's 132 SMs, one on the
-    # busiest, 8 warps (2 per scheduler, half the 4 that hide latencies) where the limits
-    # would let 3 blocks be resident: its SM issues at half rate, and idles for each step's
-    # copy (not loaded ahead) with no other block to issue meanwhile
+    # busiest, where the limits would let 3 be resident: while it waits for each step's copy
+    # (not loaded ahead) no other block issues, so the SM idles an L2 latency per step
     model = Model(plan(*TCCG19, layout="F"), gpu("H200"))
     g = model.gpu
     unsplit = model.estimate({**TCCG19_PICK, "split": 1})
-    assert unsplit.warps == 8
+    assert unsplit.warps == 24  # latencies hidden as the limits' occupancy says
     outputs = 96 * 96 * 88  # padded: b's 84 on 3 tiles of 32, c's 84 on 11 of 8
     quantise = g.sm_count / 99  # the busiest SM's one block against 99 / 132 on average
-    fma = (outputs * 84 * 96 / 32 * quantise / (g.sm_count * 128 / 32) / (g.clock_ghz * 1e9)
-           / (8 / (g.schedulers_per_sm * g.latency_hiding_warps)))
+    fma = outputs * 84 * 96 / 32 * quantise / (g.sm_count * 128 / 32) / (g.clock_ghz * 1e9)
     steps = 6 * 6  # d's 84 and e's 96 at step 16
     stalls = steps * g.l2_latency_cycles / (g.clock_ghz * 1e9)
     assert unsplit.resources["fma"] == pytest.approx(fma + stalls)

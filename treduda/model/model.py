@@ -215,21 +215,25 @@ class Model(Counts):
             "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
             "latency": self._latency(o, waves, exact) * share / clock,
         }
-        # The blocks the busiest SM holds at once in its fullest wave: the limits' occupancy,
-        # or fewer where the grid leaves SMs short (waves_by_residency, the tensor-core
-        # models' rule: tccg_14~2's 288 blocks on the H200's 132 SMs are 3 a SM, where 5
-        # would fit). Those are the warps that hide latencies and issue beside a stalled block.
-        resident = waves_by_residency(g, round(blocks), occupancy)[0][0] if known else occupancy
-        warps = resident * math.ceil(threads / 32)
+        warps = occupancy * math.ceil(threads / 32)
         # Throughput needs enough resident warps to cover latencies (Little's law, Volkov,
         # "Understanding Latency Hiding on GPUs", UC Berkeley 2016): below
         # latency_hiding_warps per scheduler the SM issues proportionally less. Until the
         # block is known the bound assumes them hidden (its occupancy is optimistic after).
+        # The limits' occupancy, not the blocks a grid short of the SMs leaves resident: the
+        # constant was fitted so, and such grids ran as it says (H100 tccg_19, 378 blocks of
+        # 2 warps, 3 a SM: 1.26 ms measured, 1.23 predicted so, 1.47 at 6 warps; H200
+        # tccg_14~2 at 12 warps: 2.43 measured, 2.27 / 3.01).
         if known:
             hidden = min(1.0, warps / g.schedulers_per_sm / g.latency_hiding_warps)
             for name in ("fma", "issue", "memory"):
                 seconds[name] /= hidden
         if exact:  # the steps' copies the SM waits for with nothing to issue
+            # beside a stalled block, the others the busiest SM holds in its fullest wave
+            # (waves_by_residency, as the tensor-core models count them): fewer than the
+            # limits allow where the grid leaves SMs short (tccg_19's pick unsplit, 99
+            # blocks on 132 SMs: none)
+            resident = waves_by_residency(g, round(blocks), occupancy)[0][0]
             stalls = waves * o.steps() * o.walks() * share * o.step_stall(
                 resident, self._issued(o))
             for name in ("fma", "issue", "memory"):
