@@ -188,8 +188,7 @@ class Model(Counts):
         # The busiest SM runs ceil(blocks / SMs) blocks: throughput is lost to that imbalance
         # (the last wave's tail, SMs left idle when there are fewer blocks than SMs) once the
         # number of blocks is known: the tiles and the split decided, and every step left
-        # splitting into as many parts (a bound tightened further, where a split still open
-        # makes one part whatever it is, moved the budgeted search of tccg_36 to a twin).
+        # splitting into as many parts.
         known = exact or all(k in o.p for k in (*BLOCK, *REG, "split")) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0

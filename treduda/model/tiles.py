@@ -162,10 +162,10 @@ class _Tiles:
         fewest any completion launches, and the share of the whole reduction's chain a block
         walks. ``split`` parts at most, fewer where parts of whole steps cover the split
         index's steps already (:func:`~treduda.polyhedral.geometry.split_parts`): the H200's
-        tccg_13 pick (384 values at step 16, split 16) launches 12 parts of 2 steps, 864
-        blocks, not 1152. The share is the longest part's steps over the index's; while open,
-        the least of any completion's parts times that share, over the most parts (what
-        keeps the bound's blocks times chain below each completion's)."""
+        tccg_13 pick (c's 376 values at step 16, 24 steps, split 16) launches 12 parts of 2
+        steps, 864 blocks, not 1152. The share is the longest part's steps over the index's;
+        while open, the least of any completion's parts times that share, over the most parts
+        (what keeps the bound's blocks times chain below each completion's)."""
         splits, steps = self.options("split"), self.options("step")
         return self.memo(("parts", splits, steps), lambda: self._parts(splits, steps))
 
@@ -179,7 +179,7 @@ class _Tiles:
                 stepped = -(-extent // step)
                 chunk, parts = geometry.split_parts(stepped, split)
                 found.append((parts, chunk / stepped))
-        if not found:
+        if not found:  # a split without steps, which no strategy's rule lets through
             return max(splits), min(splits), 1 / max(splits)
         most = max(n for n, _ in found)
         return most, min(n for n, _ in found), min(n * share for n, share in found) / most
