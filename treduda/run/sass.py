@@ -9,13 +9,15 @@ No GPU is needed; nvcc builds a cubin and ``nvdisasm -c`` (or ``cuobjdump -sass`
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import re
 import shutil
 import statistics
+import threading
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +30,7 @@ from treduda.run.nvcc import (
     compile_cuda_batch,
     cubin,
     find_nvcc,
+    kernel_names,
     parse_ptxas,
     run_tool,
 )
@@ -464,13 +467,38 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
 
 def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
     """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
+    entries = {report.kernel for report in parse_ptxas(log)}
+    listing = _listing(disassembler, binary, entries)
+    return [report for report in parse_sass(listing, arch) if report.kernel in entries]
+
+
+# The listings of the cubins disassembled, by the disassembler and the cubin's SHA-256 (the
+# last _LISTINGS_KEPT): nvcc makes the same cubin of the same source wherever it compiles it
+# (checked with CUDA 13), and a kernel is compiled again where the search's check, its model's
+# refinement and its SASS report each compile it, while nvdisasm spends about half a CPU
+# second on any cubin.
+_LISTINGS: dict[tuple[str, str], str] = {}
+_LISTINGS_KEPT = 256
+_LISTINGS_LOCK = threading.Lock()  # compile_cuda_batch disassembles on several threads
+
+
+def _listing(disassembler: str, binary: Path, entries: set[str]) -> str:
+    """The disassembler's listing of the cubin ``binary``, which holds the kernels
+    ``entries``: read once per cubin."""
+    key = (disassembler, hashlib.sha256(binary.read_bytes()).hexdigest())
+    with _LISTINGS_LOCK:
+        if key in _LISTINGS:
+            return _LISTINGS[key]
     tool = Path(disassembler).name
     listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
-    entries = {report.kernel for report in parse_ptxas(log)}
     if listing.returncode != 0:
         raise CompileError(f"{tool} failed to disassemble kernel {', '.join(sorted(entries))}",
                            log=listing.stderr)
-    return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]
+    with _LISTINGS_LOCK:
+        if len(_LISTINGS) >= _LISTINGS_KEPT:
+            del _LISTINGS[next(iter(_LISTINGS))]  # the oldest
+        _LISTINGS[key] = listing.stdout
+    return listing.stdout
 
 
 @dataclass(frozen=True)
@@ -486,15 +514,22 @@ class Compilation:
         return self.ptxas.name
 
 
-def compile_with_sass(sources: Sequence[str], arch: str = "sm_90") -> list[list[Compilation]]:
-    """:func:`~treduda.run.nvcc.compile_cuda_batch` with each kernel's SASS report beside
-    ptxas's: one disassembly per nvcc call, of the cubin that call made."""
+def compile_with_sass(sources: Sequence[str], arch: str = "sm_90",
+                      read: Collection[str] | None = None) -> list[list[Compilation]]:
+    """:func:`~treduda.run.nvcc.compile_cuda_batch` with the SASS report of each kernel of the
+    sources in ``read`` (all where None) beside ptxas's: one disassembly per nvcc call whose
+    cubin holds such a kernel, none for the others (nvdisasm spends about half a CPU second on
+    any cubin, and only the SIMT model reads the SASS)."""
+    wanted = None if read is None else {name for source in read for name in kernel_names(source)}
     return compile_cuda_batch(sources, arch, functools.partial(_compilations,
-                                                               find_disassembler(), arch))
+                                                               find_disassembler(), arch, wanted))
 
 
-def _compilations(disassembler: str | None, arch: str, binary: Path, log: str
-                  ) -> list[Compilation]:
+def _compilations(disassembler: str | None, arch: str, wanted: set[str] | None, binary: Path,
+                  log: str) -> list[Compilation]:
+    reports = parse_ptxas(log)
+    read = [r.kernel for r in reports if wanted is None or r.kernel in wanted]
     sass = ({r.kernel: r for r in _entries(disassembler, binary, log, arch)}
-            if disassembler else {})
-    return [Compilation(report, sass.get(report.kernel)) for report in parse_ptxas(log)]
+            if disassembler and read else {})
+    return [Compilation(report, sass.get(report.kernel) if report.kernel in read else None)
+            for report in reports]
