@@ -15,7 +15,6 @@ import os
 import re
 import shutil
 import statistics
-import threading
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +25,7 @@ from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
     CudaReport,
+    Recent,
     _demangle,
     compile_cuda_batch,
     cubin,
@@ -476,32 +476,24 @@ def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassR
     return [report for report in parse_sass(listing, arch) if report.kernel in entries]
 
 
-# The listings of the cubins disassembled, by the disassembler and the cubin's SHA-256 (the
-# last _LISTINGS_KEPT): nvcc makes the same cubin of the same source wherever it compiles it
-# (checked with CUDA 13), and a kernel is compiled again where the search's check, its model's
-# refinement and its SASS report each compile it, while nvdisasm spends about half a CPU
-# second on any cubin.
-_LISTINGS: dict[tuple[str, str], str] = {}
-_LISTINGS_KEPT = 256
-_LISTINGS_LOCK = threading.Lock()  # compile_cuda_batch disassembles on several threads
+# The listings of recent cubins, by the disassembler and the cubin's SHA-256: a kernel
+# compiled again (:data:`treduda.run.nvcc._CUBINS` keeps its cubin) is not disassembled
+# again, and nvdisasm spends a third of a CPU second on any cubin.
+_LISTINGS: Recent[tuple[str, str], str] = Recent(64)
 
 
 def _listing(disassembler: str, binary: Path, entries: set[str]) -> str:
     """The disassembler's listing of the cubin ``binary``, which holds the kernels
     ``entries``: read once per cubin."""
     key = (disassembler, hashlib.sha256(binary.read_bytes()).hexdigest())
-    with _LISTINGS_LOCK:
-        if key in _LISTINGS:
-            return _LISTINGS[key]
+    if (kept := _LISTINGS.get(key)) is not None:
+        return kept
     tool = Path(disassembler).name
     listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
     if listing.returncode != 0:
         raise CompileError(f"{tool} failed to disassemble kernel {', '.join(sorted(entries))}",
                            log=listing.stderr)
-    with _LISTINGS_LOCK:
-        if len(_LISTINGS) >= _LISTINGS_KEPT:
-            del _LISTINGS[next(iter(_LISTINGS))]  # the oldest
-        _LISTINGS[key] = listing.stdout
+    _LISTINGS.put(key, listing.stdout)
     return listing.stdout
 
 
