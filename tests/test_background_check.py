@@ -36,9 +36,9 @@ def test_compile_returns_before_ptxas_has_checked_its_winner(tmp_path, monkeypat
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     released = threading.Event()
 
-    def held(sources, arch="sm_90"):
+    def held(sources, arch="sm_90", read=None):
         assert released.wait(60), "compile() waited for ptxas"
-        return sass.compile_with_sass(sources, arch)
+        return sass.compile_with_sass(sources, arch, read)
 
     monkeypatch.setattr(policy, "compile_with_sass", held)
     treduda.compile(GEMM, SIZES, cache=cache)  # returns while ptxas is held
@@ -59,8 +59,8 @@ def test_a_winner_ptxas_upsets_is_replaced_for_later_calls_and_processes(tmp_pat
     cache = TuningCache(tmp_path / "tuning.sqlite3")
     first: list[str] = []
 
-    def spilling(sources, arch="sm_90"):
-        reports = sass.compile_with_sass(sources, arch)
+    def spilling(sources, arch="sm_90", read=None):
+        reports = sass.compile_with_sass(sources, arch, read)
         if not first:
             first.append(sources[0])
         return [[dataclasses.replace(r, ptxas=dataclasses.replace(r.ptxas, spill_stores=2048,
@@ -83,7 +83,7 @@ def test_a_winner_ptxas_upsets_is_replaced_for_later_calls_and_processes(tmp_pat
 def test_a_failing_check_leaves_the_models_pick_and_says_so(tmp_path, monkeypatch):
     cache = TuningCache(tmp_path / "tuning.sqlite3")
 
-    def broken(sources, arch="sm_90"):
+    def broken(sources, arch="sm_90", read=None):
         raise CompileError("nvcc: out of memory")
 
     monkeypatch.setattr(policy, "compile_with_sass", broken)

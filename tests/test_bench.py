@@ -40,9 +40,9 @@ def test_bench_reports_rows_summary_json_and_plot(tmp_path, monkeypatch):
     def spy(on, module, name):
         batch = getattr(module, name)
 
-        def recorded(sources, arch):
+        def recorded(sources, arch, *read):
             compiled[on].extend(sources)
-            return batch(sources, arch)
+            return batch(sources, arch, *read)
         monkeypatch.setattr(module, name, recorded)
     spy("check", treduda.tuning.policy, "compile_with_sass")
     spy("table", treduda.app.bench, "compile_cuda_batch")

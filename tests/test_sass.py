@@ -392,3 +392,33 @@ def test_load_to_use_distances_of_the_main_loop() -> None:
             sass._Instruction(4, "LDS", None, " R21, [R0+0x4]"),
             sass._Instruction(5, "FFMA", None, " R22, R21, R21, R22")]
     assert sass._load_use(loop) == {"LDG": 2, "LDS": 1}
+
+
+@needs_cuda
+def test_only_the_sources_asked_for_are_disassembled(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A tensor-core model reads no SASS: ptxas's check of its kernels leaves the cubin
+    undisassembled (nvdisasm spends a third of a CPU second on any cubin)."""
+    shared, vector = (source.replace("(", "_asked(", 1) for source in (SHARED, VECTOR_LOAD))
+    ran = []
+    monkeypatch.setattr(sass, "run_tool", lambda command, failure: ran.append(command) or
+                        nvcc.run_tool(command, failure))
+    [[read], [unread]] = sass.compile_with_sass([shared, vector], "sm_80", [shared])
+    assert read.sass is not None and read.sass.barriers >= 1
+    assert unread.sass is None and unread.ptxas.registers > 0
+    nvcc_alone = sass.compile_with_sass([vector], "sm_80", ())
+    assert nvcc_alone[0][0].sass is None and len(ran) == 1  # shared's cubin alone
+
+
+@needs_cuda
+def test_a_kernel_compiled_again_is_neither_compiled_nor_disassembled_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The search's check, a model's refinement and a SASS report compile the same kernel:
+    nvcc and nvdisasm run once for it, and the reports are the same."""
+    source = FMA_LOOP.replace("fma_chain", "fma_chain_again")
+    first = sass_report(source, "sm_86")
+    ran = []
+    monkeypatch.setattr(nvcc, "run_tool", lambda command, failure: ran.append(command))
+    monkeypatch.setattr(sass, "run_tool", lambda command, failure: ran.append(command))
+    assert sass_report(source, "sm_86") == first
+    assert sass.compile_with_sass([source], "sm_86")[0][0].sass == first[0]
+    assert ran == []

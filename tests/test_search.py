@@ -442,7 +442,7 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
         **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
 
-    def reports(sources, arch="sm_90"):
+    def reports(sources, arch="sm_90", read=None):
         return [[Compilation(CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16
                                         else 109, 0, 0, 0, 0), None)] for s in sources]
 

@@ -133,7 +133,8 @@ class Model(Counts):
         """The estimate of a generated kernel of this program (its parameters), with ptxas's
         registers and spills where nvcc is present: what the search's check of its finalists
         computes (:func:`treduda.tuning.policy.checked`), so the two agree."""
-        return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
+        return self.estimate(kernel.params,
+                             ptxas_report(kernel, self.gpu, use_nvcc, sass=self.reads_sass))
 
     def formulas(self, params: Mapping[str, Any]) -> tuple[dict[str, Any], dict[Any, int]]:
         """A complete candidate's DRAM bytes and each read's L2 traffic as sympy formulas of
@@ -342,9 +343,16 @@ class Model(Counts):
         main loop where the count says 1.45: per 256 FFMAs, 22 shared loads where it counts
         64, and 20 of a step's copy (LDG, STS, BAR) where it counts 51."""
         sass = o.compiled.instructions_per_fma if o.compiled else None
-        if sass is not None and self.fp_ops == self.fmas:
+        if sass is not None and self.reads_sass:
             return sass * self.fmas
         return sum(self._issue(o).values())
+
+    @property
+    def reads_sass(self) -> bool:
+        """Whether an estimate takes a compiled kernel's SASS count (:meth:`_issued`): where
+        it does not, ptxas's check need not disassemble the cubin (nvdisasm spends about half
+        a CPU second on any cubin)."""
+        return self.fp_ops == self.fmas
 
     def _issue(self, o: _Optimist) -> dict[str, float]:
         """Warp instructions per multiply-add, by kind: its FP instructions, operand loads,

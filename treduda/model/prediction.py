@@ -109,15 +109,17 @@ def full_tiles_loop(sass: SassReport) -> bool:
     return sass.main_loop_opcodes.get("ISETP", 0) <= FULL_TILES_TESTS
 
 
-def ptxas_report(kernel, gpu, use_nvcc: bool = True) -> Compiled | None:
-    """What ptxas (and the SASS, where a disassembler is found) says of a generated ``kernel``
-    (a :class:`treduda.kernel.Kernel`) on ``gpu``'s architecture, as the search's check of its
-    finalists reads it (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds
-    to its estimate. None without nvcc, or where this nvcc no longer knows the architecture."""
+def ptxas_report(kernel, gpu, use_nvcc: bool = True, sass: bool = False) -> Compiled | None:
+    """What ptxas (and, with ``sass``, the SASS where a disassembler is found: for a model that
+    reads it) says of a generated ``kernel`` (a :class:`treduda.kernel.Kernel`) on ``gpu``'s
+    architecture, as the search's check of its finalists reads it
+    (:func:`treduda.tuning.policy.checked`): what a model's ``refine`` adds to its estimate.
+    None without nvcc, or where this nvcc no longer knows the architecture."""
     if not (use_nvcc and nvcc_available()):
         return None
     try:
-        [report] = compile_with_sass([kernel.cuda_source], gpu.arch)
+        [report] = compile_with_sass([kernel.cuda_source], gpu.arch,
+                                     [kernel.cuda_source] if sass else ())
     except CompileError:
         return None
     compiled = next(c for c in report if c.ptxas.kernel == kernel.name)

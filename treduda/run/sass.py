@@ -9,13 +9,14 @@ No GPU is needed; nvcc builds a cubin and ``nvdisasm -c`` (or ``cuobjdump -sass`
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib.util
 import os
 import re
 import shutil
 import statistics
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -24,10 +25,12 @@ from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.run.nvcc import (
     CudaReport,
+    Recent,
     _demangle,
     compile_cuda_batch,
     cubin,
     find_nvcc,
+    kernel_names,
     parse_ptxas,
     run_tool,
 )
@@ -76,7 +79,11 @@ _VECTOR = {"32", "64", "128", "256"}
 # cuobjdump (CUDA 13 at least) runs nvdisasm to print SASS, so nvdisasm comes first; older
 # cuobjdumps disassemble by themselves.
 _TOOLS = ("nvdisasm", "cuobjdump")
-_TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c"]}
+# nvdisasm's dataflow analysis only infers the targets of jumps through the branch stack
+# (`nvdisasm --help`, -ndf); without it a listing costs 0.29 CPU s instead of 0.41 (CUDA 13.5),
+# and the listings of SIMT, mma.sync, wgmma and float64 kernels, and of one with CALL, RET
+# and BSSY, were the same byte for byte.
+_TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c", "-ndf"]}
 
 
 @dataclass(frozen=True)
@@ -464,13 +471,30 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
 
 def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
     """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
+    entries = {report.kernel for report in parse_ptxas(log)}
+    listing = _listing(disassembler, binary, entries)
+    return [report for report in parse_sass(listing, arch) if report.kernel in entries]
+
+
+# The listings of recent cubins, by the disassembler and the cubin's SHA-256: a kernel
+# compiled again (:data:`treduda.run.nvcc._CUBINS` keeps its cubin) is not disassembled
+# again, and nvdisasm spends a third of a CPU second on any cubin.
+_LISTINGS: Recent[tuple[str, str], str] = Recent(64)
+
+
+def _listing(disassembler: str, binary: Path, entries: set[str]) -> str:
+    """The disassembler's listing of the cubin ``binary``, which holds the kernels
+    ``entries``: read once per cubin."""
+    key = (disassembler, hashlib.sha256(binary.read_bytes()).hexdigest())
+    if (kept := _LISTINGS.get(key)) is not None:
+        return kept
     tool = Path(disassembler).name
     listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
-    entries = {report.kernel for report in parse_ptxas(log)}
     if listing.returncode != 0:
         raise CompileError(f"{tool} failed to disassemble kernel {', '.join(sorted(entries))}",
                            log=listing.stderr)
-    return [report for report in parse_sass(listing.stdout, arch) if report.kernel in entries]
+    _LISTINGS.put(key, listing.stdout)
+    return listing.stdout
 
 
 @dataclass(frozen=True)
@@ -486,15 +510,22 @@ class Compilation:
         return self.ptxas.name
 
 
-def compile_with_sass(sources: Sequence[str], arch: str = "sm_90") -> list[list[Compilation]]:
-    """:func:`~treduda.run.nvcc.compile_cuda_batch` with each kernel's SASS report beside
-    ptxas's: one disassembly per nvcc call, of the cubin that call made."""
+def compile_with_sass(sources: Sequence[str], arch: str = "sm_90",
+                      read: Collection[str] | None = None) -> list[list[Compilation]]:
+    """:func:`~treduda.run.nvcc.compile_cuda_batch` with the SASS report of each kernel of the
+    sources in ``read`` (all where None) beside ptxas's: one disassembly per nvcc call whose
+    cubin holds such a kernel, none for the others (nvdisasm spends about half a CPU second on
+    any cubin, and only the SIMT model reads the SASS)."""
+    wanted = None if read is None else {name for source in read for name in kernel_names(source)}
     return compile_cuda_batch(sources, arch, functools.partial(_compilations,
-                                                               find_disassembler(), arch))
+                                                               find_disassembler(), arch, wanted))
 
 
-def _compilations(disassembler: str | None, arch: str, binary: Path, log: str
-                  ) -> list[Compilation]:
+def _compilations(disassembler: str | None, arch: str, wanted: set[str] | None, binary: Path,
+                  log: str) -> list[Compilation]:
+    reports = parse_ptxas(log)
+    read = [r.kernel for r in reports if wanted is None or r.kernel in wanted]
     sass = ({r.kernel: r for r in _entries(disassembler, binary, log, arch)}
-            if disassembler else {})
-    return [Compilation(report, sass.get(report.kernel)) for report in parse_ptxas(log)]
+            if disassembler and read else {})
+    return [Compilation(report, sass.get(report.kernel) if report.kernel in read else None)
+            for report in reports]

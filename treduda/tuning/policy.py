@@ -314,7 +314,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
-        reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch)
+        read = [k.cuda_source for c, k in zip(candidates, kernels, strict=True)
+                if reads_sass(models[c.strategy])]
+        reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch, read)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
             found = next(r for r in report if r.name == kernel.name)
@@ -368,6 +370,12 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         return known[candidate.text]
 
     return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
+
+
+def reads_sass(model: CostModel) -> bool:
+    """Whether ``model``'s estimates read a compiled kernel's SASS count: the SIMT model's
+    (:attr:`Model.reads_sass`); no tensor-core model's."""
+    return isinstance(model, Model) and model.reads_sass
 
 
 def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compiled:
