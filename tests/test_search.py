@@ -425,6 +425,19 @@ class _Kernels:
         return types.SimpleNamespace(name="k", cuda_source=text)
 
 
+def _two_tiles():
+    """tccg_18's search over two tiles, 16 x 1 x 16 and 16 x 1 x 8 threads of 4 x 2 x 8
+    registers (109 by the model), and its program."""
+    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
+    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
+    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
+             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
+             "reg_z": 8, "assign_z": "adjacent", "split": 1}
+    result = search(expr, sizes, layout="F", values={
+        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    return result, plan(expr, sizes, "F")
+
+
 def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # tccg_18: the 3000-node search's 16 best were all 16 x 1 x 16 threads, 4 x 2 x 8
     # registers (109 by the model, 151-165 by ptxas, one block per SM instead of two) and
@@ -433,13 +446,7 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # 16 x 1 x 8 one what the model predicts, and the check has room for two reports: the
     # second goes to the other tile, which wins, where both went to the first tile; the first
     # tile's kin takes its report and ranks below the winner.
-    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
-    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
-    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
-             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
-             "reg_z": 8, "assign_z": "adjacent", "split": 1}
-    result = search(expr, sizes, layout="F", values={
-        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    result, program = _two_tiles()
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
 
     def reports(sources, arch="sm_90"):
@@ -449,7 +456,7 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     monkeypatch.setattr(policy, "compile_with_sass", reports)
     monkeypatch.setattr(policy, "CHECKED", 1)
     monkeypatch.setattr(policy, "CHECKED_MOST", 2)
-    found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
+    found = policy.checked(result, _Kernels(program))
     reported = {c.text: c for c in found.candidates if c.compiled is not None}.values()
     assert sorted(c.params["block_z"] for c in reported) == [8, 16]
     assert found.best.params["block_z"] == 8
@@ -467,13 +474,7 @@ def test_a_kin_just_past_an_occupancy_step_does_not_bury_its_other_steps(monkeyp
     # tile's best step takes 136 registers (one block of 256 threads per SM where 128 fit two)
     # and its other step 128: with room for two reports, the second goes to the other step,
     # which wins, where it went to the next tile (16 x 1 x 8), slower by the model.
-    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
-    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
-    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
-             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
-             "reg_z": 8, "assign_z": "adjacent", "split": 1}
-    result = search(expr, sizes, layout="F", values={
-        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    result, program = _two_tiles()
     first, second, third = result.top(3)
     assert [c.params["block_z"] for c in (first, second, third)] == [16, 16, 8]
     assert first.params["step"] != second.params["step"]
@@ -489,7 +490,7 @@ def test_a_kin_just_past_an_occupancy_step_does_not_bury_its_other_steps(monkeyp
     monkeypatch.setattr(policy, "compile_with_sass", reports)
     monkeypatch.setattr(policy, "CHECKED", 1)
     monkeypatch.setattr(policy, "CHECKED_MOST", 2)
-    found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
+    found = policy.checked(result, _Kernels(program))
     assert found.best.text == second.text
     assert found.best.compiled.registers == 128
     assert found.best.prediction.seconds < third.prediction.seconds
