@@ -344,12 +344,13 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
     hopes: dict[str, float] = {}  # by the candidate's parameters: its kin's one report's
 
-    def hopeful(candidate: Candidate, checked: list[Candidate], bar: float) -> bool:
-        """Whether ``candidate``, whose kin ptxas reported on once, may still be faster than
-        ``bar``: with its kin's report (:func:`as_kin`) but :data:`KIN_SPREAD` times fewer
-        registers (not below the model's)."""
-        family = [c for c in checked if kin_of(c) == kin_of(candidate)]
-        if len(family) != KIN_REPORTS - 1:
+    def hopeful(candidate: Candidate, checked: list[Candidate], batch: list[Candidate],
+                bar: float) -> bool:
+        """Whether ``candidate``, whose kin ptxas reported on once (and none is in ``batch``),
+        may still be faster than ``bar``: with its kin's report (:func:`as_kin`) but
+        :data:`KIN_SPREAD` times fewer registers (not below the model's)."""
+        family = [c for c in checked + batch if kin_of(c) == kin_of(candidate)]
+        if len(family) != KIN_REPORTS - 1 or family[0].compiled is None:
             return False  # no report yet (its kin is in this batch), or enough of them
         if candidate.text not in hopes:
             model = models[candidate.strategy]
@@ -373,7 +374,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
                 continue
             family = kin_of(candidate)
             if family in reported:
-                if not hopeful(candidate, checked, bar):
+                if not hopeful(candidate, checked, batch, bar):
                     continue
             elif not batch and candidate.prediction.seconds >= bar:
                 break
