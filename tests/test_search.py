@@ -425,6 +425,19 @@ class _Kernels:
         return types.SimpleNamespace(name="k", cuda_source=text)
 
 
+def _two_tiles():
+    """tccg_18's search over two tiles, 16 x 1 x 16 and 16 x 1 x 8 threads of 4 x 2 x 8
+    registers (109 by the model), and its program."""
+    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
+    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
+    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
+             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
+             "reg_z": 8, "assign_z": "adjacent", "split": 1}
+    result = search(expr, sizes, layout="F", values={
+        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    return result, plan(expr, sizes, "F")
+
+
 def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # tccg_18: the 3000-node search's 16 best were all 16 x 1 x 16 threads, 4 x 2 x 8
     # registers (109 by the model, 151-165 by ptxas, one block per SM instead of two) and
@@ -433,13 +446,7 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # 16 x 1 x 8 one what the model predicts, and the check has room for two reports: the
     # second goes to the other tile, which wins, where both went to the first tile; the first
     # tile's kin takes its report and ranks below the winner.
-    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
-    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
-    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
-             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
-             "reg_z": 8, "assign_z": "adjacent", "split": 1}
-    result = search(expr, sizes, layout="F", values={
-        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+    result, program = _two_tiles()
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
 
     def reports(sources, arch="sm_90", read=None):
@@ -449,7 +456,7 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     monkeypatch.setattr(policy, "compile_with_sass", reports)
     monkeypatch.setattr(policy, "CHECKED", 1)
     monkeypatch.setattr(policy, "CHECKED_MOST", 2)
-    found = policy.checked(result, _Kernels(plan(expr, sizes, "F")))
+    found = policy.checked(result, _Kernels(program))
     reported = {c.text: c for c in found.candidates if c.compiled is not None}.values()
     assert sorted(c.params["block_z"] for c in reported) == [8, 16]
     assert found.best.params["block_z"] == 8
@@ -457,6 +464,37 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     upset = next(c for c in reported if c.params["block_z"] == 16)
     assert upset.prediction.seconds > 1.5 * found.best.prediction.seconds
     # the kin not compiled (the other step) carries its report: no longer ranked first
+    assert found.top(1) == [found.best]
+
+
+def test_a_kin_just_past_an_occupancy_step_does_not_bury_its_other_steps(monkeypatch):
+    # tccg_12: ptxas gave 16 x 8 threads of 8 x 8 registers 130 at step 16 (three blocks per
+    # SM where 128 fit four: 20.1 ms) and 128 at step 64 (15.10 ms, the best by its own
+    # SASS); carried from its kin at step 16, the step-64 kernel was never compiled. Here the
+    # tile's best step takes 136 registers (one block of 256 threads per SM where 128 fit two)
+    # and its other step 128: with room for two reports, the second goes to the other step,
+    # which wins, where it went to the next tile (16 x 1 x 8), slower by the model.
+    result, program = _two_tiles()
+    first, second, third = result.top(3)
+    assert [c.params["block_z"] for c in (first, second, third)] == [16, 16, 8]
+    assert first.params["step"] != second.params["step"]
+
+    def reports(sources, arch="sm_90"):
+        def registers(params):
+            if params["block_z"] == 8:
+                return 109
+            return 136 if params["step"] == first.params["step"] else 128
+        return [[Compilation(CudaReport("k", arch, registers(json.loads(s)), 0, 0, 0, 0),
+                             None)] for s in sources]
+
+    monkeypatch.setattr(policy, "compile_with_sass", reports)
+    monkeypatch.setattr(policy, "CHECKED", 1)
+    monkeypatch.setattr(policy, "CHECKED_MOST", 2)
+    found = policy.checked(result, _Kernels(program))
+    assert found.best.text == second.text
+    assert found.best.compiled.registers == 128
+    assert found.best.prediction.seconds < third.prediction.seconds
+    # the first step, compiled, ranks below its kin that fits two blocks
     assert found.top(1) == [found.best]
 
 

@@ -66,6 +66,13 @@ CHECKED_MOST = 16  # ... and at most in all
 # A batch after the first is compiled only for a candidate predicted this much faster than the
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
+# ptxas's registers among kin (:func:`kin`) differ by up to this factor, the step alone moving
+# them (nvcc 13, sm_90): tccg_10's 8 x 2 x 4 threads of 4 x 2 x 8 registers take 155 at step
+# 16 and 128 at step 32, tccg_12's 16 x 8 threads of 8 x 8 take 130 at step 16 and 128 at
+# step 64, tccg_18's 16 x 1 x 16 threads 151-165. A kin's report just past an occupancy step
+# (130 registers: three blocks of 128 threads where 128 fit four) does not settle the others.
+KIN_SPREAD = 1.25
+KIN_REPORTS = 2  # reports on one kin at most: its first, and one that may land below a step
 # ptxas re-estimates a winner (treduda.api._checked) whose predicted registers reach this share
 # of what the launch bounds allow: below it, ptxas's allocation changes neither spills nor,
 # in the cases measured, the estimate (nvcc costs a second per batch, generation more).
@@ -288,10 +295,12 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
     next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
     fastest wins. A candidate whose kin (:func:`kin`) ptxas has reported on is not compiled:
-    its allocation is known, and the check looks past it to other mappings and tiles. It is
-    re-estimated with its kin's report, so that the result's ranking (:meth:`SearchResult.top`,
-    the rivals a GPU times) holds no upset kernel's optimistic twins; the winner is one ptxas
-    reported on.
+    its allocation is known, and the check looks past it to other mappings and tiles; unless
+    the kin's report with :data:`KIN_SPREAD` times fewer registers would make it beat the best
+    checked, as where the report lands just past an occupancy step (then one more kin is
+    compiled: :data:`KIN_REPORTS`). It is re-estimated with its nearest kin's report
+    (:func:`alike`), so that the result's ranking (:meth:`SearchResult.top`, the rivals a GPU
+    times) holds no upset kernel's optimistic twins; the winner is one ptxas reported on.
 
     The model predicts registers and spills from the main loop alone; ptxas's allocation of a
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
@@ -304,7 +313,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     were all one mapping and tiles (16 x 1 x 16 threads, 4 x 2 x 8 registers, 109 registers
     by the model, 151-165 by ptxas, one block per SM instead of two: 1.70-1.77 ms instead of
     0.84); checked one by one, they filled the check, and the pick was twice as slow as a
-    285-node search's."""
+    285-node search's. tccg_12's step-64 kernel of 16 x 8 threads, 8 x 8 registers (128 by
+    ptxas, 15.10 ms) was carried at 20.1 ms from its step-16 kin (130 registers: three blocks
+    per SM where 128 fit four) and never compiled; the pick was a 17.65 ms kernel."""
     with GENERATING:  # a strategy's space may ask isl
         models = {s: model_of(generate.program, result.gpu, s)  # a search may rank several
                   for s in {c.strategy for c in result.candidates}}
@@ -333,22 +344,45 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
                                        priorities[candidate.strategy])
         return kins[candidate.text]
 
-    ranked = iter(result.top(len(result.candidates)))
-    first = next(ranked)
-    reported = {kin_of(first)}
-    checked = with_reports([first])
+    hopes: dict[str, float] = {}  # by the candidate's parameters: its kin's one report's
+
+    def hopeful(candidate: Candidate, checked: list[Candidate], batch: list[Candidate],
+                bar: float) -> bool:
+        """Whether ``candidate``, whose kin ptxas reported on once (and none is in ``batch``),
+        may still be faster than ``bar``: with its kin's report (:func:`as_kin`) but
+        :data:`KIN_SPREAD` times fewer registers (not below the model's)."""
+        family = [c for c in checked + batch if kin_of(c) == kin_of(candidate)]
+        if len(family) != KIN_REPORTS - 1 or family[0].compiled is None:
+            return False  # no report yet (its kin is in this batch), or enough of them
+        if candidate.text not in hopes:
+            model = models[candidate.strategy]
+            report = as_kin(family[0], candidate, model)
+            least = max(model.registers(candidate.params)[0],
+                        math.ceil(report.registers / KIN_SPREAD))
+            hopes[candidate.text] = model.estimate(
+                candidate.params, replace(report, registers=least)).seconds
+        return hopes[candidate.text] < bar
+
+    ranked = result.top(len(result.candidates))
+    checked = with_reports(ranked[:1])
     gain = 0.0  # the first rivals are checked on any upset, later ones for a real gain only
     while len(checked) < CHECKED_MOST:
+        bar = min(c.prediction.seconds for c in checked) / (1 + gain)
+        reported = {kin_of(c) for c in checked}
+        done = {c.text for c in checked}
         batch: list[Candidate] = []
         for candidate in ranked:
+            if candidate.text in done:
+                continue
             family = kin_of(candidate)
             if family in reported:
-                continue
-            if not batch and (min(c.prediction.seconds for c in checked)
-                              <= candidate.prediction.seconds * (1 + gain)):
+                if not hopeful(candidate, checked, batch, bar):
+                    continue
+            elif not batch and candidate.prediction.seconds >= bar:
                 break
             batch.append(candidate)
             reported.add(family)
+            done.add(candidate.text)
             if len(batch) == min(CHECKED, CHECKED_MOST - len(checked)):
                 break
         if not batch:
@@ -356,17 +390,16 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         checked += with_reports(batch)
         gain = CHECK_GAIN
     best = min(checked, key=Candidate.key)
-    reported_kin = {kin_of(c): c for c in checked}
     known = {c.text: c for c in checked}
 
     def carried(candidate: Candidate) -> Candidate:
         """``candidate`` as ptxas reported on it or on its kin."""
         if candidate.text not in known:
-            compiled = reported_kin.get(kin_of(candidate))
+            family = [c for c in checked if kin_of(c) == kin_of(candidate)]
             model = models[candidate.strategy]
-            known[candidate.text] = candidate if compiled is None else replace(
-                candidate, prediction=model.estimate(candidate.params,
-                                                     as_kin(compiled, candidate, model)))
+            known[candidate.text] = replace(candidate, prediction=model.estimate(
+                candidate.params, as_kin(alike(candidate, family), candidate, model))
+            ) if family else candidate
         return known[candidate.text]
 
     return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
@@ -376,6 +409,13 @@ def reads_sass(model: CostModel) -> bool:
     """Whether ``model``'s estimates read a compiled kernel's SASS count: the SIMT model's
     (:attr:`Model.reads_sass`); no tensor-core model's."""
     return isinstance(model, Model) and model.reads_sass
+
+
+def alike(candidate: Candidate, kin: Sequence[Candidate]) -> Candidate:
+    """Of ``kin`` (compiled candidates), the first with the fewest parameters unlike
+    ``candidate``'s: the report whose step and buffers are nearest its own."""
+    return min(kin, key=lambda c: sum(c.params.get(name) != value
+                                      for name, value in candidate.params.items()))
 
 
 def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compiled:
