@@ -479,7 +479,7 @@ def test_a_kin_just_past_an_occupancy_step_does_not_bury_its_other_steps(monkeyp
     assert [c.params["block_z"] for c in (first, second, third)] == [16, 16, 8]
     assert first.params["step"] != second.params["step"]
 
-    def reports(sources, arch="sm_90"):
+    def reports(sources, arch="sm_90", read=None):
         def registers(params):
             if params["block_z"] == 8:
                 return 109
