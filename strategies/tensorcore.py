@@ -156,8 +156,9 @@ class TensorCore(Strategy):
                       priority=Priority.BUFFERS),
             Parameter("split", SPLITS if splittable(program) else (1,),
                       "blocks sharing each output tile, each summing a part of the steps "
-                      "(added into the output atomically; stored and added in order in a "
-                      "deterministic program)", priority=Priority.STEP),
+                      "(added into the output atomically; stored in a float32 workspace and "
+                      "added in order in a deterministic program or into float16/bfloat16)",
+                      priority=Priority.STEP),
             Parameter("mapping", mappings(program, self.limits.async_copies),
                       "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
                       "mma.sync (sm_80+): m16n8k16 fed by ldmatrix.x4 for float16 and bfloat16, "

@@ -90,9 +90,9 @@ keeps that count exact at the last steps (as CUTLASS's multistage main loop comm
 With ``split > 1`` ``P`` gains the part of the reduction, a grid dimension: a block sums the
 steps ``chunk * part <= ks < chunk * (part + 1)`` and adds its tile into the output atomically
 (which starts at zero for ``=``), as the tiled strategy's split-K does. In a deterministic
-program the write stores the part's tile into a workspace instead (``tiling.parts_workspace``),
-which a second kernel adds in order: the only split into float16 or bfloat16 (OpenCL has no
-16-bit atomic addition).
+program, and into float16 or bfloat16 (OpenCL has no 16-bit atomic addition:
+``Program.split_workspace``), the write stores the part's tile into a float32 workspace instead
+(``tiling.parts_workspace``), which a second kernel adds in order.
 
 The warp-collective statements have the lane ``l`` in their domain but not in their operands:
 isl's AST scan pins ``threadIdx.x = 32w + l`` as it pins every thread dimension, and every
@@ -243,10 +243,10 @@ class Builder:
 
     def divide(self, split: int) -> None:
         """A split reduction into ``split`` parts at most (:func:`split_parts` of the steps):
-        parts of ``chunk`` steps, a grid dimension for the part; in a deterministic program
-        each part stores its sum in a workspace instead of adding it."""
+        parts of ``chunk`` steps, a grid dimension for the part; each part stores its sum in
+        a workspace instead of adding it where the program says so (``split_workspace``)."""
         self.chunk, self.parts = split_parts(self.steps(), split)
-        self.workspace = self.parts > 1 and self.program.deterministic
+        self.workspace = self.parts > 1 and self.program.split_workspace
 
     # -- the block prefix P = [bn, bm, batch] and schedule points ----------------------------
 

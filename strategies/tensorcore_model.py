@@ -258,7 +258,7 @@ class EnumeratingModel:
     def _written_bytes(self, parts: int) -> int:
         """Bytes of an element the write stores: the output's, or, in a deterministic split,
         the workspace's accumulator."""
-        return self.accumulator_bytes if parts > 1 and self.program.deterministic else self.bytes
+        return self.accumulator_bytes if parts > 1 and self.program.split_workspace else self.bytes
 
     def _split_l2(self, written: int, parts: int) -> float:
         """Bytes the sectors of every block's output writes (``written`` bytes) move
@@ -269,7 +269,7 @@ class EnumeratingModel:
         kernel's time)."""
         if parts == 1:
             return written * self.output_accesses
-        if not self.program.deterministic:
+        if not self.program.split_workspace:
             return 2 * written
         return written + (parts + 1) * self.outputs * self.accumulator_bytes
 
@@ -278,7 +278,7 @@ class EnumeratingModel:
         a deterministic split written back."""
         if parts == 1:
             return 0.0
-        if self.program.deterministic:
+        if self.program.split_workspace:
             return parts * self.outputs * self.accumulator_bytes
         return self.outputs * self.bytes
 

@@ -47,7 +47,7 @@ from typing import Any
 import islpy as isl
 
 from treduda.codegen import ir
-from treduda.frontend.dtypes import STORED, registers
+from treduda.frontend.dtypes import registers
 from treduda.polyhedral.ast_build import GRID_YZ_LIMIT, INT32_LIMIT
 from treduda.polyhedral.geometry import (
     AXES,
@@ -363,7 +363,7 @@ class Tiled(Strategy):
         if parts:
             schedule, statements = _split(program, schedule, statements, params,
                                           MAPPED_DIMS + len(unmapped))
-        workspace = bool(parts) and program.deterministic
+        workspace = bool(parts) and program.split_workspace
         if workspace:
             locals_ += (parts_workspace(program, part_count(program, params)),)
         return Scheduled(program, statements, schedule, roles,
@@ -432,14 +432,13 @@ def _register_tiles(scheduled: Scheduled, order: tuple[tuple[str, ...], ...],
 def splittable(program: Program) -> bool:
     """Whether the reduction may be split over blocks whose parts are added into the output:
     fixed sizes, one reduction, and an output that is a linear combination of its sum (no
-    term without it, no read of the output), so that adding the parts adds up to it; not into
-    float16 or bfloat16 tensors, which have no atomic add in OpenCL (and would round each
-    part) unless the program is deterministic, whose parts are kept in a float32 workspace
-    and added in a second pass."""
+    term without it, no read of the output), so that adding the parts adds up to it. The
+    parts go into the output atomically, or, where :attr:`Program.split_workspace` (float16
+    and bfloat16 outputs, deterministic programs), into a float32 workspace that a second
+    kernel adds in order."""
     reduces = [s for s in program.statements if s.kind == Kind.REDUCE]
     write = next(s for s in program.statements if s.kind == Kind.WRITE)
     return (program.sizes is not None and len(reduces) == 1
-            and (program.dtype not in STORED or program.deterministic)
             and not program.contraction.reads_output
             and _multiple_of_sums(write.body.value, set(program.accumulators)))
 
@@ -539,7 +538,7 @@ def _split(program: Program, schedule: isl.UnionMap, statements: tuple, params: 
             m = (m.project_out(isl.dim_type.out, position, 1)
                  .insert_dims(isl.dim_type.out, position, 1).intersect_range(every_part))
         result = isl.UnionMap.from_map(m) if result is None else result.union(m)
-    if program.deterministic:
+    if program.split_workspace:
         return to_workspace(program, result, statements, parts, position)
     update = "-=" if program.contraction.op == "-=" else "+="
     statements = tuple(

@@ -150,8 +150,9 @@ class Warpgroup(Strategy):
                       "then rounded in place)", priority=Priority.BUFFERS),
             Parameter("split", SPLITS if splittable(program) else (1,),
                       "blocks sharing each output tile, each summing a part of the steps "
-                      "(added into the output atomically; stored and added in order in a "
-                      "deterministic program), as the tensor-core mapping's",
+                      "(added into the output atomically; stored in a float32 workspace and "
+                      "added in order in a deterministic program or into float16/bfloat16), "
+                      "as the tensor-core mapping's",
                       priority=Priority.STEP),
             Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
                       else (False,),

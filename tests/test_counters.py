@@ -220,6 +220,27 @@ def test_the_c_tile_is_stored_and_read_without_conflicts(dtype, precision, layou
     # (verify on the emulator ran every block: a hazard raises HazardError)
 
 
+@pytest.mark.parametrize("copies", [{}, {"tma": True}, {"tma": True, "producer": True}])
+def test_a_warpgroup_kernels_regions_follow_its_structure(copies):
+    """The loop of a warpgroup kernel's wgmmas is its main loop, whatever copies its tiles
+    (cp.async, bulk tensor copies, a producer warpgroup's): the C tile's stores, its reads
+    and the output's write come after it, and ``steps`` cuts it short. No loop was the main
+    loop there (none held a multiply-accumulate the counters knew), so every access counted
+    as the main loop's, and every step ran."""
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 128, "j": 128, "k": 256},
+                             dtype="float16", strategy="warpgroup",
+                             params={"warpgroups": 1, "frags_m": 1, "tile_n": 64,
+                                     "frags_k": 2, "stages": 2, "async_copy": True, **copies})
+    counted = kernel.counters(steps=2)
+    assert {(t.array, t.operation) for t in counted.traffic if t.region is Region.AFTER} == {
+        ("C", STORE), ("td_sc", STORE), ("td_sc", LOAD)}
+    main = {t.array for t in counted.traffic if t.region is Region.MAIN_LOOP}
+    assert main == (set() if copies else {"A", "B", "td_sa", "td_sb"})
+    if not copies:  # 2 of the 8 steps of 32
+        assert 4 * counted.of("A", ASYNC_COPY).requests == kernel.counters().of(
+            "A", ASYNC_COPY).requests
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     """16-byte cp.async runs into A's tile of 32 halves a row padded to 80 bytes: a phase of

@@ -8,6 +8,8 @@ import math
 import numpy as np
 import pytest
 from conftest import needs_nvcc
+from treduda.strategies.tensorcore import SPLITS
+from treduda.strategies.tiling import PARTS
 
 import treduda
 from treduda.app.bench import fitted
@@ -15,7 +17,8 @@ from treduda.codegen import ir
 from treduda.errors import StrategyError
 from treduda.frontend.contraction import analyse
 from treduda.frontend.merge import merge
-from treduda.model.gpus import gpu
+from treduda.model.gpus import Gpu, gpu
+from treduda.model.prediction import LAUNCH_SECONDS
 from treduda.polyhedral.ast_build import GRID_YZ_LIMIT, INT32_LIMIT
 from treduda.polyhedral.geometry import GROUP, decided, groups, tile_extents
 from treduda.polyhedral.lower import plan
@@ -160,15 +163,69 @@ SUITE_ROWS = [pytest.param(suite, row, id=f"{suite}-{row.id}",
 @pytest.mark.parametrize(("suite", "row"), SUITE_ROWS)
 def test_searched_suite_kernel_fills_an_h100(suite, row):
     """From the grid and the kernel IR: at least two blocks per SM wherever the output has the
-    points for it, and no thread computes more output points than its register tile."""
+    points for it, and no thread computes more output points than its register tile; a
+    warpgroup kernel by its own rule (:func:`_fills_with_warpgroups`)."""
     sms = gpu("H100").sm_count
     kernel = treduda.compile(row.expression, row.sizes, layout=row.layout, gpu="H100",
-                             dtype=SUITES[suite].dtype)
+                             dtype=SUITES[suite].dtype, precision=SUITES[suite].precision)
+    if kernel.strategy == "warpgroup":
+        _fills_with_warpgroups(kernel, gpu("H100"))
+        return
     points = math.prod(row.sizes[i] for i in analyse(row.expression).output_indices)
     if points >= 2 * sms * math.prod(kernel.block):
         assert math.prod(kernel.grid) >= 2 * sms
     stores = _output_stores(kernel.built.kernel.body, kernel.contraction.output)
     assert stores and max(stores) == 0 and len(stores) <= _register_tile(kernel)
+
+
+# wgmma's accumulator tile is 64 rows by N (PTX ISA, "wgmma.mma_async": .m64nNk16), N 8 to 256
+WGMMA_M = 64
+
+
+def _fills_with_warpgroups(kernel: treduda.Kernel, h100: Gpu) -> None:
+    """A warpgroup is four warps, one on each of an SM's four sub-partitions and their tensor
+    cores, so one block of one or more warpgroups keeps its SM's tensor cores busy, and an
+    H100 is as full as its blocks fill waves of one block per SM (more resident blocks
+    only hide latency): over its waves at least half of the SMs busy, wherever the output's
+    64 x 64 tiles, or their parts in a split of the reduction (8 at most), can be that many
+    blocks, and the row is bigger than a launch on the whole GPU (its products on every
+    tensor core, its operands and output through DRAM: GEMM 1000^3 in fp16, 2 us, takes 64
+    blocks of 256 x 128 split in 2, a near-tie of the model's at 9.2-9.4 us with 128 of
+    64 x 128). The output is stored from the accumulators after the reduction: a thread
+    stores in at most one loop (the C tile's rows), and no loop around a store holds a
+    wgmma."""
+    blocks, program, sms = math.prod(kernel.grid), kernel.program, h100.sm_count
+    points = math.prod(program.sizes[i] for i in program.output_indices)
+    parts = max(SPLITS)  # a suite row is a product alone: its sum may be split
+    tensor = h100.tensor_tf32_flops if program.precision == "tf32" else h100.tensor_fp16_flops
+    values = sum(math.prod(program.sizes[i] for i in indices)
+                 for indices in (*program.contraction.inputs.values(), program.output_indices))
+    least = max(2 * math.prod(program.sizes.values()) / tensor,
+                values * np.dtype(kernel.dtype).itemsize / h100.dram_bandwidth)
+    if least > LAUNCH_SECONDS and points // (WGMMA_M * WGMMA_M) * parts >= sms / 2:
+        waves = -(-blocks // sms)
+        assert blocks >= waves * sms / 2, (blocks, kernel.params)
+    body = kernel.built.kernel.body
+    # (a split into a workspace stores its parts there: the second kernel writes the output)
+    written = kernel.contraction.output if kernel.signature.parts_sum is None else PARTS
+    stores = _output_stores(body, written)
+    assert stores and max(stores) <= 1
+    assert not any(isinstance(s, ir.WarpgroupMultiply) for loop in
+                   _loops_around_stores(body, written) for s in ir.nested(loop.body))
+
+
+def _loops_around_stores(node: ir.Stmt, output: str,
+                         loops: tuple[ir.For, ...] = ()) -> set[ir.For]:
+    """The loops that enclose a store of ``output``."""
+    if isinstance(node, ir.Assign | ir.VectorStore):
+        target = node.target if isinstance(node, ir.Assign) else node.first
+        return set(loops) if getattr(target, "array", None) == output else set()
+    if isinstance(node, ir.For):
+        return _loops_around_stores(node.body, output, (*loops, node))
+    children = (node.body if isinstance(node, ir.Block) else
+                (node.then, node.otherwise) if isinstance(node, ir.If) else ())
+    return set().union(*(_loops_around_stores(c, output, loops) for c in children
+                         if c is not None))
 
 
 def test_merged_kernel_runs_on_arrays_of_the_expression_shape():

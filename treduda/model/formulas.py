@@ -51,7 +51,7 @@ def dram_bytes(counts: Counts) -> sympy.Expr:
     touched = sympy.Add(*(_volume(idx) for idx in c.inputs.values()))
     elements = _volume(counts.outputs)
     written = elements * (2 if c.reads_output or c.op != "=" else 1)
-    parts = elements * (SPLIT if counts.program.deterministic else 1)
+    parts = elements * (SPLIT if counts.program.split_workspace else 1)
     split = sympy.Piecewise((0, sympy.Eq(SPLIT, 1)), (parts, True))
     return (touched + written + split) * counts.bytes
 

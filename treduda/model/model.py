@@ -310,21 +310,21 @@ class Model(Counts):
         :meth:`parts_seconds`)."""
         if split == 1:
             return self.elements
-        return self.elements * (split if self.program.deterministic else 2 * split)
+        return self.elements * (split if self.program.split_workspace else 2 * split)
 
     def _split_dram(self, split: int) -> int:
         """Elements a split adds to DRAM's traffic: the zeroed output, or the workspace
         (written back once; the second kernel reads it from L2)."""
         if split == 1:
             return 0
-        return self.elements * (split if self.program.deterministic else 1)
+        return self.elements * (split if self.program.split_workspace else 1)
 
     def parts_seconds(self, split: int) -> float:
         """The second kernel of a deterministic split (:mod:`treduda.codegen.parts`), which runs
         after the first: its launch, and its reads of every part and write of the output in
         L2. None without one; increasing in ``split``, so the bound's least split keeps it
         below every completion's."""
-        if split == 1 or not self.program.deterministic:
+        if split == 1 or not self.program.split_workspace:
             return 0.0
         return LAUNCH_SECONDS + (split + 1) * self.elements * self.bytes / self.gpu.l2_bandwidth
 

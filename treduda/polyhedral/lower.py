@@ -27,7 +27,7 @@ import islpy as isl
 from ..codegen import ir
 from ..errors import InvalidName, StrategyError
 from ..frontend.contraction import Contraction, Term, analyse, resolve_sizes
-from ..frontend.dtypes import HIGHEST, TF32, check_dtype, check_literals, check_precision
+from ..frontend.dtypes import HIGHEST, STORED, TF32, check_dtype, check_literals, check_precision
 from ..frontend.identity import SYMBOLIC, Identity
 from ..frontend.merge import Merging, merge
 from ..frontend.tree import Read
@@ -123,6 +123,15 @@ class Program:
         return Identity(repr(self.original.tree),
                         SYMBOLIC if sizes is None else tuple(sorted(sizes.items())), self.dtype,
                         self.layout, self.precision, self.deterministic)
+
+    @property
+    def split_workspace(self) -> bool:
+        """Whether a split reduction stores its parts in a float32 workspace that a second
+        kernel adds up in a fixed order, rather than adding them into the output atomically:
+        in a deterministic program, and into float16 and bfloat16 outputs, which OpenCL has
+        no atomic addition for (and each part rounded to their precision would lose bits of
+        the sum)."""
+        return self.deterministic or self.dtype in STORED
 
     @property
     def original(self) -> Contraction:

@@ -286,13 +286,14 @@ def count(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...]]
 
 
 def main_loop(kernel: ir.KernelIR) -> ir.For | None:
-    """The outermost loop that accumulates products (a multiply-accumulate of fragments, or an
-    update of a register), where a kernel spends its time, a step loop (with barriers) first:
-    a step peeled off before it holds loops that accumulate; None where no loop does."""
+    """The outermost loop that accumulates products (a multiply-accumulate of fragments, a
+    warpgroup's wgmma, or an update of a register), where a kernel spends its time, a step
+    loop (with barriers) first: a step peeled off before it holds loops that accumulate; None
+    where no loop does. The write of the output after it (a C tile's stores) is "after"."""
     registers = {local.name for local in kernel.locals if local.space is ir.Space.REGISTER}
 
     def accumulates(s: ir.Stmt) -> bool:
-        return isinstance(s, ir.MultiplyAccumulate) or (
+        return isinstance(s, ir.MultiplyAccumulate | ir.WarpgroupMultiply) or (
             isinstance(s, ir.Assign) and s.op != "=" and (
                 isinstance(s.target, ir.Var)
                 or isinstance(s.target, ir.Load) and s.target.array in registers))

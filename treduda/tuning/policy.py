@@ -506,11 +506,22 @@ def cache_value(result: SearchResult, by: str, checking: bool = False) -> dict[s
              + (f", started from {stats.seeded} winner(s) of similar sizes" if stats.seeded
                 else "")
              + (", re-ranked by walking the kernels" if best.walked is not None else "")
-             + (", re-estimated with ptxas's registers" if best.compiled is not None else "")
+             + _reestimated(best.compiled)
              + (", ptxas's check running" if checking else ""))
     return {"strategy": best.strategy, "params": dict(best.params),
             "seconds": best.prediction.seconds, "binding": best.prediction.binding,
             "measured": measured, "found": found, "search": search_version()}
+
+
+def _reestimated(compiled: Compiled | None) -> str:
+    """What ptxas's check re-estimated a winner with, for ``found``: its registers and spills,
+    and the instructions its SASS main loop issues per FMA where that loop was read
+    (:meth:`Compiled.of`: the full tiles' loop of an FMA kernel)."""
+    if compiled is None:
+        return ""
+    sass = (" and its SASS main loop's instructions per FMA"
+            if compiled.instructions_per_fma is not None else "")
+    return f", re-estimated with ptxas's registers and spills{sass}"
 
 
 def remember(store: TuningCache | None, program: Program, result: SearchResult,
