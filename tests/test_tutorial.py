@@ -133,6 +133,7 @@ class OwnModel:
     of 16 values are best, each step away a millisecond dearer."""
 
     walkable = True
+    remembers = False
 
     def __init__(self, program, strategy, values):
         self.space, self.evaluations = strategy.space(program), 0

@@ -21,6 +21,9 @@ class CostModel(Protocol):
 
     # Predictions made: the work a search's budget counts (treduda.tuning.budgets).
     evaluations: int
+    # Whether it remembers every prediction it made, so that asked again it makes none (and a
+    # searcher that remembered the answer charges none for it).
+    remembers: bool
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none, and the model answers for the walk.
     walkable: bool

@@ -79,6 +79,7 @@ class Model(Counts):
     open parameters may take (by default all of the strategy's)."""
 
     walkable = True  # its kernels' per-thread statements are what the walk counts
+    remembers = False  # a bound asked again predicts its orders again
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy | str = DEFAULT_STRATEGY,
                  values: Mapping[str, tuple] | None = None):

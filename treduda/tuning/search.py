@@ -142,16 +142,20 @@ class Searcher(LocalSearch):
     def _charged(self, weight: int, evaluate: Callable[[Mapping[str, Any]], Prediction],
                  params: Mapping[str, Any]) -> Prediction:
         """``evaluate(params)``, its predictions (``model.evaluations``: a bound makes one per
-        order it leaves open) counted as ``weight`` work each in :attr:`work`, also where
-        it was remembered (:attr:`_predicted`), so that the budget buys the same search."""
+        order it leaves open; a model that :attr:`~treduda.model.interface.CostModel.remembers`
+        makes none for what it predicted before) counted as ``weight`` work each in
+        :attr:`work`, also where it was remembered (:attr:`_predicted`) and the model would
+        predict it again, so that the budget buys the same search."""
         key = (evaluate.__name__, tuple(params.items()))  # a dict of another order: recomputed
         known = self._predicted.get(key)
         if known is None:
             before = self.model.evaluations
-            known = evaluate(params), weight * max(1, self.model.evaluations - before)
+            prediction, work = evaluate(params), weight * (self.model.evaluations - before)
             if len(self._predicted) >= PREDICTIONS_KEPT:
                 del self._predicted[next(iter(self._predicted))]  # the oldest
-            self._predicted[key] = known
+            self._predicted[key] = prediction, 0 if self.model.remembers else work
+            self.work.done += work
+            return prediction
         self.work.done += known[1]
         return known[0]
 
