@@ -160,6 +160,7 @@ class EnumeratingModel:
 
     walkable = False  # a warp's MMA statements have no per-thread counts to walk
     remembers = True  # each completion's resources, predicted once (_resources)
+    reads_sass = False  # ptxas's registers alone refine it
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):

@@ -134,6 +134,7 @@ class OwnModel:
 
     walkable = True
     remembers = False
+    reads_sass = False
 
     def __init__(self, program, strategy, values):
         self.space, self.evaluations = strategy.space(program), 0

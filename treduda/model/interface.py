@@ -24,6 +24,9 @@ class CostModel(Protocol):
     # Whether it remembers every prediction it made, so that asked again it makes none (and a
     # searcher that remembered the answer charges none for it).
     remembers: bool
+    # Whether its estimates read a compiled kernel's SASS main loop (Compiled.instructions_per_fma):
+    # where none does, ptxas's check need not disassemble the cubin (a third of a CPU second).
+    reads_sass: bool
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none, and the model answers for the walk.
     walkable: bool

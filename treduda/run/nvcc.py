@@ -17,14 +17,14 @@ import shutil
 import signal
 import subprocess
 import tempfile
-import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Generic, Protocol, TypeVar
+from typing import Protocol, TypeVar
 
 from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
+from treduda.once import once_per_key
 
 TIMEOUT_SECONDS = 300
 # -Werror all-warnings reaches every stage -cubin runs: the gcc preprocessor (-Werror: macro
@@ -168,38 +168,6 @@ def _target(arch: str) -> list[str]:
     return [f"-arch={arch}"]
 
 
-Key = TypeVar("Key")
-Value = TypeVar("Value")
-
-
-class Recent(Generic[Key, Value]):
-    """The last ``kept`` values stored, by key, for several threads (compile_cuda_batch
-    compiles on one per core): the oldest is dropped first."""
-
-    def __init__(self, kept: int) -> None:
-        self._kept = kept
-        self._values: dict[Key, Value] = {}
-        self._lock = threading.Lock()
-
-    def get(self, key: Key) -> Value | None:
-        with self._lock:
-            return self._values.get(key)
-
-    def put(self, key: Key, value: Value) -> None:
-        with self._lock:
-            if len(self._values) >= self._kept:
-                del self._values[next(iter(self._values))]
-            self._values[key] = value
-
-
-# The cubins and ptxas logs of recent compilations, by nvcc, target and source: nvcc makes
-# the same cubin of the same source (CUDA 13: byte for byte; ptxas's log differs in its
-# "Compile time" line only, which nothing reads), and one process compiles a kernel again
-# where the search's check, its model's refinement, its SASS report and its export each
-# compile it (about a CPU second each). Failures are not kept.
-_CUBINS: Recent[tuple[str, str, str], tuple[bytes, str]] = Recent(64)
-
-
 @contextlib.contextmanager
 def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
     """Compile ``source`` into a temporary cubin for ``arch``, or its architecture-specific
@@ -219,16 +187,24 @@ def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
             "nvcc was not found on PATH (nor in $CUDA_HOME/bin); install the CUDA toolkit "
             "to compile and inspect CUDA kernels"
         )
+    data, log = _compiled(nvcc, arch, source)
+    with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
+        binary = Path(tmp, "k.cubin")
+        binary.write_bytes(data)
+        yield binary, log
+
+
+# The last 64 kept: nvcc makes the same cubin of the same source (CUDA 13: byte for byte;
+# ptxas's log differs in its "Compile time" line only, which nothing reads), and one process
+# compiles a kernel again where the search's check, its model's refinement, its SASS report
+# and its export each compile it (about a CPU second each). Failures are not kept.
+@once_per_key(64)
+def _compiled(nvcc: str, arch: str, source: str) -> tuple[bytes, str]:
+    """nvcc's cubin of ``source`` for ``arch`` and ptxas's log."""
     names = ", ".join(kernel_names(source)) or "<no __global__ function>"
     failure = f"nvcc failed to compile kernel {names} for {arch}"
-    key = (nvcc, arch, source)
-    kept = _CUBINS.get(key)
     with tempfile.TemporaryDirectory(prefix="treduda-nvcc-") as tmp:
         cu, binary = Path(tmp, "k.cu"), Path(tmp, "k.cubin")
-        if kept is not None:
-            binary.write_bytes(kept[0])
-            yield binary, kept[1]
-            return
         cu.write_text(source)
         done = run_tool([nvcc, *_target(arch), *NVCC_FLAGS, "-o", str(binary), str(cu)],
                         failure)
@@ -236,8 +212,7 @@ def cubin(source: str, arch: str = "sm_90") -> Iterator[tuple[Path, str]]:
         # Warnings nvcc does not promote (its own driver messages) must fail too.
         if done.returncode != 0 or _WARNING.search(log):
             raise CompileError(failure, log=log)
-        _CUBINS.put(key, (binary.read_bytes(), log))
-        yield binary, log
+        return binary.read_bytes(), log
 
 
 def run_tool(command: list[str], failure: str) -> subprocess.CompletedProcess[str]:

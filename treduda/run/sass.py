@@ -9,12 +9,12 @@ No GPU is needed; nvcc builds a cubin and ``nvdisasm -c`` (or ``cuobjdump -sass`
 from __future__ import annotations
 
 import functools
-import hashlib
 import importlib.util
 import os
 import re
 import shutil
 import statistics
+import tempfile
 from collections import Counter
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass, field
@@ -23,9 +23,9 @@ from pathlib import Path
 from treduda.codegen.ir import WARP
 from treduda.codegen.targets import cuda_target
 from treduda.errors import BackendUnavailable, CompileError
+from treduda.once import once_per_key
 from treduda.run.nvcc import (
     CudaReport,
-    Recent,
     _demangle,
     compile_cuda_batch,
     cubin,
@@ -472,28 +472,23 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
 def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
     """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
     entries = {report.kernel for report in parse_ptxas(log)}
-    listing = _listing(disassembler, binary, entries)
+    listing = _disassembled(disassembler, binary.read_bytes(), ", ".join(sorted(entries)))
     return [report for report in parse_sass(listing, arch) if report.kernel in entries]
 
 
-# The listings of recent cubins, by the disassembler and the cubin's SHA-256: a kernel
-# compiled again (:data:`treduda.run.nvcc._CUBINS` keeps its cubin) is not disassembled
-# again, and nvdisasm spends a third of a CPU second on any cubin.
-_LISTINGS: Recent[tuple[str, str], str] = Recent(64)
-
-
-def _listing(disassembler: str, binary: Path, entries: set[str]) -> str:
-    """The disassembler's listing of the cubin ``binary``, which holds the kernels
-    ``entries``: read once per cubin."""
-    key = (disassembler, hashlib.sha256(binary.read_bytes()).hexdigest())
-    if (kept := _LISTINGS.get(key)) is not None:
-        return kept
+# The last 64 kept, by the disassembler and the cubin: a kernel compiled again
+# (:func:`treduda.run.nvcc.cubin` keeps its cubin) is not disassembled again, and nvdisasm
+# spends a third of a CPU second on any cubin.
+@once_per_key(64)
+def _disassembled(disassembler: str, cubin_bytes: bytes, names: str) -> str:
+    """The disassembler's listing of ``cubin_bytes``, the cubin of the kernels ``names``."""
     tool = Path(disassembler).name
-    listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
+    with tempfile.TemporaryDirectory(prefix="treduda-sass-") as tmp:
+        binary = Path(tmp, "k.cubin")
+        binary.write_bytes(cubin_bytes)
+        listing = run_tool([disassembler, *_TOOL_ARGS[tool], str(binary)], f"{tool} failed")
     if listing.returncode != 0:
-        raise CompileError(f"{tool} failed to disassemble kernel {', '.join(sorted(entries))}",
-                           log=listing.stderr)
-    _LISTINGS.put(key, listing.stdout)
+        raise CompileError(f"{tool} failed to disassemble kernel {names}", log=listing.stderr)
     return listing.stdout
 
 

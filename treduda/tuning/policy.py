@@ -326,7 +326,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
         read = [k.cuda_source for c, k in zip(candidates, kernels, strict=True)
-                if reads_sass(models[c.strategy])]
+                if models[c.strategy].reads_sass]
         reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch, read)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
@@ -403,12 +403,6 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         return known[candidate.text]
 
     return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
-
-
-def reads_sass(model: CostModel) -> bool:
-    """Whether ``model``'s estimates read a compiled kernel's SASS count: the SIMT model's
-    (:attr:`Model.reads_sass`); no tensor-core model's."""
-    return isinstance(model, Model) and model.reads_sass
 
 
 def alike(candidate: Candidate, kin: Sequence[Candidate]) -> Candidate:
