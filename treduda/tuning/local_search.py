@@ -219,7 +219,7 @@ class LocalSearch:
                   for p in reversed(self.space.parameters)]
         changes = (itertools.chain(self._trades(params),
                                    ((change,) for change in itertools.chain(*others)),
-                                   self._restagings(params))
+                                   self._restagings(params), self._moves(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
                        itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
@@ -232,13 +232,18 @@ class LocalSearch:
         padding, unrolling), which depend on each other through their rules (preloading needs
         an unrolled step): one at a time, a climb can be stuck where two of them together
         are faster."""
+        fixed = {p.name: params[p.name] for p in self.space.parameters[:self._decided()]}
+        for point in self.space.points(fixed):
+            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _decided(self) -> int:
+        """How many of the first decisions come before the last ones (:meth:`_finishes`):
+        the most whose completions number more than :data:`FINISH`."""
         last = len(self.space.parameters)
         while last > 0 and self._below({p.name: 0 for p in self.space.parameters[:last - 1]}
                                        ) <= FINISH:
             last -= 1
-        fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
-        for point in self.space.points(fixed):
-            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+        return last
 
     def _restagings(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes of the staged operands together with the block's threads along one axis:
@@ -261,6 +266,38 @@ class LocalSearch:
                 for threads in values.get(block, ()):
                     if threads != params[block] and (threads > params[block]) == more:
                         yield ("stage", stage), (block, threads)
+
+    def _moves(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes that move half the threads along one axis to another and keep the block's
+        threads, the first axis's tile with them (its registers doubled) or not: the tile grows
+        along the second axis, and where its staged tiles no longer fit the buffers, the last
+        decisions are settled anew (the nearest valid ones). One change at a time passes
+        through a block of half or twice the threads, whose occupancy the registers decide,
+        so where the predicted registers move, so do the climbs that pass there: tccg_36's
+        race stopped at "d,a_b,f", 2 x 4 and 32 x 4 threads x registers along x and y, double
+        buffered (0.1462 ms predicted); 1 x 8 and 64 x 4, single buffered, is faster (0.1438
+        ms: the pick of the count before)."""
+        values = {p.name: p.values for p in self.space.parameters}
+        fixed = [p.name for p in self.space.parameters[:self._decided()]]
+        for a, b in itertools.permutations(AXES, 2):
+            names = (f"block_{a}", f"reg_{a}", f"block_{b}")
+            if not all(name in values for name in names):
+                continue
+            fewer, more = params[names[0]] // 2, params[names[2]] * 2
+            if fewer * 2 != params[names[0]] or fewer not in values[names[0]] \
+                    or more not in values[names[2]]:
+                continue
+            moves = [{names[0]: fewer, names[2]: more}]
+            if params[names[1]] * 2 in values[names[1]]:
+                moves.append({**moves[0], names[1]: params[names[1]] * 2})
+            for move in moves:
+                if self.space.breaks(params, move):
+                    settled = self.space.complete(
+                        {**{name: params[name] for name in fixed}, **move}, params)
+                    if settled is None:
+                        continue
+                    move = {k: v for k, v in settled.items() if v != params[k]}
+                yield tuple(move.items())
 
     def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes that trade threads for registers along an axis and keep its tile, then
