@@ -48,7 +48,12 @@ class LocalSearch:
         cap = stats.polished + limit
         race = (stats.polished + limit // 2,  # half of what the seeds' dives left
                 self.work.halfway(deadline))
-        heap = [(c.key(), c) for c in seeds]
+        # Seeds of one predicted time are look-alikes (mappings alike but for a symmetry of
+        # the sizes): their climbs end alike, so the race climbs one of them (tccg_35's first
+        # four climbs were two such pairs, 350 candidates each, where the count of registers
+        # that agrees with ptxas ranks them first).
+        alike = {c.prediction.seconds: c for c in sorted(seeds, key=Candidate.key, reverse=True)}
+        heap = [(c.key(), c) for c in alike.values()]
         heapq.heapify(heap)
         while heap:  # (key, candidate): keys differ (they end with the parameters' text)
             key, seed = heapq.heappop(heap)
