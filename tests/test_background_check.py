@@ -119,10 +119,10 @@ def test_a_winner_whose_occupancy_rests_on_its_registers_is_checked_far_below_th
     model = model_of(program, gpu("H100"), "tiled+staged")
     assert model.register_pressure(EIGHT_BY_EIGHT) < policy.CHECK_REGISTERS  # 109 of 255
     assert policy.worth_checking(program, winner(program, EIGHT_BY_EIGHT))
-    # 4 x 4 tiles in 64 threads, a 64-step: 16 KB of staged tiles hold an SM to 14 blocks,
-    # at the 45 registers predicted as at 1.6 times as many
+    # 4 x 4 tiles in 64 threads, a 128-step: 32 KB of staged tiles hold an SM to 7 blocks,
+    # at the 58 registers predicted as at 1.6 times as many (10 blocks)
     shared_bound = {**EIGHT_BY_EIGHT, "block_x": 8, "block_y": 8, "reg_x": 4, "reg_y": 4,
-                    "step": 64}
+                    "step": 128}
     assert not policy.worth_checking(program, winner(program, shared_bound))
-    # ... where a 32-step holds it to 21 by its registers: checked
-    assert policy.worth_checking(program, winner(program, {**shared_bound, "step": 32}))
+    # ... where a 64-step's 16 KB allow 14, and 1.6 times the registers 10: checked
+    assert policy.worth_checking(program, winner(program, {**shared_bound, "step": 64}))

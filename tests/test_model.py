@@ -15,6 +15,7 @@ from treduda.generation import launch
 from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.optimist import LOAD_WINDOW, REGISTER_BYTES, _Optimist
+from treduda.model.prediction import Compiled
 from treduda.polyhedral import ast_build
 from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
@@ -170,7 +171,10 @@ def test_operands_read_from_global_memory_along_a_slow_index_wait_for_it():
     small = {**TCCG15_PICK, "block_y": 4}
     assert _Optimist(model, model.describe(TCCG15_PICK)).hoisted_points() == 1
     assert _Optimist(model, model.describe(small)).hoisted_points() == pytest.approx(1 + 64 / 74)
-    assert model.estimate(small).resources["latency"] < unstaged.resources["latency"] / 2
+    # with ptxas's 93 registers (CUDA 13, sm_90): five blocks of 128 threads an SM (the
+    # model's 102 allow four)
+    hoisting = model.estimate(small, Compiled(93))
+    assert hoisting.resources["latency"] < unstaged.resources["latency"] / 2
     assert model.bound(TCCG15_PICK).seconds <= unstaged.seconds
 
 
@@ -212,7 +216,9 @@ def test_edge_blocks_that_load_under_guards_of_their_own_wait_for_every_point():
     pick, other = model.estimate(TCCG19_PICK), model.estimate(rival)
     assert pick.binding == "latency" and "at the output's edge" not in other.because
     assert "36% of the blocks, at the output's edge" in pick.because
-    assert pick.seconds > 2 * other.seconds
+    # measured 4.1 times; the rival's 90 registers predicted (ptxas 95) hold five blocks of its
+    # 128 threads an SM, as measured, where the 77 predicted before held six
+    assert pick.seconds > 1.5 * other.seconds
     assert model.bound(TCCG19_PICK).seconds <= pick.seconds
 
 

@@ -162,11 +162,11 @@ class Model(Counts):
                 for t in (*(r for r in self.reads if o.staged(r) is False), self.output)}
 
     def register_pressure(self, params: Mapping[str, Any]) -> float:
-        """What the main loop of a complete candidate holds at once (:meth:`_Optimist.
-        live_registers`), as a share of the registers its launch bounds let ptxas give a
-        thread: above 1, ptxas spills."""
+        """The least the main loop of a complete candidate can hold at once (:meth:`_Optimist.
+        live_registers` ``least``), as a share of the registers its launch bounds let ptxas
+        give a thread: above 1, ptxas spills."""
         o = _Optimist(self, self.describe(params))
-        return o.live_registers() / self.gpu.register_cap(o.threads())
+        return o.live_registers(least=True) / self.gpu.register_cap(o.threads())
 
     # -- the resources -------------------------------------------------------------------------
 

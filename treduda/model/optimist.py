@@ -20,7 +20,21 @@ from .accesses import _Accesses
 from .counts import _Read
 from .tiles import ASSIGN, BLOCK, REG
 
-OPERAND_REGISTERS = 12  # registers beyond accumulators and operands: indices, pointers
+# Registers the main loop holds beside its values: per tensor it reads, the address of its
+# next load (a 64-bit pointer, the index it advances by, a shared or global offset), and for
+# the kernel, loop counters, thread and block indices. Calibrated against ptxas (CUDA 13,
+# sm_90) on one half of 201 kernels (benchmarks/simt_registers.py: the H200 file's picks and
+# rivals, the SIMT economy table's picks, random candidates of ten search spaces) and judged
+# on the other: median |estimate - ptxas| 18.5 -> 5.5 registers there (the fit on the other half
+# gives 8 and 8, judged 8).
+ADDRESS_REGISTERS = 8
+BOOKKEEPING_REGISTERS = 6
+# ptxas (CUDA 13, sm_90) keeps a kernel whose operands all come from shared memory (short
+# latency: it can load each just before its use) at 128 registers where the least its loop
+# holds fits: the 5 such kernels of benchmarks/simt_registers.py counted 131-139 by
+# live_registers got 123-128 (tccg_07~1; the economy picks of tccg_35/42/44/48); with an
+# operand read from global memory, which ptxas loads ahead, 6 of 8 got 142-168.
+SHARED_OPERANDS_TARGET = 128
 REGISTER_BYTES = 4  # what a register spill stores or loads (registers are 32-bit)
 HOISTED_REGISTERS = 2  # registers per global operand value loaded ahead: the value, its address
 # Instructions by which ptxas issues a direct operand's load ahead of its first use: in the
@@ -55,14 +69,14 @@ class _Optimist(_Accesses):
 
     def least_spill_bytes(self) -> float:
         """The fewest bytes of spills (:meth:`spill_bytes`) the estimate of any completion
-        predicts: what the main loop holds at the least (:meth:`live_registers`, every open
-        decision at its fewest) beyond the cap of the launch bounds of the fewest threads, each
-        factor of :meth:`spill_bytes` at its least (an 8 x 8 register tile in blocks of 1024
-        threads spills whatever is decided after)."""
+        predicts: what the main loop holds at the least (:meth:`live_registers` ``least``,
+        every open decision at its fewest) beyond the cap of the launch bounds of the fewest
+        threads, each factor of :meth:`spill_bytes` at its least (an 8 x 8 register tile in
+        blocks of 1024 threads spills whatever is decided after)."""
         if self.compiled:
             return 0.0
         threads = self.threads()
-        beyond = self.live_registers() - self.m.gpu.register_cap(threads)
+        beyond = self.live_registers(least=True) - self.m.gpu.register_cap(threads)
         if beyond <= 0:
             return 0.0
         steps = min(self.steps(step) for step in self.options("step"))
@@ -70,7 +84,8 @@ class _Optimist(_Accesses):
 
     def spilled_registers(self) -> int:
         """Registers ptxas spills, predicted for a complete candidate without its report: none
-        while what the main loop holds at once fits the cap of the launch bounds; beyond it,
+        while the least the main loop can hold at once (:meth:`live_registers` ``least``)
+        fits the cap of the launch bounds; beyond it,
         ptxas spills from the schedule it made before allocating, which loads each global
         operand of an unrolled step at the step's start (:meth:`live_registers` hoisted), so
         all of that above the cap. From ptxas (CUDA 13, sm_90) on GEMM 4096^3 with 1024
@@ -80,53 +95,68 @@ class _Optimist(_Accesses):
         staged, nothing is hoisted (240 bytes; predicted 200). Of 1260 candidates sampled from
         six spaces (GEMM in both layouts and in float64, TCCG rows 1 and 13), 45 are predicted
         to spill and all do; 6 more spill at most 104 bytes. Amounts are good to about 2x,
-        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks."""
+        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks. On the 201
+        kernels of benchmarks/simt_registers.py, ptxas spills in 12: 8 are foreseen (6 before
+        :data:`ADDRESS_REGISTERS`), none that ptxas does not spill (against what the loop
+        holds unconstrained: 10, and 8 it does not spill)."""
         cap = self.m.gpu.register_cap(self.threads())
-        if self.live_registers() <= cap:
+        if self.live_registers(least=True) <= cap:
             return 0
         return self.live_registers(hoisted=True) - cap
 
     def registers(self) -> int:
         """ptxas's count where given; else what the main loop holds at once
         (:meth:`live_registers`), no more than the launch bounds let ptxas give a thread (it
-        spills the rest, :meth:`spill_bytes`). While open, the fewest of any completion: the
-        least the loop holds, capped for the largest block still possible."""
+        spills the rest, :meth:`spill_bytes`); where every operand comes from shared memory,
+        no more than :data:`SHARED_OPERANDS_TARGET` once the least the loop holds fits it.
+        While open, the fewest of any completion: the least the loop holds, capped for the
+        largest block still possible."""
         if self.compiled:
             return self.compiled.registers
         largest = math.prod(max(self.options(b)) for b in BLOCK)
-        return min(self.live_registers(), self.m.gpu.register_cap(largest))
+        held = self.live_registers()
+        if not any(self.staged(r) is False for r in self.m.reads):
+            held = min(held, max(self.live_registers(least=True), SHARED_OPERANDS_TARGET))
+        return min(held, self.m.gpu.register_cap(largest))
 
-    def live_registers(self, hoisted: bool = False) -> int:
-        """Registers the main loop holds at once: accumulators, operands (:meth:`operands`),
-        the preloaded next step (each element as many registers as its dtype needs), and
-        bookkeeping; ``hoisted``, with each global operand of an unrolled step loaded ahead.
-        Remembered per model for the values still open of the quantities it reads."""
-        return self.once(("live", hoisted), lambda: self.memo(
-            ("live", hoisted, *(self.options(q) for q in LIVE_QUANTITIES)),
-            lambda: self._live_registers(hoisted)))
+    def live_registers(self, hoisted: bool = False, least: bool = False) -> int:
+        """Registers the main loop holds at once, as ptxas allocates them where the launch
+        bounds leave room: accumulators, operands (:meth:`operands`), the preloaded next step
+        (each element as many registers as its dtype needs), each read's address
+        (:data:`ADDRESS_REGISTERS`) and bookkeeping; ``hoisted``, with each global operand of
+        an unrolled step loaded ahead; ``least``, with operands consumed one by one, as ptxas
+        schedules them before it spills. Remembered per model for the values still open of
+        the quantities it reads."""
+        return self.once(("live", hoisted, least), lambda: self.memo(
+            ("live", hoisted, least, *(self.options(q) for q in LIVE_QUANTITIES)),
+            lambda: self._live_registers(hoisted, least)))
 
-    def _live_registers(self, hoisted: bool) -> int:
+    def _live_registers(self, hoisted: bool, least: bool) -> int:
         elements = self.m.groups * self.registers_tile()
-        elements += sum(self.operands(r, hoisted) for r in self.m.reads)
+        elements += sum(self.operands(r, hoisted, least) for r in self.m.reads)
         if self.tiles_decided() and self.decided("stage") and self.p.get("preload"):
             threads = math.prod(self.p[b] for b in BLOCK)
             elements += sum(math.ceil(math.prod(self.copy_extents(r)) / threads)
                             for r in self.m.reads if self.staged(r))
-        return elements * dtypes.registers(self.m.program.dtype) + OPERAND_REGISTERS
+        return (elements * dtypes.registers(self.m.program.dtype)
+                + ADDRESS_REGISTERS * len(self.m.reads) + BOOKKEEPING_REGISTERS)
 
-    def operands(self, read: _Read, hoisted: bool = False) -> int:
-        """Values of ``read`` the main loop holds at once: one, as FMAs can consume operands
-        one by one; a vector load along the reduction (:meth:`vector_values`) holds its
-        values for every register of the thread's tile it feeds (ptxas issues one LDS.128 per
-        row, before the FMAs that use it); ``hoisted`` and read from global memory in an
-        unrolled step, every value the unrolled loop loads."""
+    def operands(self, read: _Read, hoisted: bool = False, least: bool = False) -> int:
+        """Values of ``read`` the main loop holds at once: those of one reduction point for
+        every register of the thread's tile it feeds (:meth:`tile_values`; ptxas loads them
+        all before the point's outer product of FMAs), times a vector load's values along the
+        reduction (:meth:`vector_values`: one LDS.128 per row); ``hoisted`` and read from
+        global memory in an unrolled step, every value the unrolled loop loads; ``least``,
+        one value a load (FMAs can consume operands one by one). Counted as one value, the
+        estimate was a median 18 registers below ptxas's on 201 kernels
+        (benchmarks/simt_registers.py), 6 counted so with :data:`ADDRESS_REGISTERS`."""
         vector = self.vector_values(read)
         if vector > 1:
             return self.tile_values(read) * vector
         if hoisted and self.staged(read) is False and self.p.get("unroll") and self.p["step"]:
             unrolled = (e for i, e in self.footprint(read).items() if i in self.m.unrolled)
             return self.tile_values(read) * math.prod(unrolled)
-        return 1
+        return 1 if least else self.tile_values(read)
 
     def tile_values(self, read: _Read) -> int:
         """Values of ``read`` a thread's register tile uses per reduction point: its

@@ -3,7 +3,8 @@
 Once its budget stops the tree (:mod:`treduda.tuning.search`), the search improves the best
 candidate of every mapping by changing one parameter, a thread-register trade or the last
 decisions together, then two parameters, while the estimate improves, always climbing on from
-the fastest seed that can still improve (:meth:`LocalSearch._polish`).
+the fastest seed that can still improve (:meth:`LocalSearch._polish`); at a local optimum, from
+its tiles on other axes (:meth:`LocalSearch._transposed`).
 """
 
 from __future__ import annotations
@@ -47,7 +48,12 @@ class LocalSearch:
         cap = stats.polished + limit
         race = (stats.polished + limit // 2,  # half of what the seeds' dives left
                 self.work.halfway(deadline))
-        heap = [(c.key(), c) for c in seeds]
+        # Seeds of one predicted time are look-alikes (mappings alike but for a symmetry of
+        # the sizes): their climbs end alike, so the race climbs one of them (tccg_35's first
+        # four climbs were two such pairs, 350 candidates each, where the count of registers
+        # that agrees with ptxas ranks them first).
+        alike = {c.prediction.seconds: c for c in sorted(seeds, key=Candidate.key, reverse=True)}
+        heap = [(c.key(), c) for c in alike.values()]
         heapq.heapify(heap)
         while heap:  # (key, candidate): keys differ (they end with the parameters' text)
             key, seed = heapq.heappop(heap)
@@ -133,9 +139,51 @@ class LocalSearch:
         rows the best kernels lie close to a good incumbent, in a few coupled changes (a
         register tile grown while the threads shrink), that best-first with a loose bound
         reaches late (tccg_01 after 3000 nodes: 0.181 ms predicted, optimum 0.095 ms)."""
-        while (faster := self._step(best, scored, seen, stats, 2, cap, deadline)) is not None:
+        while (faster := self._step(best, scored, seen, stats, 2, cap, deadline)
+               or self._transposed(best, scored, seen, stats, cap, deadline)) is not None:
             best = faster
         return best
+
+    def _transposed(self, best: Candidate, scored: list[Candidate], seen: set[str],
+                    stats: SearchStats, cap: int, deadline: int | None) -> Candidate | None:
+        """The first of ``best``'s twins on other axes (:meth:`_twins`) that, climbed one
+        change at a time (:meth:`_step`), ends faster than ``best``; None where none does. A
+        twin computes the same tiles with other threads along the memory's fastest axis, so it
+        is seldom faster itself, and the climb from ``best`` moves to it only within two
+        changes of the tiles: tccg_42's climb stopped at "b_c,a,e_f", 4 x 8 and 8 x 1 threads
+        x registers along x and y (0.1477 ms predicted); its twin on "a,b_c,e_f" (0.1807 ms)
+        climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%)."""
+        for twin in self._twins(best.params):
+            candidate = self._scored(twin, scored, seen, stats)
+            if candidate is None:
+                continue
+            while (faster := self._step(candidate, scored, seen, stats, 0, cap,
+                                        deadline)) is not None:
+                candidate = faster
+            if candidate.key() < best.key():
+                return candidate
+        return None
+
+    def _twins(self, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
+        """``params`` with the mapping's groups on other axes and each axis's threads,
+        registers and assignment moved along with its group: the valid candidates of every
+        other order of the same groups."""
+        if "order" not in params:
+            return
+        groups = params["order"].split(",")
+        orders = next(p.values for p in self.space.parameters if p.name == "order")
+        for order in orders:
+            moved = order.split(",")
+            if order == params["order"] or sorted(moved) != sorted(groups):
+                continue
+            change = {"order": order}
+            for axis, group in zip(AXES, moved, strict=False):
+                source = AXES[groups.index(group)]
+                for name in ("block", "reg", "assign"):
+                    if f"{name}_{source}" in params:
+                        change[f"{name}_{axis}"] = params[f"{name}_{source}"]
+            if not self.space.breaks(params, change):
+                yield {**params, **change}
 
     def _spent(self, stats: SearchStats, cap: int, deadline: int | None) -> bool:
         """Whether the local search has scored ``cap`` candidates or its work reached
@@ -176,7 +224,7 @@ class LocalSearch:
                   for p in reversed(self.space.parameters)]
         changes = (itertools.chain(self._trades(params),
                                    ((change,) for change in itertools.chain(*others)),
-                                   self._restagings(params))
+                                   self._restagings(params), self._moves(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
                        itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
@@ -189,13 +237,18 @@ class LocalSearch:
         padding, unrolling), which depend on each other through their rules (preloading needs
         an unrolled step): one at a time, a climb can be stuck where two of them together
         are faster."""
+        fixed = {p.name: params[p.name] for p in self.space.parameters[:self._decided()]}
+        for point in self.space.points(fixed):
+            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+
+    def _decided(self) -> int:
+        """How many of the first decisions come before the last ones (:meth:`_finishes`):
+        the most whose completions number more than :data:`FINISH`."""
         last = len(self.space.parameters)
         while last > 0 and self._below({p.name: 0 for p in self.space.parameters[:last - 1]}
                                        ) <= FINISH:
             last -= 1
-        fixed = {p.name: params[p.name] for p in self.space.parameters[:last]}
-        for point in self.space.points(fixed):
-            yield tuple((name, value) for name, value in point.items() if name not in fixed)
+        return last
 
     def _restagings(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes of the staged operands together with the block's threads along one axis:
@@ -218,6 +271,38 @@ class LocalSearch:
                 for threads in values.get(block, ()):
                     if threads != params[block] and (threads > params[block]) == more:
                         yield ("stage", stage), (block, threads)
+
+    def _moves(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
+        """Changes that move half the threads along one axis to another and keep the block's
+        threads, the first axis's tile with them (its registers doubled) or not: the tile grows
+        along the second axis, and where its staged tiles no longer fit the buffers, the last
+        decisions are settled anew (the nearest valid ones). One change at a time passes
+        through a block of half or twice the threads, whose occupancy the registers decide,
+        so where the predicted registers move, so do the climbs that pass there: tccg_36's
+        race stopped at "d,a_b,f", 2 x 4 and 32 x 4 threads x registers along x and y, double
+        buffered (0.1462 ms predicted); 1 x 8 and 64 x 4, single buffered, is faster (0.1438
+        ms: the pick of the count before)."""
+        values = {p.name: p.values for p in self.space.parameters}
+        fixed = [p.name for p in self.space.parameters[:self._decided()]]
+        for a, b in itertools.permutations(AXES, 2):
+            names = (f"block_{a}", f"reg_{a}", f"block_{b}")
+            if not all(name in values for name in names):
+                continue
+            fewer, more = params[names[0]] // 2, params[names[2]] * 2
+            if fewer * 2 != params[names[0]] or fewer not in values[names[0]] \
+                    or more not in values[names[2]]:
+                continue
+            moves = [{names[0]: fewer, names[2]: more}]
+            if params[names[1]] * 2 in values[names[1]]:
+                moves.append({**moves[0], names[1]: params[names[1]] * 2})
+            for move in moves:
+                if self.space.breaks(params, move):
+                    settled = self.space.complete(
+                        {**{name: params[name] for name in fixed}, **move}, params)
+                    if settled is None:
+                        continue
+                    move = {k: v for k, v in settled.items() if v != params[k]}
+                yield tuple(move.items())
 
     def _trades(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes that trade threads for registers along an axis and keep its tile, then
