@@ -226,24 +226,27 @@ def test_a_split_launches_the_parts_that_cover_its_steps():
     # tccg_19's pick splits the 6 steps of its first summed index 4 ways: parts of 2 steps
     # cover them in 3, so the kernel launches 3 blocks per output tile (297 on the H200,
     # 2026-11-26), not 4, and each walks a third of the reduction: its chain is a third of
-    # the unsplit kernel's (both fill one wave)
+    # the unsplit kernel's (both fill one wave at 72 registers: 3 blocks of 256 threads a SM)
     program = plan(*TCCG19, layout="F")
     model = Model(program, gpu("H200"))
     optimist = _Optimist(model, model.describe(TCCG19_PICK))
     grid, _, _ = launch(program, "tiled+staged", TCCG19_PICK)
     assert math.prod(grid) == 297 == optimist.blocks() * optimist.parts()[0]
     assert optimist.parts() == (3, 3, pytest.approx(1 / 3))
-    unsplit = model.estimate({**TCCG19_PICK, "split": 1}).resources["latency"]
-    assert model.estimate(TCCG19_PICK).resources["latency"] == pytest.approx(unsplit / 3)
+    compiled = Compiled(registers=72)
+    unsplit = model.estimate({**TCCG19_PICK, "split": 1}, compiled).resources["latency"]
+    assert model.estimate(TCCG19_PICK, compiled).resources["latency"] == pytest.approx(
+        unsplit / 3)
 
 
 def test_a_grid_short_of_the_sms_leaves_each_stalled_step_exposed():
     # tccg_19's pick unsplit: 99 blocks of 256 threads on the H200's 132 SMs, one on the
-    # busiest, where the limits would let 3 be resident: while it waits for each step's copy
-    # (not loaded ahead) no other block issues, so the SM idles an L2 latency per step
+    # busiest, where the limits would let 3 be resident (at 72 registers): while it waits for
+    # each step's copy (not loaded ahead) no other block issues, so the SM idles an L2
+    # latency per step
     model = Model(plan(*TCCG19, layout="F"), gpu("H200"))
     g = model.gpu
-    unsplit = model.estimate({**TCCG19_PICK, "split": 1})
+    unsplit = model.estimate({**TCCG19_PICK, "split": 1}, Compiled(registers=72))
     assert unsplit.warps == 24  # latencies hidden as the limits' occupancy says
     outputs = 96 * 96 * 88  # padded: b's 84 on 3 tiles of 32, c's 84 on 11 of 8
     quantise = g.sm_count / 99  # the busiest SM's one block against 99 / 132 on average
