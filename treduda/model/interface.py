@@ -24,8 +24,11 @@ class CostModel(Protocol):
     # Whether it remembers every prediction it made, so that asked again it makes none (and a
     # searcher that remembered the answer charges none for it).
     remembers: bool
-    # Whether its estimates read a compiled kernel's SASS main loop (Compiled.instructions_per_fma):
-    # where none does, ptxas's check need not disassemble the cubin (a third of a CPU second).
+    # Whether its estimates read a compiled kernel's SASS main loop (Compiled.instructions_per_fma)
+    # and it counts, per multiply-add, the instructions that loop issues by kind
+    # (issue_instructions(params) -> dict[str, float]), so that a kin's report is carried in the
+    # ratio of two candidates' counts (treduda.tuning.policy.as_kin). Where none does, ptxas's
+    # check need not disassemble the cubin (a third of a CPU second).
     reads_sass: bool
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none, and the model answers for the walk.
