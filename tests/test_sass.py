@@ -413,12 +413,15 @@ def test_only_the_sources_asked_for_are_disassembled(monkeypatch: pytest.MonkeyP
 def test_a_kernel_compiled_again_is_neither_compiled_nor_disassembled_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The search's check, a model's refinement and a SASS report compile the same kernel:
-    nvcc and nvdisasm run once for it, and the reports are the same."""
+    nvcc and nvdisasm run once for it, the reports are the same, and the check reads ptxas's
+    log once."""
     source = FMA_LOOP.replace("fma_chain", "fma_chain_again")
     first = sass_report(source, "sm_86")
-    ran = []
+    ran, parsed = [], []
     monkeypatch.setattr(nvcc, "run_tool", lambda command, failure: ran.append(command))
     monkeypatch.setattr(sass, "run_tool", lambda command, failure: ran.append(command))
     assert sass_report(source, "sm_86") == first
+    monkeypatch.setattr(sass, "parse_ptxas", lambda log: parsed.append(log) or
+                        nvcc.parse_ptxas(log))
     assert sass.compile_with_sass([source], "sm_86")[0][0].sass == first[0]
-    assert ran == []
+    assert ran == [] and len(parsed) == 1

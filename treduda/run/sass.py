@@ -466,12 +466,14 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
             "CUDA toolkit, or `pip install nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
         )
     with cubin(source, arch) as (binary, log):
-        return _entries(disassembler, binary, log, cuda_target(source, arch))
+        entries = {report.kernel for report in parse_ptxas(log)}
+        return _entries(disassembler, binary, entries, cuda_target(source, arch))
 
 
-def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
-    """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
-    entries = {report.kernel for report in parse_ptxas(log)}
+def _entries(disassembler: str, binary: Path, entries: Collection[str], arch: str
+             ) -> list[SassReport]:
+    """The SASS reports of the entry functions ``entries`` (those ptxas's log names) in the
+    cubin ``binary``."""
     listing = _disassembled(disassembler, binary.read_bytes(), ", ".join(sorted(entries)))
     return [report for report in parse_sass(listing, arch) if report.kernel in entries]
 
@@ -518,9 +520,10 @@ def compile_with_sass(sources: Sequence[str], arch: str = "sm_90",
 
 def _compilations(disassembler: str | None, arch: str, wanted: set[str] | None, binary: Path,
                   log: str) -> list[Compilation]:
-    reports = parse_ptxas(log)
+    reports = parse_ptxas(log)  # once: the entries disassembled are those it names
+    entries = {r.kernel for r in reports}
     read = [r.kernel for r in reports if wanted is None or r.kernel in wanted]
-    sass = ({r.kernel: r for r in _entries(disassembler, binary, log, arch)}
+    sass = ({r.kernel: r for r in _entries(disassembler, binary, entries, arch)}
             if disassembler and read else {})
     return [Compilation(report, sass.get(report.kernel) if report.kernel in read else None)
             for report in reports]
