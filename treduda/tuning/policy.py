@@ -32,7 +32,7 @@ from typing import Any, Protocol
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
 from ..model.gpus import Gpu
-from ..model.interface import CostModel
+from ..model.interface import CostModel, capable
 from ..model.model import model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
@@ -325,7 +325,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
         read = [k.cuda_source for c, k in zip(candidates, kernels, strict=True)
-                if models[c.strategy].reads_sass]
+                if capable(models[c.strategy], "reads_sass")]
         reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch, read)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
@@ -417,7 +417,7 @@ def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compi
     read, in the ratio of the two's counts by ``model`` (a kin's step or buffers change its
     instructions: like with like, as the candidates compiled are estimated)."""
     report = compiled.compiled
-    if report is None or report.instructions_per_fma is None or not model.reads_sass:
+    if report is None or report.instructions_per_fma is None or not capable(model, "reads_sass"):
         return report  # a model that does not read the SASS count takes none of it
     ratio = (sum(model.issue_instructions(candidate.params).values())
              / sum(model.issue_instructions(compiled.params).values()))
