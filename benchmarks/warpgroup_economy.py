@@ -7,12 +7,11 @@ main body's HGMMA, instructions beside each MMA, LDG of operands, LDGSTS, LDS, S
 emulator's count of its first block's first steps the worst bank-conflict ways, of all
 shared accesses and of the operand tiles'. The main body is the SASS main loop, or where
 nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), the straight
-run of code holding them, which is then the kernel's body: the per-HGMMA figures read either
-alike. Such a run ends at nvcc's first branch target, so it may hold the first outputs of the
-write to C where nvcc peeled them off the write's loop (tccg_42's 8 STG: 146 instructions beside
-each HGMMA where tccg_45's run, without them, has 114; both 228 up to the barrier before the
-write): the body STG column shows them. Needs nvcc and nvdisasm for the SASS columns (left
-empty without them).
+run of code holding them up to the wait for the last of them (WARPGROUP.DEPBAR), which is then
+the kernel's body: the per-HGMMA figures read either alike, and the C tile's write comes after
+the body as after a loop (tccg_42's 96 STS of the C tile were the body's, 113.5 instructions
+beside each HGMMA where the body's are 64); the emulator's regions end there too. Needs nvcc and
+nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
                                            [--gpu H100] [--before FILE] [--hold K=V ...]

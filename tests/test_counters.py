@@ -241,6 +241,22 @@ def test_a_warpgroup_kernels_regions_follow_its_structure(copies):
             "A", ASYNC_COPY).requests
 
 
+def test_a_one_step_warpgroup_kernels_main_body_ends_at_its_wgmmas_wait():
+    """A reduction of one step has no loop: its main body is the kernel up to the wait for its
+    wgmmas, the step's copies and multiplies, and the C tile's stores, its reads and the
+    output's write come after, as after a loop. Every access counted as the main loop's."""
+    kernel = treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 128, "j": 72, "k": 24},
+                             dtype="float16", strategy="warpgroup",
+                             params={"warpgroups": 1, "frags_m": 1, "tile_n": 64,
+                                     "frags_k": 2, "stages": 2, "async_copy": True})
+    counted = kernel.counters()
+    regions = {region: {(t.array, t.operation) for t in counted.traffic if t.region is region}
+               for region in Region}
+    assert regions == {Region.BEFORE: set(), Region.MAIN_LOOP: {
+        ("A", ASYNC_COPY), ("B", ASYNC_COPY), ("td_sa", ASYNC_COPY), ("td_sb", ASYNC_COPY)},
+        Region.AFTER: {("C", STORE), ("td_sc", STORE), ("td_sc", LOAD)}}
+
+
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16"])
 def test_copies_into_padded_tiles_of_short_rows_are_free_of_conflicts(dtype):
     """16-byte cp.async runs into A's tile of 32 halves a row padded to 80 bytes: a phase of

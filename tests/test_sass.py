@@ -251,6 +251,36 @@ unrolled:
 """
 
 
+# A one-step warpgroup kernel as nvdisasm prints it (tccg_42's, cut short): the step's copy,
+# its two HGMMAs and their wait, then the C tile's stores, with no loop.
+ONE_STEP_WGMMA = """\
+//--------------------- .text.one_step_wgmma     --------------------------
+one_step_wgmma:
+        /*0000*/                   LDGSTS.E.BYPASS.128 [R17], desc[UR8][R4.64] ;
+        /*0010*/                   LDGDEPBAR ;
+        /*0020*/                   DEPBAR.LE SB0, 0x0 ;
+        /*0030*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0040*/                   WARPGROUP.ARRIVE ;
+        /*0050*/                   HGMMA.64x256x16.F32 R24, gdesc[UR12].tnspB, RZ, !UPT ;
+        /*0060*/                   HGMMA.64x256x16.F32 R24, gdesc[UR12].tnspB, R24, gsb0 ;
+        /*0070*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0080*/                   WARPGROUP.DEPBAR.LE gsb0, 0x0 ;
+        /*0090*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*00a0*/                   STS.64 [R2], R24 ;
+        /*00b0*/                   STS.64 [R2+0x2100], R26 ;
+        /*00c0*/                   EXIT ;
+"""
+
+
+def test_without_a_loop_the_main_body_of_wgmmas_ends_at_their_wait() -> None:
+    """What follows the wait for the last wgmma writes the C tile, after the main body as
+    after a loop: the body's per-MMA figures are a step's."""
+    (report,) = parse_sass(ONE_STEP_WGMMA, "sm_90a")
+    assert not report.looped and report.main_loop_instructions == 9
+    assert report.non_mma_per_mma == pytest.approx(7 / 2)
+    assert "STS" not in report.main_loop_opcodes
+
+
 def test_an_out_of_line_retry_returning_over_an_exit_closes_no_loop() -> None:
     """nvcc places an mbarrier wait's retry after the kernel's EXIT, branching back into
     it: no loop spans the kernel from the wait on, the FFMAs' straight run is the main
@@ -413,12 +443,15 @@ def test_only_the_sources_asked_for_are_disassembled(monkeypatch: pytest.MonkeyP
 def test_a_kernel_compiled_again_is_neither_compiled_nor_disassembled_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The search's check, a model's refinement and a SASS report compile the same kernel:
-    nvcc and nvdisasm run once for it, and the reports are the same."""
+    nvcc and nvdisasm run once for it, the reports are the same, and the check reads ptxas's
+    log once."""
     source = FMA_LOOP.replace("fma_chain", "fma_chain_again")
     first = sass_report(source, "sm_86")
-    ran = []
+    ran, parsed = [], []
     monkeypatch.setattr(nvcc, "run_tool", lambda command, failure: ran.append(command))
     monkeypatch.setattr(sass, "run_tool", lambda command, failure: ran.append(command))
     assert sass_report(source, "sm_86") == first
+    monkeypatch.setattr(sass, "parse_ptxas", lambda log: parsed.append(log) or
+                        nvcc.parse_ptxas(log))
     assert sass.compile_with_sass([source], "sm_86")[0][0].sass == first[0]
-    assert ran == []
+    assert ran == [] and len(parsed) == 1

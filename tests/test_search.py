@@ -15,7 +15,7 @@ import treduda
 from treduda.api import search
 from treduda.generation import Generator
 from treduda.model.gpus import H100
-from treduda.model.prediction import Compiled
+from treduda.model.prediction import Compiled, Prediction
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
 from treduda.run.nvcc import CudaReport, nvcc_available
@@ -522,6 +522,24 @@ def test_a_kin_carries_the_sass_count_in_the_ratio_of_the_models_counts():
         109, 0, pytest.approx(1.25 * counts[1] / counts[0], rel=1e-12))
     plain = dataclasses.replace(eight, compiled=Compiled(109))
     assert policy.as_kin(plain, thirty_two, model) == Compiled(109)
+
+
+class _CountingModel:
+    """A strategy's own model that reads the SASS: what it declares, not its class, is what
+    the policy asks (:class:`treduda.model.interface.CostModel`)."""
+
+    reads_sass = True
+
+    def issue_instructions(self, params):
+        return {"fma": 1.0, "copy": params["step"] / 8}
+
+
+def test_a_kin_carries_the_sass_count_of_any_model_that_reads_it():
+    made_up = Prediction(1e-3, "issue", {"issue": 1e-3}, "made up", 1.0)
+    eight, sixteen = (Candidate("own", {"step": step}, made_up) for step in (8, 16))
+    compiled = dataclasses.replace(eight, compiled=Compiled(64, 0, 1.5))
+    assert policy.as_kin(compiled, sixteen, _CountingModel()) == Compiled(
+        64, 0, pytest.approx(1.5 * 3 / 2))
 
 
 @pytest.mark.matrix  # the second batch of the same check the test above proves by default

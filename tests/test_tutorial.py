@@ -12,6 +12,7 @@ import inspect
 from dataclasses import replace
 
 import numpy as np
+import pytest
 from conftest import bound_paths_hold
 
 import treduda
@@ -129,12 +130,9 @@ def test_the_model_sees_what_the_new_mapping_does():
 
 class OwnModel:
     """A cost model of the strategy's own: what the search asks of one
-    (:class:`treduda.model.interface.CostModel`). This one is made up: 64 threads and steps
-    of 16 values are best, each step away a millisecond dearer."""
-
-    walkable = True
-    remembers = False
-    reads_sass = False
+    (:class:`treduda.model.interface.CostModel`; it declares none of the capabilities, whose
+    defaults hold). This one is made up: 64 threads and steps of 16 values are best, each step
+    away a millisecond dearer."""
 
     def __init__(self, program, strategy, values):
         self.space, self.evaluations = strategy.space(program), 0
@@ -178,6 +176,25 @@ class ModelledRows(RowPerBlock):
         return OwnModel(program, self, values)
 
 
+class EstimatingModel:
+    """A model that estimates a kernel but cannot bound a partial one, nor say its registers:
+    what the search and ptxas's check ask of it besides."""
+
+    evaluations = 0
+
+    def estimate(self, params, compiled=None):
+        return Prediction(1e-3, "own", {"own": 1e-3}, "made up", 1.0)
+
+
+@register
+class EstimatedRows(RowPerBlock):
+    name = "row_per_block_estimated"
+    description = "row_per_block, with a cost model that lacks what a search asks"
+
+    def model(self, program, gpu, values=None):
+        return EstimatingModel()
+
+
 def test_a_strategy_supplies_its_own_model_and_the_search_uses_it():
     result = treduda.search(GEMM, SIZES, strategy="row_per_block_modelled")
     best = result.best
@@ -189,4 +206,10 @@ def test_a_strategy_supplies_its_own_model_and_the_search_uses_it():
     kernel = treduda.compile(GEMM, SIZES, strategy="row_per_block_modelled",
                              params=best.params)
     assert kernel.estimate().seconds == best.prediction.seconds  # one estimator answers
+
+
+def test_a_model_that_lacks_what_the_search_asks_is_named_with_what_it_lacks():
+    lacks = "'row_per_block_estimated'.* lacks bound, least, refine, registers, register_pressure"
+    with pytest.raises(treduda.errors.StrategyError, match=lacks):
+        treduda.search(GEMM, SIZES, strategy="row_per_block_estimated")
 

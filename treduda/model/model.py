@@ -60,7 +60,7 @@ from ..polyhedral.strategy import DEFAULT_STRATEGY, Strategy
 from ..polyhedral.strategy import get as get_strategy
 from .counts import Counts
 from .gpus import Gpu
-from .interface import CostModel
+from .interface import CostModel, conforming
 from .occupancy import blocks_per_sm, waves_by_residency
 from .optimist import _Optimist
 from .prediction import (
@@ -409,4 +409,5 @@ def model_of(program: Program, gpu: Gpu, strategy: Strategy | str,
     """The cost model of ``strategy``: the one it supplies (:meth:`Strategy.model`), else the
     analytic model, which reads the strategy's description of itself."""
     chosen = get_strategy(strategy) if isinstance(strategy, str) else strategy
-    return chosen.model(program, gpu, values) or Model(program, gpu, chosen, values)
+    own = chosen.model(program, gpu, values)
+    return Model(program, gpu, chosen, values) if own is None else conforming(own, chosen.name)

@@ -180,6 +180,7 @@ class Tally:
 
     def __init__(self, kernel: ir.KernelIR, steps: int | None = None):
         self.main, self.steps = main_loop(kernel), steps
+        self.ends = None if self.main else main_body_end(kernel)
         stored, computed = itemsize(kernel.dtype), itemsize(compute(kernel.dtype))
         self.places = {p.name: (GLOBAL, stored) for p in kernel.params
                        if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
@@ -301,6 +302,19 @@ def main_loop(kernel: ir.KernelIR) -> ir.For | None:
     loops = [s for s in ir.nested(kernel.body) if isinstance(s, ir.For)
              and any(accumulates(inner) for inner in ir.nested(s.body))]
     return next((s for s in loops if ir.has_barrier(s.body)), next(iter(loops), None))
+
+
+def main_body_end(kernel: ir.KernelIR) -> ir.Stmt | None:
+    """Where no loop accumulates (a reduction of one step, whose wgmmas are not looped), the
+    statement that ends the kernel's main body: the last wait for a warpgroup's multiplies
+    (wgmma.wait_group) after the last of them. What follows writes the C tile, as after a
+    main loop (tccg_42: the C tile's stores, of 2 ways, were the main loop's). None where
+    there is no such wait: the whole kernel is the main body."""
+    statements = list(ir.nested(kernel.body))
+    multiplies = [n for n, s in enumerate(statements) if isinstance(s, ir.WarpgroupMultiply)]
+    waits = [s for s in statements[multiplies[-1]:] if isinstance(s, ir.WarpgroupWait)
+             ] if multiplies else []
+    return waits[-1] if waits else None
 
 
 def _per_warp(warps: np.ndarray, width: int, unit: int) -> int:

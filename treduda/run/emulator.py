@@ -136,10 +136,12 @@ class Hazard:
 class Observer(Protocol):
     """What a counter of accesses sees of an emulated block (:mod:`treduda.run.counters`):
     ``main``, the loop it calls the main loop (None: none), and ``steps``, how many of its
-    iterations to run (None: all)."""
+    iterations to run (None: all); where none, ``ends``, the statement after which the main
+    body (from the kernel's start) ends (None: the kernel's end)."""
 
     main: ir.For | None
     steps: int | None
+    ends: ir.Stmt | None
 
     def begin(self) -> None:
         """A block starts."""
@@ -425,6 +427,8 @@ class _Block:
         elif isinstance(s, ir.WARPGROUP_STATEMENTS):
             for group in np.unique(np.flatnonzero(active) // ir.WARPGROUP):
                 self.warpgroup_statement(s, active, int(group))
+            if self.observer is not None and s is self.observer.ends:
+                self.observer.region(False)
         elif isinstance(s, ir.ProxyFence):
             for name, unfenced in self.unfenced.items():
                 unfenced &= ~active[self.writer[name]]

@@ -272,15 +272,27 @@ def _main_loop(body: list[_Instruction]) -> tuple[list[_Instruction], bool]:
     back from code after an EXIT to before it returns from an out-of-line block. A loop with
     no FMA or MMA is no main loop: where the reduction takes a single step, its unrolled
     FFMAs lie outside every loop (a copy loop may remain), and the straight run of code
-    holding the most of them (the full blocks' scan, which tests nothing) stands for it;
-    and whether it is a loop.
+    holding the most of them (the full blocks' scan, which tests nothing) stands for it, up
+    to the wait for its last wgmma (:func:`_through_mma_wait`); and whether it is a loop.
     """
     loops = [loop for loop in _loops(body) if _count_fma(loop) + _count(loop, _MMA)]
     looped = bool(loops)
     if not looped:
         loops = _straight_runs(body) if _count_fma(body) + _count(body, _MMA) else [body]
-    return min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
-                                        loop[0].address)), looped
+    main = min(loops, key=lambda loop: (-_count_fma(loop) - _count(loop, _MMA), len(loop),
+                                        loop[0].address))
+    return (main, True) if looped else (_through_mma_wait(main), False)
+
+
+def _through_mma_wait(run: list[_Instruction]) -> list[_Instruction]:
+    """``run`` up to the last wait for warpgroup MMAs (``WARPGROUP.DEPBAR``, PTX's
+    wgmma.wait_group) after its last HGMMA, where one follows: what a step's multiplies take,
+    as a loop's body would. After it a one-step kernel writes its C tile, as after a main
+    loop (tccg_42's run: 96 STS of the C tile after its 2 HGMMAs' wait)."""
+    mmas = [n for n, i in enumerate(run) if i.opcode.split(".")[0] in _MMA]
+    waits = [n for n, i in enumerate(run) if mmas and n > mmas[-1]
+             and i.opcode.startswith("WARPGROUP.DEPBAR")]
+    return run[:waits[-1] + 1] if waits else run
 
 
 def _loops(body: list[_Instruction]) -> list[list[_Instruction]]:
@@ -466,12 +478,14 @@ def sass_report(source: str, arch: str = "sm_90") -> list[SassReport]:
             "CUDA toolkit, or `pip install nvidia-cuda-nvdisasm`, to inspect kernels' SASS"
         )
     with cubin(source, arch) as (binary, log):
-        return _entries(disassembler, binary, log, cuda_target(source, arch))
+        entries = {report.kernel for report in parse_ptxas(log)}
+        return _entries(disassembler, binary, entries, cuda_target(source, arch))
 
 
-def _entries(disassembler: str, binary: Path, log: str, arch: str) -> list[SassReport]:
-    """The SASS reports of the entry functions ptxas's ``log`` names in the cubin ``binary``."""
-    entries = {report.kernel for report in parse_ptxas(log)}
+def _entries(disassembler: str, binary: Path, entries: Collection[str], arch: str
+             ) -> list[SassReport]:
+    """The SASS reports of the entry functions ``entries`` (those ptxas's log names) in the
+    cubin ``binary``."""
     listing = _disassembled(disassembler, binary.read_bytes(), ", ".join(sorted(entries)))
     return [report for report in parse_sass(listing, arch) if report.kernel in entries]
 
@@ -518,9 +532,10 @@ def compile_with_sass(sources: Sequence[str], arch: str = "sm_90",
 
 def _compilations(disassembler: str | None, arch: str, wanted: set[str] | None, binary: Path,
                   log: str) -> list[Compilation]:
-    reports = parse_ptxas(log)
+    reports = parse_ptxas(log)  # once: the entries disassembled are those it names
+    entries = {r.kernel for r in reports}
     read = [r.kernel for r in reports if wanted is None or r.kernel in wanted]
-    sass = ({r.kernel: r for r in _entries(disassembler, binary, log, arch)}
+    sass = ({r.kernel: r for r in _entries(disassembler, binary, entries, arch)}
             if disassembler and read else {})
     return [Compilation(report, sass.get(report.kernel) if report.kernel in read else None)
             for report in reports]

@@ -32,8 +32,8 @@ from typing import Any, Protocol
 from ..errors import StrategyError, TredudaError
 from ..frontend.identity import Identity, params_text
 from ..model.gpus import Gpu
-from ..model.interface import CostModel
-from ..model.model import Model, model_of
+from ..model.interface import CostModel, capable
+from ..model.model import model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
@@ -325,7 +325,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
         kernels = [generate(c.strategy, c.params) for c in candidates]
         read = [k.cuda_source for c, k in zip(candidates, kernels, strict=True)
-                if models[c.strategy].reads_sass]
+                if capable(models[c.strategy], "reads_sass")]
         reports = compile_with_sass([k.cuda_source for k in kernels], result.gpu.arch, read)
         checked = []
         for candidate, kernel, report in zip(candidates, kernels, reports, strict=True):
@@ -417,8 +417,8 @@ def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compi
     read, in the ratio of the two's counts by ``model`` (a kin's step or buffers change its
     instructions: like with like, as the candidates compiled are estimated)."""
     report = compiled.compiled
-    if report is None or report.instructions_per_fma is None or not isinstance(model, Model):
-        return report  # only the SIMT model reads the SASS count (Model._issued)
+    if report is None or report.instructions_per_fma is None or not capable(model, "reads_sass"):
+        return report  # a model that does not read the SASS count takes none of it
     ratio = (sum(model.issue_instructions(candidate.params).values())
              / sum(model.issue_instructions(compiled.params).values()))
     return replace(report, instructions_per_fma=report.instructions_per_fma * ratio)

@@ -33,6 +33,7 @@ from typing import Any
 from ..errors import StrategyError
 from ..model.gpus import Gpu
 from ..model.gpus import gpu as find_gpu
+from ..model.interface import capable
 from ..model.model import model_of
 from ..model.prediction import LAUNCH_SECONDS, Prediction
 from ..polyhedral.lower import Program
@@ -142,8 +143,8 @@ class Searcher(LocalSearch):
     def _charged(self, weight: int, evaluate: Callable[[Mapping[str, Any]], Prediction],
                  params: Mapping[str, Any]) -> Prediction:
         """``evaluate(params)``, its predictions (``model.evaluations``: a bound makes one per
-        order it leaves open; a model that :attr:`~treduda.model.interface.CostModel.remembers`
-        makes none for what it predicted before) counted as ``weight`` work each in
+        order it leaves open; a model that ``remembers`` (:data:`~treduda.model.interface.
+        CAPABILITIES`) makes none for what it predicted before) counted as ``weight`` work each in
         :attr:`work`, also where it was remembered (:attr:`_predicted`) and the model would
         predict it again, so that the budget buys the same search."""
         key = (evaluate.__name__, tuple(params.items()))  # a dict of another order: recomputed
@@ -153,7 +154,7 @@ class Searcher(LocalSearch):
             prediction, work = evaluate(params), weight * (self.model.evaluations - before)
             if len(self._predicted) >= PREDICTIONS_KEPT:
                 del self._predicted[next(iter(self._predicted))]  # the oldest
-            self._predicted[key] = prediction, 0 if self.model.remembers else work
+            self._predicted[key] = prediction, 0 if capable(self.model, "remembers") else work
             self.work.done += work
             return prediction
         self.work.done += known[1]

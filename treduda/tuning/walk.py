@@ -37,6 +37,7 @@ from ..errors import CompileError, MissingSize, StrategyError
 from ..frontend import dtypes
 from ..model.gpus import Gpu
 from ..model.gpus import gpu as find_gpu
+from ..model.interface import capable
 from ..model.model import Model, model_of
 from ..model.occupancy import blocks_per_sm
 from ..model.prediction import Prediction, combined, unfit
@@ -107,7 +108,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
         model = model_of(program, g, kernel.strategy)
     except StrategyError:  # one that does not describe itself: the walk alone
         model = None
-    if model is not None and not model.walkable:
+    if model is not None and not capable(model, "walkable"):
         # A warp's fragment statements have no per-thread counts to walk: its model, with
         # ptxas's registers where nvcc is present.
         return model.refine(kernel, use_nvcc)
