@@ -106,7 +106,13 @@ def filling_splits(program: Program, sms: int | None,
         return SPLITS
     tiles = (output_tiles(program, tile(dict(zip(tiled, values, strict=True))))
              for values in itertools.product(*tiled.values()))
-    return tuple(sorted({*SPLITS, *(min(sms // n, FILLING_MOST) for n in tiles if n < sms)}))
+    return tuple(sorted({*SPLITS, *(filling_split(n, sms) for n in tiles if n < sms)}))
+
+
+def filling_split(tiles: int, sms: int) -> int:
+    """The most parts (up to :data:`FILLING_MOST`) that keep ``tiles`` blocks each in one
+    wave of ``sms`` blocks."""
+    return min(sms // tiles, FILLING_MOST)
 
 
 def split_rules(program: Program, sms: int | None,
@@ -115,16 +121,23 @@ def split_rules(program: Program, sms: int | None,
     """The constraints of a split reduction in a GEMM-shaped mapping (this one's and the
     warpgroup one's): as the tiled strategy's split, only where the output's ``tile`` (M and
     N, from the ``tiled`` parameters) gives fewer than two blocks per SM (else it only adds
-    the parts' traffic), and at least one ``step`` of K (from ``frags_k``) per part."""
+    the parts' traffic), one of :data:`SPLITS` or the tile's :func:`filling_split` (so
+    that a tile's space grows by one split alone), and at least one ``step`` of K (from
+    ``frags_k``) per part."""
     summed = math.prod(program.sizes[i] for i in gemm_groups(program)[4])
     rules = []
     if sms:
 
         def few_tiles(p: Mapping[str, Any]) -> bool:
-            return p["split"] == 1 or output_tiles(program, tile(p)) < 2 * sms
+            if p["split"] == 1:
+                return True
+            tiles = output_tiles(program, tile(p))
+            return tiles < 2 * sms and (p["split"] in SPLITS
+                                        or tiles < sms and p["split"] == filling_split(tiles, sms))
 
         rules.append(Constraint(f"a split only where the tiles give fewer than {2 * sms} "
-                                "blocks", (*tiled, "split"), few_tiles))
+                                f"blocks, one of {SPLITS} or the one that fills the {sms} SMs",
+                                (*tiled, "split"), few_tiles))
     rules.append(Constraint("at least one step per part of a split reduction",
                             ("frags_k", "split"),
                             lambda p: p["split"] <= -(-summed // step(p))))
