@@ -19,6 +19,7 @@ the tile quantities both use, as the tensor-core model does, are in
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -76,31 +77,70 @@ STAGES = (1, 2, 3, 4)  # buffers per operand tile (CUTLASS 2.x's sm_80 GEMMs tak
 FRAGMENT_BUDGET = 16
 
 
+# The most parts a split that fills the SMs may take (filling_splits): twice SPLITS' most.
+FILLING_MOST = 16
+# What a split given to a kernel may be beyond the searched ones (Parameter.accepts): one
+# filling_splits chose for some GPU.
+WHOLE_SPLIT = Constraint(f"a whole split from 1 to {FILLING_MOST}", ("split",),
+                         lambda p: isinstance(p["split"], int) and 1 <= p["split"] <= FILLING_MOST)
+
+
+def output_tiles(program: Program, tile: Mapping[str, int]) -> int:
+    """The output's tiles of ``tile`` (M and N), times the batch: the blocks of no split."""
+    _, _, m, n, _, batch = gemm_groups(program)
+    sizes = program.sizes
+    return math.prod(-(-math.prod(sizes[i] for i in group) // tile[axis])
+                     for axis, group in (("m", m), ("n", n))) * math.prod(sizes[i] for i in batch)
+
+
+def filling_splits(program: Program, sms: int | None,
+                   tile: Callable[[Mapping[str, Any]], Mapping[str, int]],
+                   tiled: Mapping[str, Sequence[Any]]) -> tuple[int, ...]:
+    """:data:`SPLITS`, and for each output tile the ``tiled`` parameters' values make (their
+    ``tile``) whose blocks are fewer than the ``sms``, the most parts that keep its blocks in
+    one wave (up to :data:`FILLING_MOST`): powers of two alone left tccg_13 fp16's 9 tiles of
+    128 x 128 on 72 of an H100's 132 SMs (split 8), where 14 parts fill 126 (the model:
+    0.108 -> 0.0893 ms). Without ``sms`` (no GPU targeted) SPLITS alone: a kernel searched
+    for a GPU is generated again from its parameters by :data:`WHOLE_SPLIT`'s rule."""
+    if not sms:
+        return SPLITS
+    tiles = (output_tiles(program, tile(dict(zip(tiled, values, strict=True))))
+             for values in itertools.product(*tiled.values()))
+    return tuple(sorted({*SPLITS, *(filling_split(n, sms) for n in tiles if n < sms)}))
+
+
+def filling_split(tiles: int, sms: int) -> int:
+    """The most parts (up to :data:`FILLING_MOST`) that keep ``tiles`` blocks each in one
+    wave of ``sms`` blocks."""
+    return min(sms // tiles, FILLING_MOST)
+
+
 def split_rules(program: Program, sms: int | None,
                 tile: Callable[[Mapping[str, Any]], Mapping[str, int]], tiled: Sequence[str],
                 step: Callable[[Mapping[str, Any]], int]) -> list[Constraint]:
     """The constraints of a split reduction in a GEMM-shaped mapping (this one's and the
     warpgroup one's): as the tiled strategy's split, only where the output's ``tile`` (M and
     N, from the ``tiled`` parameters) gives fewer than two blocks per SM (else it only adds
-    the parts' traffic), and at least one ``step`` of K (from ``frags_k``) per part."""
-    _, _, m, n, k, batch = gemm_groups(program)
-    sizes = program.sizes
-    extent = {axis: math.prod(sizes[i] for i in group)
-              for axis, group in zip("mnk", (m, n, k), strict=True)}
+    the parts' traffic), one of :data:`SPLITS` or the tile's :func:`filling_split` (so
+    that a tile's space grows by one split alone), and at least one ``step`` of K (from
+    ``frags_k``) per part."""
+    summed = math.prod(program.sizes[i] for i in gemm_groups(program)[4])
     rules = []
     if sms:
 
         def few_tiles(p: Mapping[str, Any]) -> bool:
-            t = tile(p)
-            tiles = (-(-extent["m"] // t["m"]) * -(-extent["n"] // t["n"])
-                     * math.prod(sizes[i] for i in batch))
-            return p["split"] == 1 or tiles < 2 * sms
+            if p["split"] == 1:
+                return True
+            tiles = output_tiles(program, tile(p))
+            return tiles < 2 * sms and (p["split"] in SPLITS
+                                        or tiles < sms and p["split"] == filling_split(tiles, sms))
 
         rules.append(Constraint(f"a split only where the tiles give fewer than {2 * sms} "
-                                "blocks", (*tiled, "split"), few_tiles))
+                                f"blocks, one of {SPLITS} or the one that fills the {sms} SMs",
+                                (*tiled, "split"), few_tiles))
     rules.append(Constraint("at least one step per part of a split reduction",
                             ("frags_k", "split"),
-                            lambda p: p["split"] <= -(-extent["k"] // step(p))))
+                            lambda p: p["split"] <= -(-summed // step(p))))
     return rules
 
 
@@ -154,11 +194,15 @@ class TensorCore(Strategy):
                       "steps: from two, one barrier per step, and asynchronous copies issued "
                       "stages - 1 steps ahead (cp.async.wait_group stages - 2)",
                       priority=Priority.BUFFERS),
-            Parameter("split", SPLITS if splittable(program) else (1,),
+            Parameter("split", filling_splits(
+                program, self.limits.sm_count, lambda p: tile_extents({**p, "frags_k": 1}, shape),
+                {"warps_m": warps["m"], "warps_n": warps["n"], "frags_m": FRAGMENTS,
+                 "frags_n": FRAGMENTS}) if splittable(program) else (1,),
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored in a float32 workspace and "
                       "added in order in a deterministic program or into float16/bfloat16)",
-                      priority=Priority.STEP),
+                      priority=Priority.STEP,
+                      accepts=WHOLE_SPLIT if splittable(program) else None),
             Parameter("mapping", mappings(program, self.limits.async_copies),
                       "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
                       "mma.sync (sm_80+): m16n8k16 fed by ldmatrix.x4 for float16 and bfloat16, "

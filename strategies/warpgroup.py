@@ -46,7 +46,7 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
-from .tensorcore import SPLITS, split_rules
+from .tensorcore import WHOLE_SPLIT, filling_splits, split_rules
 from .tensorcore_model import OVERHEAD_REGISTERS
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
@@ -76,6 +76,8 @@ from .warpgroup_roles import ProducerBuilder, consumer_registers
 from .warpgroup_tma import tma_reason
 
 DTYPES = ("float16", "bfloat16")
+WARPGROUPS = (1, 2)  # per block along M
+WARPGROUP_FRAGMENTS = (1, 2)  # 64-row accumulators per warpgroup
 TILE_N = (32, 64, 128, 192, 256)  # wgmma's n: a multiple of 8 up to 256 ("wgmma.mma_async")
 WIDE_N = 192  # two 64 x 192 accumulators a warpgroup: only in a producer's consumers
 STAGES = (1, 2, 3, 4)
@@ -131,9 +133,9 @@ class Warpgroup(Strategy):
                                 "tensors with fixed sizes, which warpgroup MMAs compute as a "
                                 "(batched) GEMM; use 'tiled+staged'")
         parameters = (
-            Parameter("warpgroups", (1, 2), "warpgroups per block along M",
+            Parameter("warpgroups", WARPGROUPS, "warpgroups per block along M",
                       priority=Priority.TILES),
-            Parameter("frags_m", (1, 2), "64-row accumulators per warpgroup",
+            Parameter("frags_m", WARPGROUP_FRAGMENTS, "64-row accumulators per warpgroup",
                       priority=Priority.TILES),
             Parameter("tile_n", TILE_N, "N of the block's tile, one wgmma's n",
                       priority=Priority.TILES),
@@ -148,12 +150,17 @@ class Warpgroup(Strategy):
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
                       "then rounded in place)", priority=Priority.BUFFERS),
-            Parameter("split", SPLITS if splittable(program) else (1,),
+            Parameter("split", filling_splits(
+                program, self.limits.sm_count,
+                lambda p: warpgroup_tile({**p, "frags_k": 1}, program),
+                {"warpgroups": WARPGROUPS, "frags_m": WARPGROUP_FRAGMENTS, "tile_n": TILE_N})
+                      if splittable(program) else (1,),
                       "blocks sharing each output tile, each summing a part of the steps "
                       "(added into the output atomically; stored in a float32 workspace and "
                       "added in order in a deterministic program or into float16/bfloat16), "
                       "as the tensor-core mapping's",
-                      priority=Priority.STEP),
+                      priority=Priority.STEP,
+                      accepts=WHOLE_SPLIT if splittable(program) else None),
             Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
                       else (False,),
                       "a K box's B copied by cp.async in its memory order into a staging "

@@ -89,6 +89,22 @@ def test_a_split_into_half_precision_keeps_its_parts_in_a_workspace():
     assert kernel.verify().ok
 
 
+def test_a_split_that_fills_the_sms_is_searched_for_a_gpu_and_given_without_one():
+    """9 tiles of 128 x 128 on an H100's 132 SMs: the search tries 14 parts beside SPLITS
+    (126 blocks, one wave), for that tile alone; with no GPU the space keeps SPLITS, and a
+    kernel given a split beyond them (a pick's, generated again) is checked by a rule."""
+    program = plan(GEMM, {"i": 384, "j": 384, "k": 4096}, dtype="float16")
+    space = Searcher(program, "H100", "tensorcore").space
+    tile = {"warps_m": 2, "warps_n": 2, "frags_m": 4, "frags_n": 4, "frags_k": 2}
+    assert [split for split in (8, 14, 16) if not space.violated({**tile, "split": split})] \
+        == [8, 14]
+    assert get("tensorcore").space(program).parameter("split").values == (1, 2, 4, 8)
+    kernel = _compile(GEMM, PARTIAL, "float16", "highest", params={**ONE_WARP, "split": 3})
+    assert kernel.signature.parts_sum.count == 3 and kernel.verify().ok
+    with pytest.raises(StrategyError, match="a whole split from 1 to 16"):
+        _compile(GEMM, PARTIAL, "float16", "highest", params={**ONE_WARP, "split": 17})
+
+
 @pytest.mark.parametrize(("dtype", "precision"), [("float16", "highest"),
                                                   ("bfloat16", "highest"), ("float32", "tf32")])
 @pytest.mark.parametrize("expression", [GEMM, "C[i,j] += alpha*A[i,k]*B[k,j]"])

@@ -469,7 +469,8 @@ def _space(args: argparse.Namespace) -> int:
     print(f"{strategy.name}: {strategy.description}")
     width = max((len(p.name) for p in space.parameters), default=0)
     for p in space.parameters:
-        values = ", ".join(map(str, p.values))
+        values = ", ".join(map(str, p.values)) + (f" (or {p.accepts.description})"
+                                                  if p.accepts else "")
         searched = ("all" if p.searched is None
                     else ", ".join(str(v) for v in p.values if v in p.searched))
         print(f"  {p.name:{width}} default {defaults[p.name]!s:8} of {values}\n"

@@ -101,13 +101,16 @@ class Priority(enum.IntEnum):
 class Parameter:
     """One decision of a strategy: its name, the values it may take, and what it means;
     ``searched`` are the values the search tries (None: all of them; fewer keep a full-size
-    space enumerable, so the search can be checked against enumeration), ``priority`` when."""
+    space enumerable, so the search can be checked against enumeration), ``priority`` when;
+    ``accepts`` a rule for values beyond ``values`` a kernel may still be given (a split that
+    fills one GPU's SMs, generated again with no GPU targeted), which the search never tries."""
 
     name: str
     values: tuple
     doc: str = ""
     searched: tuple | None = None
     priority: Priority = Priority.MAPPING
+    accepts: Constraint | None = None
 
 
 @dataclass(frozen=True)
@@ -269,10 +272,18 @@ class ParamSpace:
                           self.constraints + other.constraints)
 
     def check_value(self, name: str, value: Any) -> None:
-        """Raise StrategyError if ``name`` is unknown or cannot take ``value``."""
-        allowed = self.parameter(name).values
-        if value not in allowed:
-            raise StrategyError(f"{name}={value!r} is not allowed; choose one of {allowed}")
+        """Raise StrategyError if ``name`` is unknown or cannot take ``value``: one of its
+        values, or one its rule accepts (:attr:`Parameter.accepts`)."""
+        parameter = self.parameter(name)
+        if value in parameter.values:
+            return
+        rule = parameter.accepts
+        if rule is None:
+            raise StrategyError(f"{name}={value!r} is not allowed; choose one of "
+                                f"{parameter.values}")
+        if not rule.holds({name: value}):
+            raise StrategyError(f"{name}={value!r} is not allowed; choose one of "
+                                f"{parameter.values} or {rule.description}")
 
     def check(self, params: Mapping[str, Any]) -> None:
         """Raise StrategyError naming the rule or value that ``params`` breaks."""
