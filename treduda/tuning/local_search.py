@@ -55,17 +55,18 @@ class LocalSearch:
         alike = {c.prediction.seconds: c for c in sorted(seeds, key=Candidate.key, reverse=True)}
         heap = [(c.key(), c) for c in alike.values()]
         heapq.heapify(heap)
-        while heap:  # (key, candidate): keys differ (they end with the parameters' text)
-            key, seed = heapq.heappop(heap)
-            faster = self._step(seed, scored, seen, stats, 1, *race)
-            if faster is None and self._spent(stats, *race):
-                heapq.heappush(heap, (key, seed))
-                break
-            best = min(best, seed, key=Candidate.key)
-            if faster is not None:
-                heapq.heappush(heap, (faster.key(), faster))
-        best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
-        best = self._climb(best, scored, seen, stats, cap, deadline)
+        for end in (race, (cap, deadline)):  # the climb's leftovers go back to the race
+            while heap:  # (key, candidate): keys differ (they end with the parameters' text)
+                key, seed = heapq.heappop(heap)
+                faster = self._step(seed, scored, seen, stats, 1, *end, mapped=True)
+                if faster is None and self._spent(stats, *end):
+                    heapq.heappush(heap, (key, seed))
+                    break
+                best = min(best, seed, key=Candidate.key)
+                if faster is not None:
+                    heapq.heappush(heap, (faster.key(), faster))
+            best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
+            best = self._climb(best, scored, seen, stats, cap, deadline)
         return self._finished(best, scored, seen, stats)
 
     def _finished(self, best: Candidate, scored: list[Candidate], seen: set[str],
@@ -113,12 +114,20 @@ class LocalSearch:
             value = candidate.params[first]
             if value not in seeds or candidate.key() < seeds[value].key():
                 seeds[value] = candidate
+        dives = (None if deadline is None else
+                 self.work.done + round(max(deadline - self.work.done, 0) * SEED_DIVES))
+        for value, seed in list(seeds.items()):
+            for stage in self._more_staged(seed.params):
+                if self.work.spent(dives):
+                    break
+                found = self._dive(stats, {first: value, "stage": stage}, deadline=deadline)
+                if found is not None:
+                    scored.append(found)
+                    seeds[value] = min(seeds[value], found, key=Candidate.key)
         fastest = min(seeds.values(), key=Candidate.key, default=None)
         open_ = sorted((self._floor({first: value}), index, value)
                        for index, value in enumerate(self.space.parameters[0].values)
                        if value not in seeds)
-        dives = (None if deadline is None else
-                 self.work.done + round(max(deadline - self.work.done, 0) * SEED_DIVES))
         for floor, _, value in open_:
             if fastest is not None and floor > fastest.prediction.seconds:
                 break  # nothing of this mapping, nor of those after it, is faster
@@ -131,6 +140,14 @@ class LocalSearch:
                 seeds[value] = found
                 fastest = min(fastest or found, found, key=Candidate.key)
         return list(seeds.values())
+
+    def _more_staged(self, params: Mapping[str, Any]) -> list[str]:
+        """The stagings that stage more operands than ``params``'s."""
+        if "stage" not in params:
+            return []
+        staged = set(filter(None, params["stage"].split(",")))
+        values = next(p.values for p in self.space.parameters if p.name == "stage")
+        return [stage for stage in values if set(filter(None, stage.split(","))) > staged]
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
                stats: SearchStats, cap: int, deadline: int | None = None) -> Candidate:
@@ -158,9 +175,9 @@ class LocalSearch:
             if candidate is None:
                 continue
             while (faster := self._step(candidate, scored, seen, stats, 0, cap,
-                                        deadline)) is not None:
+                                        deadline, mapped=True)) is not None:
                 candidate = faster
-            if candidate.key() < best.key():
+            if candidate.prediction.seconds < best.prediction.seconds:  # not a look-alike
                 return candidate
         return None
 
@@ -192,13 +209,13 @@ class LocalSearch:
 
     def _step(self, best: Candidate, scored: list[Candidate], seen: set[str],
               stats: SearchStats, level: int, cap: int,
-              deadline: int | None) -> Candidate | None:
+              deadline: int | None, mapped: bool = False) -> Candidate | None:
         """The first neighbour of ``best`` not ``seen`` yet that is faster, scoring the
         neighbourhoods of :meth:`_neighbours` up to ``level`` in turn (one change or a trade,
-        the last decisions together, two changes); None at a local optimum of those, or
-        once :meth:`_spent`."""
+        the last decisions together, two changes), of its own mapping where ``mapped``; None
+        at a local optimum of those, or once :meth:`_spent`."""
         for params in itertools.chain.from_iterable(
-                self._neighbours(best.params, n) for n in range(level + 1)):
+                self._neighbours(best.params, n, mapped) for n in range(level + 1)):
             if self._spent(stats, cap, deadline):
                 return None
             candidate = self._scored(params, scored, seen, stats)
@@ -207,7 +224,8 @@ class LocalSearch:
                 return candidate
         return None
 
-    def _neighbours(self, params: Mapping[str, Any], level: int) -> Iterator[dict[str, Any]]:
+    def _neighbours(self, params: Mapping[str, Any], level: int,
+                    mapped: bool = False) -> Iterator[dict[str, Any]]:
         """The valid candidates that differ from ``params`` in one parameter, or trade threads
         for registers along an axis keeping its tile (twice the registers, half the threads,
         or the reverse: the coupled change by which the best kernels differ from good ones,
@@ -220,14 +238,16 @@ class LocalSearch:
         moves tiles, steps and buffers; on tccg_03 a climb found each faster neighbour
         after 16 candidates where it took 30, and its first two-change move after 130
         where it took 600."""
+        kept = 1 if mapped else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
-                  for p in reversed(self.space.parameters)]
+                  for p in reversed(self.space.parameters[kept:])]
         changes = (itertools.chain(self._trades(params),
                                    ((change,) for change in itertools.chain(*others)),
                                    self._restagings(params), self._moves(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
-                       itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
+                       itertools.product(a, b)
+                       for a, b in itertools.combinations(others[:len(others) - 1 + kept], 2)))
         for change in changes:
             if not self.space.breaks(params, dict(change)):
                 yield {**params, **dict(change)}
