@@ -4,7 +4,8 @@ Once its budget stops the tree (:mod:`treduda.tuning.search`), the search improv
 candidate of every mapping by changing one parameter, a thread-register trade or the last
 decisions together, then two parameters, while the estimate improves, always climbing on from
 the fastest seed that can still improve (:meth:`LocalSearch._polish`); at a local optimum, from
-its tiles on other axes (:meth:`LocalSearch._transposed`).
+its tiles on other axes (:meth:`LocalSearch._transposed`), and from those of the race's other
+optima (:meth:`LocalSearch._rivals`).
 """
 
 from __future__ import annotations
@@ -33,9 +34,11 @@ class LocalSearch:
                 limit: int, deadline: int | None = None) -> Candidate:
         """Local search after the tree, from the best candidate of every mapping (the first
         decision), within ``limit`` candidates and ``deadline``. First a race for half of
-        them: the seed that is fastest now moves to a faster neighbour (one change, or the
-        last decisions: :meth:`_step`) until it has none, and then the next fastest does;
-        then the fastest of all climbs on, two changes at a time too (:meth:`_climb`).
+        them: the seed that is fastest now moves to a faster neighbour of its mapping (one
+        change, or the last decisions: :meth:`_step`) until it has none, and then the next
+        fastest does; then the fastest of all climbs on, two changes at a time too
+        (:meth:`_climb`), and the race's other optima climb from their tiles on other axes
+        (:meth:`_rivals`); what the climbs leave goes back to the race, and the same again.
         Best-first with a loose bound spends a budget under one or two mappings: on
         tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
         (predicted) once a seed of it climbed. The race spends nothing on seeds slower than
@@ -55,7 +58,8 @@ class LocalSearch:
         alike = {c.prediction.seconds: c for c in sorted(seeds, key=Candidate.key, reverse=True)}
         heap = [(c.key(), c) for c in alike.values()]
         heapq.heapify(heap)
-        for end in (race, (cap, deadline)):  # the climb's leftovers go back to the race
+        optima: list[Candidate] = []  # the race's local optima, one of each predicted time
+        for end in (race, (cap, deadline)):  # the climbs' leftovers go back to the race
             while heap:  # (key, candidate): keys differ (they end with the parameters' text)
                 key, seed = heapq.heappop(heap)
                 faster = self._step(seed, scored, seen, stats, 1, *end, mapped=True)
@@ -65,9 +69,30 @@ class LocalSearch:
                 best = min(best, seed, key=Candidate.key)
                 if faster is not None:
                     heapq.heappush(heap, (faster.key(), faster))
+                elif all(o.prediction.seconds != seed.prediction.seconds for o in optima):
+                    optima.append(seed)
             best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
             best = self._climb(best, scored, seen, stats, cap, deadline)
+            best = self._rivals(best, optima, scored, seen, stats, cap, deadline)
         return self._finished(best, scored, seen, stats)
+
+    def _rivals(self, best: Candidate, optima: list[Candidate], scored: list[Candidate],
+                seen: set[str], stats: SearchStats, cap: int,
+                deadline: int | None) -> Candidate:
+        """``best``, or a faster kernel climbed from the twins on other axes
+        (:meth:`_transposed`) of the race's other local ``optima``, fastest first, within
+        ``cap`` and ``deadline`` (each optimum is tried once: ``optima`` is emptied as it
+        goes). A mapping's seed is scored with tiles another mapping's dive chose, and a
+        race climbs from a seed to its nearest optimum: tccg_35's race ended "a*b,c,d" at
+        256 x 2 threads x registers along x (0.1594 ms predicted, second of its optima); its
+        tiles with a*b on y, climbed, are the best the search finds (0.1444 ms), whose seed
+        (its mapping's best dive, 0.395 ms) ranked 17th of 252 and was never climbed."""
+        while optima and not self._spent(stats, cap, deadline):
+            optimum = optima.pop(optima.index(min(optima, key=Candidate.key)))
+            found = self._transposed(optimum, scored, seen, stats, cap, deadline)
+            if found is not None and found.prediction.seconds < best.prediction.seconds:
+                best = self._climb(found, scored, seen, stats, cap, deadline)
+        return best
 
     def _finished(self, best: Candidate, scored: list[Candidate], seen: set[str],
                   stats: SearchStats) -> Candidate:
@@ -114,20 +139,12 @@ class LocalSearch:
             value = candidate.params[first]
             if value not in seeds or candidate.key() < seeds[value].key():
                 seeds[value] = candidate
-        dives = (None if deadline is None else
-                 self.work.done + round(max(deadline - self.work.done, 0) * SEED_DIVES))
-        for value, seed in list(seeds.items()):
-            for stage in self._more_staged(seed.params):
-                if self.work.spent(dives):
-                    break
-                found = self._dive(stats, {first: value, "stage": stage}, deadline=deadline)
-                if found is not None:
-                    scored.append(found)
-                    seeds[value] = min(seeds[value], found, key=Candidate.key)
         fastest = min(seeds.values(), key=Candidate.key, default=None)
         open_ = sorted((self._floor({first: value}), index, value)
                        for index, value in enumerate(self.space.parameters[0].values)
                        if value not in seeds)
+        dives = (None if deadline is None else
+                 self.work.done + round(max(deadline - self.work.done, 0) * SEED_DIVES))
         for floor, _, value in open_:
             if fastest is not None and floor > fastest.prediction.seconds:
                 break  # nothing of this mapping, nor of those after it, is faster
@@ -140,14 +157,6 @@ class LocalSearch:
                 seeds[value] = found
                 fastest = min(fastest or found, found, key=Candidate.key)
         return list(seeds.values())
-
-    def _more_staged(self, params: Mapping[str, Any]) -> list[str]:
-        """The stagings that stage more operands than ``params``'s."""
-        if "stage" not in params:
-            return []
-        staged = set(filter(None, params["stage"].split(",")))
-        values = next(p.values for p in self.space.parameters if p.name == "stage")
-        return [stage for stage in values if set(filter(None, stage.split(","))) > staged]
 
     def _climb(self, best: Candidate, scored: list[Candidate], seen: set[str],
                stats: SearchStats, cap: int, deadline: int | None = None) -> Candidate:
@@ -231,14 +240,20 @@ class LocalSearch:
         or the reverse: the coupled change by which the best kernels differ from good ones,
         GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms), or
         stage other operands with other threads along one axis (:meth:`_restagings`);
-        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two.
+        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two other
+        than the mapping. ``mapped`` keeps the mapping at every level: a race's seeds are
+        every mapping's best, and 204 of a failed step's 261 neighbours on tccg_35 were
+        other mappings.
 
         Changes of the last decisions come first, of the first decision (the mapping) last:
         the local search starts from the best candidate of every mapping, and a climb mostly
         moves tiles, steps and buffers; on tccg_03 a climb found each faster neighbour
         after 16 candidates where it took 30, and its first two-change move after 130
         where it took 600."""
-        kept = 1 if mapped else 0
+        # Two changes keep the mapping: with another change, its hundreds of values gave
+        # thousands of pairs, and tccg_35's last failed two-change step spent 1500 of the
+        # budget's 3000 candidates on them (:meth:`_transposed` moves a mapping with its tiles).
+        kept = 1 if mapped or level == 2 else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters[kept:])]
         changes = (itertools.chain(self._trades(params),
@@ -246,8 +261,7 @@ class LocalSearch:
                                    self._restagings(params), self._moves(params))
                    if level == 0 else self._finishes(params) if level == 1 else
                    itertools.chain.from_iterable(
-                       itertools.product(a, b)
-                       for a, b in itertools.combinations(others[:len(others) - 1 + kept], 2)))
+                       itertools.product(a, b) for a, b in itertools.combinations(others, 2)))
         for change in changes:
             if not self.space.breaks(params, dict(change)):
                 yield {**params, **dict(change)}
