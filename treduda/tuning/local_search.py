@@ -42,10 +42,10 @@ class LocalSearch:
         decision), within ``limit`` candidates and ``deadline``. First a race for half of
         them: the seed that is fastest now moves to a faster neighbour of its mapping (one
         change, or the last decisions: :meth:`_step`) until it has none, and then the next
-        fastest does; then every optimum of the race, fastest first, climbs from its tiles
-        on other axes (:meth:`_rivals`), and the fastest of all climbs on, two changes at a
-        time too (:meth:`_climb`); what the climbs leave goes back to the race, and the same
-        again.
+        fastest does; then the race's optima within :data:`RIVALS` of the fastest climb
+        from their tiles on other axes (:meth:`_rivals`), the fastest of all climbs on, two
+        changes at a time too (:meth:`_climb`), and the other optima from their tiles on
+        other axes; what the climbs leave goes back to the race, and the same again.
         Best-first with a loose bound spends a budget under one or two mappings: on
         tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
         (predicted) once a seed of it climbed. The race spends nothing on seeds slower than
@@ -88,15 +88,17 @@ class LocalSearch:
                 seen: set[str], stats: SearchStats, cap: int, deadline: int | None,
                 within: float | None = None) -> Candidate:
         """``best``, or the fastest kernel climbed from the twins on other axes
-        (:meth:`_transposed`) of the race's local ``optima``, fastest first, within ``cap``
-        and ``deadline`` (each optimum is tried once: ``optima`` is emptied as it goes). A
+        (:meth:`_transposed`) of the race's local ``optima`` (where ``within`` is given, those
+        slower than ``best`` by at most that share), fastest first, within ``cap`` and
+        ``deadline`` (each optimum is tried once: ``optima`` loses those tried). A
         mapping's seed is scored with tiles another mapping's dive chose, and a race climbs
         from a seed to its nearest optimum: tccg_35's race ended "a*b,c,d" at 256 x 2
         threads x registers along x (0.1594 ms predicted, second of its optima); its tiles
         with a*b on y, climbed, are the best the search finds (0.1444 ms), whose seed (its
-        mapping's best dive, 0.395 ms) ranked 17th of 252 and was never climbed. Before the
-        fastest's two-change climb, which took 650 candidates and the twins of its optimum
-        700 more on tccg_38, leaving its second optimum's twins none."""
+        mapping's best dive, 0.395 ms) ranked 17th of 252 and was never climbed. Those near
+        ``best`` climb before its two-change climb: on tccg_38 that climb took 650 candidates
+        and its own twins 700 more, leaving none for the second optimum (0.3% slower), whose
+        tiles with e_f on x climb to 0.1415 ms against 0.1485."""
         while not self._spent(stats, cap, deadline):
             fastest = best.prediction.seconds
             near = [o for o in optima if within is None
