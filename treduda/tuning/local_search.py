@@ -196,13 +196,16 @@ class LocalSearch:
         is seldom faster itself, and the climb from ``best`` moves to it only within two
         changes of the tiles: tccg_42's climb stopped at "b_c,a,e_f", 4 x 8 and 8 x 1 threads
         x registers along x and y (0.1477 ms predicted); its twin on "a,b_c,e_f" (0.1807 ms)
-        climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%)."""
+        climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%). A twin's
+        climb may leave its mapping, as the race's may not (one change at a time, mappings
+        last): kept to theirs, the 3000-node searches of tccg_04 and tccg_21 ended at 0.1293
+        and 21.64 ms predicted, short of main's picks (0.1287, 21.45), which they now reach."""
         for twin in self._twins(best.params):
             candidate = self._scored(twin, scored, seen, stats)
             if candidate is None:
                 continue
             while (faster := self._step(candidate, scored, seen, stats, 0, cap,
-                                        deadline, mapped=True)) is not None:
+                                        deadline)) is not None:
                 candidate = faster
             if candidate.prediction.seconds < best.prediction.seconds:  # not a look-alike
                 return candidate
