@@ -427,17 +427,32 @@ class _Kernels:
         return types.SimpleNamespace(name="k", cuda_source=text)
 
 
-def _two_tiles():
-    """tccg_18's search over two tiles, 16 x 1 x 16 and 16 x 1 x 8 threads of 4 x 2 x 8
-    registers (109 by the model), and its program."""
+def _two_tiles(name="block_z", values=(8, 16)):
+    """tccg_18's search over two tiles, by default 16 x 1 x 16 and 16 x 1 x 8 threads of
+    4 x 2 x 8 registers (109 by the model), where ``name`` takes ``values``; and its
+    program."""
     expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
     sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
     fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
              "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
-             "reg_z": 8, "assign_z": "adjacent", "split": 1}
+             "block_z": 16, "reg_z": 8, "assign_z": "adjacent", "split": 1}
     result = search(expr, sizes, layout="F", values={
-        **{name: (value,) for name, value in fixed.items()}, "block_z": (8, 16)})
+        **{name: (value,) for name, value in fixed.items()}, name: values})
     return result, plan(expr, sizes, "F")
+
+
+def _checked(monkeypatch, result, program, registers, most):
+    """``result`` checked with ptxas's registers ``registers(params)`` and room for ``most``
+    reports in the check's batches, one at a time; and the candidates reported on."""
+    def reports(sources, arch="sm_90", read=None):
+        return [[Compilation(CudaReport("k", arch, registers(json.loads(s)), 0, 0, 0, 0),
+                             None)] for s in sources]
+
+    monkeypatch.setattr(policy, "compile_with_sass", reports)
+    monkeypatch.setattr(policy, "CHECKED", 1)
+    monkeypatch.setattr(policy, "CHECKED_MOST", most)
+    found = policy.checked(result, _Kernels(program))
+    return found, {c.text: c for c in found.candidates if c.compiled is not None}.values()
 
 
 def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
@@ -450,16 +465,8 @@ def test_ptxas_reports_look_past_the_kin_of_an_upset_winner(monkeypatch):
     # tile's kin takes its report and ranks below the winner.
     result, program = _two_tiles()
     assert [c.params["block_z"] for c in result.top(3)] == [16, 16, 8]
-
-    def reports(sources, arch="sm_90", read=None):
-        return [[Compilation(CudaReport("k", arch, 165 if json.loads(s)["block_z"] == 16
-                                        else 109, 0, 0, 0, 0), None)] for s in sources]
-
-    monkeypatch.setattr(policy, "compile_with_sass", reports)
-    monkeypatch.setattr(policy, "CHECKED", 1)
-    monkeypatch.setattr(policy, "CHECKED_MOST", 2)
-    found = policy.checked(result, _Kernels(program))
-    reported = {c.text: c for c in found.candidates if c.compiled is not None}.values()
+    found, reported = _checked(monkeypatch, result, program,
+                               lambda params: 165 if params["block_z"] == 16 else 109, 2)
     assert sorted(c.params["block_z"] for c in reported) == [8, 16]
     assert found.best.params["block_z"] == 8
     assert found.best.prediction.seconds == result.top(3)[2].prediction.seconds
@@ -506,26 +513,12 @@ def test_the_check_compiles_the_best_of_another_register_tile_near_the_best_chec
     # (0.0925 predicted); a 16 x 4 and 1 x 2 tile, 0.0932 predicted, checks at 0.0928 and was
     # never compiled: its kin were not reported on, but the batches after the first seek a
     # 5% gain. Here ptxas upsets the 8-register tile along z (165 registers) and the check's
-    # batches have room for that winner alone: the best of the 4-register tile, 7% slower by
+    # batches have room for that winner alone: the best of the 4-register tile, slower by
     # the model, is compiled too (a family of its own) and wins; the winner's kin are not.
-    expr = "C[a,b,c]=A[a,d,c]*B[d,b]"
-    sizes = {"a": 384, "b": 376, "c": 376, "d": 384}
-    fixed = {"order": "a,c,b", "stage": "A,B", "block_x": 16, "reg_x": 4,
-             "assign_x": "adjacent", "block_y": 1, "reg_y": 2, "assign_y": "adjacent",
-             "block_z": 8, "assign_z": "adjacent", "split": 1}
-    result = search(expr, sizes, layout="F", values={
-        **{name: (value,) for name, value in fixed.items()}, "reg_z": (4, 8)})
+    result, program = _two_tiles("reg_z", (4, 8))
     assert result.best.params["reg_z"] == 8
-
-    def reports(sources, arch="sm_90", read=None):
-        return [[Compilation(CudaReport("k", arch, 165 if json.loads(s)["reg_z"] == 8
-                                        else 64, 0, 0, 0, 0), None)] for s in sources]
-
-    monkeypatch.setattr(policy, "compile_with_sass", reports)
-    monkeypatch.setattr(policy, "CHECKED", 1)
-    monkeypatch.setattr(policy, "CHECKED_MOST", 1)
-    found = policy.checked(result, _Kernels(program=plan(expr, sizes, "F")))
-    reported = {c.text: c for c in found.candidates if c.compiled is not None}.values()
+    found, reported = _checked(monkeypatch, result, program,
+                               lambda params: 165 if params["reg_z"] == 8 else 64, 1)
     assert sorted(c.params["reg_z"] for c in reported) == [4, 8]
     four = min((c for c in result.candidates if c.params["reg_z"] == 4), key=Candidate.key)
     assert found.best.text == four.text
