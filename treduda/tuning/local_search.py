@@ -4,7 +4,8 @@ Once its budget stops the tree (:mod:`treduda.tuning.search`), the search improv
 candidate of every mapping by changing one parameter, a thread-register trade or the last
 decisions together, then two parameters, while the estimate improves, always climbing on from
 the fastest seed that can still improve (:meth:`LocalSearch._polish`); at a local optimum, from
-its tiles on other axes (:meth:`LocalSearch._transposed`).
+its tiles on other axes (:meth:`LocalSearch._transposed`), and from those of the race's other
+optima (:meth:`LocalSearch._rivals`).
 """
 
 from __future__ import annotations
@@ -18,6 +19,12 @@ from ..polyhedral.geometry import AXES
 from .budgets import SEED_DIVES
 from .search_result import Candidate, SearchStats, identity
 
+# The race's local optima within this share of the fastest are its rivals: their tiles on other
+# axes climb before the fastest's two-change climb (LocalSearch._rivals), the others' after it.
+# Near ties by the model are alternatives the model cannot tell apart (tccg_35/38: 0.1% and
+# 0.3%); climbing every optimum's twins first left the fastest's climb too little of the
+# default budget (tccg_01: 0.0955 -> 0.1031 ms, tccg_15 +1.6%).
+RIVALS = 0.02
 # A dive scores every completion of a node with at most this many below it (the buffers and
 # code decisions, which the floor cannot tell apart, as the estimate can); the local search
 # changes as many of the last decisions together (LocalSearch._finishes).
@@ -33,9 +40,12 @@ class LocalSearch:
                 limit: int, deadline: int | None = None) -> Candidate:
         """Local search after the tree, from the best candidate of every mapping (the first
         decision), within ``limit`` candidates and ``deadline``. First a race for half of
-        them: the seed that is fastest now moves to a faster neighbour (one change, or the
-        last decisions: :meth:`_step`) until it has none, and then the next fastest does;
-        then the fastest of all climbs on, two changes at a time too (:meth:`_climb`).
+        them: the seed that is fastest now moves to a faster neighbour of its mapping (one
+        change, or the last decisions: :meth:`_step`) until it has none, and then the next
+        fastest does; then the race's optima within :data:`RIVALS` of the fastest climb
+        from their tiles on other axes (:meth:`_rivals`), the fastest of all climbs on, two
+        changes at a time too (:meth:`_climb`), and the other optima from their tiles on
+        other axes; what the climbs leave goes back to the race, and the same again.
         Best-first with a loose bound spends a budget under one or two mappings: on
         tccg_31/34/37/42/45/48 it never reached the GETT grouping "a*b_c" on x, 27% faster
         (predicted) once a seed of it climbed. The race spends nothing on seeds slower than
@@ -55,18 +65,52 @@ class LocalSearch:
         alike = {c.prediction.seconds: c for c in sorted(seeds, key=Candidate.key, reverse=True)}
         heap = [(c.key(), c) for c in alike.values()]
         heapq.heapify(heap)
-        while heap:  # (key, candidate): keys differ (they end with the parameters' text)
-            key, seed = heapq.heappop(heap)
-            faster = self._step(seed, scored, seen, stats, 1, *race)
-            if faster is None and self._spent(stats, *race):
-                heapq.heappush(heap, (key, seed))
-                break
-            best = min(best, seed, key=Candidate.key)
-            if faster is not None:
-                heapq.heappush(heap, (faster.key(), faster))
-        best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
-        best = self._climb(best, scored, seen, stats, cap, deadline)
+        optima: list[Candidate] = []  # the race's local optima, one of each predicted time
+        for end in (race, (cap, deadline)):  # the climbs' leftovers go back to the race
+            while heap:  # (key, candidate): keys differ (they end with the parameters' text)
+                key, seed = heapq.heappop(heap)
+                faster = self._step(seed, scored, seen, stats, 1, *end, mapped=True)
+                if faster is None and self._spent(stats, *end):
+                    heapq.heappush(heap, (key, seed))
+                    break
+                best = min(best, seed, key=Candidate.key)
+                if faster is not None:
+                    heapq.heappush(heap, (faster.key(), faster))
+                elif all(o.prediction.seconds != seed.prediction.seconds for o in optima):
+                    optima.append(seed)
+            best = min([best, *(seed for _, seed in heap)], key=Candidate.key)
+            best = self._rivals(best, optima, scored, seen, stats, cap, deadline, RIVALS)
+            best = self._climb(best, scored, seen, stats, cap, deadline)
+            best = self._rivals(best, optima, scored, seen, stats, cap, deadline)
         return self._finished(best, scored, seen, stats)
+
+    def _rivals(self, best: Candidate, optima: list[Candidate], scored: list[Candidate],
+                seen: set[str], stats: SearchStats, cap: int, deadline: int | None,
+                within: float | None = None) -> Candidate:
+        """``best``, or the fastest kernel climbed from the twins on other axes
+        (:meth:`_transposed`) of the race's local ``optima`` (where ``within`` is given, those
+        slower than ``best`` by at most that share), fastest first, within ``cap`` and
+        ``deadline`` (each optimum is tried once: ``optima`` loses those tried). A
+        mapping's seed is scored with tiles another mapping's dive chose, and a race climbs
+        from a seed to its nearest optimum: tccg_35's race ended "a*b,c,d" at 256 x 2
+        threads x registers along x (0.1594 ms predicted, second of its optima); its tiles
+        with a*b on y, climbed, are the best the search finds (0.1444 ms), whose seed (its
+        mapping's best dive, 0.395 ms) ranked 17th of 252 and was never climbed. Those near
+        ``best`` climb before its two-change climb: on tccg_38 that climb took 650 candidates
+        and its own twins 700 more, leaving none for the second optimum (0.3% slower), whose
+        tiles with e_f on x climb to 0.1415 ms against 0.1485."""
+        while not self._spent(stats, cap, deadline):
+            fastest = best.prediction.seconds
+            near = [o for o in optima if within is None
+                    or fastest < o.prediction.seconds <= fastest * (1 + within)]
+            if not near:
+                break
+            optimum = min(near, key=Candidate.key)
+            optima.remove(optimum)
+            found = self._transposed(optimum, scored, seen, stats, cap, deadline)
+            if found is not None and found.prediction.seconds < best.prediction.seconds:
+                best = found
+        return best
 
     def _finished(self, best: Candidate, scored: list[Candidate], seen: set[str],
                   stats: SearchStats) -> Candidate:
@@ -152,7 +196,10 @@ class LocalSearch:
         is seldom faster itself, and the climb from ``best`` moves to it only within two
         changes of the tiles: tccg_42's climb stopped at "b_c,a,e_f", 4 x 8 and 8 x 1 threads
         x registers along x and y (0.1477 ms predicted); its twin on "a,b_c,e_f" (0.1807 ms)
-        climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%)."""
+        climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%). A twin's
+        climb may leave its mapping, as the race's may not (one change at a time, mappings
+        last): kept to theirs, the 3000-node searches of tccg_04 and tccg_21 ended at 0.1293
+        and 21.64 ms predicted, short of main's picks (0.1287, 21.45), which they now reach."""
         for twin in self._twins(best.params):
             candidate = self._scored(twin, scored, seen, stats)
             if candidate is None:
@@ -160,7 +207,7 @@ class LocalSearch:
             while (faster := self._step(candidate, scored, seen, stats, 0, cap,
                                         deadline)) is not None:
                 candidate = faster
-            if candidate.key() < best.key():
+            if candidate.prediction.seconds < best.prediction.seconds:  # not a look-alike
                 return candidate
         return None
 
@@ -192,13 +239,13 @@ class LocalSearch:
 
     def _step(self, best: Candidate, scored: list[Candidate], seen: set[str],
               stats: SearchStats, level: int, cap: int,
-              deadline: int | None) -> Candidate | None:
+              deadline: int | None, mapped: bool = False) -> Candidate | None:
         """The first neighbour of ``best`` not ``seen`` yet that is faster, scoring the
         neighbourhoods of :meth:`_neighbours` up to ``level`` in turn (one change or a trade,
-        the last decisions together, two changes); None at a local optimum of those, or
-        once :meth:`_spent`."""
+        the last decisions together, two changes), of its own mapping where ``mapped``; None
+        at a local optimum of those, or once :meth:`_spent`."""
         for params in itertools.chain.from_iterable(
-                self._neighbours(best.params, n) for n in range(level + 1)):
+                self._neighbours(best.params, n, mapped) for n in range(level + 1)):
             if self._spent(stats, cap, deadline):
                 return None
             candidate = self._scored(params, scored, seen, stats)
@@ -207,21 +254,29 @@ class LocalSearch:
                 return candidate
         return None
 
-    def _neighbours(self, params: Mapping[str, Any], level: int) -> Iterator[dict[str, Any]]:
+    def _neighbours(self, params: Mapping[str, Any], level: int,
+                    mapped: bool = False) -> Iterator[dict[str, Any]]:
         """The valid candidates that differ from ``params`` in one parameter, or trade threads
         for registers along an axis keeping its tile (twice the registers, half the threads,
         or the reverse: the coupled change by which the best kernels differ from good ones,
         GEMM 4096^3: 32 x 4 threads x registers along x at 3.45 ms, 16 x 8 at 3.07 ms), or
         stage other operands with other threads along one axis (:meth:`_restagings`);
-        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two.
+        at ``level`` 1 in any of the last decisions (:meth:`_finishes`), at 2 in two other
+        than the mapping. ``mapped`` keeps the mapping at every level: a race's seeds are
+        every mapping's best, and 204 of a failed step's 261 neighbours on tccg_35 were
+        other mappings.
 
         Changes of the last decisions come first, of the first decision (the mapping) last:
         the local search starts from the best candidate of every mapping, and a climb mostly
         moves tiles, steps and buffers; on tccg_03 a climb found each faster neighbour
         after 16 candidates where it took 30, and its first two-change move after 130
         where it took 600."""
+        # Two changes keep the mapping: with another change, its hundreds of values gave
+        # thousands of pairs, and tccg_35's last failed two-change step spent 1500 of the
+        # budget's 3000 candidates on them (:meth:`_transposed` moves a mapping with its tiles).
+        kept = 1 if mapped or level == 2 else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
-                  for p in reversed(self.space.parameters)]
+                  for p in reversed(self.space.parameters[kept:])]
         changes = (itertools.chain(self._trades(params),
                                    ((change,) for change in itertools.chain(*others)),
                                    self._restagings(params), self._moves(params))

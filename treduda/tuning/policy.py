@@ -36,6 +36,7 @@ from ..model.interface import CostModel, capable
 from ..model.model import model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
+from ..polyhedral.geometry import AXES
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Priority
 from ..run.cuda import gpu_present
@@ -66,6 +67,10 @@ CHECKED_MOST = 16  # ... and at most in all
 # A batch after the first is compiled only for a candidate predicted this much faster than the
 # best checked one: each report costs seconds of generation and nvcc for a full-size kernel.
 CHECK_GAIN = 0.05
+# The check compiles too the best of each family (mapping, staging, register tile) not checked
+# predicted within this share of the best checked estimate (one batch: other_families).
+FAMILY_SPREAD = 0.01
+REGISTERS = frozenset(f"reg_{axis}" for axis in AXES)  # a thread's register tile
 # ptxas's registers among kin (:func:`kin`) differ by up to this factor, the step alone moving
 # them (nvcc 13, sm_90): tccg_10's 8 x 2 x 4 threads of 4 x 2 x 8 registers take 155 at step
 # 16 and 128 at step 32, tccg_12's 16 x 8 threads of 8 x 8 take 130 at step 16 and 128 at
@@ -292,8 +297,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     """``result`` whose winner ptxas has reported on: re-estimated with the registers and
     spills of its compiled kernel; while the best so re-estimated is slower than the prediction
     of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
-    next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), and the
-    fastest wins. A candidate whose kin (:func:`kin`) ptxas has reported on is not compiled:
+    next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), then
+    the best of each other family predicted near the best checked (:func:`other_families`),
+    and the fastest wins. A candidate whose kin (:func:`kin`) ptxas has reported on is not compiled:
     its allocation is known, and the check looks past it to other mappings and tiles; unless
     the kin's report with :data:`KIN_SPREAD` times fewer registers would make it beat the best
     checked, as where the report lands just past an occupancy step (then one more kin is
@@ -388,6 +394,9 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
             break
         checked += with_reports(batch)
         gain = CHECK_GAIN
+    others = other_families(ranked, checked, priorities)
+    if others:
+        checked += with_reports(others)
     best = min(checked, key=Candidate.key)
     known = {c.text: c for c in checked}
 
@@ -402,6 +411,39 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         return known[candidate.text]
 
     return replace(result, best=best, candidates=tuple(map(carried, result.candidates)))
+
+
+def other_families(ranked: Sequence[Candidate], checked: Sequence[Candidate],
+                   priorities: Mapping[str, Mapping[str, Priority]]) -> list[Candidate]:
+    """Of ``ranked`` (best first), the best of each family (:func:`family`) that none of
+    ``checked`` belongs to, predicted within :data:`FAMILY_SPREAD` of the best checked
+    estimate, :data:`CHECKED` at most: a family whose best is a little slower by the model
+    may still win after ptxas's reports, where the check's batches after the first seek a
+    gain of :data:`CHECK_GAIN`. tccg_02's 3000-node winner, predicted 0.0925 ms, checks at
+    0.0964; a 16 x 4 and 1 x 2 register tile of its mapping, predicted 0.0932, at 0.0928.
+    tccg_28's winner, 35.55 predicted, checks at 35.58; main's pick, 35.69, at 35.47."""
+    bar = min(c.prediction.seconds for c in checked) * (1 + FAMILY_SPREAD)
+    seen = {family(c, priorities[c.strategy]) for c in checked}
+    found: list[Candidate] = []
+    for candidate in ranked:
+        if candidate.prediction.seconds > bar or len(found) == CHECKED:
+            break
+        decided = family(candidate, priorities[candidate.strategy])
+        if decided not in seen:
+            seen.add(decided)
+            found.append(candidate)
+    return found
+
+
+def family(candidate: Candidate, priorities: Mapping[str, Priority]) -> tuple:
+    """``candidate``'s strategy, mapping, staged operands and register tile (its parameters
+    of :attr:`Priority.MAPPING` and :attr:`Priority.STAGING`, and a thread's registers along
+    each axis): kernels that differ in mechanism, where its threads, step and buffers do not
+    (ptxas's registers follow the register tile: on tccg_02, 129 for 16 x 8 threads x
+    registers along y, 128 for 16 x 4 along y and 1 x 2 along z)."""
+    return candidate.strategy, tuple(
+        (name, value) for name, value in candidate.params.items()
+        if priorities.get(name) in (Priority.MAPPING, Priority.STAGING) or name in REGISTERS)
 
 
 def alike(candidate: Candidate, kin: Sequence[Candidate]) -> Candidate:
