@@ -199,7 +199,7 @@ class LocalSearch:
         climbs to 8 x 8 along b_c (0.1471 ms, 85% FFMA where the first has 78%). A twin's
         climb may leave its mapping, as the race's may not (one change at a time, mappings
         last): kept to theirs, the 3000-node searches of tccg_04 and tccg_21 ended at 0.1293
-        and 21.64 ms predicted, short of main's picks (0.1287, 21.45), which they now reach."""
+        and 21.64 ms predicted, short of the kernels they now reach (0.1287, 21.45)."""
         for twin in self._twins(best.params):
             candidate = self._scored(twin, scored, seen, stats)
             if candidate is None:

@@ -421,7 +421,7 @@ def other_families(ranked: Sequence[Candidate], checked: Sequence[Candidate],
     may still win after ptxas's reports, where the check's batches after the first seek a
     gain of :data:`CHECK_GAIN`. tccg_02's 3000-node winner, predicted 0.0925 ms, checks at
     0.0964; a 16 x 4 and 1 x 2 register tile of its mapping, predicted 0.0932, at 0.0928.
-    tccg_28's winner, 35.55 predicted, checks at 35.58; main's pick, 35.69, at 35.47."""
+    tccg_28's winner, 35.55 predicted, checks at 35.58; another family's best, 35.69, at 35.47."""
     bar = min(c.prediction.seconds for c in checked) * (1 + FAMILY_SPREAD)
     seen = {family(c, priorities[c.strategy]) for c in checked}
     found: list[Candidate] = []
