@@ -215,7 +215,7 @@ class LocalSearch:
         """``params`` with the mapping's groups on other axes and each axis's threads,
         registers and assignment moved along with its group: the valid candidates of every
         other order of the same groups."""
-        if "order" not in params:
+        if not self._ordered(params):
             return
         groups = params["order"].split(",")
         orders = next(p.values for p in self.space.parameters if p.name == "order")
@@ -231,6 +231,12 @@ class LocalSearch:
                         change[f"{name}_{axis}"] = params[f"{name}_{source}"]
             if not self.space.breaks(params, change):
                 yield {**params, **change}
+
+    @staticmethod
+    def _ordered(params: Mapping[str, Any]) -> bool:
+        """Whether ``params``' mapping is an order of groups on the axes (the tiled
+        strategies' ``order``), which :meth:`_twins` can move with their tiles."""
+        return "order" in params
 
     def _spent(self, stats: SearchStats, cap: int, deadline: int | None) -> bool:
         """Whether the local search has scored ``cap`` candidates or its work reached
@@ -271,10 +277,12 @@ class LocalSearch:
         moves tiles, steps and buffers; on tccg_03 a climb found each faster neighbour
         after 16 candidates where it took 30, and its first two-change move after 130
         where it took 600."""
-        # Two changes keep the mapping: with another change, its hundreds of values gave
-        # thousands of pairs, and tccg_35's last failed two-change step spent 1500 of the
-        # budget's 3000 candidates on them (:meth:`_transposed` moves a mapping with its tiles).
-        kept = 1 if mapped or level == 2 else 0
+        # Two changes keep a mapping that is an order of groups: with another change, its
+        # hundreds of values gave thousands of pairs, and tccg_35's last failed two-change
+        # step spent 1500 of the budget's 3000 candidates on them; :meth:`_transposed` moves
+        # such a mapping with its tiles. Another strategy's first decision (the tutorial's
+        # threads per block) has no twins: two changes may pair it.
+        kept = 1 if mapped or level == 2 and self._ordered(params) else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters[kept:])]
         changes = (itertools.chain(self._trades(params),
