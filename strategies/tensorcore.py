@@ -109,6 +109,18 @@ def filling_splits(program: Program, sms: int | None,
     return tuple(sorted({*SPLITS, *(filling_split(n, sms) for n in tiles if n < sms)}))
 
 
+def split_parameter(program: Program, sms: int | None,
+                    tile: Callable[[Mapping[str, Any]], Mapping[str, int]],
+                    tiled: Mapping[str, Sequence[Any]], doc: str) -> Parameter:
+    """The ``split`` of a GEMM-shaped mapping (this one's and the warpgroup one's): 1 where
+    the program cannot split; else :func:`filling_splits`, and any whole split a kernel is
+    given (:data:`WHOLE_SPLIT`)."""
+    if not splittable(program):
+        return Parameter("split", (1,), doc, priority=Priority.STEP)
+    return Parameter("split", filling_splits(program, sms, tile, tiled), doc,
+                     priority=Priority.STEP, accepts=WHOLE_SPLIT)
+
+
 def filling_split(tiles: int, sms: int) -> int:
     """The most parts (up to :data:`FILLING_MOST`) that keep ``tiles`` blocks each in one
     wave of ``sms`` blocks."""
@@ -194,15 +206,13 @@ class TensorCore(Strategy):
                       "steps: from two, one barrier per step, and asynchronous copies issued "
                       "stages - 1 steps ahead (cp.async.wait_group stages - 2)",
                       priority=Priority.BUFFERS),
-            Parameter("split", filling_splits(
+            split_parameter(
                 program, self.limits.sm_count, lambda p: tile_extents({**p, "frags_k": 1}, shape),
                 {"warps_m": warps["m"], "warps_n": warps["n"], "frags_m": FRAGMENTS,
-                 "frags_n": FRAGMENTS}) if splittable(program) else (1,),
-                      "blocks sharing each output tile, each summing a part of the steps "
-                      "(added into the output atomically; stored in a float32 workspace and "
-                      "added in order in a deterministic program or into float16/bfloat16)",
-                      priority=Priority.STEP,
-                      accepts=WHOLE_SPLIT if splittable(program) else None),
+                 "frags_n": FRAGMENTS},
+                "blocks sharing each output tile, each summing a part of the steps (added into "
+                "the output atomically; stored in a float32 workspace and added in order in a "
+                "deterministic program or into float16/bfloat16)"),
             Parameter("mapping", mappings(program, self.limits.async_copies),
                       "how CUDA computes the fragments: nvcuda::wmma, or inline PTX "
                       "mma.sync (sm_80+): m16n8k16 fed by ldmatrix.x4 for float16 and bfloat16, "

@@ -46,7 +46,7 @@ from treduda.polyhedral.strategy import (
     register,
 )
 
-from .tensorcore import WHOLE_SPLIT, filling_splits, split_rules
+from .tensorcore import split_parameter, split_rules
 from .tensorcore_model import OVERHEAD_REGISTERS
 from .tensorcore_tiles import (
     BOX_FRAGMENTS,
@@ -61,7 +61,6 @@ from .tensorcore_tiles import (
     holds_boxes,
     k_box,
 )
-from .tiling import splittable
 from .warpgroup_kernel import (
     WARPGROUP_M,
     WarpgroupBuilder,
@@ -150,17 +149,13 @@ class Warpgroup(Strategy):
             Parameter("async_copy", (True, False),
                       "operand tiles copied by cp.async where their layout allows (TF32's "
                       "then rounded in place)", priority=Priority.BUFFERS),
-            Parameter("split", filling_splits(
+            split_parameter(
                 program, self.limits.sm_count,
                 lambda p: warpgroup_tile({**p, "frags_k": 1}, program),
-                {"warpgroups": WARPGROUPS, "frags_m": WARPGROUP_FRAGMENTS, "tile_n": TILE_N})
-                      if splittable(program) else (1,),
-                      "blocks sharing each output tile, each summing a part of the steps "
-                      "(added into the output atomically; stored in a float32 workspace and "
-                      "added in order in a deterministic program or into float16/bfloat16), "
-                      "as the tensor-core mapping's",
-                      priority=Priority.STEP,
-                      accepts=WHOLE_SPLIT if splittable(program) else None),
+                {"warpgroups": WARPGROUPS, "frags_m": WARPGROUP_FRAGMENTS, "tile_n": TILE_N},
+                "blocks sharing each output tile, each summing a part of the steps (added into "
+                "the output atomically; stored in a float32 workspace and added in order in a "
+                "deterministic program or into float16/bfloat16), as the tensor-core mapping's"),
             Parameter("staged_b", (False, True) if k_box(program) and staged_width(program)
                       else (False,),
                       "a K box's B copied by cp.async in its memory order into a staging "
