@@ -55,7 +55,7 @@ class Staged(Strategy):
                    for c in itertools.combinations(tensors, n)]
         parameters = (Parameter("stage", (*subsets, ""),
                                 "inputs staged in shared memory (comma separated)",
-                                priority=Priority.STAGING),
+                                priority=Priority.STAGING, role=Role.STAGE),
                       Parameter("preload", (False, True), "load the next step into registers "
                                 "while computing this one", priority=Priority.BUFFERS),
                       Parameter("double_buffer", (False, True),

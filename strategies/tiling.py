@@ -40,7 +40,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -157,6 +157,7 @@ class Tiled(Strategy):
     # generate and for PoCL to build (a ring step of extents 2-5: 0.2-0.4 s of generation
     # instead of 0.6-1.9 s), where a small problem's kernel is looked for first.
     quick = True
+    twinned = True  # its mapping, an order of groups on the axes, moves with its tiles
     blocks = BLOCK_EXTENTS
     registers = REGISTER_EXTENTS
     assignments = ASSIGNMENTS
@@ -181,9 +182,9 @@ class Tiled(Strategy):
         for a in AXES:  # decided axis by axis: the tile along x shapes a warp's accesses
             parameters += [
                 Parameter(f"block_{a}", self.blocks, f"threads per block along {a}",
-                          SEARCHED[f"block_{a}"], Priority.TILES),
+                          SEARCHED[f"block_{a}"], Priority.TILES, role=Role.THREAD, axis=a),
                 Parameter(f"reg_{a}", self.registers, f"elements per thread along {a}",
-                          SEARCHED[f"reg_{a}"], Priority.TILES),
+                          SEARCHED[f"reg_{a}"], Priority.TILES, role=Role.REGISTER, axis=a),
                 Parameter(f"assign_{a}", assignments,
                           f"how the {a} tile's elements are dealt to threads",
                           SEARCHED.get(f"assign_{a}"), Priority.TILES)]
@@ -203,6 +204,23 @@ class Tiled(Strategy):
 
     def tile_parameters(self, program: Program) -> tuple[str, ...]:
         return ("order", *(f"{k}_{a}" for k in ("block", "reg") for a in AXES), "step")
+
+    def twins(self, params: Mapping[str, Any], space: ParamSpace) -> Iterator[dict[str, Any]]:
+        """Every other order of ``params``' groups among ``space``'s, each axis's threads,
+        registers and assignment moved along with its group: the same tiles with other
+        threads along the memory's fastest axis."""
+        groups = params["order"].split(",")
+        for order in space.parameter("order").values:
+            moved = order.split(",")
+            if order == params["order"] or sorted(moved) != sorted(groups):
+                continue
+            change = {"order": order}
+            for axis, group in zip(AXES, moved, strict=False):
+                source = AXES[groups.index(group)]
+                for name in ("block", "reg", "assign"):
+                    if f"{name}_{source}" in params:
+                        change[f"{name}_{axis}"] = params[f"{name}_{source}"]
+            yield change
 
     def _rules(self, program: Program) -> list[Constraint]:
         limits = self.limits

@@ -30,6 +30,9 @@ from treduda.authoring import (
     schedule_space,
     transform_schedule,
 )
+from treduda.polyhedral.strategy import Priority
+from treduda.tuning import policy
+from treduda.tuning.search_result import SearchStats
 
 
 @register
@@ -213,3 +216,73 @@ def test_a_model_that_lacks_what_the_search_asks_is_named_with_what_it_lacks():
     with pytest.raises(treduda.errors.StrategyError, match=lacks):
         treduda.search(GEMM, SIZES, strategy="row_per_block_estimated")
 
+
+
+# What a strategy declares for the search, which names none of its parameters: the roles of
+# its tile's parameters (threads and a thread's values along an axis, Parameter.role) and its
+# twins (Strategy.twins), candidates that compute the same tile otherwise.
+class TileModel(OwnModel):
+    """Made up: a tile of 128 values is best, as 128 threads of one value each; each other
+    count of threads per tile a millisecond dearer, and steps as OwnModel's."""
+
+    def _prediction(self, params):
+        tile = params["threads"] * params["per_thread"]
+        seconds = 1e-3 * (1 + (tile != 128) + (params["threads"] != 128)
+                          + (params["step"] != 16))
+        return Prediction(seconds, "own", {"own": seconds}, "the strategy's own model",
+                          self.flops, floor=seconds)
+
+
+@register
+class TiledRows(ModelledRows):
+    name = "row_per_block_tiled"
+    description = "row_per_block with a register tile, its roles and twins declared"
+    twinned = True  # its twins move its first decision: two-change steps keep it
+
+    def space(self, program, before=()):
+        threads, step = super().space(program, before).parameters
+        return ParamSpace((replace(threads, role=Role.THREAD, axis="x"),
+                           Parameter("per_thread", (1, 2, 4), "values per thread",
+                                     priority=Priority.TILES, role=Role.REGISTER, axis="x"),
+                           replace(step, priority=Priority.STEP)))
+
+    def model(self, program, gpu, values=None):
+        return TileModel(program, self, values)
+
+    def twins(self, params, space):  # the same tile with every other count of threads
+        tile = params["threads"] * params["per_thread"]
+        for threads in space.parameter("threads").values:
+            if threads != params["threads"] and tile % threads == 0:
+                yield {"threads": threads, "per_thread": tile // threads}
+
+
+@register
+class UntwinnedRows(TiledRows):
+    name = "row_per_block_untwinned"
+    description = "row_per_block_tiled without its twins"
+    twinned = False
+
+    def twins(self, params, space):
+        return Strategy.twins(self, params, space)
+
+
+def test_the_search_reads_what_a_strategy_declares():
+    searcher = Searcher(plan(GEMM, SIZES), "H100", "row_per_block_tiled")
+    untwinned = Searcher(plan(GEMM, SIZES), "H100", "row_per_block_untwinned")
+    stuck = searcher.candidate({"threads": 32, "per_thread": 4, "step": 16})
+    climbed = searcher._transposed(stuck, [], set(), SearchStats(1, False), 100, None)
+    assert dict(climbed.params) == {"threads": 128, "per_thread": 1, "step": 16}  # its twin's
+    assert untwinned._transposed(stuck, [], set(), SearchStats(1, False), 100, None) is None
+    pairs = list(searcher._neighbours(stuck.params, 2))
+    assert pairs and all(p["threads"] == 32 for p in pairs)  # twinned: the mapping is kept
+    assert any(p["threads"] != 32 for p in untwinned._neighbours(stuck.params, 2))
+    # threads for values per thread, the tile kept, by the roles alone
+    assert [dict(t) for t in searcher._trades({"threads": 64, "per_thread": 2, "step": 16})] \
+        == [{"threads": 32, "per_thread": 4}, {"threads": 128, "per_thread": 1}]
+    # ptxas's check keeps the best of each register tile: its parameter's role says which
+    parameters = {p.name: p for p in searcher.strategy.space(searcher.program).parameters}
+    a, b, c = (searcher.candidate(p) for p in ({"threads": 64, "per_thread": 2, "step": 16},
+                                               {"threads": 64, "per_thread": 4, "step": 16},
+                                               {"threads": 64, "per_thread": 2, "step": 8}))
+    assert policy.family(a, parameters) != policy.family(b, parameters)
+    assert policy.family(a, parameters) == policy.family(c, parameters)

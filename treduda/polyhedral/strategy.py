@@ -103,7 +103,16 @@ class Parameter:
     ``searched`` are the values the search tries (None: all of them; fewer keep a full-size
     space enumerable, so the search can be checked against enumeration), ``priority`` when;
     ``accepts`` a rule for values beyond ``values`` a kernel may still be given (a split that
-    fills one GPU's SMs, generated again with no GPU targeted), which the search never tries."""
+    fills one GPU's SMs, generated again with no GPU targeted), which the search never tries.
+
+    ``role`` declares what it sets of the schedule where the search reads it (its name is the
+    strategy's own): :attr:`Role.THREAD`, threads per block along ``axis``, and
+    :attr:`Role.REGISTER`, a thread's values along ``axis`` held in registers, which a local
+    search trades for each other keeping the tile and moves between axes; the register tile
+    is a mechanism of its own to ptxas's check, whose registers follow it (it keeps the best
+    of each, as of each mapping and staging); :attr:`Role.STAGE`, the inputs each step stages
+    in shared memory, comma separated ('' for none), which a local search changes with the
+    threads along an axis (:mod:`treduda.tuning.local_search`)."""
 
     name: str
     values: tuple
@@ -111,6 +120,8 @@ class Parameter:
     searched: tuple | None = None
     priority: Priority = Priority.MAPPING
     accepts: Constraint | None = None
+    role: Role | None = None
+    axis: str = ""
 
 
 @dataclass(frozen=True)
@@ -371,6 +382,11 @@ class Strategy:
     # :meth:`applies`.
     quick: ClassVar[bool] = False
     offered: ClassVar[bool] = False
+    # Whether its first decision (the mapping) is one that :meth:`twins` moves with the tiles:
+    # a local search's two-change steps then keep it (a mapping's hundreds of values, each
+    # paired with another change, made thousands of steps), where another strategy's first
+    # decision (the tutorial's threads per block) may be paired.
+    twinned: ClassVar[bool] = False
 
     def __init__(self, limits: Limits | None = None):
         self.limits = limits or Limits()
@@ -406,6 +422,13 @@ class Strategy:
         """The parameters the block's tile (order, threads, registers, walk, step) depends on:
         a staging strategy checks its shared memory as soon as these are decided."""
         return tuple(p.name for p in self.space(program).parameters)
+
+    def twins(self, params: Mapping[str, Any], space: ParamSpace) -> Iterator[dict[str, Any]]:
+        """Changes of the complete ``params`` that compute the same tiles otherwise (the tiled
+        mapping's groups on other axes), each a few parameters' values of ``space``: a local
+        search climbs from them where it is stuck, as one or two changes cannot reach them.
+        None by default."""
+        return iter(())
 
     def geometry(self, program: Program, params: Mapping[str, Any],
                  values: Mapping[str, tuple] | None = None) -> Description:
@@ -455,6 +478,7 @@ class Composite(Strategy):
         self.parts = tuple(parts)
         self.name = "+".join(p.name for p in self.parts)
         self.description = "; then ".join(p.description for p in self.parts)
+        self.twinned = any(p.twinned for p in self.parts)
 
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         total = ParamSpace(())
@@ -488,6 +512,10 @@ class Composite(Strategy):
 
     def tile_parameters(self, program: Program) -> tuple[str, ...]:
         return tuple(dict.fromkeys(n for part in self.parts for n in part.tile_parameters(program)))
+
+    def twins(self, params: Mapping[str, Any], space: ParamSpace) -> Iterator[dict[str, Any]]:
+        for part in self.parts:
+            yield from part.twins(params, space)
 
     def transform(self, scheduled: Scheduled, params: Mapping[str, Any]) -> Scheduled:
         for n, part in enumerate(self.parts):

@@ -15,7 +15,7 @@ import itertools
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from ..polyhedral.geometry import AXES
+from ..polyhedral.strategy import Parameter, Role
 from .budgets import SEED_DIVES
 from .search_result import Candidate, SearchStats, identity
 
@@ -33,8 +33,9 @@ FINISH = 128
 
 class LocalSearch:
     """The local search of :class:`~treduda.tuning.search.Searcher`, which mixes it in: it
-    reads the searcher's ``space`` and ``work`` and scores through its ``candidate``, ``_dive``,
-    ``_floor`` and ``_below``."""
+    reads the searcher's ``space``, ``work`` and what its ``strategy`` declares (twins, the
+    parameters' roles) and scores through its ``candidate``, ``_dive``, ``_floor`` and
+    ``_below``."""
 
     def _polish(self, best: Candidate, scored: list[Candidate], stats: SearchStats,
                 limit: int, deadline: int | None = None) -> Candidate:
@@ -212,31 +213,17 @@ class LocalSearch:
         return None
 
     def _twins(self, params: Mapping[str, Any]) -> Iterator[dict[str, Any]]:
-        """``params`` with the mapping's groups on other axes and each axis's threads,
-        registers and assignment moved along with its group: the valid candidates of every
-        other order of the same groups."""
-        if not self._ordered(params):
-            return
-        groups = params["order"].split(",")
-        orders = next(p.values for p in self.space.parameters if p.name == "order")
-        for order in orders:
-            moved = order.split(",")
-            if order == params["order"] or sorted(moved) != sorted(groups):
-                continue
-            change = {"order": order}
-            for axis, group in zip(AXES, moved, strict=False):
-                source = AXES[groups.index(group)]
-                for name in ("block", "reg", "assign"):
-                    if f"{name}_{source}" in params:
-                        change[f"{name}_{axis}"] = params[f"{name}_{source}"]
+        """The valid candidates of the strategy's twins of ``params``
+        (:meth:`~treduda.polyhedral.strategy.Strategy.twins`: the tiled mapping's groups on
+        other axes, each axis's threads, registers and assignment moved along)."""
+        for change in self.strategy.twins(params, self.space):
             if not self.space.breaks(params, change):
                 yield {**params, **change}
 
-    @staticmethod
-    def _ordered(params: Mapping[str, Any]) -> bool:
-        """Whether ``params``' mapping is an order of groups on the axes (the tiled
-        strategies' ``order``), which :meth:`_twins` can move with their tiles."""
-        return "order" in params
+    def _roles(self, role: Role) -> dict[str, Parameter]:
+        """The space's parameters of ``role`` (:attr:`Parameter.role`, what the strategy
+        declares of them) by their axis, in the order of the decisions."""
+        return {p.axis: p for p in self.space.parameters if p.role is role}
 
     def _spent(self, stats: SearchStats, cap: int, deadline: int | None) -> bool:
         """Whether the local search has scored ``cap`` candidates or its work reached
@@ -282,7 +269,7 @@ class LocalSearch:
         # step spent 1500 of the budget's 3000 candidates on them; :meth:`_transposed` moves
         # such a mapping with its tiles. Another strategy's first decision (the tutorial's
         # threads per block) has no twins: two changes may pair it.
-        kept = 1 if mapped or level == 2 and self._ordered(params) else 0
+        kept = 1 if mapped or level == 2 and self.strategy.twinned else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters[kept:])]
         changes = (itertools.chain(self._trades(params),
@@ -322,18 +309,19 @@ class LocalSearch:
         one thread along d (0.3305 ms predicted), staging A or four threads along d one at a
         time slower (0.937, 0.360 ms), both at once faster (0.3176 ms: the slab-padded
         kernel)."""
-        values = {p.name: p.values for p in self.space.parameters}
-        staged = set(filter(None, params.get("stage", "").split(",")))
-        for stage in values.get("stage", ()):
-            other = set(filter(None, stage.split(",")))
-            more = other > staged  # more operands staged: more threads
-            if not (more or other < staged):
-                continue
-            for a in AXES:
-                block = f"block_{a}"
-                for threads in values.get(block, ()):
-                    if threads != params[block] and (threads > params[block]) == more:
-                        yield ("stage", stage), (block, threads)
+        blocks = self._roles(Role.THREAD).values()
+        for staging in self._roles(Role.STAGE).values():
+            staged = set(filter(None, params[staging.name].split(",")))
+            for stage in staging.values:
+                other = set(filter(None, stage.split(",")))
+                more = other > staged  # more operands staged: more threads
+                if not (more or other < staged):
+                    continue
+                for block in blocks:
+                    for threads in block.values:
+                        if threads != params[block.name] and (
+                                threads > params[block.name]) == more:
+                            yield (staging.name, stage), (block.name, threads)
 
     def _moves(self, params: Mapping[str, Any]) -> Iterator[tuple[tuple[str, Any], ...]]:
         """Changes that move half the threads along one axis to another and keep the block's
@@ -347,10 +335,11 @@ class LocalSearch:
         ms: the pick of the count before)."""
         values = {p.name: p.values for p in self.space.parameters}
         fixed = [p.name for p in self.space.parameters[:self._decided()]]
-        for a, b in itertools.permutations(AXES, 2):
-            names = (f"block_{a}", f"reg_{a}", f"block_{b}")
-            if not all(name in values for name in names):
+        blocks, registers = self._roles(Role.THREAD), self._roles(Role.REGISTER)
+        for a, b in itertools.permutations(blocks, 2):
+            if a not in registers:
                 continue
+            names = (blocks[a].name, registers[a].name, blocks[b].name)
             fewer, more = params[names[0]] // 2, params[names[2]] * 2
             if fewer * 2 != params[names[0]] or fewer not in values[names[0]] \
                     or more not in values[names[2]]:
@@ -375,11 +364,12 @@ class LocalSearch:
         predicted), both trades one at a time slower, both at once faster (21.31 ms), and
         from there staging B alone at step 8 (20.50 ms)."""
         values = {p.name: p.values for p in self.space.parameters}
+        blocks, registers = self._roles(Role.THREAD), self._roles(Role.REGISTER)
         single = {}
-        for a in AXES:
-            block, reg = f"block_{a}", f"reg_{a}"
-            if block not in values or reg not in values:
+        for a in blocks:
+            if a not in registers:
                 continue
+            block, reg = blocks[a].name, registers[a].name
             b, r = params[block], params[reg]
             single[a] = [((block, nb), (reg, nr)) for nb, nr in ((b // 2, r * 2), (b * 2, r // 2))
                          if nb * nr == b * r and nb in values[block] and nr in values[reg]]
@@ -387,5 +377,6 @@ class LocalSearch:
             yield from trades
         for a, b in itertools.combinations(single, 2):
             for one, other in itertools.product(single[a], single[b]):
-                if (one[0][1] > params[f"block_{a}"]) != (other[0][1] > params[f"block_{b}"]):
+                if (one[0][1] > params[blocks[a].name]) != (other[0][1]
+                                                            > params[blocks[b].name]):
                     yield one + other

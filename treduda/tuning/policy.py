@@ -36,9 +36,8 @@ from ..model.interface import CostModel, capable
 from ..model.model import model_of
 from ..model.prediction import Compiled
 from ..options import DEFAULT_BUDGET
-from ..polyhedral.geometry import AXES
 from ..polyhedral.lower import Program
-from ..polyhedral.strategy import Priority
+from ..polyhedral.strategy import Parameter, Priority, Role
 from ..run.cuda import gpu_present
 from ..run.nvcc import nvcc_supports
 from ..run.sass import compile_with_sass
@@ -70,7 +69,6 @@ CHECK_GAIN = 0.05
 # The check compiles too the best of each family (mapping, staging, register tile) not checked
 # predicted within this share of the best checked estimate (one batch: other_families).
 FAMILY_SPREAD = 0.01
-REGISTERS = frozenset(f"reg_{axis}" for axis in AXES)  # a thread's register tile
 # ptxas's registers among kin (:func:`kin`) differ by up to this factor, the step alone moving
 # them (nvcc 13, sm_90): tccg_10's 8 x 2 x 4 threads of 4 x 2 x 8 registers take 155 at step
 # 16 and 128 at step 32, tccg_12's 16 x 8 threads of 8 x 8 take 130 at step 16 and 128 at
@@ -324,8 +322,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     with GENERATING:  # a strategy's space may ask isl
         models = {s: model_of(generate.program, result.gpu, s)  # a search may rank several
                   for s in {c.strategy for c in result.candidates}}
-        priorities = {s: {p.name: p.priority for p in
-                          get_strategy(s).space(generate.program).parameters}
+        parameters = {s: {p.name: p for p in get_strategy(s).space(generate.program).parameters}
                       for s in models}
 
     def with_reports(candidates: list[Candidate]) -> list[Candidate]:
@@ -346,7 +343,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     def kin_of(candidate: Candidate) -> tuple:
         if candidate.text not in kins:
             kins[candidate.text] = kin(candidate, models[candidate.strategy],
-                                       priorities[candidate.strategy])
+                                       parameters[candidate.strategy])
         return kins[candidate.text]
 
     hopes: dict[str, float] = {}  # by the candidate's parameters: its kin's one report's
@@ -394,7 +391,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
             break
         checked += with_reports(batch)
         gain = CHECK_GAIN
-    others = other_families(ranked, checked, priorities)
+    others = other_families(ranked, checked, parameters)
     if others:
         checked += with_reports(others)
     best = min(checked, key=Candidate.key)
@@ -414,7 +411,7 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
 
 
 def other_families(ranked: Sequence[Candidate], checked: Sequence[Candidate],
-                   priorities: Mapping[str, Mapping[str, Priority]]) -> list[Candidate]:
+                   parameters: Mapping[str, Mapping[str, Parameter]]) -> list[Candidate]:
     """Of ``ranked`` (best first), the best of each family (:func:`family`) that none of
     ``checked`` belongs to, predicted within :data:`FAMILY_SPREAD` of the best checked
     estimate, :data:`CHECKED` at most: a family whose best is a little slower by the model
@@ -423,27 +420,29 @@ def other_families(ranked: Sequence[Candidate], checked: Sequence[Candidate],
     0.0964; a 16 x 4 and 1 x 2 register tile of its mapping, predicted 0.0932, at 0.0928.
     tccg_28's winner, 35.55 predicted, checks at 35.58; another family's best, 35.69, at 35.47."""
     bar = min(c.prediction.seconds for c in checked) * (1 + FAMILY_SPREAD)
-    seen = {family(c, priorities[c.strategy]) for c in checked}
+    seen = {family(c, parameters[c.strategy]) for c in checked}
     found: list[Candidate] = []
     for candidate in ranked:
         if candidate.prediction.seconds > bar or len(found) == CHECKED:
             break
-        decided = family(candidate, priorities[candidate.strategy])
+        decided = family(candidate, parameters[candidate.strategy])
         if decided not in seen:
             seen.add(decided)
             found.append(candidate)
     return found
 
 
-def family(candidate: Candidate, priorities: Mapping[str, Priority]) -> tuple:
-    """``candidate``'s strategy, mapping, staged operands and register tile (its parameters
-    of :attr:`Priority.MAPPING` and :attr:`Priority.STAGING`, and a thread's registers along
-    each axis): kernels that differ in mechanism, where its threads, step and buffers do not
-    (ptxas's registers follow the register tile: on tccg_02, 129 for 16 x 8 threads x
-    registers along y, 128 for 16 x 4 along y and 1 x 2 along z)."""
+def family(candidate: Candidate, parameters: Mapping[str, Parameter]) -> tuple:
+    """``candidate``'s strategy, mapping, staged operands and register tile (its
+    ``parameters`` of :attr:`Priority.MAPPING` and :attr:`Priority.STAGING`, and those of
+    :attr:`Role.REGISTER`: a thread's registers along each axis): kernels that differ in
+    mechanism, where its threads, step and buffers do not (ptxas's registers follow the
+    register tile: on tccg_02, 129 for 16 x 8 threads x registers along y, 128 for 16 x 4
+    along y and 1 x 2 along z)."""
     return candidate.strategy, tuple(
         (name, value) for name, value in candidate.params.items()
-        if priorities.get(name) in (Priority.MAPPING, Priority.STAGING) or name in REGISTERS)
+        if parameters[name].priority in (Priority.MAPPING, Priority.STAGING)
+        or parameters[name].role is Role.REGISTER)
 
 
 def alike(candidate: Candidate, kin: Sequence[Candidate]) -> Candidate:
@@ -466,7 +465,7 @@ def as_kin(compiled: Candidate, candidate: Candidate, model: CostModel) -> Compi
     return replace(report, instructions_per_fma=report.instructions_per_fma * ratio)
 
 
-def kin(candidate: Candidate, model: CostModel, priorities: Mapping[str, Priority]) -> tuple:
+def kin(candidate: Candidate, model: CostModel, parameters: Mapping[str, Parameter]) -> tuple:
     """What ptxas's allocation of ``candidate`` is taken to follow: its mapping and tiles (its
     parameters of :attr:`Priority.MAPPING` and :attr:`Priority.TILES`: the block's threads and
     a thread's registers) and the registers and spills ``model`` predicts. Candidates that
@@ -475,7 +474,7 @@ def kin(candidate: Candidate, model: CostModel, priorities: Mapping[str, Priorit
     or not); a kernel that preloads is not kin of the same without (tccg_28: 168 against 122
     registers by ptxas, 126 and fewer by the model)."""
     decided = tuple((name, value) for name, value in candidate.params.items()
-                    if priorities.get(name) in (Priority.MAPPING, Priority.TILES))
+                    if parameters[name].priority in (Priority.MAPPING, Priority.TILES))
     return candidate.strategy, decided, model.registers(candidate.params)
 
 

@@ -104,7 +104,8 @@ class Searcher(LocalSearch):
         ordered = sorted(full.parameters, key=lambda p: p.priority)  # stable: the space's order
         self.space = ParamSpace(tuple(
             Parameter(p.name, tuple(v for v in p.values if v in wanted.get(p.name, p.values)),
-                      p.doc, priority=p.priority) for p in ordered), full.constraints)
+                      p.doc, priority=p.priority, role=p.role, axis=p.axis) for p in ordered),
+            full.constraints)
         self.model = model_of(self.program, self.gpu, self.strategy,
                               {p.name: p.values for p in self.space.parameters})
         # Wider than the values the strategies suggest: a budgeted search looks at those first

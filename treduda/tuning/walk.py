@@ -113,11 +113,12 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
         # ptxas's registers where nvcc is present.
         return model.refine(kernel, use_nvcc)
     c = count(kernel, use_nvcc, sizes=sizes, arch=g.arch)
-    if model is None:
-        model, analytic, floor = Model(program, g), {}, {}
+    if model is None:  # nor a split it describes
+        model, analytic, floor, split = Model(program, g), {}, {}, 1
     else:
         analytic = model.estimate(kernel.params).resources
         floor = model.bound(kernel.params).resources
+        (split,) = model.describe(kernel.params)["split"]  # the geometry's, by any name
     blocks, threads = math.prod(kernel.grid_for(sizes)), math.prod(kernel.block)
     occupancy = blocks_per_sm(g, threads, c.registers, shared_bytes(kernel))
     if occupancy == 0:
@@ -143,7 +144,7 @@ def estimate_kernel(kernel, gpu: str | Gpu = "H100", *, sizes: Mapping[str, int]
     }
     seconds = {r: max(v, floor.get(r, 0.0)) for r, v in walked.items()}
     binding, total = combined(seconds)
-    total += model.parts_seconds(kernel.params.get("split", 1))  # a deterministic split's sum
+    total += model.parts_seconds(split)  # a deterministic split's sum
     because = _because(binding, seconds[binding], c, occupancy)
     if seconds[binding] > walked[binding]:
         because += " (the model's bound: the walk counts less here)"
