@@ -427,7 +427,7 @@ class Strategy:
         """Changes of the complete ``params`` that compute the same tiles otherwise (the tiled
         mapping's groups on other axes), each a few parameters' values of ``space``: a local
         search climbs from them where it is stuck, as one or two changes cannot reach them.
-        None by default."""
+        Nothing by default."""
         return iter(())
 
     def geometry(self, program: Program, params: Mapping[str, Any],

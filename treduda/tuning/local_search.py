@@ -267,8 +267,8 @@ class LocalSearch:
         # Two changes keep a mapping that is an order of groups: with another change, its
         # hundreds of values gave thousands of pairs, and tccg_35's last failed two-change
         # step spent 1500 of the budget's 3000 candidates on them; :meth:`_transposed` moves
-        # such a mapping with its tiles. Another strategy's first decision (the tutorial's
-        # threads per block) has no twins: two changes may pair it.
+        # such a mapping with its tiles (the strategy says so: ``twinned``). Another
+        # strategy's first decision (the tutorial's threads per block) may be paired.
         kept = 1 if mapped or level == 2 and self.strategy.twinned else 0
         others = [[(p.name, v) for v in p.values if v != params[p.name]]
                   for p in reversed(self.space.parameters[kept:])]
