@@ -42,8 +42,12 @@ started = time.perf_counter()
 import treduda, treduda.api  # what compile's first call loads (import treduda alone: nothing)
 from treduda.polyhedral.lower import plan
 from treduda.suites import load
-from treduda.model.gpus import gpu
-from treduda.model.model import Model
+try:
+    from treduda.model.gpus import gpu
+    from treduda.model.model import Model
+except ImportError:  # a --before checkout from before treduda/model/ (issue 40: 389b482)
+    from treduda.tuning.gpus import gpu
+    from treduda.tuning.model import Model
 from treduda.tuning.policy import finish_background
 imported = time.perf_counter() - started
 name = sys.argv[1]
@@ -60,11 +64,12 @@ def cpu():
 started, used = time.perf_counter(), cpu()
 kernel = treduda.compile(expr, sizes, layout=layout, **options)
 seconds, used = time.perf_counter() - started, cpu() - used
-started = time.perf_counter()
+started, spent = time.perf_counter(), cpu()
 finish_background()  # ptxas's check, in the background after compile() returned
-checking = time.perf_counter() - started
+checking, check_cpu = time.perf_counter() - started, cpu() - spent
 model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
 print(json.dumps({"compile": seconds, "cpu": used, "import": imported, "check": checking,
+                  "check_cpu": check_cpu,
                   "params": dict(kernel.params),
                   "estimate": model.estimate(dict(kernel.params)).seconds}))
 """
@@ -79,6 +84,19 @@ def case(name: str) -> tuple[str, dict[str, int], str]:
     return row.expression, row.sizes, row.layout
 
 
+def overlay(tree: str, folder: Path) -> str:
+    """A folder to put on ``PYTHONPATH`` that imports treduda from the checkout ``tree``: its
+    ``treduda/`` with ``strategies/`` and ``templates/`` inside, as an installation maps them
+    (this checkout's editable install would map ``treduda.strategies`` to its own)."""
+    package = folder / "checkout" / "treduda"
+    package.mkdir(parents=True)
+    for entry in Path(tree, "treduda").iterdir():
+        (package / entry.name).symlink_to(entry.resolve())
+    for name in ("strategies", "templates"):
+        (package / name).symlink_to(Path(tree, name).resolve())
+    return str(package.parent)
+
+
 def cold(name: str, budget: str, tree: str | None = None) -> dict:
     """One cold compile of row ``name`` in a new process with an empty tuning cache (on the
     checkout ``tree`` when given)."""
@@ -86,7 +104,7 @@ def cold(name: str, budget: str, tree: str | None = None) -> dict:
         env = {**os.environ, "TREDUDA_CACHE": str(Path(folder) / "tuning.sqlite3")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's installation runs
         if tree:
-            env["PYTHONPATH"] = tree
+            env["PYTHONPATH"] = overlay(tree, Path(folder))
         done = subprocess.run([sys.executable, "-c", COLD, name, budget], env=env, cwd=folder,
                               capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -132,12 +150,14 @@ def main() -> None:
             runs = [cold(name, "default", args.before) for _ in range(args.repeat)]
             before[name] = {"compile": statistics.median(r["compile"] for r in runs),
                             "cpu": statistics.median(r["cpu"] for r in runs),
+                            "check": statistics.median(r["check"] for r in runs),
                             "estimate": runs[0]["estimate"], "params": runs[0]["params"]}
         if args.only_before:
             row.update(before=before[name])
             rows.append(row)
             print(f"{name:8} before: {before[name]['compile']:.2f} s, {before[name]['cpu']:.2f} "
-                  f"CPU s, pick {before[name]['estimate'] * 1e3:.4f} ms", flush=True)
+                  f"CPU s, check {before[name]['check']:.2f} s, pick "
+                  f"{before[name]['estimate'] * 1e3:.4f} ms", flush=True)
             continue
         runs = [cold(name, args.budget) for _ in range(args.repeat)]
         seconds = statistics.median(r["compile"] for r in runs)
