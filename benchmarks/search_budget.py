@@ -3,19 +3,19 @@
     python benchmarks/search_budget.py [--rows gemm,tccg_01,...] [--repeat 3]
                                        [--budget SECONDS] [--before DIR] [--json out]
 
-For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the
-time of a cold ``treduda.compile`` (search and generation of the kernel; the median of
-``--repeat`` runs; importing treduda and the modules its first call loads is timed apart, the
-``import s`` column), how long ptxas's check (where nvcc is installed) goes on after it returned,
-the model's estimate of its pick, the best estimate a complete search over the parameters'
-*declared* ranges finds
-(``budget=None``), and their ratio. ``--before DIR`` times the same cold compile on another
-checkout (e.g. ``git worktree add DIR e1c3e70``, the commit before this change) for the
-"before" columns; without it they come from ``benchmarks/data/search_budget_before.json``,
-measured on the development machine (2 shared cores). Timings are noisy there: compare medians,
-and CPU seconds. A complete search of a TCCG row takes five to ten CPU minutes: its best comes
-from ``benchmarks/data/search_budget_complete.json`` unless ``--complete`` runs them again
-(and stores them there; a row it lacks has no ratio then).
+For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the time
+of a cold ``treduda.compile`` (search and generation of the kernel; the median of ``--repeat``
+runs; importing treduda and the modules its first call loads is timed apart, the ``import s``
+column), how long ptxas's check (where nvcc is installed) goes on after it returned (wall and
+CPU seconds: the interpreter waits for it at exit), the model's estimate of its pick, the best
+estimate a complete search over the parameters' *declared* ranges finds (``budget=None``), and
+their ratio. ``--before DIR`` times the same cold compile on another checkout (e.g. ``git
+archive 389b482 | tar -x -C DIR``, the commit before issue 40) for the "before" columns;
+without it they come from ``benchmarks/data/search_budget_before.json`` (e1c3e70, before issue
+28's budgets), measured on the development machine (2 shared cores). Timings are noisy there:
+compare medians, and CPU seconds. A complete search of a TCCG row takes five to ten CPU
+minutes: its best comes from ``benchmarks/data/search_budget_complete.json`` unless
+``--complete`` runs them again (and stores them there; a row it lacks has no ratio then).
 """
 
 from __future__ import annotations
@@ -42,8 +42,12 @@ started = time.perf_counter()
 import treduda, treduda.api  # what compile's first call loads (import treduda alone: nothing)
 from treduda.polyhedral.lower import plan
 from treduda.suites import load
-from treduda.model.gpus import gpu
-from treduda.model.model import Model
+try:
+    from treduda.model.gpus import gpu
+    from treduda.model.model import Model
+except ImportError:  # a --before checkout from before treduda/model/ (issue 40: 389b482)
+    from treduda.tuning.gpus import gpu
+    from treduda.tuning.model import Model
 from treduda.tuning.policy import finish_background
 imported = time.perf_counter() - started
 name = sys.argv[1]
@@ -60,11 +64,12 @@ def cpu():
 started, used = time.perf_counter(), cpu()
 kernel = treduda.compile(expr, sizes, layout=layout, **options)
 seconds, used = time.perf_counter() - started, cpu() - used
-started = time.perf_counter()
+started, spent = time.perf_counter(), cpu()
 finish_background()  # ptxas's check, in the background after compile() returned
-checking = time.perf_counter() - started
+checking, check_cpu = time.perf_counter() - started, cpu() - spent
 model = Model(plan(expr, sizes, layout), gpu("H100"), kernel.strategy)
 print(json.dumps({"compile": seconds, "cpu": used, "import": imported, "check": checking,
+                  "check_cpu": check_cpu,
                   "params": dict(kernel.params),
                   "estimate": model.estimate(dict(kernel.params)).seconds}))
 """
@@ -79,6 +84,19 @@ def case(name: str) -> tuple[str, dict[str, int], str]:
     return row.expression, row.sizes, row.layout
 
 
+def overlay(tree: str, folder: Path) -> str:
+    """A folder to put on ``PYTHONPATH`` that imports treduda from the checkout ``tree``: its
+    ``treduda/`` with ``strategies/`` and ``templates/`` inside, as an installation maps them
+    (this checkout's editable install would map ``treduda.strategies`` to its own)."""
+    package = folder / "checkout" / "treduda"
+    package.mkdir(parents=True)
+    for entry in Path(tree, "treduda").iterdir():
+        (package / entry.name).symlink_to(entry.resolve())
+    for name in ("strategies", "templates"):
+        (package / name).symlink_to(Path(tree, name).resolve())
+    return str(package.parent)
+
+
 def cold(name: str, budget: str, tree: str | None = None) -> dict:
     """One cold compile of row ``name`` in a new process with an empty tuning cache (on the
     checkout ``tree`` when given)."""
@@ -86,7 +104,7 @@ def cold(name: str, budget: str, tree: str | None = None) -> dict:
         env = {**os.environ, "TREDUDA_CACHE": str(Path(folder) / "tuning.sqlite3")}
         env.pop("PYTHONDONTWRITEBYTECODE", None)  # as a user's installation runs
         if tree:
-            env["PYTHONPATH"] = tree
+            env["PYTHONPATH"] = overlay(tree, Path(folder))
         done = subprocess.run([sys.executable, "-c", COLD, name, budget], env=env, cwd=folder,
                               capture_output=True, text=True, check=True)
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -123,7 +141,8 @@ def main() -> None:
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
     rows = []
-    print(f"{'row':8} {'import s':>8} {'cold s':>6} {'check s':>7} {'cpu s':>6} {'pick ms':>8} "
+    print(f"{'row':8} {'import s':>8} {'cold s':>6} {'check s':>7} {'cpu s':>6} "
+          f"{'check cpu s':>11} {'pick ms':>8} "
           f"{'complete ms':>11} {'ratio':>6} {'complete cpu s':>14} {'before s':>8} {'cpu s':>6} "
           f"{'before pick ms':>14}")
     for name in args.rows.split(","):
@@ -132,16 +151,21 @@ def main() -> None:
             runs = [cold(name, "default", args.before) for _ in range(args.repeat)]
             before[name] = {"compile": statistics.median(r["compile"] for r in runs),
                             "cpu": statistics.median(r["cpu"] for r in runs),
+                            "check": statistics.median(r["check"] for r in runs),
+                            "check_cpu": statistics.median(r["check_cpu"] for r in runs),
                             "estimate": runs[0]["estimate"], "params": runs[0]["params"]}
         if args.only_before:
             row.update(before=before[name])
             rows.append(row)
             print(f"{name:8} before: {before[name]['compile']:.2f} s, {before[name]['cpu']:.2f} "
-                  f"CPU s, pick {before[name]['estimate'] * 1e3:.4f} ms", flush=True)
+                  f"CPU s, check {before[name]['check']:.2f} s, "
+                  f"{before[name]['check_cpu']:.2f} CPU s, pick "
+                  f"{before[name]['estimate'] * 1e3:.4f} ms", flush=True)
             continue
         runs = [cold(name, args.budget) for _ in range(args.repeat)]
         seconds = statistics.median(r["compile"] for r in runs)
         checking = statistics.median(r["check"] for r in runs)
+        check_cpu = statistics.median(r["check_cpu"] for r in runs)
         used = statistics.median(r["cpu"] for r in runs)
         imported = statistics.median(r["import"] for r in runs)
         pick = max(r["estimate"] for r in runs)  # the worst pick of the runs
@@ -150,7 +174,7 @@ def main() -> None:
         best, searched = ((known[name]["complete"], known[name]["cpu"]) if name in known
                           else (None, None))
         old = before.get(name, {})
-        row.update(imported=imported, cold=seconds, check=checking, cpu=used,
+        row.update(imported=imported, cold=seconds, check=checking, check_cpu=check_cpu, cpu=used,
                    runs=[r["compile"] for r in runs], pick=pick,
                    complete=best, ratio=pick / best if best else None, complete_cpu=searched,
                    before=old,
@@ -161,7 +185,7 @@ def main() -> None:
         versus = (f"{best * 1e3:11.4f} {pick / best:6.3f} {searched:14.1f}" if best else
                   f"{'-':>11} {'-':>6} {'-':>14}")
         print(f"{name:8} {imported:8.2f} {seconds:6.2f} {checking:7.2f} {used:6.2f} "
-              f"{pick * 1e3:8.4f} {versus} {olds}", flush=True)
+              f"{check_cpu:11.2f} {pick * 1e3:8.4f} {versus} {olds}", flush=True)
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.complete:  # the rows searched again replace theirs in the stored file

@@ -6,11 +6,13 @@ import time
 
 import pytest
 
+import treduda
 from treduda.errors import BackendUnavailable, CompileError
 from treduda.model.gpus import gpu
 from treduda.run import nvcc
 from treduda.run.nvcc import (
     CudaReport,
+    code_of,
     compile_cuda,
     compile_cuda_batch,
     nvcc_available,
@@ -152,3 +154,19 @@ def test_nvcc_says_which_gpus_it_compiles_for() -> None:
     # Hopper and Ampere are in every current CUDA; Fermi (sm_21) left with CUDA 9.
     assert [nvcc.nvcc_supports(gpu(name).arch) for name in ("H100", "A100", "GTX560Ti")] == [
         True, True, False]
+
+
+def test_kernels_that_differ_only_in_their_names_and_comments_have_one_code() -> None:
+    """The thread-register assignments along an axis of one thread make one kernel, which
+    ptxas's check compiles once (``policy.checked``); along an axis of two threads, two.
+    Both one-thread kernels compute the product."""
+    def kernel(threads: int, assignment: str):
+        return treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 64, "j": 48, "k": 80},
+                               strategy="tiled", cache=False,
+                               params={"block_y": threads, "reg_y": 2, "assign_y": assignment})
+
+    adjacent, cyclic = kernel(1, "adjacent"), kernel(1, "cyclic")
+    assert adjacent.name != cyclic.name and adjacent.cuda_source != cyclic.cuda_source
+    assert code_of(adjacent.cuda_source) == code_of(cyclic.cuda_source)
+    assert code_of(kernel(2, "adjacent").cuda_source) != code_of(kernel(2, "cyclic").cuda_source)
+    assert adjacent.verify().ok and cyclic.verify().ok

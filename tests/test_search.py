@@ -7,6 +7,7 @@ import dataclasses
 import json
 import random
 import types
+import zlib
 
 import numpy as np
 import pytest
@@ -18,7 +19,7 @@ from treduda.model.gpus import H100
 from treduda.model.prediction import Compiled, Prediction
 from treduda.polyhedral.lower import plan
 from treduda.run.cuda import gpu_present
-from treduda.run.nvcc import CudaReport, nvcc_available
+from treduda.run.nvcc import CudaReport, code_of, kernel_names, nvcc_available
 from treduda.run.sass import Compilation
 from treduda.tuning import policy
 from treduda.tuning.budgets import BOUND_WORK, ESTIMATE_WORK
@@ -524,6 +525,54 @@ def test_the_check_compiles_the_best_of_another_register_tile_near_the_best_chec
     assert found.best.text == four.text
     assert found.best.prediction.seconds < min(c.prediction.seconds for c in reported
                                                if c.params["reg_z"] == 8)
+
+
+class _OneCode(_Kernels):
+    """Stand-ins whose code leaves out ``ignored`` (a parameter that makes no other kernel):
+    their names and header comments name every parameter, as treduda's do."""
+
+    def __init__(self, program, ignored):
+        super().__init__(program)
+        self.ignored = ignored
+
+    def __call__(self, strategy, params):
+        text = json.dumps(dict(params), sort_keys=True)
+        code = json.dumps({k: v for k, v in params.items() if k != self.ignored},
+                          sort_keys=True)
+        name = f"k{zlib.crc32(text.encode())}"
+        return types.SimpleNamespace(
+            name=name, cuda_source=f"// {text}\n__global__ void {name}() {{}}\n{code}")
+
+
+def test_the_check_compiles_one_kernel_of_each_code(monkeypatch):
+    # tccg_28's default check compiled 7 kernels, 3 of them one code: eight registers along
+    # an axis of one thread, assigned cyclic, adjacent or as vectors, make one kernel (other
+    # kin by their parameters). Here tccg_18's tile has one thread along y, its two
+    # registers assigned adjacent or cyclic, and ptxas upsets the winner: its runner-up of
+    # the other assignment is checked on the winner's report without a compile, and the
+    # check ends as where each kernel was compiled.
+    result, program = _two_tiles("assign_y", ("adjacent", "cyclic"))
+    compiled = []
+
+    def reports(sources, arch="sm_90", read=None):
+        compiled.extend(sources)
+        return [[Compilation(CudaReport(kernel_names(s)[0], arch, 165 if json.loads(
+            s.splitlines()[-1])["block_z"] == 16 else 109, 0, 0, 0, 0), None)]
+            for s in sources]
+
+    monkeypatch.setattr(policy, "compile_with_sass", reports)
+    monkeypatch.setattr(policy, "CHECKED", 1)
+    monkeypatch.setattr(policy, "CHECKED_MOST", 3)
+    each = policy.checked(result, _OneCode(program, None))
+    every = len(compiled)
+    compiled.clear()
+    once = policy.checked(result, _OneCode(program, "assign_y"))
+    assert len(compiled) < every
+    assert len({code_of(s) for s in compiled}) == len(compiled)
+    reported = [c for c in once.candidates if c.compiled is not None]
+    assert {c.params["assign_y"] for c in reported} == {"adjacent", "cyclic"}
+    assert once.best == each.best
+    assert once.candidates == each.candidates
 
 
 def test_a_kin_carries_the_sass_count_in_the_ratio_of_the_models_counts():

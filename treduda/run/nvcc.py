@@ -110,6 +110,18 @@ def kernel_names(source: str) -> list[str]:
     return _KERNEL.findall(source)
 
 
+def code_of(source: str) -> str:
+    """``source`` as ptxas sees it: equal for sources that differ only in their kernels'
+    names and their comments, which compile alike (tccg_28: a thread's eight registers
+    along an axis of one thread, assigned cyclic, adjacent or as vectors, make one kernel;
+    its header names the parameters, its name their hash)."""
+    names = kernel_names(source)
+    for number, name in sorted(enumerate(names), key=lambda pair: -len(pair[1])):
+        source = source.replace(name, f"kernel_{number}")  # the longest first: no prefix
+    return "\n".join(line for line in source.splitlines()
+                     if not line.lstrip().startswith("//"))
+
+
 def _demangle(symbol: str) -> str:
     """Turn ``_Z4gemmPf`` into ``gemm`` and ``_ZN2ns4gemmEPf`` into ``ns::gemm``.
 
