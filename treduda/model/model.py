@@ -8,17 +8,19 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 
 * ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
                multiply-add) / the SMs' FMA lanes
-* ``issue``    all warp instructions (FMAs, operand loads, copies, spills' local loads and
-               stores; for a compiled kernel, its SASS main loop's) / the warp schedulers
-* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies, spills and
-               stores, each from the addresses warp 0 touches (global: distinct 128-byte
-               lines, so coalescing in either layout, and for the estimate no fewer than the
-               GPU's ``global_request_wavefronts`` per request; shared: the busiest bank, so
-               padding and conflicts)
+* ``issue``    all warp instructions (FMAs, operand loads, copies; for a compiled kernel, its
+               SASS main loop's, spills' local loads and stores among them) / the warp
+               schedulers
+* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies, spills (read
+               from the SASS) and stores, each from the addresses warp 0 touches (global:
+               distinct 128-byte lines, so coalescing in either layout, and for the estimate
+               no fewer than the GPU's ``global_request_wavefronts`` per request; shared: the
+               busiest bank, so padding and conflicts)
 * ``l2``       bytes each block pulls from L2 in whole 32-byte sectors (its footprint, re-read
                per unmapped loop; an operand read without staging, what its warps' requests
-               touch) and the output's writes, and the traffic of register spills (ptxas's,
-               or predicted beyond the launch bounds' register cap) / L2 BW
+               touch) and the output's writes, and the traffic of register spills (what the
+               SASS main loop moves, ptxas's report, or predicted beyond the launch bounds'
+               register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
                step's copy unless preloaded or copied asynchronously a step ahead; operands
@@ -197,11 +199,14 @@ class Model(Counts):
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one) with, in the estimate, each global request's own
         # (:meth:`_request_wavefronts`), and copies (counted per warp already)
-        # the main loop's spills: 32-bit local loads and stores per multiply-add, each an
-        # instruction and, for a warp, one wavefront (consecutive threads' words of local
-        # memory lie side by side: CUDA C++ Programming Guide, "Local Memory")
+        # the main loop's spills where its SASS was read: 32-bit local loads and stores per
+        # multiply-add, each an instruction and, for a warp, one wavefront (consecutive
+        # threads' words of local memory lie side by side: CUDA C++ Programming Guide, "Local
+        # Memory"); predicted ones move L2 bytes alone (priced in issue and wavefronts too,
+        # they moved the budgeted searches of tccg_15/18 to picks 3-5% slower on the H100)
         spilled = o.spill_bytes(exact)
-        local = spilled / REGISTER_BYTES / (padded * self.iterations)
+        local = (spilled / REGISTER_BYTES / (padded * self.iterations)
+                 if o.compiled and o.compiled.local_bytes_per_fma is not None else 0.0)
         wavefronts = (sum(max(o.wavefronts(r, exact), self._request_wavefronts(o, r, exact))
                           / o.reuse(r) for r in self.reads) / 32 * warp_round
                       + o.copy_wavefronts(exact) + local / 32 * warp_round)

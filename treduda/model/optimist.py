@@ -60,8 +60,8 @@ class _Optimist(_Accesses):
         candidate's predicted spills (:meth:`spilled_registers`); never for the bound, which
         must not rest on a prediction. Local memory is cached in L1 and L2 (CUDA C++
         Programming Guide, "Local Memory"); the spills of a block that spills much exceed
-        what L1 keeps beside shared memory, so they are charged to L2 (the model's LSU
-        wavefronts count their accesses too)."""
+        what L1 keeps beside shared memory, so they are charged to L2 (and, read from the
+        SASS, in issue slots and LSU wavefronts: :meth:`Model._predict`)."""
         c = self.compiled
         if c and c.local_bytes_per_fma is not None:
             per_thread = (c.local_bytes_per_fma * self.m.fmas * self.fmas_per_block_step()
@@ -90,26 +90,34 @@ class _Optimist(_Accesses):
         return 2 * REGISTER_BYTES * beyond * self.blocks() * threads * steps * self.walks()
 
     def spilled_registers(self) -> int:
-        """Registers the main loop of a complete candidate spills, predicted without ptxas's
-        report: none while the least the main loop can hold at once (:meth:`live_registers`
-        ``least``) fits the cap of the launch bounds; beyond it, what is left above the cap
-        once ptxas has dropped what it can keep fewer of: it loads each operand from shared
-        memory just before its use (one value a load, short latency), but keeps the schedule
-        it made before allocating for the global operands of an unrolled step, loaded at the
-        step's start (:meth:`live_registers` hoisted and least). From ptxas (CUDA 13, sm_90)
-        on GEMM 4096^3 with 1024 threads and a 4 x 8 register tile (cap 64): A staged with
-        16-byte rows (pad 0) read by LDS.128, the loop holds 91 values at the least and
-        spills B's 128 loads of a 32-step (181 LDL and 181 STL in the main loop, 1448 bytes
-        a step; predicted 1232); with pad 1 it holds 60 and ptxas does not spill; A and B
-        staged, it holds 99 at the least and 102 loaded ahead (31 LDL and 25 STL, 224 bytes;
-        predicted 280, 304 counted on the values loaded ahead). At the cap of 128 of 512
-        threads (H200 tccg_15/18, A and B staged), the loop holds 131 at the least, 138 loaded
-        ahead, and its loop reloads 2 values (ptxas stores 88 and 48 bytes, once, outside
-        it). Amounts are good to about 2x, worse for 8-steps and tiny blocks."""
+        """Registers ptxas spills, predicted for a complete candidate without its report: none
+        while the least the main loop can hold at once (:meth:`live_registers` ``least``)
+        fits the cap of the launch bounds; beyond it,
+        ptxas spills from the schedule it made before allocating, which loads each global
+        operand of an unrolled step at the step's start (:meth:`live_registers` hoisted), so
+        all of that above the cap. From ptxas (CUDA 13, sm_90) on GEMM 4096^3 with 1024
+        threads and a 4 x 8 register tile (cap 64): A staged with 16-byte rows (pad 0) is read
+        by LDS.128, the loop holds 81 values, and the SASS spills B's 128 loads of a 32-step
+        (1624 bytes; predicted 1152); with pad 1 it holds 50 and ptxas does not spill; A and B
+        staged, nothing is hoisted (240 bytes; predicted 200). Of 1260 candidates sampled from
+        six spaces (GEMM in both layouts and in float64, TCCG rows 1 and 13), 45 are predicted
+        to spill and all do; 6 more spill at most 104 bytes. Amounts are good to about 2x,
+        worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks. On the 201
+        kernels of benchmarks/simt_registers.py, ptxas spills in 12: 8 are foreseen (6 before
+        :data:`ADDRESS_REGISTERS`), none that ptxas does not spill (against what the loop
+        holds unconstrained: 10, and 8 it does not spill).
+
+        What the main loop moves is another matter (its SASS, nvcc 13): just over the cap of
+        128 (512 threads, H200 tccg_15/18, 131 held at the least), 2 LDL a step where this
+        predicts 10 registers; far below it (1024 threads, 64 accumulators at a cap of 64),
+        the accumulators' loads and stores at every reduction point, 2-40x more than this.
+        Counting what the least holds above the cap came nearer the first and further from
+        the second: not taken. Where ptxas's check read the SASS, :meth:`spill_bytes` takes
+        what the loop moves."""
         cap = self.m.gpu.register_cap(self.threads())
         if self.live_registers(least=True) <= cap:
             return 0
-        return self.live_registers(hoisted=True, least=True) - cap
+        return self.live_registers(hoisted=True) - cap
 
     def registers(self) -> int:
         """ptxas's count where given; else what the main loop holds at once
