@@ -196,17 +196,17 @@ class Model(Counts):
         known = exact or all(k in o.p for k in (*BLOCK, *REG, "split")) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
-        # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
-        # costs a whole one) with, in the estimate, each global request's own
-        # (:meth:`_request_wavefronts`), and copies (counted per warp already)
-        # the main loop's spills where its SASS was read: 32-bit local loads and stores per
+        # The main loop's spills where its SASS was read: 32-bit local loads and stores per
         # multiply-add, each an instruction and, for a warp, one wavefront (consecutive
         # threads' words of local memory lie side by side: CUDA C++ Programming Guide, "Local
         # Memory"); predicted ones move L2 bytes alone (priced in issue and wavefronts too,
-        # they moved the budgeted searches of tccg_15/18 to picks 3-5% slower on the H100)
+        # they moved the budgeted searches of tccg_15/18 to picks 3-5% slower on the H100).
         spilled = o.spill_bytes(exact)
         local = (spilled / REGISTER_BYTES / (padded * self.iterations)
                  if o.compiled and o.compiled.local_bytes_per_fma is not None else 0.0)
+        # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
+        # costs a whole one) with, in the estimate, each global request's own
+        # (:meth:`_request_wavefronts`), copies (counted per warp already) and spills
         wavefronts = (sum(max(o.wavefronts(r, exact), self._request_wavefronts(o, r, exact))
                           / o.reuse(r) for r in self.reads) / 32 * warp_round
                       + o.copy_wavefronts(exact) + local / 32 * warp_round)
