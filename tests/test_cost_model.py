@@ -100,7 +100,7 @@ def test_a_compiled_candidates_issue_is_its_sass_main_loops():
     ptxas = CudaReport("gemm", "sm_90", 64, 0, 0, 0, 0)
     listed = parse_sass(LISTING, "sm_90")[0]
     compiled = Compiled.of(ptxas, listed)
-    assert compiled == Compiled(64, 0, 8 / 3)
+    assert compiled == Compiled(64, 0, 8 / 3, 0.0)  # and no local memory in its loop
     # a loop testing more than a full tiles' loop does is a bounds-testing path: not read
     tests = {**listed.main_loop_opcodes, "ISETP": FULL_TILES_TESTS}
     assert Compiled.of(ptxas, replace(listed, main_loop_opcodes=tests)) == compiled

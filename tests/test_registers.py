@@ -8,8 +8,10 @@ from conftest import needs_nvcc
 
 import treduda
 from treduda.model.gpus import gpu
-from treduda.model.model import model_of
+from treduda.model.model import Model, model_of
 from treduda.model.optimist import _Optimist
+from treduda.model.prediction import Compiled
+from treduda.polyhedral.lower import plan
 from treduda.run.nvcc import compile_cuda_batch
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
@@ -71,3 +73,48 @@ def test_the_estimate_is_near_ptxas_on_the_hand_worked_kernels():
         # ptxas (CUDA 13, sm_90): 39, 40, 48, 40; across the 201 kernels of
         # benchmarks/simt_registers.py the median difference is 6
         assert abs(report[0].registers - registers) <= 12, name
+
+
+# 32 x 32 threads of 8 x 8 registers (GEMM 700 x 660 x 68): launch bounds of 1024 threads let
+# ptxas give a thread 64 registers on an H100, fewer than the loop holds
+CAPPED = {**STAGED, "block_x": 32, "block_y": 32, "reg_x": 8, "reg_y": 8}
+
+
+def _capped() -> Model:
+    return Model(plan(GEMM, {"i": 700, "j": 660, "k": 68}), gpu("H100"), "tiled+staged")
+
+
+def test_predicted_spills_move_their_bytes_through_l2_once_a_step():
+    model = _capped()
+    o = _Optimist(model, model.describe(CAPPED))
+    spilled = model.registers(CAPPED)[1]
+    assert spilled == 64 + 8 + 8 + 2 * 8 + 6 - 64  # staged: nothing held beyond the loop's
+    predicted = model.estimate(CAPPED).resources
+    clean = model.estimate(CAPPED, Compiled(64)).resources
+    # each spilled register stored and loaded once in each of the 9 steps of k's 68 values,
+    # 4 bytes through L2 each time; only a main loop read from the SASS is priced in issue
+    # slots and LSU wavefronts as well (below)
+    assert o.steps() == 9
+    moved = 2 * 4 * spilled * o.steps() * o.blocks() * o.threads()
+    assert predicted["l2"] - clean["l2"] == pytest.approx(moved / model.gpu.l2_bandwidth)
+    assert {k: v for k, v in predicted.items() if k != "l2"} == {
+        k: v for k, v in clean.items() if k != "l2"}
+
+
+def test_spills_cost_what_the_main_loop_moves_not_what_is_stored_once_outside_it():
+    model = _capped()
+    # ptxas stores 116 bytes a thread (tccg_18 on the H200, nvcc 13): read without the SASS,
+    # they are taken to move at every step; its main loop moves none here, or 8 per 1024 FFMA
+    read = {per_fma: model.estimate(CAPPED, Compiled(64, 116, 1.2, per_fma)).resources
+            for per_fma in (0.0, 8 / 1024)}
+    clean = model.estimate(CAPPED, Compiled(64, 0, 1.2, 0.0)).resources
+    unread = model.estimate(CAPPED, Compiled(64, 116)).resources
+    assert read[0.0] == clean
+    assert unread["l2"] > read[8 / 1024]["l2"] > clean["l2"]
+    o = _Optimist(model, model.describe(CAPPED))
+    moved = 8 / 1024 * o.fmas_per_block_step() * o.blocks() * o.steps() * o.walks()
+    assert read[8 / 1024]["l2"] - clean["l2"] == pytest.approx(moved / model.gpu.l2_bandwidth)
+    # each 4 bytes a warp's load or store of one wavefront; the issue is the SASS's, which
+    # holds the loads and stores already
+    assert read[8 / 1024]["memory"] > clean["memory"]
+    assert read[8 / 1024]["issue"] == clean["issue"]

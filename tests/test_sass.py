@@ -194,6 +194,19 @@ def test_main_loop_is_the_innermost_loop_with_the_most_fmas() -> None:
     assert gemm.ffma_share == pytest.approx(3 / 8)
 
 
+# The same kernel where ptxas spilled: the inner loop reloads two spilled values (LDL, LDL.64)
+# and a third is stored once before it (STL).
+SPILLED = (LISTING.replace("LDS R12, [R0] ;", "LDL R12, [R1+0x8] ;")
+           .replace("LDS.64 R14, [R7+0x40] ;", "LDL.64 R14, [R1+0x10] ;")
+           .replace("STS [R7], R8 ;", "STL [R1+0x8], R8 ;"))
+
+
+def test_the_main_loops_local_bytes_are_its_spill_traffic() -> None:
+    # per thread and pass of the loop: 4 + 8 bytes loaded; the store outside it moves once
+    assert parse_sass(SPILLED, "sm_90")[0].main_loop_local_bytes == 12
+    assert parse_sass(LISTING, "sm_90")[0].main_loop_local_bytes == 0
+
+
 def test_without_a_loop_the_share_is_over_the_whole_kernel() -> None:
     copy = parse_sass(LISTING, "sm_90")[1]
     assert (copy.instructions, copy.main_loop_instructions, copy.main_loop_ffma) == (5, 5, 1)

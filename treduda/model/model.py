@@ -9,16 +9,18 @@ resource, as Telamon does (Beaugnon et al., CC 2017, eqs. 3-9):
 * ``fma``      FMA instructions (padding of partial tiles included; four real FMAs per complex
                multiply-add) / the SMs' FMA lanes
 * ``issue``    all warp instructions (FMAs, operand loads, copies; for a compiled kernel, its
-               SASS main loop's) / the warp schedulers
-* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies and stores, each
-               from the addresses warp 0 touches (global: distinct 128-byte lines, so
-               coalescing in either layout, and for the estimate no fewer than the GPU's
-               ``global_request_wavefronts`` per request; shared: the busiest bank, so
-               padding and conflicts)
+               SASS main loop's, spills' local loads and stores among them) / the warp
+               schedulers
+* ``memory``   LSU wavefronts / one per cycle and SM: operand loads, copies, spills (read
+               from the SASS) and stores, each from the addresses warp 0 touches (global:
+               distinct 128-byte lines, so coalescing in either layout, and for the estimate
+               no fewer than the GPU's ``global_request_wavefronts`` per request; shared: the
+               busiest bank, so padding and conflicts)
 * ``l2``       bytes each block pulls from L2 in whole 32-byte sectors (its footprint, re-read
                per unmapped loop; an operand read without staging, what its warps' requests
-               touch) and the output's writes, and the traffic of register spills (ptxas's,
-               or predicted beyond the launch bounds' register cap) / L2 BW
+               touch) and the output's writes, and the traffic of register spills (what the
+               SASS main loop moves, ptxas's report, or predicted beyond the launch bounds'
+               register cap) / L2 BW
 * ``dram``     compulsory bytes (every tensor once) / DRAM bandwidth
 * ``latency``  waves of blocks x the per-thread chain of dependent FMAs and exposed loads (a
                step's copy unless preloaded or copied asynchronously a step ahead; operands
@@ -62,7 +64,7 @@ from .counts import Counts
 from .gpus import Gpu
 from .interface import CostModel, conforming
 from .occupancy import blocks_per_sm, waves_by_residency
-from .optimist import _Optimist
+from .optimist import REGISTER_BYTES, _Optimist
 from .prediction import (
     LAUNCH_SECONDS,
     Compiled,
@@ -194,25 +196,33 @@ class Model(Counts):
         known = exact or all(k in o.p for k in (*BLOCK, *REG, "split")) and most == least
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks if known else 1.0
         warp_round = math.ceil(threads / 32) * 32 / threads if known else 1.0
+        # The main loop's spills where its SASS was read: 32-bit local loads and stores per
+        # multiply-add, each an instruction and, for a warp, one wavefront (consecutive
+        # threads' words of local memory lie side by side: CUDA C++ Programming Guide, "Local
+        # Memory"); predicted ones move L2 bytes alone (priced in issue and wavefronts too,
+        # they moved the budgeted searches of tccg_15/18 to picks 3-5% slower on the H100).
+        spilled = o.spill_bytes(exact)
+        local = (spilled / REGISTER_BYTES / (padded * self.iterations)
+                 if o.compiled and o.compiled.local_bytes_per_fma is not None else 0.0)
         # LSU wavefronts per multiply-add: operand loads (per warp of 32 lanes: a partial warp
         # costs a whole one) with, in the estimate, each global request's own
-        # (:meth:`_request_wavefronts`), and copies (counted per warp already)
+        # (:meth:`_request_wavefronts`), copies (counted per warp already) and spills
         wavefronts = (sum(max(o.wavefronts(r, exact), self._request_wavefronts(o, r, exact))
                           / o.reuse(r) for r in self.reads) / 32 * warp_round
-                      + o.copy_wavefronts(exact))
+                      + o.copy_wavefronts(exact) + local / 32 * warp_round)
         stores = padded / 32 * o.store_wavefronts(exact) * warp_round * least
         seconds = {
             "fma": padded * per_output * self.fp_ops * warp_round * quantise
             / (g.sm_count * self.lanes / 32) / clock,
-            "issue": padded * per_output * self._issued(o) * warp_round
-            * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
+            "issue": padded * per_output * (self._issued(o) + self._spill_issue(o, local))
+            * warp_round * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             # one LSU wavefront per cycle and SM: 128 B of shared memory or one L1 line
             # (H100 whitepaper: 256 KB L1/shared per SM; CUDA C++ Programming Guide, "Shared
             # Memory": 32 banks of 4 bytes serve one wavefront per cycle)
             "memory": (padded * self.iterations * wavefronts + stores) * quantise
             / g.sm_count / clock,
-            "l2": (self._sector_bytes(o, least, padded * warp_round, exact)
-                   + o.spill_bytes(exact)) / g.l2_bandwidth,
+            "l2": (self._sector_bytes(o, least, padded * warp_round, exact) + spilled)
+            / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(least) * self.bytes) / g.dram_bandwidth,
             "latency": self._latency(o, waves, exact) * share / clock,
         }
@@ -347,6 +357,13 @@ class Model(Counts):
         if sass is not None and self.reads_sass:
             return sass * self.fmas
         return sum(self._issue(o).values())
+
+    def _spill_issue(self, o: _Optimist, local: float) -> float:
+        """Warp instructions per multiply-add of the main loop's ``local`` loads and stores
+        (per multiply-add, :meth:`_predict`): none where the SASS count stands
+        (:meth:`_issued`), which holds them."""
+        read = o.compiled is not None and o.compiled.instructions_per_fma is not None
+        return 0.0 if read and self.reads_sass else local
 
     @property
     def reads_sass(self) -> bool:

@@ -53,14 +53,21 @@ class _Optimist(_Accesses):
     allowed value most favourable to the quantity, so every result is a valid lower bound."""
 
     def spill_bytes(self, exact: bool = True) -> float:
-        """Bytes of spilled registers all threads move, stored and reloaded once per step (the
-        main loop holds the live accumulators): ptxas's report where given, else a complete
+        """Bytes of spilled registers all threads move in their main loops, stored and
+        reloaded once per step (the main loop holds the live accumulators): where ptxas's
+        check read the SASS, its main loop's local loads and stores (``LDL``, ``STL``); else
+        ptxas's report, every byte it spills taken to move once a step; else a complete
         candidate's predicted spills (:meth:`spilled_registers`); never for the bound, which
         must not rest on a prediction. Local memory is cached in L1 and L2 (CUDA C++
-        Programming Guide, "Local Memory"); a block's spills exceed what L1 keeps beside
-        shared memory, so they are charged to L2."""
-        if self.compiled:
-            per_thread = self.compiled.spill_bytes
+        Programming Guide, "Local Memory"); the spills of a block that spills much exceed
+        what L1 keeps beside shared memory, so they are charged to L2 (and, read from the
+        SASS, in issue slots and LSU wavefronts: :meth:`Model._predict`)."""
+        c = self.compiled
+        if c and c.local_bytes_per_fma is not None:
+            per_thread = (c.local_bytes_per_fma * self.m.fmas * self.fmas_per_block_step()
+                          / self.threads())
+        elif c:
+            per_thread = c.spill_bytes
         else:
             per_thread = 2 * REGISTER_BYTES * self.spilled_registers() if exact else 0
         if not per_thread:
@@ -98,7 +105,15 @@ class _Optimist(_Accesses):
         worse for 8-steps (360 bytes predicted for ptxas's 40) and tiny blocks. On the 201
         kernels of benchmarks/simt_registers.py, ptxas spills in 12: 8 are foreseen (6 before
         :data:`ADDRESS_REGISTERS`), none that ptxas does not spill (against what the loop
-        holds unconstrained: 10, and 8 it does not spill)."""
+        holds unconstrained: 10, and 8 it does not spill).
+
+        What the main loop moves is another matter (its SASS, nvcc 13): just over the cap of
+        128 (512 threads, H200 tccg_15/18, 131 held at the least), 2 LDL a step where this
+        predicts 10 registers; far below it (1024 threads, 64 accumulators at a cap of 64),
+        the accumulators' loads and stores at every reduction point, 2-40x more than this.
+        Counting what the least holds above the cap came nearer the first and further from
+        the second: not taken. Where ptxas's check read the SASS, :meth:`spill_bytes` takes
+        what the loop moves."""
         cap = self.m.gpu.register_cap(self.threads())
         if self.live_registers(least=True) <= cap:
             return 0

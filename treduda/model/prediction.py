@@ -83,15 +83,21 @@ class Compiled:
     registers: int
     spill_bytes: int = 0
     instructions_per_fma: float | None = None
+    # where the SASS was read, the bytes a thread's main loop moves to and from local memory
+    # (spills) per FFMA/DFMA there: what the spills cost, where ptxas's ``spill_bytes`` also
+    # count those stored once outside the loop (at the launch bounds' cap of 128, tccg_18's
+    # 116 bytes are 2 LDL in a loop of 1024 FFMA, nvcc 13, sm_90)
+    local_bytes_per_fma: float | None = None
 
     @classmethod
     def of(cls, report: CudaReport, sass: SassReport | None = None) -> Compiled:
         """``report``'s registers and spills, with ``sass``'s main loop where it holds FMAs
         and is the full tiles' (:func:`full_tiles_loop`)."""
-        per_fma = (sass.main_loop_instructions / sass.main_loop_ffma
-                   if sass is not None and sass.main_loop_ffma and full_tiles_loop(sass)
-                   else None)
-        return cls(report.registers, report.spill_bytes, per_fma)
+        if sass is None or not sass.main_loop_ffma or not full_tiles_loop(sass):
+            return cls(report.registers, report.spill_bytes)
+        return cls(report.registers, report.spill_bytes,
+                   sass.main_loop_instructions / sass.main_loop_ffma,
+                   sass.main_loop_local_bytes / sass.main_loop_ffma)
 
 
 # Integer compares (ISETP) a main loop of full tiles holds: its counter's, a step copy's

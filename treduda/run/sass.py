@@ -74,6 +74,7 @@ _SUBWORD = {"U8": 8, "S8": 8, "U16": 16, "S16": 16}
 # scheduler, in the order of warps x distance).
 _LOADS = {"LDS", "LDG", "LDL", "LDSM"}
 _STORES = {"STS", "STG", "STL"}  # every register operand of a store is read
+_LOCAL = {"LDL", "STL"}  # local memory: a thread's spilled registers
 _REGISTER = re.compile(r"\bR(\d+)\b")
 _VECTOR = {"32", "64", "128", "256"}
 # cuobjdump (CUDA 13 at least) runs nvdisasm to print SASS, so nvdisasm comes first; older
@@ -139,6 +140,9 @@ class SassReport:
     # and by opcode in its main loop: in the instruction totals (issued), in no other count
     never_executed: int = 0
     main_loop_never_executed: dict[str, int] = field(default_factory=dict)
+    # bytes one thread moves to and from local memory (LDL, STL: register spills, arrays
+    # ptxas keeps there) per pass of the main loop: what spills cost where the loop runs
+    main_loop_local_bytes: int = 0
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -432,6 +436,8 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         never_executed=len(body) - len(executed),
         main_loop_never_executed=_opcodes([i for i in loop if i.never_executed]),
         main_loop_load_use=_load_use(loop),
+        main_loop_local_bytes=sum(_width(i.opcode) // 8 for i in loop_executed
+                                  if i.opcode.split(".")[0] in _LOCAL),
     )
 
 
