@@ -19,8 +19,8 @@ MMAs, from a candidate's parameters.
                staged B's stores into its staging tile and the transpose's loads), the
                write's round trip (the accumulators' stores and the write's loads, 1 way:
                along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
-               them, :attr:`~treduda.codegen.ir.Local.vector_stores`; 2 ways in a free
-               box's skewed rows) and
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`, a free box's rows
+               crossed: :func:`~.warpgroup_kernel.crossed`) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -74,8 +74,6 @@ from .tensorcore_tiles import (
     index_digits,
     k_box,
     operand_rows_major,
-    output_along_n,
-    skew_words,
     split_parts,
     stepped_k,
 )
@@ -145,7 +143,6 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
-        self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per (consumer) thread, and those beyond its cap."""
@@ -238,17 +235,17 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
-        # the accumulators' stores into the C tile, 1 way: along N a thread's pairs in one
-        # 8-byte store (nvcc's STS.64); a free box's skewed rows keep half of the pairs
-        # aligned, 2 ways (tccg_42's whole box: 1.5 times the ideal wavefronts, 2 ways at
-        # worst, by the emulator and in the SASS's 64 STS beside 32 STS.64)
-        store_ways = 2 if self.along_n and skew_words(free, tile) else 1
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
+        # the accumulators' stores into the C tile and the write's loads, 1 way each:
+        # along N a thread's pairs in one 8-byte store (nvcc's STS.64), a free box's rows
+        # crossed so that they stay pairs (:func:`.warpgroup_kernel.crossed`; skewed,
+        # tccg_42's whole box took 64 STS beside 32 STS.64, 1.5 times the ideal
+        # wavefronts, 2 ways at worst)
         wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                                + output * (store_ways + 1) * ACCUMULATOR_BYTES
+                                + output * 2 * ACCUMULATOR_BYTES
                                 / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a staged B's barrier and transposes every step: each thread's in turn, two shared
