@@ -20,7 +20,8 @@ MMAs, from a candidate's parameters.
                write's round trip (the accumulators' stores and the write's loads, 1 way:
                along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
                them, :attr:`~treduda.codegen.ir.Local.vector_stores`, a free box's rows
-               crossed: :func:`~.warpgroup_kernel.crossed`) and
+               crossed: :func:`~.warpgroup_kernel.crossed`, whose swapped pairs' moves
+               ``issue`` counts) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -78,6 +79,7 @@ from .tensorcore_tiles import (
     stepped_k,
 )
 from .warpgroup_kernel import (
+    crossed_words,
     operand_widths,
     shared_bytes,
     staged,
@@ -111,6 +113,7 @@ TMA_STEP_INSTRUCTIONS = 12
 # instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
 PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
+CROSSED_MOVES = 0.5  # per output element of a C tile crossed with an odd skew (model's doc)
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
 ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
@@ -226,8 +229,12 @@ class WarpgroupModel(EnumeratingModel):
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
+        # a crossed C tile's swapped pairs (an odd skew: every other block of 32 columns)
+        # take their two registers moved into order before each 8-byte store: a move per
+        # accumulator of half the blocks (tccg_42's pick, sm_90a: 64 moves a thread)
+        moves = CROSSED_MOVES if crossed_words(self.program, free, tile) % 2 else 0
         instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
-                                 + output * WRITE_INSTRUCTIONS / 32)
+                                 + output * (WRITE_INSTRUCTIONS + moves) / 32)
         # a warp's 16-bit stores of a box's B copied through registers take a wavefront
         # each, 64 bytes of its 128; every other copy's stores (a staged B's transposes'
         # 32-bit ones) take 1 way in the swizzled tiles; a staged B's cp.async stores and
