@@ -113,7 +113,10 @@ TMA_STEP_INSTRUCTIONS = 12
 # instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
 PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
-CROSSED_MOVES = 0.5  # per output element of a C tile crossed with an odd skew (model's doc)
+# per output element of a C tile crossed with an odd skew (warpgroup_kernel.crossed): every
+# other block of 32 columns holds its pairs swapped, both registers moved into order before
+# the 8-byte store (tccg_42's pick, sm_90a: 64 moves a thread of 128 accumulators)
+CROSSED_MOVES = 0.5
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
 ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
@@ -229,9 +232,7 @@ class WarpgroupModel(EnumeratingModel):
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
-        # a crossed C tile's swapped pairs (an odd skew: every other block of 32 columns)
-        # take their two registers moved into order before each 8-byte store: a move per
-        # accumulator of half the blocks (tccg_42's pick, sm_90a: 64 moves a thread)
+        # a crossed C tile's swapped pairs' moves (CROSSED_MOVES)
         moves = CROSSED_MOVES if crossed_words(self.program, free, tile) % 2 else 0
         instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
                                  + output * (WRITE_INSTRUCTIONS + moves) / 32)
