@@ -115,6 +115,7 @@ from .tensorcore_tiles import (
     BOX,
     BOXED_STRIDE,
     BOXED_WIDTH,
+    SKEWED,
     FreeBox,
     accumulator_dtype,
     accumulator_row_pad,
@@ -568,6 +569,33 @@ class WarpgroupBuilder(Builder):
         return skewed_extent(self.tile["n"] if self.along_n else self.tile["m"],
                              skew_words(self.free_box, self.tile))
 
+    def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
+        """The C tile's element (``m``, ``n``): the tensor-core kernel's, or in a free box's
+        rows of N, at its crossed place (:func:`crossed`)."""
+        words = crossed_words(self.program, self.free_box, self.tile)
+        if not words:
+            return super().accumulator(m, n)
+        return ir.Element(C_TILE, (m, crossed(n, words)))
+
+    def stored(self, row: ir.Expr, lane: ir.Expr, register: ir.Expr
+               ) -> tuple[ir.Element, ir.Expr]:
+        """The C tile's element of ``row`` that a thread's store ``register`` writes, and
+        the accumulator register it writes there: its own at :func:`accumulator_column`;
+        in a crossed row (:func:`crossed_words`) the pair's (a thread's two neighbouring
+        registers, at an even column and the next) place, its first column taking the
+        register that :func:`crossed` puts there: the stores stay pairs of neighbouring
+        registers at aligned columns (one 8-byte store each), the second register first
+        where the crossing swaps them."""
+        column = accumulator_column(lane, register)
+        words = crossed_words(self.program, self.free_box, self.tile)
+        if not words:
+            return self.accumulator(row, column), register
+        half = remainder(register, 2)
+        other = remainder(plus(half, _swapped(column, words)), 2)  # the half placed here
+        return (ir.Element(C_TILE, (row, ir.Binary(ir.Op.SUB, plus(crossed(column, words),
+                                                                     half), other))),
+                ir.Binary(ir.Op.SUB, plus(register, other), half))
+
     def write(self) -> None:
         """Each thread stores its accumulator registers into the C tile where wgmma's layout
         puts them; then the program's write statement, as the tensor-core kernel's."""
@@ -577,13 +605,12 @@ class WarpgroupBuilder(Builder):
         frags_m = self.warpgroup_params["frags_m"]
         g, f, lane, r = ir.Var("g"), ir.Var("f"), ir.Var("l"), ir.Var("r")
         row = plus(times(WARPGROUP_M, plus(times(frags_m, g), f)), accumulator_row(lane, r))
-        column = accumulator_column(lane, r)
+        target, register = self.stored(row, lane, r)
         self.add("store", Kind.WRITE, [*self.prefix(), "g", "f", "l", "r"],
                  f"{self.group_domain()} and 0 <= f < {frags_m} "
                  f"and 0 <= r < {self.registers()}",
                  ir.Assign(ir.Element(C_TILE, ()), "=", ir.Element(FRAG_C, ())),
-                 [self.accumulator(row, column),
-                  ir.Element(FRAG_C, (plus(times(self.registers(), f), r),))],
+                 [target, ir.Element(FRAG_C, (plus(times(self.registers(), f), register),))],
                  self.point("128*g + l", ["2", "0", "1", "0", "0", "f", "r"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)
         self.output()
@@ -660,6 +687,47 @@ def staged(program: Program, params: Mapping[str, Any]) -> bool:
     tile of its own, then transposed from shared to shared memory (see the module's doc);
     else through registers."""
     return bool(params.get("staged_b")) and boxed(program, params)
+
+
+def crossed_words(program: Program, box: FreeBox | None, tile: Mapping[str, int]) -> int:
+    """The C tile's crossing (:func:`crossed`) where the write reads a free box's rows of
+    N (:func:`skew_words`' words; 0 elsewhere: no box, or rows of M, whose accumulators
+    are stored one by one, skewed as the tensor-core kernel skews them). The skew of
+    ``w`` words per 32 placed a thread's pairs of accumulators at odd columns in every
+    other block of 32 for ``w`` odd (Q' of 32: tccg_42/45/48's whole box), each then two
+    4-byte stores of a warp's 8 rows 32 bytes apart, 2 ways at a pitch whose 8-byte
+    stores take 1 (and such a pitch needs rows 4 apart on the same banks). No shift of a
+    pair keeps it aligned and gives a row's 32 reads of one ``c`` (32 values of ``o`` 8
+    apart) odd banks too; a swap of its two registers does."""
+    return skew_words(box, tile) if box is not None and output_along_n(program) else 0
+
+
+def crossed(position: ir.Expr, words: int) -> ir.Expr:
+    """Where a crossed C tile row holds its element ``position`` (see
+    :func:`crossed_words`): skewed as :func:`.tensorcore_tiles.skewed` skews it, ``s =
+    words (position / 32)`` words, but by the even part of ``s`` and, where ``s`` is odd,
+    with its pair's two columns swapped (``position mod 2`` XOR ``s mod 2``). The row keeps
+    its skewed extent and every pair (a thread's two accumulators, at an even column and
+    the next) stays aligned and whole; a thread's stores keep one address, their columns
+    the register's own plus constants, so that they take immediates. The write's 32 reads
+    of a row take each bank once wherever the skew's did (a row's ``c + P o`` for each P
+    and Q': the same configurations fail both, none that a mapping takes): for tccg_42's
+    ``s`` of 1 word per 32, a block of 32 reads 8 apart at one ``c`` lands 2 (``t / 2``)
+    words on, and on the other half of its pair where ``t`` is odd."""
+    skew = _skew(position, words)
+    return plus(position, ir.Binary(ir.Op.SUB, times(2, quotient(skew, 2)),
+                                    remainder(position, 2)),
+                remainder(plus(position, skew), 2))
+
+
+def _skew(position: ir.Expr, words: int) -> ir.Expr:
+    """The skew of ``position``'s block of :data:`SKEWED` columns, ``words`` each."""
+    return times(words, quotient(position, SKEWED))
+
+
+def _swapped(position: ir.Expr, words: int) -> ir.Expr:
+    """1 where :func:`crossed` swaps ``position``'s pair, else 0."""
+    return remainder(_skew(position, words), 2)
 
 
 def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:

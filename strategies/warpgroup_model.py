@@ -19,8 +19,9 @@ MMAs, from a candidate's parameters.
                staged B's stores into its staging tile and the transpose's loads), the
                write's round trip (the accumulators' stores and the write's loads, 1 way:
                along N a thread's pairs of accumulators in one 8-byte store, as nvcc pairs
-               them, :attr:`~treduda.codegen.ir.Local.vector_stores`; 2 ways in a free
-               box's skewed rows) and
+               them, :attr:`~treduda.codegen.ir.Local.vector_stores`, a free box's rows
+               crossed: :func:`~.warpgroup_kernel.crossed`, whose swapped pairs' moves
+               ``issue`` counts) and
                the output's lines as the tensor-core model counts them; the
                MMAs read their operands from shared memory through descriptors, not through
                the LSU, as a warp's fragment loads do
@@ -74,12 +75,11 @@ from .tensorcore_tiles import (
     index_digits,
     k_box,
     operand_rows_major,
-    output_along_n,
-    skew_words,
     split_parts,
     stepped_k,
 )
 from .warpgroup_kernel import (
+    crossed_words,
     operand_widths,
     shared_bytes,
     staged,
@@ -113,6 +113,10 @@ TMA_STEP_INSTRUCTIONS = 12
 # instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
 PRODUCER_STEP_INSTRUCTIONS = 6
 WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
+# per output element of a C tile crossed with an odd skew (warpgroup_kernel.crossed): every
+# other block of 32 columns holds its pairs swapped, both registers moved into order before
+# the 8-byte store (tccg_42's pick, sm_90a: 64 moves a thread of 128 accumulators)
+CROSSED_MOVES = 0.5
 STEP_INSTRUCTIONS = 12  # per warp and step: waits, fences, barrier, descriptors, loop
 WAVEFRONT_BYTES = 128
 ACCUMULATOR_BYTES = 4  # a float accumulator in the C tile (wgmma accumulates in float32)
@@ -145,7 +149,6 @@ class WarpgroupModel(EnumeratingModel):
             for tensor, along in ((a, k if row_a else group_digits(program, "m", f)),
                                   (b, group_digits(program, "n", f) if row_b else k)))
             for f in free}
-        self.along_n = output_along_n(program)
 
     def registers(self, params: Mapping[str, Any]) -> tuple[int, int]:
         """Registers per (consumer) thread, and those beyond its cap."""
@@ -229,8 +232,10 @@ class WarpgroupModel(EnumeratingModel):
         copies += rounded * ROUND_INSTRUCTIONS
         mmas = p["warpgroups"] * p["frags_m"] * p["frags_k"]  # per block and step
         output = tile["m"] * tile["n"]
+        # a crossed C tile's swapped pairs' moves (CROSSED_MOVES)
+        moves = CROSSED_MOVES if crossed_words(self.program, free, tile) % 2 else 0
         instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
-                                 + output * WRITE_INSTRUCTIONS / 32)
+                                 + output * (WRITE_INSTRUCTIONS + moves) / 32)
         # a warp's 16-bit stores of a box's B copied through registers take a wavefront
         # each, 64 bytes of its 128; every other copy's stores (a staged B's transposes'
         # 32-bit ones) take 1 way in the swizzled tiles; a staged B's cp.async stores and
@@ -238,17 +243,17 @@ class WarpgroupModel(EnumeratingModel):
         stored = (copied["a"] + copied["b"] * (
             WAVEFRONT_BYTES // (32 * self.bytes) if strided and not transposed else 1)
             + 2 * copied["b"] * transposed)
-        # the accumulators' stores into the C tile, 1 way: along N a thread's pairs in one
-        # 8-byte store (nvcc's STS.64); a free box's skewed rows keep half of the pairs
-        # aligned, 2 ways (tccg_42's whole box: 1.5 times the ideal wavefronts, 2 ways at
-        # worst, by the emulator and in the SASS's 64 STS beside 32 STS.64)
-        store_ways = 2 if self.along_n and skew_words(free, tile) else 1
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
         _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
                                                            free)
+        # the accumulators' stores into the C tile and the write's loads, 1 way each:
+        # along N a thread's pairs in one 8-byte store (nvcc's STS.64), a free box's rows
+        # crossed so that they stay pairs (:func:`.warpgroup_kernel.crossed`; skewed,
+        # tccg_42's whole box took 64 STS beside 32 STS.64, 1.5 times the ideal
+        # wavefronts, 2 ways at worst)
         wavefronts = (blocks * (chunk * (stored + 2 * rounded) * self.bytes / WAVEFRONT_BYTES
-                                + output * (store_ways + 1) * ACCUMULATOR_BYTES
+                                + output * 2 * ACCUMULATOR_BYTES
                                 / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # a staged B's barrier and transposes every step: each thread's in turn, two shared

@@ -13,8 +13,11 @@ import numpy as np
 import pytest
 from conftest import bound_paths_hold, in_layout
 from treduda.strategies import tensorcore_tiles as tiles
+from treduda.strategies import warpgroup_kernel
 
 import treduda
+from treduda.codegen import ir
+from treduda.codegen.warpgroup import accumulator_column
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
 from treduda.polyhedral.lower import plan
@@ -526,6 +529,55 @@ def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
     whole = counted["whole"]
     assert whole.transactions == whole.ideal == 2 * whole.requests
     assert lines["whole"] < lines["padded"]
+
+
+def test_the_whole_boxs_crossed_rows_keep_the_accumulator_pairs_on_one_way():
+    """tccg_42's whole box along N (P = 8, Q' = 32: a skew of 1 word per 32): skewed, the
+    C tile held every other block's accumulator pairs at odd columns, 64 4-byte stores of
+    2 ways beside 32 8-byte ones; crossed (:func:`warpgroup_kernel.crossed`), every pair
+    is one 8-byte store at the ideal wavefronts and the write's reads still take 1 way.
+    (The kernel matches einsum on PoCL and the emulator:
+    test_warpgroup_box_kernels_match_einsum_without_hazards.)"""
+    kernel = _warpgroup(TCCG_42, SMALL_42 | {"g": 24}, free_layout="whole", tile_n=256,
+                        frags_k=2)
+    c_tile = {t.operation: t for t in kernel.counters(steps=1).traffic if t.array == "td_sc"}
+    stores, loads = c_tile["st"], c_tile["ld"]
+    assert stores.width == 8 and stores.ways == 1 and stores.transactions == stores.ideal
+    assert loads.ways == 1
+    tile = warpgroup_kernel.warpgroup_tile(kernel.params, kernel.program)
+    box = tiles.free_boxed(kernel.program, kernel.params)
+    assert warpgroup_kernel.crossed_words(kernel.program, box, tile) == 1
+
+
+@pytest.mark.parametrize("words", [1, 2, 4, 8, 16])
+def test_a_crossed_row_keeps_pairs_whole_and_aligned(words):
+    """:func:`warpgroup_kernel.crossed` and :meth:`WarpgroupBuilder.stored` agree: a row's
+    columns placed once each within its skewed extent, a pair of columns at an even column
+    and the next; a thread's store of each register goes where the crossing puts the
+    accumulator it writes, at its pair's columns in order, a constant from its own column;
+    the reads of 32 values of ``o`` 8 apart at one ``c`` (tccg_42's) take 32 banks."""
+    position = np.arange(256)
+    placed = ir.evaluate(warpgroup_kernel.crossed(ir.Var("n"), words), {"n": position})
+    assert len(set(placed)) == 256 and placed.max() < tiles.skewed_extent(256, words)
+    assert (placed[0::2] // 2 == placed[1::2] // 2).all()  # one aligned pair, maybe swapped
+    if words > 1:
+        assert (placed == position + words * (position // 32)).all()  # the skew itself
+        return
+    for c in range(8):
+        assert len(set(placed[c + 8 * np.arange(32)] % 32)) == 32
+    program = plan(TCCG_42, SMALL_42 | {"g": 24}, "F", "float16")
+    builder = warpgroup_kernel.WarpgroupBuilder(program, {
+        **get("warpgroup").defaults(program), "free_layout": "whole", "tile_n": 256,
+        "frags_k": 2})
+    lane, register = np.meshgrid(np.arange(128), np.arange(128), indexing="ij")
+    target, read = builder.stored(ir.Int(0), ir.Var("l"), ir.Var("r"))
+    column = ir.evaluate(target.indices[1], {"l": lane, "r": register})
+    written = ir.evaluate(read, {"l": lane, "r": register})
+    own = ir.evaluate(accumulator_column(ir.Var("l"), ir.Var("r")), {"l": lane, "r": written})
+    assert (column == ir.evaluate(warpgroup_kernel.crossed(ir.Var("n"), 1), {"n": own})).all()
+    assert (column % 2 == register % 2).all() and (written // 2 == register // 2).all()
+    mine = ir.evaluate(accumulator_column(ir.Var("l"), ir.Var("r")), {"l": lane, "r": register})
+    assert (column - mine == (column - mine)[:1]).all()  # the same for every lane
 
 
 # The full box (tccg_32/35/38 on B, 41/44/47 on A): Q of all 24 values of ``a`` by P = 4,

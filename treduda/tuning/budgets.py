@@ -84,6 +84,19 @@ class Work:
         """When ``share`` of a budget of ``seconds`` (None: no budget) started now ends."""
         return None if seconds is None else self.done + round(work_of(seconds) * share)
 
+    def after_tree(self, end: int | None, seconds: float | None) -> int | None:
+        """The local search's deadline once the tree stopped: the budget's ``end``, or where
+        the tree's work reached it already, the local search's share of ``seconds`` (1 -
+        :data:`SEARCH_SHARE`) from now. An enumerating model's first bound lists every
+        completion of the space (:class:`~treduda.strategies.tensorcore_model.
+        EnumeratingModel`): tccg_13 fp16's warpgroup space, 3078 candidates once its splits
+        fill the SMs, took 1.5 default budgets at the root, and its search ended at the first
+        dive's kernel, never climbing (two warpgroups of one accumulator, 0.08938 ms, where
+        one of two is 0.08928 ms); the climb then costs no work, every estimate remembered."""
+        if end is None or self.done < end:
+            return end
+        return self.deadline(seconds, 1 - SEARCH_SHARE)
+
     def halfway(self, deadline: int | None) -> int | None:
         """Half way from now to ``deadline``."""
         return None if deadline is None else self.done + max(deadline - self.done, 0) // 2

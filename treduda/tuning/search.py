@@ -196,7 +196,8 @@ class Searcher(LocalSearch):
         best, scored, stats, floors = self._tree(progress, max_nodes,
                                                  self.work.deadline(budget, SEARCH_SHARE))
         if not stats.complete:
-            best = self._polish(best, scored, stats, self._limit(max_nodes), end)
+            best = self._polish(best, scored, stats, self._limit(max_nodes),
+                                self.work.after_tree(end, budget))
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _tree(self, progress: Progress | None, max_nodes: int | None,
@@ -316,7 +317,8 @@ class Searcher(LocalSearch):
                 scored += narrow[1]
                 stats.nodes_visited += narrow[2].nodes_visited
                 trees = 2
-            best = self._polish(best, scored, stats, self._limit(max_nodes, trees), end)
+            best = self._polish(best, scored, stats, self._limit(max_nodes, trees),
+                                self.work.after_tree(end, budget))
         return self._finish(best, scored, stats, floors, started, progress)
 
     def _later(self, name: str, value: Any) -> float:
