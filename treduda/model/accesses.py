@@ -103,7 +103,8 @@ class _Accesses(_Tiles):
         staged = self.staged(read)
         if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
             return self.m.least_wavefronts
-        key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read))
+        key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read),
+               self._runs_beside_x(read))
         if staged:  # its tile, its padding
             key += (self.tile_decisions, self.options("pad"))
         return self.memo(key, lambda: self._wavefronts(read, staged, exact))
@@ -118,7 +119,14 @@ class _Accesses(_Tiles):
         # (vectorisable); global reads pay per request (Model._request_wavefronts)
         separate = exact and staged and not self.vectorisable(read)
 
+        runs = self._runs_beside_x(read)
+
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
+            return min(run_cost(strides, reduction_vector, run) for run in runs)
+
+        def run_cost(strides: Mapping[str, int], reduction_vector: bool, run: int) -> float:
+            if run > 1:  # one vector access of each lane's run along y or z
+                return max(least, self._fronts(read, strides, staged, 1, run) / run)
             group = len(warp[0][:values]) if grouped else 1
             fronts = self._fronts(read, strides, staged, group) / group
             if separate and not self._side_by_side(strides, group):
@@ -156,14 +164,49 @@ class _Accesses(_Tiles):
         offsets = self.offsets(strides, group)
         return bool(np.all(offsets - offsets[:, :1] == np.arange(group)))
 
-    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
+    def _runs_beside_x(self, read: _Read) -> tuple[int, ...]:
+        """The values of a vector access a thread makes of ``read`` along y or z (the axis's
+        index, or its group's fastest, being ``read``'s fastest: :meth:`axis_runs`): 1 where
+        it makes none; while that is open, both (the bound takes the cheaper). Warp 0's lanes
+        hold their first register along those axes only (:attr:`lanes`): each lane's access
+        is that register's value and the ``run - 1`` after it along the fastest index."""
+        run = self.m.vector_run
+        if not read.indices or run == 1:
+            return (1,)
+        fastest = geometry.fastest(self.m.program, read.indices)
+        axis = next((n for n, group in enumerate(self.order) if group[0] == fastest), None)
+        if not axis:
+            return (1,)
+        if self.p.get(ASSIGN[axis]) is None or self.p.get(REG[axis]) is None:
+            return (1, run)
+        return (self.axis_runs(axis, run),)
+
+    def axis_runs(self, n: int, run: int) -> int:
+        """Values a thread holds side by side along axis ``n`` (its index, or the fastest of
+        its group, being the read's fastest): a vector's under the ``vector`` assignment, and
+        under ``adjacent`` where its registers are whole vectors (the same code then), if a
+        run stays within one value of the group's slower indices; one, cyclic. Along y or z
+        too: unrolling writes a register's index in the group as ``4 (q mod 6) + r`` for d
+        of 24 (:func:`~treduda.codegen.simplify.divided`), and the vectoriser merges the
+        run (tccg_45's tiles with d*e on y)."""
+        assignment, registers = self.p[ASSIGN[n]], self.p[REG[n]]
+        whole = assignment == "vector" or assignment == "adjacent" and registers % run == 0
+        group = self.order[n]
+        return run if whole and (len(group) == 1 or self.m.sizes[group[0]] % run == 0) else 1
+
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int,
+                run: int = 1) -> int:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
-        registers of each lane's along x): distinct lines (global) or the busiest bank's
-        words (shared); remembered per model for the warp's shape and the strides."""
-        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
+        registers of each lane's along x, or the ``run`` values after each lane's first along
+        the fastest index): distinct lines (global) or the busiest bank's words (shared);
+        remembered per model for the warp's shape and the strides."""
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group, run)
 
         def fronts() -> int:
             offsets = self.offsets(strides, group)[self._inside(group)]
+            if run > 1:
+                fastest = geometry.fastest(self.m.program, read.indices)
+                offsets = (offsets[:, None] + np.arange(run) * strides[fastest]).ravel()
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
