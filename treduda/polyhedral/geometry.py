@@ -272,10 +272,11 @@ def vector_held(program: Program, geometry: Mapping[str, Any]) -> frozenset[str]
     """The index of x (the fastest of its group) where a thread's registers along x are whole
     16-byte vectors (``reg_x`` a multiple of :func:`vector_run`): loaded as such from an
     aligned tile where they are dealt ``vector`` or ``adjacent``, as the model prices them
-    (its wavefronts and loads merge a thread's registers along x alone: held along y or z,
-    tccg_48's B tile was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7%
-    FFMA). Decided with the tile's extents, whatever the assignment, so that a tile's padding
-    is known as soon as its extents are (the bound prices it then)."""
+    (x alone: when the model merged no registers along y or z, tccg_48's B tile held along
+    them was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7% FFMA; it now
+    merges a vector of a group's fastest index along y or z too, but pads such tiles as
+    before, by their rows). Decided with the tile's extents, whatever the assignment, so that
+    a tile's padding is known as soon as its extents are (the bound prices it then)."""
     run = vector_run(program)
     order = groups(geometry["order"])
     if run == 1 or not order or geometry["reg_x"] % run:
@@ -308,22 +309,27 @@ def dealt(assignment: str, thread: int, register: int, threads: int, registers: 
     return thread + register * threads
 
 
+REUSE_POINTS = 4096  # the points of a group register_reuse deals at most (or one tile)
+
+
 @functools.lru_cache(maxsize=4096)
 def register_reuse(sizes: tuple[int, ...], needed: tuple[bool, ...], threads: int,
                    registers: int, assignment: str, run: int) -> float:
     """How many of a thread's registers along an axis that holds a group of indices (``sizes``,
     fastest first) read each value of an operand indexed by the ``needed`` ones alone: its
     registers per distinct value of those indices, over every thread of every tile (``run``:
-    :func:`vector_run`). A thread holding d*e (d of 24) in vectors of four reads one e of A[g,e]
-    for its four registers (4 where each register counted as a value of its own, tccg_45's
-    y-vector tiles priced at 0.62 operand loads per FMA for 0.31); one where every index is
-    needed, as registers never repeat a point of the axis."""
+    :func:`vector_run`), or of the tiles of the first :data:`REUSE_POINTS` points where the
+    group has more (the pattern repeats along it). A thread holding d*e (d of 24) in vectors
+    of four reads one e of A[g,e] for its four registers (4 where each register counted as a
+    value of its own, tccg_45's y-vector tiles priced at 0.62 operand loads per FMA for
+    0.31); one where every index is needed, as registers never repeat a point of the axis."""
     if all(needed):
         return 1.0
     extent = math.prod(sizes)
     tile = threads * registers
     thread, register = np.meshgrid(np.arange(threads), np.arange(registers), indexing="ij")
-    held = (np.arange(0, extent, tile)[:, None, None]
+    origins = np.arange(0, min(extent, max(tile, REUSE_POINTS)), tile)
+    held = (origins[:, None, None]
             + dealt(assignment, thread, register, threads, registers, run)[None])
     point, stride, rest = np.zeros_like(held), 1, held
     for size, keep in zip(sizes, needed, strict=True):
