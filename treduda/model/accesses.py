@@ -165,34 +165,46 @@ class _Accesses(_Tiles):
         return bool(np.all(offsets - offsets[:, :1] == np.arange(group)))
 
     def _runs_beside_x(self, read: _Read) -> tuple[int, ...]:
-        """The values of a vector access a thread makes of ``read`` along y or z (the axis's
-        index, or its group's fastest, being ``read``'s fastest: :meth:`axis_runs`): 1 where
-        it makes none; while that is open, both (the bound takes the cheaper). Warp 0's lanes
-        hold their first register along those axes only (:attr:`lanes`): each lane's access
-        is that register's value and the ``run - 1`` after it along the fastest index."""
-        run = self.m.vector_run
-        if not read.indices or run == 1:
-            return (1,)
-        fastest = geometry.fastest(self.m.program, read.indices)
-        axis = next((n for n, group in enumerate(self.order) if group[0] == fastest), None)
+        """The values of a vector access a thread makes of ``read`` along y or z
+        (:meth:`vector_axis`, :meth:`axis_runs`): 1 where it makes none; while that is open,
+        both (the bound takes the cheaper). Warp 0's lanes hold their first register along
+        those axes only (:attr:`lanes`): each lane's access is that register's value and the
+        ``run - 1`` after it along the fastest index."""
+        axis = self.vector_axis(read)
         if not axis:
             return (1,)
+        run = self.m.vector_run
         if self.p.get(ASSIGN[axis]) is None or self.p.get(REG[axis]) is None:
             return (1, run)
         return (self.axis_runs(axis, run),)
 
+    def vector_axis(self, read: _Read) -> int | None:
+        """The axis along which a thread may hold ``read``'s fastest index in vectors: x where
+        it is x's index (or its group's fastest); y or z where it is the fastest of their
+        group and the vector divides its size, so that a run stays within one value of the
+        group's slower indices: the code generator merges such a run, unrolling a register's
+        index in the group to ``4 (q mod 6) + r`` (d of 24, :func:`~treduda.codegen.simplify.
+        divided`; tccg_45's tiles with d*e on y). None elsewhere, also for a single index on
+        y or z, which stays priced one value a load: priced as vectors too, 6 of the first 12
+        rows of the SIMT table moved to picks 0.1-2.3% faster by the model, with smaller
+        steps, at 0.5-13 points less FFMA."""
+        run = self.m.vector_run
+        if not read.indices or run == 1:
+            return None
+        fastest = geometry.fastest(self.m.program, read.indices)
+        for n, group in enumerate(self.order):
+            if group[0] == fastest:
+                grouped = len(group) > 1 and self.m.sizes[fastest] % run == 0
+                return n if n == 0 or grouped else None
+        return None
+
     def axis_runs(self, n: int, run: int) -> int:
-        """Values a thread holds side by side along axis ``n`` (its index, or the fastest of
-        its group, being the read's fastest): a vector's under the ``vector`` assignment, and
-        under ``adjacent`` where its registers are whole vectors (the same code then), if a
-        run stays within one value of the group's slower indices; one, cyclic. Along y or z
-        too: unrolling writes a register's index in the group as ``4 (q mod 6) + r`` for d
-        of 24 (:func:`~treduda.codegen.simplify.divided`), and the vectoriser merges the
-        run (tccg_45's tiles with d*e on y)."""
+        """Values a thread holds side by side along axis ``n`` (:meth:`vector_axis`): a
+        vector's under the ``vector`` assignment, and under ``adjacent`` where its registers
+        are whole vectors (the same code then); one, cyclic."""
         assignment, registers = self.p[ASSIGN[n]], self.p[REG[n]]
         whole = assignment == "vector" or assignment == "adjacent" and registers % run == 0
-        group = self.order[n]
-        return run if whole and (len(group) == 1 or self.m.sizes[group[0]] % run == 0) else 1
+        return run if whole else 1
 
     def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int,
                 run: int = 1) -> int:

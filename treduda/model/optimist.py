@@ -160,11 +160,10 @@ class _Optimist(_Accesses):
 
     def tile_values(self, read: _Read) -> int:
         """Values of ``read`` a thread's register tile uses per reduction point: its
-        registers along the axes ``read`` depends on, along a group per value of the indices
-        it depends on (:meth:`group_reuse`; the fewest while open)."""
-        return math.ceil(math.prod(self.group_reuse(n, read)[1]
-                                   for n, group in enumerate(self.order)
-                                   if any(i in read.indices for i in group)))
+        registers along the axes ``read`` depends on (the fewest while open)."""
+        return math.prod(min(self.options(REG[n]))
+                         for n, group in enumerate(self.order)
+                         if any(i in read.indices for i in group))
 
     def vector_values(self, read: _Read) -> int:
         """Values of ``read`` one load brings along the reduction: up to 16 bytes from a
@@ -180,10 +179,10 @@ class _Optimist(_Accesses):
         """Load instructions per value of ``read`` a thread loads: one per run of its values
         that sit side by side in an aligned vector (:mod:`~treduda.codegen.vectorize` merges
         each such run of an unrolled tile into one ``LDS.128`` or ``LDG.128``), else one per
-        value. The runs lie along ``read``'s fastest index: an axis's index (or its group's
-        fastest) where the axis deals a thread whole vectors (:meth:`axis_runs`), or the
-        summed index an unrolled step walks, a step's
-        values at a time (:meth:`reduction_runs`); staged, where the tile's rows are 16-byte
+        value. The runs lie along ``read``'s fastest index: x's index (or a group's fastest
+        along y or z: :meth:`vector_axis`) where that axis deals a thread whole vectors
+        (:meth:`axis_runs`), or the summed index an unrolled step walks, a step's values at a
+        time (:meth:`reduction_runs`); staged, where the tile's rows are 16-byte
         aligned, else where the tensor's strides are. Counted one per value, tccg_25's pick
         read a staged tile four values at a time where the model saw one, and a direct read
         of A four where it saw one, and it staged A at step 4 (70.9% FFMA in the SASS, 136
@@ -193,10 +192,10 @@ class _Optimist(_Accesses):
         if not read.indices:  # a scalar read inside a reduction: one load per value
             return 1.0
         fastest = geometry.fastest(self.m.program, read.indices)
-        axis = next((n for n, group in enumerate(self.order) if group[0] == fastest), None)
+        axis = self.vector_axis(read)
         if run == 1 or not (axis is not None or fastest in self.m.unrolled):
             return 1.0
-        if not (self.tiles_decided() and self.decided("stage", "pad", "unroll")
+        if not (self.tiles_decided() and self.decided("stage", "pad", "assign_x", "unroll")
                 and (axis is None or self.decided(ASSIGN[axis]))):
             return 1 / run
         staged = self.staged(read)

@@ -201,44 +201,16 @@ class _Tiles:
             found = self._once[key] = compute()
         return found
 
-    def reuse(self, read: _Read) -> float:
+    def reuse(self, read: _Read) -> int:
         """How many FMAs of a thread use each loaded element of ``read``: the register tile
-        along the axes ``read`` does not depend on (on none of a group's indices), and along
-        a group it depends on in part, the registers per value of its indices there
-        (:meth:`group_reuse`)."""
+        along the axes ``read`` does not depend on (on none of a group's indices)."""
         return self._reuse[read]
 
     @candidate_property
-    def _reuse(self) -> dict[_Read, float]:
-        return {read: math.prod(max(self.options(REG[n])) if not any(
-                    i in read.indices for i in group) else self.group_reuse(n, read)[0]
-                    for n, group in enumerate(self.order))
+    def _reuse(self) -> dict[_Read, int]:
+        return {read: math.prod(max(self.options(REG[n])) for n, group in enumerate(self.order)
+                                if not any(i in read.indices for i in group))
                 for read in self.m.reads}
-
-    def group_reuse(self, n: int, read: _Read) -> tuple[float, float]:
-        """Along axis ``n``, which ``read`` depends on: the most registers of a thread that
-        read each of its values (:func:`~treduda.polyhedral.geometry.register_reuse`; more
-        than one only on a group with an index ``read`` lacks), and the fewest of its values a
-        thread's registers hold, each over the threads, registers and assignments still
-        possible."""
-        group = self.order[n]
-        needed = tuple(i in read.indices for i in group)
-        if all(needed):
-            return 1.0, float(min(self.options(REG[n])))
-        names = (BLOCK[n], REG[n], ASSIGN[n])
-        key = ("group reuse", group, needed, *(self.options(name) for name in names))
-        return self.memo(key, lambda: self._group_reuse(group, needed, *(
-            self.options(name) for name in names)))
-
-    def _group_reuse(self, group: tuple[str, ...], needed: tuple[bool, ...], blocks: tuple,
-                     registers: tuple, assignments: tuple) -> tuple[float, float]:
-        run = self.m.vector_run
-        sizes = tuple(self.m.sizes[i] for i in group)
-        found = [(reuse, r / reuse) for b, r, a in itertools.product(blocks, registers,
-                                                                       assignments)
-                 if a != "vector" or r % run == 0
-                 for reuse in (geometry.register_reuse(sizes, needed, b, r, a, run),)]
-        return max(f[0] for f in found), min(f[1] for f in found)
 
     def staged(self, read: _Read) -> bool | None:
         """True or False once decided, None while open."""

@@ -22,8 +22,6 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import numpy as np
-
 from ..codegen.ir import VECTOR_BYTES
 from ..errors import StrategyError
 from ..frontend import dtypes
@@ -307,41 +305,6 @@ def dealt(assignment: str, thread: int, register: int, threads: int, registers: 
     if assignment == "vector":
         return (register // run * threads + thread) * run + register % run
     return thread + register * threads
-
-
-REUSE_POINTS = 4096  # the points of a group register_reuse deals at most (or one tile)
-
-
-@functools.lru_cache(maxsize=4096)
-def register_reuse(sizes: tuple[int, ...], needed: tuple[bool, ...], threads: int,
-                   registers: int, assignment: str, run: int) -> float:
-    """How many of a thread's registers along an axis that holds a group of indices (``sizes``,
-    fastest first) read each value of an operand indexed by the ``needed`` ones alone: its
-    registers per distinct value of those indices, over every thread of every tile (``run``:
-    :func:`vector_run`), or of the tiles of the first :data:`REUSE_POINTS` points where the
-    group has more (the pattern repeats along it). A thread holding d*e (d of 24) in vectors
-    of four reads one e of A[g,e] for its four registers (4 where each register counted as a
-    value of its own, tccg_45's y-vector tiles priced at 0.62 operand loads per FMA for
-    0.31); one where every index is needed, as registers never repeat a point of the axis."""
-    if all(needed):
-        return 1.0
-    extent = math.prod(sizes)
-    tile = threads * registers
-    thread, register = np.meshgrid(np.arange(threads), np.arange(registers), indexing="ij")
-    origins = np.arange(0, min(extent, max(tile, REUSE_POINTS)), tile)
-    held = (origins[:, None, None]
-            + dealt(assignment, thread, register, threads, registers, run)[None])
-    point, stride, rest = np.zeros_like(held), 1, held
-    for size, keep in zip(sizes, needed, strict=True):
-        if keep:
-            point += rest % size * stride
-            stride *= size
-        rest = rest // size
-    point = np.sort(np.where(held < extent, point, -1), axis=-1)  # -1: beyond the extent
-    firsts = np.ones(point.shape, dtype=bool)
-    firsts[..., 1:] = point[..., 1:] != point[..., :-1]
-    distinct = int(np.count_nonzero(firsts & (point >= 0)))
-    return int(np.count_nonzero(held < extent)) / distinct
 
 
 # What one cp.async moves: 16, 8 or 4 bytes, widest first, both addresses aligned to the size
