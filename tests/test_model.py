@@ -344,25 +344,3 @@ def test_direct_loads_are_in_flight_for_a_window_of_instructions(registers, poin
     assert optimist.hoisted_points() == pytest.approx(points)
     # A (256 KB) stays in L2; k's stride is a line: one L2 latency per point, shared by those
     assert optimist.global_wait() == pytest.approx(gpu("H200").l2_latency_cycles / points)
-
-
-def test_a_vector_of_a_group_on_y_is_one_load_and_one_access():
-    # tccg_45's tiles: d*e on y (d of 24 fastest) dealt in vectors of four: B[d,..] is read
-    # four d side by side, one LDS.128 (unrolling keeps the lanes out of the remainder), its
-    # warp's access shared by the four values; dealt cyclically each register is a load
-    sizes = {"a": 24, "b": 40, "d": 24, "e": 20, "g": 24}
-    model = Searcher(plan("C[a,b,d,e] = A[g,e,b]*B[d,g,a]", sizes, "F"), "H100").model
-    b = next(r for r in model.reads if r.tensor == "B")
-    vector = {"order": "a,d*e,b", "block_x": 1, "reg_x": 8, "assign_x": "adjacent",
-              "block_y": 32, "reg_y": 4, "assign_y": "vector", "block_z": 8, "reg_z": 2,
-              "assign_z": "adjacent", "step": 8, "split": 1, "unroll": True, "stage": "A,B",
-              "pad": 0, "preload": False, "double_buffer": True, "async_copy": True}
-    cyclic = {**vector, "assign_y": "cyclic"}
-    held, dealt = (_Optimist(model, model.describe(p)) for p in (vector, cyclic))
-    assert (held.load_share(b), dealt.load_share(b)) == (1 / 4, 1)
-    assert held.wavefronts(b, True) == dealt.wavefronts(b, True) / 4
-    assert model.estimate(vector).seconds < model.estimate(cyclic).seconds
-    # a group whose fastest index the vector does not divide wraps inside a run: no vector
-    odd = Searcher(plan("C[a,b,d,e] = A[g,e,b]*B[d,g,a]", {**sizes, "d": 22}, "F"),
-                   "H100").model
-    assert _Optimist(odd, odd.describe(vector)).load_share(b) == 1

@@ -103,8 +103,7 @@ class _Accesses(_Tiles):
         staged = self.staged(read)
         if staged is None or self.lanes is None or (staged and not self.tiles_decided()):
             return self.m.least_wavefronts
-        key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read),
-               self._runs_beside_x(read))
+        key = ("read", read, self.warp_shape, staged, exact, self.vectorisable(read))
         if staged:  # its tile, its padding
             key += (self.tile_decisions, self.options("pad"))
         return self.memo(key, lambda: self._wavefronts(read, staged, exact))
@@ -119,14 +118,7 @@ class _Accesses(_Tiles):
         # (vectorisable); global reads pay per request (Model._request_wavefronts)
         separate = exact and staged and not self.vectorisable(read)
 
-        runs = self._runs_beside_x(read)
-
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
-            return min(run_cost(strides, reduction_vector, run) for run in runs)
-
-        def run_cost(strides: Mapping[str, int], reduction_vector: bool, run: int) -> float:
-            if run > 1:  # one vector access of each lane's run along y or z
-                return max(least, self._fronts(read, strides, staged, 1, run) / run)
             group = len(warp[0][:values]) if grouped else 1
             fronts = self._fronts(read, strides, staged, group) / group
             if separate and not self._side_by_side(strides, group):
@@ -164,61 +156,14 @@ class _Accesses(_Tiles):
         offsets = self.offsets(strides, group)
         return bool(np.all(offsets - offsets[:, :1] == np.arange(group)))
 
-    def _runs_beside_x(self, read: _Read) -> tuple[int, ...]:
-        """The values of a vector access a thread makes of ``read`` along y or z
-        (:meth:`vector_axis`, :meth:`axis_runs`): 1 where it makes none; while that is open,
-        both (the bound takes the cheaper). Warp 0's lanes hold their first register along
-        those axes only (:attr:`lanes`): each lane's access is that register's value and the
-        ``run - 1`` after it along the fastest index."""
-        axis = self.vector_axis(read)
-        if not axis:
-            return (1,)
-        run = self.m.vector_run
-        if self.p.get(ASSIGN[axis]) is None or self.p.get(REG[axis]) is None:
-            return (1, run)
-        return (self.axis_runs(axis, run),)
-
-    def vector_axis(self, read: _Read) -> int | None:
-        """The axis along which a thread may hold ``read``'s fastest index in vectors: x where
-        it is x's index (or its group's fastest); y or z where it is the fastest of their
-        group and the vector divides its size, so that a run stays within one value of the
-        group's slower indices: the code generator merges such a run, unrolling a register's
-        index in the group to ``4 (q mod 6) + r`` (d of 24, :func:`~treduda.codegen.simplify.
-        divided`; tccg_45's tiles with d*e on y). None elsewhere, also for a single index on
-        y or z, which stays priced one value a load: priced as vectors too, 6 of the first 12
-        rows of the SIMT table moved to picks 0.1-2.3% faster by the model, with smaller
-        steps, at 0.5-13 points less FFMA."""
-        run = self.m.vector_run
-        if not read.indices or run == 1:
-            return None
-        fastest = geometry.fastest(self.m.program, read.indices)
-        for n, group in enumerate(self.order):
-            if group[0] == fastest:
-                grouped = len(group) > 1 and self.m.sizes[fastest] % run == 0
-                return n if n == 0 or grouped else None
-        return None
-
-    def axis_runs(self, n: int, run: int) -> int:
-        """Values a thread holds side by side along axis ``n`` (:meth:`vector_axis`): a
-        vector's under the ``vector`` assignment, and under ``adjacent`` where its registers
-        are whole vectors (the same code then); one, cyclic."""
-        assignment, registers = self.p[ASSIGN[n]], self.p[REG[n]]
-        whole = assignment == "vector" or assignment == "adjacent" and registers % run == 0
-        return run if whole else 1
-
-    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int,
-                run: int = 1) -> int:
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
-        registers of each lane's along x, or the ``run`` values after each lane's first along
-        the fastest index): distinct lines (global) or the busiest bank's words (shared);
-        remembered per model for the warp's shape and the strides."""
-        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group, run)
+        registers of each lane's along x): distinct lines (global) or the busiest bank's
+        words (shared); remembered per model for the warp's shape and the strides."""
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
 
         def fronts() -> int:
             offsets = self.offsets(strides, group)[self._inside(group)]
-            if run > 1:
-                fastest = geometry.fastest(self.m.program, read.indices)
-                offsets = (offsets[:, None] + np.arange(run) * strides[fastest]).ravel()
             return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)

@@ -179,10 +179,9 @@ class _Optimist(_Accesses):
         """Load instructions per value of ``read`` a thread loads: one per run of its values
         that sit side by side in an aligned vector (:mod:`~treduda.codegen.vectorize` merges
         each such run of an unrolled tile into one ``LDS.128`` or ``LDG.128``), else one per
-        value. The runs lie along ``read``'s fastest index: x's index (or a group's fastest
-        along y or z: :meth:`vector_axis`) where that axis deals a thread whole vectors
-        (:meth:`axis_runs`), or the summed index an unrolled step walks, a step's values at a
-        time (:meth:`reduction_runs`); staged, where the tile's rows are 16-byte
+        value. The runs lie along ``read``'s fastest index: x's index where x deals a thread
+        whole vectors (:meth:`x_runs`), or the summed index an unrolled step walks, a step's
+        values at a time (:meth:`reduction_runs`); staged, where the tile's rows are 16-byte
         aligned, else where the tensor's strides are. Counted one per value, tccg_25's pick
         read a staged tile four values at a time where the model saw one, and a direct read
         of A four where it saw one, and it staged A at step 4 (70.9% FFMA in the SASS, 136
@@ -192,20 +191,26 @@ class _Optimist(_Accesses):
         if not read.indices:  # a scalar read inside a reduction: one load per value
             return 1.0
         fastest = geometry.fastest(self.m.program, read.indices)
-        axis = self.vector_axis(read)
-        if run == 1 or not (axis is not None or fastest in self.m.unrolled):
+        along_x = bool(self.order) and fastest == self.order[0][0]
+        if run == 1 or not (along_x or fastest in self.m.unrolled):
             return 1.0
-        if not (self.tiles_decided() and self.decided("stage", "pad", "assign_x", "unroll")
-                and (axis is None or self.decided(ASSIGN[axis]))):
+        if not (self.tiles_decided() and self.decided("stage", "pad", "assign_x", "unroll")):
             return 1 / run
         staged = self.staged(read)
         aligned = (self._aligned(read, self.p["pad"]) if staged else
                    all(s % run == 0 for i, s in read.strides.items() if i != fastest))
         if not aligned:
             return 1.0
-        values = self.axis_runs(axis, run) if axis is not None else self.reduction_runs(read,
-                                                                                        run)
+        values = self.x_runs(run) if along_x else self.reduction_runs(read, run)
         return 1 / values
+
+    def x_runs(self, run: int) -> int:
+        """Values a thread holds side by side along x: a vector's under the ``vector``
+        assignment, and under ``adjacent`` where its registers along x are whole vectors (the
+        same code then); one, cyclic."""
+        assignment, registers = self.p["assign_x"], self.p["reg_x"]
+        whole = assignment == "vector" or assignment == "adjacent" and registers % run == 0
+        return run if whole else 1
 
     def reduction_runs(self, read: _Read, run: int) -> int:
         """Values of ``read`` a thread loads side by side along its fastest index, a summed

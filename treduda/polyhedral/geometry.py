@@ -270,11 +270,10 @@ def vector_held(program: Program, geometry: Mapping[str, Any]) -> frozenset[str]
     """The index of x (the fastest of its group) where a thread's registers along x are whole
     16-byte vectors (``reg_x`` a multiple of :func:`vector_run`): loaded as such from an
     aligned tile where they are dealt ``vector`` or ``adjacent``, as the model prices them
-    (x alone: when the model merged no registers along y or z, tccg_48's B tile held along
-    them was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7% FFMA; it now
-    merges a vector of a group's fastest index along y or z too, but pads such tiles as
-    before, by their rows). Decided with the tile's extents, whatever the assignment, so that
-    a tile's padding is known as soon as its extents are (the bound prices it then)."""
+    (its wavefronts and loads merge a thread's registers along x alone: held along y or z,
+    tccg_48's B tile was priced at 4-way scalar reads and its pick fell from 85.3% to 72.7%
+    FFMA). Decided with the tile's extents, whatever the assignment, so that a tile's padding
+    is known as soon as its extents are (the bound prices it then)."""
     run = vector_run(program)
     order = groups(geometry["order"])
     if run == 1 or not order or geometry["reg_x"] % run:
