@@ -28,6 +28,7 @@ from treduda.polyhedral.strategy import (
 )
 
 from .staging_kernel import Stager
+from .tiling import fastest_first
 
 
 def stageable(program: Program) -> tuple[str, ...]:
@@ -35,6 +36,23 @@ def stageable(program: Program) -> tuple[str, ...]:
     names = [e.array for s in program.statements if s.kind == Kind.REDUCE
              for e in ir.elements(s.body)[1:]]
     return tuple(dict.fromkeys(n for n in names if n in program.contraction.inputs))
+
+
+def staging_choices(program: Program) -> tuple[str, ...]:
+    """The values of ``stage``: every subset of the :func:`stageable` inputs, largest first,
+    each named in the program's order of its inputs. Subsets of one size come in an order of
+    their inputs that neither their names nor their place in the product decide: the input
+    holding the output's fastest index first (the positions of its output indices in memory
+    order, fastest first, compared). A budgeted search climbs through the first faster
+    neighbour it scores, so this order steers its path: written ``A[g,e,b,c]*B[d,f,g,a]``
+    (tccg_45), staging A alone was tried before B alone and the search picked 0.1528 ms
+    predicted; written ``B*A``, the same product, 0.1481 ms."""
+    tensors = stageable(program)
+    place = {index: n for n, index in enumerate(fastest_first(program))}
+    ranked = sorted(tensors, key=lambda t: sorted(place[i] for i in program.contraction.inputs[t]
+                                                  if i in place))
+    return (*(",".join(sorted(c, key=tensors.index)) for n in range(len(ranked), 0, -1)
+              for c in itertools.combinations(ranked, n)), "")
 
 
 @register
@@ -49,11 +67,8 @@ class Staged(Strategy):
     def space(self, program: Program, before: Sequence[Strategy] = ()) -> ParamSpace:
         if not before:
             raise StrategyError("staging needs a mapping before it: use e.g. 'tiled+staged'")
-        tensors = stageable(program)
         inputs = program.contraction.inputs  # tensor -> its indices
-        subsets = [",".join(c) for n in range(len(tensors), 0, -1)
-                   for c in itertools.combinations(tensors, n)]
-        parameters = (Parameter("stage", (*subsets, ""),
+        parameters = (Parameter("stage", staging_choices(program),
                                 "inputs staged in shared memory (comma separated)",
                                 priority=Priority.STAGING, role=Role.STAGE),
                       Parameter("preload", (False, True), "load the next step into registers "
