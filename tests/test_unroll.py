@@ -80,19 +80,6 @@ def test_without_known_ranges_every_cut_iteration_keeps_its_guard():
     assert body[2].condition == ir.Binary(ir.Op.LE, TX, plus(n, const(-3)))
 
 
-def test_a_register_is_taken_out_of_a_remainder_that_it_does_not_wrap():
-    """A thread's four values of a vector along a group ``d*e`` (d of 12): ``(4 ty + c) % 12``
-    for c = 0..3 is ``4 (ty % 3) + c``, so that the four are neighbours for the vectoriser."""
-    loop = ir.For("c", const(0), ir.Binary(ir.Op.LE, C, const(3)), const(1), ir.Assign(
-        ir.Load("acc", C), "=", ir.Load("B", ir.Binary(ir.Op.MOD, plus(times(4, TY), C),
-                                                      const(12)))))
-    kernel = ir.KernelIR(name="k", dtype="float32", index_bits=32, params=(), locals=(),
-                         body=ir.Block((loop,)))
-    body = unroll(kernel, {"c": (0, 3)}, {TY: (0, 31)}).body.body
-    row = times(4, ir.Binary(ir.Op.MOD, TY, const(3)))
-    assert [s.value.offset for s in body] == [row] + [plus(row, const(c)) for c in (1, 2, 3)]
-
-
 def test_a_loop_with_a_step_runs_the_values_it_reaches():
     """``for (c = tx % 2; c <= 7; c += 2)``: each thread runs every other register, from
     its parity on."""

@@ -105,20 +105,3 @@ def test_the_gemm_tile_reads_shared_memory_in_128_bit_loads():
     report = kernel.sass_report()
     assert set(report.main_loop_shared_load_widths) == {128}
     assert report.main_loop_shared_load_widths[128] * 12 <= report.main_loop_ffma
-
-
-def test_vectors_along_y_of_a_group_are_read_in_vectors():
-    # tccg_45's shape, small: y holds the group d*e (d fastest) dealt in vectors, and B's tile
-    # has d as its rows; a thread's d of a vector is (4 q + r) mod 12 = 4 (q mod 3) + r, which
-    # unrolling simplifies so that the four lanes are neighbours in one aligned window
-    kernel = treduda.compile(
-        "C[a,b,d,e] = A[g,e,b]*B[d,g,a]", {"a": 6, "b": 5, "d": 12, "e": 7, "g": 10},
-        layout="F", strategy="tiled+staged", cache=False,
-        params={"order": "a,d*e,b", "block_x": 2, "reg_x": 2, "assign_x": "adjacent",
-                "block_y": 4, "reg_y": 4, "assign_y": "vector", "block_z": 2, "reg_z": 2,
-                "assign_z": "cyclic", "step": 4, "unroll": True, "stage": "A,B", "pad": 0,
-                "async_copy": True, "double_buffer": True})
-    assert {load.width for load in shared_vector_loads(kernel)
-            if load.first.array == "B_sh"} == {4}
-    assert kernel.verify().ok  # PoCL, partial tiles along every axis
-    assert kernel.verify(backend="emulator").ok

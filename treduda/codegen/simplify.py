@@ -34,7 +34,7 @@ def simplify(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> ir.Expr:
     if isinstance(e, ir.Binary):
         left, right = simplify(e.left, known), simplify(e.right, known)
         if e.op in (ir.Op.DIV, ir.Op.MOD) and isinstance(right, ir.Int) and right.value > 0:
-            return divided(left, right.value, e.op, known)
+            return _divided(left, right.value, e.op, known)
         return ir.Binary(e.op, left, right)
     if isinstance(e, ir.Neg):
         return ir.Neg(simplify(e.operand, known))
@@ -74,19 +74,17 @@ def value_range(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> Range | None:
     return None
 
 
-def divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -> ir.Expr:
-    """``value / d`` or ``value % d`` (``op``: DIV or MOD, ``d > 0``), simplified by the
-    rules of the module's doc; as it is where ``known`` does not show ``value`` integer and
-    non-negative where it must be."""
+def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -> ir.Expr:
+    """``value / d`` or ``value % d``, simplified by the rules of the module's doc."""
     if d == 1:
         return value if op is ir.Op.DIV else ir.Int(0)
     if isinstance(value, ir.Binary) and isinstance(value.right, ir.Int) and _non_negative(
             value.left, known):
         inner = value.right.value
         if op is ir.Op.DIV and value.op is ir.Op.DIV:
-            return divided(value.left, inner * d, op, known)
+            return _divided(value.left, inner * d, op, known)
         if op is ir.Op.MOD and value.op is ir.Op.MOD and inner % d == 0:
-            return divided(value.left, d, op, known)
+            return _divided(value.left, d, op, known)
     terms, constant = ir.affine(value)
     multiples = {t: c // d for t, c in terms.items() if c % d == 0}
     rest = {t: c for t, c in terms.items() if c % d != 0}
@@ -107,8 +105,8 @@ def divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -
             continue
         large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, 0)
         if op is ir.Op.DIV:
-            return plus(head, divided(large, d // k, op, known))
-        return plus(times(k, divided(large, d // k, op, known)), small)
+            return plus(head, _divided(large, d // k, op, known))
+        return plus(times(k, _divided(large, d // k, op, known)), small)
     return plus(head, ir.Binary(op, rest_sum, ir.Int(d)))
 
 

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
-from .simplify import divided, value_range
+from .simplify import value_range
 
 _TRUE, _FALSE = ir.Int(1), ir.Int(0)
 _COMPARISONS = (ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT)
@@ -29,8 +29,7 @@ def unroll(kernel: ir.KernelIR, loops: Mapping[str, tuple[int, int]],
     """``kernel`` with the loops over the iterators in ``loops`` unrolled; ``loops`` gives the
     first and last value each iterator can take, ``known`` the ranges of the block and thread
     ids (and any other expression) that decide the guards of the iterations."""
-    return replace(kernel, body=_Unroller(loops, known, _Reads(), divisions=True)
-                   .stmt(kernel.body))
+    return replace(kernel, body=_Unroller(loops, known, _Reads()).stmt(kernel.body))
 
 
 def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.KernelIR:
@@ -178,19 +177,11 @@ class _Reads:
 
 
 class _Unroller:
-    """Substitutes iterators and folds what reads them; with ``divisions``, also the divisions
-    and remainders by constants (:func:`.simplify.divided`), which only the register loops'
-    unrolling asks for: there ``known`` holds the ids' ranges alone, while peeling probes
-    narrower ranges of a step loop's iterator, which would simplify ``c mod 2`` into a
-    different expression for each and peel every step off."""
-
     def __init__(self, loops: Mapping[str, tuple[int, int]],
-                 known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads,
-                 divisions: bool = False):
+                 known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads):
         self.loops = loops
         self.known = dict(known)
         self.reads = reads
-        self.divisions = divisions
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.For) and s.iterator in self.loops:
@@ -308,9 +299,6 @@ class _Unroller:
             return right if left == ir.Int(1) else left
         if op in _COMPARISONS:
             return self.compared(e)
-        if (self.divisions and op in (ir.Op.DIV, ir.Op.MOD) and isinstance(right, ir.Int)
-                and right.value > 0):
-            return divided(left, right.value, op, self.known)
         return e
 
     def compared(self, e: ir.Binary) -> ir.Expr:
