@@ -21,6 +21,7 @@ from treduda.authoring import (
     Parameter,
     ParamSpace,
     Prediction,
+    Priority,
     Role,
     Searcher,
     Strategy,
@@ -30,7 +31,6 @@ from treduda.authoring import (
     schedule_space,
     transform_schedule,
 )
-from treduda.polyhedral.strategy import Priority
 from treduda.tuning import policy
 from treduda.tuning.search_result import SearchStats
 

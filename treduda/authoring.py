@@ -1,11 +1,13 @@
 """What a strategy author needs, in one public place.
 
-A strategy (:class:`Strategy`) declares its parameters (:class:`Parameter`) and the rules on
-them (:class:`Constraint`, gathered in a :class:`ParamSpace`), and rewrites the initial
-schedule of a :class:`Program` into one whose dimensions have :class:`Role` s:
-:func:`schedule_space` names the initial schedule's dimensions, :func:`transform_schedule`
-applies an affine target to them, and :func:`reduction_schedule` is the tail that lets a
-mapping chain with shared-memory staging. :func:`register` makes it available by name.
+A strategy (:class:`Strategy`) declares its parameters (:class:`Parameter`, each with a
+:class:`Priority` that says when the search decides it and, where the search may trade or
+move it, a :class:`Role`) and the rules on them (:class:`Constraint`, gathered in a
+:class:`ParamSpace`), and rewrites the initial schedule of a :class:`Program` into one whose
+dimensions have :class:`Role` s: :func:`schedule_space` names the initial schedule's
+dimensions, :func:`transform_schedule` applies an affine target to them, and
+:func:`reduction_schedule` is the tail that lets a mapping chain with shared-memory staging.
+:func:`register` makes it available by name.
 
 To look at what a strategy does, :func:`plan` lowers an expression to its program and
 :func:`initial` gives the schedule a strategy starts from. To check that the model's bound
@@ -27,6 +29,7 @@ from treduda.polyhedral.strategy import (
     Constraint,
     Parameter,
     ParamSpace,
+    Priority,
     Role,
     Scheduled,
     Strategy,
@@ -38,7 +41,8 @@ from treduda.polyhedral.strategy import (
 )
 from treduda.tuning.search import Searcher
 
-__all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Prediction", "Program", "Role",
+__all__ = ["Constraint", "Gpu", "ParamSpace", "Parameter", "Prediction", "Priority", "Program",
+           "Role",
            "Scheduled",
            "Searcher", "Statement", "Strategy", "gpu", "initial", "plan", "reduction_schedule",
            "register", "schedule_space", "transform_schedule"]
