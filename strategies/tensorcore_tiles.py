@@ -444,22 +444,27 @@ def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | 
                  ops: Operators) -> tuple[Any, Any]:
     """The C tile's (M, N) element that element ``e`` of the output's write stands for:
     along the tile's rows of N (``along_n``) or its columns of M, or, in a free ``box``,
-    Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the other group's tile,
-    then the rest of the box's group, so that consecutive threads write consecutive values
-    of the output's fastest index (along the tile's group they wrote runs of P values 16
-    times apart: 16 sectors a request on tccg_31), and a warp reads one row of the C tile
-    (:func:`skew_words`)."""
+    Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the rest of the box's
+    group in the tile, then the other group's tile, so that consecutive threads write
+    consecutive values of the output's fastest index (along the tile's group they wrote runs
+    of P values 16 times apart: 16 sectors a request on tccg_31), and a warp reads one row
+    of the C tile (:func:`skew_words`). The box's group is numbered before the other, as the
+    group layout numbers the write's: where the block's threads cover its tile, a thread's
+    place in the box's group is the same in every iteration of the write, so its part of
+    the output's address and its guard for a partial tile are worked out once (tccg_33's
+    warpgroup box: the other group first took 39.5 SASS instructions an element, a guard
+    and the box's divisions in each)."""
     quotient, remainder, plus, times = ops
     if box is None:
         return ((quotient(e, tile["n"]), remainder(e, tile["n"])) if along_n
                 else (remainder(e, tile["m"]), quotient(e, tile["m"])))
-    other = "n" if box.axis == "m" else "m"
     q = box_q(box, tile)
     runs = q * box.p  # elements of a box
-    across = remainder(quotient(e, runs), tile[other])
+    span = tile[box.axis]  # a multiple of ``runs`` (:func:`holds_boxes`)
     inside = (remainder(e, runs) if o_first(box)
               else plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q))))
-    local = plus(inside, times(runs, quotient(e, runs * tile[other])))
+    local = plus(inside, times(runs, remainder(quotient(e, runs), span // runs)))
+    across = quotient(e, span)
     return (local, across) if box.axis == "m" else (across, local)
 
 
