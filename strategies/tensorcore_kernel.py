@@ -119,7 +119,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import islpy as isl
@@ -127,7 +126,6 @@ import islpy as isl
 from treduda.codegen import ir
 from treduda.codegen.simplify import plus, quotient, remainder, simplify, times, value_range
 from treduda.frontend import dtypes
-from treduda.model import iteration
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
@@ -172,20 +170,6 @@ STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 OPERATORS = (quotient, remainder, plus, times)
 
 
-@dataclass(frozen=True)
-class Write:
-    """The program's write statement as a tensor-core kernel writes it
-    (:meth:`Builder.write_statement`): its name, coordinates and their constraints, body,
-    accesses, and the values its guards keep below their limits."""
-
-    name: str
-    indices: tuple[str, ...]
-    constraints: str
-    body: ir.Assign
-    accesses: tuple[ir.Element, ...]
-    limits: tuple[tuple[ir.Expr, int], ...]
-
-
 def _isl_element(element: ir.Element) -> str:
     return f"{element.array}[{', '.join(isl_text(i) for i in element.indices)}]"
 
@@ -204,12 +188,6 @@ def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]
     """Whether ``e`` may be ``limit`` or more, given its variables' ``ranges``."""
     span = value_range(e, ranges)
     return span is None or span[1] >= limit
-
-
-def _formulas(accesses: Sequence[ir.Element], ranges: Mapping[ir.Expr, tuple[int, int]]
-              ) -> tuple[tuple[ir.Expr, ...], ...]:
-    """Each access's indices simplified with the ``ranges`` of its statement's coordinates."""
-    return tuple(tuple(simplify(i, ranges) for i in a.indices) for a in accesses)
 
 
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
@@ -313,7 +291,7 @@ class Builder:
         maps = tuple(isl.Map(f"{{ {head} -> {_isl_element(a)} }}").intersect_domain(domain)
                      for a in accesses)
         ranges = _ranges(domain, indices) if accesses else {}
-        formulas = _formulas(accesses, ranges)
+        formulas = tuple(tuple(simplify(i, ranges) for i in a.indices) for a in accesses)
         self.statements.append(Statement(name, kind, tuple(indices), body, maps,
                                          formulas=formulas))
         schedule = isl.UnionMap.from_map(
@@ -627,13 +605,6 @@ class Builder:
         return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))
 
     def output(self) -> None:
-        """The program's write statement (:meth:`write_statement`), scheduled after the C
-        tile's barrier."""
-        write = self.write_statement()
-        self.add(write.name, Kind.WRITE, write.indices, write.constraints, write.body,
-                 write.accesses, self.point("t", ["2", "0", "3", "c", "0", "0", "0"]))
-
-    def write_statement(self) -> Write:
         """The program's write statement over ``write[P, c, t]``, element ``e = T c + t`` of
         the C tile numbered along the output's fastest group: it reads the tile instead of
         the accumulators and writes the output element ``e`` stands for, where that lies
@@ -649,8 +620,8 @@ class Builder:
         for axis in "mn":
             output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
                                    self.sizes, OPERATORS)
-        limits = (*((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output))
-        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
+        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in [
+            *((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output)])
         accesses = [self.accumulator(m_local, n_local)
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
@@ -666,42 +637,9 @@ class Builder:
         elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
             update = "-=" if self.program.contraction.op == "-=" else "+="
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        return Write(write.name, (*self.prefix(), "c", "t"),
-                     f"{self.prefix_bounds()} and {self.dealt(tile_m * tile_n)} and {inside}",
-                     body, tuple(accesses), limits)
-
-    def write_instructions(self) -> int:
-        """A thread's instructions for each output element it writes, counted from the
-        write statement (:meth:`write_statement`) as nvcc compiles its loop over ``c``
-        (:mod:`treduda.model.iteration`): a load or store per access, the value's arithmetic
-        and a 16-bit output's conversion, and the address of each global access; in a loop
-        that nvcc keeps (more than :data:`~treduda.model.iteration.UNROLLED` iterations, or
-        a guard in each), the index arithmetic that changes with ``c`` and a term of each
-        access's offset per index that does, instead, and the guards. tccg_33's warpgroup
-        write: 12 in the group layout and in the box (its SASS loop 13.9 an element in
-        each), 37 in the box numbered the other group first (39.5); tccg_05's mma.sync box,
-        48 iterations unrolled whole: 4 (about 5 an element); tccg_33's warpgroup 128 x 128
-        tile, 64 iterations in a loop of 16 copies: 12 (13.4)."""
-        write = self.write_statement()
-        domain = isl.Set(f"{{ {write.name}[{', '.join(write.indices)}] : "
-                         f"{write.constraints} }}")
-        ranges = _ranges(domain, write.indices)
-        c = ir.Var("c")
-        formulas = _formulas(write.accesses, ranges)
-        limits = [(simplify(v, ranges), limit) for v, limit in write.limits]
-        guards = sum(iteration.guarded(v, c) and _may_reach(v, limit, ranges)
-                     for v, limit in limits)
-        converted = self.program.dtype in dtypes.STORED and not self.workspace
-        each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
-        low, high = ranges.get(c, (0, 0))  # the loop's iterations, as isl scans them
-        if high - low < iteration.UNROLLED and not guards:  # c a constant in each copy
-            return each + sum(a.array != C_TILE for a in write.accesses)
-        changing = [i for indices in formulas for i in indices if iteration.varies(i, c)]
-        moved = sum(a.array != C_TILE for a, indices in zip(write.accesses, formulas,
-                                                            strict=True)
-                    if any(iteration.varies(i, c) for i in indices))
-        return (each + moved + guards * iteration.GUARD + len(changing) * iteration.TERM
-                + iteration.iteration_instructions([*changing, *(v for v, _ in limits)], c))
+        self.add(write.name, Kind.WRITE, [*self.prefix(), "c", "t"],
+                 f"{self.prefix_bounds()} and {self.dealt(tile_m * tile_n)} and {inside}", body,
+                 accesses, self.point("t", ["2", "0", "3", "c", "0", "0", "0"]))
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3
