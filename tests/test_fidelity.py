@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
@@ -24,6 +27,7 @@ from treduda.tuning.search import Searcher
 from treduda.tuning.search_result import Candidate
 
 GEMM = "C[i,j]=A[i,k]*B[k,j] 4096x4096x4096"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -321,3 +325,20 @@ def test_a_kernels_launch_is_known_without_building_it(name):
     assert launch(program, "tiled+staged", kernel.params) == (kernel.grid, kernel.block,
                                                               dict(kernel.params))
     assert launch(program, "tiled+staged", None)[0] == kernel.grid  # the defaults completed
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_digests_of_an_older_file_are_those_of_its_commits_kernels(tmp_path):
+    # benchmarks/code_digests.py regenerates a file's kernels at its commit (here HEAD) and
+    # writes their digests beside it, where load() reads them
+    row = _far_registers()
+    record = {**dataclasses.asdict(row), "measured_ms": 1.0}
+    (tmp_path / "m.json").write_text(json.dumps({"treduda_commit": "HEAD", "rows": [record]}))
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "code_digests.py"), "--data",
+                    str(tmp_path / "m.json")], check=True, capture_output=True)
+    (loaded,) = fidelity.load(tmp_path / "m.json")
+    if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "treduda",
+                       "strategies", "templates"]).returncode == 0:  # HEAD's code is today's
+        (again,) = fidelity.regenerate([row], ptxas=False)
+        assert loaded.code == again.code
+    assert len(loaded.code) == 16
