@@ -11,9 +11,9 @@ interleaved rounds, torch.einsum's and cupy.einsum's likewise, the ratios (the l
 over treduda's: above 1, treduda is faster) and GFLOP/s; then the rivals beside their picks
 (predicted and measured: the model's ranking), the programs, the NVRTC compile times and the
 failed entries. ``--fidelity`` writes the rows as ``benchmarks/model_fidelity.py --data``
-reads them. ``--readme`` prints the short table README.md holds between its ``gpu-table``
-markers (tests/test_readme.py checks that the two are the same). Needs only the standard
-library, so it runs on the GPU machine too.
+reads them, each kernel's code digest with them. ``--readme`` prints the short table
+README.md holds between its ``gpu-table`` markers (tests/test_readme.py checks that the two
+are the same). Needs only the standard library, so it runs on the GPU machine too.
 """
 
 from __future__ import annotations
@@ -296,7 +296,7 @@ def fidelity(lines: Sequence[dict[str, Any]]) -> dict[str, Any]:
                      "predicted_ms": _ms(x, "predicted_seconds"),
                      **{k: x.get(k) for k in ("suite", "expression", "sizes", "dtype", "layout",
                                               "precision", "strategy", "params", "grid",
-                                              "block", "registers")}})
+                                              "block", "registers", "code_digest")}})
     devices = sorted({x["device"] for x in lines if "device" in x})
     return {"suite": "gpu_session (bundles)", "device": ", ".join(devices), "rows": rows}
 

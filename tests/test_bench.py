@@ -12,15 +12,16 @@ import sys
 
 import pytest
 
+import treduda
 import treduda.app.bench
 import treduda.frontend.contraction
 import treduda.tuning.policy
 from treduda.app import cli, fidelity
 from treduda.app.bench import Case, plot, run, select, short_params
-from treduda.app.gpu_bench import GpuOutcome, Pick, _untimed, load_picks, summary
+from treduda.app.gpu_bench import GpuOutcome, Pick, _untimed, load_picks, measure, summary
 from treduda.app.gpu_bench import table as gpu_table
 from treduda.run.cuda import gpu_present
-from treduda.run.nvcc import nvcc_available
+from treduda.run.nvcc import code_digest, nvcc_available
 from treduda.suites import Row
 
 FP32_IDS = ("tccg_04", "tccg_05")  # column-major rows that generate in a few seconds
@@ -307,3 +308,22 @@ def test_a_bfloat16_row_is_verified_and_timed_beside_torch_on_the_gpu():
     outcome = run_row(Case(row, "bfloat16"), gpu("H100"), 50, 3, cupy, torch)
     assert outcome.error is None and outcome.verified
     assert outcome.torch_ms > 0 and outcome.cupy_ms is None and outcome.treduda_ms > 0
+
+
+def test_each_timed_kernel_records_its_code_digest_and_the_fidelity_tool_reads_it(tmp_path):
+    # measure() records the digest of the kernel it generated (here it stops at verify: no
+    # GPU libraries given), and the fidelity tool keeps the row while today's kernel is that one
+    (case,) = select("tccg_fp32", limit=1)
+    pick = Pick("tiled+staged", {"order": "b,c,a", "stage": "B"}, None)
+    outcome = measure(_untimed(case, case.name), case, pick, 1, None, None, False)
+    kernel = treduda.compile(case.row.expression, case.row.sizes, layout=case.row.layout,
+                             strategy=pick.strategy, params=pick.params)
+    assert outcome.stage == "verify" and outcome.code_digest == code_digest(kernel.cuda_source)
+    record = {**outcome.to_dict(), "status": "ok", "treduda_ms": 1.0, "registers": 40}
+    path = tmp_path / "gpu.json"
+    path.write_text(json.dumps({"rows": [record, {**record, "id": "other",
+                                                  "code_digest": "0" * 16}]}))
+    rows = fidelity.load(path)
+    assert [r.code for r in rows] == [outcome.code_digest, "0" * 16]
+    kept, changed = fidelity.evaluate(rows, fidelity.regenerate(rows, ptxas=False))
+    assert kept.left_out is None and changed.left_out.startswith("its code differs")

@@ -7,7 +7,10 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 from conftest import EXAMPLES
@@ -19,11 +22,12 @@ from treduda.model.gpus import gpu
 from treduda.model.model import Model
 from treduda.model.prediction import Prediction
 from treduda.polyhedral.lower import plan
-from treduda.run.nvcc import nvcc_available
+from treduda.run.nvcc import code_digest, nvcc_available
 from treduda.tuning.search import Searcher
 from treduda.tuning.search_result import Candidate
 
 GEMM = "C[i,j]=A[i,k]*B[k,j] 4096x4096x4096"
+ROOT = Path(__file__).resolve().parents[1]
 
 
 @pytest.mark.slow
@@ -70,10 +74,64 @@ def test_rows_whose_kernel_changed_are_left_out():
     assert fidelity.changed(row, same) is None
     moved = dataclasses.replace(same, grid=(row.grid[0] * 84, *row.grid[1:]))
     assert "grid" in fidelity.changed(row, moved)
-    compiled = fidelity.Compiled(row.registers + 1, 0)  # within the toolchains' difference
-    assert fidelity.changed(row, dataclasses.replace(same, compiled=compiled)) is None
-    compiled = fidelity.Compiled(row.registers * 2, 0)
-    assert "registers" in fidelity.changed(row, dataclasses.replace(same, compiled=compiled))
+    # within the toolchains' difference
+    assert fidelity.changed(row, dataclasses.replace(same, registers=row.registers + 1)) is None
+    assert "registers" in fidelity.changed(row, dataclasses.replace(same,
+                                                                     registers=row.registers * 2))
+
+
+def _far_registers(code: str | None = None) -> fidelity.Row:
+    """A small GEMM's row as if it had been measured with far more registers than its kernel
+    gets (255), and (where given) the code digest ``code``."""
+    expression, sizes = EXAMPLES["gemm"]
+    kernel = compile(expression, sizes, strategy="tiled+staged")
+    return fidelity.Row("gemm", expression, sizes, "float32", "C", "tiled+staged",
+                        dict(kernel.params), kernel.grid, kernel.block, 255, 1e-3, code=code)
+
+
+@pytest.mark.skipif(not nvcc_available(), reason="nvcc tells the registers")
+def test_a_row_whose_registers_moved_is_left_out_without_ptxas_too():
+    # --no-ptxas leaves registers to the model, not the check that the kernel is the one timed
+    row = _far_registers()
+    (again,) = fidelity.regenerate([row], ptxas=False)
+    assert again.compiled is None and again.registers is not None
+    (outcome,) = fidelity.evaluate([row], [again])
+    assert outcome.left_out == f"registers now {again.registers}, was {row.registers}"
+
+
+def test_without_nvcc_the_report_says_the_kernels_went_unchecked(monkeypatch):
+    monkeypatch.setattr(fidelity, "nvcc_available", lambda: False)
+    row = _far_registers()
+    outcomes = fidelity.evaluate([row], fidelity.regenerate([row], ptxas=False))
+    assert outcomes[0].left_out is None and outcomes[0].unchecked
+    summary = dataclasses.replace(fidelity.summarise(outcomes), picks={}, spaces={})
+    text = fidelity.report(outcomes, summary, ptxas=False)
+    assert ("1 of the rows kept could not be checked for a changed kernel (nvcc is not "
+            "installed and they record no code digest)") in text
+
+
+def test_a_rows_code_digest_tells_a_changed_kernel_without_nvcc(monkeypatch):
+    monkeypatch.setattr(fidelity, "nvcc_available", lambda: False)
+    row = _far_registers()
+    (again,) = fidelity.regenerate([row], ptxas=False)
+    kernel = compile(row.expression, row.sizes, dtype=row.dtype, layout=row.layout,
+                     strategy=row.strategy, params=row.params)
+    assert again.code == code_digest(kernel.cuda_source)
+    same, other = _far_registers(again.code), _far_registers("0" * 16)
+    kept, left = fidelity.evaluate([same, other], [again, again])
+    assert kept.left_out is None and not kept.unchecked  # the digest, not the registers, rules
+    assert left.left_out == (f"its code differs from the code timed (digest {again.code}, was "
+                             f"{'0' * 16})")
+
+
+def test_digests_beside_a_data_file_are_the_rows_codes(tmp_path):
+    # NAME.codes.json gives digests to the rows of NAME.json that record none
+    record = {**json.loads(fidelity.DATA.read_text())["rows"][0]}
+    rows = [{**record, "id": "a"}, {**record, "id": "b", "code_digest": "own"}, {**record,
+                                                                                 "id": "c"}]
+    (tmp_path / "m.json").write_text(json.dumps({"rows": rows}))
+    (tmp_path / "m.codes.json").write_text(json.dumps({"codes": {"a": "beside", "b": "x"}}))
+    assert [r.code for r in fidelity.load(tmp_path / "m.json")] == ["beside", "own", None]
 
 
 def test_spearman_ranks_with_ties():
@@ -152,9 +210,11 @@ def test_equal_times_are_ranked_by_wavefronts_then_resident_warps():
     assert ranked == [busier, clean, conflicted]
 
 
-def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path):
+def test_rows_of_one_dtype_in_two_precisions_are_two_problems(tmp_path, monkeypatch):
     # GEMM in float32 on tensor cores, TF32 and 3xTF32: each row regenerated and modelled in its
-    # own precision (3xTF32: three products per MMA); a row that says none is "highest".
+    # own precision (3xTF32: three products per MMA); a row that says none is "highest". (The
+    # rows' registers are made up: no nvcc to check them.)
+    monkeypatch.setattr(fidelity, "nvcc_available", lambda: False)
     sizes = {"i": 256, "j": 256, "k": 256}
     params = {"warps_m": 2, "warps_n": 2, "frags_m": 2, "frags_n": 2, "frags_k": 2,
               "stages": 1, "split": 1, "async_copy": True}
@@ -265,3 +325,20 @@ def test_a_kernels_launch_is_known_without_building_it(name):
     assert launch(program, "tiled+staged", kernel.params) == (kernel.grid, kernel.block,
                                                               dict(kernel.params))
     assert launch(program, "tiled+staged", None)[0] == kernel.grid  # the defaults completed
+
+
+@pytest.mark.skipif(not (ROOT / ".git").exists(), reason="needs a git checkout")
+def test_digests_of_an_older_file_are_those_of_its_commits_kernels(tmp_path):
+    # benchmarks/code_digests.py regenerates a file's kernels at its commit (here HEAD) and
+    # writes their digests beside it, where load() reads them
+    row = _far_registers()
+    record = {**dataclasses.asdict(row), "measured_ms": 1.0}
+    (tmp_path / "m.json").write_text(json.dumps({"treduda_commit": "HEAD", "rows": [record]}))
+    subprocess.run([sys.executable, str(ROOT / "benchmarks" / "code_digests.py"), "--data",
+                    str(tmp_path / "m.json")], check=True, capture_output=True)
+    (loaded,) = fidelity.load(tmp_path / "m.json")
+    if subprocess.run(["git", "-C", str(ROOT), "diff", "--quiet", "HEAD", "--", "treduda",
+                       "strategies", "templates"]).returncode == 0:  # HEAD's code is today's
+        (again,) = fidelity.regenerate([row], ptxas=False)
+        assert loaded.code == again.code
+    assert len(loaded.code) == 16

@@ -135,6 +135,10 @@ def test_the_dry_run_measures_on_pocl_without_the_compiler(bundles, tmp_path):
     rows = fidelity.load(data)
     assert [r.id for r in rows] == ["gemm_small", "gemm_small~1", "gemm_tma"]
     assert rows[0].measured == pytest.approx(pick["treduda_ms"] / 1e3)
+    # each kernel timed records its code, which the fidelity tool matches with today's
+    assert rows[0].code == pick["code_digest"] and rows[1].code == rival["code_digest"]
+    again = fidelity.regenerate(rows, ptxas=False)
+    assert [fidelity.changed(r, a) for r, a in zip(rows, again, strict=True)] == [None] * 3
 
 
 def test_the_dry_run_binds_entries_too_large_for_pocl_without_running_them(bundles, tmp_path,

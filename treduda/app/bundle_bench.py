@@ -46,6 +46,7 @@ from ..bundle import BundledKernel, BundledProgram, load
 from ..errors import BackendUnavailable, TredudaError
 from ..frontend.contraction import analyse
 from ..frontend.dtypes import TF32, fmas
+from ..run.nvcc import code_digest
 from ..run.timing import REPEATS, Timing
 from .gpu_checks import check_result, einsum_spec, gpu_libraries, random_operands
 
@@ -166,6 +167,7 @@ def measure(entry: BundledKernel | BundledProgram, xp, torch, repeats: int, pocl
     if entry is kernel:
         line.update(strategy=entry.entry["strategy"], params=entry.entry["params"],
                     grid=entry.entry["grid"], block=entry.entry["block"],
+                    code_digest=code_digest(entry.cuda_source),  # for the fidelity tool
                     flops=2 * fmas(entry.dtype) * math.prod(entry.sizes.values()))
     else:
         line.update(steps=[k.name for k in entry.steps], flops=entry.entry.get("flops"))

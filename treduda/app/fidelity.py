@@ -5,17 +5,22 @@
 
 A calibration file holds measured kernels, each with its expression, sizes, dtype, precision
 (``"highest"`` where a row says none), strategy and parameters, and the grid, block and
-registers it ran with. Each row's kernel is generated again from those; where code
-generation has changed it since (a different grid or block, or — with nvcc present —
-registers beyond what two CUDA toolchains disagree by), the row's time no longer applies and
-the row is left out, and the report says which and why. On what remains: the
+registers it ran with, and (rows the GPU benchmark timed since it records it) the digest of
+the code it ran (:func:`treduda.run.nvcc.code_digest`). Each row's kernel is generated again
+from those; where code generation has changed it since (a different grid or block, a different
+digest, or, for a row without one and with nvcc present, ptxas's registers beyond what two
+CUDA toolchains disagree by), the row's time no longer applies and the row is left out, and
+the report says which and why; a row with no digest, where nvcc is absent, is kept unchecked
+and the report counts it. A file ``NAME.codes.json`` beside the data file ``NAME.json``
+(``benchmarks/code_digests.py``) gives digests to rows that record none. On what remains: the
 estimate beside the measured time per row, Spearman's rank correlation over the candidates of
 one search space (beside it, the same with pairs closer than their run-to-run spread tied,
 where the file records a spread) and over the suite rows (one kernel per problem), the median
 and worst
 relative error, the rows where the lower bound exceeds the measured time, and for each search
 space the measured rank of the candidate the search would pick among its measured ones.
-``--no-ptxas`` leaves registers and spills to the model, as the search itself does.
+``--no-ptxas`` leaves registers and spills to the model, as the search itself does; ptxas's
+registers still tell a changed kernel where nvcc is present.
 Then the same figures on problems held out of whatever is fitted (:mod:`treduda.app.held_out`:
 leave one problem out, and halves), with the pick's ratio to the fastest on ``--watch``'s
 problems. ``--terms`` sets each search space's kernels side by side, resource by resource;
@@ -43,7 +48,7 @@ from ..model.interface import CostModel
 from ..model.model import model_of
 from ..model.prediction import Compiled, Prediction
 from ..polyhedral.lower import plan
-from ..run.nvcc import nvcc_available
+from ..run.nvcc import code_digest, compile_cuda_batch, nvcc_available
 from ..run.sass import compile_with_sass
 from .held_out import HALVES, LEAVE_ONE_OUT, judge
 from .held_out import report as held_out_report
@@ -80,6 +85,7 @@ class Row:
     precision: str = HIGHEST
     # (slowest - fastest) / median of its timed launches, where the file records it
     spread: float | None = None
+    code: str | None = None  # the code_digest of the kernel timed, where the file records it
 
     @property
     def problem(self) -> tuple:
@@ -98,6 +104,9 @@ class Regenerated:
     refused: str | None = None  # why the row's parameters no longer apply, if they do not
     # the row's parameters completed with the defaults of those added since it was measured
     params: Mapping[str, Any] | None = None
+    code: str | None = None  # the code_digest of the kernel generated (None: not built)
+    # ptxas's registers for it, with or without ``compiled`` (None: nvcc absent, or not built)
+    registers: int | None = None
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,8 @@ class Outcome:
     left_out: str | None = None
     prediction: Prediction | None = None  # the estimate
     bound: float | None = None  # seconds
+    # kept with neither a digest nor ptxas's registers to tell whether its kernel changed
+    unchecked: bool = False
 
     @property
     def estimate(self) -> float:
@@ -122,20 +133,33 @@ class Outcome:
 def load(path: str | Path = DATA) -> list[Row]:
     """The rows of a calibration file: the format of ``benchmarks/data/h100_measured.json``,
     or what ``treduda bench --gpu-time --json`` writes (every kernel it timed, the rivals of
-    ``--picks`` included, as rows ``id~n``; rows that failed are left out)."""
+    ``--picks`` included, as rows ``id~n``; rows that failed are left out). A row's code
+    digest is its own ``code_digest`` or, where it records none, :func:`codes_beside`'s."""
     with open(path) as f:
         data = json.load(f)
+    codes = codes_beside(path)
     try:
         return [Row(r["id"], r["expression"], r["sizes"], r["dtype"], r["layout"],
                     r["strategy"], r["params"], tuple(r["grid"]), tuple(r["block"]),
                     r["registers"], r["measured_ms"] / 1e3, r.get("precision", HIGHEST),
-                    r.get("spread"))
+                    r.get("spread"), r.get("code_digest") or codes.get(r["id"]))
                 for r in _timed(data["rows"])]
     except KeyError as missing:
         raise TredudaError(f"{path}: a row lacks the field {missing}; each row needs id, "
                            "expression, sizes, dtype, layout, strategy, params, grid, block, "
                            "registers and measured_ms (or treduda_ms, as the GPU benchmark "
                            "writes it), and may say its precision") from None
+
+
+def codes_beside(path: str | Path) -> dict[str, str]:
+    """Row id -> code digest from the file ``NAME.codes.json`` beside ``NAME.json``, where it
+    exists: the digests of a file measured before the GPU benchmark recorded them, as
+    ``benchmarks/code_digests.py`` regenerates them at the file's ``treduda_commit``."""
+    beside = Path(path).with_suffix(".codes.json")
+    if not beside.exists():
+        return {}
+    with open(beside) as f:
+        return json.load(f)["codes"]
 
 
 def _timed(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
@@ -153,9 +177,11 @@ def _timed(rows: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
 
 
 def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
-    """Each row's kernel generated again; with nvcc (unless not ``ptxas``: the model then
-    predicts registers and spills itself), compiled in one batch for its ptxas report and its
-    SASS main loop's instructions per FMA, as the search's check reads them. A row
+    """Each row's kernel generated again, with its code digest; with nvcc, the kernels of the
+    rows that record no digest are compiled in one batch for ptxas's registers, which tell
+    whether the kernel changed, and with ``ptxas`` every kernel kept is compiled for its
+    ptxas report and its SASS main loop's instructions per FMA, as the search's check reads
+    them (without, the model predicts registers and spills itself). A row
     whose parameters the current strategies refuse (e.g. an ``order`` naming indices that
     are merged now) is regenerated as refused."""
     kernels: dict[int, Any] = {}
@@ -165,21 +191,32 @@ def regenerate(rows: Sequence[Row], ptxas: bool = True) -> list[Regenerated]:
             # a row whose launch moved is left out whatever its kernel is: not built
             grid, block, params = launch(plan(r.expression, r.sizes, r.layout, r.dtype,
                                               precision=r.precision), r.strategy, r.params)
+            code = None
             if (grid, block) == (r.grid, r.block):
                 kernels[n] = compile(r.expression, r.sizes, dtype=r.dtype, layout=r.layout,
                                      strategy=r.strategy, params=r.params,
                                      precision=r.precision)
-            again.append(Regenerated(tuple(grid), tuple(block), None, params=params))
+                code = code_digest(kernels[n].cuda_source)
+            again.append(Regenerated(tuple(grid), tuple(block), None, params=params, code=code))
         except StrategyError as error:
             reason = str(error).splitlines()[0].split("; choose one of")[0]
             again.append(Regenerated(None, None, None, f"its parameters no longer apply: "
                                                        f"{reason}"))
-    # ptxas reports on the rows still kept
-    kept = [n for n, (r, a) in enumerate(zip(rows, again, strict=True)) if changed(r, a) is None]
-    if ptxas and nvcc_available() and kept:
+    if not nvcc_available():
+        return again
+    # ptxas's reports on the rows still kept: all of them for the model, or those whose
+    # registers are the only sign of a changed kernel
+    kept = [n for n, (r, a) in enumerate(zip(rows, again, strict=True))
+            if changed(r, a) is None and (ptxas or r.code is None)]
+    if ptxas and kept:
         batch = compile_with_sass([kernels[n].cuda_source for n in kept])
         for n, (found, *_) in zip(kept, batch, strict=True):
-            again[n] = replace(again[n], compiled=Compiled.of(found.ptxas, found.sass))
+            again[n] = replace(again[n], compiled=Compiled.of(found.ptxas, found.sass),
+                               registers=found.ptxas.registers)
+    elif kept:
+        for n, (found, *_) in zip(kept, compile_cuda_batch([kernels[n].cuda_source
+                                                            for n in kept]), strict=True):
+            again[n] = replace(again[n], registers=found.registers)
     return again
 
 
@@ -189,9 +226,12 @@ def changed(row: Row, again: Regenerated) -> str | None:
         return again.refused
     if again.grid != row.grid or again.block != row.block:
         return f"grid x block now {again.grid} x {again.block}, was {row.grid} x {row.block}"
-    if again.compiled and abs(again.compiled.registers - row.registers) > (
+    if row.code is not None and again.code is not None:  # the digest settles it
+        return None if again.code == row.code else (
+            f"its code differs from the code timed (digest {again.code}, was {row.code})")
+    if again.registers is not None and abs(again.registers - row.registers) > (
             REGISTER_TOLERANCE * row.registers):
-        return f"registers now {again.compiled.registers}, was {row.registers}"
+        return f"registers now {again.registers}, was {row.registers}"
     return None
 
 
@@ -212,7 +252,8 @@ def evaluate(rows: Sequence[Row], regenerated: Sequence[Regenerated],
                                         precision=row.precision), target, row.strategy)
         model = models[key]
         estimate = model.estimate(again.params, again.compiled)
-        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(again.params).seconds))
+        outcomes.append(Outcome(row, prediction=estimate, bound=model.bound(again.params).seconds,
+                                unchecked=row.code is None and again.registers is None))
     return outcomes
 
 
@@ -241,6 +282,7 @@ class Summary:
     left_out: int
     kept: int
     picks: dict[str, Pick]
+    unchecked: int = 0  # kept rows whose kernel could not be told changed or not
 
 
 def spaces(outcomes: Sequence[Outcome]) -> dict[str, list[Outcome]]:
@@ -293,7 +335,8 @@ def summarise(outcomes: Sequence[Outcome]) -> Summary:
         median_error=statistics.median(errors), worst_error=abs(worst.error), worst_id=worst.row.id,
         violations=[o.row.id for o in kept if o.bound > o.row.measured],
         left_out=len(outcomes) - len(kept), kept=len(kept),
-        picks={name: pick(m) for name, m in groups.items()})
+        picks={name: pick(m) for name, m in groups.items()},
+        unchecked=sum(o.unchecked for o in kept))
 
 
 def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) -> str:
@@ -309,6 +352,10 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     s = summary
     lines.append(f"\n{s.kept} rows kept, {s.left_out} left out (code generation changed them "
                  "since they were measured)")
+    if s.unchecked:
+        lines.append(f"{s.unchecked} of the rows kept could not be checked for a changed kernel "
+                     "(nvcc is not installed and they record no code digest): their time may "
+                     "be another kernel's")
     for name, rho in s.spaces.items():
         p = s.picks[name]
         lines.append(f"search space {name}: Spearman rho {rho:.3f} over {p.candidates} "
@@ -332,9 +379,8 @@ def report(outcomes: Sequence[Outcome], summary: Summary, ptxas: bool = True) ->
     lines.append(f"bound > measured: {len(s.violations)} rows"
                  + (f" ({', '.join(s.violations)})" if s.violations else ""))
     if not (ptxas and nvcc_available()):
-        why = "nvcc is not installed" if ptxas else "without ptxas (--no-ptxas)"
-        lines.append(f"{why}: registers and spills are the model's estimates, and rows are "
-                     "compared by grid and block only")
+        why = "without ptxas (--no-ptxas)" if nvcc_available() else "nvcc is not installed"
+        lines.append(f"{why}: registers and spills are the model's estimates")
     return "\n".join(lines)
 
 

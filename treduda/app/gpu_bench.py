@@ -13,8 +13,9 @@ the same operands; then the kernel, ``cupy.einsum`` and ``torch.einsum`` (TF32 o
 FP32 path) are each timed with CUDA events on those operands (bfloat16 rows beside torch only:
 CuPy's einsum has no bfloat16 products, and torch makes their operands). The table gives times,
 GFLOP/s, ratios (the library's time over treduda's: above 1 means treduda is faster), registers and
-blocks; the summary gives geometric means. Without a GPU it says so and exits 0, having timed
-nothing.
+blocks; the summary gives geometric means; ``--json`` also records each timed kernel's code
+digest (:func:`treduda.run.nvcc.code_digest`), by which the fidelity tool tells whether today's
+kernel is the one timed. Without a GPU it says so and exits 0, having timed nothing.
 """
 
 from __future__ import annotations
@@ -34,6 +35,7 @@ from ..model.gpus import Gpu
 from ..model.gpus import gpu as find_gpu
 from ..run.cuda import cuda_runtime, registers_cuda, time_calls
 from ..run.device_arrays import to_framework
+from ..run.nvcc import code_digest
 from ..run.timing import REPEATS
 from .bench import Case, RowRecord, aligned, clip, geometric_mean, number
 from .files import write_text
@@ -50,6 +52,9 @@ class GpuOutcome(RowRecord):
     grid: tuple[int, int, int] | None = None
     block: tuple[int, int, int] | None = None
     registers: int | None = None
+    # code_digest of the kernel timed: a later fidelity run tells by it whether today's kernel
+    # for these parameters is the one timed
+    code_digest: str | None = None
     verified: bool = False
     max_error: float | None = None  # the larger of the errors against cupy and torch
     treduda_ms: float | None = None
@@ -220,6 +225,7 @@ def measure(outcome: GpuOutcome, case: Case, pick: Pick, repeats: int, cupy, tor
         kernel = compile(row.expression, row.sizes, dtype=case.dtype, layout=row.layout,
                          strategy=pick.strategy, params=pick.params, precision=case.precision)
         outcome.grid, outcome.block = kernel.grid, kernel.block
+        outcome.code_digest = code_digest(kernel.cuda_source)
         outcome.flops = 2 * fmas(case.dtype) * math.prod(row.sizes.values())
         stage = "verify"
         operands = random_operands(kernel, cupy, torch)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures
 import contextlib
 import functools
+import hashlib
 import os
 import re
 import shutil
@@ -120,6 +121,12 @@ def code_of(source: str) -> str:
         source = source.replace(name, f"kernel_{number}")  # the longest first: no prefix
     return "\n".join(line for line in source.splitlines()
                      if not line.lstrip().startswith("//"))
+
+
+def code_digest(source: str) -> str:
+    """A short hash of :func:`code_of` ``source``: what the GPU benchmark records of each kernel
+    it times, so that a later fidelity run knows whether today's kernel is the one timed."""
+    return hashlib.sha256(code_of(source).encode()).hexdigest()[:16]
 
 
 def _demangle(symbol: str) -> str:
