@@ -160,7 +160,12 @@ class EnumeratingModel:
 
     walkable = False  # a warp's MMA statements have no per-thread counts to walk
     remembers = True  # each completion's resources, predicted once (_resources)
-    reads_sass = False  # ptxas's registers alone refine it
+    reads_sass = False  # ptxas's registers alone refine it ...
+    # ... and its near-ties the SASS main loop's economy breaks: where DRAM binds, kernels whose
+    # loops issue different instructions per MMA are priced alike (tccg_01 fp16: 2x1 warps of
+    # 4x2 fragments 0.23% faster by the model than 4x1, whose loop issues 1.95 non-MMA
+    # instructions and 336 shared bytes per MMA against 2.00 and 352)
+    ties_by_sass = True
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):

@@ -59,6 +59,12 @@ CAPABILITIES: dict[str, bool] = {
     # ratio of two candidates' counts (treduda.tuning.policy.as_kin). Not declared: ptxas's check
     # does not disassemble the cubin (a third of a CPU second) and carries a kin's report as is.
     "reads_sass": False,
+    # Whether its near-ties (candidates predicted within treduda.tuning.policy.SASS_TIE of the
+    # best checked one) are broken by their SASS main loop's economy (Compiled.mma_economy:
+    # instructions and shared bytes beside the MMAs, per multiply-add): ptxas's check then
+    # disassembles its kernels and compiles the near-tied ones of other kin. Not declared: the
+    # model's order alone decides.
+    "ties_by_sass": False,
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none. Not declared: the model answers for the walk.
     "walkable": False,
