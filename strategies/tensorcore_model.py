@@ -6,9 +6,9 @@ step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
                fragments, a grouped K's fastest index to whole steps:
-               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
-               products) / what WMMA reaches of the GPU's tensor cores for the dtype
-               (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
+               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`, a split's parts
+               to whole chunks; 3xTF32's three products) / what WMMA reaches of the
+               GPU's tensor cores for the dtype (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
                copy width, each operand on its own; where a copy's K value is a group's
@@ -533,7 +533,9 @@ class TensorCoreModel(EnumeratingModel):
         blocks = tiles * parts
         shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
-        padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
+        # every part runs ``chunk`` steps: a short last part multiplies zeros past K's end
+        # (tensorcore_kernel.Builder.step_bounds)
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * parts * chunk * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         warp_step = self._warp_step(tile, threads, p)
