@@ -272,14 +272,15 @@ class Builder:
     def step_bounds(self, beyond: int = 0, whole_parts: bool = False) -> str:
         """The steps ``ks`` a block sums: all, or its part's; and ``beyond`` more after them.
         With ``whole_parts`` (where the builder's :attr:`whole_parts` allows) a split's
-        every part has ``chunk`` steps, the last one's past
-        the reduction's end too where ``chunk`` does not divide the steps: what this
-        mapping's statements of a step take (:meth:`sync`, :meth:`copy`, :meth:`fragments`),
-        the copies zero-filling the values past K's end (their limits), whose products the
-        MMAs add, so that each part's loop runs a fixed count of steps, unguarded. Bounded by
-        the end, the loop's count varied with the part (``ks <= min(2255, 162 part + 161)``:
-        tccg_13 fp16's 2256 steps in 14 parts), and nvcc's SASS main loop grew from 277
-        instructions to 301 (sm_90); with the MMAs alone guarded at the end, 295."""
+        every part has ``chunk`` steps, the last one's past the reduction's end too where
+        ``chunk`` does not divide the steps: what this mapping's statements of a step take
+        (:meth:`sync`, :meth:`copy`, :meth:`fragments`), the copies zero-filling the values
+        past K's end (their limits), whose products the MMAs add, so that each part's loop
+        runs a fixed count of steps. Bounded by the end, the loop's count varied with the
+        part (``ks <= min(2255, 162 part + 161)``: tccg_13 fp16's 2256 steps in 14 parts),
+        and nvcc's SASS main loop held 301 instructions (sm_90), 277 for 12 equal parts;
+        whole parts, 281 (295 with the MMAs guarded at the end instead of the copies
+        zero-filling)."""
         if self.parts > 1:
             bounds = f"{self.chunk}*part <= ks < {self.chunk}*(part + 1) + {beyond}"
             return (bounds if whole_parts and self.whole_parts
@@ -425,8 +426,8 @@ class Builder:
         summed_extent = math.prod(self.k_sizes.values())
         # where whole steps cover K, K ends with a step: one compare of the step, which a
         # step's copies share (a split's last part zero-fills past it: step_bounds), where
-        # each copy compared its own element (tccg_13 fp16's loop: 289 SASS instructions
-        # against 278)
+        # each copy compared its own element (tccg_13 fp16's split loop: 281 SASS
+        # instructions against 289)
         limits = [(value[free], self.extent[free]),
                   (ir.Var("ks"), self.steps()) if summed_extent % extent_k == 0
                   else (value["k"], summed_extent)]
