@@ -7,8 +7,9 @@ step of BK summed values):
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
                fragments, a grouped K's fastest index to whole steps:
                :func:`~treduda.strategies.tensorcore_tiles.stepped_k`, a split's parts
-               to whole chunks; 3xTF32's three products) / what WMMA reaches of the
-               GPU's tensor cores for the dtype (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
+               to whole chunks where copies run ahead; 3xTF32's three products) / what
+               WMMA reaches of the GPU's tensor cores for the dtype
+               (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
                copy width, each operand on its own; where a copy's K value is a group's
@@ -533,9 +534,10 @@ class TensorCoreModel(EnumeratingModel):
         blocks = tiles * parts
         shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
-        # every part runs ``chunk`` steps: a short last part multiplies zeros past K's end
-        # (tensorcore_kernel.Builder.step_bounds)
-        padded = 2.0 * tiles * tile["m"] * tile["n"] * parts * chunk * tile["k"]
+        # where the copies run ahead, every part runs ``chunk`` steps: a short last part
+        # multiplies zeros past K's end (tensorcore_kernel.Builder.step_bounds)
+        executed = parts * chunk if self._ahead(p) else steps
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * executed * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         warp_step = self._warp_step(tile, threads, p)
@@ -595,9 +597,13 @@ class TensorCoreModel(EnumeratingModel):
         """Steps whose copies are in flight while a step multiplies, in two or more stages:
         asynchronous copies run ``stages - 1`` steps ahead, so a copy's latency is spread
         over that many steps' MMAs; copies through registers wait within their step."""
+        return p["stages"] - 1 if self._ahead(p) else 1
+
+    def _ahead(self, p: Mapping[str, Any]) -> bool:
+        """Whether the copies run ahead of their step: asynchronous, in two or more stages."""
         widths = tensorcore_tiles.copy_widths(self.program, self.groups,
                                               free=tensorcore_tiles.free_boxed(self.program, p))
-        return p["stages"] - 1 if p["async_copy"] and any(widths.values()) else 1
+        return p["stages"] > 1 and p["async_copy"] and any(widths.values())
 
     def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's
