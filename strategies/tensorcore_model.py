@@ -410,12 +410,13 @@ class TensorCoreModel(EnumeratingModel):
         return found
 
     def read_sectors(self, params: Mapping[str, Any]) -> dict[str, float]:
-        """Per operand, the global sectors a warp's request of its first step's copies takes
-        (:meth:`copy_sectors`): what a near-tie must not read worse than the best to be
-        broken by its SASS (tccg_32 fp16's group layout, 0.2% slower by the model than the
-        full one, whose B copies take 12 sectors a request, takes 16)."""
-        return {tensor: sectors / requests
-                for tensor, (requests, sectors, _, _) in self.copy_sectors(params, 1).items()}
+        """Per operand, the global sectors its first step's copies take per sector a fully
+        coalesced copy of their width would (:meth:`copy_sectors`: sectors per request over
+        the ideal; 1 at best): what a near-tie must not read worse than the best to be broken
+        by its SASS (tccg_32 fp16's group layout, 0.2% slower by the model than the full
+        one, whose B copies take 12 sectors a request, the ideal, takes 16)."""
+        return {tensor: sectors / ideal
+                for tensor, (_, sectors, ideal, _) in self.copy_sectors(params, 1).items()}
 
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a complete candidate's output writes

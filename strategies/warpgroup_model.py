@@ -166,10 +166,11 @@ class WarpgroupModel(EnumeratingModel):
         return rebalanced or self.gpu.register_cap(WARPGROUP * p["warpgroups"])
 
     def read_sectors(self, params: Mapping[str, Any]) -> dict[str, float]:
-        """Per operand, the global sectors an element its copies read takes, as the ``l2``
-        term prices them (:meth:`_element_bytes`): what a near-tie must not read worse than
-        the best to be broken by its SASS."""
-        return {tensor: read / SECTOR_BYTES
+        """Per operand, the global sectors its copies take per sector the elements' bytes
+        fill, as the ``l2`` term prices them (:meth:`_element_bytes`; 1 at best, a sector
+        each of scattered elements): what a near-tie must not read worse than the best to be
+        broken by its SASS."""
+        return {tensor: read / self.bytes
                 for tensor, read in zip(self.operands, self._element_bytes(params),
                                         strict=True)}
 

@@ -62,10 +62,10 @@ CAPABILITIES: dict[str, bool] = {
     # Whether its near-ties (candidates predicted within treduda.tuning.policy.SASS_TIE of the
     # best checked one) are broken by their SASS main loop's economy (Compiled.mma_economy:
     # instructions and shared bytes beside the MMAs, per multiply-add): ptxas's check then
-    # disassembles its kernels and compiles the near-tied ones of other kin. It counts too each
-    # operand's global sectors per read (read_sectors(params) -> dict[str, float], per request
-    # or per element as it prices them): a near-tie whose reads take more sectors than the
-    # best's is no tie. Not declared: the model's order alone decides.
+    # disassembles its kernels and compiles the near-tied ones of other kin. It counts too the
+    # global sectors each operand's reads take per sector a fully coalesced read of theirs
+    # would (read_sectors(params) -> dict[str, float], 1 at best): a near-tie whose reads
+    # take more than the best's is no tie. Not declared: the model's order alone decides.
     "ties_by_sass": False,
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none. Not declared: the model answers for the walk.

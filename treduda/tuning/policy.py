@@ -493,11 +493,12 @@ def tie_broken(checked: Sequence[Candidate], models: Mapping[str, CostModel]) ->
     """The fastest of ``checked`` by their re-estimates (:meth:`Candidate.key`); where its
     model breaks near-ties by the SASS and its SASS main loop was read, the one of least
     :class:`~treduda.model.prediction.MmaEconomy` (instructions, then shared bytes, per
-    multiply-add of the MMAs) among those of its strategy predicted within :data:`SASS_TIE`
-    of it whose every operand's reads take no more global sectors than its own, as the model
-    counts them (``read_sectors``): fewer instructions do not buy back sectors the hardware
-    moves (tccg_32 fp16's group layout issued 3.38 non-MMA instructions per MMA where the
-    full one issued 3.39, and its B copies took 16 sectors a request for 12)."""
+    multiply-add of the MMAs) among those predicted within :data:`SASS_TIE` of it whose
+    models do too and whose every operand's reads take no more global sectors per ideal
+    sector than its own, as their models count them (``read_sectors``): fewer instructions
+    do not buy back sectors the hardware moves (tccg_32 fp16's group layout issued 3.38
+    non-MMA instructions per MMA where the full one issued 3.39, and its B copies took 16
+    sectors a request where 12 would do, the full one's 12)."""
     fastest = min(checked, key=Candidate.key)
 
     def economy(candidate: Candidate) -> MmaEconomy | None:
@@ -506,19 +507,16 @@ def tie_broken(checked: Sequence[Candidate], models: Mapping[str, CostModel]) ->
             return None
         return candidate.compiled.mma_economy
 
+    def sectors(candidate: Candidate) -> Mapping[str, float]:
+        return models[candidate.strategy].read_sectors(candidate.params)
+
     if economy(fastest) is None:
         return fastest
-    model = models[fastest.strategy]
-    sectors = model.read_sectors(fastest.params)
-
-    def reads_no_more(candidate: Candidate) -> bool:
-        theirs = model.read_sectors(candidate.params)
-        return all(theirs[tensor] <= read for tensor, read in sectors.items())
-
+    best_reads = sectors(fastest)
     bar = fastest.prediction.seconds * (1 + SASS_TIE)
-    return min((c for c in checked if c.strategy == fastest.strategy
-                and c.prediction.seconds <= bar and economy(c) is not None
-                and reads_no_more(c)), key=lambda c: (economy(c), c.key()))
+    return min((c for c in checked if c.prediction.seconds <= bar and economy(c) is not None
+                and all(sectors(c)[t] <= read for t, read in best_reads.items())),
+               key=lambda c: (economy(c), c.key()))
 
 
 def family(candidate: Candidate, parameters: Mapping[str, Parameter]) -> tuple:
