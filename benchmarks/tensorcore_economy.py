@@ -2,7 +2,8 @@
 transactions, read on the CPU, beside CUTLASS. For GEMM 4096^3 in fp16, bf16, tf32, 3xtf32 and
 fp64 and every TCCG row in fp16 (the search as `treduda bench` runs it, H100 model, over
 ``--strategy``: "tensorcore" by default, the mma.sync mapping issue 37 is about, since the
-H100's default search picks the warpgroup one for GEMM and most TCCG rows): the pick,
+H100's default search picks the warpgroup one for GEMM and most TCCG rows; ptxas checks
+the pick, as bench does, and breaks its near-ties by their SASS main loops): the pick,
 its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sectors per warp
 request of A and B beside the ideal (the emulator, on one block at full size), the worst
 bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
@@ -64,7 +65,7 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
     search held to ``strategy`` (None: every strategy) and to ``free_layout`` (None: all)."""
     result = treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
                             max_nodes=BENCH_MAX_NODES, precision=precision,
-                            strategy=strategy,
+                            strategy=strategy, check=True,
                             values={"free_layout": (free_layout,)} if free_layout else None)
     best = result.best
     kernel = treduda.compile(row.expression, row.sizes, dtype=dtype, layout=row.layout,

@@ -62,11 +62,13 @@ def rows() -> dict[str, tuple]:
 
 
 def search(row, dtype: str, precision: str, gpu: str, strategy: str,
-           held: dict | None = None):
-    """The ``strategy`` search's pick for ``row``, held to those parameters' values."""
+           held: dict | None = None, check: bool = False):
+    """The ``strategy`` search's pick for ``row``, held to those parameters' values, and
+    with ``check`` as ptxas's check re-ranks it (as bench does: near-ties by their SASS)."""
     values = {k: (v,) for k, v in (held or {}).items()} or None
     return treduda.search(row.expression, row.sizes, gpu, dtype=dtype, layout=row.layout,
-                          precision=precision, strategy=strategy, values=values).best
+                          precision=precision, strategy=strategy, values=values,
+                          check=check).best
 
 
 def tiles(p: dict) -> str:
@@ -91,7 +93,7 @@ def copies(program, p: dict) -> str:
 def economy(row, dtype: str, precision: str, gpu: str, held: dict | None = None) -> dict:
     """One row's figures (None where a figure cannot be read here), the warpgroup search
     ``held`` to those parameters' values."""
-    best = search(row, dtype, precision, gpu, "warpgroup", held)
+    best = search(row, dtype, precision, gpu, "warpgroup", held, check=True)
     p = best.params
     program = plan(row.expression, row.sizes, row.layout, dtype, precision=precision)
     figures = {"params": dict(p), "tiles": tiles(p), "stages": p["stages"],

@@ -202,6 +202,10 @@ def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int,
 class Builder:
     """Builds the statements and schedule of one tensor-core kernel (see the module's doc)."""
 
+    # Whether a split's parts all run ``chunk`` steps (:meth:`step_bounds`): the MMAs of a
+    # step end within it, so a copy past the reduction's end lands in no buffer an MMA reads.
+    whole_parts = True
+
     def __init__(self, program: Program, params: Mapping[str, Any]):
         self.program, self.params = program, params
         self.sizes = program.sizes
@@ -265,12 +269,26 @@ class Builder:
         parts += [f"0 <= {p} < {self.parts}" for p in self.part()]
         return " and ".join(parts)
 
-    def step_bounds(self, beyond: int = 0) -> str:
-        """The steps ``ks`` a block sums: all, or its part's; and ``beyond`` more after them."""
-        bounds = f"0 <= ks < {self.steps() + beyond}"
+    def step_bounds(self, beyond: int = 0, whole_parts: bool = False) -> str:
+        """The steps ``ks`` a block sums: all, or its part's; and ``beyond`` more after them.
+        With ``whole_parts``, where the builder's :attr:`whole_parts` allows and the copies
+        run ahead of their step (``lead``), a split's every part has ``chunk`` steps, the
+        last one's past the reduction's end too where ``chunk`` does not divide the steps:
+        what this mapping's statements of a step take (:meth:`sync`, :meth:`copy`,
+        :meth:`fragments`), the copies zero-filling the values past K's end (their limits),
+        whose products the MMAs add, so that each part's loop runs a fixed count of steps.
+        Bounded by the end, the loop's count varied with the part (``ks <= min(2255, 162
+        part + 161)``: tccg_13 fp16's 2256 steps in 14 parts), and nvcc's SASS main loop
+        held 301 instructions (sm_90), 277 for 12 equal parts; whole parts, 281 (295 with
+        the MMAs guarded at the end instead of the copies zero-filling). A part bounded at
+        the end guards its copies that run ahead anyway; in one stage it guards nothing in
+        its loop, and whole parts cost the zero-fills: tccg_14 fp16's single-stage loop
+        held 758 instructions bounded, 778 whole."""
         if self.parts > 1:
-            bounds += f" and {self.chunk}*part <= ks < {self.chunk}*(part + 1) + {beyond}"
-        return bounds
+            bounds = f"{self.chunk}*part <= ks < {self.chunk}*(part + 1) + {beyond}"
+            return (bounds if whole_parts and self.whole_parts and self.lead
+                    else f"0 <= ks < {self.steps() + beyond} and {bounds}")
+        return f"0 <= ks < {self.steps() + beyond}"
 
     def point(self, thread: str, tail: Sequence[str], prefix: Sequence[str] | None = None
               ) -> str:
@@ -334,7 +352,7 @@ class Builder:
         asynchronous copies), once or per step (and ``beyond`` steps more)."""
         body = body or ir.Barrier()
         indices = [*self.prefix(), *(["ks"] if stepped else []), "t"]
-        steps = f" and {self.step_bounds(beyond)}" if stepped else ""
+        steps = f" and {self.step_bounds(beyond, whole_parts=True)}" if stepped else ""
         self.add(name, Kind.SYNC if isinstance(body, ir.Barrier) else Kind.COPY, indices,
                  f"{self.prefix_bounds()}{steps} and 0 <= t < {self.threads}",
                  body, [], self.point("t", tail))
@@ -408,12 +426,20 @@ class Builder:
         indices = [ir.Var(f"g_{index}") if index in self.batch
                    else summed[index] if index in summed else held[index]
                    for index in self.program.contraction.inputs[tensor]]
-        limits = [(value[free], self.extent[free]), (value["k"], math.prod(self.k_sizes.values()))]
+        summed_extent = math.prod(self.k_sizes.values())
+        # where whole steps cover K, K ends with a step: one compare of the step, which a
+        # step's copies share (a split's last part zero-fills past it: step_bounds), where
+        # each copy compared its own element (tccg_13 fp16's split loop: 281 SASS
+        # instructions against 289)
+        limits = [(value[free], self.extent[free]),
+                  (ir.Var("ks"), self.steps()) if summed_extent % extent_k == 0
+                  else (value["k"], summed_extent)]
         limits += [(summed[i], self.sizes[i]) for i in self.k  # the rounded-up values: zeros
                    if self.k_sizes[i] > self.sizes[i]]
         limits += self.padded(held)
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
-        domain = f"{self.prefix_bounds()} and {self.step_bounds()} and {self.dealt(rows * runs)}"
+        domain = (f"{self.prefix_bounds()} and {self.step_bounds(whole_parts=True)} and "
+                  f"{self.dealt(rows * runs)}")  # zeros past K's end: the limits say so
         names = [*self.prefix(), "ks", "c", "t"]
         target = ir.Element(tile, (*self.buffer(),
                                    *self.tile_index(tile, row, column, row_is_free)))
@@ -473,8 +499,8 @@ class Builder:
         fm, fn, fk = self.shape
         p = self.params
         frags_m, frags_n = p["frags_m"], p["frags_n"]
-        warp = (f"{self.warp_domain()} and {self.step_bounds()} "
-                f"and 0 <= kf < {p['frags_k']}")
+        warp = (f"{self.warp_domain()} and {self.step_bounds(whole_parts=True)} "
+                f"and 0 <= kf < {p['frags_k']}")  # past K's end, of the copies' zeros
         names = [*self.prefix(), "ks", "w", "kf", "f", "l"]
         w, f = ir.Var("w"), ir.Var("f")
         wm, wn = quotient(w, self.warps_n), remainder(w, self.warps_n)

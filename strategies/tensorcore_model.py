@@ -6,8 +6,9 @@ step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
                fragments, a grouped K's fastest index to whole steps:
-               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`; 3xTF32's three
-               products) / what WMMA reaches of the GPU's tensor cores for the dtype
+               :func:`~treduda.strategies.tensorcore_tiles.stepped_k`, a split's parts
+               to whole chunks where copies run ahead; 3xTF32's three products) / what
+               WMMA reaches of the GPU's tensor cores for the dtype
                (:meth:`~treduda.model.gpus.Gpu.mma_flops`)
 * ``issue``    warp instructions: copies (address, load, store per element, 16-bit values
                copied as they are; or an address and one cp.async per run of the operand's
@@ -160,7 +161,12 @@ class EnumeratingModel:
 
     walkable = False  # a warp's MMA statements have no per-thread counts to walk
     remembers = True  # each completion's resources, predicted once (_resources)
-    reads_sass = False  # ptxas's registers alone refine it
+    reads_sass = False  # ptxas's registers alone refine it ...
+    # ... and its near-ties the SASS main loop's economy breaks: where DRAM binds, kernels whose
+    # loops issue different instructions per MMA are priced alike (tccg_01 fp16: 2x1 warps of
+    # 4x2 fragments 0.23% faster by the model than 4x1, whose loop issues 1.95 non-MMA
+    # instructions and 336 shared bytes per MMA against 2.00 and 352)
+    ties_by_sass = True
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -403,6 +409,15 @@ class TensorCoreModel(EnumeratingModel):
                 width * self.bytes)
         return found
 
+    def read_sectors(self, params: Mapping[str, Any]) -> dict[str, float]:
+        """Per operand, the global sectors its first step's copies take per sector a fully
+        coalesced copy of their width would (:meth:`copy_sectors`: sectors per request over
+        the ideal; 1 at best): what a near-tie must not read worse than the best to be broken
+        by its SASS (tccg_32 fp16's group layout, 0.2% slower by the model than the full
+        one, whose B copies take 12 sectors a request, the ideal, takes 16)."""
+        return {tensor: sectors / ideal
+                for tensor, (_, sectors, ideal, _) in self.copy_sectors(params, 1).items()}
+
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a complete candidate's output writes
         over the grid (:meth:`output_sectors`)."""
@@ -528,7 +543,10 @@ class TensorCoreModel(EnumeratingModel):
         blocks = tiles * parts
         shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
-        padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
+        # where the copies run ahead, every part runs ``chunk`` steps: a short last part
+        # multiplies zeros past K's end (tensorcore_kernel.Builder.step_bounds)
+        executed = parts * chunk if self._ahead(p) else steps
+        padded = 2.0 * tiles * tile["m"] * tile["n"] * executed * tile["k"]
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         warp_step = self._warp_step(tile, threads, p)
@@ -588,9 +606,13 @@ class TensorCoreModel(EnumeratingModel):
         """Steps whose copies are in flight while a step multiplies, in two or more stages:
         asynchronous copies run ``stages - 1`` steps ahead, so a copy's latency is spread
         over that many steps' MMAs; copies through registers wait within their step."""
+        return p["stages"] - 1 if self._ahead(p) else 1
+
+    def _ahead(self, p: Mapping[str, Any]) -> bool:
+        """Whether the copies run ahead of their step: asynchronous, in two or more stages."""
         widths = tensorcore_tiles.copy_widths(self.program, self.groups,
                                               free=tensorcore_tiles.free_boxed(self.program, p))
-        return p["stages"] - 1 if p["async_copy"] and any(widths.values()) else 1
+        return p["stages"] > 1 and p["async_copy"] and any(widths.values())
 
     def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's

@@ -176,6 +176,11 @@ def tensorcore_params(params: Mapping[str, Any]) -> dict[str, Any]:
 class WarpgroupBuilder(Builder):
     """Builds one warpgroup kernel (see the module's doc)."""
 
+    # wgmma's MMAs run on past their step (mma_pending) and the bulk copies arrive on
+    # mbarriers: a split's last part stops at the reduction's end (copies past it into a
+    # buffer a wgmma still read were hazards)
+    whole_parts = False
+
     def __init__(self, program: Program, params: Mapping[str, Any]):
         super().__init__(program, tensorcore_params(params))
         self.warpgroup_params = params

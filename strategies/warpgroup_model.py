@@ -165,6 +165,31 @@ class WarpgroupModel(EnumeratingModel):
         rebalanced = consumer_registers(p["warpgroups"]) if p.get("producer") else None
         return rebalanced or self.gpu.register_cap(WARPGROUP * p["warpgroups"])
 
+    def read_sectors(self, params: Mapping[str, Any]) -> dict[str, float]:
+        """Per operand, the global sectors its copies take per sector the elements' bytes
+        fill, as the ``l2`` term prices them (:meth:`_element_bytes`; 1 at best, a sector
+        each of scattered elements): what a near-tie must not read worse than the best to be
+        broken by its SASS."""
+        return {tensor: read / self.bytes
+                for tensor, read in zip(self.operands, self._element_bytes(params),
+                                        strict=True)}
+
+    def _copy_widths(self, p: Mapping[str, Any]) -> tuple:
+        """Each operand's copy width (None: element copies through registers); a staged B's
+        its cp.async's into the staging tile."""
+        widths = self.widths[boxed(self.program, p), free_boxed(self.program, p)]
+        return (widths[0], staged_width(self.program)) if staged(self.program, p) else widths
+
+    def _element_bytes(self, p: Mapping[str, Any]) -> tuple[float, ...]:
+        """Per operand, the bytes an element its copies read moves from L2: a 32-byte sector
+        where its copies through registers are scattered (:attr:`scattered`), its own bytes
+        otherwise."""
+        return tuple(SECTOR_BYTES if scattered and not (width and p["async_copy"])
+                     else self.bytes
+                     for width, scattered in zip(self._copy_widths(p),
+                                                 self.scattered[free_boxed(self.program, p)],
+                                                 strict=True))
+
     def write_sectors(self, params: Mapping[str, Any]) -> tuple[int, int, int, int]:
         """Requests, sectors, ideal sectors and lines of a candidate's output writes over the
         grid (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
@@ -201,7 +226,6 @@ class WarpgroupModel(EnumeratingModel):
         tiles = self.tiles(tile, p)
         box = boxed(self.program, p)  # B's copies a vector load and four 16-bit stores
         free = free_boxed(self.program, p)
-        widths = self.widths[box, free]
         # a split reduction's parts are blocks of their own, each summing `chunk` steps
         steps, chunk, parts = self.steps(p, tile)
         blocks = tiles * parts
@@ -209,13 +233,12 @@ class WarpgroupModel(EnumeratingModel):
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         padded = 2.0 * tiles * tile["m"] * tile["n"] * steps * tile["k"]
         copied = {"a": tile["m"] * tile["k"], "b": tile["n"] * tile["k"]}
-        asynchronous = p["async_copy"] and any(widths)
+        asynchronous = p["async_copy"] and any(self.widths[box, free])
         # B staged: by cp.async into its staging tile, then transposed where the register
         # copy stores it (two 8-byte shared loads' values paired in 32-bit stores a line of
         # K apart)
         transposed = staged(self.program, p)
-        if transposed:
-            widths = (widths[0], staged_width(self.program))
+        widths = self._copy_widths(p)
         strided = box and p["async_copy"] and widths[1] is not None
         copies = sum(elements / width * (BOXED_COPY_INSTRUCTIONS
                                          if operand == "b" and strided and not transposed
@@ -284,10 +307,8 @@ class WarpgroupModel(EnumeratingModel):
             "issue": instructions * quantise / (g.sm_count * g.schedulers_per_sm) / clock,
             "memory": wavefronts * quantise / g.sm_count / clock,
             "l2": (tiles * steps * sum(
-                elements * (SECTOR_BYTES if scattered and not (width and p["async_copy"])
-                            else self.bytes)
-                for elements, width, scattered in zip(copied.values(), widths,
-                                                      self.scattered[free], strict=True))
+                elements * read for elements, read in zip(copied.values(),
+                                                          self._element_bytes(p), strict=True))
                    + self._split_l2(parts * written * SECTOR_BYTES, parts)) / g.l2_bandwidth,
             "dram": (self.compulsory + self._split_dram(parts)) / g.dram_bandwidth,
             "latency": sum(waves * wave(resident) for resident, waves in shares) / clock,

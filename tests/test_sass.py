@@ -6,6 +6,7 @@ import pytest
 
 import treduda
 from treduda.errors import BackendUnavailable, CompileError
+from treduda.model.prediction import MmaEconomy, mma_economy
 from treduda.run import nvcc, sass
 from treduda.run.nvcc import nvcc_available
 from treduda.run.sass import SassReport, find_disassembler, parse_sass, sass_report
@@ -292,6 +293,24 @@ def test_without_a_loop_the_main_body_of_wgmmas_ends_at_their_wait() -> None:
     assert not report.looped and report.main_loop_instructions == 9
     assert report.non_mma_per_mma == pytest.approx(7 / 2)
     assert "STS" not in report.main_loop_opcodes
+
+
+def test_mma_economy_is_per_multiply_add_of_the_mmas_shapes() -> None:
+    """Instructions and shared bytes beside the MMAs per multiply-add a warp's MMAs do, read
+    from their shapes: an m16n8k16 does 2048, a warpgroup's 64x256x16 a quarter of its
+    262144 per warp; an m16n8k8 loop issuing as much per MMA does half the work per
+    instruction, so its economy is twice as dear."""
+    loop = parse_sass(MMA_LOOP, "sm_90")[0]
+    assert loop.main_loop_mma_macs == 4 * 2048
+    assert mma_economy(loop) == MmaEconomy(5 / (4 * 2048), 1536 / (4 * 2048))
+    wgmma = parse_sass(ONE_STEP_WGMMA, "sm_90a")[0]
+    assert wgmma.main_loop_mma_macs == 2 * 64 * 256 * 16 // 4
+    halved = parse_sass(MMA_LOOP.replace("HMMA.16816", "HMMA.1688"), "sm_90")[0]
+    assert mma_economy(halved) == MmaEconomy(10 / (4 * 2048), 3072 / (4 * 2048))
+    assert mma_economy(loop) < mma_economy(halved)
+    unknown = parse_sass(MMA_LOOP.replace("HMMA.16816.F32 R12", "HMMA.SP.F32 R12"), "sm_90")
+    assert unknown[0].main_loop_mma == 4 and mma_economy(unknown[0]) is None
+    assert mma_economy(parse_sass(LISTING, "sm_90")[0]) is None  # FFMA, no MMA
 
 
 def test_an_out_of_line_retry_returning_over_an_exit_closes_no_loop() -> None:

@@ -59,13 +59,22 @@ CAPABILITIES: dict[str, bool] = {
     # ratio of two candidates' counts (treduda.tuning.policy.as_kin). Not declared: ptxas's check
     # does not disassemble the cubin (a third of a CPU second) and carries a kin's report as is.
     "reads_sass": False,
+    # Whether its near-ties (candidates predicted within treduda.tuning.policy.SASS_TIE of the
+    # best checked one) are broken by their SASS main loop's economy (Compiled.mma_economy:
+    # instructions and shared bytes beside the MMAs, per multiply-add): ptxas's check then
+    # disassembles its kernels and compiles the near-tied ones of other kin. It counts too the
+    # global sectors each operand's reads take per sector a fully coalesced read of theirs
+    # would (read_sectors(params) -> dict[str, float], 1 at best): a near-tie whose reads
+    # take more than the best's is no tie. Not declared: the model's order alone decides.
+    "ties_by_sass": False,
     # Whether the walk (treduda.tuning.walk) can count its kernels' per-thread statements; a
     # warp's fragment statements have none. Not declared: the model answers for the walk.
     "walkable": False,
 }
 
 # What a model that declares a capability answers beside the Protocol's members.
-CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {"reads_sass": ("issue_instructions",)}
+CAPABILITY_NEEDS: dict[str, tuple[str, ...]] = {"reads_sass": ("issue_instructions",),
+                                                 "ties_by_sass": ("read_sectors",)}
 
 
 def capable(model: CostModel, capability: str) -> bool:

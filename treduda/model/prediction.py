@@ -88,16 +88,42 @@ class Compiled:
     # count those stored once outside the loop (at the launch bounds' cap of 128, tccg_18's
     # 116 bytes are 2 LDL in a loop of 1024 FFMA, nvcc 13, sm_90)
     local_bytes_per_fma: float | None = None
+    # where the SASS was read and its main loop holds MMAs of known shapes, what that loop
+    # spends beside them (:func:`mma_economy`): what breaks a near-tie of tensor-core kernels
+    mma_economy: MmaEconomy | None = None
 
     @classmethod
     def of(cls, report: CudaReport, sass: SassReport | None = None) -> Compiled:
         """``report``'s registers and spills, with ``sass``'s main loop where it holds FMAs
-        and is the full tiles' (:func:`full_tiles_loop`)."""
+        and is the full tiles' (:func:`full_tiles_loop`), or its MMAs' economy."""
+        economy = mma_economy(sass)
         if sass is None or not sass.main_loop_ffma or not full_tiles_loop(sass):
-            return cls(report.registers, report.spill_bytes)
+            return cls(report.registers, report.spill_bytes, mma_economy=economy)
         return cls(report.registers, report.spill_bytes,
                    sass.main_loop_instructions / sass.main_loop_ffma,
-                   sass.main_loop_local_bytes / sass.main_loop_ffma)
+                   sass.main_loop_local_bytes / sass.main_loop_ffma, economy)
+
+
+@dataclass(frozen=True, order=True)
+class MmaEconomy:
+    """What a tensor-core kernel's SASS main loop issues beside its MMAs, per multiply-add a
+    warp's MMAs do (so that kernels of different MMA shapes compare: an m16n8k8 does half an
+    m16n8k16's work): its other instructions, then the bytes it moves through shared memory.
+    Ordered so: fewer instructions first, then fewer bytes (the benchmarks' non-MMA
+    instructions and shared bytes per MMA, for one shape)."""
+
+    instructions_per_mac: float
+    shared_bytes_per_mac: float
+
+
+def mma_economy(sass: SassReport | None) -> MmaEconomy | None:
+    """``sass``'s main loop's :class:`MmaEconomy`; None where no SASS was read, the loop
+    holds no MMA or one of a shape the reader does not know."""
+    if sass is None or not sass.main_loop_mma or not sass.main_loop_mma_macs:
+        return None
+    macs = sass.main_loop_mma_macs
+    return MmaEconomy((sass.main_loop_instructions - sass.main_loop_mma) / macs,
+                      sass.main_loop_shared_bytes / macs)
 
 
 # Integer compares (ISETP) a main loop of full tiles holds: its counter's, a step copy's

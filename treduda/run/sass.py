@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import math
 import os
 import re
 import shutil
@@ -37,8 +38,9 @@ from treduda.run.nvcc import (
 
 # cuobjdump: "Function : name"; nvdisasm: "//------ .text.name ------".
 _FUNCTION = re.compile(r"^\s*(?:Function\s*:\s*(\S+)|//-+\s*\.text\.(\S+)\s+-+)")
+# (an opcode's modifiers may hold a shape's "x": HGMMA.64x256x16.F32)
 _INSTRUCTION = re.compile(
-    r"/\*([0-9a-fA-F]+)\*/\s+(?:@(!?U?P(?:T|\d+))\s+)?([A-Z][A-Z0-9_.]*)([^;]*);"
+    r"/\*([0-9a-fA-F]+)\*/\s+(?:@(!?U?P(?:T|\d+))\s+)?([A-Z][A-Z0-9_.x]*)([^;]*);"
 )
 # Guards that are never true: ptxas places ``@!PT LDS RZ, [RZ]`` before LDGSTS (undocumented;
 # three before each cp.async that follows a generic shared store, in the SASS read for issue
@@ -51,6 +53,10 @@ _FMA = {"FFMA", "DFMA"}
 # Tensor-core multiply-accumulates: HMMA (float16, bfloat16 and TF32 inputs), DMMA (float64),
 # HGMMA (a warpgroup's wgmma, sm_90a).
 _MMA = {"HMMA", "DMMA", "HGMMA"}
+# A warpgroup's wgmma is issued by each of the warpgroup's four warps (PTX ISA, "Asynchronous
+# Warpgroup Level Matrix Multiply-Accumulate Operations"): a warp's HGMMA does a quarter of its
+# M x N x K multiply-adds.
+_WARPGROUP_WARPS = 4
 # cp.async: a global-to-shared copy that bypasses the registers (sm_80+).
 _ASYNC_COPY = {"LDGSTS"}
 _BULK_COPY = {"UTMALDG"}  # the tensor memory accelerator's loads (cp.async.bulk.tensor)
@@ -108,6 +114,10 @@ class SassReport:
     read_only_loads: int = 0
     mma: int = 0  # tensor-core instructions (HMMA, DMMA, HGMMA) in the kernel ...
     main_loop_mma: int = 0  # ... and in its main loop
+    # the multiply-adds a warp's MMAs of the main loop do, read from their shapes
+    # (:func:`_mma_macs`): instructions per MMA compare kernels of one MMA shape, per
+    # multiply-add any two (an mma.sync m16n8k8 does half an m16n8k16's work)
+    main_loop_mma_macs: int = 0
     async_copies: int = 0  # cp.async copies (LDGSTS) in the kernel ...
     main_loop_async_copies: int = 0  # ... and in its main loop
     bulk_copies: int = 0  # bulk tensor copies (UTMALDG) in the kernel
@@ -386,6 +396,28 @@ def _count_fma(body: list[_Instruction]) -> int:
     return _count(body, _FMA)
 
 
+def _mma_macs(opcode: str) -> int:
+    """The multiply-adds a warp's MMA instruction ``opcode`` does: its shape is its first
+    modifier, M x N x K (``HGMMA.64x128x16``: a warpgroup's, a quarter of it a warp's) or
+    the digits of M (16 or 8), N (8) and K (``HMMA.16816``, ``HMMA.1688``, ``DMMA.884``);
+    0 for a shape written otherwise (the main loop's work is then unknown)."""
+    parts = opcode.split(".")
+    shape = parts[1] if len(parts) > 1 else ""
+    if "x" in shape:
+        return math.prod(map(int, shape.split("x"))) // _WARPGROUP_WARPS
+    m = 16 if shape.startswith("16") else 8
+    rest = shape[len(str(m)):]
+    if not rest.isdigit() or len(rest) < 2:
+        return 0
+    return m * int(rest[0]) * int(rest[1:])
+
+
+def _macs(body: list[_Instruction]) -> int:
+    """The multiply-adds a warp's MMAs of ``body`` do; 0 where one's shape is unknown."""
+    each = [_mma_macs(i.opcode) for i in body if i.opcode.split(".")[0] in _MMA]
+    return sum(each) if all(each) else 0
+
+
 def _shared_bytes(opcode: str) -> int:
     """Bytes a warp moves through shared memory with one instruction."""
     parts = opcode.split(".")
@@ -420,6 +452,7 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
                             for i in executed),
         mma=_count(body, _MMA),
         main_loop_mma=_count(loop, _MMA),
+        main_loop_mma_macs=_macs(loop_executed),
         async_copies=_count(body, _ASYNC_COPY),
         main_loop_async_copies=_count(loop, _ASYNC_COPY),
         bulk_copies=_count(body, _BULK_COPY),

@@ -34,7 +34,7 @@ from ..frontend.identity import Identity, params_text
 from ..model.gpus import Gpu
 from ..model.interface import CostModel, capable
 from ..model.model import model_of
-from ..model.prediction import Compiled
+from ..model.prediction import Compiled, MmaEconomy
 from ..options import DEFAULT_BUDGET
 from ..polyhedral.lower import Program
 from ..polyhedral.strategy import Parameter, Priority, Role
@@ -69,6 +69,14 @@ CHECK_GAIN = 0.05
 # The check compiles too the best of each family (mapping, staging, register tile) not checked
 # predicted within this share of the best checked estimate (one batch: other_families).
 FAMILY_SPREAD = 0.01
+# Where a model breaks its near-ties by the SASS (its ``ties_by_sass``), candidates whose
+# checked estimates lie within this share of the best are a tie, and the one whose main loop
+# issues the fewest instructions (then shared bytes) per multiply-add of its MMAs wins: the
+# hardware executes the SASS, and the model does not tell such candidates apart (rivals within
+# it are not distinct either: search_result.DISTINCT). tccg_01 fp16's mma.sync pick, 2x1 warps
+# of 4x2 fragments, 0.23% faster by the model (DRAM binds) than 4x1 warps, whose loop issues
+# 1.95 non-MMA instructions and 336 shared bytes per MMA where the pick's issues 2.00 and 352.
+SASS_TIE = 0.01
 # ptxas's registers among kin (:func:`kin`) differ by up to this factor, the step alone moving
 # them (nvcc 13, sm_90): tccg_10's 8 x 2 x 4 threads of 4 x 2 x 8 registers take 155 at step
 # 16 and 128 at step 32, tccg_12's 16 x 8 threads of 8 x 8 take 130 at step 16 and 128 at
@@ -219,12 +227,20 @@ def worth_checking(program: Program, result: SearchResult) -> bool:
     8 x 8 winner: 109 predicted, two blocks per SM; ptxas gives it 155, one)."""
     best = result.best
     model = model_of(program, result.gpu, best.strategy)
-    if model.register_pressure(best.params) >= CHECK_REGISTERS:
+    if model.register_pressure(best.params) >= CHECK_REGISTERS or tied(model, result):
         return True
     predicted, _ = model.registers(best.params)
     more = min(result.gpu.max_registers_per_thread, math.ceil(predicted * REGISTER_ERROR))
     return (model.estimate(best.params, Compiled(more)).seconds
             > model.estimate(best.params).seconds)
+
+
+def tied(model: CostModel, result: SearchResult) -> bool:
+    """Whether ``model``, the winner's, breaks near-ties by the SASS and another of
+    ``result``'s candidates is predicted within :data:`SASS_TIE` of the winner."""
+    bar = result.best.prediction.seconds * (1 + SASS_TIE)
+    return capable(model, "ties_by_sass") and any(
+        c.text != result.best.text and c.prediction.seconds <= bar for c in result.candidates)
 
 
 def needs_check(program: Program, result: SearchResult) -> bool:
@@ -296,14 +312,17 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     spills of its compiled kernel; while the best so re-estimated is slower than the prediction
     of the best candidate not yet compiled (after the first batch, by :data:`CHECK_GAIN`), the
     next :data:`CHECKED` are compiled and re-estimated too (up to :data:`CHECKED_MOST`), then
-    the best of each other family predicted near the best checked (:func:`other_families`),
-    and the fastest wins. A candidate whose kin (:func:`kin`) ptxas has reported on is not compiled:
-    its allocation is known, and the check looks past it to other mappings and tiles; unless
-    the kin's report with :data:`KIN_SPREAD` times fewer registers would make it beat the best
-    checked, as where the report lands just past an occupancy step (then one more kin is
-    compiled: :data:`KIN_REPORTS`). It is re-estimated with its nearest kin's report
-    (:func:`alike`), so that the result's ranking (:meth:`SearchResult.top`, the rivals a GPU
-    times) holds no upset kernel's optimistic twins; the winner is one ptxas reported on.
+    the best of each other family predicted near the best checked (:func:`other_families`)
+    and, for a model that breaks near-ties by the SASS, the near-tied candidates of other kin
+    (:func:`near_ties`), and the fastest wins, or of a near-tie the one whose SASS main loop
+    issues least beside its MMAs (:func:`tie_broken`). A candidate whose kin (:func:`kin`)
+    ptxas has reported on is not compiled: its allocation is known, and the check looks past
+    it to other mappings and tiles; unless the kin's report with :data:`KIN_SPREAD` times
+    fewer registers would make it beat the best checked, as where the report lands just past
+    an occupancy step (then one more kin is compiled: :data:`KIN_REPORTS`). It is
+    re-estimated with its nearest kin's report (:func:`alike`), so that the result's ranking
+    (:meth:`SearchResult.top`, the rivals a GPU times) holds no upset kernel's optimistic
+    twins; the winner is one ptxas reported on.
 
     The model predicts registers and spills from the main loop alone; ptxas's allocation of a
     large unrolled loop can differ, e.g. tccg_28's 3000-node winner (512 threads, a 4 x 8 x 2
@@ -337,7 +356,8 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
         fresh = {code: kernel for code, kernel in zip(codes, kernels, strict=True)
                  if code not in compilations}  # one kernel of each code not compiled yet
         read = [k.cuda_source for (strategy, _), k in fresh.items()
-                if capable(models[strategy], "reads_sass")]
+                if capable(models[strategy], "reads_sass")
+                or capable(models[strategy], "ties_by_sass")]
         reports = compile_with_sass([k.cuda_source for k in fresh.values()], result.gpu.arch,
                                     read)
         for (code, kernel), report in zip(fresh.items(), reports, strict=True):
@@ -406,7 +426,10 @@ def checked(result: SearchResult, generate: Generator) -> SearchResult:
     others = other_families(ranked, checked, parameters)
     if others:
         checked += with_reports(others)
-    best = min(checked, key=Candidate.key)
+    ties = near_ties(ranked, checked, kin_of, models)
+    if ties:
+        checked += with_reports(ties)
+    best = tie_broken(checked, models)
     known = {c.text: c for c in checked}
 
     def carried(candidate: Candidate) -> Candidate:
@@ -442,6 +465,58 @@ def other_families(ranked: Sequence[Candidate], checked: Sequence[Candidate],
             seen.add(decided)
             found.append(candidate)
     return found
+
+
+def near_ties(ranked: Sequence[Candidate], checked: Sequence[Candidate],
+              kin_of: Callable[[Candidate], tuple], models: Mapping[str, CostModel]
+              ) -> list[Candidate]:
+    """Of ``ranked`` (best first), those of models that break near-ties by the SASS
+    (``ties_by_sass``) predicted within :data:`SASS_TIE` of the best checked estimate, each
+    of a kin (``kin_of``: mapping and tiles) none of ``checked`` nor of the others is of,
+    :data:`CHECKED` at most: their SASS may differ where the model prices them alike; kin
+    differ in the step or buffers alone. tccg_01 fp16's 4x1 warps, 0.23% slower by the model
+    than the pick's 2x1, came tenth of its search, after eight kin of the pick."""
+    bar = min(c.prediction.seconds for c in checked) * (1 + SASS_TIE)
+    seen = {kin_of(c) for c in checked}
+    found: list[Candidate] = []
+    for candidate in ranked:
+        if candidate.prediction.seconds > bar or len(found) == CHECKED:
+            break
+        if capable(models[candidate.strategy], "ties_by_sass") and (
+                kin := kin_of(candidate)) not in seen:
+            seen.add(kin)
+            found.append(candidate)
+    return found
+
+
+def tie_broken(checked: Sequence[Candidate], models: Mapping[str, CostModel]) -> Candidate:
+    """The fastest of ``checked`` by their re-estimates (:meth:`Candidate.key`); where its
+    model breaks near-ties by the SASS and its SASS main loop was read, the one of least
+    :class:`~treduda.model.prediction.MmaEconomy` (instructions, then shared bytes, per
+    multiply-add of the MMAs) among those predicted within :data:`SASS_TIE` of it whose
+    models do too and whose every operand's reads take no more global sectors per ideal
+    sector than its own, as their models count them (``read_sectors``): fewer instructions
+    do not buy back sectors the hardware moves (tccg_32 fp16's group layout issued 3.38
+    non-MMA instructions per MMA where the full one issued 3.39, and its B copies took 16
+    sectors a request where 12 would do, the full one's 12)."""
+    fastest = min(checked, key=Candidate.key)
+
+    def economy(candidate: Candidate) -> MmaEconomy | None:
+        if candidate.compiled is None or not capable(models[candidate.strategy],
+                                                     "ties_by_sass"):
+            return None
+        return candidate.compiled.mma_economy
+
+    def sectors(candidate: Candidate) -> Mapping[str, float]:
+        return models[candidate.strategy].read_sectors(candidate.params)
+
+    if economy(fastest) is None:
+        return fastest
+    best_reads = sectors(fastest)
+    bar = fastest.prediction.seconds * (1 + SASS_TIE)
+    return min((c for c in checked if c.prediction.seconds <= bar and economy(c) is not None
+                and all(sectors(c)[t] <= read for t, read in best_reads.items())),
+               key=lambda c: (economy(c), c.key()))
 
 
 def family(candidate: Candidate, parameters: Mapping[str, Parameter]) -> tuple:
