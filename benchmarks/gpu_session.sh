@@ -31,8 +31,11 @@ MEASURED=benchmarks/data/h200_measured_2026-11-26.json  # the kernels of .bundle
 export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 
 # The bundles in the order of their value: file name, then `treduda bench` options (one line
-# each). GEMM 4096^3 in every precision, TCCG in fp16 and fp32 (picks and 2 rivals: the model's
-# calibration), bf16, tf32, the CCSD rows in fp64, the tc and tapp suites; then the programs
+# each). GEMM 4096^3, then TCCG in fp32, picks and 2 rivals: the model's calibration, second
+# since issue 40 is judged on it and 30 of the 72 kernels of the H200 file of 2026-11-26 are no
+# longer today's (the fidelity tool leaves them out; these rows record their code digests):
+# named 01t so that `run`, which takes the bundles in file-name order, times it second;
+# GEMM in the other precisions, TCCG in fp16, bf16, tf32, the CCSD rows in fp64, the tc and tapp suites; then the programs
 # (the AO->MO transform and a chain), exported with `treduda export`. 07b, run right after 07:
 # the six fp16 rows whose picks take the full box (both operands at their ideal sectors, 3
 # warps along the box's group) where the model rates the group layout (B or A read at 16
@@ -53,6 +56,7 @@ export PYTHONPATH=$ROOT${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
 plan() {
   cat <<'EOF'
 01_gemm --suite gemm --ids gemm_4096
+01t_tccg_fp32 --suite tccg_fp32 --rivals 2
 02_gemm_fp16 --suite gemm_fp16 --ids gemm_4096
 03_gemm_bf16 --suite gemm_bf16 --ids gemm_4096
 02b_gemm_fp16_cp_async --suite gemm_fp16 --ids gemm_4096 --hold tma=False
@@ -66,7 +70,6 @@ plan() {
 07b_tccg_fp16_group --suite tccg_fp16 --rivals 0 --ids tccg_32,tccg_35,tccg_38,tccg_41,tccg_44,tccg_47 --hold strategy=tensorcore --hold free_layout=group
 07c_tccg_fp16_whole --suite tccg_fp16 --rivals 0 --ids tccg_31,tccg_34,tccg_37,tccg_42,tccg_45,tccg_48 --hold strategy=tensorcore --hold free_layout=whole
 07d_tccg_fp16_staged --suite tccg_fp16 --rivals 0 --ids tccg_14,tccg_28,tccg_30 --hold staged_b=True
-08_tccg_fp32 --suite tccg_fp32 --rivals 2
 09_tccg_bf16 --suite tccg_bf16 --rivals 0
 10_tccg_tf32 --suite tccg_tf32 --rivals 0
 11_ccsd_fp64 --suite tccg_fp64 --rivals 0 --ids CCSD
