@@ -532,6 +532,7 @@ def test_the_swizzle_is_cutlass_swizzle_of_byte_addresses(bits):
         assert list(moved) == [cute(o * size) for o in offsets]
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("layout", ["C", "F"])
 def test_tf32_tiles_copied_by_cp_async_are_rounded_in_place(layout):
     """C = A*B with B's single row all ones: each element is A's rounded as cvt.rna.tf32.f32
@@ -548,7 +549,10 @@ def test_tf32_tiles_copied_by_cp_async_are_rounded_in_place(layout):
     a = np.asfortranarray(values[:, None]) if layout == "F" else values[:, None]
     ones = np.ones((1, 3), np.float32, order=layout)
     for backend in ("opencl", "emulator"):
-        got = kernel.run(A=a, B=ones, backend=backend)
+        # The emulated wgmma multiplies A's infinities by B's zero padding too: NaN, as the
+        # tensor cores compute it, in the tile's columns past j = 3, which the kernel drops.
+        with np.errstate(invalid="ignore"):
+            got = kernel.run(A=a, B=ones, backend=backend)
         np.testing.assert_array_equal(got, np.repeat(expected[:, None], 3, axis=1))
 
 

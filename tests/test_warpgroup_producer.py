@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import numpy as np
 import pytest
 from test_warpgroup_tma import GEMM, PARTIAL, TILES
 from treduda.strategies.warpgroup_roles import EMPTY
@@ -17,6 +18,7 @@ from treduda.codegen import ir
 from treduda.codegen.role_split import joined_roles
 from treduda.errors import StrategyError
 from treduda.model.gpus import gpu
+from treduda.run.emulator import corners, emulate
 from treduda.run.nvcc import nvcc_available
 from treduda.run.nvrtc import compile_nvrtc, nvrtc_available
 from treduda.run.sass import find_disassembler, sass_report
@@ -109,6 +111,7 @@ def test_updates_stages_and_one_consumer_match_einsum_without_hazards(expression
     assert kernel.verify().ok and kernel.hazards() == []
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 @pytest.mark.parametrize("producer", [False, True])
 def test_a_later_parts_first_round_waits_for_its_copies(producer):
     """A split reduction's second part sums steps 5 to 8 of 9 in three stages: its waits
@@ -120,6 +123,28 @@ def test_a_later_parts_first_round_waits_for_its_copies(producer):
                              params={**TILES, "split": 2, "producer": producer})
     assert kernel.grid == (2 * 2, 1, 1)  # the tiles' two blocks, each in two parts
     assert kernel.hazards() == []  # the grid's corners: the second part's blocks
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")
+def test_the_corners_sum_of_parts_reads_poison_whatever_the_workspace_held():
+    """hazards() emulates the grid's corner blocks, then the sum of the parts, which reads the
+    parts of the blocks in between too: from a workspace that np.empty leaves holding any
+    bits, which overflowed float16 or met their opposite infinity in numpy (RuntimeWarnings
+    on some runs). The emulator starts it from poison, as any memory no statement set: no
+    warning, and the same output and hazards whatever the bits were."""
+    kernel = treduda.compile(GEMM, {**PARTIAL, "k": 520}, dtype="float16", strategy="warpgroup",
+                             deterministic=True, params={**TILES, "split": 2})
+    sizes = kernel.sizes
+    zeros = {"A": np.zeros((sizes["i"], sizes["k"])), "B": np.zeros((sizes["k"], sizes["j"]))}
+    launch = kernel._prepare(sizes, zeros, {})
+    (workspace,) = (launch.values[n] for n in launch.workspaces)
+    runs = []
+    for bits in (np.float32(3e38), np.float32(np.inf)):  # float16's overflow, inf - inf
+        workspace[:] = bits * np.where(np.arange(workspace.size) % 2, 1, -1)
+        runs.append(emulate(kernel.built.kernel, launch, corners(launch.grid), kernel._later()))
+    (first, found), (second, found_again) = runs
+    np.testing.assert_array_equal(first, second)  # NaN where a part was not emulated
+    assert found == found_again == []
 
 
 @pytest.mark.matrix

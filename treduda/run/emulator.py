@@ -187,6 +187,12 @@ def emulate(kernel: ir.KernelIR, launch: Launch,
     :data:`SHOWN` of a kind."""
     memory = {p.name: np.array(v, copy=True) for p, v in zip(kernel.params, launch.values,
                                                               strict=True)}
+    for p in kernel.params:
+        if p.kind is ir.ParamKind.WORKSPACE:
+            # Poison, as in any memory no statement set, not what np.empty left there: a later
+            # kernel reads the parts of blocks left out of ``blocks`` too (a split's sum),
+            # and arbitrary bits overflow, or meet their own infinities, in its arithmetic.
+            memory[p.name].fill(poison(memory[p.name].dtype.name))
     every = blocks is None
     if every:
         blocks = itertools.product(*map(range, launch.grid))
