@@ -475,8 +475,11 @@ def near_ties(ranked: Sequence[Candidate], checked: Sequence[Candidate],
     of a kin (``kin_of``: mapping and tiles) none of ``checked`` nor of the others is of,
     :data:`CHECKED` at most: their SASS may differ where the model prices them alike; kin
     differ in the step or buffers alone. tccg_01 fp16's 4x1 warps, 0.23% slower by the model
-    than the pick's 2x1, came tenth of its search, after eight kin of the pick."""
-    bar = min(c.prediction.seconds for c in checked) * (1 + SASS_TIE)
+    than the pick's 2x1, came tenth of its search, after eight kin of the pick. Those whose
+    reads take more sectors than the best checked one's (:func:`reads_no_more`), which
+    :func:`tie_broken` would not take, are left uncompiled where its model breaks ties too."""
+    best = min(checked, key=Candidate.key)
+    bar = best.prediction.seconds * (1 + SASS_TIE)
     seen = {kin_of(c) for c in checked}
     found: list[Candidate] = []
     for candidate in ranked:
@@ -486,7 +489,10 @@ def near_ties(ranked: Sequence[Candidate], checked: Sequence[Candidate],
                 kin := kin_of(candidate)) not in seen:
             seen.add(kin)
             found.append(candidate)
-    return found
+    if not capable(models[best.strategy], "ties_by_sass"):
+        return found
+    reads = models[best.strategy].read_sectors(best.params)
+    return [c for c in found if reads_no_more(c, reads, models)]
 
 
 def tie_broken(checked: Sequence[Candidate], models: Mapping[str, CostModel]) -> Candidate:
@@ -507,16 +513,22 @@ def tie_broken(checked: Sequence[Candidate], models: Mapping[str, CostModel]) ->
             return None
         return candidate.compiled.mma_economy
 
-    def sectors(candidate: Candidate) -> Mapping[str, float]:
-        return models[candidate.strategy].read_sectors(candidate.params)
-
     if economy(fastest) is None:
         return fastest
-    best_reads = sectors(fastest)
+    reads = models[fastest.strategy].read_sectors(fastest.params)
     bar = fastest.prediction.seconds * (1 + SASS_TIE)
     return min((c for c in checked if c.prediction.seconds <= bar and economy(c) is not None
-                and all(sectors(c)[t] <= read for t, read in best_reads.items())),
+                and reads_no_more(c, reads, models)),
                key=lambda c: (economy(c), c.key()))
+
+
+def reads_no_more(candidate: Candidate, reads: Mapping[str, float],
+                  models: Mapping[str, CostModel]) -> bool:
+    """Whether each operand's reads of ``candidate`` take no more global sectors per ideal
+    sector than ``reads`` gives for it (another's ``read_sectors``), as its model counts them:
+    a near-tie that reads more is none, whatever its SASS (see :func:`tie_broken`)."""
+    own = models[candidate.strategy].read_sectors(candidate.params)
+    return all(own[tensor] <= read for tensor, read in reads.items())
 
 
 def family(candidate: Candidate, parameters: Mapping[str, Parameter]) -> tuple:
