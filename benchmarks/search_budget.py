@@ -1,7 +1,7 @@
 """A first answer within a budget against the complete search (issue 28).
 
     python benchmarks/search_budget.py [--rows gemm,tccg_01,...] [--repeat 3]
-                                       [--budget SECONDS] [--before DIR] [--json out]
+                                       [--budget SECONDS] [--before DIR|COMMIT] [--json out]
 
 For GEMM 4096^3 and five TCCG rows, each in a new process with an empty tuning cache: the time
 of a cold ``treduda.compile`` (search and generation of the kernel; the median of ``--repeat``
@@ -9,11 +9,13 @@ runs; importing treduda and the modules its first call loads is timed apart, the
 column), how long ptxas's check (where nvcc is installed) goes on after it returned (wall and
 CPU seconds: the interpreter waits for it at exit), the model's estimate of its pick, the best
 estimate a complete search over the parameters' *declared* ranges finds (``budget=None``), and
-their ratio. ``--before DIR`` times the same cold compile on another checkout (e.g. ``git
-archive 389b482 | tar -x -C DIR``, the commit before issue 40) for the "before" columns;
-without it they come from ``benchmarks/data/search_budget_before.json`` (e1c3e70, before issue
-28's budgets), measured on the development machine (2 shared cores). Timings are noisy there:
-compare medians, and CPU seconds. A complete search of a TCCG row takes five to ten CPU
+their ratio. ``--before DIR`` times the same cold compile on another checkout for the "before"
+columns, ``--before COMMIT`` on a commit of this repository (e.g. 389b482, the commit before
+issue 40), which ``git archive`` exports to a temporary folder (either runs its own treduda,
+strategies and templates, whatever this checkout's editable install maps); without it they come
+from ``benchmarks/data/search_budget_before.json`` (e1c3e70, before issue 28's budgets),
+measured on the development machine (2 shared cores). Timings are noisy there: compare
+medians, and CPU seconds. A complete search of a TCCG row takes five to ten CPU
 minutes: its best comes from ``benchmarks/data/search_budget_complete.json`` unless
 ``--complete`` runs them again (and stores them there; a row it lacks has no ratio then).
 """
@@ -21,11 +23,13 @@ minutes: its best comes from ``benchmarks/data/search_budget_complete.json`` unl
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import os
 import statistics
 import subprocess
 import sys
+import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -84,6 +88,21 @@ def case(name: str) -> tuple[str, dict[str, int], str]:
     return row.expression, row.sizes, row.layout
 
 
+def checkout(before: str, folder: Path) -> str:
+    """The checkout ``--before`` names: a folder as it is, else a commit of this repository,
+    which ``git archive`` exports into ``folder``."""
+    if Path(before).is_dir():
+        return before
+    archive = subprocess.run(["git", "archive", "--format=tar", before],
+                             cwd=Path(__file__).parent.parent, capture_output=True, check=False)
+    if archive.returncode:
+        sys.exit(f"--before {before}: no such folder, nor a commit git knows here "
+                 f"({archive.stderr.decode().strip()})")
+    with tarfile.open(fileobj=io.BytesIO(archive.stdout)) as tar:
+        tar.extractall(folder, filter="data")
+    return str(folder)
+
+
 def overlay(tree: str, folder: Path) -> str:
     """A folder to put on ``PYTHONPATH`` that imports treduda from the checkout ``tree``: its
     ``treduda/`` with ``strategies/`` and ``templates/`` inside, as an installation maps them
@@ -129,7 +148,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--budget", default="default",
                         help="compile()'s budget= in seconds (default: compile's own)")
-    parser.add_argument("--before", help="a checkout to time the cold compile on, for 'before'")
+    parser.add_argument("--before", help="a checkout, or a commit of this repository, to time "
+                                         "the cold compile on, for 'before'")
     parser.add_argument("--only-before", action="store_true",
                         help="time only the --before checkout (and write --json)")
     parser.add_argument("--complete", action="store_true",
@@ -137,7 +157,14 @@ def main() -> None:
                              "their results from benchmarks/data, and store them there")
     parser.add_argument("--json", help="also write the rows to this file")
     args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as exported:
+        if args.before:
+            args.before = checkout(args.before, Path(exported))
+        report(args)
 
+
+def report(args: argparse.Namespace) -> None:
+    """Time, print and store the rows ``args`` ask for (``args.before``: a folder)."""
     before = json.loads(BEFORE.read_text()) if BEFORE.exists() and not args.before else {}
     known = json.loads(COMPLETE.read_text()) if COMPLETE.exists() and not args.complete else {}
     rows = []
