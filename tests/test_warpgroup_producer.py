@@ -129,9 +129,9 @@ def test_a_later_parts_first_round_waits_for_its_copies(producer):
 def test_the_corners_sum_of_parts_reads_poison_whatever_the_workspace_held():
     """hazards() emulates the grid's corner blocks, then the sum of the parts, which reads the
     parts of the blocks in between too: from a workspace that np.empty leaves holding any
-    bits, which overflowed float16 or met their opposite infinity in numpy (RuntimeWarnings
-    on some runs). The emulator starts it from poison, as any memory no statement set: no
-    warning, and the same output and hazards whatever the bits were."""
+    bits, which overflowed float16 or, a signaling NaN, were an invalid operand of numpy's
+    add (RuntimeWarnings on some runs). The emulator starts it from poison, as any memory no
+    statement set: no warning, and the same output and hazards whatever the bits were."""
     kernel = treduda.compile(GEMM, {**PARTIAL, "k": 520}, dtype="float16", strategy="warpgroup",
                              deterministic=True, params={**TILES, "split": 2})
     sizes = kernel.sizes
@@ -139,8 +139,8 @@ def test_the_corners_sum_of_parts_reads_poison_whatever_the_workspace_held():
     launch = kernel._prepare(sizes, zeros, {})
     (workspace,) = (launch.values[n] for n in launch.workspaces)
     runs = []
-    for bits in (np.float32(3e38), np.float32(np.inf)):  # float16's overflow, inf - inf
-        workspace[:] = bits * np.where(np.arange(workspace.size) % 2, 1, -1)
+    for bits in (0x7F7FFFFF, 0x7F800001):  # float32's largest, a signaling NaN
+        workspace.view(np.uint32)[:] = bits
         runs.append(emulate(kernel.built.kernel, launch, corners(launch.grid), kernel._later()))
     (first, found), (second, found_again) = runs
     np.testing.assert_array_equal(first, second)  # NaN where a part was not emulated
