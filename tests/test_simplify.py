@@ -125,3 +125,12 @@ def test_a_comparison_no_thread_can_change_loses_the_thread_ids(coefficient, bou
         assert np.array_equal(before, after)
         same_for_all = all(len(set(before[steps == s])) == 1 for s in range(-4, 5))
         assert ir.reads_thread_id(uniform) != same_for_all
+
+
+def test_a_comparison_that_reads_a_block_id_keeps_its_thread_ids():
+    """``256 b + t <= 447`` holds for every thread or none at each block ``b``, but its test
+    is made at run time either way: it stays as it is (its thread term shared with the
+    copy's address)."""
+    thread, block = ir.Index(ir.Builtin.THREAD_ID, 0), ir.Index(ir.Builtin.BLOCK_ID, 0)
+    condition = ir.Binary(ir.Op.LE, plus(times(256, block), thread), ir.Int(447))
+    assert uniform_over_threads(condition, {thread: (0, 63), block: (0, 9)}) == condition

@@ -89,7 +89,10 @@ def uniform_over_threads(condition: ir.Expr, known: Mapping[ir.Expr, Range]) -> 
     for all ``u`` or for none, so the comparison is ``R + hi <= 0``. A copy of a step's row
     ``16 s + t / 16 + 4 j < 36`` (K = 36 in steps of 16, 64 threads) holds for every thread
     or none at each step ``s``: without the thread ids nvcc decides it in each step it
-    unrolls, where the thread's test took an ISETP and a predicate per copy (tccg_06)."""
+    unrolls, where the thread's test took an ISETP and a predicate per copy (tccg_06). Not
+    where ``R`` reads a block id: that test is made at run time either way, and the thread's
+    shared its arithmetic with the copy's address (tccg_14's B copies rewritten: 22 more
+    instructions in its main loop)."""
     if isinstance(condition, ir.Binary) and condition.op in (ir.Op.AND, ir.Op.OR):
         decisive = ir.Int(int(condition.op is ir.Op.OR))  # what decides it alone
         sides = [uniform_over_threads(side, known) for side in (condition.left, condition.right)]
@@ -108,7 +111,7 @@ def uniform_over_threads(condition: ir.Expr, known: Mapping[ir.Expr, Range]) -> 
     thread = {t: sign * c for t, c in terms.items() if ir.reads_thread_id(t)}
     rest = {t: sign * c for t, c in terms.items() if not ir.reads_thread_id(t)}
     span = value_range(_sum(thread, 0), known)
-    if span is None:
+    if span is None or any(_reads_block_id(t) for t in rest):
         return condition
     lo, hi = span
     step = math.gcd(*rest.values()) if rest else 0
@@ -119,6 +122,11 @@ def uniform_over_threads(condition: ir.Expr, known: Mapping[ir.Expr, Range]) -> 
         return condition
     bound = (-constant - hi) // step  # R + hi <= 0, R = constant + step * (rest / step)
     return ir.Binary(ir.Op.LE, _sum({t: c // step for t, c in rest.items()}, 0), ir.Int(bound))
+
+
+def _reads_block_id(e: ir.Expr) -> bool:
+    return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.BLOCK_ID
+            or any(_reads_block_id(c) for c in ir.children(e)))
 
 
 def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -> ir.Expr:
