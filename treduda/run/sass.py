@@ -94,6 +94,23 @@ _TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c", "-ndf"]}
 
 
 @dataclass(frozen=True)
+class SassLoop:
+    """One loop of a kernel's SASS (:func:`_loops`): its addresses and what it holds, for a
+    count of what a thread executes with each loop taken as many times as it runs."""
+
+    start: int  # the address branched back to ...
+    end: int  # ... and the last branch back
+    instructions: int  # never-executed ones included (they are issued)
+    mma: int
+    store_bits: int  # what a thread's global stores (STG) in it write per pass
+    producer: bool = False  # a warp-specialised kernel's producer loop (:func:`_producer_loop`)
+
+    def within(self, other: SassLoop) -> bool:
+        """Whether this loop lies inside ``other`` (and is not it)."""
+        return other.start <= self.start and self.end <= other.end and self != other
+
+
+@dataclass(frozen=True)
 class SassReport:
     """Instruction mix of one compiled kernel, as a quality check of the generated code."""
 
@@ -153,6 +170,8 @@ class SassReport:
     # bytes one thread moves to and from local memory (LDL, STL: register spills, arrays
     # ptxas keeps there) per pass of the main loop: what spills cost where the loop runs
     main_loop_local_bytes: int = 0
+    # every loop of the kernel (nested ones too), in address order
+    loops: tuple[SassLoop, ...] = ()
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -471,6 +490,13 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_load_use=_load_use(loop),
         main_loop_local_bytes=sum(_width(i.opcode) // 8 for i in loop_executed
                                   if i.opcode.split(".")[0] in _LOCAL),
+        loops=tuple(sorted((SassLoop(
+            start=found[0].address, end=found[-1].address, instructions=len(found),
+            mma=_count(found, _MMA),
+            store_bits=sum(_width(i.opcode) for i in found
+                           if i.opcode.split(".")[0] == "STG" and not i.never_executed),
+            producer=found == producer) for found in _loops(body)),
+            key=lambda loop: (loop.start, -loop.end))),
     )
 
 
