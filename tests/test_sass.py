@@ -170,6 +170,13 @@ def test_loops_say_what_they_hold_and_a_block_executes_each_as_often_as_it_runs(
     # 8 passes of 4 MMAs; 16 outputs of 16 bits a thread, 2 a pass: 8 passes
     per_warp = 18 + 9 * 7 + 3 * 7 - 2
     assert executed.warp_instructions_per_output(report, 32, 256, 2, 64) == 2 * per_warp / 64
+    # the full tile's loop as nvcc may close it: its threads past the tile exit inside it, and
+    # the branch back follows the guarded EXIT (no out-of-line return)
+    exiting = parse_sass(WRITTEN.replace("@P1 BRA `(.L_x_3) ;", "@!P1 EXIT ;").replace(
+        "/*0110*/                   EXIT ;", "/*0110*/                   BRA `(.L_x_3) ;"),
+        "sm_90")[0]
+    assert exiting.loops[-1] == sass.SassLoop(0xe0, 0x110, 4, 0, 32)
+    assert exiting.main_loop_instructions == report.main_loop_instructions
 
 
 # The same loop as ptxas writes it where a cp.async follows a generic shared store: three
