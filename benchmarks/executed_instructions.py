@@ -13,12 +13,24 @@ no MMA; the one storing the most a pass where a full and a partial tile's loop a
 many as the thread's share of the block's outputs takes, the other write loops none; every
 other loop once (an mbarrier wait that does not retry, a loop of blocks' work run once). A
 warp-specialised kernel's producer warps run its producer loop alone, once per step's
-bulk copies; its consumer warps never run it.
+bulk copies; its consumer warps never run it. Per output element: the output's elements over
+the grid's blocks, so that the blocks' count over all outputs is the kernel's (a tile past
+the output's extent, tccg_06's N = 24 in a tile of 32, executes for the elements it writes).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Mapping
+
+from treduda.kernel import Kernel
 from treduda.run.sass import SassLoop, SassReport
+
+
+def block_outputs(kernel: Kernel, sizes: Mapping[str, int]) -> float:
+    """The output elements a block of ``kernel`` writes on average over its grid."""
+    outputs = math.prod(sizes[i] for i in kernel.contraction.output_indices)
+    return outputs / math.prod(kernel.grid_for(sizes))
 
 
 def warp_instructions_per_output(report: SassReport, warp_mmas: int, thread_bits: int,

@@ -30,7 +30,7 @@ import math
 import sys
 
 from economy_tables import arguments, measure_rows, print_tables, wanted_rows
-from executed_instructions import warp_instructions_per_output
+from executed_instructions import block_outputs, warp_instructions_per_output
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE, Builder
 
 import treduda
@@ -117,11 +117,10 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
                    looped=report.looped)
     if best.strategy == "tensorcore":
         tile = Builder(kernel.program, p).tile
-        outputs = tile["m"] * tile["n"]
         figures["executed_per_output"] = warp_instructions_per_output(
             report, figures["model_mma"] * figures["block_steps"],
-            outputs * dtypes.itemsize(kernel.dtype) * 8 // figures["threads"],
-            figures["threads"] // 32, outputs)
+            tile["m"] * tile["n"] * dtypes.itemsize(kernel.dtype) * 8 // figures["threads"],
+            figures["threads"] // 32, block_outputs(kernel, row.sizes))
     return figures
 
 

@@ -36,7 +36,7 @@ import json
 import sys
 
 from economy_tables import arguments, measure_rows, print_tables, table, wanted_rows
-from executed_instructions import warp_instructions_per_output
+from executed_instructions import block_outputs, warp_instructions_per_output
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 from treduda.strategies.tensorcore_tiles import boxed, k_box
 from treduda.strategies.warpgroup_kernel import (
@@ -164,24 +164,23 @@ def sass_figures(row, dtype: str, precision: str, p: dict, counted: bool = False
                    never=sum(report.main_loop_never_executed.values()),
                    producer_non_mma_per_mma=producer_per_mma(report, row, dtype, precision, p),
                    register_limits=list(report.register_limits),
-                   executed_per_output=executed_per_output(report, kernel, p))
+                   executed_per_output=executed_per_output(report, kernel, p, row.sizes))
     return figures
 
 
-def executed_per_output(report, kernel, p: dict) -> float:
+def executed_per_output(report, kernel, p: dict, sizes: dict) -> float:
     """The warp instructions a block executes per output element (executed_instructions.py):
     the consumer warps' HGMMAs, frags_m x frags_k a step, and the producer's loop once per
     step's bulk copies."""
     built = WarpgroupBuilder(kernel.program, p)
-    outputs = built.tile["m"] * built.tile["n"]
     warps = built.threads // 32
     producer_warps = kernel.block[0] * kernel.block[1] * kernel.block[2] // 32 - warps
     producer_passes = (built.chunk / producer_pass_steps(report, kernel.program, p)
                        if producer_warps and report.producer_loop_bulk_copies else 0.0)
     return warp_instructions_per_output(
         report, built.chunk * p["frags_m"] * p["frags_k"],
-        outputs * dtypes.itemsize(kernel.dtype) * 8 // built.threads, warps, outputs,
-        producer_warps, producer_passes)
+        built.tile["m"] * built.tile["n"] * dtypes.itemsize(kernel.dtype) * 8 // built.threads,
+        warps, block_outputs(kernel, sizes), producer_warps, producer_passes)
 
 
 def producer_per_mma(report, row, dtype: str, precision: str, p: dict) -> float | None:
