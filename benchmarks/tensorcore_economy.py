@@ -8,7 +8,10 @@ its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sect
 request of A and B beside the ideal (the emulator, on one block at full size), the worst
 bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
 SASS main loop, the model's instructions per step beside the SASS loop's (as many steps as
-nvcc unrolled into it; none where it unrolled the whole reduction), and the predicted time.
+nvcc unrolled into it; none where it unrolled the whole reduction), the warp instructions a
+block executes per output element (exec/out, the whole kernel: executed_instructions.py; it
+reads a loop and a reduction nvcc unrolled whole alike, where the per-MMA figures read that
+straight run, the whole kernel, and are marked " s"), and the predicted time.
 Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]

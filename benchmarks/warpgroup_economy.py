@@ -10,7 +10,9 @@ nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), th
 run of code holding them up to the wait for the last of them (WARPGROUP.DEPBAR), which is then
 the kernel's body: the per-HGMMA figures read either alike, and the C tile's write comes after
 the body as after a loop (tccg_42's 96 STS of the C tile were the body's, 113.5 instructions
-beside each HGMMA where the body's are 64); the emulator's regions end there too. Needs nvcc and
+beside each HGMMA where the body's are 64); the emulator's regions end there too. Beside them
+the warp instructions a block executes per output element (exec/out, the whole kernel:
+executed_instructions.py), which reads a loop and a straight run alike. Needs nvcc and
 nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
