@@ -8,7 +8,10 @@ its tiles and buffering, ptxas's registers, shared bytes, occupancy, global sect
 request of A and B beside the ideal (the emulator, on one block at full size), the worst
 bank-conflict ways in the main loop, non-MMA instructions and shared bytes per MMA from the
 SASS main loop, the model's instructions per step beside the SASS loop's (as many steps as
-nvcc unrolled into it; none where it unrolled the whole reduction), and the predicted time.
+nvcc unrolled into it; none where it unrolled the whole reduction), the warp instructions a
+block executes per output element (exec/out, the whole kernel: executed_instructions.py; it
+reads a loop and a reduction nvcc unrolled whole alike, where the per-MMA figures read that
+straight run, the whole kernel, and are marked " s"), and the predicted time.
 Needs nvcc and nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/tensorcore_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
@@ -30,10 +33,12 @@ import math
 import sys
 
 from economy_tables import arguments, measure_rows, print_tables, wanted_rows
-from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
+from executed_instructions import block_outputs, warp_instructions_per_output
+from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE, Builder
 
 import treduda
 from treduda.errors import BackendUnavailable
+from treduda.frontend import dtypes
 from treduda.model.gpus import gpu as find_gpu
 from treduda.model.model import model_of
 from treduda.model.occupancy import blocks_per_sm
@@ -111,13 +116,20 @@ def economy(row, dtype: str, precision: str, gpu: str, steps: int, strategy: str
                    sass_loop=report.main_loop_instructions, sass_mma=report.main_loop_mma,
                    ldsm=report.main_loop_opcodes.get("LDSM", 0),
                    generic_loads=report.main_loop_opcodes.get("LD", 0),
-                   never=sum(report.main_loop_never_executed.values()))
+                   never=sum(report.main_loop_never_executed.values()),
+                   looped=report.looped)
+    if best.strategy == "tensorcore":
+        tile = Builder(kernel.program, p).tile
+        figures["executed_per_output"] = warp_instructions_per_output(
+            report, figures["model_mma"] * figures["block_steps"],
+            tile["m"] * tile["n"] * dtypes.itemsize(kernel.dtype) * 8 // figures["threads"],
+            figures["threads"] // 32, block_outputs(kernel, row.sizes))
     return figures
 
 
 COLUMNS = ("row", "pick", "tiles", "stg", "regs", "smem B", "occ", "A sect/req", "B sect/req",
            "ways", "tile ways", "frags", "nonMMA/MMA", "smem B/MMA", "never",
-           "model/SASS step", "pred ms")
+           "model/SASS step", "exec/out", "pred ms")
 
 
 def fragments(f: dict) -> str:
@@ -143,9 +155,15 @@ def cells(name: str, f: dict) -> list[str]:
     return [name, f["pick"], shown("tiles", "{}"), shown("stages", "{}"),
             shown("registers", "{}"), str(f["shared_bytes"]), shown("occupancy", "{:.0%}"),
             sectors("A"), sectors("B"), str(f["ways"]), shown("tile_ways", "{}"), fragments(f),
-            shown("non_mma_per_mma", "{:.2f}"),
+            shown("non_mma_per_mma", "{:.2f}") + straight_run(f),
             shown("shared_per_mma", "{:.0f}"), shown("never", "{}"), step(f),
-            f"{f['predicted_ms']:.3f}"]
+            shown("executed_per_output", "{:.3g}"), f"{f['predicted_ms']:.3f}"]
+
+
+def straight_run(f: dict) -> str:
+    """" s" where the SASS figures read the straight run holding the MMAs (nvcc unrolled the
+    reduction whole: the run is the kernel, setup to write), not a loop's body."""
+    return " s" if f.get("looped") is False else ""
 
 
 def step(f: dict) -> str:
@@ -165,7 +183,7 @@ def step(f: dict) -> str:
 
 
 BESIDE = ("row", "A sect/req", "B sect/req", "ways", "tile ways", "frags", "nonMMA/MMA",
-          "smem B/MMA")
+          "smem B/MMA", "exec/out")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -196,7 +214,12 @@ def main(argv: list[str] | None = None) -> int:
           "n steps into it, 'unrolled' where it unrolled them all (no loop is the reduction's); "
           "'-' in the SASS columns: no loop holds an MMA (the reduction unrolled whole); "
           "never: the loop's instructions guarded by a never-true predicate (@!PT LDS RZ, "
-          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but in no shared bytes")
+          "[RZ] before LDGSTS), issued (in nonMMA/MMA) but in no shared bytes; nonMMA/MMA and "
+          "smem B/MMA read the SASS main loop, or where nvcc unrolled the reduction whole "
+          "(marked ' s') the straight run holding the MMAs, which is then the whole kernel "
+          "(setup, prologue copies, C tile, often the write): compare such rows by exec/out, "
+          "the warp instructions a block executes per output element (the whole kernel, each "
+          "loop counted as many times as it runs: executed_instructions.py)")
     print_tables(COLUMNS, cells, BESIDE, lines, args.before)
     return 0
 

@@ -10,7 +10,9 @@ nvcc unrolled a reduction of one or two steps whole (no loop holds an HGMMA), th
 run of code holding them up to the wait for the last of them (WARPGROUP.DEPBAR), which is then
 the kernel's body: the per-HGMMA figures read either alike, and the C tile's write comes after
 the body as after a loop (tccg_42's 96 STS of the C tile were the body's, 113.5 instructions
-beside each HGMMA where the body's are 64); the emulator's regions end there too. Needs nvcc and
+beside each HGMMA where the body's are 64); the emulator's regions end there too. Beside them
+the warp instructions a block executes per output element (exec/out, the whole kernel:
+executed_instructions.py), which reads a loop and a straight run alike. Needs nvcc and
 nvdisasm for the SASS columns (left empty without them).
 
     python benchmarks/warpgroup_economy.py [--rows gemm_fp16,tccg_20] [--json FILE]
@@ -36,14 +38,21 @@ import json
 import sys
 
 from economy_tables import arguments, measure_rows, print_tables, table, wanted_rows
+from executed_instructions import block_outputs, warp_instructions_per_output
 from treduda.strategies.tensorcore_kernel import A_TILE, B_TILE
 from treduda.strategies.tensorcore_tiles import boxed, k_box
-from treduda.strategies.warpgroup_kernel import staged_width, step_boxes, tma_refusal
+from treduda.strategies.warpgroup_kernel import (
+    WarpgroupBuilder,
+    staged_width,
+    step_boxes,
+    tma_refusal,
+)
 from treduda.strategies.warpgroup_tma import tma_reason
 
 import treduda
 from treduda.app.bench_cli import param
 from treduda.errors import BackendUnavailable, StrategyError
+from treduda.frontend import dtypes
 from treduda.polyhedral.lower import plan
 from treduda.suites import load
 
@@ -156,8 +165,24 @@ def sass_figures(row, dtype: str, precision: str, p: dict, counted: bool = False
                    stg=kinds.get("global memory", {}).get("STG", 0),
                    never=sum(report.main_loop_never_executed.values()),
                    producer_non_mma_per_mma=producer_per_mma(report, row, dtype, precision, p),
-                   register_limits=list(report.register_limits))
+                   register_limits=list(report.register_limits),
+                   executed_per_output=executed_per_output(report, kernel, p, row.sizes))
     return figures
+
+
+def executed_per_output(report, kernel, p: dict, sizes: dict) -> float:
+    """The warp instructions a block executes per output element (executed_instructions.py):
+    the consumer warps' HGMMAs, frags_m x frags_k a step, and the producer's loop once per
+    step's bulk copies."""
+    built = WarpgroupBuilder(kernel.program, p)
+    warps = built.threads // 32
+    producer_warps = kernel.block[0] * kernel.block[1] * kernel.block[2] // 32 - warps
+    producer_passes = (built.chunk / producer_pass_steps(report, kernel.program, p)
+                       if producer_warps and report.producer_loop_bulk_copies else 0.0)
+    return warp_instructions_per_output(
+        report, built.chunk * p["frags_m"] * p["frags_k"],
+        built.tile["m"] * built.tile["n"] * dtypes.itemsize(kernel.dtype) * 8 // built.threads,
+        warps, block_outputs(kernel, sizes), producer_warps, producer_passes)
 
 
 def producer_per_mma(report, row, dtype: str, precision: str, p: dict) -> float | None:
@@ -166,14 +191,20 @@ def producer_per_mma(report, row, dtype: str, precision: str, p: dict) -> float 
     if not report.producer_loop_bulk_copies:
         return None
     program = plan(row.expression, row.sizes, row.layout, dtype, precision=precision)
-    boxes = sum(box.boxes for box in step_boxes(program, p))
-    steps = report.producer_loop_bulk_copies / boxes
-    return report.producer_loop_instructions / steps / (p["frags_m"] * p["frags_k"])
+    return (report.producer_loop_instructions / producer_pass_steps(report, program, p)
+            / (p["frags_m"] * p["frags_k"]))
+
+
+def producer_pass_steps(report, program, p: dict) -> float:
+    """The steps a pass of the producer loop copies (its UTMALDGs over a step's boxes: nvcc
+    may unroll it)."""
+    return report.producer_loop_bulk_copies / sum(box.boxes for box in step_boxes(program, p))
 
 
 COLUMNS = ("row", "tiles", "stg", "pred ms", "binds", "WMMA ms", "HGMMA", "body",
-           "body HGMMA", "nonMMA/MMA", "others", "body LDG", "body LDGSTS", "body STG", "ways",
-           "tile ways", "body LDS", "body STS", "body never", "producer", "setmaxnreg")
+           "body HGMMA", "nonMMA/MMA", "exec/out", "others", "body LDG", "body LDGSTS",
+           "body STG", "ways", "tile ways", "body LDS", "body STS", "body never", "producer",
+           "setmaxnreg")
 
 
 def cells(name: str, f: dict) -> list[str]:
@@ -182,7 +213,8 @@ def cells(name: str, f: dict) -> list[str]:
 
     return [name, f["tiles"], str(f["stages"]), f"{f['predicted_ms']:.3f}", f["binding"],
             f"{f['wmma_ms']:.3f}", shown("hgmma", "{}"), body(f), shown("loop_hgmma", "{}"),
-            shown("non_mma_per_mma", "{:.2f}"), shown("others_non_mma_per_mma", "{:.2f}"),
+            shown("non_mma_per_mma", "{:.2f}") + (" s" if f.get("looped") is False else ""),
+            shown("executed_per_output", "{:.3g}"), shown("others_non_mma_per_mma", "{:.2f}"),
             shown("ldg", "{}"), shown("ldgsts", "{}"), shown("stg", "{}"),
             shown("ways", "{}"), shown("tile_ways", "{}"), shown("lds", "{}"),
             shown("sts", "{}"), shown("never", "{}"),
@@ -198,7 +230,7 @@ def body(f: dict) -> str:
     return "loop" if f.get("looped", True) else "straight"
 
 
-BESIDE = ("row", "pred ms", "nonMMA/MMA", "body LDG")
+BESIDE = ("row", "pred ms", "nonMMA/MMA", "exec/out", "body LDG")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -216,7 +248,11 @@ def main(argv: list[str] | None = None) -> int:
           "moved by bulk tensor copies on mbarriers); WMMA ms: "
           "the tensor-core search's pick on the same model; body: where the HGMMAs sit in "
           "the SASS, a loop or the straight run nvcc unrolled a reduction of one or two steps "
-          "into; body columns: that code; others: nonMMA/MMA of the warps that branch over "
+          "into; body columns: that code (nonMMA/MMA marked ' s' where it is the straight run, "
+          "which holds the kernel's setup and copies too); exec/out: the warp instructions a "
+          "block executes per output element, the whole kernel with each loop counted as many "
+          "times as it runs (executed_instructions.py), which reads a loop and a straight run "
+          "alike; others: nonMMA/MMA of the warps that branch over "
           "the bulk copies' issue (one thread's); ways: the worst bank-conflict ways in the first "
           f"block's first {COUNTED_STEPS} steps, of every shared access and of the operand "
           "tiles'; body never: instructions guarded by a never-true predicate (@!PT LDS RZ, "

@@ -136,6 +136,49 @@ def test_a_tensor_core_loop_counts_instructions_and_shared_bytes_per_mma() -> No
     assert kinds["async copy"] == {"LDGSTS": 1} and kinds["integer and other"] == {"IADD3": 1}
 
 
+# MMA_LOOP's kernel with a write after it: a partial tile's loop of one 16-bit STG and, where
+# the tile is whole (P3), a loop of two.
+WRITTEN = MMA_LOOP.replace("        /*00a0*/                   EXIT ;\n", """\
+        /*00a0*/              @P3 BRA `(.L_x_3) ;
+.L_x_2:
+        /*00b0*/                   STG.E.U16 desc[UR4][R2.64], R3 ;
+        /*00c0*/              @P2 BRA `(.L_x_2) ;
+        /*00d0*/                   EXIT ;
+.L_x_3:
+        /*00e0*/                   STG.E.U16 desc[UR4][R2.64], R3 ;
+        /*00f0*/                   STG.E.U16 desc[UR4][R2.64+0x2], R4 ;
+        /*0100*/              @P1 BRA `(.L_x_3) ;
+        /*0110*/                   EXIT ;
+""")
+
+
+def test_loops_say_what_they_hold_and_a_block_executes_each_as_often_as_it_runs() -> None:
+    """The economy tables' exec/out (benchmarks/executed_instructions.py): code outside loops
+    once, the MMA loop as often as the warp's MMAs take, the write loop that stores the most
+    a pass as often as the thread's outputs take, the partial tile's write loop never."""
+    import importlib.util
+    from pathlib import Path
+
+    report = parse_sass(WRITTEN, "sm_90")[0]
+    assert [(loop.start, loop.end, loop.instructions, loop.mma, loop.store_bits)
+            for loop in report.loops] == [(0x10, 0x90, 9, 4, 0), (0xb0, 0xc0, 2, 0, 16),
+                                          (0xe0, 0x100, 3, 0, 32)]
+    path = Path(__file__).resolve().parent.parent / "benchmarks" / "executed_instructions.py"
+    spec = importlib.util.spec_from_file_location("executed_instructions", path)
+    executed = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(executed)
+    # 8 passes of 4 MMAs; 16 outputs of 16 bits a thread, 2 a pass: 8 passes
+    per_warp = 18 + 9 * 7 + 3 * 7 - 2
+    assert executed.warp_instructions_per_output(report, 32, 256, 2, 64) == 2 * per_warp / 64
+    # the full tile's loop as nvcc may close it: its threads past the tile exit inside it, and
+    # the branch back follows the guarded EXIT (no out-of-line return)
+    exiting = parse_sass(WRITTEN.replace("@P1 BRA `(.L_x_3) ;", "@!P1 EXIT ;").replace(
+        "/*0110*/                   EXIT ;", "/*0110*/                   BRA `(.L_x_3) ;"),
+        "sm_90")[0]
+    assert exiting.loops[-1] == sass.SassLoop(0xe0, 0x110, 4, 0, 32)
+    assert exiting.main_loop_instructions == report.main_loop_instructions
+
+
 # The same loop as ptxas writes it where a cp.async follows a generic shared store: three
 # ``@!PT LDS RZ, [RZ]`` before the LDGSTS, guarded by "not true"; and after the loop a branch
 # back that is never taken (it closes no loop).

@@ -4,12 +4,13 @@ the expression it came from at every point of the ranges, and as short as isl wr
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from conftest import plus, times
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from treduda.codegen import ir
-from treduda.codegen.simplify import simplify, value_range
+from treduda.codegen.simplify import simplify, uniform_over_threads, value_range
 
 c, t, bm = ir.Var("c"), ir.Var("t"), ir.Var("bm")
 RANGES = {c: (0, 15), t: (0, 127), bm: (0, 11)}
@@ -103,3 +104,33 @@ def test_value_ranges_hold_at_every_point():
         low, high = value_range(e, RANGES)
         values = ir.evaluate(e, _grid(RANGES))
         assert low <= values.min() and values.max() <= high, e
+
+
+
+@pytest.mark.parametrize(("coefficient", "bound"), [(256, -193), (256, -257), (16, -13), (64, 5),
+                                                    (-64, 70), (0, 40), (0, -1), (8, 3)])
+@pytest.mark.parametrize("op", [ir.Op.LE, ir.Op.LT, ir.Op.GE, ir.Op.GT])
+def test_a_comparison_no_thread_can_change_loses_the_thread_ids(coefficient, bound, op):
+    """``k c + u <= b`` over 64 threads (``u``: ``t`` or ``t / 4``) equals what it becomes at
+    every point, and reads no thread id exactly where, at each ``c``, it holds for all
+    threads or for none (tccg_06's A copy of K = 36 in steps of 16: ``256 c + t <= -193``
+    becomes ``c <= -1``)."""
+    thread = ir.Index(ir.Builtin.THREAD_ID, 0)
+    steps, threads = np.repeat(np.arange(-4, 5), 64), np.tile(np.arange(64), 9)
+    for term in (thread, _div(thread, 4)):
+        condition = ir.Binary(op, plus(times(coefficient, c), term), ir.Int(bound))
+        uniform = uniform_over_threads(condition, {thread: (0, 63)})
+        before, after = (np.broadcast_to(ir.evaluate(e, {"c": steps}, (threads, 0, 0)), 576)
+                         for e in (condition, uniform))
+        assert np.array_equal(before, after)
+        same_for_all = all(len(set(before[steps == s])) == 1 for s in range(-4, 5))
+        assert ir.reads_thread_id(uniform) != same_for_all
+
+
+def test_a_comparison_that_reads_a_block_id_keeps_its_thread_ids():
+    """``256 b + t <= 447`` holds for every thread or none at each block ``b``, but its test
+    is made at run time either way: it stays as it is (its thread term shared with the
+    copy's address)."""
+    thread, block = ir.Index(ir.Builtin.THREAD_ID, 0), ir.Index(ir.Builtin.BLOCK_ID, 0)
+    condition = ir.Binary(ir.Op.LE, plus(times(256, block), thread), ir.Int(447))
+    assert uniform_over_threads(condition, {thread: (0, 63), block: (0, 9)}) == condition

@@ -74,6 +74,61 @@ def value_range(e: ir.Expr, known: Mapping[ir.Expr, Range]) -> Range | None:
     return None
 
 
+# A comparison ``left op right`` as ``sign (left - right) + strict <= 0``.
+_AS_AT_MOST = {ir.Op.LE: (1, 0), ir.Op.LT: (1, 1), ir.Op.GE: (-1, 0), ir.Op.GT: (-1, 1)}
+
+
+def uniform_over_threads(condition: ir.Expr, known: Mapping[ir.Expr, Range]) -> ir.Expr:
+    """``condition`` with each comparison whose outcome no thread id can change rewritten
+    without them (``1`` or ``0`` where nothing else decides it), the thread ids' ranges
+    being in ``known``; the others as they are.
+
+    A comparison ``R + u <= 0`` splits into ``u``, the terms that read thread ids (range
+    ``[lo, hi]``), and ``R``, the others: a constant plus multiples of ``g``, the gcd of their
+    coefficients. Where no value of ``R`` lies in ``(-hi, -lo]``, every value either holds
+    for all ``u`` or for none, so the comparison is ``R + hi <= 0``. A copy of a step's row
+    ``16 s + t / 16 + 4 j < 36`` (K = 36 in steps of 16, 64 threads) holds for every thread
+    or none at each step ``s``: without the thread ids nvcc decides it in each step it
+    unrolls, where the thread's test took an ISETP and a predicate per copy (tccg_06). Not
+    where ``R`` reads a block id: that test is made at run time either way, and the thread's
+    shared its arithmetic with the copy's address (tccg_14's B copies rewritten: 22 more
+    instructions in its main loop)."""
+    if isinstance(condition, ir.Binary) and condition.op in (ir.Op.AND, ir.Op.OR):
+        decisive = ir.Int(int(condition.op is ir.Op.OR))  # what decides it alone
+        sides = [uniform_over_threads(side, known) for side in (condition.left, condition.right)]
+        if decisive in sides:
+            return decisive
+        left, right = sides
+        neutral = ir.Int(1 - decisive.value)
+        return right if left == neutral else left if right == neutral else ir.Binary(
+            condition.op, left, right)
+    if not (isinstance(condition, ir.Binary) and condition.op in _AS_AT_MOST
+            and ir.reads_thread_id(condition)):
+        return condition
+    sign, strict = _AS_AT_MOST[condition.op]
+    terms, constant = ir.affine(ir.Binary(ir.Op.SUB, condition.left, condition.right))
+    constant = sign * constant + strict
+    thread = {t: sign * c for t, c in terms.items() if ir.reads_thread_id(t)}
+    rest = {t: sign * c for t, c in terms.items() if not ir.reads_thread_id(t)}
+    span = value_range(_sum(thread, 0), known)
+    if span is None or any(_reads_block_id(t) for t in rest):
+        return condition
+    lo, hi = span
+    step = math.gcd(*rest.values()) if rest else 0
+    if not step:  # R is the constant
+        return condition if -hi < constant <= -lo else ir.Int(int(constant + hi <= 0))
+    first = -hi + 1 + (constant + hi - 1) % step  # the least value of R above -hi
+    if first <= -lo:
+        return condition
+    bound = (-constant - hi) // step  # R + hi <= 0, R = constant + step * (rest / step)
+    return ir.Binary(ir.Op.LE, _sum({t: c // step for t, c in rest.items()}, 0), ir.Int(bound))
+
+
+def _reads_block_id(e: ir.Expr) -> bool:
+    return (isinstance(e, ir.Index) and e.builtin is ir.Builtin.BLOCK_ID
+            or any(_reads_block_id(c) for c in ir.children(e)))
+
+
 def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) -> ir.Expr:
     """``value / d`` or ``value % d``, simplified by the rules of the module's doc."""
     if d == 1:

@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
-from .simplify import value_range
+from .simplify import uniform_over_threads, value_range
 
 _TRUE, _FALSE = ir.Int(1), ir.Int(0)
 _COMPARISONS = (ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT)
@@ -57,6 +57,27 @@ def unroll_uneven(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]
     step holds their branches (tccg_38's pick: 7 ``BRA``). Unrolled up to the most rounds any
     thread runs, only the last round is guarded, and nvcc predicates its copy."""
     return replace(kernel, body=_uneven(kernel.body, known, _Reads()))
+
+
+def copy_guards_over_steps(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]
+                           ) -> ir.KernelIR:
+    """``kernel`` with each copy's read condition (:attr:`ir.AsyncCopy.reads`) freed of the
+    thread ids where they cannot change it (:func:`~.simplify.uniform_over_threads`; ``known``
+    holds their ranges): a copy that holds for all threads of a step or for none.
+
+    A tensor-core pipeline keeps its step loop (it is not peeled), and nvcc unrolls a short
+    one whole: a condition on the step alone is then decided in each unrolled step, where one
+    on the thread ids as well took a compare per copy (tccg_06's A copies of K = 36 in steps
+    of 16)."""
+    return replace(kernel, body=_copy_guards(kernel.body, known))
+
+
+def _copy_guards(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.Stmt:
+    if isinstance(s, ir.AsyncCopy) and s.reads is not None:
+        reads = uniform_over_threads(s.reads, known)
+        return replace(s, zero=reads == _FALSE,
+                       reads=None if reads in (_TRUE, _FALSE) else reads)
+    return ir.map_children(s, lambda child: _copy_guards(child, known))
 
 
 def _uneven(s: ir.Stmt, known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads) -> ir.Stmt:

@@ -27,7 +27,7 @@ from ..codegen import ir
 from ..codegen.idle import clamp_idle
 from ..codegen.parts import PartsSum, parts_sum
 from ..codegen.role_split import joined_roles
-from ..codegen.unroll import peel, unroll, unroll_uneven
+from ..codegen.unroll import copy_guards_over_steps, peel, unroll, unroll_uneven
 from ..codegen.unswitch import unswitch
 from ..codegen.vectorize import vectorize
 from ..errors import SizeLimit, StrategyError, TredudaError
@@ -172,7 +172,8 @@ def build(scheduled: Scheduled, name: str) -> Built:
     ids = _id_ranges(grid, scheduled.block)
     kernel = unroll(kernel, _unrolled(scheduled, used), ids)
     kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)
-    kernel = vectorize(kernel if fragments else clamp_idle(unroll_uneven(peel(kernel, ids), ids)))
+    kernel = vectorize(copy_guards_over_steps(kernel, ids) if fragments
+                       else clamp_idle(unroll_uneven(peel(kernel, ids), ids)))
     return Built(kernel, grid, scheduled.block, root.to_C_str(), parts_sum(
         kernel, program.contraction.output, program.contraction.op, program.layout))
 

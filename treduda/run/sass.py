@@ -94,6 +94,23 @@ _TOOL_ARGS = {"cuobjdump": ["-sass"], "nvdisasm": ["-c", "-ndf"]}
 
 
 @dataclass(frozen=True)
+class SassLoop:
+    """One loop of a kernel's SASS (:func:`_loops`): its addresses and what it holds, for a
+    count of what a thread executes with each loop taken as many times as it runs."""
+
+    start: int  # the address branched back to ...
+    end: int  # ... and the last branch back
+    instructions: int  # never-executed ones included (they are issued)
+    mma: int
+    store_bits: int  # what a thread's global stores (STG) in it write per pass
+    producer: bool = False  # a warp-specialised kernel's producer loop (:func:`_producer_loop`)
+
+    def within(self, other: SassLoop) -> bool:
+        """Whether this loop lies inside ``other`` (and is not it)."""
+        return other.start <= self.start and self.end <= other.end and self != other
+
+
+@dataclass(frozen=True)
 class SassReport:
     """Instruction mix of one compiled kernel, as a quality check of the generated code."""
 
@@ -153,6 +170,8 @@ class SassReport:
     # bytes one thread moves to and from local memory (LDL, STL: register spills, arrays
     # ptxas keeps there) per pass of the main loop: what spills cost where the loop runs
     main_loop_local_bytes: int = 0
+    # every loop of the kernel (nested ones too), in address order
+    loops: tuple[SassLoop, ...] = ()
 
     @property
     def non_mma_per_mma(self) -> float | None:
@@ -225,6 +244,7 @@ class _Instruction:
     target: int | None  # for branches: the address jumped to
     operands: str = ""  # as printed, e.g. " R30, R12, R14, R30"
     never_executed: bool = False  # guarded by a predicate that is never true (_NEVER)
+    guarded: bool = False  # under a predicate other than the always-true one
 
 
 def _width(opcode: str) -> int:
@@ -264,7 +284,8 @@ def _split_functions(text: str) -> list[tuple[str, list[_Instruction]]]:
             if (opcode.split(".")[0] == "BRA" and not never
                     and (jump := _TARGET.search(operands.strip()))):
                 target = labels.get(jump.group(1)) if jump.group(1) else int(jump.group(2), 16)
-            body.append(_Instruction(address, opcode, target, operands, never))
+            body.append(_Instruction(address, opcode, target, operands, never,
+                                     guard is not None and guard not in ("PT", "UPT")))
         resolved.append((name, _strip_padding(body)))
     return resolved
 
@@ -309,12 +330,18 @@ def _through_mma_wait(run: list[_Instruction]) -> list[_Instruction]:
     return run[:waits[-1] + 1] if waits else run
 
 
-def _loops(body: list[_Instruction]) -> list[list[_Instruction]]:
-    """The kernel's loops, ``[target, last branch back to it]`` each (:func:`_main_loop`)."""
+def _loops(body: list[_Instruction], past_guarded_exits: bool = False
+           ) -> list[list[_Instruction]]:
+    """The kernel's loops, ``[target, last branch back to it]`` each (:func:`_main_loop`).
+    With ``past_guarded_exits`` an EXIT under a predicate does not end the kernel's code: a
+    branch back over it closes a loop (a write's loop that ends the threads past a partial
+    tile: a warpgroup GEMM's ``@!P0 EXIT; BRA`` back). The main loop is read without it, as
+    the search's SASS tie-break has read it (such a loop holds no MMA)."""
     ends: dict[int, int] = {}
     exit_at = None  # the latest EXIT so far: code after it is out of line
     for instruction in body:
-        if instruction.opcode.split(".")[0] == "EXIT":
+        if instruction.opcode.split(".")[0] == "EXIT" and not (
+                past_guarded_exits and instruction.guarded):
             exit_at = instruction.address
         # a branch back from out-of-line code over an EXIT (an mbarrier wait's retry,
         # placed after the kernel's end, returning into it) closes no loop
@@ -471,6 +498,13 @@ def _report(name: str, arch: str, body: list[_Instruction]) -> SassReport:
         main_loop_load_use=_load_use(loop),
         main_loop_local_bytes=sum(_width(i.opcode) // 8 for i in loop_executed
                                   if i.opcode.split(".")[0] in _LOCAL),
+        loops=tuple(sorted((SassLoop(
+            start=found[0].address, end=found[-1].address, instructions=len(found),
+            mma=_count(found, _MMA),
+            store_bits=sum(_width(i.opcode) for i in found
+                           if i.opcode.split(".")[0] == "STG" and not i.never_executed),
+            producer=found == producer) for found in _loops(body, past_guarded_exits=True)),
+            key=lambda loop: (loop.start, -loop.end))),
     )
 
 
