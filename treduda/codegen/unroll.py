@@ -18,7 +18,7 @@ from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
-from .simplify import value_range
+from .simplify import simplify, value_range
 
 _TRUE, _FALSE = ir.Int(1), ir.Int(0)
 _COMPARISONS = (ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT)
@@ -271,6 +271,11 @@ class _Unroller:
         if all(n is p for n, p in zip(new, parts, strict=True)):
             return e
         if isinstance(e, ir.Binary):
+            if e.op in (ir.Op.DIV, ir.Op.MOD) and isinstance(new[1], ir.Int):
+                # with the iteration's value in it, the known ranges may decide a division:
+                # tccg_33's write unrolled, (64 bm + 5) / 480 is bm / 7.5 rounded down,
+                # (2 bm) / 15 for each copy up to 31, a division a thread, not a copy
+                return simplify(ir.Binary(e.op, *new), self.known)
             return self.fold(ir.Binary(e.op, *new))
         if isinstance(e, ir.Neg):
             return ir.Int(-new[0].value) if isinstance(new[0], ir.Int) else ir.Neg(new[0])
