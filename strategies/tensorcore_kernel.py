@@ -231,6 +231,36 @@ def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int,
             for d, index in enumerate(indices)}
 
 
+def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence[ir.Expr]],
+              limits: Sequence[tuple[ir.Expr, int]], ranges: Mapping[ir.Expr, tuple[int, int]]
+              ) -> float:
+    """A write unrolled whole (:attr:`Write.whole`): each copy's indices with its ``c`` and
+    ``j``, simplified as the unroller simplifies them (:mod:`treduda.codegen.unroll`); per
+    store, the instructions a thread computes once for all of them: each distinct division
+    (:func:`~treduda.model.iteration.divisions`), a test for each distinct guard its values
+    may fail, and a term for each distinct offset of a global access holding a division, but
+    for its constant (an immediate offset of the store)."""
+    copies = [{"c": ir.Int(n), "j": ir.Int(k)} for n in range(ranges[ir.Var("c")][1] + 1)
+              for k in range(ranges[ir.Var("j")][1] + 1)]
+    done: dict[ir.Expr, ir.Expr] = {}
+
+    def copied(e: ir.Expr, values: Mapping[str, ir.Expr]) -> ir.Expr:
+        key = ir.substitute(e, values)
+        if key not in done:
+            done[key] = simplify(key, ranges)
+        return done[key]
+
+    indices = [i for found in formulas for i in found]
+    divisions = iteration.divisions(copied(i, values) for values in copies
+                                    for i in (*indices, *(v for v, _ in limits)))
+    tests = {copied(v, values) for values in copies for v, limit in limits
+             if _may_reach(copied(v, values), limit, ranges)}
+    offsets = {frozenset(ir.affine(copied(i, values))[0].items()) for values in copies
+               for found in globals_ for i in found if iteration.divisions([i])}
+    once = divisions + len(tests) * iteration.TEST + len(offsets) * iteration.TERM
+    return once / len(copies)
+
+
 class Builder:
     """Builds the statements and schedule of one tensor-core kernel (see the module's doc)."""
 
@@ -751,24 +781,10 @@ class Builder:
                      for v, limit in limits)
         converted = self.program.dtype in dtypes.STORED and not self.workspace
         each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
-        if write.whole:  # each copy's indices with its c and j, simplified as unrolled
-            copies = [{"c": ir.Int(n), "j": ir.Int(k)} for n in range(ranges[c][1] + 1)
-                      for k in range(ranges[j][1] + 1)]
-            expressions = [simplify(ir.substitute(i, values), ranges) for values in copies
-                           for i in (*(i for found in formulas for i in found),
-                                     *(v for v, _ in limits))]
-            kept = {simplify(ir.substitute(v, values), ranges) for values in copies
-                    for v, limit in limits if _may_reach(v, limit, ranges)}
-            # a global access's index holding a division: a term of its offset for each
-            # distinct one, but for its constant (an immediate offset)
-            offsets = {frozenset(ir.affine(simplify(ir.substitute(i, values), ranges))[0]
-                                 .items())
-                       for values in copies
-                       for a, found in zip(write.accesses, formulas, strict=True)
-                       if a.array != C_TILE for i in found if iteration.divisions([i])}
-            once = (iteration.divisions(expressions) + len(kept) * iteration.TEST
-                    + len(offsets) * iteration.TERM)
-            return each + sum(a.array != C_TILE for a in write.accesses) + once / len(copies)
+        if write.whole:
+            globals_ = [found for a, found in zip(write.accesses, formulas, strict=True)
+                        if a.array != C_TILE]
+            return each + len(globals_) + _unrolled(formulas, globals_, limits, ranges)
         each += guards * iteration.GUARD
         first = {"j": ir.Int(0)}  # the iteration's j stores share what changes with c
         formulas = tuple(tuple(simplify(ir.substitute(i, first), ranges) for i in found)
