@@ -117,6 +117,7 @@ here).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -234,31 +235,40 @@ def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int,
 def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence[ir.Expr]],
               limits: Sequence[tuple[ir.Expr, int]], ranges: Mapping[ir.Expr, tuple[int, int]]
               ) -> float:
-    """A write unrolled whole (:attr:`Write.whole`): each copy's indices with its ``c`` and
-    ``j``, simplified as the unroller simplifies them (:mod:`treduda.codegen.unroll`); per
-    store, the instructions a thread computes once for all of them: each distinct division
-    (:func:`~treduda.model.iteration.divisions`), a test for each distinct guard its values
-    may fail, and a term for each distinct offset of a global access holding a division, but
-    for its constant (an immediate offset of the store)."""
-    copies = [{"c": ir.Int(n), "j": ir.Int(k)} for n in range(ranges[ir.Var("c")][1] + 1)
-              for k in range(ranges[ir.Var("j")][1] + 1)]
-    done: dict[ir.Expr, ir.Expr] = {}
-
-    def copied(e: ir.Expr, values: Mapping[str, ir.Expr]) -> ir.Expr:
-        key = ir.substitute(e, values)
-        if key not in done:
-            done[key] = simplify(key, ranges)
-        return done[key]
-
-    indices = [i for found in formulas for i in found]
-    divisions = iteration.divisions(copied(i, values) for values in copies
-                                    for i in (*indices, *(v for v, _ in limits)))
-    tests = {copied(v, values) for values in copies for v, limit in limits
-             if _may_reach(copied(v, values), limit, ranges)}
-    offsets = {frozenset(ir.affine(copied(i, values))[0].items()) for values in copies
-               for found in globals_ for i in found if iteration.divisions([i])}
-    once = divisions + len(tests) * iteration.TEST + len(offsets) * iteration.TERM
-    return once / len(copies)
+    """A write unrolled whole (:attr:`Write.whole`): each copy's divisions with its ``c``
+    and ``j`` in them, simplified as the unroller simplifies them
+    (:mod:`treduda.codegen.unroll`); per store, the instructions a thread computes once for
+    all of them: each distinct division (:func:`~treduda.model.iteration.divisions`), a
+    test for each distinct guard its values may fail, and a term for each distinct offset
+    of a global access holding a division, but for its constant (an immediate offset of the
+    store)."""
+    loops = (ir.Var("c"), ir.Var("j"))
+    copies = math.prod(ranges[v][1] + 1 for v in loops)
+    found: set[ir.Expr] = set()  # the copies' divisions
+    offsets: set[tuple] = set()
+    for i in {i: None for found in formulas for i in found} | {v: None for v, _ in limits}:
+        nodes = iteration.divided(i, loops)  # the divisions that read c or j
+        read = [v for v in loops if any(iteration.varies(n, v) for n in nodes)]
+        stored = any(i in found for found in globals_)
+        # each value of the loop variables the divisions read (a copy of each)
+        for values in itertools.product(*(range(ranges[v][1] + 1) for v in read)):
+            named = {v.name: ir.Int(value) for v, value in zip(read, values, strict=True)}
+            simplified = [simplify(ir.substitute(n, named), ranges) for n in nodes]
+            found.update(simplified)
+            if stored and nodes:
+                offsets.add((i, frozenset(t for e in simplified
+                                          for t in ir.affine(e)[0].items())))
+    tests: set[ir.Expr] = set()  # the copies' guards that their values may fail
+    for v, limit in limits:
+        read = [u for u in loops if iteration.varies(v, u)]
+        for values in itertools.product(*(range(ranges[u][1] + 1) for u in read)):
+            guard = ir.substitute(v, {u.name: ir.Int(value)
+                                      for u, value in zip(read, values, strict=True)})
+            if _may_reach(guard, limit, ranges):
+                tests.add(guard)
+    once = (iteration.divisions(found) + len(tests) * iteration.TEST
+            + len(offsets) * iteration.TERM)
+    return once / copies
 
 
 class Builder:

@@ -96,6 +96,17 @@ def _divisions(e: ir.Expr, found: set[ir.Expr]) -> None:
             found.add(e)
 
 
+def divided(e: ir.Expr, variables: Iterable[ir.Var]) -> list[ir.Expr]:
+    """The outermost divisions and remainders by constants in ``e`` that read any of
+    ``variables``: what an unrolled copy of ``e`` may still compute."""
+    variables = tuple(variables)
+    if not isinstance(e, ir.Binary) or not any(varies(e, v) for v in variables):
+        return []
+    if _divided(e) is not None:
+        return [e]
+    return divided(e.left, variables) + divided(e.right, variables)
+
+
 def guarded(condition: ir.Expr, variable: ir.Var) -> bool:
     """Whether ``condition`` (an index expression below a limit) needs a test in each
     iteration of a loop over ``variable``: where the variable appears under a division or
