@@ -17,11 +17,14 @@ no copy is in flight and no fragment is read any more. Schedule::
     sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
     load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
                               -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
-    sync, store[P, w, f, l], sync, write[P, c, t]
-                              -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f]
+    sync, store[P, w, f, l], sync, write[P, c, j, t]
+                              -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f | j]
 
-with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
-element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies or zero-fills the tile element
+``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements, and
+writes position ``t mod G + G j`` of the C tile's row ``t / G + (T / G) c``
+(:meth:`Builder.write_statement`; the write's ``c`` in the fifth place of the tail where it
+is unrolled whole, ``[.., 2, 0, 3, 0, c, 0, j]``).
 The copies' ``c`` is in an unrolled dimension; where a thread copies more than
 :data:`UNROLLED_COPIES` runs of an operand per step, in the loop's (``[.., 1, ks, 1, c, 0, X,
 0]``).
