@@ -17,11 +17,14 @@ no copy is in flight and no fragment is read any more. Schedule::
     sync2[P, ks, t]           -> [.., 1, ks, 2, 0, 0, 0, 0]
     load_X[P, ks, w, kf, f, l] / mma[P, ks, w, kf, f, l]
                               -> [.., 32w + l, .., 1, ks, 3, 0, kf, 0 | 1 | 2, f]
-    sync, store[P, w, f, l], sync, write[P, c, t]
-                              -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f]
+    sync, store[P, w, f, l], sync, write[P, c, j, t]
+                              -> [.., 2, 0, 0 | 1 | 2 | 3, c, 0, 0, f | j]
 
-with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies, zero-fills or writes the tile
-element ``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements.
+with ``P = [bn, bm, batch]``; thread ``t`` (of ``T``) copies or zero-fills the tile element
+``e = T c + t`` in iteration ``c``, so consecutive threads take consecutive elements, and
+writes position ``t mod G + G j`` of the C tile's row ``t / G + (T / G) c``
+(:meth:`Builder.write_statement`; the write's ``c`` in the fifth place of the tail where it
+is unrolled whole, ``[.., 2, 0, 3, 0, c, 0, j]``).
 The copies' ``c`` is in an unrolled dimension; where a thread copies more than
 :data:`UNROLLED_COPIES` runs of an operand per step, in the loop's (``[.., 1, ks, 1, c, 0, X,
 0]``).
@@ -117,8 +120,10 @@ here).
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import islpy as isl
@@ -126,6 +131,7 @@ import islpy as isl
 from treduda.codegen import ir
 from treduda.codegen.simplify import plus, quotient, remainder, simplify, times, value_range
 from treduda.frontend import dtypes
+from treduda.model import iteration
 from treduda.polyhedral.ast_build import isl_text
 from treduda.polyhedral.lower import Kind, Program, Statement
 from treduda.polyhedral.strategy import Role, Scheduled
@@ -159,6 +165,8 @@ from .tensorcore_tiles import (
     stepped_k,
     swizzle_shift,
     tile_extents,
+    write_lanes,
+    write_span,
 )
 from .tiling import PARTS, parts_workspace
 
@@ -168,6 +176,28 @@ FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # The kernel IR's integer operators, in which the tile formulas shared with the model are written
 OPERATORS = (quotient, remainder, plus, times)
+# A thread's stores of the write that the kernel IR unrolls whole (every iteration's indices
+# constants where they depend on ``c`` and ``j`` alone, nothing recomputed but what a
+# division of the block's or thread's values by a group's extent needs); a longer write is
+# a loop over ``c``. nvcc 13 unrolled write loops of 32 and 48 iterations whole by itself
+# (tccg_01-07's mma.sync picks: 3.2-5.6 SASS instructions an element) and kept one of 64 (a
+# loop of 16 copies, 13.4): which, it decided by the body, so the count could not know.
+WHOLE_WRITE = 128
+
+
+@dataclass(frozen=True)
+class Write:
+    """The program's write statement as a tensor-core kernel writes it
+    (:meth:`Builder.write_statement`): its name, coordinates and their constraints, body,
+    accesses, and the values its guards keep below their limits."""
+
+    name: str
+    indices: tuple[str, ...]
+    constraints: str
+    body: ir.Assign
+    accesses: tuple[ir.Element, ...]
+    limits: tuple[tuple[ir.Expr, int], ...]
+    whole: bool  # unrolled whole in the kernel IR (WHOLE_WRITE), else ``c`` a loop
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -190,6 +220,12 @@ def _may_reach(e: ir.Expr, limit: int, ranges: Mapping[ir.Expr, tuple[int, int]]
     return span is None or span[1] >= limit
 
 
+def _formulas(accesses: Sequence[ir.Element], ranges: Mapping[ir.Expr, tuple[int, int]]
+              ) -> tuple[tuple[ir.Expr, ...], ...]:
+    """Each access's indices simplified with the ``ranges`` of its statement's coordinates."""
+    return tuple(tuple(simplify(i, ranges) for i in a.indices) for a in accesses)
+
+
 def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int, int]]:
     """The smallest and largest value of each of ``domain``'s ``indices`` (none where it is
     empty)."""
@@ -197,6 +233,45 @@ def _ranges(domain: isl.Set, indices: Sequence[str]) -> dict[ir.Expr, tuple[int,
         return {}
     return {ir.Var(index): (domain.dim_min_val(d).to_python(), domain.dim_max_val(d).to_python())
             for d, index in enumerate(indices)}
+
+
+def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence[ir.Expr]],
+              limits: Sequence[tuple[ir.Expr, int]], ranges: Mapping[ir.Expr, tuple[int, int]]
+              ) -> float:
+    """A write unrolled whole (:attr:`Write.whole`): each copy's divisions with its ``c``
+    and ``j`` in them, simplified as the unroller simplifies them
+    (:mod:`treduda.codegen.unroll`); per store, the instructions a thread computes once for
+    all of them: each distinct division (:func:`~treduda.model.iteration.divisions`), a
+    test for each distinct guard its values may fail, and a term for each distinct offset
+    of a global access holding a division, but for its constant (an immediate offset of the
+    store)."""
+    loops = (ir.Var("c"), ir.Var("j"))
+    copies = math.prod(ranges[v][1] + 1 for v in loops)
+    found: set[ir.Expr] = set()  # the copies' divisions
+    offsets: set[tuple] = set()
+    for i in {i: None for found in formulas for i in found} | {v: None for v, _ in limits}:
+        nodes = iteration.divided(i, loops)  # the divisions that read c or j
+        read = [v for v in loops if any(iteration.varies(n, v) for n in nodes)]
+        stored = any(i in found for found in globals_)
+        # each value of the loop variables the divisions read (a copy of each)
+        for values in itertools.product(*(range(ranges[v][1] + 1) for v in read)):
+            named = {v.name: ir.Int(value) for v, value in zip(read, values, strict=True)}
+            simplified = [simplify(ir.substitute(n, named), ranges) for n in nodes]
+            found.update(simplified)
+            if stored and nodes:
+                offsets.add((i, frozenset(t for e in simplified
+                                          for t in ir.affine(e)[0].items())))
+    tests: set[ir.Expr] = set()  # the copies' guards that their values may fail
+    for v, limit in limits:
+        read = [u for u in loops if iteration.varies(v, u)]
+        for values in itertools.product(*(range(ranges[u][1] + 1) for u in read)):
+            guard = ir.substitute(v, {u.name: ir.Int(value)
+                                      for u, value in zip(read, values, strict=True)})
+            if _may_reach(guard, limit, ranges):
+                tests.add(guard)
+    once = (iteration.divisions(found) + len(tests) * iteration.TEST
+            + len(offsets) * iteration.TERM)
+    return once / copies
 
 
 class Builder:
@@ -309,7 +384,7 @@ class Builder:
         maps = tuple(isl.Map(f"{{ {head} -> {_isl_element(a)} }}").intersect_domain(domain)
                      for a in accesses)
         ranges = _ranges(domain, indices) if accesses else {}
-        formulas = tuple(tuple(simplify(i, ranges) for i in a.indices) for a in accesses)
+        formulas = _formulas(accesses, ranges)
         self.statements.append(Statement(name, kind, tuple(indices), body, maps,
                                          formulas=formulas))
         schedule = isl.UnionMap.from_map(
@@ -631,23 +706,52 @@ class Builder:
         return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))
 
     def output(self) -> None:
-        """The program's write statement over ``write[P, c, t]``, element ``e = T c + t`` of
-        the C tile numbered along the output's fastest group: it reads the tile instead of
-        the accumulators and writes the output element ``e`` stands for, where that lies
-        inside the output. Its own domain (the output's indices) would leave isl to invert ``e``'s
-        groups of indices when scanning it, which took minutes for tccg_20."""
+        """The program's write statement (:meth:`write_statement`), scheduled after the C
+        tile's barrier: ``j`` unrolled, and ``c`` too where the write is unrolled whole
+        (:attr:`Write.whole`), else a loop."""
+        write = self.write_statement()
+        tail = ["0", "c", "0", "j"] if write.whole else ["c", "0", "0", "j"]
+        self.add(write.name, Kind.WRITE, write.indices, write.constraints, write.body,
+                 write.accesses, self.point("t", ["2", "0", "3", *tail]))
+
+    def write_statement(self) -> Write:
+        """The program's write statement over ``write[P, c, j, t]``: thread ``t`` writes the
+        C tile's position ``t mod G + G j`` of its row ``t / G + (T / G) c``, rows and
+        positions as the output's fastest group numbers them (:func:`write_span`), ``G``
+        the threads sharing a row (:func:`write_lanes`); where no such ``G`` deals a warp
+        32 consecutive positions, element ``e = T c + t`` of the rows one after the other
+        (``j`` 0). It reads the tile instead of the accumulators and writes the output
+        element that stands for, where that lies inside the output. Its own domain (the
+        output's indices) would leave isl to invert the groups of indices when scanning it,
+        which took minutes for tccg_20."""
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
-        e = plus(times(self.threads, ir.Var("c")), ir.Var("t"))
+        c, j, t = ir.Var("c"), ir.Var("j"), ir.Var("t")
         tile_m, tile_n = self.tile["m"], self.tile["n"]
-        m_local, n_local = output_local(e, self.tile, self.along_n, self.free_box, OPERATORS)
+        span, rows = write_span(self.tile, self.along_n, self.free_box)
+        lanes = write_lanes(self.threads, self.tile, self.along_n, self.free_box)
+        if lanes is None:
+            e = plus(times(self.threads, c), t)
+            position, row = remainder(e, span), quotient(e, span)
+            dealt, stores = f"{self.dealt(tile_m * tile_n)} and j = 0", 1
+        else:
+            across = self.threads // lanes  # rows a pass of the block's threads writes
+            position = plus(remainder(t, lanes), times(lanes, j))
+            row = plus(quotient(t, lanes), times(across, c))
+            stores = span // lanes
+            dealt = (f"0 <= t < {self.threads} and 0 <= j < {stores} "
+                     f"and 0 <= c < {-(-rows // across)} "
+                     f"and floor(t/{lanes}) + {across}*c < {rows}")
+        passes = -(-tile_m * tile_n // (self.threads * stores))
+        m_local, n_local = output_local(position, row, self.tile, self.along_n,
+                                        self.free_box, OPERATORS)
         value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
                  "n": plus(times(tile_n, ir.Var("bn")), n_local)}
         output = {i: ir.Var(f"g_{i}") for i in self.batch}
         for axis in "mn":
             output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
                                    self.sizes, OPERATORS)
-        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in [
-            *((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output)])
+        limits = (*((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output))
+        inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         accesses = [self.accumulator(m_local, n_local)
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
@@ -663,9 +767,50 @@ class Builder:
         elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
             update = "-=" if self.program.contraction.op == "-=" else "+="
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        self.add(write.name, Kind.WRITE, [*self.prefix(), "c", "t"],
-                 f"{self.prefix_bounds()} and {self.dealt(tile_m * tile_n)} and {inside}", body,
-                 accesses, self.point("t", ["2", "0", "3", "c", "0", "0", "0"]))
+        return Write(write.name, (*self.prefix(), "c", "j", "t"),
+                     f"{self.prefix_bounds()} and {dealt} and {inside}",
+                     body, tuple(accesses), limits, passes * stores <= WHOLE_WRITE)
+
+    def write_instructions(self) -> float:
+        """A thread's instructions for each output element it writes, counted from the
+        write statement (:meth:`write_statement`) as the kernel prints it
+        (:mod:`treduda.model.iteration`): a load or store per access, the value's arithmetic
+        and a 16-bit output's conversion; unrolled whole (:attr:`Write.whole`), the address
+        of each global access and the divisions that change with ``c`` or ``j`` (a group's
+        digits), the rest folded into constants; in a loop over ``c``, once an iteration
+        shared by its ``j`` stores, the index arithmetic that changes with ``c``, a term of
+        each access's offset that does and the global accesses' addresses; and the guards
+        of a partial tile that no loop bound takes, each element. GEMM fp16's 256 x 192
+        warpgroup tile (64 iterations of 3 stores): 4.67 (SASS 3.6-3.9 an element);
+        tccg_05's box, unrolled whole: 4 (3.5)."""
+        write = self.write_statement()
+        domain = isl.Set(f"{{ {write.name}[{', '.join(write.indices)}] : "
+                         f"{write.constraints} }}")
+        ranges = _ranges(domain, write.indices)
+        c, j = ir.Var("c"), ir.Var("j")
+        formulas = _formulas(write.accesses, ranges)
+        limits = [(simplify(v, ranges), limit) for v, limit in write.limits]
+        guards = sum(iteration.guarded(v, c) and _may_reach(v, limit, ranges)
+                     for v, limit in limits)
+        converted = self.program.dtype in dtypes.STORED and not self.workspace
+        each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
+        if write.whole:
+            globals_ = [found for a, found in zip(write.accesses, formulas, strict=True)
+                        if a.array != C_TILE]
+            return each + len(globals_) + _unrolled(formulas, globals_, limits, ranges)
+        each += guards * iteration.GUARD
+        first = {"j": ir.Int(0)}  # the iteration's j stores share what changes with c
+        formulas = tuple(tuple(simplify(ir.substitute(i, first), ranges) for i in found)
+                         for found in formulas)
+        changing = list(dict.fromkeys(i for found in formulas for i in found
+                                      if iteration.varies(i, c)))
+        moved = sum(a.array != C_TILE for a, found in zip(write.accesses, formulas,
+                                                          strict=True)
+                    if any(iteration.varies(i, c) for i in found))
+        stores = ranges[j][1] - ranges[j][0] + 1 if j in ranges else 1
+        shared = (moved + len(changing) * iteration.TERM
+                  + iteration.iteration_instructions([*changing, *(v for v, _ in limits)], c))
+        return each + shared / stores
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3

@@ -84,6 +84,7 @@ from treduda.polyhedral.strategy import Strategy
 from treduda.run.counters import LINE_BYTES, SECTOR_BYTES, global_requests, moved_requests
 
 from . import tensorcore_tiles
+from .tensorcore_kernel import Builder
 
 RESOURCES = ("mma", "issue", "memory", "l2", "dram", "latency")
 OVERHEAD_REGISTERS = 32  # indices, addresses and loop counters beside the fragments
@@ -105,7 +106,6 @@ DIVISION_INSTRUCTIONS = 4
 # The parameters that decide which addresses a block's copies read in a step
 COPY_PARAMETERS = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "async_copy",
                    "shared_layout", "free_layout")
-WRITE_INSTRUCTIONS = 6  # per output element: shared load, scale, (load C), store, address
 WAVEFRONT_BYTES = 128  # one LSU wavefront: 32 banks x 4 bytes, or one L1 line
 # Tensor-core instructions per WMMA multiply-accumulate, by its k: 16x16x16 (float16, bfloat16)
 # is two HMMA.16816, 16x16x8 TF32 four HMMA.1684 (m16n8k4, not two m16n8k8), 8x8x4 one DMMA.884,
@@ -167,6 +167,7 @@ class EnumeratingModel:
     # 4x2 fragments 0.23% faster by the model than 4x1, whose loop issues 1.95 non-MMA
     # instructions and 336 shared bytes per MMA against 2.00 and 352)
     ties_by_sass = True
+    builder: type[Builder]  # the mapping's kernel builder, whose write the model counts
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -191,6 +192,7 @@ class EnumeratingModel:
         self.compulsory = (touched + self.outputs * self.output_accesses) * self.bytes
         self.accumulator_bytes = dtypes.itemsize(tensorcore_tiles.accumulator_dtype(program))
         self._writes: dict[tuple, tuple[int, int, int, int]] = {}
+        self._write_instructions: dict[tuple, int] = {}
         self._found: dict[tuple, tuple[dict[str, float], int, float] | None] = {}
         # Completions predicted, each once: a bound lists every completion of its node, and
         # one listed before is remembered, not predicted again. Counting every listing
@@ -259,6 +261,19 @@ class EnumeratingModel:
             self._writes[key] = moved_requests(offset, request, size, moves)
         return self._writes[key]
 
+    def write_instructions(self, params: Mapping[str, Any], tile: Mapping[str, int],
+                           threads: int, parts: int) -> int:
+        """A thread's instructions per output element of a complete candidate's write,
+        counted from the write statement its kernel builder makes
+        (:meth:`.tensorcore_kernel.Builder.write_instructions`: a free box's or a group's
+        index arithmetic, guards, the loop nvcc unrolls or keeps). Remembered per tile,
+        threads, layout and split: what the write depends on."""
+        key = (tile["m"], tile["n"], threads, params.get("free_layout", "group"), parts > 1)
+        if key not in self._write_instructions:
+            builder = self.builder(self.program, params)
+            self._write_instructions[key] = builder.write_instructions()
+        return self._write_instructions[key]
+
     def tiles(self, tile: Mapping[str, int], params: Mapping[str, Any]) -> int:
         """The output tiles of ``tile["m"] x tile["n"]`` a grid covers, over the batch: a
         padded free box's group with its extra slots, whose MMA work, copies and blocks
@@ -308,6 +323,8 @@ class EnumeratingModel:
 class TensorCoreModel(EnumeratingModel):
     """The model of one program on one GPU for the tensor-core strategy; ``values`` are the
     values its open parameters may take."""
+
+    builder = Builder
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -553,7 +570,8 @@ class TensorCoreModel(EnumeratingModel):
         mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
         frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
         output = tile["m"] * tile["n"]
-        instructions = blocks * (chunk * warps * warp_step + output * WRITE_INSTRUCTIONS / 32)
+        written = self.write_instructions(p, tile, threads, parts)
+        instructions = blocks * (chunk * warps * warp_step + output * written / 32)
         # the tiles' rows are padded so that fragment loads are free of bank conflicts
         # (tensorcore_tiles.operand_pads): their bytes in 128-byte wavefronts
         fragment_fronts = tile["frags_k"] * warps * self.bytes * (

@@ -440,32 +440,53 @@ def holds_boxes(box: FreeBox | None, tile: Mapping[str, int]) -> bool:
     return tile[box.axis] % (box.p * q) == 0 and (o_first(box) or q & (q - 1) == 0)
 
 
-def output_local(e: Any, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
-                 ops: Operators) -> tuple[Any, Any]:
-    """The C tile's (M, N) element that element ``e`` of the output's write stands for:
-    along the tile's rows of N (``along_n``) or its columns of M, or, in a free ``box``,
-    Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the rest of the box's
-    group in the tile, then the other group's tile, so that consecutive threads write
-    consecutive values of the output's fastest index (along the tile's group they wrote runs
-    of P values 16 times apart: 16 sectors a request on tccg_31), and a warp reads one row
-    of the C tile (:func:`skew_words`). The box's group is numbered before the other, as the
-    group layout numbers the write's: where the block's threads cover its tile, a thread's
-    place in the box's group is the same in every iteration of the write, so its part of
-    the output's address and its guard for a partial tile are worked out once (tccg_33's
-    warpgroup box: the other group first took 39.5 SASS instructions an element, a guard
-    and the box's divisions in each)."""
+def write_span(tile: Mapping[str, int], along_n: bool, box: FreeBox | None) -> tuple[int, int]:
+    """The C tile's extents as the output's write numbers it: the positions of a row along
+    the output's fastest group (a free ``box``'s axis, N ``along_n``, else M), and the rows."""
+    axis = box.axis if box is not None else "n" if along_n else "m"
+    return tile[axis], tile["n" if axis == "m" else "m"]
+
+
+def write_lanes(threads: int, tile: Mapping[str, int], along_n: bool, box: FreeBox | None
+                ) -> int | None:
+    """The threads ``G`` that share a row of the output's write, each taking every ``G``-th
+    position of it (:func:`output_local`), where that deals a warp's 32 stores as the
+    element numbering ``e = T c + t`` does (32 consecutive positions of a row): ``G`` the
+    largest number dividing both the threads and the row's positions, a multiple of 32, or
+    the whole row. None where neither holds (the write then numbers ``e``, its row and
+    position ``e / F`` and ``e mod F``). A thread's position is then ``t mod G + G j`` and
+    its row ``t / G + (T / G) c``: no division by the row's extent in any iteration (GEMM
+    fp16's 256 x 192 warpgroup tile, 256 threads: ``e / 192`` and ``e mod 192`` and a guard
+    in each of 192 stores a thread, 28.75 SASS instructions an element)."""
+    span, _ = write_span(tile, along_n, box)
+    lanes = math.gcd(threads, span)
+    return lanes if lanes % WARP == 0 or lanes == span else None
+
+
+def output_local(position: Any, row: Any, tile: Mapping[str, int], along_n: bool,
+                 box: FreeBox | None, ops: Operators) -> tuple[Any, Any]:
+    """The C tile's (M, N) element at ``position`` of ``row`` of the output's write
+    (:func:`write_span`): along the tile's rows of N (``along_n``) or its columns of M, or,
+    in a free ``box``, Q' values of ``o`` (:func:`box_q`), then the P of ``c``, then the rest
+    of the box's group in the tile, the other group's tile a row, so that consecutive
+    threads write consecutive values of the output's fastest index (along the tile's group
+    they wrote runs of P values 16 times apart: 16 sectors a request on tccg_31), and a warp
+    reads one row of the C tile (:func:`skew_words`). The box's group is numbered before the
+    other, as the group layout numbers the write's: where the block's threads cover its
+    tile, a thread's place in the box's group is the same in every iteration of the write,
+    so its part of the output's address and its guard for a partial tile are worked out
+    once (tccg_33's warpgroup box: the other group first took 39.5 SASS instructions an
+    element, a guard and the box's divisions in each)."""
     quotient, remainder, plus, times = ops
     if box is None:
-        return ((quotient(e, tile["n"]), remainder(e, tile["n"])) if along_n
-                else (remainder(e, tile["m"]), quotient(e, tile["m"])))
+        return (row, position) if along_n else (position, row)
     q = box_q(box, tile)
-    runs = q * box.p  # elements of a box
-    span = tile[box.axis]  # a multiple of ``runs`` (:func:`holds_boxes`)
-    inside = (remainder(e, runs) if o_first(box)
-              else plus(remainder(quotient(e, q), box.p), times(box.p, remainder(e, q))))
-    local = plus(inside, times(runs, remainder(quotient(e, runs), span // runs)))
-    across = quotient(e, span)
-    return (local, across) if box.axis == "m" else (across, local)
+    runs = q * box.p  # elements of a box; the row's extent is a multiple (holds_boxes)
+    inside = (remainder(position, runs) if o_first(box)
+              else plus(remainder(quotient(position, q), box.p),
+                        times(box.p, remainder(position, q))))
+    local = plus(inside, times(runs, quotient(position, runs)))
+    return (local, row) if box.axis == "m" else (row, local)
 
 
 def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
@@ -1005,7 +1026,9 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
                                 {"b": batch}, {"b": sizes})
     batches = np.bincount(batch_offsets % period, minlength=period)
     e = np.arange(tile["m"] * tile["n"])
-    local_m, local_n = output_local(e, tile, output_along_n(program), box, NUMPY)
+    span, _ = write_span(tile, output_along_n(program), box)
+    local_m, local_n = output_local(e % span, e // span, tile, output_along_n(program), box,
+                                    NUMPY)
     requests, offsets, moves = [], [], []
     warps = -(-e.size // WARP)
     for number, ((offset_m, inside_m, moves_m), (offset_n, inside_n, moves_n)) in enumerate(

@@ -79,6 +79,7 @@ from .tensorcore_tiles import (
     stepped_k,
 )
 from .warpgroup_kernel import (
+    WarpgroupBuilder,
     crossed_words,
     operand_widths,
     shared_bytes,
@@ -112,7 +113,6 @@ TMA_STEP_INSTRUCTIONS = 12
 # try_wait, its predicate and branch, the parity (its loop in GEMM's sm_90a SASS: 73
 # instructions a step for 5 copies, against 67 in the issue block of the kernel without it)
 PRODUCER_STEP_INSTRUCTIONS = 6
-WRITE_INSTRUCTIONS = 6  # per output element: shared store and load, scale, store, address
 # per output element of a C tile crossed with an odd skew (warpgroup_kernel.crossed): every
 # other block of 32 columns holds its pairs swapped, both registers moved into order before
 # the 8-byte store (tccg_42's pick, sm_90a: 64 moves a thread of 128 accumulators)
@@ -126,6 +126,8 @@ SYNC_CYCLES = 20  # [EST] a barrier of a few warps, as the tensor-core model's
 class WarpgroupModel(EnumeratingModel):
     """The model of one program on one GPU for the warpgroup strategy; ``values`` are the
     values its open parameters may take."""
+
+    builder = WarpgroupBuilder
 
     def __init__(self, program: Program, gpu: Gpu, strategy: Strategy,
                  values: Mapping[str, tuple] | None = None):
@@ -257,8 +259,9 @@ class WarpgroupModel(EnumeratingModel):
         output = tile["m"] * tile["n"]
         # a crossed C tile's swapped pairs' moves (CROSSED_MOVES)
         moves = CROSSED_MOVES if crossed_words(self.program, free, tile) % 2 else 0
+        written = self.write_instructions(p, tile, WARPGROUP * p["warpgroups"], parts)
         instructions = blocks * (chunk * (copies / 32 + mmas * 4 + warps * STEP_INSTRUCTIONS)
-                                 + output * (WRITE_INSTRUCTIONS + moves) / 32)
+                                 + output * (written + moves) / 32)
         # a warp's 16-bit stores of a box's B copied through registers take a wavefront
         # each, 64 bytes of its 128; every other copy's stores (a staged B's transposes'
         # 32-bit ones) take 1 way in the swizzled tiles; a staged B's cp.async stores and

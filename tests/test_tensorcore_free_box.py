@@ -123,7 +123,8 @@ def test_box_digits_and_the_writes_order_number_every_element_once():
     assert values["d_e"][:8].tolist() == list(range(8)) and values["a"][8] == 1
     tile = {"m": 64, "n": 32}
     e = np.arange(64 * 32)
-    m, n = tiles.output_local(e, tile, False, box, tiles.NUMPY)
+    span, _ = tiles.write_span(tile, False, box)
+    m, n = tiles.output_local(e % span, e // span, tile, False, box, tiles.NUMPY)
     assert len(set(zip(m.tolist(), n.tolist(), strict=True))) == e.size
     assert np.all((m < 64) & (n < 32))
     a = tiles.digit_values(digits, m[:4], program.sizes, tiles.NUMPY)["a"]
@@ -146,7 +147,9 @@ def test_a_threads_place_in_the_boxs_group_is_the_same_in_every_write(expression
     box = tiles.free_boxes(program)[layout]
     threads = tile[box.axis]
     c, t = np.divmod(np.arange(tile["m"] * tile["n"]), threads)
-    m, n = tiles.output_local(threads * c + t, tile, box.axis == "n", box, tiles.NUMPY)
+    e = threads * c + t
+    span, _ = tiles.write_span(tile, box.axis == "n", box)
+    m, n = tiles.output_local(e % span, e // span, tile, box.axis == "n", box, tiles.NUMPY)
     place, across = (n, m) if box.axis == "n" else (m, n)
     assert np.all(place.reshape(-1, threads) == place[:threads])
     assert np.all(across == c)

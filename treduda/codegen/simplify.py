@@ -6,7 +6,8 @@ index ``((64 bm + e mod 64) / 384) mod 12`` of a group of indices. Given each va
 (all non-negative), :func:`simplify` rewrites divisions and remainders by constants into what
 isl's AST generator writes when it knows the loops (``2 c + t / 64``, ``bm / 6``), which saves
 the kernel integer instructions in its main loop. For a sum ``S = d q + k x + r`` (``q`` the
-terms whose coefficients ``d`` divides, ``d = k m``, ``0 <= r < k``):
+terms whose coefficients ``d`` divides, ``d = k m``, ``0 <= r < k``, a constant's multiple
+of ``k`` taken into ``x``):
 
 * ``S / d = q + (k x + r) / d`` and ``S mod d = (k x + r) mod d`` (``k x + r >= 0``);
 * ``(k x + r) / d = x / m`` and ``(k x + r) mod d = k (x mod m) + r``;
@@ -154,11 +155,13 @@ def _divided(value: ir.Expr, d: int, op: ir.Op, known: Mapping[ir.Expr, Range]) 
     for k in sorted({math.gcd(c, d) for c in rest.values()}, reverse=True):
         if k == 1:
             break
-        small = _sum({t: c for t, c in rest.items() if c % k != 0}, constant)
+        # the constant's multiple of k goes with the large part: (64 b + 33) / 480 is
+        # (2 b + 1) / 15, as (64 b + 1) / 480 is (2 b) / 15
+        small = _sum({t: c for t, c in rest.items() if c % k != 0}, constant % k)
         span = value_range(small, known)
         if span is None or span[0] < 0 or span[1] >= k:
             continue
-        large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, 0)
+        large = _sum({t: c // k for t, c in rest.items() if c % k == 0}, constant // k)
         if op is ir.Op.DIV:
             return plus(head, _divided(large, d // k, op, known))
         return plus(times(k, _divided(large, d // k, op, known)), small)

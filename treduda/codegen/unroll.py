@@ -18,18 +18,22 @@ from dataclasses import replace
 
 from ..errors import TredudaError
 from . import ir
-from .simplify import uniform_over_threads, value_range
+from .simplify import simplify, uniform_over_threads, value_range
 
 _TRUE, _FALSE = ir.Int(1), ir.Int(0)
 _COMPARISONS = (ir.Op.LT, ir.Op.LE, ir.Op.EQ, ir.Op.GE, ir.Op.GT)
 
 
 def unroll(kernel: ir.KernelIR, loops: Mapping[str, tuple[int, int]],
-           known: Mapping[ir.Expr, tuple[int, int]]) -> ir.KernelIR:
+           known: Mapping[ir.Expr, tuple[int, int]], divisions: bool = False) -> ir.KernelIR:
     """``kernel`` with the loops over the iterators in ``loops`` unrolled; ``loops`` gives the
     first and last value each iterator can take, ``known`` the ranges of the block and thread
-    ids (and any other expression) that decide the guards of the iterations."""
-    return replace(kernel, body=_Unroller(loops, known, _Reads()).stmt(kernel.body))
+    ids (and any other expression) that decide the guards of the iterations. With
+    ``divisions``, each copy's divisions and remainders by constants are simplified with its
+    value in them (:func:`~treduda.codegen.simplify.simplify`): the tensor-core kernels'
+    write, a division of the block's and thread's values a thread instead of one a copy."""
+    unroller = _Unroller(loops, known, _Reads(), divisions)
+    return replace(kernel, body=unroller.stmt(kernel.body))
 
 
 def peel(kernel: ir.KernelIR, known: Mapping[ir.Expr, tuple[int, int]]) -> ir.KernelIR:
@@ -199,10 +203,12 @@ class _Reads:
 
 class _Unroller:
     def __init__(self, loops: Mapping[str, tuple[int, int]],
-                 known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads):
+                 known: Mapping[ir.Expr, tuple[int, int]], reads: _Reads,
+                 divisions: bool = False):
         self.loops = loops
         self.known = dict(known)
         self.reads = reads
+        self.divisions = divisions  # simplify a copy's divisions (see unroll)
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.For) and s.iterator in self.loops:
@@ -292,6 +298,12 @@ class _Unroller:
         if all(n is p for n, p in zip(new, parts, strict=True)):
             return e
         if isinstance(e, ir.Binary):
+            if (self.divisions and e.op in (ir.Op.DIV, ir.Op.MOD)
+                    and isinstance(new[1], ir.Int)):
+                # with the iteration's value in it, the known ranges may decide a division:
+                # tccg_33's write unrolled, (64 bm + 5) / 480 is bm / 7.5 rounded down,
+                # (2 bm) / 15 for each copy up to 31, a division a thread, not a copy
+                return simplify(ir.Binary(e.op, *new), self.known)
             return self.fold(ir.Binary(e.op, *new))
         if isinstance(e, ir.Neg):
             return ir.Int(-new[0].value) if isinstance(new[0], ir.Int) else ir.Neg(new[0])

@@ -170,7 +170,7 @@ def build(scheduled: Scheduled, name: str) -> Built:
                          body=body, zeroed_output=scheduled.zeroed_output,
                          tensor_maps=scheduled.tensor_maps)
     ids = _id_ranges(grid, scheduled.block)
-    kernel = unroll(kernel, _unrolled(scheduled, used), ids)
+    kernel = unroll(kernel, _unrolled(scheduled, used), ids, divisions=bool(fragments))
     kernel = unswitch(kernel) if full is None else _unswitched_inside(kernel)
     kernel = vectorize(copy_guards_over_steps(kernel, ids) if fragments
                        else clamp_idle(unroll_uneven(peel(kernel, ids), ids)))

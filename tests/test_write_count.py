@@ -1,0 +1,124 @@
+"""The tensor-core kernels' write (the C tile to the output): dealt so that no iteration
+divides by the tile's row, unrolled whole by the kernel IR where a thread stores up to
+:data:`WHOLE_WRITE` elements, and counted from its statement by the models
+(:meth:`Builder.write_instructions`), checked against the PoCL run, the emulator and the
+SASS."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+
+import pytest
+from treduda.strategies.tensorcore_kernel import WHOLE_WRITE, Builder
+from treduda.strategies.warpgroup_kernel import WarpgroupBuilder
+
+import treduda
+from treduda.codegen import ir
+from treduda.codegen.simplify import plus, quotient, remainder, times
+from treduda.model import iteration
+from treduda.polyhedral.lower import plan
+from treduda.run.nvcc import cubin, nvcc_available
+from treduda.run.sass import find_disassembler
+from treduda.suites import load
+
+GEMM = "C[i,j] = A[i,k] * B[k,j]"
+TCCG = {r.id: r for r in load("tccg_fp16")}
+# two consumer warpgroups (256 threads) and 192 columns: 64 threads a row, three stores a
+# pass
+WIDE = {"warpgroups": 2, "frags_m": 1, "tile_n": 192, "frags_k": 1, "split": 1, "stages": 2,
+        "async_copy": True, "staged_b": False, "tma": True, "producer": True,
+        "free_layout": "group"}
+
+
+def _divisors(e: ir.Expr) -> set[int]:
+    """The constants ``e`` divides by or takes a remainder of."""
+    found = set()
+    if isinstance(e, ir.Binary):
+        found = _divisors(e.left) | _divisors(e.right)
+        if e.op in (ir.Op.DIV, ir.Op.MOD) and isinstance(e.right, ir.Int):
+            found.add(e.right.value)
+    return found
+
+
+def test_an_unrolled_copy_divides_once_what_its_constants_leave():
+    """A division and its remainder beside it: 3 + 1, each with the sum it divides; by a
+    power of two a shift; the same division in two copies once."""
+    b = ir.Var("b")
+    m = plus(times(64, b), ir.Int(5))
+    assert iteration.divisions([quotient(m, 480), remainder(m, 480)]) == 3 + 1 + 1 + 1
+    assert iteration.divisions([quotient(b, 480), quotient(b, 480)]) == 3 + 1
+    assert iteration.divisions([quotient(m, 64)]) == 1 + 1
+    assert iteration.divisions([plus(times(2, b), ir.Int(1))]) == 0
+
+
+def test_a_row_of_192_is_written_without_dividing_by_it():
+    """256 threads write a row of 192 positions 64 threads at a time, three stores a pass
+    (the element ``e = 256 c + t`` took ``e / 192`` and ``e mod 192`` in each iteration):
+    the write's indices divide by no 192, and partial tiles match numpy.einsum on PoCL and
+    on the emulator, without hazards."""
+    kernel = treduda.compile(GEMM, {"i": 150, "j": 232, "k": 40}, dtype="float16",
+                             strategy="warpgroup", params=WIDE)
+    builder = WarpgroupBuilder(plan(GEMM, {"i": 150, "j": 232, "k": 40}, "C", "float16"),
+                               WIDE)
+    write = builder.write_statement()
+    assert write.whole  # 96 stores a thread
+    assert not any(192 in _divisors(i) for a in write.accesses for i in a.indices)
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+def _sass_per_store(kernel: treduda.Kernel, arch: str) -> float:
+    """SASS instructions after the kernel's last barrier (the write, unrolled whole) per
+    global store."""
+    disassembler = find_disassembler()
+    with cubin(kernel.cuda_source, arch) as (binary, _):
+        listing = subprocess.run([disassembler, "-c" if "nvdisasm" in disassembler
+                                  else "-sass", str(binary)],
+                                 capture_output=True, text=True, check=True).stdout
+    opcodes = re.findall(r"/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)",
+                         listing)
+    last = max(n for n, op in enumerate(opcodes) if op.startswith("BAR"))
+    end = len(opcodes)
+    while opcodes[end - 1] in ("NOP", "BRA"):
+        end -= 1
+    written = opcodes[last + 1:end]
+    assert not any(op.startswith("BRA") for op in written)  # no loop: unrolled whole
+    return len(written) / sum(op.startswith("STG") for op in written)
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+@pytest.mark.parametrize(("row", "strategy", "params", "arch"), [
+    # tccg_33's warpgroup 128 x 256 tile: 128 stores a thread, M's digits (by 480) a
+    # division a copy as printed, one a thread simplified; SASS 4.0 an element, counted 4.3
+    # (a loop of 13.9 an element before, counted 6)
+    ("tccg_33", "warpgroup", {**WIDE, "tile_n": 256, "frags_k": 2, "tma": False,
+                              "producer": False}, "sm_90a"),
+    # tccg_35's mma.sync pick (divisions by 24, 20 and 240): SASS 5.2, counted 5.3
+    pytest.param("tccg_35", "tensorcore",
+                 {"warps_m": 2, "warps_n": 3, "frags_m": 4, "frags_n": 4, "frags_k": 2,
+                  "stages": 2, "split": 1, "mapping": "mma", "shared_layout": "pad",
+                  "free_layout": "full", "async_copy": True}, "sm_80",
+                 marks=pytest.mark.matrix),
+])
+def test_the_count_is_the_sass_of_the_write(row, strategy, params, arch):
+    """The models' count of the write per element (:meth:`Builder.write_instructions`) is
+    its SASS's within 1.5 instructions, where the write is unrolled whole."""
+    case = TCCG[row]
+    kernel = treduda.compile(case.expression, case.sizes, dtype="float16", layout=case.layout,
+                             strategy=strategy, params=params)
+    builder = (WarpgroupBuilder if strategy == "warpgroup" else Builder)(
+        plan(case.expression, case.sizes, case.layout, "float16"), params)
+    assert builder.write_statement().whole
+    assert builder.write_instructions() == pytest.approx(_sass_per_store(kernel, arch),
+                                                         abs=1.5)
+
+
+def test_a_long_write_is_a_loop_counted_per_iteration():
+    """GEMM's 256 x 192 warpgroup tile: 192 stores a thread, more than :data:`WHOLE_WRITE`,
+    a loop over ``c`` of three stores, each iteration's row computed once for them (SASS:
+    3.6-3.9 an element; 28.75 dividing by 192 each element)."""
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "C", "float16")
+    builder = WarpgroupBuilder(program, {**WIDE, "frags_m": 2})
+    assert 192 > WHOLE_WRITE and not builder.write_statement().whole
+    assert builder.write_instructions() == pytest.approx(4.67, abs=0.01)
