@@ -490,43 +490,6 @@ def test_the_simt_models_shared_conflicts_are_the_emulators(order, reg_x, assign
     assert optimist.wavefronts(a) <= ways
 
 
-TCCG09 = ("C[a,b,c,d]=A[e,a]*B[e,b,c,d]", {"a": 96, "b": 84, "c": 84, "d": 84, "e": 96})
-TCCG09_STAGED = {"stage": "A,B", "block_x": 16, "assign_x": "adjacent", "assign_y": "cyclic",
-                 "block_z": 1, "reg_z": 1, "assign_z": "cyclic", "step": 32, "split": 1,
-                 "pad": 4, "unroll": True, "reg_y": 8}
-TCCG09_PICK = {"order": "b_c_d,a", "reg_x": 4, "block_y": 4, "preload": False,
-               "double_buffer": False}
-TCCG09_RIVAL = {"order": "a,b_c_d", "reg_x": 2, "block_y": 16, "preload": True,
-                "double_buffer": True}
-
-
-@pytest.mark.parametrize(("params", "tensor", "wavefronts"), [
-    # B's rows (e fastest, 36 floats: 144 B, 16-byte aligned) read by LDS.128 along e, a
-    # thread's b_c_d 4 tx: even threads' rows in banks 0-3, odd ones' in 16-19, so 4 ways
-    # in each quarter-warp: 16 wavefronts for 4 values (the warp's busiest bank: 2)
-    (TCCG09_PICK, "B", 4.0),
-    # A's rows a thread 72 floats apart (a = 2 tx): banks 0, 8, 16, 24 twice a quarter-warp,
-    # 2 ways: 8 wavefronts for 4 values
-    (TCCG09_RIVAL, "A", 2.0),
-    # B's: lanes 0-15 read one row, 16-31 the next: lanes i and i ^ 1 agree, so a half-warp
-    # is one phase of one address: 2 wavefronts for 4 values (distinct addresses: 1)
-    (TCCG09_RIVAL, "B", 0.5),
-], ids=["pick B", "rival A", "rival B"])
-def test_the_model_prices_a_vector_along_the_reduction_by_its_phases(params, tensor,
-                                                                     wavefronts):
-    """tccg_09's kernels (H200) read both staged tiles by LDS.128 along e, the reduction (their
-    SASS); the estimate's wavefronts per value are those of that access by the counters'
-    rule, not a scalar load's shared by four values: 0.651 ms for the pick's 0.665 measured
-    (0.324 before), 0.451 for the rival's 0.490 (0.290)."""
-    from treduda.model.optimist import _Optimist
-    from treduda.polyhedral.lower import plan
-
-    model = model_of(plan(*TCCG09, layout="F"), gpu("H200"), "tiled+staged")
-    read = next(r for r in model.reads if r.tensor == tensor)
-    optimist = _Optimist(model, model.describe({**TCCG09_STAGED, **params}))
-    assert optimist.wavefronts(read, exact=True) == wavefronts
-
-
 def test_registers_along_x_stay_one_access_where_the_reduction_is_the_fastest_index():
     """GEMM 4096^3's H100 row rand14: A's tile [i, k + 1] read by 4 adjacent registers along
     i meets 4 ways per scalar load in Kernel.counters, but k, its fastest index, is summed and

@@ -119,13 +119,11 @@ class _Accesses(_Tiles):
         separate = exact and staged and not self.vectorisable(read)
 
         def cost(strides: Mapping[str, int], reduction_vector: bool) -> float:
-            if reduction_vector:  # a vector along the tile's fastest index from each register
-                return max(least, self._fronts(read, strides, staged, 1, values) / values)
             group = len(warp[0][:values]) if grouped else 1
             fronts = self._fronts(read, strides, staged, group) / group
             if separate and not self._side_by_side(strides, group):
                 fronts = max(fronts, self._fronts(read, strides, staged, 1))
-            return max(least, fronts)
+            return max(least, fronts * (least if reduction_vector else 1.0))
 
         if not staged:
             return cost(read.strides, False)
@@ -158,23 +156,15 @@ class _Accesses(_Tiles):
         offsets = self.offsets(strides, group)
         return bool(np.all(offsets - offsets[:, :1] == np.arange(group)))
 
-    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int,
-                run: int = 1) -> int:
+    def _fronts(self, read: _Read, strides: Mapping[str, int], staged: bool, group: int) -> int:
         """LSU wavefronts of warp 0's access to ``read`` at ``strides`` (the first ``group``
-        registers of each lane's along x, or ``run`` values side by side from its first, the
-        tile's fastest index): distinct lines (global) or, in shared memory, each lane's
-        values one access (Counts.bank_conflicts); remembered per model for the warp's shape
-        and the strides."""
-        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group, run)
+        registers of each lane's along x): distinct lines (global) or the busiest bank's
+        words (shared); remembered per model for the warp's shape and the strides."""
+        key = ("fronts", self.warp_shape, read, tuple(strides.items()), staged, group)
 
         def fronts() -> int:
-            offsets, inside = self.offsets(strides, group), self._inside(group)
-            if not staged:
-                return self.m.lines(offsets[inside])
-            if run > 1:
-                offsets = offsets[:, :1] + np.arange(run)
-                inside = np.repeat(inside[:, :1], run, axis=1)
-            return self.m.bank_conflicts(offsets, inside)
+            offsets = self.offsets(strides, group)[self._inside(group)]
+            return self.m.lines(offsets) if not staged else self.m.bank_conflicts(offsets)
 
         return self.memo(key, fronts)
 

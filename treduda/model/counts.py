@@ -21,7 +21,7 @@ from ..codegen.ir import VECTOR_BYTES
 from ..frontend import dtypes
 from ..polyhedral import geometry
 from ..polyhedral.lower import Kind, Program
-from ..run.counters import SECTOR_BYTES, shared_wavefronts
+from ..run.counters import SECTOR_BYTES
 from .gpus import Gpu
 
 # Each lane's element offsets in one warp access: a lane per row, as lists or an array.
@@ -148,20 +148,18 @@ class Counts:
         per_run = sum(-(-(start + size) // SECTOR_BYTES) for start in starts) / len(starts)
         return rows * per_run
 
-    def bank_conflicts(self, accesses: np.ndarray, inside: np.ndarray | None = None) -> int:
-        """Wavefronts of one warp's shared-memory access, given each lane's element offsets
-        (a row a lane: its values, one vector access where they lie side by side, else
-        counted together as one scalar access of the warp's, as before; ``inside``: which it
-        loads, all by default), by the counters' rule
-        (:func:`~treduda.run.counters.shared_wavefronts`): phases of lanes by the access's
-        width, each as many wavefronts as the most distinct 32-bit words a bank holds in it
-        (CUDA C++ Programming Guide, "Shared Memory" of compute capability 5.x and later: a
-        word read by several lanes is broadcast, distinct words in one bank are serialised)."""
-        rows = np.asarray(accesses).reshape(len(accesses), -1)
-        kept = np.ones(rows.shape, bool) if inside is None else inside
-        words = max(1, self.shared_value // self.gpu.shared_bank_bytes)
-        lanes = np.repeat(np.nonzero(kept)[0], words)
-        addressed = (rows[kept][:, None] * words + np.arange(words)).ravel()
-        vector = bool(np.all(rows - rows[:, :1] == np.arange(rows.shape[1])))
-        width = self.shared_value * (rows.shape[1] if vector else 1)
-        return shared_wavefronts(addressed, lanes, width)[0]
+    def bank_conflicts(self, accesses: Offsets) -> int:
+        """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
+        the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
+        Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
+        distinct words in one bank are serialised)."""
+        g = self.gpu
+        words_per_value = max(1, self.shared_value // g.shared_bank_bytes)
+        offsets = set(_flat(accesses))
+        words = offsets if words_per_value == 1 else {
+            w for offset in offsets
+            for w in range(offset * words_per_value, (offset + 1) * words_per_value)}
+        per_bank: dict[int, int] = {}
+        for w in words:
+            per_bank[w % g.shared_banks] = per_bank.get(w % g.shared_banks, 0) + 1
+        return max(per_bank.values(), default=1)

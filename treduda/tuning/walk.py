@@ -8,8 +8,7 @@ index expressions, copies, guards and barriers. The walk makes these choices:
   thread (0,0,0), so counts are per thread of a full tile.
 * Access costs come from warp 0 of that block: each offset is evaluated for its lanes (x
   fastest), iterators per lane, lanes narrowed by the guards thread 0 passes. Global: 32-byte
-  sectors touched / 4 per wavefront; shared: Kernel.counters' rule (phases of lanes by the
-  access's width, each the distinct words in its busiest bank).
+  sectors touched / 4 per wavefront; shared: distinct words in the busiest bank.
 * Identical loads in straight-line code count once, as nvcc reuses them: until a barrier, a
   store to that array, or the next iteration of a loop that stays a loop (not ``unroll``).
 * Index ops: each distinct varying subexpression of an offset or condition once per iteration
@@ -43,14 +42,13 @@ from ..model.model import Model, model_of
 from ..model.occupancy import blocks_per_sm
 from ..model.prediction import Prediction, combined, unfit
 from ..polyhedral.lower import accumulator_name, plan
-from ..run.counters import BANK_BYTES, shared_wavefronts
 from ..run.nvcc import nvcc_available
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")
 BASE_REGISTERS = 16  # beyond the register locals: indices, pointers, loaded operands
 SAMPLED = 5  # loops with more iterations are sampled (see the module docstring)
-SECTOR_BYTES, SECTORS_PER_WAVEFRONT = 32, 4
+SECTOR_BYTES, SECTORS_PER_WAVEFRONT, BANKS = 32, 4, 32
 
 
 @dataclass(frozen=True)
@@ -446,13 +444,9 @@ class _Walker:
         kind = "shared" if space is ir.Space.SHARED else "global"
         tally["flops_other"] += extra + (self.conversion * width if kind == "global" else 0)
         tally[f"{kind}_{'stores' if store else 'loads'}"] += width if store else 1
-        if kind == "shared":  # each lane's elements one access (Kernel.counters' rule)
-            words = max(1, self.local_bytes // BANK_BYTES)
-            addressed = ((lanes * self.local_bytes)[:, None] // BANK_BYTES
-                         + np.arange(words)).ravel()
-            threads = np.repeat(np.nonzero(self.active)[0], width * words)
-            tally["shared_wavefronts"] += float(
-                shared_wavefronts(addressed, threads, width * self.local_bytes)[0])
+        if kind == "shared":
+            words = np.unique(lanes * self.local_bytes // 4)
+            tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
         elif not store:
             sectors = np.unique(lanes * self.bytes // SECTOR_BYTES).size
             tally["global_wavefronts"] += max(1.0, sectors / SECTORS_PER_WAVEFRONT)
