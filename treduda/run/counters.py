@@ -60,6 +60,7 @@ conflicts of shared loads (``op_ld``, tf32 and fp64 fragments too), stores (``op
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -423,31 +424,43 @@ def shared_wavefronts(words: np.ndarray, lanes: np.ndarray, width: int) -> tuple
     module's docstring: phases of 32, 16 or 8 lanes by the width, two merged where every
     lane's partner ``i ^ 1`` or ``i ^ 2`` reads its address or nothing; each phase as many
     wavefronts as the most distinct words one bank holds in it."""
-    words, lanes = words.astype(np.int64), lanes.astype(np.int64)
     size = WAVEFRONT_BYTES // max(width, BANK_BYTES)  # lanes a phase
-    warp, lane = lanes // ir.WARP, lanes % ir.WARP
-    warps, warp = np.unique(warp, return_inverse=True)
-    none = np.iinfo(np.int64).max
-    first = np.full((warps.size, ir.WARP), none, np.int64)
-    np.minimum.at(first, (warp, lane), words)
-    address = np.where(first == none, -1, first)  # each lane's address; -1: inactive
-    every = np.arange(ir.WARP)
-    paired = np.zeros(warps.size, bool)
+    if size == ir.WARP and int(lanes.min()) // ir.WARP == int(lanes.max()) // ir.WARP:
+        # one phase, a warp's (the model's counts of every candidate): Python sets beat
+        # numpy's sorting at a warp's few hundred words
+        held = Counter(word % BANKS for word in set(words.tolist()))
+        ways = max(held.values())
+        threads = len(set(lanes.tolist()))
+        return ways, min(-(-threads * width // WAVEFRONT_BYTES), 1), ways
+    words, lanes = words.astype(np.int64), lanes.astype(np.int64)
+    warp, lane = np.divmod(lanes, ir.WARP)
     if size < ir.WARP:
-        for step in (1, 2):
-            partner = address[:, every ^ step]
-            paired |= np.all((address < 0) | (partner < 0) | (address == partner), axis=1)
-    size_of = np.where(paired, 2 * size, size)[warp]
-    phase = warp * ir.WARP + lane // size_of  # a number per phase of the instruction
+        size = np.where(_pairs_agree(words, warp, lane), 2 * size, size)
+    phase = warp * ir.WARP + lane // size  # a number per phase of the instruction
     phase, addressed = _distinct(phase, words)
     banks, held = np.unique(phase * BANKS + addressed % BANKS, return_counts=True)
-    phases, phase_of = np.unique(banks // BANKS, return_inverse=True)
-    worst = np.zeros(phases.size, dtype=np.int64)
-    np.maximum.at(worst, phase_of, held)
-    threads = np.count_nonzero(address >= 0, axis=1)
-    served = np.bincount(phases // ir.WARP, minlength=warps.size)
+    phases, starts = np.unique(banks // BANKS, return_index=True)  # banks sorted by phase
+    worst = np.maximum.reduceat(held, starts)
+    threads = np.unique(np.unique(lanes) // ir.WARP, return_counts=True)[1]
+    served = np.unique(phases // ir.WARP, return_counts=True)[1]
     ideal = np.minimum(-(-threads * width // WAVEFRONT_BYTES), served)
     return int(worst.sum()), int(ideal.sum()), int(worst.max())
+
+
+def _pairs_agree(words: np.ndarray, warp: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """For each access (``warp``, ``lane``, word), whether its warp's lanes agree in pairs:
+    every active lane's partner ``i ^ 1`` (or every one's ``i ^ 2``) inactive or at the same
+    address (its lowest word)."""
+    none = np.iinfo(np.int64).max
+    warps, of = np.unique(warp, return_inverse=True)
+    address = np.full((warps.size, ir.WARP), none, np.int64)
+    np.minimum.at(address, (of, lane), words)
+    address[address == none] = -1  # an inactive lane
+    every, paired = np.arange(ir.WARP), np.zeros(warps.size, bool)
+    for step in (1, 2):
+        partner = address[:, every ^ step]
+        paired |= np.all((address < 0) | (partner < 0) | (address == partner), axis=1)
+    return paired[of]
 
 
 def _operand_accesses(grid: np.ndarray, a: bool) -> tuple[np.ndarray, np.ndarray]:
