@@ -156,7 +156,7 @@ class Counts:
         (:func:`~treduda.run.counters.shared_wavefronts`) for an access of one word a lane:
         one phase of the whole warp, whatever its width. A 64- or 128-bit access is served in
         half- or quarter-warp phases, but pricing it so (tccg_09: -51% -> -2% on the H200)
-        moved 23 of the SIMT economy table's 49 picks to kernels of a lower FFMA share
+        moved 27 of the SIMT economy table's 49 picks to kernels of a lower FFMA share
         (branch ulds, 2026-11-29), so the model keeps the one phase until ncu has measured
         the rule on cc 9.0."""
         offsets = _flat(accesses)
