@@ -14,7 +14,8 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
 * **Shared memory** (CUDA C++ Programming Guide, "Shared Memory" for compute capability 5.x
   and later: 32 banks of 4-byte words, successive words in successive banks; threads reading
   the same word share it): a request is served in *wavefronts* of 128 bytes, the most the
-  banks give, and return, in a cycle. :func:`shared_wavefronts` is the rule, the model's too.
+  banks give, and return, in a cycle. :func:`shared_wavefronts` is the rule (the model and
+  the walk call it at one phase of the warp: :meth:`~treduda.model.counts.Counts.bank_conflicts`).
   Accesses wider than a word are split into phases of lanes whose bytes fill one wavefront:
   the warp for 4 bytes (or less), its half-warps (lanes 0-15, 16-31) for 8, its quarter-warps
   for 16. The Programming Guide documents phases only for compute capability 2.x and says
