@@ -105,6 +105,46 @@ def test_wide_shared_accesses_are_served_in_phases(ld, width, wavefronts):
     assert (s.transactions, s.ideal) == (wavefronts, width)
 
 
+def _shared_vectors(first: ir.Expr, width: int):
+    """Every thread writes a word of a shared tile, then reads ``width`` floats from element
+    ``first`` (a function of its lane) in one access."""
+    tile = (ir.Local("S", ir.Space.SHARED, (WORDS,)),)
+    write = ir.Assign(ir.Load("S", TX), "=", ir.Float(1.0))
+    read = ir.VectorLoad("v", ir.Load("S", first), width)
+    return _counted(write, ir.Barrier(), read, locals_=tile).of("S")
+
+
+def _of_lane(divisor: int, modulus: int, scale: int) -> ir.Expr:
+    """``scale * (lane / divisor % modulus)``."""
+    quotient = ir.Binary(ir.Op.DIV, TX, ir.Int(divisor))
+    return _times(scale, ir.Binary(ir.Op.MOD, quotient, ir.Int(modulus)))
+
+
+@pytest.mark.parametrize(("first", "width", "wavefronts", "ideal"), [
+    # NVIDIA's forum case (cc 7.x): LDS.128 at byte 16 (lane % 4), four addresses: each
+    # quarter-warp is a phase of its own (a rule of distinct addresses would say 1)
+    (_of_lane(1, 4, 4), 4, 4, 4),
+    # lanes i and i ^ 1 read one address: a half-warp's quarters merge, 8 vectors a phase
+    (_of_lane(2, 16, 4), 4, 2, 2),
+    # the same with 8 lanes a vector: quarter-warp broadcasts, a phase per half-warp
+    (_of_lane(8, 4, 4), 4, 2, 2),
+    # ... but half-warps never merge: 1 KB apart (the same banks), one address each
+    (_of_lane(16, 2, 256), 4, 2, 2),
+    # pairs i, i ^ 1 as before, lanes 4-7 a row (128 B) below 0-3: two ways in each half
+    (ir.Binary(ir.Op.ADD, _of_lane(8, 4, 4), _of_lane(4, 2, 32)), 4, 4, 2),
+    # LDS.64: one address for the whole warp; 16 lanes i, i ^ 2 alike: one phase each
+    (ir.Int(0), 2, 1, 1),
+    (_of_lane(1, 2, 2), 2, 1, 1),
+])
+def test_wide_shared_accesses_merge_phases_only_where_lane_pairs_agree(first, width,
+                                                                       wavefronts, ideal):
+    """64- and 128-bit accesses are served in fixed half- or quarter-warps; two are served
+    together where every lane reads the address of its partner i ^ 1 (or i ^ 2) (NVIDIA's
+    developer forum for cc 7.x; ncu measurements since); bank conflicts within a phase."""
+    s = _shared_vectors(first, width)
+    assert (s.transactions, s.ideal) == (wavefronts, ideal)
+
+
 @pytest.mark.parametrize(("dtype", "use", "shape", "ld", "ways"), [
     ("float16", ir.Use.A, (16, 16, 16), 16, 2),  # ldmatrix: rows 32 bytes apart, r and r + 4
     ("float16", ir.Use.A, (16, 16, 16), 24, 1),  # 48 bytes apart: 8 rows in 8 bank quarters

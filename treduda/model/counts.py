@@ -21,7 +21,7 @@ from ..codegen.ir import VECTOR_BYTES
 from ..frontend import dtypes
 from ..polyhedral import geometry
 from ..polyhedral.lower import Kind, Program
-from ..run.counters import SECTOR_BYTES
+from ..run.counters import SECTOR_BYTES, shared_wavefronts
 from .gpus import Gpu
 
 # Each lane's element offsets in one warp access: a lane per row, as lists or an array.
@@ -152,14 +152,19 @@ class Counts:
         """Wavefronts of one warp's shared-memory access, given each lane's element offsets:
         the most distinct 32-bit words any bank holds (CUDA C++ Programming Guide, "Shared
         Memory" of compute capability 5.x and later: a word read by several lanes is broadcast,
-        distinct words in one bank are serialised)."""
-        g = self.gpu
-        words_per_value = max(1, self.shared_value // g.shared_bank_bytes)
-        offsets = set(_flat(accesses))
-        words = offsets if words_per_value == 1 else {
-            w for offset in offsets
-            for w in range(offset * words_per_value, (offset + 1) * words_per_value)}
-        per_bank: dict[int, int] = {}
-        for w in words:
-            per_bank[w % g.shared_banks] = per_bank.get(w % g.shared_banks, 0) + 1
-        return max(per_bank.values(), default=1)
+        distinct words in one bank are serialised). The counters' rule
+        (:func:`~treduda.run.counters.shared_wavefronts`) for an access of one word a lane:
+        one phase of the whole warp, whatever its width. A 64- or 128-bit access is served in
+        half- or quarter-warp phases, but pricing it so (tccg_09: -51% -> -2% on the H200)
+        moved 27 of the SIMT economy table's 49 picks to kernels of a lower FFMA share
+        (branch ulds, 2026-11-29), so the model keeps the one phase until ncu has measured
+        the rule on cc 9.0."""
+        offsets = _flat(accesses)
+        if not offsets:
+            return 1
+        words = max(1, self.shared_value // self.gpu.shared_bank_bytes)
+        addressed = np.array(offsets, np.int64) * words
+        if words > 1:
+            addressed = np.add.outer(addressed, np.arange(words)).ravel()
+        lanes = np.zeros(addressed.size, np.int64)  # one phase: the whole warp
+        return shared_wavefronts(addressed, lanes, self.gpu.shared_bank_bytes)[0]

@@ -13,12 +13,26 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
   threads of 4 bytes, 16 for 16-byte vectors, 2 for 2-byte halves.
 * **Shared memory** (CUDA C++ Programming Guide, "Shared Memory" for compute capability 5.x
   and later: 32 banks of 4-byte words, successive words in successive banks; threads reading
-  the same word share it): a request is served in *wavefronts* of 128 bytes. Accesses wider
-  than a word are split into phases of threads that fill one wavefront, 32 threads of 4 bytes
-  (or less), 16 of 8 bytes (half-warps), 8 of 16 bytes (quarter-warps), the way the hardware is
-  widely measured to serve LDS.64 and LDS.128; a phase takes as many wavefronts as the most
-  distinct words any one bank holds in it (its bank-conflict *ways*). The ideal is
-  ``ceil(threads x width / 128)``; Nsight Compute's bank conflicts are the wavefronts beyond it.
+  the same word share it): a request is served in *wavefronts* of 128 bytes, the most the
+  banks give, and return, in a cycle. :func:`shared_wavefronts` is the rule (the model and
+  the walk call it at one phase of the warp: :meth:`~treduda.model.counts.Counts.bank_conflicts`).
+  Accesses wider than a word are split into phases of lanes whose bytes fill one wavefront:
+  the warp for 4 bytes (or less), its half-warps (lanes 0-15, 16-31) for 8, its quarter-warps
+  for 16. The Programming Guide documents phases only for compute capability 2.x and says
+  nothing of 64/128-bit accesses since 5.x; NVIDIA's answer on its developer forum
+  ("Unexpected shared memory bank conflict", 2019, for cc 7.x) and Nsight Compute
+  measurements published since (e.g. code.hitori.moe, "CUDA shared memory access mechanism
+  with vectorized instructions") agree on fixed lane groups, not phases formed from distinct
+  addresses: an LDS.128 at byte ``16 (lane % 4)`` (four addresses, 64 bytes) takes 4
+  wavefronts, since the unit returns 128 bytes, one register per lane, a cycle. The one
+  exception both give: where every active lane ``i``'s partner ``i ^ 1`` (or every one's
+  ``i ^ 2``) is inactive or reads the same address, the two phases of a half-warp (LDS.128)
+  or of the warp (LDS.64) are served together, their return registers packed. A phase takes
+  as many wavefronts as the most distinct words one bank holds in it (its bank-conflict
+  *ways*). The ideal is ``ceil(threads x width / 128)`` a warp, or its phases where fewer;
+  Nsight Compute's bank conflicts are the wavefronts beyond it. Neither source covers
+  compute capability 9.0: the GPU session's ncu check (``l1tex__data_pipe_lsu_wavefronts_mem_
+  shared_op_ld``) on such patterns is the test.
 * **Tensor-core fragments** from shared tiles: 16-bit ones are read as ``ldmatrix`` reads
   them (PTX ISA, "ldmatrix"): the tile's memory-contiguous lines (rows, or columns for a
   column-major tile) in 16-byte pieces, each 8x8 matrix (8 pieces of 8 consecutive lines) one
@@ -47,6 +61,7 @@ conflicts of shared loads (``op_ld``, tf32 and fp64 fragments too), stores (``op
 from __future__ import annotations
 
 import enum
+from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 
@@ -396,19 +411,57 @@ def _distinct_in_rows(values: np.ndarray) -> np.ndarray:
 def _shared(starts: np.ndarray, lanes: np.ndarray, warps: np.ndarray, width: int
             ) -> tuple[int, int, int, int]:
     """Requests, wavefronts, ideal wavefronts and the worst ways of one shared instruction's
-    warps: each phase of threads (32, 16 or 8 by the width) as many wavefronts as the most
-    distinct words one bank holds in it."""
-    phase = WAVEFRONT_BYTES // max(width, BANK_BYTES)
+    warps (:func:`shared_wavefronts` of each thread's words from byte ``starts``)."""
     words = max(1, width // BANK_BYTES)
-    groups = np.repeat(lanes // phase, words)
     addressed = (starts[:, None] // BANK_BYTES + np.arange(words)).ravel()
-    groups, addressed = _distinct(groups, addressed)
-    banks, held = np.unique(groups * BANKS + addressed % BANKS, return_counts=True)
-    phases, phase_of = np.unique(banks // BANKS, return_inverse=True)
-    worst = np.zeros(phases.size, dtype=np.int64)
-    np.maximum.at(worst, phase_of, held)
-    return (np.unique(warps).size, int(worst.sum()), _per_warp(warps, width, WAVEFRONT_BYTES),
-            int(worst.max()))
+    wavefronts, ideal, ways = shared_wavefronts(addressed, np.repeat(lanes, words), width)
+    return np.unique(warps).size, wavefronts, ideal, ways
+
+
+def shared_wavefronts(words: np.ndarray, lanes: np.ndarray, width: int) -> tuple[int, int, int]:
+    """Wavefronts, ideal wavefronts and the worst ways of one shared-memory instruction whose
+    threads each access ``width`` bytes: ``lanes[n]`` (a thread's number; ``// 32`` its warp)
+    touches 4-byte word ``words[n]``, a thread's lowest word its address. By the rule of this
+    module's docstring: phases of 32, 16 or 8 lanes by the width, two merged where every
+    lane's partner ``i ^ 1`` or ``i ^ 2`` reads its address or nothing; each phase as many
+    wavefronts as the most distinct words one bank holds in it."""
+    size = WAVEFRONT_BYTES // max(width, BANK_BYTES)  # lanes a phase
+    if size == ir.WARP and int(lanes.min()) // ir.WARP == int(lanes.max()) // ir.WARP:
+        # one phase, a warp's (the model's counts of every candidate): Python sets beat
+        # numpy's sorting at a warp's few hundred words
+        held = Counter(word % BANKS for word in set(words.tolist()))
+        ways = max(held.values())
+        threads = len(set(lanes.tolist()))
+        return ways, min(-(-threads * width // WAVEFRONT_BYTES), 1), ways
+    words, lanes = words.astype(np.int64), lanes.astype(np.int64)
+    warp, lane = np.divmod(lanes, ir.WARP)
+    if size < ir.WARP:
+        size = np.where(_pairs_agree(words, warp, lane), 2 * size, size)
+    phase = warp * ir.WARP + lane // size  # a number per phase of the instruction
+    phase, addressed = _distinct(phase, words)
+    banks, held = np.unique(phase * BANKS + addressed % BANKS, return_counts=True)
+    phases, starts = np.unique(banks // BANKS, return_index=True)  # banks sorted by phase
+    worst = np.maximum.reduceat(held, starts)
+    threads = np.unique(np.unique(lanes) // ir.WARP, return_counts=True)[1]
+    served = np.unique(phases // ir.WARP, return_counts=True)[1]
+    ideal = np.minimum(-(-threads * width // WAVEFRONT_BYTES), served)
+    return int(worst.sum()), int(ideal.sum()), int(worst.max())
+
+
+def _pairs_agree(words: np.ndarray, warp: np.ndarray, lane: np.ndarray) -> np.ndarray:
+    """For each access (``warp``, ``lane``, word), whether its warp's lanes agree in pairs:
+    every active lane's partner ``i ^ 1`` (or every one's ``i ^ 2``) inactive or at the same
+    address (its lowest word)."""
+    none = np.iinfo(np.int64).max
+    warps, of = np.unique(warp, return_inverse=True)
+    address = np.full((warps.size, ir.WARP), none, np.int64)
+    np.minimum.at(address, (of, lane), words)
+    address[address == none] = -1  # an inactive lane
+    every, paired = np.arange(ir.WARP), np.zeros(warps.size, bool)
+    for step in (1, 2):
+        partner = address[:, every ^ step]
+        paired |= np.all((address < 0) | (partner < 0) | (address == partner), axis=1)
+    return paired[of]
 
 
 def _operand_accesses(grid: np.ndarray, a: bool) -> tuple[np.ndarray, np.ndarray]:

@@ -42,13 +42,14 @@ from ..model.model import Model, model_of
 from ..model.occupancy import blocks_per_sm
 from ..model.prediction import Prediction, combined, unfit
 from ..polyhedral.lower import accumulator_name, plan
+from ..run.counters import BANK_BYTES, shared_wavefronts
 from ..run.nvcc import nvcc_available
 
 FIELDS = ("fma", "flops_other", "global_loads", "global_stores", "shared_loads",
           "shared_stores", "global_wavefronts", "shared_wavefronts", "barriers", "index_ops")
 BASE_REGISTERS = 16  # beyond the register locals: indices, pointers, loaded operands
 SAMPLED = 5  # loops with more iterations are sampled (see the module docstring)
-SECTOR_BYTES, SECTORS_PER_WAVEFRONT, BANKS = 32, 4, 32
+SECTOR_BYTES, SECTORS_PER_WAVEFRONT = 32, 4
 
 
 @dataclass(frozen=True)
@@ -444,9 +445,10 @@ class _Walker:
         kind = "shared" if space is ir.Space.SHARED else "global"
         tally["flops_other"] += extra + (self.conversion * width if kind == "global" else 0)
         tally[f"{kind}_{'stores' if store else 'loads'}"] += width if store else 1
-        if kind == "shared":
-            words = np.unique(lanes * self.local_bytes // 4)
-            tally["shared_wavefronts"] += float(np.bincount(words % BANKS).max())
+        if kind == "shared":  # one phase of the warp, as the model prices it (Counts)
+            words = lanes * self.local_bytes // BANK_BYTES
+            tally["shared_wavefronts"] += float(shared_wavefronts(
+                words, np.zeros(words.size, np.int64), BANK_BYTES)[0])
         elif not store:
             sectors = np.unique(lanes * self.bytes // SECTOR_BYTES).size
             tally["global_wavefronts"] += max(1.0, sectors / SECTORS_PER_WAVEFRONT)
