@@ -274,8 +274,15 @@ def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence
     return once / copies
 
 
+def _loops_only(e: ir.Expr, loops: Sequence[ir.Var]) -> bool:
+    """Whether ``e`` reads no variable but ``loops``: constant in each unrolled copy."""
+    if isinstance(e, ir.Var):
+        return e in loops
+    return all(_loops_only(child, loops) for child in ir.children(e))
+
+
 def _divides(formulas: Sequence[Sequence[ir.Expr]], limits: Sequence[tuple[ir.Expr, int]],
-             ranges: Mapping[ir.Expr, tuple[int, int]]) -> bool:
+             ranges: Mapping[ir.Expr, tuple[int, int]], folded: bool) -> bool:
     """Whether one of a write's indices or guards divides ``c`` or ``j`` by a constant:
     what an unrolled copy simplifies (:func:`_unrolled`) and nvcc's loop cannot, so the
     kernel IR unrolls such a write whole, up to :data:`WHOLE_WRITE` stores. Any other write
@@ -283,10 +290,13 @@ def _divides(formulas: Sequence[Sequence[ir.Expr]], limits: Sequence[tuple[ir.Ex
     folded into the stores' offsets: unrolled by us instead, tccg_02's mma.sync write (48
     stores) left ptxas a main loop of 2.05 non-MMA instructions per MMA against 1.81
     (sm_90), and GEMM fp16's (128 stores) went from 3.44 SASS instructions an element as
-    nvcc's loop of 16 copies to 3.88."""
+    nvcc's loop of 16 copies to 3.88. Where the element numbering's divisions read ``c``
+    alone (``folded``: the block's threads divide the row), nvcc's unrolling folds those as
+    well: only a division that reads another value counts (tccg_04/06's group digits)."""
     loops = (ir.Var("c"), ir.Var("j"))
     indices = [*(i for found in formulas for i in found), *(v for v, _ in limits)]
-    return any(iteration.divided(simplify(i, ranges), loops) for i in indices)
+    return any(not (folded and _loops_only(d, loops))
+               for i in indices for d in iteration.divided(simplify(i, ranges), loops))
 
 
 class Builder:
@@ -744,7 +754,12 @@ class Builder:
         tile_m, tile_n = self.tile["m"], self.tile["n"]
         span, rows = write_span(self.tile, self.along_n, self.free_box)
         lanes = write_lanes(self.threads, self.tile, self.along_n, self.free_box)
-        if lanes is None:
+        # The block's threads divide the row: the element numbering's divisions read ``c``
+        # alone, which nvcc's unrolling of main's loop folds (tccg_03/07's mma.sync write,
+        # 48 stores of one: 173 / 191 SASS instructions a thread after the last barrier,
+        # where 24 iterations of 2 took 184 / 200).
+        folded = lanes == self.threads < span
+        if lanes is None or folded:
             e = plus(times(self.threads, c), t)
             position, row = remainder(e, span), quotient(e, span)
             dealt, stores = f"{self.dealt(tile_m * tile_n)} and j = 0", 1
@@ -786,7 +801,7 @@ class Builder:
         constraints = f"{self.prefix_bounds()} and {dealt} and {inside}"
         domain = isl.Set(f"{{ {write.name}[{', '.join(indices)}] : {constraints} }}")
         ranges = _ranges(domain, indices)
-        divides = _divides(_formulas(accesses, ranges), limits, ranges)
+        divides = _divides(_formulas(accesses, ranges), limits, ranges, folded)
         return Write(write.name, indices, constraints, body, tuple(accesses), limits, ranges,
                      divides, divides and passes * stores <= WHOLE_WRITE)
 
