@@ -176,12 +176,10 @@ FRAG_A, FRAG_B, FRAG_C = "td_fa", "td_fb", "td_fc"
 STAGE_SYNC_BEFORE, STAGE_COPY, STAGE_SYNC_AFTER, STAGE_MMA = 0, 1, 2, 3
 # The kernel IR's integer operators, in which the tile formulas shared with the model are written
 OPERATORS = (quotient, remainder, plus, times)
-# A thread's stores of the write that the kernel IR unrolls whole (every iteration's indices
-# constants where they depend on ``c`` and ``j`` alone, nothing recomputed but what a
-# division of the block's or thread's values by a group's extent needs); a longer write is
-# a loop over ``c``. nvcc 13 unrolled write loops of 32 and 48 iterations whole by itself
-# (tccg_01-07's mma.sync picks: 3.2-5.6 SASS instructions an element) and kept one of 64 (a
-# loop of 16 copies, 13.4): which, it decided by the body, so the count could not know.
+# The most stores of a thread's write that the kernel IR unrolls whole, where a division
+# by a group's extent reads ``c`` or ``j`` (_divides): each copy's, simplified with its
+# constants in, a division of the block's or thread's values a thread instead of one an
+# element (tccg_33's 128 x 256 warpgroup tile: 13.9 -> 4.0 SASS instructions an element).
 WHOLE_WRITE = 128
 
 
@@ -197,7 +195,9 @@ class Write:
     body: ir.Assign
     accesses: tuple[ir.Element, ...]
     limits: tuple[tuple[ir.Expr, int], ...]
-    whole: bool  # unrolled whole in the kernel IR (WHOLE_WRITE), else ``c`` a loop
+    ranges: dict[ir.Expr, tuple[int, int]]  # of its coordinates
+    divides: bool  # a division by a constant reads c or j (_divides)
+    whole: bool  # unrolled whole in the kernel IR: dividing, up to WHOLE_WRITE stores
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -272,6 +272,31 @@ def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence
     once = (iteration.divisions(found) + len(tests) * iteration.TEST
             + len(offsets) * iteration.TERM)
     return once / copies
+
+
+def _loops_only(e: ir.Expr, loops: Sequence[ir.Var]) -> bool:
+    """Whether ``e`` reads no variable but ``loops``: constant in each unrolled copy."""
+    if isinstance(e, ir.Var):
+        return e in loops
+    return all(_loops_only(child, loops) for child in ir.children(e))
+
+
+def _divides(formulas: Sequence[Sequence[ir.Expr]], limits: Sequence[tuple[ir.Expr, int]],
+             ranges: Mapping[ir.Expr, tuple[int, int]], folded: bool) -> bool:
+    """Whether one of a write's indices or guards divides ``c`` or ``j`` by a constant:
+    what an unrolled copy simplifies (:func:`_unrolled`) and nvcc's loop cannot, so the
+    kernel IR unrolls such a write whole, up to :data:`WHOLE_WRITE` stores. Any other write
+    stays the loop over ``c`` as printed, which nvcc unrolls whole or in copies, the steps
+    folded into the stores' offsets: unrolled by us instead, tccg_02's mma.sync write (48
+    stores) left ptxas a main loop of 2.05 non-MMA instructions per MMA against 1.81
+    (sm_90), and GEMM fp16's (128 stores) went from 3.44 SASS instructions an element as
+    nvcc's loop of 16 copies to 3.88. Where the element numbering's divisions read ``c``
+    alone (``folded``: the block's threads divide the row), nvcc's unrolling folds those as
+    well: only a division that reads another value counts (tccg_04/06's group digits)."""
+    loops = (ir.Var("c"), ir.Var("j"))
+    indices = [*(i for found in formulas for i in found), *(v for v, _ in limits)]
+    return any(not (folded and _loops_only(d, loops))
+               for i in indices for d in iteration.divided(simplify(i, ranges), loops))
 
 
 class Builder:
@@ -729,7 +754,12 @@ class Builder:
         tile_m, tile_n = self.tile["m"], self.tile["n"]
         span, rows = write_span(self.tile, self.along_n, self.free_box)
         lanes = write_lanes(self.threads, self.tile, self.along_n, self.free_box)
-        if lanes is None:
+        # The block's threads divide the row: the element numbering's divisions read ``c``
+        # alone, which nvcc's unrolling of main's loop folds (tccg_03/07's mma.sync write,
+        # 48 stores of one: 173 / 191 SASS instructions a thread after the last barrier,
+        # where 24 iterations of 2 took 184 / 200).
+        folded = lanes == self.threads < span
+        if lanes is None or folded:
             e = plus(times(self.threads, c), t)
             position, row = remainder(e, span), quotient(e, span)
             dealt, stores = f"{self.dealt(tile_m * tile_n)} and j = 0", 1
@@ -767,26 +797,31 @@ class Builder:
         elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
             update = "-=" if self.program.contraction.op == "-=" else "+="
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        return Write(write.name, (*self.prefix(), "c", "j", "t"),
-                     f"{self.prefix_bounds()} and {dealt} and {inside}",
-                     body, tuple(accesses), limits, passes * stores <= WHOLE_WRITE)
+        indices = (*self.prefix(), "c", "j", "t")
+        constraints = f"{self.prefix_bounds()} and {dealt} and {inside}"
+        domain = isl.Set(f"{{ {write.name}[{', '.join(indices)}] : {constraints} }}")
+        ranges = _ranges(domain, indices)
+        divides = _divides(_formulas(accesses, ranges), limits, ranges, folded)
+        return Write(write.name, indices, constraints, body, tuple(accesses), limits, ranges,
+                     divides, divides and passes * stores <= WHOLE_WRITE)
 
     def write_instructions(self) -> float:
         """A thread's instructions for each output element it writes, counted from the
         write statement (:meth:`write_statement`) as the kernel prints it
         (:mod:`treduda.model.iteration`): a load or store per access, the value's arithmetic
-        and a 16-bit output's conversion; unrolled whole (:attr:`Write.whole`), the address
-        of each global access and the divisions that change with ``c`` or ``j`` (a group's
-        digits), the rest folded into constants; in a loop over ``c``, once an iteration
-        shared by its ``j`` stores, the index arithmetic that changes with ``c``, a term of
-        each access's offset that does and the global accesses' addresses; and the guards
-        of a partial tile that no loop bound takes, each element. GEMM fp16's 256 x 192
-        warpgroup tile (64 iterations of 3 stores): 4.67 (SASS 3.6-3.9 an element);
-        tccg_05's box, unrolled whole: 4 (3.5)."""
+        and a 16-bit output's conversion; unrolled whole by the kernel IR
+        (:attr:`Write.whole`) or by nvcc (no division reads ``c`` or ``j``:
+        :attr:`Write.divides`), the address of each global access and the divisions that
+        change with ``c`` or ``j`` (a group's digits), the rest folded into constants; in a
+        loop over ``c`` that divides, once an iteration shared by its ``j`` stores, the
+        index arithmetic that changes with ``c``, a term of each access's offset that does
+        and the global accesses' addresses; and the guards of a partial tile that no loop
+        bound takes, each element. GEMM fp16's 256 x 192 warpgroup tile (64 iterations of 3
+        stores, nvcc's loop): 4.02 (SASS 3.6-3.9 an element); its 128 x 256 mma.sync tile
+        (128 stores, nvcc's loop of 16 copies): 4 (3.44); tccg_33's warpgroup 128 x 256,
+        unrolled whole: 4.34 (4.0)."""
         write = self.write_statement()
-        domain = isl.Set(f"{{ {write.name}[{', '.join(write.indices)}] : "
-                         f"{write.constraints} }}")
-        ranges = _ranges(domain, write.indices)
+        ranges = write.ranges
         c, j = ir.Var("c"), ir.Var("j")
         formulas = _formulas(write.accesses, ranges)
         limits = [(simplify(v, ranges), limit) for v, limit in write.limits]
@@ -794,7 +829,7 @@ class Builder:
                      for v, limit in limits)
         converted = self.program.dtype in dtypes.STORED and not self.workspace
         each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
-        if write.whole:
+        if write.whole or not write.divides:  # unrolled, by the kernel IR or by nvcc
             globals_ = [found for a, found in zip(write.accesses, formulas, strict=True)
                         if a.array != C_TILE]
             return each + len(globals_) + _unrolled(formulas, globals_, limits, ranges)

@@ -1,6 +1,7 @@
 """The tensor-core kernels' write (the C tile to the output): dealt so that no iteration
-divides by the tile's row, unrolled whole by the kernel IR where a thread stores up to
-:data:`WHOLE_WRITE` elements, and counted from its statement by the models
+divides by the tile's row, unrolled whole by the kernel IR where a division reads the
+write's loops and a thread stores up to :data:`WHOLE_WRITE` elements, else nvcc's loop, and
+counted from its statement by the models
 (:meth:`Builder.write_instructions`), checked against the PoCL run, the emulator and the
 SASS."""
 
@@ -10,7 +11,7 @@ import re
 import subprocess
 
 import pytest
-from treduda.strategies.tensorcore_kernel import WHOLE_WRITE, Builder
+from treduda.strategies.tensorcore_kernel import Builder
 from treduda.strategies.warpgroup_kernel import WarpgroupBuilder
 
 import treduda
@@ -62,7 +63,7 @@ def test_a_row_of_192_is_written_without_dividing_by_it():
     builder = WarpgroupBuilder(plan(GEMM, {"i": 150, "j": 232, "k": 40}, "C", "float16"),
                                WIDE)
     write = builder.write_statement()
-    assert write.whole  # 96 stores a thread
+    assert not write.divides and not write.whole  # 96 stores a thread, nvcc's loop
     assert not any(192 in _divisors(i) for a in write.accesses for i in a.indices)
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
 
@@ -114,11 +115,40 @@ def test_the_count_is_the_sass_of_the_write(row, strategy, params, arch):
                                                          abs=1.5)
 
 
-def test_a_long_write_is_a_loop_counted_per_iteration():
-    """GEMM's 256 x 192 warpgroup tile: 192 stores a thread, more than :data:`WHOLE_WRITE`,
-    a loop over ``c`` of three stores, each iteration's row computed once for them (SASS:
-    3.6-3.9 an element; 28.75 dividing by 192 each element)."""
+def test_a_write_no_division_reads_is_left_to_nvcc():
+    """A write whose indices divide neither ``c`` nor ``j`` stays the loop over ``c``,
+    which nvcc unrolls (whole, or in copies with the steps folded into the stores'
+    offsets), counted as unrolled: GEMM's 256 x 192 warpgroup tile (192 stores a thread,
+    SASS 3.6-3.9 an element; 28.75 dividing by 192 each element) and its 128 x 256 mma.sync
+    tile (128 stores, SASS 3.44 as nvcc's loop of 16 copies, 3.88 unrolled by the kernel IR,
+    which also cost tccg_02's main loop 0.24 instructions per MMA)."""
     program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "C", "float16")
-    builder = WarpgroupBuilder(program, {**WIDE, "frags_m": 2})
-    assert 192 > WHOLE_WRITE and not builder.write_statement().whole
-    assert builder.write_instructions() == pytest.approx(4.67, abs=0.01)
+    wide = WarpgroupBuilder(program, {**WIDE, "frags_m": 2})
+    mma = Builder(program, {"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4,
+                            "frags_k": 4, "stages": 2, "split": 1, "mapping": "mma",
+                            "shared_layout": "pad", "free_layout": "group",
+                            "async_copy": True})
+    for builder, counted in ((wide, 4.02), (mma, 4)):
+        write = builder.write_statement()
+        assert not write.divides and not write.whole
+        assert builder.write_instructions() == pytest.approx(counted, abs=0.01)
+
+
+def test_threads_dividing_the_row_keep_the_element_numbering():
+    """128 threads, a row of 256 (tccg_07's mma.sync pick, a free box): the element
+    ``e = 128 c + t`` divides ``c`` alone, which nvcc's unrolling folds, so the write keeps
+    it, a store an iteration (dealt as 2 stores of ``j`` it took 200 SASS instructions a
+    thread after the last barrier, 191 so), left to nvcc; partial tiles match
+    numpy.einsum on PoCL and on the emulator."""
+    row = TCCG["tccg_07"]
+    sizes = {"a": 16, "b": 3, "c": 5, "d": 20, "e": 16, "f": 20}
+    params = {"warps_m": 4, "warps_n": 1, "frags_m": 4, "frags_n": 2, "frags_k": 1,
+              "stages": 4, "split": 1, "mapping": "mma", "shared_layout": "pad",
+              "free_layout": "box", "async_copy": True}
+    write = Builder(plan(row.expression, sizes, row.layout, "float16"),
+                    params).write_statement()
+    assert write.ranges[ir.Var("j")] == (0, 0)
+    assert not write.divides and not write.whole
+    kernel = treduda.compile(row.expression, sizes, dtype="float16", layout=row.layout,
+                             strategy="tensorcore", params=params)
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
