@@ -249,10 +249,10 @@ def _unrolled(formulas: Sequence[Sequence[ir.Expr]], globals_: Sequence[Sequence
     copies = math.prod(ranges[v][1] + 1 for v in loops)
     found: set[ir.Expr] = set()  # the copies' divisions
     offsets: set[tuple] = set()
-    for i in {i: None for found in formulas for i in found} | {v: None for v, _ in limits}:
+    for i in {i: None for access in formulas for i in access} | {v: None for v, _ in limits}:
         nodes = iteration.divided(i, loops)  # the divisions that read c or j
         read = [v for v in loops if any(iteration.varies(n, v) for n in nodes)]
-        stored = any(i in found for found in globals_)
+        stored = any(i in access for access in globals_)
         # each value of the loop variables the divisions read (a copy of each)
         for values in itertools.product(*(range(ranges[v][1] + 1) for v in read)):
             named = {v.name: ir.Int(value) for v, value in zip(read, values, strict=True)}
