@@ -194,11 +194,15 @@ class Tally:
     by the rules of this module's docstring, per region, array and operation."""
 
     def __init__(self, kernel: ir.KernelIR, steps: int | None = None):
-        self.main, self.steps = main_loop(kernel), steps
-        self.ends = None if self.main else main_body_end(kernel)
+        main, self.steps = main_loop(kernel), steps
+        # steps written out (no step loop): the main body runs to the output's first write
+        self.written_out = main is not None and steps_written_out(kernel)
+        self.main = None if self.written_out else main
+        self.ends = None if self.main or self.written_out else main_body_end(kernel)
         stored, computed = itemsize(kernel.dtype), itemsize(compute(kernel.dtype))
         self.places = {p.name: (GLOBAL, stored) for p in kernel.params
                        if p.kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
+        self.outputs = {p.name for p in kernel.params if p.kind is ir.ParamKind.OUTPUT}
         for local in kernel.locals:
             if local.space is ir.Space.SHARED:
                 self.places[local.name] = (SHARED, stored if local.stored else computed)
@@ -224,6 +228,8 @@ class Tally:
             return  # a register
         if write:
             self.seen = {key for key in self.seen if key[0] != array}
+            if self.written_out and array in self.outputs:
+                self.where = Region.AFTER
         else:
             key = (array, width, lanes.tobytes(), offsets.tobytes())
             if key in self.seen:
@@ -306,6 +312,13 @@ def main_loop(kernel: ir.KernelIR) -> ir.For | None:
     warpgroup's wgmma, or an update of a register), where a kernel spends its time, a step
     loop (with barriers) first: a step peeled off before it holds loops that accumulate; None
     where no loop does. The write of the output after it (a C tile's stores) is "after"."""
+    loops = _accumulating_loops(kernel)
+    return next((s for s in loops if ir.has_barrier(s.body)), next(iter(loops), None))
+
+
+def _accumulating_loops(kernel: ir.KernelIR) -> list[ir.For]:
+    """The loops that accumulate products (a multiply-accumulate of fragments, a warpgroup's
+    wgmma, or an update of a register), outer ones first."""
     registers = {local.name for local in kernel.locals if local.space is ir.Space.REGISTER}
 
     def accumulates(s: ir.Stmt) -> bool:
@@ -314,9 +327,29 @@ def main_loop(kernel: ir.KernelIR) -> ir.For | None:
                 isinstance(s.target, ir.Var)
                 or isinstance(s.target, ir.Load) and s.target.array in registers))
 
-    loops = [s for s in ir.nested(kernel.body) if isinstance(s, ir.For)
-             and any(accumulates(inner) for inner in ir.nested(s.body))]
-    return next((s for s in loops if ir.has_barrier(s.body)), next(iter(loops), None))
+    return [s for s in ir.nested(kernel.body) if isinstance(s, ir.For)
+            and any(accumulates(inner) for inner in ir.nested(s.body))]
+
+
+def steps_written_out(kernel: ir.KernelIR) -> bool:
+    """Whether the kernel's steps are written out, none looped: no loop that accumulates holds
+    a barrier, and a barrier parts two of them, each a step's loop over its slice of the
+    reduction (tccg_09~1: preload and double buffer over 3 steps peel them all). Such a
+    kernel has no main loop: its main body is all of it before the output's first write.
+    Its first step's inner loop taken for one, cut after ``steps`` iterations, held 32 of
+    its 1536 A_sh loads, with 1024 after and 480 not run."""
+    loops = _accumulating_loops(kernel)
+    if any(ir.has_barrier(loop.body) for loop in loops):
+        return False
+    seen = parted = False
+    for s in ir.nested(kernel.body):
+        if isinstance(s, ir.Barrier):
+            parted = seen
+        elif any(s is loop for loop in loops):
+            if parted:
+                return True
+            seen = True
+    return False
 
 
 def main_body_end(kernel: ir.KernelIR) -> ir.Stmt | None:
