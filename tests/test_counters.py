@@ -524,3 +524,5 @@ def test_a_kernel_whose_steps_are_all_peeled_counts_every_step_in_its_main_body(
     counted = kernel.counters(steps=2)
     assert counted.of("A_sh").requests == 3 * 512
     assert counted.of("B_sh").requests == 3 * 2048
+    assert counted.of("A_sh", region=Region.AFTER) is None  # the C tile's stores only
+    assert counted.of("C", STORE, Region.AFTER).requests == 8 * 8  # 8 float2 stores a warp
