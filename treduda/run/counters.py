@@ -51,11 +51,12 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
   array, by the same threads at the same addresses, is not counted again.
 
 Counts are per region: before the kernel's main loop (the outermost loop that accumulates
-products), the main loop, and after it (the epilogue). Nsight Compute's names are kept:
-``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` and its requests, wavefronts and bank
-conflicts of shared loads (``op_ld``, tf32 and fp64 fragments too), stores (``op_st``),
-16-bit fragment loads (``op_ldsm``), asynchronous copies (``op_ldgsts``) and atomic additions
-(``op_red``).
+products), the main loop, and after it (the epilogue); a kernel whose steps are all written
+out (:func:`steps_written_out`) has a main body instead, up to its output's first write.
+Nsight Compute's names are kept: ``l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum`` and its
+requests, wavefronts and bank conflicts of shared loads (``op_ld``, tf32 and fp64 fragments
+too), stores (``op_st``), 16-bit fragment loads (``op_ldsm``), asynchronous copies
+(``op_ldgsts``) and atomic additions (``op_red``).
 """
 
 from __future__ import annotations
