@@ -10,11 +10,13 @@
 #   benchmarks/gpu_session.sh prepare            # every suite -> .bundles/NN_name.zip
 #   benchmarks/gpu_session.sh prepare gemm tccg_fp16 programs  # only the bundles named
 #   benchmarks/gpu_session.sh prepare pairs      # only .bundles/ncu/pairs.zip (seconds)
+#   benchmarks/gpu_session.sh prepare shared     # only .bundles/ncu/shared.zip (seconds)
 # There (the device tool's `run`, carrying .bundles; numpy, ml_dtypes, CuPy and torch are there):
 #   bash benchmarks/gpu_session.sh run
 #   -> $OUT/ncu.json, $OUT/results.jsonl, $OUT/session.log, $OUT/report.md (4 files)
-# `run` begins with the Nsight Compute step (issues 37, 40; `profile` alone runs only it): a
-# dozen kernels of the bundles, the measured pairs of .bundles/ncu/pairs.zip among them, each
+# `run` begins with the Nsight Compute step (issues 37, 40; `profile` alone runs only it): the
+# shared-memory rule's nine cases (.bundles/ncu/shared.zip: one warp, 1000 reads each) first,
+# then kernels of the bundles, the measured pairs of .bundles/ncu/pairs.zip among them, each
 # launched once under ncu with its metrics named, within $NCU_SECONDS (180; 0: none), out of
 # the session's budget; without ncu, or where it cannot read the counters, ncu.json says so.
 # Without a GPU (CI: tests/test_gpu_session.py), a few entries of each bundle on PoCL (those
@@ -103,6 +105,9 @@ prepare() {
   fi
   if [ $# -eq 0 ] || [[ " $* " == *" pairs "* ]]; then  # generated again, not searched
     "$PYTHON" -m treduda.app.ncu_profile pairs --data "$MEASURED" -o "$BUNDLES/ncu/pairs.zip"
+  fi
+  if [ $# -eq 0 ] || [[ " $* " == *" shared "* ]]; then  # the rule's cases, written for it
+    "$PYTHON" -m treduda.app.ncu_profile cases -o "$BUNDLES/ncu/shared.zip"
   fi
   echo "prepare: $((SECONDS - started)) s in all (load average $load at the start," \
     "$(cut -d' ' -f1 /proc/loadavg 2>/dev/null) at the end, on $(nproc) cores)"

@@ -12,6 +12,7 @@ import pytest
 
 import treduda
 from treduda.app.cli import main
+from treduda.app.shared_cases import CASES
 from treduda.codegen import ir
 from treduda.model.gpus import gpu
 from treduda.model.model import model_of
@@ -114,34 +115,32 @@ def _shared_vectors(first: ir.Expr, width: int):
     return _counted(write, ir.Barrier(), read, locals_=tile).of("S")
 
 
-def _of_lane(divisor: int, modulus: int, scale: int) -> ir.Expr:
-    """``scale * (lane / divisor % modulus)``."""
-    quotient = ir.Binary(ir.Op.DIV, TX, ir.Int(divisor))
-    return _times(scale, ir.Binary(ir.Op.MOD, quotient, ir.Int(modulus)))
-
-
-@pytest.mark.parametrize(("first", "width", "wavefronts", "ideal"), [
+@pytest.mark.parametrize(("name", "wavefronts", "ideal"), [
     # NVIDIA's forum case (cc 7.x): LDS.128 at byte 16 (lane % 4), four addresses: each
     # quarter-warp is a phase of its own (a rule of distinct addresses would say 1)
-    (_of_lane(1, 4, 4), 4, 4, 4),
+    ("forum_quarters", 4, 4),
     # lanes i and i ^ 1 read one address: a half-warp's quarters merge, 8 vectors a phase
-    (_of_lane(2, 16, 4), 4, 2, 2),
+    ("pairs_merged", 2, 2),
     # the same with 8 lanes a vector: quarter-warp broadcasts, a phase per half-warp
-    (_of_lane(8, 4, 4), 4, 2, 2),
+    ("quarter_broadcast", 2, 2),
     # ... but half-warps never merge: 1 KB apart (the same banks), one address each
-    (_of_lane(16, 2, 256), 4, 2, 2),
+    ("halves_1kb", 2, 2),
     # pairs i, i ^ 1 as before, lanes 4-7 a row (128 B) below 0-3: two ways in each half
-    (ir.Binary(ir.Op.ADD, _of_lane(8, 4, 4), _of_lane(4, 2, 32)), 4, 4, 2),
+    ("pairs_two_rows", 4, 2),
     # LDS.64: one address for the whole warp; 16 lanes i, i ^ 2 alike: one phase each
-    (ir.Int(0), 2, 1, 1),
-    (_of_lane(1, 2, 2), 2, 1, 1),
+    ("lds64_broadcast", 1, 1),
+    ("lds64_pairs", 1, 1),
+    # GEMM's SIMT pick along k: a vector a half-warp, the two 64 bytes apart
+    ("gemm_k_broadcast", 2, 2),
 ])
-def test_wide_shared_accesses_merge_phases_only_where_lane_pairs_agree(first, width,
-                                                                       wavefronts, ideal):
+def test_wide_shared_accesses_merge_phases_only_where_lane_pairs_agree(name, wavefronts,
+                                                                       ideal):
     """64- and 128-bit accesses are served in fixed half- or quarter-warps; two are served
     together where every lane reads the address of its partner i ^ 1 (or i ^ 2) (NVIDIA's
-    developer forum for cc 7.x; ncu measurements since); bank conflicts within a phase."""
-    s = _shared_vectors(first, width)
+    developer forum for cc 7.x; ncu measurements since); bank conflicts within a phase. The
+    cases are the kernels the GPU session's ncu step measures (treduda.app.shared_cases)."""
+    case = next(c for c in CASES if c.name == name)
+    s = _shared_vectors(case.first(), case.width)
     assert (s.transactions, s.ideal) == (wavefronts, ideal)
 
 

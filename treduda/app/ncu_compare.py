@@ -3,7 +3,11 @@
 
     python benchmarks/ncu_compare.py ncu.json [--steps 2]
 
-First, per kernel, ncu's global sectors per request and shared wavefronts and bank conflicts
+First the shared-memory rule's cases (:mod:`treduda.app.shared_cases`): per case, ncu's
+shared wavefronts per shared load instruction beside the figures the bundle recorded, by the
+rule of :func:`treduda.run.counters.shared_wavefronts`, by the rule without its pair merge,
+and by the model (one phase of the warp); then which cases disagree with the rule. Then, per
+kernel, ncu's global sectors per request and shared wavefronts and bank conflicts
 per request beside :meth:`treduda.Kernel.counters` of the same kernel, generated again here from
 the parameters the file records (issues 37/40: they should be equal). ncu counts every block of
 the whole kernel; the counters emulate the first block, ``--steps`` iterations of its main loop
@@ -25,12 +29,18 @@ from typing import Any, TextIO
 
 from ..errors import TredudaError
 from . import ncu_profile as ncu
+from . import shared_cases
 from .bench import aligned, number
 
 STEPS = 2
 MEMORY_COLUMNS = ("kernel", "access", "ncu requests", "ncu per req", "counted per req",
                   "ideal per req", "ncu conflicts/req", "counted conflicts/req", "equal")
 AGREE = 0.02  # per-request figures this close (relative, or absolute below 1) are equal
+# The figures a case's metadata records (shared_cases.Case.expected), as its columns name them
+CASE_FIGURES = (("rule", "rule"), ("unmerged", "rule without merge"),
+                ("model", "model (one phase)"))
+CASE_COLUMNS = ("case", "bytes", "ncu requests", "ncu wavefronts/req", "ncu conflicts/req",
+                *(label for _, label in CASE_FIGURES), "ncu equals")
 STALL_SHOWN = 0.05  # a stall reason is listed where some kernel has this many warps per issue
 PAIR_ROWS = (("ncu duration ms", ncu.DURATION, 1e3, ".4f"),
              ("registers", ncu.REGISTERS, 1, ".0f"),
@@ -75,6 +85,11 @@ def report(record: dict[str, Any], *, steps: int = STEPS, out: TextIO | None = N
         return 0
     if left_out := [m for m in ncu.METRICS if m not in (record.get("metrics") or ncu.METRICS)]:
         print(f"(not asked, after this ncu refused a metric: {', '.join(left_out)})", file=out)
+    if cases := case_rows(entries, profiled):
+        print("\nThe shared-memory rule's cases: ncu's wavefronts per shared load beside the "
+              "recorded figures", file=out)
+        print("\n".join(aligned(CASE_COLUMNS, cases, {"case", "ncu equals"})), file=out)
+        print(verdict(cases), file=out)
     print("\nMemory: ncu (whole kernel) beside Kernel.counters() (first block, "
           f"{steps} main-loop steps)", file=out)
     rows = [row for entry in entries if entry["function"] in profiled
@@ -125,6 +140,48 @@ def memory_rows(entry: dict[str, Any], metrics: dict[str, float], steps: int) ->
     return lines
 
 
+def case_rows(entries: Sequence[dict[str, Any]], profiled: dict[str, dict[str, float]]
+              ) -> list[list[str]]:
+    """One line per profiled case of :mod:`~treduda.app.shared_cases`: its access width,
+    ncu's shared load instructions (the hardware's count, else the patched SASS's), its
+    wavefronts and bank conflicts per instruction, the recorded figures and which of them
+    ncu's equals (within :data:`AGREE`; "none" where it equals none, "-" where ncu has no
+    wavefronts)."""
+    lines = []
+    for entry in entries:
+        meta = entry.get("metadata") or {}
+        if meta.get("suite") != shared_cases.SUITE or entry["function"] not in profiled:
+            continue
+        metrics = profiled[entry["function"]]
+        requests = (metrics.get(ncu.SHARED_REQUESTS["ld"])
+                    or metrics.get(ncu.SASS_SHARED_LOADS))
+        per = _per(metrics.get(ncu.shared_metric("wavefronts", "ld")), requests)
+        conflicts = _per(metrics.get(ncu.shared_metric("bank_conflicts", "ld")), requests)
+        figures = meta["wavefronts"]
+        equal = [label for key, label in CASE_FIGURES if per is not None
+                 and _equal([per], [figures[key]]) == "yes"]
+        lines.append([meta["case"], str(meta["width_bytes"]), number(requests, ".0f"),
+                      number(per, ".2f"), number(conflicts, ".2f"),
+                      *(str(figures[key]) for key, _ in CASE_FIGURES),
+                      ", ".join(equal) or ("-" if per is None else "none")])
+    return lines
+
+
+def verdict(cases: Sequence[list[str]]) -> str:
+    """Which cases of :func:`case_rows` ncu measured at another figure than the rule's, and
+    which it has no wavefronts of."""
+    column = CASE_COLUMNS.index("ncu equals")
+    measured = [line for line in cases if line[column] != "-"]
+    differ = [line[0] for line in measured
+              if CASE_FIGURES[0][1] not in line[column].split(", ")]
+    said = (f"{len(differ)} of {len(measured)} cases measured disagree with the rule: "
+            f"{', '.join(differ)} (see what ncu equals instead)." if differ else
+            f"All {len(measured)} cases measured agree with the rule.")
+    if unmeasured := [line[0] for line in cases if line[column] == "-"]:
+        said += f" No wavefronts for {', '.join(unmeasured)}."
+    return said
+
+
 def _equal(theirs: Sequence[float | None], mine: Sequence[float | None]) -> str:
     """"yes" where every figure both sides have agrees within :data:`AGREE`, "no" where one
     does not, "-" where there is nothing to set side by side."""
@@ -145,9 +202,13 @@ def _counted(entry: dict[str, Any], steps: int
     the GPU ran (the same function name)."""
     from ..api import compile
 
-    kernel = compile(entry["expression"], entry["sizes"], dtype=entry["dtype"],
-                     layout=entry["layout"], precision=entry["precision"],
-                     strategy=entry["strategy"], params=entry["params"], cache=False)
+    if entry["strategy"] == shared_cases.SUITE:  # a case of the rule, written for it
+        case = next(c for c in shared_cases.CASES if c.name == entry["params"]["case"])
+        kernel = shared_cases.kernel(case)
+    else:
+        kernel = compile(entry["expression"], entry["sizes"], dtype=entry["dtype"],
+                         layout=entry["layout"], precision=entry["precision"],
+                         strategy=entry["strategy"], params=entry["params"], cache=False)
     sums: dict[tuple[str, str], tuple[int, int, int]] = {}
     for t in kernel.counters(steps=steps).traffic:
         was = sums.get((t.space, t.operation), (0, 0, 0))

@@ -3,10 +3,15 @@ kernels, each launched once under ``ncu`` with its metrics named (not ``--set fu
 JSON file that ``benchmarks/ncu_compare.py`` reads here, beside :meth:`treduda.Kernel.counters`.
 
     python -m treduda.app.ncu_profile pairs --data FILE -o .bundles/ncu/pairs.zip   # here
+    python -m treduda.app.ncu_profile cases -o .bundles/ncu/shared.zip              # here
     python -m treduda.app.ncu_profile profile .bundles --out $OUT/ncu.json          # there
     python -m treduda.app.ncu_profile launch .bundles                   # what ncu runs
 
-The kernels (:data:`SELECTION`): five whose memory counters test the emulator's (issues 37/40:
+The kernels (:data:`SELECTION`): first the shared-memory rule's cases
+(:mod:`treduda.app.shared_cases`, bundle ``shared``: nine one-warp kernels of a thousand reads
+each, microseconds a launch, profiled first so that a step cut short still has them), whether
+Hopper serves wide accesses in the phases :func:`treduda.run.counters.shared_wavefronts`
+says; then five whose memory counters test the emulator's (issues 37/40:
 ncu's sectors per request and bank conflicts equal ``Kernel.counters()``): GEMM 4096³'s fp32
 and fp16 picks, tccg_20 and tccg_32 (its pick takes the full box) in fp16, and tccg_03~1 in
 fp32 (8-way bank conflicts by the counters, yet as fast as tccg_03, which has none); then the
@@ -49,9 +54,11 @@ from typing import Any, TextIO
 
 from ..errors import TredudaError
 from .files import write_text
+from .shared_cases import ENTRIES as SHARED_CASES
+from .shared_cases import export_cases
 
 # Bundle (its file name without the plan's number) and entry: the kernels profiled, in order.
-SELECTION = ("gemm:gemm/gemm_4096", "gemm_fp16:gemm_fp16/gemm_4096",
+SELECTION = (*SHARED_CASES, "gemm:gemm/gemm_4096", "gemm_fp16:gemm_fp16/gemm_4096",
              "tccg_fp16:tccg_fp16/tccg_20", "tccg_fp16:tccg_fp16/tccg_32",
              "pairs:pairs/tccg_03~1", "pairs:pairs/tccg_03", "pairs:pairs/tccg_09",
              "pairs:pairs/tccg_09~1", "pairs:pairs/tccg_04",
@@ -82,6 +89,10 @@ SHARED_REQUESTS = {"ld": "smsp__inst_executed_op_shared_ld.sum",
                    "st": "smsp__inst_executed_op_shared_st.sum",
                    "ldsm": "smsp__inst_executed_op_ldsm.sum",
                    "ldgsts": "smsp__inst_executed_op_ldgsts.sum"}
+# The same count of shared loads from patched SASS (Nsight Compute's "sass" metrics count
+# instructions by instrumenting the kernel, NVIDIA's developer forum, "definition of sass inst
+# executed"): where the hardware counter above is refused or differs, the cases still compare.
+SASS_SHARED_LOADS = "smsp__sass_inst_executed_op_shared_ld.sum"
 # The warp states of Nsight Compute's WarpStateStats section (its CPIStall rule's list), each
 # as warps stalled for it per issued instruction (together: the cycles between two issues).
 STALLS = ("barrier", "branch_resolving", "dispatch_stall", "drain", "imc_miss", "lg_throttle",
@@ -128,7 +139,8 @@ METRICS = (*CORE,
            *(global_metric(q, op) for op in GLOBAL_OPS[2:] for q in ("sectors", "requests")),
            *(shared_metric(q, op) for op in SHARED_OPS[2:] for q in ("wavefronts",
                                                                       "bank_conflicts")),
-           SHARED_REQUESTS["ldsm"], SHARED_REQUESTS["ldgsts"], stall_metric("gmma"), REGISTERS,
+           SHARED_REQUESTS["ldsm"], SHARED_REQUESTS["ldgsts"], SASS_SHARED_LOADS,
+           stall_metric("gmma"), REGISTERS,
            THEORETICAL, ELIGIBLE, DRAM_READ, INSTRUCTIONS, LOCAL_LOADS)
 # Units Nsight Compute may print a time or an amount of bytes in: read as seconds and bytes.
 UNITS = {"nsecond": 1e-9, "ns": 1e-9, "usecond": 1e-6, "us": 1e-6, "msecond": 1e-3, "ms": 1e-3,
@@ -405,6 +417,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     pairs = verbs.add_parser("pairs", help="export the measured pairs into a bundle (here)")
     pairs.add_argument("--data", required=True, help="the measured file (--gpu-time --json)")
     pairs.add_argument("-o", "--output", required=True, help="the bundle to write")
+    cases = verbs.add_parser("cases", help="export the shared-memory rule's cases (here)")
+    cases.add_argument("-o", "--output", required=True, help="the bundle to write")
     for verb in ("profile", "launch"):
         command = verbs.add_parser(verb, help="profile the kernels under ncu (on the GPU)"
                                    if verb == "profile" else "run each kernel once")
@@ -422,6 +436,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if args.verb == "pairs":
             manifest = export_pairs(args.data, args.output)
+            print(f"wrote {args.output}: {len(manifest['kernels'])} kernels")
+            return 0
+        if args.verb == "cases":
+            manifest = export_cases(args.output)
             print(f"wrote {args.output}: {len(manifest['kernels'])} kernels")
             return 0
         if args.verb == "launch":
