@@ -9,9 +9,10 @@ JSON file that ``benchmarks/ncu_compare.py`` reads here, beside :meth:`treduda.K
 
 The kernels (:data:`SELECTION`): first the shared-memory rule's cases
 (:mod:`treduda.app.shared_cases`, bundle ``shared``: nine one-warp kernels of a thousand reads
-each, microseconds a launch, profiled first so that a step cut short still has them), whether
-Hopper serves wide accesses in the phases :func:`treduda.run.counters.shared_wavefronts`
-says; then five whose memory counters test the emulator's (issues 37/40:
+each, microseconds a launch, first so that a step cut short still has them), which say
+whether Hopper serves wide accesses in the phases that
+:func:`treduda.run.counters.shared_wavefronts` counts; then five whose memory counters test
+the emulator's (issues 37/40:
 ncu's sectors per request and bank conflicts equal ``Kernel.counters()``): GEMM 4096³'s fp32
 and fp16 picks, tccg_20 and tccg_32 (its pick takes the full box) in fp16, and tccg_03~1 in
 fp32 (8-way bank conflicts by the counters, yet as fast as tccg_03, which has none); then the
