@@ -9,20 +9,19 @@ JSON file that ``benchmarks/ncu_compare.py`` reads here, beside :meth:`treduda.K
 
 The kernels (:data:`SELECTION`): first the shared-memory rule's cases
 (:mod:`treduda.app.shared_cases`, bundle ``shared``: nine one-warp kernels of a thousand reads
-each, microseconds a launch, first so that a step cut short still has them), which say
-whether Hopper serves wide accesses in the phases that
-:func:`treduda.run.counters.shared_wavefronts` counts; then five whose memory counters test
-the emulator's (issues 37/40:
-ncu's sectors per request and bank conflicts equal ``Kernel.counters()``): GEMM 4096³'s fp32
-and fp16 picks, tccg_20 and tccg_32 (its pick takes the full box) in fp16, and tccg_03~1 in
-fp32 (8-way bank conflicts by the counters, yet as fast as tccg_03, which has none); then the
-pairs the model orders against the H200's times or whose shared accesses the rule of
+each, microseconds a launch, first so that a step cut short still has them), which say whether
+Hopper serves wide accesses in the phases that :func:`treduda.run.counters.shared_wavefronts`
+counts; then five whose memory counters test the emulator's (issues 37/40: ncu's sectors per
+request and bank conflicts equal ``Kernel.counters()``): GEMM 4096³'s fp32 and fp16 picks,
+tccg_20 and tccg_32 (its pick takes the full box) in fp16, and tccg_03~1 in fp32 (8-way bank
+conflicts by the counters, yet as fast as tccg_03, which has none); then the pairs the model
+orders against the H200's times or whose shared accesses the rule of
 :func:`treduda.run.counters.shared_wavefronts` is to be checked on (tccg_03/03~1, 09/09~1,
-04/04~1, 19/19~2, 20/20~2, 05/05~1, 13~1/13~2, 18/18~2, 15/15~1), for their stall reasons,
-hit rates, occupancy and issue-slot use. The pairs are generated here from the parameters the
-file of their measurement records, into a bundle of their own (``pairs``), whatever a search
-picks today: today's kernels for those parameters (the fidelity tool says which are no longer
-the kernels timed then; their ncu durations compare where the file's times do not).
+04/04~1, 19/19~2, 20/20~2, 05/05~1, 13~1/13~2, 18/18~2, 15/15~1), for their stall reasons, hit
+rates, occupancy and issue-slot use. The pairs are generated here from the parameters the file
+of their measurement records, into a bundle of their own (``pairs``), whatever a search picks
+today: today's kernels for those parameters (the fidelity tool says which are no longer the
+kernels timed then; their ncu durations compare where the file's times do not).
 
 ``profile`` runs ``ncu`` on ``launch`` (every kernel once, on random operands: nothing checked
 or timed) with ``--kernel-name`` matching the kernels' functions and ``--launch-count`` their
