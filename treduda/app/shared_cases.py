@@ -60,13 +60,11 @@ class Case:
 
     def first(self) -> ir.Expr:
         """The IR of :meth:`offsets`."""
-        expr: ir.Expr = ir.Int(0)
-        for divisor, modulus, scale in self.terms:
-            quotient = ir.Binary(ir.Op.DIV, LANE, ir.Int(divisor)) if divisor > 1 else LANE
-            term = ir.Binary(ir.Op.MUL, ir.Int(scale), ir.Binary(ir.Op.MOD, quotient,
-                                                                 ir.Int(modulus)))
-            expr = term if expr == ir.Int(0) else ir.Binary(ir.Op.ADD, expr, term)
-        return expr
+        terms = [ir.Binary(ir.Op.MUL, ir.Int(scale), ir.Binary(ir.Op.MOD, ir.Binary(
+                     ir.Op.DIV, LANE, ir.Int(divisor)) if divisor > 1 else LANE,
+                     ir.Int(modulus))) for divisor, modulus, scale in self.terms]
+        return functools.reduce(lambda a, b: ir.Binary(ir.Op.ADD, a, b), terms) if terms \
+            else ir.Int(0)
 
     def words(self) -> tuple[np.ndarray, np.ndarray]:
         """The 4-byte words the warp reads and the lane reading each."""
