@@ -154,6 +154,7 @@ from .tensorcore_tiles import (
     group_slots,
     index_digits,
     interleaved_row,
+    last_columns,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -618,26 +619,43 @@ class Builder:
             else:
                 first = (origin_k, origin_free) if row_major else (origin_free, origin_k)
             for piece, rounding in enumerate(pieces):
-                self.add(f"load_{fragment}{piece}", Kind.REDUCE, names,
-                         f"{warp} and {piece * count} <= f < {(piece + 1) * count}",
-                         ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
-                                         rounding),
-                         [ir.Element(fragment, (f,)), ir.Element(tile, (*self.buffer(), *first))],
-                         self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
-                                                 str(operand), "f"]))
+                for suffix, fragments, columns in self.columns(count, operand == 1):
+                    self.add(f"load_{fragment}{piece}{suffix}", Kind.REDUCE, names,
+                             f"{warp} and {piece * count} <= f < {(piece + 1) * count} "
+                             f"and {fragments}",
+                             ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
+                                             rounding, columns),
+                             [ir.Element(fragment, (f,)),
+                              ir.Element(tile, (*self.buffer(), *first))],
+                             self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
+                                                     str(operand), "f"]))
         # products (a, b) of fragment offsets: 3xTF32 adds lo*hi and hi*lo before hi*hi
         count = frags_m * frags_n
         products = ([(count, frags_m, 0), (count, 0, frags_n), (0, 0, 0)] if self.split
                     else [(0, 0, 0)])
         for n, (c_offset, a_offset, b_offset) in enumerate(products):
-            self.add(f"mma{n}", Kind.REDUCE, names, f"{warp} and 0 <= f < {count}",
-                     ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
-                                           ir.Element(FRAG_B, ())),
-                     [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
-                      ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
-                      ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
-                     self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
-                                             f"{len(products)}*f + {n}"]))
+            for suffix, fragments, columns in self.columns(frags_n, True):
+                self.add(f"mma{n}{suffix}", Kind.REDUCE, names,
+                         f"{warp} and 0 <= f < {count} and {fragments}",
+                         ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
+                                               ir.Element(FRAG_B, ()), columns),
+                         [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
+                          ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
+                          ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
+                         self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
+                                                 f"{len(products)}*f + {n}"]))
+
+    def columns(self, period: int, along_n: bool) -> list[tuple[str, str, int | None]]:
+        """The statements a fragment statement over ``f`` splits into by the columns of N it
+        computes: a name suffix, the constraint on ``f`` and the columns (None: all). Where
+        the warp's last fragment along N (``f`` = ``period - 1`` modulo ``period``) has
+        columns wholly outside N (:func:`last_columns`), the B loads and MMAs
+        (``along_n``) of that fragment take its leading columns only."""
+        last = last_columns(self.program, self.params) if along_n else None
+        if last is None:
+            return [("", "0 <= f", None)]
+        narrow = f"exists (q : f = {period}q + {period - 1})"
+        return [("", f"not ({narrow})", None), ("_narrow", narrow, last)]
 
     def copied(self, source: ir.Element) -> ir.Expr:
         """What a copy through registers stores of the operand's element: the element (the
