@@ -5,11 +5,14 @@ Per reduction step of ``BK`` summed values the block copies the ``BM x BK`` tile
 global index (so copies coalesce) and whose leading dimension is padded, tile by tile, so that
 the rows a fragment load reads at once lie on distinct banks
 (:func:`.tensorcore_tiles.operand_pads`). Elements outside the tensors are zero-filled, so
-partial tiles multiply zeros. The accumulators then go through a shared ``BM x BN`` tile to
-the output, in its own layout, by the program's own write statement (alpha, beta, ``+=``),
-which only covers elements inside the output. That tile takes over the operand tiles' memory
-(:attr:`ir.Local.reuses`): it is written after the barrier that follows the main loop, when
-no copy is in flight and no fragment is read any more. Schedule::
+partial tiles multiply zeros, except where each warp's last fragment along N has its last 8
+columns wholly outside N (:func:`.tensorcore_tiles.last_columns`): its B loads and MMAs then
+take its first 8 only (ldmatrix.x2, one mma.sync of two). The accumulators then go
+through a shared ``BM x BN`` tile to the output, in its own layout, by the program's own
+write statement (alpha, beta, ``+=``), which only covers elements inside the output. That
+tile takes over the operand tiles' memory (:attr:`ir.Local.reuses`): it is written after
+the barrier that follows the main loop, when no copy is in flight and no fragment is read
+any more. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]

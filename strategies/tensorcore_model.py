@@ -5,7 +5,9 @@ threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fr
 step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
-               fragments, a grouped K's fastest index to whole steps:
+               fragments, but for a warp's last fragment along N whose last 8 columns
+               are not multiplied: :func:`~treduda.strategies.tensorcore_tiles.last_columns`;
+               a grouped K's fastest index to whole steps:
                :func:`~treduda.strategies.tensorcore_tiles.stepped_k`, a split's parts
                to whole chunks where copies run ahead; 3xTF32's three products) / what
                WMMA reaches of the GPU's tensor cores for the dtype
