@@ -204,7 +204,7 @@ def test_a_split_mma_kernel_matches_einsum():
      {}, "tf32", True),  # tccg_06's shape: M 40 in two tiles of 32, N 24
     ("C[a,b,c,d,e,g]=A[e,f,b,a]*B[c,g,d,f]",
      {"a": 2, "b": 2, "c": 2, "d": 5, "e": 2, "f": 17, "g": 4},
-     {"warps_m": 1}, "highest", False),  # M 8; N 40 in two tiles of 32: its last block's
+     {"warps_m": 1}, "highest", False),  # M 8; N 40 in two tiles of 32
 ], ids=["gemm_n24", "rank3_20", "rank4_n8", "rank5_n24", "rank6_n40"])
 def test_fragments_partly_past_the_extents_match_einsum(expression, sizes, params, precision,
                                                         narrowed):
@@ -232,6 +232,19 @@ def test_a_fragments_columns_past_n_are_neither_loaded_nor_multiplied():
     model = model_of(narrow.program, gpu("H100"), "tensorcore")
     assert model.step_mmas(narrow.params) == 3
     assert narrow.verify(backend="emulator").ok  # every block: a hazard raises
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_the_sass_loop_of_a_narrowed_fragment_holds_a_quarter_fewer_hmma():
+    """ptxas keeps what the kernel says: GEMM with N = 24 in a tile of 32, 2x1 warps of
+    1x2 fragments, issues 3 HMMA.16816 a k-slice where N = 32 issues 4 (96 and 128 in the
+    main loop), from as many LDSM (a quarter of them .x2)."""
+    sizes = {"i": 64, "j": 24, "k": 512}
+    narrow, whole = (sass_report(_compile(GEMM, {**sizes, "j": n}).cuda_source, "sm_90")[0]
+                     for n in (24, 32))
+    assert 4 * narrow.main_loop_mma == 3 * whole.main_loop_mma > 0
+    assert narrow.main_loop_opcodes["LDSM"] == whole.main_loop_opcodes["LDSM"]
 
 
 def test_mma_kernels_run_without_hazards():
