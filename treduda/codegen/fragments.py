@@ -393,7 +393,7 @@ class Twin:
         c_local, c = self._base(s.accumulator)
         _, a = self._base(s.a)
         _, b = self._base(s.b)
-        m, n, k = c_local.fragment.shape
+        _, n, k = c_local.fragment.shape
         # the thread's column, where the product computes the leading ``columns`` only
         computed = ("" if s.columns is None
                     else f"if ({self.expr(self._column(n))} < {s.columns}) ")
