@@ -5,11 +5,14 @@ Per reduction step of ``BK`` summed values the block copies the ``BM x BK`` tile
 global index (so copies coalesce) and whose leading dimension is padded, tile by tile, so that
 the rows a fragment load reads at once lie on distinct banks
 (:func:`.tensorcore_tiles.operand_pads`). Elements outside the tensors are zero-filled, so
-partial tiles multiply zeros. The accumulators then go through a shared ``BM x BN`` tile to
-the output, in its own layout, by the program's own write statement (alpha, beta, ``+=``),
-which only covers elements inside the output. That tile takes over the operand tiles' memory
-(:attr:`ir.Local.reuses`): it is written after the barrier that follows the main loop, when
-no copy is in flight and no fragment is read any more. Schedule::
+partial tiles multiply zeros, except where each warp's last fragment along N has its last 8
+columns wholly outside N (:func:`.tensorcore_tiles.last_columns`): its B loads and MMAs then
+take its first 8 only (ldmatrix.x2, one mma.sync of two). The accumulators then go
+through a shared ``BM x BN`` tile to the output, in its own layout, by the program's own
+write statement (alpha, beta, ``+=``), which only covers elements inside the output. That
+tile takes over the operand tiles' memory (:attr:`ir.Local.reuses`): it is written after
+the barrier that follows the main loop, when no copy is in flight and no fragment is read
+any more. Schedule::
 
     fill[P, w, f, l]          -> [bn, bm, 0, 32w + l, 0, 0, batch, 0, 0, 0, 0, 0, 0, f]
     sync0[P, ks, t]           -> [.., t, .., batch, 1, ks, 0, 0, 0, 0, 0]
@@ -154,6 +157,7 @@ from .tensorcore_tiles import (
     group_slots,
     index_digits,
     interleaved_row,
+    last_columns,
     mma_shape,
     operand_pads,
     operand_rows_major,
@@ -618,26 +622,43 @@ class Builder:
             else:
                 first = (origin_k, origin_free) if row_major else (origin_free, origin_k)
             for piece, rounding in enumerate(pieces):
-                self.add(f"load_{fragment}{piece}", Kind.REDUCE, names,
-                         f"{warp} and {piece * count} <= f < {(piece + 1) * count}",
-                         ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
-                                         rounding),
-                         [ir.Element(fragment, (f,)), ir.Element(tile, (*self.buffer(), *first))],
-                         self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
-                                                 str(operand), "f"]))
+                for suffix, fragments, columns in self.columns(count, operand == 1):
+                    self.add(f"load_{fragment}{piece}{suffix}", Kind.REDUCE, names,
+                             f"{warp} and {piece * count} <= f < {(piece + 1) * count} "
+                             f"and {fragments}",
+                             ir.LoadFragment(ir.Element(fragment, ()), ir.Element(tile, ()), ld,
+                                             rounding, columns),
+                             [ir.Element(fragment, (f,)),
+                              ir.Element(tile, (*self.buffer(), *first))],
+                             self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf",
+                                                     str(operand), "f"]))
         # products (a, b) of fragment offsets: 3xTF32 adds lo*hi and hi*lo before hi*hi
         count = frags_m * frags_n
         products = ([(count, frags_m, 0), (count, 0, frags_n), (0, 0, 0)] if self.split
                     else [(0, 0, 0)])
         for n, (c_offset, a_offset, b_offset) in enumerate(products):
-            self.add(f"mma{n}", Kind.REDUCE, names, f"{warp} and 0 <= f < {count}",
-                     ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
-                                           ir.Element(FRAG_B, ())),
-                     [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
-                      ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
-                      ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
-                     self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
-                                             f"{len(products)}*f + {n}"]))
+            for suffix, fragments, columns in self.columns(frags_n, True):
+                self.add(f"mma{n}{suffix}", Kind.REDUCE, names,
+                         f"{warp} and 0 <= f < {count} and {fragments}",
+                         ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
+                                               ir.Element(FRAG_B, ()), columns),
+                         [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
+                          ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
+                          ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
+                         self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
+                                                 f"{len(products)}*f + {n}"]))
+
+    def columns(self, period: int, along_n: bool) -> list[tuple[str, str, int | None]]:
+        """The statements a fragment statement over ``f`` splits into by the columns of N it
+        computes: a name suffix, the constraint on ``f`` and the columns (None: all). Where
+        the warp's last fragment along N (``f`` = ``period - 1`` modulo ``period``) has
+        columns wholly outside N (:func:`last_columns`), the B loads and MMAs
+        (``along_n``) of that fragment take its leading columns only."""
+        last = last_columns(self.program, self.params) if along_n else None
+        if last is None:
+            return [("", "0 <= f", None)]
+        narrow = f"exists (q : f = {period}q + {period - 1})"
+        return [("", f"not ({narrow})", None), ("_narrow", narrow, last)]
 
     def copied(self, source: ir.Element) -> ir.Expr:
         """What a copy through registers stores of the operand's element: the element (the

@@ -5,7 +5,9 @@ threads of FMAs, for a complete candidate (BM x BN tiles of ``warps x frags`` fr
 step of BK summed values):
 
 * ``mma``      the multiply-accumulates the tiles execute (partial tiles padded to whole
-               fragments, a grouped K's fastest index to whole steps:
+               fragments, but for a warp's last fragment along N whose last 8 columns
+               are not multiplied: :func:`~treduda.strategies.tensorcore_tiles.last_columns`;
+               a grouped K's fastest index to whole steps:
                :func:`~treduda.strategies.tensorcore_tiles.stepped_k`, a split's parts
                to whole chunks where copies run ahead; 3xTF32's three products) / what
                WMMA reaches of the GPU's tensor cores for the dtype
@@ -385,8 +387,15 @@ class TensorCoreModel(EnumeratingModel):
         """The tensor-core instructions a warp issues per step: a SASS loop that holds
         ``n`` times as many holds ``n`` steps (nvcc unrolled them)."""
         tile = self._tile(self._described(params))
-        return (self.products * tile["frags_m"] * tile["frags_n"] * tile["frags_k"]
-                * self._mma_instructions(params))
+        return round(self.products * tile["frags_m"] * self._frags_n(params, tile)
+                     * tile["frags_k"] * self._mma_instructions(params))
+
+    def _frags_n(self, p: Mapping[str, Any], tile: Mapping[str, int]) -> float:
+        """The fragments along N a warp multiplies and loads B's of: ``frags_n``, its last
+        one counted by the share of its columns the MMAs compute where the others lie
+        wholly outside N (:func:`~.tensorcore_tiles.last_columns`: one mma.sync of two)."""
+        last = tensorcore_tiles.last_columns(self.program, p)
+        return tile["frags_n"] - (0 if last is None else 1 - last / self.shape[1])
 
     def _mma_instructions(self, p: Mapping[str, Any]) -> int:
         """Tensor-core instructions per fragment product: two mma.sync (m16n8k16 or m16n8k8)
@@ -512,9 +521,14 @@ class TensorCoreModel(EnumeratingModel):
         if p["shared_layout"] == "swizzle":
             words_a, words_b = words_a + SWIZZLE_INSTRUCTIONS, words_b + SWIZZLE_INSTRUCTIONS
             copies += SWIZZLE_INSTRUCTIONS * runs
+        # a narrowed last B fragment (_frags_n) rounds, and reads by words, its share only;
+        # ldmatrix.x2 is one instruction, as x4 is
+        narrowed = tile["frags_n"] - self._frags_n(p, tile)
+        by_words = p["mapping"] == "mma" and not (self.bytes == 2 or not self.row_b)
         loads = (frags_a * (words_a + rounding * m * k // 32)
-                 + frags_b * (words_b + rounding * k * n // 32))
-        mmas = self.products * tile["frags_m"] * tile["frags_n"]
+                 + frags_b * (words_b + rounding * k * n // 32)
+                 - narrowed * ((words_b if by_words else 0) + rounding * k * n // 32))
+        mmas = self.products * tile["frags_m"] * self._frags_n(p, tile)
         return (tile["frags_k"] * (loads + mmas * self._mma_instructions(p))
                 + copies / threads)
 
@@ -561,14 +575,17 @@ class TensorCoreModel(EnumeratingModel):
         shares = waves_by_residency(g, blocks, occupancy)
         quantise = math.ceil(blocks / g.sm_count) * g.sm_count / blocks
         # where the copies run ahead, every part runs ``chunk`` steps: a short last part
-        # multiplies zeros past K's end (tensorcore_kernel.Builder.step_bounds)
+        # multiplies zeros past K's end (tensorcore_kernel.Builder.step_bounds); columns
+        # wholly outside N a warp's last fragment leaves out (_frags_n) are not multiplied
         executed = parts * chunk if self._ahead(p) else steps
-        padded = 2.0 * tiles * tile["m"] * tile["n"] * executed * tile["k"]
+        frags_n = self._frags_n(p, tile)
+        padded = (2.0 * tiles * tile["m"] * tile["n"] * frags_n / tile["frags_n"]
+                  * executed * tile["k"])
         # per block and step
         copied = (tile["m"] + tile["n"]) * tile["k"]
         warp_step = self._warp_step(tile, threads, p)
-        mmas = self.products * tile["frags_m"] * tile["frags_n"]  # per warp and k-slice
-        frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * tile["frags_n"]
+        mmas = self.products * tile["frags_m"] * frags_n  # per warp and k-slice
+        frags_a, frags_b = self.pieces * tile["frags_m"], self.pieces * frags_n
         output = tile["m"] * tile["n"]
         written = self.write_instructions(p, tile, threads, parts)
         instructions = blocks * (chunk * warps * warp_step + output * written / 32)
@@ -587,7 +604,7 @@ class TensorCoreModel(EnumeratingModel):
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))
         # the warps the busiest SM holds at once (in its fullest wave) hide its latencies
         resident = shares[0][0] * warps
-        hidden = self._hidden(resident, tile, clock)
+        hidden = self._hidden(resident, mmas, clock)
         in_flight = self._in_flight(p)
 
         def wave(blocks_resident: int) -> float:
@@ -632,18 +649,18 @@ class TensorCoreModel(EnumeratingModel):
                                               free=tensorcore_tiles.free_boxed(self.program, p))
         return p["stages"] > 1 and p["async_copy"] and any(widths.values())
 
-    def _hidden(self, resident: int, tile: Mapping[str, int], clock: float) -> float:
+    def _hidden(self, resident: int, mmas: float, clock: float) -> float:
         """The share of the SM's throughput its resident warps keep busy. The SIMT model's
         rule, ``latency_hiding_warps`` per scheduler, is met here too by a few warps with many
-        fragments: a warp's accumulators are independent chains of MMAs, so a scheduler is
+        fragments: a warp's ``mmas`` fragment products of a k-slice (a narrowed one by its
+        share, :meth:`_frags_n`) are independent chains of MMAs, so a scheduler is
         busy while the MMAs its warps can have in flight cover the MMA latency at the
         tensor cores' rate (CUTLASS's fp16 GEMM runs 64x64-fragment warps at two per
         scheduler; the SIMT rule alone rated them at half speed)."""
         g = self.gpu
         k = self.shape[2]
         per_scheduler = resident / g.schedulers_per_sm
-        independent = (per_scheduler * self.products * tile["frags_m"] * tile["frags_n"]
-                       * MMA_INSTRUCTIONS[k])
+        independent = per_scheduler * mmas * MMA_INSTRUCTIONS[k]
         return min(1.0, max(per_scheduler / g.latency_hiding_warps,
                             independent / (MMA_LATENCY_CYCLES * self._mma_rate(clock))))
 

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from treduda.codegen import ir
+from treduda.codegen.fragments import MMA_COLUMNS
 from treduda.frontend import dtypes
 from treduda.polyhedral.geometry import AXES, GROUP, copy_width, split_parts
 from treduda.polyhedral.lower import Kind, Program
@@ -677,6 +678,23 @@ def tile_extents(p: Mapping[str, Any], shape: tuple[int, int, int]) -> dict[str,
     fm, fn, fk = shape
     return {"m": p["warps_m"] * p["frags_m"] * fm, "n": p["warps_n"] * p["frags_n"] * fn,
             "k": p["frags_k"] * fk}
+
+
+def last_columns(program: Program, p: Mapping[str, Any]) -> int | None:
+    """The columns of N that the MMAs of each warp's last fragment along N compute, where
+    its last :data:`~treduda.codegen.fragments.MMA_COLUMNS` lie wholly outside N in every
+    block: one block and one warp along N (so every warp drops the same products: no
+    branch), the "mma" mapping (an mma.sync per 8 columns of a 16-column fragment). None
+    elsewhere (all columns computed). tccg_06's N = 24 in a tile of 32 multiplied zeros in
+    4 of its 16 mma.sync a k-slice; the tile's columns past N are then neither loaded
+    (ldmatrix.x2) nor multiplied, only zero-filled by the copies."""
+    n = mma_shape(program)[1]
+    tile = p["frags_n"] * n
+    extent = group_extents(program, free_boxed(program, p))["n"]
+    if (p["mapping"] != "mma" or n != 2 * MMA_COLUMNS or p["warps_n"] != 1
+            or not tile - n < extent <= tile - MMA_COLUMNS):
+        return None
+    return MMA_COLUMNS
 
 
 def operand_rows_major(program: Program, found: tuple[tuple[str, ...], ...]) -> tuple[bool, bool]:

@@ -12,7 +12,7 @@ import subprocess
 
 import numpy as np
 import pytest
-from treduda.strategies.tensorcore_tiles import swizzle_shift
+from treduda.strategies.tensorcore_tiles import last_columns, swizzle_shift
 
 import treduda
 from treduda.codegen import ir
@@ -192,6 +192,59 @@ def test_a_split_mma_kernel_matches_einsum():
                              params={**SMALL, "split": 2})
     assert kernel.params["split"] == 2
     assert kernel.verify().ok
+
+
+@pytest.mark.parametrize(("expression", "sizes", "params", "precision", "narrowed"), [
+    (GEMM, {"i": 40, "j": 24, "k": 20}, {}, "highest", True),  # N 24 in a tile of 32
+    ("C[a,b,c]=A[a,k,b]*B[k,c]", {"a": 4, "b": 5, "c": 20, "k": 24}, {}, "tf32",
+     True),  # M and N 20
+    ("C[a,b,c,d]=A[a,e,b]*B[d,e,c]", {"a": 4, "b": 6, "c": 2, "d": 4, "e": 20},
+     {"frags_n": 1}, "highest", True),  # M 24; N 8 in a fragment of 16
+    ("C[a,b,c,d,e]=A[e,f,b,a,d]*B[c,f]", {"a": 2, "b": 2, "c": 24, "d": 2, "e": 5, "f": 19},
+     {}, "tf32", True),  # tccg_06's shape: M 40 in two tiles of 32, N 24
+    ("C[a,b,c,d,e,g]=A[e,f,b,a]*B[c,g,d,f]",
+     {"a": 2, "b": 2, "c": 2, "d": 5, "e": 2, "f": 17, "g": 4},
+     {"warps_m": 1}, "highest", False),  # M 8; N 40 in two tiles of 32
+], ids=["gemm_n24", "rank3_20", "rank4_n8", "rank5_n24", "rank6_n40"])
+def test_fragments_partly_past_the_extents_match_einsum(expression, sizes, params, precision,
+                                                        narrowed):
+    """Extents of 24, 20 and 8 leave each warp's last fragment along N 8 columns wholly
+    outside N, which it neither loads nor multiplies (:func:`last_columns`); 40 in two
+    tiles leaves them in its last block only, which multiplies them; M 20, 24, 40 and 8."""
+    dtype = "float32" if precision == "tf32" else "float16"
+    kernel = treduda.compile(expression, sizes, dtype=dtype, precision=precision,
+                             strategy="tensorcore", params={**SMALL, **params})
+    assert (last_columns(kernel.program, kernel.params) is not None) == narrowed
+    assert kernel.verify().ok
+
+
+def test_a_fragments_columns_past_n_are_neither_loaded_nor_multiplied():
+    """N = 24 in a tile of 32 (tccg_06's): each warp's last fragment takes one mma.sync of
+    two (3 of 4 a k-slice here, as the model counts) and its B by ldmatrix.x2, and the
+    kernel runs without hazards; N = 32 takes all four."""
+    sizes = {"i": 32, "j": 24, "k": 64}
+    narrow = _compile(GEMM, sizes, params={"frags_k": 1})
+    whole = _compile(GEMM, {**sizes, "j": 32}, params={"frags_k": 1})
+    calls = {name: kernel.cuda_source.count("td_mma(&") for name, kernel in
+             (("narrow", narrow), ("whole", whole))}
+    assert 4 * calls["narrow"] == 3 * calls["whole"], calls
+    assert "td_ldmatrix_x2" in narrow.cuda_source and "_x2" not in whole.cuda_source
+    model = model_of(narrow.program, gpu("H100"), "tensorcore")
+    assert model.step_mmas(narrow.params) == 3
+    assert narrow.verify(backend="emulator").ok  # every block: a hazard raises
+
+
+@pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
+                    reason="nvcc and nvdisasm (CUDA toolkit) not installed")
+def test_the_sass_loop_of_a_narrowed_fragment_holds_a_quarter_fewer_hmma():
+    """ptxas keeps what the kernel says: GEMM with N = 24 in a tile of 32, 2x1 warps of
+    1x2 fragments, issues 3 HMMA.16816 a k-slice where N = 32 issues 4 (96 and 128 in the
+    main loop), from as many LDSM (a quarter of them .x2)."""
+    sizes = {"i": 64, "j": 24, "k": 512}
+    narrow, whole = (sass_report(_compile(GEMM, {**sizes, "j": n}).cuda_source, "sm_90")[0]
+                     for n in (24, 32))
+    assert 4 * narrow.main_loop_mma == 3 * whole.main_loop_mma > 0
+    assert narrow.main_loop_opcodes["LDSM"] == whole.main_loop_opcodes["LDSM"]
 
 
 def test_mma_kernels_run_without_hazards():

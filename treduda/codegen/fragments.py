@@ -158,6 +158,7 @@ TF32_LANES = {ir.Use.A: ("({l} >> 2) + 8 * ({w} & 1)", "({l} & 3) + 4 * ({w} >> 
               ir.Use.B: ("({l} & 3) + 4 * ({w} & 1)", "({l} >> 2) + 8 * ({w} >> 1)")}
 MMA_LANE = "(threadIdx.x & 31)"
 MMA_WORDS = {ir.Use.A: 4, ir.Use.B: 4, ir.Use.ACCUMULATOR: 8}  # a thread's, per fragment
+MMA_COLUMNS = 8  # the accumulator columns of one mma.sync (m16n8k16, m16n8k8)
 # The tile row and column whose address lane {l} gives ldmatrix.x4 (see MmaSync), where the
 # tile's memory rows are the fragment's rows (True: A row-major, B stored along K) or not,
 # {c} values to a matrix row's 16 bytes (8, or 4 of TF32: an 8x8 matrix of 16-bit values is
@@ -213,9 +214,12 @@ class MmaSync(Wmma):
         return None
 
     def helpers(self) -> dict[str, object]:
-        """What ``templates/mma_sync.cu.j2`` needs: the operands' PTX type and the MMA's k."""
+        """What ``templates/mma_sync.cu.j2`` needs: the operands' PTX type, the MMA's k, and
+        whether a fragment load fills 8 columns only (ldmatrix.x2, declared only then)."""
         return {"type": MMA_TYPES[self.kernel.dtype],
-                "k": 16 if self.kernel.dtype in ("float16", "bfloat16") else 8}
+                "k": 16 if self.kernel.dtype in ("float16", "bfloat16") else 8,
+                "x2": any(isinstance(s, ir.LoadFragment) and _half(s)
+                          for s in ir.nested(self.kernel.body))}
 
     def stmt(self, s: ir.Stmt, pad: str) -> list[str]:
         if isinstance(s, ir.FillFragment):
@@ -226,7 +230,8 @@ class MmaSync(Wmma):
             return self.load(s, pad)
         if isinstance(s, ir.MultiplyAccumulate):
             c, a, b = self.expr(s.accumulator), self.expr(s.a), self.expr(s.b)
-            return [f"{pad}td_mma(&{c}[{4 * h}], {a}, &{b}[{2 * h}]);" for h in (0, 1)]
+            return [f"{pad}td_mma(&{c}[{4 * h}], {a}, &{b}[{2 * h}]);"
+                    for h in range(2 if s.columns is None else -(-s.columns // MMA_COLUMNS))]
         if isinstance(s, ir.AddFragment):
             c = self.expr(s.accumulator)
             return [f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
@@ -245,7 +250,10 @@ class MmaSync(Wmma):
         rows, 16 bytes each; where the fragment's rows are those (A row-major, B stored
         along K), lane ``l`` reads memory row ``l % 16`` at column ``8 (l / 16)``, else memory
         row ``8 (l / 16) + l % 8`` at column ``8 ((l / 8) % 2)``, transposed where the
-        memory rows run along K (A column-major, B row-major)."""
+        memory rows run along K (A column-major, B row-major). A B fragment of 8 columns
+        (:attr:`ir.LoadFragment.columns`) takes ldmatrix.x2: matrices 0 and 1, words 0 and
+        1, which lanes 0 to 15 address by the same rule (PTX ISA, "ldmatrix": with .x2,
+        threads 0-15 give the rows' addresses)."""
         kind = next(local.fragment for local in self.kernel.locals
                     if local.name == s.fragment.array)
         transposed = ldmatrix_transposed(kind.use, kind.row_major)
@@ -268,11 +276,12 @@ class MmaSync(Wmma):
         fragment, scale = self.expr(s.fragment), 16 // values  # 16-bit units per value
         if scale > 1:
             lane = f"{scale} * ({lane})"
-        lines = [f"{pad}td_ldmatrix{trans}<{2 * scale * constant}>({fragment}, "
-                 f"{s.first.array}, {lane});"]
+        half = _half(s)
+        lines = [f"{pad}td_ldmatrix{'_x2' if half else ''}{trans}<{2 * scale * constant}>("
+                 f"{fragment}, {s.first.array}, {lane});"]
         if s.rounding is not None:  # TF32: each word rounded where it is
             rounded = MMA_ROUNDING[s.rounding].format(f"__uint_as_float({fragment}[td_t])")
-            lines.append(f"{pad}for (int td_t = 0; td_t < 4; td_t++) "
+            lines.append(f"{pad}for (int td_t = 0; td_t < {2 if half else 4}; td_t++) "
                          f"{fragment}[td_t] = {rounded};")
         return lines
 
@@ -281,12 +290,17 @@ class MmaSync(Wmma):
         register (:data:`MMA_ROUNDING`), where ldmatrix would need to transpose 32-bit
         values, which it cannot."""
         fragment, lines = self.expr(s.fragment), []
-        for word in range(MMA_WORDS[kind.use]):
+        for word in range(MMA_WORDS[kind.use] // (2 if _half(s) else 1)):  # B's half 0 first
             row, column = (f.format(l=MMA_LANE, w=word) for f in TF32_LANES[kind.use])
             major, minor = (row, column) if kind.row_major else (column, row)
             value = f"{s.first.array}[{self.expr(s.first.offset)} + ({major}) * {s.ld} + {minor}]"
             lines.append(f"{pad}{fragment}[{word}] = {MMA_ROUNDING[s.rounding].format(value)};")
         return lines
+
+
+def _half(s: ir.LoadFragment) -> bool:
+    """Whether the fragment load fills one 8-column half of a B fragment only."""
+    return s.columns is not None and s.columns <= MMA_COLUMNS
 
 
 class Twin:
@@ -365,6 +379,8 @@ class Twin:
                                    kind.row_major)
             target = f"{s.fragment.array}[{base} + td_t]"
             loops = [f"for (int td_t = 0; td_t < {k}; td_t++)"]
+            if s.columns is not None:  # the thread's column among those the load fills
+                loops.insert(0, f"if ({self.expr(self._column(n))} < {s.columns})")
         value: ir.Expr = source if s.rounding is None else ir.Call(s.rounding, (source,))
         return [f"{pad}{' '.join(loops)} {target} = {self.expr(value)};"]
 
@@ -377,8 +393,12 @@ class Twin:
         c_local, c = self._base(s.accumulator)
         _, a = self._base(s.a)
         _, b = self._base(s.b)
-        k = c_local.fragment.shape[2]
-        return [f"{pad}for (int td_t = 0; td_t < {self.per_thread(c_local)}; td_t++) {{",
+        _, n, k = c_local.fragment.shape
+        # the thread's column, where the product computes the leading ``columns`` only
+        computed = ("" if s.columns is None
+                    else f"if ({self.expr(self._column(n))} < {s.columns}) ")
+        return [f"{pad}{computed}for (int td_t = 0; td_t < {self.per_thread(c_local)}; "
+                f"td_t++) {{",
                 f"{pad}  {self.value_type} td_s = {s.accumulator.array}[{c} + td_t];",
                 f"{pad}  for (int td_k = 0; td_k < {k}; td_k++) td_s = fma("
                 f"{s.a.array}[{a} + td_t * {k} + td_k], {s.b.array}[{b} + td_k], td_s);",

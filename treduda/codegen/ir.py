@@ -247,6 +247,9 @@ class LoadFragment:
     first: Load
     ld: int
     rounding: Function | None = None
+    # A B fragment's leading columns the load fills (None: all): the columns of the MMAs
+    # that read it (:attr:`MultiplyAccumulate.columns`)
+    columns: int | None = None
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,10 @@ class MultiplyAccumulate:
     accumulator: Load
     a: Load
     b: Load
+    # The accumulator's leading columns the product computes (None: all): the others lie
+    # wholly outside the output, and stay as they are (mma.sync computes a 16x16 product
+    # 8 columns at a time, so 8 of 16 drop one of its two instructions)
+    columns: int | None = None
 
 
 @dataclass(frozen=True)

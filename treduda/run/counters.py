@@ -244,7 +244,7 @@ class Tally:
     def tile(self, kind: ir.Fragment, array: str, offsets: np.ndarray, row_major: bool,
              write: bool) -> None:
         element = self.places[array][1]
-        grid = offsets.reshape(kind.rows_columns)
+        grid = offsets.reshape(kind.rows_columns[0], -1)  # a B load's leading columns
         if kind.use is ir.Use.ACCUMULATOR:
             starts, lanes, width = _accumulator_accesses(grid, row_major)
             self._add(array, STORE if write else LOAD, starts * element, lanes, width * element)

@@ -545,17 +545,20 @@ class _Block:
             self.fragment(*operands["fragment"], warp)[:] = s.value.value
         elif isinstance(s, ir.LoadFragment):
             kind = self.fragments[s.fragment.array][0].fragment
-            values = self.tile(kind, operands["first"], s.ld, kind.row_major, lanes, False)
+            values = self.tile(kind, operands["first"], s.ld, kind.row_major, lanes, False,
+                               columns=s.columns)
             if s.rounding is not None:
                 values = CALLS[s.rounding](values)
-            self.fragment(*operands["fragment"], warp)[:] = values
+            rows, columns = kind.rows_columns
+            filled = self.fragment(*operands["fragment"], warp).reshape(rows, columns)
+            filled[:, :s.columns] = values.reshape(rows, -1)
         elif isinstance(s, ir.MultiplyAccumulate):
             kind = self.fragments[s.accumulator.array][0].fragment
             m, n, k = kind.shape
             a = self.fragment(*operands["a"], warp).reshape(m, k).astype(np.float64)
             b = self.fragment(*operands["b"], warp).reshape(k, n).astype(np.float64)
-            accumulator = self.fragment(*operands["accumulator"], warp)
-            accumulator[:] = accumulator + (a @ b).ravel()
+            accumulator = self.fragment(*operands["accumulator"], warp).reshape(m, n)
+            accumulator[:, :s.columns] += a @ b[:, :s.columns]  # its leading columns only
         elif isinstance(s, ir.AddFragment):
             self.fragment(*operands["accumulator"], warp)[:] += self.fragment(
                 *operands["addend"], warp)
@@ -703,11 +706,14 @@ class _Block:
         return self.fragments[name][1][warp, number]
 
     def tile(self, kind: ir.Fragment, first: tuple[str, int], ld: int, row_major: bool,
-             lanes: np.ndarray, write: bool, values: np.ndarray | None = None) -> np.ndarray:
+             lanes: np.ndarray, write: bool, values: np.ndarray | None = None,
+             columns: int | None = None) -> np.ndarray:
         """Read (or write ``values`` into) the fragment-shaped tile of a shared array that
-        starts at ``first``, its elements row by row; each access is checked and recorded."""
+        starts at ``first``, its elements row by row (of its leading ``columns``, None: all);
+        each access is checked and recorded."""
         array, start = first
-        rows, columns = kind.rows_columns
+        rows, whole = kind.rows_columns
+        columns = whole if columns is None else min(columns, whole)
         row, column = np.divmod(np.arange(rows * columns), columns)
         offsets = start + (row * ld + column if row_major else column * ld + row)
         if self.observer is not None:
