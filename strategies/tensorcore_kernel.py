@@ -68,7 +68,11 @@ No copy divides by a group's extents in the main loop: the free groups' indices 
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
 step's K indices are ``BK (ks mod S) + r`` and ``ks / S``, once per step, plus the thread's
-row ``r``. An asynchronous copy zero-fills by its read size where its source lies outside the
+row ``r``. Where rounding up would cost too much (84 in steps of 64), the step's digits are
+divided once per step and each copy adds its row to the fastest, carrying one into the next
+digit where it passes the extent (:meth:`Builder.carried_k`): a compare and a selected
+displacement a copy, not a division.
+An asynchronous copy zero-fills by its read size where its source lies outside the
 tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a copy and a
 zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
 534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
@@ -588,20 +592,20 @@ class Builder:
 
     def carried_k(self, tensor: str, local_k: ir.Expr
                   ) -> tuple[dict[str, ir.Expr], str, ir.Expr] | None:
-        """The indices of ``tensor`` at K's value ``BK ks + local_k`` that a copy writes
-        (:meth:`add`'s ``written``) where K is a group whose fastest extent ``n`` the step
-        ``BK`` does not divide but spans at most (else None: :func:`stepped_k` rounded it
-        up, or a step spans several of its values): K's digits are the step's (``BK ks mod
-        n``, ``BK ks / n``, ...), the same for all a thread's copies, which nvcc computes
-        once a step, plus ``local_k`` (``< BK <= n``) in the fastest; where that passes
-        ``n``, one is carried into the next digit (a compare, ``d >= n``), and a carry's
-        displacement of the element (``s_next - n s``, the digits' strides) is added to the
-        tensor's fastest index (returned with the digits and the displacement), whose term
-        the offset's Horner form (:func:`~treduda.polyhedral.ast_build.offset`) adds last: a copy's address is then the step's and thread's, a constant and a
-        selected displacement, where carrying into the digits themselves left nvcc a Horner
-        evaluation a copy (tccg_20's main loop: 357 SASS instructions against 329 with a
-        division a copy). Dividing each copy's own value cost tccg_20 (``e, f`` = 84 x 84,
-        ``BK`` 64) 12 divisions a step, 113 of its loop's 201 non-MMA instructions."""
+        """What a copy of ``tensor`` at K's value ``BK ks + local_k`` writes (:meth:`add`'s
+        ``written``) where K is a group whose fastest extent ``n`` the step ``BK`` does not
+        divide but spans at most (else None: :func:`stepped_k` rounded it up, or a step
+        spans several of its values): K's digits as the step's (``BK ks mod n``, ``BK ks /
+        n``, ...), the same for all a thread's copies, which nvcc computes once a step, the
+        fastest plus ``local_k`` (``< BK <= n``); the tensor's fastest index; and the
+        displacement to add to it. Where the fastest digit passes ``n`` one is carried
+        into the next (a compare, ``d >= n``), which moves the element by ``s' - n s``
+        (the two digits' strides): added to the fastest index, whose term the offset's
+        Horner form (:func:`~treduda.polyhedral.ast_build.offset`) adds last, rather than
+        into the digits, which left nvcc a Horner evaluation a copy (tccg_20's main loop:
+        357 SASS instructions, against 329 dividing each copy's value and 316 so). Each
+        copy divided its own value before: tccg_20 (``e, f`` = 84 x 84, ``BK`` 64) 12
+        divisions a step, 113 of its loop's 201 non-MMA instructions."""
         sizes = [self.k_sizes[i] for i in self.k]
         if len(sizes) < 2 or sizes[0] % self.tile["k"] == 0 or self.tile["k"] > sizes[0]:
             return None
