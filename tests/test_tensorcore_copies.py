@@ -128,20 +128,28 @@ def _divided_per_thread(e: ir.Expr, divisor: int) -> bool:
     # K = (f, e) = 9 x 7: a step of 16 spans several f, each copy divides its own value
     ("C[a,b]=A[a,e,f]*B[f,e,b]", {"a": 24, "b": 20, "e": 7, "f": 9}, "float16", 1, 2, True,
      None),
+    # the warpgroup mapping's cp.async copies are the same statements
+    pytest.param(TCCG_20, {"a": 20, "b": 5, "c": 6, "d": 24, "e": 21, "f": 5}, "float16", 1, 2,
+                 True, "e", id="warpgroup"),
     # tccg_20's 84 x 84 in steps of 64, four stages
     pytest.param("C[a,b]=A[a,e,f]*B[f,e,b]", {"a": 40, "b": 24, "e": 84, "f": 84}, "float16",
                  4, 4, True, "f", marks=pytest.mark.matrix)])
 def test_k_carried_from_the_step_matches_einsum(expression, sizes, dtype, frags_k, stages,
-                                                async_copy, carried):
+                                                async_copy, carried, request):
     """Where K is a group whose fastest extent the step does not divide (nor was rounded up
     to: stepped_k), a copy's K digits are the step's plus its row, carried into the next
     digit where they pass the extent, and no copy divides a value of its thread by the
     extent; where a step spans several of its values, each copy divides its own. Sizes not
     multiples of the step (a short last step zero-fills), fp16 and tf32, one to four stages,
-    cp.async or registers: PoCL matches numpy.einsum, and in one stage the emulator too."""
-    kernel = treduda.compile(expression, sizes, dtype=dtype, layout="F", strategy="tensorcore",
+    cp.async or registers, the warpgroup mapping's copies too: PoCL matches numpy.einsum, and
+    in one stage the emulator too."""
+    warpgroup = request.node.callspec.id == "warpgroup"
+    params = ({"warpgroups": 1, "frags_m": 1, "tile_n": 32, "tma": False} if warpgroup
+              else TILES)
+    kernel = treduda.compile(expression, sizes, dtype=dtype, layout="F",
+                             strategy="warpgroup" if warpgroup else "tensorcore",
                              precision="tf32" if dtype == "float32" else "highest", cache=False,
-                             params={**TILES, "frags_k": frags_k, "async_copy": async_copy,
+                             params={**params, "frags_k": frags_k, "async_copy": async_copy,
                                      "stages": stages})
     sources = [s.source if isinstance(s, ir.AsyncCopy) else s.value
                for s in ir.nested(kernel.built.kernel.body)
