@@ -8,12 +8,14 @@ other instructions per MMA (38 executed on tccg_20 before)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
 import islpy as isl
 import numpy as np
 import pytest
+from conftest import formulas_name_their_relations
 
 import treduda
 from treduda.codegen import ir
@@ -141,8 +143,9 @@ def test_k_carried_from_the_step_matches_einsum(expression, sizes, dtype, frags_
     digit where they pass the extent, and no copy divides a value of its thread by the
     extent; where a step spans several of its values, each copy divides its own. Sizes not
     multiples of the step (a short last step zero-fills), fp16 and tf32, one to four stages,
-    cp.async or registers, the warpgroup mapping's copies too: PoCL matches numpy.einsum, and
-    in one stage the emulator too."""
+    cp.async or registers, the warpgroup mapping's copies too: the copies' formulas name the
+    elements their relations name (at the same offsets), PoCL matches numpy.einsum, and in
+    one stage the emulator too."""
     warpgroup = request.node.callspec.id == "warpgroup"
     params = ({"warpgroups": 1, "frags_m": 1, "tile_n": 32, "tma": False} if warpgroup
               else TILES)
@@ -159,6 +162,12 @@ def test_k_carried_from_the_step_matches_einsum(expression, sizes, dtype, frags_
     extent = sizes[carried or "f"]  # K's fastest (None: a step spans several f)
     assert sources and all(_divided_per_thread(load.offset, extent) != bool(carried)
                            for load in sources)
+    copies = [dataclasses.replace(s, accesses=tuple(a.intersect_domain(isl.Set(
+        f"{{ {s.name}[{', '.join(s.indices)}] : bm = 0 and bn = 0 and ks < 6 }}"))
+        for a in s.accesses))  # the first block's first steps, past a carry or two
+        for s in get(kernel.strategy).apply(kernel.program, kernel.params).statements
+        if s.name.startswith("copy_")]
+    assert formulas_name_their_relations(copies, kernel.program) > 500
     assert kernel.verify().ok
     if stages == 1:
         assert kernel.verify(backend="emulator").ok
