@@ -71,7 +71,11 @@ No copy divides by a group's extents in the main loop: the free groups' indices 
 block and the thread only, which nvcc computes once, and where K is a group the steps scan its
 fastest index rounded up to whole steps (:func:`.tensorcore_tiles.stepped_k`), so that a
 step's K indices are ``BK (ks mod S) + r`` and ``ks / S``, once per step, plus the thread's
-row ``r``. An asynchronous copy zero-fills by its read size where its source lies outside the
+row ``r``. Where rounding up would cost too much (84 in steps of 64), the step's digits are
+divided once per step and each copy adds its row to the fastest, carrying one into the next
+digit where it passes the extent (:meth:`Builder.carried_k`): a compare and a selected
+displacement a copy, not a division.
+An asynchronous copy zero-fills by its read size where its source lies outside the
 tensor (:attr:`ir.AsyncCopy.reads`): one cp.async per run and no branch, where a copy and a
 zero-fill under complementary guards gave nvcc a branch per run (tccg_20's SASS main loop:
 534 instructions, 38 non-MMA per MMA executed, before all this; 102 and 2.19 after).
@@ -125,6 +129,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import operator
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -150,6 +155,7 @@ from .tensorcore_tiles import (
     copy_shape,
     copy_widths,
     digit_values,
+    fastest_first,
     free_boxed,
     free_digits,
     gemm_groups,
@@ -402,18 +408,21 @@ class Builder:
         return ", ".join([bn, bm, "0", thread, "0", "0", *batch, *tail])
 
     def add(self, name: str, kind: Kind, indices: Sequence[str], constraints: str,
-            body: ir.Stmt, accesses: Sequence[ir.Element], point: str) -> None:
+            body: ir.Stmt, accesses: Sequence[ir.Element], point: str,
+            written: Sequence[ir.Element] | None = None) -> None:
         """Statement ``name[indices]`` over ``constraints``, reading and writing ``accesses``
         (in :func:`ir.elements` order, indexed by expressions of ``indices``), scheduled at
         ``point``. The expressions are the statement's formulas too, so the AST builder
         need not compose the access relations with the schedule: isl split those of copies
-        from groups of indices into so many pieces that tccg_20 never finished."""
+        from groups of indices into so many pieces that tccg_20 never finished. ``written``,
+        the same elements in expressions isl cannot take (comparisons: :meth:`carried_k`),
+        gives the formulas instead."""
         head = f"{name}[{', '.join(indices)}]"
         domain = isl.Set(f"{{ {head} : {constraints} }}")
         maps = tuple(isl.Map(f"{{ {head} -> {_isl_element(a)} }}").intersect_domain(domain)
                      for a in accesses)
         ranges = _ranges(domain, indices) if accesses else {}
-        formulas = _formulas(accesses, ranges)
+        formulas = _formulas(written or accesses, ranges)
         self.statements.append(Statement(name, kind, tuple(indices), body, maps,
                                          formulas=formulas))
         schedule = isl.UnionMap.from_map(
@@ -527,9 +536,18 @@ class Builder:
                                     self.k_sizes, OPERATORS))
         held = digit_values(free_digits(self.program, self.params, free), value[free],
                             self.sizes, OPERATORS)
-        indices = [ir.Var(f"g_{index}") if index in self.batch
-                   else summed[index] if index in summed else held[index]
-                   for index in self.program.contraction.inputs[tensor]]
+
+        def element(values: Mapping[str, ir.Expr], moved: tuple[str, ir.Expr] | None = None
+                    ) -> ir.Element:
+            found = [ir.Var(f"g_{index}") if index in self.batch
+                     else values[index] if index in values else held[index]
+                     for index in self.program.contraction.inputs[tensor]]
+            if moved is not None:  # a carry's displacement, in the fastest index
+                at = self.program.contraction.inputs[tensor].index(moved[0])
+                found[at] = plus(found[at], moved[1])
+            return ir.Element(tensor, tuple(found))
+
+        carried = None if self.box else self.carried_k(tensor, local_k)
         summed_extent = math.prod(self.k_sizes.values())
         # where whole steps cover K, K ends with a step: one compare of the step, which a
         # step's copies share (a split's last part zero-fills past it: step_bounds), where
@@ -551,8 +569,11 @@ class Builder:
         unrolled = -(-rows * runs // self.threads) <= UNROLLED_COPIES
         point = self.point("t", ["1", step, str(STAGE_COPY), *(
             ("0", "c") if unrolled else ("c", "0")), str(order), "0"])
-        element, source = ir.Element(tile, ()), ir.Element(tensor, ())
-        accesses = [target, ir.Element(tensor, tuple(indices))]
+        tile_element, source = ir.Element(tile, ()), ir.Element(tensor, ())
+        accesses = [target, element(summed)]
+        # the same elements, K's digits carried from the step's (carried_k)
+        written = (None if carried is None
+                   else [target, element(carried[0], (carried[1], carried[2]))])
         if self.widths[tensor] is not None:  # one cp.async, which zero-fills outside X
             ranges = _ranges(isl.Set(f"{{ copy_{tensor}[{', '.join(names)}] : {domain} }}"),
                              names)
@@ -561,17 +582,51 @@ class Builder:
                      if _may_reach(v, limit, ranges)]
             stride = shape["stride"]
             self.add(f"copy_{tensor}", Kind.COPY, names, domain,
-                     ir.AsyncCopy(element, source, width, reads=_all(reads),
+                     ir.AsyncCopy(tile_element, source, width, reads=_all(reads),
                                   stride=self.held_apart(tile, stride)),
-                     accesses, point)
+                     accesses, point, written)
             self.landed(tile, names, domain, order, width, lambda j: ir.Element(
                 tile, (*self.buffer(), *self.tile_index(tile, row, plus(column, times(stride, j)),
                                                         row_is_free))))
             return
         self.add(f"copy_{tensor}", Kind.COPY, names, f"{domain} and {inside}",
-                 ir.Assign(element, "=", self.copied(source)), accesses, point)
+                 ir.Assign(tile_element, "=", self.copied(source)), accesses, point, written)
         self.add(f"zero_{tensor}", Kind.COPY, names, f"{domain} and not ({inside})",
-                 ir.Assign(element, "=", ir.Float(0.0)), [target], point)
+                 ir.Assign(tile_element, "=", ir.Float(0.0)), [target], point)
+
+    def carried_k(self, tensor: str, local_k: ir.Expr
+                  ) -> tuple[dict[str, ir.Expr], str, ir.Expr] | None:
+        """What a copy of ``tensor`` at K's value ``BK ks + local_k`` writes (:meth:`add`'s
+        ``written``) where K is a group whose fastest extent ``n`` the step ``BK`` does not
+        divide but spans at most (else None: :func:`stepped_k` rounded it up, or a step
+        spans several of its values): K's digits as the step's (``BK ks mod n``, ``BK ks /
+        n``, ...), the same for all a thread's copies, which nvcc computes once a step, the
+        fastest plus ``local_k`` (``< BK <= n``); the tensor's fastest index; and the
+        displacement to add to it. Where the fastest digit passes ``n`` one is carried
+        into the next (a compare, ``d >= n``), which moves the element by ``s' - n s``
+        (the two digits' strides): added to the fastest index, whose term the offset's
+        Horner form (:func:`~treduda.polyhedral.ast_build.offset`) adds last, rather than
+        into the digits, which left nvcc a Horner evaluation a copy (tccg_20's main loop:
+        357 SASS instructions, against 329 dividing each copy's value and 316 so). Each
+        copy divided its own value before: tccg_20 (``e, f`` = 84 x 84, ``BK`` 64) 12
+        divisions a step, 113 of its loop's 201 non-MMA instructions."""
+        sizes = [self.k_sizes[i] for i in self.k]
+        if len(sizes) < 2 or sizes[0] % self.tile["k"] == 0 or self.tile["k"] > sizes[0]:
+            return None
+        indices = self.program.contraction.inputs[tensor]
+        order = fastest_first(indices, self.program.layout)
+        strides = dict(zip(order, itertools.accumulate(
+            (self.sizes[i] for i in order[:-1]), operator.mul, initial=1), strict=True))
+        higher = times(self.tile["k"], ir.Var("ks"))  # the step's value, then its higher digits
+        carry, values, moved = local_k, {}, ir.Int(0)
+        for index, following, size in zip(self.k, self.k[1:], sizes, strict=False):
+            values[index] = remainder(higher, size)
+            higher = quotient(higher, size)
+            carry = ir.Binary(ir.Op.GE, plus(values[index], carry), ir.Int(size))
+            moved = plus(moved, times(strides[following] - size * strides[index], carry))
+        values[self.k[-1]] = higher
+        values[self.k[0]] = plus(values[self.k[0]], local_k)
+        return values, order[0], moved
 
     def copy_shape(self, tensor: str, tile: str) -> dict[str, Any]:
         """How the copies of ``tensor`` into ``tile`` are dealt (:func:`copy_shape`)."""

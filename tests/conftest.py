@@ -18,6 +18,7 @@ import pytest
 import treduda
 from treduda.codegen import ir
 from treduda.frontend.identity import Identity
+from treduda.polyhedral.ast_build import offset
 from treduda.run.nvcc import nvcc_available
 from treduda.tuning.cache import CacheKey, TuningCache
 from treduda.tuning.policy import finish_background
@@ -181,10 +182,12 @@ def times(k: int, e: ir.Expr) -> ir.Expr:
     return ir.Binary(ir.Op.MUL, ir.Int(k), e)
 
 
-def formulas_name_their_relations(statements) -> int:
+def formulas_name_their_relations(statements, program=None) -> int:
     """Check that the AST builder may take each statement's index expressions from its
     formulas: at every point of each access relation they name the element the relation
-    names. Returns how many points were checked."""
+    names (with ``program``, the element of a tensor at the same offset in its memory, as
+    the carried copies of a tensor-core kernel name it: Builder.carried_k). Returns how
+    many points were checked."""
     checked = 0
     for s in (s for s in statements if s.formulas is not None):
         for access, formulas in zip(s.accesses, s.formulas, strict=True):
@@ -196,10 +199,17 @@ def formulas_name_their_relations(statements) -> int:
                                 for d in range(len(s.indices) + len(formulas))]
                                for p in points]).reshape(len(points), -1)
             coordinates = dict(zip(s.indices, values.T, strict=False))
-            for n, f in enumerate(formulas):
-                found = ir.evaluate(f, coordinates)
-                assert np.array_equal(np.broadcast_to(found, len(points)),
-                                      values[:, len(s.indices) + n]), (s.name, n)
+            found = [np.broadcast_to(ir.evaluate(f, coordinates), len(points))
+                     for f in formulas]
+            named = list(values[:, len(s.indices):].T)
+            tensor = access.get_tuple_name(isl.dim_type.out)
+            if program is not None and tensor in program.contraction.inputs:
+                shape = program.shape(tensor)
+                found, named = ([ir.evaluate(offset(tuple(ir.Var(f"x{n}") for n in range(
+                    len(shape))), shape, program.layout), {f"x{n}": v for n, v in enumerate(
+                        indices)})] for indices in (found, named))
+            for n, (f, v) in enumerate(zip(found, named, strict=True)):
+                assert np.array_equal(np.broadcast_to(f, len(points)), v), (s.name, n)
             checked += len(points)
     return checked
 

@@ -8,12 +8,14 @@ other instructions per MMA (38 executed on tccg_20 before)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import defaultdict
 
 import islpy as isl
 import numpy as np
 import pytest
+from conftest import formulas_name_their_relations
 
 import treduda
 from treduda.codegen import ir
@@ -104,6 +106,71 @@ def test_k_rounded_up_to_whole_steps_matches_einsum(layout, async_copy, stages, 
                                      "stages": stages})
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
+
+
+def _divided_per_thread(e: ir.Expr, divisor: int) -> bool:
+    """Whether ``e`` divides (or takes the remainder of) a value that reads the thread id by
+    ``divisor``."""
+    if (isinstance(e, ir.Binary) and e.op in (ir.Op.DIV, ir.Op.MOD)
+            and e.right == ir.Int(divisor) and ir.reads_thread_id(e.left)):
+        return True
+    return any(_divided_per_thread(child, divisor) for child in ir.children(e))
+
+
+@pytest.mark.parametrize(("expression", "sizes", "dtype", "frags_k", "stages", "async_copy",
+                          "carried"), [
+    # K = (e, f), e = 21 in steps of 16: a step's row passes e's end at most once
+    (TCCG_20, {"a": 20, "b": 5, "c": 6, "d": 24, "e": 21, "f": 5}, "float16", 1, 1, True, "e"),
+    (TCCG_20, {"a": 20, "b": 5, "c": 6, "d": 24, "e": 21, "f": 5}, "float32", 2, 3, True, "e"),
+    (TCCG_20, {"a": 20, "b": 5, "c": 6, "d": 24, "e": 21, "f": 5}, "float16", 1, 2, False,
+     "e"),
+    # K = (f, e, g) = 24 x 20 x 3 (B's order): carried twice, from f into e, from e into g
+    ("C[a,b]=A[a,e,f,g]*B[f,b,e,g]", {"a": 24, "b": 20, "e": 20, "f": 24, "g": 3},
+     "float16", 1, 4, True, "f"),
+    # K = (f, e) = 9 x 7: a step of 16 spans several f, each copy divides its own value
+    ("C[a,b]=A[a,e,f]*B[f,e,b]", {"a": 24, "b": 20, "e": 7, "f": 9}, "float16", 1, 2, True,
+     None),
+    # the warpgroup mapping's cp.async copies are the same statements
+    pytest.param(TCCG_20, {"a": 20, "b": 5, "c": 6, "d": 24, "e": 21, "f": 5}, "float16", 1, 2,
+                 True, "e", id="warpgroup"),
+    # tccg_20's 84 x 84 in steps of 64, four stages
+    pytest.param("C[a,b]=A[a,e,f]*B[f,e,b]", {"a": 40, "b": 24, "e": 84, "f": 84}, "float16",
+                 4, 4, True, "f", marks=pytest.mark.matrix)])
+def test_k_carried_from_the_step_matches_einsum(expression, sizes, dtype, frags_k, stages,
+                                                async_copy, carried, request):
+    """Where K is a group whose fastest extent the step does not divide (nor was rounded up
+    to: stepped_k), a copy's K digits are the step's plus its row, carried into the next
+    digit where they pass the extent, and no copy divides a value of its thread by the
+    extent; where a step spans several of its values, each copy divides its own. Sizes not
+    multiples of the step (a short last step zero-fills), fp16 and tf32, one to four stages,
+    cp.async or registers, the warpgroup mapping's copies too: the copies' formulas name the
+    elements their relations name (at the same offsets), PoCL matches numpy.einsum, and in
+    one stage the emulator too."""
+    warpgroup = request.node.callspec.id == "warpgroup"
+    params = ({"warpgroups": 1, "frags_m": 1, "tile_n": 32, "tma": False} if warpgroup
+              else TILES)
+    kernel = treduda.compile(expression, sizes, dtype=dtype, layout="F",
+                             strategy="warpgroup" if warpgroup else "tensorcore",
+                             precision="tf32" if dtype == "float32" else "highest", cache=False,
+                             params={**params, "frags_k": frags_k, "async_copy": async_copy,
+                                     "stages": stages})
+    sources = [s.source if isinstance(s, ir.AsyncCopy) else s.value
+               for s in ir.nested(kernel.built.kernel.body)
+               if isinstance(s, ir.AsyncCopy) or (isinstance(s, ir.Assign)
+                                                  and isinstance(s.value, ir.Load))]
+    sources = [load for load in sources if load.array in ("A", "B")]
+    extent = sizes[carried or "f"]  # K's fastest (None: a step spans several f)
+    assert sources and all(_divided_per_thread(load.offset, extent) != bool(carried)
+                           for load in sources)
+    copies = [dataclasses.replace(s, accesses=tuple(a.intersect_domain(isl.Set(
+        f"{{ {s.name}[{', '.join(s.indices)}] : bm = 0 and bn = 0 and ks < 6 }}"))
+        for a in s.accesses))  # the first block's first steps, past a carry or two
+        for s in get(kernel.strategy).apply(kernel.program, kernel.params).statements
+        if s.name.startswith("copy_")]
+    assert formulas_name_their_relations(copies, kernel.program) > 500
+    assert kernel.verify().ok
+    if stages == 1:
+        assert kernel.verify(backend="emulator").ok
 
 
 @pytest.mark.parametrize("stages", [1, 2, 3])
