@@ -799,21 +799,26 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     """Elements added to the rows of the C tile, which the output's write reads along them:
     rows of N, or of M where the output's fastest index is M's (:func:`output_along_n`; the
     tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
-    took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
-    eight values of each of four rows a phase; column-major, eight values (along M) of four
-    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
-    A free box's rows are skewed (:func:`skewed`), the write reading a row at a time."""
+    took 4 ways). The accumulators are stored into it as mma.sync holds them, eight values
+    of each of four rows a phase (:func:`conflict_free_pad`): column-major, the MMA computes
+    C^T, whose pairs lie along M (:meth:`.tensorcore_kernel.Builder.fragment_uses`; the
+    accumulators of C were stored one at a time, eight values along M of four columns two
+    apart). A free box's rows are skewed (:func:`skewed`), the write reading a row at a
+    time."""
     _, columns = accumulator_extents(program, p)
-    return accumulator_row_pad(program, columns)
+    return accumulator_row_pad(program, columns, pairs=True)
 
 
-def accumulator_row_pad(program: Program, columns: int) -> int:
+def accumulator_row_pad(program: Program, columns: int, pairs: bool) -> int:
     """Elements added to a C tile's row of ``columns`` accumulators (skewed or not) so
     that its pitch is :func:`conflict_free_pad`'s for the stores along it
-    (:func:`accumulator_pad`), a skewed row's words rounded up to :data:`PAD_BYTES` first."""
+    (:func:`accumulator_pad`): of pairs along the row (``pairs``), or of single values
+    down a column-major tile's rows (the warpgroup kernel's, where the output's fastest
+    index is M's: :func:`output_along_n`), a skewed row's words rounded up to
+    :data:`PAD_BYTES` first."""
     size = dtypes.itemsize(accumulator_dtype(program))
     aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES
-    line = 2 * LANES_K * size if output_along_n(program) else PAD_BYTES
+    line = 2 * LANES_K * size if pairs else PAD_BYTES
     return (aligned + conflict_free_pad(aligned, line)) // size - columns
 
 
