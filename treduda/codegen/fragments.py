@@ -134,9 +134,8 @@ class Wmma:
             return [f"{pad}for (int td_t = 0; td_t < {c}.num_elements; td_t++) "
                     f"{c}.x[td_t] += {self.expr(s.addend)}.x[td_t];"]
         if isinstance(s, ir.StoreFragment):
-            layout = "mem_row_major" if s.row_major else "mem_col_major"
             return [f"{pad}{w}store_matrix_sync({self.address(s.first)}, {self.expr(s.fragment)}, "
-                    f"{s.ld}, {w}{layout});"]
+                    f"{s.ld}, {w}mem_row_major);"]
         raise TypeError(f"cannot print statement {s!r}")
 
     def address(self, first: ir.Load) -> str:
@@ -233,8 +232,7 @@ class MmaSync(Wmma):
                     f"{c}[td_t] += {self.expr(s.addend)}[td_t];"]
         if isinstance(s, ir.StoreFragment):
             row, column = (f.format(l=MMA_LANE, t="td_t") for f in ACCUMULATOR_LANES)
-            major, minor = (row, column) if s.row_major else (column, row)
-            target = f"{s.first.array}[{self.expr(s.first.offset)} + ({major}) * {s.ld} + {minor}]"
+            target = f"{s.first.array}[{self.expr(s.first.offset)} + ({row}) * {s.ld} + {column}]"
             return [f"{pad}#pragma unroll",
                     f"{pad}for (int td_t = 0; td_t < 8; td_t++) "
                     f"{target} = {self.expr(s.fragment)}[td_t];"]
@@ -333,7 +331,7 @@ class Twin:
         if isinstance(s, ir.StoreFragment):
             local, base = self._base(s.fragment)
             n = local.fragment.shape[1]
-            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, s.row_major)
+            target = _tile_element(s.first, self._row(n), self._column(n), s.ld, True)
             return self._each(local, pad, f"{self.expr(target)} = "
                                           f"{s.fragment.array}[{base} + td_t];")
         raise TypeError(f"cannot print statement {s!r}")

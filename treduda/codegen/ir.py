@@ -270,13 +270,12 @@ class AddFragment:
 
 @dataclass(frozen=True)
 class StoreFragment:
-    """The tile of shared memory at ``first`` (``ld`` apart; row-major, or column-major where
-    not ``row_major``) = the accumulator ``fragment``."""
+    """The row-major tile of shared memory at ``first`` (rows ``ld`` apart) = the accumulator
+    ``fragment``."""
 
     first: Load
     fragment: Load
     ld: int
-    row_major: bool = True
 
 
 WARP_STATEMENTS = (FillFragment, LoadFragment, MultiplyAccumulate, AddFragment, StoreFragment)

@@ -246,7 +246,7 @@ class Tally:
         element = self.places[array][1]
         grid = offsets.reshape(kind.rows_columns)
         if kind.use is ir.Use.ACCUMULATOR:
-            starts, lanes, width = _accumulator_accesses(grid, row_major)
+            starts, lanes, width = _accumulator_accesses(grid)
             self._add(array, STORE if write else LOAD, starts * element, lanes, width * element)
             return
         by_ldmatrix = element == MATRIX_VALUE_BYTES or (
@@ -516,21 +516,18 @@ def _operand_accesses(grid: np.ndarray, a: bool) -> tuple[np.ndarray, np.ndarray
     return np.concatenate(blocks), np.arange(len(blocks) * ir.WARP)
 
 
-def _accumulator_accesses(grid: np.ndarray, row_major: bool
-                          ) -> tuple[np.ndarray, np.ndarray, int]:
-    """The accesses of a warp that stores (or loads) the accumulator tile ``grid`` (offsets
+def _accumulator_accesses(grid: np.ndarray) -> tuple[np.ndarray, np.ndarray, int]:
+    """The accesses of a warp that stores the row-major accumulator tile ``grid`` (offsets
     of its elements, row by row) as mma.sync holds it: per 8x8 piece, thread ``t`` the two
-    values of row ``t / 4`` from column ``2 (t % 4)``, one access where they are adjacent in
-    memory (else one per value). Returns the first offsets, the lanes (one warp per piece:
-    each piece is one instruction) and the elements per access."""
+    values of row ``t / 4`` from column ``2 (t % 4)``, adjacent in memory: one access.
+    Returns the first offsets, the lanes (one warp per piece: each piece is one
+    instruction) and the elements per access."""
     t = np.arange(ir.WARP)
     row, column = t // 4, 2 * (t % 4)
     starts, lanes = [], []
     rows, columns = grid.shape
     pieces = [(r, c) for r in range(0, rows, PIECE) for c in range(0, columns, PIECE)]
-    pairs = 1 if row_major else 2
     for n, (r, c) in enumerate(pieces):
-        for value in range(pairs):
-            starts.append(grid[r + row, c + column + value])
-            lanes.append(t + (n * pairs + value) * ir.WARP)
-    return np.concatenate(starts), np.concatenate(lanes), 2 // pairs
+        starts.append(grid[r + row, c + column])
+        lanes.append(t + n * ir.WARP)
+    return np.concatenate(starts), np.concatenate(lanes), 2

@@ -562,7 +562,7 @@ class _Block:
         else:
             kind = self.fragments[s.fragment.array][0].fragment
             values = self.fragment(*operands["fragment"], warp)
-            self.tile(kind, operands["first"], s.ld, s.row_major, lanes, True, values)
+            self.tile(kind, operands["first"], s.ld, True, lanes, True, values)
 
     def warpgroup_statement(self, s: ir.Stmt, active: np.ndarray, group: int) -> None:
         """One warpgroup statement for the threads of ``group``, which must all be active
