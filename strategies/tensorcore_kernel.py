@@ -175,6 +175,7 @@ from .tensorcore_tiles import (
     stepped_k,
     swizzle_shift,
     tile_extents,
+    transposed_product,
     write_lanes,
     write_span,
 )
@@ -339,8 +340,10 @@ class Builder:
         pad_a, pad_b = operand_pads(program, params)
         self.pads = {A_TILE: pad_a, B_TILE: pad_b, C_TILE: accumulator_pad(program, params)}
         self.swizzled = params["shared_layout"] == "swizzle"
-        # the C tile is laid out along what the output's write reads: N, or M (column-major)
+        # the C tile is laid out along what the output's write reads: N, or M (column-major,
+        # its rows those of C^T where the MMA computes that: :meth:`fragment_uses`)
         self.along_n = output_along_n(program)
+        self.transposed = transposed_product(program, params)
         self.split = program.precision == dtypes.TF32X3  # hi and lo fragments
         self.divide(params["split"])
         # each operand's cp.async width, None where it is copied through registers
@@ -691,15 +694,19 @@ class Builder:
         count = frags_m * frags_n
         products = ([(count, frags_m, 0), (count, 0, frags_n), (0, 0, 0)] if self.split
                     else [(0, 0, 0)])
+        # the transposed product's MMA multiplies B^T by A^T (:meth:`fragment_uses`)
+        first, second = (FRAG_B, FRAG_A) if self.transposed else (FRAG_A, FRAG_B)
         for n, (c_offset, a_offset, b_offset) in enumerate(products):
+            operands = {FRAG_A: plus(ir.Int(a_offset), quotient(f, frags_n)),
+                        FRAG_B: plus(ir.Int(b_offset), remainder(f, frags_n))}
             for suffix, fragments, columns in self.columns(frags_n, True):
                 self.add(f"mma{n}{suffix}", Kind.REDUCE, names,
                          f"{warp} and 0 <= f < {count} and {fragments}",
-                         ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(FRAG_A, ()),
-                                               ir.Element(FRAG_B, ()), columns),
+                         ir.MultiplyAccumulate(ir.Element(FRAG_C, ()), ir.Element(first, ()),
+                                               ir.Element(second, ()), columns),
                          [ir.Element(FRAG_C, (plus(ir.Int(c_offset), f),)),
-                          ir.Element(FRAG_A, (plus(ir.Int(a_offset), quotient(f, frags_n)),)),
-                          ir.Element(FRAG_B, (plus(ir.Int(b_offset), remainder(f, frags_n)),))],
+                          ir.Element(first, (operands[first],)),
+                          ir.Element(second, (operands[second],))],
                          self.point("32*w + l", ["1", "ks", str(STAGE_MMA), "0", "kf", "2",
                                                  f"{len(products)}*f + {n}"]))
 
@@ -753,14 +760,28 @@ class Builder:
                              swizzle=swizzle_shift(b_shape[1]) if self.swizzled else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (rows, columns + self.pads[C_TILE]),
                              reuses=(A_TILE, B_TILE)),
-            FRAG_A: ir.Local(FRAG_A, ir.Space.FRAGMENT, (pieces * p["frags_m"],),
-                             fragment=ir.Fragment(ir.Use.A, self.shape, self.row_a, mapping)),
-            FRAG_B: ir.Local(FRAG_B, ir.Space.FRAGMENT, (pieces * p["frags_n"],),
-                             fragment=ir.Fragment(ir.Use.B, self.shape, self.row_b, mapping)),
+            **{name: ir.Local(name, ir.Space.FRAGMENT, (pieces * p[frags],),
+                              fragment=ir.Fragment(use, self.shape, row_major, mapping))
+               for name, frags, (use, row_major) in zip(
+                   (FRAG_A, FRAG_B), ("frags_m", "frags_n"), self.fragment_uses(), strict=True)},
             FRAG_C: ir.Local(FRAG_C, ir.Space.FRAGMENT, (pieces * p["frags_m"] * p["frags_n"],),
                              fragment=ir.Fragment(ir.Use.ACCUMULATOR, self.shape,
                                                   mapping=mapping)),
         }
+
+    def fragment_uses(self) -> tuple[tuple[ir.Use, bool], tuple[ir.Use, bool]]:
+        """The use and layout (:class:`ir.Fragment`) of A's fragments and of B's. Where the
+        output's fastest index is M's, the MMA computes C^T = B^T A^T (unless fragments are
+        narrowed: :func:`.tensorcore_tiles.transposed_product`): A's fragments are its
+        B operand (K x M, M adjacent where A's tile is not row-major) and B's its A operand
+        (N x K, K adjacent where B's tile is not row-major), so that the accumulators hold a
+        fragment of C^T, whose pairs (PTX ISA, "Matrix Fragments for mma.m16n8k16": c0, c1
+        at columns 2i, 2i + 1 of row g) lie along M, the C tile's rows (:meth:`write`). Each
+        tile's ldmatrix is transposed or not as before (:func:`.fragments.ldmatrix_transposed`
+        reads the same tile layout), and the fragments' shapes are square in M and N."""
+        if not self.transposed:
+            return (ir.Use.A, self.row_a), (ir.Use.B, self.row_b)
+        return (ir.Use.B, not self.row_a), (ir.Use.A, not self.row_b)
 
     def parts_local(self) -> dict[str, ir.Local]:
         """The workspace of a deterministic split (:func:`parts_workspace`), by name; none
@@ -792,7 +813,7 @@ class Builder:
                      self.point("32*w + l", ["2", "0", "1", "0", "0", "0", "f"]))
         self.add("store", Kind.WRITE, [*self.prefix(), "w", "f", "l"], fragments,
                  ir.StoreFragment(ir.Element(C_TILE, ()), ir.Element(FRAG_C, ()),
-                                  self.ld(C_TILE), row_major=self.along_n),
+                                  self.ld(C_TILE), row_major=self.along_n or self.transposed),
                  [self.accumulator(row, column), ir.Element(FRAG_C, (f,))],
                  self.point("32*w + l", ["2", "0", "1", "0", "0", "1", "f"]))
         self.sync("sync_stored", ["2", "0", "2", "0", "0", "0", "0"], False)

@@ -817,21 +817,37 @@ def accumulator_pad(program: Program, p: Mapping[str, Any]) -> int:
     """Elements added to the rows of the C tile, which the output's write reads along them:
     rows of N, or of M where the output's fastest index is M's (:func:`output_along_n`; the
     tile is then stored column-major: read down its columns, a warp's 32 reads a row apart
-    took 4 ways). The accumulators are stored into it as mma.sync holds them: row-major,
-    eight values of each of four rows a phase; column-major, eight values (along M) of four
-    columns two apart, a line of 32 bytes at twice the pitch (:func:`conflict_free_pad`).
+    took 4 ways). The accumulators are stored into it as mma.sync holds them, eight values
+    of each of four rows a phase (:func:`conflict_free_pad`): column-major, the MMA computes
+    C^T, whose pairs lie along M (:meth:`.tensorcore_kernel.Builder.fragment_uses`; the
+    accumulators of C were stored one at a time, eight values along M of four columns two
+    apart, as they still are where the product is not transposed: :func:`transposed_product`).
     A free box's rows are skewed (:func:`skewed`), the write reading a row at a time."""
     _, columns = accumulator_extents(program, p)
-    return accumulator_row_pad(program, columns)
+    return accumulator_row_pad(program, columns,
+                               pairs=output_along_n(program) or transposed_product(program, p))
 
 
-def accumulator_row_pad(program: Program, columns: int) -> int:
+def transposed_product(program: Program, p: Mapping[str, Any]) -> bool:
+    """Whether the MMA computes C^T = B^T A^T (:meth:`.tensorcore_kernel.Builder.
+    fragment_uses`): where the output's fastest index is M's, so that the accumulators'
+    pairs lie along the C tile's rows; except where each warp's last fragment along N is
+    narrowed (:func:`last_columns`), which needs N to be the MMA's N (8 columns an
+    instruction): tccg_01-08's N = 24 saves a quarter of their MMAs so, more than pairs
+    save in stores."""
+    return not output_along_n(program) and last_columns(program, p) is None
+
+
+def accumulator_row_pad(program: Program, columns: int, pairs: bool) -> int:
     """Elements added to a C tile's row of ``columns`` accumulators (skewed or not) so
     that its pitch is :func:`conflict_free_pad`'s for the stores along it
-    (:func:`accumulator_pad`), a skewed row's words rounded up to :data:`PAD_BYTES` first."""
+    (:func:`accumulator_pad`): of pairs along the row (``pairs``), or of single values
+    down a column-major tile's rows (the warpgroup kernel's, where the output's fastest
+    index is M's: :func:`output_along_n`), a skewed row's words rounded up to
+    :data:`PAD_BYTES` first."""
     size = dtypes.itemsize(accumulator_dtype(program))
     aligned = -(-columns * size // PAD_BYTES) * PAD_BYTES
-    line = 2 * LANES_K * size if output_along_n(program) else PAD_BYTES
+    line = 2 * LANES_K * size if pairs else PAD_BYTES
     return (aligned + conflict_free_pad(aligned, line)) // size - columns
 
 

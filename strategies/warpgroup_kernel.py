@@ -195,7 +195,7 @@ class WarpgroupBuilder(Builder):
         # a warp stores wgmma's accumulators as it stores mma.sync's, 8 rows of 4 columns
         # two apart at a time
         self.pads = {A_TILE: 0, B_TILE: 0, C_TILE: accumulator_row_pad(
-            program, self.c_columns())}
+            program, self.c_columns(), self.along_n)}
         self.tf32 = program.dtype == "float32"
         self.widths = operand_widths(program, found, params["async_copy"], self.box,
                                      self.free_box)
@@ -748,7 +748,7 @@ def shared_bytes(program: Program, params: Mapping[str, Any]) -> int:
     columns = skewed_extent(tile[along], skew_words(box, tile))
     size = dtypes.itemsize(accumulator_dtype(program))
     # a free box's skewed rows padded as the builder pads them
-    pad = accumulator_row_pad(program, columns) * size if box else 16
+    pad = accumulator_row_pad(program, columns, output_along_n(program)) * size if box else 16
     barriers = ir.SHARED_ALIGNMENT if params.get("tma") else 0
     return max(operands * params["stages"], tile[rows] * (columns * size + pad)) + barriers
 
