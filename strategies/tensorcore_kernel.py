@@ -139,6 +139,7 @@ from treduda.polyhedral.strategy import Role, Scheduled
 from .tensorcore_tiles import (
     UNROLLED_COPIES,
     WARP,
+    accumulator_dtype,
     accumulator_extents,
     accumulator_pad,
     box_dealt,
@@ -202,6 +203,7 @@ class Write:
     divides: bool  # a division by a constant reads c or j (_divides)
     whole: bool  # unrolled whole in the kernel IR: dividing, up to WHOLE_WRITE stores
     vector: int  # the output values a thread stores at once (write_vector)
+    read: int  # the C tile values one of its loads takes (vectorize merges a vector's lanes)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -309,6 +311,8 @@ class Builder:
     # Whether a split's parts all run ``chunk`` steps (:meth:`step_bounds`): the MMAs of a
     # step end within it, so a copy past the reduction's end lands in no buffer an MMA reads.
     whole_parts = True
+    # Whether the write stores a vector of the output's fastest index at once (:meth:`vector`)
+    vector_write = True
 
     def __init__(self, program: Program, params: Mapping[str, Any]):
         self.program, self.params = program, params
@@ -810,13 +814,17 @@ class Builder:
         domain = isl.Set(f"{{ {write.name}[{', '.join(indices)}] : {constraints} }}")
         ranges = _ranges(domain, indices)
         divides = _divides(_formulas(accesses, ranges), limits, ranges, folded)
+        # a vector's lanes side by side in the C tile are loaded together, up to 16 bytes
+        read = (min(vector, ir.VECTOR_BYTES // dtypes.itemsize(accumulator_dtype(self.program)))
+                if step == 1 else 1)
         return Write(write.name, indices, constraints, body, tuple(accesses), limits, ranges,
-                     divides, divides and passes * stores <= WHOLE_WRITE, vector)
+                     divides, divides and passes * stores <= WHOLE_WRITE, vector, read)
 
     def vector(self) -> int:
         """The output values a thread's write stores at once (:func:`write_vector`): one
         in a split reduction, whose parts add into the output or a workspace."""
-        return write_vector(self.program, self.params, self.tile) if self.parts == 1 else 1
+        return (write_vector(self.program, self.params, self.tile)
+                if self.vector_write and self.parts == 1 else 1)
 
     def write_indices(self, first: ir.Expr, row: ir.Expr, vector: int
                       ) -> tuple[dict[str, ir.Expr], list[tuple[ir.Expr, int]],
@@ -876,7 +884,10 @@ class Builder:
         bound takes, each element. GEMM fp16's 256 x 192 warpgroup tile (64 iterations of 3
         stores, nvcc's loop): 4.02 (SASS 3.6-3.9 an element); its 128 x 256 mma.sync tile
         (128 stores, nvcc's loop of 16 copies): 4 (3.44); tccg_33's warpgroup 128 x 256,
-        unrolled whole: 4.34 (4.0)."""
+        unrolled whole: 4.34 (4.0). A vector of ``V`` values (:attr:`Write.vector`) pays
+        its store, addresses, guards and a share of the iteration once, its C tile loads
+        once per :attr:`Write.read` lanes, and a 16-bit conversion once per pair
+        (``cvt.rn.f16x2.f32``); each value its arithmetic."""
         write = self.write_statement()
         ranges = write.ranges
         c, j = ir.Var("c"), ir.Var("j")
@@ -885,12 +896,16 @@ class Builder:
         guards = sum(iteration.guarded(v, c) and _may_reach(v, limit, ranges)
                      for v, limit in limits)
         converted = self.program.dtype in dtypes.STORED and not self.workspace
-        each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
+        vector = write.vector
+        each = (sum(1 / write.read if a.array == C_TILE else 1 / vector
+                    for a in write.accesses)
+                + iteration.arithmetic(write.body.value)
+                + converted / (2 if vector > 1 else 1))
         if write.whole or not write.divides:  # unrolled, by the kernel IR or by nvcc
             globals_ = [found for a, found in zip(write.accesses, formulas, strict=True)
                         if a.array != C_TILE]
-            return each + len(globals_) + _unrolled(formulas, globals_, limits, ranges)
-        each += guards * iteration.GUARD
+            return each + (len(globals_) + _unrolled(formulas, globals_, limits, ranges)) / vector
+        each += guards * iteration.GUARD / vector
         first = {"j": ir.Int(0)}  # the iteration's j stores share what changes with c
         formulas = tuple(tuple(simplify(ir.substitute(i, first), ranges) for i in found)
                          for found in formulas)
@@ -902,7 +917,7 @@ class Builder:
         stores = ranges[j][1] - ranges[j][0] + 1 if j in ranges else 1
         shared = (moved + len(changing) * iteration.TERM
                   + iteration.iteration_instructions([*changing, *(v for v, _ in limits)], c))
-        return each + shared / stores
+        return each + shared / (stores * vector)
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3
