@@ -781,7 +781,10 @@ class Builder:
             dealt, stores = f"{self.dealt(tile_m * tile_n // vector)} and j = 0", 1
         else:
             across = self.threads // lanes  # rows a pass of the block's threads writes
-            first = plus(remainder(t, lanes), times(lanes, j))
+            # (a vector's write leaves out a ``j`` of one value: a division reading it
+            # would unroll the write whole, :func:`_divides`; main's numbering keeps it)
+            first = plus(remainder(t, lanes),
+                         times(lanes, j) if slots > lanes or vector == 1 else ir.Int(0))
             row = plus(quotient(t, lanes), times(across, c))
             stores = slots // lanes
             dealt = (f"0 <= t < {self.threads} and 0 <= j < {stores} "

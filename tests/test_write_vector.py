@@ -71,7 +71,6 @@ def test_a_box_write_stores_the_boxs_values_of_its_fastest_index_at_once():
     kernel = _compile(TCCG_31, SMALL_31, "F", params=BOX)
     assert set(re.findall(r"\*\((\w+) \*\)&C\[", _write(kernel))) == {"uint2"}
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
-    program = plan(TCCG_31, SMALL_31, "F", "float16")
     assert Builder(plan(TCCG_31, SMALL_31 | {"g": 40}, "F", "float16"),
                    {**BOX, "split": 2}).vector() == 1
     update = plan(TCCG_31.replace("=", "+=", 1), SMALL_31, "F", "float16")
