@@ -1038,7 +1038,8 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
 
 
 def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None,
-                  period: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  period: int = 1, vector: int = 1
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The output's writes by every block of the grid (each tile of M and N, each batch
     value; one part of a split), as the kernel builder deals them
     (:meth:`.tensorcore_kernel.Builder.output`, the warpgroup kernel's too: element
@@ -1053,7 +1054,9 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     differ from the first (tccg_42's first block takes 2.0 lines a request, its grid 2.83).
     In a free ``box`` the tile numbered and its group linearised as the box's
     (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
-    and are left out. What the MMA models count the write's sectors and lines of
+    and are left out. A thread storing ``vector`` consecutive elements at once
+    (:func:`write_vector`), a warp's request holds ``32 vector`` of them. What the MMA
+    models count the write's sectors and lines of
     (:func:`~treduda.run.counters.moved_requests`), as :func:`copy_reads` the copies'."""
     _, _, m, n, _, batch = gemm_groups(program)
     extents = group_extents(program, box)
@@ -1070,11 +1073,11 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     local_m, local_n = output_local(e % span, e // span, tile, output_along_n(program), box,
                                     NUMPY)
     requests, offsets, moves = [], [], []
-    warps = -(-e.size // WARP)
+    warps = -(-e.size // (WARP * vector))
     for number, ((offset_m, inside_m, moves_m), (offset_n, inside_n, moves_n)) in enumerate(
             itertools.product(classes["m"], classes["n"])):
         inside = inside_m[local_m] & inside_n[local_n]
-        requests.append(number * warps + (e // WARP)[inside])
+        requests.append(number * warps + (e // (WARP * vector))[inside])
         offsets.append((offset_m[local_m] + offset_n[local_n])[inside])
         made = np.unique(requests[-1]).size
         moves.append(np.broadcast_to(_moved(_moved(moves_m, moves_n), batches), (made, period)))
