@@ -147,6 +147,7 @@ from treduda.polyhedral.strategy import Role, Scheduled
 from .tensorcore_tiles import (
     UNROLLED_COPIES,
     WARP,
+    accumulator_dtype,
     accumulator_extents,
     accumulator_pad,
     box_dealt,
@@ -165,6 +166,7 @@ from .tensorcore_tiles import (
     interleaved_row,
     last_columns,
     mma_shape,
+    o_first,
     operand_pads,
     operand_rows_major,
     output_along_n,
@@ -178,6 +180,7 @@ from .tensorcore_tiles import (
     transposed_product,
     write_lanes,
     write_span,
+    write_vector,
 )
 from .tiling import PARTS, parts_workspace
 
@@ -209,6 +212,8 @@ class Write:
     ranges: dict[ir.Expr, tuple[int, int]]  # of its coordinates
     divides: bool  # a division by a constant reads c or j (_divides)
     whole: bool  # unrolled whole in the kernel IR: dividing, up to WHOLE_WRITE stores
+    vector: int  # the output values a thread stores at once (write_vector)
+    read: int  # the C tile values one of its loads takes (vectorize merges a vector's lanes)
 
 
 def _isl_element(element: ir.Element) -> str:
@@ -316,6 +321,8 @@ class Builder:
     # Whether a split's parts all run ``chunk`` steps (:meth:`step_bounds`): the MMAs of a
     # step end within it, so a copy past the reduction's end lands in no buffer an MMA reads.
     whole_parts = True
+    # Whether the write stores a vector of the output's fastest index at once (:meth:`vector`)
+    vector_write = True
 
     def __init__(self, program: Program, params: Mapping[str, Any]):
         self.program, self.params = program, params
@@ -759,7 +766,7 @@ class Builder:
             B_TILE: ir.Local(B_TILE, ir.Space.SHARED, buffers + b_shape, stored=stored,
                              swizzle=swizzle_shift(b_shape[1]) if self.swizzled else 0),
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, (rows, columns + self.pads[C_TILE]),
-                             reuses=(A_TILE, B_TILE)),
+                             reuses=(A_TILE, B_TILE), vector_reads=self.vector() > 1),
             **{name: ir.Local(name, ir.Space.FRAGMENT, (pieces * p[frags],),
                               fragment=ir.Fragment(use, self.shape, row_major, mapping))
                for name, frags, (use, row_major) in zip(
@@ -832,54 +839,60 @@ class Builder:
         tile's barrier: ``j`` unrolled, and ``c`` too where the write is unrolled whole
         (:attr:`Write.whole`), else a loop."""
         write = self.write_statement()
-        tail = ["0", "c", "0", "j"] if write.whole else ["c", "0", "0", "j"]
+        tail = ["0", "c", "j", "v"] if write.whole else ["c", "0", "j", "v"]
         self.add(write.name, Kind.WRITE, write.indices, write.constraints, write.body,
                  write.accesses, self.point("t", ["2", "0", "3", *tail]))
 
     def write_statement(self) -> Write:
-        """The program's write statement over ``write[P, c, j, t]``: thread ``t`` writes the
-        C tile's position ``t mod G + G j`` of its row ``t / G + (T / G) c``, rows and
-        positions as the output's fastest group numbers them (:func:`write_span`), ``G``
-        the threads sharing a row (:func:`write_lanes`); where no such ``G`` deals a warp
-        32 consecutive positions, element ``e = T c + t`` of the rows one after the other
-        (``j`` 0). It reads the tile instead of the accumulators and writes the output
-        element that stands for, where that lies inside the output. Its own domain (the
-        output's indices) would leave isl to invert the groups of indices when scanning it,
-        which took minutes for tccg_20."""
+        """The program's write statement over ``write[P, c, j, t, v]``: thread ``t`` writes
+        the C tile's position ``V (t mod G + G j) + v`` of its row ``t / G + (T / G) c``,
+        ``V`` consecutive values of the output's fastest index a vector (:meth:`vector`,
+        lane ``v``), rows and positions as the output's fastest group numbers them
+        (:func:`write_span`), ``G`` the threads sharing a row's vectors
+        (:func:`write_lanes`); where no such ``G`` deals a warp 32 consecutive vectors,
+        vector ``e = T c + t`` of the rows one after the other (``j`` 0). It reads the tile
+        instead of the accumulators and writes the output element that stands for, where
+        that lies inside the output: a vector's lanes differ in the output's fastest index
+        only, by ``v``, so their indices and guards are the first lane's (its fastest index
+        a multiple of ``V``: the printed offsets show the vectorizer the alignment,
+        :mod:`treduda.codegen.vectorize`, which merges the lanes' stores and the C tile's
+        loads where aligned). Its own domain (the output's indices) would leave isl to
+        invert the groups of indices when scanning it, which took minutes for tccg_20."""
         write = next(s for s in self.program.statements if s.kind == Kind.WRITE)
         c, j, t = ir.Var("c"), ir.Var("j"), ir.Var("t")
         tile_m, tile_n = self.tile["m"], self.tile["n"]
+        vector = self.vector()
+        lane = ir.Var("v") if vector > 1 else ir.Int(0)
         span, rows = write_span(self.tile, self.along_n, self.free_box)
-        lanes = write_lanes(self.threads, self.tile, self.along_n, self.free_box)
+        slots = span // vector  # a row's vectors
+        lanes = write_lanes(self.threads, self.tile, self.along_n, self.free_box, vector)
         # The block's threads divide the row: the element numbering's divisions read ``c``
         # alone, which nvcc's unrolling of main's loop folds (tccg_03/07's mma.sync write,
         # 48 stores of one: 173 / 191 SASS instructions a thread after the last barrier,
         # where 24 iterations of 2 took 184 / 200).
-        folded = lanes == self.threads < span
+        folded = lanes == self.threads < slots
         if lanes is None or folded:
             e = plus(times(self.threads, c), t)
-            position, row = remainder(e, span), quotient(e, span)
-            dealt, stores = f"{self.dealt(tile_m * tile_n)} and j = 0", 1
+            first, row = remainder(e, slots), quotient(e, slots)
+            dealt, stores = f"{self.dealt(tile_m * tile_n // vector)} and j = 0", 1
         else:
             across = self.threads // lanes  # rows a pass of the block's threads writes
-            position = plus(remainder(t, lanes), times(lanes, j))
+            # (a vector's write leaves out a ``j`` of one value: a division reading it
+            # would unroll the write whole, :func:`_divides`; main's numbering keeps it)
+            first = plus(remainder(t, lanes),
+                         times(lanes, j) if slots > lanes or vector == 1 else ir.Int(0))
             row = plus(quotient(t, lanes), times(across, c))
-            stores = span // lanes
+            stores = slots // lanes
             dealt = (f"0 <= t < {self.threads} and 0 <= j < {stores} "
                      f"and 0 <= c < {-(-rows // across)} "
                      f"and floor(t/{lanes}) + {across}*c < {rows}")
-        passes = -(-tile_m * tile_n // (self.threads * stores))
-        m_local, n_local = output_local(position, row, self.tile, self.along_n,
-                                        self.free_box, OPERATORS)
-        value = {"m": plus(times(tile_m, ir.Var("bm")), m_local),
-                 "n": plus(times(tile_n, ir.Var("bn")), n_local)}
-        output = {i: ir.Var(f"g_{i}") for i in self.batch}
-        for axis in "mn":
-            output |= digit_values(free_digits(self.program, self.params, axis), value[axis],
-                                   self.sizes, OPERATORS)
-        limits = (*((value[axis], self.extent[axis]) for axis in "mn"), *self.padded(output))
+        passes = -(-tile_m * tile_n // (self.threads * stores * vector))
+        output, limits, local = self.write_indices(first, row, vector)
+        step = self.free_box.p if self.free_box and not o_first(self.free_box) else 1
+        axis = self.free_box.axis if self.free_box else "n" if self.along_n else "m"
+        local[axis] = plus(local[axis], times(step, lane))  # the lane's place in the C tile
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
-        accesses = [self.accumulator(m_local, n_local)
+        accesses = [self.accumulator(local["m"], local["n"])
                     if element.array in self.program.accumulators
                     else ir.Element(element.array, tuple(ir.substitute(i, output)
                                                          for i in element.indices))
@@ -894,13 +907,67 @@ class Builder:
         elif self.parts > 1:  # each part adds its sum into the output (zeroed for "=")
             update = "-=" if self.program.contraction.op == "-=" else "+="
             body = ir.Assign(body.target, update, body.value, atomic=True)
-        indices = (*self.prefix(), "c", "j", "t")
-        constraints = f"{self.prefix_bounds()} and {dealt} and {inside}"
+        indices = (*self.prefix(), "c", "j", "t", "v")
+        constraints = (f"{self.prefix_bounds()} and {dealt} and 0 <= v < {vector} "
+                       f"and {inside}")
         domain = isl.Set(f"{{ {write.name}[{', '.join(indices)}] : {constraints} }}")
         ranges = _ranges(domain, indices)
         divides = _divides(_formulas(accesses, ranges), limits, ranges, folded)
+        # a vector's lanes side by side in the C tile are loaded together, up to 16 bytes
+        read = (min(vector, ir.VECTOR_BYTES // dtypes.itemsize(accumulator_dtype(self.program)))
+                if step == 1 else 1)
         return Write(write.name, indices, constraints, body, tuple(accesses), limits, ranges,
-                     divides, divides and passes * stores <= WHOLE_WRITE)
+                     divides, divides and passes * stores <= WHOLE_WRITE, vector, read)
+
+    def vector(self) -> int:
+        """The output values a thread's write stores at once (:func:`write_vector`): one
+        in a split reduction, whose parts add into the output or a workspace."""
+        return (write_vector(self.program, self.params, self.tile)
+                if self.vector_write and self.parts == 1 else 1)
+
+    def write_indices(self, first: ir.Expr, row: ir.Expr, vector: int
+                      ) -> tuple[dict[str, ir.Expr], list[tuple[ir.Expr, int]],
+                                 dict[str, ir.Expr]]:
+        """The output's indices at lane ``v`` of vector ``first`` of the C tile's ``row``
+        (its first position ``V first``), the limits that keep its
+        first lane inside the output, and that lane's C tile element (``m``, ``n``).
+        Where the write's group is linearised with the output's fastest index ``o`` first
+        (no free box, or one taking ``o`` fastest), its digits are read in vectors: ``o``'s
+        first digit by ``V``, the group's value too, so that ``o`` is ``V`` times a value
+        with no division by ``V`` (a division reading ``j`` would unroll nvcc's loop:
+        :func:`_divides`); else ``o`` is rounded down to a multiple of ``V`` (where it is
+        one: a thread's place in the box, worked out once)."""
+        m_local, n_local = output_local(times(vector, first), row, self.tile, self.along_n,
+                                        self.free_box, OPERATORS)
+        local = {"m": m_local, "n": n_local}
+        value = {axis: plus(times(self.tile[axis], ir.Var(f"b{axis}")), local[axis])
+                 for axis in "mn"}
+        output = {i: ir.Var(f"g_{i}") for i in self.batch}
+        digits = {axis: free_digits(self.program, self.params, axis) for axis in "mn"}
+        lane = ir.Var("v") if vector > 1 else ir.Int(0)
+        o = fastest_first(self.program.output_indices, self.program.layout)[0] \
+            if vector > 1 else None
+        axis = next((a for a in "mn" if o is not None and digits[a][0][0] == (o,)), None)
+        limits: list[tuple[ir.Expr, int]] = []
+        padded: list[tuple[ir.Expr, int]] = []
+        for side in "mn":
+            if side == axis:  # in vectors: the first digit, the value and the limit by V
+                # (the group's value is the tile's position there: output_local)
+                scaled = plus(times(self.tile[side] // vector, ir.Var(f"b{side}")), first)
+                found = digit_values(((digits[side][0][0], digits[side][0][1] // vector),
+                                      *digits[side][1:]), scaled, self.sizes, OPERATORS)
+                limits.append((scaled, self.extent[side] // vector))
+                padded += [(found[i], self.sizes[i] // (vector if i == o else 1))
+                           for i in self.padded(found)]
+                found[o] = plus(times(vector, found[o]), lane)
+            else:
+                found = digit_values(digits[side], value[side], self.sizes, OPERATORS)
+                limits.append((value[side], self.extent[side]))
+                padded += self.padded(found)
+                if o in found:
+                    found[o] = plus(times(vector, quotient(found[o], vector)), lane)
+            output |= found
+        return output, limits + padded, local
 
     def write_instructions(self) -> float:
         """A thread's instructions for each output element it writes, counted from the
@@ -916,7 +983,10 @@ class Builder:
         bound takes, each element. GEMM fp16's 256 x 192 warpgroup tile (64 iterations of 3
         stores, nvcc's loop): 4.02 (SASS 3.6-3.9 an element); its 128 x 256 mma.sync tile
         (128 stores, nvcc's loop of 16 copies): 4 (3.44); tccg_33's warpgroup 128 x 256,
-        unrolled whole: 4.34 (4.0)."""
+        unrolled whole: 4.34 (4.0). A vector of ``V`` values (:attr:`Write.vector`) pays
+        its store, addresses, guards and a share of the iteration once, its C tile loads
+        once per :attr:`Write.read` lanes, and a 16-bit conversion once per pair
+        (``cvt.rn.f16x2.f32``); each value its arithmetic."""
         write = self.write_statement()
         ranges = write.ranges
         c, j = ir.Var("c"), ir.Var("j")
@@ -925,12 +995,16 @@ class Builder:
         guards = sum(iteration.guarded(v, c) and _may_reach(v, limit, ranges)
                      for v, limit in limits)
         converted = self.program.dtype in dtypes.STORED and not self.workspace
-        each = len(write.accesses) + iteration.arithmetic(write.body.value) + converted
+        vector = write.vector
+        each = (sum(1 / write.read if a.array == C_TILE else 1 / vector
+                    for a in write.accesses)
+                + iteration.arithmetic(write.body.value)
+                + converted / (2 if vector > 1 else 1))
         if write.whole or not write.divides:  # unrolled, by the kernel IR or by nvcc
             globals_ = [found for a, found in zip(write.accesses, formulas, strict=True)
                         if a.array != C_TILE]
-            return each + len(globals_) + _unrolled(formulas, globals_, limits, ranges)
-        each += guards * iteration.GUARD
+            return each + (len(globals_) + _unrolled(formulas, globals_, limits, ranges)) / vector
+        each += guards * iteration.GUARD / vector
         first = {"j": ir.Int(0)}  # the iteration's j stores share what changes with c
         formulas = tuple(tuple(simplify(ir.substitute(i, first), ranges) for i in found)
                          for found in formulas)
@@ -942,7 +1016,7 @@ class Builder:
         stores = ranges[j][1] - ranges[j][0] + 1 if j in ranges else 1
         shared = (moved + len(changing) * iteration.TERM
                   + iteration.iteration_instructions([*changing, *(v for v, _ in limits)], c))
-        return each + shared / stores
+        return each + shared / (stores * vector)
 
     def scheduled(self) -> Scheduled:
         roles = ((Role.BLOCK,) * 3 + (Role.THREAD,) * 3

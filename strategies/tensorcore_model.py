@@ -244,22 +244,24 @@ class EnumeratingModel:
         return self.estimate(kernel.params, ptxas_report(kernel, self.gpu, use_nvcc))
 
     def output_sectors(self, tile: Mapping[str, int], size: int | None = None,
-                       box: tensorcore_tiles.FreeBox | None = None) -> tuple[int, int, int, int]:
+                       box: tensorcore_tiles.FreeBox | None = None, vector: int = 1
+                       ) -> tuple[int, int, int, int]:
         """The global requests, 32-byte sectors, ideal sectors and 128-byte lines of every
         block's writes of its ``tile["m"] x tile["n"]`` output tile over the grid (one part
         of a split), of ``size`` bytes each (the program's; a deterministic split's workspace
         holds the accumulator's), from the addresses the kernel builder deals
         (:func:`tensorcore_tiles.output_writes`) counted by the emulator's rule: what
         ``Kernel.counters()`` counts of the write over every block, in a free ``box``'s
-        order. The first block's alone were optimistic where the other tiles start elsewhere
+        order, ``vector`` elements a thread's store (:func:`tensorcore_tiles.write_vector`).
+        The first block's alone were optimistic where the other tiles start elsewhere
         in a line (tccg_42's 2.0 lines a request, 2.83 over the grid). Remembered per tile:
         the bound reads every completion."""
         size = size or self.bytes
-        key = (tile["m"], tile["n"], size, box)
+        key = (tile["m"], tile["n"], size, box, vector)
         if key not in self._writes:
             period = LINE_BYTES // math.gcd(LINE_BYTES, size)  # a line's elements
             request, offset, moves = tensorcore_tiles.output_writes(self.program, tile, box,
-                                                                    period)
+                                                                    period, vector)
             self._writes[key] = moved_requests(offset, request, size, moves)
         return self._writes[key]
 
@@ -449,9 +451,15 @@ class TensorCoreModel(EnumeratingModel):
         over the grid (:meth:`output_sectors`)."""
         described = self._described(params)
         tile = self._tile(described)
-        return self.output_sectors(tile, self._written_bytes(
-            self._steps(tile, described["split"])[2]),
-            tensorcore_tiles.free_boxed(self.program, params))
+        parts = self._steps(tile, described["split"])[2]
+        return self.output_sectors(tile, self._written_bytes(parts),
+                                   tensorcore_tiles.free_boxed(self.program, params),
+                                   self._write_vector(params, tile, parts))
+
+    def _write_vector(self, p: Mapping[str, Any], tile: Mapping[str, int], parts: int) -> int:
+        """The output elements a thread's write stores at once (:meth:`Builder.vector`)."""
+        vector = tensorcore_tiles.write_vector(self.program, p, tile)
+        return vector if parts == 1 and self.builder.vector_write else 1
 
     def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both
@@ -602,7 +610,8 @@ class TensorCoreModel(EnumeratingModel):
         # the accumulators' round trip through the C tile, and the lines the output's
         # addresses take (read too where the output is, without a split)
         _, written, _, written_lines = self.output_sectors(
-            tile, self._written_bytes(parts), tensorcore_tiles.free_boxed(self.program, p))
+            tile, self._written_bytes(parts), tensorcore_tiles.free_boxed(self.program, p),
+            self._write_vector(p, tile, parts))
         wavefronts = (blocks * (chunk * (fragment_fronts + copy_fronts)
                                 + output * 2 * self.accumulator_bytes / WAVEFRONT_BYTES)
                       + parts * written_lines * (self.output_accesses if parts == 1 else 1))

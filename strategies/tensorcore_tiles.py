@@ -448,8 +448,8 @@ def write_span(tile: Mapping[str, int], along_n: bool, box: FreeBox | None) -> t
     return tile[axis], tile["n" if axis == "m" else "m"]
 
 
-def write_lanes(threads: int, tile: Mapping[str, int], along_n: bool, box: FreeBox | None
-                ) -> int | None:
+def write_lanes(threads: int, tile: Mapping[str, int], along_n: bool, box: FreeBox | None,
+                vector: int = 1) -> int | None:
     """The threads ``G`` that share a row of the output's write, each taking every ``G``-th
     position of it (:func:`output_local`), where that deals a warp's 32 stores as the
     element numbering ``e = T c + t`` does (32 consecutive positions of a row): ``G`` the
@@ -458,10 +458,50 @@ def write_lanes(threads: int, tile: Mapping[str, int], along_n: bool, box: FreeB
     position ``e / F`` and ``e mod F``). A thread's position is then ``t mod G + G j`` and
     its row ``t / G + (T / G) c``: no division by the row's extent in any iteration (GEMM
     fp16's 256 x 192 warpgroup tile, 256 threads: ``e / 192`` and ``e mod 192`` and a guard
-    in each of 192 stores a thread, 28.75 SASS instructions an element)."""
-    span, _ = write_span(tile, along_n, box)
+    in each of 192 stores a thread, 28.75 SASS instructions an element). Positions count
+    ``vector`` values of a row (:func:`write_vector`)."""
+    span = write_span(tile, along_n, box)[0] // vector
     lanes = math.gcd(threads, span)
     return lanes if lanes % WARP == 0 or lanes == span else None
+
+
+# The output types a write stores in vectors (:func:`write_vector`): 16-bit values packed in
+# pairs by the printers; bfloat16's conversion has no packed form there
+VECTOR_OUTPUTS = ("float16", "float32", "float64")
+
+
+def write_vector(program: Program, p: Mapping[str, Any], tile: Mapping[str, int]) -> int:
+    """The consecutive values of the output's fastest index ``o`` a thread of the write
+    takes at once, in one vector store (1: one at a time): the largest power of two ``V``,
+    at most :data:`ir.VECTOR_BYTES` of the output, dividing ``o``'s size and the tile's
+    span of the write's rows; in a free box its side of ``o`` in the tile (``Q``, or
+    ``Q'``: :func:`box_q`) and its slots, where the group is linearised ``o`` fastest.
+    Every other output index's stride is then a multiple of ``V`` and tensors start on a
+    :data:`ir.VECTOR_BYTES` boundary, so a vector whose first position is a multiple of
+    ``V`` is aligned, its lanes differ only in ``o`` and lie inside the output where its
+    first does (sizes not multiples of the tile included). A plain store only (``=`` of
+    the accumulator, scaled: no read of the output) of a type the printers store in vectors
+    (:data:`VECTOR_OUTPUTS`). One STG of 8 halves where tccg_32's write stored each (two
+    thirds of a one-step kernel's instructions: docs/tensorcore-economy.md)."""
+    write = next(s for s in program.statements if s.kind == Kind.WRITE)
+    output = fastest_first(program.output_indices, program.layout)
+    if (program.dtype not in VECTOR_OUTPUTS or program.contraction.op != "="
+            or len(ir.elements(write.body)) != 2 or not output):
+        return 1
+    box = free_boxed(program, p)
+    o = output[0]
+    _, _, m, n, _, _ = gemm_groups(program)
+    axis = box.axis if box is not None else "m" if o in m else "n"
+    group = m if axis == "m" else n
+    if box is None and (not group or group[0] != o) or box is not None and box.output != o:
+        return 1
+    sides = [program.sizes[o], tile[axis]]
+    if box is not None:
+        sides += [box.q, box_q(box, tile), group_slots(program, box)[o]]
+    width = ir.VECTOR_BYTES // dtypes.itemsize(program.dtype)
+    while width > 1 and any(side % width for side in sides):
+        width //= 2
+    return width
 
 
 def output_local(position: Any, row: Any, tile: Mapping[str, int], along_n: bool,
@@ -1032,7 +1072,8 @@ def copy_reads(program: Program, p: Mapping[str, Any], tensor: str, steps: int |
 
 
 def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None = None,
-                  period: int = 1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                  period: int = 1, vector: int = 1
+                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The output's writes by every block of the grid (each tile of M and N, each batch
     value; one part of a split), as the kernel builder deals them
     (:meth:`.tensorcore_kernel.Builder.output`, the warpgroup kernel's too: element
@@ -1047,7 +1088,9 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     differ from the first (tccg_42's first block takes 2.0 lines a request, its grid 2.83).
     In a free ``box`` the tile numbered and its group linearised as the box's
     (:func:`output_local`, :func:`group_digits`). Elements outside the output write nothing
-    and are left out. What the MMA models count the write's sectors and lines of
+    and are left out. A thread storing ``vector`` consecutive elements at once
+    (:func:`write_vector`), a warp's request holds ``32 vector`` of them. What the MMA
+    models count the write's sectors and lines of
     (:func:`~treduda.run.counters.moved_requests`), as :func:`copy_reads` the copies'."""
     _, _, m, n, _, batch = gemm_groups(program)
     extents = group_extents(program, box)
@@ -1064,11 +1107,11 @@ def output_writes(program: Program, tile: Mapping[str, int], box: FreeBox | None
     local_m, local_n = output_local(e % span, e // span, tile, output_along_n(program), box,
                                     NUMPY)
     requests, offsets, moves = [], [], []
-    warps = -(-e.size // WARP)
+    warps = -(-e.size // (WARP * vector))
     for number, ((offset_m, inside_m, moves_m), (offset_n, inside_n, moves_n)) in enumerate(
             itertools.product(classes["m"], classes["n"])):
         inside = inside_m[local_m] & inside_n[local_n]
-        requests.append(number * warps + (e // WARP)[inside])
+        requests.append(number * warps + (e // (WARP * vector))[inside])
         offsets.append((offset_m[local_m] + offset_n[local_n])[inside])
         made = np.unique(requests[-1]).size
         moves.append(np.broadcast_to(_moved(_moved(moves_m, moves_n), batches), (made, period)))

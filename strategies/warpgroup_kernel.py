@@ -180,6 +180,9 @@ class WarpgroupBuilder(Builder):
     # mbarriers: a split's last part stops at the reduction's end (copies past it into a
     # buffer a wgmma still read were hazards)
     whole_parts = False
+    # the write stores an element a thread at a time (its C tile's crossed columns are not
+    # yet read in vectors: Builder.vector)
+    vector_write = False
 
     def __init__(self, program: Program, params: Mapping[str, Any]):
         super().__init__(program, tensorcore_params(params))

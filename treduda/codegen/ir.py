@@ -675,6 +675,11 @@ class Local:
     # become one vector store where aligned (:mod:`treduda.codegen.vectorize`), as outputs'
     # do: the warpgroup C tile, whose accumulator pairs nvcc stores as STS.64
     vector_stores: bool = False
+    # A shared tile of the type registers hold that a 16-bit kernel's write reads in vectors,
+    # storing the output's neighbouring elements in one vector store where aligned, packed in
+    # pairs (:mod:`treduda.codegen.vectorize`): the mma.sync C tile, whose write takes a vector
+    # of the output's fastest index a thread (tensorcore_tiles.write_vector)
+    vector_reads: bool = False
 
     @property
     def size(self) -> int:

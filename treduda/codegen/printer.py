@@ -64,6 +64,12 @@ class Storage:
     # A tensor element's bits, as a shared tile of the stored type holds them: what a copy
     # into such a tile reads, unconverted (by default the tensor's type is the tile's)
     bits: str = "{array}[{offset}]"
+    # A vector store of floats into a tensor (ir.VectorStore): the whole of it, a format
+    # taking the width, the first element's address and the values; or, where empty, words
+    # of two converted values each (``pair``, taking the first and the second), stored as
+    # the dialect's vector store of 32-bit words
+    vector_store: str = ""
+    pair: str = ""
 
 
 @dataclass(frozen=True)
@@ -150,7 +156,8 @@ CUDA = Dialect(
     vector_store="*({type} *){address} = {value};",
     integer_types={"int32": ("unsigned int", "uint"), "int64": ("unsigned long long", "ulonglong")},
     stored={"float16": Storage("unsigned short", "td_half_load({array}[{offset}])",
-                               "{array}[{offset}] = td_half_store({value});", "float16.cu.j2"),
+                               "{array}[{offset}] = td_half_store({value});", "float16.cu.j2",
+                               pair="td_half_pair({first}, {second})"),
             "bfloat16": Storage("unsigned short", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="unsigned int", ushort="unsigned short", as_bits="__float_as_uint",
@@ -183,7 +190,9 @@ OPENCL = Dialect(
                                               "vload_half({offset}, (__local half *){array})",
                                               "vstore_half_rte({value}, {offset}, "
                                               "(__local half *){array});"),
-                               bits="((__global const ushort *){array})[{offset}]"),
+                               bits="((__global const ushort *){array})[{offset}]",
+                               vector_store="vstore_half{width}_rte((float{width})({values}), 0, "
+                                            "{address});"),
             "bfloat16": Storage("ushort", "td_bf16_load({array}[{offset}])",
                                 "{array}[{offset}] = td_bf16_store({value});", "bfloat16.j2")},
     uint="uint", ushort="ushort", as_bits="as_uint", as_float="as_float", fma="fma",
@@ -341,6 +350,23 @@ class Printer:
         lines.append("}")
         return "\n".join(lines)
 
+    def stored_vector(self, s: ir.VectorStore) -> str:
+        """A vector store of floats into a tensor of the stored type: converted and packed
+        in words of two (:attr:`Storage.pair`), or by the dialect's own conversion."""
+        storage = self.storage_of(s.first.array)
+        values = [self.expr(v) for v in s.values]
+        address = f"&{s.first.array}[{self.offset(s.first)}]"
+        if not storage.pair:
+            return storage.vector_store.format(width=len(values), values=", ".join(values),
+                                               address=address)
+        words = [storage.pair.format(first=first, second=second)
+                 for first, second in zip(values[::2], values[1::2], strict=True)]
+        kind = self.dialect.uint if len(words) == 1 else f"uint{len(words)}"
+        value = words[0] if len(words) == 1 else self.dialect.vector.format(
+            type=kind, values=", ".join(words))
+        return self.dialect.vector_store.format(type=kind, width=len(words), address=address,
+                                                value=value)
+
     def stmt(self, s: ir.Stmt, depth: int) -> list[str]:
         pad = INDENT * depth
         if isinstance(s, ir.Block):
@@ -382,6 +408,8 @@ class Printer:
             load = self.dialect.vector_load.format(type=vector, width=s.width,
                                                    address=f"&{self.expr(s.first)}")
             return [f"{pad}const {vector} {s.vector} = {load};"]
+        if isinstance(s, ir.VectorStore) and self._stored(s.first):
+            return [pad + self.stored_vector(s)]
         if isinstance(s, ir.VectorStore):
             width = len(s.values)
             vector = f"{self.vector_stem}{width}"

@@ -25,7 +25,10 @@ vector conversions), so their accesses stay scalar; but a tile of the type regis
 takes vector stores (:attr:`ir.Local.vector_stores`) has its stores merged in any kernel: the
 warpgroup C tile, whose accumulator pairs (wgmma's layout: two adjacent columns of a row per
 thread) nvcc stores as STS.64 anyway, 1 way at its pitch; as two 4-byte stores the emulator
-counted 2 ways, the rows ``r`` and ``r + 4`` of a warp's 8 on the same 16 banks.
+counted 2 ways, the rows ``r`` and ``r + 4`` of a warp's 8 on the same 16 banks. A float16
+kernel's tile of that type read in vectors (:attr:`ir.Local.vector_reads`: the mma.sync C
+tile) has its loads merged, and the output's stores too, up to 16 bytes of halves, which the
+printers convert and pack in pairs (``cvt.rn.f16x2.f32``; OpenCL's ``vstore_halfn_rte``).
 """
 
 from __future__ import annotations
@@ -47,25 +50,33 @@ def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
     in a 16-bit kernel only the stores into tiles that take vector stores
     (:attr:`ir.Local.vector_stores`, of the type registers hold)."""
     stored_into = {local.name for local in kernel.locals if local.vector_stores}
-    if is_complex(kernel.dtype) or (kernel.dtype in STORED and not stored_into):
+    read = {local.name for local in kernel.locals if local.vector_reads}
+    if is_complex(kernel.dtype) or (kernel.dtype in STORED and not stored_into | read):
         return kernel
     widest = ir.VECTOR_BYTES // itemsize(compute(kernel.dtype))
-    if kernel.dtype in STORED:
-        return replace(kernel, body=_Merger(widest, set(), stored_into).stmt(kernel.body))
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
                for kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
+    if kernel.dtype in STORED:
+        outputs = tensors[ir.ParamKind.OUTPUT] if read and kernel.dtype == "float16" else set()
+        return replace(kernel, body=_Merger(widest, read, stored_into | outputs, dict.fromkeys(
+            outputs, ir.VECTOR_BYTES // itemsize(kernel.dtype)), read).stmt(kernel.body))
     tiles = {local.name for local in kernel.locals
              if local.space is ir.Space.SHARED and not local.stored}
     merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles,
-                    tensors[ir.ParamKind.OUTPUT] | stored_into)
+                    tensors[ir.ParamKind.OUTPUT] | stored_into, placed=read)
     return replace(kernel, body=merge.stmt(kernel.body))
 
 
 class _Merger:
     """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ..."""
 
-    def __init__(self, widest: int, inputs: set[str], outputs: set[str]):
+    def __init__(self, widest: int, inputs: set[str], outputs: set[str],
+                 stored: dict[str, int] | None = None, placed: set[str] | None = None):
         self.widest, self.inputs, self.outputs = widest, inputs, outputs
+        self.stored = stored or {}  # the widest store of outputs of the stored type
+        # tiles whose vectors are loaded right before the first statement reading them, not
+        # at the run's start: a write's C tile (all of tccg_32's hoisted: 96 -> 146 registers)
+        self.placed = placed or set()
         self.names = (f"td_v{n}" for n in itertools.count())
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
@@ -82,14 +93,23 @@ class _Merger:
         lanes, consecutive stores of one window merged."""
         lanes: dict[ir.Load, ir.Lane] = {}
         hoisted: list[ir.Stmt] = []
+        placed: dict[str, ir.VectorLoad] = {}
         for window in self.load_windows(run):
             name = next(self.names)
-            hoisted.append(ir.VectorLoad(name, window[0][0], len(window)))
+            load = ir.VectorLoad(name, window[0][0], len(window))
+            if load.first.array in self.placed:
+                placed[name] = load
+            else:
+                hoisted.append(load)
             lanes.update({load: ir.Lane(name, n) for n, same in enumerate(window)
                           for load in same})
         if lanes:
             run = [replace(s, value=_substitute(s.value, lanes)) for s in run]
-        return hoisted + self.stores(run)
+        merged = hoisted
+        for s in self.stores(run):
+            merged += [placed.pop(name) for name in _vectors(s) if name in placed]
+            merged.append(s)
+        return merged
 
     def load_windows(self, run: list[ir.Assign]) -> list[list[list[ir.Load]]]:
         """Aligned windows of input elements the run reads: per lane, the loads of it."""
@@ -113,7 +133,9 @@ class _Merger:
         merged: list[ir.Stmt] = []
         n = 0
         while n < len(run):
-            width = _store_width(offsets[n:n + self.widest], self.widest)
+            widest = (self.stored.get(run[n].target.array, self.widest)
+                      if offsets[n] is not None else self.widest)
+            width = _store_width(offsets[n:n + widest], widest)
             if width:
                 merged.append(ir.VectorStore(run[n].target, tuple(s.value
                                                                   for s in run[n:n + width])))
@@ -181,6 +203,17 @@ def _loads(e: ir.Expr, conditional: bool = True) -> Iterator[ir.Load]:
     parts = ir.children(e)
     for part in parts if conditional or not isinstance(e, ir.Select) else parts[:1]:
         yield from _loads(part, conditional)
+
+
+def _vectors(s: ir.Assign | ir.VectorStore) -> list[str]:
+    """The vectors whose lanes ``s`` reads, in order."""
+    def found(e: ir.Expr) -> list[str]:
+        if isinstance(e, ir.Lane):
+            return [e.vector]
+        return [name for part in ir.children(e) for name in found(part)]
+
+    values = s.values if isinstance(s, ir.VectorStore) else (s.value,)
+    return list(dict.fromkeys(name for value in values for name in found(value)))
 
 
 def _substitute(e: ir.Expr, lanes: dict[ir.Load, ir.Lane]) -> ir.Expr:
