@@ -296,7 +296,7 @@ class TensorCore(Strategy):
                                               "frags_n": 1, **p})),
             Constraint(f"shared tiles fit in {budget} bytes per block",
                        ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                        "shared_layout", "free_layout"),
+                        "shared_layout", "free_layout", "mapping"),
                        lambda p: shared_bytes(program, p) <= budget),
         ]
 
@@ -325,7 +325,7 @@ class TensorCore(Strategy):
                  "m": (each(choices, lambda w: LANES_M * w, "warps_m"),
                        each(choices, lambda f: f * fm // LANES_M, "frags_m"))}
         tiles = ("warps_m", "warps_n", "frags_m", "frags_n", "frags_k", "stages",
-                 "shared_layout", "free_layout")
+                 "shared_layout", "free_layout", "mapping")
         return described_gemm(program, choices, along,
                               each(choices, lambda f: f * fk, "frags_k"), choices["split"],
                               tiles, shared_bytes)
