@@ -36,6 +36,8 @@ from dataclasses import replace
 
 from ..frontend.dtypes import STORED, compute, is_complex, itemsize
 from . import ir
+from .simplify import plus, times
+from .unroll import constant_bounds
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
 # sum, difference or multiple, each with its coefficient) and its constant.
@@ -75,7 +77,63 @@ class _Merger:
                 run = list(group)
                 body += self.run(run) if assigns else [self.stmt(c) for c in run]
             return ir.Block(tuple(body))
+        if isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL:
+            return self.loop(s)
         return ir.map_children(s, self.stmt)
+
+    def loop(self, loop: ir.For) -> ir.Stmt:
+        """A loop the C compiler unrolls whose body is a straight run, its iterations dealt
+        in groups of a vector's width where a load's consecutive iterations fill an aligned
+        window: nvcc merges the loads of neighbouring elements a thread makes in consecutive
+        unrolled iterations (a register tile's reads of a shared tile along the step's k,
+        ``A_sh[16 r + k]``: GEMM's pick issues LDS.128 for four k) where it can prove the
+        alignment. Grouped here, a group's run reads them in one vector, so the printed code,
+        PoCL, the emulator and the counters make the loads the GPU makes."""
+        bounds = constant_bounds(loop)
+        body = loop.body.body if isinstance(loop.body, ir.Block) else (loop.body,)
+        if bounds is not None and all(isinstance(s, ir.Assign) for s in body):
+            first, last = bounds
+            width = self.widest
+            while width > 1:
+                groups, left = divmod(last - first + 1, width)
+                if groups and not left and self.spans(loop.iterator, body, first, width):
+                    return self.grouped(loop, list(body), first, groups, width)
+                width //= 2
+        return ir.map_children(loop, self.stmt)
+
+    def spans(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int) -> bool:
+        """Whether ``width`` consecutive iterations from ``first`` (and from each multiple of
+        ``width`` after it) of ``run`` read an aligned window of a tile or input: a load
+        whose offset steps by one element with ``iterator``, aligned as :func:`_aligned` says
+        with ``iterator`` at ``first``."""
+        variable = ir.Var(iterator)
+        written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
+        for s in run:
+            for load in _loads(s.value, conditional=False):
+                if load.array not in self.inputs or load.array in written:
+                    continue
+                terms, constant = ir.affine(load.offset)
+                rest = frozenset((t, c) for t, c in terms.items() if t != variable)
+                if terms.get(variable) == 1 and _aligned(rest, constant + first, width):
+                    return True
+        return False
+
+    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, groups: int,
+                width: int) -> ir.Stmt:
+        """``loop`` as ``groups`` iterations of ``width`` of its own (``first`` its first
+        value), each group's run merged; the run alone for one group."""
+        name = loop.iterator
+        base = times(width, ir.Var(name)) if groups > 1 else ir.Int(0)
+        run: list[ir.Assign] = []
+        for value in range(first, first + width):
+            at = {name: plus(base, ir.Int(value))}
+            run += [replace(s, target=ir.substitute(s.target, at),
+                            value=ir.substitute(s.value, at)) for s in body]
+        merged = ir.Block(tuple(self.run(run)))
+        if groups == 1:
+            return merged
+        return ir.For(name, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(name), ir.Int(groups)),
+                      ir.Int(1), merged, ir.Unroll.FULL)
 
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their
