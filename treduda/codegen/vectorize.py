@@ -36,7 +36,6 @@ from dataclasses import replace
 
 from ..frontend.dtypes import STORED, compute, is_complex, itemsize
 from . import ir
-from .simplify import plus, times
 from .unroll import constant_bounds
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
@@ -53,21 +52,22 @@ def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
         return kernel
     widest = ir.VECTOR_BYTES // itemsize(compute(kernel.dtype))
     if kernel.dtype in STORED:
-        return replace(kernel, body=_Merger(widest, set(), stored_into).stmt(kernel.body))
+        return replace(kernel, body=_Merger(widest, set(), stored_into, set()).stmt(kernel.body))
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
                for kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
     tiles = {local.name for local in kernel.locals
              if local.space is ir.Space.SHARED and not local.stored}
     merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles,
-                    tensors[ir.ParamKind.OUTPUT] | stored_into)
+                    tensors[ir.ParamKind.OUTPUT] | stored_into, tiles)
     return replace(kernel, body=merge.stmt(kernel.body))
 
 
 class _Merger:
     """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ..."""
 
-    def __init__(self, widest: int, inputs: set[str], outputs: set[str]):
+    def __init__(self, widest: int, inputs: set[str], outputs: set[str], tiles: set[str]):
         self.widest, self.inputs, self.outputs = widest, inputs, outputs
+        self.tiles = tiles  # the shared tiles among the inputs
         self.names = (f"td_v{n}" for n in itertools.count())
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
@@ -87,7 +87,7 @@ class _Merger:
         window: nvcc merges the loads of neighbouring elements a thread makes in consecutive
         unrolled iterations (a register tile's reads of a shared tile along the step's k,
         ``A_sh[16 r + k]``: GEMM's pick issues LDS.128 for four k) where it can prove the
-        alignment. Grouped here, a group's run reads them in one vector, so the printed code,
+        alignment. Grouped here, a group reads them in one vector, so the printed code,
         PoCL, the emulator and the counters make the loads the GPU makes."""
         bounds = constant_bounds(loop)
         body = loop.body.body if isinstance(loop.body, ir.Block) else (loop.body,)
@@ -96,66 +96,102 @@ class _Merger:
             width = self.widest
             while width > 1:
                 groups, left = divmod(last - first + 1, width)
-                if groups and not left and self.spans(loop.iterator, body, first, width):
-                    return self.grouped(loop, list(body), first, groups, width)
+                along = self.along(loop.iterator, body, first, width)
+                if groups and not left and along and self.all_merged(loop.iterator, body,
+                                                                     along):
+                    return self.grouped(loop, list(body), first, last, along)
                 width //= 2
         return ir.map_children(loop, self.stmt)
 
-    def spans(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int) -> bool:
-        """Whether ``width`` consecutive iterations from ``first`` (and from each multiple of
-        ``width`` after it) of ``run`` read an aligned window of a tile or input: a load
-        whose offset steps by one element with ``iterator``, aligned as :func:`_aligned` says
-        with ``iterator`` at ``first``."""
+    def along(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int
+              ) -> set[ir.Load]:
+        """The loads of a shared tile by ``run`` whose ``width`` consecutive iterations from
+        ``first`` (and from each multiple of ``width`` after it) read one aligned window:
+        their offset steps by one element with ``iterator``, aligned as :func:`_aligned`
+        says with ``iterator`` at ``first``. Not of a tensor: nvcc merges no global loads (it
+        cannot prove their alignment), and an unstaged kernel's reads stay as they were."""
         variable = ir.Var(iterator)
         written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
+        found = set()
         for s in run:
             for load in _loads(s.value, conditional=False):
-                if load.array not in self.inputs or load.array in written:
+                if load.array not in self.tiles or load.array in written:
                     continue
                 terms, constant = ir.affine(load.offset)
                 rest = frozenset((t, c) for t, c in terms.items() if t != variable)
                 if terms.get(variable) == 1 and _aligned(rest, constant + first, width):
-                    return True
-        return False
+                    found.add(load)
+        return found
 
-    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, groups: int,
-                width: int) -> ir.Stmt:
-        """``loop`` as ``groups`` iterations of ``width`` of its own (``first`` its first
-        value), each group's run merged; the run alone for one group."""
-        name = loop.iterator
-        base = times(width, ir.Var(name)) if groups > 1 else ir.Int(0)
-        run: list[ir.Assign] = []
-        for value in range(first, first + width):
-            at = {name: plus(base, ir.Int(value))}
-            run += [replace(s, target=ir.substitute(s.target, at),
-                            value=ir.substitute(s.value, at)) for s in body]
-        merged = ir.Block(tuple(self.run(run)))
-        if groups == 1:
-            return merged
-        return ir.For(name, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(name), ir.Int(groups)),
-                      ir.Int(1), merged, ir.Unroll.FULL)
+    def all_merged(self, iterator: str, run: tuple[ir.Stmt, ...], along: set[ir.Load]
+                   ) -> bool:
+        """Whether every load of a tile in ``run`` whose offset reads ``iterator`` is merged
+        once the loads ``along`` it are: read in vectors within an iteration, or along.
+        Where nvcc would still merge others across its unrolled iterations, our vectors beside
+        them cost it its own merges (tccg_35: B's tile read along k in vectors, A's by a
+        stride of 9 a step: 1584 LDS and 13072 integer instructions for 152 and 10)."""
+        variable = ir.Var(iterator)
+        left = [s for s in self.run(list(run)) if isinstance(s, ir.Assign)]
+        return all(load in along for s in left for load in _loads(s.value)
+                   if load.array in self.tiles and _reads(load.offset, variable))
+
+    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, last: int,
+                along: set[ir.Load]) -> ir.Stmt:
+        """``loop`` unrolled (``first`` .. ``last`` its iterator's values), as nvcc unrolls
+        it: each iteration's run merged as any run, then the loads ``along`` the iterator
+        merged across iterations, each vector loaded where it is first read. As a loop over
+        groups (``4 c + 1``), tccg_35's scalar reads of its A tile lost nvcc's merges (1584
+        LDS for 152); hoisted to a group's start, the vectors held four iterations' values at
+        once (tccg_03 took 130 registers, tccg_32 spilled)."""
+        copies: list[ir.Stmt] = []
+        spanning: set[ir.Load] = set()
+        for value in range(first, last + 1):
+            at = {loop.iterator: ir.Int(value)}
+            copies += [_substituted(s, at) for s in self.run(body)]
+            spanning |= {ir.substitute(load, at) for load in along}
+        vectors, lanes = self.vectors([s for s in copies if isinstance(s, ir.Assign)],
+                                      spanning)
+        placed: list[ir.Stmt] = []
+        for s in copies:
+            if isinstance(s, ir.Assign):
+                s = replace(s, value=_substitute(s.value, lanes))
+                read = _lanes_read(s.value)
+                placed += [v for v in vectors if v.vector in read]
+                vectors = [v for v in vectors if v.vector not in read]
+            placed.append(s)
+        return ir.Block(tuple(placed))
 
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their
         lanes, consecutive stores of one window merged."""
-        lanes: dict[ir.Load, ir.Lane] = {}
-        hoisted: list[ir.Stmt] = []
-        for window in self.load_windows(run):
-            name = next(self.names)
-            hoisted.append(ir.VectorLoad(name, window[0][0], len(window)))
-            lanes.update({load: ir.Lane(name, n) for n, same in enumerate(window)
-                          for load in same})
+        hoisted, lanes = self.vectors(run)
         if lanes:
             run = [replace(s, value=_substitute(s.value, lanes)) for s in run]
         return hoisted + self.stores(run)
 
-    def load_windows(self, run: list[ir.Assign]) -> list[list[list[ir.Load]]]:
-        """Aligned windows of input elements the run reads: per lane, the loads of it."""
+    def vectors(self, run: list[ir.Assign], among: set[ir.Load] | None = None
+                ) -> tuple[list[ir.VectorLoad], dict[ir.Load, ir.Lane]]:
+        """The vector loads of the run's aligned windows (of the loads ``among``, or of
+        any), and the lane of each load they replace."""
+        lanes: dict[ir.Load, ir.Lane] = {}
+        loaded: list[ir.VectorLoad] = []
+        for window in self.load_windows(run, among):
+            name = next(self.names)
+            loaded.append(ir.VectorLoad(name, window[0][0], len(window)))
+            lanes.update({load: ir.Lane(name, n) for n, same in enumerate(window)
+                          for load in same})
+        return loaded, lanes
+
+    def load_windows(self, run: list[ir.Assign], among: set[ir.Load] | None = None
+                     ) -> list[list[list[ir.Load]]]:
+        """Aligned windows of input elements the run reads (by the loads ``among``, or by
+        any): per lane, the loads of it."""
         found: dict[tuple[str, frozenset], dict[int, list[ir.Load]]] = {}
         written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
         for s in run:
             for load in _loads(s.value, conditional=False):  # hoisting must not add reads
-                readable = load.array in self.inputs and load.array not in written
+                readable = (load.array in self.inputs and load.array not in written
+                            and (among is None or load in among))
                 affine = _affine(load.offset) if readable else None
                 if affine is not None:
                     terms, constant = affine
@@ -254,3 +290,30 @@ def _substitute(e: ir.Expr, lanes: dict[ir.Load, ir.Lane]) -> ir.Expr:
     if isinstance(e, ir.Select):
         return ir.Select(*(_substitute(p, lanes) for p in (e.condition, e.if_true, e.if_false)))
     return e
+
+
+def _reads(e: ir.Expr, variable: ir.Var) -> bool:
+    """Whether integer expression ``e`` reads ``variable``."""
+    return e == variable or any(_reads(part, variable) for part in ir.children(e))
+
+
+def _lanes_read(e: ir.Expr) -> set[str]:
+    """The vectors whose lanes value expression ``e`` reads."""
+    if isinstance(e, ir.Lane):
+        return {e.vector}
+    if isinstance(e, ir.Load):
+        return set()
+    return set().union(*map(_lanes_read, ir.children(e)))
+
+
+def _substituted(s: ir.Stmt, values: dict[str, ir.Expr]) -> ir.Stmt:
+    """A statement of a merged run (an assignment, a vector load or store) with the
+    variables named in ``values`` replaced (:func:`ir.substitute`)."""
+    if isinstance(s, ir.Assign):
+        return replace(s, target=ir.substitute(s.target, values),
+                       value=ir.substitute(s.value, values))
+    if isinstance(s, ir.VectorLoad):
+        return replace(s, first=ir.substitute(s.first, values))
+    assert isinstance(s, ir.VectorStore)
+    return ir.VectorStore(ir.substitute(s.first, values),
+                          tuple(ir.substitute(v, values) for v in s.values))
