@@ -36,6 +36,7 @@ from dataclasses import replace
 
 from ..frontend.dtypes import STORED, compute, is_complex, itemsize
 from . import ir
+from .simplify import plus, times
 from .unroll import constant_bounds
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
@@ -99,7 +100,7 @@ class _Merger:
                 along = self.along(loop.iterator, body, first, width)
                 if groups and not left and along and self.all_merged(loop.iterator, body,
                                                                      along):
-                    return self.grouped(loop, list(body), first, last, along)
+                    return self.grouped(loop, list(body), first, groups, width, along)
                 width //= 2
         return ir.map_children(loop, self.stmt)
 
@@ -135,18 +136,21 @@ class _Merger:
         return all(load in along for s in left for load in _loads(s.value)
                    if load.array in self.tiles and _reads(load.offset, variable))
 
-    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, last: int,
-                along: set[ir.Load]) -> ir.Stmt:
-        """``loop`` unrolled (``first`` .. ``last`` its iterator's values), as nvcc unrolls
-        it: each iteration's run merged as any run, then the loads ``along`` the iterator
-        merged across iterations, each vector loaded where it is first read. As a loop over
-        groups (``4 c + 1``), tccg_35's scalar reads of its A tile lost nvcc's merges (1584
-        LDS for 152); hoisted to a group's start, the vectors held four iterations' values at
-        once (tccg_03 took 130 registers, tccg_32 spilled)."""
+    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, groups: int,
+                width: int, along: set[ir.Load]) -> ir.Stmt:
+        """``loop`` as ``groups`` iterations of ``width`` of its own (``first`` its first
+        value; the group's statements alone for one group): each iteration's run merged as
+        any run, then the loads ``along`` the iterator merged across the group's iterations,
+        each vector loaded where it is first read (hoisted to the group's start, they held
+        four iterations' values at once: tccg_03 took 130 registers, tccg_32 spilled). A
+        loop still, so the counters find the loops that accumulate (a kernel's steps all
+        written out)."""
+        name = loop.iterator
+        base = times(width, ir.Var(name)) if groups > 1 else ir.Int(0)
         copies: list[ir.Stmt] = []
         spanning: set[ir.Load] = set()
-        for value in range(first, last + 1):
-            at = {loop.iterator: ir.Int(value)}
+        for value in range(first, first + width):
+            at = {name: plus(base, ir.Int(value))}
             copies += [_substituted(s, at) for s in self.run(body)]
             spanning |= {ir.substitute(load, at) for load in along}
         vectors, lanes = self.vectors([s for s in copies if isinstance(s, ir.Assign)],
@@ -159,7 +163,11 @@ class _Merger:
                 placed += [v for v in vectors if v.vector in read]
                 vectors = [v for v in vectors if v.vector not in read]
             placed.append(s)
-        return ir.Block(tuple(placed))
+        merged = ir.Block(tuple(placed))
+        if groups == 1:
+            return merged
+        return ir.For(name, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(name), ir.Int(groups)),
+                      ir.Int(1), merged, ir.Unroll.FULL)
 
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their
