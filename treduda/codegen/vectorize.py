@@ -98,8 +98,8 @@ class _Merger:
             while width > 1:
                 groups, left = divmod(last - first + 1, width)
                 along = self.along(loop.iterator, body, first, width)
-                if groups and not left and along and self.all_merged(loop.iterator, body,
-                                                                     along):
+                if groups and not left and along and self.all_merged(
+                        loop.iterator, body, first, width, along):
                     return self.grouped(loop, list(body), first, groups, width, along)
                 width //= 2
         return ir.map_children(loop, self.stmt)
@@ -124,17 +124,26 @@ class _Merger:
                     found.add(load)
         return found
 
-    def all_merged(self, iterator: str, run: tuple[ir.Stmt, ...], along: set[ir.Load]
-                   ) -> bool:
-        """Whether every load of a tile in ``run`` whose offset reads ``iterator`` is merged
-        once the loads ``along`` it are: read in vectors within an iteration, or along.
-        Where nvcc would still merge others across its unrolled iterations, our vectors beside
-        them cost it its own merges (tccg_35: B's tile read along k in vectors, A's by a
-        stride of 9 a step: 1584 LDS and 13072 integer instructions for 152 and 10)."""
+    def all_merged(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int,
+                   along: set[ir.Load]) -> bool:
+        """Whether nvcc is left no merge of its own among the group's iterations once the
+        loads ``along`` the iterator are merged: no other load of a tile that reads
+        ``iterator`` and stays scalar in an iteration fills an aligned window with others
+        once ``iterator`` has a value (as nvcc sees it unrolled). Where one does, our vectors
+        beside it cost nvcc its merges (tccg_35: B's tile read along k in vectors, A's by a
+        stride of 9 a step, whose windows nvcc merges at each k: 1584 LDS and 13072 integer
+        instructions for 152 and 10)."""
         variable = ir.Var(iterator)
-        left = [s for s in self.run(list(run)) if isinstance(s, ir.Assign)]
-        return all(load in along for s in left for load in _loads(s.value)
-                   if load.array in self.tiles and _reads(load.offset, variable))
+        left = {load for s in self.run(list(run)) if isinstance(s, ir.Assign)
+                for load in _loads(s.value)
+                if load.array in self.tiles and _reads(load.offset, variable)
+                and load not in along}
+        for value in range(first, first + width):
+            at = {iterator: ir.Int(value)}
+            valued = [replace(s, value=ir.substitute(s.value, at)) for s in run]
+            if self.load_windows(valued, {ir.substitute(load, at) for load in left}):
+                return False
+        return True
 
     def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, groups: int,
                 width: int, along: set[ir.Load]) -> ir.Stmt:
