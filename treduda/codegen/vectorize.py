@@ -150,7 +150,7 @@ class _Merger:
         """``loop`` as ``groups`` iterations of ``width`` of its own (``first`` its first
         value; the group's statements alone for one group): each iteration's run merged as
         any run, then the loads ``along`` the iterator merged across the group's iterations,
-        each vector loaded where it is first read (hoisted to the group's start, they held
+        every vector loaded where it is first read (hoisted to the group's start, they held
         four iterations' values at once: tccg_03 took 130 registers, tccg_32 spilled). A
         loop still, so the counters find the loops that accumulate (a kernel's steps all
         written out)."""
@@ -164,8 +164,11 @@ class _Merger:
             spanning |= {ir.substitute(load, at) for load in along}
         vectors, lanes = self.vectors([s for s in copies if isinstance(s, ir.Assign)],
                                       spanning)
+        vectors += [s for s in copies if isinstance(s, ir.VectorLoad)]
         placed: list[ir.Stmt] = []
         for s in copies:
+            if isinstance(s, ir.VectorLoad):
+                continue
             if isinstance(s, ir.Assign):
                 s = replace(s, value=_substitute(s.value, lanes))
                 read = _lanes_read(s.value)
