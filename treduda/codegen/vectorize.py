@@ -26,6 +26,14 @@ takes vector stores (:attr:`ir.Local.vector_stores`) has its stores merged in an
 warpgroup C tile, whose accumulator pairs (wgmma's layout: two adjacent columns of a row per
 thread) nvcc stores as STS.64 anyway, 1 way at its pitch; as two 4-byte stores the emulator
 counted 2 ways, the rows ``r`` and ``r + 4`` of a warp's 8 on the same 16 banks.
+
+nvcc merges more than the printed code says: a thread's loads of a shared tile along a loop it
+unrolls (GEMM's pick reads ``A_sh[16 r + k]`` for the 16 values of a step's ``k`` by 4
+LDS.128 a row, where the IR has 16 scalar loads). :func:`steps_merged` writes those merges
+into a copy of the kernel IR, by a rule stated there, for the counters
+(:func:`treduda.run.counters.count`) to count what the GPU issues. The printed code keeps
+the scalar loads: written out, the vectors changed ptxas's register allocation of picks at
+128 registers (tccg_12, 15, 18, 32 spilled 32-56 bytes, in one placement or another).
 """
 
 from __future__ import annotations
@@ -53,22 +61,41 @@ def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
         return kernel
     widest = ir.VECTOR_BYTES // itemsize(compute(kernel.dtype))
     if kernel.dtype in STORED:
-        return replace(kernel, body=_Merger(widest, set(), stored_into, set()).stmt(kernel.body))
+        return replace(kernel, body=_Merger(widest, set(), stored_into).stmt(kernel.body))
     tensors = {kind: {p.name for p in kernel.params if p.kind is kind}
                for kind in (ir.ParamKind.INPUT, ir.ParamKind.OUTPUT)}
     tiles = {local.name for local in kernel.locals
              if local.space is ir.Space.SHARED and not local.stored}
     merge = _Merger(widest, tensors[ir.ParamKind.INPUT] | tiles,
-                    tensors[ir.ParamKind.OUTPUT] | stored_into, tiles)
+                    tensors[ir.ParamKind.OUTPUT] | stored_into)
     return replace(kernel, body=merge.stmt(kernel.body))
+
+
+def steps_merged(kernel: ir.KernelIR) -> ir.KernelIR:
+    """``kernel`` (vectorised) with a thread's loads of a shared tile merged along each loop
+    the C compiler unrolls where nvcc merges them: the loop's body is a straight run (its
+    vector loads and assignments), its bounds numbers its width divides; a load of a tile
+    steps by one element with the iterator and is aligned (:func:`_aligned`, the iterator at
+    its first value; tiles are 16-byte aligned where read in vectors, and so is every tile
+    nvcc can merge a row of); and nvcc is left no merge of its own among the iterations (see
+    :meth:`_Merger.all_merged`). The loop's iterations are then grouped by the width, each
+    group's loads along the iterator one vector. For counting only: the vectors'
+    names may repeat (each group reassigns its iterations' own), nothing is printed."""
+    if is_complex(kernel.dtype) or kernel.dtype in STORED:
+        return kernel
+    tiles = {local.name for local in kernel.locals
+             if local.space is ir.Space.SHARED and not local.stored}
+    merge = _Merger(ir.VECTOR_BYTES // itemsize(compute(kernel.dtype)), tiles, set(), tiles)
+    return replace(kernel, body=merge.steps(kernel.body))
 
 
 class _Merger:
     """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ..."""
 
-    def __init__(self, widest: int, inputs: set[str], outputs: set[str], tiles: set[str]):
+    def __init__(self, widest: int, inputs: set[str], outputs: set[str],
+                 tiles: set[str] | None = None):
         self.widest, self.inputs, self.outputs = widest, inputs, outputs
-        self.tiles = tiles  # the shared tiles among the inputs
+        self.tiles = tiles or set()  # the shared tiles merged along loops (steps_merged)
         self.names = (f"td_v{n}" for n in itertools.count())
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
@@ -78,33 +105,33 @@ class _Merger:
                 run = list(group)
                 body += self.run(run) if assigns else [self.stmt(c) for c in run]
             return ir.Block(tuple(body))
-        if isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL:
-            return self.loop(s)
         return ir.map_children(s, self.stmt)
 
+    def steps(self, s: ir.Stmt) -> ir.Stmt:
+        """``s`` with the loops the C compiler unrolls merged along (:func:`steps_merged`)."""
+        if isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL:
+            return self.loop(s)
+        return ir.map_children(s, self.steps)
+
     def loop(self, loop: ir.For) -> ir.Stmt:
-        """A loop the C compiler unrolls whose body is a straight run, its iterations dealt
-        in groups of a vector's width where a load's consecutive iterations fill an aligned
-        window: nvcc merges the loads of neighbouring elements a thread makes in consecutive
-        unrolled iterations (a register tile's reads of a shared tile along the step's k,
-        ``A_sh[16 r + k]``: GEMM's pick issues LDS.128 for four k) where it can prove the
-        alignment. Grouped here, a group reads them in one vector, so the printed code,
-        PoCL, the emulator and the counters make the loads the GPU makes."""
+        """``loop`` grouped by the widest width that :func:`steps_merged`'s rule allows, or
+        as it was (its inner loops merged)."""
         bounds = constant_bounds(loop)
         body = loop.body.body if isinstance(loop.body, ir.Block) else (loop.body,)
-        if bounds is not None and all(isinstance(s, ir.Assign) for s in body):
+        if bounds is not None and all(isinstance(s, ir.Assign | ir.VectorLoad) for s in body):
             first, last = bounds
+            assigns = [s for s in body if isinstance(s, ir.Assign)]
             width = self.widest
             while width > 1:
                 groups, left = divmod(last - first + 1, width)
-                along = self.along(loop.iterator, body, first, width)
+                along = self.along(loop.iterator, assigns, first, width)
                 if groups and not left and along and self.all_merged(
-                        loop.iterator, body, first, width, along):
+                        loop.iterator, assigns, first, width, along):
                     return self.grouped(loop, list(body), first, groups, width, along)
                 width //= 2
-        return ir.map_children(loop, self.stmt)
+        return ir.map_children(loop, self.steps)
 
-    def along(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int
+    def along(self, iterator: str, run: list[ir.Assign], first: int, width: int
               ) -> set[ir.Load]:
         """The loads of a shared tile by ``run`` whose ``width`` consecutive iterations from
         ``first`` (and from each multiple of ``width`` after it) read one aligned window:
@@ -124,18 +151,17 @@ class _Merger:
                     found.add(load)
         return found
 
-    def all_merged(self, iterator: str, run: tuple[ir.Stmt, ...], first: int, width: int,
+    def all_merged(self, iterator: str, run: list[ir.Assign], first: int, width: int,
                    along: set[ir.Load]) -> bool:
         """Whether nvcc is left no merge of its own among the group's iterations once the
         loads ``along`` the iterator are merged: no other load of a tile that reads
         ``iterator`` and stays scalar in an iteration fills an aligned window with others
         once ``iterator`` has a value (as nvcc sees it unrolled). Where one does, our vectors
-        beside it cost nvcc its merges (tccg_35: B's tile read along k in vectors, A's by a
-        stride of 9 a step, whose windows nvcc merges at each k: 1584 LDS and 13072 integer
-        instructions for 152 and 10)."""
+        beside it would not be what nvcc issues (tccg_35: B's tile along k, A's by a stride
+        of 9 a step, whose windows nvcc merges at each k: its SASS has 16 LDS.32, 56 LDS.64
+        and 16 LDS.128 a pass)."""
         variable = ir.Var(iterator)
-        left = {load for s in self.run(list(run)) if isinstance(s, ir.Assign)
-                for load in _loads(s.value)
+        left = {load for s in run for load in _loads(s.value)
                 if load.array in self.tiles and _reads(load.offset, variable)
                 and load not in along}
         for value in range(first, first + width):
@@ -145,37 +171,31 @@ class _Merger:
                 return False
         return True
 
-    def grouped(self, loop: ir.For, body: list[ir.Assign], first: int, groups: int,
+    def grouped(self, loop: ir.For, body: list[ir.Stmt], first: int, groups: int,
                 width: int, along: set[ir.Load]) -> ir.Stmt:
-        """``loop`` as ``groups`` iterations of ``width`` of its own (``first`` its first
-        value; the group's statements alone for one group): each iteration's run merged as
-        any run, then the loads ``along`` the iterator merged across the group's iterations,
-        every vector loaded where it is first read (hoisted to the group's start, they held
-        four iterations' values at once: tccg_03 took 130 registers, tccg_32 spilled). A
-        loop still, so the counters find the loops that accumulate (a kernel's steps all
-        written out)."""
+        """``loop`` as ``groups`` iterations of ``width`` copies of its body (``first`` its
+        first value; the copies alone for one group), the loads ``along`` the iterator one
+        vector a group, loaded at its start. A loop still, so the counters find the loops
+        that accumulate (a kernel's steps all written out)."""
         name = loop.iterator
         base = times(width, ir.Var(name)) if groups > 1 else ir.Int(0)
         copies: list[ir.Stmt] = []
         spanning: set[ir.Load] = set()
         for value in range(first, first + width):
             at = {name: plus(base, ir.Int(value))}
-            copies += [_substituted(s, at) for s in self.run(body)]
+            copies += [_substituted(s, at) for s in body]
             spanning |= {ir.substitute(load, at) for load in along}
-        vectors, lanes = self.vectors([s for s in copies if isinstance(s, ir.Assign)],
-                                      spanning)
-        vectors += [s for s in copies if isinstance(s, ir.VectorLoad)]
-        placed: list[ir.Stmt] = []
-        for s in copies:
-            if isinstance(s, ir.VectorLoad):
-                continue
-            if isinstance(s, ir.Assign):
-                s = replace(s, value=_substitute(s.value, lanes))
-                read = _lanes_read(s.value)
-                placed += [v for v in vectors if v.vector in read]
-                vectors = [v for v in vectors if v.vector not in read]
-            placed.append(s)
-        merged = ir.Block(tuple(placed))
+        vectors: list[ir.Stmt] = []
+        lanes: dict[ir.Load, ir.Lane] = {}
+        for window in self.load_windows([s for s in copies if isinstance(s, ir.Assign)],
+                                        spanning):
+            vector = next(self.names)
+            vectors.append(ir.VectorLoad(vector, window[0][0], len(window)))
+            lanes.update({load: ir.Lane(vector, n) for n, same in enumerate(window)
+                          for load in same})
+        merged = ir.Block(tuple(vectors) + tuple(
+            replace(s, value=_substitute(s.value, lanes)) if isinstance(s, ir.Assign) else s
+            for s in copies))
         if groups == 1:
             return merged
         return ir.For(name, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(name), ir.Int(groups)),
@@ -184,23 +204,16 @@ class _Merger:
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their
         lanes, consecutive stores of one window merged."""
-        hoisted, lanes = self.vectors(run)
+        lanes: dict[ir.Load, ir.Lane] = {}
+        hoisted: list[ir.Stmt] = []
+        for window in self.load_windows(run):
+            name = next(self.names)
+            hoisted.append(ir.VectorLoad(name, window[0][0], len(window)))
+            lanes.update({load: ir.Lane(name, n) for n, same in enumerate(window)
+                          for load in same})
         if lanes:
             run = [replace(s, value=_substitute(s.value, lanes)) for s in run]
         return hoisted + self.stores(run)
-
-    def vectors(self, run: list[ir.Assign], among: set[ir.Load] | None = None
-                ) -> tuple[list[ir.VectorLoad], dict[ir.Load, ir.Lane]]:
-        """The vector loads of the run's aligned windows (of the loads ``among``, or of
-        any), and the lane of each load they replace."""
-        lanes: dict[ir.Load, ir.Lane] = {}
-        loaded: list[ir.VectorLoad] = []
-        for window in self.load_windows(run, among):
-            name = next(self.names)
-            loaded.append(ir.VectorLoad(name, window[0][0], len(window)))
-            lanes.update({load: ir.Lane(name, n) for n, same in enumerate(window)
-                          for load in same})
-        return loaded, lanes
 
     def load_windows(self, run: list[ir.Assign], among: set[ir.Load] | None = None
                      ) -> list[list[list[ir.Load]]]:
@@ -317,23 +330,11 @@ def _reads(e: ir.Expr, variable: ir.Var) -> bool:
     return e == variable or any(_reads(part, variable) for part in ir.children(e))
 
 
-def _lanes_read(e: ir.Expr) -> set[str]:
-    """The vectors whose lanes value expression ``e`` reads."""
-    if isinstance(e, ir.Lane):
-        return {e.vector}
-    if isinstance(e, ir.Load):
-        return set()
-    return set().union(*map(_lanes_read, ir.children(e)))
-
-
 def _substituted(s: ir.Stmt, values: dict[str, ir.Expr]) -> ir.Stmt:
-    """A statement of a merged run (an assignment, a vector load or store) with the
+    """A statement of a merged loop body (an assignment or a vector load) with the
     variables named in ``values`` replaced (:func:`ir.substitute`)."""
     if isinstance(s, ir.Assign):
         return replace(s, target=ir.substitute(s.target, values),
                        value=ir.substitute(s.value, values))
-    if isinstance(s, ir.VectorLoad):
-        return replace(s, first=ir.substitute(s.first, values))
-    assert isinstance(s, ir.VectorStore)
-    return ir.VectorStore(ir.substitute(s.first, values),
-                          tuple(ir.substitute(v, values) for v in s.values))
+    assert isinstance(s, ir.VectorLoad)
+    return replace(s, first=ir.substitute(s.first, values))
