@@ -9,6 +9,7 @@ import math
 
 import numpy as np
 import pytest
+from conftest import needs_nvcc
 
 import treduda
 from treduda.app.cli import main
@@ -511,9 +512,10 @@ def test_registers_along_x_stay_one_access_where_the_reduction_is_the_fastest_in
 
 def test_a_kernel_whose_steps_are_all_peeled_counts_every_step_in_its_main_body():
     """tccg_09~1's kernel on 3 steps: preload and double buffer peel them all, the step loop
-    gone. Per step each of the 8 warps reads, for each of 32 values of e, 2 words of A's tile
-    (its 2 rows a thread) and 8 of B's (its 8 columns): 512 and 2048 requests. Each of the 3
-    steps counts, none cut after ``steps`` iterations of the first one's inner loop."""
+    gone. Per step each of the 8 warps reads, for each 4 of the 32 values of e (one 16-byte
+    vector, as nvcc's LDS.128 along the unrolled e), 2 vectors of A's tile (its 2 rows a
+    thread) and 8 of B's (its 8 columns): 128 and 512 requests. Each of the 3 steps counts,
+    none cut after ``steps`` iterations of the first one's inner loop."""
     params = {"order": "a,b", "stage": "A,B", "block_x": 16, "reg_x": 2,
               "assign_x": "adjacent", "block_y": 16, "reg_y": 8, "assign_y": "cyclic",
               "block_z": 1, "reg_z": 1, "assign_z": "cyclic", "step": 32, "split": 1,
@@ -521,7 +523,36 @@ def test_a_kernel_whose_steps_are_all_peeled_counts_every_step_in_its_main_body(
     kernel = treduda.compile("C[a,b] = A[e,a] * B[e,b]", {"a": 32, "b": 128, "e": 96},
                              layout="F", strategy="tiled+staged", params=params)
     counted = kernel.counters(steps=2)
-    assert counted.of("A_sh").requests == 3 * 512
-    assert counted.of("B_sh").requests == 3 * 2048
+    assert counted.of("A_sh").requests == 3 * 128
+    assert counted.of("B_sh").requests == 3 * 512
     assert counted.of("A_sh", region=Region.AFTER) is None  # the C tile's stores only
     assert counted.of("C", STORE, Region.AFTER).requests == 8 * 8  # 8 float2 stores a warp
+
+
+# GEMM 4096's SIMT pick (benchmarks/data/simt_economy_after.json): 16 x 32 threads of 8 x 8
+# values, x dealt in vectors, a 16-wide step of k, double-buffered asynchronous copies
+GEMM_PICK = {"order": "j,i", "stage": "A,B", "block_x": 16, "reg_x": 8, "assign_x": "vector",
+             "block_y": 32, "reg_y": 8, "assign_y": "cyclic", "block_z": 1, "reg_z": 1,
+             "assign_z": "cyclic", "step": 16, "split": 1, "preload": False,
+             "double_buffer": True, "pad": 0, "async_copy": True, "unroll": True}
+
+
+def gemm_pick() -> treduda.Kernel:
+    return treduda.compile("C[i,j] = A[i,k]*B[k,j]", {"i": 256, "j": 128, "k": 48},
+                           strategy="tiled+staged", params=GEMM_PICK)
+
+
+def test_a_simt_gemm_picks_shared_loads_per_step_are_its_lds128_counted_by_hand():
+    """Per step a thread reads its 8 rows of A's tile along the 16 values of k, four at a
+    time (A_sh[16 r + k]: 8 x 4 LDS.128, as nvcc merges them along the unrolled k), and its
+    2 vectors of B's tile row for each k (2 x 16): 64 LDS.128 a warp, 16 warps a block.
+    Counted scalar, A's 8 x 16 loads made 160 requests a warp."""
+    counted = gemm_pick().counters(steps=1)
+    a, b = counted.of("A_sh"), counted.of("B_sh")
+    assert (a.width, b.width) == (16, 16)
+    assert (a.requests, b.requests) == (16 * 8 * 4, 16 * 2 * 16)
+
+
+@needs_nvcc
+def test_the_simt_gemm_picks_sass_main_loop_makes_the_counted_lds128():
+    assert gemm_pick().sass_report().main_loop_shared_load_widths == {128: 64}

@@ -5,11 +5,13 @@ that could read or write out of turn is merged."""
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import treduda
 from treduda.codegen import ir
-from treduda.codegen.vectorize import vectorize
+from treduda.codegen.vectorize import steps_merged, vectorize
+from treduda.run.emulator import emulate
 from treduda.tuning import walk
 
 GEMM = "C[i,j] = alpha*A[i,k]*B[k,j] + beta*C[i,j]"
@@ -130,3 +132,34 @@ def test_a_store_that_reads_another_element_of_its_window_is_not_merged():
     swapped = [ir.Assign(_element("C", n), "=", _element("C", 3 - n)) for n in range(4)]
     body = _run(*swapped)
     assert body.body == tuple(swapped)
+
+
+@pytest.mark.parametrize(("expression", "sizes", "tile"), [
+    ("C[i,j] = A[i,k]*B[k,j]", {"i": 67, "j": 75, "k": 21}, "A_sh"),
+    # B[j,k] staged as stored: a thread's column of it runs along k
+    ("C[i,j] = alpha*A[k,i]*B[j,k] + beta*C[i,j]", {"i": 71, "j": 70, "k": 13}, "B_sh"),
+])
+def test_loads_merged_along_the_unrolled_step_compute_what_einsum_does(expression, sizes, tile):
+    """steps_merged (what the counters count) reads the tile along k in vectors, four steps
+    of the unrolled step loop at once, where the printed kernel reads it value by value; on
+    partial tiles the emulator computes with it what it computes with the printed kernel's
+    IR, numpy.einsum's result."""
+    params = {"order": "j,i", "block_x": 8, "reg_x": 8, "assign_x": "vector", "block_y": 4,
+              "reg_y": 4, "assign_y": "cyclic", "step": 8, "unroll": True, "stage": "A,B",
+              "pad": 0}
+    kernel = treduda.compile(expression, sizes, strategy="tiled+staged", params=params,
+                             cache=False)
+    merged = steps_merged(kernel.built.kernel)
+
+    def vectors_of_tile(k: ir.KernelIR) -> int:
+        return sum(isinstance(s, ir.VectorLoad) and s.first.array == tile
+                   for s in ir.nested(k.body))
+
+    assert vectors_of_tile(merged) > vectors_of_tile(kernel.built.kernel)
+    arrays, scalars = kernel._random_operands(sizes, 0)
+    launch = kernel._prepare(sizes, arrays, scalars)
+    (merged_output, hazards), (printed_output, _) = (
+        emulate(k, launch) for k in (merged, kernel.built.kernel))
+    assert not hazards
+    assert np.array_equal(merged_output, printed_output)  # the same sums, in the same order
+    assert kernel.verify(backend="emulator").ok  # and they are einsum's

@@ -929,10 +929,14 @@ def replace_elements(node, replacements):
 
 
 def substitute(e: Expr, values: Mapping[str, Expr]) -> Expr:
-    """Integer expression ``e`` with each variable named in ``values`` replaced by its
-    expression there."""
+    """Expression ``e`` with each variable named in ``values`` replaced by its expression
+    there (in the offsets of the elements it loads and the arguments of its calls too)."""
     if isinstance(e, Var):
         return values.get(e.name, e)
+    if isinstance(e, Load):
+        return Load(e.array, substitute(e.offset, values))
+    if isinstance(e, Call):
+        return Call(e.function, tuple(substitute(a, values) for a in e.args))
     if isinstance(e, Binary):
         return Binary(e.op, substitute(e.left, values), substitute(e.right, values))
     if isinstance(e, Neg):

@@ -134,7 +134,7 @@ def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: i
                reads: _Reads) -> ir.Stmt | None:
     """``loop`` with up to ``rounds`` iterations peeled off each end, each where that decides
     a guard in the iterations left; None where none does."""
-    bounds = _constant_bounds(loop)
+    bounds = constant_bounds(loop)
     if bounds is None or bounds[0] == bounds[1] or not rounds:
         return None
     first, last = bounds
@@ -161,7 +161,7 @@ def _peel_loop(loop: ir.For, known: Mapping[ir.Expr, tuple[int, int]], rounds: i
     return _flat(tuple(parts))
 
 
-def _constant_bounds(loop: ir.For) -> tuple[int, int] | None:
+def constant_bounds(loop: ir.For) -> tuple[int, int] | None:
     """The first and last value of ``loop``'s iterator where they are numbers and it counts
     up by one, else None."""
     c = loop.condition

@@ -29,6 +29,14 @@ counted 2 ways, the rows ``r`` and ``r + 4`` of a warp's 8 on the same 16 banks.
 kernel's tile of that type read in vectors (:attr:`ir.Local.vector_reads`: the mma.sync C
 tile) has its loads merged, and the output's stores too, up to 16 bytes of halves, which the
 printers convert and pack in pairs (``cvt.rn.f16x2.f32``; OpenCL's ``vstore_halfn_rte``).
+
+nvcc merges more than the printed code says: a thread's loads of a shared tile along a loop it
+unrolls (GEMM's pick reads ``A_sh[16 r + k]`` for the 16 values of a step's ``k`` by 4
+LDS.128 a row, where the IR has 16 scalar loads). :func:`steps_merged` writes those merges
+into a copy of the kernel IR, by a rule stated there, for the counters
+(:func:`treduda.run.counters.count`) to count what the GPU issues. The printed code keeps
+the scalar loads: written out, the vectors changed ptxas's register allocation of picks at
+128 registers (tccg_12, 15, 18, 32 spilled 32-56 bytes, in one placement or another).
 """
 
 from __future__ import annotations
@@ -39,6 +47,8 @@ from dataclasses import replace
 
 from ..frontend.dtypes import STORED, compute, is_complex, itemsize
 from . import ir
+from .simplify import plus, times
+from .unroll import constant_bounds
 
 # An offset as sum(coefficient * term) + constant: its terms (the subexpressions that are no
 # sum, difference or multiple, each with its coefficient) and its constant.
@@ -67,16 +77,37 @@ def vectorize(kernel: ir.KernelIR) -> ir.KernelIR:
     return replace(kernel, body=merge.stmt(kernel.body))
 
 
+def steps_merged(kernel: ir.KernelIR) -> ir.KernelIR:
+    """``kernel`` (vectorised) with a thread's loads of a shared tile merged along each loop
+    the C compiler unrolls where nvcc merges them: the loop's body is a straight run (its
+    vector loads and assignments), its bounds numbers its width divides; a load of a tile
+    steps by one element with the iterator and is aligned (:func:`_aligned`, the iterator at
+    its first value; tiles are 16-byte aligned where read in vectors, and so is every tile
+    nvcc can merge a row of); and nvcc is left no merge of its own among the iterations (see
+    :meth:`_Merger.all_merged`). The loop's iterations are then grouped by the width, each
+    group's loads along the iterator one vector. For counting only: the vectors'
+    names may repeat (each group reassigns its iterations' own), nothing is printed."""
+    if is_complex(kernel.dtype) or kernel.dtype in STORED:
+        return kernel
+    tiles = {local.name for local in kernel.locals
+             if local.space is ir.Space.SHARED and not local.stored}
+    merge = _Merger(ir.VECTOR_BYTES // itemsize(compute(kernel.dtype)), tiles, set(),
+                    tiles=tiles)
+    return replace(kernel, body=merge.steps(kernel.body))
+
+
 class _Merger:
     """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ..."""
 
     def __init__(self, widest: int, inputs: set[str], outputs: set[str],
-                 stored: dict[str, int] | None = None, placed: set[str] | None = None):
+                 stored: dict[str, int] | None = None, placed: set[str] | None = None,
+                 tiles: set[str] | None = None):
         self.widest, self.inputs, self.outputs = widest, inputs, outputs
         self.stored = stored or {}  # the widest store of outputs of the stored type
         # tiles whose vectors are loaded right before the first statement reading them, not
         # at the run's start: a write's C tile (all of tccg_32's hoisted: 96 -> 146 registers)
         self.placed = placed or set()
+        self.tiles = tiles or set()  # the shared tiles merged along loops (steps_merged)
         self.names = (f"td_v{n}" for n in itertools.count())
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
@@ -87,6 +118,100 @@ class _Merger:
                 body += self.run(run) if assigns else [self.stmt(c) for c in run]
             return ir.Block(tuple(body))
         return ir.map_children(s, self.stmt)
+
+    def steps(self, s: ir.Stmt) -> ir.Stmt:
+        """``s`` with the loops the C compiler unrolls merged along (:func:`steps_merged`)."""
+        if isinstance(s, ir.For) and s.unroll is ir.Unroll.FULL:
+            return self.loop(s)
+        return ir.map_children(s, self.steps)
+
+    def loop(self, loop: ir.For) -> ir.Stmt:
+        """``loop`` grouped by the widest width that :func:`steps_merged`'s rule allows, or
+        as it was (its inner loops merged)."""
+        bounds = constant_bounds(loop)
+        body = loop.body.body if isinstance(loop.body, ir.Block) else (loop.body,)
+        if bounds is not None and all(isinstance(s, ir.Assign | ir.VectorLoad) for s in body):
+            first, last = bounds
+            assigns = [s for s in body if isinstance(s, ir.Assign)]
+            width = self.widest
+            while width > 1:
+                groups, left = divmod(last - first + 1, width)
+                along = self.along(loop.iterator, assigns, first, width)
+                if groups and not left and along and self.all_merged(
+                        loop.iterator, assigns, first, width, along):
+                    return self.grouped(loop, list(body), first, groups, width, along)
+                width //= 2
+        return ir.map_children(loop, self.steps)
+
+    def along(self, iterator: str, run: list[ir.Assign], first: int, width: int
+              ) -> set[ir.Load]:
+        """The loads of a shared tile by ``run`` whose ``width`` consecutive iterations from
+        ``first`` (and from each multiple of ``width`` after it) read one aligned window:
+        their offset steps by one element with ``iterator``, aligned as :func:`_aligned`
+        says with ``iterator`` at ``first``. Not of a tensor: nvcc merges no global loads (it
+        cannot prove their alignment), and an unstaged kernel's reads stay as they were."""
+        variable = ir.Var(iterator)
+        written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
+        found = set()
+        for s in run:
+            for load in _loads(s.value, conditional=False):
+                if load.array not in self.tiles or load.array in written:
+                    continue
+                terms, constant = ir.affine(load.offset)
+                rest = frozenset((t, c) for t, c in terms.items() if t != variable)
+                if terms.get(variable) == 1 and _aligned(rest, constant + first, width):
+                    found.add(load)
+        return found
+
+    def all_merged(self, iterator: str, run: list[ir.Assign], first: int, width: int,
+                   along: set[ir.Load]) -> bool:
+        """Whether nvcc is left no merge of its own among the group's iterations once the
+        loads ``along`` the iterator are merged: no other load of a tile that reads
+        ``iterator`` and stays scalar in an iteration fills an aligned window with others
+        once ``iterator`` has a value (as nvcc sees it unrolled). Where one does, our vectors
+        beside it would not be what nvcc issues (tccg_35: B's tile along k, A's by a stride
+        of 9 a step, whose windows nvcc merges at each k: its SASS has 16 LDS.32, 56 LDS.64
+        and 16 LDS.128 a pass)."""
+        variable = ir.Var(iterator)
+        left = {load for s in run for load in _loads(s.value)
+                if load.array in self.tiles and _reads(load.offset, variable)
+                and load not in along}
+        for value in range(first, first + width):
+            at = {iterator: ir.Int(value)}
+            valued = [replace(s, value=ir.substitute(s.value, at)) for s in run]
+            if self.load_windows(valued, {ir.substitute(load, at) for load in left}):
+                return False
+        return True
+
+    def grouped(self, loop: ir.For, body: list[ir.Stmt], first: int, groups: int,
+                width: int, along: set[ir.Load]) -> ir.Stmt:
+        """``loop`` as ``groups`` iterations of ``width`` copies of its body (``first`` its
+        first value; the copies alone for one group), the loads ``along`` the iterator one
+        vector a group, loaded at its start. A loop still, so the counters find the loops
+        that accumulate (a kernel's steps all written out)."""
+        name = loop.iterator
+        base = times(width, ir.Var(name)) if groups > 1 else ir.Int(0)
+        copies: list[ir.Stmt] = []
+        spanning: set[ir.Load] = set()
+        for value in range(first, first + width):
+            at = {name: plus(base, ir.Int(value))}
+            copies += [_substituted(s, at) for s in body]
+            spanning |= {ir.substitute(load, at) for load in along}
+        vectors: list[ir.Stmt] = []
+        lanes: dict[ir.Load, ir.Lane] = {}
+        for window in self.load_windows([s for s in copies if isinstance(s, ir.Assign)],
+                                        spanning):
+            vector = next(self.names)
+            vectors.append(ir.VectorLoad(vector, window[0][0], len(window)))
+            lanes.update({load: ir.Lane(vector, n) for n, same in enumerate(window)
+                          for load in same})
+        merged = ir.Block(tuple(vectors) + tuple(
+            replace(s, value=_substitute(s.value, lanes)) if isinstance(s, ir.Assign) else s
+            for s in copies))
+        if groups == 1:
+            return merged
+        return ir.For(name, ir.Int(0), ir.Binary(ir.Op.LT, ir.Var(name), ir.Int(groups)),
+                      ir.Int(1), merged, ir.Unroll.FULL)
 
     def run(self, run: list[ir.Assign]) -> list[ir.Stmt]:
         """One straight run: its vector loads first, then its statements reading their
@@ -111,13 +236,16 @@ class _Merger:
             merged.append(s)
         return merged
 
-    def load_windows(self, run: list[ir.Assign]) -> list[list[list[ir.Load]]]:
-        """Aligned windows of input elements the run reads: per lane, the loads of it."""
+    def load_windows(self, run: list[ir.Assign], among: set[ir.Load] | None = None
+                     ) -> list[list[list[ir.Load]]]:
+        """Aligned windows of input elements the run reads (by the loads ``among``, or by
+        any): per lane, the loads of it."""
         found: dict[tuple[str, frozenset], dict[int, list[ir.Load]]] = {}
         written = {s.target.array for s in run if isinstance(s.target, ir.Load)}
         for s in run:
             for load in _loads(s.value, conditional=False):  # hoisting must not add reads
-                readable = load.array in self.inputs and load.array not in written
+                readable = (load.array in self.inputs and load.array not in written
+                            and (among is None or load in among))
                 affine = _affine(load.offset) if readable else None
                 if affine is not None:
                     terms, constant = affine
@@ -229,3 +357,18 @@ def _substitute(e: ir.Expr, lanes: dict[ir.Load, ir.Lane]) -> ir.Expr:
     if isinstance(e, ir.Select):
         return ir.Select(*(_substitute(p, lanes) for p in (e.condition, e.if_true, e.if_false)))
     return e
+
+
+def _reads(e: ir.Expr, variable: ir.Var) -> bool:
+    """Whether integer expression ``e`` reads ``variable``."""
+    return e == variable or any(_reads(part, variable) for part in ir.children(e))
+
+
+def _substituted(s: ir.Stmt, values: dict[str, ir.Expr]) -> ir.Stmt:
+    """A statement of a merged loop body (an assignment or a vector load) with the
+    variables named in ``values`` replaced (:func:`ir.substitute`)."""
+    if isinstance(s, ir.Assign):
+        return replace(s, target=ir.substitute(s.target, values),
+                       value=ir.substitute(s.value, values))
+    assert isinstance(s, ir.VectorLoad)
+    return replace(s, first=ir.substitute(s.first, values))

@@ -48,7 +48,11 @@ timed, so the counts depend on the kernel and its sizes only. The rules:
 * The shared side of an asynchronous copy (``cp.async``) is taken to be served as a store of
   its width (NVIDIA documents no rule for it; ncu's ``op_ldgsts`` metrics will tell).
 * A compiler loads a value once: a load that repeats one since the last barrier or store to its
-  array, by the same threads at the same addresses, is not counted again.
+  array, by the same threads at the same addresses, is not counted again; and nvcc merges a
+  thread's loads of a shared tile along a loop it unrolls where it can prove them aligned
+  (GEMM's pick: ``A_sh[16 r + k]`` for 16 values of k by 4 LDS.128): :func:`count` counts
+  the kernel IR with those merges written in
+  (:func:`~treduda.codegen.vectorize.steps_merged`), as the SASS issues them.
 
 Counts are per region: before the kernel's main loop (the outermost loop that accumulates
 products), the main loop, and after it (the epilogue); a kernel whose steps are all written
@@ -70,6 +74,7 @@ import numpy as np
 
 from ..codegen import ir
 from ..codegen.fragments import ldmatrix_transposed
+from ..codegen.vectorize import steps_merged
 from ..frontend.dtypes import compute, itemsize
 from .emulator import observe
 from .launch import Launch
@@ -303,6 +308,7 @@ def count(kernel: ir.KernelIR, launch: Launch, blocks: Iterable[tuple[int, ...]]
     """The accesses of ``blocks`` of ``launch`` (the first block by default), each running
     ``steps`` iterations of the main loop (None: all of them)."""
     blocks = [(0, 0, 0)] if blocks is None else [tuple(b) for b in blocks]
+    kernel = steps_merged(kernel)  # the shared loads as nvcc issues them
     tally = Tally(kernel, steps)
     observe(kernel, launch, blocks, tally)
     return tally.counters(blocks)
