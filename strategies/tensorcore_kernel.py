@@ -150,6 +150,7 @@ from .tensorcore_tiles import (
     accumulator_dtype,
     accumulator_extents,
     accumulator_pad,
+    accumulator_skew,
     box_dealt,
     box_indices,
     boxed,
@@ -828,8 +829,10 @@ class Builder:
 
     def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
         """The C tile's element (``m``, ``n``): rows of N, or of M (column-major), the free
-        box's skewed (:func:`.tensorcore_tiles.skewed`)."""
-        words = skew_words(self.free_box, self.tile)
+        box's or a vector write's skewed (:func:`.tensorcore_tiles.accumulator_skew`; not
+        the warpgroup kernel's, which stores no vectors)."""
+        words = (accumulator_skew(self.program, self.params, self.tile) if self.vector_write
+                 else skew_words(self.free_box, self.tile))
         if self.along_n:
             return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS)))
         return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))

@@ -896,7 +896,27 @@ def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, in
     write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
     rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    return tile[rows], skewed_extent(tile[columns], skew_words(free_boxed(program, p), tile))
+    return tile[rows], skewed_extent(tile[columns], accumulator_skew(program, p, tile))
+
+
+def accumulator_skew(program: Program, p: Mapping[str, Any], tile: Mapping[str, int]) -> int:
+    """Words of skew after every :data:`SKEWED` accumulators of the mma.sync C tile's row:
+    a free box's (:func:`skew_words`), or 16 bytes where the write reads a thread's vector
+    (:func:`write_vector`) in more than one 16-byte load (a split's write, a value at a
+    time, reads 32 side by side: skewed alike, so that the search's bound on the shared
+    bytes needs no split). GEMM fp16's 8 floats a
+    thread are two LDS.128 32 bytes apart a lane; an LDS.128 is served a quarter-warp a
+    wavefront (CUDA C++ Programming Guide, "Shared Memory" of compute capability 5.x on,
+    the 128-bit accesses), whose 8 lanes then span 256 bytes: lanes ``i`` and ``i + 4``
+    on the same banks, 2 ways. Skewed, lane ``i + 4``'s loads lie 16 bytes further round
+    the banks: each bank once. A fragment's 8 columns stay side by side (32 is a multiple
+    of 8), so the accumulators' stores keep their ways."""
+    box = free_boxed(program, p)
+    if box is not None and not o_first(box):
+        return skew_words(box, tile)
+    size = dtypes.itemsize(accumulator_dtype(program))
+    return (ir.VECTOR_BYTES // size if write_vector(program, p, tile) * size > ir.VECTOR_BYTES
+            else 0)
 
 
 def skewed_extent(columns: int, words: int) -> int:
