@@ -72,10 +72,12 @@ def test_a_vectors_two_c_tile_loads_take_each_bank_once(sizes, layout, params):
     """Eight floats a thread, two LDS.128 32 bytes apart a lane: a quarter-warp's eight
     lanes span 256 bytes of a row, lanes ``i`` and ``i + 4`` on the same banks (2 ways)
     unless the row is skewed by 16 bytes every 128 (:func:`.tensorcore_tiles.
-    accumulator_skew`); partial tiles, and PoCL matches numpy.einsum."""
+    accumulator_skew`): the ideal wavefronts, which the model counts of the C tile's round
+    trip (:mod:`.tensorcore_model`: its bytes in 128-byte wavefronts); partial tiles, and
+    PoCL matches numpy.einsum."""
     kernel = _compile(GEMM, sizes, layout, params=params)
-    assert tiles.write_vector(kernel.program, kernel.params,
-                              Builder(kernel.program, params).tile) == 8
+    tile = Builder(kernel.program, params).tile
+    assert tiles.write_vector(kernel.program, kernel.params, tile) == 8
     reads = kernel.counters(steps=1).of("td_sc", LOAD, Region.AFTER)
     assert (reads.ways, reads.transactions) == (1, reads.ideal)
     assert kernel.verify().ok
