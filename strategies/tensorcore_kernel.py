@@ -893,9 +893,11 @@ class Builder:
         output, limits, local = self.write_indices(first, row, vector)
         step = self.free_box.p if self.free_box and not o_first(self.free_box) else 1
         axis = self.free_box.axis if self.free_box else "n" if self.along_n else "m"
-        if step == 1:  # a box taking o first places position V first at V first itself
-            # (output_local's runs and their remainders, which the skew's divisions of the
-            # C tile's place would read: tccg_32's write took 10 more instructions a thread)
+        if step == 1 and self.vector_write:  # a box taking o first places position
+            # V first at V first itself (output_local's runs and their remainders, which
+            # the skew's divisions of the C tile's place would read again: tccg_32's write
+            # took 10 more instructions a thread; the warpgroup kernel's write is left as
+            # it prints)
             local[axis] = times(vector, first)
         local[axis] = plus(local[axis], times(step, lane))  # the lane's place in the C tile
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
