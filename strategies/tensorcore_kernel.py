@@ -150,6 +150,7 @@ from .tensorcore_tiles import (
     accumulator_dtype,
     accumulator_extents,
     accumulator_pad,
+    accumulator_skew,
     box_dealt,
     box_indices,
     boxed,
@@ -828,11 +829,13 @@ class Builder:
 
     def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
         """The C tile's element (``m``, ``n``): rows of N, or of M (column-major), the free
-        box's skewed (:func:`.tensorcore_tiles.skewed`)."""
-        words = skew_words(self.free_box, self.tile)
+        box's or a vector write's skewed (:func:`.tensorcore_tiles.accumulator_skew`; not
+        the warpgroup kernel's, which stores no vectors)."""
+        words, alternate = (accumulator_skew(self.program, self.params, self.tile)
+                            if self.vector_write else (skew_words(self.free_box, self.tile), False))
         if self.along_n:
-            return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS)))
-        return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS)))
+            return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS, alternate)))
+        return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS, alternate)))
 
     def output(self) -> None:
         """The program's write statement (:meth:`write_statement`), scheduled after the C
@@ -890,6 +893,12 @@ class Builder:
         output, limits, local = self.write_indices(first, row, vector)
         step = self.free_box.p if self.free_box and not o_first(self.free_box) else 1
         axis = self.free_box.axis if self.free_box else "n" if self.along_n else "m"
+        if step == 1 and self.vector_write:  # a box taking o first places position
+            # V first at V first itself (output_local's runs and their remainders, which
+            # the skew's divisions of the C tile's place would read again: tccg_32's write
+            # took 10 more instructions a thread; the warpgroup kernel's write is left as
+            # it prints)
+            local[axis] = times(vector, first)
         local[axis] = plus(local[axis], times(step, lane))  # the lane's place in the C tile
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         accesses = [self.accumulator(local["m"], local["n"])

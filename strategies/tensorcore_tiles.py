@@ -208,6 +208,9 @@ SECTOR_BYTES = 32
 # The C tile of a free box is read Q values of ``o`` at once, P apart in the tile's row: words
 # of skew after every SKEWED accumulators of the row spread them over the banks (:func:`skewed`)
 SKEWED = 32
+# The lanes of a warp one wavefront of 16-byte shared loads serves: a quarter-warp (CUDA C++
+# Programming Guide, "Shared Memory", compute capability 5.x on)
+QUARTER = WAVEFRONT_BYTES // ir.VECTOR_BYTES
 
 # One digit of a linearised group: its indices (several where they are fused: side by side in
 # the operand, fastest first, one linear value) and how many of their values it takes
@@ -543,11 +546,16 @@ def skew_words(box: FreeBox | None, tile: Mapping[str, int]) -> int:
     return max(1, WARP // min(box_q(box, tile), WARP))
 
 
-def skewed(position: Any, words: int, ops: Operators) -> Any:
+def skewed(position: Any, words: int, ops: Operators, alternate: bool = False) -> Any:
     """Where a C tile's row holds its element ``position``, ``words`` of skew after every
-    :data:`SKEWED` (:func:`skew_words`)."""
+    :data:`SKEWED` (:func:`skew_words`), or after every other (``alternate``: the 32nd of
+    every 64, :func:`accumulator_skew`)."""
     quotient, _, plus, times = ops
-    return position if not words else plus(position, times(words, quotient(position, SKEWED)))
+    if not words:
+        return position
+    skew = times(words, quotient(position, SKEWED))
+    return plus(position, skew, times(-words, quotient(position, 2 * SKEWED))) if alternate \
+        else plus(position, skew)
 
 
 # The integer operators a formula is written with: quotient, remainder, sum, multiple (numpy's
@@ -896,13 +904,45 @@ def accumulator_extents(program: Program, p: Mapping[str, Any]) -> tuple[int, in
     write reads it along M (:func:`output_along_n`), a free box's rows skewed."""
     tile = tile_extents(p, mma_shape(program))
     rows, columns = ("m", "n") if output_along_n(program) else ("n", "m")
-    return tile[rows], skewed_extent(tile[columns], skew_words(free_boxed(program, p), tile))
+    return tile[rows], skewed_extent(tile[columns], *accumulator_skew(program, p, tile))
 
 
-def skewed_extent(columns: int, words: int) -> int:
+def accumulator_skew(program: Program, p: Mapping[str, Any], tile: Mapping[str, int]
+                     ) -> tuple[int, bool]:
+    """The skew of the mma.sync C tile's rows as :func:`skewed` takes it (words, and
+    whether after every other :data:`SKEWED`): a free box's (:func:`skew_words`), or 16
+    bytes where the write reads a thread's vector (:func:`write_vector`) in two 16-byte
+    loads. GEMM fp16's 8 floats a thread are two LDS.128 32 bytes apart a lane; an LDS.128
+    is served a quarter-warp a wavefront (CUDA C++ Programming Guide, "Shared Memory" of
+    compute capability 5.x on, 128-bit accesses), whose 8 lanes span 256 bytes of a row:
+    lanes ``i`` and ``i + 4`` 128 bytes apart, on the same banks (2 ways). Where a row
+    holds a multiple of 8 vectors, a quarter-warp's run starts every 64 accumulators: 4
+    words after the 32nd of every 64 move lanes 4-7 16 bytes round the banks (pitches
+    with the stores' pad: GEMM's 256 264 -> 280, tccg_32's 192 200 -> 216, tccg_13's 128
+    136 -> 136); else (a row of 12 vectors) 4 words after every 32, which any 8 vectors
+    side by side take once each. A row of
+    fewer than 8 vectors leaves its quarter-warps to the rows' pitch, which the
+    accumulators' stores set (:func:`accumulator_pad`): no skew. A fragment's 8 columns
+    stay side by side (32 is a multiple of 8), so the stores keep their ways. A split's
+    write (a value at a time, 32 side by side) is skewed alike, so that the search's
+    bound on the shared bytes needs no split."""
+    box = free_boxed(program, p)
+    if box is not None and not o_first(box):
+        return skew_words(box, tile), False
+    size = dtypes.itemsize(accumulator_dtype(program))
+    vector = write_vector(program, p, tile)
+    slots = write_span(tile, output_along_n(program), box)[0] // vector
+    words = ir.VECTOR_BYTES // size
+    if vector * size <= ir.VECTOR_BYTES or slots < QUARTER:
+        return 0, False
+    return words, slots % QUARTER == 0
+
+
+def skewed_extent(columns: int, words: int, alternate: bool = False) -> int:
     """Elements a C tile's row of ``columns`` spans once skewed by ``words``
     (:func:`skewed`)."""
-    return columns + words * (columns // SKEWED)
+    skews = (columns + SKEWED) // (2 * SKEWED) if alternate else columns // SKEWED
+    return columns + words * skews
 
 
 def shared_bytes(program: Program, p: Mapping[str, Any]) -> int:

@@ -13,6 +13,7 @@ from treduda.strategies.tensorcore_kernel import Builder
 
 import treduda
 from treduda.polyhedral.lower import plan
+from treduda.run.counters import LOAD, Region
 
 GEMM = "C[i,j] = A[i,k] * B[k,j]"
 TCCG_31 = "C[a,b,c,d,e,f]=A[d,e,g,a]*B[g,f,b,c]"  # a free box on A's M: d_e by a
@@ -61,6 +62,25 @@ def test_the_write_stores_aligned_vectors_and_matches_einsum(sizes, layout, dtyp
         assert stores and set(stores) == {kind}
         assert "const float4" in write  # the lanes' C tile loads, merged
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+@pytest.mark.parametrize(("sizes", "layout", "params"), [
+    ({"i": 70, "j": 72, "k": 40}, "C", {**PARAMS, "frags_n": 4}),  # rows of 64 along N
+    ({"i": 72, "j": 21, "k": 40}, "F", PARAMS),  # along M: the tile's 64 of M a row
+])
+def test_a_vectors_two_c_tile_loads_take_each_bank_once(sizes, layout, params):
+    """Eight floats a thread, two LDS.128 32 bytes apart a lane: a quarter-warp's eight
+    lanes span 256 bytes of a row, lanes ``i`` and ``i + 4`` on the same banks (2 ways)
+    unless the row is skewed by 16 bytes every 128 (:func:`.tensorcore_tiles.
+    accumulator_skew`): the ideal wavefronts, which the model counts of the C tile's round
+    trip (:mod:`.tensorcore_model`: its bytes in 128-byte wavefronts); partial tiles, and
+    PoCL matches numpy.einsum."""
+    kernel = _compile(GEMM, sizes, layout, params=params)
+    tile = Builder(kernel.program, params).tile
+    assert tiles.write_vector(kernel.program, kernel.params, tile) == 8
+    reads = kernel.counters(steps=1).of("td_sc", LOAD, Region.AFTER)
+    assert (reads.ways, reads.transactions) == (1, reads.ideal)
+    assert kernel.verify().ok
 
 
 def test_a_box_write_stores_the_boxs_values_of_its_fastest_index_at_once():
