@@ -180,10 +180,6 @@ class WarpgroupBuilder(Builder):
     # mbarriers: a split's last part stops at the reduction's end (copies past it into a
     # buffer a wgmma still read were hazards)
     whole_parts = False
-    # the write stores an element a thread at a time (its C tile's crossed columns are not
-    # yet read in vectors: Builder.vector)
-    vector_write = False
-
     def __init__(self, program: Program, params: Mapping[str, Any]):
         super().__init__(program, tensorcore_params(params))
         self.warpgroup_params = params
@@ -560,7 +556,8 @@ class WarpgroupBuilder(Builder):
                              swizzle=shift, swizzle_bits=bits[B_TILE]),
             **staging,
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along,
-                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True),
+                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True,
+                             vector_reads=self.vector() > 1),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
             **barriers,
