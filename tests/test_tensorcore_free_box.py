@@ -544,9 +544,8 @@ def test_branch_and_bound_keeps_the_box_the_exhaustive_search_picks():
 
 def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
     """tccg_42's shape in a 256-wide tile: the whole box writes 24 values of ``a`` then the
-    next ``b``'s, 2 sectors a run, 8 halves a thread's store (16 sectors a request, as the
-    mma.sync whole box), in fewer 128-byte lines than the padded box's 16 of ``a`` at once;
-    the warpgroup model counts what the emulator does."""
+    next ``b``'s, 2 sectors a request (the ideal) in fewer 128-byte lines than the padded
+    box's 16 of ``a`` at once; the warpgroup model counts what the emulator does."""
     counted, lines = {}, {}
     for layout in ("whole", "padded"):
         kernel = _warpgroup(TCCG_42, SMALL_42 | {"g": 24}, free_layout=layout, tile_n=256,
@@ -557,7 +556,7 @@ def test_the_whole_box_writes_at_the_ideal_in_fewer_lines_than_the_padded_one():
         assert modelled[:2] == (counted[layout].requests, counted[layout].transactions)
         lines[layout] = modelled[3]
     whole = counted["whole"]
-    assert whole.width == 16 and whole.transactions == 2 * 8 * whole.requests
+    assert whole.transactions == whole.ideal == 2 * whole.requests
     assert lines["whole"] < lines["padded"]
 
 
