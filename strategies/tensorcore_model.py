@@ -265,6 +265,11 @@ class EnumeratingModel:
             self._writes[key] = moved_requests(offset, request, size, moves)
         return self._writes[key]
 
+    def _write_vector(self, p: Mapping[str, Any], tile: Mapping[str, int], parts: int) -> int:
+        """The output elements a thread's write stores at once (:meth:`Builder.vector`)."""
+        vector = tensorcore_tiles.write_vector(self.program, p, tile)
+        return vector if parts == 1 and self.builder.vector_write else 1
+
     def write_instructions(self, params: Mapping[str, Any], tile: Mapping[str, int],
                            threads: int, parts: int) -> int:
         """A thread's instructions per output element of a complete candidate's write,
@@ -455,11 +460,6 @@ class TensorCoreModel(EnumeratingModel):
         return self.output_sectors(tile, self._written_bytes(parts),
                                    tensorcore_tiles.free_boxed(self.program, params),
                                    self._write_vector(params, tile, parts))
-
-    def _write_vector(self, p: Mapping[str, Any], tile: Mapping[str, int], parts: int) -> int:
-        """The output elements a thread's write stores at once (:meth:`Builder.vector`)."""
-        vector = tensorcore_tiles.write_vector(self.program, p, tile)
-        return vector if parts == 1 and self.builder.vector_write else 1
 
     def _copy_traffic(self, p: Mapping[str, Any]) -> tuple[int, int]:
         """The 32-byte sectors and 128-byte lines a block's copies of one step take, both

@@ -127,6 +127,7 @@ from .tensorcore_tiles import (
     gemm_groups,
     index_digits,
     k_box,
+    o_first,
     operand_rows_major,
     output_along_n,
     skew_words,
@@ -180,10 +181,6 @@ class WarpgroupBuilder(Builder):
     # mbarriers: a split's last part stops at the reduction's end (copies past it into a
     # buffer a wgmma still read were hazards)
     whole_parts = False
-    # the write stores an element a thread at a time (its C tile's crossed columns are not
-    # yet read in vectors: Builder.vector)
-    vector_write = False
-
     def __init__(self, program: Program, params: Mapping[str, Any]):
         super().__init__(program, tensorcore_params(params))
         self.warpgroup_params = params
@@ -219,6 +216,11 @@ class WarpgroupBuilder(Builder):
                                            self.k_sizes)
                        for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
                       if params.get("tma") else {})
+
+    def vector(self) -> int:
+        """The mma.sync write's vector (:meth:`Builder.vector`) where its lanes lie side by
+        side in the C tile (:func:`vector_reads`), else one value at a time."""
+        return super().vector() if vector_reads(self.free_box) else 1
 
     def registers(self) -> int:
         """Accumulator registers of a thread per wgmma: ``BN / 2``."""
@@ -560,7 +562,8 @@ class WarpgroupBuilder(Builder):
                              swizzle=shift, swizzle_bits=bits[B_TILE]),
             **staging,
             C_TILE: ir.Local(C_TILE, ir.Space.SHARED, along,
-                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True),
+                             reuses=(A_TILE, B_TILE, *staging), vector_stores=True,
+                             vector_reads=self.vector() > 1),
             FRAG_C: ir.Local(FRAG_C, ir.Space.REGISTER,
                              (self.warpgroup_params["frags_m"] * self.registers(),)),
             **barriers,
@@ -695,6 +698,15 @@ def staged(program: Program, params: Mapping[str, Any]) -> bool:
     tile of its own, then transposed from shared to shared memory (see the module's doc);
     else through registers."""
     return bool(params.get("staged_b")) and boxed(program, params)
+
+
+def vector_reads(box: FreeBox | None) -> bool:
+    """Whether the write's vector lanes lie side by side in the C tile, read as one aligned
+    vector (:func:`.tensorcore_tiles.write_vector`): no free box, or one that takes the
+    output's fastest index first. In any other box they lie P apart (crossed rows too): a
+    warp's lanes v at 4 values of ``o`` 8 apart fall on the same banks, 3 ways on tccg_31's
+    whole box and 2 on tccg_03's box, where a value at a time reads each bank once."""
+    return box is None or o_first(box)
 
 
 def crossed_words(program: Program, box: FreeBox | None, tile: Mapping[str, int]) -> int:

@@ -86,6 +86,7 @@ from .warpgroup_kernel import (
     staged,
     staged_width,
     step_boxes,
+    vector_reads,
     warpgroup_tile,
 )
 from .warpgroup_roles import consumer_registers
@@ -197,8 +198,15 @@ class WarpgroupModel(EnumeratingModel):
         grid (:meth:`~.tensorcore_model.EnumeratingModel.output_sectors`; a deterministic
         split's into its workspace)."""
         tile = warpgroup_tile(params, self.program)
-        return self.output_sectors(tile, self._written_bytes(self.steps(params, tile)[2]),
-                                   free_boxed(self.program, params))
+        parts = self.steps(params, tile)[2]
+        return self.output_sectors(tile, self._written_bytes(parts),
+                                   free_boxed(self.program, params),
+                                   self._write_vector(params, tile, parts))
+
+    def _write_vector(self, p: Mapping[str, Any], tile: Mapping[str, int], parts: int) -> int:
+        """The builder's (:meth:`.warpgroup_kernel.WarpgroupBuilder.vector`)."""
+        vector = super()._write_vector(p, tile, parts)
+        return vector if vector_reads(free_boxed(self.program, p)) else 1
 
     def steps(self, p: Mapping[str, Any], tile: Mapping[str, int]) -> tuple[int, int, int]:
         """The reduction's steps of ``tile``, and, split in ``p["split"]`` parts at most, the
@@ -271,8 +279,8 @@ class WarpgroupModel(EnumeratingModel):
             + 2 * copied["b"] * transposed)
         # the output's sectors and lines as the write's addresses take them (read too where
         # the output is, without a split; a deterministic split's workspace instead)
-        _, written, _, written_lines = self.output_sectors(tile, self._written_bytes(parts),
-                                                           free)
+        _, written, _, written_lines = self.output_sectors(
+            tile, self._written_bytes(parts), free, self._write_vector(p, tile, parts))
         # the accumulators' stores into the C tile and the write's loads, 1 way each:
         # along N a thread's pairs in one 8-byte store (nvcc's STS.64), a free box's rows
         # crossed so that they stay pairs (:func:`.warpgroup_kernel.crossed`; skewed,

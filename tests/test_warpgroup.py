@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 
 import numpy as np
 import pytest
 from conftest import MMA_CASES, bound_paths_hold, formulas_name_their_relations, in_layout
 from treduda.strategies.tensorcore_kernel import B_TILE
 from treduda.strategies.tensorcore_tiles import BOX_FRAGMENTS, k_box
-from treduda.strategies.warpgroup_kernel import B_STAGED, shared_bytes
+from treduda.strategies.warpgroup_kernel import B_STAGED, WarpgroupBuilder, shared_bytes
 
 import treduda
 from treduda.bundle import load as load_bundle
@@ -89,6 +90,50 @@ def test_two_warpgroups_in_three_stages_match_einsum_and_have_no_hazard():
     kernel = _compile(GEMM, {"i": 150, "j": 70, "k": 100}, params=TWO_GROUPS)
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     # (verify on the emulator ran every block: a hazard raises HazardError)
+
+
+@pytest.mark.parametrize(("sizes", "layout", "dtype", "stored"), [
+    ({"i": 70, "j": 24, "k": 40}, "C", "float16", "uint4"),  # 8 halves, M and N partial
+    ({"i": 72, "j": 21, "k": 40}, "F", "float16", "uint4"),  # column-major: along M
+    ({"i": 70, "j": 20, "k": 40}, "C", "float32", "float4"),
+    ({"i": 68, "j": 21, "k": 40}, "F", "float32", "float4"),
+    ({"i": 70, "j": 21, "k": 40}, "C", "float16", None),  # odd: a value at a time
+])
+def test_the_write_stores_vectors_and_matches_einsum(sizes, layout, dtype, stored):
+    """The write takes a vector of the output's fastest index a thread, as the mma.sync
+    write does (:func:`.tensorcore_tiles.write_vector`): one 16-byte store (halves packed
+    in pairs) from one or two 16-byte loads of the C tile, whose rows wgmma's accumulator
+    pairs filled; sizes not multiples of the vector or of the tile, on PoCL and on the
+    emulator (every access checked, hazards included)."""
+    kernel = _compile(GEMM, sizes, dtype, layout)
+    source = kernel.cuda_source
+    write = source[source.rindex("__syncthreads();"):]
+    stores = set(re.findall(r"\*\((\w+) \*\)&C\[", write))
+    assert stores == ({stored} if stored else set())
+    assert ("const float4" in write) == bool(stored)  # the C tile's loads, merged
+    assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+
+
+def test_the_model_and_the_estimate_count_the_vector_write():
+    """GEMM fp16's 256 x 192 tile (the H100 pick's): the write's count per element
+    (:meth:`Builder.write_instructions`) falls with the vector of 8, and the model the
+    search reads gives the kernel's estimate."""
+
+    class Scalar(WarpgroupBuilder):
+        vector_write = False
+
+    program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "C", "float16")
+    params = {"warpgroups": 2, "frags_m": 2, "tile_n": 192, "frags_k": 4, "stages": 2,
+              "async_copy": True, "split": 1, "staged_b": False, "tma": True,
+              "producer": True, "free_layout": "group"}
+    vector = WarpgroupBuilder(program, params)
+    assert vector.write_statement().vector == 8
+    assert vector.write_instructions() < Scalar(program, params).write_instructions() / 2
+    kernel = _compile(GEMM, program.sizes, params=params)
+    model = model_of(kernel.program, gpu("H100"), "warpgroup")
+    # 16 x 22 tiles of 256 x 192, a warp's request 32 vectors of 8
+    assert model.write_sectors(params)[0] == 16 * 22 * 256 * 192 // (32 * 8)
+    assert kernel.estimate(use_nvcc=False).seconds == model.estimate(params).seconds
 
 
 @pytest.mark.matrix

@@ -59,10 +59,10 @@ def test_a_row_of_192_is_written_without_dividing_by_it():
     (the element ``e = 256 c + t`` took ``e / 192`` and ``e mod 192`` in each iteration):
     the write's indices divide by no 192, and partial tiles match numpy.einsum on PoCL and
     on the emulator, without hazards."""
-    kernel = treduda.compile(GEMM, {"i": 150, "j": 232, "k": 40}, dtype="float16",
+    kernel = treduda.compile(GEMM, {"i": 150, "j": 232, "k": 40}, dtype="bfloat16",
                              strategy="warpgroup", params=WIDE)
-    builder = WarpgroupBuilder(plan(GEMM, {"i": 150, "j": 232, "k": 40}, "C", "float16"),
-                               WIDE)
+    builder = WarpgroupBuilder(plan(GEMM, {"i": 150, "j": 232, "k": 40}, "C", "bfloat16"),
+                               WIDE)  # bfloat16: a value at a time (write_vector)
     write = builder.write_statement()
     assert not write.divides and not write.whole  # 96 stores a thread, nvcc's loop
     assert not any(192 in _divisors(i) for a in write.accesses for i in a.indices)
@@ -97,9 +97,10 @@ def _sass_per_element(kernel: treduda.Kernel, arch: str) -> float:
 @pytest.mark.skipif(not (nvcc_available() and find_disassembler()),
                     reason="nvcc and nvdisasm (CUDA toolkit) not installed")
 @pytest.mark.parametrize(("row", "strategy", "params", "arch"), [
-    # tccg_33's warpgroup 128 x 256 tile: 128 stores a thread, M's digits (by 480) a
-    # division a copy as printed, one a thread simplified; SASS 4.0 an element, counted 4.3
-    # (a loop of 13.9 an element before, counted 6)
+    # tccg_33's warpgroup 128 x 256 tile: 16 stores of 8 halves a thread, M's digits (by
+    # 480) a division a copy as printed, one a thread simplified; SASS 1.38 an element,
+    # counted 1.27 (a value at a time: 128 stores, SASS 4.0, counted 4.3; a loop of 13.9
+    # an element before, counted 6)
     ("tccg_33", "warpgroup", {**WIDE, "tile_n": 256, "frags_k": 2, "tma": False,
                               "producer": False}, "sm_90a"),
     # tccg_35's mma.sync pick (divisions by 24, 20 and 240), 8 halves a store: SASS 1.4,
@@ -126,14 +127,15 @@ def test_the_count_is_the_sass_of_the_write(row, strategy, params, arch):
 def test_a_write_no_division_reads_is_left_to_nvcc():
     """A write whose indices divide neither ``c`` nor ``j`` stays the loop over ``c``,
     which nvcc unrolls (whole, or in copies with the steps folded into the stores'
-    offsets), counted as unrolled: GEMM's 256 x 192 warpgroup tile (192 stores a thread,
-    SASS 3.6-3.9 an element; 28.75 dividing by 192 each element) and its 128 x 256 mma.sync
+    offsets), counted as unrolled: GEMM's 256 x 192 warpgroup tile in bfloat16 (192 stores
+    a thread, SASS 3.6-3.9 an element; 28.75 dividing by 192 each element; float16's takes
+    vectors of 8, 24 a thread unrolled whole, SASS 2.6) and its 128 x 256 mma.sync
     tile (16 stores of 8 halves, :func:`.tensorcore_tiles.write_vector`: SASS 0.94 an
     element, 119 instructions after the last barrier; a value at a time, 128 stores took
     3.44 as nvcc's loop of 16 copies, 3.88 unrolled by the kernel IR, which also cost
     tccg_02's main loop 0.24 instructions per MMA)."""
     program = plan(GEMM, {"i": 4096, "j": 4096, "k": 4096}, "C", "float16")
-    wide = WarpgroupBuilder(program, {**WIDE, "frags_m": 2})
+    wide = WarpgroupBuilder(plan(GEMM, program.sizes, "C", "bfloat16"), {**WIDE, "frags_m": 2})
     mma = Builder(program, {"warps_m": 2, "warps_n": 4, "frags_m": 4, "frags_n": 4,
                             "frags_k": 4, "stages": 2, "split": 1, "mapping": "mma",
                             "shared_layout": "pad", "free_layout": "group",
