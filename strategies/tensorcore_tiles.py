@@ -485,13 +485,18 @@ def write_vector(program: Program, p: Mapping[str, Any], tile: Mapping[str, int]
     first does (sizes not multiples of the tile included). A plain store only (``=`` of
     the accumulator, scaled: no read of the output) of a type the printers store in vectors
     (:data:`VECTOR_OUTPUTS`). One STG of 8 halves where tccg_32's write stored each (two
-    thirds of a one-step kernel's instructions: docs/tensorcore-economy.md)."""
+    thirds of a one-step kernel's instructions: docs/tensorcore-economy.md). Not in a free
+    box that takes ``c`` first (:func:`o_first`): a thread's values then lie P apart in the
+    C tile, and a warp's lanes at values of ``o`` 8 apart read the same banks (3 ways on
+    tccg_31's whole box, 2 on tccg_03's box, where a value at a time reads each bank once)."""
     write = next(s for s in program.statements if s.kind == Kind.WRITE)
     output = fastest_first(program.output_indices, program.layout)
     if (program.dtype not in VECTOR_OUTPUTS or program.contraction.op != "="
             or len(ir.elements(write.body)) != 2 or not output):
         return 1
     box = free_boxed(program, p)
+    if box is not None and not o_first(box):
+        return 1
     o = output[0]
     _, _, m, n, _, _ = gemm_groups(program)
     axis = box.axis if box is not None else "m" if o in m else "n"

@@ -127,7 +127,6 @@ from .tensorcore_tiles import (
     gemm_groups,
     index_digits,
     k_box,
-    o_first,
     operand_rows_major,
     output_along_n,
     skew_words,
@@ -216,11 +215,6 @@ class WarpgroupBuilder(Builder):
                                            self.k_sizes)
                        for tensor, tile in ((self.a, A_TILE), (self.b, B_TILE))}
                       if params.get("tma") else {})
-
-    def vector(self) -> int:
-        """The mma.sync write's vector (:meth:`Builder.vector`) where its lanes lie side by
-        side in the C tile (:func:`vector_reads`), else one value at a time."""
-        return super().vector() if vector_reads(self.free_box) else 1
 
     def registers(self) -> int:
         """Accumulator registers of a thread per wgmma: ``BN / 2``."""
@@ -698,15 +692,6 @@ def staged(program: Program, params: Mapping[str, Any]) -> bool:
     tile of its own, then transposed from shared to shared memory (see the module's doc);
     else through registers."""
     return bool(params.get("staged_b")) and boxed(program, params)
-
-
-def vector_reads(box: FreeBox | None) -> bool:
-    """Whether the write's vector lanes lie side by side in the C tile, read as one aligned
-    vector (:func:`.tensorcore_tiles.write_vector`): no free box, or one that takes the
-    output's fastest index first. In any other box they lie P apart (crossed rows too): a
-    warp's lanes v at 4 values of ``o`` 8 apart fall on the same banks, 3 ways on tccg_31's
-    whole box and 2 on tccg_03's box, where a value at a time reads each bank once."""
-    return box is None or o_first(box)
 
 
 def crossed_words(program: Program, box: FreeBox | None, tile: Mapping[str, int]) -> int:

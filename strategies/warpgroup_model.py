@@ -86,7 +86,6 @@ from .warpgroup_kernel import (
     staged,
     staged_width,
     step_boxes,
-    vector_reads,
     warpgroup_tile,
 )
 from .warpgroup_roles import consumer_registers
@@ -202,11 +201,6 @@ class WarpgroupModel(EnumeratingModel):
         return self.output_sectors(tile, self._written_bytes(parts),
                                    free_boxed(self.program, params),
                                    self._write_vector(params, tile, parts))
-
-    def _write_vector(self, p: Mapping[str, Any], tile: Mapping[str, int], parts: int) -> int:
-        """The builder's (:meth:`.warpgroup_kernel.WarpgroupBuilder.vector`)."""
-        vector = super()._write_vector(p, tile, parts)
-        return vector if vector_reads(free_boxed(self.program, p)) else 1
 
     def steps(self, p: Mapping[str, Any], tile: Mapping[str, int]) -> tuple[int, int, int]:
         """The reduction's steps of ``tile``, and, split in ``p["split"]`` parts at most, the

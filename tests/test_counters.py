@@ -58,6 +58,22 @@ def test_global_sectors_per_request(offset, sectors, lines):
     assert (a.requests, a.per_request, a.ideal_per_request, a.lines) == (1, sectors, 4, lines)
 
 
+def test_a_vector_stores_loads_of_its_values_are_counted_each():
+    """A vector store whose values a thread loads one by one from a shared tile (the
+    tensor-core write where its lanes lie apart): each load is an access of its own, 32
+    lanes 32 words apart 32 ways, beside the one store of 4 floats."""
+    tile = (ir.Local("S", ir.Space.SHARED, (4 * WORDS,)),)
+    values = tuple(ir.Load("S", ir.Binary(ir.Op.ADD, _times(32), ir.Int(n))) for n in range(4))
+    fill = ir.For("o", TX, ir.Binary(ir.Op.LT, ir.Var("o"), ir.Int(4 * WORDS)), ir.Int(32),
+                  ir.Assign(ir.Load("S", ir.Var("o")), "=", ir.Float(1.0)), ir.Unroll.NEVER)
+    counted = _counted(fill, ir.Barrier(), ir.VectorStore(ir.Load("C", _times(4)), values),
+                       locals_=tile)
+    loads = next(t for t in counted.traffic if (t.array, t.operation) == ("S", "ld"))
+    assert (loads.requests, loads.transactions) == (4, 4 * 32)
+    stored = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
+    assert (stored.requests, stored.width) == (1, 16)
+
+
 def test_a_float4_load_costs_16_sectors_its_ideal():
     load = ir.VectorLoad("v", ir.Load("A", _times(4)), 4)
     a = _counted(load).of("A")

@@ -287,10 +287,9 @@ def test_a_run_of_the_operand_keeps_inside_a_padded_box_s_slots(a, run, width):
     (TCCG_32, SMALL_32 | {"g": 24}, "B"), (TCCG_41, SMALL_41 | {"g": 24}, "A")])
 def test_the_padded_box_reads_its_operand_and_writes_at_the_ideal(expression, sizes, operand):
     """The boxed operand's rows (K runs of 4 values of ``f`` or ``d`` side by side) at its
-    ideal sectors a request, the output written in runs of 24 values of ``a`` (48 bytes: 2
-    sectors, where the exact 4 x 8 box takes 4; 8 runs a request, a thread storing 8 halves
-    at once), no bank conflict; the model counts what the emulator does, the padding's
-    slots reading and writing nothing."""
+    ideal sectors a request, the output written 24 values of ``a`` a request (48 bytes: 2
+    sectors, where the exact 4 x 8 box takes 4), no bank conflict; the model counts what
+    the emulator does, the padding's slots reading and writing nothing."""
     kernel = _compile(expression, sizes, frags_k=2, **PADDED, **WHOLE[operand])
     counted = kernel.counters(steps=1)
     loads = counted.of(operand, "ldgsts")
@@ -301,7 +300,7 @@ def test_the_padded_box_reads_its_operand_and_writes_at_the_ideal(expression, si
     assert (requests, sectors) == (loads.requests, loads.transactions)
     written = _grid_written(kernel)
     assert model.write_sectors(kernel.params)[:2] == (written.requests, written.transactions)
-    assert written.transactions == 2 * 8 * written.requests
+    assert written.transactions == written.ideal == 2 * written.requests
 
 
 def test_the_model_counts_the_padded_boxs_wasted_work():
@@ -394,15 +393,14 @@ WHOLE_MMA = {"free_layout": "whole", "warps_m": 1, "warps_n": 4, "frags_n": 4}
 
 def test_the_mma_whole_box_matches_einsum_and_writes_at_the_ideal():
     """tccg_42's whole box on PoCL and the emulator (hazard-free), its write 2 sectors a
-    run of 24 values of ``a`` (then the next ``b``'s), 8 runs a request (8 halves a
-    thread's store), no bank conflict."""
+    request (24 values of ``a``, then the next ``b``'s), no bank conflict."""
     kernel = _compile(TCCG_42, SMALL_42, **WHOLE_MMA)
     assert tiles.free_boxed(kernel.program, kernel.params) == tiles.FreeBox(
         "n", ("e_f",), "a", 8, 32, 32)
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
     counted = kernel.counters(steps=1)
     written = next(t for t in counted.traffic if (t.array, t.operation) == ("C", "st"))
-    assert written.transactions == 2 * 8 * written.requests
+    assert written.transactions == written.ideal == 2 * written.requests
     assert counted.worst_ways() == 1
 
 

@@ -83,14 +83,17 @@ def test_a_vectors_two_c_tile_loads_take_each_bank_once(sizes, layout, params):
     assert kernel.verify().ok
 
 
-def test_a_box_write_stores_the_boxs_values_of_its_fastest_index_at_once():
-    """A rank-6 output through a free box (tccg_31's, partial tiles everywhere): a vector
-    of 4 of ``a`` (12 of them, a box side of 4) a store, its lanes P apart in the C tile,
-    each loaded on its own; a split reduction, whose parts add, stores a value at a
-    time."""
+def test_a_box_taking_c_first_writes_a_value_at_a_time_without_conflicts():
+    """A rank-6 output through a free box that takes ``c`` first (tccg_31's, partial tiles
+    everywhere): a thread's values of ``a`` lie P apart in the C tile, where vectors of 4
+    of them read 3 ways (each lane's loads counted: the emulator's vector store reads its
+    values first), so the write stores a value at a time, each bank read once; so does a
+    split reduction, whose parts add, and an update, which reads the output."""
     kernel = _compile(TCCG_31, SMALL_31, "F", params=BOX)
-    assert set(re.findall(r"\*\((\w+) \*\)&C\[", _write(kernel))) == {"uint2"}
+    assert Builder(kernel.program, kernel.params).vector() == 1
+    assert not re.findall(r"\*\((\w+) \*\)&C\[", _write(kernel))
     assert kernel.verify().ok and kernel.verify(backend="emulator").ok
+    assert kernel.counters(steps=1).worst_ways() == 1
     assert Builder(plan(TCCG_31, SMALL_31 | {"g": 40}, "F", "float16"),
                    {**BOX, "split": 2}).vector() == 1
     update = plan(TCCG_31.replace("=", "+=", 1), SMALL_31, "F", "float16")

@@ -415,9 +415,13 @@ class _Block:
                                                for lane in ir.lanes(s.first, s.width)], axis=1)
             self.widened = False
         elif isinstance(s, ir.VectorStore):
+            # its values first: the loads they make lane by lane (the tensor-core write's C
+            # tile where its lanes lie apart) are accesses of their own, which the vector
+            # store's single observation would hide
+            values = [self.value(value, active) for value in s.values]
             self.observe(s.first, active, len(s.values), True)
-            for lane, value in zip(ir.lanes(s.first, len(s.values)), s.values, strict=True):
-                self.assign(ir.Assign(lane, "=", value), active)
+            for lane, value in zip(ir.lanes(s.first, len(s.values)), values, strict=True):
+                self.store(lane, value, active)
             self.widened = False
         elif isinstance(s, ir.AsyncCopy) and s.source.array in self.shared:
             self.scatter(s, active)
