@@ -91,24 +91,26 @@ def steps_merged(kernel: ir.KernelIR) -> ir.KernelIR:
         return kernel
     tiles = {local.name for local in kernel.locals
              if local.space is ir.Space.SHARED and not local.stored}
+    # named apart from the vectors vectorize() left in the kernel, which a loop may copy
     merge = _Merger(ir.VECTOR_BYTES // itemsize(compute(kernel.dtype)), tiles, set(),
-                    tiles=tiles)
+                    tiles=tiles, prefix="td_step")
     return replace(kernel, body=merge.steps(kernel.body))
 
 
 class _Merger:
-    """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ..."""
+    """Rewrites the runs of assignments of one kernel; names its vectors td_v0, td_v1, ...
+    (``prefix`` in place of td_v)."""
 
     def __init__(self, widest: int, inputs: set[str], outputs: set[str],
                  stored: dict[str, int] | None = None, placed: set[str] | None = None,
-                 tiles: set[str] | None = None):
+                 tiles: set[str] | None = None, prefix: str = "td_v"):
         self.widest, self.inputs, self.outputs = widest, inputs, outputs
         self.stored = stored or {}  # the widest store of outputs of the stored type
         # tiles whose vectors are loaded right before the first statement reading them, not
         # at the run's start: a write's C tile (all of tccg_32's hoisted: 96 -> 146 registers)
         self.placed = placed or set()
         self.tiles = tiles or set()  # the shared tiles merged along loops (steps_merged)
-        self.names = (f"td_v{n}" for n in itertools.count())
+        self.names = (f"{prefix}{n}" for n in itertools.count())
 
     def stmt(self, s: ir.Stmt) -> ir.Stmt:
         if isinstance(s, ir.Block):
