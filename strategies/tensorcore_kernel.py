@@ -324,6 +324,10 @@ class Builder:
     whole_parts = True
     # Whether the write stores a vector of the output's fastest index at once (:meth:`vector`)
     vector_write = True
+    # Whether the C tile's rows are skewed for the write's vector reads and the write places
+    # a vector at ``V first`` (:func:`.tensorcore_tiles.accumulator_skew`): the mma.sync C
+    # tile's layout; the warpgroup kernel lays out its own (crossed rows)
+    skews_vectors = True
 
     def __init__(self, program: Program, params: Mapping[str, Any]):
         self.program, self.params = program, params
@@ -829,10 +833,11 @@ class Builder:
 
     def accumulator(self, m: ir.Expr, n: ir.Expr) -> ir.Element:
         """The C tile's element (``m``, ``n``): rows of N, or of M (column-major), the free
-        box's or a vector write's skewed (:func:`.tensorcore_tiles.accumulator_skew`; not
-        the warpgroup kernel's, which stores no vectors)."""
+        box's or a vector write's skewed (:func:`.tensorcore_tiles.accumulator_skew`; the
+        warpgroup kernel lays out its own: :attr:`skews_vectors`)."""
         words, alternate = (accumulator_skew(self.program, self.params, self.tile)
-                            if self.vector_write else (skew_words(self.free_box, self.tile), False))
+                            if self.skews_vectors
+                            else (skew_words(self.free_box, self.tile), False))
         if self.along_n:
             return ir.Element(C_TILE, (m, skewed(n, words, OPERATORS, alternate)))
         return ir.Element(C_TILE, (n, skewed(m, words, OPERATORS, alternate)))
@@ -893,7 +898,7 @@ class Builder:
         output, limits, local = self.write_indices(first, row, vector)
         step = self.free_box.p if self.free_box and not o_first(self.free_box) else 1
         axis = self.free_box.axis if self.free_box else "n" if self.along_n else "m"
-        if step == 1 and self.vector_write:  # a box taking o first places position
+        if step == 1 and self.skews_vectors:  # a box taking o first places position
             # V first at V first itself (output_local's runs and their remainders, which
             # the skew's divisions of the C tile's place would read again: tccg_32's write
             # took 10 more instructions a thread; the warpgroup kernel's write is left as

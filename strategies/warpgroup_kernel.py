@@ -180,6 +180,8 @@ class WarpgroupBuilder(Builder):
     # mbarriers: a split's last part stops at the reduction's end (copies past it into a
     # buffer a wgmma still read were hazards)
     whole_parts = False
+    # its C tile is its own (crossed rows), not skewed for the write's vectors
+    skews_vectors = False
     def __init__(self, program: Program, params: Mapping[str, Any]):
         super().__init__(program, tensorcore_params(params))
         self.warpgroup_params = params
