@@ -949,8 +949,7 @@ class Builder:
         (no free box, or one taking ``o`` fastest), its digits are read in vectors: ``o``'s
         first digit by ``V``, the group's value too, so that ``o`` is ``V`` times a value
         with no division by ``V`` (a division reading ``j`` would unroll nvcc's loop:
-        :func:`_divides`); else ``o`` is rounded down to a multiple of ``V`` (where it is
-        one: a thread's place in the box, worked out once)."""
+        :func:`_divides`). Only there is ``V`` above 1 (:func:`write_vector`)."""
         m_local, n_local = output_local(times(vector, first), row, self.tile, self.along_n,
                                         self.free_box, OPERATORS)
         local = {"m": m_local, "n": n_local}
@@ -978,8 +977,6 @@ class Builder:
                 found = digit_values(digits[side], value[side], self.sizes, OPERATORS)
                 limits.append((value[side], self.extent[side]))
                 padded += self.padded(found)
-                if o in found:
-                    found[o] = plus(times(vector, quotient(found[o], vector)), lane)
             output |= found
         return output, limits + padded, local
 
