@@ -896,15 +896,15 @@ class Builder:
                      f"and floor(t/{lanes}) + {across}*c < {rows}")
         passes = -(-tile_m * tile_n // (self.threads * stores * vector))
         output, limits, local = self.write_indices(first, row, vector)
-        step = self.free_box.p if self.free_box and not o_first(self.free_box) else 1
         axis = self.free_box.axis if self.free_box else "n" if self.along_n else "m"
-        if step == 1 and self.skews_vectors:  # a box taking o first places position
-            # V first at V first itself (output_local's runs and their remainders, which
-            # the skew's divisions of the C tile's place would read again: tccg_32's write
-            # took 10 more instructions a thread; the warpgroup kernel's write is left as
-            # it prints)
+        if self.skews_vectors and (self.free_box is None or o_first(self.free_box)):
+            # position V first at V first itself (output_local's runs and their remainders,
+            # which the skew's divisions of the C tile's place would read again: tccg_32's
+            # write took 10 more instructions a thread; the warpgroup kernel's write is left
+            # as it prints)
             local[axis] = times(vector, first)
-        local[axis] = plus(local[axis], times(step, lane))  # the lane's place in the C tile
+        # the lane's place in the C tile: a vector's lanes lie side by side (write_vector)
+        local[axis] = plus(local[axis], lane)
         inside = " and ".join(f"{isl_text(v)} < {limit}" for v, limit in limits)
         accesses = [self.accumulator(local["m"], local["n"])
                     if element.array in self.program.accumulators
@@ -928,8 +928,7 @@ class Builder:
         ranges = _ranges(domain, indices)
         divides = _divides(_formulas(accesses, ranges), limits, ranges, folded)
         # a vector's lanes side by side in the C tile are loaded together, up to 16 bytes
-        read = (min(vector, ir.VECTOR_BYTES // dtypes.itemsize(accumulator_dtype(self.program)))
-                if step == 1 else 1)
+        read = min(vector, ir.VECTOR_BYTES // dtypes.itemsize(accumulator_dtype(self.program)))
         return Write(write.name, indices, constraints, body, tuple(accesses), limits, ranges,
                      divides, divides and passes * stores <= WHOLE_WRITE, vector, read)
 
